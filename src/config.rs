@@ -1,0 +1,924 @@
+//! The TOML configuration: schema, defaults and validation.
+//! Every problem in a file is reported at once, each as `FILE:LINE:COL: message`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use toml::Spanned;
+use toml::de::{DeTable, DeValue, ValueDeserializer};
+
+use crate::registry::{DockerConfig, ImageRef};
+use crate::schedule::Schedule;
+
+/// Default check interval when neither `[monitor]` nor the builder sets one.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(600);
+/// Default random delay added before each check.
+pub const DEFAULT_JITTER: Duration = Duration::from_secs(30);
+/// Default number of changes kept per watch.
+pub const DEFAULT_HISTORY: usize = 100;
+/// Default state file, relative to the config file's directory.
+pub const DEFAULT_STATE: &str = "builder-monitor.db";
+
+/// A secret value (password, token). It never prints itself.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+    /// The secret itself, for the one place that must send it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file it was read from.
+    pub source: PathBuf,
+    pub monitor: MonitorSettings,
+    /// Registries with an explicit `[registries."HOST"]` table, keyed by normalised host.
+    pub registries: BTreeMap<String, RegistrySettings>,
+    pub builders: Vec<BuilderSettings>,
+}
+
+#[derive(Debug, Clone)]
+pub struct MonitorSettings {
+    pub interval: Duration,
+    pub jitter: Duration,
+    pub state: StateLocation,
+    /// Changes kept per watch; older ones are pruned when a new one is recorded.
+    pub history: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateLocation {
+    Sqlite(PathBuf),
+}
+
+#[derive(Debug, Clone)]
+pub struct RegistrySettings {
+    /// Normalised registry host as it appears in references (`docker.io`, `ghcr.io`, `127.0.0.1:5000`).
+    pub host: String,
+    /// Requests per second allowed to this registry; `None` disables the limiter.
+    pub requests_per_second: Option<f64>,
+    pub burst: u32,
+    pub credentials: Credentials,
+    /// Plain HTTP instead of HTTPS.
+    pub insecure: bool,
+    /// Extra trusted CA certificates (PEM).
+    pub ca_pem: Option<Vec<u8>>,
+    pub timeout: Duration,
+    /// Tries per request on connection errors, timeouts, 429 and 5xx.
+    pub max_attempts: u32,
+    /// First retry delay; doubles per attempt (with jitter).
+    pub backoff: Duration,
+}
+
+impl RegistrySettings {
+    /// Settings for a registry without its own table: anonymous, polite defaults, plain HTTP only on
+    /// loopback (as Docker treats 127.0.0.0/8 as an insecure registry).
+    pub fn defaults_for(host: &str) -> Self {
+        Self {
+            host: host.to_string(),
+            requests_per_second: Some(5.0),
+            burst: 10,
+            credentials: Credentials::Anonymous,
+            insecure: is_loopback_host(host),
+            ca_pem: None,
+            timeout: Duration::from_secs(30),
+            max_attempts: 4,
+            backoff: Duration::from_millis(500),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credentials {
+    Anonymous,
+    Basic { username: String, password: Secret, source: CredentialSource },
+}
+
+/// Where credentials came from, for `check` output (never the value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CredentialSource {
+    Env(String),
+    File(PathBuf),
+    DockerConfig(PathBuf),
+}
+
+impl fmt::Display for CredentialSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CredentialSource::Env(name) => write!(f, "password from ${name}"),
+            CredentialSource::File(path) => write!(f, "password from {}", path.display()),
+            CredentialSource::DockerConfig(path) => write!(f, "from {}", path.display()),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct BuilderSettings {
+    /// Unique name; also names Kubernetes objects, so DNS-safe.
+    pub name: String,
+    pub image: ImageRef,
+    pub schedule: Schedule,
+    pub jitter: Duration,
+    /// `None`: every platform of the index.
+    pub platforms: Option<Vec<Platform>>,
+    /// A new digest is reported only once it has been seen continuously for this long.
+    pub settle: Option<Duration>,
+}
+
+/// `os/arch[/variant]`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Platform {
+    pub os: String,
+    pub architecture: String,
+    pub variant: Option<String>,
+}
+
+impl Platform {
+    pub fn parse(text: &str) -> Option<Self> {
+        let parts: Vec<&str> = text.split('/').collect();
+        let valid = |p: &&str| {
+            !p.is_empty() && p.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        };
+        if !(2..=3).contains(&parts.len()) || !parts.iter().all(valid) {
+            return None;
+        }
+        Some(Self {
+            os: parts[0].to_string(),
+            architecture: parts[1].to_string(),
+            variant: parts.get(2).map(|v| v.to_string()),
+        })
+    }
+}
+
+impl Platform {
+    /// Whether `other` (an index entry) is selected by this filter entry; no variant means any variant.
+    pub fn matches(&self, other: &Platform) -> bool {
+        self.os == other.os
+            && self.architecture == other.architecture
+            && (self.variant.is_none() || self.variant == other.variant)
+    }
+}
+
+impl fmt::Display for Platform {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.os, self.architecture)?;
+        if let Some(v) = &self.variant {
+            write!(f, "/{v}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One problem found in a config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+/// Why a config file was rejected: every problem found, in file order.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{}: cannot read config file: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{}", render(path, diagnostics))]
+    Invalid { path: PathBuf, diagnostics: Vec<Diagnostic> },
+}
+
+fn render(path: &Path, diagnostics: &[Diagnostic]) -> String {
+    diagnostics
+        .iter()
+        .map(|d| format!("{}:{}:{}: {}", path.display(), d.line, d.column, d.message))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        Self::parse(path, &text)
+    }
+
+    /// Validates config text; `path` names the file in errors and anchors relative paths.
+    pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let mut v = Validator { text, base, diagnostics: Vec::new() };
+        let config = v.document(path);
+        if v.diagnostics.is_empty() {
+            if let Some(config) = config {
+                return Ok(config);
+            }
+        }
+        let mut diagnostics = v.diagnostics;
+        diagnostics.sort_by_key(|d| (d.line, d.column));
+        diagnostics.dedup();
+        Err(ConfigError::Invalid { path: path.to_path_buf(), diagnostics })
+    }
+
+    /// The settings used for a registry host (its table, or the defaults).
+    pub fn registry(&self, host: &str) -> RegistrySettings {
+        self.registries
+            .get(host)
+            .cloned()
+            .unwrap_or_else(|| RegistrySettings::defaults_for(host))
+    }
+
+    pub fn builder(&self, name: &str) -> Option<&BuilderSettings> {
+        self.builders.iter().find(|b| b.name == name)
+    }
+}
+
+pub fn is_loopback_host(host: &str) -> bool {
+    let name = if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return ip.is_loopback();
+    } else if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or_default()
+    } else {
+        host.split(':').next().unwrap_or_default()
+    };
+    name == "localhost" || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+// ---- raw, as written -------------------------------------------------------------------------
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawMonitor {
+    interval: Option<Spanned<String>>,
+    jitter: Option<Spanned<String>>,
+    state: Option<Spanned<String>>,
+    history: Option<Spanned<i64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRegistry {
+    requests_per_second: Option<Spanned<f64>>,
+    burst: Option<Spanned<i64>>,
+    username: Option<Spanned<String>>,
+    password_env: Option<Spanned<String>>,
+    password_file: Option<Spanned<String>>,
+    docker_config: Option<Spanned<String>>,
+    insecure: Option<bool>,
+    ca_file: Option<Spanned<String>>,
+    timeout: Option<Spanned<String>>,
+    max_attempts: Option<Spanned<i64>>,
+    backoff: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBuilder {
+    name: Spanned<String>,
+    image: Spanned<String>,
+    interval: Option<Spanned<String>>,
+    schedule: Option<Spanned<String>>,
+    jitter: Option<Spanned<String>>,
+    platforms: Option<Vec<Spanned<String>>>,
+    settle: Option<Spanned<String>>,
+}
+
+// ---- validation ------------------------------------------------------------------------------
+
+struct Validator<'a> {
+    text: &'a str,
+    base: PathBuf,
+    diagnostics: Vec<Diagnostic>,
+}
+
+const SECTIONS: &[&str] = &["monitor", "registries", "builders"];
+
+impl<'a> Validator<'a> {
+    fn error(&mut self, span: Range<usize>, message: impl Into<String>) {
+        let (line, column) = line_column(self.text, span.start);
+        self.diagnostics.push(Diagnostic { line, column, message: message.into() });
+    }
+
+    fn toml_error(&mut self, err: &toml::de::Error) {
+        let span = err.span().unwrap_or(0..0);
+        let message = err.message().trim().to_string();
+        self.error(span, message);
+    }
+
+    /// Deserializes one value on its own, so a mistake in one entry does not hide mistakes in others.
+    fn entry<T: DeserializeOwned>(&mut self, value: Spanned<DeValue<'a>>) -> Option<T> {
+        match T::deserialize(ValueDeserializer::from(value)) {
+            Ok(t) => Some(t),
+            Err(err) => {
+                self.toml_error(&err);
+                None
+            }
+        }
+    }
+
+    fn document(&mut self, path: &Path) -> Option<Config> {
+        let root = match DeTable::parse(self.text) {
+            Ok(root) => root.into_inner(),
+            Err(err) => {
+                self.toml_error(&err);
+                return None;
+            }
+        };
+        let mut raw_monitor = None;
+        let mut raw_registries = None;
+        let mut raw_builders = None;
+        for (key, value) in root {
+            match key.get_ref().as_ref() {
+                "monitor" => raw_monitor = Some(value),
+                "registries" => raw_registries = Some(value),
+                "builders" => raw_builders = Some(value),
+                other => {
+                    let message = format!(
+                        "unknown key `{other}`, expected one of {}",
+                        SECTIONS.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
+                    );
+                    self.error(key.span(), message);
+                }
+            }
+        }
+
+        let monitor = match raw_monitor {
+            Some(value) => self.entry::<RawMonitor>(value),
+            None => Some(RawMonitor::default()),
+        }
+        .and_then(|raw| self.monitor(raw));
+
+        let registries = self.registries(raw_registries);
+        let defaults = monitor.as_ref();
+        let builders = self.builders(raw_builders, defaults);
+
+        Some(Config {
+            source: path.to_path_buf(),
+            monitor: monitor?,
+            registries: registries?,
+            builders: builders?,
+        })
+    }
+
+    fn duration(&mut self, value: &Spanned<String>, what: &str) -> Option<Duration> {
+        match humantime::parse_duration(value.get_ref()) {
+            Ok(d) => Some(d),
+            Err(err) => {
+                let hint = if value.get_ref().trim().chars().all(|c| c.is_ascii_digit() || c == '.') {
+                    " (a unit is required, e.g. \"30s\", \"10m\", \"1h\")".to_string()
+                } else {
+                    format!(": {err}")
+                };
+                self.error(value.span(), format!("invalid {what} \"{}\"{hint}", value.get_ref()));
+                None
+            }
+        }
+    }
+
+    fn positive_duration(&mut self, value: &Spanned<String>, what: &str) -> Option<Duration> {
+        let d = self.duration(value, what)?;
+        if d.is_zero() {
+            self.error(value.span(), format!("{what} must be greater than zero"));
+            return None;
+        }
+        Some(d)
+    }
+
+    fn path(&self, text: &str) -> PathBuf {
+        let expanded = match text.strip_prefix("~/") {
+            Some(rest) => std::env::var_os("HOME").map(|h| PathBuf::from(h).join(rest)),
+            None => None,
+        };
+        let path = expanded.unwrap_or_else(|| PathBuf::from(text));
+        if path.is_absolute() { path } else { self.base.join(path) }
+    }
+
+    fn monitor(&mut self, raw: RawMonitor) -> Option<MonitorSettings> {
+        let mut ok = true;
+        let interval = match &raw.interval {
+            Some(v) => self.positive_duration(v, "interval"),
+            None => Some(DEFAULT_INTERVAL),
+        };
+        let jitter = match &raw.jitter {
+            Some(v) => self.duration(v, "jitter"),
+            None => Some(DEFAULT_JITTER),
+        };
+        let state = match &raw.state {
+            Some(v) if v.get_ref().trim().is_empty() => {
+                self.error(v.span(), "state must name a file (the embedded SQLite ledger)");
+                None
+            }
+            Some(v) if v.get_ref() == "kubernetes" => {
+                self.error(
+                    v.span(),
+                    "state = \"kubernetes\" is not available in this version; use a file path for the embedded SQLite ledger",
+                );
+                None
+            }
+            Some(v) => Some(StateLocation::Sqlite(self.path(v.get_ref()))),
+            None => Some(StateLocation::Sqlite(self.path(DEFAULT_STATE))),
+        };
+        let history = match &raw.history {
+            Some(v) if *v.get_ref() < 1 => {
+                self.error(v.span(), "history must be at least 1");
+                ok = false;
+                0
+            }
+            Some(v) => *v.get_ref() as usize,
+            None => DEFAULT_HISTORY,
+        };
+        if !ok {
+            return None;
+        }
+        Some(MonitorSettings { interval: interval?, jitter: jitter?, state: state?, history })
+    }
+
+    fn registries(&mut self, value: Option<Spanned<DeValue<'a>>>) -> Option<BTreeMap<String, RegistrySettings>> {
+        let mut out = BTreeMap::new();
+        let Some(value) = value else { return Some(out) };
+        let span = value.span();
+        let DeValue::Table(table) = value.into_inner() else {
+            self.error(span, "`registries` must be a table of `[registries.\"HOST\"]` tables");
+            return None;
+        };
+        let mut ok = true;
+        for (key, value) in table {
+            let host_text = key.get_ref().to_string();
+            let Some(host) = normalize_registry_host(&host_text) else {
+                self.error(key.span(), format!("invalid registry host \"{host_text}\" (expected HOST or HOST:PORT)"));
+                ok = false;
+                continue;
+            };
+            if out.contains_key(&host) {
+                self.error(key.span(), format!("registry \"{host}\" is configured twice"));
+                ok = false;
+                continue;
+            }
+            match self.entry::<RawRegistry>(value) {
+                Some(raw) => match self.registry(&host, raw) {
+                    Some(settings) => {
+                        out.insert(host, settings);
+                    }
+                    None => ok = false,
+                },
+                None => ok = false,
+            }
+        }
+        ok.then_some(out)
+    }
+
+    fn registry(&mut self, host: &str, raw: RawRegistry) -> Option<RegistrySettings> {
+        let errors_before = self.diagnostics.len();
+        let mut s = RegistrySettings::defaults_for(host);
+        if let Some(rps) = &raw.requests_per_second {
+            let value = *rps.get_ref();
+            if !value.is_finite() || value < 0.0 {
+                self.error(rps.span(), "requests_per_second must be a number >= 0 (0 disables the limit)");
+            } else if value == 0.0 {
+                s.requests_per_second = None;
+            } else {
+                s.requests_per_second = Some(value);
+            }
+        }
+        if let Some(burst) = &raw.burst {
+            match u32::try_from(*burst.get_ref()) {
+                Ok(b) if b >= 1 => s.burst = b,
+                _ => self.error(burst.span(), "burst must be a whole number >= 1"),
+            }
+        }
+        if let Some(insecure) = raw.insecure {
+            s.insecure = insecure;
+        }
+        if let Some(t) = &raw.timeout {
+            if let Some(d) = self.positive_duration(t, "timeout") {
+                s.timeout = d;
+            }
+        }
+        if let Some(b) = &raw.backoff {
+            if let Some(d) = self.positive_duration(b, "backoff") {
+                s.backoff = d;
+            }
+        }
+        if let Some(m) = &raw.max_attempts {
+            match u32::try_from(*m.get_ref()) {
+                Ok(n) if (1..=20).contains(&n) => s.max_attempts = n,
+                _ => self.error(m.span(), "max_attempts must be between 1 and 20"),
+            }
+        }
+        if let Some(ca) = &raw.ca_file {
+            let path = self.path(ca.get_ref());
+            match std::fs::read(&path) {
+                Ok(pem) if pem_has_certificate(&pem) => s.ca_pem = Some(pem),
+                Ok(_) => self.error(ca.span(), format!("{} contains no PEM certificate", path.display())),
+                Err(err) => self.error(ca.span(), format!("cannot read {}: {err}", path.display())),
+            }
+        }
+        s.credentials = self.credentials(host, &raw)?;
+        (self.diagnostics.len() == errors_before).then_some(s)
+    }
+
+    fn credentials(&mut self, host: &str, raw: &RawRegistry) -> Option<Credentials> {
+        if let Some(dc) = &raw.docker_config {
+            if let Some(other) = raw.username.as_ref().or(raw.password_env.as_ref()).or(raw.password_file.as_ref()) {
+                self.error(other.span(), "use either docker_config or username + password_env/password_file, not both");
+                return None;
+            }
+            let path = self.path(dc.get_ref());
+            return match DockerConfig::load(&path) {
+                Ok(config) => match config.credentials_for(host) {
+                    Ok((username, password)) => Some(Credentials::Basic {
+                        username,
+                        password,
+                        source: CredentialSource::DockerConfig(path),
+                    }),
+                    Err(message) => {
+                        self.error(dc.span(), message);
+                        None
+                    }
+                },
+                Err(err) => {
+                    self.error(dc.span(), err.to_string());
+                    None
+                }
+            };
+        }
+        match (&raw.username, &raw.password_env, &raw.password_file) {
+            (None, None, None) => Some(Credentials::Anonymous),
+            (Some(_), Some(_), Some(f)) => {
+                self.error(f.span(), "use either password_env or password_file, not both");
+                None
+            }
+            (None, Some(p), _) | (None, None, Some(p)) => {
+                self.error(p.span(), "a password needs a username");
+                None
+            }
+            (Some(u), None, None) => {
+                self.error(u.span(), "username needs password_env or password_file");
+                None
+            }
+            (Some(u), Some(env), None) => {
+                let name = env.get_ref();
+                match std::env::var(name) {
+                    Ok(value) if !value.is_empty() => Some(Credentials::Basic {
+                        username: u.get_ref().clone(),
+                        password: Secret::new(value),
+                        source: CredentialSource::Env(name.clone()),
+                    }),
+                    _ => {
+                        self.error(env.span(), format!("environment variable {name} is not set (password for {host})"));
+                        None
+                    }
+                }
+            }
+            (Some(u), None, Some(file)) => {
+                let path = self.path(file.get_ref());
+                match std::fs::read_to_string(&path) {
+                    Ok(value) if !value.trim().is_empty() => Some(Credentials::Basic {
+                        username: u.get_ref().clone(),
+                        password: Secret::new(value.trim_end_matches(['\n', '\r'])),
+                        source: CredentialSource::File(path),
+                    }),
+                    Ok(_) => {
+                        self.error(file.span(), format!("{} is empty", path.display()));
+                        None
+                    }
+                    Err(err) => {
+                        self.error(file.span(), format!("cannot read {}: {err}", path.display()));
+                        None
+                    }
+                }
+            }
+        }
+    }
+
+    fn builders(
+        &mut self,
+        value: Option<Spanned<DeValue<'a>>>,
+        monitor: Option<&MonitorSettings>,
+    ) -> Option<Vec<BuilderSettings>> {
+        let mut out = Vec::new();
+        let Some(value) = value else { return Some(out) };
+        let span = value.span();
+        let DeValue::Array(array) = value.into_inner() else {
+            self.error(span, "`builders` must be an array of tables: write each one as [[builders]]");
+            return None;
+        };
+        let mut ok = true;
+        let mut names: BTreeMap<String, Range<usize>> = BTreeMap::new();
+        for value in array {
+            let Some(raw) = self.entry::<RawBuilder>(value) else {
+                ok = false;
+                continue;
+            };
+            if let Some(first) = names.get(raw.name.get_ref()) {
+                let (line, _) = line_column(self.text, first.start);
+                self.error(
+                    raw.name.span(),
+                    format!("duplicate builder name \"{}\" (first defined on line {line})", raw.name.get_ref()),
+                );
+                ok = false;
+            } else {
+                names.insert(raw.name.get_ref().clone(), raw.name.span());
+            }
+            match self.builder(raw, monitor) {
+                Some(b) => out.push(b),
+                None => ok = false,
+            }
+        }
+        ok.then_some(out)
+    }
+
+    fn builder(&mut self, raw: RawBuilder, monitor: Option<&MonitorSettings>) -> Option<BuilderSettings> {
+        let errors_before = self.diagnostics.len();
+        let name = raw.name.get_ref().clone();
+        if !is_dns_label(&name) {
+            self.error(
+                raw.name.span(),
+                format!(
+                    "invalid builder name \"{name}\": use 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit (it names Kubernetes objects)"
+                ),
+            );
+        }
+        let image = match ImageRef::parse(raw.image.get_ref()) {
+            Ok(image) if image.digest().is_some() => {
+                self.error(
+                    raw.image.span(),
+                    format!(
+                        "image \"{}\" is pinned by digest, so there is nothing to watch; name a tag (e.g. \"{}\")",
+                        raw.image.get_ref(),
+                        image.with_tag_only()
+                    ),
+                );
+                None
+            }
+            Ok(image) => Some(image),
+            Err(err) => {
+                self.error(raw.image.span(), format!("invalid image reference \"{}\": {err}", raw.image.get_ref()));
+                None
+            }
+        };
+        let schedule = match (&raw.interval, &raw.schedule) {
+            (Some(_), Some(s)) => {
+                self.error(s.span(), "set either interval or schedule, not both");
+                None
+            }
+            (Some(i), None) => self.positive_duration(i, "interval").map(Schedule::Interval),
+            (None, Some(s)) => match Schedule::cron(s.get_ref()) {
+                Ok(schedule) => Some(schedule),
+                Err(message) => {
+                    self.error(s.span(), message);
+                    None
+                }
+            },
+            (None, None) => monitor.map(|m| Schedule::Interval(m.interval)),
+        };
+        let jitter = match &raw.jitter {
+            Some(j) => self.duration(j, "jitter"),
+            None => monitor.map(|m| m.jitter),
+        };
+        let settle = match &raw.settle {
+            Some(s) => self.positive_duration(s, "settle").map(Some),
+            None => Some(None),
+        };
+        let platforms = match &raw.platforms {
+            None => Some(None),
+            Some(list) if list.is_empty() => {
+                self.error(raw.name.span(), "platforms is empty; omit it to watch every platform");
+                None
+            }
+            Some(list) => {
+                let mut out: Vec<Platform> = Vec::new();
+                for p in list {
+                    match Platform::parse(p.get_ref()) {
+                        Some(platform) if out.contains(&platform) => {
+                            self.error(p.span(), format!("platform \"{platform}\" is listed twice"));
+                        }
+                        Some(platform) => out.push(platform),
+                        None => self.error(
+                            p.span(),
+                            format!("invalid platform \"{}\" (expected os/arch or os/arch/variant, e.g. \"linux/amd64\")", p.get_ref()),
+                        ),
+                    }
+                }
+                Some(Some(out))
+            }
+        };
+        if self.diagnostics.len() != errors_before {
+            return None;
+        }
+        Some(BuilderSettings {
+            name,
+            image: image?,
+            schedule: schedule?,
+            jitter: jitter?,
+            platforms: platforms?,
+            settle: settle?,
+        })
+    }
+}
+
+/// Normalises a `[registries."HOST"]` key to the host used in references.
+fn normalize_registry_host(text: &str) -> Option<String> {
+    let host = text.trim().trim_start_matches("https://").trim_start_matches("http://").trim_end_matches('/');
+    if host.is_empty() || host.contains('/') || host.chars().any(char::is_whitespace) {
+        return None;
+    }
+    Some(match host {
+        "index.docker.io" | "registry-1.docker.io" | "registry.hub.docker.com" => "docker.io".to_string(),
+        other => other.to_ascii_lowercase(),
+    })
+}
+
+fn is_dns_label(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes[0] != b'-'
+        && bytes[bytes.len() - 1] != b'-'
+}
+
+fn pem_has_certificate(pem: &[u8]) -> bool {
+    String::from_utf8_lossy(pem).contains("-----BEGIN CERTIFICATE-----")
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = &text[..text.floor_char_boundary(offset)];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
+    (line, before[line_start..].chars().count() + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, Vec<String>> {
+        Config::parse(Path::new("/etc/bm/config.toml"), text).map_err(|e| match e {
+            ConfigError::Invalid { diagnostics, .. } => diagnostics
+                .into_iter()
+                .map(|d| format!("{}:{}: {}", d.line, d.column, d.message))
+                .collect(),
+            other => vec![other.to_string()],
+        })
+    }
+
+    #[test]
+    fn minimal_config_gets_defaults() {
+        let c = parse("[[builders]]\nname = \"b\"\nimage = \"ubuntu\"\n").unwrap();
+        assert_eq!(c.monitor.interval, DEFAULT_INTERVAL);
+        assert_eq!(c.monitor.state, StateLocation::Sqlite(PathBuf::from("/etc/bm/builder-monitor.db")));
+        let b = &c.builders[0];
+        assert_eq!(b.image.to_string(), "docker.io/library/ubuntu:latest");
+        assert!(matches!(b.schedule, Schedule::Interval(d) if d == DEFAULT_INTERVAL));
+        assert_eq!(b.jitter, DEFAULT_JITTER);
+        let r = c.registry("docker.io");
+        assert!(!r.insecure);
+        assert_eq!(r.requests_per_second, Some(5.0));
+        assert!(c.registry("127.0.0.1:5000").insecure);
+        assert!(c.registry("localhost:5000").insecure);
+    }
+
+    #[test]
+    fn every_error_is_reported_with_its_position() {
+        let text = r#"
+[monitor]
+interval = "10"
+
+[registries."ghcr.io"]
+username = "me"
+password_env = "BM_TEST_SURELY_UNSET_VAR"
+
+[[builders]]
+name = "a"
+image = "paketobuildpacks/builder-jammy-base:latest"
+interval = "5m"
+schedule = "0 */5 * * * *"
+
+[[builders]]
+name = "a"
+image = "Not A Reference"
+
+[[builders]]
+name = "c"
+image = "heroku/builder@sha256:0000000000000000000000000000000000000000000000000000000000000000"
+schedule = "*/5 * * * *"
+settle = "soon"
+
+[[builders]]
+name = "d"
+image = "heroku/builder:24"
+colour = "blue"
+"#;
+        let errors = parse(text).unwrap_err();
+        let expect = [
+            "3:12: invalid interval \"10\" (a unit is required",
+            "7:16: environment variable BM_TEST_SURELY_UNSET_VAR is not set",
+            "13:12: set either interval or schedule, not both",
+            "16:8: duplicate builder name \"a\" (first defined on line 10)",
+            "17:9: invalid image reference \"Not A Reference\"",
+            "21:9: image \"heroku/builder@sha256:",
+            "22:12: cron expression \"*/5 * * * *\" has 5 fields",
+            "23:10: invalid settle \"soon\"",
+            "28:1: unknown field `colour`",
+        ];
+        for (got, want) in errors.iter().zip(expect.iter()) {
+            assert!(got.starts_with(want), "got {got:?}, want prefix {want:?}\nall: {errors:#?}");
+        }
+        assert_eq!(errors.len(), expect.len(), "{errors:#?}");
+    }
+
+    #[test]
+    fn unknown_top_level_key_and_bad_types() {
+        let errors = parse("[monitr]\ninterval = \"1m\"\n[[builders]]\nname = 5\nimage = \"x\"\n").unwrap_err();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors[0].starts_with("1:2: unknown key `monitr`"), "{errors:?}");
+        assert!(errors[1].starts_with("4:8: invalid type"), "{errors:?}");
+    }
+
+    #[test]
+    fn syntax_error_has_a_position() {
+        let errors = parse("[monitor\ninterval = 1").unwrap_err();
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].starts_with("1:"), "{errors:?}");
+    }
+
+    #[test]
+    fn registry_settings_are_validated() {
+        let errors = parse(
+            "[registries.\"docker.io\"]\nrequests_per_second = -1\nburst = 0\nmax_attempts = 0\nca_file = \"/nonexistent/ca.pem\"\n[registries.\"a b\"]\n",
+        )
+        .unwrap_err();
+        assert_eq!(errors.len(), 5, "{errors:#?}");
+        assert!(errors[0].starts_with("2:23: requests_per_second"));
+        assert!(errors[1].starts_with("3:9: burst"));
+        assert!(errors[2].starts_with("4:16: max_attempts"));
+        assert!(errors[3].starts_with("5:11: cannot read /nonexistent/ca.pem"));
+        assert!(errors[4].starts_with("6:13: invalid registry host"));
+    }
+
+    #[test]
+    fn registry_keys_are_normalised_and_credentials_resolved() {
+        let dir = std::env::temp_dir().join(format!("bm-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("pw"), "s3cret\n").unwrap();
+        let c = Config::parse(
+            &dir.join("c.toml"),
+            "[registries.\"index.docker.io\"]\nusername = \"me\"\npassword_file = \"pw\"\nrequests_per_second = 0\n",
+        )
+        .unwrap();
+        let r = c.registry("docker.io");
+        assert_eq!(r.requests_per_second, None);
+        match r.credentials {
+            Credentials::Basic { username, password, .. } => {
+                assert_eq!(username, "me");
+                assert_eq!(password.expose(), "s3cret");
+                assert_eq!(format!("{password:?}"), "Secret(***)");
+            }
+            other => panic!("{other:?}"),
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn platforms_parse() {
+        let c = parse("[[builders]]\nname = \"b\"\nimage = \"x:1\"\nplatforms = [\"linux/amd64\", \"linux/arm64/v8\"]\n").unwrap();
+        let p = c.builders[0].platforms.clone().unwrap();
+        assert_eq!(p[1].to_string(), "linux/arm64/v8");
+        let errors = parse("[[builders]]\nname = \"b\"\nimage = \"x:1\"\nplatforms = [\"amd64\"]\n").unwrap_err();
+        assert!(errors[0].starts_with("4:14: invalid platform"), "{errors:?}");
+    }
+
+    #[test]
+    fn loopback_hosts() {
+        assert!(is_loopback_host("127.0.0.1:5000"));
+        assert!(is_loopback_host("localhost"));
+        assert!(is_loopback_host("[::1]:5000"));
+        assert!(!is_loopback_host("ghcr.io"));
+        assert!(!is_loopback_host("10.0.0.1:5000"));
+    }
+
+    #[test]
+    fn line_column_counts_characters() {
+        assert_eq!(line_column("ab\ncd", 4), (2, 2));
+        assert_eq!(line_column("é = 1", 3), (1, 3));
+    }
+}

@@ -1,0 +1,11 @@
+//! builder-monitor: watches floating CNB builder tags, pins them to immutable digests, explains
+//! each move and drives the right reaction (alerts, rebases, rebuilds).
+#![forbid(unsafe_code)]
+
+pub mod builder;
+pub mod config;
+pub mod event;
+pub mod inspect;
+pub mod registry;
+pub mod schedule;
+pub mod store;

@@ -1,0 +1,654 @@
+//! Polite registry access: one fixed Accept list, HEAD for checks and digest-verified GETs, bearer
+//! tokens reused per scope, a rate limiter per registry, and retries that honour `Retry-After`.
+//!
+//! oci-client parses references; the requests are our own (reqwest), because oci-client hides
+//! `Retry-After`/`RateLimit-*` and silently GETs after a failed HEAD (a pull on Docker Hub).
+
+mod auth;
+mod reference;
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use rand::Rng;
+use reqwest::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, RETRY_AFTER, WWW_AUTHENTICATE};
+use reqwest::{Method, Response, StatusCode};
+use sha2::{Digest, Sha256};
+use tokio::time::Instant;
+
+pub use auth::{Challenge, DockerConfig, DockerConfigError, Token, parse_challenge, parse_token_response};
+pub use reference::{ImageRef, ReferenceError, is_sha256_digest};
+
+use crate::config::{Credentials, RegistrySettings, Secret};
+
+pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+pub const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+pub const DOCKER_MANIFEST_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
+
+/// The one Accept list of every manifest request. Without the OCI types Distribution answers 404 for
+/// OCI manifests; without any, it converts Docker manifests to schema1 under another digest.
+pub const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json, application/vnd.docker.distribution.manifest.list.v2+json";
+
+pub const MAX_MANIFEST_BYTES: usize = 4 << 20;
+pub const MAX_CONFIG_BYTES: usize = 8 << 20;
+
+/// Longest pause a request waits for inside a check; beyond it the check fails fast as rate limited
+/// and the pause still holds back the next checks.
+const MAX_INLINE_WAIT: Duration = Duration::from_secs(120);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+const USER_AGENT: &str = concat!("builder-monitor/", env!("CARGO_PKG_VERSION"));
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RegistryError {
+    #[error("{reference}: manifest unknown (tag or repository does not exist)")]
+    NotFound { reference: String },
+    #[error("{registry}: unauthorized: {detail}")]
+    Unauthorized { registry: String, detail: String },
+    #[error("{registry}: rate limited{}", retry_after.map(|d| format!(", retry after {}", humantime::format_duration(d))).unwrap_or_default())]
+    RateLimited { registry: String, retry_after: Option<Duration> },
+    #[error("{registry}: unavailable: {detail}")]
+    Unavailable { registry: String, detail: String },
+    #[error("{registry}: invalid response: {detail}")]
+    InvalidResponse { registry: String, detail: String },
+    #[error("{registry}: {detail}")]
+    Setup { registry: String, detail: String },
+}
+
+impl RegistryError {
+    /// Stable machine-readable reason, used in `check.failed` events and metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            RegistryError::NotFound { .. } => "tag_missing",
+            RegistryError::Unauthorized { .. } => "unauthorized",
+            RegistryError::RateLimited { .. } => "rate_limited",
+            RegistryError::Unavailable { .. } => "registry_unavailable",
+            RegistryError::InvalidResponse { .. } => "invalid_response",
+            RegistryError::Setup { .. } => "configuration",
+        }
+    }
+}
+
+/// What a HEAD said about a tag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestHead {
+    pub digest: String,
+    pub media_type: Option<String>,
+}
+
+/// A manifest body whose sha256 was checked.
+#[derive(Debug, Clone)]
+pub struct Manifest {
+    pub digest: String,
+    pub media_type: String,
+    pub bytes: bytes::Bytes,
+}
+
+/// Counters per registry; they back the metrics and let tests see what went over the wire.
+#[derive(Debug, Default)]
+pub struct RegistryStats {
+    pub requests: AtomicU64,
+    pub token_fetches: AtomicU64,
+    pub rate_limited: AtomicU64,
+    pub wait_micros: AtomicU64,
+}
+
+/// All registries, each with its own client, limiter, token cache and pause.
+pub struct Registry {
+    configured: HashMap<String, RegistrySettings>,
+    endpoints: Mutex<HashMap<String, Arc<Endpoint>>>,
+}
+
+impl Registry {
+    pub fn new(configured: impl IntoIterator<Item = RegistrySettings>) -> Self {
+        Self {
+            configured: configured.into_iter().map(|s| (s.host.clone(), s)).collect(),
+            endpoints: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn endpoint(&self, image: &ImageRef) -> Result<Arc<Endpoint>, RegistryError> {
+        let host = image.registry();
+        let mut endpoints = self.endpoints.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = endpoints.get(host) {
+            return Ok(e.clone());
+        }
+        let settings =
+            self.configured.get(host).cloned().unwrap_or_else(|| RegistrySettings::defaults_for(host));
+        let endpoint = Arc::new(Endpoint::new(settings, image.api_host())?);
+        endpoints.insert(host.to_string(), endpoint.clone());
+        Ok(endpoint)
+    }
+
+    /// Counters for a registry host, if it has been used.
+    pub fn stats(&self, host: &str) -> Option<Arc<Endpoint>> {
+        self.endpoints.lock().unwrap_or_else(|e| e.into_inner()).get(host).cloned()
+    }
+
+    /// The digest a tag points at now: one HEAD request at steady state.
+    pub async fn head_manifest(&self, image: &ImageRef) -> Result<ManifestHead, RegistryError> {
+        let endpoint = self.endpoint(image)?;
+        let path = format!("{}/manifests/{}", image.repository(), image.manifest_reference());
+        let response = endpoint.send(Method::HEAD, &path, image.repository()).await?;
+        match response.status() {
+            s if s.is_success() => {
+                let media_type = header_str(response.headers(), CONTENT_TYPE.as_str());
+                match header_str(response.headers(), "docker-content-digest") {
+                    Some(digest) if is_sha256_digest(&digest) => Ok(ManifestHead { digest, media_type }),
+                    Some(other) => Err(endpoint.invalid(format!("Docker-Content-Digest \"{other}\" is not a sha256 digest"))),
+                    // Rare, but then only the body can tell the digest.
+                    None => {
+                        tracing::debug!(registry = %endpoint.settings.host, "HEAD without Docker-Content-Digest, falling back to GET");
+                        let m = self.get_manifest(image, image.manifest_reference()).await?;
+                        Ok(ManifestHead { digest: m.digest, media_type: Some(m.media_type) })
+                    }
+                }
+            }
+            StatusCode::NOT_FOUND => Err(RegistryError::NotFound { reference: image.to_string() }),
+            s => Err(endpoint.invalid(format!("HEAD manifest answered HTTP {s}"))),
+        }
+    }
+
+    /// A manifest by tag or digest, its sha256 verified, at most 4 MiB.
+    pub async fn get_manifest(&self, image: &ImageRef, reference: &str) -> Result<Manifest, RegistryError> {
+        let endpoint = self.endpoint(image)?;
+        let path = format!("{}/manifests/{}", image.repository(), reference);
+        let response = endpoint.send(Method::GET, &path, image.repository()).await?;
+        match response.status() {
+            s if s.is_success() => {}
+            StatusCode::NOT_FOUND => {
+                return Err(RegistryError::NotFound { reference: format!("{}/{}:{reference}", image.registry(), image.repository()) });
+            }
+            s => return Err(endpoint.invalid(format!("GET manifest answered HTTP {s}"))),
+        }
+        let header_digest = header_str(response.headers(), "docker-content-digest");
+        let content_type = header_str(response.headers(), CONTENT_TYPE.as_str());
+        let bytes = endpoint.read_body(response, MAX_MANIFEST_BYTES, "manifest").await?;
+        let digest = sha256_digest(&bytes);
+        if is_sha256_digest(reference) && reference != digest {
+            return Err(endpoint.invalid(format!("manifest body hashes to {digest}, not the requested {reference}")));
+        }
+        if let Some(h) = header_digest.filter(|h| h.starts_with("sha256:")) {
+            if h != digest {
+                return Err(endpoint.invalid(format!("manifest body hashes to {digest}, not its Docker-Content-Digest {h}")));
+            }
+        }
+        // Some artifacts carry no top-level mediaType; the Content-Type header is authoritative.
+        let media_type = content_type
+            .filter(|t| !t.is_empty() && t != "application/json" && t != "application/octet-stream")
+            .or_else(|| {
+                serde_json::from_slice::<serde_json::Value>(&bytes)
+                    .ok()
+                    .and_then(|v| v.get("mediaType").and_then(|m| m.as_str()).map(str::to_string))
+            })
+            .unwrap_or_else(|| OCI_MANIFEST.to_string());
+        Ok(Manifest { digest, media_type, bytes })
+    }
+
+    /// A blob by digest (image configs), verified, at most `limit` bytes.
+    pub async fn get_blob(&self, image: &ImageRef, digest: &str, limit: usize) -> Result<bytes::Bytes, RegistryError> {
+        let endpoint = self.endpoint(image)?;
+        if !is_sha256_digest(digest) {
+            return Err(endpoint.invalid(format!("blob digest \"{digest}\" is not a sha256 digest")));
+        }
+        let path = format!("{}/blobs/{}", image.repository(), digest);
+        let response = endpoint.send(Method::GET, &path, image.repository()).await?;
+        match response.status() {
+            s if s.is_success() => {}
+            StatusCode::NOT_FOUND => {
+                return Err(RegistryError::NotFound { reference: format!("{}/{}@{digest}", image.registry(), image.repository()) });
+            }
+            s => return Err(endpoint.invalid(format!("GET blob answered HTTP {s}"))),
+        }
+        let bytes = endpoint.read_body(response, limit, "blob").await?;
+        let actual = sha256_digest(&bytes);
+        if actual != digest {
+            return Err(endpoint.invalid(format!("blob body hashes to {actual}, not {digest}")));
+        }
+        Ok(bytes)
+    }
+}
+
+/// Installs ring as rustls' process-wide provider (reqwest and kube both build TLS configs from it).
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+pub fn sha256_digest(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers.get(name).and_then(|v| v.to_str().ok()).map(|v| v.trim().to_string())
+}
+
+/// The scheme a registry asked for, learned from its first 401.
+#[derive(Debug, Clone)]
+enum Scheme {
+    Unknown,
+    Basic,
+    Bearer { realm: String, service: Option<String> },
+}
+
+/// Pull quota a registry reported in `RateLimit-*` headers (Docker Hub: `76;w=21600`).
+#[derive(Debug, Clone, Copy)]
+struct PullQuota {
+    remaining: u64,
+    limit: Option<u64>,
+    window: Option<Duration>,
+}
+
+/// One registry host.
+pub struct Endpoint {
+    settings: RegistrySettings,
+    base: String,
+    http: reqwest::Client,
+    limiter: Option<DefaultDirectRateLimiter>,
+    /// Set by 429 `Retry-After`: no request to this registry before then.
+    paused_until: Mutex<Option<Instant>>,
+    /// Set when the pull quota is exhausted: no GET before then.
+    pulls_paused_until: Mutex<Option<Instant>>,
+    scheme: Mutex<Scheme>,
+    tokens: moka::future::Cache<String, Arc<Token>>,
+    pub stats: RegistryStats,
+}
+
+struct TokenExpiry;
+
+impl moka::Expiry<String, Arc<Token>> for TokenExpiry {
+    fn expire_after_create(&self, _: &String, token: &Arc<Token>, _: std::time::Instant) -> Option<Duration> {
+        Some(token.ttl)
+    }
+}
+
+impl Endpoint {
+    fn new(settings: RegistrySettings, api_host: &str) -> Result<Self, RegistryError> {
+        install_crypto_provider();
+        let setup = |detail: String| RegistryError::Setup { registry: settings.host.clone(), detail };
+        let scheme = if settings.insecure { "http" } else { "https" };
+        let mut builder = reqwest::Client::builder()
+            .user_agent(USER_AGENT)
+            .timeout(settings.timeout)
+            .connect_timeout(settings.timeout.min(Duration::from_secs(10)))
+            .pool_idle_timeout(Duration::from_secs(90))
+            // Blob GETs may redirect to storage; reqwest drops Authorization when the host changes.
+            .redirect(reqwest::redirect::Policy::limited(5));
+        if let Some(pem) = &settings.ca_pem {
+            let certs = reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|e| setup(format!("ca_file is not a valid PEM bundle: {e}")))?;
+            builder = builder.tls_certs_merge(certs);
+        }
+        let http = builder.build().map_err(|e| setup(format!("cannot build HTTP client: {e}")))?;
+        let limiter = settings.requests_per_second.map(|rps| {
+            let period = Duration::from_secs_f64(1.0 / rps);
+            let burst = NonZeroU32::new(settings.burst).unwrap_or(NonZeroU32::MIN);
+            let quota = Quota::with_period(period).unwrap_or_else(|| Quota::per_second(NonZeroU32::MAX));
+            RateLimiter::direct(quota.allow_burst(burst))
+        });
+        Ok(Self {
+            base: format!("{scheme}://{api_host}"),
+            http,
+            limiter,
+            paused_until: Mutex::new(None),
+            pulls_paused_until: Mutex::new(None),
+            scheme: Mutex::new(Scheme::Unknown),
+            tokens: moka::future::Cache::builder().max_capacity(100_000).expire_after(TokenExpiry).build(),
+            stats: RegistryStats::default(),
+            settings,
+        })
+    }
+
+    fn invalid(&self, detail: String) -> RegistryError {
+        RegistryError::InvalidResponse { registry: self.settings.host.clone(), detail }
+    }
+
+    fn unavailable(&self, detail: String) -> RegistryError {
+        RegistryError::Unavailable { registry: self.settings.host.clone(), detail }
+    }
+
+    fn unauthorized(&self, detail: impl Into<String>) -> RegistryError {
+        RegistryError::Unauthorized { registry: self.settings.host.clone(), detail: detail.into() }
+    }
+
+    fn basic_credentials(&self) -> Option<(&str, &Secret)> {
+        match &self.settings.credentials {
+            Credentials::Basic { username, password, .. } => Some((username.as_str(), password)),
+            Credentials::Anonymous => None,
+        }
+    }
+
+    /// Waits out any pause and the rate limiter; fails fast when a pause is too long to wait inline.
+    async fn wait_turn(&self, pull: bool) -> Result<(), RegistryError> {
+        let started = Instant::now();
+        loop {
+            let now = Instant::now();
+            let mut until = *self.paused_until.lock().unwrap_or_else(|e| e.into_inner());
+            if pull {
+                let pulls = *self.pulls_paused_until.lock().unwrap_or_else(|e| e.into_inner());
+                until = until.max(pulls);
+            }
+            match until {
+                Some(until) if until > now => {
+                    let wait = until - now;
+                    if wait > MAX_INLINE_WAIT {
+                        return Err(RegistryError::RateLimited {
+                            registry: self.settings.host.clone(),
+                            retry_after: Some(wait),
+                        });
+                    }
+                    tokio::time::sleep_until(until).await;
+                }
+                _ => break,
+            }
+        }
+        if let Some(limiter) = &self.limiter {
+            limiter.until_ready().await;
+        }
+        let waited = started.elapsed();
+        if !waited.is_zero() {
+            self.stats.wait_micros.fetch_add(waited.as_micros() as u64, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn backoff(&self, attempt: u32) -> Duration {
+        let exp = self.settings.backoff.saturating_mul(1u32 << attempt.min(16)).min(MAX_BACKOFF);
+        // Half fixed, half random: retries from many tasks spread out but never come back at once.
+        let half = exp / 2;
+        half + rand::rng().random_range(Duration::ZERO..=half)
+    }
+
+    fn pause(&self, wait: Duration) {
+        let until = Instant::now() + wait;
+        let mut paused = self.paused_until.lock().unwrap_or_else(|e| e.into_inner());
+        if paused.is_none_or(|p| p < until) {
+            *paused = Some(until);
+        }
+    }
+
+    /// Reads `RateLimit-Remaining`/`RateLimit-Limit`; when the pull quota is spent, holds GETs back for
+    /// the time one pull takes to come back (window / limit), rather than earning a 429.
+    fn observe_quota(&self, headers: &HeaderMap) {
+        let Some(quota) = parse_quota(headers) else { return };
+        if quota.remaining > 0 {
+            if let Some(limit) = quota.limit {
+                if quota.remaining * 10 < limit {
+                    tracing::warn!(registry = %self.settings.host, remaining = quota.remaining, limit, "registry pull quota nearly spent");
+                }
+            }
+            return;
+        }
+        let window = quota.window.unwrap_or(Duration::from_secs(3600));
+        let wait = window / quota.limit.unwrap_or(1).max(1) as u32;
+        tracing::warn!(registry = %self.settings.host, wait = %humantime::format_duration(wait), "registry pull quota spent, holding GETs back");
+        *self.pulls_paused_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + wait);
+    }
+
+    async fn authorize(&self, request: reqwest::RequestBuilder, repository: &str) -> Result<reqwest::RequestBuilder, RegistryError> {
+        let scheme = self.scheme.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match scheme {
+            Scheme::Unknown => Ok(request),
+            Scheme::Basic => Ok(match self.basic_credentials() {
+                Some((user, password)) => request.basic_auth(user, Some(password.expose())),
+                None => request,
+            }),
+            Scheme::Bearer { realm, service } => {
+                let scope = format!("repository:{repository}:pull");
+                let token = self
+                    .tokens
+                    .try_get_with(scope.clone(), self.fetch_token(&realm, service.as_deref(), &scope))
+                    .await
+                    .map_err(|e: Arc<RegistryError>| (*e).clone())?;
+                Ok(request.bearer_auth(token.value.expose()))
+            }
+        }
+    }
+
+    async fn fetch_token(&self, realm: &str, service: Option<&str>, scope: &str) -> Result<Arc<Token>, RegistryError> {
+        let mut url = reqwest::Url::parse(realm)
+            .map_err(|e| self.invalid(format!("token realm \"{realm}\" is not a URL: {e}")))?;
+        {
+            let mut query = url.query_pairs_mut();
+            if let Some(service) = service {
+                query.append_pair("service", service);
+            }
+            query.append_pair("scope", scope);
+        }
+        let mut attempt = 0;
+        loop {
+            self.wait_turn(false).await?;
+            let mut request = self.http.get(url.clone());
+            if let Some((user, password)) = self.basic_credentials() {
+                request = request.basic_auth(user, Some(password.expose()));
+            }
+            self.stats.token_fetches.fetch_add(1, Ordering::Relaxed);
+            let failure = match request.send().await {
+                Ok(response) => match response.status() {
+                    s if s.is_success() => {
+                        let body = self.read_body(response, 1 << 20, "token response").await?;
+                        return parse_token_response(&body).map(Arc::new).map_err(|m| self.invalid(m));
+                    }
+                    StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                        return Err(self.unauthorized(format!("token service refused {scope} (HTTP {})", response.status())));
+                    }
+                    s if s == StatusCode::TOO_MANY_REQUESTS || s.is_server_error() => {
+                        if let Some(wait) = retry_after(response.headers()) {
+                            self.pause(wait);
+                        }
+                        self.unavailable(format!("token service answered HTTP {s}"))
+                    }
+                    s => return Err(self.invalid(format!("token service answered HTTP {s}"))),
+                },
+                Err(e) => self.unavailable(format!("token service: {}", describe(&e))),
+            };
+            attempt += 1;
+            if attempt >= self.settings.max_attempts {
+                return Err(failure);
+            }
+            tokio::time::sleep(self.backoff(attempt - 1)).await;
+        }
+    }
+
+    /// Reacts to a 401: learns the scheme and says whether a retry can succeed.
+    async fn learn_challenge(&self, headers: &HeaderMap, repository: &str) -> Result<(), RegistryError> {
+        let challenge = headers.get(WWW_AUTHENTICATE).and_then(|v| v.to_str().ok()).and_then(parse_challenge);
+        match challenge {
+            Some(Challenge::Bearer { realm, service }) => {
+                *self.scheme.lock().unwrap_or_else(|e| e.into_inner()) = Scheme::Bearer { realm, service };
+                // The token we sent, if any, is no good any more.
+                self.tokens.invalidate(&format!("repository:{repository}:pull")).await;
+                Ok(())
+            }
+            Some(Challenge::Basic) if self.basic_credentials().is_some() => {
+                *self.scheme.lock().unwrap_or_else(|e| e.into_inner()) = Scheme::Basic;
+                Ok(())
+            }
+            Some(Challenge::Basic) => Err(self.unauthorized(
+                "registry requires a username and password; set them in [registries.\"HOST\"]",
+            )),
+            None => Err(self.unauthorized("HTTP 401 without a usable WWW-Authenticate challenge")),
+        }
+    }
+
+    /// Sends one registry API request with auth, limiter, pauses and retries. Returns any response
+    /// that is not 401/403/429/5xx.
+    async fn send(&self, method: Method, path: &str, repository: &str) -> Result<Response, RegistryError> {
+        let url = format!("{}/v2/{}", self.base, path);
+        let pull = method == Method::GET;
+        let mut attempt = 0u32;
+        let mut reauthorized = false;
+        loop {
+            self.wait_turn(pull).await?;
+            let request = self.http.request(method.clone(), &url).header(ACCEPT, MANIFEST_ACCEPT);
+            let request = self.authorize(request, repository).await?;
+            self.stats.requests.fetch_add(1, Ordering::Relaxed);
+            let failure = match request.send().await {
+                Ok(response) => {
+                    self.observe_quota(response.headers());
+                    let status = response.status();
+                    match status {
+                        StatusCode::UNAUTHORIZED if !reauthorized => {
+                            reauthorized = true;
+                            self.learn_challenge(response.headers(), repository).await?;
+                            continue;
+                        }
+                        StatusCode::UNAUTHORIZED => {
+                            return Err(self.unauthorized(format!("{method} {path} answered HTTP 401 with fresh credentials")));
+                        }
+                        StatusCode::FORBIDDEN => {
+                            return Err(self.unauthorized(format!("{method} {path} answered HTTP 403 (access denied)")));
+                        }
+                        StatusCode::TOO_MANY_REQUESTS => {
+                            let retry = retry_after(response.headers());
+                            self.stats.rate_limited.fetch_add(1, Ordering::Relaxed);
+                            let wait = retry.unwrap_or_else(|| self.backoff(attempt));
+                            tracing::warn!(registry = %self.settings.host, wait = %humantime::format_duration(wait), "HTTP 429, pausing requests to this registry");
+                            self.pause(wait);
+                            attempt += 1;
+                            if attempt >= self.settings.max_attempts {
+                                return Err(RegistryError::RateLimited { registry: self.settings.host.clone(), retry_after: retry });
+                            }
+                            // wait_turn sleeps until the pause ends.
+                            continue;
+                        }
+                        s if s.is_server_error() => self.unavailable(format!("{method} {path} answered HTTP {s}")),
+                        _ => return Ok(response),
+                    }
+                }
+                Err(e) => self.unavailable(format!("{method} {path}: {}", describe(&e))),
+            };
+            attempt += 1;
+            if attempt >= self.settings.max_attempts {
+                return Err(failure);
+            }
+            let wait = self.backoff(attempt - 1);
+            tracing::debug!(registry = %self.settings.host, attempt, wait = ?wait, error = %failure, "retrying");
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    async fn read_body(&self, mut response: Response, limit: usize, what: &str) -> Result<bytes::Bytes, RegistryError> {
+        if let Some(len) = response.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()) {
+            if len > limit as u64 {
+                return Err(self.invalid(format!("{what} is {len} bytes, over the {limit}-byte limit")));
+            }
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| self.unavailable(format!("reading {what}: {}", describe(&e))))?
+        {
+            if body.len() + chunk.len() > limit {
+                return Err(self.invalid(format!("{what} is over the {limit}-byte limit")));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body.into())
+    }
+}
+
+/// `Retry-After` as seconds or an HTTP date.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds.min(24 * 3600)));
+    }
+    let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    (at.with_timezone(&chrono::Utc) - chrono::Utc::now()).to_std().ok()
+}
+
+fn parse_quota(headers: &HeaderMap) -> Option<PullQuota> {
+    let parse = |name: &str| -> Option<(u64, Option<Duration>)> {
+        let value = headers.get(name)?.to_str().ok()?;
+        let mut parts = value.split(';');
+        let count = parts.next()?.trim().parse().ok()?;
+        let window = parts
+            .filter_map(|p| p.trim().strip_prefix("w="))
+            .find_map(|w| w.parse::<u64>().ok())
+            .map(Duration::from_secs);
+        Some((count, window))
+    };
+    let (remaining, w1) = parse("ratelimit-remaining")?;
+    let (limit, w2) = parse("ratelimit-limit").map(|(l, w)| (Some(l), w)).unwrap_or((None, None));
+    Some(PullQuota { remaining, limit, window: w1.or(w2) })
+}
+
+/// An error message with its causes, without the URL noise reqwest puts first.
+fn describe(error: &reqwest::Error) -> String {
+    let mut parts = Vec::new();
+    if error.is_timeout() {
+        parts.push("timed out".to_string());
+    } else if error.is_connect() {
+        parts.push("connection failed".to_string());
+    }
+    let mut source = std::error::Error::source(error);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !parts.contains(&text) {
+            parts.push(text);
+        }
+        source = s.source();
+    }
+    if parts.is_empty() {
+        parts.push(error.to_string());
+    }
+    parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::HeaderValue;
+
+    #[test]
+    fn quota_headers() {
+        let mut h = HeaderMap::new();
+        h.insert("ratelimit-remaining", HeaderValue::from_static("76;w=21600"));
+        h.insert("ratelimit-limit", HeaderValue::from_static("100;w=21600"));
+        let q = parse_quota(&h).unwrap();
+        assert_eq!((q.remaining, q.limit, q.window), (76, Some(100), Some(Duration::from_secs(21600))));
+        let mut h = HeaderMap::new();
+        h.insert("ratelimit-remaining", HeaderValue::from_static("0"));
+        let q = parse_quota(&h).unwrap();
+        assert_eq!((q.remaining, q.limit, q.window), (0, None, None));
+        assert!(parse_quota(&HeaderMap::new()).is_none());
+    }
+
+    #[test]
+    fn retry_after_forms() {
+        let mut h = HeaderMap::new();
+        h.insert(RETRY_AFTER, HeaderValue::from_static("7"));
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(7)));
+        let later = (chrono::Utc::now() + chrono::Duration::seconds(100)).to_rfc2822();
+        h.insert(RETRY_AFTER, HeaderValue::from_str(&later).unwrap());
+        let d = retry_after(&h).unwrap();
+        assert!(d > Duration::from_secs(95) && d <= Duration::from_secs(100), "{d:?}");
+        h.insert(RETRY_AFTER, HeaderValue::from_static("soon"));
+        assert_eq!(retry_after(&h), None);
+    }
+
+    #[test]
+    fn backoff_grows_with_jitter_and_caps() {
+        let mut s = RegistrySettings::defaults_for("example.com");
+        s.backoff = Duration::from_millis(100);
+        let e = Endpoint::new(s, "example.com").unwrap();
+        for _ in 0..100 {
+            let d0 = e.backoff(0);
+            assert!(d0 >= Duration::from_millis(50) && d0 <= Duration::from_millis(100), "{d0:?}");
+            let d3 = e.backoff(3);
+            assert!(d3 >= Duration::from_millis(400) && d3 <= Duration::from_millis(800), "{d3:?}");
+            assert!(e.backoff(30) <= MAX_BACKOFF);
+        }
+    }
+
+    #[test]
+    fn digest_of_bytes() {
+        assert_eq!(sha256_digest(b""), "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    }
+}

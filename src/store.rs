@@ -1,0 +1,684 @@
+//! The ledger: pins, digest history, changes, events, deliveries and actions in embedded SQLite.
+//! A check's outcome commits in one transaction, so a crash leaves either nothing or all of it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use serde::Serialize;
+
+use crate::builder::{Change, ChangeKind};
+use crate::event::Event;
+
+/// Schema migrations, applied in order; `PRAGMA user_version` records how many ran.
+const MIGRATIONS: &[&str] = &[
+    // 1: every entity of the ledger (DESIGN.md), so later capabilities only add rows.
+    r#"
+    CREATE TABLE watches (
+        name TEXT PRIMARY KEY,
+        kind TEXT NOT NULL CHECK (kind IN ('builder', 'run_image')),
+        image TEXT NOT NULL,
+        digest TEXT,
+        reference TEXT,
+        media_type TEXT,
+        platforms TEXT NOT NULL DEFAULT '{}',
+        metadata TEXT,
+        pinned_since TEXT,
+        first_seen TEXT NOT NULL,
+        last_check TEXT,
+        last_result TEXT CHECK (last_result IN ('ok', 'error')),
+        last_error_reason TEXT,
+        last_error TEXT,
+        last_change TEXT,
+        consecutive_failures INTEGER NOT NULL DEFAULT 0,
+        failing_since TEXT,
+        pending_digest TEXT,
+        pending_since TEXT,
+        moves INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE digests (
+        watch TEXT NOT NULL REFERENCES watches(name) ON DELETE CASCADE,
+        digest TEXT NOT NULL,
+        first_seen TEXT NOT NULL,
+        last_pinned TEXT NOT NULL,
+        PRIMARY KEY (watch, digest)
+    );
+    CREATE TABLE changes (
+        id TEXT PRIMARY KEY,
+        watch TEXT NOT NULL REFERENCES watches(name) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        previous TEXT NOT NULL,
+        current TEXT NOT NULL,
+        previous_reference TEXT NOT NULL,
+        current_reference TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('none', 'rebase', 'rebuild', 'unknown')),
+        change TEXT NOT NULL,
+        rollback INTEGER NOT NULL,
+        detected TEXT NOT NULL,
+        UNIQUE (watch, seq)
+    );
+    CREATE TABLE events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        type TEXT NOT NULL,
+        watch TEXT NOT NULL,
+        change_id TEXT,
+        time TEXT NOT NULL,
+        document TEXT NOT NULL
+    );
+    CREATE INDEX events_by_watch ON events (watch, seq);
+    CREATE TABLE deliveries (
+        event TEXT NOT NULL REFERENCES events(id) ON DELETE CASCADE,
+        alert TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('pending', 'sent', 'dead')),
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_attempt TEXT NOT NULL,
+        last_status TEXT,
+        created TEXT NOT NULL,
+        updated TEXT NOT NULL,
+        PRIMARY KEY (event, alert)
+    );
+    CREATE INDEX deliveries_due ON deliveries (state, next_attempt);
+    CREATE TABLE actions (
+        change_id TEXT NOT NULL,
+        image TEXT NOT NULL,
+        key TEXT NOT NULL UNIQUE,
+        kind TEXT NOT NULL CHECK (kind IN ('rebase', 'rebuild')),
+        state TEXT NOT NULL CHECK (state IN ('pending', 'running', 'succeeded', 'failed', 'superseded')),
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_attempt TEXT NOT NULL,
+        object_name TEXT,
+        output_tail TEXT,
+        target TEXT NOT NULL,
+        created TEXT NOT NULL,
+        updated TEXT NOT NULL,
+        PRIMARY KEY (change_id, image)
+    );
+    CREATE INDEX actions_due ON actions (state, next_attempt);
+    "#,
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("cannot open the ledger {}: {source}", path.display())]
+    Open { path: PathBuf, source: rusqlite::Error },
+    #[error("the ledger {} has schema version {found}, newer than this builder-monitor understands ({supported}); upgrade builder-monitor", path.display())]
+    NewerSchema { path: PathBuf, found: i64, supported: i64 },
+    #[error("ledger: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("ledger holds an unreadable {what}: {detail}")]
+    Corrupt { what: &'static str, detail: String },
+    #[error("ledger worker stopped: {0}")]
+    Worker(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WatchKind {
+    Builder,
+    RunImage,
+}
+
+impl WatchKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            WatchKind::Builder => "builder",
+            WatchKind::RunImage => "run_image",
+        }
+    }
+}
+
+/// The current pin of a watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinRecord {
+    pub digest: String,
+    pub reference: String,
+    pub media_type: String,
+    pub platforms: BTreeMap<String, String>,
+    pub since: String,
+}
+
+/// Everything the ledger knows about one watch.
+#[derive(Debug, Clone)]
+pub struct WatchRecord {
+    pub name: String,
+    pub kind: WatchKind,
+    pub image: String,
+    pub pin: Option<PinRecord>,
+    pub metadata: Option<serde_json::Value>,
+    pub first_seen: String,
+    pub last_check: Option<String>,
+    pub last_ok: Option<bool>,
+    pub last_error_reason: Option<String>,
+    pub last_error: Option<String>,
+    pub last_change: Option<String>,
+    pub consecutive_failures: u32,
+    pub failing_since: Option<String>,
+    /// A new digest held back by `settle`, and since when it has been seen.
+    pub pending: Option<(String, String)>,
+    /// Accepted moves so far; the next change's sequence number is this plus one.
+    pub moves: u64,
+}
+
+/// A new pin to record.
+#[derive(Debug, Clone)]
+pub struct PinUpdate {
+    pub digest: String,
+    pub reference: String,
+    pub media_type: String,
+    pub platforms: BTreeMap<String, String>,
+    pub metadata: Option<serde_json::Value>,
+}
+
+/// An accepted move.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChangeRecord {
+    pub id: String,
+    pub watch: String,
+    pub seq: u64,
+    pub previous: String,
+    pub current: String,
+    pub previous_reference: String,
+    pub current_reference: String,
+    pub change: Change,
+    pub rollback: bool,
+    pub detected: String,
+}
+
+/// The outcome of one check, committed atomically.
+#[derive(Debug, Clone)]
+pub struct CheckRecord {
+    pub watch: String,
+    pub kind: WatchKind,
+    pub image: String,
+    pub time: String,
+    /// `Err((reason, message))` for a failed check.
+    pub outcome: Result<(), (String, String)>,
+    pub pin: Option<PinUpdate>,
+    /// Digest held back by `settle` (and since when); `None` clears it.
+    pub pending: Option<(String, String)>,
+    pub change: Option<ChangeRecord>,
+    pub events: Vec<Event>,
+    /// Changes (and pinned digests) kept for this watch.
+    pub history: usize,
+}
+
+/// A recorded event with its position in the ledger.
+#[derive(Debug, Clone)]
+pub struct StoredEvent {
+    pub seq: i64,
+    pub event: Event,
+}
+
+/// The ledger handle; cheap to clone. SQLite calls run on the blocking pool.
+#[derive(Clone)]
+pub struct Ledger {
+    conn: Arc<Mutex<Connection>>,
+    path: PathBuf,
+}
+
+impl Ledger {
+    /// Opens (creating if needed) the ledger file and brings its schema up to date.
+    pub fn open(path: &Path) -> Result<Self, LedgerError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| LedgerError::Open {
+                path: path.to_path_buf(),
+                source: rusqlite::Error::InvalidPath(PathBuf::from(format!("{}: {e}", dir.display()))),
+            })?;
+        }
+        let open_err = |source| LedgerError::Open { path: path.to_path_buf(), source };
+        let mut conn = Connection::open(path).map_err(open_err)?;
+        // WAL: readers (`status`) never block the daemon; NORMAL is durable across process crashes.
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;",
+        )
+        .map_err(open_err)?;
+        migrate(&mut conn, path)?;
+        Ok(Self { conn: Arc::new(Mutex::new(conn)), path: path.to_path_buf() })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    async fn with<T, F>(&self, f: F) -> Result<T, LedgerError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, LedgerError> + Send + 'static,
+    {
+        let conn = self.conn.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = conn.lock().unwrap_or_else(|e| e.into_inner());
+            f(&mut conn)
+        })
+        .await
+        .map_err(|e| LedgerError::Worker(e.to_string()))?
+    }
+
+    pub async fn watch(&self, name: &str) -> Result<Option<WatchRecord>, LedgerError> {
+        let name = name.to_string();
+        self.with(move |conn| read_watch(conn, &name)).await
+    }
+
+    pub async fn watches(&self) -> Result<Vec<WatchRecord>, LedgerError> {
+        self.with(|conn| {
+            let names: Vec<String> = conn
+                .prepare("SELECT name FROM watches ORDER BY name")?
+                .query_map([], |r| r.get(0))?
+                .collect::<Result<_, _>>()?;
+            names.iter().filter_map(|n| read_watch(conn, n).transpose()).collect()
+        })
+        .await
+    }
+
+    /// Whether `digest` was ever pinned for this watch (within the kept history).
+    pub async fn has_pinned(&self, watch: &str, digest: &str) -> Result<bool, LedgerError> {
+        let (watch, digest) = (watch.to_string(), digest.to_string());
+        self.with(move |conn| {
+            Ok(conn
+                .query_row("SELECT 1 FROM digests WHERE watch = ?1 AND digest = ?2", params![watch, digest], |_| Ok(()))
+                .optional()?
+                .is_some())
+        })
+        .await
+    }
+
+    /// Commits a check's outcome: watch state, pin, history, change and events in one transaction.
+    pub async fn commit(&self, record: CheckRecord) -> Result<(), LedgerError> {
+        self.with(move |conn| {
+            let tx = conn.transaction()?;
+            commit_check(&tx, &record)?;
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Most recent changes first; all watches when `watch` is `None`.
+    pub async fn changes(&self, watch: Option<&str>, limit: usize) -> Result<Vec<ChangeRecord>, LedgerError> {
+        let watch = watch.map(str::to_string);
+        self.with(move |conn| {
+            let mut stmt = conn.prepare(
+                "SELECT id, watch, seq, previous, current, previous_reference, current_reference, change, rollback, detected
+                 FROM changes WHERE (?1 IS NULL OR watch = ?1) ORDER BY detected DESC, seq DESC LIMIT ?2",
+            )?;
+            let rows = stmt.query_map(params![watch, limit as i64], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                    r.get::<_, String>(6)?,
+                    r.get::<_, String>(7)?,
+                    r.get::<_, bool>(8)?,
+                    r.get::<_, String>(9)?,
+                ))
+            })?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (id, watch, seq, previous, current, previous_reference, current_reference, change, rollback, detected) =
+                    row?;
+                let change: Change = serde_json::from_str(&change)
+                    .map_err(|e| LedgerError::Corrupt { what: "change", detail: format!("{id}: {e}") })?;
+                out.push(ChangeRecord {
+                    id,
+                    watch,
+                    seq: seq as u64,
+                    previous,
+                    current,
+                    previous_reference,
+                    current_reference,
+                    change,
+                    rollback,
+                    detected,
+                });
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// Events recorded after `after_seq`, oldest first.
+    pub async fn events_after(&self, after_seq: i64, limit: usize) -> Result<Vec<StoredEvent>, LedgerError> {
+        self.with(move |conn| {
+            let mut stmt = conn.prepare("SELECT seq, document FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2")?;
+            let rows = stmt.query_map(params![after_seq, limit as i64], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (seq, document) = row?;
+                let event = serde_json::from_str(&document)
+                    .map_err(|e| LedgerError::Corrupt { what: "event", detail: format!("#{seq}: {e}") })?;
+                out.push(StoredEvent { seq, event });
+            }
+            Ok(out)
+        })
+        .await
+    }
+}
+
+fn migrate(conn: &mut Connection, path: &Path) -> Result<(), LedgerError> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let supported = MIGRATIONS.len() as i64;
+    if version > supported {
+        return Err(LedgerError::NewerSchema { path: path.to_path_buf(), found: version, supported });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        tx.commit()?;
+    }
+    Ok(())
+}
+
+fn read_watch(conn: &Connection, name: &str) -> Result<Option<WatchRecord>, LedgerError> {
+    let row = conn
+        .query_row(
+            "SELECT name, kind, image, digest, reference, media_type, platforms, metadata, pinned_since, first_seen,
+                    last_check, last_result, last_error_reason, last_error, last_change, consecutive_failures,
+                    failing_since, pending_digest, pending_since, moves
+             FROM watches WHERE name = ?1",
+            params![name],
+            |r| {
+                Ok((
+                    (
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, Option<String>>(3)?,
+                        r.get::<_, Option<String>>(4)?,
+                        r.get::<_, Option<String>>(5)?,
+                        r.get::<_, String>(6)?,
+                        r.get::<_, Option<String>>(7)?,
+                        r.get::<_, Option<String>>(8)?,
+                        r.get::<_, String>(9)?,
+                    ),
+                    (
+                        r.get::<_, Option<String>>(10)?,
+                        r.get::<_, Option<String>>(11)?,
+                        r.get::<_, Option<String>>(12)?,
+                        r.get::<_, Option<String>>(13)?,
+                        r.get::<_, Option<String>>(14)?,
+                        r.get::<_, i64>(15)?,
+                        r.get::<_, Option<String>>(16)?,
+                        r.get::<_, Option<String>>(17)?,
+                        r.get::<_, Option<String>>(18)?,
+                        r.get::<_, i64>(19)?,
+                    ),
+                ))
+            },
+        )
+        .optional()?;
+    let Some((
+        (name, kind, image, digest, reference, media_type, platforms, metadata, pinned_since, first_seen),
+        (last_check, last_result, last_error_reason, last_error, last_change, failures, failing_since, pending_digest, pending_since, moves),
+    )) = row
+    else {
+        return Ok(None);
+    };
+    let corrupt = |what, detail: String| LedgerError::Corrupt { what, detail: format!("watch {name}: {detail}") };
+    let platforms: BTreeMap<String, String> =
+        serde_json::from_str(&platforms).map_err(|e| corrupt("platform map", e.to_string()))?;
+    let metadata = metadata
+        .map(|m| serde_json::from_str(&m))
+        .transpose()
+        .map_err(|e| corrupt("metadata", e.to_string()))?;
+    let pin = match (digest, reference) {
+        (Some(digest), Some(reference)) => Some(PinRecord {
+            digest,
+            reference,
+            media_type: media_type.unwrap_or_default(),
+            platforms,
+            since: pinned_since.unwrap_or_else(|| first_seen.clone()),
+        }),
+        _ => None,
+    };
+    Ok(Some(WatchRecord {
+        kind: if kind == "run_image" { WatchKind::RunImage } else { WatchKind::Builder },
+        name,
+        image,
+        pin,
+        metadata,
+        first_seen,
+        last_check,
+        last_ok: last_result.map(|r| r == "ok"),
+        last_error_reason,
+        last_error,
+        last_change,
+        consecutive_failures: failures.max(0) as u32,
+        failing_since,
+        pending: pending_digest.zip(pending_since),
+        moves: moves.max(0) as u64,
+    }))
+}
+
+fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError> {
+    tx.execute(
+        "INSERT INTO watches (name, kind, image, first_seen) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, image = excluded.image",
+        params![r.watch, r.kind.as_str(), r.image, r.time],
+    )?;
+    let (ok, reason, message) = match &r.outcome {
+        Ok(()) => (true, None, None),
+        Err((reason, message)) => (false, Some(reason), Some(message)),
+    };
+    tx.execute(
+        "UPDATE watches SET last_check = ?2, last_result = ?3, last_error_reason = ?4, last_error = ?5,
+             consecutive_failures = CASE WHEN ?6 THEN 0 ELSE consecutive_failures + 1 END,
+             failing_since = CASE WHEN ?6 THEN NULL ELSE COALESCE(failing_since, ?2) END,
+             pending_digest = ?7, pending_since = ?8
+         WHERE name = ?1",
+        params![
+            r.watch,
+            r.time,
+            if ok { "ok" } else { "error" },
+            reason,
+            message,
+            ok,
+            r.pending.as_ref().map(|p| &p.0),
+            r.pending.as_ref().map(|p| &p.1),
+        ],
+    )?;
+    if let Some(pin) = &r.pin {
+        let platforms = serde_json::to_string(&pin.platforms).unwrap_or_else(|_| "{}".into());
+        let metadata = pin.metadata.as_ref().map(|m| m.to_string());
+        tx.execute(
+            "UPDATE watches SET digest = ?2, reference = ?3, media_type = ?4, platforms = ?5, metadata = ?6, pinned_since = ?7
+             WHERE name = ?1",
+            params![r.watch, pin.digest, pin.reference, pin.media_type, platforms, metadata, r.time],
+        )?;
+        tx.execute(
+            "INSERT INTO digests (watch, digest, first_seen, last_pinned) VALUES (?1, ?2, ?3, ?3)
+             ON CONFLICT (watch, digest) DO UPDATE SET last_pinned = excluded.last_pinned",
+            params![r.watch, pin.digest, r.time],
+        )?;
+        tx.execute(
+            "DELETE FROM digests WHERE watch = ?1 AND digest NOT IN
+                 (SELECT digest FROM digests WHERE watch = ?1 ORDER BY last_pinned DESC, rowid DESC LIMIT ?2)",
+            params![r.watch, (r.history + 1) as i64],
+        )?;
+    }
+    if let Some(c) = &r.change {
+        let change = serde_json::to_string(&c.change).unwrap_or_default();
+        tx.execute(
+            "INSERT INTO changes (id, watch, seq, previous, current, previous_reference, current_reference, kind, change, rollback, detected)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (id) DO NOTHING",
+            params![
+                c.id,
+                c.watch,
+                c.seq as i64,
+                c.previous,
+                c.current,
+                c.previous_reference,
+                c.current_reference,
+                c.change.kind.as_str(),
+                change,
+                c.rollback,
+                c.detected
+            ],
+        )?;
+        tx.execute(
+            "UPDATE watches SET moves = MAX(moves, ?2), last_change = ?3 WHERE name = ?1",
+            params![r.watch, c.seq as i64, c.detected],
+        )?;
+        tx.execute(
+            "DELETE FROM changes WHERE watch = ?1 AND seq <= ?2",
+            params![r.watch, c.seq as i64 - r.history as i64],
+        )?;
+    }
+    for event in &r.events {
+        let document = serde_json::to_string(event).unwrap_or_default();
+        let change_id = r.change.as_ref().filter(|c| c.id == event.id).map(|c| &c.id);
+        tx.execute(
+            "INSERT INTO events (id, type, watch, change_id, time, document) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (id) DO NOTHING",
+            params![event.id, event.event_type.as_str(), r.watch, change_id, event.time, document],
+        )?;
+    }
+    if !r.events.is_empty() {
+        // Keep the newest events per watch, and any that still has a delivery to make.
+        tx.execute(
+            "DELETE FROM events WHERE watch = ?1
+               AND seq NOT IN (SELECT seq FROM events WHERE watch = ?1 ORDER BY seq DESC LIMIT ?2)
+               AND id NOT IN (SELECT event FROM deliveries WHERE state = 'pending')",
+            params![r.watch, (r.history * 2) as i64],
+        )?;
+    }
+    Ok(())
+}
+
+/// Parses a change kind read back from the ledger.
+pub fn parse_kind(text: &str) -> ChangeKind {
+    ChangeKind::parse(text).unwrap_or(ChangeKind::Unknown)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{EventType, Subject};
+
+    fn temp_ledger() -> (Ledger, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("bm-ledger-{}-{}", std::process::id(), rand::random::<u64>()));
+        let path = dir.join("state").join("ledger.db");
+        (Ledger::open(&path).unwrap(), dir)
+    }
+
+    fn record(time: &str) -> CheckRecord {
+        CheckRecord {
+            watch: "b".into(),
+            kind: WatchKind::Builder,
+            image: "docker.io/x/y:latest".into(),
+            time: time.into(),
+            outcome: Ok(()),
+            pin: None,
+            pending: None,
+            change: None,
+            events: vec![],
+            history: 2,
+        }
+    }
+
+    fn pin(d: &str) -> PinUpdate {
+        PinUpdate {
+            digest: d.into(),
+            reference: format!("docker.io/x/y@{d}"),
+            media_type: "m".into(),
+            platforms: [("linux/amd64".to_string(), format!("{d}-amd64"))].into(),
+            metadata: None,
+        }
+    }
+
+    fn change(seq: u64, prev: &str, cur: &str) -> ChangeRecord {
+        ChangeRecord {
+            id: crate::event::change_id("b", seq, prev, cur),
+            watch: "b".into(),
+            seq,
+            previous: prev.into(),
+            current: cur.into(),
+            previous_reference: format!("docker.io/x/y@{prev}"),
+            current_reference: format!("docker.io/x/y@{cur}"),
+            change: Change::unknown(),
+            rollback: false,
+            detected: format!("2026-11-30T12:0{seq}:00Z"),
+        }
+    }
+
+    #[tokio::test]
+    async fn pins_moves_failures_and_history() {
+        let (ledger, dir) = temp_ledger();
+        assert!(ledger.watch("b").await.unwrap().is_none());
+
+        let mut r = record("2026-11-30T12:00:00Z");
+        r.pin = Some(pin("sha256:a"));
+        r.events.push(Event::new("e1".into(), EventType::BuilderPinned, r.time.clone(), Subject { name: "b".into(), image: r.image.clone() }));
+        ledger.commit(r).await.unwrap();
+        let w = ledger.watch("b").await.unwrap().unwrap();
+        assert_eq!(w.pin.as_ref().unwrap().digest, "sha256:a");
+        assert_eq!(w.pin.as_ref().unwrap().platforms["linux/amd64"], "sha256:a-amd64");
+        assert_eq!(w.moves, 0);
+        assert!(ledger.has_pinned("b", "sha256:a").await.unwrap());
+
+        // Two failures count up and keep the pin; the first failure's time is kept.
+        for t in ["2026-11-30T12:01:00Z", "2026-11-30T12:02:00Z"] {
+            let mut r = record(t);
+            r.outcome = Err(("tag_missing".into(), "gone".into()));
+            ledger.commit(r).await.unwrap();
+        }
+        let w = ledger.watch("b").await.unwrap().unwrap();
+        assert_eq!(w.consecutive_failures, 2);
+        assert_eq!(w.failing_since.as_deref(), Some("2026-11-30T12:01:00Z"));
+        assert_eq!(w.last_ok, Some(false));
+        assert_eq!(w.pin.as_ref().unwrap().digest, "sha256:a");
+
+        // Three moves with history = 2: the oldest change is pruned, ids are kept.
+        let moves = [("sha256:a", "sha256:b"), ("sha256:b", "sha256:c"), ("sha256:c", "sha256:d")];
+        for (i, (prev, cur)) in moves.iter().enumerate() {
+            let mut r = record(&format!("2026-11-30T12:1{i}:00Z"));
+            r.pin = Some(pin(cur));
+            r.change = Some(change(i as u64 + 1, prev, cur));
+            ledger.commit(r).await.unwrap();
+        }
+        let w = ledger.watch("b").await.unwrap().unwrap();
+        assert_eq!((w.moves, w.consecutive_failures, w.failing_since.clone()), (3, 0, None));
+        let changes = ledger.changes(Some("b"), 10).await.unwrap();
+        assert_eq!(changes.iter().map(|c| c.seq).collect::<Vec<_>>(), [3, 2]);
+        assert_eq!(changes[0], change(3, "sha256:c", "sha256:d"));
+        // Digest history keeps history + 1 pins.
+        assert!(!ledger.has_pinned("b", "sha256:a").await.unwrap());
+        assert!(ledger.has_pinned("b", "sha256:b").await.unwrap());
+
+        // Recording the same change again changes nothing.
+        let mut r = record("2026-11-30T12:20:00Z");
+        r.change = Some(change(3, "sha256:c", "sha256:d"));
+        ledger.commit(r).await.unwrap();
+        assert_eq!(ledger.changes(None, 10).await.unwrap().len(), 2);
+
+        let events = ledger.events_after(0, 10).await.unwrap();
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].event.id, "e1");
+        drop(ledger);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn reopening_keeps_state_and_refuses_newer_schemas() {
+        let (ledger, dir) = temp_ledger();
+        let path = ledger.path().to_path_buf();
+        let mut r = record("2026-11-30T12:00:00Z");
+        r.pin = Some(pin("sha256:a"));
+        ledger.commit(r).await.unwrap();
+        drop(ledger);
+        let again = Ledger::open(&path).unwrap();
+        assert_eq!(again.watch("b").await.unwrap().unwrap().pin.unwrap().digest, "sha256:a");
+        drop(again);
+        let conn = Connection::open(&path).unwrap();
+        conn.pragma_update(None, "user_version", 99).unwrap();
+        drop(conn);
+        let err = Ledger::open(&path).err().unwrap();
+        assert!(err.to_string().contains("schema version 99"), "{err}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

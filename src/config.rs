@@ -249,6 +249,58 @@ impl Config {
     }
 }
 
+impl Config {
+    /// What `check` prints: where state lives, how each registry is reached, what is watched.
+    pub fn summary(&self) -> String {
+        let mut out = format!("config: {}\n", self.source.display());
+        match &self.monitor.state {
+            StateLocation::Sqlite(path) => out.push_str(&format!("state:  {} (SQLite)\n", path.display())),
+        }
+        let mut hosts: Vec<String> = self.registries.keys().cloned().collect();
+        for b in &self.builders {
+            if !hosts.iter().any(|h| h == b.image.registry()) {
+                hosts.push(b.image.registry().to_string());
+            }
+        }
+        hosts.sort();
+        out.push_str(&format!("registries ({}):\n", hosts.len()));
+        for host in hosts {
+            let r = self.registry(&host);
+            let rate = match r.requests_per_second {
+                Some(rps) => format!("{rps} req/s, burst {}", r.burst),
+                None => "no rate limit".to_string(),
+            };
+            let auth = match &r.credentials {
+                Credentials::Anonymous => "anonymous".to_string(),
+                Credentials::Basic { username, source, .. } => format!("user {username} ({source})"),
+            };
+            out.push_str(&format!(
+                "  {host}: {}, {rate}, {auth}, timeout {}, {} attempts{}\n",
+                if r.insecure { "http" } else { "https" },
+                humantime::format_duration(r.timeout),
+                r.max_attempts,
+                if r.ca_pem.is_some() { ", extra CA" } else { "" },
+            ));
+        }
+        out.push_str(&format!("builders ({}):\n", self.builders.len()));
+        for b in &self.builders {
+            let platforms = match &b.platforms {
+                None => "all platforms".to_string(),
+                Some(list) => list.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+            };
+            let settle = b.settle.map(|s| format!(", settle {}", humantime::format_duration(s))).unwrap_or_default();
+            out.push_str(&format!(
+                "  {}: {}\n      {}, jitter up to {}, {platforms}{settle}\n",
+                b.name,
+                b.image,
+                b.schedule,
+                humantime::format_duration(b.jitter),
+            ));
+        }
+        out
+    }
+}
+
 pub fn is_loopback_host(host: &str) -> bool {
     let name = if let Ok(ip) = host.parse::<std::net::IpAddr>() {
         return ip.is_loopback();

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::Platform;
 use crate::registry::{
@@ -127,6 +127,67 @@ pub async fn observation_from(
         }
     }
     Ok(Observation { digest: manifest.digest, media_type: manifest.media_type, platforms })
+}
+
+/// What `resolve` prints: the immutable reference of a tag and its platforms.
+#[derive(Debug, Clone, Serialize)]
+pub struct Resolution {
+    pub image: String,
+    pub digest: String,
+    pub reference: String,
+    pub media_type: String,
+    pub platforms: Vec<PlatformDigest>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PlatformDigest {
+    pub os: String,
+    pub architecture: String,
+    pub variant: Option<String>,
+    pub digest: String,
+}
+
+/// Resolves a reference with one manifest GET (plus the config blob for a single image).
+pub async fn resolve(registry: &Registry, image: &ImageRef) -> Result<Resolution, RegistryError> {
+    let manifest = registry.get_manifest(image, image.manifest_reference()).await?;
+    let observation = observation_from(registry, image, manifest).await?;
+    let platforms = observation
+        .platforms
+        .iter()
+        .map(|(key, digest)| {
+            let mut parts = key.split('#').next().unwrap_or(key).splitn(3, '/');
+            PlatformDigest {
+                os: parts.next().unwrap_or_default().to_string(),
+                architecture: parts.next().unwrap_or_default().to_string(),
+                variant: parts.next().map(str::to_string),
+                digest: digest.clone(),
+            }
+        })
+        .collect();
+    Ok(Resolution {
+        image: image.to_string(),
+        reference: image.pinned(&observation.digest),
+        digest: observation.digest,
+        media_type: observation.media_type,
+        platforms,
+    })
+}
+
+impl Resolution {
+    pub fn render_text(&self) -> String {
+        let mut out = format!(
+            "{}\n  digest:     {}\n  reference:  {}\n  media type: {}\n",
+            self.image, self.digest, self.reference, self.media_type
+        );
+        for p in &self.platforms {
+            let mut platform = format!("{}/{}", p.os, p.architecture);
+            if let Some(v) = &p.variant {
+                platform = format!("{platform}/{v}");
+            }
+            out.push_str(&format!("  {:<11} {}\n", format!("{platform}:"), p.digest));
+        }
+        out
+    }
 }
 
 #[cfg(test)]

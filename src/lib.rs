@@ -6,6 +6,8 @@ pub mod builder;
 pub mod config;
 pub mod event;
 pub mod inspect;
+pub mod monitor;
 pub mod registry;
 pub mod schedule;
+pub mod status;
 pub mod store;

@@ -1,1 +1,205 @@
-fn main() {}
+//! The `builder-monitor` command: argument parsing, logging set-up and exit codes
+//! (0 ok, 1 runtime failure, 2 usage or invalid config).
+#![forbid(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+use builder_monitor::config::{Config, StateLocation};
+use builder_monitor::inspect;
+use builder_monitor::monitor::Monitor;
+use builder_monitor::registry::{ImageRef, Registry, install_crypto_provider};
+use builder_monitor::schedule::Clock;
+use builder_monitor::status;
+use builder_monitor::store::Ledger;
+
+#[derive(Parser)]
+#[command(name = "builder-monitor", version, about = "Watch floating CNB builder tags and pin them to immutable digests")]
+struct Cli {
+    /// Log line format (level from BUILDER_MONITOR_LOG, EnvFilter syntax).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the daemon: check every builder on its schedule until SIGINT/SIGTERM.
+    Run {
+        #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
+        config: PathBuf,
+        /// Check every builder once, record what moved, and exit (1 if a check failed).
+        #[arg(long)]
+        once: bool,
+    },
+    /// Validate the config and print what would be watched.
+    Check {
+        #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
+        config: PathBuf,
+    },
+    /// Print the immutable reference and per-platform digests an image reference points at now.
+    Resolve {
+        image: String,
+        #[arg(long)]
+        json: bool,
+        /// Registry settings (credentials, TLS) come from this config when given.
+        #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// Print pins, last checks, recent changes and pending actions.
+    Status {
+        #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
+        config: PathBuf,
+        #[arg(long)]
+        json: bool,
+        /// Recent changes shown per builder.
+        #[arg(long, default_value_t = 10)]
+        changes: usize,
+    },
+}
+
+/// A failure with the exit code it maps to.
+struct Failure {
+    code: u8,
+    error: anyhow::Error,
+}
+
+impl<E: Into<anyhow::Error>> From<E> for Failure {
+    fn from(error: E) -> Self {
+        Failure { code: 1, error: error.into() }
+    }
+}
+
+fn usage(error: impl Into<anyhow::Error>) -> Failure {
+    Failure { code: 2, error: error.into() }
+}
+
+fn main() -> ExitCode {
+    install_crypto_provider();
+    let cli = Cli::parse();
+    let default_level = if matches!(cli.command, Command::Run { .. }) { "info" } else { "warn" };
+    init_logging(cli.log_format, default_level);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(execute(cli.command)) {
+        Ok(code) => ExitCode::from(code),
+        Err(Failure { code, error }) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn init_logging(format: LogFormat, default_level: &str) {
+    let filter = EnvFilter::try_from_env("BUILDER_MONITOR_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).init(),
+    }
+}
+
+fn load_config(path: &Path) -> Result<Config, Failure> {
+    Config::load(path).map_err(usage)
+}
+
+fn open_ledger(config: &Config) -> Result<Ledger, Failure> {
+    match &config.monitor.state {
+        StateLocation::Sqlite(path) => Ok(Ledger::open(path)?),
+    }
+}
+
+async fn execute(command: Command) -> Result<u8, Failure> {
+    match command {
+        Command::Check { config } => {
+            let config = load_config(&config)?;
+            print!("{}", config.summary());
+            Ok(0)
+        }
+        Command::Run { config, once } => {
+            let config = Arc::new(load_config(&config)?);
+            let ledger = open_ledger(&config)?;
+            let registry = Arc::new(Registry::new(config.registries.values().cloned()));
+            let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger, Clock::System));
+            tracing::info!(builders = config.builders.len(), state = %monitor.ledger().path().display(), once, "builder-monitor starting");
+            if once {
+                return Ok(if monitor.run_once().await { 0 } else { 1 });
+            }
+            let shutdown = CancellationToken::new();
+            tokio::spawn(stop_on_signal(shutdown.clone()));
+            monitor.run(shutdown).await;
+            tracing::info!("builder-monitor stopped");
+            Ok(0)
+        }
+        Command::Resolve { image, json, config } => {
+            let image = ImageRef::parse(&image).map_err(|e| usage(anyhow::anyhow!("invalid image reference \"{image}\": {e}")))?;
+            let registries = match &config {
+                Some(path) => load_config(path)?.registries.into_values().collect(),
+                None => Vec::new(),
+            };
+            let registry = Registry::new(registries);
+            let resolution = inspect::resolve(&registry, &image).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&resolution).context("encoding JSON")?);
+            } else {
+                print!("{}", resolution.render_text());
+            }
+            Ok(0)
+        }
+        Command::Status { config, json, changes } => {
+            let config = load_config(&config)?;
+            let ledger = open_ledger(&config)?;
+            let report = status::collect(&config, &ledger, changes).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report).context("encoding JSON")?);
+            } else {
+                print!("{}", status::render_text(&report));
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// Cancels `shutdown` on SIGINT or SIGTERM.
+async fn stop_on_signal(shutdown: CancellationToken) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = match signal(SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                let _ = tokio::signal::ctrl_c().await;
+                shutdown.cancel();
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, shutting down"),
+            _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    shutdown.cancel();
+}

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use rand::Rng;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 #[derive(Clone)]
 pub enum Schedule {
@@ -70,6 +72,40 @@ pub fn jitter(max: Duration, rng: &mut impl Rng) -> Duration {
         return Duration::ZERO;
     }
     Duration::from_nanos(rng.random_range(0..=max.as_nanos().min(u64::MAX as u128) as u64))
+}
+
+/// Calls `tick` on `schedule` until `shutdown`: first right away (after jitter), then after each
+/// scheduled delay plus jitter, or earlier when `wake` is notified (a push hook, the API).
+pub async fn run_schedule<F, Fut>(
+    schedule: &Schedule,
+    jitter_max: Duration,
+    clock: &Clock,
+    shutdown: &CancellationToken,
+    wake: &Notify,
+    mut tick: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let mut delay = jitter(jitter_max, &mut rand::rng());
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => return,
+            _ = wake.notified() => {}
+            _ = tokio::time::sleep(delay) => {}
+        }
+        tick().await;
+        if shutdown.is_cancelled() {
+            return;
+        }
+        let Some(base) = schedule.delay_after(clock.now()) else {
+            tracing::warn!(schedule = %schedule, "schedule has no future firing; no more checks");
+            shutdown.cancelled().await;
+            return;
+        };
+        delay = base + jitter(jitter_max, &mut rand::rng());
+    }
 }
 
 /// What to do with a digest that differs from the pin, under the settle rule.
@@ -194,6 +230,79 @@ mod tests {
         assert_eq!(settle(window, Some(("sha256:b", t0)), "sha256:b", t2), Settle::Report);
         // The tag moved again while held: the clock restarts for the new digest.
         assert_eq!(settle(window, Some(("sha256:b", t0)), "sha256:c", t2), Settle::Hold { since: t2 });
+    }
+
+    /// Runs a schedule on a paused clock and returns the virtual times of its ticks.
+    async fn ticks(schedule: Schedule, jitter_max: Duration, start: &str, run_for: Duration) -> Vec<Duration> {
+        let clock = Clock::tokio_anchored(at(start));
+        let shutdown = CancellationToken::new();
+        let wake = Notify::new();
+        let origin = tokio::time::Instant::now();
+        let times = std::cell::RefCell::new(Vec::new());
+        let stopper = shutdown.clone();
+        tokio::join!(
+            run_schedule(&schedule, jitter_max, &clock, &shutdown, &wake, || {
+                times.borrow_mut().push(origin.elapsed());
+                std::future::ready(())
+            }),
+            async move {
+                tokio::time::sleep(run_for).await;
+                stopper.cancel();
+            }
+        );
+        times.into_inner()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn interval_ticks_right_away_then_every_interval() {
+        let t = ticks(Schedule::Interval(Duration::from_secs(300)), Duration::ZERO, "2026-11-30T12:00:00Z", Duration::from_secs(1000)).await;
+        assert_eq!(t, [0, 300, 600, 900].map(Duration::from_secs));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn jittered_ticks_stay_within_interval_plus_jitter() {
+        let t = ticks(Schedule::Interval(Duration::from_secs(60)), Duration::from_secs(10), "2026-11-30T12:00:00Z", Duration::from_secs(3600)).await;
+        assert!(t[0] <= Duration::from_secs(10), "{t:?}");
+        for pair in t.windows(2) {
+            let gap = pair[1] - pair[0];
+            assert!(gap >= Duration::from_secs(60) && gap <= Duration::from_secs(70), "{gap:?}");
+        }
+        assert!(t.len() >= 51 && t.len() <= 61, "{}", t.len());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cron_ticks_follow_the_wall_clock() {
+        let s = Schedule::cron("0 */15 * * * *").unwrap();
+        let t = ticks(s, Duration::ZERO, "2026-11-30T12:07:30Z", Duration::from_secs(40 * 60)).await;
+        // At start, then 12:15:00, 12:30:00, 12:45:00.
+        assert_eq!(t, [0, 450, 1350, 2250].map(Duration::from_secs));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wake_checks_early_and_shutdown_stops_promptly() {
+        let clock = Clock::tokio_anchored(at("2026-11-30T12:00:00Z"));
+        let shutdown = CancellationToken::new();
+        let wake = std::sync::Arc::new(Notify::new());
+        let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let task = {
+            let (shutdown, wake, count, clock) = (shutdown.clone(), wake.clone(), count.clone(), clock.clone());
+            tokio::spawn(async move {
+                let s = Schedule::Interval(Duration::from_secs(3600));
+                run_schedule(&s, Duration::ZERO, &clock, &shutdown, &wake, || {
+                    count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    std::future::ready(())
+                })
+                .await
+            })
+        };
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 1);
+        wake.notify_one();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 2);
+        shutdown.cancel();
+        task.await.unwrap();
+        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
 
     #[tokio::test(start_paused = true)]

@@ -204,6 +204,29 @@ pub struct CheckRecord {
     pub history: usize,
 }
 
+/// An action still to run or running (`status`'s `pending`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OpenAction {
+    pub change: String,
+    pub image: String,
+    pub action: String,
+    pub state: String,
+    pub attempts: u32,
+    pub next_attempt: String,
+}
+
+/// A delivery given up on (`status`'s `dead_letters`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeadLetter {
+    pub event: String,
+    #[serde(rename = "type")]
+    pub event_type: String,
+    pub alert: String,
+    pub attempts: u32,
+    pub last_status: Option<String>,
+    pub time: String,
+}
+
 /// A recorded event with its position in the ledger.
 #[derive(Debug, Clone)]
 pub struct StoredEvent {
@@ -337,6 +360,50 @@ impl Ledger {
                 });
             }
             Ok(out)
+        })
+        .await
+    }
+
+    /// Actions not finished yet (pending or running), oldest first.
+    pub async fn open_actions(&self) -> Result<Vec<OpenAction>, LedgerError> {
+        self.with(|conn| {
+            let mut stmt = conn.prepare(
+                "SELECT change_id, image, kind, state, attempts, next_attempt FROM actions
+                 WHERE state IN ('pending', 'running') ORDER BY created, key",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                Ok(OpenAction {
+                    change: r.get(0)?,
+                    image: r.get(1)?,
+                    action: r.get(2)?,
+                    state: r.get(3)?,
+                    attempts: r.get(4)?,
+                    next_attempt: r.get(5)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+        .await
+    }
+
+    /// Deliveries that were given up on.
+    pub async fn dead_letters(&self) -> Result<Vec<DeadLetter>, LedgerError> {
+        self.with(|conn| {
+            let mut stmt = conn.prepare(
+                "SELECT d.event, e.type, d.alert, d.attempts, d.last_status, d.updated FROM deliveries d
+                 JOIN events e ON e.id = d.event WHERE d.state = 'dead' ORDER BY d.updated",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                Ok(DeadLetter {
+                    event: r.get(0)?,
+                    event_type: r.get(1)?,
+                    alert: r.get(2)?,
+                    attempts: r.get(3)?,
+                    last_status: r.get(4)?,
+                    time: r.get(5)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<_, _>>()?)
         })
         .await
     }

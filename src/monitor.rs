@@ -58,6 +58,10 @@ impl Monitor {
         &self.config
     }
 
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
     }

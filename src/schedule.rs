@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -139,6 +140,8 @@ pub fn settle(
 pub enum Clock {
     System,
     Tokio { wall: DateTime<Utc>, instant: tokio::time::Instant },
+    /// Moves only when told to (tests that talk to real servers cannot pause tokio's clock).
+    Manual(Arc<Mutex<DateTime<Utc>>>),
 }
 
 impl Clock {
@@ -147,9 +150,22 @@ impl Clock {
         Clock::Tokio { wall, instant: tokio::time::Instant::now() }
     }
 
+    pub fn manual(start: DateTime<Utc>) -> Self {
+        Clock::Manual(Arc::new(Mutex::new(start)))
+    }
+
+    /// Moves a manual clock forward; other clocks ignore it.
+    pub fn advance(&self, by: Duration) {
+        if let Clock::Manual(now) = self {
+            let mut now = now.lock().unwrap_or_else(|e| e.into_inner());
+            *now += chrono::Duration::from_std(by).unwrap_or_default();
+        }
+    }
+
     pub fn now(&self) -> DateTime<Utc> {
         match self {
             Clock::System => Utc::now(),
+            Clock::Manual(now) => *now.lock().unwrap_or_else(|e| e.into_inner()),
             Clock::Tokio { wall, instant } => {
                 *wall + chrono::Duration::from_std(instant.elapsed()).unwrap_or_default()
             }

@@ -1,0 +1,160 @@
+//! Runs the real `builder-monitor` binary: one-shot commands with a watchdog, and a long-running
+//! daemon whose JSON log lines a test can wait for.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::PATIENCE;
+
+pub const BINARY: &str = env!("CARGO_BIN_EXE_builder-monitor");
+
+/// A temp directory holding a config file and the state it names.
+pub struct Workspace {
+    pub dir: tempfile::TempDir,
+}
+
+pub struct Output {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Workspace {
+    pub fn new() -> Self {
+        Workspace { dir: tempfile::tempdir().expect("temp dir") }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Writes `config.toml` and returns its path.
+    pub fn config(&self, text: &str) -> PathBuf {
+        let path = self.path("config.toml");
+        std::fs::write(&path, text).expect("write config");
+        path
+    }
+
+    /// Runs the binary to completion (killed and failed after `PATIENCE`).
+    pub fn run(&self, args: &[&str]) -> Output {
+        run_with_env(args, &[], self.dir.path())
+    }
+}
+
+pub fn run_with_env(args: &[&str], env: &[(&str, &str)], cwd: &Path) -> Output {
+    let mut command = Command::new(BINARY);
+    command.args(args).current_dir(cwd).stdout(Stdio::piped()).stderr(Stdio::piped());
+    command.env("BUILDER_MONITOR_LOG", "info").env_remove("BUILDER_MONITOR_CONFIG");
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().expect("start builder-monitor");
+    let stdout = drain(child.stdout.take().unwrap());
+    let stderr = drain(child.stderr.take().unwrap());
+    let deadline = Instant::now() + PATIENCE;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("builder-monitor {args:?} did not finish within {PATIENCE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    Output { code: status.code(), stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() }
+}
+
+fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = pipe.read_to_string(&mut text);
+        text
+    })
+}
+
+/// A running daemon (`run --log-format json`).
+pub struct Daemon {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    pub log: Vec<String>,
+}
+
+impl Daemon {
+    pub fn start(config: &Path) -> Self {
+        let mut child = Command::new(BINARY)
+            .args(["run", "--log-format", "json", "--config"])
+            .arg(config)
+            .env("BUILDER_MONITOR_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start daemon");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Daemon { child, lines: rx, log: Vec::new() }
+    }
+
+    /// Waits for a log line whose JSON satisfies `wanted`, returning it.
+    pub fn wait_for(&mut self, what: &str, wanted: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.log.push(line.clone());
+                    if let Ok(value) = serde_json::from_str::<serde_json::Value>(&line) {
+                        if wanted(&value) {
+                            return value;
+                        }
+                    }
+                }
+                Err(_) => panic!("daemon never logged {what}; log so far:\n{}", self.log.join("\n")),
+            }
+        }
+    }
+
+    /// Waits for the structured log line of an event of `event_type`.
+    pub fn wait_for_event(&mut self, event_type: &str) -> serde_json::Value {
+        let line = self.wait_for(event_type, |v| v["event_type"] == event_type);
+        serde_json::from_str(line["event"].as_str().unwrap()).unwrap()
+    }
+
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(mut self) -> (std::process::ExitStatus, Vec<String>) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                let mut log = std::mem::take(&mut self.log);
+                log.extend(self.lines.try_iter());
+                return (status, log);
+            }
+            assert!(Instant::now() < deadline, "daemon ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,24 @@
+//! Real servers for integration tests: the CNCF Distribution registry, a bearer-token server, a
+//! counting and fault-injecting proxy, an image pusher, and a runner for the daemon binary.
+#![allow(dead_code)]
+
+pub mod daemon;
+pub mod images;
+pub mod proxy;
+pub mod registry;
+pub mod token;
+
+use std::time::Duration;
+
+/// How long a test waits for something that should happen quickly before failing loudly.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+pub fn fixture(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+/// A reqwest client for test plumbing (plain HTTP on loopback).
+pub fn http() -> reqwest::Client {
+    builder_monitor::registry::install_crypto_provider();
+    reqwest::Client::builder().build().expect("test HTTP client")
+}

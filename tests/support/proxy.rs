@@ -1,0 +1,161 @@
+//! A loopback HTTP proxy in front of a registry that records every request and can answer some of
+//! them with injected faults (429 with Retry-After, 5xx) instead of forwarding.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderName, HeaderValue, Response, StatusCode};
+
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub method: String,
+    pub path: String,
+    pub status: u16,
+    pub at: Instant,
+    pub injected: bool,
+    pub authorization: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Fault {
+    /// Only requests with this method take the fault (any method when `None`).
+    pub method: Option<String>,
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Fault {
+    pub fn status(status: u16) -> Self {
+        Fault { method: None, status, headers: Vec::new() }
+    }
+    pub fn on(mut self, method: &str) -> Self {
+        self.method = Some(method.into());
+        self
+    }
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+}
+
+struct Shared {
+    upstream: String,
+    client: reqwest::Client,
+    seen: Mutex<Vec<Seen>>,
+    faults: Mutex<VecDeque<Fault>>,
+}
+
+pub struct Proxy {
+    /// `127.0.0.1:PORT`
+    pub host: String,
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    /// Starts a proxy forwarding to `upstream` (`host:port`).
+    pub async fn start(upstream: &str) -> Self {
+        let shared = Arc::new(Shared {
+            upstream: format!("http://{upstream}"),
+            client: super::http(),
+            seen: Mutex::new(Vec::new()),
+            faults: Mutex::new(VecDeque::new()),
+        });
+        let app = axum::Router::new().fallback(handle).with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let host = listener.local_addr().unwrap().to_string();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Proxy { host, shared, task }
+    }
+
+    /// Queues a fault for the next matching request.
+    pub fn inject(&self, fault: Fault) {
+        self.shared.faults.lock().unwrap().push_back(fault);
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.shared.seen.lock().unwrap().clone()
+    }
+
+    pub fn clear(&self) {
+        self.shared.seen.lock().unwrap().clear();
+    }
+
+    pub fn count(&self, method: &str) -> usize {
+        self.seen().iter().filter(|s| s.method == method).count()
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response<Body> {
+    let method = request.method().to_string();
+    let path = request.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
+    let authorization = request.headers().contains_key("authorization");
+    let fault = {
+        let mut faults = shared.faults.lock().unwrap();
+        let position = faults.iter().position(|f| f.method.as_deref().is_none_or(|m| m == method));
+        position.and_then(|i| faults.remove(i))
+    };
+    let record = |status: u16, injected: bool| {
+        shared.seen.lock().unwrap().push(Seen {
+            method: method.clone(),
+            path: path.clone(),
+            status,
+            at: Instant::now(),
+            injected,
+            authorization,
+        });
+    };
+    if let Some(fault) = fault {
+        record(fault.status, true);
+        let mut response = Response::new(Body::from(format!(
+            "{{\"errors\":[{{\"code\":\"INJECTED\",\"message\":\"injected HTTP {}\"}}]}}",
+            fault.status
+        )));
+        *response.status_mut() = StatusCode::from_u16(fault.status).unwrap();
+        for (name, value) in fault.headers {
+            response
+                .headers_mut()
+                .insert(HeaderName::from_bytes(name.as_bytes()).unwrap(), HeaderValue::from_str(&value).unwrap());
+        }
+        return response;
+    }
+    let mut forward = shared.client.request(request.method().clone(), format!("{}{path}", shared.upstream));
+    for (name, value) in request.headers() {
+        if name != "host" {
+            forward = forward.header(name, value);
+        }
+    }
+    let body = axum::body::to_bytes(request.into_body(), 64 << 20).await.unwrap_or_default();
+    let upstream = match forward.body(body).send().await {
+        Ok(r) => r,
+        Err(e) => {
+            record(502, false);
+            let mut response = Response::new(Body::from(e.to_string()));
+            *response.status_mut() = StatusCode::BAD_GATEWAY;
+            return response;
+        }
+    };
+    let status = upstream.status();
+    record(status.as_u16(), false);
+    let headers = upstream.headers().clone();
+    let bytes = upstream.bytes().await.unwrap_or_default();
+    let mut response = Response::new(Body::from(bytes));
+    *response.status_mut() = status;
+    for (name, value) in &headers {
+        if name != "transfer-encoding" && name != "connection" {
+            response.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    response
+}

@@ -1,0 +1,114 @@
+//! A CNCF Distribution registry (`docker-registry` from Debian) on a free loopback port.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::{PATIENCE, fixture};
+
+const BINARY: &str = "/usr/bin/docker-registry";
+
+pub enum Auth {
+    Anonymous,
+    /// bcrypt htpasswd with `testuser` / `testpass`.
+    Htpasswd,
+    /// Bearer tokens from a token server at this realm URL.
+    Token { realm: String },
+}
+
+pub struct TestRegistry {
+    child: Child,
+    /// `127.0.0.1:PORT`
+    pub host: String,
+    log: Arc<Mutex<Vec<String>>>,
+    _dir: tempfile::TempDir,
+}
+
+impl TestRegistry {
+    pub fn start() -> Self {
+        Self::start_with(Auth::Anonymous)
+    }
+
+    pub fn start_with(auth: Auth) -> Self {
+        assert!(
+            Path::new(BINARY).exists(),
+            "{BINARY} is missing: install the CNCF Distribution registry with `apt-get install -y docker-registry` (.ci/run does)"
+        );
+        let dir = tempfile::tempdir().expect("temp dir");
+        let auth_section = match &auth {
+            Auth::Anonymous => String::new(),
+            Auth::Htpasswd => format!(
+                "auth:\n  htpasswd:\n    realm: test-realm\n    path: {}\n",
+                fixture("htpasswd").display()
+            ),
+            Auth::Token { realm } => format!(
+                "auth:\n  token:\n    realm: {realm}\n    service: test-registry\n    issuer: test-token-issuer\n    rootcertbundle: {}\n",
+                fixture("token-cert.pem").display()
+            ),
+        };
+        let config = format!(
+            "version: 0.1\nlog:\n  level: info\n  formatter: text\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:0\n  secret: builder-monitor-tests\n{auth_section}",
+            dir.path().join("data").display()
+        );
+        let config_path = dir.path().join("config.yml");
+        std::fs::write(&config_path, config).expect("write registry config");
+        let mut child = Command::new(BINARY)
+            .arg("serve")
+            .arg(&config_path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start docker-registry");
+        let stderr = child.stderr.take().expect("registry stderr");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = mpsc::channel();
+        {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    if let Some(rest) = line.split("listening on ").nth(1) {
+                        let addr: String = rest.chars().take_while(|c| !c.is_whitespace() && *c != '"').collect();
+                        let _ = tx.send(addr);
+                    }
+                    log.lock().unwrap().push(line);
+                }
+            });
+        }
+        let host = match rx.recv_timeout(PATIENCE) {
+            Ok(addr) => addr,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("registry did not start: {:#?}", log.lock().unwrap());
+            }
+        };
+        let registry = TestRegistry { child, host, log, _dir: dir };
+        registry.wait_ready();
+        registry
+    }
+
+    fn wait_ready(&self) {
+        let deadline = std::time::Instant::now() + PATIENCE;
+        while std::net::TcpStream::connect(&self.host).is_err() {
+            assert!(std::time::Instant::now() < deadline, "registry at {} never accepted connections", self.host);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.host)
+    }
+
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+impl Drop for TestRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -80,6 +80,12 @@ pub struct Change {
 impl Change {
     /// A move whose meaning is not known (no metadata compared).
     pub fn unknown() -> Self {
-        Change { kind: ChangeKind::Unknown, reasons: Vec::new(), buildpacks: Vec::new(), lifecycle: None, run_image: None }
+        Change {
+            kind: ChangeKind::Unknown,
+            reasons: Vec::new(),
+            buildpacks: Vec::new(),
+            lifecycle: None,
+            run_image: None,
+        }
     }
 }

@@ -22,8 +22,12 @@ pub enum EventType {
 }
 
 impl EventType {
-    pub const ALL: [EventType; 4] =
-        [EventType::BuilderPinned, EventType::BuilderChanged, EventType::CheckFailed, EventType::CheckRecovered];
+    pub const ALL: [EventType; 4] = [
+        EventType::BuilderPinned,
+        EventType::BuilderChanged,
+        EventType::CheckFailed,
+        EventType::CheckRecovered,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -145,7 +149,10 @@ mod tests {
         let ba = change_id("b", 2, "sha256:b", "sha256:a");
         let ab_again = change_id("b", 3, "sha256:a", "sha256:b");
         assert!(ab != ba && ab != ab_again && ba != ab_again);
-        assert_ne!(change_id("b", 1, "sha256:a", "sha256:b"), change_id("c", 1, "sha256:a", "sha256:b"));
+        assert_ne!(
+            change_id("b", 1, "sha256:a", "sha256:b"),
+            change_id("c", 1, "sha256:a", "sha256:b")
+        );
         // Parts are delimited: shifting text between them changes the id.
         assert_ne!(stable_id(&["ab", "c"]), stable_id(&["a", "bc"]));
     }
@@ -156,9 +163,16 @@ mod tests {
             "id1".into(),
             EventType::BuilderChanged,
             "2026-11-30T12:00:00Z".into(),
-            Subject { name: "b".into(), image: "docker.io/x/y:latest".into() },
+            Subject {
+                name: "b".into(),
+                image: "docker.io/x/y:latest".into(),
+            },
         );
-        e.previous = Some(Pin { digest: "sha256:a".into(), reference: "docker.io/x/y@sha256:a".into(), platforms: BTreeMap::new() });
+        e.previous = Some(Pin {
+            digest: "sha256:a".into(),
+            reference: "docker.io/x/y@sha256:a".into(),
+            platforms: BTreeMap::new(),
+        });
         e.change = Some(Change::unknown());
         e.images = Some(vec![]);
         let v = serde_json::to_value(&e).unwrap();

@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Platform;
 use crate::registry::{
-    DOCKER_MANIFEST_LIST, ImageRef, MAX_CONFIG_BYTES, Manifest, OCI_INDEX, Registry, RegistryError, is_sha256_digest,
+    DOCKER_MANIFEST_LIST, ImageRef, MAX_CONFIG_BYTES, Manifest, OCI_INDEX, Registry, RegistryError,
+    is_sha256_digest,
 };
 
 /// One resolved state of a tag.
@@ -28,7 +29,10 @@ impl Observation {
             Some(filter) => self
                 .platforms
                 .iter()
-                .filter(|(key, _)| Platform::parse(key.split('#').next().unwrap_or(key)).is_some_and(|p| filter.iter().any(|f| f.matches(&p))))
+                .filter(|(key, _)| {
+                    Platform::parse(key.split('#').next().unwrap_or(key))
+                        .is_some_and(|p| filter.iter().any(|f| f.matches(&p)))
+                })
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
         }
@@ -84,7 +88,11 @@ pub fn is_index(media_type: &str) -> bool {
 }
 
 /// Fetches `digest` of `image`'s repository and lists its platforms.
-pub async fn observe(registry: &Registry, image: &ImageRef, digest: &str) -> Result<Observation, RegistryError> {
+pub async fn observe(
+    registry: &Registry,
+    image: &ImageRef,
+    digest: &str,
+) -> Result<Observation, RegistryError> {
     let manifest = registry.get_manifest(image, digest).await?;
     observation_from(registry, image, manifest).await
 }
@@ -95,7 +103,10 @@ pub async fn observation_from(
     image: &ImageRef,
     manifest: Manifest,
 ) -> Result<Observation, RegistryError> {
-    let invalid = |detail: String| RegistryError::InvalidResponse { registry: image.registry().to_string(), detail };
+    let invalid = |detail: String| RegistryError::InvalidResponse {
+        registry: image.registry().to_string(),
+        detail,
+    };
     let mut platforms = BTreeMap::new();
     if is_index(&manifest.media_type) {
         let index: IndexDoc = serde_json::from_slice(&manifest.bytes)
@@ -105,9 +116,14 @@ pub async fn observation_from(
             if entry.annotations.contains_key("vnd.docker.reference.type") {
                 continue;
             }
-            let Some(key) = entry.platform.as_ref().and_then(PlatformDoc::key) else { continue };
+            let Some(key) = entry.platform.as_ref().and_then(PlatformDoc::key) else {
+                continue;
+            };
             if !is_sha256_digest(&entry.digest) {
-                return Err(invalid(format!("index {} lists a bad digest \"{}\"", manifest.digest, entry.digest)));
+                return Err(invalid(format!(
+                    "index {} lists a bad digest \"{}\"",
+                    manifest.digest, entry.digest
+                )));
             }
             let mut unique = key.clone();
             let mut n = 2;
@@ -118,15 +134,25 @@ pub async fn observation_from(
             platforms.insert(unique, entry.digest);
         }
     } else {
-        let doc: ImageManifestDoc = serde_json::from_slice(&manifest.bytes)
-            .map_err(|e| invalid(format!("manifest {} is not an image manifest: {e}", manifest.digest)))?;
-        let config = registry.get_blob(image, &doc.config.digest, MAX_CONFIG_BYTES).await?;
+        let doc: ImageManifestDoc = serde_json::from_slice(&manifest.bytes).map_err(|e| {
+            invalid(format!(
+                "manifest {} is not an image manifest: {e}",
+                manifest.digest
+            ))
+        })?;
+        let config = registry
+            .get_blob(image, &doc.config.digest, MAX_CONFIG_BYTES)
+            .await?;
         let platform: PlatformDoc = serde_json::from_slice(&config).unwrap_or_default();
         if let Some(key) = platform.key() {
             platforms.insert(key, manifest.digest.clone());
         }
     }
-    Ok(Observation { digest: manifest.digest, media_type: manifest.media_type, platforms })
+    Ok(Observation {
+        digest: manifest.digest,
+        media_type: manifest.media_type,
+        platforms,
+    })
 }
 
 /// What `resolve` prints: the immutable reference of a tag and its platforms.
@@ -149,7 +175,9 @@ pub struct PlatformDigest {
 
 /// Resolves a reference with one manifest GET (plus the config blob for a single image).
 pub async fn resolve(registry: &Registry, image: &ImageRef) -> Result<Resolution, RegistryError> {
-    let manifest = registry.get_manifest(image, image.manifest_reference()).await?;
+    let manifest = registry
+        .get_manifest(image, image.manifest_reference())
+        .await?;
     let observation = observation_from(registry, image, manifest).await?;
     let platforms = observation
         .platforms
@@ -208,7 +236,10 @@ mod tests {
         };
         assert_eq!(obs.selected(None).len(), 3);
         let arm64 = [Platform::parse("linux/arm64").unwrap()];
-        assert_eq!(obs.selected(Some(&arm64)).keys().collect::<Vec<_>>(), ["linux/arm64/v8"]);
+        assert_eq!(
+            obs.selected(Some(&arm64)).keys().collect::<Vec<_>>(),
+            ["linux/arm64/v8"]
+        );
         let v6 = [Platform::parse("linux/arm/v6").unwrap()];
         assert!(obs.selected(Some(&v6)).is_empty());
     }

@@ -20,7 +20,11 @@ use builder_monitor::status;
 use builder_monitor::store::Ledger;
 
 #[derive(Parser)]
-#[command(name = "builder-monitor", version, about = "Watch floating CNB builder tags and pin them to immutable digests")]
+#[command(
+    name = "builder-monitor",
+    version,
+    about = "Watch floating CNB builder tags and pin them to immutable digests"
+)]
 struct Cli {
     /// Log line format (level from BUILDER_MONITOR_LOG, EnvFilter syntax).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
@@ -79,20 +83,33 @@ struct Failure {
 
 impl<E: Into<anyhow::Error>> From<E> for Failure {
     fn from(error: E) -> Self {
-        Failure { code: 1, error: error.into() }
+        Failure {
+            code: 1,
+            error: error.into(),
+        }
     }
 }
 
 fn usage(error: impl Into<anyhow::Error>) -> Failure {
-    Failure { code: 2, error: error.into() }
+    Failure {
+        code: 2,
+        error: error.into(),
+    }
 }
 
 fn main() -> ExitCode {
     install_crypto_provider();
     let cli = Cli::parse();
-    let default_level = if matches!(cli.command, Command::Run { .. }) { "info" } else { "warn" };
+    let default_level = if matches!(cli.command, Command::Run { .. }) {
+        "info"
+    } else {
+        "warn"
+    };
     init_logging(cli.log_format, default_level);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -109,11 +126,18 @@ fn main() -> ExitCode {
 }
 
 fn init_logging(format: LogFormat, default_level: &str) {
-    let filter = EnvFilter::try_from_env("BUILDER_MONITOR_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let filter = EnvFilter::try_from_env("BUILDER_MONITOR_LOG")
+        .unwrap_or_else(|_| EnvFilter::new(default_level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init(),
     }
 }
 
@@ -138,7 +162,12 @@ async fn execute(command: Command) -> Result<u8, Failure> {
             let config = Arc::new(load_config(&config)?);
             let ledger = open_ledger(&config)?;
             let registry = Arc::new(Registry::new(config.registries.values().cloned()));
-            let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger, Clock::System));
+            let monitor = Arc::new(Monitor::new(
+                config.clone(),
+                registry,
+                ledger,
+                Clock::System,
+            ));
             tracing::info!(builders = config.builders.len(), state = %monitor.ledger().path().display(), once, "builder-monitor starting");
             if once {
                 return Ok(if monitor.run_once().await { 0 } else { 1 });
@@ -149,8 +178,13 @@ async fn execute(command: Command) -> Result<u8, Failure> {
             tracing::info!("builder-monitor stopped");
             Ok(0)
         }
-        Command::Resolve { image, json, config } => {
-            let image = ImageRef::parse(&image).map_err(|e| usage(anyhow::anyhow!("invalid image reference \"{image}\": {e}")))?;
+        Command::Resolve {
+            image,
+            json,
+            config,
+        } => {
+            let image = ImageRef::parse(&image)
+                .map_err(|e| usage(anyhow::anyhow!("invalid image reference \"{image}\": {e}")))?;
             let registries = match &config {
                 Some(path) => load_config(path)?.registries.into_values().collect(),
                 None => Vec::new(),
@@ -158,18 +192,28 @@ async fn execute(command: Command) -> Result<u8, Failure> {
             let registry = Registry::new(registries);
             let resolution = inspect::resolve(&registry, &image).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&resolution).context("encoding JSON")?);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&resolution).context("encoding JSON")?
+                );
             } else {
                 print!("{}", resolution.render_text());
             }
             Ok(0)
         }
-        Command::Status { config, json, changes } => {
+        Command::Status {
+            config,
+            json,
+            changes,
+        } => {
             let config = load_config(&config)?;
             let ledger = open_ledger(&config)?;
             let report = status::collect(&config, &ledger, changes).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&report).context("encoding JSON")?);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).context("encoding JSON")?
+                );
             } else {
                 print!("{}", status::render_text(&report));
             }

@@ -15,7 +15,9 @@ use crate::event::{self, CheckError, Event, EventType, Pin, Subject};
 use crate::inspect::{self, Observation};
 use crate::registry::{Registry, RegistryError};
 use crate::schedule::{self, Clock, Settle, timestamp};
-use crate::store::{ChangeRecord, CheckRecord, Ledger, LedgerError, PinUpdate, WatchKind, WatchRecord};
+use crate::store::{
+    ChangeRecord, CheckRecord, Ledger, LedgerError, PinUpdate, WatchKind, WatchRecord,
+};
 
 /// How long running checks may take to finish after a shutdown signal.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -30,7 +32,11 @@ pub enum CheckOutcome {
     /// First sight: the tag is now pinned.
     Pinned { digest: String },
     /// An accepted move, recorded as a change.
-    Changed { id: String, previous: String, current: String },
+    Changed {
+        id: String,
+        previous: String,
+        current: String,
+    },
     /// A new digest held back by `settle`.
     Held { digest: String },
     /// The index moved but none of the watched platforms did: pin advanced, no change.
@@ -50,8 +56,18 @@ pub struct Monitor {
 
 impl Monitor {
     pub fn new(config: Arc<Config>, registry: Arc<Registry>, ledger: Ledger, clock: Clock) -> Self {
-        let wake = config.builders.iter().map(|b| (b.name.clone(), Arc::new(Notify::new()))).collect();
-        Self { config, registry, ledger, clock, wake }
+        let wake = config
+            .builders
+            .iter()
+            .map(|b| (b.name.clone(), Arc::new(Notify::new())))
+            .collect();
+        Self {
+            config,
+            registry,
+            ledger,
+            clock,
+            wake,
+        }
     }
 
     pub fn config(&self) -> &Config {
@@ -105,18 +121,28 @@ impl Monitor {
             let wake = self.wake[&builder.name].clone();
             tasks.spawn(async move {
                 let clock = monitor.clock.clone();
-                schedule::run_schedule(&builder.schedule, builder.jitter, &clock, &shutdown, &wake, || {
-                    let monitor = monitor.clone();
-                    let builder = builder.clone();
-                    async move {
-                        monitor.check_logged(&builder).await;
-                    }
-                })
+                schedule::run_schedule(
+                    &builder.schedule,
+                    builder.jitter,
+                    &clock,
+                    &shutdown,
+                    &wake,
+                    || {
+                        let monitor = monitor.clone();
+                        let builder = builder.clone();
+                        async move {
+                            monitor.check_logged(&builder).await;
+                        }
+                    },
+                )
                 .await;
             });
         }
         shutdown.cancelled().await;
-        let drained = tokio::time::timeout(SHUTDOWN_GRACE, async { while tasks.join_next().await.is_some() {} }).await;
+        let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
         if drained.is_err() {
             tracing::warn!(grace = ?SHUTDOWN_GRACE, "checks still running after the grace period; aborting them (the ledger is transactional, nothing is half-written)");
             tasks.abort_all();
@@ -138,12 +164,19 @@ impl Monitor {
     pub async fn check(&self, builder: &BuilderSettings) -> Result<CheckOutcome, LedgerError> {
         let image = builder.image.to_string();
         // A watch whose configured image changed starts over with a new pin, not a change.
-        let record = self.ledger.watch(&builder.name).await?.filter(|r| r.image == image);
+        let record = self
+            .ledger
+            .watch(&builder.name)
+            .await?
+            .filter(|r| r.image == image);
         let started = std::time::Instant::now();
         let result = self.observe_move(builder, record.as_ref()).await;
         let now = self.clock.now();
         let time = timestamp(now);
-        let subject = Subject { name: builder.name.clone(), image: image.clone() };
+        let subject = Subject {
+            name: builder.name.clone(),
+            image: image.clone(),
+        };
         let mut commit = CheckRecord {
             watch: builder.name.clone(),
             kind: WatchKind::Builder,
@@ -160,7 +193,10 @@ impl Monitor {
 
         let outcome = match result {
             Err(err) => {
-                let since = record.as_ref().and_then(|r| r.failing_since.clone()).unwrap_or_else(|| time.clone());
+                let since = record
+                    .as_ref()
+                    .and_then(|r| r.failing_since.clone())
+                    .unwrap_or_else(|| time.clone());
                 tracing::warn!(builder = %builder.name, image = %image, reason = err.reason(), error = %err, consecutive_failures = failures + 1, "check failed; pin kept");
                 if failures == 0 {
                     let mut e = Event::new(
@@ -186,7 +222,11 @@ impl Monitor {
                 if let Some(r) = record.as_ref().filter(|r| r.consecutive_failures > 0) {
                     let since = r.failing_since.clone().unwrap_or_default();
                     let mut e = Event::new(
-                        event::stable_id(&[&builder.name, EventType::CheckRecovered.as_str(), &since]),
+                        event::stable_id(&[
+                            &builder.name,
+                            EventType::CheckRecovered.as_str(),
+                            &since,
+                        ]),
                         EventType::CheckRecovered,
                         time.clone(),
                         subject.clone(),
@@ -201,28 +241,43 @@ impl Monitor {
                     tracing::info!(builder = %builder.name, after_failures = r.consecutive_failures, "check recovered");
                     commit.events.push(e);
                 }
-                self.apply(builder, record.as_ref(), found, &mut commit, subject).await?
+                self.apply(builder, record.as_ref(), found, &mut commit, subject)
+                    .await?
             }
         };
-        tracing::debug!(builder = %builder.name, elapsed = ?started.elapsed(), outcome = ?outcome, "check done");
-        for event in &commit.events {
+        let events = commit.events.clone();
+        self.ledger.commit(commit).await?;
+        // Logged once recorded: a log line never announces an event the ledger could still lose.
+        for event in &events {
             log_event(event);
         }
-        self.ledger.commit(commit).await?;
+        tracing::debug!(builder = %builder.name, elapsed = ?started.elapsed(), outcome = ?outcome, "check done");
         Ok(outcome)
     }
 
     /// Registry side of a check: the HEAD, and the observation of a new digest when it is needed.
-    async fn observe_move(&self, builder: &BuilderSettings, record: Option<&WatchRecord>) -> Result<Found, RegistryError> {
+    async fn observe_move(
+        &self,
+        builder: &BuilderSettings,
+        record: Option<&WatchRecord>,
+    ) -> Result<Found, RegistryError> {
         let head = self.registry.head_manifest(&builder.image).await?;
         let pin = record.and_then(|r| r.pin.as_ref());
         if pin.is_some_and(|p| p.digest == head.digest) {
             return Ok(Found::Unchanged);
         }
         if let (Some(_), Some(r)) = (pin, record) {
-            let pending = r.pending.as_ref().and_then(|(d, since)| Some((d.as_str(), schedule::parse_timestamp(since)?)));
-            if let Settle::Hold { since } = schedule::settle(builder.settle, pending, &head.digest, self.clock.now()) {
-                return Ok(Found::Held { digest: head.digest, since: timestamp(since) });
+            let pending = r
+                .pending
+                .as_ref()
+                .and_then(|(d, since)| Some((d.as_str(), schedule::parse_timestamp(since)?)));
+            if let Settle::Hold { since } =
+                schedule::settle(builder.settle, pending, &head.digest, self.clock.now())
+            {
+                return Ok(Found::Held {
+                    digest: head.digest,
+                    since: timestamp(since),
+                });
             }
         }
         // By digest, not tag: what we fetch is exactly what the HEAD saw, even if the tag moves again.
@@ -262,14 +317,20 @@ impl Monitor {
         });
         let Some((record, previous)) = record.and_then(|r| r.pin.as_ref().map(|p| (r, p))) else {
             let mut e = Event::new(
-                event::stable_id(&[&builder.name, EventType::BuilderPinned.as_str(), &current.digest]),
+                event::stable_id(&[
+                    &builder.name,
+                    EventType::BuilderPinned.as_str(),
+                    &current.digest,
+                ]),
                 EventType::BuilderPinned,
                 commit.time.clone(),
                 subject,
             );
             e.current = Some(current.clone());
             commit.events.push(e);
-            return Ok(CheckOutcome::Pinned { digest: current.digest });
+            return Ok(CheckOutcome::Pinned {
+                digest: current.digest,
+            });
         };
 
         if let Some(filter) = builder.platforms.as_deref() {
@@ -280,20 +341,30 @@ impl Monitor {
             };
             if before.selected(Some(filter)) == observation.selected(Some(filter)) {
                 tracing::info!(builder = %builder.name, digest = %current.digest, "index moved but no watched platform did; pin advanced without a change");
-                return Ok(CheckOutcome::PlatformsUnchanged { digest: current.digest });
+                return Ok(CheckOutcome::PlatformsUnchanged {
+                    digest: current.digest,
+                });
             }
         }
 
         let seq = record.moves + 1;
         let id = event::change_id(&builder.name, seq, &previous.digest, &current.digest);
-        let rollback = self.ledger.has_pinned(&builder.name, &current.digest).await?;
+        let rollback = self
+            .ledger
+            .has_pinned(&builder.name, &current.digest)
+            .await?;
         let change = Change::unknown();
         let previous_pin = Pin {
             digest: previous.digest.clone(),
             reference: previous.reference.clone(),
             platforms: previous.platforms.clone(),
         };
-        let mut e = Event::new(id.clone(), EventType::BuilderChanged, commit.time.clone(), subject);
+        let mut e = Event::new(
+            id.clone(),
+            EventType::BuilderChanged,
+            commit.time.clone(),
+            subject,
+        );
         e.previous = Some(previous_pin);
         e.current = Some(current.clone());
         e.change = Some(change.clone());
@@ -312,7 +383,11 @@ impl Monitor {
             rollback,
             detected: commit.time.clone(),
         });
-        Ok(CheckOutcome::Changed { id, previous: previous.digest.clone(), current: current.digest })
+        Ok(CheckOutcome::Changed {
+            id,
+            previous: previous.digest.clone(),
+            current: current.digest,
+        })
     }
 }
 
@@ -324,7 +399,11 @@ enum Found {
 }
 
 fn pin_of(p: &crate::store::PinRecord) -> Pin {
-    Pin { digest: p.digest.clone(), reference: p.reference.clone(), platforms: p.platforms.clone() }
+    Pin {
+        digest: p.digest.clone(),
+        reference: p.reference.clone(),
+        platforms: p.platforms.clone(),
+    }
 }
 
 /// Events are logged as one structured line each, with the whole document.

@@ -63,7 +63,11 @@ pub struct ChangeSummary {
 }
 
 /// Builds the report for the builders in `config`, with up to `recent` changes each.
-pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<Status, LedgerError> {
+pub async fn collect(
+    config: &Config,
+    ledger: &Ledger,
+    recent: usize,
+) -> Result<Status, LedgerError> {
     let mut builders = Vec::new();
     for b in &config.builders {
         let image = b.image.to_string();
@@ -74,7 +78,11 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
         };
         builders.push(builder_status(&b.name, &image, record.as_ref(), changes));
     }
-    Ok(Status { builders, pending: ledger.open_actions().await?, dead_letters: ledger.dead_letters().await? })
+    Ok(Status {
+        builders,
+        pending: ledger.open_actions().await?,
+        dead_letters: ledger.dead_letters().await?,
+    })
 }
 
 fn builder_status(
@@ -87,12 +95,20 @@ fn builder_status(
     BuilderStatus {
         name: name.to_string(),
         image: image.to_string(),
-        pinned: pin.map(|p| PinnedStatus { digest: p.digest.clone(), reference: p.reference.clone(), since: p.since.clone() }),
+        pinned: pin.map(|p| PinnedStatus {
+            digest: p.digest.clone(),
+            reference: p.reference.clone(),
+            since: p.since.clone(),
+        }),
         platforms: pin.map(|p| p.platforms.clone()).unwrap_or_default(),
         last_check: record.and_then(|r| {
             Some(LastCheck {
                 time: r.last_check.clone()?,
-                result: if r.last_ok == Some(true) { "ok" } else { "error" },
+                result: if r.last_ok == Some(true) {
+                    "ok"
+                } else {
+                    "error"
+                },
                 error: r.last_error.clone(),
                 reason: r.last_error_reason.clone(),
             })
@@ -155,7 +171,12 @@ pub fn render_text(status: &Status) -> String {
             }
         }
         if let Some(s) = &b.settling {
-            let _ = writeln!(out, "  settling:   {} seen since {}", short(&s.digest), s.since);
+            let _ = writeln!(
+                out,
+                "  settling:   {} seen since {}",
+                short(&s.digest),
+                s.since
+            );
         }
         if b.changes.is_empty() {
             let _ = writeln!(out, "  changes:    none");

@@ -24,7 +24,9 @@ pub struct Output {
 
 impl Workspace {
     pub fn new() -> Self {
-        Workspace { dir: tempfile::tempdir().expect("temp dir") }
+        Workspace {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -46,8 +48,14 @@ impl Workspace {
 
 pub fn run_with_env(args: &[&str], env: &[(&str, &str)], cwd: &Path) -> Output {
     let mut command = Command::new(BINARY);
-    command.args(args).current_dir(cwd).stdout(Stdio::piped()).stderr(Stdio::piped());
-    command.env("BUILDER_MONITOR_LOG", "info").env_remove("BUILDER_MONITOR_CONFIG");
+    command
+        .args(args)
+        .current_dir(cwd)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+        .env("BUILDER_MONITOR_LOG", "info")
+        .env_remove("BUILDER_MONITOR_CONFIG");
     for (k, v) in env {
         command.env(k, v);
     }
@@ -65,7 +73,11 @@ pub fn run_with_env(args: &[&str], env: &[(&str, &str)], cwd: &Path) -> Output {
         }
         std::thread::sleep(Duration::from_millis(5));
     };
-    Output { code: status.code(), stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() }
+    Output {
+        code: status.code(),
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
 }
 
 fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
@@ -88,7 +100,7 @@ impl Daemon {
         let mut child = Command::new(BINARY)
             .args(["run", "--log-format", "json", "--config"])
             .arg(config)
-            .env("BUILDER_MONITOR_LOG", "info")
+            .env("BUILDER_MONITOR_LOG", "info,builder_monitor::monitor=debug")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -102,24 +114,35 @@ impl Daemon {
                 }
             }
         });
-        Daemon { child, lines: rx, log: Vec::new() }
+        Daemon {
+            child,
+            lines: rx,
+            log: Vec::new(),
+        }
     }
 
     /// Waits for a log line whose JSON satisfies `wanted`, returning it.
-    pub fn wait_for(&mut self, what: &str, wanted: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    pub fn wait_for(
+        &mut self,
+        what: &str,
+        wanted: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
         let deadline = Instant::now() + PATIENCE;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
                 Ok(line) => {
                     self.log.push(line.clone());
-                    if let Ok(value) = serde_json::from_str::<serde_json::Value>(&line) {
-                        if wanted(&value) {
-                            return value;
-                        }
+                    if let Ok(value) = serde_json::from_str::<serde_json::Value>(&line)
+                        && wanted(&value)
+                    {
+                        return value;
                     }
                 }
-                Err(_) => panic!("daemon never logged {what}; log so far:\n{}", self.log.join("\n")),
+                Err(_) => panic!(
+                    "daemon never logged {what}; log so far:\n{}",
+                    self.log.join("\n")
+                ),
             }
         }
     }

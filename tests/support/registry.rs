@@ -16,7 +16,9 @@ pub enum Auth {
     /// bcrypt htpasswd with `testuser` / `testpass`.
     Htpasswd,
     /// Bearer tokens from a token server at this realm URL.
-    Token { realm: String },
+    Token {
+        realm: String,
+    },
 }
 
 pub struct TestRegistry {
@@ -70,7 +72,10 @@ impl TestRegistry {
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                     if let Some(rest) = line.split("listening on ").nth(1) {
-                        let addr: String = rest.chars().take_while(|c| !c.is_whitespace() && *c != '"').collect();
+                        let addr: String = rest
+                            .chars()
+                            .take_while(|c| !c.is_whitespace() && *c != '"')
+                            .collect();
                         let _ = tx.send(addr);
                     }
                     log.lock().unwrap().push(line);
@@ -84,7 +89,12 @@ impl TestRegistry {
                 panic!("registry did not start: {:#?}", log.lock().unwrap());
             }
         };
-        let registry = TestRegistry { child, host, log, _dir: dir };
+        let registry = TestRegistry {
+            child,
+            host,
+            log,
+            _dir: dir,
+        };
         registry.wait_ready();
         registry
     }
@@ -92,7 +102,11 @@ impl TestRegistry {
     fn wait_ready(&self) {
         let deadline = std::time::Instant::now() + PATIENCE;
         while std::net::TcpStream::connect(&self.host).is_err() {
-            assert!(std::time::Instant::now() < deadline, "registry at {} never accepted connections", self.host);
+            assert!(
+                std::time::Instant::now() < deadline,
+                "registry at {} never accepted connections",
+                self.host
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     }

@@ -1,0 +1,345 @@
+//! The `builder-monitor` binary end to end: resolve, run --once, status, restarts after SIGKILL,
+//! graceful SIGTERM, config errors and exit codes.
+
+mod support;
+
+use builder_monitor::store::Ledger;
+use support::daemon::{Daemon, Workspace, run_with_env};
+use support::images::{Format, Image, Pusher};
+use support::registry::TestRegistry;
+
+const ACCEPT: &str = "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json, application/vnd.docker.distribution.manifest.list.v2+json";
+
+/// The digest the registry itself reports for a reference.
+async fn registry_digest(host: &str, repo: &str, tag: &str) -> String {
+    let response = support::http()
+        .head(format!("http://{host}/v2/{repo}/manifests/{tag}"))
+        .header("Accept", ACCEPT)
+        .send()
+        .await
+        .unwrap();
+    response.headers()["docker-content-digest"]
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+#[tokio::test]
+async fn resolve_prints_what_the_registry_reports() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    let oci = pusher
+        .push_image("demo/oci", Some("v1"), &Image::new("amd64"), Format::Oci)
+        .await;
+    let docker = pusher
+        .push_image(
+            "demo/docker",
+            Some("v1"),
+            &Image::new("arm64"),
+            Format::Docker,
+        )
+        .await;
+    let images = [Image::new("amd64"), Image::new("arm64").salt("x")];
+    let (index, children) = pusher
+        .push_index("demo/multi", "v1", &images, Format::Oci)
+        .await;
+    let ws = Workspace::new();
+
+    for (repo, pushed, media_type) in [
+        (
+            "demo/oci",
+            &oci,
+            "application/vnd.oci.image.manifest.v1+json",
+        ),
+        (
+            "demo/docker",
+            &docker,
+            "application/vnd.docker.distribution.manifest.v2+json",
+        ),
+        (
+            "demo/multi",
+            &index,
+            "application/vnd.oci.image.index.v1+json",
+        ),
+    ] {
+        let image = format!("{}/{repo}:v1", registry.host);
+        let out = ws.run(&["resolve", &image, "--json"]);
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+        let v = json(&out.stdout);
+        assert_eq!(
+            v["digest"],
+            registry_digest(&registry.host, repo, "v1").await
+        );
+        assert_eq!(v["digest"], pushed.digest);
+        assert_eq!(
+            v["reference"],
+            format!("{}/{repo}@{}", registry.host, pushed.digest)
+        );
+        assert_eq!(v["media_type"], media_type);
+        assert_eq!(v["image"], image);
+    }
+    let out = ws.run(&[
+        "resolve",
+        &format!("{}/demo/multi:v1", registry.host),
+        "--json",
+    ]);
+    let v = json(&out.stdout);
+    let platforms = v["platforms"].as_array().unwrap();
+    assert_eq!(platforms.len(), 2);
+    assert_eq!(platforms[0]["architecture"], "amd64");
+    assert_eq!(platforms[0]["digest"], children[0].digest);
+    assert_eq!(platforms[1]["architecture"], "arm64");
+    assert_eq!(platforms[1]["digest"], children[1].digest);
+    assert!(platforms[1]["variant"].is_null());
+
+    let text = ws.run(&["resolve", &format!("{}/demo/docker:v1", registry.host)]);
+    assert!(
+        text.stdout.contains(&format!(
+            "reference:  {}/demo/docker@{}",
+            registry.host, docker.digest
+        )),
+        "{}",
+        text.stdout
+    );
+    assert!(text.stdout.contains("linux/arm64:"), "{}", text.stdout);
+
+    let missing = ws.run(&["resolve", &format!("{}/demo/nothing:v1", registry.host)]);
+    assert_eq!(missing.code, Some(1));
+    assert!(
+        missing.stderr.contains("manifest unknown"),
+        "{}",
+        missing.stderr
+    );
+    let invalid = ws.run(&["resolve", "Not A Reference"]);
+    assert_eq!(invalid.code, Some(2));
+    assert!(
+        invalid.stderr.contains("invalid image reference"),
+        "{}",
+        invalid.stderr
+    );
+}
+
+fn daemon_config(host: &str, interval: &str) -> String {
+    format!(
+        "[monitor]\ninterval = \"{interval}\"\njitter = \"0s\"\nstate = \"state/ledger.db\"\n\n[[builders]]\nname = \"jammy\"\nimage = \"{host}/demo/builder:latest\"\n"
+    )
+}
+
+async fn event_types(ledger_path: &std::path::Path) -> Vec<String> {
+    let ledger = Ledger::open(ledger_path).unwrap();
+    ledger
+        .events_after(0, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.event.event_type.to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn run_once_pins_then_records_one_change_and_status_shows_it() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    let images = [Image::new("amd64"), Image::new("arm64")];
+    let (v1, _) = pusher
+        .push_index("demo/builder", "latest", &images, Format::Oci)
+        .await;
+    let ws = Workspace::new();
+    let config = ws.config(&daemon_config(&registry.host, "1h"));
+    let config = config.to_str().unwrap();
+    let ledger = ws.path("state/ledger.db");
+
+    for _ in 0..2 {
+        let out = ws.run(&["run", "--once", "--config", config]);
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+    }
+    assert_eq!(
+        event_types(&ledger).await,
+        ["builder.pinned"],
+        "pinned once, not on every run"
+    );
+
+    let images = [Image::new("amd64").salt("2"), Image::new("arm64").salt("2")];
+    let (v2, _) = pusher
+        .push_index("demo/builder", "latest", &images, Format::Oci)
+        .await;
+    for _ in 0..2 {
+        let out = ws.run(&["run", "--once", "--config", config]);
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+    }
+    assert_eq!(
+        event_types(&ledger).await,
+        ["builder.pinned", "builder.changed"]
+    );
+
+    // The config is found through the environment as well.
+    let out = run_with_env(
+        &["status", "--json"],
+        &[("BUILDER_MONITOR_CONFIG", config)],
+        ws.dir.path(),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let v = json(&out.stdout);
+    let b = &v["builders"][0];
+    assert_eq!(b["name"], "jammy");
+    assert_eq!(b["image"], format!("{}/demo/builder:latest", registry.host));
+    assert_eq!(b["pinned"]["digest"], v2.digest);
+    assert_eq!(
+        b["pinned"]["reference"],
+        format!("{}/demo/builder@{}", registry.host, v2.digest)
+    );
+    assert_eq!(b["platforms"].as_object().unwrap().len(), 2);
+    assert_eq!(b["last_check"]["result"], "ok");
+    let changes = b["changes"].as_array().unwrap();
+    assert_eq!(changes.len(), 1);
+    assert_eq!(changes[0]["previous"], v1.digest);
+    assert_eq!(changes[0]["current"], v2.digest);
+    assert_eq!(changes[0]["rollback"], false);
+    assert!(v["pending"].as_array().unwrap().is_empty());
+    assert!(v["dead_letters"].as_array().unwrap().is_empty());
+
+    let text = ws.run(&["status", "--config", config]);
+    assert!(
+        text.stdout.contains(&format!(
+            "pinned:     {}/demo/builder@{}",
+            registry.host, v2.digest
+        )),
+        "{}",
+        text.stdout
+    );
+
+    // A failed check makes --once exit 1.
+    pusher.delete("demo/builder", &v2.digest).await;
+    let out = ws.run(&["run", "--once", "--config", config]);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("tag_missing"), "{}", out.stderr);
+}
+
+#[tokio::test]
+async fn killed_daemon_restarts_without_repeating_events() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    pusher
+        .push_image(
+            "demo/builder",
+            Some("latest"),
+            &Image::new("amd64"),
+            Format::Oci,
+        )
+        .await;
+    let ws = Workspace::new();
+    let config = ws.config(&daemon_config(&registry.host, "200ms"));
+    let ledger = ws.path("state/ledger.db");
+
+    let mut daemon = Daemon::start(&config);
+    daemon.wait_for_event("builder.pinned");
+    pusher
+        .push_image(
+            "demo/builder",
+            Some("latest"),
+            &Image::new("amd64").salt("2"),
+            Format::Oci,
+        )
+        .await;
+    let changed = daemon.wait_for_event("builder.changed");
+    daemon.kill();
+
+    let mut daemon = Daemon::start(&config);
+    // Several checks after the restart, all of them seeing the recorded pin.
+    for _ in 0..3 {
+        daemon.wait_for("a check", |v| v["message"] == "check done");
+    }
+    let (status, log) = daemon.terminate();
+    assert!(status.success(), "SIGTERM is a clean stop: {status:?}");
+    assert!(
+        log.iter().any(|l| l.contains("builder-monitor stopped")),
+        "{log:#?}"
+    );
+    assert!(
+        !log.iter().any(|l| l.contains("\"event_type\"")),
+        "no event after restart: {log:#?}"
+    );
+    assert_eq!(
+        event_types(&ledger).await,
+        ["builder.pinned", "builder.changed"]
+    );
+    let stored = Ledger::open(&ledger)
+        .unwrap()
+        .changes(None, 10)
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].id, changed["id"].as_str().unwrap());
+}
+
+#[test]
+fn config_errors_are_positioned_and_exit_2() {
+    let ws = Workspace::new();
+    let config = ws.config(
+        "[monitor]\ninterval = \"10\"\n\n[[builders]]\nname = \"a\"\nimage = \"ubuntu@sha256:0000000000000000000000000000000000000000000000000000000000000000\"\n\n[[builders]]\nname = \"a\"\nimage = \"x:1\"\nschedule = \"*/5 * * * *\"\n",
+    );
+    let out = ws.run(&["check", "--config", config.to_str().unwrap()]);
+    assert_eq!(out.code, Some(2));
+    let file = config.display().to_string();
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert!(
+        lines[0].starts_with(&format!("error: {file}:2:12: invalid interval \"10\"")),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        lines[1].starts_with(&format!("{file}:6:9: image \"ubuntu@sha256:")),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        lines[2].starts_with(&format!("{file}:9:8: duplicate builder name \"a\"")),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        lines[3].starts_with(&format!("{file}:11:12: cron expression")),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(lines.len(), 4, "{}", out.stderr);
+
+    for args in [
+        &["run", "--once", "--config", config.to_str().unwrap()][..],
+        &["status", "--config", config.to_str().unwrap()],
+    ] {
+        assert_eq!(ws.run(args).code, Some(2));
+    }
+    let missing = ws.run(&["check", "--config", "/nonexistent/config.toml"]);
+    assert_eq!(missing.code, Some(2));
+    assert!(
+        missing.stderr.contains("cannot read config file"),
+        "{}",
+        missing.stderr
+    );
+    assert_eq!(ws.run(&["frobnicate"]).code, Some(2), "usage errors exit 2");
+}
+
+#[test]
+fn example_config_is_valid() {
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml");
+    let ws = Workspace::new();
+    let out = ws.run(&["check", "--config", example.to_str().unwrap()]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    for builder in [
+        "docker.io/paketobuildpacks/builder-jammy-base:latest",
+        "docker.io/paketobuildpacks/builder-jammy-full:latest",
+        "docker.io/heroku/builder:24",
+        "docker.io/heroku/builder:22",
+    ] {
+        assert!(
+            out.stdout.contains(builder),
+            "{builder} missing from:\n{}",
+            out.stdout
+        );
+    }
+}

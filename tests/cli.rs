@@ -343,3 +343,54 @@ fn example_config_is_valid() {
         );
     }
 }
+
+#[tokio::test]
+async fn secrets_never_reach_logs_or_output() {
+    use base64::Engine;
+    let registry = TestRegistry::start_with(support::registry::Auth::Htpasswd);
+    let pusher = Pusher::with_basic(&registry.host, "testuser", "testpass");
+    pusher
+        .push_image(
+            "demo/builder",
+            Some("latest"),
+            &Image::new("amd64"),
+            Format::Oci,
+        )
+        .await;
+    let ws = Workspace::new();
+    let text = format!(
+        "{}\n[registries.\"{}\"]\nusername = \"testuser\"\npassword_env = \"BM_TEST_PASSWORD\"\n",
+        daemon_config(&registry.host, "1h"),
+        registry.host
+    );
+    let config = ws.config(&text);
+    let config = config.to_str().unwrap();
+    let basic = base64::engine::general_purpose::STANDARD.encode("testuser:testpass");
+    for (password, code) in [("testpass", 0), ("wrong-secret", 1)] {
+        let env = [
+            ("BM_TEST_PASSWORD", password),
+            ("BUILDER_MONITOR_LOG", "trace"),
+        ];
+        let run = run_with_env(&["run", "--once", "--config", config], &env, ws.dir.path());
+        assert_eq!(run.code, Some(code), "{}", run.stderr);
+        let check = run_with_env(&["check", "--config", config], &env, ws.dir.path());
+        let status = run_with_env(
+            &["status", "--json", "--config", config],
+            &env,
+            ws.dir.path(),
+        );
+        for out in [&run, &check, &status] {
+            for text in [&out.stdout, &out.stderr] {
+                assert!(!text.contains(password), "password leaked:\n{text}");
+                assert!(!text.contains(&basic), "basic credentials leaked:\n{text}");
+            }
+        }
+        assert!(
+            check
+                .stdout
+                .contains("user testuser (password from $BM_TEST_PASSWORD)"),
+            "{}",
+            check.stdout
+        );
+    }
+}

@@ -621,3 +621,51 @@ async fn settle_reports_a_digest_only_after_it_stayed() {
         ["builder.pinned", "builder.changed"]
     );
 }
+
+#[tokio::test]
+async fn spent_pull_quota_holds_gets_back_but_not_heads() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    pusher
+        .push_image(
+            "demo/app",
+            Some("latest"),
+            &Image::new("amd64").salt("1"),
+            Format::Oci,
+        )
+        .await;
+    let proxy = Proxy::start(&registry.host).await;
+    let setup = Setup::new(&builder_config(&proxy.host, "demo/app", ""));
+    setup.check("b").await;
+
+    // The registry says the pull quota is spent: one pull comes back per window/limit = 1 s.
+    let v2 = pusher
+        .push_image(
+            "demo/app",
+            Some("latest"),
+            &Image::new("amd64").salt("2"),
+            Format::Oci,
+        )
+        .await;
+    proxy.clear();
+    proxy.inject(
+        Fault::decorate()
+            .on("HEAD")
+            .header("RateLimit-Limit", "2;w=2")
+            .header("RateLimit-Remaining", "0;w=2"),
+    );
+    assert!(
+        matches!(setup.check("b").await, CheckOutcome::Changed { current, .. } if current == v2.digest)
+    );
+    let seen = proxy.seen();
+    assert_eq!(
+        seen.iter().map(|s| s.method.as_str()).collect::<Vec<_>>(),
+        ["HEAD", "GET", "GET"]
+    );
+    let held = seen[1].at - seen[0].at;
+    assert!(
+        held >= Duration::from_millis(950),
+        "GET {held:?} after the quota ran out"
+    );
+    assert!(seen.iter().all(|s| s.status == 200));
+}

@@ -35,6 +35,14 @@ impl Fault {
             headers: Vec::new(),
         }
     }
+    /// Forwards the request but adds `headers` to the registry's answer.
+    pub fn decorate() -> Self {
+        Fault {
+            method: None,
+            status: 0,
+            headers: Vec::new(),
+        }
+    }
     pub fn on(mut self, method: &str) -> Self {
         self.method = Some(method.into());
         self
@@ -130,6 +138,10 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
             authorization,
         });
     };
+    let (fault, extra_headers) = match fault {
+        Some(f) if f.status == 0 => (None, f.headers),
+        other => (other, Vec::new()),
+    };
     if let Some(fault) = fault {
         record(fault.status, true);
         let mut response = Response::new(Body::from(format!(
@@ -176,6 +188,12 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         if name != "transfer-encoding" && name != "connection" {
             response.headers_mut().insert(name.clone(), value.clone());
         }
+    }
+    for (name, value) in extra_headers {
+        response.headers_mut().insert(
+            HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            HeaderValue::from_str(&value).unwrap(),
+        );
     }
     response
 }

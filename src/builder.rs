@@ -1,7 +1,26 @@
-//! What a builder move means: the `change` object of `builder.changed` events (kind, reasons and
-//! the details behind them). Classification from CNB labels builds on these types.
+//! CNB builder and app images as their config labels describe them, and `classify`, which decides
+//! what a builder move means for app images (rebase, rebuild, unknown, none). Pure: no I/O.
 
-use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::registry::ImageRef;
+
+pub const BUILDER_METADATA: &str = "io.buildpacks.builder.metadata";
+pub const STACK_ID: &str = "io.buildpacks.stack.id";
+pub const STACK_MIXINS: &str = "io.buildpacks.stack.mixins";
+pub const BUILDPACK_ORDER: &str = "io.buildpacks.buildpack.order";
+pub const BUILDPACK_LAYERS: &str = "io.buildpacks.buildpack.layers";
+pub const LIFECYCLE_VERSION: &str = "io.buildpacks.lifecycle.version";
+pub const LIFECYCLE_APIS: &str = "io.buildpacks.lifecycle.apis";
+pub const LIFECYCLE_METADATA: &str = "io.buildpacks.lifecycle.metadata";
+pub const BUILD_METADATA: &str = "io.buildpacks.build.metadata";
+const BASE_PREFIX: &str = "io.buildpacks.base.";
+
+// ---- the change object ----------------------------------------------------------------------
 
 /// The cheapest correct reaction to a move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -9,12 +28,12 @@ use serde::{Deserialize, Serialize};
 pub enum ChangeKind {
     /// Nothing that affects app images moved.
     None,
-    /// Only the run image moved: app images can be rebased.
+    /// Only the run image / base layers moved: app images can be rebased.
     Rebase,
-    /// Buildpacks, lifecycle, order or stack changed: app images must be rebuilt.
-    Rebuild,
     /// Metadata missing or unreadable on either side: policies decide (default rebuild).
     Unknown,
+    /// Buildpacks, lifecycle, order or stack identity changed: app images must be rebuilt.
+    Rebuild,
 }
 
 impl ChangeKind {
@@ -42,19 +61,28 @@ impl ChangeKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Reason {
+    /// Base layers (everything but buildpack layers) or the run image changed.
     Stack,
+    /// A buildpack was added, removed, changed version or was republished (new layer, same version).
     Buildpack,
+    /// The lifecycle version changed.
     Lifecycle,
+    /// The detection order changed.
     Order,
+    /// Stack id, target (os/arch/variant/distro), mixins or the CNB user/group changed.
     StackId,
+    /// The run image itself moved (always with STACK).
     RunImage,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct BuildpackChange {
     pub id: String,
     pub from: Option<String>,
     pub to: Option<String>,
+    /// Same version, different layer: the buildpack was republished.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub republished: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,7 +91,13 @@ pub struct FromTo {
     pub to: Option<String>,
 }
 
-/// The `change` object of a `builder.changed` event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlatformChange {
+    pub kind: ChangeKind,
+    pub reasons: Vec<Reason>,
+}
+
+/// The `change` object of `builder.changed` and `run_image.changed` events.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Change {
     pub kind: ChangeKind,
@@ -75,17 +109,875 @@ pub struct Change {
     pub lifecycle: Option<FromTo>,
     #[serde(default)]
     pub run_image: Option<FromTo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_id: Option<FromTo>,
+    /// Per-platform kinds and reasons, when the builder has platforms.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub platforms: BTreeMap<String, PlatformChange>,
+    /// Why the kind is `unknown`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl Change {
-    /// A move whose meaning is not known (no metadata compared).
-    pub fn unknown() -> Self {
+    fn of_kind(kind: ChangeKind) -> Self {
         Change {
-            kind: ChangeKind::Unknown,
+            kind,
             reasons: Vec::new(),
             buildpacks: Vec::new(),
             lifecycle: None,
             run_image: None,
+            stack_id: None,
+            platforms: BTreeMap::new(),
+            note: None,
         }
     }
+
+    /// A move whose meaning cannot be told, and why.
+    pub fn unknown(note: impl Into<String>) -> Self {
+        let mut change = Change::of_kind(ChangeKind::Unknown);
+        change.note = Some(note.into());
+        change
+    }
+
+    /// A run image move: app images on it can be rebased.
+    pub fn run_image_moved(from: String, to: String) -> Self {
+        let mut change = Change::of_kind(ChangeKind::Rebase);
+        change.reasons = vec![Reason::Stack, Reason::RunImage];
+        change.run_image = Some(FromTo { from: Some(from), to: Some(to) });
+        change
+    }
+
+    /// One line for people: `rebuild: heroku/nodejs 3.2.1 → 3.3.0; lifecycle 0.21.13 → 0.21.14`.
+    pub fn summary(&self) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        let v = |s: &Option<String>| s.clone().unwrap_or_else(|| "?".into());
+        for b in &self.buildpacks {
+            parts.push(match (&b.from, &b.to) {
+                (Some(f), Some(t)) if b.republished => format!("{} {f} republished ({t})", b.id),
+                (Some(f), Some(t)) => format!("{} {f} → {t}", b.id),
+                (None, Some(t)) => format!("{} {t} added", b.id),
+                (Some(f), None) => format!("{} {f} removed", b.id),
+                (None, None) => format!("{} changed", b.id),
+            });
+        }
+        if let Some(l) = &self.lifecycle {
+            parts.push(format!("lifecycle {} → {}", v(&l.from), v(&l.to)));
+        }
+        if let Some(s) = &self.stack_id {
+            parts.push(format!("stack {} → {}", v(&s.from), v(&s.to)));
+        } else if self.reasons.contains(&Reason::StackId) {
+            parts.push("target, mixins or CNB user changed".into());
+        }
+        if self.reasons.contains(&Reason::Order) {
+            parts.push("detection order changed".into());
+        }
+        if let Some(r) = &self.run_image {
+            parts.push(format!("run image {} → {}", v(&r.from), v(&r.to)));
+        } else if self.reasons.contains(&Reason::Stack) {
+            parts.push("base layers changed".into());
+        }
+        if let Some(note) = &self.note {
+            parts.push(note.clone());
+        }
+        if parts.is_empty() {
+            parts.push(match self.kind {
+                ChangeKind::None => "nothing that affects app images changed".into(),
+                _ => "no details".into(),
+            });
+        }
+        format!("{}: {}", self.kind.as_str(), parts.join("; "))
+    }
 }
+
+// ---- the builder model ----------------------------------------------------------------------
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Buildpack {
+    pub id: String,
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub homepage: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BuildpackLayer {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer_diff_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub homepage: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunImage {
+    pub image: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mirrors: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct OrderEntry {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lifecycle {
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub platform_apis: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub buildpack_apis: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Target {
+    pub os: String,
+    pub arch: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distro_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distro_version: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreatedBy {
+    pub name: Option<String>,
+    pub version: Option<String>,
+}
+
+/// What one platform of a builder image says about itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BuilderMetadata {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub stack_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mixins: Vec<String>,
+    /// As listed in `io.buildpacks.builder.metadata`.
+    #[serde(default)]
+    pub buildpacks: Vec<Buildpack>,
+    /// `io.buildpacks.buildpack.layers`: id → version → layer.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub layers: BTreeMap<String, BTreeMap<String, BuildpackLayer>>,
+    /// `io.buildpacks.buildpack.order`; `None` when the label is absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<Vec<Vec<OrderEntry>>>,
+    /// `images[]`, then `stack.runImage`; the first is the run image.
+    #[serde(default)]
+    pub run_images: Vec<RunImage>,
+    #[serde(default)]
+    pub lifecycle: Lifecycle,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<CreatedBy>,
+    #[serde(default)]
+    pub target: Target,
+    /// `io.buildpacks.base.*` labels.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub base_labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_id: Option<u32>,
+    /// Diff ids of every layer that is not a buildpack's: build image, lifecycle, order/stack files.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub base_layers: Vec<String>,
+}
+
+impl BuilderMetadata {
+    /// The run image (tag) the builder names.
+    pub fn run_image(&self) -> Option<&str> {
+        self.run_images.first().map(|r| r.image.as_str())
+    }
+
+    /// (id, version) → layer diff id of every buildpack, from the layers label when present.
+    fn buildpack_set(&self) -> BTreeMap<(String, String), Option<String>> {
+        if !self.layers.is_empty() {
+            return self
+                .layers
+                .iter()
+                .flat_map(|(id, versions)| {
+                    versions.iter().map(move |(v, l)| ((id.clone(), v.clone()), l.layer_diff_id.clone()))
+                })
+                .collect();
+        }
+        self.buildpacks.iter().map(|b| ((b.id.clone(), b.version.clone().unwrap_or_default()), None)).collect()
+    }
+}
+
+/// What is known about one platform of a pinned image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum PlatformMetadata {
+    Builder(Box<BuilderMetadata>),
+    /// The image carries no `io.buildpacks.builder.metadata` label.
+    NotBuilder,
+    /// A label could not be read.
+    Unreadable {
+        error: String,
+    },
+}
+
+/// The run image of a pin, resolved to an immutable reference when it was pinned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunImagePin {
+    pub image: String,
+    pub reference: Option<String>,
+}
+
+/// The metadata kept with a builder pin, so the next move is compared without refetching.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinnedMetadata {
+    pub platforms: BTreeMap<String, PlatformMetadata>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_image: Option<RunImagePin>,
+}
+
+impl PinnedMetadata {
+    /// The builder metadata of the preferred platform (linux/amd64, else the first readable one).
+    pub fn preferred(&self) -> Option<&BuilderMetadata> {
+        let builders = || {
+            self.platforms.iter().filter_map(|(k, p)| match p {
+                PlatformMetadata::Builder(b) => Some((k, b.as_ref())),
+                _ => None,
+            })
+        };
+        builders().find(|(k, _)| k.as_str() == "linux/amd64").or_else(|| builders().next()).map(|(_, b)| b)
+    }
+}
+
+// ---- parsing ----------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetadataError {
+    #[error("image config is not valid JSON: {0}")]
+    Config(String),
+    #[error("label {label} is malformed: {detail}")]
+    Label { label: &'static str, detail: String },
+}
+
+fn null_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+#[derive(Deserialize, Default)]
+struct ImageConfigDoc {
+    #[serde(default, deserialize_with = "null_default")]
+    architecture: String,
+    #[serde(default, deserialize_with = "null_default")]
+    os: String,
+    #[serde(default)]
+    variant: Option<String>,
+    #[serde(default, deserialize_with = "null_default")]
+    config: ContainerConfigDoc,
+    #[serde(default, deserialize_with = "null_default")]
+    rootfs: RootFsDoc,
+}
+
+#[derive(Deserialize, Default)]
+struct ContainerConfigDoc {
+    #[serde(rename = "Labels", default, deserialize_with = "null_default")]
+    labels: BTreeMap<String, String>,
+    #[serde(rename = "Env", default, deserialize_with = "null_default")]
+    env: Vec<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct RootFsDoc {
+    #[serde(default, deserialize_with = "null_default")]
+    diff_ids: Vec<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct BuilderMetadataDoc {
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default, deserialize_with = "null_default")]
+    buildpacks: Vec<ModuleDoc>,
+    #[serde(default, deserialize_with = "null_default")]
+    stack: StackDoc,
+    #[serde(default, deserialize_with = "null_default")]
+    images: Vec<RunImageDoc>,
+    #[serde(default, deserialize_with = "null_default")]
+    lifecycle: LifecycleDoc,
+    #[serde(default, rename = "createdBy")]
+    created_by: Option<CreatedBy>,
+}
+
+#[derive(Deserialize)]
+struct ModuleDoc {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    version: Option<String>,
+    #[serde(default)]
+    homepage: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct StackDoc {
+    #[serde(rename = "runImage", default)]
+    run_image: Option<RunImageDoc>,
+}
+
+#[derive(Deserialize, Default)]
+struct RunImageDoc {
+    #[serde(default)]
+    image: Option<String>,
+    #[serde(default, deserialize_with = "null_default")]
+    mirrors: Vec<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct LifecycleDoc {
+    #[serde(default)]
+    version: Option<String>,
+    /// Older shape: one API version each.
+    #[serde(default)]
+    api: Option<LegacyApisDoc>,
+    #[serde(default)]
+    apis: Option<ApisDoc>,
+}
+
+#[derive(Deserialize, Default)]
+struct LegacyApisDoc {
+    #[serde(default)]
+    buildpack: Option<String>,
+    #[serde(default)]
+    platform: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct ApisDoc {
+    #[serde(default, deserialize_with = "null_default")]
+    buildpack: ApiSetDoc,
+    #[serde(default, deserialize_with = "null_default")]
+    platform: ApiSetDoc,
+}
+
+#[derive(Deserialize, Default)]
+struct ApiSetDoc {
+    #[serde(default, deserialize_with = "null_default")]
+    deprecated: Vec<String>,
+    #[serde(default, deserialize_with = "null_default")]
+    supported: Vec<String>,
+}
+
+impl ApiSetDoc {
+    fn all(self) -> Vec<String> {
+        let mut all = self.supported;
+        all.extend(self.deprecated);
+        all.sort();
+        all.dedup();
+        all
+    }
+}
+
+#[derive(Deserialize)]
+struct OrderGroupDoc {
+    #[serde(default, deserialize_with = "null_default")]
+    group: Vec<OrderEntryDoc>,
+}
+
+#[derive(Deserialize)]
+struct OrderEntryDoc {
+    id: String,
+    #[serde(default)]
+    version: Option<String>,
+    #[serde(default, deserialize_with = "null_default")]
+    optional: bool,
+}
+
+#[derive(Deserialize)]
+struct LayerDoc {
+    #[serde(default, rename = "layerDiffID")]
+    layer_diff_id: Option<String>,
+    #[serde(default)]
+    api: Option<String>,
+    #[serde(default)]
+    homepage: Option<String>,
+}
+
+fn label<T: DeserializeOwned>(
+    labels: &BTreeMap<String, String>,
+    name: &'static str,
+) -> Result<Option<T>, MetadataError> {
+    match labels.get(name) {
+        None => Ok(None),
+        Some(text) if text.trim().is_empty() => Ok(None),
+        Some(text) => serde_json::from_str(text)
+            .map(Some)
+            .map_err(|e| MetadataError::Label { label: name, detail: e.to_string() }),
+    }
+}
+
+fn parse_config(config: &[u8]) -> Result<ImageConfigDoc, MetadataError> {
+    serde_json::from_slice(config).map_err(|e| MetadataError::Config(e.to_string()))
+}
+
+fn env_value<'a>(env: &'a [String], name: &str) -> Option<&'a str> {
+    env.iter().find_map(|e| e.strip_prefix(name).and_then(|rest| rest.strip_prefix('=')))
+}
+
+fn target(doc: &ImageConfigDoc) -> Target {
+    let labels = &doc.config.labels;
+    Target {
+        os: doc.os.clone(),
+        arch: doc.architecture.clone(),
+        variant: doc.variant.clone().filter(|v| !v.is_empty()),
+        distro_name: labels.get("io.buildpacks.base.distro.name").cloned(),
+        distro_version: labels.get("io.buildpacks.base.distro.version").cloned(),
+    }
+}
+
+/// Reads a builder from its image config. `Ok(None)`: not a builder (no builder metadata label).
+pub fn parse_builder(config: &[u8]) -> Result<Option<BuilderMetadata>, MetadataError> {
+    let doc = parse_config(config)?;
+    let labels = &doc.config.labels;
+    let Some(meta) = label::<BuilderMetadataDoc>(labels, BUILDER_METADATA)? else {
+        return Ok(None);
+    };
+    let mixins: Vec<String> = label(labels, STACK_MIXINS)?.unwrap_or_default();
+    let order = label::<Vec<OrderGroupDoc>>(labels, BUILDPACK_ORDER)?.map(|groups| {
+        groups
+            .into_iter()
+            .map(|g| {
+                g.group.into_iter().map(|e| OrderEntry { id: e.id, version: e.version, optional: e.optional }).collect()
+            })
+            .collect()
+    });
+    let layers: BTreeMap<String, BTreeMap<String, BuildpackLayer>> = label::<
+        BTreeMap<String, BTreeMap<String, LayerDoc>>,
+    >(labels, BUILDPACK_LAYERS)?
+    .unwrap_or_default()
+    .into_iter()
+    .map(|(id, versions)| {
+        let versions = versions
+            .into_iter()
+            .map(|(v, l)| (v, BuildpackLayer { layer_diff_id: l.layer_diff_id, api: l.api, homepage: l.homepage }))
+            .collect();
+        (id, versions)
+    })
+    .collect();
+    let apis_label: Option<ApisDoc> = label(labels, LIFECYCLE_APIS)?;
+
+    let mut run_images: Vec<RunImage> = Vec::new();
+    for r in meta.images.into_iter().chain(meta.stack.run_image) {
+        if let Some(image) = r.image.filter(|i| !i.trim().is_empty())
+            && !run_images.iter().any(|known| known.image == image)
+        {
+            run_images.push(RunImage { image, mirrors: r.mirrors });
+        }
+    }
+    let mut buildpacks: Vec<Buildpack> = meta
+        .buildpacks
+        .into_iter()
+        .filter_map(|m| {
+            Some(Buildpack { id: m.id.filter(|i| !i.is_empty())?, version: m.version, homepage: m.homepage })
+        })
+        .collect();
+    buildpacks.sort();
+    buildpacks.dedup();
+
+    let lifecycle_doc = meta.lifecycle;
+    let (platform_apis, buildpack_apis) = match lifecycle_doc.apis.or(apis_label) {
+        Some(apis) => (apis.platform.all(), apis.buildpack.all()),
+        None => {
+            let legacy = lifecycle_doc.api.unwrap_or_default();
+            (legacy.platform.into_iter().collect(), legacy.buildpack.into_iter().collect())
+        }
+    };
+    let lifecycle = Lifecycle {
+        version: lifecycle_doc.version.filter(|v| !v.is_empty()).or_else(|| labels.get(LIFECYCLE_VERSION).cloned()),
+        platform_apis,
+        buildpack_apis,
+    };
+
+    let buildpack_layers: BTreeSet<&str> =
+        layers.values().flat_map(|v| v.values()).filter_map(|l| l.layer_diff_id.as_deref()).collect();
+    let base_layers = doc.rootfs.diff_ids.iter().filter(|d| !buildpack_layers.contains(d.as_str())).cloned().collect();
+
+    Ok(Some(BuilderMetadata {
+        description: meta.description.filter(|d| !d.is_empty()),
+        stack_id: labels.get(STACK_ID).cloned().filter(|s| !s.is_empty()),
+        mixins,
+        buildpacks,
+        layers,
+        order,
+        run_images,
+        lifecycle,
+        created_by: meta.created_by,
+        target: target(&doc),
+        base_labels: labels
+            .iter()
+            .filter(|(k, _)| k.starts_with(BASE_PREFIX))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        user_id: env_value(&doc.config.env, "CNB_USER_ID").and_then(|v| v.trim().parse().ok()),
+        group_id: env_value(&doc.config.env, "CNB_GROUP_ID").and_then(|v| v.trim().parse().ok()),
+        base_layers,
+    }))
+}
+
+/// Turns a parse result into what is kept per platform.
+pub fn platform_metadata(config: &[u8]) -> PlatformMetadata {
+    match parse_builder(config) {
+        Ok(Some(b)) => PlatformMetadata::Builder(Box::new(b)),
+        Ok(None) => PlatformMetadata::NotBuilder,
+        Err(e) => PlatformMetadata::Unreadable { error: e.to_string() },
+    }
+}
+
+// ---- app images -------------------------------------------------------------------------------
+
+/// The run image an app image was built on or last rebased onto.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppRunImage {
+    pub image: Option<String>,
+    #[serde(default)]
+    pub mirrors: Vec<String>,
+    /// Diff id of the run image's top layer.
+    pub top_layer: Option<String>,
+    /// Digest reference (or image id) that uniquely identifies the run image.
+    pub reference: Option<String>,
+}
+
+/// What an app image built by a CNB lifecycle says about how it was built.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppMetadata {
+    pub run_image: Option<AppRunImage>,
+    pub buildpacks: Vec<Buildpack>,
+    pub launcher_version: Option<String>,
+    pub stack_id: Option<String>,
+    pub platform_api: Option<String>,
+    pub target: Target,
+}
+
+impl AppMetadata {
+    /// The digest part of the run image reference, when it is a digest reference.
+    pub fn run_image_digest(&self) -> Option<&str> {
+        let reference = self.run_image.as_ref()?.reference.as_deref()?;
+        let digest = reference.rsplit('@').next()?;
+        crate::registry::is_sha256_digest(digest).then_some(digest)
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct LifecycleMetadataDoc {
+    #[serde(rename = "runImage", default)]
+    run_image: Option<AppRunImageDoc>,
+    #[serde(default, deserialize_with = "null_default")]
+    stack: StackDoc,
+    #[serde(default, deserialize_with = "null_default")]
+    buildpacks: Vec<LayersBuildpackDoc>,
+}
+
+#[derive(Deserialize, Default)]
+struct AppRunImageDoc {
+    #[serde(default)]
+    image: Option<String>,
+    #[serde(default, deserialize_with = "null_default")]
+    mirrors: Vec<String>,
+    #[serde(rename = "topLayer", default)]
+    top_layer: Option<String>,
+    #[serde(default)]
+    reference: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct LayersBuildpackDoc {
+    #[serde(default)]
+    key: Option<String>,
+    #[serde(default)]
+    version: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct BuildMetadataDoc {
+    #[serde(default, deserialize_with = "null_default")]
+    buildpacks: Vec<ModuleDoc>,
+    #[serde(default, deserialize_with = "null_default")]
+    launcher: LauncherDoc,
+}
+
+#[derive(Deserialize, Default)]
+struct LauncherDoc {
+    #[serde(default)]
+    version: Option<String>,
+}
+
+/// Reads an app image. `Ok(None)`: not built by a CNB lifecycle (no lifecycle metadata label).
+pub fn parse_app(config: &[u8]) -> Result<Option<AppMetadata>, MetadataError> {
+    let doc = parse_config(config)?;
+    let labels = &doc.config.labels;
+    let Some(lifecycle) = label::<LifecycleMetadataDoc>(labels, LIFECYCLE_METADATA)? else {
+        return Ok(None);
+    };
+    let build: BuildMetadataDoc = label(labels, BUILD_METADATA)?.unwrap_or_default();
+    let run_image = match lifecycle.run_image {
+        Some(r) => {
+            Some(AppRunImage { image: r.image, mirrors: r.mirrors, top_layer: r.top_layer, reference: r.reference })
+        }
+        None => lifecycle.stack.run_image.map(|r| AppRunImage {
+            image: r.image,
+            mirrors: r.mirrors,
+            top_layer: None,
+            reference: None,
+        }),
+    };
+    let mut buildpacks: Vec<Buildpack> = if build.buildpacks.is_empty() {
+        lifecycle
+            .buildpacks
+            .into_iter()
+            .filter_map(|b| Some(Buildpack { id: b.key?, version: b.version, homepage: None }))
+            .collect()
+    } else {
+        build
+            .buildpacks
+            .into_iter()
+            .filter_map(|m| Some(Buildpack { id: m.id?, version: m.version, homepage: m.homepage }))
+            .collect()
+    };
+    buildpacks.sort();
+    Ok(Some(AppMetadata {
+        run_image,
+        buildpacks,
+        launcher_version: build.launcher.version,
+        stack_id: labels.get(STACK_ID).cloned(),
+        platform_api: env_value(&doc.config.env, "CNB_PLATFORM_API").map(str::to_string),
+        target: target(&doc),
+    }))
+}
+
+// ---- classify ---------------------------------------------------------------------------------
+
+/// Compares two run image names, treating `index.docker.io/x` and `docker.io/x` as one.
+fn same_image(a: &str, b: &str) -> bool {
+    match (ImageRef::parse(a), ImageRef::parse(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
+struct PlatformComparison {
+    kind: ChangeKind,
+    reasons: BTreeSet<Reason>,
+    buildpacks: Vec<BuildpackChange>,
+    lifecycle: Option<FromTo>,
+    run_image: Option<FromTo>,
+    stack_id: Option<FromTo>,
+}
+
+fn compare(
+    prev: &BuilderMetadata,
+    cur: &BuilderMetadata,
+    prev_run: Option<&RunImagePin>,
+    cur_run: Option<&RunImagePin>,
+) -> PlatformComparison {
+    let mut reasons = BTreeSet::new();
+
+    // Buildpacks: versions per id, and layers under the same version.
+    let before = prev.buildpack_set();
+    let after = cur.buildpack_set();
+    let mut buildpacks = Vec::new();
+    let ids: BTreeSet<&String> = before.keys().chain(after.keys()).map(|(id, _)| id).collect();
+    for id in ids {
+        let versions = |set: &BTreeMap<(String, String), Option<String>>| -> BTreeMap<String, Option<String>> {
+            set.iter().filter(|((i, _), _)| i == id).map(|((_, v), l)| (v.clone(), l.clone())).collect()
+        };
+        let (old, new) = (versions(&before), versions(&after));
+        if old == new {
+            continue;
+        }
+        reasons.insert(Reason::Buildpack);
+        let old_only: Vec<&String> = old.keys().filter(|v| !new.contains_key(*v)).collect();
+        let new_only: Vec<&String> = new.keys().filter(|v| !old.contains_key(*v)).collect();
+        let nonempty = |v: &String| (!v.is_empty()).then(|| v.clone());
+        match (old_only.as_slice(), new_only.as_slice()) {
+            ([from], [to]) => buildpacks.push(BuildpackChange {
+                id: id.clone(),
+                from: nonempty(from),
+                to: nonempty(to),
+                republished: false,
+            }),
+            _ => {
+                for v in old_only {
+                    buildpacks.push(BuildpackChange {
+                        id: id.clone(),
+                        from: nonempty(v),
+                        to: None,
+                        republished: false,
+                    });
+                }
+                for v in new_only {
+                    buildpacks.push(BuildpackChange {
+                        id: id.clone(),
+                        from: None,
+                        to: nonempty(v),
+                        republished: false,
+                    });
+                }
+            }
+        }
+        for (v, layer) in &old {
+            if let Some(new_layer) = new.get(v)
+                && new_layer != layer
+            {
+                buildpacks.push(BuildpackChange {
+                    id: id.clone(),
+                    from: nonempty(v),
+                    to: nonempty(v),
+                    republished: true,
+                });
+            }
+        }
+    }
+    buildpacks.sort();
+
+    let lifecycle = (prev.lifecycle.version != cur.lifecycle.version)
+        .then(|| FromTo { from: prev.lifecycle.version.clone(), to: cur.lifecycle.version.clone() });
+    if lifecycle.is_some() {
+        reasons.insert(Reason::Lifecycle);
+    }
+
+    if normalized_order(prev.order.as_deref()) != normalized_order(cur.order.as_deref()) {
+        reasons.insert(Reason::Order);
+    }
+
+    let stack_id =
+        (prev.stack_id != cur.stack_id).then(|| FromTo { from: prev.stack_id.clone(), to: cur.stack_id.clone() });
+    let mixins = |m: &[String]| m.iter().cloned().collect::<BTreeSet<_>>();
+    if stack_id.is_some()
+        || prev.target != cur.target
+        || mixins(&prev.mixins) != mixins(&cur.mixins)
+        || prev.user_id != cur.user_id
+        || prev.group_id != cur.group_id
+    {
+        reasons.insert(Reason::StackId);
+    }
+
+    // The run image: its name in the metadata, and the digest it resolved to when pinned.
+    let names_differ = match (prev.run_image(), cur.run_image()) {
+        (Some(a), Some(b)) => !same_image(a, b),
+        (a, b) => a.is_some() != b.is_some(),
+    };
+    let prev_ref = prev_run.and_then(|r| r.reference.clone());
+    let cur_ref = cur_run.and_then(|r| r.reference.clone());
+    let refs_differ = matches!((&prev_ref, &cur_ref), (Some(a), Some(b)) if a != b);
+    let run_image = if refs_differ || (names_differ && prev_ref.is_some() && cur_ref.is_some()) {
+        Some(FromTo { from: prev_ref, to: cur_ref })
+    } else if names_differ {
+        Some(FromTo { from: prev.run_image().map(str::to_string), to: cur.run_image().map(str::to_string) })
+    } else {
+        None
+    };
+    if run_image.is_some() {
+        reasons.insert(Reason::RunImage);
+        reasons.insert(Reason::Stack);
+    }
+    if prev.base_layers != cur.base_layers {
+        reasons.insert(Reason::Stack);
+    }
+
+    let kind = if reasons.is_empty() {
+        ChangeKind::None
+    } else if reasons.iter().all(|r| matches!(r, Reason::Stack | Reason::RunImage)) {
+        ChangeKind::Rebase
+    } else {
+        ChangeKind::Rebuild
+    };
+    PlatformComparison { kind, reasons, buildpacks, lifecycle, run_image, stack_id }
+}
+
+/// Order groups as written, each group's entries as a set of (id, optional). Versions are left out:
+/// a version bump is a BUILDPACK change, and pack writes resolved versions into the order label.
+fn normalized_order(order: Option<&[Vec<OrderEntry>]>) -> Option<Vec<BTreeSet<(String, bool)>>> {
+    order.map(|groups| groups.iter().map(|g| g.iter().map(|e| (e.id.clone(), e.optional)).collect()).collect())
+}
+
+/// What a move from `previous` to `current` means, per platform, then combined: any rebuild makes
+/// the whole change a rebuild; unknown beats rebase; rebase only when every platform can rebase.
+pub fn classify(previous: &PinnedMetadata, current: &PinnedMetadata) -> Change {
+    let mut pairs: Vec<(String, &PlatformMetadata, &PlatformMetadata)> = current
+        .platforms
+        .iter()
+        .filter_map(|(k, cur)| previous.platforms.get(k).map(|prev| (k.clone(), prev, cur)))
+        .collect();
+    if pairs.is_empty() {
+        // No platform in common (e.g. a single amd64 image replaced by an arm64 one): compare the
+        // images themselves; their targets differ, which is a rebuild.
+        match (previous.platforms.iter().next(), current.platforms.iter().next()) {
+            (Some((pk, prev)), Some((ck, cur))) => pairs.push((format!("{pk} → {ck}"), prev, cur)),
+            _ => return Change::unknown("no platform metadata to compare"),
+        }
+    }
+    let mut change = Change::of_kind(ChangeKind::None);
+    let mut reasons = BTreeSet::new();
+    let mut notes = Vec::new();
+    for (platform, prev, cur) in pairs {
+        let (kind, platform_reasons) = match (prev, cur) {
+            (PlatformMetadata::Builder(p), PlatformMetadata::Builder(c)) => {
+                let cmp = compare(p, c, previous.run_image.as_ref(), current.run_image.as_ref());
+                reasons.extend(cmp.reasons.iter().copied());
+                for b in cmp.buildpacks {
+                    if !change.buildpacks.contains(&b) {
+                        change.buildpacks.push(b);
+                    }
+                }
+                change.lifecycle = change.lifecycle.or(cmp.lifecycle);
+                change.run_image = change.run_image.or(cmp.run_image);
+                change.stack_id = change.stack_id.or(cmp.stack_id);
+                (cmp.kind, cmp.reasons.into_iter().collect())
+            }
+            (p, c) => {
+                let side = |m: &PlatformMetadata| match m {
+                    PlatformMetadata::Builder(_) => None,
+                    PlatformMetadata::NotBuilder => Some("is not a CNB builder".to_string()),
+                    PlatformMetadata::Unreadable { error } => Some(format!("has unreadable metadata ({error})")),
+                };
+                if let Some(why) = side(p) {
+                    notes.push(format!("{platform}: the previous image {why}"));
+                }
+                if let Some(why) = side(c) {
+                    notes.push(format!("{platform}: the new image {why}"));
+                }
+                (ChangeKind::Unknown, Vec::new())
+            }
+        };
+        change.kind = change.kind.max(kind);
+        change.platforms.insert(platform, PlatformChange { kind, reasons: platform_reasons });
+    }
+    change.reasons = reasons.into_iter().collect();
+    change.buildpacks.sort();
+    if !notes.is_empty() {
+        change.note = Some(notes.join("; "));
+    }
+    change
+}
+
+/// Renders builder metadata for `resolve`.
+pub fn describe(meta: &BuilderMetadata) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "  stack:      {}", meta.stack_id.as_deref().unwrap_or("-"));
+    let _ = writeln!(out, "  lifecycle:  {}", meta.lifecycle.version.as_deref().unwrap_or("-"));
+    let _ = writeln!(out, "  run image:  {}", meta.run_image().unwrap_or("-"));
+    let _ = writeln!(out, "  buildpacks: {}", meta.buildpacks.len());
+    for b in &meta.buildpacks {
+        let _ = writeln!(out, "    {} {}", b.id, b.version.as_deref().unwrap_or("-"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -109,11 +109,7 @@ impl RegistrySettings {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Credentials {
     Anonymous,
-    Basic {
-        username: String,
-        password: Secret,
-        source: CredentialSource,
-    },
+    Basic { username: String, password: Secret, source: CredentialSource },
 }
 
 /// Where credentials came from, for `check` output (never the value).
@@ -145,6 +141,8 @@ pub struct BuilderSettings {
     pub platforms: Option<Vec<Platform>>,
     /// A new digest is reported only once it has been seen continuously for this long.
     pub settle: Option<Duration>,
+    /// Also watch the run image the builder's metadata names.
+    pub watch_run_image: bool,
 }
 
 /// `os/arch[/variant]`.
@@ -158,11 +156,8 @@ pub struct Platform {
 impl Platform {
     pub fn parse(text: &str) -> Option<Self> {
         let parts: Vec<&str> = text.split('/').collect();
-        let valid = |p: &&str| {
-            !p.is_empty()
-                && p.chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-        };
+        let valid =
+            |p: &&str| !p.is_empty() && p.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
         if !(2..=3).contains(&parts.len()) || !parts.iter().all(valid) {
             return None;
         }
@@ -205,15 +200,9 @@ pub struct Diagnostic {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{}: cannot read config file: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("{}", render(path, diagnostics))]
-    Invalid {
-        path: PathBuf,
-        diagnostics: Vec<Diagnostic>,
-    },
+    Invalid { path: PathBuf, diagnostics: Vec<Diagnostic> },
 }
 
 fn render(path: &Path, diagnostics: &[Diagnostic]) -> String {
@@ -227,21 +216,15 @@ fn render(path: &Path, diagnostics: &[Diagnostic]) -> String {
 impl Config {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
         Self::parse(path, &text)
     }
 
     /// Validates config text; `path` names the file in errors and anchors relative paths.
     pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let mut v = Validator {
-            text,
-            base,
-            diagnostics: Vec::new(),
-        };
+        let mut v = Validator { text, base, diagnostics: Vec::new() };
         let config = v.document(path);
         if v.diagnostics.is_empty()
             && let Some(config) = config
@@ -251,18 +234,12 @@ impl Config {
         let mut diagnostics = v.diagnostics;
         diagnostics.sort_by_key(|d| (d.line, d.column));
         diagnostics.dedup();
-        Err(ConfigError::Invalid {
-            path: path.to_path_buf(),
-            diagnostics,
-        })
+        Err(ConfigError::Invalid { path: path.to_path_buf(), diagnostics })
     }
 
     /// The settings used for a registry host (its table, or the defaults).
     pub fn registry(&self, host: &str) -> RegistrySettings {
-        self.registries
-            .get(host)
-            .cloned()
-            .unwrap_or_else(|| RegistrySettings::defaults_for(host))
+        self.registries.get(host).cloned().unwrap_or_else(|| RegistrySettings::defaults_for(host))
     }
 
     pub fn builder(&self, name: &str) -> Option<&BuilderSettings> {
@@ -275,9 +252,7 @@ impl Config {
     pub fn summary(&self) -> String {
         let mut out = format!("config: {}\n", self.source.display());
         match &self.monitor.state {
-            StateLocation::Sqlite(path) => {
-                out.push_str(&format!("state:  {} (SQLite)\n", path.display()))
-            }
+            StateLocation::Sqlite(path) => out.push_str(&format!("state:  {} (SQLite)\n", path.display())),
         }
         let mut hosts: Vec<String> = self.registries.keys().cloned().collect();
         for b in &self.builders {
@@ -295,9 +270,7 @@ impl Config {
             };
             let auth = match &r.credentials {
                 Credentials::Anonymous => "anonymous".to_string(),
-                Credentials::Basic {
-                    username, source, ..
-                } => format!("user {username} ({source})"),
+                Credentials::Basic { username, source, .. } => format!("user {username} ({source})"),
             };
             out.push_str(&format!(
                 "  {host}: {}, {rate}, {auth}, timeout {}, {} attempts{}\n",
@@ -311,16 +284,13 @@ impl Config {
         for b in &self.builders {
             let platforms = match &b.platforms {
                 None => "all platforms".to_string(),
-                Some(list) => list
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                Some(list) => list.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
             };
-            let settle = b
-                .settle
-                .map(|s| format!(", settle {}", humantime::format_duration(s)))
-                .unwrap_or_default();
+            let mut settle =
+                b.settle.map(|s| format!(", settle {}", humantime::format_duration(s))).unwrap_or_default();
+            if !b.watch_run_image {
+                settle.push_str(", run image not watched");
+            }
             out.push_str(&format!(
                 "  {}: {}\n      {}, jitter up to {}, {platforms}{settle}\n",
                 b.name,
@@ -341,10 +311,7 @@ pub fn is_loopback_host(host: &str) -> bool {
     } else {
         host.split(':').next().unwrap_or_default()
     };
-    name == "localhost"
-        || name
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
+    name == "localhost" || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 // ---- raw, as written -------------------------------------------------------------------------
@@ -384,6 +351,7 @@ struct RawBuilder {
     jitter: Option<Spanned<String>>,
     platforms: Option<Vec<Spanned<String>>>,
     settle: Option<Spanned<String>>,
+    watch_run_image: Option<bool>,
 }
 
 // ---- validation ------------------------------------------------------------------------------
@@ -399,11 +367,7 @@ const SECTIONS: &[&str] = &["monitor", "registries", "builders"];
 impl<'a> Validator<'a> {
     fn error(&mut self, span: Range<usize>, message: impl Into<String>) {
         let (line, column) = line_column(self.text, span.start);
-        self.diagnostics.push(Diagnostic {
-            line,
-            column,
-            message: message.into(),
-        });
+        self.diagnostics.push(Diagnostic { line, column, message: message.into() });
     }
 
     fn toml_error(&mut self, err: &toml::de::Error) {
@@ -442,11 +406,7 @@ impl<'a> Validator<'a> {
                 other => {
                     let message = format!(
                         "unknown key `{other}`, expected one of {}",
-                        SECTIONS
-                            .iter()
-                            .map(|s| format!("`{s}`"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        SECTIONS.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
                     );
                     self.error(key.span(), message);
                 }
@@ -463,32 +423,19 @@ impl<'a> Validator<'a> {
         let defaults = monitor.as_ref();
         let builders = self.builders(raw_builders, defaults);
 
-        Some(Config {
-            source: path.to_path_buf(),
-            monitor: monitor?,
-            registries: registries?,
-            builders: builders?,
-        })
+        Some(Config { source: path.to_path_buf(), monitor: monitor?, registries: registries?, builders: builders? })
     }
 
     fn duration(&mut self, value: &Spanned<String>, what: &str) -> Option<Duration> {
         match humantime::parse_duration(value.get_ref()) {
             Ok(d) => Some(d),
             Err(err) => {
-                let hint = if value
-                    .get_ref()
-                    .trim()
-                    .chars()
-                    .all(|c| c.is_ascii_digit() || c == '.')
-                {
+                let hint = if value.get_ref().trim().chars().all(|c| c.is_ascii_digit() || c == '.') {
                     " (a unit is required, e.g. \"30s\", \"10m\", \"1h\")".to_string()
                 } else {
                     format!(": {err}")
                 };
-                self.error(
-                    value.span(),
-                    format!("invalid {what} \"{}\"{hint}", value.get_ref()),
-                );
+                self.error(value.span(), format!("invalid {what} \"{}\"{hint}", value.get_ref()));
                 None
             }
         }
@@ -509,11 +456,7 @@ impl<'a> Validator<'a> {
             None => None,
         };
         let path = expanded.unwrap_or_else(|| PathBuf::from(text));
-        if path.is_absolute() {
-            path
-        } else {
-            self.base.join(path)
-        }
+        if path.is_absolute() { path } else { self.base.join(path) }
     }
 
     fn monitor(&mut self, raw: RawMonitor) -> Option<MonitorSettings> {
@@ -528,10 +471,7 @@ impl<'a> Validator<'a> {
         };
         let state = match &raw.state {
             Some(v) if v.get_ref().trim().is_empty() => {
-                self.error(
-                    v.span(),
-                    "state must name a file (the embedded SQLite ledger)",
-                );
+                self.error(v.span(), "state must name a file (the embedded SQLite ledger)");
                 None
             }
             Some(v) if v.get_ref() == "kubernetes" => {
@@ -556,44 +496,27 @@ impl<'a> Validator<'a> {
         if !ok {
             return None;
         }
-        Some(MonitorSettings {
-            interval: interval?,
-            jitter: jitter?,
-            state: state?,
-            history,
-        })
+        Some(MonitorSettings { interval: interval?, jitter: jitter?, state: state?, history })
     }
 
-    fn registries(
-        &mut self,
-        value: Option<Spanned<DeValue<'a>>>,
-    ) -> Option<BTreeMap<String, RegistrySettings>> {
+    fn registries(&mut self, value: Option<Spanned<DeValue<'a>>>) -> Option<BTreeMap<String, RegistrySettings>> {
         let mut out = BTreeMap::new();
         let Some(value) = value else { return Some(out) };
         let span = value.span();
         let DeValue::Table(table) = value.into_inner() else {
-            self.error(
-                span,
-                "`registries` must be a table of `[registries.\"HOST\"]` tables",
-            );
+            self.error(span, "`registries` must be a table of `[registries.\"HOST\"]` tables");
             return None;
         };
         let mut ok = true;
         for (key, value) in table {
             let host_text = key.get_ref().to_string();
             let Some(host) = normalize_registry_host(&host_text) else {
-                self.error(
-                    key.span(),
-                    format!("invalid registry host \"{host_text}\" (expected HOST or HOST:PORT)"),
-                );
+                self.error(key.span(), format!("invalid registry host \"{host_text}\" (expected HOST or HOST:PORT)"));
                 ok = false;
                 continue;
             };
             if out.contains_key(&host) {
-                self.error(
-                    key.span(),
-                    format!("registry \"{host}\" is configured twice"),
-                );
+                self.error(key.span(), format!("registry \"{host}\" is configured twice"));
                 ok = false;
                 continue;
             }
@@ -616,10 +539,7 @@ impl<'a> Validator<'a> {
         if let Some(rps) = &raw.requests_per_second {
             let value = *rps.get_ref();
             if !value.is_finite() || value < 0.0 {
-                self.error(
-                    rps.span(),
-                    "requests_per_second must be a number >= 0 (0 disables the limit)",
-                );
+                self.error(rps.span(), "requests_per_second must be a number >= 0 (0 disables the limit)");
             } else if value == 0.0 {
                 s.requests_per_second = None;
             } else {
@@ -655,10 +575,7 @@ impl<'a> Validator<'a> {
             let path = self.path(ca.get_ref());
             match std::fs::read(&path) {
                 Ok(pem) if pem_has_certificate(&pem) => s.ca_pem = Some(pem),
-                Ok(_) => self.error(
-                    ca.span(),
-                    format!("{} contains no PEM certificate", path.display()),
-                ),
+                Ok(_) => self.error(ca.span(), format!("{} contains no PEM certificate", path.display())),
                 Err(err) => self.error(ca.span(), format!("cannot read {}: {err}", path.display())),
             }
         }
@@ -668,26 +585,16 @@ impl<'a> Validator<'a> {
 
     fn credentials(&mut self, host: &str, raw: &RawRegistry) -> Option<Credentials> {
         if let Some(dc) = &raw.docker_config {
-            if let Some(other) = raw
-                .username
-                .as_ref()
-                .or(raw.password_env.as_ref())
-                .or(raw.password_file.as_ref())
-            {
-                self.error(
-                    other.span(),
-                    "use either docker_config or username + password_env/password_file, not both",
-                );
+            if let Some(other) = raw.username.as_ref().or(raw.password_env.as_ref()).or(raw.password_file.as_ref()) {
+                self.error(other.span(), "use either docker_config or username + password_env/password_file, not both");
                 return None;
             }
             let path = self.path(dc.get_ref());
             return match DockerConfig::load(&path) {
                 Ok(config) => match config.credentials_for(host) {
-                    Ok((username, password)) => Some(Credentials::Basic {
-                        username,
-                        password,
-                        source: CredentialSource::DockerConfig(path),
-                    }),
+                    Ok((username, password)) => {
+                        Some(Credentials::Basic { username, password, source: CredentialSource::DockerConfig(path) })
+                    }
                     Err(message) => {
                         self.error(dc.span(), message);
                         None
@@ -702,10 +609,7 @@ impl<'a> Validator<'a> {
         match (&raw.username, &raw.password_env, &raw.password_file) {
             (None, None, None) => Some(Credentials::Anonymous),
             (Some(_), Some(_), Some(f)) => {
-                self.error(
-                    f.span(),
-                    "use either password_env or password_file, not both",
-                );
+                self.error(f.span(), "use either password_env or password_file, not both");
                 None
             }
             (None, Some(p), _) | (None, None, Some(p)) => {
@@ -725,10 +629,7 @@ impl<'a> Validator<'a> {
                         source: CredentialSource::Env(name.clone()),
                     }),
                     _ => {
-                        self.error(
-                            env.span(),
-                            format!("environment variable {name} is not set (password for {host})"),
-                        );
+                        self.error(env.span(), format!("environment variable {name} is not set (password for {host})"));
                         None
                     }
                 }
@@ -746,10 +647,7 @@ impl<'a> Validator<'a> {
                         None
                     }
                     Err(err) => {
-                        self.error(
-                            file.span(),
-                            format!("cannot read {}: {err}", path.display()),
-                        );
+                        self.error(file.span(), format!("cannot read {}: {err}", path.display()));
                         None
                     }
                 }
@@ -766,10 +664,7 @@ impl<'a> Validator<'a> {
         let Some(value) = value else { return Some(out) };
         let span = value.span();
         let DeValue::Array(array) = value.into_inner() else {
-            self.error(
-                span,
-                "`builders` must be an array of tables: write each one as [[builders]]",
-            );
+            self.error(span, "`builders` must be an array of tables: write each one as [[builders]]");
             return None;
         };
         let mut ok = true;
@@ -783,10 +678,7 @@ impl<'a> Validator<'a> {
                 let (line, _) = line_column(self.text, first.start);
                 self.error(
                     raw.name.span(),
-                    format!(
-                        "duplicate builder name \"{}\" (first defined on line {line})",
-                        raw.name.get_ref()
-                    ),
+                    format!("duplicate builder name \"{}\" (first defined on line {line})", raw.name.get_ref()),
                 );
                 ok = false;
             } else {
@@ -800,11 +692,7 @@ impl<'a> Validator<'a> {
         ok.then_some(out)
     }
 
-    fn builder(
-        &mut self,
-        raw: RawBuilder,
-        monitor: Option<&MonitorSettings>,
-    ) -> Option<BuilderSettings> {
+    fn builder(&mut self, raw: RawBuilder, monitor: Option<&MonitorSettings>) -> Option<BuilderSettings> {
         let errors_before = self.diagnostics.len();
         let name = raw.name.get_ref().clone();
         if !is_dns_label(&name) {
@@ -829,10 +717,7 @@ impl<'a> Validator<'a> {
             }
             Ok(image) => Some(image),
             Err(err) => {
-                self.error(
-                    raw.image.span(),
-                    format!("invalid image reference \"{}\": {err}", raw.image.get_ref()),
-                );
+                self.error(raw.image.span(), format!("invalid image reference \"{}\": {err}", raw.image.get_ref()));
                 None
             }
         };
@@ -841,9 +726,7 @@ impl<'a> Validator<'a> {
                 self.error(s.span(), "set either interval or schedule, not both");
                 None
             }
-            (Some(i), None) => self
-                .positive_duration(i, "interval")
-                .map(Schedule::Interval),
+            (Some(i), None) => self.positive_duration(i, "interval").map(Schedule::Interval),
             (None, Some(s)) => match Schedule::cron(s.get_ref()) {
                 Ok(schedule) => Some(schedule),
                 Err(message) => {
@@ -864,10 +747,7 @@ impl<'a> Validator<'a> {
         let platforms = match &raw.platforms {
             None => Some(None),
             Some(list) if list.is_empty() => {
-                self.error(
-                    raw.name.span(),
-                    "platforms is empty; omit it to watch every platform",
-                );
+                self.error(raw.name.span(), "platforms is empty; omit it to watch every platform");
                 None
             }
             Some(list) => {
@@ -880,7 +760,10 @@ impl<'a> Validator<'a> {
                         Some(platform) => out.push(platform),
                         None => self.error(
                             p.span(),
-                            format!("invalid platform \"{}\" (expected os/arch or os/arch/variant, e.g. \"linux/amd64\")", p.get_ref()),
+                            format!(
+                                "invalid platform \"{}\" (expected os/arch or os/arch/variant, e.g. \"linux/amd64\")",
+                                p.get_ref()
+                            ),
                         ),
                     }
                 }
@@ -897,24 +780,19 @@ impl<'a> Validator<'a> {
             jitter: jitter?,
             platforms: platforms?,
             settle: settle?,
+            watch_run_image: raw.watch_run_image.unwrap_or(true),
         })
     }
 }
 
 /// Normalises a `[registries."HOST"]` key to the host used in references.
 fn normalize_registry_host(text: &str) -> Option<String> {
-    let host = text
-        .trim()
-        .trim_start_matches("https://")
-        .trim_start_matches("http://")
-        .trim_end_matches('/');
+    let host = text.trim().trim_start_matches("https://").trim_start_matches("http://").trim_end_matches('/');
     if host.is_empty() || host.contains('/') || host.chars().any(char::is_whitespace) {
         return None;
     }
     Some(match host {
-        "index.docker.io" | "registry-1.docker.io" | "registry.hub.docker.com" => {
-            "docker.io".to_string()
-        }
+        "index.docker.io" | "registry-1.docker.io" | "registry.hub.docker.com" => "docker.io".to_string(),
         other => other.to_ascii_lowercase(),
     })
 }
@@ -923,9 +801,7 @@ fn is_dns_label(name: &str) -> bool {
     let bytes = name.as_bytes();
     !bytes.is_empty()
         && bytes.len() <= 63
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
         && bytes[0] != b'-'
         && bytes[bytes.len() - 1] != b'-'
 }
@@ -949,10 +825,9 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, Vec<String>> {
         Config::parse(Path::new("/etc/bm/config.toml"), text).map_err(|e| match e {
-            ConfigError::Invalid { diagnostics, .. } => diagnostics
-                .into_iter()
-                .map(|d| format!("{}:{}: {}", d.line, d.column, d.message))
-                .collect(),
+            ConfigError::Invalid { diagnostics, .. } => {
+                diagnostics.into_iter().map(|d| format!("{}:{}: {}", d.line, d.column, d.message)).collect()
+            }
             other => vec![other.to_string()],
         })
     }
@@ -961,10 +836,7 @@ mod tests {
     fn minimal_config_gets_defaults() {
         let c = parse("[[builders]]\nname = \"b\"\nimage = \"ubuntu\"\n").unwrap();
         assert_eq!(c.monitor.interval, DEFAULT_INTERVAL);
-        assert_eq!(
-            c.monitor.state,
-            StateLocation::Sqlite(PathBuf::from("/etc/bm/builder-monitor.db"))
-        );
+        assert_eq!(c.monitor.state, StateLocation::Sqlite(PathBuf::from("/etc/bm/builder-monitor.db")));
         let b = &c.builders[0];
         assert_eq!(b.image.to_string(), "docker.io/library/ubuntu:latest");
         assert!(matches!(b.schedule, Schedule::Interval(d) if d == DEFAULT_INTERVAL));
@@ -1020,23 +892,16 @@ colour = "blue"
             "28:1: unknown field `colour`",
         ];
         for (got, want) in errors.iter().zip(expect.iter()) {
-            assert!(
-                got.starts_with(want),
-                "got {got:?}, want prefix {want:?}\nall: {errors:#?}"
-            );
+            assert!(got.starts_with(want), "got {got:?}, want prefix {want:?}\nall: {errors:#?}");
         }
         assert_eq!(errors.len(), expect.len(), "{errors:#?}");
     }
 
     #[test]
     fn unknown_top_level_key_and_bad_types() {
-        let errors = parse("[monitr]\ninterval = \"1m\"\n[[builders]]\nname = 5\nimage = \"x\"\n")
-            .unwrap_err();
+        let errors = parse("[monitr]\ninterval = \"1m\"\n[[builders]]\nname = 5\nimage = \"x\"\n").unwrap_err();
         assert_eq!(errors.len(), 2, "{errors:?}");
-        assert!(
-            errors[0].starts_with("1:2: unknown key `monitr`"),
-            "{errors:?}"
-        );
+        assert!(errors[0].starts_with("1:2: unknown key `monitr`"), "{errors:?}");
         assert!(errors[1].starts_with("4:8: invalid type"), "{errors:?}");
     }
 
@@ -1074,9 +939,7 @@ colour = "blue"
         let r = c.registry("docker.io");
         assert_eq!(r.requests_per_second, None);
         match r.credentials {
-            Credentials::Basic {
-                username, password, ..
-            } => {
+            Credentials::Basic { username, password, .. } => {
                 assert_eq!(username, "me");
                 assert_eq!(password.expose(), "s3cret");
                 assert_eq!(format!("{password:?}"), "Secret(***)");
@@ -1088,16 +951,13 @@ colour = "blue"
 
     #[test]
     fn platforms_parse() {
-        let c = parse("[[builders]]\nname = \"b\"\nimage = \"x:1\"\nplatforms = [\"linux/amd64\", \"linux/arm64/v8\"]\n").unwrap();
+        let c =
+            parse("[[builders]]\nname = \"b\"\nimage = \"x:1\"\nplatforms = [\"linux/amd64\", \"linux/arm64/v8\"]\n")
+                .unwrap();
         let p = c.builders[0].platforms.clone().unwrap();
         assert_eq!(p[1].to_string(), "linux/arm64/v8");
-        let errors =
-            parse("[[builders]]\nname = \"b\"\nimage = \"x:1\"\nplatforms = [\"amd64\"]\n")
-                .unwrap_err();
-        assert!(
-            errors[0].starts_with("4:14: invalid platform"),
-            "{errors:?}"
-        );
+        let errors = parse("[[builders]]\nname = \"b\"\nimage = \"x:1\"\nplatforms = [\"amd64\"]\n").unwrap_err();
+        assert!(errors[0].starts_with("4:14: invalid platform"), "{errors:?}");
     }
 
     #[test]

@@ -15,6 +15,8 @@ pub enum EventType {
     BuilderPinned,
     #[serde(rename = "builder.changed")]
     BuilderChanged,
+    #[serde(rename = "run_image.changed")]
+    RunImageChanged,
     #[serde(rename = "check.failed")]
     CheckFailed,
     #[serde(rename = "check.recovered")]
@@ -22,17 +24,14 @@ pub enum EventType {
 }
 
 impl EventType {
-    pub const ALL: [EventType; 4] = [
-        EventType::BuilderPinned,
-        EventType::BuilderChanged,
-        EventType::CheckFailed,
-        EventType::CheckRecovered,
-    ];
+    pub const ALL: [EventType; 4] =
+        [EventType::BuilderPinned, EventType::BuilderChanged, EventType::CheckFailed, EventType::CheckRecovered];
 
     pub fn as_str(self) -> &'static str {
         match self {
             EventType::BuilderPinned => "builder.pinned",
             EventType::BuilderChanged => "builder.changed",
+            EventType::RunImageChanged => "run_image.changed",
             EventType::CheckFailed => "check.failed",
             EventType::CheckRecovered => "check.recovered",
         }
@@ -89,7 +88,14 @@ pub struct Event {
     #[serde(rename = "type")]
     pub event_type: EventType,
     pub time: String,
+    /// The builder the event is about; for a run image, the first builder using it.
     pub builder: Subject,
+    /// Every builder a run image event concerns.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub builders: Vec<Subject>,
+    /// The run image tag, for events about a run image watch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_image: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous: Option<Pin>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -112,6 +118,8 @@ impl Event {
             event_type,
             time,
             builder: subject,
+            builders: Vec::new(),
+            run_image: None,
             previous: None,
             current: None,
             change: None,
@@ -149,10 +157,7 @@ mod tests {
         let ba = change_id("b", 2, "sha256:b", "sha256:a");
         let ab_again = change_id("b", 3, "sha256:a", "sha256:b");
         assert!(ab != ba && ab != ab_again && ba != ab_again);
-        assert_ne!(
-            change_id("b", 1, "sha256:a", "sha256:b"),
-            change_id("c", 1, "sha256:a", "sha256:b")
-        );
+        assert_ne!(change_id("b", 1, "sha256:a", "sha256:b"), change_id("c", 1, "sha256:a", "sha256:b"));
         // Parts are delimited: shifting text between them changes the id.
         assert_ne!(stable_id(&["ab", "c"]), stable_id(&["a", "bc"]));
     }
@@ -163,17 +168,14 @@ mod tests {
             "id1".into(),
             EventType::BuilderChanged,
             "2026-11-30T12:00:00Z".into(),
-            Subject {
-                name: "b".into(),
-                image: "docker.io/x/y:latest".into(),
-            },
+            Subject { name: "b".into(), image: "docker.io/x/y:latest".into() },
         );
         e.previous = Some(Pin {
             digest: "sha256:a".into(),
             reference: "docker.io/x/y@sha256:a".into(),
             platforms: BTreeMap::new(),
         });
-        e.change = Some(Change::unknown());
+        e.change = Some(Change::unknown("test"));
         e.images = Some(vec![]);
         let v = serde_json::to_value(&e).unwrap();
         assert_eq!(v["type"], "builder.changed");
@@ -181,6 +183,7 @@ mod tests {
         assert_eq!(v["previous"]["reference"], "docker.io/x/y@sha256:a");
         assert_eq!(v["change"]["kind"], "unknown");
         assert!(v["change"]["lifecycle"].is_null());
+        assert!(v.get("builders").is_none() && v.get("run_image").is_none());
         assert!(v.get("current").is_none());
         let back: Event = serde_json::from_value(v).unwrap();
         assert_eq!(back, e);

@@ -1,14 +1,14 @@
 //! Reads what a digest is: an index and its platform manifests, or one image manifest whose config
-//! names its platform. The result, an `Observation`, is what the monitor pins and compares.
+//! names its platform, and the config blobs whose CNB labels say what a builder or app contains.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::builder::{self, AppMetadata, BuilderMetadata, Change, PinnedMetadata};
 use crate::config::Platform;
 use crate::registry::{
-    DOCKER_MANIFEST_LIST, ImageRef, MAX_CONFIG_BYTES, Manifest, OCI_INDEX, Registry, RegistryError,
-    is_sha256_digest,
+    DOCKER_MANIFEST_LIST, ImageRef, MAX_CONFIG_BYTES, Manifest, OCI_INDEX, Registry, RegistryError, is_sha256_digest,
 };
 
 /// One resolved state of a tag.
@@ -19,6 +19,8 @@ pub struct Observation {
     pub media_type: String,
     /// `os/arch[/variant]` → manifest digest.
     pub platforms: BTreeMap<String, String>,
+    /// The config blob of a single-manifest image, fetched to learn its platform.
+    pub single_config: Option<bytes::Bytes>,
 }
 
 impl Observation {
@@ -48,6 +50,13 @@ struct IndexDoc {
 #[derive(Deserialize)]
 struct ImageManifestDoc {
     config: Descriptor,
+}
+
+fn parse_image_manifest(image: &ImageRef, manifest: &Manifest) -> Result<ImageManifestDoc, RegistryError> {
+    serde_json::from_slice(&manifest.bytes).map_err(|e| RegistryError::InvalidResponse {
+        registry: image.registry().to_string(),
+        detail: format!("manifest {} is not an image manifest: {e}", manifest.digest),
+    })
 }
 
 #[derive(Deserialize)]
@@ -88,11 +97,7 @@ pub fn is_index(media_type: &str) -> bool {
 }
 
 /// Fetches `digest` of `image`'s repository and lists its platforms.
-pub async fn observe(
-    registry: &Registry,
-    image: &ImageRef,
-    digest: &str,
-) -> Result<Observation, RegistryError> {
+pub async fn observe(registry: &Registry, image: &ImageRef, digest: &str) -> Result<Observation, RegistryError> {
     let manifest = registry.get_manifest(image, digest).await?;
     observation_from(registry, image, manifest).await
 }
@@ -103,11 +108,9 @@ pub async fn observation_from(
     image: &ImageRef,
     manifest: Manifest,
 ) -> Result<Observation, RegistryError> {
-    let invalid = |detail: String| RegistryError::InvalidResponse {
-        registry: image.registry().to_string(),
-        detail,
-    };
+    let invalid = |detail: String| RegistryError::InvalidResponse { registry: image.registry().to_string(), detail };
     let mut platforms = BTreeMap::new();
+    let mut single_config = None;
     if is_index(&manifest.media_type) {
         let index: IndexDoc = serde_json::from_slice(&manifest.bytes)
             .map_err(|e| invalid(format!("index {} is not valid JSON: {e}", manifest.digest)))?;
@@ -120,10 +123,7 @@ pub async fn observation_from(
                 continue;
             };
             if !is_sha256_digest(&entry.digest) {
-                return Err(invalid(format!(
-                    "index {} lists a bad digest \"{}\"",
-                    manifest.digest, entry.digest
-                )));
+                return Err(invalid(format!("index {} lists a bad digest \"{}\"", manifest.digest, entry.digest)));
             }
             let mut unique = key.clone();
             let mut n = 2;
@@ -134,25 +134,88 @@ pub async fn observation_from(
             platforms.insert(unique, entry.digest);
         }
     } else {
-        let doc: ImageManifestDoc = serde_json::from_slice(&manifest.bytes).map_err(|e| {
-            invalid(format!(
-                "manifest {} is not an image manifest: {e}",
-                manifest.digest
-            ))
-        })?;
-        let config = registry
-            .get_blob(image, &doc.config.digest, MAX_CONFIG_BYTES)
-            .await?;
+        let doc = parse_image_manifest(image, &manifest)?;
+        let config = registry.get_blob(image, &doc.config.digest, MAX_CONFIG_BYTES).await?;
         let platform: PlatformDoc = serde_json::from_slice(&config).unwrap_or_default();
-        if let Some(key) = platform.key() {
-            platforms.insert(key, manifest.digest.clone());
-        }
+        let key = platform.key().unwrap_or_else(|| "unknown".to_string());
+        platforms.insert(key, manifest.digest.clone());
+        single_config = Some(config);
     }
-    Ok(Observation {
-        digest: manifest.digest,
-        media_type: manifest.media_type,
-        platforms,
+    Ok(Observation { digest: manifest.digest, media_type: manifest.media_type, platforms, single_config })
+}
+
+/// The config blob of every selected platform (one manifest GET and one blob GET per platform of an
+/// index; nothing more for a single manifest, whose config the observation already holds).
+pub async fn platform_configs(
+    registry: &Registry,
+    image: &ImageRef,
+    observation: &Observation,
+    filter: Option<&[Platform]>,
+) -> Result<BTreeMap<String, bytes::Bytes>, RegistryError> {
+    if let Some(config) = &observation.single_config {
+        return Ok(observation.platforms.keys().map(|k| (k.clone(), config.clone())).collect());
+    }
+    let mut configs = BTreeMap::new();
+    for (platform, digest) in observation.selected(filter) {
+        let manifest = registry.get_manifest(image, &digest).await?;
+        let doc = parse_image_manifest(image, &manifest)?;
+        configs.insert(platform, registry.get_blob(image, &doc.config.digest, MAX_CONFIG_BYTES).await?);
+    }
+    Ok(configs)
+}
+
+/// The CNB metadata of every selected platform of an observed image (run image unresolved).
+pub async fn builder_metadata(
+    registry: &Registry,
+    image: &ImageRef,
+    observation: &Observation,
+    filter: Option<&[Platform]>,
+) -> Result<PinnedMetadata, RegistryError> {
+    let configs = platform_configs(registry, image, observation, filter).await?;
+    Ok(PinnedMetadata {
+        platforms: configs.iter().map(|(k, c)| (k.clone(), builder::platform_metadata(c))).collect(),
+        run_image: None,
     })
+}
+
+/// An app image as found in its registry.
+#[derive(Debug, Clone)]
+pub struct AppImage {
+    pub digest: String,
+    pub platform_digest: String,
+    /// `Ok(None)`: not built by a CNB lifecycle; `Err`: labels unreadable.
+    pub metadata: Result<Option<AppMetadata>, String>,
+}
+
+/// Reads an app image (its linux/amd64 platform when it is an index). `Ok(None)`: no such image.
+pub async fn app_metadata(registry: &Registry, image: &ImageRef) -> Result<Option<AppImage>, RegistryError> {
+    let manifest = match registry.get_manifest(image, image.manifest_reference()).await {
+        Ok(m) => m,
+        Err(RegistryError::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let observation = observation_from(registry, image, manifest).await?;
+    let preferred = observation
+        .platforms
+        .keys()
+        .find(|k| k.as_str() == "linux/amd64")
+        .or_else(|| observation.platforms.keys().next())
+        .cloned()
+        .ok_or_else(|| RegistryError::InvalidResponse {
+            registry: image.registry().to_string(),
+            detail: format!("{image} has no platform image"),
+        })?;
+    let filter = Platform::parse(&preferred).map(|p| vec![p]);
+    let configs = platform_configs(registry, image, &observation, filter.as_deref()).await?;
+    let metadata = match configs.get(&preferred) {
+        Some(config) => builder::parse_app(config).map_err(|e| e.to_string()),
+        None => Err(format!("{image}: no config for {preferred}")),
+    };
+    Ok(Some(AppImage {
+        digest: observation.digest.clone(),
+        platform_digest: observation.platforms.get(&preferred).cloned().unwrap_or_default(),
+        metadata,
+    }))
 }
 
 /// What `resolve` prints: the immutable reference of a tag and its platforms.
@@ -163,6 +226,9 @@ pub struct Resolution {
     pub reference: String,
     pub media_type: String,
     pub platforms: Vec<PlatformDigest>,
+    /// CNB metadata of the preferred platform, when the image is a builder.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub builder: Option<BuilderMetadata>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -173,12 +239,19 @@ pub struct PlatformDigest {
     pub digest: String,
 }
 
-/// Resolves a reference with one manifest GET (plus the config blob for a single image).
+/// Resolves a reference: one manifest GET, then the preferred platform's config for CNB metadata.
 pub async fn resolve(registry: &Registry, image: &ImageRef) -> Result<Resolution, RegistryError> {
-    let manifest = registry
-        .get_manifest(image, image.manifest_reference())
-        .await?;
+    let manifest = registry.get_manifest(image, image.manifest_reference()).await?;
     let observation = observation_from(registry, image, manifest).await?;
+    let preferred = observation
+        .platforms
+        .keys()
+        .find(|k| k.as_str() == "linux/amd64")
+        .or_else(|| observation.platforms.keys().next())
+        .and_then(|k| Platform::parse(k.split('#').next().unwrap_or(k)));
+    let filter = preferred.map(|p| vec![p]);
+    let metadata = builder_metadata(registry, image, &observation, filter.as_deref()).await?;
+    let builder = metadata.preferred().cloned();
     let platforms = observation
         .platforms
         .iter()
@@ -198,7 +271,20 @@ pub async fn resolve(registry: &Registry, image: &ImageRef) -> Result<Resolution
         digest: observation.digest,
         media_type: observation.media_type,
         platforms,
+        builder,
     })
+}
+
+/// Classifies the move from one builder reference to another, as `diff` prints it. Run images are
+/// compared by name: the digests they had when each builder was published are not known.
+pub async fn diff(registry: &Registry, old: &ImageRef, new: &ImageRef) -> Result<Change, RegistryError> {
+    let mut sides = Vec::new();
+    for image in [old, new] {
+        let manifest = registry.get_manifest(image, image.manifest_reference()).await?;
+        let observation = observation_from(registry, image, manifest).await?;
+        sides.push(builder_metadata(registry, image, &observation, None).await?);
+    }
+    Ok(builder::classify(&sides[0], &sides[1]))
 }
 
 impl Resolution {
@@ -214,6 +300,9 @@ impl Resolution {
             }
             out.push_str(&format!("  {:<11} {}\n", format!("{platform}:"), p.digest));
         }
+        if let Some(b) = &self.builder {
+            out.push_str(&builder::describe(b));
+        }
         out
     }
 }
@@ -225,6 +314,7 @@ mod tests {
     #[test]
     fn platform_filter_matches_variants_loosely() {
         let obs = Observation {
+            single_config: None,
             digest: "sha256:i".into(),
             media_type: OCI_INDEX.into(),
             platforms: [
@@ -236,10 +326,7 @@ mod tests {
         };
         assert_eq!(obs.selected(None).len(), 3);
         let arm64 = [Platform::parse("linux/arm64").unwrap()];
-        assert_eq!(
-            obs.selected(Some(&arm64)).keys().collect::<Vec<_>>(),
-            ["linux/arm64/v8"]
-        );
+        assert_eq!(obs.selected(Some(&arm64)).keys().collect::<Vec<_>>(), ["linux/arm64/v8"]);
         let v6 = [Platform::parse("linux/arm/v6").unwrap()];
         assert!(obs.selected(Some(&v6)).is_empty());
     }

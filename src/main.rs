@@ -63,6 +63,17 @@ enum Command {
         #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Classify the move from one builder image to another: rebase, rebuild, unknown or none.
+    Diff {
+        old: String,
+        new: String,
+        /// Print the `change` object of a builder.changed event.
+        #[arg(long)]
+        json: bool,
+        /// Registry settings (credentials, TLS) come from this config when given.
+        #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
+        config: Option<PathBuf>,
+    },
     /// Print pins, last checks, recent changes and pending actions.
     Status {
         #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
@@ -83,33 +94,20 @@ struct Failure {
 
 impl<E: Into<anyhow::Error>> From<E> for Failure {
     fn from(error: E) -> Self {
-        Failure {
-            code: 1,
-            error: error.into(),
-        }
+        Failure { code: 1, error: error.into() }
     }
 }
 
 fn usage(error: impl Into<anyhow::Error>) -> Failure {
-    Failure {
-        code: 2,
-        error: error.into(),
-    }
+    Failure { code: 2, error: error.into() }
 }
 
 fn main() -> ExitCode {
     install_crypto_provider();
     let cli = Cli::parse();
-    let default_level = if matches!(cli.command, Command::Run { .. }) {
-        "info"
-    } else {
-        "warn"
-    };
+    let default_level = if matches!(cli.command, Command::Run { .. }) { "info" } else { "warn" };
     init_logging(cli.log_format, default_level);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -126,18 +124,11 @@ fn main() -> ExitCode {
 }
 
 fn init_logging(format: LogFormat, default_level: &str) {
-    let filter = EnvFilter::try_from_env("BUILDER_MONITOR_LOG")
-        .unwrap_or_else(|_| EnvFilter::new(default_level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let filter = EnvFilter::try_from_env("BUILDER_MONITOR_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .init(),
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).init(),
     }
 }
 
@@ -162,12 +153,7 @@ async fn execute(command: Command) -> Result<u8, Failure> {
             let config = Arc::new(load_config(&config)?);
             let ledger = open_ledger(&config)?;
             let registry = Arc::new(Registry::new(config.registries.values().cloned()));
-            let monitor = Arc::new(Monitor::new(
-                config.clone(),
-                registry,
-                ledger,
-                Clock::System,
-            ));
+            let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger, Clock::System));
             tracing::info!(builders = config.builders.len(), state = %monitor.ledger().path().display(), once, "builder-monitor starting");
             if once {
                 return Ok(if monitor.run_once().await { 0 } else { 1 });
@@ -178,48 +164,59 @@ async fn execute(command: Command) -> Result<u8, Failure> {
             tracing::info!("builder-monitor stopped");
             Ok(0)
         }
-        Command::Resolve {
-            image,
-            json,
-            config,
-        } => {
-            let image = ImageRef::parse(&image)
-                .map_err(|e| usage(anyhow::anyhow!("invalid image reference \"{image}\": {e}")))?;
-            let registries = match &config {
-                Some(path) => load_config(path)?.registries.into_values().collect(),
-                None => Vec::new(),
-            };
-            let registry = Registry::new(registries);
+        Command::Resolve { image, json, config } => {
+            let image = parse_image(&image)?;
+            let registry = registry_for(config.as_deref())?;
             let resolution = inspect::resolve(&registry, &image).await?;
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&resolution).context("encoding JSON")?
-                );
+                println!("{}", serde_json::to_string_pretty(&resolution).context("encoding JSON")?);
             } else {
                 print!("{}", resolution.render_text());
             }
             Ok(0)
         }
-        Command::Status {
-            config,
-            json,
-            changes,
-        } => {
+        Command::Diff { old, new, json, config } => {
+            let (old, new) = (parse_image(&old)?, parse_image(&new)?);
+            let registry = registry_for(config.as_deref())?;
+            let change = inspect::diff(&registry, &old, &new).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&change).context("encoding JSON")?);
+            } else {
+                println!("{}", change.summary());
+                if change.platforms.len() > 1 {
+                    for (platform, p) in &change.platforms {
+                        let reasons = serde_json::to_string(&p.reasons).context("encoding JSON")?;
+                        println!("  {platform}: {} {reasons}", p.kind.as_str());
+                    }
+                }
+            }
+            Ok(0)
+        }
+        Command::Status { config, json, changes } => {
             let config = load_config(&config)?;
             let ledger = open_ledger(&config)?;
             let report = status::collect(&config, &ledger, changes).await?;
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&report).context("encoding JSON")?
-                );
+                println!("{}", serde_json::to_string_pretty(&report).context("encoding JSON")?);
             } else {
                 print!("{}", status::render_text(&report));
             }
             Ok(0)
         }
     }
+}
+
+fn parse_image(text: &str) -> Result<ImageRef, Failure> {
+    ImageRef::parse(text).map_err(|e| usage(anyhow::anyhow!("invalid image reference \"{text}\": {e}")))
+}
+
+/// A registry client with the config's registry settings, or the defaults.
+fn registry_for(config: Option<&Path>) -> Result<Registry, Failure> {
+    let registries = match config {
+        Some(path) => load_config(path)?.registries.into_values().collect(),
+        None => Vec::new(),
+    };
+    Ok(Registry::new(registries))
 }
 
 /// Cancels `shutdown` on SIGINT or SIGTERM.

@@ -1,28 +1,71 @@
-//! The watch loop: one task per watched tag on its schedule. A check is one HEAD when nothing moved;
-//! a move is observed, held back by `settle` if asked, and committed to the ledger with its event.
+//! The watch loop: one task per watched tag (builders, and the run images they name) on its
+//! schedule. A check is one HEAD when nothing moved; a move is observed, explained and committed.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::builder::Change;
-use crate::config::{BuilderSettings, Config};
+use crate::builder::{self, Change, PinnedMetadata, RunImagePin};
+use crate::config::{BuilderSettings, Config, Platform};
 use crate::event::{self, CheckError, Event, EventType, Pin, Subject};
 use crate::inspect::{self, Observation};
-use crate::registry::{Registry, RegistryError};
-use crate::schedule::{self, Clock, Settle, timestamp};
-use crate::store::{
-    ChangeRecord, CheckRecord, Ledger, LedgerError, PinUpdate, WatchKind, WatchRecord,
-};
+use crate::registry::{ImageRef, Registry, RegistryError};
+use crate::schedule::{self, Clock, Schedule, Settle, timestamp};
+use crate::store::{ChangeRecord, CheckRecord, Ledger, LedgerError, PinRecord, PinUpdate, WatchKind, WatchRecord};
 
 /// How long running checks may take to finish after a shutdown signal.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Checks run at the same time by `run --once`.
 const ONCE_CONCURRENCY: usize = 16;
+
+/// Something the monitor watches: a builder tag, or a run image tag that builders name.
+#[derive(Debug, Clone)]
+pub struct Watch {
+    /// Ledger key: the builder name, or `run:` + the normalised run image reference.
+    pub name: String,
+    pub kind: WatchKind,
+    pub image: ImageRef,
+    pub schedule: Schedule,
+    pub jitter: Duration,
+    pub platforms: Option<Vec<Platform>>,
+    pub settle: Option<Duration>,
+}
+
+impl Watch {
+    pub fn builder(b: &BuilderSettings) -> Self {
+        Watch {
+            name: b.name.clone(),
+            kind: WatchKind::Builder,
+            image: b.image.clone(),
+            schedule: b.schedule.clone(),
+            jitter: b.jitter,
+            platforms: b.platforms.clone(),
+            settle: b.settle,
+        }
+    }
+
+    /// A run image watch, on the schedule of the builder that first named it.
+    pub fn run_image(image: ImageRef, first_user: &BuilderSettings) -> Self {
+        Watch {
+            name: run_watch_name(&image),
+            kind: WatchKind::RunImage,
+            image,
+            schedule: first_user.schedule.clone(),
+            jitter: first_user.jitter,
+            platforms: None,
+            settle: first_user.settle,
+        }
+    }
+}
+
+/// The ledger name of a run image watch.
+pub fn run_watch_name(image: &ImageRef) -> String {
+    format!("run:{image}")
+}
 
 /// What one check found.
 #[derive(Debug)]
@@ -32,17 +75,28 @@ pub enum CheckOutcome {
     /// First sight: the tag is now pinned.
     Pinned { digest: String },
     /// An accepted move, recorded as a change.
-    Changed {
-        id: String,
-        previous: String,
-        current: String,
-    },
+    Changed { id: String, previous: String, current: String, change: Box<Change> },
     /// A new digest held back by `settle`.
     Held { digest: String },
     /// The index moved but none of the watched platforms did: pin advanced, no change.
     PlatformsUnchanged { digest: String },
     /// The registry could not answer; the pin is kept.
     Failed(RegistryError),
+}
+
+/// A run image watch and the builders that name it.
+struct RunImageEntry {
+    watch: Watch,
+    users: BTreeSet<String>,
+    /// Set once its task runs; cancelled when no builder names it any more.
+    stop: Option<CancellationToken>,
+}
+
+#[derive(Default)]
+struct RunImages {
+    entries: BTreeMap<String, RunImageEntry>,
+    /// While the daemon runs: where to send the names of newly needed run image watches.
+    spawner: Option<mpsc::UnboundedSender<String>>,
 }
 
 pub struct Monitor {
@@ -52,22 +106,13 @@ pub struct Monitor {
     clock: Clock,
     /// Per builder: wakes its task for an immediate check.
     wake: HashMap<String, Arc<Notify>>,
+    run_images: Mutex<RunImages>,
 }
 
 impl Monitor {
     pub fn new(config: Arc<Config>, registry: Arc<Registry>, ledger: Ledger, clock: Clock) -> Self {
-        let wake = config
-            .builders
-            .iter()
-            .map(|b| (b.name.clone(), Arc::new(Notify::new())))
-            .collect();
-        Self {
-            config,
-            registry,
-            ledger,
-            clock,
-            wake,
-        }
+        let wake = config.builders.iter().map(|b| (b.name.clone(), Arc::new(Notify::new()))).collect();
+        Self { config, registry, ledger, clock, wake, run_images: Mutex::new(RunImages::default()) }
     }
 
     pub fn config(&self) -> &Config {
@@ -93,16 +138,83 @@ impl Monitor {
         }
     }
 
-    /// Checks every builder once, concurrently. True when every check succeeded.
+    /// The run image watches in force, with the builders naming each.
+    pub fn run_image_watches(&self) -> Vec<(Watch, Vec<String>)> {
+        let run_images = self.run_images.lock().unwrap_or_else(|e| e.into_inner());
+        run_images.entries.values().map(|e| (e.watch.clone(), e.users.iter().cloned().collect())).collect()
+    }
+
+    /// Learns run images from the metadata already pinned, so they are watched from the start.
+    async fn load_run_images(&self) {
+        for b in &self.config.builders {
+            match self.ledger.watch(&b.name).await {
+                Ok(Some(record)) if record.image == b.image.to_string() => {
+                    self.note_run_image(b, pinned_metadata(&record).as_ref());
+                }
+                Ok(_) => {}
+                Err(err) => tracing::error!(builder = %b.name, error = %err, "cannot read the ledger"),
+            }
+        }
+    }
+
+    /// Records which run image a builder names now (moving it off any other), starting a watch
+    /// for a run image no builder named before.
+    fn note_run_image(&self, builder: &BuilderSettings, metadata: Option<&PinnedMetadata>) {
+        let image = metadata
+            .filter(|_| builder.watch_run_image)
+            .and_then(|m| m.preferred())
+            .and_then(|m| m.run_image())
+            .and_then(|name| match ImageRef::parse(name) {
+                Ok(image) if image.digest().is_none() => Some(image),
+                Ok(_) => None,
+                Err(err) => {
+                    tracing::warn!(builder = %builder.name, run_image = name, error = %err, "run image name is not a reference; not watched");
+                    None
+                }
+            });
+        let target = image.as_ref().map(run_watch_name);
+        let mut run_images = self.run_images.lock().unwrap_or_else(|e| e.into_inner());
+        run_images.entries.retain(|name, entry| {
+            if Some(name) != target.as_ref() && entry.users.remove(&builder.name) && entry.users.is_empty() {
+                if let Some(stop) = &entry.stop {
+                    stop.cancel();
+                }
+                tracing::info!(run_image = %entry.watch.image, "no builder names this run image any more; not watched");
+                return false;
+            }
+            true
+        });
+        let (Some(image), Some(name)) = (image, target) else { return };
+        let spawner = run_images.spawner.clone();
+        let entry = run_images.entries.entry(name.clone()).or_insert_with(|| {
+            tracing::info!(run_image = %image, builder = %builder.name, "watching run image");
+            if let Some(spawner) = &spawner {
+                let _ = spawner.send(name.clone());
+            }
+            RunImageEntry { watch: Watch::run_image(image, builder), users: BTreeSet::new(), stop: None }
+        });
+        entry.users.insert(builder.name.clone());
+    }
+
+    /// Checks every builder once, then every run image they name. True when every check succeeded.
     pub async fn run_once(self: &Arc<Self>) -> bool {
+        self.load_run_images().await;
+        let builders: Vec<Watch> = self.config.builders.iter().map(Watch::builder).collect();
+        let mut all_ok = self.check_all(builders).await;
+        let run_images: Vec<Watch> = self.run_image_watches().into_iter().map(|(w, _)| w).collect();
+        all_ok &= self.check_all(run_images).await;
+        all_ok
+    }
+
+    async fn check_all(self: &Arc<Self>, watches: Vec<Watch>) -> bool {
         let permits = Arc::new(Semaphore::new(ONCE_CONCURRENCY));
         let mut tasks = JoinSet::new();
-        for builder in self.config.builders.clone() {
+        for watch in watches {
             let monitor = self.clone();
             let permits = permits.clone();
             tasks.spawn(async move {
                 let _permit = permits.acquire_owned().await;
-                matches!(monitor.check_logged(&builder).await, Some(o) if !matches!(o, CheckOutcome::Failed(_)))
+                matches!(monitor.check_logged(&watch).await, Some(o) if !matches!(o, CheckOutcome::Failed(_)))
             });
         }
         let mut all_ok = true;
@@ -112,74 +224,119 @@ impl Monitor {
         all_ok
     }
 
-    /// Runs every builder on its schedule until `shutdown`, then gives running checks a grace period.
+    /// Runs every watch on its schedule until `shutdown`, then gives running checks a grace period.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let mut tasks = JoinSet::new();
-        for builder in self.config.builders.clone() {
-            let monitor = self.clone();
-            let shutdown = shutdown.clone();
-            let wake = self.wake[&builder.name].clone();
-            tasks.spawn(async move {
-                let clock = monitor.clock.clone();
-                schedule::run_schedule(
-                    &builder.schedule,
-                    builder.jitter,
-                    &clock,
-                    &shutdown,
-                    &wake,
-                    || {
-                        let monitor = monitor.clone();
-                        let builder = builder.clone();
-                        async move {
-                            monitor.check_logged(&builder).await;
-                        }
-                    },
-                )
-                .await;
-            });
+        self.load_run_images().await;
+        let (spawner, mut spawns) = mpsc::unbounded_channel();
+        {
+            let mut run_images = self.run_images.lock().unwrap_or_else(|e| e.into_inner());
+            for name in run_images.entries.keys() {
+                let _ = spawner.send(name.clone());
+            }
+            run_images.spawner = Some(spawner);
         }
-        shutdown.cancelled().await;
-        let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
-            while tasks.join_next().await.is_some() {}
-        })
-        .await;
+        let mut tasks = JoinSet::new();
+        for builder in &self.config.builders {
+            let watch = Watch::builder(builder);
+            let wake = self.wake[&builder.name].clone();
+            tasks.spawn(self.clone().watch_loop(watch, shutdown.clone(), wake));
+        }
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                Some(name) = spawns.recv() => {
+                    let stop = shutdown.child_token();
+                    let watch = {
+                        let mut run_images = self.run_images.lock().unwrap_or_else(|e| e.into_inner());
+                        run_images.entries.get_mut(&name).map(|entry| {
+                            entry.stop = Some(stop.clone());
+                            entry.watch.clone()
+                        })
+                    };
+                    if let Some(watch) = watch {
+                        tasks.spawn(self.clone().watch_loop(watch, stop, Arc::new(Notify::new())));
+                    }
+                }
+            }
+        }
+        self.run_images.lock().unwrap_or_else(|e| e.into_inner()).spawner = None;
+        let drained = tokio::time::timeout(SHUTDOWN_GRACE, async { while tasks.join_next().await.is_some() {} }).await;
         if drained.is_err() {
             tracing::warn!(grace = ?SHUTDOWN_GRACE, "checks still running after the grace period; aborting them (the ledger is transactional, nothing is half-written)");
             tasks.abort_all();
         }
     }
 
+    async fn watch_loop(self: Arc<Self>, watch: Watch, stop: CancellationToken, wake: Arc<Notify>) {
+        let clock = self.clock.clone();
+        schedule::run_schedule(&watch.schedule, watch.jitter, &clock, &stop, &wake, || {
+            let monitor = self.clone();
+            let watch = watch.clone();
+            async move {
+                monitor.check_logged(&watch).await;
+            }
+        })
+        .await;
+    }
+
     /// A check whose ledger failure is logged rather than returned.
-    async fn check_logged(&self, builder: &BuilderSettings) -> Option<CheckOutcome> {
-        match self.check(builder).await {
+    async fn check_logged(&self, watch: &Watch) -> Option<CheckOutcome> {
+        match self.check(watch).await {
             Ok(outcome) => Some(outcome),
             Err(err) => {
-                tracing::error!(builder = %builder.name, error = %err, "cannot record check");
+                tracing::error!(watch = %watch.name, error = %err, "cannot record check");
                 None
             }
         }
     }
 
-    /// One check of one builder, committed to the ledger.
-    pub async fn check(&self, builder: &BuilderSettings) -> Result<CheckOutcome, LedgerError> {
-        let image = builder.image.to_string();
+    /// Checks a builder by name (tests, API).
+    pub async fn check_builder(&self, name: &str) -> Option<Result<CheckOutcome, LedgerError>> {
+        let builder = self.config.builder(name)?;
+        Some(self.check(&Watch::builder(builder)).await)
+    }
+
+    /// Who an event about `watch` concerns: the builder itself, or the builders naming a run image.
+    fn subjects(&self, watch: &Watch) -> Vec<Subject> {
+        let subject = |b: &BuilderSettings| Subject { name: b.name.clone(), image: b.image.to_string() };
+        match watch.kind {
+            WatchKind::Builder => vec![Subject { name: watch.name.clone(), image: watch.image.to_string() }],
+            WatchKind::RunImage => {
+                let run_images = self.run_images.lock().unwrap_or_else(|e| e.into_inner());
+                run_images
+                    .entries
+                    .get(&watch.name)
+                    .map(|e| e.users.iter().filter_map(|u| self.config.builder(u)).map(subject).collect())
+                    .unwrap_or_default()
+            }
+        }
+    }
+
+    fn new_event(&self, watch: &Watch, id: String, event_type: EventType, time: &str) -> Event {
+        let subjects = self.subjects(watch);
+        let first = subjects
+            .first()
+            .cloned()
+            .unwrap_or_else(|| Subject { name: watch.name.clone(), image: watch.image.to_string() });
+        let mut e = Event::new(id, event_type, time.to_string(), first);
+        if watch.kind == WatchKind::RunImage {
+            e.builders = subjects;
+            e.run_image = Some(watch.image.to_string());
+        }
+        e
+    }
+
+    /// One check of one watch, committed to the ledger.
+    pub async fn check(&self, watch: &Watch) -> Result<CheckOutcome, LedgerError> {
+        let image = watch.image.to_string();
         // A watch whose configured image changed starts over with a new pin, not a change.
-        let record = self
-            .ledger
-            .watch(&builder.name)
-            .await?
-            .filter(|r| r.image == image);
+        let record = self.ledger.watch(&watch.name).await?.filter(|r| r.image == image);
         let started = std::time::Instant::now();
-        let result = self.observe_move(builder, record.as_ref()).await;
-        let now = self.clock.now();
-        let time = timestamp(now);
-        let subject = Subject {
-            name: builder.name.clone(),
-            image: image.clone(),
-        };
+        let result = self.observe_move(watch, record.as_ref()).await;
+        let time = timestamp(self.clock.now());
         let mut commit = CheckRecord {
-            watch: builder.name.clone(),
-            kind: WatchKind::Builder,
+            watch: watch.name.clone(),
+            kind: watch.kind,
             image: image.clone(),
             time: time.clone(),
             outcome: Ok(()),
@@ -193,18 +350,11 @@ impl Monitor {
 
         let outcome = match result {
             Err(err) => {
-                let since = record
-                    .as_ref()
-                    .and_then(|r| r.failing_since.clone())
-                    .unwrap_or_else(|| time.clone());
-                tracing::warn!(builder = %builder.name, image = %image, reason = err.reason(), error = %err, consecutive_failures = failures + 1, "check failed; pin kept");
+                let since = record.as_ref().and_then(|r| r.failing_since.clone()).unwrap_or_else(|| time.clone());
+                tracing::warn!(watch = %watch.name, image = %image, reason = err.reason(), error = %err, consecutive_failures = failures + 1, "check failed; pin kept");
                 if failures == 0 {
-                    let mut e = Event::new(
-                        event::stable_id(&[&builder.name, EventType::CheckFailed.as_str(), &since]),
-                        EventType::CheckFailed,
-                        time.clone(),
-                        subject,
-                    );
+                    let id = event::stable_id(&[&watch.name, EventType::CheckFailed.as_str(), &since]);
+                    let mut e = self.new_event(watch, id, EventType::CheckFailed, &time);
                     e.current = record.as_ref().and_then(|r| r.pin.as_ref()).map(pin_of);
                     e.error = Some(CheckError {
                         reason: err.reason().to_string(),
@@ -221,16 +371,8 @@ impl Monitor {
             Ok(found) => {
                 if let Some(r) = record.as_ref().filter(|r| r.consecutive_failures > 0) {
                     let since = r.failing_since.clone().unwrap_or_default();
-                    let mut e = Event::new(
-                        event::stable_id(&[
-                            &builder.name,
-                            EventType::CheckRecovered.as_str(),
-                            &since,
-                        ]),
-                        EventType::CheckRecovered,
-                        time.clone(),
-                        subject.clone(),
-                    );
+                    let id = event::stable_id(&[&watch.name, EventType::CheckRecovered.as_str(), &since]);
+                    let mut e = self.new_event(watch, id, EventType::CheckRecovered, &time);
                     e.current = r.pin.as_ref().map(pin_of);
                     e.error = Some(CheckError {
                         reason: r.last_error_reason.clone().unwrap_or_default(),
@@ -238,74 +380,124 @@ impl Monitor {
                         consecutive_failures: r.consecutive_failures,
                         since,
                     });
-                    tracing::info!(builder = %builder.name, after_failures = r.consecutive_failures, "check recovered");
+                    tracing::info!(watch = %watch.name, after_failures = r.consecutive_failures, "check recovered");
                     commit.events.push(e);
                 }
-                self.apply(builder, record.as_ref(), found, &mut commit, subject)
-                    .await?
+                self.apply(watch, record.as_ref(), found, &mut commit).await?
             }
         };
         let events = commit.events.clone();
+        let new_metadata = commit.pin.as_ref().and_then(|p| p.metadata.clone());
         self.ledger.commit(commit).await?;
         // Logged once recorded: a log line never announces an event the ledger could still lose.
         for event in &events {
             log_event(event);
         }
-        tracing::debug!(builder = %builder.name, elapsed = ?started.elapsed(), outcome = ?outcome, "check done");
+        if watch.kind == WatchKind::Builder
+            && let Some(metadata) = new_metadata
+            && let Some(builder) = self.config.builder(&watch.name)
+        {
+            let metadata: Option<PinnedMetadata> = serde_json::from_value(metadata).ok();
+            self.note_run_image(builder, metadata.as_ref());
+        }
+        tracing::debug!(watch = %watch.name, elapsed = ?started.elapsed(), outcome = ?outcome, "check done");
         Ok(outcome)
     }
 
-    /// Registry side of a check: the HEAD, and the observation of a new digest when it is needed.
-    async fn observe_move(
-        &self,
-        builder: &BuilderSettings,
-        record: Option<&WatchRecord>,
-    ) -> Result<Found, RegistryError> {
-        let head = self.registry.head_manifest(&builder.image).await?;
+    /// Registry side of a check: the HEAD, and what a new digest is when it is needed.
+    async fn observe_move(&self, watch: &Watch, record: Option<&WatchRecord>) -> Result<Found, RegistryError> {
+        let head = self.registry.head_manifest(&watch.image).await?;
         let pin = record.and_then(|r| r.pin.as_ref());
         if pin.is_some_and(|p| p.digest == head.digest) {
             return Ok(Found::Unchanged);
         }
         if let (Some(_), Some(r)) = (pin, record) {
-            let pending = r
-                .pending
-                .as_ref()
-                .and_then(|(d, since)| Some((d.as_str(), schedule::parse_timestamp(since)?)));
-            if let Settle::Hold { since } =
-                schedule::settle(builder.settle, pending, &head.digest, self.clock.now())
-            {
-                return Ok(Found::Held {
-                    digest: head.digest,
-                    since: timestamp(since),
-                });
+            let pending =
+                r.pending.as_ref().and_then(|(d, since)| Some((d.as_str(), schedule::parse_timestamp(since)?)));
+            if let Settle::Hold { since } = schedule::settle(watch.settle, pending, &head.digest, self.clock.now()) {
+                return Ok(Found::Held { digest: head.digest, since: timestamp(since) });
             }
         }
         // By digest, not tag: what we fetch is exactly what the HEAD saw, even if the tag moves again.
-        let observation = inspect::observe(&self.registry, &builder.image, &head.digest).await?;
-        Ok(Found::Moved(observation))
+        let observation = inspect::observe(&self.registry, &watch.image, &head.digest).await?;
+        if let (Some(filter), Some(previous)) = (watch.platforms.as_deref(), pin)
+            && selected(previous, filter) == observation.selected(Some(filter))
+        {
+            return Ok(Found::PlatformsUnchanged(observation));
+        }
+        let metadata = match watch.kind {
+            WatchKind::RunImage => None,
+            WatchKind::Builder => {
+                let mut metadata =
+                    inspect::builder_metadata(&self.registry, &watch.image, &observation, watch.platforms.as_deref())
+                        .await?;
+                metadata.run_image = self.resolve_run_image(watch, &metadata).await;
+                Some(metadata)
+            }
+        };
+        Ok(Found::Moved { observation, metadata })
+    }
+
+    /// The immutable reference of the run image a builder names, as of now: the run image watch's
+    /// pin when there is one, else one HEAD.
+    async fn resolve_run_image(&self, watch: &Watch, metadata: &PinnedMetadata) -> Option<RunImagePin> {
+        let name = metadata.preferred()?.run_image()?.to_string();
+        let reference = match ImageRef::parse(&name) {
+            Err(_) => None,
+            Ok(image) => match image.digest() {
+                Some(digest) => Some(image.pinned(digest)),
+                None => {
+                    let pinned = match self.ledger.watch(&run_watch_name(&image)).await {
+                        Ok(Some(r)) if r.image == image.to_string() => r.pin.map(|p| p.reference),
+                        _ => None,
+                    };
+                    match pinned {
+                        Some(reference) => Some(reference),
+                        None => match self.registry.head_manifest(&image).await {
+                            Ok(head) => Some(image.pinned(&head.digest)),
+                            Err(err) => {
+                                tracing::warn!(watch = %watch.name, run_image = %image, error = %err, "cannot resolve the run image; comparing by name only");
+                                None
+                            }
+                        },
+                    }
+                }
+            },
+        };
+        Some(RunImagePin { image: name, reference })
     }
 
     /// Turns what the registry said into ledger writes and events.
     async fn apply(
         &self,
-        builder: &BuilderSettings,
+        watch: &Watch,
         record: Option<&WatchRecord>,
         found: Found,
         commit: &mut CheckRecord,
-        subject: Subject,
     ) -> Result<CheckOutcome, LedgerError> {
-        let observation = match found {
+        let (observation, metadata) = match found {
             Found::Unchanged => return Ok(CheckOutcome::Unchanged),
             Found::Held { digest, since } => {
-                tracing::info!(builder = %builder.name, digest = %digest, since = %since, "new digest held back until it settles");
+                tracing::info!(watch = %watch.name, digest = %digest, since = %since, "new digest held back until it settles");
                 commit.pending = Some((digest.clone(), since));
                 return Ok(CheckOutcome::Held { digest });
             }
-            Found::Moved(observation) => observation,
+            Found::PlatformsUnchanged(observation) => {
+                tracing::info!(watch = %watch.name, digest = %observation.digest, "index moved but no watched platform did; pin advanced without a change");
+                commit.pin = Some(PinUpdate {
+                    reference: watch.image.pinned(&observation.digest),
+                    digest: observation.digest.clone(),
+                    media_type: observation.media_type,
+                    platforms: observation.platforms,
+                    metadata: record.and_then(|r| r.metadata.clone()),
+                });
+                return Ok(CheckOutcome::PlatformsUnchanged { digest: observation.digest });
+            }
+            Found::Moved { observation, metadata } => (observation, metadata),
         };
         let current = Pin {
             digest: observation.digest.clone(),
-            reference: builder.image.pinned(&observation.digest),
+            reference: watch.image.pinned(&observation.digest),
             platforms: observation.platforms.clone(),
         };
         commit.pin = Some(PinUpdate {
@@ -313,59 +505,36 @@ impl Monitor {
             reference: current.reference.clone(),
             media_type: observation.media_type.clone(),
             platforms: observation.platforms.clone(),
-            metadata: None,
+            metadata: metadata.as_ref().and_then(|m| serde_json::to_value(m).ok()),
         });
         let Some((record, previous)) = record.and_then(|r| r.pin.as_ref().map(|p| (r, p))) else {
-            let mut e = Event::new(
-                event::stable_id(&[
-                    &builder.name,
-                    EventType::BuilderPinned.as_str(),
-                    &current.digest,
-                ]),
-                EventType::BuilderPinned,
-                commit.time.clone(),
-                subject,
-            );
-            e.current = Some(current.clone());
-            commit.events.push(e);
-            return Ok(CheckOutcome::Pinned {
-                digest: current.digest,
-            });
-        };
-
-        if let Some(filter) = builder.platforms.as_deref() {
-            let before = Observation {
-                digest: previous.digest.clone(),
-                media_type: previous.media_type.clone(),
-                platforms: previous.platforms.clone(),
-            };
-            if before.selected(Some(filter)) == observation.selected(Some(filter)) {
-                tracing::info!(builder = %builder.name, digest = %current.digest, "index moved but no watched platform did; pin advanced without a change");
-                return Ok(CheckOutcome::PlatformsUnchanged {
-                    digest: current.digest,
-                });
+            if watch.kind == WatchKind::Builder {
+                let id = event::stable_id(&[&watch.name, EventType::BuilderPinned.as_str(), &current.digest]);
+                let mut e = self.new_event(watch, id, EventType::BuilderPinned, &commit.time);
+                e.current = Some(current.clone());
+                commit.events.push(e);
             }
-        }
+            return Ok(CheckOutcome::Pinned { digest: current.digest });
+        };
 
         let seq = record.moves + 1;
-        let id = event::change_id(&builder.name, seq, &previous.digest, &current.digest);
-        let rollback = self
-            .ledger
-            .has_pinned(&builder.name, &current.digest)
-            .await?;
-        let change = Change::unknown();
-        let previous_pin = Pin {
-            digest: previous.digest.clone(),
-            reference: previous.reference.clone(),
-            platforms: previous.platforms.clone(),
+        let id = event::change_id(&watch.name, seq, &previous.digest, &current.digest);
+        let rollback = self.ledger.has_pinned(&watch.name, &current.digest).await?;
+        let (event_type, change) = match (watch.kind, &metadata, pinned_metadata(record)) {
+            (WatchKind::RunImage, _, _) => (
+                EventType::RunImageChanged,
+                Change::run_image_moved(previous.reference.clone(), current.reference.clone()),
+            ),
+            (WatchKind::Builder, Some(now), Some(before)) => {
+                (EventType::BuilderChanged, builder::classify(&before, now))
+            }
+            (WatchKind::Builder, _, _) => {
+                (EventType::BuilderChanged, Change::unknown("no CNB metadata was recorded for the previous pin"))
+            }
         };
-        let mut e = Event::new(
-            id.clone(),
-            EventType::BuilderChanged,
-            commit.time.clone(),
-            subject,
-        );
-        e.previous = Some(previous_pin);
+        tracing::info!(watch = %watch.name, change = %change.summary(), "moved");
+        let mut e = self.new_event(watch, id.clone(), event_type, &commit.time);
+        e.previous = Some(pin_of(previous));
         e.current = Some(current.clone());
         e.change = Some(change.clone());
         e.rollback = Some(rollback);
@@ -373,13 +542,13 @@ impl Monitor {
         commit.events.push(e);
         commit.change = Some(ChangeRecord {
             id: id.clone(),
-            watch: builder.name.clone(),
+            watch: watch.name.clone(),
             seq,
             previous: previous.digest.clone(),
             current: current.digest.clone(),
             previous_reference: previous.reference.clone(),
             current_reference: current.reference.clone(),
-            change,
+            change: change.clone(),
             rollback,
             detected: commit.time.clone(),
         });
@@ -387,6 +556,7 @@ impl Monitor {
             id,
             previous: previous.digest.clone(),
             current: current.digest,
+            change: Box::new(change),
         })
     }
 }
@@ -395,15 +565,27 @@ impl Monitor {
 enum Found {
     Unchanged,
     Held { digest: String, since: String },
-    Moved(Observation),
+    PlatformsUnchanged(Observation),
+    Moved { observation: Observation, metadata: Option<PinnedMetadata> },
 }
 
-fn pin_of(p: &crate::store::PinRecord) -> Pin {
-    Pin {
-        digest: p.digest.clone(),
-        reference: p.reference.clone(),
-        platforms: p.platforms.clone(),
+fn selected(pin: &PinRecord, filter: &[Platform]) -> BTreeMap<String, String> {
+    Observation {
+        digest: pin.digest.clone(),
+        media_type: pin.media_type.clone(),
+        platforms: pin.platforms.clone(),
+        single_config: None,
     }
+    .selected(Some(filter))
+}
+
+/// The CNB metadata recorded with a watch's pin, if any could be read.
+pub fn pinned_metadata(record: &WatchRecord) -> Option<PinnedMetadata> {
+    serde_json::from_value(record.metadata.clone()?).ok()
+}
+
+fn pin_of(p: &PinRecord) -> Pin {
+    Pin { digest: p.digest.clone(), reference: p.reference.clone(), platforms: p.platforms.clone() }
 }
 
 /// Events are logged as one structured line each, with the whole document.

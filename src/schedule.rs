@@ -14,10 +14,7 @@ use tokio_util::sync::CancellationToken;
 #[derive(Clone)]
 pub enum Schedule {
     Interval(Duration),
-    Cron {
-        expression: String,
-        schedule: Box<cron::Schedule>,
-    },
+    Cron { expression: String, schedule: Box<cron::Schedule> },
 }
 
 impl fmt::Debug for Schedule {
@@ -47,14 +44,9 @@ impl Schedule {
         match cron::Schedule::from_str(expression) {
             Ok(schedule) => {
                 if schedule.upcoming(Utc).next().is_none() {
-                    return Err(format!(
-                        "cron expression \"{expression}\" never fires again"
-                    ));
+                    return Err(format!("cron expression \"{expression}\" never fires again"));
                 }
-                Ok(Schedule::Cron {
-                    expression: expression.to_string(),
-                    schedule: Box::new(schedule),
-                })
+                Ok(Schedule::Cron { expression: expression.to_string(), schedule: Box::new(schedule) })
             }
             Err(err) => Err(format!(
                 "invalid cron expression \"{expression}\" (sec min hour day-of-month month day-of-week [year]; day-of-week 1 = Sunday, names like Mon-Fri are safer): {err}"
@@ -139,11 +131,7 @@ pub fn settle(
     match pending {
         Some((digest, since)) if digest == observed => {
             let held = (now - since).to_std().unwrap_or_default();
-            if held >= settle {
-                Settle::Report
-            } else {
-                Settle::Hold { since }
-            }
+            if held >= settle { Settle::Report } else { Settle::Hold { since } }
         }
         _ => Settle::Hold { since: now },
     }
@@ -164,10 +152,7 @@ pub enum Clock {
 impl Clock {
     /// A clock that reads `wall` now and advances with tokio's (possibly paused) time.
     pub fn tokio_anchored(wall: DateTime<Utc>) -> Self {
-        Clock::Tokio {
-            wall,
-            instant: tokio::time::Instant::now(),
-        }
+        Clock::Tokio { wall, instant: tokio::time::Instant::now() }
     }
 
     pub fn manual(start: DateTime<Utc>) -> Self {
@@ -186,9 +171,7 @@ impl Clock {
         match self {
             Clock::System => Utc::now(),
             Clock::Manual(now) => *now.lock().unwrap_or_else(|e| e.into_inner()),
-            Clock::Tokio { wall, instant } => {
-                *wall + chrono::Duration::from_std(instant.elapsed()).unwrap_or_default()
-            }
+            Clock::Tokio { wall, instant } => *wall + chrono::Duration::from_std(instant.elapsed()).unwrap_or_default(),
         }
     }
 }
@@ -199,9 +182,7 @@ pub fn timestamp(t: DateTime<Utc>) -> String {
 }
 
 pub fn parse_timestamp(text: &str) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(text)
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
+    DateTime::parse_from_rfc3339(text).ok().map(|t| t.with_timezone(&Utc))
 }
 
 #[cfg(test)]
@@ -216,40 +197,25 @@ mod tests {
     #[test]
     fn interval_is_constant() {
         let s = Schedule::Interval(Duration::from_secs(300));
-        assert_eq!(
-            s.delay_after(at("2026-11-30T12:07:30Z")),
-            Some(Duration::from_secs(300))
-        );
+        assert_eq!(s.delay_after(at("2026-11-30T12:07:30Z")), Some(Duration::from_secs(300)));
         assert_eq!(s.to_string(), "every 5m");
     }
 
     #[test]
     fn cron_waits_for_the_next_firing() {
         let s = Schedule::cron("0 */15 * * * *").unwrap();
-        assert_eq!(
-            s.delay_after(at("2026-11-30T12:07:30Z")),
-            Some(Duration::from_secs(7 * 60 + 30))
-        );
+        assert_eq!(s.delay_after(at("2026-11-30T12:07:30Z")), Some(Duration::from_secs(7 * 60 + 30)));
         // Exactly on a firing: the next one, never zero.
-        assert_eq!(
-            s.delay_after(at("2026-11-30T12:15:00Z")),
-            Some(Duration::from_secs(15 * 60))
-        );
+        assert_eq!(s.delay_after(at("2026-11-30T12:15:00Z")), Some(Duration::from_secs(15 * 60)));
         let daily = Schedule::cron("0 0 3 * * Mon-Fri").unwrap();
         // 2026-11-28 is a Saturday: next is Monday 03:00.
-        assert_eq!(
-            daily.delay_after(at("2026-11-28T04:00:00Z")),
-            Some(Duration::from_secs(47 * 3600))
-        );
+        assert_eq!(daily.delay_after(at("2026-11-28T04:00:00Z")), Some(Duration::from_secs(47 * 3600)));
     }
 
     #[test]
     fn cron_errors_explain_the_syntax() {
         let e = Schedule::cron("*/5 * * * *").unwrap_err();
-        assert!(
-            e.contains("seconds first") && e.contains("\"0 */5 * * * *\""),
-            "{e}"
-        );
+        assert!(e.contains("seconds first") && e.contains("\"0 */5 * * * *\""), "{e}");
         let e = Schedule::cron("0 0 25 * * *").unwrap_err();
         assert!(e.starts_with("invalid cron expression"), "{e}");
         let e = Schedule::cron("0 0 0 1 1 * 2020").unwrap_err();
@@ -273,34 +239,17 @@ mod tests {
         let window = Some(Duration::from_secs(1800));
         let t0 = at("2026-11-30T12:00:00Z");
         assert_eq!(settle(None, None, "sha256:b", t0), Settle::Report);
-        assert_eq!(
-            settle(window, None, "sha256:b", t0),
-            Settle::Hold { since: t0 }
-        );
+        assert_eq!(settle(window, None, "sha256:b", t0), Settle::Hold { since: t0 });
         let t1 = at("2026-11-30T12:29:59Z");
-        assert_eq!(
-            settle(window, Some(("sha256:b", t0)), "sha256:b", t1),
-            Settle::Hold { since: t0 }
-        );
+        assert_eq!(settle(window, Some(("sha256:b", t0)), "sha256:b", t1), Settle::Hold { since: t0 });
         let t2 = at("2026-11-30T12:30:00Z");
-        assert_eq!(
-            settle(window, Some(("sha256:b", t0)), "sha256:b", t2),
-            Settle::Report
-        );
+        assert_eq!(settle(window, Some(("sha256:b", t0)), "sha256:b", t2), Settle::Report);
         // The tag moved again while held: the clock restarts for the new digest.
-        assert_eq!(
-            settle(window, Some(("sha256:b", t0)), "sha256:c", t2),
-            Settle::Hold { since: t2 }
-        );
+        assert_eq!(settle(window, Some(("sha256:b", t0)), "sha256:c", t2), Settle::Hold { since: t2 });
     }
 
     /// Runs a schedule on a paused clock and returns the virtual times of its ticks.
-    async fn ticks(
-        schedule: Schedule,
-        jitter_max: Duration,
-        start: &str,
-        run_for: Duration,
-    ) -> Vec<Duration> {
+    async fn ticks(schedule: Schedule, jitter_max: Duration, start: &str, run_for: Duration) -> Vec<Duration> {
         let clock = Clock::tokio_anchored(at(start));
         let shutdown = CancellationToken::new();
         let wake = Notify::new();
@@ -344,10 +293,7 @@ mod tests {
         assert!(t[0] <= Duration::from_secs(10), "{t:?}");
         for pair in t.windows(2) {
             let gap = pair[1] - pair[0];
-            assert!(
-                gap >= Duration::from_secs(60) && gap <= Duration::from_secs(70),
-                "{gap:?}"
-            );
+            assert!(gap >= Duration::from_secs(60) && gap <= Duration::from_secs(70), "{gap:?}");
         }
         assert!(t.len() >= 51 && t.len() <= 61, "{}", t.len());
     }
@@ -355,13 +301,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn cron_ticks_follow_the_wall_clock() {
         let s = Schedule::cron("0 */15 * * * *").unwrap();
-        let t = ticks(
-            s,
-            Duration::ZERO,
-            "2026-11-30T12:07:30Z",
-            Duration::from_secs(40 * 60),
-        )
-        .await;
+        let t = ticks(s, Duration::ZERO, "2026-11-30T12:07:30Z", Duration::from_secs(40 * 60)).await;
         // At start, then 12:15:00, 12:30:00, 12:45:00.
         assert_eq!(t, [0, 450, 1350, 2250].map(Duration::from_secs));
     }
@@ -373,8 +313,7 @@ mod tests {
         let wake = std::sync::Arc::new(Notify::new());
         let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let task = {
-            let (shutdown, wake, count, clock) =
-                (shutdown.clone(), wake.clone(), count.clone(), clock.clone());
+            let (shutdown, wake, count, clock) = (shutdown.clone(), wake.clone(), count.clone(), clock.clone());
             tokio::spawn(async move {
                 let s = Schedule::Interval(Duration::from_secs(3600));
                 run_schedule(&s, Duration::ZERO, &clock, &shutdown, &wake, || {

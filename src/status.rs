@@ -63,11 +63,7 @@ pub struct ChangeSummary {
 }
 
 /// Builds the report for the builders in `config`, with up to `recent` changes each.
-pub async fn collect(
-    config: &Config,
-    ledger: &Ledger,
-    recent: usize,
-) -> Result<Status, LedgerError> {
+pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<Status, LedgerError> {
     let mut builders = Vec::new();
     for b in &config.builders {
         let image = b.image.to_string();
@@ -78,11 +74,7 @@ pub async fn collect(
         };
         builders.push(builder_status(&b.name, &image, record.as_ref(), changes));
     }
-    Ok(Status {
-        builders,
-        pending: ledger.open_actions().await?,
-        dead_letters: ledger.dead_letters().await?,
-    })
+    Ok(Status { builders, pending: ledger.open_actions().await?, dead_letters: ledger.dead_letters().await? })
 }
 
 fn builder_status(
@@ -104,20 +96,14 @@ fn builder_status(
         last_check: record.and_then(|r| {
             Some(LastCheck {
                 time: r.last_check.clone()?,
-                result: if r.last_ok == Some(true) {
-                    "ok"
-                } else {
-                    "error"
-                },
+                result: if r.last_ok == Some(true) { "ok" } else { "error" },
                 error: r.last_error.clone(),
                 reason: r.last_error_reason.clone(),
             })
         }),
         last_change: record.and_then(|r| r.last_change.clone()),
         consecutive_failures: record.map_or(0, |r| r.consecutive_failures),
-        settling: record
-            .and_then(|r| r.pending.clone())
-            .map(|(digest, since)| Settling { digest, since }),
+        settling: record.and_then(|r| r.pending.clone()).map(|(digest, since)| Settling { digest, since }),
         changes: changes
             .into_iter()
             .map(|c| ChangeSummary {
@@ -171,12 +157,7 @@ pub fn render_text(status: &Status) -> String {
             }
         }
         if let Some(s) = &b.settling {
-            let _ = writeln!(
-                out,
-                "  settling:   {} seen since {}",
-                short(&s.digest),
-                s.since
-            );
+            let _ = writeln!(out, "  settling:   {} seen since {}", short(&s.digest), s.since);
         }
         if b.changes.is_empty() {
             let _ = writeln!(out, "  changes:    none");

@@ -102,16 +102,9 @@ const MIGRATIONS: &[&str] = &[
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
     #[error("cannot open the ledger {}: {source}", path.display())]
-    Open {
-        path: PathBuf,
-        source: rusqlite::Error,
-    },
+    Open { path: PathBuf, source: rusqlite::Error },
     #[error("the ledger {} has schema version {found}, newer than this builder-monitor understands ({supported}); upgrade builder-monitor", path.display())]
-    NewerSchema {
-        path: PathBuf,
-        found: i64,
-        supported: i64,
-    },
+    NewerSchema { path: PathBuf, found: i64, supported: i64 },
     #[error("ledger: {0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("ledger holds an unreadable {what}: {detail}")]
@@ -128,7 +121,7 @@ pub enum WatchKind {
 }
 
 impl WatchKind {
-    fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             WatchKind::Builder => "builder",
             WatchKind::RunImage => "run_image",
@@ -254,16 +247,10 @@ impl Ledger {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| LedgerError::Open {
                 path: path.to_path_buf(),
-                source: rusqlite::Error::InvalidPath(PathBuf::from(format!(
-                    "{}: {e}",
-                    dir.display()
-                ))),
+                source: rusqlite::Error::InvalidPath(PathBuf::from(format!("{}: {e}", dir.display()))),
             })?;
         }
-        let open_err = |source| LedgerError::Open {
-            path: path.to_path_buf(),
-            source,
-        };
+        let open_err = |source| LedgerError::Open { path: path.to_path_buf(), source };
         let mut conn = Connection::open(path).map_err(open_err)?;
         // WAL: readers (`status`) never block the daemon; NORMAL is durable across process crashes.
         conn.execute_batch(
@@ -271,10 +258,7 @@ impl Ledger {
         )
         .map_err(open_err)?;
         migrate(&mut conn, path)?;
-        Ok(Self {
-            conn: Arc::new(Mutex::new(conn)),
-            path: path.to_path_buf(),
-        })
+        Ok(Self { conn: Arc::new(Mutex::new(conn)), path: path.to_path_buf() })
     }
 
     pub fn path(&self) -> &Path {
@@ -306,10 +290,7 @@ impl Ledger {
                 .prepare("SELECT name FROM watches ORDER BY name")?
                 .query_map([], |r| r.get(0))?
                 .collect::<Result<_, _>>()?;
-            names
-                .iter()
-                .filter_map(|n| read_watch(conn, n).transpose())
-                .collect()
+            names.iter().filter_map(|n| read_watch(conn, n).transpose()).collect()
         })
         .await
     }
@@ -319,11 +300,7 @@ impl Ledger {
         let (watch, digest) = (watch.to_string(), digest.to_string());
         self.with(move |conn| {
             Ok(conn
-                .query_row(
-                    "SELECT 1 FROM digests WHERE watch = ?1 AND digest = ?2",
-                    params![watch, digest],
-                    |_| Ok(()),
-                )
+                .query_row("SELECT 1 FROM digests WHERE watch = ?1 AND digest = ?2", params![watch, digest], |_| Ok(()))
                 .optional()?
                 .is_some())
         })
@@ -342,11 +319,7 @@ impl Ledger {
     }
 
     /// Most recent changes first; all watches when `watch` is `None`.
-    pub async fn changes(
-        &self,
-        watch: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<ChangeRecord>, LedgerError> {
+    pub async fn changes(&self, watch: Option<&str>, limit: usize) -> Result<Vec<ChangeRecord>, LedgerError> {
         let watch = watch.map(str::to_string);
         self.with(move |conn| {
             let mut stmt = conn.prepare(
@@ -436,24 +409,16 @@ impl Ledger {
     }
 
     /// Events recorded after `after_seq`, oldest first.
-    pub async fn events_after(
-        &self,
-        after_seq: i64,
-        limit: usize,
-    ) -> Result<Vec<StoredEvent>, LedgerError> {
+    pub async fn events_after(&self, after_seq: i64, limit: usize) -> Result<Vec<StoredEvent>, LedgerError> {
         self.with(move |conn| {
-            let mut stmt = conn
-                .prepare("SELECT seq, document FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2")?;
-            let rows = stmt.query_map(params![after_seq, limit as i64], |r| {
-                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
-            })?;
+            let mut stmt = conn.prepare("SELECT seq, document FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2")?;
+            let rows = stmt
+                .query_map(params![after_seq, limit as i64], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?;
             let mut out = Vec::new();
             for row in rows {
                 let (seq, document) = row?;
-                let event = serde_json::from_str(&document).map_err(|e| LedgerError::Corrupt {
-                    what: "event",
-                    detail: format!("#{seq}: {e}"),
-                })?;
+                let event = serde_json::from_str(&document)
+                    .map_err(|e| LedgerError::Corrupt { what: "event", detail: format!("#{seq}: {e}") })?;
                 out.push(StoredEvent { seq, event });
             }
             Ok(out)
@@ -466,11 +431,7 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), LedgerError> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     let supported = MIGRATIONS.len() as i64;
     if version > supported {
-        return Err(LedgerError::NewerSchema {
-            path: path.to_path_buf(),
-            found: version,
-            supported,
-        });
+        return Err(LedgerError::NewerSchema { path: path.to_path_buf(), found: version, supported });
     }
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
         let tx = conn.transaction()?;
@@ -520,18 +481,7 @@ fn read_watch(conn: &Connection, name: &str) -> Result<Option<WatchRecord>, Ledg
         )
         .optional()?;
     let Some((
-        (
-            name,
-            kind,
-            image,
-            digest,
-            reference,
-            media_type,
-            platforms,
-            metadata,
-            pinned_since,
-            first_seen,
-        ),
+        (name, kind, image, digest, reference, media_type, platforms, metadata, pinned_since, first_seen),
         (
             last_check,
             last_result,
@@ -548,16 +498,11 @@ fn read_watch(conn: &Connection, name: &str) -> Result<Option<WatchRecord>, Ledg
     else {
         return Ok(None);
     };
-    let corrupt = |what, detail: String| LedgerError::Corrupt {
-        what,
-        detail: format!("watch {name}: {detail}"),
-    };
+    let corrupt = |what, detail: String| LedgerError::Corrupt { what, detail: format!("watch {name}: {detail}") };
     let platforms: BTreeMap<String, String> =
         serde_json::from_str(&platforms).map_err(|e| corrupt("platform map", e.to_string()))?;
-    let metadata = metadata
-        .map(|m| serde_json::from_str(&m))
-        .transpose()
-        .map_err(|e| corrupt("metadata", e.to_string()))?;
+    let metadata =
+        metadata.map(|m| serde_json::from_str(&m)).transpose().map_err(|e| corrupt("metadata", e.to_string()))?;
     let pin = match (digest, reference) {
         (Some(digest), Some(reference)) => Some(PinRecord {
             digest,
@@ -569,11 +514,7 @@ fn read_watch(conn: &Connection, name: &str) -> Result<Option<WatchRecord>, Ledg
         _ => None,
     };
     Ok(Some(WatchRecord {
-        kind: if kind == "run_image" {
-            WatchKind::RunImage
-        } else {
-            WatchKind::Builder
-        },
+        kind: if kind == "run_image" { WatchKind::RunImage } else { WatchKind::Builder },
         name,
         image,
         pin,
@@ -667,11 +608,7 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
     }
     for event in &r.events {
         let document = serde_json::to_string(event).unwrap_or_default();
-        let change_id = r
-            .change
-            .as_ref()
-            .filter(|c| c.id == event.id)
-            .map(|c| &c.id);
+        let change_id = r.change.as_ref().filter(|c| c.id == event.id).map(|c| &c.id);
         tx.execute(
             "INSERT INTO events (id, type, watch, change_id, time, document) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
              ON CONFLICT (id) DO NOTHING",
@@ -701,11 +638,7 @@ mod tests {
     use crate::event::{EventType, Subject};
 
     fn temp_ledger() -> (Ledger, PathBuf) {
-        let dir = std::env::temp_dir().join(format!(
-            "bm-ledger-{}-{}",
-            std::process::id(),
-            rand::random::<u64>()
-        ));
+        let dir = std::env::temp_dir().join(format!("bm-ledger-{}-{}", std::process::id(), rand::random::<u64>()));
         let path = dir.join("state").join("ledger.db");
         (Ledger::open(&path).unwrap(), dir)
     }
@@ -744,7 +677,7 @@ mod tests {
             current: cur.into(),
             previous_reference: format!("docker.io/x/y@{prev}"),
             current_reference: format!("docker.io/x/y@{cur}"),
-            change: Change::unknown(),
+            change: Change::unknown("test"),
             rollback: false,
             detected: format!("2026-11-30T12:0{seq}:00Z"),
         }
@@ -761,18 +694,12 @@ mod tests {
             "e1".into(),
             EventType::BuilderPinned,
             r.time.clone(),
-            Subject {
-                name: "b".into(),
-                image: r.image.clone(),
-            },
+            Subject { name: "b".into(), image: r.image.clone() },
         ));
         ledger.commit(r).await.unwrap();
         let w = ledger.watch("b").await.unwrap().unwrap();
         assert_eq!(w.pin.as_ref().unwrap().digest, "sha256:a");
-        assert_eq!(
-            w.pin.as_ref().unwrap().platforms["linux/amd64"],
-            "sha256:a-amd64"
-        );
+        assert_eq!(w.pin.as_ref().unwrap().platforms["linux/amd64"], "sha256:a-amd64");
         assert_eq!(w.moves, 0);
         assert!(ledger.has_pinned("b", "sha256:a").await.unwrap());
 
@@ -789,11 +716,7 @@ mod tests {
         assert_eq!(w.pin.as_ref().unwrap().digest, "sha256:a");
 
         // Three moves with history = 2: the oldest change is pruned, ids are kept.
-        let moves = [
-            ("sha256:a", "sha256:b"),
-            ("sha256:b", "sha256:c"),
-            ("sha256:c", "sha256:d"),
-        ];
+        let moves = [("sha256:a", "sha256:b"), ("sha256:b", "sha256:c"), ("sha256:c", "sha256:d")];
         for (i, (prev, cur)) in moves.iter().enumerate() {
             let mut r = record(&format!("2026-11-30T12:1{i}:00Z"));
             r.pin = Some(pin(cur));
@@ -801,10 +724,7 @@ mod tests {
             ledger.commit(r).await.unwrap();
         }
         let w = ledger.watch("b").await.unwrap().unwrap();
-        assert_eq!(
-            (w.moves, w.consecutive_failures, w.failing_since.clone()),
-            (3, 0, None)
-        );
+        assert_eq!((w.moves, w.consecutive_failures, w.failing_since.clone()), (3, 0, None));
         let changes = ledger.changes(Some("b"), 10).await.unwrap();
         assert_eq!(changes.iter().map(|c| c.seq).collect::<Vec<_>>(), [3, 2]);
         assert_eq!(changes[0], change(3, "sha256:c", "sha256:d"));
@@ -834,10 +754,7 @@ mod tests {
         ledger.commit(r).await.unwrap();
         drop(ledger);
         let again = Ledger::open(&path).unwrap();
-        assert_eq!(
-            again.watch("b").await.unwrap().unwrap().pin.unwrap().digest,
-            "sha256:a"
-        );
+        assert_eq!(again.watch("b").await.unwrap().unwrap().pin.unwrap().digest, "sha256:a");
         drop(again);
         let conn = Connection::open(&path).unwrap();
         conn.pragma_update(None, "user_version", 99).unwrap();

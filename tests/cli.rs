@@ -18,10 +18,7 @@ async fn registry_digest(host: &str, repo: &str, tag: &str) -> String {
         .send()
         .await
         .unwrap();
-    response.headers()["docker-content-digest"]
-        .to_str()
-        .unwrap()
-        .to_string()
+    response.headers()["docker-content-digest"].to_str().unwrap().to_string()
 }
 
 fn json(text: &str) -> serde_json::Value {
@@ -32,61 +29,28 @@ fn json(text: &str) -> serde_json::Value {
 async fn resolve_prints_what_the_registry_reports() {
     let registry = TestRegistry::start();
     let pusher = Pusher::new(&registry.host);
-    let oci = pusher
-        .push_image("demo/oci", Some("v1"), &Image::new("amd64"), Format::Oci)
-        .await;
-    let docker = pusher
-        .push_image(
-            "demo/docker",
-            Some("v1"),
-            &Image::new("arm64"),
-            Format::Docker,
-        )
-        .await;
+    let oci = pusher.push_image("demo/oci", Some("v1"), &Image::new("amd64"), Format::Oci).await;
+    let docker = pusher.push_image("demo/docker", Some("v1"), &Image::new("arm64"), Format::Docker).await;
     let images = [Image::new("amd64"), Image::new("arm64").salt("x")];
-    let (index, children) = pusher
-        .push_index("demo/multi", "v1", &images, Format::Oci)
-        .await;
+    let (index, children) = pusher.push_index("demo/multi", "v1", &images, Format::Oci).await;
     let ws = Workspace::new();
 
     for (repo, pushed, media_type) in [
-        (
-            "demo/oci",
-            &oci,
-            "application/vnd.oci.image.manifest.v1+json",
-        ),
-        (
-            "demo/docker",
-            &docker,
-            "application/vnd.docker.distribution.manifest.v2+json",
-        ),
-        (
-            "demo/multi",
-            &index,
-            "application/vnd.oci.image.index.v1+json",
-        ),
+        ("demo/oci", &oci, "application/vnd.oci.image.manifest.v1+json"),
+        ("demo/docker", &docker, "application/vnd.docker.distribution.manifest.v2+json"),
+        ("demo/multi", &index, "application/vnd.oci.image.index.v1+json"),
     ] {
         let image = format!("{}/{repo}:v1", registry.host);
         let out = ws.run(&["resolve", &image, "--json"]);
         assert_eq!(out.code, Some(0), "{}", out.stderr);
         let v = json(&out.stdout);
-        assert_eq!(
-            v["digest"],
-            registry_digest(&registry.host, repo, "v1").await
-        );
+        assert_eq!(v["digest"], registry_digest(&registry.host, repo, "v1").await);
         assert_eq!(v["digest"], pushed.digest);
-        assert_eq!(
-            v["reference"],
-            format!("{}/{repo}@{}", registry.host, pushed.digest)
-        );
+        assert_eq!(v["reference"], format!("{}/{repo}@{}", registry.host, pushed.digest));
         assert_eq!(v["media_type"], media_type);
         assert_eq!(v["image"], image);
     }
-    let out = ws.run(&[
-        "resolve",
-        &format!("{}/demo/multi:v1", registry.host),
-        "--json",
-    ]);
+    let out = ws.run(&["resolve", &format!("{}/demo/multi:v1", registry.host), "--json"]);
     let v = json(&out.stdout);
     let platforms = v["platforms"].as_array().unwrap();
     assert_eq!(platforms.len(), 2);
@@ -98,10 +62,7 @@ async fn resolve_prints_what_the_registry_reports() {
 
     let text = ws.run(&["resolve", &format!("{}/demo/docker:v1", registry.host)]);
     assert!(
-        text.stdout.contains(&format!(
-            "reference:  {}/demo/docker@{}",
-            registry.host, docker.digest
-        )),
+        text.stdout.contains(&format!("reference:  {}/demo/docker@{}", registry.host, docker.digest)),
         "{}",
         text.stdout
     );
@@ -109,18 +70,10 @@ async fn resolve_prints_what_the_registry_reports() {
 
     let missing = ws.run(&["resolve", &format!("{}/demo/nothing:v1", registry.host)]);
     assert_eq!(missing.code, Some(1));
-    assert!(
-        missing.stderr.contains("manifest unknown"),
-        "{}",
-        missing.stderr
-    );
+    assert!(missing.stderr.contains("manifest unknown"), "{}", missing.stderr);
     let invalid = ws.run(&["resolve", "Not A Reference"]);
     assert_eq!(invalid.code, Some(2));
-    assert!(
-        invalid.stderr.contains("invalid image reference"),
-        "{}",
-        invalid.stderr
-    );
+    assert!(invalid.stderr.contains("invalid image reference"), "{}", invalid.stderr);
 }
 
 fn daemon_config(host: &str, interval: &str) -> String {
@@ -131,13 +84,7 @@ fn daemon_config(host: &str, interval: &str) -> String {
 
 async fn event_types(ledger_path: &std::path::Path) -> Vec<String> {
     let ledger = Ledger::open(ledger_path).unwrap();
-    ledger
-        .events_after(0, 1000)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.event.event_type.to_string())
-        .collect()
+    ledger.events_after(0, 1000).await.unwrap().into_iter().map(|e| e.event.event_type.to_string()).collect()
 }
 
 #[tokio::test]
@@ -145,9 +92,7 @@ async fn run_once_pins_then_records_one_change_and_status_shows_it() {
     let registry = TestRegistry::start();
     let pusher = Pusher::new(&registry.host);
     let images = [Image::new("amd64"), Image::new("arm64")];
-    let (v1, _) = pusher
-        .push_index("demo/builder", "latest", &images, Format::Oci)
-        .await;
+    let (v1, _) = pusher.push_index("demo/builder", "latest", &images, Format::Oci).await;
     let ws = Workspace::new();
     let config = ws.config(&daemon_config(&registry.host, "1h"));
     let config = config.to_str().unwrap();
@@ -157,41 +102,25 @@ async fn run_once_pins_then_records_one_change_and_status_shows_it() {
         let out = ws.run(&["run", "--once", "--config", config]);
         assert_eq!(out.code, Some(0), "{}", out.stderr);
     }
-    assert_eq!(
-        event_types(&ledger).await,
-        ["builder.pinned"],
-        "pinned once, not on every run"
-    );
+    assert_eq!(event_types(&ledger).await, ["builder.pinned"], "pinned once, not on every run");
 
     let images = [Image::new("amd64").salt("2"), Image::new("arm64").salt("2")];
-    let (v2, _) = pusher
-        .push_index("demo/builder", "latest", &images, Format::Oci)
-        .await;
+    let (v2, _) = pusher.push_index("demo/builder", "latest", &images, Format::Oci).await;
     for _ in 0..2 {
         let out = ws.run(&["run", "--once", "--config", config]);
         assert_eq!(out.code, Some(0), "{}", out.stderr);
     }
-    assert_eq!(
-        event_types(&ledger).await,
-        ["builder.pinned", "builder.changed"]
-    );
+    assert_eq!(event_types(&ledger).await, ["builder.pinned", "builder.changed"]);
 
     // The config is found through the environment as well.
-    let out = run_with_env(
-        &["status", "--json"],
-        &[("BUILDER_MONITOR_CONFIG", config)],
-        ws.dir.path(),
-    );
+    let out = run_with_env(&["status", "--json"], &[("BUILDER_MONITOR_CONFIG", config)], ws.dir.path());
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let v = json(&out.stdout);
     let b = &v["builders"][0];
     assert_eq!(b["name"], "jammy");
     assert_eq!(b["image"], format!("{}/demo/builder:latest", registry.host));
     assert_eq!(b["pinned"]["digest"], v2.digest);
-    assert_eq!(
-        b["pinned"]["reference"],
-        format!("{}/demo/builder@{}", registry.host, v2.digest)
-    );
+    assert_eq!(b["pinned"]["reference"], format!("{}/demo/builder@{}", registry.host, v2.digest));
     assert_eq!(b["platforms"].as_object().unwrap().len(), 2);
     assert_eq!(b["last_check"]["result"], "ok");
     let changes = b["changes"].as_array().unwrap();
@@ -204,10 +133,7 @@ async fn run_once_pins_then_records_one_change_and_status_shows_it() {
 
     let text = ws.run(&["status", "--config", config]);
     assert!(
-        text.stdout.contains(&format!(
-            "pinned:     {}/demo/builder@{}",
-            registry.host, v2.digest
-        )),
+        text.stdout.contains(&format!("pinned:     {}/demo/builder@{}", registry.host, v2.digest)),
         "{}",
         text.stdout
     );
@@ -223,28 +149,14 @@ async fn run_once_pins_then_records_one_change_and_status_shows_it() {
 async fn killed_daemon_restarts_without_repeating_events() {
     let registry = TestRegistry::start();
     let pusher = Pusher::new(&registry.host);
-    pusher
-        .push_image(
-            "demo/builder",
-            Some("latest"),
-            &Image::new("amd64"),
-            Format::Oci,
-        )
-        .await;
+    pusher.push_image("demo/builder", Some("latest"), &Image::new("amd64"), Format::Oci).await;
     let ws = Workspace::new();
     let config = ws.config(&daemon_config(&registry.host, "200ms"));
     let ledger = ws.path("state/ledger.db");
 
     let mut daemon = Daemon::start(&config);
     daemon.wait_for_event("builder.pinned");
-    pusher
-        .push_image(
-            "demo/builder",
-            Some("latest"),
-            &Image::new("amd64").salt("2"),
-            Format::Oci,
-        )
-        .await;
+    pusher.push_image("demo/builder", Some("latest"), &Image::new("amd64").salt("2"), Format::Oci).await;
     let changed = daemon.wait_for_event("builder.changed");
     daemon.kill();
 
@@ -255,23 +167,10 @@ async fn killed_daemon_restarts_without_repeating_events() {
     }
     let (status, log) = daemon.terminate();
     assert!(status.success(), "SIGTERM is a clean stop: {status:?}");
-    assert!(
-        log.iter().any(|l| l.contains("builder-monitor stopped")),
-        "{log:#?}"
-    );
-    assert!(
-        !log.iter().any(|l| l.contains("\"event_type\"")),
-        "no event after restart: {log:#?}"
-    );
-    assert_eq!(
-        event_types(&ledger).await,
-        ["builder.pinned", "builder.changed"]
-    );
-    let stored = Ledger::open(&ledger)
-        .unwrap()
-        .changes(None, 10)
-        .await
-        .unwrap();
+    assert!(log.iter().any(|l| l.contains("builder-monitor stopped")), "{log:#?}");
+    assert!(!log.iter().any(|l| l.contains("\"event_type\"")), "no event after restart: {log:#?}");
+    assert_eq!(event_types(&ledger).await, ["builder.pinned", "builder.changed"]);
+    let stored = Ledger::open(&ledger).unwrap().changes(None, 10).await.unwrap();
     assert_eq!(stored.len(), 1);
     assert_eq!(stored[0].id, changed["id"].as_str().unwrap());
 }
@@ -286,26 +185,10 @@ fn config_errors_are_positioned_and_exit_2() {
     assert_eq!(out.code, Some(2));
     let file = config.display().to_string();
     let lines: Vec<&str> = out.stderr.lines().collect();
-    assert!(
-        lines[0].starts_with(&format!("error: {file}:2:12: invalid interval \"10\"")),
-        "{}",
-        out.stderr
-    );
-    assert!(
-        lines[1].starts_with(&format!("{file}:6:9: image \"ubuntu@sha256:")),
-        "{}",
-        out.stderr
-    );
-    assert!(
-        lines[2].starts_with(&format!("{file}:9:8: duplicate builder name \"a\"")),
-        "{}",
-        out.stderr
-    );
-    assert!(
-        lines[3].starts_with(&format!("{file}:11:12: cron expression")),
-        "{}",
-        out.stderr
-    );
+    assert!(lines[0].starts_with(&format!("error: {file}:2:12: invalid interval \"10\"")), "{}", out.stderr);
+    assert!(lines[1].starts_with(&format!("{file}:6:9: image \"ubuntu@sha256:")), "{}", out.stderr);
+    assert!(lines[2].starts_with(&format!("{file}:9:8: duplicate builder name \"a\"")), "{}", out.stderr);
+    assert!(lines[3].starts_with(&format!("{file}:11:12: cron expression")), "{}", out.stderr);
     assert_eq!(lines.len(), 4, "{}", out.stderr);
 
     for args in [
@@ -316,11 +199,7 @@ fn config_errors_are_positioned_and_exit_2() {
     }
     let missing = ws.run(&["check", "--config", "/nonexistent/config.toml"]);
     assert_eq!(missing.code, Some(2));
-    assert!(
-        missing.stderr.contains("cannot read config file"),
-        "{}",
-        missing.stderr
-    );
+    assert!(missing.stderr.contains("cannot read config file"), "{}", missing.stderr);
     assert_eq!(ws.run(&["frobnicate"]).code, Some(2), "usage errors exit 2");
 }
 
@@ -336,11 +215,7 @@ fn example_config_is_valid() {
         "docker.io/heroku/builder:24",
         "docker.io/heroku/builder:22",
     ] {
-        assert!(
-            out.stdout.contains(builder),
-            "{builder} missing from:\n{}",
-            out.stdout
-        );
+        assert!(out.stdout.contains(builder), "{builder} missing from:\n{}", out.stdout);
     }
 }
 
@@ -349,14 +224,7 @@ async fn secrets_never_reach_logs_or_output() {
     use base64::Engine;
     let registry = TestRegistry::start_with(support::registry::Auth::Htpasswd);
     let pusher = Pusher::with_basic(&registry.host, "testuser", "testpass");
-    pusher
-        .push_image(
-            "demo/builder",
-            Some("latest"),
-            &Image::new("amd64"),
-            Format::Oci,
-        )
-        .await;
+    pusher.push_image("demo/builder", Some("latest"), &Image::new("amd64"), Format::Oci).await;
     let ws = Workspace::new();
     let text = format!(
         "{}\n[registries.\"{}\"]\nusername = \"testuser\"\npassword_env = \"BM_TEST_PASSWORD\"\n",
@@ -367,30 +235,17 @@ async fn secrets_never_reach_logs_or_output() {
     let config = config.to_str().unwrap();
     let basic = base64::engine::general_purpose::STANDARD.encode("testuser:testpass");
     for (password, code) in [("testpass", 0), ("wrong-secret", 1)] {
-        let env = [
-            ("BM_TEST_PASSWORD", password),
-            ("BUILDER_MONITOR_LOG", "trace"),
-        ];
+        let env = [("BM_TEST_PASSWORD", password), ("BUILDER_MONITOR_LOG", "trace")];
         let run = run_with_env(&["run", "--once", "--config", config], &env, ws.dir.path());
         assert_eq!(run.code, Some(code), "{}", run.stderr);
         let check = run_with_env(&["check", "--config", config], &env, ws.dir.path());
-        let status = run_with_env(
-            &["status", "--json", "--config", config],
-            &env,
-            ws.dir.path(),
-        );
+        let status = run_with_env(&["status", "--json", "--config", config], &env, ws.dir.path());
         for out in [&run, &check, &status] {
             for text in [&out.stdout, &out.stderr] {
                 assert!(!text.contains(password), "password leaked:\n{text}");
                 assert!(!text.contains(&basic), "basic credentials leaked:\n{text}");
             }
         }
-        assert!(
-            check
-                .stdout
-                .contains("user testuser (password from $BM_TEST_PASSWORD)"),
-            "{}",
-            check.stdout
-        );
+        assert!(check.stdout.contains("user testuser (password from $BM_TEST_PASSWORD)"), "{}", check.stdout);
     }
 }

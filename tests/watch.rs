@@ -19,7 +19,6 @@ use support::token::TokenServer;
 struct Setup {
     monitor: Arc<Monitor>,
     ledger: Ledger,
-    config: Arc<Config>,
     clock: Clock,
     _dir: tempfile::TempDir,
 }
@@ -36,34 +35,16 @@ impl Setup {
         let builder_monitor::config::StateLocation::Sqlite(path) = &config.monitor.state;
         let ledger = Ledger::open(path).unwrap();
         let registry = Arc::new(Registry::new(config.registries.values().cloned()));
-        let monitor = Arc::new(Monitor::new(
-            config.clone(),
-            registry,
-            ledger.clone(),
-            clock.clone(),
-        ));
-        Setup {
-            monitor,
-            ledger,
-            config,
-            clock,
-            _dir: dir,
-        }
+        let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), clock.clone()));
+        Setup { monitor, ledger, clock, _dir: dir }
     }
 
     async fn check(&self, name: &str) -> CheckOutcome {
-        let builder = self.config.builder(name).unwrap().clone();
-        self.monitor.check(&builder).await.unwrap()
+        self.monitor.check_builder(name).await.unwrap().unwrap()
     }
 
     async fn event_types(&self) -> Vec<String> {
-        self.ledger
-            .events_after(0, 1000)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|e| e.event.event_type.to_string())
-            .collect()
+        self.ledger.events_after(0, 1000).await.unwrap().into_iter().map(|e| e.event.event_type.to_string()).collect()
     }
 }
 
@@ -74,30 +55,18 @@ fn builder_config(host: &str, repo: &str, extra: &str) -> String {
 }
 
 fn amd64_arm64(salt_amd64: &str, salt_arm64: &str) -> Vec<Image> {
-    vec![
-        Image::new("amd64").salt(salt_amd64),
-        Image::new("arm64").salt(salt_arm64),
-    ]
+    vec![Image::new("amd64").salt(salt_amd64), Image::new("arm64").salt(salt_arm64)]
 }
 
 #[tokio::test]
 async fn unchanged_tag_costs_one_head_per_check() {
     let registry = TestRegistry::start();
     let pusher = Pusher::new(&registry.host);
-    let (index, _) = pusher
-        .push_index(
-            "demo/builder",
-            "latest",
-            &amd64_arm64("a", "a"),
-            Format::Oci,
-        )
-        .await;
+    let (index, _) = pusher.push_index("demo/builder", "latest", &amd64_arm64("a", "a"), Format::Oci).await;
     let proxy = Proxy::start(&registry.host).await;
     let setup = Setup::new(&builder_config(&proxy.host, "demo/builder", ""));
 
-    assert!(
-        matches!(setup.check("b").await, CheckOutcome::Pinned { digest } if digest == index.digest)
-    );
+    assert!(matches!(setup.check("b").await, CheckOutcome::Pinned { digest } if digest == index.digest));
     proxy.clear();
     for _ in 0..25 {
         assert!(matches!(setup.check("b").await, CheckOutcome::Unchanged));
@@ -111,55 +80,31 @@ async fn unchanged_tag_costs_one_head_per_check() {
 #[tokio::test]
 async fn bearer_tokens_are_fetched_once_and_reused() {
     let tokens = TokenServer::start(Some(("testuser", "testpass")), 300).await;
-    let registry = TestRegistry::start_with(Auth::Token {
-        realm: tokens.realm.clone(),
-    });
+    let registry = TestRegistry::start_with(Auth::Token { realm: tokens.realm.clone() });
     let pusher = Pusher::with_basic(&registry.host, "testuser", "testpass");
-    pusher
-        .push_index(
-            "demo/builder",
-            "latest",
-            &amd64_arm64("a", "a"),
-            Format::Oci,
-        )
-        .await;
+    pusher.push_index("demo/builder", "latest", &amd64_arm64("a", "a"), Format::Oci).await;
     let proxy = Proxy::start(&registry.host).await;
     let before = tokens.fetches();
     // Anonymous pulls: the token server grants pull scope without credentials.
     let setup = Setup::new(&builder_config(&proxy.host, "demo/builder", ""));
 
-    assert!(matches!(
-        setup.check("b").await,
-        CheckOutcome::Pinned { .. }
-    ));
+    assert!(matches!(setup.check("b").await, CheckOutcome::Pinned { .. }));
     proxy.clear();
     for _ in 0..25 {
         assert!(matches!(setup.check("b").await, CheckOutcome::Unchanged));
     }
     let seen = proxy.seen();
     assert_eq!(seen.len(), 25, "{seen:#?}");
-    assert!(
-        seen.iter()
-            .all(|s| s.method == "HEAD" && s.status == 200 && s.authorization)
-    );
+    assert!(seen.iter().all(|s| s.method == "HEAD" && s.status == 200 && s.authorization));
     assert_eq!(tokens.fetches() - before, 1, "one token for the whole run");
 }
 
 #[tokio::test]
 async fn bearer_token_with_credentials_and_bad_credentials() {
     let tokens = TokenServer::start(Some(("testuser", "testpass")), 300).await;
-    let registry = TestRegistry::start_with(Auth::Token {
-        realm: tokens.realm.clone(),
-    });
+    let registry = TestRegistry::start_with(Auth::Token { realm: tokens.realm.clone() });
     let pusher = Pusher::with_basic(&registry.host, "testuser", "testpass");
-    pusher
-        .push_image(
-            "demo/app",
-            Some("latest"),
-            &Image::new("amd64"),
-            Format::Oci,
-        )
-        .await;
+    pusher.push_image("demo/app", Some("latest"), &Image::new("amd64"), Format::Oci).await;
 
     let ok = Setup::new(&builder_config(
         &registry.host,
@@ -173,19 +118,13 @@ async fn bearer_token_with_credentials_and_bad_credentials() {
     let text = builder_config(
         &registry.host,
         "demo/app",
-        &format!(
-            "username = \"testuser\"\npassword_file = \"{}\"\n",
-            dir.path().join("wrong").display()
-        ),
+        &format!("username = \"testuser\"\npassword_file = \"{}\"\n", dir.path().join("wrong").display()),
     );
     let bad = Setup::new(&text);
     match bad.check("b").await {
         CheckOutcome::Failed(err) => {
             assert_eq!(err.reason(), "unauthorized");
-            assert!(
-                !err.to_string().contains("nope"),
-                "no secret in errors: {err}"
-            );
+            assert!(!err.to_string().contains("nope"), "no secret in errors: {err}");
         }
         other => panic!("{other:?}"),
     }
@@ -196,35 +135,19 @@ async fn bearer_token_with_credentials_and_bad_credentials() {
 async fn basic_auth_with_htpasswd() {
     let registry = TestRegistry::start_with(Auth::Htpasswd);
     let pusher = Pusher::with_basic(&registry.host, "testuser", "testpass");
-    pusher
-        .push_image(
-            "demo/app",
-            Some("latest"),
-            &Image::new("amd64"),
-            Format::Docker,
-        )
-        .await;
+    pusher.push_image("demo/app", Some("latest"), &Image::new("amd64"), Format::Docker).await;
     let proxy = Proxy::start(&registry.host).await;
-    let setup = Setup::new(&builder_config(
-        &proxy.host,
-        "demo/app",
-        "username = \"testuser\"\npassword_file = \"password\"\n",
-    ));
+    let setup =
+        Setup::new(&builder_config(&proxy.host, "demo/app", "username = \"testuser\"\npassword_file = \"password\"\n"));
 
-    assert!(matches!(
-        setup.check("b").await,
-        CheckOutcome::Pinned { .. }
-    ));
+    assert!(matches!(setup.check("b").await, CheckOutcome::Pinned { .. }));
     proxy.clear();
     for _ in 0..10 {
         assert!(matches!(setup.check("b").await, CheckOutcome::Unchanged));
     }
     let seen = proxy.seen();
     assert_eq!(seen.len(), 10, "{seen:#?}");
-    assert!(
-        seen.iter()
-            .all(|s| s.method == "HEAD" && s.status == 200 && s.authorization)
-    );
+    assert!(seen.iter().all(|s| s.method == "HEAD" && s.status == 200 && s.authorization));
 
     let anonymous = Setup::new(&builder_config(&registry.host, "demo/app", ""));
     match anonymous.check("b").await {
@@ -237,61 +160,27 @@ async fn basic_auth_with_htpasswd() {
 async fn repush_records_exactly_one_change() {
     let registry = TestRegistry::start();
     let pusher = Pusher::new(&registry.host);
-    let (v1, _) = pusher
-        .push_index(
-            "demo/builder",
-            "latest",
-            &amd64_arm64("a", "a"),
-            Format::Oci,
-        )
-        .await;
+    let (v1, _) = pusher.push_index("demo/builder", "latest", &amd64_arm64("a", "a"), Format::Oci).await;
     let setup = Setup::new(&builder_config(&registry.host, "demo/builder", ""));
-    assert!(matches!(
-        setup.check("b").await,
-        CheckOutcome::Pinned { .. }
-    ));
+    assert!(matches!(setup.check("b").await, CheckOutcome::Pinned { .. }));
 
-    let (v2, children) = pusher
-        .push_index(
-            "demo/builder",
-            "latest",
-            &amd64_arm64("b", "b"),
-            Format::Oci,
-        )
-        .await;
+    let (v2, children) = pusher.push_index("demo/builder", "latest", &amd64_arm64("b", "b"), Format::Oci).await;
     match setup.check("b").await {
-        CheckOutcome::Changed {
-            previous, current, ..
-        } => {
-            assert_eq!(
-                (previous.as_str(), current.as_str()),
-                (v1.digest.as_str(), v2.digest.as_str())
-            );
+        CheckOutcome::Changed { previous, current, .. } => {
+            assert_eq!((previous.as_str(), current.as_str()), (v1.digest.as_str(), v2.digest.as_str()));
         }
         other => panic!("{other:?}"),
     }
     assert!(matches!(setup.check("b").await, CheckOutcome::Unchanged));
-    assert_eq!(
-        setup.event_types().await,
-        ["builder.pinned", "builder.changed"]
-    );
+    assert_eq!(setup.event_types().await, ["builder.pinned", "builder.changed"]);
 
     let events = setup.ledger.events_after(0, 10).await.unwrap();
     let changed = serde_json::to_value(&events[1].event).unwrap();
     let image = format!("{}/demo/builder", registry.host);
     assert_eq!(changed["builder"]["image"], format!("{image}:latest"));
-    assert_eq!(
-        changed["previous"]["reference"],
-        format!("{image}@{}", v1.digest)
-    );
-    assert_eq!(
-        changed["current"]["reference"],
-        format!("{image}@{}", v2.digest)
-    );
-    assert_eq!(
-        changed["current"]["platforms"]["linux/arm64"],
-        children[1].digest
-    );
+    assert_eq!(changed["previous"]["reference"], format!("{image}@{}", v1.digest));
+    assert_eq!(changed["current"]["reference"], format!("{image}@{}", v2.digest));
+    assert_eq!(changed["current"]["platforms"]["linux/arm64"], children[1].digest);
     assert_eq!(changed["rollback"], false);
     let record = setup.ledger.watch("b").await.unwrap().unwrap();
     assert_eq!(record.pin.unwrap().digest, v2.digest);
@@ -304,92 +193,39 @@ async fn repush_records_exactly_one_change() {
 async fn docker_and_single_manifests_are_watched_too() {
     let registry = TestRegistry::start();
     let pusher = Pusher::new(&registry.host);
-    let d1 = pusher
-        .push_image(
-            "demo/docker",
-            Some("latest"),
-            &Image::new("amd64"),
-            Format::Docker,
-        )
-        .await;
+    let d1 = pusher.push_image("demo/docker", Some("latest"), &Image::new("amd64"), Format::Docker).await;
     let setup = Setup::new(&builder_config(&registry.host, "demo/docker", ""));
-    assert!(
-        matches!(setup.check("b").await, CheckOutcome::Pinned { digest } if digest == d1.digest)
-    );
+    assert!(matches!(setup.check("b").await, CheckOutcome::Pinned { digest } if digest == d1.digest));
     let record = setup.ledger.watch("b").await.unwrap().unwrap();
     let pin = record.pin.unwrap();
-    assert_eq!(
-        pin.media_type,
-        "application/vnd.docker.distribution.manifest.v2+json"
-    );
+    assert_eq!(pin.media_type, "application/vnd.docker.distribution.manifest.v2+json");
     assert_eq!(pin.platforms.get("linux/amd64"), Some(&d1.digest));
-    let d2 = pusher
-        .push_image(
-            "demo/docker",
-            Some("latest"),
-            &Image::new("amd64").salt("2"),
-            Format::Docker,
-        )
-        .await;
-    assert!(
-        matches!(setup.check("b").await, CheckOutcome::Changed { current, .. } if current == d2.digest)
-    );
+    let d2 = pusher.push_image("demo/docker", Some("latest"), &Image::new("amd64").salt("2"), Format::Docker).await;
+    assert!(matches!(setup.check("b").await, CheckOutcome::Changed { current, .. } if current == d2.digest));
 }
 
 #[tokio::test]
 async fn platform_filter_ignores_moves_of_unwatched_platforms() {
     let registry = TestRegistry::start();
     let pusher = Pusher::new(&registry.host);
-    pusher
-        .push_index(
-            "demo/builder",
-            "latest",
-            &amd64_arm64("a", "a"),
-            Format::Oci,
-        )
-        .await;
-    let text =
-        builder_config(&registry.host, "demo/builder", "") + "platforms = [\"linux/amd64\"]\n";
+    pusher.push_index("demo/builder", "latest", &amd64_arm64("a", "a"), Format::Oci).await;
+    let text = builder_config(&registry.host, "demo/builder", "") + "platforms = [\"linux/amd64\"]\n";
     let setup = Setup::new(&text);
-    assert!(matches!(
-        setup.check("b").await,
-        CheckOutcome::Pinned { .. }
-    ));
+    assert!(matches!(setup.check("b").await, CheckOutcome::Pinned { .. }));
 
     // Only arm64 moved: the pin follows the index, but nothing is reported.
-    let (v2, _) = pusher
-        .push_index(
-            "demo/builder",
-            "latest",
-            &amd64_arm64("a", "b"),
-            Format::Oci,
-        )
-        .await;
-    assert!(
-        matches!(setup.check("b").await, CheckOutcome::PlatformsUnchanged { digest } if digest == v2.digest)
-    );
+    let (v2, _) = pusher.push_index("demo/builder", "latest", &amd64_arm64("a", "b"), Format::Oci).await;
+    assert!(matches!(setup.check("b").await, CheckOutcome::PlatformsUnchanged { digest } if digest == v2.digest));
     assert!(matches!(setup.check("b").await, CheckOutcome::Unchanged));
     assert_eq!(setup.event_types().await, ["builder.pinned"]);
 
     // amd64 moved: reported.
-    let (v3, _) = pusher
-        .push_index(
-            "demo/builder",
-            "latest",
-            &amd64_arm64("b", "b"),
-            Format::Oci,
-        )
-        .await;
+    let (v3, _) = pusher.push_index("demo/builder", "latest", &amd64_arm64("b", "b"), Format::Oci).await;
     match setup.check("b").await {
-        CheckOutcome::Changed {
-            previous, current, ..
-        } => assert_eq!((previous, current), (v2.digest, v3.digest)),
+        CheckOutcome::Changed { previous, current, .. } => assert_eq!((previous, current), (v2.digest, v3.digest)),
         other => panic!("{other:?}"),
     }
-    assert_eq!(
-        setup.event_types().await,
-        ["builder.pinned", "builder.changed"]
-    );
+    assert_eq!(setup.event_types().await, ["builder.pinned", "builder.changed"]);
 }
 
 #[tokio::test]
@@ -398,27 +234,17 @@ async fn moving_back_is_a_flagged_rollback_with_its_own_id() {
     let pusher = Pusher::new(&registry.host);
     let a = Image::new("amd64").salt("a");
     let b = Image::new("amd64").salt("b");
-    pusher
-        .push_image("demo/app", Some("latest"), &a, Format::Oci)
-        .await;
+    pusher.push_image("demo/app", Some("latest"), &a, Format::Oci).await;
     let setup = Setup::new(&builder_config(&registry.host, "demo/app", ""));
     setup.check("b").await;
     for image in [&b, &a, &b] {
-        pusher
-            .push_image("demo/app", Some("latest"), image, Format::Oci)
-            .await;
-        assert!(matches!(
-            setup.check("b").await,
-            CheckOutcome::Changed { .. }
-        ));
+        pusher.push_image("demo/app", Some("latest"), image, Format::Oci).await;
+        assert!(matches!(setup.check("b").await, CheckOutcome::Changed { .. }));
     }
     let mut changes = setup.ledger.changes(Some("b"), 10).await.unwrap();
     changes.reverse();
     assert_eq!(changes.iter().map(|c| c.seq).collect::<Vec<_>>(), [1, 2, 3]);
-    assert_eq!(
-        changes.iter().map(|c| c.rollback).collect::<Vec<_>>(),
-        [false, true, true]
-    );
+    assert_eq!(changes.iter().map(|c| c.rollback).collect::<Vec<_>>(), [false, true, true]);
     let ids: std::collections::BTreeSet<_> = changes.iter().map(|c| c.id.clone()).collect();
     assert_eq!(ids.len(), 3, "A→B, B→A, A→B are three changes");
 }
@@ -428,9 +254,7 @@ async fn vanished_tag_fails_keeps_the_pin_and_recovers() {
     let registry = TestRegistry::start();
     let pusher = Pusher::new(&registry.host);
     let image = Image::new("amd64");
-    let v1 = pusher
-        .push_image("demo/app", Some("latest"), &image, Format::Oci)
-        .await;
+    let v1 = pusher.push_image("demo/app", Some("latest"), &image, Format::Oci).await;
     let setup = Setup::new(&builder_config(&registry.host, "demo/app", ""));
     setup.check("b").await;
 
@@ -445,27 +269,15 @@ async fn vanished_tag_fails_keeps_the_pin_and_recovers() {
     assert_eq!(record.pin.as_ref().unwrap().digest, v1.digest, "pin kept");
     assert_eq!(record.consecutive_failures, 3);
     // One alert per failure streak, not one per check.
-    assert_eq!(
-        setup.event_types().await,
-        ["builder.pinned", "check.failed"]
-    );
-    let failed = setup.ledger.events_after(0, 10).await.unwrap()[1]
-        .event
-        .clone();
+    assert_eq!(setup.event_types().await, ["builder.pinned", "check.failed"]);
+    let failed = setup.ledger.events_after(0, 10).await.unwrap()[1].event.clone();
     assert_eq!(failed.error.as_ref().unwrap().reason, "tag_missing");
     assert_eq!(failed.current.as_ref().unwrap().digest, v1.digest);
 
-    pusher
-        .push_image("demo/app", Some("latest"), &image, Format::Oci)
-        .await;
+    pusher.push_image("demo/app", Some("latest"), &image, Format::Oci).await;
     assert!(matches!(setup.check("b").await, CheckOutcome::Unchanged));
-    assert_eq!(
-        setup.event_types().await,
-        ["builder.pinned", "check.failed", "check.recovered"]
-    );
-    let recovered = setup.ledger.events_after(0, 10).await.unwrap()[2]
-        .event
-        .clone();
+    assert_eq!(setup.event_types().await, ["builder.pinned", "check.failed", "check.recovered"]);
+    let recovered = setup.ledger.events_after(0, 10).await.unwrap()[2].event.clone();
     assert_eq!(recovered.error.unwrap().consecutive_failures, 3);
 }
 
@@ -473,53 +285,26 @@ async fn vanished_tag_fails_keeps_the_pin_and_recovers() {
 async fn retry_after_and_server_errors_are_retried_without_false_changes() {
     let registry = TestRegistry::start();
     let pusher = Pusher::new(&registry.host);
-    pusher
-        .push_image(
-            "demo/app",
-            Some("latest"),
-            &Image::new("amd64"),
-            Format::Oci,
-        )
-        .await;
+    pusher.push_image("demo/app", Some("latest"), &Image::new("amd64"), Format::Oci).await;
     let proxy = Proxy::start(&registry.host).await;
-    let setup = Setup::new(&builder_config(
-        &proxy.host,
-        "demo/app",
-        "max_attempts = 3\n",
-    ));
+    let setup = Setup::new(&builder_config(&proxy.host, "demo/app", "max_attempts = 3\n"));
     setup.check("b").await;
     proxy.clear();
 
     proxy.inject(Fault::status(429).on("HEAD").header("Retry-After", "1"));
     assert!(matches!(setup.check("b").await, CheckOutcome::Unchanged));
     let seen = proxy.seen();
-    assert_eq!(
-        seen.iter().map(|s| s.status).collect::<Vec<_>>(),
-        [429, 200]
-    );
+    assert_eq!(seen.iter().map(|s| s.status).collect::<Vec<_>>(), [429, 200]);
     let gap = seen[1].at - seen[0].at;
-    assert!(
-        gap >= Duration::from_secs(1),
-        "request {gap:?} after a 429 with Retry-After: 1"
-    );
+    assert!(gap >= Duration::from_secs(1), "request {gap:?} after a 429 with Retry-After: 1");
     let endpoint = setup.monitor.registry().stats(&proxy.host).unwrap();
-    assert_eq!(
-        endpoint
-            .stats
-            .rate_limited
-            .load(std::sync::atomic::Ordering::SeqCst),
-        1,
-        "429 counted"
-    );
+    assert_eq!(endpoint.stats.rate_limited.load(std::sync::atomic::Ordering::SeqCst), 1, "429 counted");
 
     proxy.clear();
     proxy.inject(Fault::status(503));
     proxy.inject(Fault::status(502));
     assert!(matches!(setup.check("b").await, CheckOutcome::Unchanged));
-    assert_eq!(
-        proxy.seen().iter().map(|s| s.status).collect::<Vec<_>>(),
-        [503, 502, 200]
-    );
+    assert_eq!(proxy.seen().iter().map(|s| s.status).collect::<Vec<_>>(), [503, 502, 200]);
 
     proxy.clear();
     for _ in 0..3 {
@@ -530,44 +315,24 @@ async fn retry_after_and_server_errors_are_retried_without_false_changes() {
         other => panic!("{other:?}"),
     }
     assert_eq!(proxy.seen().len(), 3, "max_attempts = 3");
-    assert_eq!(
-        setup.event_types().await,
-        ["builder.pinned", "check.failed"]
-    );
-    assert!(
-        setup.ledger.changes(None, 10).await.unwrap().is_empty(),
-        "an error is never a change"
-    );
+    assert_eq!(setup.event_types().await, ["builder.pinned", "check.failed"]);
+    assert!(setup.ledger.changes(None, 10).await.unwrap().is_empty(), "an error is never a change");
 }
 
 #[tokio::test]
 async fn requests_respect_the_rate_limit() {
     let registry = TestRegistry::start();
     let pusher = Pusher::new(&registry.host);
-    pusher
-        .push_image(
-            "demo/app",
-            Some("latest"),
-            &Image::new("amd64"),
-            Format::Oci,
-        )
-        .await;
+    pusher.push_image("demo/app", Some("latest"), &Image::new("amd64"), Format::Oci).await;
     let proxy = Proxy::start(&registry.host).await;
-    let setup = Setup::new(&builder_config(
-        &proxy.host,
-        "demo/app",
-        "requests_per_second = 5\nburst = 1\n",
-    ));
+    let setup = Setup::new(&builder_config(&proxy.host, "demo/app", "requests_per_second = 5\nburst = 1\n"));
     for _ in 0..6 {
         setup.check("b").await;
     }
     let seen = proxy.seen();
     for pair in seen.windows(2) {
         let gap = pair[1].at - pair[0].at;
-        assert!(
-            gap >= Duration::from_millis(180),
-            "requests {gap:?} apart at 5 req/s"
-        );
+        assert!(gap >= Duration::from_millis(180), "requests {gap:?} apart at 5 req/s");
     }
 }
 
@@ -575,97 +340,45 @@ async fn requests_respect_the_rate_limit() {
 async fn settle_reports_a_digest_only_after_it_stayed() {
     let registry = TestRegistry::start();
     let pusher = Pusher::new(&registry.host);
-    pusher
-        .push_image(
-            "demo/app",
-            Some("latest"),
-            &Image::new("amd64").salt("1"),
-            Format::Oci,
-        )
-        .await;
+    pusher.push_image("demo/app", Some("latest"), &Image::new("amd64").salt("1"), Format::Oci).await;
     let clock = Clock::manual(chrono::Utc::now());
     let text = builder_config(&registry.host, "demo/app", "") + "settle = \"30m\"\n";
     let setup = Setup::with_clock(&text, clock);
     setup.check("b").await;
 
-    let v2 = pusher
-        .push_image(
-            "demo/app",
-            Some("latest"),
-            &Image::new("amd64").salt("2"),
-            Format::Oci,
-        )
-        .await;
+    let v2 = pusher.push_image("demo/app", Some("latest"), &Image::new("amd64").salt("2"), Format::Oci).await;
     assert!(matches!(setup.check("b").await, CheckOutcome::Held { digest } if digest == v2.digest));
     setup.clock.advance(Duration::from_secs(29 * 60));
     assert!(matches!(setup.check("b").await, CheckOutcome::Held { .. }));
     // It moved again before settling: the wait starts over for the newest digest.
-    let v3 = pusher
-        .push_image(
-            "demo/app",
-            Some("latest"),
-            &Image::new("amd64").salt("3"),
-            Format::Oci,
-        )
-        .await;
+    let v3 = pusher.push_image("demo/app", Some("latest"), &Image::new("amd64").salt("3"), Format::Oci).await;
     setup.clock.advance(Duration::from_secs(2 * 60));
     assert!(matches!(setup.check("b").await, CheckOutcome::Held { digest } if digest == v3.digest));
     setup.clock.advance(Duration::from_secs(29 * 60));
     assert!(matches!(setup.check("b").await, CheckOutcome::Held { .. }));
     setup.clock.advance(Duration::from_secs(60));
-    assert!(
-        matches!(setup.check("b").await, CheckOutcome::Changed { current, .. } if current == v3.digest)
-    );
-    assert_eq!(
-        setup.event_types().await,
-        ["builder.pinned", "builder.changed"]
-    );
+    assert!(matches!(setup.check("b").await, CheckOutcome::Changed { current, .. } if current == v3.digest));
+    assert_eq!(setup.event_types().await, ["builder.pinned", "builder.changed"]);
 }
 
 #[tokio::test]
 async fn spent_pull_quota_holds_gets_back_but_not_heads() {
     let registry = TestRegistry::start();
     let pusher = Pusher::new(&registry.host);
-    pusher
-        .push_image(
-            "demo/app",
-            Some("latest"),
-            &Image::new("amd64").salt("1"),
-            Format::Oci,
-        )
-        .await;
+    pusher.push_image("demo/app", Some("latest"), &Image::new("amd64").salt("1"), Format::Oci).await;
     let proxy = Proxy::start(&registry.host).await;
     let setup = Setup::new(&builder_config(&proxy.host, "demo/app", ""));
     setup.check("b").await;
 
     // The registry says the pull quota is spent: one pull comes back per window/limit = 1 s.
-    let v2 = pusher
-        .push_image(
-            "demo/app",
-            Some("latest"),
-            &Image::new("amd64").salt("2"),
-            Format::Oci,
-        )
-        .await;
+    let v2 = pusher.push_image("demo/app", Some("latest"), &Image::new("amd64").salt("2"), Format::Oci).await;
     proxy.clear();
-    proxy.inject(
-        Fault::decorate()
-            .on("HEAD")
-            .header("RateLimit-Limit", "2;w=2")
-            .header("RateLimit-Remaining", "0;w=2"),
-    );
-    assert!(
-        matches!(setup.check("b").await, CheckOutcome::Changed { current, .. } if current == v2.digest)
-    );
+    proxy
+        .inject(Fault::decorate().on("HEAD").header("RateLimit-Limit", "2;w=2").header("RateLimit-Remaining", "0;w=2"));
+    assert!(matches!(setup.check("b").await, CheckOutcome::Changed { current, .. } if current == v2.digest));
     let seen = proxy.seen();
-    assert_eq!(
-        seen.iter().map(|s| s.method.as_str()).collect::<Vec<_>>(),
-        ["HEAD", "GET", "GET"]
-    );
+    assert_eq!(seen.iter().map(|s| s.method.as_str()).collect::<Vec<_>>(), ["HEAD", "GET", "GET"]);
     let held = seen[1].at - seen[0].at;
-    assert!(
-        held >= Duration::from_millis(950),
-        "GET {held:?} after the quota ran out"
-    );
+    assert!(held >= Duration::from_millis(950), "GET {held:?} after the quota ran out");
     assert!(seen.iter().all(|s| s.status == 200));
 }

@@ -14,18 +14,13 @@ use crate::config::Secret;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Challenge {
     Basic,
-    Bearer {
-        realm: String,
-        service: Option<String>,
-    },
+    Bearer { realm: String, service: Option<String> },
 }
 
 /// Parses a `WWW-Authenticate` header value (`Bearer realm="…",service="…",scope="…"` or `Basic realm="…"`).
 pub fn parse_challenge(header: &str) -> Option<Challenge> {
     let header = header.trim();
-    let (scheme, rest) = header
-        .split_once(char::is_whitespace)
-        .unwrap_or((header, ""));
+    let (scheme, rest) = header.split_once(char::is_whitespace).unwrap_or((header, ""));
     if scheme.eq_ignore_ascii_case("basic") {
         return Some(Challenge::Basic);
     }
@@ -37,10 +32,7 @@ pub fn parse_challenge(header: &str) -> Option<Challenge> {
     if realm.is_empty() {
         return None;
     }
-    Some(Challenge::Bearer {
-        realm,
-        service: params.get("service").cloned(),
-    })
+    Some(Challenge::Bearer { realm, service: params.get("service").cloned() })
 }
 
 /// `key="value", key2=value2`: quoted values may contain commas.
@@ -51,12 +43,7 @@ fn parse_params(text: &str) -> BTreeMap<String, String> {
         while chars.peek().is_some_and(|c| *c == ',' || c.is_whitespace()) {
             chars.next();
         }
-        let key: String = chars
-            .by_ref()
-            .take_while(|c| *c != '=')
-            .collect::<String>()
-            .trim()
-            .to_ascii_lowercase();
+        let key: String = chars.by_ref().take_while(|c| *c != '=').collect::<String>().trim().to_ascii_lowercase();
         if key.is_empty() {
             break;
         }
@@ -106,8 +93,8 @@ struct TokenResponse {
 /// Tokens without `expires_in` live 60 s (distribution spec). We stop using a token a little before it
 /// expires, so a check never races its expiry.
 pub fn parse_token_response(body: &[u8]) -> Result<Token, String> {
-    let parsed: TokenResponse = serde_json::from_slice(body)
-        .map_err(|e| format!("token response is not valid JSON: {e}"))?;
+    let parsed: TokenResponse =
+        serde_json::from_slice(body).map_err(|e| format!("token response is not valid JSON: {e}"))?;
     let value = parsed
         .token
         .filter(|t| !t.is_empty())
@@ -115,12 +102,7 @@ pub fn parse_token_response(body: &[u8]) -> Result<Token, String> {
         .ok_or_else(|| "token response has neither `token` nor `access_token`".to_string())?;
     let lifetime = Duration::from_secs(parsed.expires_in.unwrap_or(60).clamp(1, 24 * 3600));
     let margin = (lifetime / 10).clamp(Duration::from_millis(500), Duration::from_secs(30));
-    Ok(Token {
-        value: Secret::new(value),
-        ttl: lifetime
-            .saturating_sub(margin)
-            .max(Duration::from_millis(500)),
-    })
+    Ok(Token { value: Secret::new(value), ttl: lifetime.saturating_sub(margin).max(Duration::from_millis(500)) })
 }
 
 /// The credentials part of a Docker `config.json`.
@@ -153,42 +135,21 @@ struct DockerConfigFile {
 #[derive(Debug, thiserror::Error)]
 pub enum DockerConfigError {
     #[error("cannot read {}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("{} is not a valid Docker config.json: {message}", path.display())]
     Invalid { path: PathBuf, message: String },
 }
 
 impl DockerConfig {
     pub fn load(path: &Path) -> Result<Self, DockerConfigError> {
-        let bytes = std::fs::read(path).map_err(|source| DockerConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let bytes =
+            std::fs::read(path).map_err(|source| DockerConfigError::Read { path: path.to_path_buf(), source })?;
         // serde_json's message names line/column, never the secret values.
-        let file: DockerConfigFile =
-            serde_json::from_slice(&bytes).map_err(|e| DockerConfigError::Invalid {
-                path: path.to_path_buf(),
-                message: e.to_string(),
-            })?;
-        let auths = file
-            .auths
-            .into_iter()
-            .map(|(k, v)| (auth_key_host(&k), v))
-            .collect();
-        let helpers = file
-            .cred_helpers
-            .into_iter()
-            .map(|(k, v)| (auth_key_host(&k), v))
-            .collect();
-        Ok(Self {
-            path: path.to_path_buf(),
-            auths,
-            helpers,
-            store: file.creds_store,
-        })
+        let file: DockerConfigFile = serde_json::from_slice(&bytes)
+            .map_err(|e| DockerConfigError::Invalid { path: path.to_path_buf(), message: e.to_string() })?;
+        let auths = file.auths.into_iter().map(|(k, v)| (auth_key_host(&k), v)).collect();
+        let helpers = file.cred_helpers.into_iter().map(|(k, v)| (auth_key_host(&k), v)).collect();
+        Ok(Self { path: path.to_path_buf(), auths, helpers, store: file.creds_store })
     }
 
     /// Username and password for a registry host (`docker.io` style), or why there are none.
@@ -217,23 +178,17 @@ impl DockerConfig {
             .and_then(|b| String::from_utf8(b).ok());
         match decoded.as_deref().and_then(|d| d.split_once(':')) {
             Some((u, p)) if !u.is_empty() => Ok((u.to_string(), Secret::new(p))),
-            _ => Err(format!(
-                "{path}: the `auth` entry for {host} is not base64 of username:password"
-            )),
+            _ => Err(format!("{path}: the `auth` entry for {host} is not base64 of username:password")),
         }
     }
 }
 
 /// `https://index.docker.io/v1/` → `docker.io`; `ghcr.io` → `ghcr.io`.
 fn auth_key_host(key: &str) -> String {
-    let host = key
-        .trim_start_matches("https://")
-        .trim_start_matches("http://");
+    let host = key.trim_start_matches("https://").trim_start_matches("http://");
     let host = host.split('/').next().unwrap_or(host).to_ascii_lowercase();
     match host.as_str() {
-        "index.docker.io" | "registry-1.docker.io" | "registry.hub.docker.com" => {
-            "docker.io".to_string()
-        }
+        "index.docker.io" | "registry-1.docker.io" | "registry.hub.docker.com" => "docker.io".to_string(),
         _ => host,
     }
 }
@@ -254,18 +209,10 @@ mod tests {
             })
         );
         assert_eq!(
-            parse_challenge(
-                r#"bearer realm="http://127.0.0.1:5004/token", scope="repository:a/b:pull,push""#
-            ),
-            Some(Challenge::Bearer {
-                realm: "http://127.0.0.1:5004/token".into(),
-                service: None
-            })
+            parse_challenge(r#"bearer realm="http://127.0.0.1:5004/token", scope="repository:a/b:pull,push""#),
+            Some(Challenge::Bearer { realm: "http://127.0.0.1:5004/token".into(), service: None })
         );
-        assert_eq!(
-            parse_challenge(r#"Basic realm="test-realm""#),
-            Some(Challenge::Basic)
-        );
+        assert_eq!(parse_challenge(r#"Basic realm="test-realm""#), Some(Challenge::Basic));
         assert_eq!(parse_challenge("Bearer service=x"), None);
         assert_eq!(parse_challenge("Negotiate"), None);
         assert_eq!(parse_challenge(""), None);
@@ -300,28 +247,11 @@ mod tests {
         let (u, p) = c.credentials_for("docker.io").unwrap();
         assert_eq!((u.as_str(), p.expose()), ("me", "pa:ss"));
         assert_eq!(c.credentials_for("ghcr.io").unwrap().0, "u");
-        assert!(
-            c.credentials_for("quay.io")
-                .unwrap_err()
-                .contains("identity token")
-        );
-        assert!(
-            c.credentials_for("gcr.io")
-                .unwrap_err()
-                .contains("docker-credential-gcloud")
-        );
-        assert!(
-            c.credentials_for("example.com")
-                .unwrap_err()
-                .contains("no `auths` entry")
-        );
+        assert!(c.credentials_for("quay.io").unwrap_err().contains("identity token"));
+        assert!(c.credentials_for("gcr.io").unwrap_err().contains("docker-credential-gcloud"));
+        assert!(c.credentials_for("example.com").unwrap_err().contains("no `auths` entry"));
         std::fs::write(&path, "{not json").unwrap();
-        assert!(
-            DockerConfig::load(&path)
-                .unwrap_err()
-                .to_string()
-                .contains("not a valid Docker config.json")
-        );
+        assert!(DockerConfig::load(&path).unwrap_err().to_string().contains("not a valid Docker config.json"));
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -15,16 +15,12 @@ use std::time::Duration;
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use rand::Rng;
-use reqwest::header::{
-    ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, RETRY_AFTER, WWW_AUTHENTICATE,
-};
+use reqwest::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, RETRY_AFTER, WWW_AUTHENTICATE};
 use reqwest::{Method, Response, StatusCode};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
-pub use auth::{
-    Challenge, DockerConfig, DockerConfigError, Token, parse_challenge, parse_token_response,
-};
+pub use auth::{Challenge, DockerConfig, DockerConfigError, Token, parse_challenge, parse_token_response};
 pub use reference::{ImageRef, ReferenceError, is_sha256_digest};
 
 use crate::config::{Credentials, RegistrySettings, Secret};
@@ -55,10 +51,7 @@ pub enum RegistryError {
     #[error("{registry}: unauthorized: {detail}")]
     Unauthorized { registry: String, detail: String },
     #[error("{registry}: rate limited{}", retry_after.map(|d| format!(", retry after {}", humantime::format_duration(d))).unwrap_or_default())]
-    RateLimited {
-        registry: String,
-        retry_after: Option<Duration>,
-    },
+    RateLimited { registry: String, retry_after: Option<Duration> },
     #[error("{registry}: unavailable: {detail}")]
     Unavailable { registry: String, detail: String },
     #[error("{registry}: invalid response: {detail}")]
@@ -114,10 +107,7 @@ pub struct Registry {
 impl Registry {
     pub fn new(configured: impl IntoIterator<Item = RegistrySettings>) -> Self {
         Self {
-            configured: configured
-                .into_iter()
-                .map(|s| (s.host.clone(), s))
-                .collect(),
+            configured: configured.into_iter().map(|s| (s.host.clone(), s)).collect(),
             endpoints: Mutex::new(HashMap::new()),
         }
     }
@@ -128,11 +118,7 @@ impl Registry {
         if let Some(e) = endpoints.get(host) {
             return Ok(e.clone());
         }
-        let settings = self
-            .configured
-            .get(host)
-            .cloned()
-            .unwrap_or_else(|| RegistrySettings::defaults_for(host));
+        let settings = self.configured.get(host).cloned().unwrap_or_else(|| RegistrySettings::defaults_for(host));
         let endpoint = Arc::new(Endpoint::new(settings, image.api_host())?);
         endpoints.insert(host.to_string(), endpoint.clone());
         Ok(endpoint)
@@ -140,63 +126,40 @@ impl Registry {
 
     /// Counters for a registry host, if it has been used.
     pub fn stats(&self, host: &str) -> Option<Arc<Endpoint>> {
-        self.endpoints
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(host)
-            .cloned()
+        self.endpoints.lock().unwrap_or_else(|e| e.into_inner()).get(host).cloned()
     }
 
     /// The digest a tag points at now: one HEAD request at steady state.
     pub async fn head_manifest(&self, image: &ImageRef) -> Result<ManifestHead, RegistryError> {
         let endpoint = self.endpoint(image)?;
-        let path = format!(
-            "{}/manifests/{}",
-            image.repository(),
-            image.manifest_reference()
-        );
-        let response = endpoint
-            .send(Method::HEAD, &path, image.repository())
-            .await?;
+        let path = format!("{}/manifests/{}", image.repository(), image.manifest_reference());
+        let response = endpoint.send(Method::HEAD, &path, image.repository()).await?;
         match response.status() {
             s if s.is_success() => {
                 let media_type = header_str(response.headers(), CONTENT_TYPE.as_str());
                 match header_str(response.headers(), "docker-content-digest") {
-                    Some(digest) if is_sha256_digest(&digest) => {
-                        Ok(ManifestHead { digest, media_type })
+                    Some(digest) if is_sha256_digest(&digest) => Ok(ManifestHead { digest, media_type }),
+                    Some(other) => {
+                        Err(endpoint.invalid(format!("Docker-Content-Digest \"{other}\" is not a sha256 digest")))
                     }
-                    Some(other) => Err(endpoint.invalid(format!(
-                        "Docker-Content-Digest \"{other}\" is not a sha256 digest"
-                    ))),
                     // Rare, but then only the body can tell the digest.
                     None => {
                         tracing::debug!(registry = %endpoint.settings.host, "HEAD without Docker-Content-Digest, falling back to GET");
                         let m = self.get_manifest(image, image.manifest_reference()).await?;
-                        Ok(ManifestHead {
-                            digest: m.digest,
-                            media_type: Some(m.media_type),
-                        })
+                        Ok(ManifestHead { digest: m.digest, media_type: Some(m.media_type) })
                     }
                 }
             }
-            StatusCode::NOT_FOUND => Err(RegistryError::NotFound {
-                reference: image.to_string(),
-            }),
+            StatusCode::NOT_FOUND => Err(RegistryError::NotFound { reference: image.to_string() }),
             s => Err(endpoint.invalid(format!("HEAD manifest answered HTTP {s}"))),
         }
     }
 
     /// A manifest by tag or digest, its sha256 verified, at most 4 MiB.
-    pub async fn get_manifest(
-        &self,
-        image: &ImageRef,
-        reference: &str,
-    ) -> Result<Manifest, RegistryError> {
+    pub async fn get_manifest(&self, image: &ImageRef, reference: &str) -> Result<Manifest, RegistryError> {
         let endpoint = self.endpoint(image)?;
         let path = format!("{}/manifests/{}", image.repository(), reference);
-        let response = endpoint
-            .send(Method::GET, &path, image.repository())
-            .await?;
+        let response = endpoint.send(Method::GET, &path, image.repository()).await?;
         match response.status() {
             s if s.is_success() => {}
             StatusCode::NOT_FOUND => {
@@ -208,21 +171,17 @@ impl Registry {
         }
         let header_digest = header_str(response.headers(), "docker-content-digest");
         let content_type = header_str(response.headers(), CONTENT_TYPE.as_str());
-        let bytes = endpoint
-            .read_body(response, MAX_MANIFEST_BYTES, "manifest")
-            .await?;
+        let bytes = endpoint.read_body(response, MAX_MANIFEST_BYTES, "manifest").await?;
         let digest = sha256_digest(&bytes);
         if is_sha256_digest(reference) && reference != digest {
-            return Err(endpoint.invalid(format!(
-                "manifest body hashes to {digest}, not the requested {reference}"
-            )));
+            return Err(endpoint.invalid(format!("manifest body hashes to {digest}, not the requested {reference}")));
         }
         if let Some(h) = header_digest.filter(|h| h.starts_with("sha256:"))
             && h != digest
         {
-            return Err(endpoint.invalid(format!(
-                "manifest body hashes to {digest}, not its Docker-Content-Digest {h}"
-            )));
+            return Err(
+                endpoint.invalid(format!("manifest body hashes to {digest}, not its Docker-Content-Digest {h}"))
+            );
         }
         // Some artifacts carry no top-level mediaType; the Content-Type header is authoritative.
         let media_type = content_type
@@ -230,37 +189,20 @@ impl Registry {
             .or_else(|| {
                 serde_json::from_slice::<serde_json::Value>(&bytes)
                     .ok()
-                    .and_then(|v| {
-                        v.get("mediaType")
-                            .and_then(|m| m.as_str())
-                            .map(str::to_string)
-                    })
+                    .and_then(|v| v.get("mediaType").and_then(|m| m.as_str()).map(str::to_string))
             })
             .unwrap_or_else(|| OCI_MANIFEST.to_string());
-        Ok(Manifest {
-            digest,
-            media_type,
-            bytes,
-        })
+        Ok(Manifest { digest, media_type, bytes })
     }
 
     /// A blob by digest (image configs), verified, at most `limit` bytes.
-    pub async fn get_blob(
-        &self,
-        image: &ImageRef,
-        digest: &str,
-        limit: usize,
-    ) -> Result<bytes::Bytes, RegistryError> {
+    pub async fn get_blob(&self, image: &ImageRef, digest: &str, limit: usize) -> Result<bytes::Bytes, RegistryError> {
         let endpoint = self.endpoint(image)?;
         if !is_sha256_digest(digest) {
-            return Err(
-                endpoint.invalid(format!("blob digest \"{digest}\" is not a sha256 digest"))
-            );
+            return Err(endpoint.invalid(format!("blob digest \"{digest}\" is not a sha256 digest")));
         }
         let path = format!("{}/blobs/{}", image.repository(), digest);
-        let response = endpoint
-            .send(Method::GET, &path, image.repository())
-            .await?;
+        let response = endpoint.send(Method::GET, &path, image.repository()).await?;
         match response.status() {
             s if s.is_success() => {}
             StatusCode::NOT_FOUND => {
@@ -289,10 +231,7 @@ pub fn sha256_digest(bytes: &[u8]) -> String {
 }
 
 fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| v.trim().to_string())
+    headers.get(name).and_then(|v| v.to_str().ok()).map(|v| v.trim().to_string())
 }
 
 /// The scheme a registry asked for, learned from its first 401.
@@ -300,10 +239,7 @@ fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {
 enum Scheme {
     Unknown,
     Basic,
-    Bearer {
-        realm: String,
-        service: Option<String>,
-    },
+    Bearer { realm: String, service: Option<String> },
 }
 
 /// Pull quota a registry reported in `RateLimit-*` headers (Docker Hub: `76;w=21600`).
@@ -332,12 +268,7 @@ pub struct Endpoint {
 struct TokenExpiry;
 
 impl moka::Expiry<String, Arc<Token>> for TokenExpiry {
-    fn expire_after_create(
-        &self,
-        _: &String,
-        token: &Arc<Token>,
-        _: std::time::Instant,
-    ) -> Option<Duration> {
+    fn expire_after_create(&self, _: &String, token: &Arc<Token>, _: std::time::Instant) -> Option<Duration> {
         Some(token.ttl)
     }
 }
@@ -345,10 +276,7 @@ impl moka::Expiry<String, Arc<Token>> for TokenExpiry {
 impl Endpoint {
     fn new(settings: RegistrySettings, api_host: &str) -> Result<Self, RegistryError> {
         install_crypto_provider();
-        let setup = |detail: String| RegistryError::Setup {
-            registry: settings.host.clone(),
-            detail,
-        };
+        let setup = |detail: String| RegistryError::Setup { registry: settings.host.clone(), detail };
         let scheme = if settings.insecure { "http" } else { "https" };
         let mut builder = reqwest::Client::builder()
             .user_agent(USER_AGENT)
@@ -362,14 +290,11 @@ impl Endpoint {
                 .map_err(|e| setup(format!("ca_file is not a valid PEM bundle: {e}")))?;
             builder = builder.tls_certs_merge(certs);
         }
-        let http = builder
-            .build()
-            .map_err(|e| setup(format!("cannot build HTTP client: {e}")))?;
+        let http = builder.build().map_err(|e| setup(format!("cannot build HTTP client: {e}")))?;
         let limiter = settings.requests_per_second.map(|rps| {
             let period = Duration::from_secs_f64(1.0 / rps);
             let burst = NonZeroU32::new(settings.burst).unwrap_or(NonZeroU32::MIN);
-            let quota =
-                Quota::with_period(period).unwrap_or_else(|| Quota::per_second(NonZeroU32::MAX));
+            let quota = Quota::with_period(period).unwrap_or_else(|| Quota::per_second(NonZeroU32::MAX));
             RateLimiter::direct(quota.allow_burst(burst))
         });
         Ok(Self {
@@ -379,41 +304,27 @@ impl Endpoint {
             paused_until: Mutex::new(None),
             pulls_paused_until: Mutex::new(None),
             scheme: Mutex::new(Scheme::Unknown),
-            tokens: moka::future::Cache::builder()
-                .max_capacity(100_000)
-                .expire_after(TokenExpiry)
-                .build(),
+            tokens: moka::future::Cache::builder().max_capacity(100_000).expire_after(TokenExpiry).build(),
             stats: RegistryStats::default(),
             settings,
         })
     }
 
     fn invalid(&self, detail: String) -> RegistryError {
-        RegistryError::InvalidResponse {
-            registry: self.settings.host.clone(),
-            detail,
-        }
+        RegistryError::InvalidResponse { registry: self.settings.host.clone(), detail }
     }
 
     fn unavailable(&self, detail: String) -> RegistryError {
-        RegistryError::Unavailable {
-            registry: self.settings.host.clone(),
-            detail,
-        }
+        RegistryError::Unavailable { registry: self.settings.host.clone(), detail }
     }
 
     fn unauthorized(&self, detail: impl Into<String>) -> RegistryError {
-        RegistryError::Unauthorized {
-            registry: self.settings.host.clone(),
-            detail: detail.into(),
-        }
+        RegistryError::Unauthorized { registry: self.settings.host.clone(), detail: detail.into() }
     }
 
     fn basic_credentials(&self) -> Option<(&str, &Secret)> {
         match &self.settings.credentials {
-            Credentials::Basic {
-                username, password, ..
-            } => Some((username.as_str(), password)),
+            Credentials::Basic { username, password, .. } => Some((username.as_str(), password)),
             Credentials::Anonymous => None,
         }
     }
@@ -425,10 +336,7 @@ impl Endpoint {
             let now = Instant::now();
             let mut until = *self.paused_until.lock().unwrap_or_else(|e| e.into_inner());
             if pull {
-                let pulls = *self
-                    .pulls_paused_until
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
+                let pulls = *self.pulls_paused_until.lock().unwrap_or_else(|e| e.into_inner());
                 until = until.max(pulls);
             }
             match until {
@@ -450,19 +358,13 @@ impl Endpoint {
         }
         let waited = started.elapsed();
         if !waited.is_zero() {
-            self.stats
-                .wait_micros
-                .fetch_add(waited.as_micros() as u64, Ordering::Relaxed);
+            self.stats.wait_micros.fetch_add(waited.as_micros() as u64, Ordering::Relaxed);
         }
         Ok(())
     }
 
     fn backoff(&self, attempt: u32) -> Duration {
-        let exp = self
-            .settings
-            .backoff
-            .saturating_mul(1u32 << attempt.min(16))
-            .min(MAX_BACKOFF);
+        let exp = self.settings.backoff.saturating_mul(1u32 << attempt.min(16)).min(MAX_BACKOFF);
         // Half fixed, half random: retries from many tasks spread out but never come back at once.
         let half = exp / 2;
         half + rand::rng().random_range(Duration::ZERO..=half)
@@ -493,10 +395,7 @@ impl Endpoint {
         let window = quota.window.unwrap_or(Duration::from_secs(3600));
         let wait = window / quota.limit.unwrap_or(1).max(1) as u32;
         tracing::warn!(registry = %self.settings.host, wait = %humantime::format_duration(wait), "registry pull quota spent, holding GETs back");
-        *self
-            .pulls_paused_until
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + wait);
+        *self.pulls_paused_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + wait);
     }
 
     async fn authorize(
@@ -504,11 +403,7 @@ impl Endpoint {
         request: reqwest::RequestBuilder,
         repository: &str,
     ) -> Result<reqwest::RequestBuilder, RegistryError> {
-        let scheme = self
-            .scheme
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let scheme = self.scheme.lock().unwrap_or_else(|e| e.into_inner()).clone();
         match scheme {
             Scheme::Unknown => Ok(request),
             Scheme::Basic => Ok(match self.basic_credentials() {
@@ -519,10 +414,7 @@ impl Endpoint {
                 let scope = format!("repository:{repository}:pull");
                 let token = self
                     .tokens
-                    .try_get_with(
-                        scope.clone(),
-                        self.fetch_token(&realm, service.as_deref(), &scope),
-                    )
+                    .try_get_with(scope.clone(), self.fetch_token(&realm, service.as_deref(), &scope))
                     .await
                     .map_err(|e: Arc<RegistryError>| (*e).clone())?;
                 Ok(request.bearer_auth(token.value.expose()))
@@ -530,12 +422,7 @@ impl Endpoint {
         }
     }
 
-    async fn fetch_token(
-        &self,
-        realm: &str,
-        service: Option<&str>,
-        scope: &str,
-    ) -> Result<Arc<Token>, RegistryError> {
+    async fn fetch_token(&self, realm: &str, service: Option<&str>, scope: &str) -> Result<Arc<Token>, RegistryError> {
         let mut url = reqwest::Url::parse(realm)
             .map_err(|e| self.invalid(format!("token realm \"{realm}\" is not a URL: {e}")))?;
         {
@@ -557,15 +444,12 @@ impl Endpoint {
                 Ok(response) => match response.status() {
                     s if s.is_success() => {
                         let body = self.read_body(response, 1 << 20, "token response").await?;
-                        return parse_token_response(&body)
-                            .map(Arc::new)
-                            .map_err(|m| self.invalid(m));
+                        return parse_token_response(&body).map(Arc::new).map_err(|m| self.invalid(m));
                     }
                     StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-                        return Err(self.unauthorized(format!(
-                            "token service refused {scope} (HTTP {})",
-                            response.status()
-                        )));
+                        return Err(
+                            self.unauthorized(format!("token service refused {scope} (HTTP {})", response.status()))
+                        );
                     }
                     s if s == StatusCode::TOO_MANY_REQUESTS || s.is_server_error() => {
                         if let Some(wait) = retry_after(response.headers()) {
@@ -586,54 +470,36 @@ impl Endpoint {
     }
 
     /// Reacts to a 401: learns the scheme and says whether a retry can succeed.
-    async fn learn_challenge(
-        &self,
-        headers: &HeaderMap,
-        repository: &str,
-    ) -> Result<(), RegistryError> {
-        let challenge = headers
-            .get(WWW_AUTHENTICATE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_challenge);
+    async fn learn_challenge(&self, headers: &HeaderMap, repository: &str) -> Result<(), RegistryError> {
+        let challenge = headers.get(WWW_AUTHENTICATE).and_then(|v| v.to_str().ok()).and_then(parse_challenge);
         match challenge {
             Some(Challenge::Bearer { realm, service }) => {
-                *self.scheme.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Scheme::Bearer { realm, service };
+                *self.scheme.lock().unwrap_or_else(|e| e.into_inner()) = Scheme::Bearer { realm, service };
                 // The token we sent, if any, is no good any more.
-                self.tokens
-                    .invalidate(&format!("repository:{repository}:pull"))
-                    .await;
+                self.tokens.invalidate(&format!("repository:{repository}:pull")).await;
                 Ok(())
             }
             Some(Challenge::Basic) if self.basic_credentials().is_some() => {
                 *self.scheme.lock().unwrap_or_else(|e| e.into_inner()) = Scheme::Basic;
                 Ok(())
             }
-            Some(Challenge::Basic) => Err(self.unauthorized(
-                "registry requires a username and password; set them in [registries.\"HOST\"]",
-            )),
+            Some(Challenge::Basic) => {
+                Err(self.unauthorized("registry requires a username and password; set them in [registries.\"HOST\"]"))
+            }
             None => Err(self.unauthorized("HTTP 401 without a usable WWW-Authenticate challenge")),
         }
     }
 
     /// Sends one registry API request with auth, limiter, pauses and retries. Returns any response
     /// that is not 401/403/429/5xx.
-    async fn send(
-        &self,
-        method: Method,
-        path: &str,
-        repository: &str,
-    ) -> Result<Response, RegistryError> {
+    async fn send(&self, method: Method, path: &str, repository: &str) -> Result<Response, RegistryError> {
         let url = format!("{}/v2/{}", self.base, path);
         let pull = method == Method::GET;
         let mut attempt = 0u32;
         let mut reauthorized = false;
         loop {
             self.wait_turn(pull).await?;
-            let request = self
-                .http
-                .request(method.clone(), &url)
-                .header(ACCEPT, MANIFEST_ACCEPT);
+            let request = self.http.request(method.clone(), &url).header(ACCEPT, MANIFEST_ACCEPT);
             let request = self.authorize(request, repository).await?;
             self.stats.requests.fetch_add(1, Ordering::Relaxed);
             let failure = match request.send().await {
@@ -647,14 +513,12 @@ impl Endpoint {
                             continue;
                         }
                         StatusCode::UNAUTHORIZED => {
-                            return Err(self.unauthorized(format!(
-                                "{method} {path} answered HTTP 401 with fresh credentials"
-                            )));
+                            return Err(
+                                self.unauthorized(format!("{method} {path} answered HTTP 401 with fresh credentials"))
+                            );
                         }
                         StatusCode::FORBIDDEN => {
-                            return Err(self.unauthorized(format!(
-                                "{method} {path} answered HTTP 403 (access denied)"
-                            )));
+                            return Err(self.unauthorized(format!("{method} {path} answered HTTP 403 (access denied)")));
                         }
                         StatusCode::TOO_MANY_REQUESTS => {
                             let retry = retry_after(response.headers());
@@ -672,9 +536,7 @@ impl Endpoint {
                             // wait_turn sleeps until the pause ends.
                             continue;
                         }
-                        s if s.is_server_error() => {
-                            self.unavailable(format!("{method} {path} answered HTTP {s}"))
-                        }
+                        s if s.is_server_error() => self.unavailable(format!("{method} {path} answered HTTP {s}")),
                         _ => return Ok(response),
                     }
                 }
@@ -690,27 +552,15 @@ impl Endpoint {
         }
     }
 
-    async fn read_body(
-        &self,
-        mut response: Response,
-        limit: usize,
-        what: &str,
-    ) -> Result<bytes::Bytes, RegistryError> {
-        if let Some(len) = response
-            .headers()
-            .get(CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+    async fn read_body(&self, mut response: Response, limit: usize, what: &str) -> Result<bytes::Bytes, RegistryError> {
+        if let Some(len) = response.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
             && len > limit as u64
         {
-            return Err(self.invalid(format!(
-                "{what} is {len} bytes, over the {limit}-byte limit"
-            )));
+            return Err(self.invalid(format!("{what} is {len} bytes, over the {limit}-byte limit")));
         }
         let mut body = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| self.unavailable(format!("reading {what}: {}", describe(&e))))?
+        while let Some(chunk) =
+            response.chunk().await.map_err(|e| self.unavailable(format!("reading {what}: {}", describe(&e))))?
         {
             if body.len() + chunk.len() > limit {
                 return Err(self.invalid(format!("{what} is over the {limit}-byte limit")));
@@ -728,9 +578,7 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
         return Some(Duration::from_secs(seconds.min(24 * 3600)));
     }
     let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
-    (at.with_timezone(&chrono::Utc) - chrono::Utc::now())
-        .to_std()
-        .ok()
+    (at.with_timezone(&chrono::Utc) - chrono::Utc::now()).to_std().ok()
 }
 
 fn parse_quota(headers: &HeaderMap) -> Option<PullQuota> {
@@ -745,14 +593,8 @@ fn parse_quota(headers: &HeaderMap) -> Option<PullQuota> {
         Some((count, window))
     };
     let (remaining, w1) = parse("ratelimit-remaining")?;
-    let (limit, w2) = parse("ratelimit-limit")
-        .map(|(l, w)| (Some(l), w))
-        .unwrap_or((None, None));
-    Some(PullQuota {
-        remaining,
-        limit,
-        window: w1.or(w2),
-    })
+    let (limit, w2) = parse("ratelimit-limit").map(|(l, w)| (Some(l), w)).unwrap_or((None, None));
+    Some(PullQuota { remaining, limit, window: w1.or(w2) })
 }
 
 /// An error message with its causes, without the URL noise reqwest puts first.
@@ -785,16 +627,10 @@ mod tests {
     #[test]
     fn quota_headers() {
         let mut h = HeaderMap::new();
-        h.insert(
-            "ratelimit-remaining",
-            HeaderValue::from_static("76;w=21600"),
-        );
+        h.insert("ratelimit-remaining", HeaderValue::from_static("76;w=21600"));
         h.insert("ratelimit-limit", HeaderValue::from_static("100;w=21600"));
         let q = parse_quota(&h).unwrap();
-        assert_eq!(
-            (q.remaining, q.limit, q.window),
-            (76, Some(100), Some(Duration::from_secs(21600)))
-        );
+        assert_eq!((q.remaining, q.limit, q.window), (76, Some(100), Some(Duration::from_secs(21600))));
         let mut h = HeaderMap::new();
         h.insert("ratelimit-remaining", HeaderValue::from_static("0"));
         let q = parse_quota(&h).unwrap();
@@ -810,10 +646,7 @@ mod tests {
         let later = (chrono::Utc::now() + chrono::Duration::seconds(100)).to_rfc2822();
         h.insert(RETRY_AFTER, HeaderValue::from_str(&later).unwrap());
         let d = retry_after(&h).unwrap();
-        assert!(
-            d > Duration::from_secs(95) && d <= Duration::from_secs(100),
-            "{d:?}"
-        );
+        assert!(d > Duration::from_secs(95) && d <= Duration::from_secs(100), "{d:?}");
         h.insert(RETRY_AFTER, HeaderValue::from_static("soon"));
         assert_eq!(retry_after(&h), None);
     }
@@ -825,24 +658,15 @@ mod tests {
         let e = Endpoint::new(s, "example.com").unwrap();
         for _ in 0..100 {
             let d0 = e.backoff(0);
-            assert!(
-                d0 >= Duration::from_millis(50) && d0 <= Duration::from_millis(100),
-                "{d0:?}"
-            );
+            assert!(d0 >= Duration::from_millis(50) && d0 <= Duration::from_millis(100), "{d0:?}");
             let d3 = e.backoff(3);
-            assert!(
-                d3 >= Duration::from_millis(400) && d3 <= Duration::from_millis(800),
-                "{d3:?}"
-            );
+            assert!(d3 >= Duration::from_millis(400) && d3 <= Duration::from_millis(800), "{d3:?}");
             assert!(e.backoff(30) <= MAX_BACKOFF);
         }
     }
 
     #[test]
     fn digest_of_bytes() {
-        assert_eq!(
-            sha256_digest(b""),
-            "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-        );
+        assert_eq!(sha256_digest(b""), "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
     }
 }

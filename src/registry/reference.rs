@@ -19,13 +19,9 @@ impl ImageRef {
             return Err(ReferenceError("empty reference".into()));
         }
         if trimmed.contains("://") {
-            return Err(ReferenceError(
-                "a reference has no URL scheme (write registry/repository:tag)".into(),
-            ));
+            return Err(ReferenceError("a reference has no URL scheme (write registry/repository:tag)".into()));
         }
-        Reference::from_str(trimmed)
-            .map(Self)
-            .map_err(|e| ReferenceError(e.to_string()))
+        Reference::from_str(trimmed).map(Self).map_err(|e| ReferenceError(e.to_string()))
     }
 
     /// Registry as written in references: `docker.io` for Docker Hub.
@@ -57,12 +53,7 @@ impl ImageRef {
 
     /// `registry/repository:tag`, without any digest.
     pub fn with_tag_only(&self) -> String {
-        format!(
-            "{}/{}:{}",
-            self.registry(),
-            self.repository(),
-            self.tag().unwrap_or("latest")
-        )
+        format!("{}/{}:{}", self.registry(), self.repository(), self.tag().unwrap_or("latest"))
     }
 
     /// The immutable reference `registry/repository@digest`.
@@ -91,12 +82,8 @@ impl FromStr for ImageRef {
 
 /// `sha256:` followed by 64 lowercase hex digits (the only digest algorithm registries use for manifests).
 pub fn is_sha256_digest(text: &str) -> bool {
-    text.strip_prefix("sha256:").is_some_and(|hex| {
-        hex.len() == 64
-            && hex
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    })
+    text.strip_prefix("sha256:")
+        .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
 }
 
 #[cfg(test)]
@@ -110,10 +97,7 @@ mod tests {
         assert_eq!(r.api_host(), "index.docker.io");
         assert_eq!(r.repository(), "library/ubuntu");
         let r = ImageRef::parse("paketobuildpacks/builder-jammy-base").unwrap();
-        assert_eq!(
-            r.to_string(),
-            "docker.io/paketobuildpacks/builder-jammy-base:latest"
-        );
+        assert_eq!(r.to_string(), "docker.io/paketobuildpacks/builder-jammy-base:latest");
         let r = ImageRef::parse("heroku/builder:24").unwrap();
         assert_eq!(r.pinned("sha256:ab"), "docker.io/heroku/builder@sha256:ab");
         let r = ImageRef::parse("127.0.0.1:5000/demo/app:v1").unwrap();

@@ -24,9 +24,7 @@ pub struct Output {
 
 impl Workspace {
     pub fn new() -> Self {
-        Workspace {
-            dir: tempfile::tempdir().expect("temp dir"),
-        }
+        Workspace { dir: tempfile::tempdir().expect("temp dir") }
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -48,14 +46,8 @@ impl Workspace {
 
 pub fn run_with_env(args: &[&str], env: &[(&str, &str)], cwd: &Path) -> Output {
     let mut command = Command::new(BINARY);
-    command
-        .args(args)
-        .current_dir(cwd)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    command
-        .env("BUILDER_MONITOR_LOG", "info")
-        .env_remove("BUILDER_MONITOR_CONFIG");
+    command.args(args).current_dir(cwd).stdout(Stdio::piped()).stderr(Stdio::piped());
+    command.env("BUILDER_MONITOR_LOG", "info").env_remove("BUILDER_MONITOR_CONFIG");
     for (k, v) in env {
         command.env(k, v);
     }
@@ -73,11 +65,7 @@ pub fn run_with_env(args: &[&str], env: &[(&str, &str)], cwd: &Path) -> Output {
         }
         std::thread::sleep(Duration::from_millis(5));
     };
-    Output {
-        code: status.code(),
-        stdout: stdout.join().unwrap(),
-        stderr: stderr.join().unwrap(),
-    }
+    Output { code: status.code(), stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() }
 }
 
 fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
@@ -114,19 +102,11 @@ impl Daemon {
                 }
             }
         });
-        Daemon {
-            child,
-            lines: rx,
-            log: Vec::new(),
-        }
+        Daemon { child, lines: rx, log: Vec::new() }
     }
 
     /// Waits for a log line whose JSON satisfies `wanted`, returning it.
-    pub fn wait_for(
-        &mut self,
-        what: &str,
-        wanted: impl Fn(&serde_json::Value) -> bool,
-    ) -> serde_json::Value {
+    pub fn wait_for(&mut self, what: &str, wanted: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
         let deadline = Instant::now() + PATIENCE;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -139,10 +119,7 @@ impl Daemon {
                         return value;
                     }
                 }
-                Err(_) => panic!(
-                    "daemon never logged {what}; log so far:\n{}",
-                    self.log.join("\n")
-                ),
+                Err(_) => panic!("daemon never logged {what}; log so far:\n{}", self.log.join("\n")),
             }
         }
     }

@@ -121,60 +121,32 @@ impl Pusher {
 
     fn with_auth(host: &str, auth: RegistryAuth) -> Self {
         builder_monitor::registry::install_crypto_provider();
-        let config = ClientConfig {
-            protocol: ClientProtocol::Http,
-            ..Default::default()
-        };
+        let config = ClientConfig { protocol: ClientProtocol::Http, ..Default::default() };
         let client = Client::try_from(config).expect("oci client");
-        Pusher {
-            client,
-            auth,
-            host: host.into(),
-        }
+        Pusher { client, auth, host: host.into() }
     }
 
     fn reference(&self, repo: &str, tag_or_digest: &str) -> Reference {
-        let sep = if tag_or_digest.starts_with("sha256:") {
-            "@"
-        } else {
-            ":"
-        };
-        format!("{}/{repo}{sep}{tag_or_digest}", self.host)
-            .parse()
-            .expect("reference")
+        let sep = if tag_or_digest.starts_with("sha256:") { "@" } else { ":" };
+        format!("{}/{repo}{sep}{tag_or_digest}", self.host).parse().expect("reference")
     }
 
     async fn login(&self, reference: &Reference) {
-        self.client
-            .auth(reference, &self.auth, RegistryOperation::Push)
-            .await
-            .expect("registry auth for push");
+        self.client.auth(reference, &self.auth, RegistryOperation::Push).await.expect("registry auth for push");
     }
 
     async fn blob(&self, reference: &Reference, bytes: Vec<u8>) -> String {
         let digest = sha256(&bytes);
-        self.client
-            .push_blob(reference, bytes, &digest)
-            .await
-            .expect("push blob");
+        self.client.push_blob(reference, bytes, &digest).await.expect("push blob");
         digest
     }
 
     /// Pushes one image manifest, tagged when `tag` is given (else by digest only).
-    pub async fn push_image(
-        &self,
-        repo: &str,
-        tag: Option<&str>,
-        image: &Image,
-        format: Format,
-    ) -> Pushed {
+    pub async fn push_image(&self, repo: &str, tag: Option<&str>, image: &Image, format: Format) -> Pushed {
         let layer = std::fs::read(fixture("layer.tar.gz")).expect("layer fixture");
         let diff_id = sha256(&std::fs::read(fixture("layer.tar")).expect("layer tar fixture"));
         let mut labels = image.labels.clone();
-        labels.insert(
-            "org.opencontainers.image.revision".into(),
-            image.salt.clone(),
-        );
+        labels.insert("org.opencontainers.image.revision".into(), image.salt.clone());
         let mut config = json!({
             "created": "2024-01-01T00:00:00Z",
             "architecture": image.architecture,
@@ -202,29 +174,14 @@ impl Pusher {
         let digest = sha256(&bytes);
         let target = self.reference(repo, tag.unwrap_or(&digest));
         self.client
-            .push_manifest_raw(
-                &target,
-                bytes.clone(),
-                HeaderValue::from_static(format.manifest()),
-            )
+            .push_manifest_raw(&target, bytes.clone(), HeaderValue::from_static(format.manifest()))
             .await
             .expect("push manifest");
-        Pushed {
-            digest,
-            media_type: format.manifest().into(),
-            size: bytes.len(),
-            config_digest,
-        }
+        Pushed { digest, media_type: format.manifest().into(), size: bytes.len(), config_digest }
     }
 
     /// Pushes each platform image by digest, then an index naming them under `tag`.
-    pub async fn push_index(
-        &self,
-        repo: &str,
-        tag: &str,
-        images: &[Image],
-        format: Format,
-    ) -> (Pushed, Vec<Pushed>) {
+    pub async fn push_index(&self, repo: &str, tag: &str, images: &[Image], format: Format) -> (Pushed, Vec<Pushed>) {
         let mut children = Vec::new();
         let mut entries = Vec::new();
         for image in images {
@@ -238,27 +195,17 @@ impl Pusher {
             }));
             children.push(child);
         }
-        let index =
-            json!({ "schemaVersion": 2, "mediaType": format.index(), "manifests": entries });
+        let index = json!({ "schemaVersion": 2, "mediaType": format.index(), "manifests": entries });
         let bytes = serde_json::to_vec(&index).unwrap();
         let digest = sha256(&bytes);
         let target = self.reference(repo, tag);
         self.login(&target).await;
         self.client
-            .push_manifest_raw(
-                &target,
-                bytes.clone(),
-                HeaderValue::from_static(format.index()),
-            )
+            .push_manifest_raw(&target, bytes.clone(), HeaderValue::from_static(format.index()))
             .await
             .expect("push index");
         (
-            Pushed {
-                digest,
-                media_type: format.index().into(),
-                size: bytes.len(),
-                config_digest: String::new(),
-            },
+            Pushed { digest, media_type: format.index().into(), size: bytes.len(), config_digest: String::new() },
             children,
         )
     }

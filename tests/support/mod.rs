@@ -14,15 +14,11 @@ use std::time::Duration;
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
 pub fn fixture(name: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
 }
 
 /// A reqwest client for test plumbing (plain HTTP on loopback).
 pub fn http() -> reqwest::Client {
     builder_monitor::registry::install_crypto_provider();
-    reqwest::Client::builder()
-        .build()
-        .expect("test HTTP client")
+    reqwest::Client::builder().build().expect("test HTTP client")
 }

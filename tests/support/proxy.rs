@@ -29,19 +29,11 @@ pub struct Fault {
 
 impl Fault {
     pub fn status(status: u16) -> Self {
-        Fault {
-            method: None,
-            status,
-            headers: Vec::new(),
-        }
+        Fault { method: None, status, headers: Vec::new() }
     }
     /// Forwards the request but adds `headers` to the registry's answer.
     pub fn decorate() -> Self {
-        Fault {
-            method: None,
-            status: 0,
-            headers: Vec::new(),
-        }
+        Fault { method: None, status: 0, headers: Vec::new() }
     }
     pub fn on(mut self, method: &str) -> Self {
         self.method = Some(method.into());
@@ -76,12 +68,8 @@ impl Proxy {
             seen: Mutex::new(Vec::new()),
             faults: Mutex::new(VecDeque::new()),
         });
-        let app = axum::Router::new()
-            .fallback(handle)
-            .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind proxy");
+        let app = axum::Router::new().fallback(handle).with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let host = listener.local_addr().unwrap().to_string();
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -115,17 +103,11 @@ impl Drop for Proxy {
 
 async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response<Body> {
     let method = request.method().to_string();
-    let path = request
-        .uri()
-        .path_and_query()
-        .map(|p| p.to_string())
-        .unwrap_or_default();
+    let path = request.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
     let authorization = request.headers().contains_key("authorization");
     let fault = {
         let mut faults = shared.faults.lock().unwrap();
-        let position = faults
-            .iter()
-            .position(|f| f.method.as_deref().is_none_or(|m| m == method));
+        let position = faults.iter().position(|f| f.method.as_deref().is_none_or(|m| m == method));
         position.and_then(|i| faults.remove(i))
     };
     let record = |status: u16, injected: bool| {
@@ -150,25 +132,19 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         )));
         *response.status_mut() = StatusCode::from_u16(fault.status).unwrap();
         for (name, value) in fault.headers {
-            response.headers_mut().insert(
-                HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                HeaderValue::from_str(&value).unwrap(),
-            );
+            response
+                .headers_mut()
+                .insert(HeaderName::from_bytes(name.as_bytes()).unwrap(), HeaderValue::from_str(&value).unwrap());
         }
         return response;
     }
-    let mut forward = shared.client.request(
-        request.method().clone(),
-        format!("{}{path}", shared.upstream),
-    );
+    let mut forward = shared.client.request(request.method().clone(), format!("{}{path}", shared.upstream));
     for (name, value) in request.headers() {
         if name != "host" {
             forward = forward.header(name, value);
         }
     }
-    let body = axum::body::to_bytes(request.into_body(), 64 << 20)
-        .await
-        .unwrap_or_default();
+    let body = axum::body::to_bytes(request.into_body(), 64 << 20).await.unwrap_or_default();
     let upstream = match forward.body(body).send().await {
         Ok(r) => r,
         Err(e) => {
@@ -190,10 +166,9 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         }
     }
     for (name, value) in extra_headers {
-        response.headers_mut().insert(
-            HeaderName::from_bytes(name.as_bytes()).unwrap(),
-            HeaderValue::from_str(&value).unwrap(),
-        );
+        response
+            .headers_mut()
+            .insert(HeaderName::from_bytes(name.as_bytes()).unwrap(), HeaderValue::from_str(&value).unwrap());
     }
     response
 }

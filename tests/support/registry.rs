@@ -42,10 +42,9 @@ impl TestRegistry {
         let dir = tempfile::tempdir().expect("temp dir");
         let auth_section = match &auth {
             Auth::Anonymous => String::new(),
-            Auth::Htpasswd => format!(
-                "auth:\n  htpasswd:\n    realm: test-realm\n    path: {}\n",
-                fixture("htpasswd").display()
-            ),
+            Auth::Htpasswd => {
+                format!("auth:\n  htpasswd:\n    realm: test-realm\n    path: {}\n", fixture("htpasswd").display())
+            }
             Auth::Token { realm } => format!(
                 "auth:\n  token:\n    realm: {realm}\n    service: test-registry\n    issuer: test-token-issuer\n    rootcertbundle: {}\n",
                 fixture("token-cert.pem").display()
@@ -72,10 +71,7 @@ impl TestRegistry {
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                     if let Some(rest) = line.split("listening on ").nth(1) {
-                        let addr: String = rest
-                            .chars()
-                            .take_while(|c| !c.is_whitespace() && *c != '"')
-                            .collect();
+                        let addr: String = rest.chars().take_while(|c| !c.is_whitespace() && *c != '"').collect();
                         let _ = tx.send(addr);
                     }
                     log.lock().unwrap().push(line);
@@ -89,12 +85,7 @@ impl TestRegistry {
                 panic!("registry did not start: {:#?}", log.lock().unwrap());
             }
         };
-        let registry = TestRegistry {
-            child,
-            host,
-            log,
-            _dir: dir,
-        };
+        let registry = TestRegistry { child, host, log, _dir: dir };
         registry.wait_ready();
         registry
     }
@@ -102,11 +93,7 @@ impl TestRegistry {
     fn wait_ready(&self) {
         let deadline = std::time::Instant::now() + PATIENCE;
         while std::net::TcpStream::connect(&self.host).is_err() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "registry at {} never accepted connections",
-                self.host
-            );
+            assert!(std::time::Instant::now() < deadline, "registry at {} never accepted connections", self.host);
             std::thread::sleep(Duration::from_millis(10));
         }
     }

@@ -38,8 +38,7 @@ fn pem_der(path: &std::path::Path) -> Vec<u8> {
 impl TokenServer {
     /// `credentials`: when set, Basic auth with them gets pull+push; anonymous requests get pull only.
     pub async fn start(credentials: Option<(&str, &str)>, expires_in: u64) -> Self {
-        let key =
-            RsaKeyPair::from_pkcs8(&pem_der(&fixture("token-key.pem"))).expect("RSA key fixture");
+        let key = RsaKeyPair::from_pkcs8(&pem_der(&fixture("token-key.pem"))).expect("RSA key fixture");
         let shared = Arc::new(Shared {
             key,
             cert_der: pem_der(&fixture("token-cert.pem")),
@@ -47,21 +46,13 @@ impl TokenServer {
             expires_in,
             fetches: AtomicUsize::new(0),
         });
-        let app = axum::Router::new()
-            .route("/token", axum::routing::get(token))
-            .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind token server");
+        let app = axum::Router::new().route("/token", axum::routing::get(token)).with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind token server");
         let realm = format!("http://{}/token", listener.local_addr().unwrap());
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        TokenServer {
-            realm,
-            shared,
-            task,
-        }
+        TokenServer { realm, shared, task }
     }
 
     /// Tokens issued so far.
@@ -117,45 +108,29 @@ async fn token(State(shared): State<Arc<Shared>>, request: Request) -> Response<
             let (name, actions) = rest.rsplit_once(':')?;
             let actions: Vec<&str> = actions
                 .split(',')
-                .filter(|a| {
-                    !a.is_empty() && (authenticated || shared.credentials.is_none() || *a == "pull")
-                })
+                .filter(|a| !a.is_empty() && (authenticated || shared.credentials.is_none() || *a == "pull"))
                 .collect();
             Some(json!({ "type": kind, "name": name, "actions": actions }))
         })
         .collect();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let header =
-        json!({ "typ": "JWT", "alg": "RS256", "x5c": [STANDARD.encode(&shared.cert_der)] });
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let header = json!({ "typ": "JWT", "alg": "RS256", "x5c": [STANDARD.encode(&shared.cert_der)] });
     let claims = json!({
         "iss": "test-token-issuer", "sub": user, "aud": service,
         "exp": now + shared.expires_in, "nbf": now - 10, "iat": now,
         "jti": format!("{now}-{}", shared.fetches.load(Ordering::SeqCst)), "access": access,
     });
-    let signing_input = format!(
-        "{}.{}",
-        URL_SAFE_NO_PAD.encode(header.to_string()),
-        URL_SAFE_NO_PAD.encode(claims.to_string())
-    );
+    let signing_input =
+        format!("{}.{}", URL_SAFE_NO_PAD.encode(header.to_string()), URL_SAFE_NO_PAD.encode(claims.to_string()));
     let mut signature = vec![0; shared.key.public().modulus_len()];
     shared
         .key
-        .sign(
-            &RSA_PKCS1_SHA256,
-            &SystemRandom::new(),
-            signing_input.as_bytes(),
-            &mut signature,
-        )
+        .sign(&RSA_PKCS1_SHA256, &SystemRandom::new(), signing_input.as_bytes(), &mut signature)
         .expect("sign token");
     let jwt = format!("{signing_input}.{}", URL_SAFE_NO_PAD.encode(signature));
     shared.fetches.fetch_add(1, Ordering::SeqCst);
-    let body =
-        json!({ "token": jwt, "access_token": jwt, "expires_in": shared.expires_in }).to_string();
+    let body = json!({ "token": jwt, "access_token": jwt, "expires_in": shared.expires_in }).to_string();
     let mut r = Response::new(body);
-    r.headers_mut()
-        .insert("content-type", "application/json".parse().unwrap());
+    r.headers_mut().insert("content-type", "application/json".parse().unwrap());
     r
 }

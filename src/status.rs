@@ -6,13 +6,17 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::builder::ChangeKind;
+use crate::builder::{ChangeKind, Reason};
 use crate::config::Config;
+use crate::monitor::{pinned_metadata, run_watch_name};
+use crate::registry::ImageRef;
 use crate::store::{DeadLetter, Ledger, LedgerError, OpenAction, WatchRecord};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
     pub builders: Vec<BuilderStatus>,
+    /// Run images named by the builders, watched on their own.
+    pub run_images: Vec<BuilderStatus>,
     pub pending: Vec<OpenAction>,
     pub dead_letters: Vec<DeadLetter>,
 }
@@ -28,6 +32,12 @@ pub struct BuilderStatus {
     pub consecutive_failures: u32,
     /// A new digest waiting out `settle`.
     pub settling: Option<Settling>,
+    /// For a builder: the run image its metadata names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_image: Option<String>,
+    /// For a run image: the builders naming it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub builders: Vec<String>,
     pub changes: Vec<ChangeSummary>,
 }
 
@@ -59,22 +69,63 @@ pub struct ChangeSummary {
     pub previous: String,
     pub current: String,
     pub kind: ChangeKind,
+    pub reasons: Vec<Reason>,
+    pub summary: String,
     pub rollback: bool,
 }
 
 /// Builds the report for the builders in `config`, with up to `recent` changes each.
 pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<Status, LedgerError> {
     let mut builders = Vec::new();
+    // Run image watch name → (run image, builders naming it).
+    let mut run_images: BTreeMap<String, (String, Vec<String>)> = BTreeMap::new();
     for b in &config.builders {
         let image = b.image.to_string();
         let record = ledger.watch(&b.name).await?.filter(|r| r.image == image);
-        let changes = match &record {
-            Some(_) => ledger.changes(Some(&b.name), recent).await?,
-            None => Vec::new(),
-        };
-        builders.push(builder_status(&b.name, &image, record.as_ref(), changes));
+        let run_image = record
+            .as_ref()
+            .and_then(pinned_metadata)
+            .and_then(|m| m.preferred().and_then(|p| p.run_image()).map(str::to_string));
+        if b.watch_run_image
+            && let Some(run) = run_image.as_deref().and_then(|r| ImageRef::parse(r).ok())
+        {
+            run_images
+                .entry(run_watch_name(&run))
+                .or_insert_with(|| (run.to_string(), Vec::new()))
+                .1
+                .push(b.name.clone());
+        }
+        let mut status = watch_status(ledger, &b.name, &image, record.as_ref(), recent).await?;
+        status.run_image = run_image;
+        builders.push(status);
     }
-    Ok(Status { builders, pending: ledger.open_actions().await?, dead_letters: ledger.dead_letters().await? })
+    let mut runs = Vec::new();
+    for (name, (image, users)) in run_images {
+        let record = ledger.watch(&name).await?.filter(|r| r.image == image);
+        let mut status = watch_status(ledger, &name, &image, record.as_ref(), recent).await?;
+        status.builders = users;
+        runs.push(status);
+    }
+    Ok(Status {
+        builders,
+        run_images: runs,
+        pending: ledger.open_actions().await?,
+        dead_letters: ledger.dead_letters().await?,
+    })
+}
+
+async fn watch_status(
+    ledger: &Ledger,
+    name: &str,
+    image: &str,
+    record: Option<&WatchRecord>,
+    recent: usize,
+) -> Result<BuilderStatus, LedgerError> {
+    let changes = match record {
+        Some(_) => ledger.changes(Some(name), recent).await?,
+        None => Vec::new(),
+    };
+    Ok(builder_status(name, image, record, changes))
 }
 
 fn builder_status(
@@ -104,6 +155,8 @@ fn builder_status(
         last_change: record.and_then(|r| r.last_change.clone()),
         consecutive_failures: record.map_or(0, |r| r.consecutive_failures),
         settling: record.and_then(|r| r.pending.clone()).map(|(digest, since)| Settling { digest, since }),
+        run_image: None,
+        builders: Vec::new(),
         changes: changes
             .into_iter()
             .map(|c| ChangeSummary {
@@ -112,6 +165,8 @@ fn builder_status(
                 previous: c.previous,
                 current: c.current,
                 kind: c.change.kind,
+                reasons: c.change.reasons.clone(),
+                summary: c.change.summary(),
                 rollback: c.rollback,
             })
             .collect(),
@@ -127,55 +182,10 @@ fn short(digest: &str) -> &str {
 pub fn render_text(status: &Status) -> String {
     let mut out = String::new();
     for b in &status.builders {
-        let _ = writeln!(out, "{}  {}", b.name, b.image);
-        match &b.pinned {
-            Some(p) => {
-                let _ = writeln!(out, "  pinned:     {} (since {})", p.reference, p.since);
-            }
-            None => {
-                let _ = writeln!(out, "  pinned:     - (not checked successfully yet)");
-            }
-        }
-        for (platform, digest) in &b.platforms {
-            let _ = writeln!(out, "  {:<11} {}", format!("{platform}:"), digest);
-        }
-        match &b.last_check {
-            Some(c) if c.result == "ok" => {
-                let _ = writeln!(out, "  last check: {} ok", c.time);
-            }
-            Some(c) => {
-                let _ = writeln!(
-                    out,
-                    "  last check: {} error ({} in a row): {}",
-                    c.time,
-                    b.consecutive_failures,
-                    c.error.as_deref().unwrap_or("?")
-                );
-            }
-            None => {
-                let _ = writeln!(out, "  last check: never");
-            }
-        }
-        if let Some(s) = &b.settling {
-            let _ = writeln!(out, "  settling:   {} seen since {}", short(&s.digest), s.since);
-        }
-        if b.changes.is_empty() {
-            let _ = writeln!(out, "  changes:    none");
-        } else {
-            let _ = writeln!(out, "  changes:");
-            for c in &b.changes {
-                let _ = writeln!(
-                    out,
-                    "    {}  {} → {}  {}{}  id {}",
-                    c.time,
-                    short(&c.previous),
-                    short(&c.current),
-                    c.kind.as_str(),
-                    if c.rollback { " (rollback)" } else { "" },
-                    c.id
-                );
-            }
-        }
+        render_watch(&mut out, &b.name, b);
+    }
+    for r in &status.run_images {
+        render_watch(&mut out, &format!("run image (for {})", r.builders.join(", ")), r);
     }
     if status.builders.is_empty() {
         let _ = writeln!(out, "no builders configured");
@@ -205,4 +215,59 @@ pub fn render_text(status: &Status) -> String {
         }
     }
     out
+}
+
+fn render_watch(out: &mut String, title: &str, b: &BuilderStatus) {
+    let _ = writeln!(out, "{title}  {}", b.image);
+    match &b.pinned {
+        Some(p) => {
+            let _ = writeln!(out, "  pinned:     {} (since {})", p.reference, p.since);
+        }
+        None => {
+            let _ = writeln!(out, "  pinned:     - (not checked successfully yet)");
+        }
+    }
+    for (platform, digest) in &b.platforms {
+        let _ = writeln!(out, "  {:<11} {}", format!("{platform}:"), digest);
+    }
+    if let Some(run) = &b.run_image {
+        let _ = writeln!(out, "  run image:  {run}");
+    }
+    match &b.last_check {
+        Some(c) if c.result == "ok" => {
+            let _ = writeln!(out, "  last check: {} ok", c.time);
+        }
+        Some(c) => {
+            let _ = writeln!(
+                out,
+                "  last check: {} error ({} in a row): {}",
+                c.time,
+                b.consecutive_failures,
+                c.error.as_deref().unwrap_or("?")
+            );
+        }
+        None => {
+            let _ = writeln!(out, "  last check: never");
+        }
+    }
+    if let Some(s) = &b.settling {
+        let _ = writeln!(out, "  settling:   {} seen since {}", short(&s.digest), s.since);
+    }
+    if b.changes.is_empty() {
+        let _ = writeln!(out, "  changes:    none");
+    } else {
+        let _ = writeln!(out, "  changes:");
+        for c in &b.changes {
+            let _ = writeln!(
+                out,
+                "    {}  {} → {}{}  id {}\n      {}",
+                c.time,
+                short(&c.previous),
+                short(&c.current),
+                if c.rollback { " (rollback)" } else { "" },
+                c.id,
+                c.summary
+            );
+        }
+    }
 }

@@ -58,6 +58,8 @@ pub struct Image {
     pub labels: BTreeMap<String, String>,
     pub env: Vec<String>,
     pub salt: String,
+    /// `rootfs.diff_ids` to write instead of the one real layer's (the registry does not check).
+    pub diff_ids: Option<Vec<String>>,
 }
 
 impl Image {
@@ -69,6 +71,7 @@ impl Image {
             labels: BTreeMap::new(),
             env: vec!["PATH=/usr/local/bin:/usr/bin:/bin".into()],
             salt: "0".into(),
+            diff_ids: None,
         }
     }
 
@@ -144,7 +147,10 @@ impl Pusher {
     /// Pushes one image manifest, tagged when `tag` is given (else by digest only).
     pub async fn push_image(&self, repo: &str, tag: Option<&str>, image: &Image, format: Format) -> Pushed {
         let layer = std::fs::read(fixture("layer.tar.gz")).expect("layer fixture");
-        let diff_id = sha256(&std::fs::read(fixture("layer.tar")).expect("layer tar fixture"));
+        let diff_ids = image
+            .diff_ids
+            .clone()
+            .unwrap_or_else(|| vec![sha256(&std::fs::read(fixture("layer.tar")).expect("layer tar fixture"))]);
         let mut labels = image.labels.clone();
         labels.insert("org.opencontainers.image.revision".into(), image.salt.clone());
         let mut config = json!({
@@ -152,7 +158,7 @@ impl Pusher {
             "architecture": image.architecture,
             "os": image.os,
             "config": { "Env": image.env, "Cmd": ["/bin/true"], "Labels": labels },
-            "rootfs": { "type": "layers", "diff_ids": [diff_id] },
+            "rootfs": { "type": "layers", "diff_ids": diff_ids },
             "history": [{ "created": "2024-01-01T00:00:00Z", "created_by": "builder-monitor tests" }],
         });
         if let Some(v) = &image.variant {

@@ -2,6 +2,7 @@
 //! counting and fault-injecting proxy, an image pusher, and a runner for the daemon binary.
 #![allow(dead_code)]
 
+pub mod cnb;
 pub mod daemon;
 pub mod images;
 pub mod proxy;

@@ -413,3 +413,33 @@ async fn run_images_are_watched_once_for_all_builders_naming_them() {
     assert_eq!(status.run_images[0].changes.len(), 1);
     assert_eq!(status.builders[0].run_image.as_deref(), Some(run.as_str()));
 }
+
+#[tokio::test]
+async fn app_images_are_read_from_their_lifecycle_labels() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    let run_digest = format!("sha256:{}", "c".repeat(64));
+    let lifecycle = serde_json::json!({
+        "runImage": { "image": "docker.io/paketobuildpacks/run-jammy-base:latest", "topLayer": "sha256:top",
+                      "reference": format!("docker.io/paketobuildpacks/run-jammy-base@{run_digest}") },
+        "buildpacks": [{ "key": "paketo-buildpacks/java", "version": "18.1.0" }],
+    });
+    let build = serde_json::json!({ "buildpacks": [{ "id": "paketo-buildpacks/java", "version": "18.1.0" }], "launcher": { "version": "0.21.13" } });
+    let app = Image::new("amd64")
+        .label("io.buildpacks.lifecycle.metadata", lifecycle.to_string())
+        .label("io.buildpacks.build.metadata", build.to_string())
+        .label("io.buildpacks.stack.id", "io.buildpacks.stacks.jammy");
+    let pushed = pusher.push_index("apps/petclinic", "latest", &[app, Image::new("arm64")], Format::Oci).await.0;
+    let reg = Registry::new(Vec::new());
+    let image =
+        builder_monitor::registry::ImageRef::parse(&format!("{}/apps/petclinic:latest", registry.host)).unwrap();
+    let found = builder_monitor::inspect::app_metadata(&reg, &image).await.unwrap().unwrap();
+    assert_eq!(found.digest, pushed.digest);
+    let metadata = found.metadata.unwrap().unwrap();
+    assert_eq!(metadata.run_image_digest(), Some(run_digest.as_str()));
+    assert_eq!(metadata.launcher_version.as_deref(), Some("0.21.13"));
+    assert_eq!(metadata.buildpacks[0].id, "paketo-buildpacks/java");
+
+    let missing = builder_monitor::registry::ImageRef::parse(&format!("{}/apps/none:latest", registry.host)).unwrap();
+    assert!(builder_monitor::inspect::app_metadata(&reg, &missing).await.unwrap().is_none(), "an app not built yet");
+}

@@ -148,8 +148,8 @@ impl Change {
         change
     }
 
-    /// One line for people: `rebuild: heroku/nodejs 3.2.1 → 3.3.0; lifecycle 0.21.13 → 0.21.14`.
-    pub fn summary(&self) -> String {
+    /// What moved, for people: `heroku/nodejs 3.2.1 → 3.3.0; lifecycle 0.21.13 → 0.21.14`.
+    pub fn details(&self) -> String {
         let mut parts: Vec<String> = Vec::new();
         let v = |s: &Option<String>| s.clone().unwrap_or_else(|| "?".into());
         for b in &self.buildpacks {
@@ -186,7 +186,12 @@ impl Change {
                 _ => "no details".into(),
             });
         }
-        format!("{}: {}", self.kind.as_str(), parts.join("; "))
+        parts.join("; ")
+    }
+
+    /// One line for people: `rebuild: heroku/nodejs 3.2.1 → 3.3.0; lifecycle 0.21.13 → 0.21.14`.
+    pub fn summary(&self) -> String {
+        format!("{}: {}", self.kind.as_str(), self.details())
     }
 }
 

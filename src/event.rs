@@ -21,11 +21,35 @@ pub enum EventType {
     CheckFailed,
     #[serde(rename = "check.recovered")]
     CheckRecovered,
+    #[serde(rename = "build.started")]
+    BuildStarted,
+    #[serde(rename = "build.succeeded")]
+    BuildSucceeded,
+    #[serde(rename = "build.failed")]
+    BuildFailed,
+    #[serde(rename = "rebase.succeeded")]
+    RebaseSucceeded,
+    #[serde(rename = "rebase.failed")]
+    RebaseFailed,
+    /// Sent by `alert test` only.
+    #[serde(rename = "alert.test")]
+    AlertTest,
 }
 
 impl EventType {
-    pub const ALL: [EventType; 4] =
-        [EventType::BuilderPinned, EventType::BuilderChanged, EventType::CheckFailed, EventType::CheckRecovered];
+    /// Every type an alert can ask for (`alert.test` is sent to one alert on request only).
+    pub const ALL: [EventType; 10] = [
+        EventType::BuilderPinned,
+        EventType::BuilderChanged,
+        EventType::RunImageChanged,
+        EventType::CheckFailed,
+        EventType::CheckRecovered,
+        EventType::BuildStarted,
+        EventType::BuildSucceeded,
+        EventType::BuildFailed,
+        EventType::RebaseSucceeded,
+        EventType::RebaseFailed,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -34,6 +58,12 @@ impl EventType {
             EventType::RunImageChanged => "run_image.changed",
             EventType::CheckFailed => "check.failed",
             EventType::CheckRecovered => "check.recovered",
+            EventType::BuildStarted => "build.started",
+            EventType::BuildSucceeded => "build.succeeded",
+            EventType::BuildFailed => "build.failed",
+            EventType::RebaseSucceeded => "rebase.succeeded",
+            EventType::RebaseFailed => "rebase.failed",
+            EventType::AlertTest => "alert.test",
         }
     }
 

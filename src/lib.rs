@@ -2,6 +2,7 @@
 //! each move and drives the right reaction (alerts, rebases, rebuilds).
 #![forbid(unsafe_code)]
 
+pub mod alert;
 pub mod builder;
 pub mod config;
 pub mod event;

@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
+use builder_monitor::alert::{self, Dispatcher, SendOutcome, Sender};
 use builder_monitor::config::{Config, StateLocation};
 use builder_monitor::inspect;
 use builder_monitor::monitor::Monitor;
@@ -74,6 +75,11 @@ enum Command {
         #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Alert receivers.
+    Alert {
+        #[command(subcommand)]
+        command: AlertCommand,
+    },
     /// Print pins, last checks, recent changes and pending actions.
     Status {
         #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
@@ -83,6 +89,18 @@ enum Command {
         /// Recent changes shown per builder.
         #[arg(long, default_value_t = 10)]
         changes: usize,
+    },
+}
+
+#[derive(Subcommand)]
+enum AlertCommand {
+    /// Send a clearly marked test event (type `alert.test`) to one alert and report the outcome.
+    Test {
+        #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
+        config: PathBuf,
+        /// The `[[alerts]]` name.
+        #[arg(long)]
+        name: String,
     },
 }
 
@@ -153,14 +171,19 @@ async fn execute(command: Command) -> Result<u8, Failure> {
             let config = Arc::new(load_config(&config)?);
             let ledger = open_ledger(&config)?;
             let registry = Arc::new(Registry::new(config.registries.values().cloned()));
-            let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger, Clock::System));
-            tracing::info!(builders = config.builders.len(), state = %monitor.ledger().path().display(), once, "builder-monitor starting");
+            let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), Clock::System));
+            let dispatcher = Arc::new(Dispatcher::new(&config.alerts, ledger, Clock::System, monitor.delivery_wake())?);
+            tracing::info!(builders = config.builders.len(), alerts = config.alerts.len(), state = %monitor.ledger().path().display(), once, "builder-monitor starting");
             if once {
-                return Ok(if monitor.run_once().await { 0 } else { 1 });
+                let checks_ok = monitor.run_once().await;
+                dispatcher.deliver_due_once().await;
+                return Ok(if checks_ok { 0 } else { 1 });
             }
             let shutdown = CancellationToken::new();
             tokio::spawn(stop_on_signal(shutdown.clone()));
+            let deliveries = tokio::spawn(dispatcher.run(shutdown.clone()));
             monitor.run(shutdown).await;
+            let _ = deliveries.await;
             tracing::info!("builder-monitor stopped");
             Ok(0)
         }
@@ -191,6 +214,32 @@ async fn execute(command: Command) -> Result<u8, Failure> {
                 }
             }
             Ok(0)
+        }
+        Command::Alert { command: AlertCommand::Test { config, name } } => {
+            let config = load_config(&config)?;
+            let Some(settings) = config.alert(&name) else {
+                let known: Vec<&str> = config.alerts.iter().map(|a| a.name.as_str()).collect();
+                return Err(usage(anyhow::anyhow!("no alert named \"{name}\" (configured: {})", known.join(", "))));
+            };
+            let sender = Sender::new(settings.clone())?;
+            let event = alert::test_event(chrono::Utc::now());
+            let started = std::time::Instant::now();
+            let outcome = sender.send(&event).await;
+            let elapsed = started.elapsed().as_millis();
+            let target = format!("{name} ({} {})", settings.kind.as_str(), settings.url);
+            match outcome {
+                SendOutcome::Delivered { status } => {
+                    println!("{target}: delivered test event {}, HTTP {status} in {elapsed} ms", event.id);
+                    Ok(0)
+                }
+                other => Err(Failure {
+                    code: 1,
+                    error: anyhow::anyhow!(
+                        "{target}: test event not delivered: {} (after {elapsed} ms)",
+                        other.describe()
+                    ),
+                }),
+            }
         }
         Command::Status { config, json, changes } => {
             let config = load_config(&config)?;

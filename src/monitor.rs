@@ -107,12 +107,27 @@ pub struct Monitor {
     /// Per builder: wakes its task for an immediate check.
     wake: HashMap<String, Arc<Notify>>,
     run_images: Mutex<RunImages>,
+    /// Notified when a commit added deliveries to the outbox.
+    delivery_wake: Arc<Notify>,
 }
 
 impl Monitor {
     pub fn new(config: Arc<Config>, registry: Arc<Registry>, ledger: Ledger, clock: Clock) -> Self {
         let wake = config.builders.iter().map(|b| (b.name.clone(), Arc::new(Notify::new()))).collect();
-        Self { config, registry, ledger, clock, wake, run_images: Mutex::new(RunImages::default()) }
+        Self {
+            config,
+            registry,
+            ledger,
+            clock,
+            wake,
+            run_images: Mutex::new(RunImages::default()),
+            delivery_wake: Arc::new(Notify::new()),
+        }
+    }
+
+    /// Notified whenever new alert deliveries are recorded (the dispatcher waits on it).
+    pub fn delivery_wake(&self) -> Arc<Notify> {
+        self.delivery_wake.clone()
     }
 
     pub fn config(&self) -> &Config {
@@ -344,6 +359,7 @@ impl Monitor {
             pending: None,
             change: None,
             events: Vec::new(),
+            deliveries: Vec::new(),
             history: self.config.monitor.history,
         };
         let failures = record.as_ref().map_or(0, |r| r.consecutive_failures);
@@ -386,9 +402,18 @@ impl Monitor {
                 self.apply(watch, record.as_ref(), found, &mut commit).await?
             }
         };
+        for event in &commit.events {
+            for alert in crate::alert::routes(&self.config.alerts, event) {
+                commit.deliveries.push((event.id.clone(), alert.to_string()));
+            }
+        }
         let events = commit.events.clone();
+        let has_deliveries = !commit.deliveries.is_empty();
         let new_metadata = commit.pin.as_ref().and_then(|p| p.metadata.clone());
         self.ledger.commit(commit).await?;
+        if has_deliveries {
+            self.delivery_wake.notify_one();
+        }
         // Logged once recorded: a log line never announces an event the ledger could still lose.
         for event in &events {
             log_event(event);

@@ -181,6 +181,12 @@ pub fn timestamp(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
+/// RFC 3339 with milliseconds: for times that order work (`next_attempt`), compared as text, so
+/// every such column uses this one format.
+pub fn timestamp_millis(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
 pub fn parse_timestamp(text: &str) -> Option<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(text).ok().map(|t| t.with_timezone(&Utc))
 }

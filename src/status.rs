@@ -10,7 +10,7 @@ use crate::builder::{ChangeKind, Reason};
 use crate::config::Config;
 use crate::monitor::{pinned_metadata, run_watch_name};
 use crate::registry::ImageRef;
-use crate::store::{DeadLetter, Ledger, LedgerError, OpenAction, WatchRecord};
+use crate::store::{DeadLetter, Ledger, LedgerError, OpenAction, PendingDelivery, WatchRecord};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
@@ -18,6 +18,8 @@ pub struct Status {
     /// Run images named by the builders, watched on their own.
     pub run_images: Vec<BuilderStatus>,
     pub pending: Vec<OpenAction>,
+    /// Alert deliveries not made yet (retrying or not yet attempted).
+    pub deliveries: Vec<PendingDelivery>,
     pub dead_letters: Vec<DeadLetter>,
 }
 
@@ -110,6 +112,7 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
         builders,
         run_images: runs,
         pending: ledger.open_actions().await?,
+        deliveries: ledger.pending_deliveries().await?,
         dead_letters: ledger.dead_letters().await?,
     })
 }
@@ -197,6 +200,21 @@ pub fn render_text(status: &Status) -> String {
                 out,
                 "  {} {} for change {} ({}, {} attempts, next {})",
                 a.action, a.image, a.change, a.state, a.attempts, a.next_attempt
+            );
+        }
+    }
+    if !status.deliveries.is_empty() {
+        let _ = writeln!(out, "alert deliveries pending:");
+        for d in &status.deliveries {
+            let _ = writeln!(
+                out,
+                "  {} {} to {}: {} attempts, next {}{}",
+                d.event_type,
+                d.event,
+                d.alert,
+                d.attempts,
+                d.next_attempt,
+                d.last_status.as_deref().map(|s| format!(" (last: {s})")).unwrap_or_default()
             );
         }
     }

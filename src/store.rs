@@ -200,6 +200,8 @@ pub struct CheckRecord {
     pub pending: Option<(String, String)>,
     pub change: Option<ChangeRecord>,
     pub events: Vec<Event>,
+    /// (event id, alert name): the outbox rows of the events above.
+    pub deliveries: Vec<(String, String)>,
     /// Changes (and pinned digests) kept for this watch.
     pub history: usize,
 }
@@ -213,6 +215,35 @@ pub struct OpenAction {
     pub state: String,
     pub attempts: u32,
     pub next_attempt: String,
+}
+
+/// A delivery to attempt now.
+#[derive(Debug, Clone)]
+pub struct DueDelivery {
+    pub event: Event,
+    pub alert: String,
+    pub attempts: u32,
+    pub created: String,
+}
+
+/// What an attempt did to a delivery.
+#[derive(Debug, Clone)]
+pub enum DeliveryUpdate {
+    Sent { status: String },
+    Retry { next_attempt: String, status: String },
+    Dead { status: String },
+}
+
+/// A delivery not made yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PendingDelivery {
+    pub event: String,
+    #[serde(rename = "type")]
+    pub event_type: String,
+    pub alert: String,
+    pub attempts: u32,
+    pub next_attempt: String,
+    pub last_status: Option<String>,
 }
 
 /// A delivery given up on (`status`'s `dead_letters`).
@@ -401,6 +432,92 @@ impl Ledger {
                     attempts: r.get(3)?,
                     last_status: r.get(4)?,
                     time: r.get(5)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+        .await
+    }
+
+    /// Deliveries due at `now` (RFC 3339 with milliseconds), oldest first, with their events.
+    pub async fn due_deliveries(&self, now: String, limit: usize) -> Result<Vec<DueDelivery>, LedgerError> {
+        self.with(move |conn| {
+            let mut stmt = conn.prepare(
+                "SELECT d.alert, d.attempts, d.created, e.document FROM deliveries d JOIN events e ON e.id = d.event
+                 WHERE d.state = 'pending' AND d.next_attempt <= ?1 ORDER BY d.next_attempt, e.seq LIMIT ?2",
+            )?;
+            let rows = stmt.query_map(params![now, limit as i64], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, u32>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?))
+            })?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (alert, attempts, created, document) = row?;
+                let event = serde_json::from_str(&document)
+                    .map_err(|e| LedgerError::Corrupt { what: "event", detail: e.to_string() })?;
+                out.push(DueDelivery { event, alert, attempts, created });
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// When the next pending delivery not in `exclude` (those in flight) is due.
+    pub async fn next_delivery_at(&self, exclude: &[(String, String)]) -> Result<Option<String>, LedgerError> {
+        let exclude: std::collections::HashSet<(String, String)> = exclude.iter().cloned().collect();
+        self.with(move |conn| {
+            let mut stmt = conn.prepare(
+                "SELECT event, alert, next_attempt FROM deliveries WHERE state = 'pending' ORDER BY next_attempt LIMIT ?1",
+            )?;
+            let rows = stmt.query_map(params![exclude.len() as i64 + 1], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?))
+            })?;
+            for row in rows {
+                let (event, alert, next) = row?;
+                if !exclude.contains(&(event, alert)) {
+                    return Ok(Some(next));
+                }
+            }
+            Ok(None)
+        })
+        .await
+    }
+
+    /// Moves a delivery forward after an attempt.
+    pub async fn update_delivery(&self, event: &str, alert: &str, update: DeliveryUpdate) -> Result<(), LedgerError> {
+        let (event, alert) = (event.to_string(), alert.to_string());
+        self.with(move |conn| {
+            let now = crate::schedule::timestamp_millis(chrono::Utc::now());
+            let (state, next, status) = match &update {
+                DeliveryUpdate::Sent { status } => ("sent", None, status),
+                DeliveryUpdate::Retry { next_attempt, status } => ("pending", Some(next_attempt.as_str()), status),
+                DeliveryUpdate::Dead { status } => ("dead", None, status),
+            };
+            conn.execute(
+                "UPDATE deliveries SET state = ?3, attempts = attempts + 1, next_attempt = COALESCE(?4, next_attempt),
+                     last_status = ?5, updated = ?6
+                 WHERE event = ?1 AND alert = ?2 AND state = 'pending'",
+                params![event, alert, state, next, status, now],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Deliveries still to make (`status`).
+    pub async fn pending_deliveries(&self) -> Result<Vec<PendingDelivery>, LedgerError> {
+        self.with(|conn| {
+            let mut stmt = conn.prepare(
+                "SELECT d.event, e.type, d.alert, d.attempts, d.next_attempt, d.last_status FROM deliveries d
+                 JOIN events e ON e.id = d.event WHERE d.state = 'pending' ORDER BY d.next_attempt",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                Ok(PendingDelivery {
+                    event: r.get(0)?,
+                    event_type: r.get(1)?,
+                    alert: r.get(2)?,
+                    attempts: r.get(3)?,
+                    next_attempt: r.get(4)?,
+                    last_status: r.get(5)?,
                 })
             })?;
             Ok(rows.collect::<Result<_, _>>()?)
@@ -606,22 +723,45 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
             params![r.watch, c.seq as i64 - r.history as i64],
         )?;
     }
-    for event in &r.events {
+    let change_id = r.change.as_ref().map(|c| c.id.as_str());
+    insert_events(tx, &r.watch, &r.time, &r.events, change_id, &r.deliveries, r.history)
+}
+
+/// Records events and their outbox rows, then prunes the watch's old events (never one that still
+/// has a delivery to make).
+fn insert_events(
+    tx: &Transaction<'_>,
+    watch: &str,
+    time: &str,
+    events: &[Event],
+    change_id: Option<&str>,
+    deliveries: &[(String, String)],
+    history: usize,
+) -> Result<(), LedgerError> {
+    for event in events {
         let document = serde_json::to_string(event).unwrap_or_default();
-        let change_id = r.change.as_ref().filter(|c| c.id == event.id).map(|c| &c.id);
+        let change = change_id.filter(|c| *c == event.id);
         tx.execute(
             "INSERT INTO events (id, type, watch, change_id, time, document) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
              ON CONFLICT (id) DO NOTHING",
-            params![event.id, event.event_type.as_str(), r.watch, change_id, event.time, document],
+            params![event.id, event.event_type.as_str(), watch, change, event.time, document],
         )?;
     }
-    if !r.events.is_empty() {
-        // Keep the newest events per watch, and any that still has a delivery to make.
+    let now = crate::schedule::parse_timestamp(time).unwrap_or_else(chrono::Utc::now);
+    let now = crate::schedule::timestamp_millis(now);
+    for (event, alert) in deliveries {
+        tx.execute(
+            "INSERT INTO deliveries (event, alert, state, attempts, next_attempt, created, updated)
+             VALUES (?1, ?2, 'pending', 0, ?3, ?3, ?3) ON CONFLICT (event, alert) DO NOTHING",
+            params![event, alert, now],
+        )?;
+    }
+    if !events.is_empty() {
         tx.execute(
             "DELETE FROM events WHERE watch = ?1
                AND seq NOT IN (SELECT seq FROM events WHERE watch = ?1 ORDER BY seq DESC LIMIT ?2)
                AND id NOT IN (SELECT event FROM deliveries WHERE state = 'pending')",
-            params![r.watch, (r.history * 2) as i64],
+            params![watch, (history * 2) as i64],
         )?;
     }
     Ok(())
@@ -654,6 +794,7 @@ mod tests {
             pending: None,
             change: None,
             events: vec![],
+            deliveries: vec![],
             history: 2,
         }
     }

@@ -6,6 +6,7 @@ pub mod cnb;
 pub mod daemon;
 pub mod images;
 pub mod proxy;
+pub mod receiver;
 pub mod registry;
 pub mod token;
 

@@ -13,7 +13,10 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 use crate::registry::{DockerConfig, ImageRef};
+
+mod alerts;
 use crate::schedule::Schedule;
+pub use alerts::{AlertKind, AlertSettings, AlertUrl, DEFAULT_EVENTS, redact_url};
 
 /// Default check interval when neither `[monitor]` nor the builder sets one.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(600);
@@ -53,6 +56,7 @@ pub struct Config {
     /// Registries with an explicit `[registries."HOST"]` table, keyed by normalised host.
     pub registries: BTreeMap<String, RegistrySettings>,
     pub builders: Vec<BuilderSettings>,
+    pub alerts: Vec<AlertSettings>,
 }
 
 #[derive(Debug, Clone)]
@@ -242,6 +246,10 @@ impl Config {
         self.registries.get(host).cloned().unwrap_or_else(|| RegistrySettings::defaults_for(host))
     }
 
+    pub fn alert(&self, name: &str) -> Option<&AlertSettings> {
+        self.alerts.iter().find(|a| a.name == name)
+    }
+
     pub fn builder(&self, name: &str) -> Option<&BuilderSettings> {
         self.builders.iter().find(|b| b.name == name)
     }
@@ -297,6 +305,21 @@ impl Config {
                 b.image,
                 b.schedule,
                 humantime::format_duration(b.jitter),
+            ));
+        }
+        out.push_str(&format!("alerts ({}):\n", self.alerts.len()));
+        for a in &self.alerts {
+            let builders = if a.builders.is_empty() { "all builders".to_string() } else { a.builders.join(", ") };
+            out.push_str(&format!(
+                "  {}: {} {}{}\n      events {}; {builders}; timeout {}, retries from {} for up to {}\n",
+                a.name,
+                a.kind.as_str(),
+                a.url,
+                if a.secret.is_some() { ", signed" } else { "" },
+                a.events.join(", "),
+                humantime::format_duration(a.timeout),
+                humantime::format_duration(a.backoff),
+                humantime::format_duration(a.give_up_after),
             ));
         }
         out
@@ -362,7 +385,7 @@ struct Validator<'a> {
     diagnostics: Vec<Diagnostic>,
 }
 
-const SECTIONS: &[&str] = &["monitor", "registries", "builders"];
+const SECTIONS: &[&str] = &["monitor", "registries", "builders", "alerts"];
 
 impl<'a> Validator<'a> {
     fn error(&mut self, span: Range<usize>, message: impl Into<String>) {
@@ -398,11 +421,13 @@ impl<'a> Validator<'a> {
         let mut raw_monitor = None;
         let mut raw_registries = None;
         let mut raw_builders = None;
+        let mut raw_alerts = None;
         for (key, value) in root {
             match key.get_ref().as_ref() {
                 "monitor" => raw_monitor = Some(value),
                 "registries" => raw_registries = Some(value),
                 "builders" => raw_builders = Some(value),
+                "alerts" => raw_alerts = Some(value),
                 other => {
                     let message = format!(
                         "unknown key `{other}`, expected one of {}",
@@ -422,8 +447,15 @@ impl<'a> Validator<'a> {
         let registries = self.registries(raw_registries);
         let defaults = monitor.as_ref();
         let builders = self.builders(raw_builders, defaults);
+        let alerts = self.alerts(raw_alerts);
 
-        Some(Config { source: path.to_path_buf(), monitor: monitor?, registries: registries?, builders: builders? })
+        Some(Config {
+            source: path.to_path_buf(),
+            monitor: monitor?,
+            registries: registries?,
+            builders: builders?,
+            alerts: alerts?,
+        })
     }
 
     fn duration(&mut self, value: &Spanned<String>, what: &str) -> Option<Duration> {
@@ -655,35 +687,54 @@ impl<'a> Validator<'a> {
         }
     }
 
+    /// Deserializes each table of an `[[section]]` array on its own, so one bad entry does not hide
+    /// the others' problems. The flag is false when any entry failed.
+    fn tables<T: DeserializeOwned>(&mut self, value: Option<Spanned<DeValue<'a>>>, section: &str) -> (Vec<T>, bool) {
+        let Some(value) = value else { return (Vec::new(), true) };
+        let span = value.span();
+        let DeValue::Array(array) = value.into_inner() else {
+            self.error(span, format!("`{section}` must be an array of tables: write each one as [[{section}]]"));
+            return (Vec::new(), false);
+        };
+        let mut ok = true;
+        let mut out = Vec::new();
+        for value in array {
+            match self.entry::<T>(value) {
+                Some(t) => out.push(t),
+                None => ok = false,
+            }
+        }
+        (out, ok)
+    }
+
+    /// Reports every name used a second time; true when all are unique.
+    fn unique_names<'n>(&mut self, names: impl IntoIterator<Item = &'n Spanned<String>>, what: &str) -> bool {
+        let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut ok = true;
+        for name in names {
+            if let Some(first) = seen.get(name.get_ref().as_str()) {
+                let (line, _) = line_column(self.text, *first);
+                self.error(
+                    name.span(),
+                    format!("duplicate {what} name \"{}\" (first defined on line {line})", name.get_ref()),
+                );
+                ok = false;
+            } else {
+                seen.insert(name.get_ref(), name.span().start);
+            }
+        }
+        ok
+    }
+
     fn builders(
         &mut self,
         value: Option<Spanned<DeValue<'a>>>,
         monitor: Option<&MonitorSettings>,
     ) -> Option<Vec<BuilderSettings>> {
+        let (raws, mut ok): (Vec<RawBuilder>, bool) = self.tables(value, "builders");
+        ok &= self.unique_names(raws.iter().map(|r| &r.name), "builder");
         let mut out = Vec::new();
-        let Some(value) = value else { return Some(out) };
-        let span = value.span();
-        let DeValue::Array(array) = value.into_inner() else {
-            self.error(span, "`builders` must be an array of tables: write each one as [[builders]]");
-            return None;
-        };
-        let mut ok = true;
-        let mut names: BTreeMap<String, Range<usize>> = BTreeMap::new();
-        for value in array {
-            let Some(raw) = self.entry::<RawBuilder>(value) else {
-                ok = false;
-                continue;
-            };
-            if let Some(first) = names.get(raw.name.get_ref()) {
-                let (line, _) = line_column(self.text, first.start);
-                self.error(
-                    raw.name.span(),
-                    format!("duplicate builder name \"{}\" (first defined on line {line})", raw.name.get_ref()),
-                );
-                ok = false;
-            } else {
-                names.insert(raw.name.get_ref().clone(), raw.name.span());
-            }
+        for raw in raws {
             match self.builder(raw, monitor) {
                 Some(b) => out.push(b),
                 None => ok = false,
@@ -958,6 +1009,67 @@ colour = "blue"
         assert_eq!(p[1].to_string(), "linux/arm64/v8");
         let errors = parse("[[builders]]\nname = \"b\"\nimage = \"x:1\"\nplatforms = [\"amd64\"]\n").unwrap_err();
         assert!(errors[0].starts_with("4:14: invalid platform"), "{errors:?}");
+    }
+
+    #[test]
+    fn alerts_are_validated() {
+        let errors = parse(
+            r#"
+[[alerts]]
+name = "a"
+type = "pager"
+url = "https://hooks.example.com/x"
+
+[[alerts]]
+name = "b"
+type = "webhook"
+
+[[alerts]]
+name = "c"
+type = "slack"
+url = "https://hooks.slack.com/services/T/B/X"
+url_env = "BM_TEST_UNSET_URL"
+
+[[alerts]]
+name = "d"
+type = "webhook"
+url = "ftp://example.com"
+events = ["builder.changd", "build.*"]
+secret_env = "BM_TEST_UNSET_SECRET"
+timeout = "0s"
+headers = { "X-Builder-Monitor-Event" = "spoof" }
+
+[[alerts]]
+name = "a"
+type = "cloudevents"
+url = "https://bus.example.com"
+"#,
+        )
+        .unwrap_err();
+        let expect = [
+            "4:8: unknown alert type \"pager\"",
+            "8:8: alert \"b\" needs url, url_env or url_file",
+            "15:11: set only one of url, url_env and url_file",
+            "20:7: alert URL ftp://example.com must be http or https",
+            "21:11: \"builder.changd\" matches no event type",
+            "22:14: environment variable BM_TEST_UNSET_SECRET is not set (secret)",
+            "23:11: timeout must be greater than zero",
+            "24:11: header \"X-Builder-Monitor-Event\" is set by builder-monitor itself",
+            "27:8: duplicate alert name \"a\"",
+        ];
+        for (got, want) in errors.iter().zip(expect.iter()) {
+            assert!(got.starts_with(want), "got {got:?}, want prefix {want:?}\nall: {errors:#?}");
+        }
+        assert_eq!(errors.len(), expect.len(), "{errors:#?}");
+
+        let c = parse("[[alerts]]\nname = \"ok\"\ntype = \"slack\"\nurl = \"https://hooks.slack.com/services/T/B/SECRET\"\nbuilders = [\"paketo-*\"]\n").unwrap();
+        let a = &c.alerts[0];
+        assert_eq!(a.events, DEFAULT_EVENTS);
+        assert!(a.wants_type("builder.changed") && !a.wants_type("builder.pinned"));
+        assert!(a.wants_builder(["paketo-jammy-base"].into_iter()) && !a.wants_builder(["heroku-24"].into_iter()));
+        assert_eq!(a.url.to_string(), "https://hooks.slack.com/…");
+        assert!(!format!("{a:?}").contains("SECRET"), "Debug redacts the URL");
+        assert_eq!((a.timeout, a.give_up_after), (Duration::from_secs(10), Duration::from_secs(86400)));
     }
 
     #[test]

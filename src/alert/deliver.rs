@@ -1,0 +1,186 @@
+//! The outbox worker: sends pending deliveries with bounded concurrency per receiver, retries with
+//! backoff and jitter, gives up into dead letters, and after a crash resumes where the ledger says.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::sync::{Notify, Semaphore};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::{AlertError, SendOutcome, Sender};
+use crate::config::AlertSettings;
+use crate::schedule::{Clock, parse_timestamp, timestamp_millis};
+use crate::store::{DeliveryUpdate, DueDelivery, Ledger};
+
+/// Sends in flight per receiver: a slow receiver holds up only its own deliveries.
+const PER_ALERT: usize = 4;
+const BATCH: usize = 256;
+/// Longest sleep with nothing due (new deliveries wake the worker anyway).
+const IDLE: Duration = Duration::from_secs(60);
+const MAX_BACKOFF: Duration = Duration::from_secs(15 * 60);
+const GRACE: Duration = Duration::from_secs(10);
+
+/// Counters behind the delivery metrics.
+#[derive(Debug, Default)]
+pub struct DeliveryStats {
+    pub sent: AtomicU64,
+    pub retried: AtomicU64,
+    pub dead: AtomicU64,
+}
+
+pub struct Dispatcher {
+    senders: BTreeMap<String, (Arc<Sender>, Arc<Semaphore>)>,
+    ledger: Ledger,
+    clock: Clock,
+    wake: Arc<Notify>,
+    in_flight: Mutex<HashSet<(String, String)>>,
+    pub stats: DeliveryStats,
+}
+
+impl Dispatcher {
+    /// `wake` is notified when new deliveries are recorded.
+    pub fn new(alerts: &[AlertSettings], ledger: Ledger, clock: Clock, wake: Arc<Notify>) -> Result<Self, AlertError> {
+        let mut senders = BTreeMap::new();
+        for a in alerts {
+            senders.insert(a.name.clone(), (Arc::new(Sender::new(a.clone())?), Arc::new(Semaphore::new(PER_ALERT))));
+        }
+        Ok(Dispatcher {
+            senders,
+            ledger,
+            clock,
+            wake,
+            in_flight: Mutex::new(HashSet::new()),
+            stats: DeliveryStats::default(),
+        })
+    }
+
+    /// Delivers until `shutdown`; sends in flight then get a grace period (an aborted one stays
+    /// pending and is sent again after a restart, with the same id).
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut tasks = JoinSet::new();
+        loop {
+            self.start_due(&mut tasks).await;
+            let sleep = self.until_next_due().await;
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(sleep) => {}
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            }
+        }
+        if tokio::time::timeout(GRACE, async { while tasks.join_next().await.is_some() {} }).await.is_err() {
+            tasks.abort_all();
+        }
+    }
+
+    /// Attempts every delivery due now, once, and waits for the attempts (`run --once`).
+    pub async fn deliver_due_once(self: &Arc<Self>) -> usize {
+        let mut tasks = JoinSet::new();
+        let started = self.start_due(&mut tasks).await;
+        while tasks.join_next().await.is_some() {}
+        started
+    }
+
+    async fn start_due(self: &Arc<Self>, tasks: &mut JoinSet<()>) -> usize {
+        let now = timestamp_millis(self.clock.now());
+        let due = match self.ledger.due_deliveries(now, BATCH).await {
+            Ok(due) => due,
+            Err(err) => {
+                tracing::error!(error = %err, "cannot read pending deliveries");
+                return 0;
+            }
+        };
+        let mut started = 0;
+        for delivery in due {
+            let key = (delivery.event.id.clone(), delivery.alert.clone());
+            if !self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).insert(key) {
+                continue;
+            }
+            started += 1;
+            tasks.spawn(self.clone().attempt(delivery));
+        }
+        started
+    }
+
+    /// Time until the earliest pending delivery not already in flight.
+    async fn until_next_due(&self) -> Duration {
+        let next = match self.ledger.next_delivery_at(&self.in_flight_keys()).await {
+            Ok(Some(next)) => next,
+            _ => return IDLE,
+        };
+        let Some(at) = parse_timestamp(&next) else { return IDLE };
+        (at - self.clock.now()).to_std().unwrap_or(Duration::ZERO).min(IDLE)
+    }
+
+    fn in_flight_keys(&self) -> Vec<(String, String)> {
+        self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect()
+    }
+
+    fn backoff(settings: &AlertSettings, attempts: u32) -> Duration {
+        let full = settings.backoff.saturating_mul(1u32 << attempts.min(20)).min(MAX_BACKOFF);
+        let half = full / 2;
+        half + rand::rng().random_range(Duration::ZERO..=half)
+    }
+
+    async fn attempt(self: Arc<Self>, delivery: DueDelivery) {
+        let event_id = delivery.event.id.clone();
+        let alert = delivery.alert.clone();
+        let update = match self.senders.get(&alert) {
+            None => DeliveryUpdate::Dead { status: "the alert is no longer configured".into() },
+            Some((sender, limit)) => {
+                let _permit = limit.acquire().await;
+                let outcome = sender.send(&delivery.event).await;
+                self.decide(&sender.settings, &delivery, outcome)
+            }
+        };
+        // Recorded first, then logged: a log line never claims what the ledger could still lose.
+        if let Err(err) = self.ledger.update_delivery(&event_id, &alert, update.clone()).await {
+            tracing::error!(alert = %alert, event_id = %event_id, error = %err, "cannot record delivery outcome; it will be sent again");
+        }
+        match &update {
+            DeliveryUpdate::Sent { status } => {
+                self.stats.sent.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(alert = %alert, event_id = %event_id, event_type = %delivery.event.event_type, status = %status, attempt = delivery.attempts + 1, "alert delivered");
+            }
+            DeliveryUpdate::Retry { next_attempt, status } => {
+                self.stats.retried.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(alert = %alert, event_id = %event_id, status = %status, next_attempt = %next_attempt, attempt = delivery.attempts + 1, "alert delivery failed; will retry");
+            }
+            DeliveryUpdate::Dead { status } => {
+                self.stats.dead.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(alert = %alert, event_id = %event_id, status = %status, attempt = delivery.attempts + 1, "alert delivery given up (dead letter)");
+            }
+        }
+        self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).remove(&(event_id, alert));
+    }
+
+    fn decide(&self, settings: &AlertSettings, delivery: &DueDelivery, outcome: SendOutcome) -> DeliveryUpdate {
+        let status = outcome.describe();
+        match outcome {
+            SendOutcome::Delivered { .. } => DeliveryUpdate::Sent { status },
+            SendOutcome::Rejected { .. } => DeliveryUpdate::Dead { status },
+            SendOutcome::Retry { retry_after, .. } => {
+                let now = self.clock.now();
+                let age = parse_timestamp(&delivery.created)
+                    .map(|c| (now - c).to_std().unwrap_or_default())
+                    .unwrap_or_default();
+                if age >= settings.give_up_after {
+                    return DeliveryUpdate::Dead {
+                        status: format!(
+                            "{status}; gave up after {} attempts over {}",
+                            delivery.attempts + 1,
+                            humantime::format_duration(Duration::from_secs(age.as_secs()))
+                        ),
+                    };
+                }
+                let wait = Self::backoff(settings, delivery.attempts).max(retry_after.unwrap_or_default());
+                let next = now + chrono::Duration::from_std(wait).unwrap_or_default();
+                DeliveryUpdate::Retry { next_attempt: timestamp_millis(next), status }
+            }
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! What each receiver type gets for an event: the event JSON itself (webhook), a Slack incoming
+//! webhook body with Block Kit sections, or a CloudEvents 1.0 structured-mode envelope.
+
+use serde_json::{Value, json};
+
+use crate::config::AlertKind;
+use crate::event::{Event, EventType};
+
+/// A request body and its content type.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    pub content_type: &'static str,
+    pub body: Vec<u8>,
+}
+
+pub fn render(kind: AlertKind, event: &Event) -> Rendered {
+    // The webhook body is the event serialized straight from its type, fields in contract order.
+    let (content_type, body) = match kind {
+        AlertKind::Webhook => ("application/json", serde_json::to_vec(event)),
+        AlertKind::Slack => ("application/json", serde_json::to_vec(&slack_body(event))),
+        AlertKind::CloudEvents => ("application/cloudevents+json", serde_json::to_vec(&cloudevent(event))),
+    };
+    Rendered { content_type, body: body.unwrap_or_default() }
+}
+
+/// `heroku/builder:24` rather than `docker.io/heroku/builder:24`.
+pub fn short_image(image: &str) -> String {
+    image.strip_prefix("docker.io/library/").or_else(|| image.strip_prefix("docker.io/")).unwrap_or(image).to_string()
+}
+
+fn short_digest(digest: &str) -> &str {
+    &digest[..digest.len().min("sha256:".len() + 12)]
+}
+
+/// One line saying what happened: `heroku/builder:24 moved: rebuild — heroku/nodejs 3.2.1 → 3.3.0`.
+pub fn summary(event: &Event) -> String {
+    let image = short_image(&event.builder.image);
+    match event.event_type {
+        EventType::BuilderChanged | EventType::RunImageChanged => {
+            let subject = match (&event.run_image, event.event_type) {
+                (Some(run), EventType::RunImageChanged) => {
+                    let users: Vec<&str> = event.builders.iter().map(|b| b.name.as_str()).collect();
+                    format!("{} (run image of {})", short_image(run), users.join(", "))
+                }
+                _ => image,
+            };
+            match &event.change {
+                Some(change) => format!("{subject} moved: {} — {}", change.kind.as_str(), change.details()),
+                None => format!("{subject} moved"),
+            }
+        }
+        EventType::BuilderPinned => {
+            let digest = event.current.as_ref().map(|c| short_digest(&c.digest)).unwrap_or("?");
+            format!("{image} pinned to {digest}")
+        }
+        EventType::CheckFailed => match &event.error {
+            Some(e) => format!("{image}: check failed ({}): {}", e.reason, e.message),
+            None => format!("{image}: check failed"),
+        },
+        EventType::CheckRecovered => {
+            let n = event.error.as_ref().map_or(0, |e| e.consecutive_failures);
+            format!("{image}: checks recovered after {n} failed")
+        }
+        EventType::AlertTest => "builder-monitor test alert: if you read this, delivery to this receiver works".into(),
+        other => format!("{other}: {image}"),
+    }
+}
+
+fn mrkdwn(text: impl Into<String>) -> Value {
+    json!({ "type": "mrkdwn", "text": text.into() })
+}
+
+/// A Slack incoming-webhook body: the summary line, then previous/current, reasons and images.
+pub fn slack_body(event: &Event) -> Value {
+    let line = summary(event);
+    let mut blocks = vec![json!({ "type": "section", "text": mrkdwn(format!("*{line}*")) })];
+    let mut fields = Vec::new();
+    if let Some(p) = &event.previous {
+        fields.push(mrkdwn(format!("*Previous*\n`{}`", p.reference)));
+    }
+    if let Some(c) = &event.current {
+        fields.push(mrkdwn(format!("*Current*\n`{}`", c.reference)));
+    }
+    if !fields.is_empty() {
+        blocks.push(json!({ "type": "section", "fields": fields }));
+    }
+    if let Some(change) = &event.change {
+        let reasons: Vec<String> = change
+            .reasons
+            .iter()
+            .map(|r| serde_json::to_value(r).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default())
+            .collect();
+        let mut text = format!("*Kind:* {}", change.kind.as_str());
+        if !reasons.is_empty() {
+            text.push_str(&format!("\n*Reasons:* {}", reasons.join(", ")));
+        }
+        for b in &change.buildpacks {
+            let v = |s: &Option<String>| s.clone().unwrap_or_else(|| "–".into());
+            text.push_str(&format!("\n• {} {} → {}", b.id, v(&b.from), v(&b.to)));
+        }
+        blocks.push(json!({ "type": "section", "text": mrkdwn(text) }));
+    }
+    if let Some(images) = event.images.as_ref().filter(|i| !i.is_empty()) {
+        let list: Vec<String> = images.iter().map(|i| format!("{} ({})", i.name, i.action)).collect();
+        blocks.push(json!({ "type": "section", "text": mrkdwn(format!("*Affected images:* {}", list.join(", "))) }));
+    }
+    blocks.push(json!({
+        "type": "context",
+        "elements": [mrkdwn(format!("`{}` · event `{}` · {}", event.event_type, event.id, event.time))],
+    }));
+    json!({ "text": line, "blocks": blocks })
+}
+
+/// A CloudEvents 1.0 structured-mode envelope around the event.
+pub fn cloudevent(event: &Event) -> Value {
+    json!({
+        "specversion": "1.0",
+        "id": event.id,
+        "source": format!("/builder-monitor/builders/{}", event.builder.name),
+        "type": format!("dev.buildermonitor.{}", event.event_type),
+        "subject": event.builder.image,
+        "time": event.time,
+        "datacontenttype": "application/json",
+        "data": event,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builder::{BuildpackChange, Change, ChangeKind, Reason};
+    use crate::event::{ImageAction, Pin, Subject};
+
+    fn changed() -> Event {
+        let mut e = Event::new(
+            "abc".into(),
+            EventType::BuilderChanged,
+            "2026-11-30T12:00:00Z".into(),
+            Subject { name: "heroku-24".into(), image: "docker.io/heroku/builder:24".into() },
+        );
+        e.previous = Some(Pin {
+            digest: "sha256:a".into(),
+            reference: "docker.io/heroku/builder@sha256:a".into(),
+            platforms: Default::default(),
+        });
+        e.current = Some(Pin {
+            digest: "sha256:b".into(),
+            reference: "docker.io/heroku/builder@sha256:b".into(),
+            platforms: Default::default(),
+        });
+        let mut change = Change::unknown("x");
+        change.kind = ChangeKind::Rebuild;
+        change.note = None;
+        change.reasons = vec![Reason::Buildpack];
+        change.buildpacks = vec![BuildpackChange {
+            id: "heroku/nodejs".into(),
+            from: Some("3.2.1".into()),
+            to: Some("3.3.0".into()),
+            republished: false,
+        }];
+        e.change = Some(change);
+        e.images = Some(vec![ImageAction { name: "petclinic".into(), action: "rebuild".into() }]);
+        e
+    }
+
+    #[test]
+    fn slack_summary_names_what_moved() {
+        let body = slack_body(&changed());
+        assert_eq!(body["text"], "heroku/builder:24 moved: rebuild — heroku/nodejs 3.2.1 → 3.3.0");
+        let blocks = body["blocks"].as_array().unwrap();
+        assert!(blocks[1]["fields"][0]["text"].as_str().unwrap().contains("docker.io/heroku/builder@sha256:a"));
+        assert!(blocks[2]["text"]["text"].as_str().unwrap().contains("*Reasons:* BUILDPACK"));
+        assert!(blocks[3]["text"]["text"].as_str().unwrap().contains("petclinic (rebuild)"));
+    }
+
+    #[test]
+    fn cloudevent_envelope() {
+        let e = changed();
+        let ce = cloudevent(&e);
+        assert_eq!(ce["specversion"], "1.0");
+        assert_eq!(ce["id"], "abc");
+        assert_eq!(ce["source"], "/builder-monitor/builders/heroku-24");
+        assert_eq!(ce["type"], "dev.buildermonitor.builder.changed");
+        assert_eq!(ce["data"], serde_json::to_value(&e).unwrap());
+        assert_eq!(render(AlertKind::CloudEvents, &e).content_type, "application/cloudevents+json");
+    }
+
+    #[test]
+    fn webhook_body_is_the_event() {
+        let e = changed();
+        let r = render(AlertKind::Webhook, &e);
+        let back: Event = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(back, e);
+    }
+}

@@ -1,0 +1,301 @@
+//! `[[alerts]]`: where events go (webhook, Slack, CloudEvents), which events and builders each
+//! receiver asked for, and the secrets (HMAC keys, tokenised URLs) that must never be printed.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+use toml::de::DeValue;
+
+use super::{Secret, Validator};
+use crate::alert::glob_match;
+use crate::event::EventType;
+
+/// Events an alert gets when it does not say.
+pub const DEFAULT_EVENTS: &[&str] = &["builder.changed", "run_image.changed", "check.failed"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlertKind {
+    Webhook,
+    Slack,
+    CloudEvents,
+}
+
+impl AlertKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertKind::Webhook => "webhook",
+            AlertKind::Slack => "slack",
+            AlertKind::CloudEvents => "cloudevents",
+        }
+    }
+}
+
+/// A receiver URL. It may embed a token (Slack's do), so it only ever prints redacted.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AlertUrl(Secret);
+
+impl AlertUrl {
+    pub fn new(url: String) -> Self {
+        AlertUrl(Secret::new(url))
+    }
+    pub fn expose(&self) -> &str {
+        self.0.expose()
+    }
+}
+
+impl fmt::Display for AlertUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&redact_url(self.0.expose()))
+    }
+}
+
+impl fmt::Debug for AlertUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "AlertUrl({self})")
+    }
+}
+
+/// `scheme://host[:port]/…`: the path and query of a URL can carry tokens.
+pub fn redact_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(u) => {
+            let mut out = format!("{}://{}", u.scheme(), u.host_str().unwrap_or("?"));
+            if let Some(port) = u.port() {
+                out.push_str(&format!(":{port}"));
+            }
+            if u.path() != "/" || u.query().is_some() {
+                out.push_str("/…");
+            }
+            out
+        }
+        Err(_) => "<invalid URL>".to_string(),
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct AlertSettings {
+    pub name: String,
+    pub kind: AlertKind,
+    pub url: AlertUrl,
+    /// HMAC-SHA256 key for `X-Builder-Monitor-Signature-256`.
+    pub secret: Option<Secret>,
+    /// Event type patterns (`builder.changed`, `build.*`, `*`).
+    pub events: Vec<String>,
+    /// Builder name globs; empty means every builder.
+    pub builders: Vec<String>,
+    /// Extra static headers.
+    pub headers: Vec<(String, String)>,
+    pub timeout: Duration,
+    /// Accept any TLS certificate (explicit, per alert).
+    pub insecure: bool,
+    /// First retry delay, doubling per attempt.
+    pub backoff: Duration,
+    /// A delivery still failing this long after its event is given up (dead letter).
+    pub give_up_after: Duration,
+}
+
+impl AlertSettings {
+    /// Whether this alert asked for events of this type.
+    pub fn wants_type(&self, event_type: &str) -> bool {
+        self.events.iter().any(|p| glob_match(p, event_type))
+    }
+
+    /// Whether this alert asked for events about any of these builders.
+    pub fn wants_builder<'b>(&self, mut builders: impl Iterator<Item = &'b str>) -> bool {
+        self.builders.is_empty() || builders.any(|b| self.builders.iter().any(|p| glob_match(p, b)))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAlert {
+    name: Spanned<String>,
+    #[serde(rename = "type")]
+    kind: Spanned<String>,
+    url: Option<Spanned<String>>,
+    url_env: Option<Spanned<String>>,
+    url_file: Option<Spanned<String>>,
+    secret_env: Option<Spanned<String>>,
+    secret_file: Option<Spanned<String>>,
+    events: Option<Vec<Spanned<String>>>,
+    builders: Option<Vec<Spanned<String>>>,
+    headers: Option<Spanned<std::collections::BTreeMap<String, String>>>,
+    timeout: Option<Spanned<String>>,
+    insecure: Option<bool>,
+    backoff: Option<Spanned<String>>,
+    give_up_after: Option<Spanned<String>>,
+}
+
+impl<'a> Validator<'a> {
+    pub(super) fn alerts(&mut self, value: Option<Spanned<DeValue<'a>>>) -> Option<Vec<AlertSettings>> {
+        let (raws, mut ok): (Vec<RawAlert>, bool) = self.tables(value, "alerts");
+        ok &= self.unique_names(raws.iter().map(|r| &r.name), "alert");
+        let mut out = Vec::new();
+        for raw in raws {
+            match self.alert(raw) {
+                Some(a) => out.push(a),
+                None => ok = false,
+            }
+        }
+        ok.then_some(out)
+    }
+
+    /// A secret named by `*_env` or `*_file` (exactly one of them, or neither).
+    fn secret_source(
+        &mut self,
+        env: Option<&Spanned<String>>,
+        file: Option<&Spanned<String>>,
+        what: &str,
+    ) -> Result<Option<Secret>, ()> {
+        match (env, file) {
+            (None, None) => Ok(None),
+            (Some(_), Some(f)) => {
+                self.error(f.span(), format!("set either {what}_env or {what}_file, not both"));
+                Err(())
+            }
+            (Some(env), None) => match std::env::var(env.get_ref()) {
+                Ok(value) if !value.is_empty() => Ok(Some(Secret::new(value))),
+                _ => {
+                    self.error(env.span(), format!("environment variable {} is not set ({what})", env.get_ref()));
+                    Err(())
+                }
+            },
+            (None, Some(file)) => {
+                let path = self.path(file.get_ref());
+                match std::fs::read_to_string(&path) {
+                    Ok(value) if !value.trim().is_empty() => {
+                        Ok(Some(Secret::new(value.trim_end_matches(['\n', '\r']))))
+                    }
+                    Ok(_) => {
+                        self.error(file.span(), format!("{} is empty", path.display()));
+                        Err(())
+                    }
+                    Err(err) => {
+                        self.error(file.span(), format!("cannot read {}: {err}", path.display()));
+                        Err(())
+                    }
+                }
+            }
+        }
+    }
+
+    fn alert(&mut self, raw: RawAlert) -> Option<AlertSettings> {
+        let errors_before = self.diagnostics.len();
+        let name = raw.name.get_ref().clone();
+        if name.trim().is_empty() {
+            self.error(raw.name.span(), "alert name must not be empty");
+        }
+        let kind = match raw.kind.get_ref().as_str() {
+            "webhook" => Some(AlertKind::Webhook),
+            "slack" => Some(AlertKind::Slack),
+            "cloudevents" => Some(AlertKind::CloudEvents),
+            other => {
+                self.error(
+                    raw.kind.span(),
+                    format!("unknown alert type \"{other}\", expected webhook, slack or cloudevents"),
+                );
+                None
+            }
+        };
+
+        // The URL: literal, or from the environment / a file when it embeds a token.
+        let url = match (&raw.url, &raw.url_env, &raw.url_file) {
+            (Some(u), None, None) => Some((u.get_ref().clone(), u.span())),
+            (None, env, file) if env.is_some() || file.is_some() => {
+                let span = env.as_ref().or(file.as_ref()).map(|s| s.span()).unwrap_or(raw.name.span());
+                self.secret_source(env.as_ref(), file.as_ref(), "url")
+                    .ok()
+                    .flatten()
+                    .map(|s| (s.expose().to_string(), span))
+            }
+            (None, None, None) => {
+                self.error(raw.name.span(), format!("alert \"{name}\" needs url, url_env or url_file"));
+                None
+            }
+            (_, _, _) => {
+                let span = raw.url_env.as_ref().or(raw.url_file.as_ref()).map(|s| s.span()).unwrap_or(raw.name.span());
+                self.error(span, "set only one of url, url_env and url_file");
+                None
+            }
+        };
+        let url = url.and_then(|(text, span)| match reqwest::Url::parse(text.trim()) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {
+                Some(AlertUrl::new(text.trim().to_string()))
+            }
+            Ok(_) => {
+                self.error(span, format!("alert URL {} must be http or https", redact_url(&text)));
+                None
+            }
+            Err(err) => {
+                self.error(span, format!("alert URL is not a URL: {err}"));
+                None
+            }
+        });
+        let secret = self.secret_source(raw.secret_env.as_ref(), raw.secret_file.as_ref(), "secret").ok().flatten();
+
+        let events = match &raw.events {
+            None => DEFAULT_EVENTS.iter().map(|e| e.to_string()).collect(),
+            Some(list) if list.is_empty() => {
+                self.error(raw.name.span(), "events is empty; omit it for the default, or use [\"*\"]");
+                Vec::new()
+            }
+            Some(list) => {
+                for pattern in list {
+                    if !EventType::ALL.iter().any(|t| glob_match(pattern.get_ref(), t.as_str())) {
+                        let known = EventType::ALL.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(", ");
+                        self.error(
+                            pattern.span(),
+                            format!(
+                                "\"{}\" matches no event type (known: {known}; `*` matches all)",
+                                pattern.get_ref()
+                            ),
+                        );
+                    }
+                }
+                list.iter().map(|p| p.get_ref().clone()).collect()
+            }
+        };
+        let builders = raw.builders.iter().flatten().map(|b| b.get_ref().clone()).collect();
+        let mut headers = Vec::new();
+        if let Some(table) = &raw.headers {
+            for (k, v) in table.get_ref() {
+                let name_ok = reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_ok();
+                let value_ok = reqwest::header::HeaderValue::from_str(v).is_ok();
+                if !name_ok || !value_ok {
+                    self.error(table.span(), format!("header \"{k}\" is not a valid HTTP header name and value"));
+                } else if k.to_ascii_lowercase().starts_with("x-builder-monitor-")
+                    || k.eq_ignore_ascii_case("content-type")
+                {
+                    self.error(table.span(), format!("header \"{k}\" is set by builder-monitor itself"));
+                } else {
+                    headers.push((k.clone(), v.clone()));
+                }
+            }
+        }
+        let duration = |v: &mut Self, value: &Option<Spanned<String>>, what: &str, default: Duration| match value {
+            Some(d) => v.positive_duration(d, what).unwrap_or(default),
+            None => default,
+        };
+        let timeout = duration(self, &raw.timeout, "timeout", Duration::from_secs(10));
+        let backoff = duration(self, &raw.backoff, "backoff", Duration::from_secs(5));
+        let give_up_after = duration(self, &raw.give_up_after, "give_up_after", Duration::from_secs(24 * 3600));
+        if self.diagnostics.len() != errors_before {
+            return None;
+        }
+        Some(AlertSettings {
+            name,
+            kind: kind?,
+            url: url?,
+            secret,
+            events,
+            builders,
+            headers,
+            timeout,
+            insecure: raw.insecure.unwrap_or(false),
+            backoff,
+            give_up_after,
+        })
+    }
+}

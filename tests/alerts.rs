@@ -448,3 +448,21 @@ async fn alert_test_sends_a_marked_event_and_reports_the_outcome() {
     assert_eq!(out.code, Some(2));
     assert!(out.stderr.contains("no alert named \"nope\""), "{}", out.stderr);
 }
+
+#[tokio::test]
+async fn a_slow_receiver_does_not_hold_up_another() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    let (slow, fast) = (Receiver::start().await, Receiver::start().await);
+    slow.reply([Reply::Delay(Duration::from_secs(5))]);
+    let text = builder(&registry.host, "b", "demo/b")
+        + &alert("slow", "webhook", &slow.url, "timeout = \"30s\"")
+        + &alert("fast", "webhook", &fast.url, "");
+    let s = setup(&text);
+    let stop = run_dispatcher(&s);
+    change(&s, &pusher, "b", "demo/b", "1").await;
+    let held = slow.wait_for(1).await[0].at;
+    let delivered = fast.wait_for(1).await[0].at;
+    stop.cancel();
+    assert!(delivered < held + Duration::from_secs(4), "the fast receiver waited for the slow one");
+}

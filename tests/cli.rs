@@ -204,6 +204,25 @@ fn config_errors_are_positioned_and_exit_2() {
 }
 
 #[test]
+fn example_alerts_are_valid_once_uncommented() {
+    let example = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml")).unwrap();
+    let block: String = example
+        .lines()
+        .skip_while(|l| *l != "# BEGIN alerts example")
+        .skip(1)
+        .take_while(|l| *l != "# END alerts example")
+        .map(|l| format!("{}\n", l.strip_prefix("# ").unwrap_or(l.trim_start_matches('#'))))
+        .collect();
+    assert!(block.contains("[[alerts]]"), "{block}");
+    let ws = Workspace::new();
+    let config = ws.config(&block);
+    let env = [("WEBHOOK_SECRET", "x"), ("SLACK_WEBHOOK_URL", "https://hooks.slack.com/services/T/B/X")];
+    let out = run_with_env(&["check", "--config", config.to_str().unwrap()], &env, ws.dir.path());
+    assert_eq!(out.code, Some(0), "{}\n{block}", out.stderr);
+    assert!(out.stdout.contains("alerts (2):"), "{}", out.stdout);
+}
+
+#[test]
 fn example_config_is_valid() {
     let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml");
     let ws = Workspace::new();

@@ -14,9 +14,11 @@ use tracing_subscriber::EnvFilter;
 use builder_monitor::alert::{self, Dispatcher, SendOutcome, Sender};
 use builder_monitor::config::{Config, StateLocation};
 use builder_monitor::inspect;
+use builder_monitor::metrics::Metrics;
 use builder_monitor::monitor::Monitor;
 use builder_monitor::registry::{ImageRef, Registry, install_crypto_provider};
 use builder_monitor::schedule::Clock;
+use builder_monitor::server::{self, ServerState};
 use builder_monitor::status;
 use builder_monitor::store::Ledger;
 
@@ -170,9 +172,17 @@ async fn execute(command: Command) -> Result<u8, Failure> {
         Command::Run { config, once } => {
             let config = Arc::new(load_config(&config)?);
             let ledger = open_ledger(&config)?;
-            let registry = Arc::new(Registry::new(config.registries.values().cloned()));
-            let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), Clock::System));
-            let dispatcher = Arc::new(Dispatcher::new(&config.alerts, ledger, Clock::System, monitor.delivery_wake())?);
+            let metrics = Metrics::new();
+            let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
+            let monitor =
+                Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), Clock::System, metrics.clone()));
+            let dispatcher = Arc::new(Dispatcher::new(
+                &config.alerts,
+                ledger.clone(),
+                Clock::System,
+                monitor.delivery_wake(),
+                metrics,
+            )?);
             tracing::info!(builders = config.builders.len(), alerts = config.alerts.len(), state = %monitor.ledger().path().display(), once, "builder-monitor starting");
             if once {
                 let checks_ok = monitor.run_once().await;
@@ -180,10 +190,26 @@ async fn execute(command: Command) -> Result<u8, Failure> {
                 return Ok(if checks_ok { 0 } else { 1 });
             }
             let shutdown = CancellationToken::new();
+            let server = match &config.server {
+                Some(settings) => {
+                    let listener = tokio::net::TcpListener::bind(settings.listen)
+                        .await
+                        .with_context(|| format!("cannot listen on {} ([server] listen)", settings.listen))?;
+                    tracing::info!(listen = %settings.listen, "serving health, metrics, API and hooks");
+                    let state = Arc::new(ServerState::new(config.clone(), settings.clone(), monitor.clone(), ledger));
+                    Some(tokio::spawn(server::serve(state, listener, shutdown.clone())))
+                }
+                None => None,
+            };
             tokio::spawn(stop_on_signal(shutdown.clone()));
             let deliveries = tokio::spawn(dispatcher.run(shutdown.clone()));
             monitor.run(shutdown).await;
             let _ = deliveries.await;
+            if let Some(server) = server
+                && let Ok(Err(err)) = server.await
+            {
+                tracing::error!(error = %err, "HTTP server failed");
+            }
             tracing::info!("builder-monitor stopped");
             Ok(0)
         }
@@ -265,7 +291,7 @@ fn registry_for(config: Option<&Path>) -> Result<Registry, Failure> {
         Some(path) => load_config(path)?.registries.into_values().collect(),
         None => Vec::new(),
     };
-    Ok(Registry::new(registries))
+    Ok(Registry::new(registries, Metrics::new()))
 }
 
 /// Cancels `shutdown` on SIGINT or SIGTERM.

@@ -2,6 +2,7 @@
 //! schedule. A check is one HEAD when nothing moved; a move is observed, explained and committed.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use crate::builder::{self, Change, PinnedMetadata, RunImagePin};
 use crate::config::{BuilderSettings, Config, Platform};
 use crate::event::{self, CheckError, Event, EventType, Pin, Subject};
 use crate::inspect::{self, Observation};
+use crate::metrics::{BuilderLabels, ChangeLabels, CheckLabels, Metrics};
 use crate::registry::{ImageRef, Registry, RegistryError};
 use crate::schedule::{self, Clock, Schedule, Settle, timestamp};
 use crate::store::{ChangeRecord, CheckRecord, Ledger, LedgerError, PinRecord, PinUpdate, WatchKind, WatchRecord};
@@ -90,6 +92,8 @@ struct RunImageEntry {
     users: BTreeSet<String>,
     /// Set once its task runs; cancelled when no builder names it any more.
     stop: Option<CancellationToken>,
+    /// Wakes its task for an immediate check.
+    wake: Arc<Notify>,
 }
 
 #[derive(Default)]
@@ -109,12 +113,32 @@ pub struct Monitor {
     run_images: Mutex<RunImages>,
     /// Notified when a commit added deliveries to the outbox.
     delivery_wake: Arc<Notify>,
+    metrics: Arc<Metrics>,
+    /// Builders not checked yet since start (readiness).
+    unchecked: Mutex<BTreeSet<String>>,
+    /// Unix time the scheduler last showed it is alive (liveness).
+    heartbeat: AtomicI64,
 }
 
+/// How often the daemon proves its scheduler is alive, and how stale that proof may get.
+pub const HEARTBEAT: Duration = Duration::from_secs(5);
+pub const HEARTBEAT_STALE: Duration = Duration::from_secs(60);
+
 impl Monitor {
-    pub fn new(config: Arc<Config>, registry: Arc<Registry>, ledger: Ledger, clock: Clock) -> Self {
+    pub fn new(
+        config: Arc<Config>,
+        registry: Arc<Registry>,
+        ledger: Ledger,
+        clock: Clock,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let wake = config.builders.iter().map(|b| (b.name.clone(), Arc::new(Notify::new()))).collect();
+        let unchecked = Mutex::new(config.builders.iter().map(|b| b.name.clone()).collect());
+        let heartbeat = AtomicI64::new(clock.now().timestamp());
         Self {
+            metrics,
+            unchecked,
+            heartbeat,
             config,
             registry,
             ledger,
@@ -123,6 +147,25 @@ impl Monitor {
             run_images: Mutex::new(RunImages::default()),
             delivery_wake: Arc::new(Notify::new()),
         }
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Whether every builder has been checked once since start.
+    pub fn first_cycle_done(&self) -> bool {
+        self.unchecked.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+    }
+
+    /// Whether the scheduler showed it is alive within `HEARTBEAT_STALE`.
+    pub fn alive(&self) -> bool {
+        let last = self.heartbeat.load(Ordering::Relaxed);
+        self.clock.now().timestamp() - last <= HEARTBEAT_STALE.as_secs() as i64
+    }
+
+    fn beat(&self) {
+        self.heartbeat.store(self.clock.now().timestamp(), Ordering::Relaxed);
     }
 
     /// Notified whenever new alert deliveries are recorded (the dispatcher waits on it).
@@ -151,6 +194,30 @@ impl Monitor {
             }
             None => false,
         }
+    }
+
+    /// Wakes every watch (builder or run image) of this registry, repository and tag for an immediate
+    /// check, and returns their names. `registry: None` matches any registry.
+    pub fn check_matching(&self, registry: Option<&str>, repository: &str, tag: &str) -> Vec<String> {
+        let matches = |image: &ImageRef| {
+            image.repository() == repository
+                && image.tag() == Some(tag)
+                && registry.is_none_or(|r| r == image.registry() || r == image.api_host())
+        };
+        let mut woken = Vec::new();
+        for b in &self.config.builders {
+            if matches(&b.image) && self.check_now(&b.name) {
+                woken.push(b.name.clone());
+            }
+        }
+        let run_images = self.run_images.lock().unwrap_or_else(|e| e.into_inner());
+        for (name, entry) in &run_images.entries {
+            if matches(&entry.watch.image) {
+                entry.wake.notify_one();
+                woken.push(name.clone());
+            }
+        }
+        woken
     }
 
     /// The run image watches in force, with the builders naming each.
@@ -206,7 +273,12 @@ impl Monitor {
             if let Some(spawner) = &spawner {
                 let _ = spawner.send(name.clone());
             }
-            RunImageEntry { watch: Watch::run_image(image, builder), users: BTreeSet::new(), stop: None }
+            RunImageEntry {
+                watch: Watch::run_image(image, builder),
+                users: BTreeSet::new(),
+                stop: None,
+                wake: Arc::new(Notify::new()),
+            }
         });
         entry.users.insert(builder.name.clone());
     }
@@ -256,20 +328,22 @@ impl Monitor {
             let wake = self.wake[&builder.name].clone();
             tasks.spawn(self.clone().watch_loop(watch, shutdown.clone(), wake));
         }
+        let mut heartbeat = tokio::time::interval(HEARTBEAT);
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
+                _ = heartbeat.tick() => self.beat(),
                 Some(name) = spawns.recv() => {
                     let stop = shutdown.child_token();
                     let watch = {
                         let mut run_images = self.run_images.lock().unwrap_or_else(|e| e.into_inner());
                         run_images.entries.get_mut(&name).map(|entry| {
                             entry.stop = Some(stop.clone());
-                            entry.watch.clone()
+                            (entry.watch.clone(), entry.wake.clone())
                         })
                     };
-                    if let Some(watch) = watch {
-                        tasks.spawn(self.clone().watch_loop(watch, stop, Arc::new(Notify::new())));
+                    if let Some((watch, wake)) = watch {
+                        tasks.spawn(self.clone().watch_loop(watch, stop, wake));
                     }
                 }
             }
@@ -410,7 +484,13 @@ impl Monitor {
         let events = commit.events.clone();
         let has_deliveries = !commit.deliveries.is_empty();
         let new_metadata = commit.pin.as_ref().and_then(|p| p.metadata.clone());
+        let pinned = commit.pin.as_ref().map(|p| p.digest.clone()).or_else(|| {
+            let failed = matches!(outcome, CheckOutcome::Failed(_));
+            record.as_ref().and_then(|r| r.pin.as_ref()).filter(|_| !failed).map(|p| p.digest.clone())
+        });
+        let change_kind = commit.change.as_ref().map(|c| c.change.kind);
         self.ledger.commit(commit).await?;
+        self.record_metrics(watch, &outcome, started.elapsed(), pinned.as_deref(), change_kind);
         if has_deliveries {
             self.delivery_wake.notify_one();
         }
@@ -427,6 +507,34 @@ impl Monitor {
         }
         tracing::debug!(watch = %watch.name, elapsed = ?started.elapsed(), outcome = ?outcome, "check done");
         Ok(outcome)
+    }
+
+    fn record_metrics(
+        &self,
+        watch: &Watch,
+        outcome: &CheckOutcome,
+        elapsed: Duration,
+        pinned: Option<&str>,
+        change: Option<builder::ChangeKind>,
+    ) {
+        let ok = !matches!(outcome, CheckOutcome::Failed(_));
+        let labels = CheckLabels { builder: watch.name.clone(), result: if ok { "ok" } else { "error" }.into() };
+        self.metrics.checks.get_or_create(&labels).inc();
+        self.metrics.check_duration.observe(elapsed.as_secs_f64());
+        if ok {
+            let now = self.clock.now();
+            let seconds = now.timestamp() as f64 + f64::from(now.timestamp_subsec_millis()) / 1000.0;
+            self.metrics.last_success.get_or_create(&BuilderLabels { builder: watch.name.clone() }).set(seconds);
+        }
+        if let Some(digest) = pinned {
+            self.metrics.set_pinned(&watch.name, digest);
+        }
+        if let Some(kind) = change {
+            let labels = ChangeLabels { builder: watch.name.clone(), kind: kind.as_str().into() };
+            self.metrics.changes.get_or_create(&labels).inc();
+        }
+        self.unchecked.lock().unwrap_or_else(|e| e.into_inner()).remove(&watch.name);
+        self.beat();
     }
 
     /// Registry side of a check: the HEAD, and what a new digest is when it is needed.

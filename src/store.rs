@@ -310,6 +310,11 @@ impl Ledger {
         .map_err(|e| LedgerError::Worker(e.to_string()))?
     }
 
+    /// A trivial query: the ledger answers (readiness).
+    pub async fn ping(&self) -> Result<(), LedgerError> {
+        self.with(|conn| Ok(conn.query_row("SELECT 1", [], |_| Ok(()))?)).await
+    }
+
     pub async fn watch(&self, name: &str) -> Result<Option<WatchRecord>, LedgerError> {
         let name = name.to_string();
         self.with(move |conn| read_watch(conn, &name)).await

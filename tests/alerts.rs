@@ -34,10 +34,13 @@ fn setup(text: &str) -> Setup {
     std::fs::write(dir.path().join("hmac"), format!("{SECRET}\n")).unwrap();
     let config = Arc::new(Config::parse(&dir.path().join("config.toml"), text).unwrap());
     let ledger = Ledger::open(&dir.path().join("state.db")).unwrap();
-    let registry = Arc::new(Registry::new(config.registries.values().cloned()));
-    let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), Clock::System));
-    let dispatcher =
-        Arc::new(Dispatcher::new(&config.alerts, ledger.clone(), Clock::System, monitor.delivery_wake()).unwrap());
+    let metrics = builder_monitor::metrics::Metrics::new();
+    let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
+    let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), Clock::System, metrics.clone()));
+    let dispatcher = Arc::new(
+        Dispatcher::new(&config.alerts, ledger.clone(), Clock::System, monitor.delivery_wake(), metrics.clone())
+            .unwrap(),
+    );
     Setup { monitor, dispatcher, ledger, dir }
 }
 

@@ -284,8 +284,9 @@ fn setup(text: &str) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let config = Arc::new(Config::parse(&dir.path().join("config.toml"), text).unwrap());
     let ledger = Ledger::open(&dir.path().join("state.db")).unwrap();
-    let registry = Arc::new(Registry::new(config.registries.values().cloned()));
-    let monitor = Arc::new(Monitor::new(config, registry, ledger.clone(), Clock::System));
+    let metrics = builder_monitor::metrics::Metrics::new();
+    let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
+    let monitor = Arc::new(Monitor::new(config, registry, ledger.clone(), Clock::System, metrics.clone()));
     Setup { monitor, ledger, _dir: dir }
 }
 
@@ -430,7 +431,7 @@ async fn app_images_are_read_from_their_lifecycle_labels() {
         .label("io.buildpacks.build.metadata", build.to_string())
         .label("io.buildpacks.stack.id", "io.buildpacks.stacks.jammy");
     let pushed = pusher.push_index("apps/petclinic", "latest", &[app, Image::new("arm64")], Format::Oci).await.0;
-    let reg = Registry::new(Vec::new());
+    let reg = Registry::new(Vec::new(), builder_monitor::metrics::Metrics::new());
     let image =
         builder_monitor::registry::ImageRef::parse(&format!("{}/apps/petclinic:latest", registry.host)).unwrap();
     let found = builder_monitor::inspect::app_metadata(&reg, &image).await.unwrap().unwrap();

@@ -205,7 +205,8 @@ fn config_errors_are_positioned_and_exit_2() {
 
 #[test]
 fn example_alerts_are_valid_once_uncommented() {
-    let example = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml")).unwrap();
+    let example =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml")).unwrap();
     let block: String = example
         .lines()
         .skip_while(|l| *l != "# BEGIN alerts example")

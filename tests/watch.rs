@@ -34,8 +34,9 @@ impl Setup {
         let config = Arc::new(Config::parse(&dir.path().join("config.toml"), config_text).unwrap());
         let builder_monitor::config::StateLocation::Sqlite(path) = &config.monitor.state;
         let ledger = Ledger::open(path).unwrap();
-        let registry = Arc::new(Registry::new(config.registries.values().cloned()));
-        let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), clock.clone()));
+        let metrics = builder_monitor::metrics::Metrics::new();
+        let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
+        let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), clock.clone(), metrics.clone()));
         Setup { monitor, ledger, clock, _dir: dir }
     }
 
@@ -297,8 +298,8 @@ async fn retry_after_and_server_errors_are_retried_without_false_changes() {
     assert_eq!(seen.iter().map(|s| s.status).collect::<Vec<_>>(), [429, 200]);
     let gap = seen[1].at - seen[0].at;
     assert!(gap >= Duration::from_secs(1), "request {gap:?} after a 429 with Retry-After: 1");
-    let endpoint = setup.monitor.registry().stats(&proxy.host).unwrap();
-    assert_eq!(endpoint.stats.rate_limited.load(std::sync::atomic::Ordering::SeqCst), 1, "429 counted");
+    let labels = builder_monitor::metrics::Metrics::registry_labels(&proxy.host);
+    assert_eq!(setup.monitor.metrics().rate_limited.get_or_create(&labels).get(), 1, "429 counted");
 
     proxy.clear();
     proxy.inject(Fault::status(503));

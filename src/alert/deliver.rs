@@ -2,7 +2,6 @@
 //! backoff and jitter, gives up into dead letters, and after a crash resumes where the ledger says.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{AlertError, SendOutcome, Sender};
 use crate::config::AlertSettings;
+use crate::metrics::{DeliveryLabels, Metrics};
 use crate::schedule::{Clock, parse_timestamp, timestamp_millis};
 use crate::store::{DeliveryUpdate, DueDelivery, Ledger};
 
@@ -24,38 +24,29 @@ const IDLE: Duration = Duration::from_secs(60);
 const MAX_BACKOFF: Duration = Duration::from_secs(15 * 60);
 const GRACE: Duration = Duration::from_secs(10);
 
-/// Counters behind the delivery metrics.
-#[derive(Debug, Default)]
-pub struct DeliveryStats {
-    pub sent: AtomicU64,
-    pub retried: AtomicU64,
-    pub dead: AtomicU64,
-}
-
 pub struct Dispatcher {
     senders: BTreeMap<String, (Arc<Sender>, Arc<Semaphore>)>,
     ledger: Ledger,
     clock: Clock,
     wake: Arc<Notify>,
     in_flight: Mutex<HashSet<(String, String)>>,
-    pub stats: DeliveryStats,
+    metrics: Arc<Metrics>,
 }
 
 impl Dispatcher {
     /// `wake` is notified when new deliveries are recorded.
-    pub fn new(alerts: &[AlertSettings], ledger: Ledger, clock: Clock, wake: Arc<Notify>) -> Result<Self, AlertError> {
+    pub fn new(
+        alerts: &[AlertSettings],
+        ledger: Ledger,
+        clock: Clock,
+        wake: Arc<Notify>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, AlertError> {
         let mut senders = BTreeMap::new();
         for a in alerts {
             senders.insert(a.name.clone(), (Arc::new(Sender::new(a.clone())?), Arc::new(Semaphore::new(PER_ALERT))));
         }
-        Ok(Dispatcher {
-            senders,
-            ledger,
-            clock,
-            wake,
-            in_flight: Mutex::new(HashSet::new()),
-            stats: DeliveryStats::default(),
-        })
+        Ok(Dispatcher { senders, ledger, clock, wake, in_flight: Mutex::new(HashSet::new()), metrics })
     }
 
     /// Delivers until `shutdown`; sends in flight then get a grace period (an aborted one stays
@@ -141,17 +132,20 @@ impl Dispatcher {
         if let Err(err) = self.ledger.update_delivery(&event_id, &alert, update.clone()).await {
             tracing::error!(alert = %alert, event_id = %event_id, error = %err, "cannot record delivery outcome; it will be sent again");
         }
+        let outcome = match &update {
+            DeliveryUpdate::Sent { .. } => "sent",
+            DeliveryUpdate::Retry { .. } => "retry",
+            DeliveryUpdate::Dead { .. } => "dead",
+        };
+        self.metrics.deliveries.get_or_create(&DeliveryLabels { alert: alert.clone(), outcome: outcome.into() }).inc();
         match &update {
             DeliveryUpdate::Sent { status } => {
-                self.stats.sent.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(alert = %alert, event_id = %event_id, event_type = %delivery.event.event_type, status = %status, attempt = delivery.attempts + 1, "alert delivered");
             }
             DeliveryUpdate::Retry { next_attempt, status } => {
-                self.stats.retried.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(alert = %alert, event_id = %event_id, status = %status, next_attempt = %next_attempt, attempt = delivery.attempts + 1, "alert delivery failed; will retry");
             }
             DeliveryUpdate::Dead { status } => {
-                self.stats.dead.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(alert = %alert, event_id = %event_id, status = %status, attempt = delivery.attempts + 1, "alert delivery given up (dead letter)");
             }
         }

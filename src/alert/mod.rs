@@ -9,7 +9,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
-pub use deliver::{DeliveryStats, Dispatcher};
+pub use deliver::Dispatcher;
 pub use render::{Rendered, cloudevent, render, short_image, slack_body, summary};
 
 use crate::config::{AlertSettings, Secret};

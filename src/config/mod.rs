@@ -57,6 +57,20 @@ pub struct Config {
     pub registries: BTreeMap<String, RegistrySettings>,
     pub builders: Vec<BuilderSettings>,
     pub alerts: Vec<AlertSettings>,
+    /// `None` when the config has no `[server]` table: no HTTP server.
+    pub server: Option<ServerSettings>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    pub listen: std::net::SocketAddr,
+    /// Bearer token for POST endpoints and hooks; without one they answer 403.
+    pub api_token: Option<Secret>,
+    pub api_token_env: Option<String>,
+    /// Read endpoints (`/api/v1/...`) without a token (health and metrics are always public).
+    pub public_read: bool,
+    /// Hook requests per second allowed from one client address.
+    pub hooks_per_second: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -350,6 +364,15 @@ struct RawMonitor {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawServer {
+    listen: Option<Spanned<String>>,
+    api_token_env: Option<Spanned<String>>,
+    public_read: Option<bool>,
+    hooks_per_second: Option<Spanned<f64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawRegistry {
     requests_per_second: Option<Spanned<f64>>,
     burst: Option<Spanned<i64>>,
@@ -385,7 +408,7 @@ struct Validator<'a> {
     diagnostics: Vec<Diagnostic>,
 }
 
-const SECTIONS: &[&str] = &["monitor", "registries", "builders", "alerts"];
+const SECTIONS: &[&str] = &["monitor", "server", "registries", "builders", "alerts"];
 
 impl<'a> Validator<'a> {
     fn error(&mut self, span: Range<usize>, message: impl Into<String>) {
@@ -422,12 +445,14 @@ impl<'a> Validator<'a> {
         let mut raw_registries = None;
         let mut raw_builders = None;
         let mut raw_alerts = None;
+        let mut raw_server = None;
         for (key, value) in root {
             match key.get_ref().as_ref() {
                 "monitor" => raw_monitor = Some(value),
                 "registries" => raw_registries = Some(value),
                 "builders" => raw_builders = Some(value),
                 "alerts" => raw_alerts = Some(value),
+                "server" => raw_server = Some(value),
                 other => {
                     let message = format!(
                         "unknown key `{other}`, expected one of {}",
@@ -448,6 +473,10 @@ impl<'a> Validator<'a> {
         let defaults = monitor.as_ref();
         let builders = self.builders(raw_builders, defaults);
         let alerts = self.alerts(raw_alerts);
+        let server = match raw_server {
+            Some(value) => self.entry::<RawServer>(value).and_then(|raw| self.server(raw)).map(Some),
+            None => Some(None),
+        };
 
         Some(Config {
             source: path.to_path_buf(),
@@ -455,6 +484,7 @@ impl<'a> Validator<'a> {
             registries: registries?,
             builders: builders?,
             alerts: alerts?,
+            server: server?,
         })
     }
 
@@ -529,6 +559,61 @@ impl<'a> Validator<'a> {
             return None;
         }
         Some(MonitorSettings { interval: interval?, jitter: jitter?, state: state?, history })
+    }
+
+    fn server(&mut self, raw: RawServer) -> Option<ServerSettings> {
+        let errors_before = self.diagnostics.len();
+        let listen = match &raw.listen {
+            None => Some(std::net::SocketAddr::from(([127, 0, 0, 1], 9464))),
+            Some(l) => match l.get_ref().parse() {
+                Ok(addr) => Some(addr),
+                Err(_) => {
+                    self.error(
+                        l.span(),
+                        format!("listen \"{}\" is not an address like 127.0.0.1:9464 or [::]:9464", l.get_ref()),
+                    );
+                    None
+                }
+            },
+        };
+        let api_token = match &raw.api_token_env {
+            None => None,
+            Some(env) => match std::env::var(env.get_ref()) {
+                Ok(token) if token.len() >= 16 => Some(Secret::new(token)),
+                Ok(token) if !token.is_empty() => {
+                    self.error(
+                        env.span(),
+                        format!("the API token in {} is too short: use at least 16 characters", env.get_ref()),
+                    );
+                    None
+                }
+                _ => {
+                    self.error(
+                        env.span(),
+                        format!("environment variable {} is not set (the API token)", env.get_ref()),
+                    );
+                    None
+                }
+            },
+        };
+        let hooks_per_second = match &raw.hooks_per_second {
+            Some(h) if !(h.get_ref().is_finite() && *h.get_ref() > 0.0) => {
+                self.error(h.span(), "hooks_per_second must be a number > 0");
+                1.0
+            }
+            Some(h) => *h.get_ref(),
+            None => 5.0,
+        };
+        if self.diagnostics.len() != errors_before {
+            return None;
+        }
+        Some(ServerSettings {
+            listen: listen?,
+            api_token,
+            api_token_env: raw.api_token_env.map(|e| e.into_inner()),
+            public_read: raw.public_read.unwrap_or(true),
+            hooks_per_second,
+        })
     }
 
     fn registries(&mut self, value: Option<Spanned<DeValue<'a>>>) -> Option<BTreeMap<String, RegistrySettings>> {

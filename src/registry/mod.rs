@@ -9,7 +9,6 @@ mod reference;
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,6 +23,7 @@ pub use auth::{Challenge, DockerConfig, DockerConfigError, Token, parse_challeng
 pub use reference::{ImageRef, ReferenceError, is_sha256_digest};
 
 use crate::config::{Credentials, RegistrySettings, Secret};
+use crate::metrics::{Metrics, RegistryLabels, RequestLabels};
 
 pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -89,26 +89,19 @@ pub struct Manifest {
     pub bytes: bytes::Bytes,
 }
 
-/// Counters per registry; they back the metrics and let tests see what went over the wire.
-#[derive(Debug, Default)]
-pub struct RegistryStats {
-    pub requests: AtomicU64,
-    pub token_fetches: AtomicU64,
-    pub rate_limited: AtomicU64,
-    pub wait_micros: AtomicU64,
-}
-
 /// All registries, each with its own client, limiter, token cache and pause.
 pub struct Registry {
     configured: HashMap<String, RegistrySettings>,
     endpoints: Mutex<HashMap<String, Arc<Endpoint>>>,
+    metrics: Arc<Metrics>,
 }
 
 impl Registry {
-    pub fn new(configured: impl IntoIterator<Item = RegistrySettings>) -> Self {
+    pub fn new(configured: impl IntoIterator<Item = RegistrySettings>, metrics: Arc<Metrics>) -> Self {
         Self {
             configured: configured.into_iter().map(|s| (s.host.clone(), s)).collect(),
             endpoints: Mutex::new(HashMap::new()),
+            metrics,
         }
     }
 
@@ -119,14 +112,9 @@ impl Registry {
             return Ok(e.clone());
         }
         let settings = self.configured.get(host).cloned().unwrap_or_else(|| RegistrySettings::defaults_for(host));
-        let endpoint = Arc::new(Endpoint::new(settings, image.api_host())?);
+        let endpoint = Arc::new(Endpoint::new(settings, image.api_host(), self.metrics.clone())?);
         endpoints.insert(host.to_string(), endpoint.clone());
         Ok(endpoint)
-    }
-
-    /// Counters for a registry host, if it has been used.
-    pub fn stats(&self, host: &str) -> Option<Arc<Endpoint>> {
-        self.endpoints.lock().unwrap_or_else(|e| e.into_inner()).get(host).cloned()
     }
 
     /// The digest a tag points at now: one HEAD request at steady state.
@@ -262,7 +250,8 @@ pub struct Endpoint {
     pulls_paused_until: Mutex<Option<Instant>>,
     scheme: Mutex<Scheme>,
     tokens: moka::future::Cache<String, Arc<Token>>,
-    pub stats: RegistryStats,
+    metrics: Arc<Metrics>,
+    labels: RegistryLabels,
 }
 
 struct TokenExpiry;
@@ -274,7 +263,7 @@ impl moka::Expiry<String, Arc<Token>> for TokenExpiry {
 }
 
 impl Endpoint {
-    fn new(settings: RegistrySettings, api_host: &str) -> Result<Self, RegistryError> {
+    fn new(settings: RegistrySettings, api_host: &str, metrics: Arc<Metrics>) -> Result<Self, RegistryError> {
         install_crypto_provider();
         let setup = |detail: String| RegistryError::Setup { registry: settings.host.clone(), detail };
         let scheme = if settings.insecure { "http" } else { "https" };
@@ -305,9 +294,19 @@ impl Endpoint {
             pulls_paused_until: Mutex::new(None),
             scheme: Mutex::new(Scheme::Unknown),
             tokens: moka::future::Cache::builder().max_capacity(100_000).expire_after(TokenExpiry).build(),
-            stats: RegistryStats::default(),
+            labels: Metrics::registry_labels(&settings.host),
+            metrics,
             settings,
         })
+    }
+
+    fn record_request(&self, method: &str, status: Option<StatusCode>) {
+        let labels = RequestLabels {
+            registry: self.settings.host.clone(),
+            method: method.to_string(),
+            status: status.map_or_else(|| "error".to_string(), |s| s.as_u16().to_string()),
+        };
+        self.metrics.registry_requests.get_or_create(&labels).inc();
     }
 
     fn invalid(&self, detail: String) -> RegistryError {
@@ -358,7 +357,7 @@ impl Endpoint {
         }
         let waited = started.elapsed();
         if !waited.is_zero() {
-            self.stats.wait_micros.fetch_add(waited.as_micros() as u64, Ordering::Relaxed);
+            self.metrics.rate_limit_wait.get_or_create(&self.labels).inc_by(waited.as_secs_f64());
         }
         Ok(())
     }
@@ -439,8 +438,10 @@ impl Endpoint {
             if let Some((user, password)) = self.basic_credentials() {
                 request = request.basic_auth(user, Some(password.expose()));
             }
-            self.stats.token_fetches.fetch_add(1, Ordering::Relaxed);
-            let failure = match request.send().await {
+            self.metrics.token_fetches.get_or_create(&self.labels).inc();
+            let response = request.send().await;
+            self.record_request("GET", response.as_ref().ok().map(|r| r.status()));
+            let failure = match response {
                 Ok(response) => match response.status() {
                     s if s.is_success() => {
                         let body = self.read_body(response, 1 << 20, "token response").await?;
@@ -501,8 +502,9 @@ impl Endpoint {
             self.wait_turn(pull).await?;
             let request = self.http.request(method.clone(), &url).header(ACCEPT, MANIFEST_ACCEPT);
             let request = self.authorize(request, repository).await?;
-            self.stats.requests.fetch_add(1, Ordering::Relaxed);
-            let failure = match request.send().await {
+            let response = request.send().await;
+            self.record_request(method.as_str(), response.as_ref().ok().map(|r| r.status()));
+            let failure = match response {
                 Ok(response) => {
                     self.observe_quota(response.headers());
                     let status = response.status();
@@ -522,7 +524,7 @@ impl Endpoint {
                         }
                         StatusCode::TOO_MANY_REQUESTS => {
                             let retry = retry_after(response.headers());
-                            self.stats.rate_limited.fetch_add(1, Ordering::Relaxed);
+                            self.metrics.rate_limited.get_or_create(&self.labels).inc();
                             let wait = retry.unwrap_or_else(|| self.backoff(attempt));
                             tracing::warn!(registry = %self.settings.host, wait = %humantime::format_duration(wait), "HTTP 429, pausing requests to this registry");
                             self.pause(wait);
@@ -655,7 +657,7 @@ mod tests {
     fn backoff_grows_with_jitter_and_caps() {
         let mut s = RegistrySettings::defaults_for("example.com");
         s.backoff = Duration::from_millis(100);
-        let e = Endpoint::new(s, "example.com").unwrap();
+        let e = Endpoint::new(s, "example.com", Metrics::new()).unwrap();
         for _ in 0..100 {
             let d0 = e.backoff(0);
             assert!(d0 >= Duration::from_millis(50) && d0 <= Duration::from_millis(100), "{d0:?}");

@@ -85,9 +85,14 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(config: &Path) -> Self {
+        Self::start_with_env(config, &[])
+    }
+
+    pub fn start_with_env(config: &Path, env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(BINARY)
             .args(["run", "--log-format", "json", "--config"])
             .arg(config)
+            .envs(env.iter().copied())
             .env("BUILDER_MONITOR_LOG", "info,builder_monitor::monitor=debug")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -35,6 +35,15 @@ impl TestRegistry {
     }
 
     pub fn start_with(auth: Auth) -> Self {
+        Self::start_full(auth, None)
+    }
+
+    /// A registry that notifies `url` of every push, with `Authorization: Bearer <token>`.
+    pub fn start_notifying(url: &str, token: &str) -> Self {
+        Self::start_full(Auth::Anonymous, Some((url.to_string(), token.to_string())))
+    }
+
+    fn start_full(auth: Auth, notify: Option<(String, String)>) -> Self {
         assert!(
             Path::new(BINARY).exists(),
             "{BINARY} is missing: install the CNCF Distribution registry with `apt-get install -y docker-registry` (.ci/run does)"
@@ -50,8 +59,14 @@ impl TestRegistry {
                 fixture("token-cert.pem").display()
             ),
         };
+        let notify_section = match &notify {
+            None => String::new(),
+            Some((url, token)) => format!(
+                "notifications:\n  endpoints:\n    - name: builder-monitor\n      url: {url}\n      headers:\n        Authorization: [Bearer {token}]\n      timeout: 2s\n      threshold: 5\n      backoff: 1s\n      ignoredmediatypes:\n        - application/octet-stream\n      ignore:\n        actions:\n          - pull\n"
+            ),
+        };
         let config = format!(
-            "version: 0.1\nlog:\n  level: info\n  formatter: text\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:0\n  secret: builder-monitor-tests\n{auth_section}",
+            "version: 0.1\nlog:\n  level: info\n  formatter: text\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:0\n  secret: builder-monitor-tests\n{auth_section}{notify_section}",
             dir.path().join("data").display()
         );
         let config_path = dir.path().join("config.yml");

@@ -1,0 +1,165 @@
+//! Prometheus metrics: one explicit registry (no globals) that the registry client, the monitor
+//! and the alert worker record into, encoded as OpenMetrics text for `GET /metrics`.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CheckLabels {
+    pub builder: String,
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub registry: String,
+    pub method: String,
+    pub status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RegistryLabels {
+    pub registry: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ChangeLabels {
+    pub builder: String,
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuilderLabels {
+    pub builder: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PinLabels {
+    pub builder: String,
+    pub digest: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeliveryLabels {
+    pub alert: String,
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HookLabels {
+    pub source: String,
+    pub result: String,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub checks: Family<CheckLabels, Counter>,
+    pub check_duration: Histogram,
+    pub registry_requests: Family<RequestLabels, Counter>,
+    pub rate_limited: Family<RegistryLabels, Counter>,
+    pub rate_limit_wait: Family<RegistryLabels, Counter<f64, AtomicU64>>,
+    pub token_fetches: Family<RegistryLabels, Counter>,
+    pub changes: Family<ChangeLabels, Counter>,
+    pub last_success: Family<BuilderLabels, Gauge<f64, AtomicU64>>,
+    pub pinned: Family<PinLabels, Gauge>,
+    pub deliveries: Family<DeliveryLabels, Counter>,
+    pub hooks: Family<HookLabels, Counter>,
+    /// The digest each builder's `pinned_info` series names, to retire the old series on a move.
+    pinned_now: Mutex<std::collections::HashMap<String, String>>,
+}
+
+impl Metrics {
+    pub fn new() -> Arc<Self> {
+        let mut registry = Registry::with_prefix("builder_monitor");
+        let checks = Family::default();
+        registry.register("checks", "Checks of watched tags, by result (ok, error)", checks.clone());
+        let check_duration = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        registry.register(
+            "check_duration_seconds",
+            "Time a check took, registry waits included",
+            check_duration.clone(),
+        );
+        let registry_requests = Family::default();
+        registry.register(
+            "registry_requests",
+            "Requests sent to registries (token fetches included), by method and HTTP status",
+            registry_requests.clone(),
+        );
+        let rate_limited = Family::default();
+        registry.register("registry_rate_limited", "HTTP 429 answers from registries", rate_limited.clone());
+        let rate_limit_wait = Family::default();
+        registry.register(
+            "rate_limit_wait_seconds",
+            "Time requests waited for a registry's limiter or Retry-After pause",
+            rate_limit_wait.clone(),
+        );
+        let token_fetches = Family::default();
+        registry.register(
+            "token_fetches",
+            "Bearer tokens fetched from registries' token services",
+            token_fetches.clone(),
+        );
+        let changes = Family::default();
+        registry.register("changes", "Recorded moves, by kind (rebase, rebuild, unknown, none)", changes.clone());
+        let last_success = Family::default();
+        registry.register(
+            "last_successful_check_timestamp_seconds",
+            "Unix time of the last successful check",
+            last_success.clone(),
+        );
+        let pinned = Family::default();
+        registry.register("pinned_info", "The digest each watched tag is pinned to (value 1)", pinned.clone());
+        let deliveries = Family::default();
+        registry.register(
+            "alert_deliveries",
+            "Alert delivery attempts, by outcome (sent, retry, dead)",
+            deliveries.clone(),
+        );
+        let hooks = Family::default();
+        registry.register("hooks", "Registry push hooks received, by source and result", hooks.clone());
+        Arc::new(Metrics {
+            registry,
+            checks,
+            check_duration,
+            registry_requests,
+            rate_limited,
+            rate_limit_wait,
+            token_fetches,
+            changes,
+            last_success,
+            pinned,
+            deliveries,
+            hooks,
+            pinned_now: Mutex::new(Default::default()),
+        })
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Points `pinned_info{builder}` at `digest`, retiring the series of the previous digest.
+    pub fn set_pinned(&self, builder: &str, digest: &str) {
+        let mut now = self.pinned_now.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = now.insert(builder.to_string(), digest.to_string())
+            && old != digest
+        {
+            self.pinned.remove(&PinLabels { builder: builder.to_string(), digest: old });
+        }
+        self.pinned.get_or_create(&PinLabels { builder: builder.to_string(), digest: digest.to_string() }).set(1);
+    }
+
+    pub fn registry_labels(registry: &str) -> RegistryLabels {
+        RegistryLabels { registry: registry.to_string() }
+    }
+}

@@ -1,0 +1,423 @@
+//! The HTTP server: health and readiness probes, Prometheus metrics, the status API, and registry
+//! push hooks that trigger an immediate check through the normal path.
+
+use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use serde::Deserialize;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, ServerSettings};
+use crate::metrics::HookLabels;
+use crate::monitor::Monitor;
+use crate::registry::ImageRef;
+use crate::status;
+use crate::store::Ledger;
+
+/// Largest request body accepted.
+pub const BODY_LIMIT: usize = 1 << 20;
+
+pub struct ServerState {
+    pub config: Arc<Config>,
+    pub settings: ServerSettings,
+    pub monitor: Arc<Monitor>,
+    pub ledger: Ledger,
+    hook_limiter: DefaultKeyedRateLimiter<IpAddr>,
+}
+
+impl ServerState {
+    pub fn new(config: Arc<Config>, settings: ServerSettings, monitor: Arc<Monitor>, ledger: Ledger) -> Self {
+        let period = Duration::from_secs_f64(1.0 / settings.hooks_per_second);
+        let burst = NonZeroU32::new((settings.hooks_per_second * 2.0).ceil() as u32).unwrap_or(NonZeroU32::MIN);
+        let quota = Quota::with_period(period).unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN)).allow_burst(burst);
+        ServerState { config, settings, monitor, ledger, hook_limiter: RateLimiter::keyed(quota) }
+    }
+}
+
+pub fn router(state: Arc<ServerState>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/api/v1/builders", get(builders))
+        .route("/api/v1/builders/{name}", get(builder))
+        .route("/api/v1/builders/{name}/check", post(check))
+        .route("/api/v1/changes", get(changes))
+        .route("/hooks/{source}", post(hook))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(state)
+}
+
+/// Serves until `shutdown`, then drains requests in flight.
+pub async fn serve(
+    state: Arc<ServerState>,
+    listener: tokio::net::TcpListener,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await }).await
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, axum::Json(json!({ "error": message.into() }))).into_response()
+}
+
+/// Equal-length byte comparison whose time does not depend on where the inputs differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Why a request was refused.
+struct Denied(StatusCode, &'static str);
+
+impl IntoResponse for Denied {
+    fn into_response(self) -> Response {
+        error(self.0, self.1)
+    }
+}
+
+/// Checks `Authorization: Bearer <token>` (or, for hooks, `?token=`) against the API token.
+fn authorize(state: &ServerState, headers: &HeaderMap, query_token: Option<&str>) -> Result<(), Denied> {
+    let Some(expected) = &state.settings.api_token else {
+        return Err(Denied(StatusCode::FORBIDDEN, "no API token is configured ([server] api_token_env)"));
+    };
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    match bearer.or(query_token) {
+        Some(given) if constant_time_eq(given.as_bytes(), expected.expose().as_bytes()) => Ok(()),
+        _ => Err(Denied(StatusCode::UNAUTHORIZED, "missing or wrong API token")),
+    }
+}
+
+fn authorize_read(state: &ServerState, headers: &HeaderMap) -> Result<(), Denied> {
+    if state.settings.public_read { Ok(()) } else { authorize(state, headers, None) }
+}
+
+async fn healthz(State(state): State<Arc<ServerState>>) -> Response {
+    if state.monitor.alive() {
+        (StatusCode::OK, "ok\n").into_response()
+    } else {
+        error(StatusCode::SERVICE_UNAVAILABLE, "the scheduler has not made progress recently")
+    }
+}
+
+async fn readyz(State(state): State<Arc<ServerState>>) -> Response {
+    let ledger = state.ledger.ping().await.is_ok();
+    let first_cycle = state.monitor.first_cycle_done();
+    let ready = ledger && first_cycle;
+    let body =
+        json!({ "ready": ready, "config": true, "ledger": ledger, "first_check_cycle": first_cycle, "leader": true });
+    let code = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (code, axum::Json(body)).into_response()
+}
+
+async fn metrics(State(state): State<Arc<ServerState>>) -> Response {
+    let body = state.monitor.metrics().encode();
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body).into_response()
+}
+
+async fn builders(State(state): State<Arc<ServerState>>, headers: HeaderMap) -> Response {
+    if let Err(denied) = authorize_read(&state, &headers) {
+        return denied.into_response();
+    }
+    match status::collect(&state.config, &state.ledger, 10).await {
+        Ok(report) => axum::Json(report.builders).into_response(),
+        Err(err) => error(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()),
+    }
+}
+
+async fn builder(State(state): State<Arc<ServerState>>, Path(name): Path<String>, headers: HeaderMap) -> Response {
+    if let Err(denied) = authorize_read(&state, &headers) {
+        return denied.into_response();
+    }
+    match status::collect(&state.config, &state.ledger, 10).await {
+        Ok(report) => match report.builders.into_iter().find(|b| b.name == name) {
+            Some(b) => axum::Json(b).into_response(),
+            None => error(StatusCode::NOT_FOUND, format!("no builder named \"{name}\"")),
+        },
+        Err(err) => error(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()),
+    }
+}
+
+#[derive(Deserialize)]
+struct ChangesQuery {
+    builder: Option<String>,
+    limit: Option<usize>,
+}
+
+async fn changes(State(state): State<Arc<ServerState>>, Query(q): Query<ChangesQuery>, headers: HeaderMap) -> Response {
+    if let Err(denied) = authorize_read(&state, &headers) {
+        return denied.into_response();
+    }
+    let limit = q.limit.unwrap_or(50).clamp(1, 1000);
+    match state.ledger.changes(q.builder.as_deref().filter(|b| !b.is_empty()), limit).await {
+        Ok(changes) => axum::Json(changes).into_response(),
+        Err(err) => error(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()),
+    }
+}
+
+async fn check(State(state): State<Arc<ServerState>>, Path(name): Path<String>, headers: HeaderMap) -> Response {
+    if let Err(denied) = authorize(&state, &headers, None) {
+        return denied.into_response();
+    }
+    if state.monitor.check_now(&name) {
+        (StatusCode::ACCEPTED, axum::Json(json!({ "checks": [name] }))).into_response()
+    } else {
+        error(StatusCode::NOT_FOUND, format!("no builder named \"{name}\""))
+    }
+}
+
+#[derive(Deserialize)]
+struct HookQuery {
+    token: Option<String>,
+}
+
+/// A pushed tag a hook told us about: (registry when known, repository, tag).
+type Pushed = (Option<String>, String, String);
+
+async fn hook(
+    State(state): State<Arc<ServerState>>,
+    Path(source): Path<String>,
+    Query(q): Query<HookQuery>,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let count = |result: &str| {
+        state
+            .monitor
+            .metrics()
+            .hooks
+            .get_or_create(&HookLabels { source: source.clone(), result: result.into() })
+            .inc();
+    };
+    if state.hook_limiter.check_key(&client.ip()).is_err() {
+        count("rate_limited");
+        return error(StatusCode::TOO_MANY_REQUESTS, "too many hook requests from this address");
+    }
+    if let Err(denied) = authorize(&state, &headers, q.token.as_deref()) {
+        count("unauthorized");
+        return denied.into_response();
+    }
+    let pushed = match source.as_str() {
+        "distribution" => distribution_pushes(&body),
+        "dockerhub" => dockerhub_pushes(&body),
+        "harbor" => harbor_pushes(&body),
+        other => {
+            count("unknown_source");
+            return error(
+                StatusCode::NOT_FOUND,
+                format!("unknown hook source \"{other}\" (distribution, dockerhub, harbor)"),
+            );
+        }
+    };
+    let pushed = match pushed {
+        Ok(p) => p,
+        Err(message) => {
+            count("invalid");
+            return error(StatusCode::BAD_REQUEST, message);
+        }
+    };
+    // The payload's digest is never trusted: a hook only schedules a normal check, and repeated
+    // hooks for one tag coalesce into one pending wake-up.
+    let mut checks: Vec<String> = Vec::new();
+    for (registry, repository, tag) in &pushed {
+        for name in state.monitor.check_matching(registry.as_deref(), repository, tag) {
+            if !checks.contains(&name) {
+                checks.push(name);
+            }
+        }
+    }
+    tracing::info!(source = %source, pushes = pushed.len(), checks = ?checks, "registry hook");
+    count(if checks.is_empty() { "ignored" } else { "accepted" });
+    (StatusCode::ACCEPTED, axum::Json(json!({ "checks": checks }))).into_response()
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(body: &[u8], what: &str) -> Result<T, String> {
+    serde_json::from_slice(body).map_err(|e| format!("not a {what} payload: {e}"))
+}
+
+#[derive(Deserialize)]
+struct DistributionEnvelope {
+    #[serde(default)]
+    events: Vec<DistributionEvent>,
+}
+
+#[derive(Deserialize)]
+struct DistributionEvent {
+    #[serde(default)]
+    action: String,
+    #[serde(default)]
+    target: DistributionTarget,
+    #[serde(default)]
+    request: DistributionRequest,
+}
+
+#[derive(Deserialize, Default)]
+struct DistributionTarget {
+    #[serde(default)]
+    repository: String,
+    #[serde(default)]
+    tag: Option<String>,
+    #[serde(default)]
+    url: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct DistributionRequest {
+    #[serde(default)]
+    host: Option<String>,
+}
+
+fn url_host(url: &str) -> Option<String> {
+    let u = reqwest::Url::parse(url).ok()?;
+    let host = u.host_str()?;
+    Some(match u.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_string(),
+    })
+}
+
+/// CNCF Distribution notifications: `push` events with a tag (a multi-arch push also sends tagless
+/// events for its children; those are ignored).
+fn distribution_pushes(body: &[u8]) -> Result<Vec<Pushed>, String> {
+    let envelope: DistributionEnvelope = parse(body, "Distribution notification")?;
+    Ok(envelope
+        .events
+        .into_iter()
+        .filter(|e| e.action == "push" && !e.target.repository.is_empty())
+        .filter_map(|e| {
+            let tag = e.target.tag.filter(|t| !t.is_empty())?;
+            let registry = e.target.url.as_deref().and_then(url_host).or(e.request.host);
+            Some((registry, e.target.repository, tag))
+        })
+        .collect())
+}
+
+#[derive(Deserialize)]
+struct DockerHubPayload {
+    push_data: DockerHubPush,
+    repository: DockerHubRepository,
+}
+
+#[derive(Deserialize)]
+struct DockerHubPush {
+    tag: String,
+}
+
+#[derive(Deserialize)]
+struct DockerHubRepository {
+    repo_name: String,
+}
+
+fn dockerhub_pushes(body: &[u8]) -> Result<Vec<Pushed>, String> {
+    let payload: DockerHubPayload = parse(body, "Docker Hub webhook")?;
+    let repo = payload.repository.repo_name;
+    let repo = if repo.contains('/') { repo } else { format!("library/{repo}") };
+    Ok(vec![(Some("docker.io".into()), repo, payload.push_data.tag)])
+}
+
+#[derive(Deserialize)]
+struct HarborPayload {
+    #[serde(rename = "type", default)]
+    kind: String,
+    event_data: HarborEventData,
+}
+
+#[derive(Deserialize)]
+struct HarborEventData {
+    #[serde(default)]
+    resources: Vec<HarborResource>,
+    #[serde(default)]
+    repository: Option<HarborRepository>,
+}
+
+#[derive(Deserialize)]
+struct HarborResource {
+    #[serde(default)]
+    tag: Option<String>,
+    #[serde(default)]
+    resource_url: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct HarborRepository {
+    #[serde(default)]
+    repo_full_name: Option<String>,
+}
+
+fn harbor_pushes(body: &[u8]) -> Result<Vec<Pushed>, String> {
+    let payload: HarborPayload = parse(body, "Harbor webhook")?;
+    if payload.kind != "PUSH_ARTIFACT" && payload.kind != "pushImage" {
+        return Ok(Vec::new());
+    }
+    let repo_name = payload.event_data.repository.and_then(|r| r.repo_full_name);
+    Ok(payload
+        .event_data
+        .resources
+        .into_iter()
+        .filter_map(|r| {
+            if let Some(image) = r.resource_url.as_deref().and_then(|u| ImageRef::parse(u).ok())
+                && let Some(tag) = image.tag().filter(|_| image.digest().is_none())
+            {
+                return Some((Some(image.registry().to_string()), image.repository().to_string(), tag.to_string()));
+            }
+            Some((None, repo_name.clone()?, r.tag.filter(|t| !t.is_empty())?))
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn distribution_envelope() {
+        let body = br#"{"events": [
+            {"action": "push", "target": {"repository": "demo/multi", "digest": "sha256:a", "url": "http://127.0.0.1:5001/v2/demo/multi/manifests/sha256:a"}},
+            {"action": "push", "target": {"repository": "demo/multi", "tag": "v1", "url": "http://127.0.0.1:5001/v2/demo/multi/manifests/sha256:b"}, "request": {"host": "127.0.0.1:5001"}},
+            {"action": "pull", "target": {"repository": "demo/app", "tag": "v1"}},
+            {"action": "delete", "target": {"repository": "demo/app", "tag": "v1"}}
+        ]}"#;
+        assert_eq!(
+            distribution_pushes(body).unwrap(),
+            [(Some("127.0.0.1:5001".into()), "demo/multi".into(), "v1".into())]
+        );
+        assert!(distribution_pushes(b"{").is_err());
+        assert!(distribution_pushes(b"{}").unwrap().is_empty());
+    }
+
+    #[test]
+    fn dockerhub_and_harbor_payloads() {
+        let hub = br#"{"push_data": {"tag": "24", "pusher": "x"}, "repository": {"repo_name": "heroku/builder", "namespace": "heroku"}}"#;
+        assert_eq!(dockerhub_pushes(hub).unwrap(), [(Some("docker.io".into()), "heroku/builder".into(), "24".into())]);
+        let official = br#"{"push_data": {"tag": "latest"}, "repository": {"repo_name": "ubuntu"}}"#;
+        assert_eq!(dockerhub_pushes(official).unwrap()[0].1, "library/ubuntu");
+        let harbor = br#"{"type": "PUSH_ARTIFACT", "event_data": {"resources": [{"digest": "sha256:a", "tag": "latest", "resource_url": "harbor.example.com/library/app:latest"}], "repository": {"repo_full_name": "library/app"}}}"#;
+        assert_eq!(
+            harbor_pushes(harbor).unwrap(),
+            [(Some("harbor.example.com".into()), "library/app".into(), "latest".into())]
+        );
+        let deleted = br#"{"type": "DELETE_ARTIFACT", "event_data": {"resources": []}}"#;
+        assert!(harbor_pushes(deleted).unwrap().is_empty());
+    }
+
+    #[test]
+    fn token_comparison() {
+        assert!(constant_time_eq(b"abcdef", b"abcdef"));
+        assert!(!constant_time_eq(b"abcdef", b"abcdeg"));
+        assert!(!constant_time_eq(b"abc", b"abcdef"));
+    }
+}

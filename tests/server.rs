@@ -1,0 +1,327 @@
+//! The HTTP server against real parts: registry push notifications driving checks, forged and
+//! unauthorised hooks, exact metrics, the API versus `status --json`, probes and limits.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use builder_monitor::config::Config;
+use builder_monitor::metrics::Metrics;
+use builder_monitor::monitor::Monitor;
+use builder_monitor::registry::Registry;
+use builder_monitor::schedule::Clock;
+use builder_monitor::server::{self, ServerState};
+use builder_monitor::store::Ledger;
+use serde_json::{Value, json};
+use support::daemon::{Daemon, Workspace, run_with_env};
+use support::images::{Format, Image, Pusher};
+use support::proxy::{Fault, Proxy};
+use support::receiver::free_port;
+use support::registry::TestRegistry;
+use tokio_util::sync::CancellationToken;
+
+const TOKEN: &str = "test-api-token-0123456789";
+
+/// A strict reading of the Prometheus/OpenMetrics text format: every line is a comment of a known
+/// kind or `name{labels} value`, ending with `# EOF`. Returns sample → value.
+fn parse_metrics(text: &str) -> BTreeMap<String, f64> {
+    let mut samples = BTreeMap::new();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.last(), Some(&"# EOF"), "exposition ends with # EOF");
+    for line in &lines[..lines.len() - 1] {
+        if let Some(comment) = line.strip_prefix("# ") {
+            let kind = comment.split(' ').next().unwrap();
+            assert!(["HELP", "TYPE", "UNIT"].contains(&kind), "unknown comment: {line}");
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("no value: {line}"));
+        let value: f64 = value.parse().unwrap_or_else(|_| panic!("bad value: {line}"));
+        let name = series.split('{').next().unwrap();
+        assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'), "bad name: {line}");
+        let labels = series.strip_prefix(name).unwrap_or_default();
+        if !labels.is_empty() {
+            assert!(labels.starts_with('{') && labels.ends_with('}'), "bad labels: {line}");
+            for pair in labels[1..labels.len() - 1].split("\",").filter(|p| !p.is_empty()) {
+                let (k, v) = pair.split_once("=\"").unwrap_or_else(|| panic!("bad label: {line}"));
+                assert!(k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "bad label name: {line}");
+                assert!(!v.trim_end_matches('"').contains('"'), "unescaped quote: {line}");
+            }
+        }
+        assert!(samples.insert(series.to_string(), value).is_none(), "duplicate series: {line}");
+    }
+    samples
+}
+
+struct Served {
+    monitor: Arc<Monitor>,
+    ledger: Ledger,
+    base: String,
+    stop: CancellationToken,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Monitor + server in process, on a free loopback port; the config is also written to disk.
+async fn serve(config_text: &str) -> Served {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    std::fs::write(&path, config_text).unwrap();
+    let config = Arc::new(Config::parse(&path, config_text).unwrap());
+    let builder_monitor::config::StateLocation::Sqlite(state) = &config.monitor.state;
+    let ledger = Ledger::open(state).unwrap();
+    let metrics = Metrics::new();
+    let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
+    let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), Clock::System, metrics));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let mut settings = config.server.clone().expect("[server] in the config");
+    // The daemon reads the token from the environment; in process it is handed over directly.
+    settings.api_token = Some(builder_monitor::config::Secret::new(TOKEN));
+    let state = Arc::new(ServerState::new(config.clone(), settings, monitor.clone(), ledger.clone()));
+    let stop = CancellationToken::new();
+    tokio::spawn(server::serve(state, listener, stop.clone()));
+    Served { monitor, ledger, base, stop, dir }
+}
+
+fn config(host: &str, extra_server: &str) -> String {
+    format!(
+        "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\njitter = \"0s\"\n\n[server]\nlisten = \"127.0.0.1:0\"\n{extra_server}\n\n[[builders]]\nname = \"b\"\nimage = \"{host}/demo/b:latest\"\nwatch_run_image = false\n"
+    )
+}
+
+#[tokio::test]
+async fn metrics_count_exactly_what_happened() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    pusher.push_image("demo/b", Some("latest"), &Image::new("amd64").salt("1"), Format::Oci).await;
+    let proxy = Proxy::start(&registry.host).await;
+    let s = serve(&config(&proxy.host, "")).await;
+    let check = || async { s.monitor.check_builder("b").await.unwrap().unwrap() };
+    check().await; // pin: HEAD + GET manifest + GET config
+    for _ in 0..3 {
+        check().await;
+    }
+    proxy.inject(Fault::status(429).on("HEAD").header("Retry-After", "1"));
+    check().await; // 429, then HEAD 200
+    let v2 = pusher.push_image("demo/b", Some("latest"), &Image::new("amd64").salt("2"), Format::Oci).await;
+    check().await; // change: HEAD + GET manifest + GET config
+
+    let text = support::http().get(format!("{}/metrics", s.base)).send().await.unwrap().text().await.unwrap();
+    let m = parse_metrics(&text);
+    let reg = &proxy.host;
+    let get = |k: &str| m.get(k).copied().unwrap_or_else(|| panic!("{k} missing from:\n{text}"));
+    assert_eq!(get("builder_monitor_checks_total{builder=\"b\",result=\"ok\"}"), 6.0);
+    assert!(!m.contains_key("builder_monitor_checks_total{builder=\"b\",result=\"error\"}"));
+    assert_eq!(get("builder_monitor_check_duration_seconds_count"), 6.0);
+    assert_eq!(get("builder_monitor_changes_total{builder=\"b\",kind=\"unknown\"}"), 1.0);
+    assert_eq!(get(&format!("builder_monitor_registry_rate_limited_total{{registry=\"{reg}\"}}")), 1.0);
+    assert_eq!(
+        get(&format!("builder_monitor_registry_requests_total{{registry=\"{reg}\",method=\"HEAD\",status=\"200\"}}")),
+        6.0
+    );
+    assert_eq!(
+        get(&format!("builder_monitor_registry_requests_total{{registry=\"{reg}\",method=\"HEAD\",status=\"429\"}}")),
+        1.0
+    );
+    assert_eq!(
+        get(&format!("builder_monitor_registry_requests_total{{registry=\"{reg}\",method=\"GET\",status=\"200\"}}")),
+        4.0
+    );
+    assert!(
+        get(&format!("builder_monitor_rate_limit_wait_seconds_total{{registry=\"{reg}\"}}")) >= 1.0,
+        "Retry-After waited"
+    );
+    assert_eq!(get(&format!("builder_monitor_pinned_info{{builder=\"b\",digest=\"{}\"}}", v2.digest)), 1.0);
+    assert_eq!(
+        m.keys().filter(|k| k.starts_with("builder_monitor_pinned_info")).count(),
+        1,
+        "the old digest's series is gone"
+    );
+    let last = get("builder_monitor_last_successful_check_timestamp_seconds{builder=\"b\"}");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    assert!((now - last).abs() < 60.0, "{last} vs {now}");
+    assert!(!m.keys().any(|k| k.starts_with("builder_monitor_token_fetches")), "anonymous registry: no tokens");
+    // Every request the proxy saw is counted.
+    let counted: f64 =
+        m.iter().filter(|(k, _)| k.starts_with("builder_monitor_registry_requests_total")).map(|(_, v)| v).sum();
+    assert_eq!(counted as usize, proxy.seen().len());
+}
+
+async fn get_json(url: &str, token: Option<&str>) -> (u16, Value) {
+    let mut request = support::http().get(url);
+    if let Some(t) = token {
+        request = request.bearer_auth(t);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+// The binary `status --json` runs while the in-process server serves: two threads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_matches_status_json_and_probes_tell_readiness() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    pusher.push_image("demo/b", Some("latest"), &Image::new("amd64").salt("1"), Format::Oci).await;
+    let text = config(&registry.host, "public_read = false");
+    let s = serve(&text).await;
+
+    let (code, ready) = get_json(&format!("{}/readyz", s.base), None).await;
+    assert_eq!((code, &ready["first_check_cycle"]), (503, &json!(false)), "{ready}");
+    assert_eq!(support::http().get(format!("{}/healthz", s.base)).send().await.unwrap().status(), 200);
+
+    s.monitor.check_builder("b").await.unwrap().unwrap();
+    pusher.push_image("demo/b", Some("latest"), &Image::new("amd64").salt("2"), Format::Oci).await;
+    s.monitor.check_builder("b").await.unwrap().unwrap();
+    let (code, ready) = get_json(&format!("{}/readyz", s.base), None).await;
+    assert_eq!((code, &ready["ready"]), (200, &json!(true)), "{ready}");
+
+    assert_eq!(get_json(&format!("{}/api/v1/builders", s.base), None).await.0, 401, "public_read = false");
+    let (code, api) = get_json(&format!("{}/api/v1/builders", s.base), Some(TOKEN)).await;
+    assert_eq!(code, 200);
+    let out = run_with_env(
+        &["status", "--json", "--config", s.dir.path().join("config.toml").to_str().unwrap()],
+        &[("BM_TEST_API_TOKEN", TOKEN)],
+        s.dir.path(),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let status: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(api, status["builders"], "the API and status --json show the same state");
+
+    let (code, one) = get_json(&format!("{}/api/v1/builders/b", s.base), Some(TOKEN)).await;
+    assert_eq!((code, &one), (200, &status["builders"][0]));
+    assert_eq!(get_json(&format!("{}/api/v1/builders/nope", s.base), Some(TOKEN)).await.0, 404);
+    let (code, changes) = get_json(&format!("{}/api/v1/changes?builder=b&limit=5", s.base), Some(TOKEN)).await;
+    assert_eq!(code, 200);
+    assert_eq!(changes.as_array().unwrap().len(), 1);
+    assert_eq!(changes[0]["id"], status["builders"][0]["changes"][0]["id"]);
+    assert_eq!(changes[0]["change"]["kind"], "unknown");
+}
+
+#[tokio::test]
+async fn hooks_need_the_token_and_coalesce_into_a_normal_check() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    pusher.push_image("demo/b", Some("latest"), &Image::new("amd64"), Format::Oci).await;
+    let s = serve(&config(&registry.host, "")).await;
+    let run = CancellationToken::new();
+    tokio::spawn(s.monitor.clone().run(run.clone()));
+    let checks = |m: &Monitor| {
+        m.metrics()
+            .checks
+            .get_or_create(&builder_monitor::metrics::CheckLabels { builder: "b".into(), result: "ok".into() })
+            .get()
+    };
+    wait_until(|| checks(&s.monitor) == 1).await;
+
+    let hook = format!("{}/hooks/distribution", s.base);
+    let forged = json!({ "events": [{ "action": "push", "target": { "repository": "demo/b", "tag": "latest", "digest": "sha256:forged", "url": format!("http://{}/v2/demo/b/manifests/sha256:forged", registry.host) } }] });
+    let post = |url: String, token: Option<&'static str>| {
+        let body = forged.to_string();
+        async move {
+            let mut r = support::http()
+                .post(url)
+                .header("content-type", "application/vnd.docker.distribution.events.v1+json")
+                .body(body);
+            if let Some(t) = token {
+                r = r.bearer_auth(t);
+            }
+            r.send().await.unwrap()
+        }
+    };
+    assert_eq!(post(hook.clone(), None).await.status(), 401);
+    assert_eq!(post(hook.clone(), Some("wrong-token-wrong-token")).await.status(), 401);
+    assert_eq!(checks(&s.monitor), 1, "refused hooks cause no check");
+
+    let response = post(hook.clone(), Some(TOKEN)).await;
+    assert_eq!(response.status(), 202);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["checks"], json!(["b"]));
+    wait_until(|| checks(&s.monitor) == 2).await;
+    // The forged digest was not believed: the check found the tag unchanged.
+    assert!(s.ledger.changes(None, 10).await.unwrap().is_empty());
+    let pin = s.ledger.watch("b").await.unwrap().unwrap().pin.unwrap();
+    assert_ne!(pin.digest, "sha256:forged");
+
+    // ?token= works for registries that can only call a static URL.
+    let response = post(format!("{hook}?token={TOKEN}"), None).await;
+    assert_eq!(response.status(), 202);
+    wait_until(|| checks(&s.monitor) == 3).await;
+    // Other repositories, tags or registries schedule nothing.
+    let other = json!({ "events": [{ "action": "push", "target": { "repository": "demo/b", "tag": "other" } }] });
+    let response = support::http().post(&hook).bearer_auth(TOKEN).body(other.to_string()).send().await.unwrap();
+    assert_eq!(response.json::<Value>().await.unwrap()["checks"], json!([]));
+
+    // The check endpoint.
+    let url = format!("{}/api/v1/builders/b/check", s.base);
+    assert_eq!(support::http().post(&url).send().await.unwrap().status(), 401);
+    assert_eq!(support::http().post(&url).bearer_auth(TOKEN).send().await.unwrap().status(), 202);
+    wait_until(|| checks(&s.monitor) == 4).await;
+    let url = format!("{}/api/v1/builders/nope/check", s.base);
+    assert_eq!(support::http().post(&url).bearer_auth(TOKEN).send().await.unwrap().status(), 404);
+
+    // Bodies over 1 MiB and malformed payloads are refused.
+    let big = "x".repeat(2 << 20);
+    let response = support::http().post(&hook).bearer_auth(TOKEN).body(big).send().await.unwrap();
+    assert_eq!(response.status(), 413);
+    let response = support::http().post(&hook).bearer_auth(TOKEN).body("{not json").send().await.unwrap();
+    assert_eq!(response.status(), 400);
+    run.cancel();
+}
+
+#[tokio::test]
+async fn hooks_are_rate_limited_per_client() {
+    let registry = TestRegistry::start();
+    let s = serve(&config(&registry.host, "hooks_per_second = 1")).await;
+    let hook = format!("{}/hooks/dockerhub", s.base);
+    let body = json!({ "push_data": { "tag": "latest" }, "repository": { "repo_name": "demo/b" } }).to_string();
+    let mut codes = Vec::new();
+    for _ in 0..4 {
+        codes.push(
+            support::http().post(&hook).bearer_auth(TOKEN).body(body.clone()).send().await.unwrap().status().as_u16(),
+        );
+    }
+    assert_eq!(codes, [202, 202, 429, 429], "burst of 2 at 1 per second");
+}
+
+/// Polls an in-process condition (set by another task) until it holds.
+async fn wait_until(condition: impl Fn() -> bool) {
+    let deadline = Instant::now() + support::PATIENCE;
+    while !condition() {
+        assert!(Instant::now() < deadline, "condition never held");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+// The daemon's log is read by blocking calls while the registry notifies it: two threads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_push_notification_is_detected_within_two_seconds() {
+    let port = free_port();
+    let hook = format!("http://127.0.0.1:{port}/hooks/distribution");
+    let registry = TestRegistry::start_notifying(&hook, TOKEN);
+    let pusher = Pusher::new(&registry.host);
+    pusher.push_index("demo/b", "latest", &[Image::new("amd64"), Image::new("arm64")], Format::Oci).await;
+    let ws = Workspace::new();
+    let text = config(&registry.host, "api_token_env = \"BM_TEST_API_TOKEN\"")
+        .replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
+    let config = ws.config(&text);
+    let mut daemon = Daemon::start_with_env(&config, &[("BM_TEST_API_TOKEN", TOKEN)]);
+    daemon.wait_for_event("builder.pinned");
+
+    let started = Instant::now();
+    let images = [Image::new("amd64").salt("2"), Image::new("arm64").salt("2")];
+    let (pushed, _) = pusher.push_index("demo/b", "latest", &images, Format::Oci).await;
+    let changed = daemon.wait_for_event("builder.changed");
+    let elapsed = started.elapsed();
+    assert_eq!(changed["current"]["digest"], pushed.digest);
+    assert!(elapsed < Duration::from_secs(2), "detected after {elapsed:?} with a 1h interval");
+    let (status, _) = daemon.terminate();
+    assert!(status.success());
+}

@@ -105,6 +105,26 @@ pub struct CheckError {
     pub since: String,
 }
 
+/// The rebase or rebuild a `build.*` / `rebase.*` event is about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionInfo {
+    /// The action's idempotency key (also the name of runner objects).
+    pub key: String,
+    /// The `[[images]]` name.
+    pub image: String,
+    /// The app image tag.
+    pub reference: String,
+    pub kind: String,
+    /// The change it reacts to.
+    pub change: String,
+    pub attempt: u32,
+    pub max_attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tail: Option<String>,
+}
+
 /// What will happen to an app image built from the builder.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImageAction {
@@ -138,6 +158,8 @@ pub struct Event {
     pub images: Option<Vec<ImageAction>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<CheckError>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<ActionInfo>,
 }
 
 impl Event {
@@ -156,6 +178,7 @@ impl Event {
             rollback: None,
             images: None,
             error: None,
+            action: None,
         }
     }
 }

@@ -17,6 +17,7 @@ use builder_monitor::inspect;
 use builder_monitor::metrics::Metrics;
 use builder_monitor::monitor::Monitor;
 use builder_monitor::registry::{ImageRef, Registry, install_crypto_provider};
+use builder_monitor::runner::Runner;
 use builder_monitor::schedule::Clock;
 use builder_monitor::server::{self, ServerState};
 use builder_monitor::status;
@@ -76,6 +77,13 @@ enum Command {
         /// Registry settings (credentials, TLS) come from this config when given.
         #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
         config: Option<PathBuf>,
+    },
+    /// For the current pins and app images, print what each image would get and why.
+    Plan {
+        #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
+        config: PathBuf,
+        #[arg(long)]
+        json: bool,
     },
     /// Alert receivers.
     Alert {
@@ -183,9 +191,18 @@ async fn execute(command: Command) -> Result<u8, Failure> {
                 monitor.delivery_wake(),
                 metrics,
             )?);
+            let runner = Arc::new(Runner::new(
+                config.clone(),
+                ledger.clone(),
+                Clock::System,
+                monitor.action_wake(),
+                monitor.delivery_wake(),
+            ));
+            runner.recover().await?;
             tracing::info!(builders = config.builders.len(), alerts = config.alerts.len(), state = %monitor.ledger().path().display(), once, "builder-monitor starting");
             if once {
                 let checks_ok = monitor.run_once().await;
+                runner.run_due_once().await;
                 dispatcher.deliver_due_once().await;
                 return Ok(if checks_ok { 0 } else { 1 });
             }
@@ -203,7 +220,9 @@ async fn execute(command: Command) -> Result<u8, Failure> {
             };
             tokio::spawn(stop_on_signal(shutdown.clone()));
             let deliveries = tokio::spawn(dispatcher.run(shutdown.clone()));
+            let actions = tokio::spawn(runner.run(shutdown.clone()));
             monitor.run(shutdown).await;
+            let _ = actions.await;
             let _ = deliveries.await;
             if let Some(server) = server
                 && let Ok(Err(err)) = server.await
@@ -266,6 +285,25 @@ async fn execute(command: Command) -> Result<u8, Failure> {
                     ),
                 }),
             }
+        }
+        Command::Plan { config, json } => {
+            let config = Arc::new(load_config(&config)?);
+            let ledger = open_ledger(&config)?;
+            let metrics = Metrics::new();
+            let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
+            let monitor = Monitor::new(config.clone(), registry, ledger, Clock::System, metrics);
+            let assessments = monitor.assess().await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&assessments).context("encoding JSON")?);
+            } else if assessments.is_empty() {
+                println!("no [[images]] configured");
+            } else {
+                for a in &assessments {
+                    let action = a.action.map_or("nothing", |k| k.as_str());
+                    println!("{} (builder {}, policy {}): {action} — {}", a.image, a.builder, a.policy.as_str(), a.why);
+                }
+            }
+            Ok(0)
         }
         Command::Status { config, json, changes } => {
             let config = load_config(&config)?;

@@ -12,12 +12,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::builder::{self, Change, PinnedMetadata, RunImagePin};
 use crate::config::{BuilderSettings, Config, Platform};
-use crate::event::{self, CheckError, Event, EventType, Pin, Subject};
+use crate::config::{ImageSettings, Policy};
+use crate::event::{self, CheckError, Event, EventType, ImageAction, Pin, Subject};
 use crate::inspect::{self, Observation};
 use crate::metrics::{BuilderLabels, ChangeLabels, CheckLabels, Metrics};
+use crate::plan::{self, ActionTarget, AppState, Decision, Move, RunImageTarget};
 use crate::registry::{ImageRef, Registry, RegistryError};
 use crate::schedule::{self, Clock, Schedule, Settle, timestamp};
-use crate::store::{ChangeRecord, CheckRecord, Ledger, LedgerError, PinRecord, PinUpdate, WatchKind, WatchRecord};
+use crate::store::{
+    ChangeRecord, CheckRecord, Ledger, LedgerError, NewAction, PinRecord, PinUpdate, WatchKind, WatchRecord,
+};
 
 /// How long running checks may take to finish after a shutdown signal.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -113,6 +117,8 @@ pub struct Monitor {
     run_images: Mutex<RunImages>,
     /// Notified when a commit added deliveries to the outbox.
     delivery_wake: Arc<Notify>,
+    /// Notified when a commit added actions for the runner.
+    action_wake: Arc<Notify>,
     metrics: Arc<Metrics>,
     /// Builders not checked yet since start (readiness).
     unchecked: Mutex<BTreeSet<String>>,
@@ -146,6 +152,7 @@ impl Monitor {
             wake,
             run_images: Mutex::new(RunImages::default()),
             delivery_wake: Arc::new(Notify::new()),
+            action_wake: Arc::new(Notify::new()),
         }
     }
 
@@ -166,6 +173,11 @@ impl Monitor {
 
     fn beat(&self) {
         self.heartbeat.store(self.clock.now().timestamp(), Ordering::Relaxed);
+    }
+
+    /// Notified whenever new actions are recorded (the runner waits on it).
+    pub fn action_wake(&self) -> Arc<Notify> {
+        self.action_wake.clone()
     }
 
     /// Notified whenever new alert deliveries are recorded (the dispatcher waits on it).
@@ -434,6 +446,7 @@ impl Monitor {
             change: None,
             events: Vec::new(),
             deliveries: Vec::new(),
+            actions: Vec::new(),
             history: self.config.monitor.history,
         };
         let failures = record.as_ref().map_or(0, |r| r.consecutive_failures);
@@ -483,6 +496,7 @@ impl Monitor {
         }
         let events = commit.events.clone();
         let has_deliveries = !commit.deliveries.is_empty();
+        let has_actions = !commit.actions.is_empty();
         let new_metadata = commit.pin.as_ref().and_then(|p| p.metadata.clone());
         let pinned = commit.pin.as_ref().map(|p| p.digest.clone()).or_else(|| {
             let failed = matches!(outcome, CheckOutcome::Failed(_));
@@ -493,6 +507,9 @@ impl Monitor {
         self.record_metrics(watch, &outcome, started.elapsed(), pinned.as_deref(), change_kind);
         if has_deliveries {
             self.delivery_wake.notify_one();
+        }
+        if has_actions {
+            self.action_wake.notify_one();
         }
         // Logged once recorded: a log line never announces an event the ledger could still lose.
         for event in &events {
@@ -666,12 +683,22 @@ impl Monitor {
             }
         };
         tracing::info!(watch = %watch.name, change = %change.summary(), "moved");
+        let (decisions, actions) = self.plan_actions(watch, &id, &change, &current, metadata.as_ref()).await?;
+        for d in &decisions {
+            tracing::info!(watch = %watch.name, image = %d.image, action = d.action.map_or("none", |a| a.as_str()), why = %d.why, "planned");
+        }
         let mut e = self.new_event(watch, id.clone(), event_type, &commit.time);
         e.previous = Some(pin_of(previous));
         e.current = Some(current.clone());
         e.change = Some(change.clone());
         e.rollback = Some(rollback);
-        e.images = Some(Vec::new());
+        e.images = Some(
+            decisions
+                .iter()
+                .filter_map(|d| d.action.map(|a| ImageAction { name: d.image.clone(), action: a.as_str().into() }))
+                .collect(),
+        );
+        commit.actions = actions;
         commit.events.push(e);
         commit.change = Some(ChangeRecord {
             id: id.clone(),
@@ -692,6 +719,169 @@ impl Monitor {
             change: Box::new(change),
         })
     }
+}
+
+impl Monitor {
+    /// Plans the reaction of every app image the move concerns; reads the app images it needs.
+    async fn plan_actions(
+        &self,
+        watch: &Watch,
+        change_id: &str,
+        change: &Change,
+        current: &Pin,
+        metadata: Option<&PinnedMetadata>,
+    ) -> Result<(Vec<Decision>, Vec<NewAction>), LedgerError> {
+        let builders: Vec<String> = match watch.kind {
+            WatchKind::Builder => vec![watch.name.clone()],
+            WatchKind::RunImage => self.subjects(watch).into_iter().map(|s| s.name).collect(),
+        };
+        let images: Vec<ImageSettings> =
+            self.config.images.iter().filter(|i| builders.contains(&i.builder)).cloned().collect();
+        if images.is_empty() || change.kind == builder::ChangeKind::None {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        // The run image to rebase onto: the moved run image itself, or the one the builder moved to.
+        let run_reference = match watch.kind {
+            WatchKind::RunImage => Some(current.reference.clone()),
+            WatchKind::Builder => change
+                .run_image
+                .as_ref()
+                .and_then(|r| r.to.clone())
+                .filter(|r| r.contains('@'))
+                .or_else(|| metadata.and_then(|m| m.run_image.as_ref()).and_then(|r| r.reference.clone())),
+        };
+        let run_target = match (&run_reference, watch.kind) {
+            (Some(reference), WatchKind::RunImage) => Some(RunImageTarget {
+                reference: reference.clone(),
+                digests: std::iter::once(current.digest.clone()).chain(current.platforms.values().cloned()).collect(),
+            }),
+            (Some(reference), WatchKind::Builder) => Some(self.run_image_target(reference).await),
+            (None, _) => None,
+        };
+        let mut apps = BTreeMap::new();
+        for image in images.iter().filter(|i| i.policy == Policy::Auto) {
+            apps.insert(image.name.clone(), self.app_state(&image.image).await);
+        }
+        let decisions =
+            plan::plan(&Move { change, builders: &builders, run_image: run_target.as_ref() }, &images, &apps);
+        let mut actions = Vec::new();
+        for d in &decisions {
+            let (Some(kind), Some(image)) = (d.action, images.iter().find(|i| i.name == d.image)) else { continue };
+            let builder_ref = match watch.kind {
+                WatchKind::Builder => Some(current.reference.clone()),
+                WatchKind::RunImage => {
+                    self.ledger.watch(&image.builder).await?.and_then(|r| r.pin).map(|p| p.reference)
+                }
+            };
+            let Some(builder_ref) = builder_ref else {
+                tracing::warn!(image = %image.name, builder = %image.builder, "builder not pinned yet; no action");
+                continue;
+            };
+            let target = ActionTarget {
+                image: image.image.to_string(),
+                builder_name: image.builder.clone(),
+                builder: builder_ref,
+                run_image: run_target.as_ref().map(|t| t.reference.clone()),
+                source: image.source.clone(),
+                env: image.env.clone(),
+                why: d.why.clone(),
+            };
+            actions.push(NewAction {
+                key: action_key(change_id, &image.name),
+                change_id: change_id.to_string(),
+                image: image.name.clone(),
+                kind,
+                target: serde_json::to_value(&target).unwrap_or_default(),
+            });
+        }
+        Ok((decisions, actions))
+    }
+
+    /// Every digest that counts as "on" this run image reference: its own, and its platforms'.
+    async fn run_image_target(&self, reference: &str) -> RunImageTarget {
+        let mut digests = BTreeSet::new();
+        let Ok(image) = ImageRef::parse(reference) else {
+            return RunImageTarget { reference: reference.to_string(), digests };
+        };
+        if let Some(digest) = image.digest() {
+            digests.insert(digest.to_string());
+            match inspect::observe(&self.registry, &image, digest).await {
+                Ok(observation) => digests.extend(observation.platforms.into_values()),
+                Err(err) => {
+                    tracing::warn!(run_image = %reference, error = %err, "cannot list the run image's platforms")
+                }
+            }
+        }
+        RunImageTarget { reference: reference.to_string(), digests }
+    }
+
+    /// What the app image's registry says about it now.
+    pub async fn app_state(&self, image: &ImageRef) -> AppState {
+        match inspect::app_metadata(&self.registry, image).await {
+            Ok(None) => AppState::Missing,
+            Ok(Some(app)) => match app.metadata {
+                Ok(Some(m)) => AppState::Built {
+                    run_image_digest: m.run_image_digest().map(str::to_string),
+                    buildpacks: m.buildpacks,
+                    launcher_version: m.launcher_version,
+                },
+                Ok(None) | Err(_) => AppState::NotCnb,
+            },
+            Err(err) => AppState::Unreachable(err.to_string()),
+        }
+    }
+}
+
+/// One app image measured against its builder's current pin (`plan`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Assessment {
+    pub image: String,
+    pub builder: String,
+    pub policy: Policy,
+    pub action: Option<plan::ActionKind>,
+    pub why: String,
+}
+
+impl Monitor {
+    /// For the current pins and app images: what each image would get, and why.
+    pub async fn assess(&self) -> Result<Vec<Assessment>, LedgerError> {
+        let mut out = Vec::new();
+        for image in &self.config.images {
+            let record = self.ledger.watch(&image.builder).await?;
+            let metadata = record.as_ref().and_then(pinned_metadata);
+            let builder = metadata.as_ref().and_then(|m| m.preferred()).cloned();
+            // The newest run image: the run image watch's pin, else the one recorded with the builder.
+            let run_name = builder.as_ref().and_then(|b| b.run_image()).and_then(|n| ImageRef::parse(n).ok());
+            let mut run_reference = None;
+            if let Some(run) = &run_name
+                && let Some(r) = self.ledger.watch(&run_watch_name(run)).await?
+                && let Some(pin) = r.pin
+            {
+                run_reference = Some(pin.reference);
+            }
+            let run_reference = run_reference
+                .or_else(|| metadata.as_ref().and_then(|m| m.run_image.as_ref()).and_then(|r| r.reference.clone()));
+            let run_target = match &run_reference {
+                Some(reference) => Some(self.run_image_target(reference).await),
+                None => None,
+            };
+            let app = self.app_state(&image.image).await;
+            let decision = plan::assess(image, &app, builder.as_ref(), run_target.as_ref());
+            out.push(Assessment {
+                image: image.name.clone(),
+                builder: image.builder.clone(),
+                policy: image.policy,
+                action: decision.action,
+                why: decision.why,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// An action's idempotency key: stable for (change, image), DNS-safe, short enough to name objects.
+pub fn action_key(change_id: &str, image: &str) -> String {
+    format!("bm-{}", event::stable_id(&[change_id, image]))
 }
 
 /// What the registry side of a check found.

@@ -10,7 +10,7 @@ use crate::builder::{ChangeKind, Reason};
 use crate::config::Config;
 use crate::monitor::{pinned_metadata, run_watch_name};
 use crate::registry::ImageRef;
-use crate::store::{DeadLetter, Ledger, LedgerError, OpenAction, PendingDelivery, WatchRecord};
+use crate::store::{ActionRecord, DeadLetter, Ledger, LedgerError, OpenAction, PendingDelivery, WatchRecord};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
@@ -18,6 +18,8 @@ pub struct Status {
     /// Run images named by the builders, watched on their own.
     pub run_images: Vec<BuilderStatus>,
     pub pending: Vec<OpenAction>,
+    /// The most recent rebases and rebuilds, any state (running, failed, succeeded, superseded).
+    pub actions: Vec<ActionRecord>,
     /// Alert deliveries not made yet (retrying or not yet attempted).
     pub deliveries: Vec<PendingDelivery>,
     pub dead_letters: Vec<DeadLetter>,
@@ -112,6 +114,7 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
         builders,
         run_images: runs,
         pending: ledger.open_actions().await?,
+        actions: ledger.actions(50).await?,
         deliveries: ledger.pending_deliveries().await?,
         dead_letters: ledger.dead_letters().await?,
     })
@@ -200,6 +203,23 @@ pub fn render_text(status: &Status) -> String {
                 out,
                 "  {} {} for change {} ({}, {} attempts, next {})",
                 a.action, a.image, a.change, a.state, a.attempts, a.next_attempt
+            );
+        }
+    }
+    let finished: Vec<&ActionRecord> =
+        status.actions.iter().filter(|a| a.state != "pending" && a.state != "running").collect();
+    if !finished.is_empty() {
+        let _ = writeln!(out, "recent actions:");
+        for a in finished.iter().take(10) {
+            let _ = writeln!(
+                out,
+                "  {} {} {} after {} attempts ({}){}",
+                a.updated,
+                a.action,
+                a.image,
+                a.attempts,
+                a.state,
+                a.detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default()
             );
         }
     }

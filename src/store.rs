@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::builder::{Change, ChangeKind};
 use crate::event::Event;
+use crate::plan::ActionKind;
 
 /// Schema migrations, applied in order; `PRAGMA user_version` records how many ran.
 const MIGRATIONS: &[&str] = &[
@@ -96,6 +97,11 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (change_id, image)
     );
     CREATE INDEX actions_due ON actions (state, next_attempt);
+    "#,
+    // 2: what the last attempt of an action said (exit status, timeout, refusal).
+    r#"
+    ALTER TABLE actions ADD COLUMN detail TEXT;
+    CREATE INDEX actions_by_image ON actions (image, state);
     "#,
 ];
 
@@ -202,8 +208,62 @@ pub struct CheckRecord {
     pub events: Vec<Event>,
     /// (event id, alert name): the outbox rows of the events above.
     pub deliveries: Vec<(String, String)>,
+    /// Rebases and rebuilds planned for the change above.
+    pub actions: Vec<NewAction>,
     /// Changes (and pinned digests) kept for this watch.
     pub history: usize,
+}
+
+/// An action planned with a change.
+#[derive(Debug, Clone)]
+pub struct NewAction {
+    /// Idempotency key, derived from the change id and the image name; names runner objects.
+    pub key: String,
+    pub change_id: String,
+    /// The `[[images]]` name.
+    pub image: String,
+    pub kind: ActionKind,
+    /// What to build: references, source, environment (the runner's input).
+    pub target: serde_json::Value,
+}
+
+/// An action a runner took on (now `running`).
+#[derive(Debug, Clone)]
+pub struct ClaimedAction {
+    pub key: String,
+    pub change_id: String,
+    pub image: String,
+    pub kind: ActionKind,
+    /// 1 for the first try.
+    pub attempt: u32,
+    pub target: serde_json::Value,
+}
+
+/// Where an attempt leaves an action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ActionOutcome {
+    Succeeded,
+    /// Failed; tried again at this time (RFC 3339 with milliseconds).
+    Retry {
+        next_attempt: String,
+    },
+    /// Failed for good.
+    Failed,
+}
+
+/// An action as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ActionRecord {
+    pub key: String,
+    pub change: String,
+    pub image: String,
+    pub action: String,
+    pub state: String,
+    pub attempts: u32,
+    pub next_attempt: String,
+    pub detail: Option<String>,
+    pub output_tail: Option<String>,
+    pub updated: String,
 }
 
 /// An action still to run or running (`status`'s `pending`).
@@ -396,6 +456,150 @@ impl Ledger {
                 });
             }
             Ok(out)
+        })
+        .await
+    }
+
+    /// Takes due pending actions: each becomes `running` with one more attempt, atomically.
+    pub async fn claim_actions(&self, now: String, limit: usize) -> Result<Vec<ClaimedAction>, LedgerError> {
+        self.with(move |conn| {
+            let tx = conn.transaction()?;
+            let mut claimed = Vec::new();
+            {
+                let mut stmt = tx.prepare(
+                    "SELECT key, change_id, image, kind, attempts, target FROM actions
+                     WHERE state = 'pending' AND next_attempt <= ?1 ORDER BY next_attempt, created LIMIT ?2",
+                )?;
+                let rows = stmt.query_map(params![now, limit as i64], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, String>(3)?,
+                        r.get::<_, u32>(4)?,
+                        r.get::<_, String>(5)?,
+                    ))
+                })?;
+                for row in rows {
+                    let (key, change_id, image, kind, attempts, target) = row?;
+                    let target = serde_json::from_str(&target)
+                        .map_err(|e| LedgerError::Corrupt { what: "action target", detail: format!("{key}: {e}") })?;
+                    let kind = ActionKind::parse(&kind).ok_or_else(|| LedgerError::Corrupt {
+                        what: "action kind",
+                        detail: format!("{key}: {kind}"),
+                    })?;
+                    claimed.push(ClaimedAction { key, change_id, image, kind, attempt: attempts + 1, target });
+                }
+            }
+            for a in &claimed {
+                tx.execute(
+                    "UPDATE actions SET state = 'running', attempts = attempts + 1, updated = ?2 WHERE key = ?1",
+                    params![a.key, now],
+                )?;
+            }
+            tx.commit()?;
+            Ok(claimed)
+        })
+        .await
+    }
+
+    /// Records an attempt's end and its events (with their outbox rows) in one transaction.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn finish_action(
+        &self,
+        key: &str,
+        outcome: ActionOutcome,
+        detail: String,
+        output_tail: String,
+        watch: &str,
+        events: Vec<Event>,
+        deliveries: Vec<(String, String)>,
+        history: usize,
+    ) -> Result<(), LedgerError> {
+        let (key, watch) = (key.to_string(), watch.to_string());
+        self.with(move |conn| {
+            let now = crate::schedule::timestamp_millis(chrono::Utc::now());
+            let (state, next) = match &outcome {
+                ActionOutcome::Succeeded => ("succeeded", None),
+                ActionOutcome::Retry { next_attempt } => ("pending", Some(next_attempt.clone())),
+                ActionOutcome::Failed => ("failed", None),
+            };
+            let tx = conn.transaction()?;
+            tx.execute(
+                "UPDATE actions SET state = ?2, next_attempt = COALESCE(?3, next_attempt), detail = ?4, output_tail = ?5,
+                     updated = ?6 WHERE key = ?1 AND state = 'running'",
+                params![key, state, next, detail, output_tail, now],
+            )?;
+            let time = crate::schedule::timestamp(chrono::Utc::now());
+            insert_events(&tx, &watch, &time, &events, None, &deliveries, history)?;
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// When the next pending action is due.
+    pub async fn next_action_at(&self) -> Result<Option<String>, LedgerError> {
+        self.with(|conn| {
+            Ok(conn.query_row("SELECT MIN(next_attempt) FROM actions WHERE state = 'pending'", [], |r| r.get(0))?)
+        })
+        .await
+    }
+
+    /// Records events (and their outbox rows) outside a check, e.g. `build.started`.
+    pub async fn record_events(
+        &self,
+        watch: &str,
+        events: Vec<Event>,
+        deliveries: Vec<(String, String)>,
+        history: usize,
+    ) -> Result<(), LedgerError> {
+        let watch = watch.to_string();
+        self.with(move |conn| {
+            let tx = conn.transaction()?;
+            let time = crate::schedule::timestamp(chrono::Utc::now());
+            insert_events(&tx, &watch, &time, &events, None, &deliveries, history)?;
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Actions left `running` by a process that died: back to `pending` (the attempt is counted).
+    pub async fn requeue_running(&self) -> Result<Vec<String>, LedgerError> {
+        self.with(|conn| {
+            let keys: Vec<String> = conn
+                .prepare("SELECT key FROM actions WHERE state = 'running'")?
+                .query_map([], |r| r.get(0))?
+                .collect::<Result<_, _>>()?;
+            conn.execute("UPDATE actions SET state = 'pending' WHERE state = 'running'", [])?;
+            Ok(keys)
+        })
+        .await
+    }
+
+    /// The most recently updated actions, any state.
+    pub async fn actions(&self, limit: usize) -> Result<Vec<ActionRecord>, LedgerError> {
+        self.with(move |conn| {
+            let mut stmt = conn.prepare(
+                "SELECT key, change_id, image, kind, state, attempts, next_attempt, detail, output_tail, updated
+                 FROM actions ORDER BY updated DESC, key LIMIT ?1",
+            )?;
+            let rows = stmt.query_map(params![limit as i64], |r| {
+                Ok(ActionRecord {
+                    key: r.get(0)?,
+                    change: r.get(1)?,
+                    image: r.get(2)?,
+                    action: r.get(3)?,
+                    state: r.get(4)?,
+                    attempts: r.get(5)?,
+                    next_attempt: r.get(6)?,
+                    detail: r.get(7)?,
+                    output_tail: r.get(8)?,
+                    updated: r.get(9)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<_, _>>()?)
         })
         .await
     }
@@ -728,6 +932,21 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
             params![r.watch, c.seq as i64 - r.history as i64],
         )?;
     }
+    let now = crate::schedule::parse_timestamp(&r.time).unwrap_or_else(chrono::Utc::now);
+    let now = crate::schedule::timestamp_millis(now);
+    for a in &r.actions {
+        // Only the newest target is built: older actions for the image that have not started yield.
+        tx.execute(
+            "UPDATE actions SET state = 'superseded', detail = ?3, updated = ?4
+             WHERE image = ?1 AND state = 'pending' AND change_id != ?2",
+            params![a.image, a.change_id, format!("superseded by change {}", a.change_id), now],
+        )?;
+        tx.execute(
+            "INSERT INTO actions (change_id, image, key, kind, state, attempts, next_attempt, target, created, updated)
+             VALUES (?1, ?2, ?3, ?4, 'pending', 0, ?5, ?6, ?5, ?5) ON CONFLICT (change_id, image) DO NOTHING",
+            params![a.change_id, a.image, a.key, a.kind.as_str(), now, a.target.to_string()],
+        )?;
+    }
     let change_id = r.change.as_ref().map(|c| c.id.as_str());
     insert_events(tx, &r.watch, &r.time, &r.events, change_id, &r.deliveries, r.history)
 }
@@ -800,6 +1019,7 @@ mod tests {
             change: None,
             events: vec![],
             deliveries: vec![],
+            actions: vec![],
             history: 2,
         }
     }

@@ -16,7 +16,11 @@ use crate::registry::{DockerConfig, ImageRef};
 
 mod alerts;
 use crate::schedule::Schedule;
+mod images;
 pub use alerts::{AlertKind, AlertSettings, AlertUrl, DEFAULT_EVENTS, redact_url};
+pub use images::{
+    ExecSettings, ImageSettings, PLACEHOLDERS, Policy, RunnerKind, RunnerSettings, Scheduling, Source, Toleration,
+};
 
 /// Default check interval when neither `[monitor]` nor the builder sets one.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(600);
@@ -57,6 +61,8 @@ pub struct Config {
     pub registries: BTreeMap<String, RegistrySettings>,
     pub builders: Vec<BuilderSettings>,
     pub alerts: Vec<AlertSettings>,
+    pub images: Vec<ImageSettings>,
+    pub runner: RunnerSettings,
     /// `None` when the config has no `[server]` table: no HTTP server.
     pub server: Option<ServerSettings>,
 }
@@ -408,7 +414,7 @@ struct Validator<'a> {
     diagnostics: Vec<Diagnostic>,
 }
 
-const SECTIONS: &[&str] = &["monitor", "server", "registries", "builders", "alerts"];
+const SECTIONS: &[&str] = &["monitor", "server", "registries", "builders", "alerts", "images", "runner"];
 
 impl<'a> Validator<'a> {
     fn error(&mut self, span: Range<usize>, message: impl Into<String>) {
@@ -446,6 +452,8 @@ impl<'a> Validator<'a> {
         let mut raw_builders = None;
         let mut raw_alerts = None;
         let mut raw_server = None;
+        let mut raw_images = None;
+        let mut raw_runner = None;
         for (key, value) in root {
             match key.get_ref().as_ref() {
                 "monitor" => raw_monitor = Some(value),
@@ -453,6 +461,8 @@ impl<'a> Validator<'a> {
                 "builders" => raw_builders = Some(value),
                 "alerts" => raw_alerts = Some(value),
                 "server" => raw_server = Some(value),
+                "images" => raw_images = Some(value),
+                "runner" => raw_runner = Some(value),
                 other => {
                     let message = format!(
                         "unknown key `{other}`, expected one of {}",
@@ -473,6 +483,11 @@ impl<'a> Validator<'a> {
         let defaults = monitor.as_ref();
         let builders = self.builders(raw_builders, defaults);
         let alerts = self.alerts(raw_alerts);
+        let images = self.images(raw_images, builders.as_deref());
+        let runner = match raw_runner {
+            Some(value) => self.entry::<images::RawRunner>(value).and_then(|raw| self.runner(raw)),
+            None => Some(RunnerSettings::default()),
+        };
         let server = match raw_server {
             Some(value) => self.entry::<RawServer>(value).and_then(|raw| self.server(raw)).map(Some),
             None => Some(None),
@@ -484,6 +499,8 @@ impl<'a> Validator<'a> {
             registries: registries?,
             builders: builders?,
             alerts: alerts?,
+            images: images?,
+            runner: runner?,
             server: server?,
         })
     }

@@ -1,0 +1,389 @@
+//! `[[images]]` (app images built from watched builders, and how each reacts to a move) and
+//! `[runner]` (how rebuilds and rebases run: not at all, local commands, or on Kubernetes).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
+use toml::de::DeValue;
+
+use super::{BuilderSettings, Validator};
+use crate::registry::ImageRef;
+
+/// How an app image reacts when its builder (or the builder's run image) moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// Rebase when the move allows it and the app is not on the new run image yet, else rebuild.
+    Auto,
+    /// Always rebuild.
+    Rebuild,
+    /// Always rebase.
+    Rebase,
+    /// Alerts only, no action.
+    Notify,
+}
+
+impl Policy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Policy::Auto => "auto",
+            Policy::Rebuild => "rebuild",
+            Policy::Rebase => "rebase",
+            Policy::Notify => "notify",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Source {
+    pub git: String,
+    #[serde(default = "default_revision")]
+    pub revision: String,
+    #[serde(default)]
+    pub sub_path: Option<String>,
+}
+
+fn default_revision() -> String {
+    "main".to_string()
+}
+
+/// A Kubernetes toleration, in the Pod spec's own field names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Toleration {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toleration_seconds: Option<i64>,
+}
+
+/// Where the Kubernetes runners place a build pod. Maps merge key by key with `[runner.kubernetes]`;
+/// lists and affinity replace.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scheduling {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<Toleration>>,
+    /// A Pod spec `affinity` object, as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_class_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler_name: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImageSettings {
+    pub name: String,
+    /// The `[[builders]]` name it is built with.
+    pub builder: String,
+    /// The app image tag.
+    pub image: ImageRef,
+    pub source: Option<Source>,
+    /// Build-time environment.
+    pub env: BTreeMap<String, String>,
+    pub policy: Policy,
+    pub scheduling: Scheduling,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunnerKind {
+    /// Plan and record actions, never run them (a dry run).
+    None,
+    /// Local commands.
+    Exec,
+}
+
+impl RunnerKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunnerKind::None => "none",
+            RunnerKind::Exec => "exec",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunnerSettings {
+    pub kind: RunnerKind,
+    pub max_concurrent: usize,
+    /// Tries per action; a failed try is retried after `backoff`, doubling.
+    pub max_attempts: u32,
+    pub backoff: Duration,
+    pub exec: Option<ExecSettings>,
+}
+
+impl Default for RunnerSettings {
+    fn default() -> Self {
+        RunnerSettings {
+            kind: RunnerKind::None,
+            max_concurrent: 2,
+            max_attempts: 3,
+            backoff: Duration::from_secs(30),
+            exec: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecSettings {
+    /// argv templates, run without a shell.
+    pub rebuild: Vec<String>,
+    pub rebase: Vec<String>,
+    pub timeout: Duration,
+    pub working_dir: PathBuf,
+    pub env: BTreeMap<String, String>,
+}
+
+/// Placeholders the exec templates may use.
+pub const PLACEHOLDERS: &[&str] =
+    &["image", "builder", "run_image", "source", "revision", "sub_path", "change_id", "action", "name"];
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawImage {
+    name: Spanned<String>,
+    builder: Spanned<String>,
+    image: Spanned<String>,
+    source: Option<Spanned<Source>>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    policy: Option<Spanned<String>>,
+    scheduling: Option<Spanned<Scheduling>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRunner {
+    #[serde(rename = "type")]
+    kind: Option<Spanned<String>>,
+    max_concurrent: Option<Spanned<i64>>,
+    max_attempts: Option<Spanned<i64>>,
+    backoff: Option<Spanned<String>>,
+    exec: Option<Spanned<RawExec>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExec {
+    rebuild: Option<Spanned<Vec<String>>>,
+    rebase: Option<Spanned<Vec<String>>>,
+    timeout: Option<Spanned<String>>,
+    working_dir: Option<Spanned<String>>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+}
+
+/// The `{name}` placeholders of a template argument that are not known.
+fn unknown_placeholders(arg: &str) -> Vec<String> {
+    let mut unknown = Vec::new();
+    let mut rest = arg;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        match after.find('}') {
+            Some(close) => {
+                let name = &after[..close];
+                if !PLACEHOLDERS.contains(&name) {
+                    unknown.push(name.to_string());
+                }
+                rest = &after[close + 1..];
+            }
+            None => {
+                unknown.push(after.to_string());
+                break;
+            }
+        }
+    }
+    unknown
+}
+
+impl<'a> Validator<'a> {
+    pub(super) fn images(
+        &mut self,
+        value: Option<Spanned<DeValue<'a>>>,
+        builders: Option<&[BuilderSettings]>,
+    ) -> Option<Vec<ImageSettings>> {
+        let (raws, mut ok): (Vec<RawImage>, bool) = self.tables(value, "images");
+        ok &= self.unique_names(raws.iter().map(|r| &r.name), "image");
+        let mut out = Vec::new();
+        for raw in raws {
+            match self.image(raw, builders) {
+                Some(i) => out.push(i),
+                None => ok = false,
+            }
+        }
+        ok.then_some(out)
+    }
+
+    fn image(&mut self, raw: RawImage, builders: Option<&[BuilderSettings]>) -> Option<ImageSettings> {
+        let errors_before = self.diagnostics.len();
+        if let Some(builders) = builders
+            && !builders.iter().any(|b| &b.name == raw.builder.get_ref())
+        {
+            let known: Vec<&str> = builders.iter().map(|b| b.name.as_str()).collect();
+            self.error(
+                raw.builder.span(),
+                format!("unknown builder \"{}\" (configured: {})", raw.builder.get_ref(), known.join(", ")),
+            );
+        }
+        let image = match ImageRef::parse(raw.image.get_ref()) {
+            Ok(image) if image.digest().is_some() => {
+                self.error(raw.image.span(), "an app image is a tag the runner pushes to, not a digest");
+                None
+            }
+            Ok(image) => Some(image),
+            Err(err) => {
+                self.error(raw.image.span(), format!("invalid image reference \"{}\": {err}", raw.image.get_ref()));
+                None
+            }
+        };
+        let policy = match raw.policy.as_ref().map(|p| (p.get_ref().as_str(), p.span())) {
+            None | Some(("auto", _)) => Some(Policy::Auto),
+            Some(("rebuild", _)) => Some(Policy::Rebuild),
+            Some(("rebase", _)) => Some(Policy::Rebase),
+            Some(("notify", _)) => Some(Policy::Notify),
+            Some((other, span)) => {
+                self.error(span, format!("unknown policy \"{other}\", expected auto, rebuild, rebase or notify"));
+                None
+            }
+        };
+        if let Some(source) = &raw.source
+            && source.get_ref().git.trim().is_empty()
+        {
+            self.error(source.span(), "source.git must name a repository");
+        }
+        if let Some(s) = &raw.scheduling
+            && s.get_ref().affinity.as_ref().is_some_and(|a| !a.is_object())
+        {
+            self.error(s.span(), "scheduling.affinity must be a table (a Pod spec affinity object)");
+        }
+        if self.diagnostics.len() != errors_before {
+            return None;
+        }
+        Some(ImageSettings {
+            name: raw.name.into_inner(),
+            builder: raw.builder.into_inner(),
+            image: image?,
+            source: raw.source.map(Spanned::into_inner),
+            env: raw.env,
+            policy: policy?,
+            scheduling: raw.scheduling.map(Spanned::into_inner).unwrap_or_default(),
+        })
+    }
+
+    pub(super) fn runner(&mut self, raw: RawRunner) -> Option<RunnerSettings> {
+        let errors_before = self.diagnostics.len();
+        let mut s = RunnerSettings::default();
+        match raw.kind.as_ref().map(|k| (k.get_ref().as_str(), k.span())) {
+            None | Some(("none", _)) => {}
+            Some(("exec", _)) => s.kind = RunnerKind::Exec,
+            Some((k @ ("kubernetes" | "kpack"), span)) => self
+                .error(span, format!("runner type \"{k}\" is not available in this version; use \"exec\" or \"none\"")),
+            Some((other, span)) => {
+                self.error(span, format!("unknown runner type \"{other}\", expected none, exec, kubernetes or kpack"))
+            }
+        }
+        if let Some(m) = &raw.max_concurrent {
+            match usize::try_from(*m.get_ref()) {
+                Ok(n) if (1..=256).contains(&n) => s.max_concurrent = n,
+                _ => self.error(m.span(), "max_concurrent must be between 1 and 256"),
+            }
+        }
+        if let Some(m) = &raw.max_attempts {
+            match u32::try_from(*m.get_ref()) {
+                Ok(n) if (1..=100).contains(&n) => s.max_attempts = n,
+                _ => self.error(m.span(), "max_attempts must be between 1 and 100"),
+            }
+        }
+        if let Some(b) = &raw.backoff
+            && let Some(d) = self.positive_duration(b, "backoff")
+        {
+            s.backoff = d;
+        }
+        if let Some(exec) = raw.exec {
+            let span = exec.span();
+            s.exec = self.exec(exec.into_inner(), span);
+        }
+        if s.kind == RunnerKind::Exec && s.exec.is_none() && self.diagnostics.len() == errors_before {
+            let span = raw.kind.as_ref().map(|k| k.span()).unwrap_or(0..0);
+            self.error(span, "runner type \"exec\" needs a [runner.exec] table with rebuild and rebase commands");
+        }
+        (self.diagnostics.len() == errors_before).then_some(s)
+    }
+
+    fn exec(&mut self, raw: RawExec, span: std::ops::Range<usize>) -> Option<ExecSettings> {
+        let errors_before = self.diagnostics.len();
+        let argv = |v: &mut Self, template: &Option<Spanned<Vec<String>>>, what: &str| -> Vec<String> {
+            match template {
+                None => {
+                    v.error(span.clone(), format!("[runner.exec] needs `{what}` (an argv array)"));
+                    Vec::new()
+                }
+                Some(t) if t.get_ref().is_empty() || t.get_ref()[0].trim().is_empty() => {
+                    v.error(t.span(), format!("`{what}` must name a program"));
+                    Vec::new()
+                }
+                Some(t) => {
+                    for arg in t.get_ref() {
+                        for name in unknown_placeholders(arg) {
+                            v.error(
+                                t.span(),
+                                format!(
+                                    "unknown placeholder {{{name}}} in `{what}` (known: {})",
+                                    PLACEHOLDERS.join(", ")
+                                ),
+                            );
+                        }
+                    }
+                    t.get_ref().clone()
+                }
+            }
+        };
+        let rebuild = argv(self, &raw.rebuild, "rebuild");
+        let rebase = argv(self, &raw.rebase, "rebase");
+        let timeout = match &raw.timeout {
+            Some(t) => self.positive_duration(t, "timeout").unwrap_or_default(),
+            None => Duration::from_secs(3600),
+        };
+        let working_dir = match &raw.working_dir {
+            Some(w) => self.path(w.get_ref()),
+            None => self.base.clone(),
+        };
+        (self.diagnostics.len() == errors_before).then_some(ExecSettings {
+            rebuild,
+            rebase,
+            timeout,
+            working_dir,
+            env: raw.env,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders() {
+        assert!(unknown_placeholders("{image}").is_empty());
+        assert!(unknown_placeholders("--builder={builder}:{revision}").is_empty());
+        assert_eq!(unknown_placeholders("{imge}"), ["imge"]);
+        assert_eq!(unknown_placeholders("{oops"), ["oops"]);
+        assert!(unknown_placeholders("plain").is_empty());
+    }
+}

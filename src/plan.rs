@@ -1,0 +1,435 @@
+//! Planning: what each app image gets when its builder or run image moves (rebase, rebuild or
+//! nothing), and how far each app image is from its builder's current pin. Pure: no I/O.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::builder::{BuilderMetadata, Buildpack, Change, ChangeKind};
+use crate::config::{ImageSettings, Policy};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActionKind {
+    Rebase,
+    Rebuild,
+}
+
+impl ActionKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionKind::Rebase => "rebase",
+            ActionKind::Rebuild => "rebuild",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "rebase" => Some(ActionKind::Rebase),
+            "rebuild" => Some(ActionKind::Rebuild),
+            _ => None,
+        }
+    }
+}
+
+/// What is known about an app image in its registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppState {
+    /// The tag does not exist yet.
+    Missing,
+    /// It exists but carries no (readable) CNB lifecycle metadata: it cannot be rebased.
+    NotCnb,
+    /// It could not be read (registry trouble): assume it is not on the target yet.
+    Unreachable(String),
+    /// Built by a CNB lifecycle.
+    Built { run_image_digest: Option<String>, buildpacks: Vec<Buildpack>, launcher_version: Option<String> },
+}
+
+/// The run image to rebase onto, and every digest that means "already on it" (the index and the
+/// platform manifests: an app records the manifest it was built or rebased on).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RunImageTarget {
+    pub reference: String,
+    pub digests: BTreeSet<String>,
+}
+
+/// The move being reacted to.
+#[derive(Debug, Clone)]
+pub struct Move<'a> {
+    pub change: &'a Change,
+    /// The builders whose app images the move concerns: the builder itself, or the builders that
+    /// use a moved run image.
+    pub builders: &'a [String],
+    pub run_image: Option<&'a RunImageTarget>,
+}
+
+/// What a runner needs to carry out an action, recorded with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionTarget {
+    /// The app image tag to build or rebase.
+    pub image: String,
+    pub builder_name: String,
+    /// The pinned builder, `repo@sha256:…`.
+    pub builder: String,
+    /// The run image, immutable: the one to rebase onto, or the builder's for a rebuild.
+    pub run_image: Option<String>,
+    pub source: Option<crate::config::Source>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub why: String,
+}
+
+/// What one app image gets, and why, in words for people.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Decision {
+    pub image: String,
+    pub action: Option<ActionKind>,
+    pub why: String,
+}
+
+fn short(digest: &str) -> &str {
+    let d = digest.rsplit('@').next().unwrap_or(digest);
+    &d[..d.len().min("sha256:".len() + 12)]
+}
+
+/// One decision per app image built from an affected builder (images of other builders are not
+/// listed). At most one action per image: never both a rebase and a rebuild.
+pub fn plan(mv: &Move<'_>, images: &[ImageSettings], apps: &BTreeMap<String, AppState>) -> Vec<Decision> {
+    images
+        .iter()
+        .filter(|i| mv.builders.contains(&i.builder))
+        .map(|i| {
+            let app = apps.get(&i.name).cloned().unwrap_or(AppState::Unreachable("not read".into()));
+            let (action, why) = decide(mv, i.policy, &app);
+            Decision { image: i.name.clone(), action, why }
+        })
+        .collect()
+}
+
+fn decide(mv: &Move<'_>, policy: Policy, app: &AppState) -> (Option<ActionKind>, String) {
+    use ActionKind::*;
+    let change = mv.change;
+    if change.kind == ChangeKind::None {
+        return (None, "nothing that affects app images moved".into());
+    }
+    match policy {
+        Policy::Notify => return (None, "policy notify: alerts only".into()),
+        Policy::Rebuild => return (Some(Rebuild), format!("policy rebuild ({})", change.summary())),
+        Policy::Rebase => {
+            return match mv.run_image {
+                Some(target) => (Some(Rebase), format!("policy rebase: onto {}", target.reference)),
+                None => (None, "policy rebase, but the run image to rebase onto is not known".into()),
+            };
+        }
+        Policy::Auto => {}
+    }
+    if *app == AppState::Missing {
+        return (Some(Rebuild), "the app image does not exist yet".into());
+    }
+    match change.kind {
+        ChangeKind::Rebuild => (Some(Rebuild), change.summary()),
+        ChangeKind::Unknown => {
+            (Some(Rebuild), format!("the move could not be classified, rebuilding to be safe ({})", change.summary()))
+        }
+        ChangeKind::None => (None, "nothing that affects app images moved".into()),
+        ChangeKind::Rebase => {
+            let Some(target) = mv.run_image else {
+                return (Some(Rebuild), "the run image moved but its new reference is not known".into());
+            };
+            match app {
+                AppState::NotCnb => (Some(Rebuild), "not a CNB app image, so it cannot be rebased".into()),
+                AppState::Built { run_image_digest: Some(d), .. } if target.digests.contains(d) => {
+                    (None, format!("already on the new run image ({})", short(d)))
+                }
+                AppState::Built { run_image_digest: Some(d), .. } => {
+                    (Some(Rebase), format!("on run image {}; rebasing onto {}", short(d), short(&target.reference)))
+                }
+                AppState::Built { run_image_digest: None, .. } => {
+                    (Some(Rebase), format!("run image unrecorded; rebasing onto {}", short(&target.reference)))
+                }
+                AppState::Unreachable(why) => (
+                    Some(Rebase),
+                    format!("could not read the app image ({why}); rebasing onto {}", short(&target.reference)),
+                ),
+                AppState::Missing => unreachable!("handled above"),
+            }
+        }
+    }
+}
+
+/// How far an app image is from its builder's current pin (the `plan` command).
+pub fn assess(
+    image: &ImageSettings,
+    app: &AppState,
+    builder: Option<&BuilderMetadata>,
+    run_image: Option<&RunImageTarget>,
+) -> Decision {
+    let decision = |action, why: String| Decision { image: image.name.clone(), action, why };
+    if image.policy == Policy::Notify {
+        return decision(None, "policy notify: alerts only".into());
+    }
+    let drift = match app {
+        AppState::Missing => Some((ActionKind::Rebuild, "the app image does not exist yet".to_string())),
+        AppState::NotCnb => Some((ActionKind::Rebuild, "not a CNB app image".to_string())),
+        AppState::Unreachable(why) => return decision(None, format!("cannot read the app image: {why}")),
+        AppState::Built { run_image_digest, buildpacks, launcher_version } => {
+            let rebuild = builder.and_then(|b| rebuild_reason(b, buildpacks, launcher_version.as_deref()));
+            let rebase = run_image.and_then(|target| match run_image_digest {
+                Some(d) if target.digests.contains(d) => None,
+                Some(d) => {
+                    Some(format!("on run image {}; the run image is now {}", short(d), short(&target.reference)))
+                }
+                None => Some(format!("run image unrecorded; the run image is now {}", short(&target.reference))),
+            });
+            match (rebuild, rebase) {
+                (Some(why), _) => Some((ActionKind::Rebuild, why)),
+                (None, Some(why)) => Some((ActionKind::Rebase, why)),
+                (None, None) if builder.is_none() => {
+                    return decision(None, "the builder has no recorded CNB metadata yet".into());
+                }
+                (None, None) => None,
+            }
+        }
+    };
+    match (drift, image.policy) {
+        (None, _) => decision(None, "up to date with the builder's pin".into()),
+        (Some((_, why)), Policy::Rebuild) => decision(Some(ActionKind::Rebuild), format!("policy rebuild: {why}")),
+        (Some((_, why)), Policy::Rebase) if run_image.is_some() => {
+            decision(Some(ActionKind::Rebase), format!("policy rebase: {why}"))
+        }
+        (Some((kind, why)), _) => decision(Some(kind), why),
+    }
+}
+
+/// Why an app built with these buildpacks and launcher needs a rebuild on this builder, if it does.
+fn rebuild_reason(builder: &BuilderMetadata, buildpacks: &[Buildpack], launcher: Option<&str>) -> Option<String> {
+    let available: BTreeMap<&str, BTreeSet<&str>> = builder
+        .layers
+        .iter()
+        .map(|(id, versions)| (id.as_str(), versions.keys().map(String::as_str).collect()))
+        .chain(builder.buildpacks.iter().map(|b| (b.id.as_str(), b.version.iter().map(String::as_str).collect())))
+        .fold(BTreeMap::new(), |mut acc, (id, versions): (&str, BTreeSet<&str>)| {
+            acc.entry(id).or_insert_with(BTreeSet::new).extend(versions);
+            acc
+        });
+    for bp in buildpacks {
+        let Some(version) = bp.version.as_deref() else { continue };
+        match available.get(bp.id.as_str()) {
+            None => return Some(format!("built with {} {version}, which the builder no longer has", bp.id)),
+            Some(versions) if !versions.contains(version) => {
+                let now: Vec<&str> = versions.iter().copied().collect();
+                return Some(format!("built with {} {version}; the builder has {}", bp.id, now.join(", ")));
+            }
+            _ => {}
+        }
+    }
+    match (launcher, builder.lifecycle.version.as_deref()) {
+        (Some(app), Some(now)) if app != now => Some(format!("built with lifecycle {app}; the builder has {now}")),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builder::Reason;
+    use crate::config::Scheduling;
+    use crate::registry::ImageRef;
+
+    fn image(name: &str, builder: &str, policy: Policy) -> ImageSettings {
+        ImageSettings {
+            name: name.into(),
+            builder: builder.into(),
+            image: ImageRef::parse(&format!("registry.example.com/apps/{name}:latest")).unwrap(),
+            source: None,
+            env: BTreeMap::new(),
+            policy,
+            scheduling: Scheduling::default(),
+        }
+    }
+
+    fn change(kind: ChangeKind) -> Change {
+        let mut c = Change::unknown("test");
+        c.kind = kind;
+        c.note = None;
+        c.reasons = match kind {
+            ChangeKind::Rebase => vec![Reason::Stack, Reason::RunImage],
+            ChangeKind::Rebuild => vec![Reason::Buildpack],
+            _ => vec![],
+        };
+        c
+    }
+
+    fn target() -> RunImageTarget {
+        RunImageTarget {
+            reference: "docker.io/paketobuildpacks/run-jammy-base@sha256:new".into(),
+            digests: ["sha256:new".to_string(), "sha256:new-amd64".to_string()].into(),
+        }
+    }
+
+    fn built(run: &str) -> AppState {
+        AppState::Built { run_image_digest: Some(run.into()), buildpacks: vec![], launcher_version: None }
+    }
+
+    #[test]
+    fn every_policy_by_change_kind_by_app_state() {
+        use ActionKind::*;
+        let old = built("sha256:old");
+        let on_target = built("sha256:new-amd64");
+        let states = [
+            ("missing", AppState::Missing),
+            ("not cnb", AppState::NotCnb),
+            ("unreachable", AppState::Unreachable("timeout".into())),
+            ("old run image", old),
+            ("on target", on_target),
+        ];
+        // (policy, kind) → expected action per app state in the order above.
+        let table: &[(Policy, ChangeKind, [Option<ActionKind>; 5])] = &[
+            (Policy::Auto, ChangeKind::None, [None, None, None, None, None]),
+            (Policy::Auto, ChangeKind::Rebase, [Some(Rebuild), Some(Rebuild), Some(Rebase), Some(Rebase), None]),
+            (Policy::Auto, ChangeKind::Rebuild, [Some(Rebuild); 5]),
+            (Policy::Auto, ChangeKind::Unknown, [Some(Rebuild); 5]),
+            (Policy::Rebuild, ChangeKind::None, [None; 5]),
+            (Policy::Rebuild, ChangeKind::Rebase, [Some(Rebuild); 5]),
+            (Policy::Rebuild, ChangeKind::Rebuild, [Some(Rebuild); 5]),
+            (Policy::Rebuild, ChangeKind::Unknown, [Some(Rebuild); 5]),
+            (Policy::Rebase, ChangeKind::None, [None; 5]),
+            (Policy::Rebase, ChangeKind::Rebase, [Some(Rebase); 5]),
+            (Policy::Rebase, ChangeKind::Rebuild, [Some(Rebase); 5]),
+            (Policy::Rebase, ChangeKind::Unknown, [Some(Rebase); 5]),
+            (Policy::Notify, ChangeKind::None, [None; 5]),
+            (Policy::Notify, ChangeKind::Rebase, [None; 5]),
+            (Policy::Notify, ChangeKind::Rebuild, [None; 5]),
+            (Policy::Notify, ChangeKind::Unknown, [None; 5]),
+        ];
+        let t = target();
+        for (policy, kind, expected) in table {
+            let c = change(*kind);
+            let builders = ["jammy".to_string()];
+            let mv = Move { change: &c, builders: &builders, run_image: Some(&t) };
+            for ((label, state), want) in states.iter().zip(expected) {
+                let images = [image("app", "jammy", *policy)];
+                let apps = [("app".to_string(), state.clone())].into();
+                let got = plan(&mv, &images, &apps);
+                assert_eq!(got.len(), 1);
+                assert_eq!(got[0].action, *want, "{policy:?} × {kind:?} × {label}: {}", got[0].why);
+            }
+        }
+    }
+
+    #[test]
+    fn without_a_run_image_target_auto_rebuilds_and_forced_rebase_waits() {
+        let c = change(ChangeKind::Rebase);
+        let builders = ["jammy".to_string()];
+        let mv = Move { change: &c, builders: &builders, run_image: None };
+        let images = [image("a", "jammy", Policy::Auto), image("b", "jammy", Policy::Rebase)];
+        let apps = [("a".to_string(), built("sha256:old")), ("b".to_string(), built("sha256:old"))].into();
+        let got = plan(&mv, &images, &apps);
+        assert_eq!(got[0].action, Some(ActionKind::Rebuild));
+        assert_eq!(got[1].action, None);
+    }
+
+    #[test]
+    fn only_images_of_affected_builders_are_planned() {
+        let c = change(ChangeKind::Rebuild);
+        let builders = ["jammy".to_string(), "noble".to_string()];
+        let t = target();
+        let mv = Move { change: &c, builders: &builders, run_image: Some(&t) };
+        let images =
+            [image("a", "jammy", Policy::Auto), image("b", "heroku", Policy::Auto), image("c", "noble", Policy::Auto)];
+        let got = plan(&mv, &images, &BTreeMap::new());
+        assert_eq!(got.iter().map(|d| d.image.as_str()).collect::<Vec<_>>(), ["a", "c"]);
+    }
+
+    #[test]
+    fn assessment_against_the_current_pin() {
+        let builder = BuilderMetadata {
+            buildpacks: vec![Buildpack {
+                id: "paketo-buildpacks/java".into(),
+                version: Some("18.2.0".into()),
+                homepage: None,
+            }],
+            lifecycle: crate::builder::Lifecycle { version: Some("0.21.14".into()), ..Default::default() },
+            ..Default::default()
+        };
+        let app = |java: &str, launcher: &str, run: &str| AppState::Built {
+            run_image_digest: Some(run.into()),
+            buildpacks: vec![Buildpack {
+                id: "paketo-buildpacks/java".into(),
+                version: Some(java.into()),
+                homepage: None,
+            }],
+            launcher_version: Some(launcher.into()),
+        };
+        let t = target();
+        let i = image("app", "jammy", Policy::Auto);
+        let d = assess(&i, &app("18.1.0", "0.21.14", "sha256:new"), Some(&builder), Some(&t));
+        assert_eq!(d.action, Some(ActionKind::Rebuild));
+        assert_eq!(d.why, "built with paketo-buildpacks/java 18.1.0; the builder has 18.2.0");
+        let d = assess(&i, &app("18.2.0", "0.21.13", "sha256:new"), Some(&builder), Some(&t));
+        assert_eq!(d.why, "built with lifecycle 0.21.13; the builder has 0.21.14");
+        let d = assess(&i, &app("18.2.0", "0.21.14", "sha256:old"), Some(&builder), Some(&t));
+        assert_eq!(d.action, Some(ActionKind::Rebase));
+        let d = assess(&i, &app("18.2.0", "0.21.14", "sha256:new-amd64"), Some(&builder), Some(&t));
+        assert_eq!((d.action, d.why.as_str()), (None, "up to date with the builder's pin"));
+        let d = assess(&i, &AppState::Missing, Some(&builder), Some(&t));
+        assert_eq!(d.action, Some(ActionKind::Rebuild));
+        let forced = image("app", "jammy", Policy::Rebuild);
+        let d = assess(&forced, &app("18.2.0", "0.21.14", "sha256:old"), Some(&builder), Some(&t));
+        assert_eq!(d.action, Some(ActionKind::Rebuild));
+        let notify = image("app", "jammy", Policy::Notify);
+        assert_eq!(assess(&notify, &AppState::Missing, Some(&builder), Some(&t)).action, None);
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn kind() -> impl Strategy<Value = ChangeKind> {
+            prop_oneof![
+                Just(ChangeKind::None),
+                Just(ChangeKind::Rebase),
+                Just(ChangeKind::Rebuild),
+                Just(ChangeKind::Unknown)
+            ]
+        }
+        fn policy() -> impl Strategy<Value = Policy> {
+            prop_oneof![Just(Policy::Auto), Just(Policy::Rebuild), Just(Policy::Rebase), Just(Policy::Notify)]
+        }
+        fn state() -> impl Strategy<Value = AppState> {
+            prop_oneof![
+                Just(AppState::Missing),
+                Just(AppState::NotCnb),
+                Just(AppState::Unreachable("x".into())),
+                Just(built("sha256:old")),
+                Just(built("sha256:new")),
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn one_decision_per_image_never_two_actions(
+                kind in kind(),
+                with_target in any::<bool>(),
+                apps in proptest::collection::vec((policy(), state()), 1..8),
+            ) {
+                let c = change(kind);
+                let builders = ["jammy".to_string()];
+                let t = target();
+                let mv = Move { change: &c, builders: &builders, run_image: with_target.then_some(&t) };
+                let images: Vec<ImageSettings> =
+                    apps.iter().enumerate().map(|(n, (p, _))| image(&format!("app{n}"), "jammy", *p)).collect();
+                let states: BTreeMap<String, AppState> =
+                    apps.iter().enumerate().map(|(n, (_, s))| (format!("app{n}"), s.clone())).collect();
+                let got = plan(&mv, &images, &states);
+                prop_assert_eq!(got.len(), images.len());
+                let names: BTreeSet<&str> = got.iter().map(|d| d.image.as_str()).collect();
+                prop_assert_eq!(names.len(), images.len());
+                for d in &got {
+                    if kind == ChangeKind::None { prop_assert_eq!(d.action, None); }
+                    if d.action == Some(ActionKind::Rebase) { prop_assert!(with_target, "a rebase needs a run image"); }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! The runner: carries out recorded rebases and rebuilds (local commands for `exec`; nothing for
+//! `none`), at most `max_concurrent` at once, retrying failures and recording every outcome.
+
+pub mod exec;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::alert;
+use crate::config::{Config, RunnerKind};
+use crate::event::{self, ActionInfo, Event, EventType, Subject};
+use crate::plan::{ActionKind, ActionTarget};
+use crate::schedule::{Clock, parse_timestamp, timestamp, timestamp_millis};
+use crate::store::{ActionOutcome, ClaimedAction, Ledger, LedgerError};
+
+const IDLE: Duration = Duration::from_secs(60);
+const GRACE: Duration = Duration::from_secs(10);
+
+pub struct Runner {
+    config: Arc<Config>,
+    ledger: Ledger,
+    clock: Clock,
+    /// Notified when actions are recorded.
+    wake: Arc<Notify>,
+    /// Notified when this runner records events with deliveries.
+    delivery_wake: Arc<Notify>,
+    permits: Arc<Semaphore>,
+}
+
+impl Runner {
+    pub fn new(
+        config: Arc<Config>,
+        ledger: Ledger,
+        clock: Clock,
+        wake: Arc<Notify>,
+        delivery_wake: Arc<Notify>,
+    ) -> Self {
+        let permits = Arc::new(Semaphore::new(config.runner.max_concurrent));
+        Runner { config, ledger, clock, wake, delivery_wake, permits }
+    }
+
+    /// Start-up reconciliation: a local command `running` in the ledger died with the previous
+    /// process, so it runs again (its attempt still counts).
+    pub async fn recover(&self) -> Result<usize, LedgerError> {
+        if self.config.runner.kind != RunnerKind::Exec {
+            return Ok(0);
+        }
+        let keys = self.ledger.requeue_running().await?;
+        for key in &keys {
+            tracing::warn!(action = %key, "action was running when the daemon stopped; it runs again");
+        }
+        Ok(keys.len())
+    }
+
+    /// Carries out actions until `shutdown`; commands still running then get a grace period, after
+    /// which they are killed and run again after the next start.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        if self.config.runner.kind == RunnerKind::None {
+            tracing::info!("runner \"none\": actions are planned and recorded, never run (see `status`)");
+            return;
+        }
+        let mut tasks = JoinSet::new();
+        loop {
+            self.start_due(&mut tasks).await;
+            let sleep = self.until_next_due().await;
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(sleep) => {}
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            }
+        }
+        if tokio::time::timeout(GRACE, async { while tasks.join_next().await.is_some() {} }).await.is_err() {
+            tasks.abort_all();
+        }
+    }
+
+    /// Carries out every action due now and waits for them (`run --once`); failures are retried
+    /// on a later run, after their backoff.
+    pub async fn run_due_once(self: &Arc<Self>) -> usize {
+        if self.config.runner.kind == RunnerKind::None {
+            return 0;
+        }
+        let mut tasks = JoinSet::new();
+        let mut started = 0;
+        // More actions may be due than there are slots: start more as slots free up.
+        loop {
+            started += self.start_due(&mut tasks).await;
+            if tasks.join_next().await.is_none() {
+                break;
+            }
+        }
+        started
+    }
+
+    async fn until_next_due(&self) -> Duration {
+        match self.ledger.next_action_at().await {
+            Ok(Some(next)) => match parse_timestamp(&next) {
+                Some(at) => {
+                    (at - self.clock.now()).to_std().unwrap_or(Duration::ZERO).clamp(Duration::from_millis(10), IDLE)
+                }
+                None => IDLE,
+            },
+            _ => IDLE,
+        }
+    }
+
+    async fn start_due(self: &Arc<Self>, tasks: &mut JoinSet<()>) -> usize {
+        let free = self.permits.available_permits();
+        if free == 0 {
+            return 0;
+        }
+        let claimed = match self.ledger.claim_actions(timestamp_millis(self.clock.now()), free).await {
+            Ok(claimed) => claimed,
+            Err(err) => {
+                tracing::error!(error = %err, "cannot claim actions");
+                return 0;
+            }
+        };
+        let n = claimed.len();
+        for action in claimed {
+            match self.permits.clone().try_acquire_owned() {
+                Ok(permit) => {
+                    tasks.spawn(self.clone().execute(action, permit));
+                }
+                Err(_) => tracing::error!(action = %action.key, "no runner slot although one was free"),
+            }
+        }
+        n
+    }
+
+    fn event(
+        &self,
+        action: &ClaimedAction,
+        target: &ActionTarget,
+        event_type: EventType,
+        detail: Option<String>,
+        tail: Option<String>,
+    ) -> Event {
+        let builder_image = self
+            .config
+            .builder(&target.builder_name)
+            .map(|b| b.image.to_string())
+            .unwrap_or_else(|| target.builder.clone());
+        let id = event::stable_id(&[&action.key, event_type.as_str(), &action.attempt.to_string()]);
+        let mut e = Event::new(
+            id,
+            event_type,
+            timestamp(self.clock.now()),
+            Subject { name: target.builder_name.clone(), image: builder_image },
+        );
+        e.action = Some(ActionInfo {
+            key: action.key.clone(),
+            image: action.image.clone(),
+            reference: target.image.clone(),
+            kind: action.kind.as_str().into(),
+            change: action.change_id.clone(),
+            attempt: action.attempt,
+            max_attempts: self.config.runner.max_attempts,
+            detail,
+            output_tail: tail,
+        });
+        e
+    }
+
+    fn routed(&self, events: &[Event]) -> Vec<(String, String)> {
+        events
+            .iter()
+            .flat_map(|e| alert::routes(&self.config.alerts, e).into_iter().map(|a| (e.id.clone(), a.to_string())))
+            .collect()
+    }
+
+    async fn execute(self: Arc<Self>, action: ClaimedAction, _permit: OwnedSemaphorePermit) {
+        let target: ActionTarget = match serde_json::from_value(action.target.clone()) {
+            Ok(t) => t,
+            Err(err) => {
+                tracing::error!(action = %action.key, error = %err, "unreadable action target");
+                let _ = self
+                    .ledger
+                    .finish_action(
+                        &action.key,
+                        ActionOutcome::Failed,
+                        format!("unreadable target: {err}"),
+                        String::new(),
+                        "",
+                        vec![],
+                        vec![],
+                        1,
+                    )
+                    .await;
+                return;
+            }
+        };
+        let history = self.config.monitor.history;
+        if action.kind == ActionKind::Rebuild {
+            let started = vec![self.event(&action, &target, EventType::BuildStarted, None, None)];
+            let deliveries = self.routed(&started);
+            if let Err(err) = self.ledger.record_events(&target.builder_name, started, deliveries, history).await {
+                tracing::error!(action = %action.key, error = %err, "cannot record build.started");
+            }
+            self.delivery_wake.notify_one();
+        }
+        tracing::info!(action = %action.key, image = %action.image, kind = action.kind.as_str(), attempt = action.attempt, "running action");
+        let outcome = self.carry_out(&action, &target).await;
+        let (state, event_type) = if outcome.success {
+            let t =
+                if action.kind == ActionKind::Rebuild { EventType::BuildSucceeded } else { EventType::RebaseSucceeded };
+            (ActionOutcome::Succeeded, Some(t))
+        } else if action.attempt < self.config.runner.max_attempts {
+            let wait = self.config.runner.backoff.saturating_mul(1u32 << (action.attempt - 1).min(16));
+            let next = self.clock.now() + chrono::Duration::from_std(wait).unwrap_or_default();
+            (ActionOutcome::Retry { next_attempt: timestamp_millis(next) }, None)
+        } else {
+            let t = if action.kind == ActionKind::Rebuild { EventType::BuildFailed } else { EventType::RebaseFailed };
+            (ActionOutcome::Failed, Some(t))
+        };
+        let events: Vec<Event> = event_type
+            .map(|t| self.event(&action, &target, t, Some(outcome.detail.clone()), Some(outcome.output_tail.clone())))
+            .into_iter()
+            .collect();
+        let deliveries = self.routed(&events);
+        let has_deliveries = !deliveries.is_empty();
+        let result = self
+            .ledger
+            .finish_action(
+                &action.key,
+                state.clone(),
+                outcome.detail.clone(),
+                outcome.output_tail.clone(),
+                &target.builder_name,
+                events,
+                deliveries,
+                history,
+            )
+            .await;
+        if let Err(err) = result {
+            tracing::error!(action = %action.key, error = %err, "cannot record the action's outcome");
+            return;
+        }
+        if has_deliveries {
+            self.delivery_wake.notify_one();
+        }
+        match state {
+            ActionOutcome::Succeeded => {
+                tracing::info!(action = %action.key, image = %action.image, kind = action.kind.as_str(), "action succeeded")
+            }
+            ActionOutcome::Retry { next_attempt } => {
+                tracing::warn!(action = %action.key, image = %action.image, detail = %outcome.detail, attempt = action.attempt, next_attempt = %next_attempt, "action failed; will retry")
+            }
+            ActionOutcome::Failed => {
+                tracing::error!(action = %action.key, image = %action.image, detail = %outcome.detail, attempts = action.attempt, "action failed for good")
+            }
+        }
+    }
+
+    async fn carry_out(&self, action: &ClaimedAction, target: &ActionTarget) -> exec::ExecOutcome {
+        let Some(settings) = &self.config.runner.exec else {
+            return exec::ExecOutcome {
+                success: false,
+                detail: "no [runner.exec] configured".into(),
+                output_tail: String::new(),
+            };
+        };
+        let template = match action.kind {
+            ActionKind::Rebuild => &settings.rebuild,
+            ActionKind::Rebase => &settings.rebase,
+        };
+        let source = target.source.as_ref();
+        let values: BTreeMap<&str, String> = [
+            ("image", target.image.clone()),
+            ("builder", target.builder.clone()),
+            ("run_image", target.run_image.clone().unwrap_or_default()),
+            ("source", source.map(|s| s.git.clone()).unwrap_or_default()),
+            ("revision", source.map(|s| s.revision.clone()).unwrap_or_default()),
+            ("sub_path", source.and_then(|s| s.sub_path.clone()).unwrap_or_default()),
+            ("change_id", action.change_id.clone()),
+            ("action", action.kind.as_str().to_string()),
+            ("name", action.image.clone()),
+        ]
+        .into();
+        let argv = exec::expand(template, &values);
+        exec::run(settings, &argv, &target.env).await
+    }
+}

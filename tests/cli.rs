@@ -204,6 +204,31 @@ fn config_errors_are_positioned_and_exit_2() {
 }
 
 #[test]
+fn example_images_are_valid_once_uncommented() {
+    let example =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml")).unwrap();
+    let block: String = example
+        .lines()
+        .skip_while(|l| *l != "# BEGIN images example")
+        .skip(1)
+        .take_while(|l| *l != "# END images example")
+        .map(|l| format!("{}\n", l.strip_prefix("# ").unwrap_or(l.trim_start_matches('#'))))
+        .collect();
+    let ws = Workspace::new();
+    let config = ws.config(&format!(
+        "[[builders]]\nname = \"paketo-jammy-base\"\nimage = \"paketobuildpacks/builder-jammy-base\"\n{block}"
+    ));
+    let out = ws.run(&["check", "--config", config.to_str().unwrap()]);
+    assert_eq!(out.code, Some(0), "{}\n{block}", out.stderr);
+    assert!(
+        out.stdout
+            .contains("petclinic: registry.example.com/apps/petclinic:latest (builder paketo-jammy-base, policy auto)"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
 fn example_alerts_are_valid_once_uncommented() {
     let example =
         std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml")).unwrap();

@@ -327,6 +327,18 @@ impl Config {
                 humantime::format_duration(b.jitter),
             ));
         }
+        out.push_str(&format!("images ({}):\n", self.images.len()));
+        for i in &self.images {
+            out.push_str(&format!("  {}: {} (builder {}, policy {})\n", i.name, i.image, i.builder, i.policy.as_str()));
+        }
+        let r = &self.runner;
+        out.push_str(&format!(
+            "runner: {}, {} at a time, {} attempts, backoff {}\n",
+            r.kind.as_str(),
+            r.max_concurrent,
+            r.max_attempts,
+            humantime::format_duration(r.backoff)
+        ));
         out.push_str(&format!("alerts ({}):\n", self.alerts.len()));
         for a in &self.alerts {
             let builders = if a.builders.is_empty() { "all builders".to_string() } else { a.builders.join(", ") };
@@ -1172,6 +1184,57 @@ url = "https://bus.example.com"
         assert_eq!(a.url.to_string(), "https://hooks.slack.com/…");
         assert!(!format!("{a:?}").contains("SECRET"), "Debug redacts the URL");
         assert_eq!((a.timeout, a.give_up_after), (Duration::from_secs(10), Duration::from_secs(86400)));
+    }
+
+    #[test]
+    fn images_and_runner_are_validated() {
+        let errors = parse(
+            r#"
+[[builders]]
+name = "jammy"
+image = "paketobuildpacks/builder-jammy-base"
+
+[[images]]
+name = "petclinic"
+builder = "jamy"
+image = "registry.example.com/apps/petclinic:latest"
+policy = "sometimes"
+
+[[images]]
+name = "petclinic"
+builder = "jammy"
+image = "registry.example.com/apps/petclinic@sha256:0000000000000000000000000000000000000000000000000000000000000000"
+scheduling = { node_selector = { disktype = "ssd" }, tolerations = [{ key = "dedicated", operator = "Equal", value = "builds", effect = "NoSchedule" }] }
+
+[[images]]
+name = "api"
+builder = "jammy"
+image = "registry.example.com/apps/api"
+scheduling = { tolerations = [{ key = "x", colour = "blue" }] }
+
+[runner]
+type = "exec"
+max_concurrent = 0
+
+[runner.exec]
+rebuild = ["pack", "build", "{imag}"]
+"#,
+        )
+        .unwrap_err();
+        let expect = [
+            "8:11: unknown builder \"jamy\" (configured: jammy)",
+            "10:10: unknown policy \"sometimes\"",
+            "13:8: duplicate image name \"petclinic\"",
+            "15:9: an app image is a tag the runner pushes to, not a digest",
+            "22:44: unknown field `colour`",
+            "26:18: max_concurrent must be between 1 and 256",
+            "28:1: [runner.exec] needs `rebase`",
+            "29:11: unknown placeholder {imag} in `rebuild`",
+        ];
+        for (got, want) in errors.iter().zip(expect.iter()) {
+            assert!(got.starts_with(want), "got {got:?}, want prefix {want:?}\nall: {errors:#?}");
+        }
+        assert_eq!(errors.len(), expect.len(), "{errors:#?}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 pub mod alert;
 pub mod builder;
+pub mod cluster;
 pub mod config;
 pub mod event;
 pub mod inspect;

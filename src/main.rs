@@ -12,12 +12,16 @@ use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
 use builder_monitor::alert::{self, Dispatcher, SendOutcome, Sender};
+use builder_monitor::cluster::{self, Permission};
+use builder_monitor::config::RunnerKind;
 use builder_monitor::config::{Config, StateLocation};
 use builder_monitor::inspect;
 use builder_monitor::metrics::Metrics;
 use builder_monitor::monitor::Monitor;
+use builder_monitor::plan::ActionKind;
 use builder_monitor::registry::{ImageRef, Registry, install_crypto_provider};
-use builder_monitor::runner::Runner;
+use builder_monitor::runner::kubernetes::ActionRef;
+use builder_monitor::runner::{self, Backend, Runner};
 use builder_monitor::schedule::Clock;
 use builder_monitor::server::{self, ServerState};
 use builder_monitor::status;
@@ -85,6 +89,19 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print exactly the object (Job, kpack Build or command) the configured runner would create
+    /// for an image now, to review or commit.
+    BuildSpec {
+        #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
+        config: PathBuf,
+        /// The `[[images]]` name.
+        #[arg(long)]
+        image: String,
+        #[arg(long, value_enum)]
+        action: SpecAction,
+        #[arg(long, value_enum, default_value_t = SpecOutput::Yaml)]
+        output: SpecOutput,
+    },
     /// Alert receivers.
     Alert {
         #[command(subcommand)]
@@ -100,6 +117,18 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         changes: usize,
     },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SpecAction {
+    Rebuild,
+    Rebase,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SpecOutput {
+    Yaml,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -191,22 +220,25 @@ async fn execute(command: Command) -> Result<u8, Failure> {
                 monitor.delivery_wake(),
                 metrics,
             )?);
+            let shutdown = CancellationToken::new();
+            let backend = runner_backend(&config, shutdown.clone()).await?;
             let runner = Arc::new(Runner::new(
                 config.clone(),
                 ledger.clone(),
                 Clock::System,
+                backend,
                 monitor.action_wake(),
                 monitor.delivery_wake(),
             ));
             runner.recover().await?;
-            tracing::info!(builders = config.builders.len(), alerts = config.alerts.len(), state = %monitor.ledger().path().display(), once, "builder-monitor starting");
+            tracing::info!(builders = config.builders.len(), alerts = config.alerts.len(), runner = config.runner.kind.as_str(), state = %monitor.ledger().path().display(), once, "builder-monitor starting");
             if once {
                 let checks_ok = monitor.run_once().await;
                 runner.run_due_once().await;
                 dispatcher.deliver_due_once().await;
+                shutdown.cancel();
                 return Ok(if checks_ok { 0 } else { 1 });
             }
-            let shutdown = CancellationToken::new();
             let server = match &config.server {
                 Some(settings) => {
                     let listener = tokio::net::TcpListener::bind(settings.listen)
@@ -286,6 +318,42 @@ async fn execute(command: Command) -> Result<u8, Failure> {
                 }),
             }
         }
+        Command::BuildSpec { config, image, action, output } => {
+            let config = Arc::new(load_config(&config)?);
+            let ledger = open_ledger(&config)?;
+            let metrics = Metrics::new();
+            let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
+            let monitor = Monitor::new(config.clone(), registry, ledger, Clock::System, metrics);
+            let kind = match action {
+                SpecAction::Rebuild => ActionKind::Rebuild,
+                SpecAction::Rebase => ActionKind::Rebase,
+            };
+            let failed = |e: String| Failure { code: 1, error: anyhow::anyhow!(e) };
+            let (key, change_id, target) = monitor.preview(&image, kind).await.map_err(failed)?;
+            let reference = ActionRef { key: &key, change_id: &change_id, image: &image, kind };
+            let object = match (config.runner.kind, &config.runner.kubernetes) {
+                (RunnerKind::Kubernetes, Some(settings)) => {
+                    let job = runner::kubernetes::job(&reference, &target, settings, config.runner.max_attempts)
+                        .map_err(failed)?;
+                    serde_json::to_value(job).context("encoding the Job")?
+                }
+                (RunnerKind::Kpack, Some(settings)) => {
+                    runner::kpack::build(&reference, &target, settings).map_err(failed)?
+                }
+                _ => {
+                    let argv = config.runner.exec.as_ref().map(|e| match kind {
+                        ActionKind::Rebuild => e.rebuild.clone(),
+                        ActionKind::Rebase => e.rebase.clone(),
+                    });
+                    serde_json::json!({ "runner": config.runner.kind.as_str(), "target": target, "command": argv })
+                }
+            };
+            match output {
+                SpecOutput::Json => println!("{}", serde_json::to_string_pretty(&object).context("encoding JSON")?),
+                SpecOutput::Yaml => print!("{}", cluster::to_yaml(&object)),
+            }
+            Ok(0)
+        }
         Command::Plan { config, json } => {
             let config = Arc::new(load_config(&config)?);
             let ledger = open_ledger(&config)?;
@@ -317,6 +385,29 @@ async fn execute(command: Command) -> Result<u8, Failure> {
             Ok(0)
         }
     }
+}
+
+/// The runner's backend; for the Kubernetes runners, after checking the namespace and permissions.
+async fn runner_backend(config: &Config, stop: CancellationToken) -> Result<Backend, Failure> {
+    let permissions: &[Permission] = match config.runner.kind {
+        RunnerKind::Kubernetes => &[
+            Permission { group: "batch", resource: "jobs", verbs: &["create", "get", "list", "watch"] },
+            Permission { group: "", resource: "pods", verbs: &["list"] },
+        ],
+        RunnerKind::Kpack => {
+            &[Permission { group: "kpack.io", resource: "builds", verbs: &["create", "get", "list", "watch"] }]
+        }
+        RunnerKind::None | RunnerKind::Exec => &[],
+    };
+    let client = if permissions.is_empty() {
+        None
+    } else {
+        let client = cluster::client(&config.kubernetes).await?;
+        let namespace = config.runner.kubernetes.as_ref().map(|k| k.namespace.as_str()).unwrap_or("default");
+        cluster::check_access(&client, namespace, permissions).await?;
+        Some(client)
+    };
+    Backend::for_config(config, client, stop).map_err(|e| Failure { code: 1, error: anyhow::anyhow!(e) })
 }
 
 fn parse_image(text: &str) -> Result<ImageRef, Failure> {

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::builder::{self, Change, PinnedMetadata, RunImagePin};
 use crate::config::{BuilderSettings, Config, Platform};
-use crate::config::{ImageSettings, Policy};
+use crate::config::{ImageSettings, Policy, RunnerKind};
 use crate::event::{self, CheckError, Event, EventType, ImageAction, Pin, Subject};
 use crate::inspect::{self, Observation};
 use crate::metrics::{BuilderLabels, ChangeLabels, CheckLabels, Metrics};
@@ -124,7 +124,12 @@ pub struct Monitor {
     unchecked: Mutex<BTreeSet<String>>,
     /// Unix time the scheduler last showed it is alive (liveness).
     heartbeat: AtomicI64,
+    /// Watches with a hook-triggered check scheduled.
+    hook_pending: Arc<Mutex<BTreeSet<String>>>,
 }
+
+/// How long a push hook waits before its check (see `wake_after_hook`).
+pub const HOOK_DELAY: Duration = Duration::from_millis(500);
 
 /// How often the daemon proves its scheduler is alive, and how stale that proof may get.
 pub const HEARTBEAT: Duration = Duration::from_secs(5);
@@ -145,6 +150,7 @@ impl Monitor {
             metrics,
             unchecked,
             heartbeat,
+            hook_pending: Arc::new(Mutex::new(BTreeSet::new())),
             config,
             registry,
             ledger,
@@ -216,20 +222,41 @@ impl Monitor {
                 && image.tag() == Some(tag)
                 && registry.is_none_or(|r| r == image.registry() || r == image.api_host())
         };
-        let mut woken = Vec::new();
-        for b in &self.config.builders {
-            if matches(&b.image) && self.check_now(&b.name) {
-                woken.push(b.name.clone());
-            }
-        }
+        let mut wakes: Vec<(String, Arc<Notify>)> = self
+            .config
+            .builders
+            .iter()
+            .filter(|b| matches(&b.image))
+            .filter_map(|b| Some((b.name.clone(), self.wake.get(&b.name)?.clone())))
+            .collect();
         let run_images = self.run_images.lock().unwrap_or_else(|e| e.into_inner());
-        for (name, entry) in &run_images.entries {
-            if matches(&entry.watch.image) {
-                entry.wake.notify_one();
-                woken.push(name.clone());
-            }
+        wakes.extend(
+            run_images
+                .entries
+                .iter()
+                .filter(|(_, e)| matches(&e.watch.image))
+                .map(|(n, e)| (n.clone(), e.wake.clone())),
+        );
+        drop(run_images);
+        for (name, wake) in &wakes {
+            self.wake_after_hook(name, wake.clone());
         }
-        woken
+        wakes.into_iter().map(|(n, _)| n).collect()
+    }
+
+    /// Wakes a watch `HOOK_DELAY` from now, once however many hooks arrive meanwhile. The delay
+    /// lets the registry finish the push: Distribution notifies before it links the tag.
+    fn wake_after_hook(&self, name: &str, wake: Arc<Notify>) {
+        if !self.hook_pending.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string()) {
+            return;
+        }
+        let pending = self.hook_pending.clone();
+        let name = name.to_string();
+        tokio::spawn(async move {
+            tokio::time::sleep(HOOK_DELAY).await;
+            pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&name);
+            wake.notify_one();
+        });
     }
 
     /// The run image watches in force, with the builders naming each.
@@ -758,10 +785,23 @@ impl Monitor {
             (Some(reference), WatchKind::Builder) => Some(self.run_image_target(reference).await),
             (None, _) => None,
         };
+        // App images are read for `auto` decisions, and for kpack, whose rebase names the app's digest.
+        let read_all = self.config.runner.kind == RunnerKind::Kpack;
         let mut apps = BTreeMap::new();
-        for image in images.iter().filter(|i| i.policy == Policy::Auto) {
+        for image in images.iter().filter(|i| read_all || i.policy == Policy::Auto) {
             apps.insert(image.name.clone(), self.app_state(&image.image).await);
         }
+        // The builder's own metadata (user, platform APIs, stack) for the runners.
+        let builder_metadata = |name: &str| {
+            let name = name.to_string();
+            async move {
+                if watch.kind == WatchKind::Builder {
+                    return metadata.and_then(|m| m.preferred()).cloned();
+                }
+                let record = self.ledger.watch(&name).await.ok().flatten();
+                record.as_ref().and_then(pinned_metadata).and_then(|m| m.preferred().cloned())
+            }
+        };
         let decisions =
             plan::plan(&Move { change, builders: &builders, run_image: run_target.as_ref() }, &images, &apps);
         let mut actions = Vec::new();
@@ -777,6 +817,11 @@ impl Monitor {
                 tracing::warn!(image = %image.name, builder = %image.builder, "builder not pinned yet; no action");
                 continue;
             };
+            let meta = builder_metadata(&image.builder).await;
+            let app_reference = match apps.get(&image.name) {
+                Some(AppState::Built { digest: Some(digest), .. }) => Some(image.image.pinned(digest)),
+                _ => None,
+            };
             let target = ActionTarget {
                 image: image.image.to_string(),
                 builder_name: image.builder.clone(),
@@ -785,6 +830,17 @@ impl Monitor {
                 source: image.source.clone(),
                 env: image.env.clone(),
                 why: d.why.clone(),
+                user_id: meta.as_ref().and_then(|m| m.user_id),
+                group_id: meta.as_ref().and_then(|m| m.group_id),
+                platform_apis: meta.as_ref().map(|m| m.lifecycle.platform_apis.clone()).unwrap_or_default(),
+                stack_id: meta.as_ref().and_then(|m| m.stack_id.clone()),
+                app_reference,
+                reasons: change
+                    .reasons
+                    .iter()
+                    .filter_map(|r| serde_json::to_value(r).ok()?.as_str().map(str::to_string))
+                    .collect(),
+                scheduling: image.scheduling.clone(),
             };
             actions.push(NewAction {
                 key: action_key(change_id, &image.name),
@@ -824,6 +880,7 @@ impl Monitor {
                     run_image_digest: m.run_image_digest().map(str::to_string),
                     buildpacks: m.buildpacks,
                     launcher_version: m.launcher_version,
+                    digest: Some(app.digest),
                 },
                 Ok(None) | Err(_) => AppState::NotCnb,
             },
@@ -850,17 +907,7 @@ impl Monitor {
             let record = self.ledger.watch(&image.builder).await?;
             let metadata = record.as_ref().and_then(pinned_metadata);
             let builder = metadata.as_ref().and_then(|m| m.preferred()).cloned();
-            // The newest run image: the run image watch's pin, else the one recorded with the builder.
-            let run_name = builder.as_ref().and_then(|b| b.run_image()).and_then(|n| ImageRef::parse(n).ok());
-            let mut run_reference = None;
-            if let Some(run) = &run_name
-                && let Some(r) = self.ledger.watch(&run_watch_name(run)).await?
-                && let Some(pin) = r.pin
-            {
-                run_reference = Some(pin.reference);
-            }
-            let run_reference = run_reference
-                .or_else(|| metadata.as_ref().and_then(|m| m.run_image.as_ref()).and_then(|r| r.reference.clone()));
+            let run_reference = self.newest_run_image(metadata.as_ref()).await?;
             let run_target = match &run_reference {
                 Some(reference) => Some(self.run_image_target(reference).await),
                 None => None,
@@ -876,6 +923,73 @@ impl Monitor {
             });
         }
         Ok(out)
+    }
+}
+
+impl Monitor {
+    /// The newest immutable reference of a builder's run image: the run image watch's pin, else
+    /// the one recorded with the builder's pin.
+    async fn newest_run_image(&self, metadata: Option<&PinnedMetadata>) -> Result<Option<String>, LedgerError> {
+        let run_name =
+            metadata.and_then(|m| m.preferred()).and_then(|b| b.run_image()).and_then(|n| ImageRef::parse(n).ok());
+        if let Some(run) = &run_name
+            && let Some(r) = self.ledger.watch(&run_watch_name(run)).await?
+            && let Some(pin) = r.pin
+        {
+            return Ok(Some(pin.reference));
+        }
+        Ok(metadata.and_then(|m| m.run_image.as_ref()).and_then(|r| r.reference.clone()))
+    }
+
+    /// What an action for `image` would be given now, from the current pins (`build-spec`).
+    pub async fn preview(&self, image: &str, kind: plan::ActionKind) -> Result<(String, String, ActionTarget), String> {
+        let image = self.config.images.iter().find(|i| i.name == image).ok_or_else(|| {
+            let known: Vec<&str> = self.config.images.iter().map(|i| i.name.as_str()).collect();
+            format!("no image named \"{image}\" (configured: {})", known.join(", "))
+        })?;
+        let record = self.ledger.watch(&image.builder).await.map_err(|e| e.to_string())?;
+        let pin = record.as_ref().and_then(|r| r.pin.clone()).ok_or_else(|| {
+            format!("builder \"{}\" is not pinned yet; run `builder-monitor run --once` first", image.builder)
+        })?;
+        let metadata = record.as_ref().and_then(pinned_metadata);
+        let meta = metadata.as_ref().and_then(|m| m.preferred()).cloned();
+        let run_image = self.newest_run_image(metadata.as_ref()).await.map_err(|e| e.to_string())?;
+        if kind == plan::ActionKind::Rebase && run_image.is_none() {
+            return Err(format!("the run image of builder \"{}\" is not known; a rebase needs it", image.builder));
+        }
+        let app_reference = match self.app_state(&image.image).await {
+            AppState::Built { digest: Some(d), .. } => Some(image.image.pinned(&d)),
+            _ => None,
+        };
+        let change = self.ledger.changes(Some(&image.builder), 1).await.map_err(|e| e.to_string())?;
+        let change_id = change.first().map(|c| c.id.clone()).unwrap_or_else(|| event::stable_id(&["pin", &pin.digest]));
+        let reasons = change
+            .first()
+            .map(|c| {
+                c.change
+                    .reasons
+                    .iter()
+                    .filter_map(|r| serde_json::to_value(r).ok()?.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let target = ActionTarget {
+            image: image.image.to_string(),
+            builder_name: image.builder.clone(),
+            builder: pin.reference,
+            run_image,
+            source: image.source.clone(),
+            env: image.env.clone(),
+            why: format!("{} requested with build-spec", kind.as_str()),
+            user_id: meta.as_ref().and_then(|m| m.user_id),
+            group_id: meta.as_ref().and_then(|m| m.group_id),
+            platform_apis: meta.as_ref().map(|m| m.lifecycle.platform_apis.clone()).unwrap_or_default(),
+            stack_id: meta.as_ref().and_then(|m| m.stack_id.clone()),
+            app_reference,
+            reasons,
+            scheduling: image.scheduling.clone(),
+        };
+        Ok((action_key(&change_id, &image.name), change_id, target))
     }
 }
 

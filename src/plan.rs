@@ -42,7 +42,13 @@ pub enum AppState {
     /// It could not be read (registry trouble): assume it is not on the target yet.
     Unreachable(String),
     /// Built by a CNB lifecycle.
-    Built { run_image_digest: Option<String>, buildpacks: Vec<Buildpack>, launcher_version: Option<String> },
+    Built {
+        run_image_digest: Option<String>,
+        buildpacks: Vec<Buildpack>,
+        launcher_version: Option<String>,
+        /// The app image's own digest.
+        digest: Option<String>,
+    },
 }
 
 /// The run image to rebase onto, and every digest that means "already on it" (the index and the
@@ -64,7 +70,7 @@ pub struct Move<'a> {
 }
 
 /// What a runner needs to carry out an action, recorded with it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ActionTarget {
     /// The app image tag to build or rebase.
     pub image: String,
@@ -77,6 +83,25 @@ pub struct ActionTarget {
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     pub why: String,
+    /// From the builder's metadata: the CNB user and group its build steps run as, the platform
+    /// APIs its lifecycle supports, and its stack id (kpack's rebase check).
+    #[serde(default)]
+    pub user_id: Option<u32>,
+    #[serde(default)]
+    pub group_id: Option<u32>,
+    #[serde(default)]
+    pub platform_apis: Vec<String>,
+    #[serde(default)]
+    pub stack_id: Option<String>,
+    /// The app image as it is now, `repo@sha256:…` (kpack's `lastBuild.image`).
+    #[serde(default)]
+    pub app_reference: Option<String>,
+    /// The reasons of the change, for annotations.
+    #[serde(default)]
+    pub reasons: Vec<String>,
+    /// Per-image placement for the Kubernetes runners.
+    #[serde(default)]
+    pub scheduling: crate::config::Scheduling,
 }
 
 /// What one app image gets, and why, in words for people.
@@ -172,7 +197,7 @@ pub fn assess(
         AppState::Missing => Some((ActionKind::Rebuild, "the app image does not exist yet".to_string())),
         AppState::NotCnb => Some((ActionKind::Rebuild, "not a CNB app image".to_string())),
         AppState::Unreachable(why) => return decision(None, format!("cannot read the app image: {why}")),
-        AppState::Built { run_image_digest, buildpacks, launcher_version } => {
+        AppState::Built { run_image_digest, buildpacks, launcher_version, .. } => {
             let rebuild = builder.and_then(|b| rebuild_reason(b, buildpacks, launcher_version.as_deref()));
             let rebase = run_image.and_then(|target| match run_image_digest {
                 Some(d) if target.digests.contains(d) => None,
@@ -268,7 +293,7 @@ mod tests {
     }
 
     fn built(run: &str) -> AppState {
-        AppState::Built { run_image_digest: Some(run.into()), buildpacks: vec![], launcher_version: None }
+        AppState::Built { run_image_digest: Some(run.into()), buildpacks: vec![], launcher_version: None, digest: None }
     }
 
     #[test]
@@ -360,6 +385,7 @@ mod tests {
                 homepage: None,
             }],
             launcher_version: Some(launcher.into()),
+            digest: None,
         };
         let t = target();
         let i = image("app", "jammy", Policy::Auto);

@@ -565,6 +565,36 @@ impl Ledger {
         .await
     }
 
+    /// Actions `running` now (a cluster may be carrying them out for us).
+    pub async fn running_actions(&self) -> Result<Vec<ClaimedAction>, LedgerError> {
+        self.with(|conn| {
+            let mut stmt = conn.prepare(
+                "SELECT key, change_id, image, kind, attempts, target FROM actions WHERE state = 'running' ORDER BY updated",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, u32>(4)?,
+                    r.get::<_, String>(5)?,
+                ))
+            })?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (key, change_id, image, kind, attempt, target) = row?;
+                let target = serde_json::from_str(&target)
+                    .map_err(|e| LedgerError::Corrupt { what: "action target", detail: format!("{key}: {e}") })?;
+                let kind = ActionKind::parse(&kind)
+                    .ok_or_else(|| LedgerError::Corrupt { what: "action kind", detail: format!("{key}: {kind}") })?;
+                out.push(ClaimedAction { key, change_id, image, kind, attempt, target });
+            }
+            Ok(out)
+        })
+        .await
+    }
+
     /// Actions left `running` by a process that died: back to `pending` (the attempt is counted).
     pub async fn requeue_running(&self) -> Result<Vec<String>, LedgerError> {
         self.with(|conn| {

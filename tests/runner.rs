@@ -136,10 +136,12 @@ fn assemble(dir: &Path, text: &str) -> Daemonless {
     let metrics = Metrics::new();
     let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
     let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), Clock::System, metrics));
+    let backend = builder_monitor::runner::Backend::for_config(&config, None, CancellationToken::new()).unwrap();
     let runner = Arc::new(Runner::new(
         config.clone(),
         ledger.clone(),
         Clock::System,
+        backend,
         monitor.action_wake(),
         monitor.delivery_wake(),
     ));

@@ -307,12 +307,14 @@ async fn a_registry_push_notification_is_detected_within_two_seconds() {
     let hook = format!("http://127.0.0.1:{port}/hooks/distribution");
     let registry = TestRegistry::start_notifying(&hook, TOKEN);
     let pusher = Pusher::new(&registry.host);
-    pusher.push_index("demo/b", "latest", &[Image::new("amd64"), Image::new("arm64")], Format::Oci).await;
     let ws = Workspace::new();
     let text = config(&registry.host, "api_token_env = \"BM_TEST_API_TOKEN\"")
         .replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
     let config = ws.config(&text);
+    // The daemon listens before anything is pushed, so no notification waits in the registry's retry queue.
     let mut daemon = Daemon::start_with_env(&config, &[("BM_TEST_API_TOKEN", TOKEN)]);
+    daemon.wait_for("the first check", |v| v["message"] == "check done");
+    pusher.push_index("demo/b", "latest", &[Image::new("amd64"), Image::new("arm64")], Format::Oci).await;
     daemon.wait_for_event("builder.pinned");
 
     let started = Instant::now();

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 use toml::de::DeValue;
 
+use super::kubernetes::{KubeRunnerSettings, RawKubeRunner};
 use super::{BuilderSettings, Validator};
 use crate::registry::ImageRef;
 
@@ -107,6 +108,10 @@ pub enum RunnerKind {
     None,
     /// Local commands.
     Exec,
+    /// A `batch/v1` Job per action.
+    Kubernetes,
+    /// A `kpack.io/v1alpha2` Build per action.
+    Kpack,
 }
 
 impl RunnerKind {
@@ -114,6 +119,8 @@ impl RunnerKind {
         match self {
             RunnerKind::None => "none",
             RunnerKind::Exec => "exec",
+            RunnerKind::Kubernetes => "kubernetes",
+            RunnerKind::Kpack => "kpack",
         }
     }
 }
@@ -126,6 +133,8 @@ pub struct RunnerSettings {
     pub max_attempts: u32,
     pub backoff: Duration,
     pub exec: Option<ExecSettings>,
+    /// For the `kubernetes` and `kpack` runners.
+    pub kubernetes: Option<KubeRunnerSettings>,
 }
 
 impl Default for RunnerSettings {
@@ -136,6 +145,7 @@ impl Default for RunnerSettings {
             max_attempts: 3,
             backoff: Duration::from_secs(30),
             exec: None,
+            kubernetes: None,
         }
     }
 }
@@ -176,6 +186,7 @@ pub(super) struct RawRunner {
     max_attempts: Option<Spanned<i64>>,
     backoff: Option<Spanned<String>>,
     exec: Option<Spanned<RawExec>>,
+    kubernetes: Option<RawKubeRunner>,
 }
 
 #[derive(Deserialize)]
@@ -267,10 +278,13 @@ impl<'a> Validator<'a> {
         {
             self.error(source.span(), "source.git must name a repository");
         }
-        if let Some(s) = &raw.scheduling
-            && s.get_ref().affinity.as_ref().is_some_and(|a| !a.is_object())
-        {
-            self.error(s.span(), "scheduling.affinity must be a table (a Pod spec affinity object)");
+        if let Some(s) = &raw.scheduling {
+            if let Some(affinity) = &s.get_ref().affinity {
+                self.affinity(&Spanned::new(s.span(), affinity.clone()));
+            }
+            if self.kpack && s.get_ref().node_selector.contains_key("kubernetes.io/os") {
+                self.error(s.span(), "kpack rejects a nodeSelector with kubernetes.io/os (it sets the os itself)");
+            }
         }
         if self.diagnostics.len() != errors_before {
             return None;
@@ -292,8 +306,8 @@ impl<'a> Validator<'a> {
         match raw.kind.as_ref().map(|k| (k.get_ref().as_str(), k.span())) {
             None | Some(("none", _)) => {}
             Some(("exec", _)) => s.kind = RunnerKind::Exec,
-            Some((k @ ("kubernetes" | "kpack"), span)) => self
-                .error(span, format!("runner type \"{k}\" is not available in this version; use \"exec\" or \"none\"")),
+            Some(("kubernetes", _)) => s.kind = RunnerKind::Kubernetes,
+            Some(("kpack", _)) => s.kind = RunnerKind::Kpack,
             Some((other, span)) => {
                 self.error(span, format!("unknown runner type \"{other}\", expected none, exec, kubernetes or kpack"))
             }
@@ -319,6 +333,12 @@ impl<'a> Validator<'a> {
             let span = exec.span();
             s.exec = self.exec(exec.into_inner(), span);
         }
+        let kube = matches!(s.kind, RunnerKind::Kubernetes | RunnerKind::Kpack);
+        s.kubernetes = match raw.kubernetes {
+            Some(k) => self.kube_runner(k, s.kind == RunnerKind::Kpack),
+            None if kube => self.kube_runner(RawKubeRunner::default(), false),
+            None => None,
+        };
         if s.kind == RunnerKind::Exec && s.exec.is_none() && self.diagnostics.len() == errors_before {
             let span = raw.kind.as_ref().map(|k| k.span()).unwrap_or(0..0);
             self.error(span, "runner type \"exec\" needs a [runner.exec] table with rebuild and rebase commands");

@@ -17,10 +17,12 @@ use crate::registry::{DockerConfig, ImageRef};
 mod alerts;
 use crate::schedule::Schedule;
 mod images;
+mod kubernetes;
 pub use alerts::{AlertKind, AlertSettings, AlertUrl, DEFAULT_EVENTS, redact_url};
 pub use images::{
     ExecSettings, ImageSettings, PLACEHOLDERS, Policy, RunnerKind, RunnerSettings, Scheduling, Source, Toleration,
 };
+pub use kubernetes::{DEFAULT_GIT_IMAGE, KubeRunnerSettings, KubernetesSettings, k8s_typed};
 
 /// Default check interval when neither `[monitor]` nor the builder sets one.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(600);
@@ -63,6 +65,7 @@ pub struct Config {
     pub alerts: Vec<AlertSettings>,
     pub images: Vec<ImageSettings>,
     pub runner: RunnerSettings,
+    pub kubernetes: KubernetesSettings,
     /// `None` when the config has no `[server]` table: no HTTP server.
     pub server: Option<ServerSettings>,
 }
@@ -248,7 +251,7 @@ impl Config {
     /// Validates config text; `path` names the file in errors and anchors relative paths.
     pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let mut v = Validator { text, base, diagnostics: Vec::new() };
+        let mut v = Validator { text, base, diagnostics: Vec::new(), kpack: false };
         let config = v.document(path);
         if v.diagnostics.is_empty()
             && let Some(config) = config
@@ -424,9 +427,11 @@ struct Validator<'a> {
     text: &'a str,
     base: PathBuf,
     diagnostics: Vec<Diagnostic>,
+    /// The runner is kpack (which restricts node selectors).
+    kpack: bool,
 }
 
-const SECTIONS: &[&str] = &["monitor", "server", "registries", "builders", "alerts", "images", "runner"];
+const SECTIONS: &[&str] = &["monitor", "server", "registries", "builders", "alerts", "images", "runner", "kubernetes"];
 
 impl<'a> Validator<'a> {
     fn error(&mut self, span: Range<usize>, message: impl Into<String>) {
@@ -466,6 +471,7 @@ impl<'a> Validator<'a> {
         let mut raw_server = None;
         let mut raw_images = None;
         let mut raw_runner = None;
+        let mut raw_kubernetes = None;
         for (key, value) in root {
             match key.get_ref().as_ref() {
                 "monitor" => raw_monitor = Some(value),
@@ -475,6 +481,7 @@ impl<'a> Validator<'a> {
                 "server" => raw_server = Some(value),
                 "images" => raw_images = Some(value),
                 "runner" => raw_runner = Some(value),
+                "kubernetes" => raw_kubernetes = Some(value),
                 other => {
                     let message = format!(
                         "unknown key `{other}`, expected one of {}",
@@ -495,10 +502,15 @@ impl<'a> Validator<'a> {
         let defaults = monitor.as_ref();
         let builders = self.builders(raw_builders, defaults);
         let alerts = self.alerts(raw_alerts);
-        let images = self.images(raw_images, builders.as_deref());
         let runner = match raw_runner {
             Some(value) => self.entry::<images::RawRunner>(value).and_then(|raw| self.runner(raw)),
             None => Some(RunnerSettings::default()),
+        };
+        self.kpack = runner.as_ref().is_some_and(|r| r.kind == RunnerKind::Kpack);
+        let images = self.images(raw_images, builders.as_deref());
+        let kubernetes = match raw_kubernetes {
+            Some(value) => self.entry::<kubernetes::RawKubernetes>(value).map(|raw| self.kubernetes(raw)),
+            None => Some(KubernetesSettings::default()),
         };
         let server = match raw_server {
             Some(value) => self.entry::<RawServer>(value).and_then(|raw| self.server(raw)).map(Some),
@@ -513,6 +525,7 @@ impl<'a> Validator<'a> {
             alerts: alerts?,
             images: images?,
             runner: runner?,
+            kubernetes: kubernetes?,
             server: server?,
         })
     }

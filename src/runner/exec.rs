@@ -7,18 +7,11 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use super::Outcome;
 use crate::config::ExecSettings;
 
 /// Output kept per action (the end of stdout and stderr, interleaved as read).
 pub const TAIL_BYTES: usize = 4096;
-
-/// How a command ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExecOutcome {
-    pub success: bool,
-    pub detail: String,
-    pub output_tail: String,
-}
 
 /// Replaces every `{name}` of `values` in each argument.
 pub fn expand(template: &[String], values: &BTreeMap<&str, String>) -> Vec<String> {
@@ -53,9 +46,9 @@ async fn drain(mut pipe: impl AsyncRead + Unpin, tail: std::sync::Arc<std::sync:
 }
 
 /// Runs `argv` in its own process group; on timeout the whole group is killed.
-pub async fn run(settings: &ExecSettings, argv: &[String], env: &BTreeMap<String, String>) -> ExecOutcome {
+pub async fn run(settings: &ExecSettings, argv: &[String], env: &BTreeMap<String, String>) -> Outcome {
     let Some((program, args)) = argv.split_first() else {
-        return ExecOutcome { success: false, detail: "empty command".into(), output_tail: String::new() };
+        return Outcome { success: false, detail: "empty command".into(), output_tail: String::new() };
     };
     let mut command = tokio::process::Command::new(program);
     command
@@ -72,7 +65,7 @@ pub async fn run(settings: &ExecSettings, argv: &[String], env: &BTreeMap<String
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(err) => {
-            return ExecOutcome {
+            return Outcome {
                 success: false,
                 detail: format!("cannot start `{program}`: {err}"),
                 output_tail: String::new(),
@@ -102,7 +95,7 @@ pub async fn run(settings: &ExecSettings, argv: &[String], env: &BTreeMap<String
     }
     let output_tail = String::from_utf8_lossy(&tail.lock().unwrap_or_else(|e| e.into_inner()).0).into_owned();
     match status {
-        Ok(s) if s.success() => ExecOutcome { success: true, detail: "exit status 0".into(), output_tail },
+        Ok(s) if s.success() => Outcome { success: true, detail: "exit status 0".into(), output_tail },
         Ok(s) => {
             let detail = match s.code() {
                 Some(code) => format!("exit status {code}"),
@@ -118,9 +111,9 @@ pub async fn run(settings: &ExecSettings, argv: &[String], env: &BTreeMap<String
                     }
                 }
             };
-            ExecOutcome { success: false, detail, output_tail }
+            Outcome { success: false, detail, output_tail }
         }
-        Err(detail) => ExecOutcome { success: false, detail, output_tail },
+        Err(detail) => Outcome { success: false, detail, output_tail },
     }
 }
 

@@ -2,6 +2,8 @@
 //! `none`), at most `max_concurrent` at once, retrying failures and recording every outcome.
 
 pub mod exec;
+pub mod kpack;
+pub mod kubernetes;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,10 +23,57 @@ use crate::store::{ActionOutcome, ClaimedAction, Ledger, LedgerError};
 const IDLE: Duration = Duration::from_secs(60);
 const GRACE: Duration = Duration::from_secs(10);
 
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub success: bool,
+    pub detail: String,
+    pub output_tail: String,
+}
+
+/// What carries out actions.
+pub enum Backend {
+    /// Nothing: actions are recorded only.
+    None,
+    Exec(crate::config::ExecSettings),
+    Jobs(kubernetes::JobBackend),
+    Kpack(kpack::BuildBackend),
+}
+
+impl Backend {
+    /// The backend the config asks for; the Kubernetes ones need a client and watch until `stop`.
+    pub fn for_config(config: &Config, client: Option<kube::Client>, stop: CancellationToken) -> Result<Self, String> {
+        let kube = |what: &str| {
+            let client = client.clone().ok_or_else(|| format!("runner type \"{what}\" needs a Kubernetes client"))?;
+            let settings = config.runner.kubernetes.clone().ok_or_else(|| "missing [runner.kubernetes]".to_string())?;
+            Ok::<_, String>((client, settings))
+        };
+        Ok(match config.runner.kind {
+            RunnerKind::None => Backend::None,
+            RunnerKind::Exec => Backend::Exec(config.runner.exec.clone().ok_or("missing [runner.exec]")?),
+            RunnerKind::Kubernetes => {
+                let (client, settings) = kube("kubernetes")?;
+                Backend::Jobs(kubernetes::JobBackend::start(client, settings, config.runner.max_attempts, stop))
+            }
+            RunnerKind::Kpack => {
+                let (client, settings) = kube("kpack")?;
+                Backend::Kpack(kpack::BuildBackend::start(client, settings, stop))
+            }
+        })
+    }
+
+    /// Whether the daemon retries a failed attempt itself (a Job retries its pods, a kpack Build
+    /// is one attempt: their failures are final).
+    fn retries(&self) -> bool {
+        matches!(self, Backend::Exec(_))
+    }
+}
+
 pub struct Runner {
     config: Arc<Config>,
     ledger: Ledger,
     clock: Clock,
+    backend: Backend,
     /// Notified when actions are recorded.
     wake: Arc<Notify>,
     /// Notified when this runner records events with deliveries.
@@ -37,17 +86,19 @@ impl Runner {
         config: Arc<Config>,
         ledger: Ledger,
         clock: Clock,
+        backend: Backend,
         wake: Arc<Notify>,
         delivery_wake: Arc<Notify>,
     ) -> Self {
         let permits = Arc::new(Semaphore::new(config.runner.max_concurrent));
-        Runner { config, ledger, clock, wake, delivery_wake, permits }
+        Runner { config, ledger, clock, backend, wake, delivery_wake, permits }
     }
 
-    /// Start-up reconciliation: a local command `running` in the ledger died with the previous
-    /// process, so it runs again (its attempt still counts).
+    /// Start-up reconciliation of actions left `running`: a local command died with the previous
+    /// process, so it runs again (its attempt still counts); a Job or Build lives in the cluster,
+    /// so the runner follows it again (`resume`).
     pub async fn recover(&self) -> Result<usize, LedgerError> {
-        if self.config.runner.kind != RunnerKind::Exec {
+        if !matches!(self.backend, Backend::Exec(_)) {
             return Ok(0);
         }
         let keys = self.ledger.requeue_running().await?;
@@ -57,14 +108,38 @@ impl Runner {
         Ok(keys.len())
     }
 
+    /// Follows the actions the cluster runs for us that are still `running` in the ledger.
+    async fn resume(self: &Arc<Self>, tasks: &mut JoinSet<()>) {
+        if !matches!(self.backend, Backend::Jobs(_) | Backend::Kpack(_)) {
+            return;
+        }
+        let running = match self.ledger.running_actions().await {
+            Ok(r) => r,
+            Err(err) => {
+                tracing::error!(error = %err, "cannot read running actions");
+                return;
+            }
+        };
+        for action in running {
+            tracing::info!(action = %action.key, "following an action started before the restart");
+            match self.permits.clone().acquire_owned().await {
+                Ok(permit) => {
+                    tasks.spawn(self.clone().execute(action, permit));
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
     /// Carries out actions until `shutdown`; commands still running then get a grace period, after
     /// which they are killed and run again after the next start.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        if self.config.runner.kind == RunnerKind::None {
+        if matches!(self.backend, Backend::None) {
             tracing::info!("runner \"none\": actions are planned and recorded, never run (see `status`)");
             return;
         }
         let mut tasks = JoinSet::new();
+        self.resume(&mut tasks).await;
         loop {
             self.start_due(&mut tasks).await;
             let sleep = self.until_next_due().await;
@@ -83,10 +158,11 @@ impl Runner {
     /// Carries out every action due now and waits for them (`run --once`); failures are retried
     /// on a later run, after their backoff.
     pub async fn run_due_once(self: &Arc<Self>) -> usize {
-        if self.config.runner.kind == RunnerKind::None {
+        if matches!(self.backend, Backend::None) {
             return 0;
         }
         let mut tasks = JoinSet::new();
+        self.resume(&mut tasks).await;
         let mut started = 0;
         // More actions may be due than there are slots: start more as slots free up.
         loop {
@@ -211,7 +287,7 @@ impl Runner {
             let t =
                 if action.kind == ActionKind::Rebuild { EventType::BuildSucceeded } else { EventType::RebaseSucceeded };
             (ActionOutcome::Succeeded, Some(t))
-        } else if action.attempt < self.config.runner.max_attempts {
+        } else if self.backend.retries() && action.attempt < self.config.runner.max_attempts {
             let wait = self.config.runner.backoff.saturating_mul(1u32 << (action.attempt - 1).min(16));
             let next = self.clock.now() + chrono::Duration::from_std(wait).unwrap_or_default();
             (ActionOutcome::Retry { next_attempt: timestamp_millis(next) }, None)
@@ -258,13 +334,24 @@ impl Runner {
         }
     }
 
-    async fn carry_out(&self, action: &ClaimedAction, target: &ActionTarget) -> exec::ExecOutcome {
-        let Some(settings) = &self.config.runner.exec else {
-            return exec::ExecOutcome {
-                success: false,
-                detail: "no [runner.exec] configured".into(),
-                output_tail: String::new(),
-            };
+    async fn carry_out(&self, action: &ClaimedAction, target: &ActionTarget) -> Outcome {
+        let reference = kubernetes::ActionRef {
+            key: &action.key,
+            change_id: &action.change_id,
+            image: &action.image,
+            kind: action.kind,
+        };
+        let settings = match &self.backend {
+            Backend::Exec(settings) => settings,
+            Backend::Jobs(jobs) => return jobs.carry_out(&reference, target).await,
+            Backend::Kpack(builds) => return builds.carry_out(&reference, target).await,
+            Backend::None => {
+                return Outcome {
+                    success: false,
+                    detail: "runner none runs nothing".into(),
+                    output_tail: String::new(),
+                };
+            }
         };
         let template = match action.kind {
             ActionKind::Rebuild => &settings.rebuild,

@@ -444,6 +444,12 @@ async fn handle(
     response
 }
 
+fn drop_status(object: &mut Value) {
+    if let Some(m) = object.as_object_mut() {
+        m.remove("status");
+    }
+}
+
 fn not_found(target: &Target, name: &str) -> Response<Body> {
     let resource =
         if target.group.is_empty() { target.plural.clone() } else { format!("{}.{}", target.plural, target.group) };
@@ -500,9 +506,7 @@ fn create(shared: &Shared, target: &Target, mut body: Value) -> Response<Body> {
         return status_error(409, "AlreadyExists", format!("{resource} \"{name}\" already exists"));
     }
     if WITH_STATUS.contains(&target.plural.as_str()) {
-        if let Some(m) = body.as_object_mut() {
-            m.remove("status");
-        }
+        drop_status(&mut body);
     }
     let object = store.insert(&key, body);
     json_response(201, &object)
@@ -530,9 +534,7 @@ fn write(store: &mut Store, target: &Target, key: &Key, existing: &Value, mut ne
         } else {
             next["status"] = existing["status"].clone();
             if next["status"].is_null() {
-                if let Some(m) = next.as_object_mut() {
-                    m.remove("status");
-                }
+                drop_status(&mut next);
             }
         }
     }
@@ -575,9 +577,7 @@ fn patch(
                 }
                 let mut object = body;
                 if WITH_STATUS.contains(&target.plural.as_str()) {
-                    if let Some(m) = object.as_object_mut() {
-                        m.remove("status");
-                    }
+                    drop_status(&mut object);
                 }
                 let object = store.insert(&key, object);
                 json_response(201, &object)

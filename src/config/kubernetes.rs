@@ -1,0 +1,204 @@
+//! `[kubernetes]` (how to reach the cluster) and `[runner.kubernetes]` (where build pods go and
+//! what they may use). Kubernetes-typed values keep the Pod spec's own shapes and are checked by
+//! deserializing into the k8s-openapi types.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use toml::Spanned;
+
+use super::images::{Scheduling, Toleration};
+use super::{Validator, is_dns_label};
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KubernetesSettings {
+    /// A kubeconfig file; default: in-cluster, then `$KUBECONFIG` or `~/.kube/config`.
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct KubeRunnerSettings {
+    pub namespace: String,
+    pub service_account: Option<String>,
+    /// Placement shared by every build pod; an image's own `scheduling` is merged over it.
+    pub scheduling: Scheduling,
+    pub image_pull_secrets: Vec<String>,
+    /// A Pod spec `resources` object for the build container.
+    pub resources: Option<serde_json::Value>,
+    pub active_deadline: Option<Duration>,
+    pub ttl_after_finished: Option<Duration>,
+    /// Pod retries inside one Job (default: `runner.max_attempts - 1`).
+    pub backoff_limit: Option<i32>,
+    /// A `kubernetes.io/dockerconfigjson` Secret with registry credentials, for `DOCKER_CONFIG`.
+    pub docker_config_secret: Option<String>,
+    /// The image of the init container that fetches sources.
+    pub git_image: String,
+    /// A PersistentVolumeClaim for the build cache (default: an emptyDir).
+    pub cache_pvc: Option<String>,
+}
+
+pub const DEFAULT_GIT_IMAGE: &str = "docker.io/alpine/git:2.47.2";
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawKubernetes {
+    kubeconfig: Option<Spanned<String>>,
+    context: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawKubeRunner {
+    namespace: Option<Spanned<String>>,
+    service_account: Option<Spanned<String>>,
+    node_selector: Option<Spanned<BTreeMap<String, String>>>,
+    tolerations: Option<Spanned<Vec<Toleration>>>,
+    affinity: Option<Spanned<serde_json::Value>>,
+    priority_class_name: Option<String>,
+    runtime_class_name: Option<String>,
+    scheduler_name: Option<String>,
+    #[serde(default)]
+    image_pull_secrets: Vec<String>,
+    resources: Option<Spanned<serde_json::Value>>,
+    active_deadline: Option<Spanned<String>>,
+    ttl_after_finished: Option<Spanned<String>>,
+    backoff_limit: Option<Spanned<i64>>,
+    docker_config_secret: Option<String>,
+    git_image: Option<String>,
+    cache_pvc: Option<String>,
+}
+
+/// Deserializes `value` as `T` and back: any field `T` does not know is dropped on the way, and
+/// named here as the error (k8s-openapi's types ignore unknown fields on their own).
+pub fn k8s_typed<T: DeserializeOwned + serde::Serialize>(value: &serde_json::Value) -> Result<T, String> {
+    let typed: T = serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
+    let back = serde_json::to_value(&typed).map_err(|e| e.to_string())?;
+    match first_dropped(value, &back, "") {
+        Some(path) => Err(format!("unknown field `{path}`")),
+        None => Ok(typed),
+    }
+}
+
+fn first_dropped(input: &serde_json::Value, output: &serde_json::Value, path: &str) -> Option<String> {
+    use serde_json::Value;
+    match (input, output) {
+        (Value::Object(i), Value::Object(o)) => i.iter().find_map(|(k, v)| {
+            let here = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+            match o.get(k) {
+                None if !v.is_null() => Some(here),
+                None => None,
+                Some(ov) => first_dropped(v, ov, &here),
+            }
+        }),
+        (Value::Array(i), Value::Array(o)) => {
+            i.iter().zip(o).enumerate().find_map(|(n, (a, b))| first_dropped(a, b, &format!("{path}[{n}]")))
+        }
+        _ => None,
+    }
+}
+
+impl<'a> Validator<'a> {
+    pub(super) fn kubernetes(&mut self, raw: RawKubernetes) -> KubernetesSettings {
+        KubernetesSettings { kubeconfig: raw.kubeconfig.map(|k| self.path(k.get_ref())), context: raw.context }
+    }
+
+    /// Checks a Pod spec `affinity` value.
+    pub(super) fn affinity(&mut self, value: &Spanned<serde_json::Value>) -> bool {
+        match k8s_typed::<k8s_openapi::api::core::v1::Affinity>(value.get_ref()) {
+            Ok(_) => true,
+            Err(message) => {
+                self.error(value.span(), format!("affinity is not a Pod spec affinity: {message}"));
+                false
+            }
+        }
+    }
+
+    pub(super) fn kube_runner(&mut self, raw: RawKubeRunner, kpack: bool) -> Option<KubeRunnerSettings> {
+        let errors_before = self.diagnostics.len();
+        let namespace = match &raw.namespace {
+            Some(ns) if !is_dns_label(ns.get_ref()) => {
+                self.error(ns.span(), format!("namespace \"{}\" is not a valid namespace name", ns.get_ref()));
+                String::new()
+            }
+            Some(ns) => ns.get_ref().clone(),
+            None => "default".to_string(),
+        };
+        if let Some(affinity) = &raw.affinity {
+            self.affinity(affinity);
+        }
+        if let Some(resources) = &raw.resources
+            && let Err(message) = k8s_typed::<k8s_openapi::api::core::v1::ResourceRequirements>(resources.get_ref())
+        {
+            self.error(resources.span(), format!("resources is not a Pod spec resources object: {message}"));
+        }
+        if kpack
+            && let Some(selector) = &raw.node_selector
+            && selector.get_ref().contains_key("kubernetes.io/os")
+        {
+            self.error(selector.span(), "kpack rejects a nodeSelector with kubernetes.io/os (it sets the os itself)");
+        }
+        let duration = |v: &mut Self, d: &Option<Spanned<String>>, what: &str| {
+            d.as_ref().and_then(|d| v.positive_duration(d, what))
+        };
+        let active_deadline = duration(self, &raw.active_deadline, "active_deadline");
+        let ttl_after_finished = duration(self, &raw.ttl_after_finished, "ttl_after_finished");
+        let backoff_limit = match &raw.backoff_limit {
+            Some(b) => match i32::try_from(*b.get_ref()) {
+                Ok(n) if n >= 0 => Some(n),
+                _ => {
+                    self.error(b.span(), "backoff_limit must be a whole number >= 0");
+                    None
+                }
+            },
+            None => None,
+        };
+        if self.diagnostics.len() != errors_before {
+            return None;
+        }
+        Some(KubeRunnerSettings {
+            namespace,
+            service_account: raw.service_account.map(Spanned::into_inner),
+            scheduling: Scheduling {
+                node_selector: raw.node_selector.map(Spanned::into_inner).unwrap_or_default(),
+                tolerations: raw.tolerations.map(Spanned::into_inner),
+                affinity: raw.affinity.map(Spanned::into_inner),
+                priority_class_name: raw.priority_class_name,
+                runtime_class_name: raw.runtime_class_name,
+                scheduler_name: raw.scheduler_name,
+            },
+            image_pull_secrets: raw.image_pull_secrets,
+            resources: raw.resources.map(Spanned::into_inner),
+            active_deadline,
+            ttl_after_finished,
+            backoff_limit,
+            docker_config_secret: raw.docker_config_secret,
+            git_image: raw.git_image.unwrap_or_else(|| DEFAULT_GIT_IMAGE.to_string()),
+            cache_pvc: raw.cache_pvc,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn k8s_typed_values_name_unknown_fields() {
+        use k8s_openapi::api::core::v1::Affinity;
+        let ok = json!({ "nodeAffinity": { "requiredDuringSchedulingIgnoredDuringExecution": { "nodeSelectorTerms": [
+            { "matchExpressions": [{ "key": "topology.kubernetes.io/zone", "operator": "In", "values": ["eu-1a"] }] }] } } });
+        assert!(k8s_typed::<Affinity>(&ok).is_ok());
+        let typo = json!({ "nodeAffinity": { "requiredDuringSchedulingIgnoredDuringExecution": { "nodeSelectorTerms": [
+            { "matchExpresions": [] }] } } });
+        assert_eq!(
+            k8s_typed::<Affinity>(&typo).unwrap_err(),
+            "unknown field `nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpresions`"
+        );
+        assert!(k8s_typed::<Affinity>(&json!({ "nodeAffinity": 5 })).is_err());
+    }
+}

@@ -1,0 +1,440 @@
+//! The `kubernetes` runner: a `batch/v1` Job per action, named by the action's key so a retry or a
+//! restart finds it instead of creating another, carrying the configured scheduling; completion is
+//! observed through a watch on the managed-by label, never by polling.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::Outcome;
+use crate::config::{KubeRunnerSettings, Scheduling};
+use crate::plan::{ActionKind, ActionTarget};
+
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "builder-monitor";
+pub const SELECTOR: &str = "app.kubernetes.io/managed-by=builder-monitor";
+
+/// What names and describes an action in the objects made for it.
+#[derive(Debug, Clone)]
+pub struct ActionRef<'a> {
+    pub key: &'a str,
+    pub change_id: &'a str,
+    pub image: &'a str,
+    pub kind: ActionKind,
+}
+
+/// The runner's placement with the image's over it: maps merge key by key; lists, affinity and
+/// names replace.
+pub fn merged(runner: &Scheduling, image: &Scheduling) -> Scheduling {
+    let mut node_selector = runner.node_selector.clone();
+    node_selector.extend(image.node_selector.clone());
+    Scheduling {
+        node_selector,
+        tolerations: image.tolerations.clone().or_else(|| runner.tolerations.clone()),
+        affinity: image.affinity.clone().or_else(|| runner.affinity.clone()),
+        priority_class_name: image.priority_class_name.clone().or_else(|| runner.priority_class_name.clone()),
+        runtime_class_name: image.runtime_class_name.clone().or_else(|| runner.runtime_class_name.clone()),
+        scheduler_name: image.scheduler_name.clone().or_else(|| runner.scheduler_name.clone()),
+    }
+}
+
+fn version(text: &str) -> Option<(u32, u32)> {
+    let (major, minor) = text.trim().split_once('.')?;
+    Some((major.parse().ok()?, minor.parse().ok()?))
+}
+
+/// The platform API to run the lifecycle with: the highest the builder's lifecycle supports, up to
+/// the newest these flags were written for; 0.9 (kpack's choice) when the builder does not say.
+pub fn platform_api(supported: &[String]) -> String {
+    supported
+        .iter()
+        .filter_map(|s| version(s).filter(|v| *v <= (0, 15)).map(|v| (v, s.clone())))
+        .max()
+        .map(|(_, s)| s)
+        .unwrap_or_else(|| "0.9".to_string())
+}
+
+/// Labels every object of an action carries.
+pub fn labels(action: &ActionRef<'_>) -> BTreeMap<String, String> {
+    [
+        (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
+        ("buildermonitor.dev/image".to_string(), action.image.to_string()),
+        ("buildermonitor.dev/change".to_string(), action.change_id.to_string()),
+        ("buildermonitor.dev/action".to_string(), action.kind.as_str().to_string()),
+    ]
+    .into()
+}
+
+pub fn annotations(target: &ActionTarget) -> BTreeMap<String, String> {
+    let mut a: BTreeMap<String, String> = [
+        ("buildermonitor.dev/builder".to_string(), target.builder.clone()),
+        ("buildermonitor.dev/reasons".to_string(), target.reasons.join(",")),
+        ("buildermonitor.dev/why".to_string(), target.why.clone()),
+    ]
+    .into();
+    if let Some(run) = &target.run_image {
+        a.insert("buildermonitor.dev/run-image".into(), run.clone());
+    }
+    a
+}
+
+/// The scheduling fields of a pod spec (or of a kpack Build's top level).
+pub fn scheduling_fields(s: &Scheduling) -> serde_json::Map<String, Value> {
+    let mut m = serde_json::Map::new();
+    if !s.node_selector.is_empty() {
+        m.insert("nodeSelector".into(), json!(s.node_selector));
+    }
+    if let Some(t) = &s.tolerations {
+        m.insert("tolerations".into(), json!(t));
+    }
+    if let Some(a) = &s.affinity {
+        m.insert("affinity".into(), a.clone());
+    }
+    for (key, value) in [
+        ("priorityClassName", &s.priority_class_name),
+        ("runtimeClassName", &s.runtime_class_name),
+        ("schedulerName", &s.scheduler_name),
+    ] {
+        if let Some(v) = value {
+            m.insert(key.into(), json!(v));
+        }
+    }
+    m
+}
+
+const SOURCE_SCRIPT: &str = "set -e; git clone --quiet -- \"$1\" /workspace/app; git -C /workspace/app checkout --quiet \"$2\"; shift 2; mkdir -p /platform/env; while [ $# -gt 1 ]; do printf %s \"$2\" > \"/platform/env/$1\"; shift 2; done";
+
+/// The Job that carries out an action.
+pub fn job(
+    action: &ActionRef<'_>,
+    target: &ActionTarget,
+    settings: &KubeRunnerSettings,
+    max_attempts: u32,
+) -> Result<Job, String> {
+    let scheduling = merged(&settings.scheduling, &target.scheduling);
+    let uid = target.user_id.unwrap_or(1000);
+    let gid = target.group_id.unwrap_or(1000);
+    let api = platform_api(&target.platform_apis);
+    let restricted = json!({
+        "allowPrivilegeEscalation": false, "privileged": false, "runAsNonRoot": true,
+        "capabilities": { "drop": ["ALL"] },
+    });
+    let mut env = vec![json!({ "name": "CNB_PLATFORM_API", "value": api })];
+    let mut volumes = vec![json!({ "name": "layers", "emptyDir": {} })];
+    let mut docker_mount = Vec::new();
+    if let Some(secret) = &settings.docker_config_secret {
+        env.push(json!({ "name": "DOCKER_CONFIG", "value": "/docker-config" }));
+        volumes.push(json!({ "name": "docker-config", "secret": { "secretName": secret, "items": [{ "key": ".dockerconfigjson", "path": "config.json" }] } }));
+        docker_mount.push(json!({ "name": "docker-config", "mountPath": "/docker-config", "readOnly": true }));
+    }
+    let mut init_containers = Vec::new();
+    let container = match action.kind {
+        ActionKind::Rebuild => {
+            let source = target.source.as_ref().ok_or_else(|| {
+                format!("image {} has no source: a rebuild needs [[images]] source = {{ git = \"…\" }}", action.image)
+            })?;
+            let mut args = vec![
+                json!("sh"),
+                json!("-c"),
+                json!(SOURCE_SCRIPT),
+                json!("source"),
+                json!(source.git),
+                json!(source.revision),
+            ];
+            for (k, v) in &target.env {
+                args.push(json!(k));
+                args.push(json!(v));
+            }
+            init_containers.push(json!({
+                "name": "source",
+                "image": settings.git_image,
+                "command": args,
+                "env": [{ "name": "HOME", "value": "/workspace" }],
+                "securityContext": restricted,
+                "volumeMounts": [{ "name": "workspace", "mountPath": "/workspace" }, { "name": "platform", "mountPath": "/platform" }],
+            }));
+            volumes.push(json!({ "name": "workspace", "emptyDir": {} }));
+            volumes.push(json!({ "name": "platform", "emptyDir": {} }));
+            volumes.push(match &settings.cache_pvc {
+                Some(claim) => json!({ "name": "cache", "persistentVolumeClaim": { "claimName": claim } }),
+                None => json!({ "name": "cache", "emptyDir": {} }),
+            });
+            let app_dir = match source.sub_path.as_deref().map(|p| p.trim_matches('/')).filter(|p| !p.is_empty()) {
+                Some(sub) => format!("/workspace/app/{sub}"),
+                None => "/workspace/app".to_string(),
+            };
+            let mut args = vec![
+                format!("-app={app_dir}"),
+                "-layers=/layers".into(),
+                "-platform=/platform".into(),
+                "-cache-dir=/cache".into(),
+                format!("-previous-image={}", target.image),
+                "-report=/layers/report.toml".into(),
+            ];
+            if let Some(run) = &target.run_image {
+                args.push(format!("-run-image={run}"));
+            }
+            args.push(target.image.clone());
+            let mut mounts = vec![
+                json!({ "name": "workspace", "mountPath": "/workspace" }),
+                json!({ "name": "layers", "mountPath": "/layers" }),
+                json!({ "name": "platform", "mountPath": "/platform" }),
+                json!({ "name": "cache", "mountPath": "/cache" }),
+            ];
+            mounts.extend(docker_mount);
+            json!({ "name": "build", "image": target.builder, "command": ["/cnb/lifecycle/creator"], "args": args,
+                    "env": env, "volumeMounts": mounts })
+        }
+        ActionKind::Rebase => {
+            let run = target.run_image.as_ref().ok_or_else(|| "a rebase needs the new run image".to_string())?;
+            // The rebaser took -image before platform API 0.12.
+            let flag = if version(&api).is_some_and(|v| v >= (0, 12)) { "-run-image" } else { "-image" };
+            let mut mounts = vec![json!({ "name": "layers", "mountPath": "/layers" })];
+            mounts.extend(docker_mount);
+            json!({ "name": "rebase", "image": target.builder, "command": ["/cnb/lifecycle/rebaser"],
+                    "args": [format!("{flag}={run}"), "-report=/layers/report.toml", target.image],
+                    "env": env, "volumeMounts": mounts })
+        }
+    };
+    let mut container = container;
+    container["securityContext"] = restricted.clone();
+    container["terminationMessagePolicy"] = json!("FallbackToLogsOnError");
+    if let Some(resources) = &settings.resources {
+        container["resources"] = resources.clone();
+    }
+    let mut pod = serde_json::Map::new();
+    pod.insert("restartPolicy".into(), json!("Never"));
+    if let Some(sa) = &settings.service_account {
+        pod.insert("serviceAccountName".into(), json!(sa));
+    }
+    if !settings.image_pull_secrets.is_empty() {
+        let secrets: Vec<Value> = settings.image_pull_secrets.iter().map(|s| json!({ "name": s })).collect();
+        pod.insert("imagePullSecrets".into(), json!(secrets));
+    }
+    pod.extend(scheduling_fields(&scheduling));
+    pod.insert(
+        "securityContext".into(),
+        json!({ "runAsNonRoot": true, "runAsUser": uid, "runAsGroup": gid, "fsGroup": gid, "seccompProfile": { "type": "RuntimeDefault" } }),
+    );
+    if !init_containers.is_empty() {
+        pod.insert("initContainers".into(), json!(init_containers));
+    }
+    pod.insert("containers".into(), json!([container]));
+    pod.insert("volumes".into(), json!(volumes));
+    let labels = labels(action);
+    let mut spec = json!({
+        "backoffLimit": settings.backoff_limit.unwrap_or(max_attempts.saturating_sub(1) as i32),
+        "template": { "metadata": { "labels": labels }, "spec": pod },
+    });
+    if let Some(d) = settings.active_deadline {
+        spec["activeDeadlineSeconds"] = json!(d.as_secs());
+    }
+    if let Some(d) = settings.ttl_after_finished {
+        spec["ttlSecondsAfterFinished"] = json!(d.as_secs());
+    }
+    let value = json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": { "name": action.key, "namespace": settings.namespace, "labels": labels, "annotations": annotations(target) },
+        "spec": spec,
+    });
+    crate::config::k8s_typed::<Job>(&value).map_err(|e| format!("the generated Job is not valid: {e}"))
+}
+
+/// The objects of one kind the runner made, kept current by a watch on the managed-by label.
+pub struct Watched {
+    objects: Mutex<HashMap<String, Value>>,
+    changed: Notify,
+}
+
+impl Watched {
+    /// Starts watching `api` until `stop`.
+    pub fn start<K>(api: Api<K>, stop: CancellationToken) -> Arc<Self>
+    where
+        K: kube::Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug + Send + 'static,
+    {
+        let watched = Arc::new(Watched { objects: Mutex::new(HashMap::new()), changed: Notify::new() });
+        let w = watched.clone();
+        tokio::spawn(async move {
+            let mut events = watcher(api, watcher::Config::default().labels(SELECTOR)).default_backoff().boxed();
+            loop {
+                let event = tokio::select! {
+                    _ = stop.cancelled() => break,
+                    e = events.next() => e,
+                };
+                match event {
+                    Some(Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o))) => {
+                        if let (Some(name), Ok(v)) = (o.meta().name.clone(), serde_json::to_value(&o)) {
+                            w.objects.lock().unwrap_or_else(|e| e.into_inner()).insert(name, v);
+                        }
+                    }
+                    Some(Ok(watcher::Event::Delete(o))) => {
+                        if let Some(name) = o.meta().name.clone() {
+                            w.objects.lock().unwrap_or_else(|e| e.into_inner()).remove(&name);
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(err)) => tracing::warn!(error = %err, "watch of build objects failed; retrying"),
+                    None => break,
+                }
+                w.changed.notify_waiters();
+            }
+        });
+        watched
+    }
+
+    /// Waits until the object `name` reaches a terminal state, as `terminal` reads it.
+    pub async fn wait(&self, name: &str, terminal: impl Fn(&Value) -> Option<(bool, String)>) -> (bool, String) {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(result) = self.objects.lock().unwrap_or_else(|e| e.into_inner()).get(name).and_then(&terminal) {
+                return result;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Whether a Job finished: (succeeded, what its conditions say).
+pub fn job_outcome(job: &Value) -> Option<(bool, String)> {
+    let conditions = job["status"]["conditions"].as_array()?;
+    let holds = |t: &str| conditions.iter().find(|c| c["type"] == t && c["status"] == "True");
+    if let Some(c) = holds("Complete").or_else(|| holds("SuccessCriteriaMet")) {
+        return Some((true, c["message"].as_str().filter(|m| !m.is_empty()).unwrap_or("Job complete").to_string()));
+    }
+    holds("Failed").map(|c| {
+        let reason = c["reason"].as_str().unwrap_or("Failed");
+        let message = c["message"].as_str().unwrap_or_default();
+        (
+            false,
+            if message.is_empty() {
+                format!("Job failed: {reason}")
+            } else {
+                format!("Job failed: {reason}: {message}")
+            },
+        )
+    })
+}
+
+/// Creates (or finds) an action's Job and waits for it to finish.
+pub struct JobBackend {
+    pub client: kube::Client,
+    pub settings: KubeRunnerSettings,
+    pub max_attempts: u32,
+    watched: Arc<Watched>,
+}
+
+impl JobBackend {
+    pub fn start(
+        client: kube::Client,
+        settings: KubeRunnerSettings,
+        max_attempts: u32,
+        stop: CancellationToken,
+    ) -> Self {
+        let api: Api<Job> = Api::namespaced(client.clone(), &settings.namespace);
+        let watched = Watched::start(api, stop);
+        JobBackend { client, settings, max_attempts, watched }
+    }
+
+    pub async fn carry_out(&self, action: &ActionRef<'_>, target: &ActionTarget) -> Outcome {
+        let job = match job(action, target, &self.settings, self.max_attempts) {
+            Ok(job) => job,
+            Err(detail) => return Outcome { success: false, detail, output_tail: String::new() },
+        };
+        let api: Api<Job> = Api::namespaced(self.client.clone(), &self.settings.namespace);
+        match api.create(&PostParams::default(), &job).await {
+            Ok(_) => tracing::info!(job = %action.key, namespace = %self.settings.namespace, "Job created"),
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                tracing::info!(job = %action.key, "Job exists already (a retry or restart); following it");
+            }
+            Err(err) => {
+                return Outcome {
+                    success: false,
+                    detail: format!("cannot create Job {}: {err}", action.key),
+                    output_tail: String::new(),
+                };
+            }
+        }
+        let (success, detail) = self.watched.wait(action.key, job_outcome).await;
+        let output_tail = if success { String::new() } else { self.termination_message(action.key).await };
+        Outcome { success, detail, output_tail }
+    }
+
+    /// The termination message of the Job's pod (the end of its log, with FallbackToLogsOnError).
+    async fn termination_message(&self, job: &str) -> String {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.settings.namespace);
+        let Ok(list) = pods.list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}"))).await
+        else {
+            return String::new();
+        };
+        list.items
+            .iter()
+            .filter_map(|p| p.status.as_ref())
+            .flat_map(|s| s.init_container_statuses.iter().flatten().chain(s.container_statuses.iter().flatten()))
+            .filter_map(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())
+            .filter(|m| !m.is_empty())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn platform_api_is_the_highest_known() {
+        let apis = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(platform_api(&apis(&["0.7", "0.10", "0.9", "0.14"])), "0.14");
+        assert_eq!(platform_api(&apis(&["0.7", "0.99"])), "0.7");
+        assert_eq!(platform_api(&[]), "0.9");
+    }
+
+    #[test]
+    fn image_scheduling_merges_over_the_runner() {
+        let runner = Scheduling {
+            node_selector: [("disktype".to_string(), "ssd".to_string()), ("zone".to_string(), "a".to_string())].into(),
+            tolerations: Some(vec![]),
+            priority_class_name: Some("builds-low".into()),
+            ..Default::default()
+        };
+        let image = Scheduling {
+            node_selector: [("zone".to_string(), "b".to_string())].into(),
+            runtime_class_name: Some("gvisor".into()),
+            ..Default::default()
+        };
+        let m = merged(&runner, &image);
+        assert_eq!(m.node_selector["disktype"], "ssd");
+        assert_eq!(m.node_selector["zone"], "b");
+        assert_eq!(m.tolerations, Some(vec![]));
+        assert_eq!(m.priority_class_name.as_deref(), Some("builds-low"));
+        assert_eq!(m.runtime_class_name.as_deref(), Some("gvisor"));
+    }
+
+    #[test]
+    fn job_outcomes() {
+        assert_eq!(job_outcome(&json!({ "status": {} })), None);
+        assert!(
+            job_outcome(&json!({ "status": { "conditions": [{ "type": "Complete", "status": "True" }] } })).unwrap().0
+        );
+        let failed = job_outcome(
+            &json!({ "status": { "conditions": [{ "type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit" }] } }),
+        );
+        assert_eq!(
+            failed,
+            Some((false, "Job failed: BackoffLimitExceeded: Job has reached the specified backoff limit".into()))
+        );
+    }
+}

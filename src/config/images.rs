@@ -307,7 +307,10 @@ impl<'a> Validator<'a> {
             None | Some(("none", _)) => {}
             Some(("exec", _)) => s.kind = RunnerKind::Exec,
             Some(("kubernetes", _)) => s.kind = RunnerKind::Kubernetes,
-            Some(("kpack", _)) => s.kind = RunnerKind::Kpack,
+            Some(("kpack", _)) => {
+                s.kind = RunnerKind::Kpack;
+                self.kpack = true;
+            }
             Some((other, span)) => {
                 self.error(span, format!("unknown runner type \"{other}\", expected none, exec, kubernetes or kpack"))
             }

@@ -506,7 +506,6 @@ impl<'a> Validator<'a> {
             Some(value) => self.entry::<images::RawRunner>(value).and_then(|raw| self.runner(raw)),
             None => Some(RunnerSettings::default()),
         };
-        self.kpack = runner.as_ref().is_some_and(|r| r.kind == RunnerKind::Kpack);
         let images = self.images(raw_images, builders.as_deref());
         let kubernetes = match raw_kubernetes {
             Some(value) => self.entry::<kubernetes::RawKubernetes>(value).map(|raw| self.kubernetes(raw)),
@@ -1248,6 +1247,49 @@ rebuild = ["pack", "build", "{imag}"]
             assert!(got.starts_with(want), "got {got:?}, want prefix {want:?}\nall: {errors:#?}");
         }
         assert_eq!(errors.len(), expect.len(), "{errors:#?}");
+    }
+
+    #[test]
+    fn kubernetes_runner_values_are_checked_against_the_pod_spec() {
+        let errors = parse(
+            r#"
+[[builders]]
+name = "jammy"
+image = "paketobuildpacks/builder-jammy-base"
+
+[[images]]
+name = "app"
+builder = "jammy"
+image = "r.example.com/app"
+scheduling = { node_selector = { "kubernetes.io/os" = "linux" } }
+
+[runner]
+type = "kpack"
+
+[runner.kubernetes]
+namespace = "Builds"
+node_selector = { "kubernetes.io/os" = "linux" }
+affinity = { nodeAffinity = { requiredDuringSchedulingIgnoredDuringExecution = { nodeSelectorTerm = [] } } }
+resources = { request = { cpu = "1" } }
+backoff_limit = -1
+"#,
+        )
+        .unwrap_err();
+        let expect = [
+            "10:14: kpack rejects a nodeSelector with kubernetes.io/os",
+            "16:13: namespace \"Builds\" is not a valid namespace name",
+            "17:17: kpack rejects a nodeSelector with kubernetes.io/os",
+            "18:12: affinity is not a Pod spec affinity: unknown field `nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerm`",
+            "19:13: resources is not a Pod spec resources object: unknown field `request`",
+            "20:17: backoff_limit must be a whole number >= 0",
+        ];
+        for (got, want) in errors.iter().zip(expect.iter()) {
+            assert!(got.starts_with(want), "got {got:?}, want prefix {want:?}\nall: {errors:#?}");
+        }
+        assert_eq!(errors.len(), expect.len(), "{errors:#?}");
+        let ok = parse("[runner]\ntype = \"kubernetes\"\n").unwrap();
+        let k = ok.runner.kubernetes.unwrap();
+        assert_eq!((k.namespace.as_str(), k.git_image.as_str()), ("default", DEFAULT_GIT_IMAGE));
     }
 
     #[test]

@@ -102,6 +102,8 @@ enum Command {
         #[arg(long, value_enum, default_value_t = SpecOutput::Yaml)]
         output: SpecOutput,
     },
+    /// Print the ClusterBuilder CustomResourceDefinition (YAML).
+    Crd,
     /// Alert receivers.
     Alert {
         #[command(subcommand)]
@@ -352,6 +354,10 @@ async fn execute(command: Command) -> Result<u8, Failure> {
                 SpecOutput::Json => println!("{}", serde_json::to_string_pretty(&object).context("encoding JSON")?),
                 SpecOutput::Yaml => print!("{}", cluster::to_yaml(&object)),
             }
+            Ok(0)
+        }
+        Command::Crd => {
+            print!("{}", cluster::crd::crd_yaml());
             Ok(0)
         }
         Command::Plan { config, json } => {

@@ -1,5 +1,7 @@
-//! Kubernetes plumbing shared by the Kubernetes runners (and later the publisher): the client from
-//! `[kubernetes]`, start-up access checks with clear errors, and YAML for printed objects.
+//! Kubernetes plumbing: the client from `[kubernetes]`, start-up access checks with clear errors,
+//! YAML for printed objects, and the ClusterBuilder resource.
+
+pub mod crd;
 
 use std::fmt::Write as _;
 

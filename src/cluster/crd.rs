@@ -1,0 +1,130 @@
+//! The `ClusterBuilder` resource (`buildermonitor.dev/v1alpha1`, cluster-scoped): a watched
+//! builder tag and, in its status, the immutable reference it is pinned to — shaped like kpack's
+//! builder status where the meaning is the same, so the same tools read it.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "buildermonitor.dev",
+    version = "v1alpha1",
+    kind = "ClusterBuilder",
+    status = "ClusterBuilderStatus",
+    shortname = "bmcb",
+    category = "builder-monitor",
+    printcolumn = r#"{"name":"Image","type":"string","jsonPath":".spec.image"}"#,
+    printcolumn = r#"{"name":"Latest","type":"string","jsonPath":".status.latestImage"}"#,
+    printcolumn = r#"{"name":"Kind of last change","type":"string","jsonPath":".status.lastChange.kind"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterBuilderSpec {
+    /// The floating tag watched, e.g. `docker.io/paketobuildpacks/builder-jammy-base:latest`.
+    pub image: String,
+    /// Time between checks (e.g. `10m`), when no cron schedule is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
+    /// Cron schedule, seconds first (e.g. `0 */15 * * * *`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
+    /// Platforms watched (`os/arch[/variant]`); empty means every platform.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub platforms: Vec<String>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterBuilderStatus {
+    /// The immutable reference the tag points at: `repo@sha256:…`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest_image: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack: Option<BuilderStack>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<BuilderLifecycle>,
+    /// The buildpacks of the pinned builder.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub builder_metadata: Vec<BuildpackMetadata>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready` (the last check succeeded) and `UpToDate` (the pin is the tag's current digest).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_check_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_change_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_change: Option<LastChange>,
+    /// The last pinned digests, newest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<HistoryEntry>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BuilderStack {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The run image, immutable when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_image: Option<String>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BuilderLifecycle {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BuildpackMetadata {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub homepage: Option<String>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LastChange {
+    pub id: String,
+    /// `rebase`, `rebuild`, `unknown` or `none`.
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryEntry {
+    pub digest: String,
+    pub first_seen: String,
+}
+
+/// The CRD as YAML (`builder-monitor crd`; the Helm chart ships the same text).
+pub fn crd_yaml() -> String {
+    use kube::CustomResourceExt;
+    let crd = serde_json::to_value(ClusterBuilder::crd()).unwrap_or_default();
+    format!("# Generated by `builder-monitor crd`; do not edit.\n---\n{}", super::to_yaml(&crd))
+}

@@ -195,9 +195,13 @@ fn load_config(path: &Path) -> Result<Config, Failure> {
     Config::load(path).map_err(usage)
 }
 
-fn open_ledger(config: &Config) -> Result<Ledger, Failure> {
+async fn open_ledger(config: &Config) -> Result<Ledger, Failure> {
     match &config.monitor.state {
         StateLocation::Sqlite(path) => Ok(Ledger::open(path)?),
+        StateLocation::Kubernetes => {
+            let client = cluster::client(&config.kubernetes).await?;
+            Ok(Ledger::kubernetes(client, &config.kubernetes.namespace))
+        }
     }
 }
 
@@ -210,7 +214,7 @@ async fn execute(command: Command) -> Result<u8, Failure> {
         }
         Command::Run { config, once } => {
             let config = Arc::new(load_config(&config)?);
-            let ledger = open_ledger(&config)?;
+            let ledger = open_ledger(&config).await?;
             let metrics = Metrics::new();
             let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
             let monitor =
@@ -233,7 +237,7 @@ async fn execute(command: Command) -> Result<u8, Failure> {
                 monitor.delivery_wake(),
             ));
             runner.recover().await?;
-            tracing::info!(builders = config.builders.len(), alerts = config.alerts.len(), runner = config.runner.kind.as_str(), state = %monitor.ledger().path().display(), once, "builder-monitor starting");
+            tracing::info!(builders = config.builders.len(), alerts = config.alerts.len(), runner = config.runner.kind.as_str(), state = %monitor.ledger().location(), once, "builder-monitor starting");
             if once {
                 let checks_ok = monitor.run_once().await;
                 runner.run_due_once().await;
@@ -322,7 +326,7 @@ async fn execute(command: Command) -> Result<u8, Failure> {
         }
         Command::BuildSpec { config, image, action, output } => {
             let config = Arc::new(load_config(&config)?);
-            let ledger = open_ledger(&config)?;
+            let ledger = open_ledger(&config).await?;
             let metrics = Metrics::new();
             let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
             let monitor = Monitor::new(config.clone(), registry, ledger, Clock::System, metrics);
@@ -362,7 +366,7 @@ async fn execute(command: Command) -> Result<u8, Failure> {
         }
         Command::Plan { config, json } => {
             let config = Arc::new(load_config(&config)?);
-            let ledger = open_ledger(&config)?;
+            let ledger = open_ledger(&config).await?;
             let metrics = Metrics::new();
             let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
             let monitor = Monitor::new(config.clone(), registry, ledger, Clock::System, metrics);
@@ -381,7 +385,7 @@ async fn execute(command: Command) -> Result<u8, Failure> {
         }
         Command::Status { config, json, changes } => {
             let config = load_config(&config)?;
-            let ledger = open_ledger(&config)?;
+            let ledger = open_ledger(&config).await?;
             let report = status::collect(&config, &ledger, changes).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report).context("encoding JSON")?);

@@ -74,7 +74,7 @@ async fn serve(config_text: &str) -> Served {
     let path = dir.path().join("config.toml");
     std::fs::write(&path, config_text).unwrap();
     let config = Arc::new(Config::parse(&path, config_text).unwrap());
-    let builder_monitor::config::StateLocation::Sqlite(state) = &config.monitor.state;
+    let builder_monitor::config::StateLocation::Sqlite(state) = &config.monitor.state else { unreachable!() };
     let ledger = Ledger::open(state).unwrap();
     let metrics = Metrics::new();
     let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));

@@ -32,7 +32,7 @@ impl Setup {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("password"), "testpass\n").unwrap();
         let config = Arc::new(Config::parse(&dir.path().join("config.toml"), config_text).unwrap());
-        let builder_monitor::config::StateLocation::Sqlite(path) = &config.monitor.state;
+        let builder_monitor::config::StateLocation::Sqlite(path) = &config.monitor.state else { unreachable!() };
         let ledger = Ledger::open(path).unwrap();
         let metrics = builder_monitor::metrics::Metrics::new();
         let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));

@@ -13,11 +13,47 @@ use toml::Spanned;
 use super::images::{Scheduling, Toleration};
 use super::{Validator, is_dns_label};
 
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct KubernetesSettings {
     /// A kubeconfig file; default: in-cluster, then `$KUBECONFIG` or `~/.kube/config`.
     pub kubeconfig: Option<PathBuf>,
     pub context: Option<String>,
+    /// Where the daemon's own objects live: the Lease, and the ledger with `state = "kubernetes"`.
+    pub namespace: String,
+    /// Server-side apply a ClusterBuilder per builder and keep its status current.
+    pub publish: bool,
+    /// Delete the ClusterBuilders of builders no longer configured.
+    pub prune: bool,
+    /// One active replica at a time, through a coordination.k8s.io Lease.
+    pub leader_election: bool,
+    pub lease_name: String,
+    /// This replica's name in the Lease.
+    pub identity: String,
+    pub lease_duration: Duration,
+    /// A leader that could not renew for this long stops acting.
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+impl Default for KubernetesSettings {
+    fn default() -> Self {
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        KubernetesSettings {
+            kubeconfig: None,
+            context: None,
+            namespace: env("POD_NAMESPACE").unwrap_or_else(|| "default".to_string()),
+            publish: false,
+            prune: false,
+            leader_election: false,
+            lease_name: "builder-monitor".to_string(),
+            identity: env("POD_NAME")
+                .or_else(|| env("HOSTNAME"))
+                .unwrap_or_else(|| format!("builder-monitor-{}", std::process::id())),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -48,6 +84,15 @@ pub const DEFAULT_GIT_IMAGE: &str = "docker.io/alpine/git:2.47.2";
 pub(super) struct RawKubernetes {
     kubeconfig: Option<Spanned<String>>,
     context: Option<String>,
+    namespace: Option<Spanned<String>>,
+    publish: Option<bool>,
+    prune: Option<bool>,
+    leader_election: Option<bool>,
+    lease_name: Option<Spanned<String>>,
+    identity: Option<String>,
+    lease_duration: Option<Spanned<String>>,
+    renew_deadline: Option<Spanned<String>>,
+    retry_period: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -102,8 +147,46 @@ fn first_dropped(input: &serde_json::Value, output: &serde_json::Value, path: &s
 }
 
 impl<'a> Validator<'a> {
-    pub(super) fn kubernetes(&mut self, raw: RawKubernetes) -> KubernetesSettings {
-        KubernetesSettings { kubeconfig: raw.kubeconfig.map(|k| self.path(k.get_ref())), context: raw.context }
+    pub(super) fn kubernetes(&mut self, raw: RawKubernetes) -> Option<KubernetesSettings> {
+        let errors_before = self.diagnostics.len();
+        let mut s = KubernetesSettings {
+            kubeconfig: raw.kubeconfig.map(|k| self.path(k.get_ref())),
+            context: raw.context,
+            ..Default::default()
+        };
+        for (value, target, what) in
+            [(&raw.namespace, &mut s.namespace, "namespace"), (&raw.lease_name, &mut s.lease_name, "lease_name")]
+        {
+            if let Some(v) = value {
+                if is_dns_label(v.get_ref()) {
+                    *target = v.get_ref().clone();
+                } else {
+                    self.error(v.span(), format!("{what} \"{}\" is not a valid Kubernetes name", v.get_ref()));
+                }
+            }
+        }
+        s.publish = raw.publish.unwrap_or(false);
+        s.prune = raw.prune.unwrap_or(false);
+        s.leader_election = raw.leader_election.unwrap_or(false);
+        if let Some(identity) = raw.identity {
+            s.identity = identity;
+        }
+        for (value, target, what) in [
+            (&raw.lease_duration, &mut s.lease_duration, "lease_duration"),
+            (&raw.renew_deadline, &mut s.renew_deadline, "renew_deadline"),
+            (&raw.retry_period, &mut s.retry_period, "retry_period"),
+        ] {
+            if let Some(v) = value
+                && let Some(d) = self.positive_duration(v, what)
+            {
+                *target = d;
+            }
+        }
+        if !(s.retry_period < s.renew_deadline && s.renew_deadline < s.lease_duration) {
+            let span = raw.lease_duration.as_ref().or(raw.renew_deadline.as_ref()).map(|v| v.span()).unwrap_or(0..0);
+            self.error(span, "leader election needs retry_period < renew_deadline < lease_duration");
+        }
+        (self.diagnostics.len() == errors_before).then_some(s)
     }
 
     /// Checks a Pod spec `affinity` value.

@@ -94,6 +94,8 @@ pub struct MonitorSettings {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StateLocation {
     Sqlite(PathBuf),
+    /// ConfigMaps in `[kubernetes] namespace`: no volume needed.
+    Kubernetes,
 }
 
 #[derive(Debug, Clone)]
@@ -284,6 +286,9 @@ impl Config {
         let mut out = format!("config: {}\n", self.source.display());
         match &self.monitor.state {
             StateLocation::Sqlite(path) => out.push_str(&format!("state:  {} (SQLite)\n", path.display())),
+            StateLocation::Kubernetes => {
+                out.push_str(&format!("state:  ConfigMaps in namespace {} (Kubernetes)\n", self.kubernetes.namespace))
+            }
         }
         let mut hosts: Vec<String> = self.registries.keys().cloned().collect();
         for b in &self.builders {
@@ -508,7 +513,7 @@ impl<'a> Validator<'a> {
         };
         let images = self.images(raw_images, builders.as_deref());
         let kubernetes = match raw_kubernetes {
-            Some(value) => self.entry::<kubernetes::RawKubernetes>(value).map(|raw| self.kubernetes(raw)),
+            Some(value) => self.entry::<kubernetes::RawKubernetes>(value).and_then(|raw| self.kubernetes(raw)),
             None => Some(KubernetesSettings::default()),
         };
         let server = match raw_server {
@@ -577,13 +582,7 @@ impl<'a> Validator<'a> {
                 self.error(v.span(), "state must name a file (the embedded SQLite ledger)");
                 None
             }
-            Some(v) if v.get_ref() == "kubernetes" => {
-                self.error(
-                    v.span(),
-                    "state = \"kubernetes\" is not available in this version; use a file path for the embedded SQLite ledger",
-                );
-                None
-            }
+            Some(v) if v.get_ref() == "kubernetes" => Some(StateLocation::Kubernetes),
             Some(v) => Some(StateLocation::Sqlite(self.path(v.get_ref()))),
             None => Some(StateLocation::Sqlite(self.path(DEFAULT_STATE))),
         };

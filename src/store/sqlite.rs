@@ -1,18 +1,17 @@
-//! The ledger: pins, digest history, changes, events, deliveries and actions in embedded SQLite.
-//! A check's outcome commits in one transaction, so a crash leaves either nothing or all of it.
+//! The embedded SQLite ledger: a file, WAL mode, a schema migrated forward by version, and one
+//! transaction per check outcome.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
-use serde::Serialize;
 
-use crate::builder::{Change, ChangeKind};
+use super::*;
+use crate::builder::Change;
 use crate::event::Event;
 use crate::plan::ActionKind;
 
-/// Schema migrations, applied in order; `PRAGMA user_version` records how many ran.
 const MIGRATIONS: &[&str] = &[
     // 1: every entity of the ledger (DESIGN.md), so later capabilities only add rows.
     r#"
@@ -105,234 +104,14 @@ const MIGRATIONS: &[&str] = &[
     "#,
 ];
 
-#[derive(Debug, thiserror::Error)]
-pub enum LedgerError {
-    #[error("cannot open the ledger {}: {source}", path.display())]
-    Open { path: PathBuf, source: rusqlite::Error },
-    #[error("the ledger {} has schema version {found}, newer than this builder-monitor understands ({supported}); upgrade builder-monitor", path.display())]
-    NewerSchema { path: PathBuf, found: i64, supported: i64 },
-    #[error("ledger: {0}")]
-    Sqlite(#[from] rusqlite::Error),
-    #[error("ledger holds an unreadable {what}: {detail}")]
-    Corrupt { what: &'static str, detail: String },
-    #[error("ledger worker stopped: {0}")]
-    Worker(String),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WatchKind {
-    Builder,
-    RunImage,
-}
-
-impl WatchKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WatchKind::Builder => "builder",
-            WatchKind::RunImage => "run_image",
-        }
-    }
-}
-
-/// The current pin of a watch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PinRecord {
-    pub digest: String,
-    pub reference: String,
-    pub media_type: String,
-    pub platforms: BTreeMap<String, String>,
-    pub since: String,
-}
-
-/// Everything the ledger knows about one watch.
-#[derive(Debug, Clone)]
-pub struct WatchRecord {
-    pub name: String,
-    pub kind: WatchKind,
-    pub image: String,
-    pub pin: Option<PinRecord>,
-    pub metadata: Option<serde_json::Value>,
-    pub first_seen: String,
-    pub last_check: Option<String>,
-    pub last_ok: Option<bool>,
-    pub last_error_reason: Option<String>,
-    pub last_error: Option<String>,
-    pub last_change: Option<String>,
-    pub consecutive_failures: u32,
-    pub failing_since: Option<String>,
-    /// A new digest held back by `settle`, and since when it has been seen.
-    pub pending: Option<(String, String)>,
-    /// Accepted moves so far; the next change's sequence number is this plus one.
-    pub moves: u64,
-}
-
-/// A new pin to record.
-#[derive(Debug, Clone)]
-pub struct PinUpdate {
-    pub digest: String,
-    pub reference: String,
-    pub media_type: String,
-    pub platforms: BTreeMap<String, String>,
-    pub metadata: Option<serde_json::Value>,
-}
-
-/// An accepted move.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ChangeRecord {
-    pub id: String,
-    pub watch: String,
-    pub seq: u64,
-    pub previous: String,
-    pub current: String,
-    pub previous_reference: String,
-    pub current_reference: String,
-    pub change: Change,
-    pub rollback: bool,
-    pub detected: String,
-}
-
-/// The outcome of one check, committed atomically.
-#[derive(Debug, Clone)]
-pub struct CheckRecord {
-    pub watch: String,
-    pub kind: WatchKind,
-    pub image: String,
-    pub time: String,
-    /// `Err((reason, message))` for a failed check.
-    pub outcome: Result<(), (String, String)>,
-    pub pin: Option<PinUpdate>,
-    /// Digest held back by `settle` (and since when); `None` clears it.
-    pub pending: Option<(String, String)>,
-    pub change: Option<ChangeRecord>,
-    pub events: Vec<Event>,
-    /// (event id, alert name): the outbox rows of the events above.
-    pub deliveries: Vec<(String, String)>,
-    /// Rebases and rebuilds planned for the change above.
-    pub actions: Vec<NewAction>,
-    /// Changes (and pinned digests) kept for this watch.
-    pub history: usize,
-}
-
-/// An action planned with a change.
-#[derive(Debug, Clone)]
-pub struct NewAction {
-    /// Idempotency key, derived from the change id and the image name; names runner objects.
-    pub key: String,
-    pub change_id: String,
-    /// The `[[images]]` name.
-    pub image: String,
-    pub kind: ActionKind,
-    /// What to build: references, source, environment (the runner's input).
-    pub target: serde_json::Value,
-}
-
-/// An action a runner took on (now `running`).
-#[derive(Debug, Clone)]
-pub struct ClaimedAction {
-    pub key: String,
-    pub change_id: String,
-    pub image: String,
-    pub kind: ActionKind,
-    /// 1 for the first try.
-    pub attempt: u32,
-    pub target: serde_json::Value,
-}
-
-/// Where an attempt leaves an action.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ActionOutcome {
-    Succeeded,
-    /// Failed; tried again at this time (RFC 3339 with milliseconds).
-    Retry {
-        next_attempt: String,
-    },
-    /// Failed for good.
-    Failed,
-}
-
-/// An action as `status` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ActionRecord {
-    pub key: String,
-    pub change: String,
-    pub image: String,
-    pub action: String,
-    pub state: String,
-    pub attempts: u32,
-    pub next_attempt: String,
-    pub detail: Option<String>,
-    pub output_tail: Option<String>,
-    pub updated: String,
-}
-
-/// An action still to run or running (`status`'s `pending`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct OpenAction {
-    pub change: String,
-    pub image: String,
-    pub action: String,
-    pub state: String,
-    pub attempts: u32,
-    pub next_attempt: String,
-}
-
-/// A delivery to attempt now.
-#[derive(Debug, Clone)]
-pub struct DueDelivery {
-    pub event: Event,
-    pub alert: String,
-    pub attempts: u32,
-    pub created: String,
-}
-
-/// What an attempt did to a delivery.
-#[derive(Debug, Clone)]
-pub enum DeliveryUpdate {
-    Sent { status: String },
-    Retry { next_attempt: String, status: String },
-    Dead { status: String },
-}
-
-/// A delivery not made yet.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PendingDelivery {
-    pub event: String,
-    #[serde(rename = "type")]
-    pub event_type: String,
-    pub alert: String,
-    pub attempts: u32,
-    pub next_attempt: String,
-    pub last_status: Option<String>,
-}
-
-/// A delivery given up on (`status`'s `dead_letters`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct DeadLetter {
-    pub event: String,
-    #[serde(rename = "type")]
-    pub event_type: String,
-    pub alert: String,
-    pub attempts: u32,
-    pub last_status: Option<String>,
-    pub time: String,
-}
-
-/// A recorded event with its position in the ledger.
-#[derive(Debug, Clone)]
-pub struct StoredEvent {
-    pub seq: i64,
-    pub event: Event,
-}
-
 /// The ledger handle; cheap to clone. SQLite calls run on the blocking pool.
 #[derive(Clone)]
-pub struct Ledger {
+pub struct SqliteLedger {
     conn: Arc<Mutex<Connection>>,
     path: PathBuf,
 }
 
-impl Ledger {
+impl SqliteLedger {
     /// Opens (creating if needed) the ledger file and brings its schema up to date.
     pub fn open(path: &Path) -> Result<Self, LedgerError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -387,6 +166,18 @@ impl Ledger {
                 .query_map([], |r| r.get(0))?
                 .collect::<Result<_, _>>()?;
             names.iter().filter_map(|n| read_watch(conn, n).transpose()).collect()
+        })
+        .await
+    }
+
+    pub async fn history(&self, watch: &str, limit: usize) -> Result<Vec<(String, String)>, LedgerError> {
+        let watch = watch.to_string();
+        self.with(move |conn| {
+            let mut stmt = conn.prepare(
+                "SELECT digest, first_seen FROM digests WHERE watch = ?1 ORDER BY last_pinned DESC, rowid DESC LIMIT ?2",
+            )?;
+            let rows = stmt.query_map(params![watch, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            Ok(rows.collect::<Result<_, _>>()?)
         })
         .await
     }
@@ -1021,20 +812,15 @@ fn insert_events(
     Ok(())
 }
 
-/// Parses a change kind read back from the ledger.
-pub fn parse_kind(text: &str) -> ChangeKind {
-    ChangeKind::parse(text).unwrap_or(ChangeKind::Unknown)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::event::{EventType, Subject};
 
-    fn temp_ledger() -> (Ledger, PathBuf) {
+    fn temp_ledger() -> (SqliteLedger, PathBuf) {
         let dir = std::env::temp_dir().join(format!("bm-ledger-{}-{}", std::process::id(), rand::random::<u64>()));
         let path = dir.join("state").join("ledger.db");
-        (Ledger::open(&path).unwrap(), dir)
+        (SqliteLedger::open(&path).unwrap(), dir)
     }
 
     fn record(time: &str) -> CheckRecord {
@@ -1149,13 +935,13 @@ mod tests {
         r.pin = Some(pin("sha256:a"));
         ledger.commit(r).await.unwrap();
         drop(ledger);
-        let again = Ledger::open(&path).unwrap();
+        let again = SqliteLedger::open(&path).unwrap();
         assert_eq!(again.watch("b").await.unwrap().unwrap().pin.unwrap().digest, "sha256:a");
         drop(again);
         let conn = Connection::open(&path).unwrap();
         conn.pragma_update(None, "user_version", 99).unwrap();
         drop(conn);
-        let err = Ledger::open(&path).err().unwrap();
+        let err = SqliteLedger::open(&path).err().unwrap();
         assert!(err.to_string().contains("schema version 99"), "{err}");
         std::fs::remove_dir_all(dir).unwrap();
     }

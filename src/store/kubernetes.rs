@@ -1,0 +1,738 @@
+//! The ledger on Kubernetes: one ConfigMap per watch holds its whole entry (pin, history, changes,
+//! events, deliveries, actions), so a check outcome is one write; every write carries the
+//! resourceVersion it read, so two writers can never both win, and a conflict is re-read and
+//! retried.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use serde::{Deserialize, Serialize};
+
+use super::*;
+use crate::event::stable_id;
+
+const LABEL: &str = "buildermonitor.dev/ledger";
+const KEY: &str = "ledger.json";
+/// Conflicting writes tolerated before a write gives up (the next check or attempt tries again);
+/// between tries a random pause that doubles, so contending writers fall out of step.
+const ATTEMPTS: u32 = 12;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Digest {
+    digest: String,
+    first_seen: String,
+    last_pinned: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct EventRow {
+    seq: i64,
+    event: Event,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct DeliveryRow {
+    event: String,
+    alert: String,
+    state: String,
+    attempts: u32,
+    next_attempt: String,
+    last_status: Option<String>,
+    created: String,
+    updated: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ActionRow {
+    key: String,
+    change_id: String,
+    image: String,
+    kind: ActionKind,
+    state: String,
+    attempts: u32,
+    next_attempt: String,
+    target: serde_json::Value,
+    detail: Option<String>,
+    output_tail: Option<String>,
+    created: String,
+    updated: String,
+}
+
+/// One watch's entry of the ledger.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct WatchDoc {
+    watch: Option<WatchRecord>,
+    #[serde(default)]
+    digests: Vec<Digest>,
+    #[serde(default)]
+    changes: Vec<ChangeRecord>,
+    #[serde(default)]
+    events: Vec<EventRow>,
+    #[serde(default)]
+    deliveries: Vec<DeliveryRow>,
+    #[serde(default)]
+    actions: Vec<ActionRow>,
+}
+
+fn now_millis() -> String {
+    crate::schedule::timestamp_millis(chrono::Utc::now())
+}
+
+impl WatchDoc {
+    /// The same rules as the SQLite ledger's `commit_check`, on one document.
+    fn commit(&mut self, r: &CheckRecord, next_seq: &AtomicI64) {
+        let watch = self.watch.get_or_insert_with(|| WatchRecord {
+            name: r.watch.clone(),
+            kind: r.kind,
+            image: r.image.clone(),
+            pin: None,
+            metadata: None,
+            first_seen: r.time.clone(),
+            last_check: None,
+            last_ok: None,
+            last_error_reason: None,
+            last_error: None,
+            last_change: None,
+            consecutive_failures: 0,
+            failing_since: None,
+            pending: None,
+            moves: 0,
+        });
+        watch.kind = r.kind;
+        watch.image = r.image.clone();
+        watch.last_check = Some(r.time.clone());
+        match &r.outcome {
+            Ok(()) => {
+                watch.last_ok = Some(true);
+                watch.last_error_reason = None;
+                watch.last_error = None;
+                watch.consecutive_failures = 0;
+                watch.failing_since = None;
+            }
+            Err((reason, message)) => {
+                watch.last_ok = Some(false);
+                watch.last_error_reason = Some(reason.clone());
+                watch.last_error = Some(message.clone());
+                watch.consecutive_failures += 1;
+                watch.failing_since.get_or_insert_with(|| r.time.clone());
+            }
+        }
+        watch.pending = r.pending.clone();
+        if let Some(pin) = &r.pin {
+            watch.pin = Some(PinRecord {
+                digest: pin.digest.clone(),
+                reference: pin.reference.clone(),
+                media_type: pin.media_type.clone(),
+                platforms: pin.platforms.clone(),
+                since: r.time.clone(),
+            });
+            watch.metadata = pin.metadata.clone();
+            match self.digests.iter_mut().find(|d| d.digest == pin.digest) {
+                Some(d) => d.last_pinned = r.time.clone(),
+                None => self.digests.push(Digest {
+                    digest: pin.digest.clone(),
+                    first_seen: r.time.clone(),
+                    last_pinned: r.time.clone(),
+                }),
+            }
+            self.digests.sort_by(|a, b| b.last_pinned.cmp(&a.last_pinned));
+            self.digests.truncate(r.history + 1);
+        }
+        if let Some(c) = &r.change {
+            if !self.changes.iter().any(|x| x.id == c.id) {
+                self.changes.push(c.clone());
+            }
+            let watch = self.watch.as_mut().expect("created above");
+            watch.moves = watch.moves.max(c.seq);
+            watch.last_change = Some(c.detected.clone());
+            let floor = c.seq as i64 - r.history as i64;
+            self.changes.retain(|x| x.seq as i64 > floor);
+            self.changes.sort_by_key(|x| x.seq);
+        }
+        let now =
+            crate::schedule::parse_timestamp(&r.time).map(crate::schedule::timestamp_millis).unwrap_or_else(now_millis);
+        for a in &r.actions {
+            for old in self
+                .actions
+                .iter_mut()
+                .filter(|o| o.image == a.image && o.state == "pending" && o.change_id != a.change_id)
+            {
+                old.state = "superseded".into();
+                old.detail = Some(format!("superseded by change {}", a.change_id));
+                old.updated = now.clone();
+            }
+            if !self.actions.iter().any(|o| o.change_id == a.change_id && o.image == a.image) {
+                self.actions.push(ActionRow {
+                    key: a.key.clone(),
+                    change_id: a.change_id.clone(),
+                    image: a.image.clone(),
+                    kind: a.kind,
+                    state: "pending".into(),
+                    attempts: 0,
+                    next_attempt: now.clone(),
+                    target: a.target.clone(),
+                    detail: None,
+                    output_tail: None,
+                    created: now.clone(),
+                    updated: now.clone(),
+                });
+            }
+        }
+        self.add_events(&r.events, &r.deliveries, &now, r.history, next_seq);
+    }
+
+    fn add_events(
+        &mut self,
+        events: &[Event],
+        deliveries: &[(String, String)],
+        now: &str,
+        history: usize,
+        next_seq: &AtomicI64,
+    ) {
+        for e in events {
+            if !self.events.iter().any(|x| x.event.id == e.id) {
+                self.events.push(EventRow { seq: next_seq.fetch_add(1, Ordering::Relaxed), event: e.clone() });
+            }
+        }
+        for (event, alert) in deliveries {
+            if !self.deliveries.iter().any(|d| &d.event == event && &d.alert == alert) {
+                self.deliveries.push(DeliveryRow {
+                    event: event.clone(),
+                    alert: alert.clone(),
+                    state: "pending".into(),
+                    attempts: 0,
+                    next_attempt: now.to_string(),
+                    last_status: None,
+                    created: now.to_string(),
+                    updated: now.to_string(),
+                });
+            }
+        }
+        if !events.is_empty() {
+            // Keep the newest events, and any that still has a delivery to make.
+            let pending: HashSet<String> =
+                self.deliveries.iter().filter(|d| d.state == "pending").map(|d| d.event.clone()).collect();
+            self.events.sort_by_key(|e| e.seq);
+            let keep_from = self.events.len().saturating_sub(history * 2);
+            let mut n = 0;
+            self.events.retain(|e| {
+                n += 1;
+                n > keep_from || pending.contains(&e.event.id)
+            });
+            let kept: HashSet<String> = self.events.iter().map(|e| e.event.id.clone()).collect();
+            self.deliveries.retain(|d| kept.contains(&d.event));
+        }
+    }
+}
+
+/// The ledger in ConfigMaps of one namespace.
+#[derive(Clone)]
+pub struct KubeLedger {
+    api: Api<ConfigMap>,
+    namespace: String,
+    seq: std::sync::Arc<AtomicI64>,
+}
+
+fn api_error(e: kube::Error) -> LedgerError {
+    LedgerError::Kubernetes(e.to_string())
+}
+
+fn corrupt(name: &str, e: impl std::fmt::Display) -> LedgerError {
+    LedgerError::Corrupt { what: "ConfigMap", detail: format!("{name}: {e}") }
+}
+
+fn object_name(watch: &str) -> String {
+    format!("bm-ledger-{}", &stable_id(&[watch])[..20])
+}
+
+impl KubeLedger {
+    pub fn new(client: kube::Client, namespace: &str) -> Self {
+        // Sequence numbers order events across writers well enough: microseconds since the epoch.
+        let start = chrono::Utc::now().timestamp_micros();
+        KubeLedger {
+            api: Api::namespaced(client, namespace),
+            namespace: namespace.to_string(),
+            seq: std::sync::Arc::new(AtomicI64::new(start)),
+        }
+    }
+
+    pub fn location(&self) -> String {
+        format!("ConfigMaps in namespace {}", self.namespace)
+    }
+
+    fn parse(cm: &ConfigMap) -> Result<WatchDoc, LedgerError> {
+        let name = cm.metadata.name.clone().unwrap_or_default();
+        match cm.data.as_ref().and_then(|d| d.get(KEY)) {
+            Some(text) => serde_json::from_str(text).map_err(|e| corrupt(&name, e)),
+            None => Ok(WatchDoc::default()),
+        }
+    }
+
+    async fn read(&self, watch: &str) -> Result<Option<(ConfigMap, WatchDoc)>, LedgerError> {
+        match self.api.get_opt(&object_name(watch)).await.map_err(api_error)? {
+            Some(cm) => {
+                let doc = Self::parse(&cm)?;
+                Ok(Some((cm, doc)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    async fn all(&self) -> Result<Vec<(ConfigMap, WatchDoc)>, LedgerError> {
+        let list = self.api.list(&ListParams::default().labels(&format!("{LABEL}=watch"))).await.map_err(api_error)?;
+        list.items.into_iter().map(|cm| Self::parse(&cm).map(|d| (cm, d))).collect()
+    }
+
+    /// Reads, changes and writes one watch's entry, re-reading on a conflicting write.
+    async fn modify<T>(
+        &self,
+        watch: &str,
+        mut change: impl FnMut(&mut WatchDoc) -> Result<T, LedgerError>,
+    ) -> Result<T, LedgerError> {
+        let name = object_name(watch);
+        for attempt in 0..ATTEMPTS {
+            let existing = self.api.get_opt(&name).await.map_err(api_error)?;
+            let mut doc = match &existing {
+                Some(cm) => Self::parse(cm)?,
+                None => WatchDoc::default(),
+            };
+            let result = change(&mut doc)?;
+            let text = serde_json::to_string(&doc).map_err(|e| corrupt(&name, e))?;
+            let written = match existing {
+                Some(mut cm) => {
+                    cm.data = Some([(KEY.to_string(), text)].into());
+                    self.api.replace(&name, &PostParams::default(), &cm).await
+                }
+                None => {
+                    let cm = ConfigMap {
+                        metadata: ObjectMeta {
+                            name: Some(name.clone()),
+                            labels: Some(
+                                [
+                                    (LABEL.to_string(), "watch".to_string()),
+                                    ("app.kubernetes.io/managed-by".to_string(), "builder-monitor".to_string()),
+                                ]
+                                .into(),
+                            ),
+                            annotations: Some([("buildermonitor.dev/watch".to_string(), watch.to_string())].into()),
+                            ..Default::default()
+                        },
+                        data: Some([(KEY.to_string(), text)].into()),
+                        ..Default::default()
+                    };
+                    self.api.create(&PostParams::default(), &cm).await
+                }
+            };
+            match written {
+                Ok(_) => return Ok(result),
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    let ceiling = 10u64 << attempt.min(6);
+                    tokio::time::sleep(std::time::Duration::from_millis(rand::random_range(1..=ceiling))).await;
+                    continue;
+                }
+                Err(e) => return Err(api_error(e)),
+            }
+        }
+        Err(LedgerError::Contended(name, ATTEMPTS))
+    }
+
+    /// The watch whose entry holds a row matching `find`.
+    async fn holder(&self, find: impl Fn(&WatchDoc) -> bool) -> Result<Option<String>, LedgerError> {
+        Ok(self.all().await?.into_iter().find(|(_, d)| find(d)).and_then(|(cm, d)| {
+            d.watch
+                .map(|w| w.name)
+                .or_else(|| cm.metadata.annotations.and_then(|a| a.get("buildermonitor.dev/watch").cloned()))
+        }))
+    }
+
+    pub async fn ping(&self) -> Result<(), LedgerError> {
+        self.api.list(&ListParams::default().limit(1)).await.map(|_| ()).map_err(api_error)
+    }
+
+    pub async fn watch(&self, name: &str) -> Result<Option<WatchRecord>, LedgerError> {
+        Ok(self.read(name).await?.and_then(|(_, d)| d.watch))
+    }
+
+    pub async fn watches(&self) -> Result<Vec<WatchRecord>, LedgerError> {
+        let mut out: Vec<WatchRecord> = self.all().await?.into_iter().filter_map(|(_, d)| d.watch).collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    pub async fn has_pinned(&self, watch: &str, digest: &str) -> Result<bool, LedgerError> {
+        Ok(self.read(watch).await?.is_some_and(|(_, d)| d.digests.iter().any(|x| x.digest == digest)))
+    }
+
+    pub async fn history(&self, watch: &str, limit: usize) -> Result<Vec<(String, String)>, LedgerError> {
+        let mut digests = self.read(watch).await?.map(|(_, d)| d.digests).unwrap_or_default();
+        digests.sort_by(|a, b| b.last_pinned.cmp(&a.last_pinned));
+        Ok(digests.into_iter().take(limit).map(|d| (d.digest, d.first_seen)).collect())
+    }
+
+    pub async fn commit(&self, record: CheckRecord) -> Result<(), LedgerError> {
+        let seq = self.seq.clone();
+        self.modify(&record.watch.clone(), |doc| {
+            doc.commit(&record, &seq);
+            Ok(())
+        })
+        .await?;
+        // Actions for an image may sit in another watch's entry (a rebuild from the builder, a
+        // rebase from its run image): supersede those too. A crash between the writes leaves an
+        // older action pending; it runs before the newer one, which still runs last.
+        for a in &record.actions {
+            for (_, doc) in self.all().await? {
+                let Some(w) = doc.watch.as_ref().map(|w| w.name.clone()).filter(|n| n != &record.watch) else {
+                    continue;
+                };
+                if doc.actions.iter().any(|o| o.image == a.image && o.state == "pending" && o.change_id != a.change_id)
+                {
+                    let (image, change) = (a.image.clone(), a.change_id.clone());
+                    self.modify(&w, |d| {
+                        let now = now_millis();
+                        for old in d
+                            .actions
+                            .iter_mut()
+                            .filter(|o| o.image == image && o.state == "pending" && o.change_id != change)
+                        {
+                            old.state = "superseded".into();
+                            old.detail = Some(format!("superseded by change {change}"));
+                            old.updated = now.clone();
+                        }
+                        Ok(())
+                    })
+                    .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn changes(&self, watch: Option<&str>, limit: usize) -> Result<Vec<ChangeRecord>, LedgerError> {
+        let docs = match watch {
+            Some(w) => self.read(w).await?.map(|(_, d)| vec![d]).unwrap_or_default(),
+            None => self.all().await?.into_iter().map(|(_, d)| d).collect(),
+        };
+        let mut changes: Vec<ChangeRecord> = docs.into_iter().flat_map(|d| d.changes).collect();
+        changes.sort_by(|a, b| b.detected.cmp(&a.detected).then(b.seq.cmp(&a.seq)));
+        changes.truncate(limit);
+        Ok(changes)
+    }
+
+    pub async fn events_after(&self, after_seq: i64, limit: usize) -> Result<Vec<StoredEvent>, LedgerError> {
+        let mut events: Vec<StoredEvent> = self
+            .all()
+            .await?
+            .into_iter()
+            .flat_map(|(_, d)| d.events)
+            .filter(|e| e.seq > after_seq)
+            .map(|e| StoredEvent { seq: e.seq, event: e.event })
+            .collect();
+        events.sort_by_key(|e| e.seq);
+        events.truncate(limit);
+        Ok(events)
+    }
+
+    pub async fn record_events(
+        &self,
+        watch: &str,
+        events: Vec<Event>,
+        deliveries: Vec<(String, String)>,
+        history: usize,
+    ) -> Result<(), LedgerError> {
+        let seq = self.seq.clone();
+        self.modify(watch, |doc| {
+            doc.add_events(&events, &deliveries, &now_millis(), history, &seq);
+            Ok(())
+        })
+        .await
+    }
+
+    pub async fn due_deliveries(&self, now: String, limit: usize) -> Result<Vec<DueDelivery>, LedgerError> {
+        let mut due = Vec::new();
+        for (_, doc) in self.all().await? {
+            let events: BTreeMap<&str, &EventRow> = doc.events.iter().map(|e| (e.event.id.as_str(), e)).collect();
+            for d in doc.deliveries.iter().filter(|d| d.state == "pending" && d.next_attempt <= now) {
+                if let Some(e) = events.get(d.event.as_str()) {
+                    due.push((
+                        d.next_attempt.clone(),
+                        e.seq,
+                        DueDelivery {
+                            event: e.event.clone(),
+                            alert: d.alert.clone(),
+                            attempts: d.attempts,
+                            created: d.created.clone(),
+                        },
+                    ));
+                }
+            }
+        }
+        due.sort_by(|a, b| (a.0.as_str(), a.1).cmp(&(b.0.as_str(), b.1)));
+        Ok(due.into_iter().take(limit).map(|(_, _, d)| d).collect())
+    }
+
+    pub async fn next_delivery_at(&self, exclude: &[(String, String)]) -> Result<Option<String>, LedgerError> {
+        let exclude: HashSet<(String, String)> = exclude.iter().cloned().collect();
+        Ok(self
+            .all()
+            .await?
+            .into_iter()
+            .flat_map(|(_, d)| d.deliveries)
+            .filter(|d| d.state == "pending" && !exclude.contains(&(d.event.clone(), d.alert.clone())))
+            .map(|d| d.next_attempt)
+            .min())
+    }
+
+    pub async fn update_delivery(&self, event: &str, alert: &str, update: DeliveryUpdate) -> Result<(), LedgerError> {
+        let Some(watch) = self.holder(|d| d.deliveries.iter().any(|x| x.event == event && x.alert == alert)).await?
+        else {
+            return Ok(());
+        };
+        self.modify(&watch, |doc| {
+            let now = now_millis();
+            if let Some(d) =
+                doc.deliveries.iter_mut().find(|d| d.event == event && d.alert == alert && d.state == "pending")
+            {
+                d.attempts += 1;
+                d.updated = now;
+                match &update {
+                    DeliveryUpdate::Sent { status } => {
+                        d.state = "sent".into();
+                        d.last_status = Some(status.clone());
+                    }
+                    DeliveryUpdate::Retry { next_attempt, status } => {
+                        d.next_attempt = next_attempt.clone();
+                        d.last_status = Some(status.clone());
+                    }
+                    DeliveryUpdate::Dead { status } => {
+                        d.state = "dead".into();
+                        d.last_status = Some(status.clone());
+                    }
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    pub async fn pending_deliveries(&self) -> Result<Vec<PendingDelivery>, LedgerError> {
+        let mut out = Vec::new();
+        for (_, doc) in self.all().await? {
+            for d in doc.deliveries.iter().filter(|d| d.state == "pending") {
+                let event_type = doc
+                    .events
+                    .iter()
+                    .find(|e| e.event.id == d.event)
+                    .map(|e| e.event.event_type.to_string())
+                    .unwrap_or_default();
+                out.push(PendingDelivery {
+                    event: d.event.clone(),
+                    event_type,
+                    alert: d.alert.clone(),
+                    attempts: d.attempts,
+                    next_attempt: d.next_attempt.clone(),
+                    last_status: d.last_status.clone(),
+                });
+            }
+        }
+        out.sort_by(|a, b| a.next_attempt.cmp(&b.next_attempt));
+        Ok(out)
+    }
+
+    pub async fn dead_letters(&self) -> Result<Vec<DeadLetter>, LedgerError> {
+        let mut out = Vec::new();
+        for (_, doc) in self.all().await? {
+            for d in doc.deliveries.iter().filter(|d| d.state == "dead") {
+                let event_type = doc
+                    .events
+                    .iter()
+                    .find(|e| e.event.id == d.event)
+                    .map(|e| e.event.event_type.to_string())
+                    .unwrap_or_default();
+                out.push(DeadLetter {
+                    event: d.event.clone(),
+                    event_type,
+                    alert: d.alert.clone(),
+                    attempts: d.attempts,
+                    last_status: d.last_status.clone(),
+                    time: d.updated.clone(),
+                });
+            }
+        }
+        out.sort_by(|a, b| a.time.cmp(&b.time));
+        Ok(out)
+    }
+
+    pub async fn claim_actions(&self, now: String, limit: usize) -> Result<Vec<ClaimedAction>, LedgerError> {
+        let mut due: Vec<(String, String, String, String)> = Vec::new();
+        for (_, doc) in self.all().await? {
+            let Some(watch) = doc.watch.as_ref().map(|w| w.name.clone()) else { continue };
+            for a in doc.actions.iter().filter(|a| a.state == "pending" && a.next_attempt <= now) {
+                due.push((a.next_attempt.clone(), a.created.clone(), watch.clone(), a.key.clone()));
+            }
+        }
+        due.sort();
+        let mut claimed = Vec::new();
+        for (_, _, watch, key) in due.into_iter().take(limit) {
+            let now = now.clone();
+            let taken = self
+                .modify(&watch, |doc| {
+                    Ok(doc.actions.iter_mut().find(|a| a.key == key && a.state == "pending").map(|a| {
+                        a.state = "running".into();
+                        a.attempts += 1;
+                        a.updated = now.clone();
+                        ClaimedAction {
+                            key: a.key.clone(),
+                            change_id: a.change_id.clone(),
+                            image: a.image.clone(),
+                            kind: a.kind,
+                            attempt: a.attempts,
+                            target: a.target.clone(),
+                        }
+                    }))
+                })
+                .await?;
+            claimed.extend(taken);
+        }
+        Ok(claimed)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub async fn finish_action(
+        &self,
+        key: &str,
+        outcome: ActionOutcome,
+        detail: String,
+        output_tail: String,
+        watch: &str,
+        events: Vec<Event>,
+        deliveries: Vec<(String, String)>,
+        history: usize,
+    ) -> Result<(), LedgerError> {
+        let holder = self.holder(|d| d.actions.iter().any(|a| a.key == key)).await?;
+        let seq = self.seq.clone();
+        let same = holder.as_deref() == Some(watch) || holder.is_none();
+        if let Some(holder) = &holder {
+            self.modify(holder, |doc| {
+                let now = now_millis();
+                if let Some(a) = doc.actions.iter_mut().find(|a| a.key == key && a.state == "running") {
+                    match &outcome {
+                        ActionOutcome::Succeeded => a.state = "succeeded".into(),
+                        ActionOutcome::Retry { next_attempt } => {
+                            a.state = "pending".into();
+                            a.next_attempt = next_attempt.clone();
+                        }
+                        ActionOutcome::Failed => a.state = "failed".into(),
+                    }
+                    a.detail = Some(detail.clone());
+                    a.output_tail = Some(output_tail.clone());
+                    a.updated = now.clone();
+                }
+                if same {
+                    doc.add_events(&events, &deliveries, &now, history, &seq);
+                }
+                Ok(())
+            })
+            .await?;
+        }
+        if !same {
+            self.record_events(watch, events, deliveries, history).await?;
+        }
+        Ok(())
+    }
+
+    pub async fn next_action_at(&self) -> Result<Option<String>, LedgerError> {
+        Ok(self
+            .all()
+            .await?
+            .into_iter()
+            .flat_map(|(_, d)| d.actions)
+            .filter(|a| a.state == "pending")
+            .map(|a| a.next_attempt)
+            .min())
+    }
+
+    pub async fn running_actions(&self) -> Result<Vec<ClaimedAction>, LedgerError> {
+        let mut out = Vec::new();
+        for (_, doc) in self.all().await? {
+            for a in doc.actions.into_iter().filter(|a| a.state == "running") {
+                out.push(ClaimedAction {
+                    key: a.key,
+                    change_id: a.change_id,
+                    image: a.image,
+                    kind: a.kind,
+                    attempt: a.attempts,
+                    target: a.target,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    pub async fn requeue_running(&self) -> Result<Vec<String>, LedgerError> {
+        let mut keys = Vec::new();
+        for (_, doc) in self.all().await? {
+            let Some(watch) = doc.watch.as_ref().map(|w| w.name.clone()) else { continue };
+            if doc.actions.iter().any(|a| a.state == "running") {
+                let requeued = self
+                    .modify(&watch, |d| {
+                        let mut keys = Vec::new();
+                        for a in d.actions.iter_mut().filter(|a| a.state == "running") {
+                            a.state = "pending".into();
+                            keys.push(a.key.clone());
+                        }
+                        Ok(keys)
+                    })
+                    .await?;
+                keys.extend(requeued);
+            }
+        }
+        Ok(keys)
+    }
+
+    pub async fn actions(&self, limit: usize) -> Result<Vec<ActionRecord>, LedgerError> {
+        let mut out: Vec<ActionRecord> =
+            self.all().await?.into_iter().flat_map(|(_, d)| d.actions).map(record).collect();
+        out.sort_by(|a, b| b.updated.cmp(&a.updated).then(a.key.cmp(&b.key)));
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    pub async fn open_actions(&self) -> Result<Vec<OpenAction>, LedgerError> {
+        let mut rows: Vec<ActionRow> = self
+            .all()
+            .await?
+            .into_iter()
+            .flat_map(|(_, d)| d.actions)
+            .filter(|a| a.state == "pending" || a.state == "running")
+            .collect();
+        rows.sort_by(|a, b| (a.created.as_str(), a.key.as_str()).cmp(&(b.created.as_str(), b.key.as_str())));
+        Ok(rows
+            .into_iter()
+            .map(|a| OpenAction {
+                change: a.change_id,
+                image: a.image,
+                action: a.kind.as_str().into(),
+                state: a.state,
+                attempts: a.attempts,
+                next_attempt: a.next_attempt,
+            })
+            .collect())
+    }
+}
+
+fn record(a: ActionRow) -> ActionRecord {
+    ActionRecord {
+        key: a.key,
+        change: a.change_id,
+        image: a.image,
+        action: a.kind.as_str().into(),
+        state: a.state,
+        attempts: a.attempts,
+        next_attempt: a.next_attempt,
+        detail: a.detail,
+        output_tail: a.output_tail,
+        updated: a.updated,
+    }
+}

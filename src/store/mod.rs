@@ -1,0 +1,403 @@
+//! The ledger: pins, digest history, changes, events, deliveries and actions. Two backends keep it
+//! — embedded SQLite, or ConfigMaps on Kubernetes — with the same operations and guarantees.
+
+mod kubernetes;
+mod sqlite;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+pub use kubernetes::KubeLedger;
+pub use sqlite::SqliteLedger;
+
+use crate::builder::{Change, ChangeKind};
+use crate::event::Event;
+use crate::plan::ActionKind;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("cannot open the ledger {}: {source}", path.display())]
+    Open { path: std::path::PathBuf, source: rusqlite::Error },
+    #[error("the ledger {} has schema version {found}, newer than this builder-monitor understands ({supported}); upgrade builder-monitor", path.display())]
+    NewerSchema { path: std::path::PathBuf, found: i64, supported: i64 },
+    #[error("ledger on Kubernetes: {0}")]
+    Kubernetes(String),
+    #[error("ledger on Kubernetes: {0} was changed by another writer {1} times in a row; giving up this write")]
+    Contended(String, u32),
+    #[error("ledger: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("ledger holds an unreadable {what}: {detail}")]
+    Corrupt { what: &'static str, detail: String },
+    #[error("ledger worker stopped: {0}")]
+    Worker(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WatchKind {
+    Builder,
+    RunImage,
+}
+
+impl WatchKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WatchKind::Builder => "builder",
+            WatchKind::RunImage => "run_image",
+        }
+    }
+}
+
+/// The current pin of a watch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct PinRecord {
+    pub digest: String,
+    pub reference: String,
+    pub media_type: String,
+    pub platforms: BTreeMap<String, String>,
+    pub since: String,
+}
+
+/// Everything the ledger knows about one watch.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct WatchRecord {
+    pub name: String,
+    pub kind: WatchKind,
+    pub image: String,
+    pub pin: Option<PinRecord>,
+    pub metadata: Option<serde_json::Value>,
+    pub first_seen: String,
+    pub last_check: Option<String>,
+    pub last_ok: Option<bool>,
+    pub last_error_reason: Option<String>,
+    pub last_error: Option<String>,
+    pub last_change: Option<String>,
+    pub consecutive_failures: u32,
+    pub failing_since: Option<String>,
+    /// A new digest held back by `settle`, and since when it has been seen.
+    pub pending: Option<(String, String)>,
+    /// Accepted moves so far; the next change's sequence number is this plus one.
+    pub moves: u64,
+}
+
+/// A new pin to record.
+#[derive(Debug, Clone)]
+pub struct PinUpdate {
+    pub digest: String,
+    pub reference: String,
+    pub media_type: String,
+    pub platforms: BTreeMap<String, String>,
+    pub metadata: Option<serde_json::Value>,
+}
+
+/// An accepted move.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ChangeRecord {
+    pub id: String,
+    pub watch: String,
+    pub seq: u64,
+    pub previous: String,
+    pub current: String,
+    pub previous_reference: String,
+    pub current_reference: String,
+    pub change: Change,
+    pub rollback: bool,
+    pub detected: String,
+}
+
+/// The outcome of one check, committed atomically.
+#[derive(Debug, Clone)]
+pub struct CheckRecord {
+    pub watch: String,
+    pub kind: WatchKind,
+    pub image: String,
+    pub time: String,
+    /// `Err((reason, message))` for a failed check.
+    pub outcome: Result<(), (String, String)>,
+    pub pin: Option<PinUpdate>,
+    /// Digest held back by `settle` (and since when); `None` clears it.
+    pub pending: Option<(String, String)>,
+    pub change: Option<ChangeRecord>,
+    pub events: Vec<Event>,
+    /// (event id, alert name): the outbox rows of the events above.
+    pub deliveries: Vec<(String, String)>,
+    /// Rebases and rebuilds planned for the change above.
+    pub actions: Vec<NewAction>,
+    /// Changes (and pinned digests) kept for this watch.
+    pub history: usize,
+}
+
+/// An action planned with a change.
+#[derive(Debug, Clone)]
+pub struct NewAction {
+    /// Idempotency key, derived from the change id and the image name; names runner objects.
+    pub key: String,
+    pub change_id: String,
+    /// The `[[images]]` name.
+    pub image: String,
+    pub kind: ActionKind,
+    /// What to build: references, source, environment (the runner's input).
+    pub target: serde_json::Value,
+}
+
+/// An action a runner took on (now `running`).
+#[derive(Debug, Clone)]
+pub struct ClaimedAction {
+    pub key: String,
+    pub change_id: String,
+    pub image: String,
+    pub kind: ActionKind,
+    /// 1 for the first try.
+    pub attempt: u32,
+    pub target: serde_json::Value,
+}
+
+/// Where an attempt leaves an action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ActionOutcome {
+    Succeeded,
+    /// Failed; tried again at this time (RFC 3339 with milliseconds).
+    Retry {
+        next_attempt: String,
+    },
+    /// Failed for good.
+    Failed,
+}
+
+/// An action as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ActionRecord {
+    pub key: String,
+    pub change: String,
+    pub image: String,
+    pub action: String,
+    pub state: String,
+    pub attempts: u32,
+    pub next_attempt: String,
+    pub detail: Option<String>,
+    pub output_tail: Option<String>,
+    pub updated: String,
+}
+
+/// An action still to run or running (`status`'s `pending`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OpenAction {
+    pub change: String,
+    pub image: String,
+    pub action: String,
+    pub state: String,
+    pub attempts: u32,
+    pub next_attempt: String,
+}
+
+/// A delivery to attempt now.
+#[derive(Debug, Clone)]
+pub struct DueDelivery {
+    pub event: Event,
+    pub alert: String,
+    pub attempts: u32,
+    pub created: String,
+}
+
+/// What an attempt did to a delivery.
+#[derive(Debug, Clone)]
+pub enum DeliveryUpdate {
+    Sent { status: String },
+    Retry { next_attempt: String, status: String },
+    Dead { status: String },
+}
+
+/// A delivery not made yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PendingDelivery {
+    pub event: String,
+    #[serde(rename = "type")]
+    pub event_type: String,
+    pub alert: String,
+    pub attempts: u32,
+    pub next_attempt: String,
+    pub last_status: Option<String>,
+}
+
+/// A delivery given up on (`status`'s `dead_letters`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeadLetter {
+    pub event: String,
+    #[serde(rename = "type")]
+    pub event_type: String,
+    pub alert: String,
+    pub attempts: u32,
+    pub last_status: Option<String>,
+    pub time: String,
+}
+
+/// A recorded event with its position in the ledger.
+#[derive(Debug, Clone)]
+pub struct StoredEvent {
+    pub seq: i64,
+    pub event: Event,
+}
+
+/// Parses a change kind read back from the ledger.
+pub fn parse_kind(text: &str) -> ChangeKind {
+    ChangeKind::parse(text).unwrap_or(ChangeKind::Unknown)
+}
+
+/// The ledger the daemon writes to: embedded SQLite, or ConfigMaps on Kubernetes.
+#[derive(Clone)]
+#[allow(clippy::large_enum_variant)] // one per daemon, cloned rarely; boxing buys nothing
+pub enum Ledger {
+    Sqlite(SqliteLedger),
+    Kubernetes(KubeLedger),
+}
+
+/// Calls the same method on whichever backend this is.
+macro_rules! dispatch {
+    ($self:ident, $method:ident ( $($arg:expr),* )) => {
+        match $self {
+            Ledger::Sqlite(l) => l.$method($($arg),*).await,
+            Ledger::Kubernetes(l) => l.$method($($arg),*).await,
+        }
+    };
+}
+
+impl Ledger {
+    /// The embedded SQLite ledger at `path`.
+    pub fn open(path: &std::path::Path) -> Result<Self, LedgerError> {
+        SqliteLedger::open(path).map(Ledger::Sqlite)
+    }
+
+    /// The ledger in ConfigMaps of `namespace`.
+    pub fn kubernetes(client: kube::Client, namespace: &str) -> Self {
+        Ledger::Kubernetes(KubeLedger::new(client, namespace))
+    }
+
+    /// Where the ledger lives, for people.
+    pub fn location(&self) -> String {
+        match self {
+            Ledger::Sqlite(l) => l.path().display().to_string(),
+            Ledger::Kubernetes(l) => l.location(),
+        }
+    }
+
+    pub async fn ping(&self) -> Result<(), LedgerError> {
+        dispatch!(self, ping())
+    }
+
+    pub async fn watch(&self, name: &str) -> Result<Option<WatchRecord>, LedgerError> {
+        dispatch!(self, watch(name))
+    }
+
+    pub async fn watches(&self) -> Result<Vec<WatchRecord>, LedgerError> {
+        dispatch!(self, watches())
+    }
+
+    /// Whether `digest` was ever pinned for this watch (within the kept history).
+    pub async fn has_pinned(&self, watch: &str, digest: &str) -> Result<bool, LedgerError> {
+        dispatch!(self, has_pinned(watch, digest))
+    }
+
+    /// The most recently pinned digests of a watch and when each was first seen, newest first.
+    pub async fn history(&self, watch: &str, limit: usize) -> Result<Vec<(String, String)>, LedgerError> {
+        dispatch!(self, history(watch, limit))
+    }
+
+    /// Commits a check's outcome — watch state, pin, history, change, events, deliveries and
+    /// actions — in one write.
+    pub async fn commit(&self, record: CheckRecord) -> Result<(), LedgerError> {
+        dispatch!(self, commit(record))
+    }
+
+    /// Most recent changes first; all watches when `watch` is `None`.
+    pub async fn changes(&self, watch: Option<&str>, limit: usize) -> Result<Vec<ChangeRecord>, LedgerError> {
+        dispatch!(self, changes(watch, limit))
+    }
+
+    /// Events recorded after `after_seq`, oldest first.
+    pub async fn events_after(&self, after_seq: i64, limit: usize) -> Result<Vec<StoredEvent>, LedgerError> {
+        dispatch!(self, events_after(after_seq, limit))
+    }
+
+    /// Records events (and their outbox rows) outside a check, e.g. `build.started`.
+    pub async fn record_events(
+        &self,
+        watch: &str,
+        events: Vec<Event>,
+        deliveries: Vec<(String, String)>,
+        history: usize,
+    ) -> Result<(), LedgerError> {
+        dispatch!(self, record_events(watch, events, deliveries, history))
+    }
+
+    /// Deliveries due at `now` (RFC 3339 with milliseconds), oldest first, with their events.
+    pub async fn due_deliveries(&self, now: String, limit: usize) -> Result<Vec<DueDelivery>, LedgerError> {
+        dispatch!(self, due_deliveries(now, limit))
+    }
+
+    /// When the next pending delivery not in `exclude` (those in flight) is due.
+    pub async fn next_delivery_at(&self, exclude: &[(String, String)]) -> Result<Option<String>, LedgerError> {
+        dispatch!(self, next_delivery_at(exclude))
+    }
+
+    /// Moves a delivery forward after an attempt.
+    pub async fn update_delivery(&self, event: &str, alert: &str, update: DeliveryUpdate) -> Result<(), LedgerError> {
+        dispatch!(self, update_delivery(event, alert, update))
+    }
+
+    /// Deliveries still to make (`status`).
+    pub async fn pending_deliveries(&self) -> Result<Vec<PendingDelivery>, LedgerError> {
+        dispatch!(self, pending_deliveries())
+    }
+
+    /// Deliveries that were given up on.
+    pub async fn dead_letters(&self) -> Result<Vec<DeadLetter>, LedgerError> {
+        dispatch!(self, dead_letters())
+    }
+
+    /// Takes due pending actions: each becomes `running` with one more attempt.
+    pub async fn claim_actions(&self, now: String, limit: usize) -> Result<Vec<ClaimedAction>, LedgerError> {
+        dispatch!(self, claim_actions(now, limit))
+    }
+
+    /// Records an attempt's end and its events (with their outbox rows) in one write.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn finish_action(
+        &self,
+        key: &str,
+        outcome: ActionOutcome,
+        detail: String,
+        output_tail: String,
+        watch: &str,
+        events: Vec<Event>,
+        deliveries: Vec<(String, String)>,
+        history: usize,
+    ) -> Result<(), LedgerError> {
+        dispatch!(self, finish_action(key, outcome, detail, output_tail, watch, events, deliveries, history))
+    }
+
+    /// When the next pending action is due.
+    pub async fn next_action_at(&self) -> Result<Option<String>, LedgerError> {
+        dispatch!(self, next_action_at())
+    }
+
+    /// Actions `running` now (a cluster may be carrying them out for us).
+    pub async fn running_actions(&self) -> Result<Vec<ClaimedAction>, LedgerError> {
+        dispatch!(self, running_actions())
+    }
+
+    /// Actions left `running` by a process that died: back to `pending` (the attempt is counted).
+    pub async fn requeue_running(&self) -> Result<Vec<String>, LedgerError> {
+        dispatch!(self, requeue_running())
+    }
+
+    /// The most recently updated actions, any state.
+    pub async fn actions(&self, limit: usize) -> Result<Vec<ActionRecord>, LedgerError> {
+        dispatch!(self, actions(limit))
+    }
+
+    /// Actions not finished yet (pending or running), oldest first.
+    pub async fn open_actions(&self) -> Result<Vec<OpenAction>, LedgerError> {
+        dispatch!(self, open_actions())
+    }
+}

@@ -1,0 +1,284 @@
+//! One suite, both ledgers: embedded SQLite and ConfigMaps on the Kubernetes API double keep the
+//! same records under the same operations, and the Kubernetes one loses no concurrent write.
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use builder_monitor::builder::Change;
+use builder_monitor::event::{Event, EventType, Subject, change_id};
+use builder_monitor::plan::ActionKind;
+use builder_monitor::store::{
+    ActionOutcome, ChangeRecord, CheckRecord, DeliveryUpdate, Ledger, NewAction, PinUpdate, WatchKind,
+};
+use serde_json::json;
+use support::kube::KubeDouble;
+
+/// Runs `scenario` against a fresh SQLite ledger and a fresh Kubernetes ledger.
+async fn both<F, Fut>(scenario: F)
+where
+    F: Fn(Ledger) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let dir = tempfile::tempdir().unwrap();
+    scenario(Ledger::open(&dir.path().join("ledger.db")).unwrap()).await;
+    let double = KubeDouble::start().await;
+    double.create_namespace("bm");
+    scenario(Ledger::kubernetes(double.client(), "bm")).await;
+}
+
+fn record(watch: &str, time: &str) -> CheckRecord {
+    CheckRecord {
+        watch: watch.into(),
+        kind: WatchKind::Builder,
+        image: format!("docker.io/x/{watch}:latest"),
+        time: time.into(),
+        outcome: Ok(()),
+        pin: None,
+        pending: None,
+        change: None,
+        events: vec![],
+        deliveries: vec![],
+        actions: vec![],
+        history: 2,
+    }
+}
+
+fn pin(d: &str) -> PinUpdate {
+    PinUpdate {
+        digest: d.into(),
+        reference: format!("docker.io/x/y@{d}"),
+        media_type: "application/vnd.oci.image.index.v1+json".into(),
+        platforms: [("linux/amd64".to_string(), format!("{d}-amd64"))].into(),
+        metadata: Some(json!({ "platforms": {} })),
+    }
+}
+
+fn change(watch: &str, seq: u64, prev: &str, cur: &str) -> ChangeRecord {
+    ChangeRecord {
+        id: change_id(watch, seq, prev, cur),
+        watch: watch.into(),
+        seq,
+        previous: prev.into(),
+        current: cur.into(),
+        previous_reference: format!("docker.io/x/y@{prev}"),
+        current_reference: format!("docker.io/x/y@{cur}"),
+        change: Change::unknown("test"),
+        rollback: false,
+        detected: format!("2026-11-30T12:1{seq}:00Z"),
+    }
+}
+
+fn event(id: &str, t: EventType, watch: &str) -> Event {
+    Event::new(id.into(), t, "2026-11-30T12:00:00Z".into(), Subject { name: watch.into(), image: "x".into() })
+}
+
+#[tokio::test]
+async fn pins_failures_moves_and_history() {
+    both(|ledger| async move {
+        assert!(ledger.watch("b").await.unwrap().is_none());
+        let mut r = record("b", "2026-11-30T12:00:00Z");
+        r.pin = Some(pin("sha256:a"));
+        r.events.push(event("e1", EventType::BuilderPinned, "b"));
+        ledger.commit(r).await.unwrap();
+        let w = ledger.watch("b").await.unwrap().unwrap();
+        assert_eq!(w.pin.as_ref().unwrap().digest, "sha256:a");
+        assert_eq!(w.pin.as_ref().unwrap().platforms["linux/amd64"], "sha256:a-amd64");
+        assert_eq!(w.metadata, Some(json!({ "platforms": {} })));
+
+        for t in ["2026-11-30T12:01:00Z", "2026-11-30T12:02:00Z"] {
+            let mut r = record("b", t);
+            r.outcome = Err(("tag_missing".into(), "gone".into()));
+            ledger.commit(r).await.unwrap();
+        }
+        let w = ledger.watch("b").await.unwrap().unwrap();
+        assert_eq!(
+            (w.consecutive_failures, w.failing_since.as_deref(), w.last_ok),
+            (2, Some("2026-11-30T12:01:00Z"), Some(false))
+        );
+        assert_eq!(w.last_error_reason.as_deref(), Some("tag_missing"));
+
+        let moves = [("sha256:a", "sha256:b"), ("sha256:b", "sha256:c"), ("sha256:c", "sha256:d")];
+        for (i, (prev, cur)) in moves.iter().enumerate() {
+            let mut r = record("b", &format!("2026-11-30T12:1{i}:00Z"));
+            r.pin = Some(pin(cur));
+            r.change = Some(change("b", i as u64 + 1, prev, cur));
+            ledger.commit(r).await.unwrap();
+        }
+        let w = ledger.watch("b").await.unwrap().unwrap();
+        assert_eq!((w.moves, w.consecutive_failures, w.failing_since), (3, 0, None));
+        let changes = ledger.changes(Some("b"), 10).await.unwrap();
+        assert_eq!(changes.iter().map(|c| c.seq).collect::<Vec<_>>(), [3, 2], "history = 2 changes");
+        assert!(!ledger.has_pinned("b", "sha256:a").await.unwrap(), "history + 1 digests kept");
+        assert!(ledger.has_pinned("b", "sha256:b").await.unwrap());
+        let history = ledger.history("b", 10).await.unwrap();
+        assert_eq!(history.iter().map(|(d, _)| d.as_str()).collect::<Vec<_>>(), ["sha256:d", "sha256:c", "sha256:b"]);
+
+        // The same change again changes nothing; held digests are kept and cleared.
+        let mut r = record("b", "2026-11-30T12:20:00Z");
+        r.change = Some(change("b", 3, "sha256:c", "sha256:d"));
+        r.pending = Some(("sha256:e".into(), "2026-11-30T12:20:00Z".into()));
+        ledger.commit(r).await.unwrap();
+        assert_eq!(ledger.changes(None, 10).await.unwrap().len(), 2);
+        assert_eq!(ledger.watch("b").await.unwrap().unwrap().pending.unwrap().0, "sha256:e");
+        assert_eq!(ledger.watches().await.unwrap().len(), 1);
+        let events = ledger.events_after(0, 10).await.unwrap();
+        assert_eq!(events.iter().map(|e| e.event.id.as_str()).collect::<Vec<_>>(), ["e1"]);
+        assert!(ledger.events_after(events[0].seq, 10).await.unwrap().is_empty());
+        ledger.ping().await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_outbox_moves_deliveries_forward_only() {
+    both(|ledger| async move {
+        let mut r = record("b", "2026-11-30T12:00:00Z");
+        r.pin = Some(pin("sha256:a"));
+        r.events = vec![event("e1", EventType::BuilderChanged, "b"), event("e2", EventType::CheckFailed, "b")];
+        r.deliveries = vec![("e1".into(), "hook".into()), ("e1".into(), "chat".into()), ("e2".into(), "hook".into())];
+        ledger.commit(r).await.unwrap();
+        let far = "2099-01-01T00:00:00.000Z".to_string();
+        let due = ledger.due_deliveries(far.clone(), 10).await.unwrap();
+        assert_eq!(due.len(), 3);
+        assert!(ledger.due_deliveries("2000-01-01T00:00:00.000Z".into(), 10).await.unwrap().is_empty());
+
+        ledger.update_delivery("e1", "hook", DeliveryUpdate::Sent { status: "HTTP 200".into() }).await.unwrap();
+        ledger
+            .update_delivery(
+                "e1",
+                "chat",
+                DeliveryUpdate::Retry { next_attempt: "2098-01-01T00:00:00.000Z".into(), status: "HTTP 503".into() },
+            )
+            .await
+            .unwrap();
+        ledger.update_delivery("e2", "hook", DeliveryUpdate::Dead { status: "HTTP 400".into() }).await.unwrap();
+        // A sent delivery is never moved back.
+        ledger.update_delivery("e1", "hook", DeliveryUpdate::Dead { status: "late".into() }).await.unwrap();
+
+        let pending = ledger.pending_deliveries().await.unwrap();
+        assert_eq!(pending.len(), 1);
+        assert_eq!((pending[0].event.as_str(), pending[0].alert.as_str(), pending[0].attempts), ("e1", "chat", 1));
+        assert_eq!(pending[0].event_type, "builder.changed");
+        assert_eq!(pending[0].last_status.as_deref(), Some("HTTP 503"));
+        let dead = ledger.dead_letters().await.unwrap();
+        assert_eq!(
+            (dead.len(), dead[0].event_type.as_str(), dead[0].last_status.as_deref()),
+            (1, "check.failed", Some("HTTP 400"))
+        );
+        assert_eq!(ledger.next_delivery_at(&[]).await.unwrap().as_deref(), Some("2098-01-01T00:00:00.000Z"));
+        assert_eq!(ledger.next_delivery_at(&[("e1".into(), "chat".into())]).await.unwrap(), None);
+        assert_eq!(ledger.due_deliveries(far, 10).await.unwrap().len(), 1);
+
+        // Events recorded outside a check land in the outbox too.
+        ledger
+            .record_events("b", vec![event("e3", EventType::BuildStarted, "b")], vec![("e3".into(), "hook".into())], 2)
+            .await
+            .unwrap();
+        assert_eq!(ledger.pending_deliveries().await.unwrap().len(), 2);
+    })
+    .await;
+}
+
+fn action(change: &str, image: &str) -> NewAction {
+    NewAction {
+        key: builder_monitor::monitor::action_key(change, image),
+        change_id: change.into(),
+        image: image.into(),
+        kind: ActionKind::Rebuild,
+        target: json!({ "image": format!("r/{image}"), "builder_name": "b", "builder": "r/b@sha256:x", "run_image": null, "source": null, "why": "test" }),
+    }
+}
+
+#[tokio::test]
+async fn actions_are_claimed_finished_requeued_and_superseded() {
+    both(|ledger| async move {
+        let mut r = record("b", "2026-11-30T12:00:00Z");
+        r.change = Some(change("b", 1, "sha256:a", "sha256:b"));
+        r.actions = vec![action("c1", "app"), action("c1", "api")];
+        ledger.commit(r).await.unwrap();
+        assert_eq!(ledger.open_actions().await.unwrap().len(), 2);
+        let far = "2099-01-01T00:00:00.000Z".to_string();
+        let claimed = ledger.claim_actions(far.clone(), 1).await.unwrap();
+        assert_eq!((claimed.len(), claimed[0].attempt), (1, 1));
+        assert_eq!(ledger.running_actions().await.unwrap().len(), 1);
+        // A crash: the running one goes back to pending, its attempt counted.
+        assert_eq!(ledger.requeue_running().await.unwrap(), [claimed[0].key.clone()]);
+        let again = ledger.claim_actions(far.clone(), 10).await.unwrap();
+        assert_eq!(again.len(), 2);
+        assert_eq!(again.iter().find(|a| a.key == claimed[0].key).unwrap().attempt, 2);
+        let first = again.iter().find(|a| a.image == "app").unwrap().clone();
+        let other = again.iter().find(|a| a.image == "api").unwrap().clone();
+
+        let done = event("done", EventType::BuildSucceeded, "b");
+        ledger
+            .finish_action(
+                &first.key,
+                ActionOutcome::Succeeded,
+                "exit status 0".into(),
+                "ok".into(),
+                "b",
+                vec![done],
+                vec![("done".into(), "hook".into())],
+                2,
+            )
+            .await
+            .unwrap();
+        ledger
+            .finish_action(
+                &other.key,
+                ActionOutcome::Retry { next_attempt: "2098-01-01T00:00:00.000Z".into() },
+                "exit status 1".into(),
+                "no".into(),
+                "b",
+                vec![],
+                vec![],
+                2,
+            )
+            .await
+            .unwrap();
+        assert_eq!(ledger.next_action_at().await.unwrap().as_deref(), Some("2098-01-01T00:00:00.000Z"));
+        let actions = ledger.actions(10).await.unwrap();
+        let by_key: BTreeMap<&str, &str> = actions.iter().map(|a| (a.key.as_str(), a.state.as_str())).collect();
+        assert_eq!(by_key[first.key.as_str()], "succeeded");
+        assert_eq!(by_key[other.key.as_str()], "pending");
+        assert_eq!(ledger.pending_deliveries().await.unwrap().len(), 1, "the outcome's event is in the outbox");
+
+        // A newer change for `api` supersedes its pending action; only the newest is left.
+        let mut r = record("b", "2026-11-30T12:05:00Z");
+        r.change = Some(change("b", 2, "sha256:b", "sha256:c"));
+        r.actions = vec![action("c2", "api")];
+        ledger.commit(r).await.unwrap();
+        let open = ledger.open_actions().await.unwrap();
+        assert_eq!(open.len(), 1, "{open:#?} {:#?}", ledger.actions(10).await.unwrap());
+        assert_eq!(open[0].change, "c2");
+        let superseded = ledger.actions(10).await.unwrap().into_iter().find(|a| a.key == other.key).unwrap();
+        assert_eq!(superseded.state, "superseded");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn concurrent_writers_to_one_kubernetes_entry_lose_nothing() {
+    let double = KubeDouble::start().await;
+    double.create_namespace("bm");
+    let a = Ledger::kubernetes(double.client(), "bm");
+    let b = Ledger::kubernetes(double.client(), "bm");
+    let mut tasks = Vec::new();
+    for (n, ledger) in [a.clone(), b.clone()].into_iter().enumerate() {
+        tasks.push(tokio::spawn(async move {
+            for i in 0..15 {
+                let mut r = record("b", &format!("2026-11-30T12:{n}{i:02}:00Z"));
+                r.outcome = Err(("registry_unavailable".into(), "down".into()));
+                r.events.push(event(&format!("e{n}-{i}"), EventType::CheckFailed, "b"));
+                ledger.commit(r).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let w = a.watch("b").await.unwrap().unwrap();
+    assert_eq!(w.consecutive_failures, 30, "every write counted: none overwrote another");
+    assert_eq!(b.events_after(0, 100).await.unwrap().len(), 4, "history * 2 newest events kept");
+}

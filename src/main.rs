@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
 use builder_monitor::alert::{self, Dispatcher, SendOutcome, Sender};
-use builder_monitor::cluster::{self, Permission};
+use builder_monitor::cluster::{self, lease::LeaseElector, publish::Publisher};
 use builder_monitor::config::RunnerKind;
 use builder_monitor::config::{Config, StateLocation};
 use builder_monitor::inspect;
@@ -104,6 +104,13 @@ enum Command {
     },
     /// Print the ClusterBuilder CustomResourceDefinition (YAML).
     Crd,
+    /// Print the ClusterRole and Roles granting exactly the Kubernetes permissions this config uses.
+    Rbac {
+        #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
+        config: PathBuf,
+        #[arg(long, value_enum, default_value_t = SpecOutput::Yaml)]
+        output: SpecOutput,
+    },
     /// Alert receivers.
     Alert {
         #[command(subcommand)]
@@ -212,64 +219,7 @@ async fn execute(command: Command) -> Result<u8, Failure> {
             print!("{}", config.summary());
             Ok(0)
         }
-        Command::Run { config, once } => {
-            let config = Arc::new(load_config(&config)?);
-            let ledger = open_ledger(&config).await?;
-            let metrics = Metrics::new();
-            let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
-            let monitor =
-                Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), Clock::System, metrics.clone()));
-            let dispatcher = Arc::new(Dispatcher::new(
-                &config.alerts,
-                ledger.clone(),
-                Clock::System,
-                monitor.delivery_wake(),
-                metrics,
-            )?);
-            let shutdown = CancellationToken::new();
-            let backend = runner_backend(&config, shutdown.clone()).await?;
-            let runner = Arc::new(Runner::new(
-                config.clone(),
-                ledger.clone(),
-                Clock::System,
-                backend,
-                monitor.action_wake(),
-                monitor.delivery_wake(),
-            ));
-            runner.recover().await?;
-            tracing::info!(builders = config.builders.len(), alerts = config.alerts.len(), runner = config.runner.kind.as_str(), state = %monitor.ledger().location(), once, "builder-monitor starting");
-            if once {
-                let checks_ok = monitor.run_once().await;
-                runner.run_due_once().await;
-                dispatcher.deliver_due_once().await;
-                shutdown.cancel();
-                return Ok(if checks_ok { 0 } else { 1 });
-            }
-            let server = match &config.server {
-                Some(settings) => {
-                    let listener = tokio::net::TcpListener::bind(settings.listen)
-                        .await
-                        .with_context(|| format!("cannot listen on {} ([server] listen)", settings.listen))?;
-                    tracing::info!(listen = %settings.listen, "serving health, metrics, API and hooks");
-                    let state = Arc::new(ServerState::new(config.clone(), settings.clone(), monitor.clone(), ledger));
-                    Some(tokio::spawn(server::serve(state, listener, shutdown.clone())))
-                }
-                None => None,
-            };
-            tokio::spawn(stop_on_signal(shutdown.clone()));
-            let deliveries = tokio::spawn(dispatcher.run(shutdown.clone()));
-            let actions = tokio::spawn(runner.run(shutdown.clone()));
-            monitor.run(shutdown).await;
-            let _ = actions.await;
-            let _ = deliveries.await;
-            if let Some(server) = server
-                && let Ok(Err(err)) = server.await
-            {
-                tracing::error!(error = %err, "HTTP server failed");
-            }
-            tracing::info!("builder-monitor stopped");
-            Ok(0)
-        }
+        Command::Run { config, once } => run_daemon(&config, once).await,
         Command::Resolve { image, json, config } => {
             let image = parse_image(&image)?;
             let registry = registry_for(config.as_deref())?;
@@ -364,6 +314,20 @@ async fn execute(command: Command) -> Result<u8, Failure> {
             print!("{}", cluster::crd::crd_yaml());
             Ok(0)
         }
+        Command::Rbac { config, output } => {
+            let config = load_config(&config)?;
+            let objects = cluster::rbac_objects(&cluster::required_permissions(&config), "builder-monitor");
+            match output {
+                SpecOutput::Json => println!("{}", serde_json::to_string_pretty(&objects).context("encoding JSON")?),
+                SpecOutput::Yaml if objects.is_empty() => println!("# this config uses no Kubernetes permissions"),
+                SpecOutput::Yaml => {
+                    for object in &objects {
+                        print!("---\n{}", cluster::to_yaml(object));
+                    }
+                }
+            }
+            Ok(0)
+        }
         Command::Plan { config, json } => {
             let config = Arc::new(load_config(&config)?);
             let ledger = open_ledger(&config).await?;
@@ -395,29 +359,6 @@ async fn execute(command: Command) -> Result<u8, Failure> {
             Ok(0)
         }
     }
-}
-
-/// The runner's backend; for the Kubernetes runners, after checking the namespace and permissions.
-async fn runner_backend(config: &Config, stop: CancellationToken) -> Result<Backend, Failure> {
-    let permissions: &[Permission] = match config.runner.kind {
-        RunnerKind::Kubernetes => &[
-            Permission { group: "batch", resource: "jobs", verbs: &["create", "get", "list", "watch"] },
-            Permission { group: "", resource: "pods", verbs: &["list"] },
-        ],
-        RunnerKind::Kpack => {
-            &[Permission { group: "kpack.io", resource: "builds", verbs: &["create", "get", "list", "watch"] }]
-        }
-        RunnerKind::None | RunnerKind::Exec => &[],
-    };
-    let client = if permissions.is_empty() {
-        None
-    } else {
-        let client = cluster::client(&config.kubernetes).await?;
-        let namespace = config.runner.kubernetes.as_ref().map(|k| k.namespace.as_str()).unwrap_or("default");
-        cluster::check_access(&client, namespace, permissions).await?;
-        Some(client)
-    };
-    Backend::for_config(config, client, stop).map_err(|e| Failure { code: 1, error: anyhow::anyhow!(e) })
 }
 
 fn parse_image(text: &str) -> Result<ImageRef, Failure> {
@@ -457,4 +398,192 @@ async fn stop_on_signal(shutdown: CancellationToken) {
         let _ = tokio::signal::ctrl_c().await;
     }
     shutdown.cancel();
+}
+
+/// Everything a replica needs to act, built once at start.
+struct Parts {
+    config: Arc<Config>,
+    ledger: Ledger,
+    monitor: Arc<Monitor>,
+    dispatcher: Arc<Dispatcher>,
+    client: Option<kube::Client>,
+    metrics: Arc<Metrics>,
+}
+
+async fn run_daemon(path: &Path, once: bool) -> Result<u8, Failure> {
+    let config = Arc::new(load_config(path)?);
+    let ledger = open_ledger(&config).await?;
+    let metrics = Metrics::new();
+    let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
+    let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), Clock::System, metrics.clone()));
+    let dispatcher = Arc::new(Dispatcher::new(
+        &config.alerts,
+        ledger.clone(),
+        Clock::System,
+        monitor.delivery_wake(),
+        metrics.clone(),
+    )?);
+    let permissions = cluster::required_permissions(&config);
+    let client = if permissions.is_empty() {
+        None
+    } else {
+        let client = cluster::client(&config.kubernetes).await?;
+        cluster::check_access(&client, &permissions).await?;
+        Some(client)
+    };
+    let election = config.kubernetes.leader_election && !once;
+    tracing::info!(builders = config.builders.len(), alerts = config.alerts.len(), runner = config.runner.kind.as_str(), state = %ledger.location(), publish = config.kubernetes.publish, leader_election = election, once, "builder-monitor starting");
+    let parts = Arc::new(Parts {
+        config: config.clone(),
+        ledger: ledger.clone(),
+        monitor: monitor.clone(),
+        dispatcher,
+        client,
+        metrics: metrics.clone(),
+    });
+    if once {
+        return run_once(&parts).await;
+    }
+
+    let shutdown = CancellationToken::new();
+    tokio::spawn(stop_on_signal(shutdown.clone()));
+    let (leading_tx, mut leading) = tokio::sync::watch::channel(!election);
+    let resign = CancellationToken::new();
+    let mut no_election = None;
+    let elector = match (&parts.client, election) {
+        (Some(client), true) => {
+            let elector = LeaseElector::new(client.clone(), &config.kubernetes);
+            tracing::info!(lease = %config.kubernetes.lease_name, namespace = %config.kubernetes.namespace, identity = elector.identity(), "campaigning for the lease; standing by until it is ours");
+            Some(tokio::spawn(elector.run(leading_tx, resign.clone())))
+        }
+        _ => {
+            // Without election this replica always leads.
+            no_election = Some(leading_tx);
+            None
+        }
+    };
+    let server = match &config.server {
+        Some(settings) => {
+            let listener = tokio::net::TcpListener::bind(settings.listen)
+                .await
+                .with_context(|| format!("cannot listen on {} ([server] listen)", settings.listen))?;
+            tracing::info!(listen = %settings.listen, "serving health, metrics, API and hooks");
+            let state = ServerState::new(config.clone(), settings.clone(), monitor.clone(), ledger)
+                .with_leadership(leading.clone());
+            Some(tokio::spawn(server::serve(Arc::new(state), listener, shutdown.clone())))
+        }
+        None => None,
+    };
+
+    let mut failure = None;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            changed = leading.wait_for(|l| *l) => if changed.is_err() { break },
+        }
+        metrics.leader.set(1);
+        let term = shutdown.child_token();
+        let mut acting = tokio::spawn(act(parts.clone(), term.clone()));
+        let lost = tokio::select! {
+            _ = shutdown.cancelled() => false,
+            _ = leading.wait_for(|l| !*l) => true,
+            result = &mut acting => {
+                metrics.leader.set(0);
+                match result {
+                    Ok(Err(err)) => failure = Some(err),
+                    Err(err) => failure = Some(Failure::from(anyhow::anyhow!("the acting task failed: {err}"))),
+                    Ok(Ok(())) => {}
+                }
+                break;
+            }
+        };
+        term.cancel();
+        metrics.leader.set(0);
+        if lost {
+            // The lease may pass to another replica once it expires: whatever still runs by then is cut off.
+            let cap = config.kubernetes.lease_duration.saturating_sub(config.kubernetes.renew_deadline);
+            if tokio::time::timeout(cap, &mut acting).await.is_err() {
+                acting.abort();
+                tracing::warn!("work still running when the lease could pass on was aborted");
+            }
+            tracing::info!("stopped acting; standing by");
+        } else if let Ok(Err(err)) = acting.await {
+            failure = Some(err);
+            break;
+        }
+        if shutdown.is_cancelled() {
+            break;
+        }
+    }
+    // Released only now, so the next leader never overlaps with this one's last checks.
+    resign.cancel();
+    if let Some(elector) = elector {
+        let _ = elector.await;
+    }
+    shutdown.cancel();
+    if let Some(server) = server
+        && let Ok(Err(err)) = server.await
+    {
+        tracing::error!(error = %err, "HTTP server failed");
+    }
+    if let Some(failure) = failure {
+        return Err(failure);
+    }
+    drop(no_election);
+    tracing::info!("builder-monitor stopped");
+    Ok(0)
+}
+
+/// `run --once`: every check once, the actions and deliveries that are due, the ClusterBuilders.
+async fn run_once(parts: &Parts) -> Result<u8, Failure> {
+    let stop = CancellationToken::new();
+    let runner = runner_for(parts, stop.clone()).await?;
+    let checks_ok = parts.monitor.run_once().await;
+    runner.run_due_once().await;
+    parts.dispatcher.deliver_due_once().await;
+    if let Some(publisher) = publisher_for(parts) {
+        publisher.publish_specs().await?;
+        for builder in &parts.config.builders {
+            publisher.publish_status(&builder.name).await?;
+        }
+    }
+    stop.cancel();
+    Ok(if checks_ok { 0 } else { 1 })
+}
+
+fn publisher_for(parts: &Parts) -> Option<Publisher> {
+    let client = parts.client.clone().filter(|_| parts.config.kubernetes.publish)?;
+    Some(Publisher::new(client, parts.config.clone(), parts.ledger.clone(), parts.metrics.clone()))
+}
+
+async fn runner_for(parts: &Parts, stop: CancellationToken) -> Result<Arc<Runner>, Failure> {
+    let backend = Backend::for_config(&parts.config, parts.client.clone(), stop)
+        .map_err(|e| Failure { code: 1, error: anyhow::anyhow!(e) })?;
+    let runner = Arc::new(Runner::new(
+        parts.config.clone(),
+        parts.ledger.clone(),
+        Clock::System,
+        backend,
+        parts.monitor.action_wake(),
+        parts.monitor.delivery_wake(),
+    ));
+    runner.recover().await?;
+    Ok(runner)
+}
+
+/// One term of acting: checks, alert deliveries, builds and ClusterBuilder publication, until `stop`.
+async fn act(parts: Arc<Parts>, stop: CancellationToken) -> Result<(), Failure> {
+    let runner = runner_for(&parts, stop.clone()).await?;
+    let mut tasks = tokio::task::JoinSet::new();
+    if let Some(publisher) = publisher_for(&parts) {
+        let (commits, names) = tokio::sync::mpsc::unbounded_channel();
+        parts.monitor.report_commits(Some(commits));
+        tasks.spawn(publisher.run(names, stop.clone()));
+    }
+    tasks.spawn(parts.dispatcher.clone().run(stop.clone()));
+    tasks.spawn(runner.run(stop.clone()));
+    parts.monitor.clone().run(stop).await;
+    parts.monitor.report_commits(None);
+    while tasks.join_next().await.is_some() {}
+    Ok(())
 }

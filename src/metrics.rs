@@ -53,6 +53,11 @@ pub struct DeliveryLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HookLabels {
     pub source: String,
     pub result: String,
@@ -71,6 +76,10 @@ pub struct Metrics {
     pub pinned: Family<PinLabels, Gauge>,
     pub deliveries: Family<DeliveryLabels, Counter>,
     pub hooks: Family<HookLabels, Counter>,
+    /// 1 while this replica holds the lease (or runs without leader election), else 0.
+    pub leader: Gauge,
+    /// ClusterBuilder writes, by result (ok, error).
+    pub publishes: Family<ResultLabels, Counter>,
     /// The digest each builder's `pinned_info` series names, to retire the old series on a move.
     pinned_now: Mutex<std::collections::HashMap<String, String>>,
 }
@@ -124,6 +133,18 @@ impl Metrics {
         );
         let hooks = Family::default();
         registry.register("hooks", "Registry push hooks received, by source and result", hooks.clone());
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica is the one acting (holds the lease, or runs without leader election)",
+            leader.clone(),
+        );
+        let publishes = Family::default();
+        registry.register(
+            "cluster_builder_writes",
+            "ClusterBuilder spec and status writes, by result",
+            publishes.clone(),
+        );
         Arc::new(Metrics {
             registry,
             checks,
@@ -137,6 +158,8 @@ impl Metrics {
             pinned,
             deliveries,
             hooks,
+            leader,
+            publishes,
             pinned_now: Mutex::new(Default::default()),
         })
     }

@@ -126,6 +126,8 @@ pub struct Monitor {
     heartbeat: AtomicI64,
     /// Watches with a hook-triggered check scheduled.
     hook_pending: Arc<Mutex<BTreeSet<String>>>,
+    /// Where to send the names of builders whose ledger entry a check committed (the publisher).
+    committed: Mutex<Option<mpsc::UnboundedSender<String>>>,
 }
 
 /// How long a push hook waits before its check (see `wake_after_hook`).
@@ -151,6 +153,7 @@ impl Monitor {
             unchecked,
             heartbeat,
             hook_pending: Arc::new(Mutex::new(BTreeSet::new())),
+            committed: Mutex::new(None),
             config,
             registry,
             ledger,
@@ -189,6 +192,12 @@ impl Monitor {
     /// Notified whenever new alert deliveries are recorded (the dispatcher waits on it).
     pub fn delivery_wake(&self) -> Arc<Notify> {
         self.delivery_wake.clone()
+    }
+
+    /// Sends the name of every builder a check commits for (a run image check: the builders naming
+    /// it) to `to`, until replaced; `None` stops.
+    pub fn report_commits(&self, to: Option<mpsc::UnboundedSender<String>>) {
+        *self.committed.lock().unwrap_or_else(|e| e.into_inner()) = to;
     }
 
     pub fn config(&self) -> &Config {
@@ -541,6 +550,11 @@ impl Monitor {
         // Logged once recorded: a log line never announces an event the ledger could still lose.
         for event in &events {
             log_event(event);
+        }
+        if let Some(to) = self.committed.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            for subject in self.subjects(watch) {
+                let _ = to.send(subject.name);
+            }
         }
         if watch.kind == WatchKind::Builder
             && let Some(metadata) = new_metadata

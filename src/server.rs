@@ -32,6 +32,8 @@ pub struct ServerState {
     pub monitor: Arc<Monitor>,
     pub ledger: Ledger,
     hook_limiter: DefaultKeyedRateLimiter<IpAddr>,
+    /// With leader election: whether this replica currently acts.
+    leading: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl ServerState {
@@ -39,8 +41,28 @@ impl ServerState {
         let period = Duration::from_secs_f64(1.0 / settings.hooks_per_second);
         let burst = NonZeroU32::new((settings.hooks_per_second * 2.0).ceil() as u32).unwrap_or(NonZeroU32::MIN);
         let quota = Quota::with_period(period).unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN)).allow_burst(burst);
-        ServerState { config, settings, monitor, ledger, hook_limiter: RateLimiter::keyed(quota) }
+        ServerState { config, settings, monitor, ledger, hook_limiter: RateLimiter::keyed(quota), leading: None }
     }
+
+    /// Serves as one of several replicas, acting only while `leading` says so.
+    pub fn with_leadership(mut self, leading: tokio::sync::watch::Receiver<bool>) -> Self {
+        self.leading = Some(leading);
+        self
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.leading.as_ref().is_none_or(|l| *l.borrow())
+    }
+}
+
+/// What a standby answers requests that only the leader can act on.
+fn standby() -> Response {
+    let mut response = error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "this replica is a standby; the leader runs checks (retry, or send it to the leader)",
+    );
+    response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    response
 }
 
 pub fn router(state: Arc<ServerState>) -> Router {
@@ -116,9 +138,11 @@ async fn healthz(State(state): State<Arc<ServerState>>) -> Response {
 async fn readyz(State(state): State<Arc<ServerState>>) -> Response {
     let ledger = state.ledger.ping().await.is_ok();
     let first_cycle = state.monitor.first_cycle_done();
-    let ready = ledger && first_cycle;
+    let leader = state.is_leader();
+    // A standby is ready (it serves reads and probes); only the replica acting waits for its first cycle.
+    let ready = ledger && (first_cycle || !leader);
     let body =
-        json!({ "ready": ready, "config": true, "ledger": ledger, "first_check_cycle": first_cycle, "leader": true });
+        json!({ "ready": ready, "config": true, "ledger": ledger, "first_check_cycle": first_cycle, "leader": leader });
     let code = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (code, axum::Json(body)).into_response()
 }
@@ -172,6 +196,9 @@ async fn check(State(state): State<Arc<ServerState>>, Path(name): Path<String>, 
     if let Err(denied) = authorize(&state, &headers, None) {
         return denied.into_response();
     }
+    if !state.is_leader() {
+        return standby();
+    }
     if state.monitor.check_now(&name) {
         (StatusCode::ACCEPTED, axum::Json(json!({ "checks": [name] }))).into_response()
     } else {
@@ -210,6 +237,10 @@ async fn hook(
     if let Err(denied) = authorize(&state, &headers, q.token.as_deref()) {
         count("unauthorized");
         return denied.into_response();
+    }
+    if !state.is_leader() {
+        count("standby");
+        return standby();
     }
     let pushed = match source.as_str() {
         "distribution" => distribution_pushes(&body),

@@ -308,12 +308,40 @@ fn daemon_config(registry: &str, url_env: bool, receiver_url: &str) -> String {
 // Blocking calls (the binary, its log) must not stall the in-test receiver: two threads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_daemons_lose_no_delivery() {
+    let ws = Workspace::new();
+    let state = ws.path("state.db");
+    let text = |registry: &str, receiver: &str| daemon_config(registry, false, receiver);
+    killed_daemons_lose_no_delivery_with(ws, text, move || Ledger::open(&state).unwrap()).await;
+}
+
+/// The same crashes with the ledger in ConfigMaps on the Kubernetes API double.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_daemons_lose_no_delivery_with_the_ledger_on_kubernetes() {
+    let double = support::kube::KubeDouble::start().await;
+    double.create_namespace("bm");
+    let ws = Workspace::new();
+    let kubeconfig = double.kubeconfig(ws.dir.path());
+    let client = double.client();
+    let text = move |registry: &str, receiver: &str| {
+        daemon_config(registry, false, receiver).replace("state = \"state.db\"", "state = \"kubernetes\"")
+            + &format!("\n[kubernetes]\nkubeconfig = \"{}\"\nnamespace = \"bm\"\n", kubeconfig.display())
+    };
+    killed_daemons_lose_no_delivery_with(ws, text, move || Ledger::kubernetes(client.clone(), "bm")).await;
+    drop(double);
+}
+
+/// Kills daemons at every moment of a delivery; `text(registry, receiver)` is the config,
+/// `ledger()` opens the ledger it names.
+async fn killed_daemons_lose_no_delivery_with(
+    ws: Workspace,
+    text: impl Fn(&str, &str) -> String,
+    ledger: impl Fn() -> Ledger,
+) {
     let registry = TestRegistry::start();
     let pusher = Pusher::new(&registry.host);
     let receiver = Receiver::start().await;
-    let ws = Workspace::new();
     std::fs::write(ws.path("hmac"), SECRET).unwrap();
-    let config = ws.config(&daemon_config(&registry.host, false, &receiver.url));
+    let config = ws.config(&text(&registry.host, &receiver.url));
     pusher.push_image("demo/b", Some("latest"), &Image::new("amd64").salt("0"), Format::Oci).await;
 
     let pin = run_with_env(&["run", "--once", "--config", config.to_str().unwrap()], &[], ws.dir.path());
@@ -345,7 +373,7 @@ async fn killed_daemons_lose_no_delivery() {
         ids.push(id);
     }
     // One more start delivers whatever is left, then stop it cleanly.
-    let ledger = Ledger::open(&ws.path("state.db")).unwrap();
+    let ledger = ledger();
     let changes: BTreeSet<String> = ledger.changes(None, 100).await.unwrap().into_iter().map(|c| c.id).collect();
     assert_eq!(changes.len(), kills.len());
     let mut daemon = Daemon::start(&config);

@@ -345,6 +345,27 @@ async fn runner_none_plans_and_records_but_never_runs_and_newer_changes_supersed
 // The daemon's log is read by blocking calls: two threads keep the runtime free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_while_running_the_command_runs_once_more_and_never_again() {
+    killed_while_running_with(|text| text.to_string()).await;
+}
+
+/// The same crashes with the ledger in ConfigMaps on the Kubernetes API double.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_while_running_with_the_ledger_on_kubernetes() {
+    let double = support::kube::KubeDouble::start().await;
+    double.create_namespace("bm");
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = double.kubeconfig(dir.path());
+    killed_while_running_with(|text| {
+        text.replace("state = \"state.db\"", "state = \"kubernetes\"")
+            + &format!("\n[kubernetes]\nkubeconfig = \"{}\"\nnamespace = \"bm\"\n", kubeconfig.display())
+    })
+    .await;
+    assert!(!double.list("configmaps").is_empty(), "the ledger lived in the cluster");
+}
+
+/// A rebuild killed mid-command runs once more after the restart and never after it succeeded;
+/// `ledger_in(config)` moves the config's ledger elsewhere.
+async fn killed_while_running_with(ledger_in: impl Fn(&str) -> String) {
     let w = World::new().await;
     let (_, run_v1) = w.push_run("1").await;
     let v1 = BuilderSpec::jammy(&w.run);
@@ -355,7 +376,7 @@ async fn killed_while_running_the_command_runs_once_more_and_never_again() {
         .config(&[("a", "auto")], "type = \"exec\"")
         .replace("env = { RECORD_FILE", &format!("env = {{ BLOCK_FILE = \"{}\", RECORD_FILE", block.display()));
     let ws = Workspace::new();
-    let config = ws.config(&text);
+    let config = ws.config(&ledger_in(&text));
     let out = run_with_env(&["run", "--once", "--config", config.to_str().unwrap()], &[], ws.dir.path());
     assert_eq!(out.code, Some(0), "{}", out.stderr);
 

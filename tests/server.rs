@@ -70,6 +70,11 @@ impl Drop for Served {
 
 /// Monitor + server in process, on a free loopback port; the config is also written to disk.
 async fn serve(config_text: &str) -> Served {
+    serve_as(config_text, None).await
+}
+
+/// `serve`, as one of several replicas when `leading` is given.
+async fn serve_as(config_text: &str, leading: Option<tokio::sync::watch::Receiver<bool>>) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("config.toml");
     std::fs::write(&path, config_text).unwrap();
@@ -84,7 +89,11 @@ async fn serve(config_text: &str) -> Served {
     let mut settings = config.server.clone().expect("[server] in the config");
     // The daemon reads the token from the environment; in process it is handed over directly.
     settings.api_token = Some(builder_monitor::config::Secret::new(TOKEN));
-    let state = Arc::new(ServerState::new(config.clone(), settings, monitor.clone(), ledger.clone()));
+    let mut state = ServerState::new(config.clone(), settings, monitor.clone(), ledger.clone());
+    if let Some(leading) = leading {
+        state = state.with_leadership(leading);
+    }
+    let state = Arc::new(state);
     let stop = CancellationToken::new();
     tokio::spawn(server::serve(state, listener, stop.clone()));
     Served { monitor, ledger, base, stop, dir }
@@ -326,4 +335,32 @@ async fn a_registry_push_notification_is_detected_within_two_seconds() {
     assert!(elapsed < Duration::from_secs(2), "detected after {elapsed:?} with a 1h interval");
     let (status, _) = daemon.terminate();
     assert!(status.success());
+}
+
+#[tokio::test]
+async fn a_standby_is_ready_says_so_and_leaves_checks_to_the_leader() {
+    let (leading, standby) = tokio::sync::watch::channel(false);
+    // No registry is needed: a standby never checks.
+    let s = serve_as(&config("127.0.0.1:9", ""), Some(standby)).await;
+    let (code, ready) = get_json(&format!("{}/readyz", s.base), None).await;
+    assert_eq!((code, &ready["leader"], &ready["ready"]), (200, &json!(false), &json!(true)), "{ready}");
+
+    let check = support::http().post(format!("{}/api/v1/builders/b/check", s.base)).bearer_auth(TOKEN).send().await;
+    let check = check.unwrap();
+    assert_eq!(check.status(), 503);
+    assert_eq!(check.headers()["retry-after"], "1");
+    let hook = support::http()
+        .post(format!("{}/hooks/distribution", s.base))
+        .bearer_auth(TOKEN)
+        .body(json!({ "events": [] }).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(hook.status(), 503, "a standby does not swallow a hook: the sender retries");
+
+    leading.send_replace(true);
+    let (code, ready) = get_json(&format!("{}/readyz", s.base), None).await;
+    assert_eq!((code, &ready["leader"], &ready["first_check_cycle"]), (503, &json!(true), &json!(false)), "{ready}");
+    let check = support::http().post(format!("{}/api/v1/builders/b/check", s.base)).bearer_auth(TOKEN).send().await;
+    assert_eq!(check.unwrap().status(), 202);
 }

@@ -2,6 +2,8 @@
 //! YAML for printed objects, and the ClusterBuilder resource.
 
 pub mod crd;
+pub mod lease;
+pub mod publish;
 
 use std::fmt::Write as _;
 
@@ -9,7 +11,7 @@ use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessR
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 
-use crate::config::KubernetesSettings;
+use crate::config::{Config, KubernetesSettings, RunnerKind, StateLocation};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
@@ -17,8 +19,8 @@ pub enum ClusterError {
     Config(String),
     #[error("Kubernetes API: {0}")]
     Api(String),
-    #[error("namespace \"{0}\" does not exist; create it or set [runner.kubernetes] namespace")]
-    NoNamespace(String),
+    #[error("namespace \"{0}\" does not exist; create it or change the namespace (needed for {1})")]
+    NoNamespace(String, &'static str),
     #[error("{0}")]
     Forbidden(String),
 }
@@ -50,32 +52,90 @@ pub async fn client(settings: &KubernetesSettings) -> Result<kube::Client, Clust
     kube::Client::try_from(config).map_err(|e| ClusterError::Config(e.to_string()))
 }
 
-/// A permission the daemon needs: verbs on a resource in a namespace.
-#[derive(Debug, Clone)]
+/// A permission the daemon needs: verbs on a resource, in a namespace or (`None`) cluster-wide.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Permission {
+    pub namespace: Option<String>,
     pub group: &'static str,
     pub resource: &'static str,
     pub verbs: &'static [&'static str],
+    /// The setting that needs it.
+    pub needed_for: &'static str,
 }
 
-/// Checks that `namespace` exists and that every permission is granted (SelfSubjectAccessReview),
-/// naming what is missing and how to grant it.
-pub async fn check_access(client: &kube::Client, namespace: &str, needed: &[Permission]) -> Result<(), ClusterError> {
+impl Permission {
+    fn resource_name(&self) -> String {
+        if self.group.is_empty() { self.resource.to_string() } else { format!("{}.{}", self.resource, self.group) }
+    }
+}
+
+/// Every permission this config makes the daemon use — the single list the start-up check, the
+/// `rbac` command and the Helm chart's tests work from.
+pub fn required_permissions(config: &Config) -> Vec<Permission> {
+    let own = Some(config.kubernetes.namespace.clone());
+    let build = config.runner.kubernetes.as_ref().map(|k| k.namespace.clone());
+    let mut out = Vec::new();
+    let mut add = |namespace: &Option<String>, group, resource, verbs, needed_for| {
+        out.push(Permission { namespace: namespace.clone(), group, resource, verbs, needed_for })
+    };
+    if config.kubernetes.publish {
+        let verbs: &'static [&'static str] = if config.kubernetes.prune {
+            &["create", "delete", "get", "list", "patch"]
+        } else {
+            &["create", "get", "patch"]
+        };
+        add(&None, "buildermonitor.dev", "clusterbuilders", verbs, "[kubernetes] publish");
+        add(&None, "buildermonitor.dev", "clusterbuilders/status", &["patch"], "[kubernetes] publish");
+        add(&own, "", "events", &["create"], "[kubernetes] publish");
+    }
+    if config.kubernetes.leader_election {
+        add(&own, "coordination.k8s.io", "leases", &["create", "get", "update"], "[kubernetes] leader_election");
+    }
+    if matches!(config.monitor.state, StateLocation::Kubernetes) {
+        add(&own, "", "configmaps", &["create", "get", "list", "update"], "[monitor] state = \"kubernetes\"");
+    }
+    match config.runner.kind {
+        RunnerKind::Kubernetes => {
+            add(&build, "batch", "jobs", &["create", "get", "list", "watch"], "[runner] kind = \"kubernetes\"");
+            add(&build, "", "pods", &["list"], "[runner] kind = \"kubernetes\"");
+        }
+        RunnerKind::Kpack => {
+            add(&build, "kpack.io", "builds", &["create", "get", "list", "watch"], "[runner] kind = \"kpack\"")
+        }
+        RunnerKind::None | RunnerKind::Exec => {}
+    }
+    out
+}
+
+/// Checks that every namespace named exists and that every permission is granted
+/// (SelfSubjectAccessReview), naming what is missing and what needs it.
+pub async fn check_access(client: &kube::Client, needed: &[Permission]) -> Result<(), ClusterError> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    if namespaces.get_opt(namespace).await?.is_none() {
-        return Err(ClusterError::NoNamespace(namespace.to_string()));
+    let mut seen = std::collections::BTreeSet::new();
+    for p in needed {
+        if let Some(namespace) = &p.namespace
+            && seen.insert(namespace.clone())
+            && namespaces.get_opt(namespace).await?.is_none()
+        {
+            return Err(ClusterError::NoNamespace(namespace.clone(), p.needed_for));
+        }
     }
     let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
-    let mut missing = Vec::new();
+    let mut missing: std::collections::BTreeMap<(Option<String>, &str), Vec<String>> = Default::default();
     for p in needed {
+        let (resource, subresource) = match p.resource.split_once('/') {
+            Some((r, s)) => (r, Some(s.to_string())),
+            None => (p.resource, None),
+        };
         for verb in p.verbs {
             let review = SelfSubjectAccessReview {
                 spec: SelfSubjectAccessReviewSpec {
                     resource_attributes: Some(ResourceAttributes {
-                        namespace: Some(namespace.to_string()),
+                        namespace: p.namespace.clone(),
                         verb: Some(verb.to_string()),
                         group: Some(p.group.to_string()),
-                        resource: Some(p.resource.to_string()),
+                        resource: Some(resource.to_string()),
+                        subresource: subresource.clone(),
                         ..Default::default()
                     }),
                     ..Default::default()
@@ -84,19 +144,56 @@ pub async fn check_access(client: &kube::Client, namespace: &str, needed: &[Perm
             };
             let answer = reviews.create(&PostParams::default(), &review).await?;
             if !answer.status.is_some_and(|s| s.allowed) {
-                let resource =
-                    if p.group.is_empty() { p.resource.to_string() } else { format!("{}.{}", p.resource, p.group) };
-                missing.push(format!("{verb} {resource}"));
+                missing
+                    .entry((p.namespace.clone(), p.needed_for))
+                    .or_default()
+                    .push(format!("{verb} {}", p.resource_name()));
             }
         }
     }
     if missing.is_empty() {
         return Ok(());
     }
+    let lines: Vec<String> = missing
+        .into_iter()
+        .map(|((namespace, why), verbs)| match namespace {
+            Some(ns) => format!("missing permission in namespace \"{ns}\": {} (for {why})", verbs.join(", ")),
+            None => format!("missing cluster-wide permission: {} (for {why})", verbs.join(", ")),
+        })
+        .collect();
     Err(ClusterError::Forbidden(format!(
-        "missing permission in namespace \"{namespace}\": {} (grant them to the daemon's service account with a Role and RoleBinding)",
-        missing.join(", ")
+        "{}; grant them to the daemon's service account (`builder-monitor rbac` prints the Roles it needs)",
+        lines.join("; ")
     )))
+}
+
+/// The ClusterRole and Roles granting exactly `permissions`, as Kubernetes objects.
+pub fn rbac_objects(permissions: &[Permission], name: &str) -> Vec<serde_json::Value> {
+    let mut scopes: std::collections::BTreeMap<Option<String>, Vec<serde_json::Value>> = Default::default();
+    for p in permissions {
+        scopes.entry(p.namespace.clone()).or_default().push(serde_json::json!({
+            "apiGroups": [p.group],
+            "resources": [p.resource],
+            "verbs": p.verbs,
+        }));
+    }
+    scopes
+        .into_iter()
+        .map(|(namespace, rules)| match namespace {
+            None => serde_json::json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": { "name": name },
+                "rules": rules,
+            }),
+            Some(ns) => serde_json::json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": { "name": name, "namespace": ns },
+                "rules": rules,
+            }),
+        })
+        .collect()
 }
 
 /// A JSON value as YAML (block style; strings quoted as JSON strings, which YAML reads the same).

@@ -46,9 +46,10 @@ impl Default for KubernetesSettings {
             prune: false,
             leader_election: false,
             lease_name: "builder-monitor".to_string(),
-            identity: env("POD_NAME")
-                .or_else(|| env("HOSTNAME"))
-                .unwrap_or_else(|| format!("builder-monitor-{}", std::process::id())),
+            // Pod names are unique; elsewhere two processes on one host must not share an identity.
+            identity: env("POD_NAME").unwrap_or_else(|| {
+                format!("{}-{}", env("HOSTNAME").unwrap_or_else(|| "builder-monitor".into()), std::process::id())
+            }),
             lease_duration: Duration::from_secs(15),
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),

@@ -129,6 +129,13 @@ impl Daemon {
         }
     }
 
+    /// The next JSON log line, if one comes within `timeout`.
+    pub fn next_line(&mut self, timeout: Duration) -> Option<serde_json::Value> {
+        let line = self.lines.recv_timeout(timeout).ok()?;
+        self.log.push(line.clone());
+        serde_json::from_str(&line).ok()
+    }
+
     /// Waits for the structured log line of an event of `event_type`.
     pub fn wait_for_event(&mut self, event_type: &str) -> serde_json::Value {
         let line =

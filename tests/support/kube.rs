@@ -288,6 +288,21 @@ impl KubeDouble {
             .map(|(_, v)| v.clone())
     }
 
+    /// Waits until `found` returns something, re-evaluating after every change to the store.
+    pub async fn wait_until<T>(&self, what: &str, found: impl Fn(&KubeDouble) -> Option<T>) -> T {
+        let mut changes = self.shared.changed.subscribe();
+        let deadline = tokio::time::Instant::now() + super::PATIENCE;
+        loop {
+            if let Some(value) = found(self) {
+                return value;
+            }
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                _ => panic!("{what}: not seen within {:?}", super::PATIENCE),
+            }
+        }
+    }
+
     /// Writes an object's status as a controller would (a MODIFIED event for watchers).
     pub fn set_status(&self, plural: &str, namespace: Option<&str>, name: &str, status: Value) {
         let mut store = self.shared.store.lock().unwrap();
@@ -568,6 +583,8 @@ fn patch(
         if manager.is_empty() {
             return status_error(422, "Invalid", "fieldManager is required for apply patch".into());
         }
+        // A manager's fields are tracked per subresource, as the API server does.
+        let manager = if target.status { format!("{manager}/status") } else { manager };
         let previous = store.applied.get(&(manager.clone(), key.clone())).cloned();
         store.applied.insert((manager, key.clone()), body.clone());
         return match existing {

@@ -1,0 +1,411 @@
+//! Publishes each configured builder as a `ClusterBuilder`: the spec by server-side apply, the status
+//! (pin, metadata, conditions, history) from the ledger after every check, and an Event per change.
+//!
+//! The status is computed from the ledger alone, so a publisher that missed writes (crash, API
+//! outage) catches up with the next one; Events are named after the change, so re-recording is a 409.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Event as KubeEvent, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::core::object::HasStatus;
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::ClusterError;
+use super::crd::{
+    BuilderLifecycle, BuilderStack, BuildpackMetadata, ClusterBuilder, ClusterBuilderSpec, ClusterBuilderStatus,
+    Condition, HistoryEntry, LastChange,
+};
+use crate::builder::PinnedMetadata;
+use crate::config::{BuilderSettings, Config};
+use crate::metrics::{Metrics, ResultLabels};
+use crate::monitor::{pinned_metadata, run_watch_name};
+use crate::registry::ImageRef;
+use crate::schedule::Schedule;
+use crate::store::{ChangeRecord, Ledger, WatchRecord};
+
+/// The field manager of every write, and the `managed-by` label value.
+pub const FIELD_MANAGER: &str = "builder-monitor";
+const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Pinned digests listed in `status.history`.
+pub const HISTORY: usize = 10;
+/// How long a failed write waits before it is tried again.
+const RETRY: Duration = Duration::from_secs(5);
+
+/// The spec a builder is published with.
+pub fn spec_of(builder: &BuilderSettings) -> ClusterBuilderSpec {
+    let (interval, schedule) = match &builder.schedule {
+        Schedule::Interval(d) => (Some(humantime::format_duration(*d).to_string()), None),
+        Schedule::Cron { expression, .. } => (None, Some(expression.clone())),
+    };
+    ClusterBuilderSpec {
+        image: builder.image.to_string(),
+        interval,
+        schedule,
+        platforms: builder.platforms.iter().flatten().map(|p| p.to_string()).collect(),
+    }
+}
+
+/// `tag_missing` → `TagMissing`: the registry error reasons as condition reasons.
+pub fn condition_reason(reason: &str) -> String {
+    reason
+        .split('_')
+        .map(|w| {
+            let mut chars = w.chars();
+            chars.next().map(|c| c.to_ascii_uppercase().to_string() + chars.as_str()).unwrap_or_default()
+        })
+        .collect()
+}
+
+/// What the status is computed from.
+pub struct StatusInput<'a> {
+    pub record: Option<&'a WatchRecord>,
+    /// (digest, first seen), newest first.
+    pub history: &'a [(String, String)],
+    pub last_change: Option<&'a ChangeRecord>,
+    /// The newest immutable reference of the builder's run image (its watch's pin, when watched).
+    pub run_image: Option<String>,
+    pub generation: Option<i64>,
+    /// The status as published before, for conditions' transition times.
+    pub previous: Option<&'a ClusterBuilderStatus>,
+    pub now: &'a str,
+}
+
+/// The ClusterBuilder status for a builder's ledger entry (pure: unit-tested without a cluster).
+pub fn status_of(input: &StatusInput) -> ClusterBuilderStatus {
+    let record = input.record;
+    let metadata: Option<PinnedMetadata> = record.and_then(pinned_metadata);
+    let builder = metadata.as_ref().and_then(|m| m.preferred());
+    let run_image = input
+        .run_image
+        .clone()
+        .or_else(|| metadata.as_ref().and_then(|m| m.run_image.as_ref()).and_then(|r| r.reference.clone()))
+        .or_else(|| builder.and_then(|b| b.run_image()).map(str::to_string));
+    let stack = (builder.and_then(|b| b.stack_id.clone()).is_some() || run_image.is_some())
+        .then(|| BuilderStack { id: builder.and_then(|b| b.stack_id.clone()), run_image });
+    let ready = match record {
+        None => condition("Ready", "Unknown", "NotChecked", "not checked yet"),
+        Some(r) if r.last_ok == Some(false) => condition(
+            "Ready",
+            "False",
+            &condition_reason(r.last_error_reason.as_deref().unwrap_or("check_failed")),
+            r.last_error.as_deref().unwrap_or("the last check failed"),
+        ),
+        Some(r) if r.pin.is_some() => condition("Ready", "True", "Pinned", "the last check succeeded"),
+        Some(_) => condition("Ready", "Unknown", "NotChecked", "not checked yet"),
+    };
+    let up_to_date = match record {
+        Some(r) if r.last_ok == Some(false) => {
+            condition("UpToDate", "Unknown", "CheckFailed", "the tag could not be read; the pin is kept")
+        }
+        Some(r) if r.pending.is_some() => {
+            let (digest, since) = r.pending.clone().unwrap_or_default();
+            condition(
+                "UpToDate",
+                "False",
+                "Settling",
+                &format!("the tag moved to {digest} (seen since {since}); waiting for it to settle"),
+            )
+        }
+        Some(r) if r.pin.is_some() => condition("UpToDate", "True", "Current", "latestImage is what the tag points at"),
+        _ => condition("UpToDate", "Unknown", "NotChecked", "not checked yet"),
+    };
+    let conditions = [ready, up_to_date]
+        .into_iter()
+        .map(|mut c| {
+            let before = input.previous.and_then(|p| p.conditions.iter().find(|b| b.type_ == c.type_));
+            c.last_transition_time = match before {
+                Some(b) if b.status == c.status && b.reason == c.reason => b.last_transition_time.clone(),
+                _ => Some(input.now.to_string()),
+            };
+            c
+        })
+        .collect();
+    ClusterBuilderStatus {
+        latest_image: record.and_then(|r| r.pin.as_ref()).map(|p| p.reference.clone()),
+        stack,
+        lifecycle: builder.map(|b| BuilderLifecycle { version: b.lifecycle.version.clone() }),
+        builder_metadata: builder
+            .map(|b| {
+                b.buildpacks
+                    .iter()
+                    .map(|bp| BuildpackMetadata {
+                        id: bp.id.clone(),
+                        version: bp.version.clone(),
+                        homepage: bp.homepage.clone(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        observed_generation: input.generation,
+        conditions,
+        last_check_time: record.and_then(|r| r.last_check.clone()),
+        last_change_time: input.last_change.map(|c| c.detected.clone()),
+        last_change: input.last_change.map(|c| LastChange {
+            id: c.id.clone(),
+            kind: c.change.kind.as_str().to_string(),
+            reasons: c
+                .change
+                .reasons
+                .iter()
+                .filter_map(|r| serde_json::to_value(r).ok()?.as_str().map(str::to_string))
+                .collect(),
+        }),
+        history: input
+            .history
+            .iter()
+            .take(HISTORY)
+            .map(|(digest, first_seen)| HistoryEntry { digest: digest.clone(), first_seen: first_seen.clone() })
+            .collect(),
+    }
+}
+
+fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        last_transition_time: None,
+    }
+}
+
+pub struct Publisher {
+    api: Api<ClusterBuilder>,
+    events: Api<KubeEvent>,
+    config: Arc<Config>,
+    ledger: Ledger,
+    metrics: Arc<Metrics>,
+    identity: String,
+    /// Events known to exist, so each is posted once per process rather than once per check.
+    recorded: std::sync::Mutex<HashSet<String>>,
+}
+
+impl Publisher {
+    pub fn new(client: kube::Client, config: Arc<Config>, ledger: Ledger, metrics: Arc<Metrics>) -> Self {
+        Publisher {
+            api: Api::all(client.clone()),
+            events: Api::namespaced(client, &config.kubernetes.namespace),
+            identity: config.kubernetes.identity.clone(),
+            config,
+            ledger,
+            metrics,
+            recorded: Default::default(),
+        }
+    }
+
+    fn count(&self, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.metrics.publishes.get_or_create(&ResultLabels { result: result.into() }).inc();
+    }
+
+    /// Applies every builder's spec, then deletes the managed objects no builder names (with `prune`).
+    pub async fn publish_specs(&self) -> Result<(), ClusterError> {
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        for builder in &self.config.builders {
+            let object = json!({
+                "apiVersion": "buildermonitor.dev/v1alpha1",
+                "kind": "ClusterBuilder",
+                "metadata": { "name": builder.name, "labels": { MANAGED_BY: FIELD_MANAGER } },
+                "spec": spec_of(builder),
+            });
+            let result = self.api.patch(&builder.name, &params, &Patch::Apply(&object)).await;
+            self.count(result.is_ok());
+            result.map_err(|e| ClusterError::Api(format!("cannot apply ClusterBuilder {}: {e}", builder.name)))?;
+        }
+        if self.config.kubernetes.prune {
+            let configured: BTreeSet<&str> = self.config.builders.iter().map(|b| b.name.as_str()).collect();
+            let managed =
+                self.api.list(&ListParams::default().labels(&format!("{MANAGED_BY}={FIELD_MANAGER}"))).await?;
+            for object in managed {
+                let Some(name) = object.metadata.name.as_deref() else { continue };
+                if !configured.contains(name) {
+                    self.api.delete(name, &DeleteParams::default()).await?;
+                    tracing::info!(cluster_builder = name, "pruned: no builder of that name is configured");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes one builder's status from the ledger, and records an Event for a change not recorded yet.
+    pub async fn publish_status(&self, name: &str) -> Result<(), ClusterError> {
+        let builder = self.config.builder(name).ok_or_else(|| ClusterError::Api(format!("no builder {name}")))?;
+        let ledger = |e: crate::store::LedgerError| ClusterError::Api(e.to_string());
+        let record = self.ledger.watch(name).await.map_err(ledger)?.filter(|r| r.image == builder.image.to_string());
+        let history = self.ledger.history(name, HISTORY).await.map_err(ledger)?;
+        let last_change = self.ledger.changes(Some(name), 1).await.map_err(ledger)?.into_iter().next();
+        let run_watch = record
+            .as_ref()
+            .and_then(pinned_metadata)
+            .and_then(|m| m.preferred().and_then(|b| b.run_image()).map(str::to_string))
+            .and_then(|n| ImageRef::parse(&n).ok())
+            .filter(|i| i.digest().is_none() && builder.watch_run_image)
+            .map(|i| run_watch_name(&i));
+        let (run_image, run_change) = match &run_watch {
+            Some(watch) => (
+                self.ledger.watch(watch).await.map_err(ledger)?.and_then(|r| r.pin).map(|p| p.reference),
+                self.ledger.changes(Some(watch), 1).await.map_err(ledger)?.into_iter().next(),
+            ),
+            None => (None, None),
+        };
+        let current = self.api.get_opt(name).await?;
+        let Some(current) = current else {
+            return Err(ClusterError::Api(format!("ClusterBuilder {name} does not exist (its spec is applied first)")));
+        };
+        let now = crate::schedule::timestamp(chrono::Utc::now());
+        let status = status_of(&StatusInput {
+            record: record.as_ref(),
+            history: &history,
+            last_change: last_change.as_ref(),
+            run_image,
+            generation: current.metadata.generation,
+            previous: current.status(),
+            now: &now,
+        });
+        let object = json!({
+            "apiVersion": "buildermonitor.dev/v1alpha1",
+            "kind": "ClusterBuilder",
+            "metadata": { "name": name },
+            "status": status,
+        });
+        let result =
+            self.api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&object)).await;
+        self.count(result.is_ok());
+        result.map_err(|e| ClusterError::Api(format!("cannot write the status of ClusterBuilder {name}: {e}")))?;
+        let uid = current.metadata.uid.clone();
+        for change in last_change.iter().chain(run_change.iter()) {
+            self.record_event(name, uid.as_deref(), change).await;
+        }
+        if let Some(r) = record.as_ref().filter(|r| r.last_ok == Some(false) && r.consecutive_failures == 1) {
+            self.record_failure(name, uid.as_deref(), r).await;
+        }
+        Ok(())
+    }
+
+    async fn record_event(&self, name: &str, uid: Option<&str>, change: &ChangeRecord) {
+        let what = if change.watch.starts_with("run:") { "run image" } else { "builder" };
+        let message = format!(
+            "{what} moved ({}): now {}{}",
+            change.change.summary(),
+            change.current_reference,
+            if change.rollback { " (a rollback to a digest pinned before)" } else { "" }
+        );
+        let reason = match change.change.kind.as_str() {
+            "rebase" => "RebaseNeeded",
+            "rebuild" => "RebuildNeeded",
+            "none" => "Moved",
+            _ => "MovedUnclassified",
+        };
+        let id: String = change.id.chars().take(16).collect();
+        self.post_event(name, uid, &format!("{name}.{id}"), "Normal", reason, &message, &change.detected).await;
+    }
+
+    async fn record_failure(&self, name: &str, uid: Option<&str>, record: &WatchRecord) {
+        let since = record.failing_since.clone().unwrap_or_default();
+        let id = crate::event::stable_id(&[name, "check.failed", &since]);
+        let reason = condition_reason(record.last_error_reason.as_deref().unwrap_or("check_failed"));
+        let message = record.last_error.clone().unwrap_or_else(|| "the check failed".into());
+        let id: String = id.chars().take(16).collect();
+        self.post_event(name, uid, &format!("{name}.{id}"), "Warning", &reason, &message, &since).await;
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn post_event(
+        &self,
+        name: &str,
+        uid: Option<&str>,
+        event_name: &str,
+        type_: &str,
+        reason: &str,
+        message: &str,
+        time: &str,
+    ) {
+        if self.recorded.lock().unwrap_or_else(|e| e.into_inner()).contains(event_name) {
+            return;
+        }
+        let time = time.parse::<Timestamp>().unwrap_or_else(|_| Timestamp::now());
+        let event = KubeEvent {
+            metadata: ObjectMeta {
+                name: Some(event_name.to_string()),
+                labels: Some([(MANAGED_BY.to_string(), FIELD_MANAGER.to_string())].into()),
+                ..Default::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some("buildermonitor.dev/v1alpha1".into()),
+                kind: Some("ClusterBuilder".into()),
+                name: Some(name.to_string()),
+                uid: uid.map(str::to_string),
+                ..Default::default()
+            },
+            type_: Some(type_.into()),
+            reason: Some(reason.into()),
+            // The API server refuses messages over 1 KiB.
+            message: Some(message.chars().take(1000).collect()),
+            first_timestamp: Some(Time(time)),
+            last_timestamp: Some(Time(time)),
+            event_time: Some(MicroTime(time)),
+            count: Some(1),
+            action: Some("Check".into()),
+            source: Some(EventSource { component: Some(FIELD_MANAGER.into()), host: None }),
+            reporting_component: Some(FIELD_MANAGER.into()),
+            reporting_instance: Some(self.identity.clone()),
+            ..Default::default()
+        };
+        match self.events.create(&PostParams::default(), &event).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(err) => {
+                tracing::warn!(cluster_builder = name, event = event_name, error = %err, "cannot record the Kubernetes Event");
+                return;
+            }
+        }
+        self.recorded.lock().unwrap_or_else(|e| e.into_inner()).insert(event_name.to_string());
+    }
+
+    /// Applies the specs, publishes every status, then each builder named on `names` until `stop`;
+    /// failed writes are retried.
+    pub async fn run(self, mut names: mpsc::UnboundedReceiver<String>, stop: CancellationToken) {
+        let mut dirty: BTreeSet<String> = self.config.builders.iter().map(|b| b.name.clone()).collect();
+        let mut specs_applied = false;
+        loop {
+            if !specs_applied {
+                match self.publish_specs().await {
+                    Ok(()) => specs_applied = true,
+                    Err(err) => tracing::warn!(error = %err, "cannot publish ClusterBuilders; retrying"),
+                }
+            }
+            if specs_applied {
+                let mut failed = BTreeSet::new();
+                for name in std::mem::take(&mut dirty) {
+                    if let Err(err) = self.publish_status(&name).await {
+                        tracing::warn!(cluster_builder = %name, error = %err, "cannot publish status; retrying");
+                        failed.insert(name);
+                    }
+                }
+                dirty = failed;
+            }
+            let retry = !specs_applied || !dirty.is_empty();
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                name = names.recv() => match name {
+                    Some(name) => { dirty.insert(name); }
+                    None => return,
+                },
+                _ = tokio::time::sleep(RETRY), if retry => {}
+            }
+            while let Ok(name) = names.try_recv() {
+                dirty.insert(name);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,22 @@
+# The builder-monitor daemon: built with the Rust toolchain image, run as a non-root user on a
+# slim Debian with CA certificates (registries and the Kubernetes API are reached over TLS).
+#   docker build -t builder-monitor:0.1.0 .
+
+FROM rust:1.95-slim-bookworm AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY src ./src
+RUN cargo build --release --locked --bin builder-monitor \
+ && strip target/release/builder-monitor
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build /src/target/release/builder-monitor /usr/local/bin/builder-monitor
+# The chart's securityContext runs as this user too (runAsNonRoot needs a numeric UID).
+USER 65532:65532
+WORKDIR /var/lib/builder-monitor
+EXPOSE 9464
+ENTRYPOINT ["/usr/local/bin/builder-monitor"]
+CMD ["run", "--log-format", "json", "--config", "/etc/builder-monitor/config.toml"]

@@ -282,3 +282,17 @@ async fn concurrent_writers_to_one_kubernetes_entry_lose_nothing() {
     assert_eq!(w.consecutive_failures, 30, "every write counted: none overwrote another");
     assert_eq!(b.events_after(0, 100).await.unwrap().len(), 4, "history * 2 newest events kept");
 }
+
+#[tokio::test]
+async fn pins_within_one_second_keep_their_order_in_the_history() {
+    both(|ledger| async move {
+        for d in ["sha256:x", "sha256:y"] {
+            let mut r = record("fast", "2026-11-30T12:00:00Z");
+            r.pin = Some(pin(d));
+            ledger.commit(r).await.unwrap();
+        }
+        let history = ledger.history("fast", 10).await.unwrap();
+        assert_eq!(history.iter().map(|(d, _)| d.as_str()).collect::<Vec<_>>(), ["sha256:y", "sha256:x"]);
+    })
+    .await;
+}

@@ -129,15 +129,12 @@ impl WatchDoc {
                 since: r.time.clone(),
             });
             watch.metadata = pin.metadata.clone();
-            match self.digests.iter_mut().find(|d| d.digest == pin.digest) {
-                Some(d) => d.last_pinned = r.time.clone(),
-                None => self.digests.push(Digest {
-                    digest: pin.digest.clone(),
-                    first_seen: r.time.clone(),
-                    last_pinned: r.time.clone(),
-                }),
-            }
-            self.digests.sort_by(|a, b| b.last_pinned.cmp(&a.last_pinned));
+            // Newest pin first, by pin order: two pins within one second must not tie.
+            let first_seen = match self.digests.iter().position(|d| d.digest == pin.digest) {
+                Some(i) => self.digests.remove(i).first_seen,
+                None => r.time.clone(),
+            };
+            self.digests.insert(0, Digest { digest: pin.digest.clone(), first_seen, last_pinned: r.time.clone() });
             self.digests.truncate(r.history + 1);
         }
         if let Some(c) = &r.change {
@@ -366,8 +363,7 @@ impl KubeLedger {
     }
 
     pub async fn history(&self, watch: &str, limit: usize) -> Result<Vec<(String, String)>, LedgerError> {
-        let mut digests = self.read(watch).await?.map(|(_, d)| d.digests).unwrap_or_default();
-        digests.sort_by(|a, b| b.last_pinned.cmp(&a.last_pinned));
+        let digests = self.read(watch).await?.map(|(_, d)| d.digests).unwrap_or_default();
         Ok(digests.into_iter().take(limit).map(|d| (d.digest, d.first_seen)).collect())
     }
 

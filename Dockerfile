@@ -6,6 +6,8 @@ FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+# Cargo reads every target of the manifest, the benchmark's too.
+COPY benches ./benches
 RUN cargo build --release --locked --bin builder-monitor \
  && strip target/release/builder-monitor
 

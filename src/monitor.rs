@@ -1,12 +1,12 @@
-//! The watch loop: one task per watched tag (builders, and the run images they name) on its
-//! schedule. A check is one HEAD when nothing moved; a move is observed, explained and committed.
+//! The watch loop: every watched tag (builders, and the run images they name) checked on its
+//! schedule by one scheduler task. A check is one HEAD when nothing moved; a move is observed, explained and committed.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{Notify, Semaphore, mpsc};
+use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -18,15 +18,16 @@ use crate::inspect::{self, Observation};
 use crate::metrics::{BuilderLabels, ChangeLabels, CheckLabels, Metrics};
 use crate::plan::{self, ActionTarget, AppState, Decision, Move, RunImageTarget};
 use crate::registry::{ImageRef, Registry, RegistryError};
-use crate::schedule::{self, Clock, Schedule, Settle, timestamp};
+use crate::schedule::{self, Clock, Schedule, Settle, Timetable, timestamp};
 use crate::store::{
     ChangeRecord, CheckRecord, Ledger, LedgerError, NewAction, PinRecord, PinUpdate, WatchKind, WatchRecord,
 };
 
 /// How long running checks may take to finish after a shutdown signal.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-/// Checks run at the same time by `run --once`.
-const ONCE_CONCURRENCY: usize = 16;
+/// Checks in flight at once. Thousands of schedules can fall due together (start-up, a shared
+/// interval); unbounded, each would hold a socket, its buffers and a ~9 KiB check future at once.
+pub const CHECK_CONCURRENCY: usize = 16;
 
 /// Something the monitor watches: a builder tag, or a run image tag that builders name.
 #[derive(Debug, Clone)]
@@ -94,10 +95,16 @@ pub enum CheckOutcome {
 struct RunImageEntry {
     watch: Watch,
     users: BTreeSet<String>,
-    /// Set once its task runs; cancelled when no builder names it any more.
+    /// Set once it is scheduled; cancelled when no builder names it any more.
     stop: Option<CancellationToken>,
-    /// Wakes its task for an immediate check.
-    wake: Arc<Notify>,
+}
+
+/// A watch in the daemon's timetable.
+#[derive(Clone)]
+struct Scheduled {
+    watch: Arc<Watch>,
+    /// Run image watches: cancelled when no builder names the run image any more.
+    stop: Option<CancellationToken>,
 }
 
 #[derive(Default)]
@@ -112,8 +119,10 @@ pub struct Monitor {
     registry: Arc<Registry>,
     ledger: Ledger,
     clock: Clock,
-    /// Per builder: wakes its task for an immediate check.
-    wake: HashMap<String, Arc<Notify>>,
+    /// Names of watches to check now, for the scheduler in `run`.
+    wakes: mpsc::UnboundedSender<String>,
+    /// Taken by `run` while it runs; wakes sent meanwhile wait here.
+    wake_receiver: Mutex<Option<mpsc::UnboundedReceiver<String>>>,
     run_images: Mutex<RunImages>,
     /// Notified when a commit added deliveries to the outbox.
     delivery_wake: Arc<Notify>,
@@ -145,7 +154,7 @@ impl Monitor {
         clock: Clock,
         metrics: Arc<Metrics>,
     ) -> Self {
-        let wake = config.builders.iter().map(|b| (b.name.clone(), Arc::new(Notify::new()))).collect();
+        let (wakes, wake_receiver) = mpsc::unbounded_channel();
         let unchecked = Mutex::new(config.builders.iter().map(|b| b.name.clone()).collect());
         let heartbeat = AtomicI64::new(clock.now().timestamp());
         Self {
@@ -158,7 +167,8 @@ impl Monitor {
             registry,
             ledger,
             clock,
-            wake,
+            wakes,
+            wake_receiver: Mutex::new(Some(wake_receiver)),
             run_images: Mutex::new(RunImages::default()),
             delivery_wake: Arc::new(Notify::new()),
             action_wake: Arc::new(Notify::new()),
@@ -214,13 +224,11 @@ impl Monitor {
 
     /// Asks a builder's task to check now; false when no such builder is watched.
     pub fn check_now(&self, builder: &str) -> bool {
-        match self.wake.get(builder) {
-            Some(notify) => {
-                notify.notify_one();
-                true
-            }
-            None => false,
+        if self.config.builder(builder).is_none() {
+            return false;
         }
+        let _ = self.wakes.send(builder.to_string());
+        true
     }
 
     /// Wakes every watch (builder or run image) of this registry, repository and tag for an immediate
@@ -231,40 +239,29 @@ impl Monitor {
                 && image.tag() == Some(tag)
                 && registry.is_none_or(|r| r == image.registry() || r == image.api_host())
         };
-        let mut wakes: Vec<(String, Arc<Notify>)> = self
-            .config
-            .builders
-            .iter()
-            .filter(|b| matches(&b.image))
-            .filter_map(|b| Some((b.name.clone(), self.wake.get(&b.name)?.clone())))
-            .collect();
+        let mut names: Vec<String> =
+            self.config.builders.iter().filter(|b| matches(&b.image)).map(|b| b.name.clone()).collect();
         let run_images = self.run_images.lock().unwrap_or_else(|e| e.into_inner());
-        wakes.extend(
-            run_images
-                .entries
-                .iter()
-                .filter(|(_, e)| matches(&e.watch.image))
-                .map(|(n, e)| (n.clone(), e.wake.clone())),
-        );
+        names.extend(run_images.entries.iter().filter(|(_, e)| matches(&e.watch.image)).map(|(n, _)| n.clone()));
         drop(run_images);
-        for (name, wake) in &wakes {
-            self.wake_after_hook(name, wake.clone());
+        for name in &names {
+            self.wake_after_hook(name);
         }
-        wakes.into_iter().map(|(n, _)| n).collect()
+        names
     }
 
     /// Wakes a watch `HOOK_DELAY` from now, once however many hooks arrive meanwhile. The delay
     /// lets the registry finish the push: Distribution notifies before it links the tag.
-    fn wake_after_hook(&self, name: &str, wake: Arc<Notify>) {
+    fn wake_after_hook(&self, name: &str) {
         if !self.hook_pending.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string()) {
             return;
         }
-        let pending = self.hook_pending.clone();
+        let (pending, wakes) = (self.hook_pending.clone(), self.wakes.clone());
         let name = name.to_string();
         tokio::spawn(async move {
             tokio::time::sleep(HOOK_DELAY).await;
             pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&name);
-            wake.notify_one();
+            let _ = wakes.send(name);
         });
     }
 
@@ -321,12 +318,7 @@ impl Monitor {
             if let Some(spawner) = &spawner {
                 let _ = spawner.send(name.clone());
             }
-            RunImageEntry {
-                watch: Watch::run_image(image, builder),
-                users: BTreeSet::new(),
-                stop: None,
-                wake: Arc::new(Notify::new()),
-            }
+            RunImageEntry { watch: Watch::run_image(image, builder), users: BTreeSet::new(), stop: None }
         });
         entry.users.insert(builder.name.clone());
     }
@@ -342,17 +334,19 @@ impl Monitor {
     }
 
     async fn check_all(self: &Arc<Self>, watches: Vec<Watch>) -> bool {
-        let permits = Arc::new(Semaphore::new(ONCE_CONCURRENCY));
         let mut tasks = JoinSet::new();
+        let mut all_ok = true;
         for watch in watches {
+            if tasks.len() >= CHECK_CONCURRENCY
+                && let Some(result) = tasks.join_next().await
+            {
+                all_ok &= result.unwrap_or(false);
+            }
             let monitor = self.clone();
-            let permits = permits.clone();
             tasks.spawn(async move {
-                let _permit = permits.acquire_owned().await;
                 matches!(monitor.check_logged(&watch).await, Some(o) if !matches!(o, CheckOutcome::Failed(_)))
             });
         }
-        let mut all_ok = true;
         while let Some(result) = tasks.join_next().await {
             all_ok &= result.unwrap_or(false);
         }
@@ -360,8 +354,15 @@ impl Monitor {
     }
 
     /// Runs every watch on its schedule until `shutdown`, then gives running checks a grace period.
+    ///
+    /// One task times all watches (`Timetable`) and runs up to `CHECK_CONCURRENCY` checks at once,
+    /// earliest due first.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         self.load_run_images().await;
+        let Some(mut wakes) = self.wake_receiver.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            tracing::error!("the monitor is running already");
+            return;
+        };
         let (spawner, mut spawns) = mpsc::unbounded_channel();
         {
             let mut run_images = self.run_images.lock().unwrap_or_else(|e| e.into_inner());
@@ -370,50 +371,86 @@ impl Monitor {
             }
             run_images.spawner = Some(spawner);
         }
-        let mut tasks = JoinSet::new();
+        let mut table: Timetable<Scheduled> = Timetable::default();
+        let now = tokio::time::Instant::now();
         for builder in &self.config.builders {
-            let watch = Watch::builder(builder);
-            let wake = self.wake[&builder.name].clone();
-            tasks.spawn(self.clone().watch_loop(watch, shutdown.clone(), wake));
+            let scheduled = Scheduled { watch: Arc::new(Watch::builder(builder)), stop: None };
+            table.add(&builder.name, scheduled, builder.jitter, now);
         }
+        let mut running: JoinSet<()> = JoinSet::new();
+        let mut running_ids: HashMap<tokio::task::Id, usize> = HashMap::new();
         let mut heartbeat = tokio::time::interval(HEARTBEAT);
         loop {
+            let now = tokio::time::Instant::now();
+            while running.len() < CHECK_CONCURRENCY
+                && let Some(id) = table.pop_due(now)
+            {
+                let Scheduled { watch, stop } = table.item(id).clone();
+                if stop.is_some_and(|s| s.is_cancelled()) {
+                    table.remove(id);
+                    continue;
+                }
+                let monitor = self.clone();
+                let task = running.spawn(async move {
+                    monitor.check_logged(&watch).await;
+                });
+                running_ids.insert(task.id(), id);
+            }
+            let next = if running.len() < CHECK_CONCURRENCY { table.next_due() } else { None };
             tokio::select! {
+                biased;
                 _ = shutdown.cancelled() => break,
-                _ = heartbeat.tick() => self.beat(),
+                Some(done) = running.join_next_with_id(), if !running.is_empty() => {
+                    let task = match &done {
+                        Ok((task, ())) => *task,
+                        Err(err) => err.id(),
+                    };
+                    let Some(id) = running_ids.remove(&task) else { continue };
+                    let watch = table.item(id).watch.clone();
+                    if let Err(err) = done {
+                        tracing::error!(watch = %watch.name, error = %err, "check failed unexpectedly; it runs again on schedule");
+                    }
+                    let now = tokio::time::Instant::now();
+                    if !table.finished(id, &watch.schedule, watch.jitter, now, self.clock.now()) {
+                        tracing::warn!(watch = %watch.name, schedule = %watch.schedule, "schedule has no future firing; checked only when woken");
+                    }
+                }
+                Some(name) = wakes.recv() => {
+                    if let Some(id) = table.id(&name) {
+                        table.wake(id, tokio::time::Instant::now());
+                    }
+                }
                 Some(name) = spawns.recv() => {
-                    let stop = shutdown.child_token();
+                    let stop = CancellationToken::new();
                     let watch = {
                         let mut run_images = self.run_images.lock().unwrap_or_else(|e| e.into_inner());
                         run_images.entries.get_mut(&name).map(|entry| {
                             entry.stop = Some(stop.clone());
-                            (entry.watch.clone(), entry.wake.clone())
+                            entry.watch.clone()
                         })
                     };
-                    if let Some((watch, wake)) = watch {
-                        tasks.spawn(self.clone().watch_loop(watch, stop, wake));
+                    if let Some(watch) = watch {
+                        // A run image dropped and named again: the old entry's stop is cancelled.
+                        if let Some(old) = table.id(&name) {
+                            table.remove(old);
+                        }
+                        let jitter = watch.jitter;
+                        let scheduled = Scheduled { watch: Arc::new(watch), stop: Some(stop) };
+                        table.add(&name, scheduled, jitter, tokio::time::Instant::now());
                     }
                 }
+                _ = heartbeat.tick() => self.beat(),
+                _ = async { match next { Some(due) => tokio::time::sleep_until(due).await, None => std::future::pending().await } } => {}
             }
         }
         self.run_images.lock().unwrap_or_else(|e| e.into_inner()).spawner = None;
-        let drained = tokio::time::timeout(SHUTDOWN_GRACE, async { while tasks.join_next().await.is_some() {} }).await;
+        *self.wake_receiver.lock().unwrap_or_else(|e| e.into_inner()) = Some(wakes);
+        let drained =
+            tokio::time::timeout(SHUTDOWN_GRACE, async { while running.join_next().await.is_some() {} }).await;
         if drained.is_err() {
             tracing::warn!(grace = ?SHUTDOWN_GRACE, "checks still running after the grace period; aborting them (the ledger is transactional, nothing is half-written)");
-            tasks.abort_all();
+            running.abort_all();
         }
-    }
-
-    async fn watch_loop(self: Arc<Self>, watch: Watch, stop: CancellationToken, wake: Arc<Notify>) {
-        let clock = self.clock.clone();
-        schedule::run_schedule(&watch.schedule, watch.jitter, &clock, &stop, &wake, || {
-            let monitor = self.clone();
-            let watch = watch.clone();
-            async move {
-                monitor.check_logged(&watch).await;
-            }
-        })
-        .await;
     }
 
     /// A check whose ledger failure is logged rather than returned.

@@ -1,6 +1,8 @@
 //! When checks happen: a fixed interval or a cron expression (seconds first) plus random jitter,
 //! and the settle rule that holds a new digest back until it has stayed put long enough.
 
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
@@ -8,8 +10,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use rand::Rng;
-use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
+use tokio::time::Instant;
 
 #[derive(Clone)]
 pub enum Schedule {
@@ -75,37 +76,135 @@ pub fn jitter(max: Duration, rng: &mut impl Rng) -> Duration {
     Duration::from_nanos(rng.random_range(0..=max.as_nanos().min(u64::MAX as u128) as u64))
 }
 
-/// Calls `tick` on `schedule` until `shutdown`: first right away (after jitter), then after each
-/// scheduled delay plus jitter, or earlier when `wake` is notified (a push hook, the API).
-pub async fn run_schedule<F, Fut>(
-    schedule: &Schedule,
-    jitter_max: Duration,
-    clock: &Clock,
-    shutdown: &CancellationToken,
-    wake: &Notify,
-    mut tick: F,
-) where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = ()>,
-{
-    let mut delay = jitter(jitter_max, &mut rand::rng());
-    loop {
-        tokio::select! {
-            biased;
-            _ = shutdown.cancelled() => return,
-            _ = wake.notified() => {}
-            _ = tokio::time::sleep(delay) => {}
+/// When each watch is next due, so that one task can time them all: a sleeping task per watch
+/// costs about a kilobyte, which thousands of watches add up to. Pure: callers pass the time in.
+///
+/// A watch is first due after a random jitter, then `schedule.delay_after` plus jitter after each
+/// check finishes (checks of one watch never overlap). A wake makes it due at once; a wake during
+/// its check makes it due again as soon as that check ends, so a push that lands mid-check is seen.
+pub struct Timetable<T> {
+    entries: Vec<Entry<T>>,
+    by_name: HashMap<String, usize>,
+    /// (due, entry, generation); entries re-queued since carry a newer generation and win.
+    queue: BinaryHeap<Reverse<(Instant, usize, u64)>>,
+}
+
+struct Entry<T> {
+    item: T,
+    state: State,
+    generation: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Waiting,
+    Running {
+        woken: bool,
+    },
+    /// A schedule with no future firing: only wakes check it.
+    Idle,
+    Removed,
+}
+
+impl<T> Default for Timetable<T> {
+    fn default() -> Self {
+        Timetable { entries: Vec::new(), by_name: HashMap::new(), queue: BinaryHeap::new() }
+    }
+}
+
+impl<T> Timetable<T> {
+    /// Adds a watch, first due within `jitter_max` of `now`; a name already present keeps its entry.
+    pub fn add(&mut self, name: &str, item: T, jitter_max: Duration, now: Instant) -> usize {
+        if let Some(&id) = self.by_name.get(name)
+            && self.entries[id].state != State::Removed
+        {
+            return id;
         }
-        tick().await;
-        if shutdown.is_cancelled() {
-            return;
+        let id = self.entries.len();
+        self.entries.push(Entry { item, state: State::Waiting, generation: 0 });
+        self.by_name.insert(name.to_string(), id);
+        self.queue.push(Reverse((now + jitter(jitter_max, &mut rand::rng()), id, 0)));
+        id
+    }
+
+    pub fn id(&self, name: &str) -> Option<usize> {
+        self.by_name.get(name).copied().filter(|&id| self.entries[id].state != State::Removed)
+    }
+
+    pub fn item(&self, id: usize) -> &T {
+        &self.entries[id].item
+    }
+
+    /// Items not removed, in the order they were added.
+    pub fn items(&self) -> impl Iterator<Item = (usize, &T)> {
+        self.entries.iter().enumerate().filter(|(_, e)| e.state != State::Removed).map(|(id, e)| (id, &e.item))
+    }
+
+    /// No more checks; a check running now finishes but is not rescheduled.
+    pub fn remove(&mut self, id: usize) {
+        self.entries[id].state = State::Removed;
+    }
+
+    fn requeue(&mut self, id: usize, due: Instant) {
+        let entry = &mut self.entries[id];
+        entry.generation += 1;
+        entry.state = State::Waiting;
+        self.queue.push(Reverse((due, id, entry.generation)));
+    }
+
+    /// Check now: at once when waiting, right after the check in progress when running.
+    pub fn wake(&mut self, id: usize, now: Instant) {
+        match self.entries[id].state {
+            State::Waiting | State::Idle => self.requeue(id, now),
+            State::Running { .. } => self.entries[id].state = State::Running { woken: true },
+            State::Removed => {}
         }
-        let Some(base) = schedule.delay_after(clock.now()) else {
-            tracing::warn!(schedule = %schedule, "schedule has no future firing; no more checks");
-            shutdown.cancelled().await;
-            return;
-        };
-        delay = base + jitter(jitter_max, &mut rand::rng());
+    }
+
+    /// When the earliest waiting watch is due.
+    pub fn next_due(&mut self) -> Option<Instant> {
+        while let Some(&Reverse((due, id, generation))) = self.queue.peek() {
+            let entry = &self.entries[id];
+            if entry.generation == generation && entry.state == State::Waiting {
+                return Some(due);
+            }
+            self.queue.pop();
+        }
+        None
+    }
+
+    /// A watch due at `now`, now marked running.
+    pub fn pop_due(&mut self, now: Instant) -> Option<usize> {
+        let due = self.next_due()?;
+        if due > now {
+            return None;
+        }
+        let Reverse((_, id, _)) = self.queue.pop()?;
+        self.entries[id].state = State::Running { woken: false };
+        Some(id)
+    }
+
+    /// Its check ended: schedules the next one. False when the schedule has no future firing.
+    pub fn finished(
+        &mut self,
+        id: usize,
+        schedule: &Schedule,
+        jitter_max: Duration,
+        now: Instant,
+        wall: DateTime<Utc>,
+    ) -> bool {
+        match self.entries[id].state {
+            State::Running { woken: true } => self.requeue(id, now),
+            State::Running { woken: false } => match schedule.delay_after(wall) {
+                Some(delay) => self.requeue(id, now + delay + jitter(jitter_max, &mut rand::rng())),
+                None => {
+                    self.entries[id].state = State::Idle;
+                    return false;
+                }
+            },
+            State::Waiting | State::Idle | State::Removed => {}
+        }
+        true
     }
 }
 
@@ -193,6 +292,8 @@ pub fn parse_timestamp(text: &str) -> Option<DateTime<Utc>> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
     use rand::SeedableRng;
 
@@ -254,89 +355,134 @@ mod tests {
         assert_eq!(settle(window, Some(("sha256:b", t0)), "sha256:c", t2), Settle::Hold { since: t2 });
     }
 
-    /// Runs a schedule on a paused clock and returns the virtual times of its ticks.
-    async fn ticks(schedule: Schedule, jitter_max: Duration, start: &str, run_for: Duration) -> Vec<Duration> {
-        let clock = Clock::tokio_anchored(at(start));
-        let shutdown = CancellationToken::new();
-        let wake = Notify::new();
-        let origin = tokio::time::Instant::now();
-        let times = std::cell::RefCell::new(Vec::new());
-        let stopper = shutdown.clone();
-        tokio::join!(
-            run_schedule(&schedule, jitter_max, &clock, &shutdown, &wake, || {
-                times.borrow_mut().push(origin.elapsed());
-                std::future::ready(())
-            }),
-            async move {
-                tokio::time::sleep(run_for).await;
-                stopper.cancel();
+    /// Drives one watch through a timetable (checks take no time) and returns its check times.
+    fn ticks(schedule: Schedule, jitter_max: Duration, start: &str, run_for: Duration) -> Vec<Duration> {
+        let (origin, wall) = (Instant::now(), at(start));
+        let mut table = Timetable::default();
+        let id = table.add("w", (), jitter_max, origin);
+        let mut times = Vec::new();
+        while let Some(due) = table.next_due() {
+            let elapsed = due - origin;
+            if elapsed > run_for {
+                break;
             }
-        );
-        times.into_inner()
+            assert_eq!(table.pop_due(due - Duration::from_millis(1)), None, "not due early");
+            assert_eq!(table.pop_due(due), Some(id));
+            assert_eq!(table.next_due(), None, "a running watch is not due");
+            times.push(elapsed);
+            let wall = wall + chrono::Duration::from_std(elapsed).unwrap();
+            if !table.finished(id, &schedule, jitter_max, due, wall) {
+                break;
+            }
+        }
+        times
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn interval_ticks_right_away_then_every_interval() {
+    #[test]
+    fn interval_ticks_right_away_then_every_interval() {
         let t = ticks(
             Schedule::Interval(Duration::from_secs(300)),
             Duration::ZERO,
             "2026-11-30T12:00:00Z",
             Duration::from_secs(1000),
-        )
-        .await;
+        );
         assert_eq!(t, [0, 300, 600, 900].map(Duration::from_secs));
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn jittered_ticks_stay_within_interval_plus_jitter() {
+    #[test]
+    fn jittered_ticks_stay_within_interval_plus_jitter() {
         let t = ticks(
             Schedule::Interval(Duration::from_secs(60)),
             Duration::from_secs(10),
             "2026-11-30T12:00:00Z",
             Duration::from_secs(3600),
-        )
-        .await;
+        );
         assert!(t[0] <= Duration::from_secs(10), "{t:?}");
         for pair in t.windows(2) {
             let gap = pair[1] - pair[0];
             assert!(gap >= Duration::from_secs(60) && gap <= Duration::from_secs(70), "{gap:?}");
         }
         assert!(t.len() >= 51 && t.len() <= 61, "{}", t.len());
+        let gaps: BTreeSet<_> = t.windows(2).map(|p| p[1] - p[0]).collect();
+        assert!(gaps.len() > 10, "jitter varies the gaps");
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn cron_ticks_follow_the_wall_clock() {
+    #[test]
+    fn cron_ticks_follow_the_wall_clock() {
         let s = Schedule::cron("0 */15 * * * *").unwrap();
-        let t = ticks(s, Duration::ZERO, "2026-11-30T12:07:30Z", Duration::from_secs(40 * 60)).await;
+        let t = ticks(s, Duration::ZERO, "2026-11-30T12:07:30Z", Duration::from_secs(40 * 60));
         // At start, then 12:15:00, 12:30:00, 12:45:00.
         assert_eq!(t, [0, 450, 1350, 2250].map(Duration::from_secs));
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn wake_checks_early_and_shutdown_stops_promptly() {
-        let clock = Clock::tokio_anchored(at("2026-11-30T12:00:00Z"));
-        let shutdown = CancellationToken::new();
-        let wake = std::sync::Arc::new(Notify::new());
-        let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let task = {
-            let (shutdown, wake, count, clock) = (shutdown.clone(), wake.clone(), count.clone(), clock.clone());
-            tokio::spawn(async move {
-                let s = Schedule::Interval(Duration::from_secs(3600));
-                run_schedule(&s, Duration::ZERO, &clock, &shutdown, &wake, || {
-                    count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    std::future::ready(())
-                })
-                .await
-            })
-        };
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 1);
-        wake.notify_one();
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 2);
-        shutdown.cancel();
-        task.await.unwrap();
-        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 2);
+    #[test]
+    fn a_schedule_without_future_firings_stops_but_wakes_still_check() {
+        let s = Schedule::cron("0 0 0 1 1 * 2027").unwrap();
+        let t = ticks(s.clone(), Duration::ZERO, "2027-06-01T00:00:00Z", Duration::from_secs(3600));
+        assert_eq!(t, [Duration::ZERO]);
+        let now = Instant::now();
+        let mut table = Timetable::default();
+        let id = table.add("w", (), Duration::ZERO, now);
+        assert_eq!(table.pop_due(now), Some(id));
+        assert!(!table.finished(id, &s, Duration::ZERO, now, at("2027-06-01T00:00:00Z")));
+        assert_eq!(table.next_due(), None);
+        table.wake(id, now);
+        assert_eq!(table.pop_due(now), Some(id));
+    }
+
+    #[test]
+    fn wakes_check_at_once_or_right_after_the_running_check() {
+        let hour = Schedule::Interval(Duration::from_secs(3600));
+        let t0 = Instant::now();
+        let wall = at("2026-11-30T12:00:00Z");
+        let mut table = Timetable::default();
+        let a = table.add("a", "a", Duration::ZERO, t0);
+        let b = table.add("b", "b", Duration::ZERO, t0);
+        assert_eq!(table.add("a", "again", Duration::ZERO, t0), a, "one entry per name");
+        assert_eq!((table.pop_due(t0), table.pop_due(t0), table.pop_due(t0)), (Some(a), Some(b), None));
+        assert!(table.finished(a, &hour, Duration::ZERO, t0, wall));
+        // Waiting: a wake makes it due now, and the old due time no longer counts.
+        let t1 = t0 + Duration::from_secs(5);
+        table.wake(a, t1);
+        assert_eq!(table.next_due(), Some(t1));
+        assert_eq!(table.pop_due(t1), Some(a));
+        assert_eq!(table.pop_due(t0 + Duration::from_secs(7200)), None, "the stale hourly entry is gone");
+        // Running: twice woken, checked once more right after, then back on its schedule.
+        table.wake(b, t1);
+        table.wake(b, t1);
+        assert!(table.finished(b, &hour, Duration::ZERO, t1, wall));
+        assert_eq!(table.pop_due(t1), Some(b));
+        assert_eq!(table.pop_due(t1), None);
+        assert!(table.finished(b, &hour, Duration::ZERO, t1, wall));
+        assert_eq!(table.next_due(), Some(t1 + Duration::from_secs(3600)));
+        // Removed: never due again, wakes ignored, and the name can be added afresh.
+        table.remove(b);
+        table.wake(b, t1);
+        assert_eq!(table.id("b"), None);
+        assert!(table.finished(a, &hour, Duration::ZERO, t1, wall));
+        assert_eq!(table.next_due(), Some(t1 + Duration::from_secs(3600)));
+        let b2 = table.add("b", "b2", Duration::ZERO, t1);
+        assert_ne!(b2, b);
+        assert_eq!((table.id("b"), *table.item(b2)), (Some(b2), "b2"));
+        assert_eq!(table.items().map(|(_, i)| *i).collect::<Vec<_>>(), ["a", "b2"]);
+        assert_eq!(table.pop_due(t1), Some(b2));
+    }
+
+    #[test]
+    fn many_watches_come_due_in_time_order() {
+        let t0 = Instant::now();
+        let mut table = Timetable::default();
+        for i in 0..1000 {
+            table.add(&format!("w{i}"), i, Duration::from_secs(60), t0);
+        }
+        let mut last = t0;
+        let mut seen = BTreeSet::new();
+        while let Some(due) = table.next_due() {
+            assert!(due >= last && due <= t0 + Duration::from_secs(60));
+            last = due;
+            seen.insert(table.pop_due(due).unwrap());
+        }
+        assert_eq!(seen.len(), 1000);
     }
 
     #[tokio::test(start_paused = true)]

@@ -42,8 +42,7 @@ fn setup_with_clock(text: &str, clock: Clock) -> Setup {
     let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
     let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), clock.clone(), metrics.clone()));
     let dispatcher = Arc::new(
-        Dispatcher::new(&config.alerts, ledger.clone(), clock, monitor.delivery_wake(), metrics.clone())
-            .unwrap(),
+        Dispatcher::new(&config.alerts, ledger.clone(), clock, monitor.delivery_wake(), metrics.clone()).unwrap(),
     );
     Setup { monitor, dispatcher, ledger, dir }
 }

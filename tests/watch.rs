@@ -100,6 +100,32 @@ async fn bearer_tokens_are_fetched_once_and_reused() {
     assert_eq!(tokens.fetches() - before, 1, "one token for the whole run");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_first_checks_of_a_scope_share_one_token() {
+    let tokens = TokenServer::start(Some(("testuser", "testpass")), 300).await;
+    let registry = TestRegistry::start_with(Auth::Token { realm: tokens.realm.clone() });
+    let pusher = Pusher::with_basic(&registry.host, "testuser", "testpass");
+    let mut text = builder_config(&registry.host, "demo/builder", "requests_per_second = 0");
+    for i in 0..16 {
+        pusher
+            .push_image("demo/builder", Some(&format!("t{i}")), &Image::new("amd64").salt(&i.to_string()), Format::Oci)
+            .await;
+        text += &format!("[[builders]]\nname = \"t{i}\"\nimage = \"{}/demo/builder:t{i}\"\n", registry.host);
+    }
+    let setup = Arc::new(Setup::new(&text));
+    let before = tokens.fetches();
+    // All sixteen are turned away without a token at once; the token the first 401 leads to must
+    // not be thrown away by the others' 401s (each would fetch its own).
+    let checks = (0..16).map(|i| {
+        let setup = setup.clone();
+        tokio::spawn(async move { setup.check(&format!("t{i}")).await })
+    });
+    for outcome in futures::future::join_all(checks).await {
+        assert!(matches!(outcome.unwrap(), CheckOutcome::Pinned { .. }));
+    }
+    assert_eq!(tokens.fetches() - before, 1, "one token for one repository scope");
+}
+
 #[tokio::test]
 async fn bearer_token_with_credentials_and_bad_credentials() {
     let tokens = TokenServer::start(Some(("testuser", "testpass")), 300).await;

@@ -272,6 +272,9 @@ impl Endpoint {
             .timeout(settings.timeout)
             .connect_timeout(settings.timeout.min(Duration::from_secs(10)))
             .pool_idle_timeout(Duration::from_secs(90))
+            // As many idle connections as checks run at once (monitor::CHECK_CONCURRENCY): a burst of due checks
+            // otherwise leaves thousands of idle sockets and their buffers behind.
+            .pool_max_idle_per_host(16)
             // Blob GETs may redirect to storage; reqwest drops Authorization when the host changes.
             .redirect(reqwest::redirect::Policy::limited(5));
         if let Some(pem) = &settings.ca_pem {
@@ -397,18 +400,22 @@ impl Endpoint {
         *self.pulls_paused_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + wait);
     }
 
+    /// Adds credentials; returns the bearer token it sent, so a 401 can retire exactly that token.
     async fn authorize(
         &self,
         request: reqwest::RequestBuilder,
         repository: &str,
-    ) -> Result<reqwest::RequestBuilder, RegistryError> {
+    ) -> Result<(reqwest::RequestBuilder, Option<Arc<Token>>), RegistryError> {
         let scheme = self.scheme.lock().unwrap_or_else(|e| e.into_inner()).clone();
         match scheme {
-            Scheme::Unknown => Ok(request),
-            Scheme::Basic => Ok(match self.basic_credentials() {
-                Some((user, password)) => request.basic_auth(user, Some(password.expose())),
-                None => request,
-            }),
+            Scheme::Unknown => Ok((request, None)),
+            Scheme::Basic => Ok((
+                match self.basic_credentials() {
+                    Some((user, password)) => request.basic_auth(user, Some(password.expose())),
+                    None => request,
+                },
+                None,
+            )),
             Scheme::Bearer { realm, service } => {
                 let scope = format!("repository:{repository}:pull");
                 let token = self
@@ -416,7 +423,7 @@ impl Endpoint {
                     .try_get_with(scope.clone(), self.fetch_token(&realm, service.as_deref(), &scope))
                     .await
                     .map_err(|e: Arc<RegistryError>| (*e).clone())?;
-                Ok(request.bearer_auth(token.value.expose()))
+                Ok((request.bearer_auth(token.value.expose()), Some(token)))
             }
         }
     }
@@ -471,13 +478,34 @@ impl Endpoint {
     }
 
     /// Reacts to a 401: learns the scheme and says whether a retry can succeed.
-    async fn learn_challenge(&self, headers: &HeaderMap, repository: &str) -> Result<(), RegistryError> {
+    ///
+    /// `sent` is the bearer token the rejected request carried. Only that token is retired: the first
+    /// checks of a scope all arrive without one, and dropping the token the first of them fetched
+    /// would make every other one fetch its own.
+    async fn learn_challenge(
+        &self,
+        headers: &HeaderMap,
+        repository: &str,
+        sent: Option<Arc<Token>>,
+    ) -> Result<(), RegistryError> {
         let challenge = headers.get(WWW_AUTHENTICATE).and_then(|v| v.to_str().ok()).and_then(parse_challenge);
         match challenge {
             Some(Challenge::Bearer { realm, service }) => {
                 *self.scheme.lock().unwrap_or_else(|e| e.into_inner()) = Scheme::Bearer { realm, service };
-                // The token we sent, if any, is no good any more.
-                self.tokens.invalidate(&format!("repository:{repository}:pull")).await;
+                if let Some(sent) = sent {
+                    let scope = format!("repository:{repository}:pull");
+                    self.tokens
+                        .entry(scope)
+                        .and_compute_with(|cached| {
+                            let stale = cached.is_some_and(|c| Arc::ptr_eq(c.value(), &sent));
+                            std::future::ready(if stale {
+                                moka::ops::compute::Op::Remove
+                            } else {
+                                moka::ops::compute::Op::Nop
+                            })
+                        })
+                        .await;
+                }
                 Ok(())
             }
             Some(Challenge::Basic) if self.basic_credentials().is_some() => {
@@ -501,7 +529,7 @@ impl Endpoint {
         loop {
             self.wait_turn(pull).await?;
             let request = self.http.request(method.clone(), &url).header(ACCEPT, MANIFEST_ACCEPT);
-            let request = self.authorize(request, repository).await?;
+            let (request, sent) = self.authorize(request, repository).await?;
             let response = request.send().await;
             self.record_request(method.as_str(), response.as_ref().ok().map(|r| r.status()));
             let failure = match response {
@@ -511,7 +539,7 @@ impl Endpoint {
                     match status {
                         StatusCode::UNAUTHORIZED if !reauthorized => {
                             reauthorized = true;
-                            self.learn_challenge(response.headers(), repository).await?;
+                            self.learn_challenge(response.headers(), repository, sent).await?;
                             continue;
                         }
                         StatusCode::UNAUTHORIZED => {

@@ -1,49 +1,222 @@
-//! Image references, normalised the way Docker does (`ubuntu` → `docker.io/library/ubuntu:latest`).
+//! Image references, parsed by the distribution reference grammar and normalised the way Docker
+//! does (`ubuntu` → `docker.io/library/ubuntu:latest`). Hand-written: the grammar is small, and the
+//! regex other crates compile for it holds ~7 MiB of heap for the life of the process.
 
 use std::fmt;
 use std::str::FromStr;
 
-use oci_client::Reference;
-
+/// `registry/repository[:tag][@digest]`; a reference without either gets the tag `latest`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ImageRef(Reference);
+pub struct ImageRef {
+    registry: String,
+    repository: String,
+    tag: Option<String>,
+    digest: Option<String>,
+}
 
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{0}")]
 pub struct ReferenceError(String);
 
+const DOCKER_HUB: &str = "docker.io";
+const DOCKER_HUB_LEGACY: &str = "index.docker.io";
+const NAME_MAX: usize = 255;
+const TAG_MAX: usize = 128;
+
+fn fail<T>(message: impl Into<String>) -> Result<T, ReferenceError> {
+    Err(ReferenceError(message.into()))
+}
+
+/// `[a-zA-Z0-9]` or `[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]`.
+fn is_domain_component(text: &str) -> bool {
+    let b = text.as_bytes();
+    !b.is_empty()
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'-')
+}
+
+/// `host[:port]`, host being dot-separated components or a bracketed IPv6 address.
+fn check_domain(domain: &str) -> Result<(), ReferenceError> {
+    let (host, port) = match domain.strip_prefix('[') {
+        Some(rest) => {
+            let Some((address, after)) = rest.split_once(']') else {
+                return fail(format!("registry \"{domain}\" opens an IPv6 bracket it does not close"));
+            };
+            if address.parse::<std::net::Ipv6Addr>().is_err() {
+                return fail(format!("registry \"{domain}\": \"{address}\" is not an IPv6 address"));
+            }
+            match after {
+                "" => (None, None),
+                _ => match after.strip_prefix(':') {
+                    Some(port) => (None, Some(port)),
+                    None => return fail(format!("registry \"{domain}\": expected :PORT after the address")),
+                },
+            }
+        }
+        None => match domain.split_once(':') {
+            Some((host, port)) => (Some(host), Some(port)),
+            None => (Some(domain), None),
+        },
+    };
+    if let Some(host) = host
+        && !host.split('.').all(is_domain_component)
+    {
+        return fail(format!(
+            "registry \"{domain}\" is not a host name (letters, digits and inner dashes, dot-separated)"
+        ));
+    }
+    if let Some(port) = port
+        && (port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return fail(format!("registry \"{domain}\": port \"{port}\" is not a number"));
+    }
+    Ok(())
+}
+
+/// `[a-z0-9]+` joined by `.`, `_`, `__` or runs of `-`.
+fn is_path_component(text: &str) -> bool {
+    let b = text.as_bytes();
+    if b.is_empty() || !is_lower_alnum(b[0]) || !is_lower_alnum(b[b.len() - 1]) {
+        return false;
+    }
+    let mut i = 0;
+    while i < b.len() {
+        if is_lower_alnum(b[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len() && !is_lower_alnum(b[i]) {
+            i += 1;
+        }
+        let separator = &text[start..i];
+        if !(separator == "." || separator == "_" || separator == "__" || separator.bytes().all(|c| c == b'-')) {
+            return false;
+        }
+    }
+    true
+}
+
+fn is_lower_alnum(b: u8) -> bool {
+    b.is_ascii_lowercase() || b.is_ascii_digit()
+}
+
+/// `[\w][\w.-]{0,127}`.
+fn check_tag(tag: &str) -> Result<(), ReferenceError> {
+    let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let b = tag.as_bytes();
+    if b.is_empty() {
+        return fail("empty tag after \":\"");
+    }
+    if b.len() > TAG_MAX || !word(b[0]) || !b.iter().all(|&c| word(c) || c == b'.' || c == b'-') {
+        return fail(format!(
+            "tag \"{tag}\" is not a tag (up to 128 letters, digits, _, . and -, not starting with . or -)"
+        ));
+    }
+    Ok(())
+}
+
+/// `algorithm:hex`, with the hex length the algorithm implies.
+fn check_digest(digest: &str) -> Result<(), ReferenceError> {
+    let Some((algorithm, hex)) = digest.split_once(':') else {
+        return fail(format!("digest \"{digest}\" has no algorithm (write sha256:...)"));
+    };
+    let length = match algorithm {
+        "sha256" => 64,
+        "sha384" => 96,
+        "sha512" => 128,
+        other => return fail(format!("digest algorithm \"{other}\" is not supported (sha256, sha384, sha512)")),
+    };
+    if hex.len() != length || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return fail(format!("digest \"{digest}\": {algorithm} takes {length} hex digits"));
+    }
+    Ok(())
+}
+
 impl ImageRef {
     pub fn parse(text: &str) -> Result<Self, ReferenceError> {
         let trimmed = text.trim();
         if trimmed.is_empty() {
-            return Err(ReferenceError("empty reference".into()));
+            return fail("empty reference");
         }
         if trimmed.contains("://") {
-            return Err(ReferenceError("a reference has no URL scheme (write registry/repository:tag)".into()));
+            return fail("a reference has no URL scheme (write registry/repository:tag)");
         }
-        Reference::from_str(trimmed).map(Self).map_err(|e| ReferenceError(e.to_string()))
+        let (rest, digest) = match trimmed.split_once('@') {
+            Some((rest, digest)) => {
+                check_digest(digest)?;
+                (rest, Some(digest.to_string()))
+            }
+            None => (trimmed, None),
+        };
+        // A colon after the last slash starts the tag; one before it belongs to a registry port.
+        let last_slash = rest.rfind('/').map_or(0, |i| i + 1);
+        let (name, tag) = match rest[last_slash..].rfind(':') {
+            Some(i) => {
+                let tag = &rest[last_slash + i + 1..];
+                check_tag(tag)?;
+                (&rest[..last_slash + i], Some(tag.to_string()))
+            }
+            None => (rest, None),
+        };
+        if name.is_empty() {
+            return fail("no repository name");
+        }
+        // Docker's rule: the first component is a registry when it looks like a host.
+        let (registry, repository) = match name.split_once('/') {
+            Some((first, remainder))
+                if first.contains(['.', ':', '['])
+                    || first == "localhost"
+                    || first.bytes().any(|b| b.is_ascii_uppercase()) =>
+            {
+                check_domain(first)?;
+                (first, remainder.to_string())
+            }
+            _ => (DOCKER_HUB, name.to_string()),
+        };
+        let registry = if registry == DOCKER_HUB_LEGACY { DOCKER_HUB } else { registry };
+        if let Some(bad) = repository.split('/').find(|c| !is_path_component(c)) {
+            return fail(if bad.bytes().any(|b| b.is_ascii_uppercase()) {
+                format!("repository \"{repository}\" must be lowercase")
+            } else {
+                format!(
+                    "repository \"{repository}\": \"{bad}\" is not a path component (lowercase letters and digits, joined by ., _, __ or -)"
+                )
+            });
+        }
+        let repository = if registry == DOCKER_HUB && !repository.contains('/') {
+            format!("library/{repository}")
+        } else {
+            repository
+        };
+        if registry.len() + 1 + repository.len() > NAME_MAX {
+            return fail(format!("name is over {NAME_MAX} characters"));
+        }
+        let tag = if tag.is_none() && digest.is_none() { Some("latest".to_string()) } else { tag };
+        Ok(ImageRef { registry: registry.to_string(), repository, tag, digest })
     }
 
     /// Registry as written in references: `docker.io` for Docker Hub.
     pub fn registry(&self) -> &str {
-        self.0.registry()
+        &self.registry
     }
 
     /// Host that serves the registry API (`index.docker.io` for Docker Hub).
     pub fn api_host(&self) -> &str {
-        self.0.resolve_registry()
+        if self.registry == DOCKER_HUB { DOCKER_HUB_LEGACY } else { &self.registry }
     }
 
     pub fn repository(&self) -> &str {
-        self.0.repository()
+        &self.repository
     }
 
     pub fn tag(&self) -> Option<&str> {
-        self.0.tag()
+        self.tag.as_deref()
     }
 
     pub fn digest(&self) -> Option<&str> {
-        self.0.digest()
+        self.digest.as_deref()
     }
 
     /// What a manifest request names: the digest when there is one, else the tag.
@@ -61,15 +234,27 @@ impl ImageRef {
         format!("{}/{}@{}", self.registry(), self.repository(), digest)
     }
 
-    /// The same repository at another digest.
+    /// The same repository at another digest (and no tag).
     pub fn at_digest(&self, digest: &str) -> ImageRef {
-        ImageRef(self.0.clone_with_digest(digest.to_string()))
+        ImageRef {
+            registry: self.registry.clone(),
+            repository: self.repository.clone(),
+            tag: None,
+            digest: Some(digest.to_string()),
+        }
     }
 }
 
 impl fmt::Display for ImageRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
+        write!(f, "{}/{}", self.registry, self.repository)?;
+        if let Some(tag) = &self.tag {
+            write!(f, ":{tag}")?;
+        }
+        if let Some(digest) = &self.digest {
+            write!(f, "@{digest}")?;
+        }
+        Ok(())
     }
 }
 
@@ -112,6 +297,111 @@ mod tests {
         assert!(ImageRef::parse("Not A Reference").is_err());
         assert!(ImageRef::parse("https://ghcr.io/a/b").is_err());
         assert!(ImageRef::parse("a@sha256:123").is_err());
+        for (text, says) in [
+            ("ghcr.io/Org/app", "must be lowercase"),
+            ("ghcr.io/o/app:-x", "is not a tag"),
+            ("ghcr.io/o/app:", "empty tag"),
+            ("ghcr.io/o/app@md5:abc", "not supported"),
+            ("ghcr.io/o/app@sha256", "no algorithm"),
+            ("ghcr.io:x/o/app", "is not a number"),
+            ("bad_host.io/o/app", "is not a host name"),
+            ("[::1/o/app", "does not close"),
+            ("ghcr.io/o//app", "is not a path component"),
+            ("ghcr.io/o/app-", "is not a path component"),
+        ] {
+            let err = ImageRef::parse(text).unwrap_err().to_string();
+            assert!(err.contains(says), "{text}: {err}");
+        }
+        assert!(ImageRef::parse(&format!("ghcr.io/{}", "a".repeat(250))).is_err());
+        assert!(ImageRef::parse(&format!("ghcr.io/o/app:{}", "t".repeat(129))).is_err());
+    }
+
+    #[test]
+    fn registries_ports_and_tags() {
+        let cases = [
+            ("localhost/app", "localhost/app:latest", "localhost"),
+            ("localhost:5000/app:v1", "localhost:5000/app:v1", "localhost:5000"),
+            ("[::1]:5000/o/app:v1", "[::1]:5000/o/app:v1", "[::1]:5000"),
+            ("index.docker.io/heroku/builder:24", "docker.io/heroku/builder:24", "index.docker.io"),
+            ("docker.io/ubuntu", "docker.io/library/ubuntu:latest", "index.docker.io"),
+            ("library/ubuntu:22.04", "docker.io/library/ubuntu:22.04", "index.docker.io"),
+            ("Registry/app", "Registry/app:latest", "Registry"),
+            ("a/b/c/d:x_y.z-1", "docker.io/a/b/c/d:x_y.z-1", "index.docker.io"),
+            ("ghcr.io/o/a__b.c---d", "ghcr.io/o/a__b.c---d:latest", "ghcr.io"),
+        ];
+        for (text, shown, api) in cases {
+            let r = ImageRef::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!((r.to_string().as_str(), r.api_host()), (shown, api), "{text}");
+            assert_eq!(ImageRef::parse(&r.to_string()).unwrap(), r, "{text} round-trips");
+        }
+        let d = format!("sha256:{}", "b".repeat(64));
+        let r = ImageRef::parse(&format!("ghcr.io/o/r@{d}")).unwrap();
+        assert_eq!((r.tag(), r.to_string()), (None, format!("ghcr.io/o/r@{d}")));
+        let moved = ImageRef::parse("ghcr.io/o/r:t").unwrap().at_digest(&d);
+        assert_eq!(moved.to_string(), format!("ghcr.io/o/r@{d}"));
+    }
+
+    mod agrees_with_the_regex_grammar {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn component() -> impl Strategy<Value = String> {
+            "[a-z0-9]{1,4}(([._]|__|-{1,2})[a-z0-9]{1,3}){0,2}"
+        }
+
+        fn reference() -> impl Strategy<Value = String> {
+            let registry = prop_oneof![
+                Just(String::new()),
+                Just("localhost/".to_string()),
+                "[a-z][a-z0-9-]{0,5}[a-z0-9]\\.(io|com)(:[0-9]{1,5})?/",
+            ];
+            let tag = prop_oneof![Just(String::new()), ":[A-Za-z0-9_][A-Za-z0-9_.-]{0,10}"];
+            let digest = prop_oneof![Just(String::new()), "@sha256:[a-f0-9]{64}"];
+            (registry, proptest::collection::vec(component(), 1..4), tag, digest)
+                .prop_map(|(r, path, t, d)| format!("{r}{}{t}{d}", path.join("/")))
+        }
+
+        /// The oracle takes a first component with a dot for a registry without checking it is a host
+        /// name (`a.b_c/x`); Docker refuses such references, and so do we.
+        fn oracle_skips_host_check(text: &str) -> bool {
+            text.split_once('/').is_some_and(|(first, _)| {
+                first.contains('.') && !first.split(':').next().unwrap_or("").split('.').all(is_domain_component)
+            })
+        }
+
+        proptest! {
+            #[test]
+            fn valid_references(text in reference()) {
+                if oracle_skips_host_check(&text) {
+                    prop_assert!(ImageRef::parse(&text).is_err());
+                    return Ok(());
+                }
+                let ours = ImageRef::parse(&text).unwrap();
+                let oracle: oci_client::Reference = text.parse().unwrap();
+                prop_assert_eq!(ours.to_string(), oracle.to_string());
+                prop_assert_eq!(ours.api_host(), oracle.resolve_registry());
+            }
+
+            #[test]
+            fn arbitrary_text(text in "[a-zA-Z0-9:/@._-]{0,40}") {
+                // Docker reads an uppercase first component as a registry; the oracle does not.
+                let uppercase_registry = text.split_once('/').is_some_and(|(f, _)| f.bytes().any(|b| b.is_ascii_uppercase()));
+                if uppercase_registry {
+                    return Ok(());
+                }
+                let oracle = text.parse::<oci_client::Reference>();
+                match ImageRef::parse(&text) {
+                    Ok(ours) => {
+                        let oracle = oracle.expect("we accept only what the grammar accepts");
+                        prop_assert_eq!(ours.to_string(), oracle.to_string());
+                    }
+                    Err(ours) => prop_assert!(
+                        oracle.is_err() || oracle_skips_host_check(&text),
+                        "{text:?}: we refuse ({ours}), the grammar accepts"
+                    ),
+                }
+            }
+        }
     }
 
     #[test]

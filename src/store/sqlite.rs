@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
@@ -107,7 +107,9 @@ const MIGRATIONS: &[&str] = &[
 /// The ledger handle; cheap to clone. SQLite calls run on the blocking pool.
 #[derive(Clone)]
 pub struct SqliteLedger {
-    conn: Arc<Mutex<Connection>>,
+    /// One connection: callers queue for it here, asynchronously, so only the caller holding it
+    /// occupies a blocking-pool thread (a std mutex parked one thread per waiting caller).
+    conn: Arc<tokio::sync::Mutex<Connection>>,
     path: PathBuf,
 }
 
@@ -128,7 +130,7 @@ impl SqliteLedger {
         )
         .map_err(open_err)?;
         migrate(&mut conn, path)?;
-        Ok(Self { conn: Arc::new(Mutex::new(conn)), path: path.to_path_buf() })
+        Ok(Self { conn: Arc::new(tokio::sync::Mutex::new(conn)), path: path.to_path_buf() })
     }
 
     pub fn path(&self) -> &Path {
@@ -140,13 +142,8 @@ impl SqliteLedger {
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T, LedgerError> + Send + 'static,
     {
-        let conn = self.conn.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut conn = conn.lock().unwrap_or_else(|e| e.into_inner());
-            f(&mut conn)
-        })
-        .await
-        .map_err(|e| LedgerError::Worker(e.to_string()))?
+        let mut conn = self.conn.clone().lock_owned().await;
+        tokio::task::spawn_blocking(move || f(&mut conn)).await.map_err(|e| LedgerError::Worker(e.to_string()))?
     }
 
     /// A trivial query: the ledger answers (readiness).

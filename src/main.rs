@@ -1,6 +1,7 @@
 //! The `builder-monitor` command: argument parsing, logging set-up and exit codes
 //! (0 ok, 1 runtime failure, 2 usage or invalid config).
-#![forbid(unsafe_code)]
+// One audited exception: `release_freed_memory`.
+#![deny(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -199,8 +200,25 @@ fn init_logging(format: LogFormat, default_level: &str) {
 }
 
 fn load_config(path: &Path) -> Result<Config, Failure> {
-    Config::load(path).map_err(usage)
+    let config = Config::load(path).map_err(usage);
+    release_freed_memory();
+    config
 }
+
+/// Gives the heap that parsing the config used back to the kernel. toml holds the whole document
+/// with spans while we read it (~20 bytes per byte of config: 24 MiB for 10,000 builders), and
+/// glibc keeps freed fragments between the allocations that stay, for the life of the daemon.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn release_freed_memory() {
+    // SAFETY: malloc_trim is thread-safe, takes no pointer and only returns free pages.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn release_freed_memory() {}
 
 async fn open_ledger(config: &Config) -> Result<Ledger, Failure> {
     match &config.monitor.state {

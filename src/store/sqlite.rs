@@ -315,7 +315,7 @@ impl SqliteLedger {
                 ActionOutcome::Failed => ("failed", None),
             };
             let tx = conn.transaction()?;
-            exec(&tx, 
+            exec(&tx,
                 "UPDATE actions SET state = ?2, next_attempt = COALESCE(?3, next_attempt), detail = ?4, output_tail = ?5,
                      updated = ?6 WHERE key = ?1 AND state = 'running'",
                 params![key, state, next, detail, output_tail, now],
@@ -727,7 +727,7 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
     if let Some(pin) = &r.pin {
         let platforms = serde_json::to_string(&pin.platforms).unwrap_or_else(|_| "{}".into());
         let metadata = pin.metadata.as_ref().map(|m| m.to_string());
-        exec(&tx, 
+        exec(&tx,
             "UPDATE watches SET digest = ?2, reference = ?3, media_type = ?4, platforms = ?5, metadata = ?6, pinned_since = ?7
              WHERE name = ?1",
             params![r.watch, pin.digest, pin.reference, pin.media_type, platforms, metadata, r.time],
@@ -747,7 +747,7 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
     }
     if let Some(c) = &r.change {
         let change = serde_json::to_string(&c.change).unwrap_or_default();
-        exec(&tx, 
+        exec(&tx,
             "INSERT INTO changes (id, watch, seq, previous, current, previous_reference, current_reference, kind, change, rollback, detected)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (id) DO NOTHING",
             params![

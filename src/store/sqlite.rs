@@ -697,7 +697,7 @@ fn read_watch(conn: &Connection, name: &str) -> Result<Option<WatchRecord>, Ledg
 
 fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError> {
     exec(
-        &tx,
+        tx,
         "INSERT INTO watches (name, kind, image, first_seen) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, image = excluded.image",
         params![r.watch, r.kind.as_str(), r.image, r.time],
@@ -707,7 +707,7 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
         Err((reason, message)) => (false, Some(reason), Some(message)),
     };
     exec(
-        &tx,
+        tx,
         "UPDATE watches SET last_check = ?2, last_result = ?3, last_error_reason = ?4, last_error = ?5,
              consecutive_failures = CASE WHEN ?6 THEN 0 ELSE consecutive_failures + 1 END,
              failing_since = CASE WHEN ?6 THEN NULL ELSE COALESCE(failing_since, ?2) END,
@@ -727,19 +727,19 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
     if let Some(pin) = &r.pin {
         let platforms = serde_json::to_string(&pin.platforms).unwrap_or_else(|_| "{}".into());
         let metadata = pin.metadata.as_ref().map(|m| m.to_string());
-        exec(&tx,
+        exec(tx,
             "UPDATE watches SET digest = ?2, reference = ?3, media_type = ?4, platforms = ?5, metadata = ?6, pinned_since = ?7
              WHERE name = ?1",
             params![r.watch, pin.digest, pin.reference, pin.media_type, platforms, metadata, r.time],
         )?;
         exec(
-            &tx,
+            tx,
             "INSERT INTO digests (watch, digest, first_seen, last_pinned) VALUES (?1, ?2, ?3, ?3)
              ON CONFLICT (watch, digest) DO UPDATE SET last_pinned = excluded.last_pinned",
             params![r.watch, pin.digest, r.time],
         )?;
         exec(
-            &tx,
+            tx,
             "DELETE FROM digests WHERE watch = ?1 AND digest NOT IN
                  (SELECT digest FROM digests WHERE watch = ?1 ORDER BY last_pinned DESC, rowid DESC LIMIT ?2)",
             params![r.watch, (r.history + 1) as i64],
@@ -747,7 +747,7 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
     }
     if let Some(c) = &r.change {
         let change = serde_json::to_string(&c.change).unwrap_or_default();
-        exec(&tx,
+        exec(tx,
             "INSERT INTO changes (id, watch, seq, previous, current, previous_reference, current_reference, kind, change, rollback, detected)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (id) DO NOTHING",
             params![
@@ -765,12 +765,12 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
             ],
         )?;
         exec(
-            &tx,
+            tx,
             "UPDATE watches SET moves = MAX(moves, ?2), last_change = ?3 WHERE name = ?1",
             params![r.watch, c.seq as i64, c.detected],
         )?;
         exec(
-            &tx,
+            tx,
             "DELETE FROM changes WHERE watch = ?1 AND seq <= ?2",
             params![r.watch, c.seq as i64 - r.history as i64],
         )?;
@@ -780,13 +780,13 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
     for a in &r.actions {
         // Only the newest target is built: older actions for the image that have not started yield.
         exec(
-            &tx,
+            tx,
             "UPDATE actions SET state = 'superseded', detail = ?3, updated = ?4
              WHERE image = ?1 AND state = 'pending' AND change_id != ?2",
             params![a.image, a.change_id, format!("superseded by change {}", a.change_id), now],
         )?;
         exec(
-            &tx,
+            tx,
             "INSERT INTO actions (change_id, image, key, kind, state, attempts, next_attempt, target, created, updated)
              VALUES (?1, ?2, ?3, ?4, 'pending', 0, ?5, ?6, ?5, ?5) ON CONFLICT (change_id, image) DO NOTHING",
             params![a.change_id, a.image, a.key, a.kind.as_str(), now, a.target.to_string()],
@@ -811,7 +811,7 @@ fn insert_events(
         let document = serde_json::to_string(event).unwrap_or_default();
         let change = change_id.filter(|c| *c == event.id);
         exec(
-            &tx,
+            tx,
             "INSERT INTO events (id, type, watch, change_id, time, document) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
              ON CONFLICT (id) DO NOTHING",
             params![event.id, event.event_type.as_str(), watch, change, event.time, document],
@@ -821,7 +821,7 @@ fn insert_events(
     let now = crate::schedule::timestamp_millis(now);
     for (event, alert) in deliveries {
         exec(
-            &tx,
+            tx,
             "INSERT INTO deliveries (event, alert, state, attempts, next_attempt, created, updated)
              VALUES (?1, ?2, 'pending', 0, ?3, ?3, ?3) ON CONFLICT (event, alert) DO NOTHING",
             params![event, alert, now],
@@ -829,7 +829,7 @@ fn insert_events(
     }
     if !events.is_empty() {
         exec(
-            &tx,
+            tx,
             "DELETE FROM events WHERE watch = ?1
                AND seq NOT IN (SELECT seq FROM events WHERE watch = ?1 ORDER BY seq DESC LIMIT ?2)
                AND id NOT IN (SELECT event FROM deliveries WHERE state = 'pending')",

@@ -1,5 +1,5 @@
-//! The watch loop: every watched tag (builders, and the run images they name) checked on its
-//! schedule by one scheduler task. A check is one HEAD when nothing moved; a move is observed, explained and committed.
+//! The watch loop: one scheduler task checks every watched tag (builders, and the run images they
+//! name) on its schedule. A check is one HEAD when nothing moved; a move is observed, explained, committed.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -15,7 +15,7 @@ use tracing_subscriber::EnvFilter;
 use builder_monitor::alert::{self, Dispatcher, SendOutcome, Sender};
 use builder_monitor::cluster::{self, lease::LeaseElector, publish::Publisher};
 use builder_monitor::config::RunnerKind;
-use builder_monitor::config::{Config, StateLocation};
+use builder_monitor::config::{Config, Secrets, StateLocation};
 use builder_monitor::inspect;
 use builder_monitor::metrics::Metrics;
 use builder_monitor::monitor::Monitor;
@@ -26,7 +26,7 @@ use builder_monitor::runner::{self, Backend, Runner};
 use builder_monitor::schedule::Clock;
 use builder_monitor::server::{self, ServerState};
 use builder_monitor::status;
-use builder_monitor::store::Ledger;
+use builder_monitor::store::{Ledger, WriterLock};
 
 #[derive(Parser)]
 #[command(
@@ -199,8 +199,9 @@ fn init_logging(format: LogFormat, default_level: &str) {
     }
 }
 
-fn load_config(path: &Path) -> Result<Config, Failure> {
-    let config = Config::load(path).map_err(usage);
+/// Loads a config, reading only the `secrets` the command uses.
+fn load_config(path: &Path, secrets: Secrets) -> Result<Config, Failure> {
+    let config = Config::load_with(path, secrets).map_err(usage);
     release_freed_memory();
     config
 }
@@ -220,9 +221,19 @@ fn release_freed_memory() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn release_freed_memory() {}
 
-async fn open_ledger(config: &Config) -> Result<Ledger, Failure> {
+/// How a command uses the ledger.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// The daemon: creates and migrates it (holding the [`WriterLock`]).
+    Write,
+    /// Everything else: an existing ledger, read-only, never created, migrated or locked.
+    Read,
+}
+
+async fn open_ledger(config: &Config, access: Access) -> Result<Ledger, Failure> {
     match &config.monitor.state {
-        StateLocation::Sqlite(path) => Ok(Ledger::open(path)?),
+        StateLocation::Sqlite(path) if access == Access::Write => Ok(Ledger::open(path)?),
+        StateLocation::Sqlite(path) => Ok(Ledger::open_read_only(path)?),
         StateLocation::Kubernetes => {
             let client = cluster::client(&config.kubernetes).await?;
             Ok(Ledger::kubernetes(client, &config.kubernetes.namespace))
@@ -233,7 +244,7 @@ async fn open_ledger(config: &Config) -> Result<Ledger, Failure> {
 async fn execute(command: Command) -> Result<u8, Failure> {
     match command {
         Command::Check { config } => {
-            let config = load_config(&config)?;
+            let config = load_config(&config, Secrets::Resolve)?;
             print!("{}", config.summary());
             Ok(0)
         }
@@ -267,7 +278,7 @@ async fn execute(command: Command) -> Result<u8, Failure> {
             Ok(0)
         }
         Command::Alert { command: AlertCommand::Test { config, name } } => {
-            let config = load_config(&config)?;
+            let config = load_config(&config, Secrets::Resolve)?;
             let Some(settings) = config.alert(&name) else {
                 let known: Vec<&str> = config.alerts.iter().map(|a| a.name.as_str()).collect();
                 return Err(usage(anyhow::anyhow!("no alert named \"{name}\" (configured: {})", known.join(", "))));
@@ -293,8 +304,8 @@ async fn execute(command: Command) -> Result<u8, Failure> {
             }
         }
         Command::BuildSpec { config, image, action, output } => {
-            let config = Arc::new(load_config(&config)?);
-            let ledger = open_ledger(&config).await?;
+            let config = Arc::new(load_config(&config, Secrets::Skip)?);
+            let ledger = open_ledger(&config, Access::Read).await?;
             let metrics = Metrics::new();
             let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
             let monitor = Monitor::new(config.clone(), registry, ledger, Clock::System, metrics);
@@ -333,7 +344,7 @@ async fn execute(command: Command) -> Result<u8, Failure> {
             Ok(0)
         }
         Command::Rbac { config, output } => {
-            let config = load_config(&config)?;
+            let config = load_config(&config, Secrets::Skip)?;
             let objects = cluster::rbac_objects(&cluster::required_permissions(&config), "builder-monitor");
             match output {
                 SpecOutput::Json => println!("{}", serde_json::to_string_pretty(&objects).context("encoding JSON")?),
@@ -347,8 +358,8 @@ async fn execute(command: Command) -> Result<u8, Failure> {
             Ok(0)
         }
         Command::Plan { config, json } => {
-            let config = Arc::new(load_config(&config)?);
-            let ledger = open_ledger(&config).await?;
+            let config = Arc::new(load_config(&config, Secrets::Skip)?);
+            let ledger = open_ledger(&config, Access::Read).await?;
             let metrics = Metrics::new();
             let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
             let monitor = Monitor::new(config.clone(), registry, ledger, Clock::System, metrics);
@@ -366,8 +377,8 @@ async fn execute(command: Command) -> Result<u8, Failure> {
             Ok(0)
         }
         Command::Status { config, json, changes } => {
-            let config = load_config(&config)?;
-            let ledger = open_ledger(&config).await?;
+            let config = load_config(&config, Secrets::Skip)?;
+            let ledger = open_ledger(&config, Access::Read).await?;
             let report = status::collect(&config, &ledger, changes).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report).context("encoding JSON")?);
@@ -386,7 +397,7 @@ fn parse_image(text: &str) -> Result<ImageRef, Failure> {
 /// A registry client with the config's registry settings, or the defaults.
 fn registry_for(config: Option<&Path>) -> Result<Registry, Failure> {
     let registries = match config {
-        Some(path) => load_config(path)?.registries.into_values().collect(),
+        Some(path) => load_config(path, Secrets::Registries)?.registries.into_values().collect(),
         None => Vec::new(),
     };
     Ok(Registry::new(registries, Metrics::new()))
@@ -429,8 +440,13 @@ struct Parts {
 }
 
 async fn run_daemon(path: &Path, once: bool) -> Result<u8, Failure> {
-    let config = Arc::new(load_config(path)?);
-    let ledger = open_ledger(&config).await?;
+    let config = Arc::new(load_config(path, Secrets::Resolve)?);
+    // Held until this function returns: one writer per SQLite ledger (Kubernetes has the lease).
+    let _writer = match &config.monitor.state {
+        StateLocation::Sqlite(path) => Some(WriterLock::acquire(path)?),
+        StateLocation::Kubernetes => None,
+    };
+    let ledger = open_ledger(&config, Access::Write).await?;
     let metrics = Metrics::new();
     let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
     let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), Clock::System, metrics.clone()));

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use toml::Spanned;
 use toml::de::DeValue;
 
-use super::{Secret, Validator};
+use super::{Secret, Secrets, Validator};
 use crate::alert::glob_match;
 use crate::event::EventType;
 
@@ -155,6 +155,7 @@ impl<'a> Validator<'a> {
                 self.error(f.span(), format!("set either {what}_env or {what}_file, not both"));
                 Err(())
             }
+            _ if self.secrets != Secrets::Resolve => Ok(None),
             (Some(env), None) => match std::env::var(env.get_ref()) {
                 Ok(value) if !value.is_empty() => Ok(Some(Secret::new(value))),
                 _ => {
@@ -205,10 +206,12 @@ impl<'a> Validator<'a> {
             (Some(u), None, None) => Some((u.get_ref().clone(), u.span())),
             (None, env, file) if env.is_some() || file.is_some() => {
                 let span = env.as_ref().or(file.as_ref()).map(|s| s.span()).unwrap_or(raw.name.span());
-                self.secret_source(env.as_ref(), file.as_ref(), "url")
-                    .ok()
-                    .flatten()
-                    .map(|s| (s.expose().to_string(), span))
+                match self.secret_source(env.as_ref(), file.as_ref(), "url") {
+                    Ok(Some(url)) => Some((url.expose().to_string(), span)),
+                    // Left unresolved by a command that sends nothing; `.invalid` never resolves.
+                    Ok(None) => Some(("http://unresolved-url.invalid/".to_string(), span)),
+                    Err(()) => None,
+                }
             }
             (None, None, None) => {
                 self.error(raw.name.span(), format!("alert \"{name}\" needs url, url_env or url_file"));

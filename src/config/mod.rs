@@ -53,6 +53,19 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// Which secrets loading a config reads (the variables and files named by `*_env`, `*_file` and
+/// `docker_config`): only the commands that use them, so a read command needs none of the daemon's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Secrets {
+    /// All of them; a missing one is an error (`run`, `alert test`, `check`).
+    Resolve,
+    /// Registry credentials only (`resolve`, `diff`); alert and API secrets are left unresolved.
+    Registries,
+    /// None: alerts are unsigned with an unresolved URL, the API has no token, registries are
+    /// anonymous (`status`, `plan`, `build-spec`, `rbac`).
+    Skip,
+}
+
 /// A validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -243,17 +256,27 @@ fn render(path: &Path, diagnostics: &[Diagnostic]) -> String {
 }
 
 impl Config {
-    /// Reads and validates a config file.
+    /// Reads and validates a config file, resolving every secret it names.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        Self::load_with(path, Secrets::Resolve)
+    }
+
+    /// Reads and validates a config file, resolving the `secrets` asked for.
+    pub fn load_with(path: &Path, secrets: Secrets) -> Result<Self, ConfigError> {
         let text =
             std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
-        Self::parse(path, &text)
+        Self::parse_with(path, &text, secrets)
     }
 
     /// Validates config text; `path` names the file in errors and anchors relative paths.
     pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
+        Self::parse_with(path, text, Secrets::Resolve)
+    }
+
+    /// [`Config::parse`], resolving the `secrets` asked for.
+    pub fn parse_with(path: &Path, text: &str, secrets: Secrets) -> Result<Self, ConfigError> {
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let mut v = Validator { text, base, diagnostics: Vec::new(), kpack: false };
+        let mut v = Validator { text, base, diagnostics: Vec::new(), kpack: false, secrets };
         let config = v.document(path);
         if v.diagnostics.is_empty()
             && let Some(config) = config
@@ -434,6 +457,7 @@ struct Validator<'a> {
     diagnostics: Vec<Diagnostic>,
     /// The runner is kpack (which restricts node selectors).
     kpack: bool,
+    secrets: Secrets,
 }
 
 const SECTIONS: &[&str] = &["monitor", "server", "registries", "builders", "alerts", "images", "runner", "kubernetes"];
@@ -618,6 +642,7 @@ impl<'a> Validator<'a> {
         };
         let api_token = match &raw.api_token_env {
             None => None,
+            Some(_) if self.secrets != Secrets::Resolve => None,
             Some(env) => match std::env::var(env.get_ref()) {
                 Ok(token) if token.len() >= 16 => Some(Secret::new(token)),
                 Ok(token) if !token.is_empty() => {
@@ -741,10 +766,14 @@ impl<'a> Validator<'a> {
     }
 
     fn credentials(&mut self, host: &str, raw: &RawRegistry) -> Option<Credentials> {
+        let skip = self.secrets == Secrets::Skip;
         if let Some(dc) = &raw.docker_config {
             if let Some(other) = raw.username.as_ref().or(raw.password_env.as_ref()).or(raw.password_file.as_ref()) {
                 self.error(other.span(), "use either docker_config or username + password_env/password_file, not both");
                 return None;
+            }
+            if skip {
+                return Some(Credentials::Anonymous);
             }
             let path = self.path(dc.get_ref());
             return match DockerConfig::load(&path) {
@@ -777,6 +806,7 @@ impl<'a> Validator<'a> {
                 self.error(u.span(), "username needs password_env or password_file");
                 None
             }
+            (Some(_), _, _) if skip => Some(Credentials::Anonymous),
             (Some(u), Some(env), None) => {
                 let name = env.get_ref();
                 match std::env::var(name) {

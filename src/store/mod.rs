@@ -2,6 +2,7 @@
 //! — embedded SQLite, or ConfigMaps on Kubernetes — with the same operations and guarantees.
 
 mod kubernetes;
+mod lock;
 mod sqlite;
 
 use std::collections::BTreeMap;
@@ -9,6 +10,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 pub use kubernetes::KubeLedger;
+pub use lock::WriterLock;
 pub use sqlite::SqliteLedger;
 
 use crate::builder::{Change, ChangeKind};
@@ -21,6 +23,14 @@ pub enum LedgerError {
     Open { path: std::path::PathBuf, source: rusqlite::Error },
     #[error("the ledger {} has schema version {found}, newer than this builder-monitor understands ({supported}); upgrade builder-monitor", path.display())]
     NewerSchema { path: std::path::PathBuf, found: i64, supported: i64 },
+    #[error("no ledger at {} yet: the daemon creates it on its first start", path.display())]
+    Missing { path: std::path::PathBuf },
+    #[error("the ledger {} has schema version {found}, older than this builder-monitor's ({supported}); start the daemon (`run`), which migrates it, then try again", path.display())]
+    OlderSchema { path: std::path::PathBuf, found: i64, supported: i64 },
+    #[error("the ledger {} is in use by another builder-monitor daemon ({holder}); only one `run` or `run --once` may write a ledger at a time", path.display())]
+    Locked { path: std::path::PathBuf, holder: String },
+    #[error("cannot lock the ledger: {}: {source}", path.display())]
+    Lock { path: std::path::PathBuf, source: std::io::Error },
     #[error("ledger on Kubernetes: {0}")]
     Kubernetes(String),
     #[error("ledger on Kubernetes: {0} was changed by another writer {1} times in a row; giving up this write")]
@@ -266,6 +276,11 @@ impl Ledger {
     /// The embedded SQLite ledger at `path`.
     pub fn open(path: &std::path::Path) -> Result<Self, LedgerError> {
         SqliteLedger::open(path).map(Ledger::Sqlite)
+    }
+
+    /// The existing SQLite ledger at `path`, read-only (see [`SqliteLedger::open_read_only`]).
+    pub fn open_read_only(path: &std::path::Path) -> Result<Self, LedgerError> {
+        SqliteLedger::open_read_only(path).map(Ledger::Sqlite)
     }
 
     /// The ledger in ConfigMaps of `namespace`.

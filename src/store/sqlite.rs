@@ -4,8 +4,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params};
 
 use super::*;
 use crate::builder::Change;
@@ -114,7 +115,8 @@ pub struct SqliteLedger {
 }
 
 impl SqliteLedger {
-    /// Opens (creating if needed) the ledger file and brings its schema up to date.
+    /// Opens (creating if needed) the ledger file and brings its schema up to date: the daemon's
+    /// way in (`run` holds the ledger's [`WriterLock`](super::WriterLock) first).
     pub fn open(path: &Path) -> Result<Self, LedgerError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| LedgerError::Open {
@@ -124,15 +126,52 @@ impl SqliteLedger {
         }
         let open_err = |source| LedgerError::Open { path: path.to_path_buf(), source };
         let mut conn = Connection::open(path).map_err(open_err)?;
-        // WAL: readers (`status`) never block the daemon; NORMAL is durable across process crashes.
-        conn.execute_batch(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;",
-        )
-        .map_err(open_err)?;
+        // Before anything that locks: every later statement waits out other processes' locks.
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
+        use_wal(&conn).map_err(open_err)?;
+        // NORMAL is durable across process crashes in WAL mode.
+        conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;").map_err(open_err)?;
         migrate(&mut conn, path)?;
         // Room for every statement the ledger runs (`exec`, `row`).
         conn.set_prepared_statement_cache_capacity(64);
         Ok(Self { conn: Arc::new(tokio::sync::Mutex::new(conn)), path: path.to_path_buf() })
+    }
+
+    /// Opens an existing ledger read-only, for the commands that only read it: nothing is created,
+    /// migrated or locked, and a ledger of another schema version is refused, not changed.
+    pub fn open_read_only(path: &Path) -> Result<Self, LedgerError> {
+        let open_err = |source| LedgerError::Open { path: path.to_path_buf(), source };
+        match std::fs::metadata(path) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(LedgerError::Missing { path: path.to_path_buf() });
+            }
+            Err(e) => {
+                return Err(open_err(rusqlite::Error::InvalidPath(PathBuf::from(format!("{}: {e}", path.display())))));
+            }
+        }
+        // A WAL database is read through its -wal and -shm files, which SQLite creates (as the
+        // reader's user) when they are missing. They exist while a writer has the ledger open; without
+        // them every write is checkpointed into the file itself, and the daemon writes only to a new
+        // -wal until its next checkpoint, so the file can be read as it is (immutable) and no file is
+        // created beside it.
+        let immutable = !sidecar(path, "-wal").exists();
+        let uri = format!("file:{}?mode=ro{}", uri_path(path), if immutable { "&immutable=1" } else { "" });
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(uri, flags).map_err(open_err)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
+        let found = user_version(&conn).map_err(open_err)?;
+        let supported = MIGRATIONS.len() as i64;
+        let path = path.to_path_buf();
+        match found {
+            // An empty file: the daemon is creating the schema right now.
+            0 => return Err(LedgerError::Missing { path }),
+            f if f > supported => return Err(LedgerError::NewerSchema { path, found, supported }),
+            f if f < supported => return Err(LedgerError::OlderSchema { path, found, supported }),
+            _ => {}
+        }
+        conn.set_prepared_statement_cache_capacity(64);
+        Ok(Self { conn: Arc::new(tokio::sync::Mutex::new(conn)), path })
     }
 
     pub fn path(&self) -> &Path {
@@ -574,19 +613,71 @@ impl SqliteLedger {
     }
 }
 
+/// How long a statement waits for another process's lock before failing with "database is locked".
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Switches to WAL (readers never block the daemon). The switch needs a moment alone with the
+/// file, and SQLite answers a concurrent one with SQLITE_BUSY at once rather than through the busy
+/// timeout, so it is retried for as long as that timeout.
+fn use_wal(conn: &Connection) -> rusqlite::Result<()> {
+    let deadline = Instant::now() + BUSY_TIMEOUT;
+    loop {
+        match conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0)) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+}
+
+/// Brings the schema up to date in one exclusive transaction that reads the version again inside
+/// it: of any number of processes opening a fresh ledger at once, the first migrates and the rest
+/// find it done.
 fn migrate(conn: &mut Connection, path: &Path) -> Result<(), LedgerError> {
-    let version: i64 = row(conn, "PRAGMA user_version", [], |r| r.get(0))?;
     let supported = MIGRATIONS.len() as i64;
-    if version > supported {
-        return Err(LedgerError::NewerSchema { path: path.to_path_buf(), found: version, supported });
+    let newer = |found| LedgerError::NewerSchema { path: path.to_path_buf(), found, supported };
+    // An up-to-date ledger opens without waiting for the write lock.
+    match user_version(conn)? {
+        found if found > supported => return Err(newer(found)),
+        found if found == supported => return Ok(()),
+        _ => {}
     }
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-        let tx = conn.transaction()?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Exclusive)?;
+    let found = user_version(&tx)?;
+    if found > supported {
+        return Err(newer(found));
+    }
+    for sql in &MIGRATIONS[found as usize..] {
         tx.execute_batch(sql)?;
-        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
-        tx.commit()?;
     }
+    tx.pragma_update(None, "user_version", supported)?;
+    tx.commit()?;
     Ok(())
+}
+
+/// `ledger.db` + `-wal`: the files SQLite keeps beside a database.
+fn sidecar(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// A path as the file part of an SQLite URI: `%`, `?` and `#` would end or escape it.
+fn uri_path(path: &Path) -> String {
+    let mut out = String::new();
+    for &b in path.as_os_str().as_encoded_bytes() {
+        match b {
+            b'%' | b'?' | b'#' | 0x80.. => out.push_str(&format!("%{b:02X}")),
+            b => out.push(b as char),
+        }
+    }
+    out
 }
 
 /// Runs a statement through the connection's statement cache: a check runs the same few statements

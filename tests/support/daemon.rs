@@ -129,6 +129,44 @@ impl Daemon {
         }
     }
 
+    /// Waits for a log line whose JSON satisfies `wanted`, or for the daemon to exit before one
+    /// comes (its exit status; the log, error lines included, is in `log`).
+    pub fn wait_for_or_exit(
+        &mut self,
+        what: &str,
+        wanted: impl Fn(&serde_json::Value) -> bool,
+    ) -> Result<serde_json::Value, std::process::ExitStatus> {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.log.push(line.clone());
+                    if let Ok(value) = serde_json::from_str::<serde_json::Value>(&line)
+                        && wanted(&value)
+                    {
+                        return Ok(value);
+                    }
+                }
+                // Its stderr closed: it exited.
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Err(self.child.wait().expect("wait")),
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    panic!("daemon neither logged {what} nor exited; log so far:\n{}", self.log.join("\n"))
+                }
+            }
+        }
+    }
+
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether it is still running.
+    pub fn running(&mut self) -> bool {
+        self.child.try_wait().expect("wait").is_none()
+    }
+
     /// The next JSON log line, if one comes within `timeout`.
     pub fn next_line(&mut self, timeout: Duration) -> Option<serde_json::Value> {
         let line = self.lines.recv_timeout(timeout).ok()?;

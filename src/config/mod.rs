@@ -26,6 +26,8 @@ pub use kubernetes::{DEFAULT_GIT_IMAGE, KubeRunnerSettings, KubernetesSettings, 
 
 /// Default check interval when neither `[monitor]` nor the builder sets one.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(600);
+pub const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
+const MAX_RETRY_AFTER_LIMIT: Duration = Duration::from_secs(24 * 3600);
 /// Default random delay added before each check.
 pub const DEFAULT_JITTER: Duration = Duration::from_secs(30);
 /// Default number of changes kept per watch.
@@ -115,6 +117,8 @@ pub struct RegistrySettings {
     pub max_attempts: u32,
     /// First retry delay; doubles per attempt (with jitter).
     pub backoff: Duration,
+    /// Longest `Retry-After` honoured; a longer one fails the check and pauses only this long.
+    pub max_retry_after: Duration,
 }
 
 impl RegistrySettings {
@@ -131,6 +135,7 @@ impl RegistrySettings {
             timeout: Duration::from_secs(30),
             max_attempts: 4,
             backoff: Duration::from_millis(500),
+            max_retry_after: DEFAULT_MAX_RETRY_AFTER,
         }
     }
 }
@@ -411,6 +416,7 @@ struct RawRegistry {
     timeout: Option<Spanned<String>>,
     max_attempts: Option<Spanned<i64>>,
     backoff: Option<Spanned<String>>,
+    max_retry_after: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -721,6 +727,15 @@ impl<'a> Validator<'a> {
             && let Some(d) = self.positive_duration(b, "backoff")
         {
             s.backoff = d;
+        }
+        if let Some(m) = &raw.max_retry_after
+            && let Some(d) = self.positive_duration(m, "max_retry_after")
+        {
+            if d > MAX_RETRY_AFTER_LIMIT {
+                self.error(m.span(), "max_retry_after must be at most 1day");
+            } else {
+                s.max_retry_after = d;
+            }
         }
         if let Some(m) = &raw.max_attempts {
             match u32::try_from(*m.get_ref()) {

@@ -482,6 +482,38 @@ async fn blob_redirects_to_storage_are_followed_without_credentials() {
 }
 
 #[tokio::test]
+async fn token_requests_follow_no_redirect_to_another_host() {
+    let tokens = TokenServer::start(Some(("testuser", "testpass")), 300).await;
+    let elsewhere = TokenServer::start(Some(("testuser", "testpass")), 300).await;
+    let realm_host = tokens.realm.trim_start_matches("http://").trim_end_matches("/token").to_string();
+    let elsewhere_host = elsewhere.realm.trim_start_matches("http://").trim_end_matches("/token").to_string();
+    let realm = Proxy::start(&realm_host).await;
+    let registry = TestRegistry::start_with(Auth::Token { realm: format!("http://{}/token", realm.host) });
+    Pusher::with_basic(&registry.host, "testuser", "testpass")
+        .push_image("demo/app", Some("latest"), &Image::new("amd64"), Format::Oci)
+        .await;
+    let setup = Setup::new(&builder_config(
+        &registry.host,
+        "demo/app",
+        "username = \"testuser\"\npassword_file = \"password\"\n",
+    ));
+
+    // A token from elsewhere would be accepted by this registry (same signing key): it must not be fetched.
+    realm.redirect(Some(Redirect::paths(&elsewhere_host, "/token")));
+    match setup.check("b").await {
+        CheckOutcome::Failed(err) => {
+            assert_eq!(err.reason(), "invalid_response", "{err}");
+            assert!(err.to_string().contains(&elsewhere_host), "names the target host: {err}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(elsewhere.fetches(), 0, "no token request, so no credentials, went elsewhere");
+
+    realm.redirect(None);
+    assert!(matches!(setup.check("b").await, CheckOutcome::Pinned { .. }));
+}
+
+#[tokio::test]
 async fn a_digest_the_registry_does_not_serve_is_an_invalid_response() {
     let registry = TestRegistry::start();
     Pusher::new(&registry.host).push_image("demo/app", Some("latest"), &Image::new("amd64"), Format::Oci).await;

@@ -48,12 +48,12 @@ impl Fault {
     }
 }
 
-/// Answers `/v2/…` requests with `307 Location: http://TO/<same path>` instead of forwarding.
+/// Answers requests with `307 Location: http://TO/<same path>` instead of forwarding.
 #[derive(Debug, Clone)]
 pub struct Redirect {
     /// `host:port` of the other server.
     pub to: String,
-    /// Only paths containing this are redirected (all `/v2/…` paths when `None`).
+    /// Only paths containing this are redirected (every `/v2/…` path when `None`).
     pub path_contains: Option<String>,
 }
 
@@ -63,7 +63,10 @@ impl Redirect {
     }
     /// Blob requests only, as a registry sends them to its storage.
     pub fn blobs(to: &str) -> Self {
-        Redirect { to: to.into(), path_contains: Some("/blobs/".into()) }
+        Self::paths(to, "/blobs/")
+    }
+    pub fn paths(to: &str, containing: &str) -> Self {
+        Redirect { to: to.into(), path_contains: Some(containing.into()) }
     }
 }
 
@@ -167,7 +170,7 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         .lock()
         .unwrap()
         .clone()
-        .filter(|r| path.starts_with("/v2/") && r.path_contains.as_deref().is_none_or(|p| path.contains(p)));
+        .filter(|r| r.path_contains.as_deref().map_or(path.starts_with("/v2/"), |p| path.contains(p)));
     if let Some(redirect) = redirect {
         record(307, true);
         let mut response = Response::new(Body::empty());

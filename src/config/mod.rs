@@ -1118,6 +1118,24 @@ colour = "blue"
     }
 
     #[test]
+    fn max_retry_after_is_a_positive_duration_up_to_a_day() {
+        let errors = parse(
+            "[registries.\"a.io\"]\nmax_retry_after = \"0s\"\n[registries.\"b.io\"]\nmax_retry_after = \"2days\"\n",
+        )
+        .unwrap_err();
+        assert_eq!(errors.len(), 2, "{errors:#?}");
+        assert!(errors[0].starts_with("2:19: max_retry_after must be greater than zero"), "{errors:?}");
+        assert!(errors[1].starts_with("4:19: max_retry_after must be at most 1day"), "{errors:?}");
+        let c = Config::parse(
+            Path::new("/x/c.toml"),
+            "[registries.\"a.io\"]\nmax_retry_after = \"1m\"\n[[builders]]\nname = \"b\"\nimage = \"a.io/b\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.registry("a.io").max_retry_after, Duration::from_secs(60));
+        assert_eq!(c.registry("b.io").max_retry_after, DEFAULT_MAX_RETRY_AFTER);
+    }
+
+    #[test]
     fn registry_keys_are_normalised_and_credentials_resolved() {
         let dir = std::env::temp_dir().join(format!("bm-config-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

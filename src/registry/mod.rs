@@ -523,10 +523,20 @@ impl Endpoint {
                         );
                     }
                     s if s == StatusCode::TOO_MANY_REQUESTS || s.is_server_error() => {
-                        if let Some(wait) = retry_after(response.headers()) {
+                        let retry = retry_after(response.headers());
+                        if let Some(wait) = retry {
                             self.pause(wait);
                         }
-                        self.unavailable(format!("token service answered HTTP {s}"))
+                        if s == StatusCode::TOO_MANY_REQUESTS {
+                            self.rate_limited(match retry {
+                                Some(wait) => {
+                                    format!("token service answered HTTP 429, retry after {}", whole_seconds(wait))
+                                }
+                                None => "token service answered HTTP 429".to_string(),
+                            })
+                        } else {
+                            self.unavailable(format!("token service answered HTTP {s}"))
+                        }
                     }
                     s => return Err(self.invalid(format!("token service answered HTTP {s}"))),
                 },
@@ -829,6 +839,26 @@ mod tests {
         let q = parse_quota(&h).unwrap();
         assert_eq!((q.remaining, q.limit, q.window), (0, None, None));
         assert!(parse_quota(&HeaderMap::new()).is_none());
+    }
+
+    #[test]
+    fn waits_read_in_whole_seconds() {
+        assert_eq!(whole_seconds(Duration::from_nanos(86_399_999_994_051)).to_string(), "1day");
+        assert_eq!(whole_seconds(Duration::from_millis(1200)).to_string(), "2s");
+        assert_eq!(whole_seconds(Duration::from_secs(600)).to_string(), "10m");
+        assert_eq!(whole_seconds(Duration::ZERO).to_string(), "0s");
+    }
+
+    #[test]
+    fn pauses_are_capped_even_for_a_far_future_date() {
+        let mut s = RegistrySettings::defaults_for("example.com");
+        s.max_retry_after = Duration::from_secs(60);
+        let e = Endpoint::new(s, "example.com", Metrics::new()).unwrap();
+        let mut h = HeaderMap::new();
+        h.insert(RETRY_AFTER, HeaderValue::from_static("Fri, 31 Dec 9999 23:59:59 GMT"));
+        e.pause(retry_after(&h).unwrap());
+        let until = e.paused_until.lock().unwrap().unwrap();
+        assert!(until <= Instant::now() + Duration::from_secs(60));
     }
 
     #[test]

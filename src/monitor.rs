@@ -18,7 +18,7 @@ use crate::inspect::{self, Observation};
 use crate::metrics::{BuilderLabels, ChangeLabels, CheckLabels, Metrics};
 use crate::plan::{self, ActionTarget, AppState, Decision, Move, RunImageTarget};
 use crate::registry::{ImageRef, Registry, RegistryError};
-use crate::schedule::{self, Clock, Schedule, Settle, Timetable, timestamp};
+use crate::schedule::{self, Clock, Schedule, Settle, Slots, Timetable, timestamp};
 use crate::store::{
     ChangeRecord, CheckRecord, Ledger, LedgerError, NewAction, PinRecord, PinUpdate, WatchKind, WatchRecord,
 };
@@ -27,6 +27,7 @@ use crate::store::{
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Checks in flight at once. Thousands of schedules can fall due together (start-up, a shared
 /// interval); unbounded, each would hold a socket, its buffers and a ~9 KiB check future at once.
+/// Each registry gets an equal share of them (`Slots`), so one that hangs cannot hold them all.
 pub const CHECK_CONCURRENCY: usize = 16;
 
 /// Something the monitor watches: a builder tag, or a run image tag that builders name.
@@ -334,21 +335,45 @@ impl Monitor {
     }
 
     async fn check_all(self: &Arc<Self>, watches: Vec<Watch>) -> bool {
-        let mut tasks = JoinSet::new();
-        let mut all_ok = true;
-        for watch in watches {
-            if tasks.len() >= CHECK_CONCURRENCY
-                && let Some(result) = tasks.join_next().await
-            {
-                all_ok &= result.unwrap_or(false);
-            }
-            let monitor = self.clone();
-            tasks.spawn(async move {
-                matches!(monitor.check_logged(&watch).await, Some(o) if !matches!(o, CheckOutcome::Failed(_)))
-            });
+        let mut slots = Slots::new(CHECK_CONCURRENCY);
+        for watch in &watches {
+            slots.register(watch.image.registry());
         }
-        while let Some(result) = tasks.join_next().await {
-            all_ok &= result.unwrap_or(false);
+        let mut pending = watches.into_iter();
+        let mut tasks = JoinSet::new();
+        let mut registries: HashMap<tokio::task::Id, String> = HashMap::new();
+        let mut all_ok = true;
+        loop {
+            while slots.has_room() {
+                let watch = match slots.next_waiting() {
+                    Some(watch) => watch,
+                    None => match pending.next() {
+                        Some(watch) => {
+                            let registry = watch.image.registry().to_string();
+                            match slots.admit(&registry, watch) {
+                                Some(watch) => watch,
+                                None => continue,
+                            }
+                        }
+                        None => break,
+                    },
+                };
+                let registry = watch.image.registry().to_string();
+                let monitor = self.clone();
+                let task = tasks.spawn(async move {
+                    matches!(monitor.check_logged(&watch).await, Some(o) if !matches!(o, CheckOutcome::Failed(_)))
+                });
+                registries.insert(task.id(), registry);
+            }
+            let Some(done) = tasks.join_next_with_id().await else { break };
+            let (task, ok) = match done {
+                Ok((task, ok)) => (task, ok),
+                Err(err) => (err.id(), false),
+            };
+            all_ok &= ok;
+            if let Some(registry) = registries.remove(&task) {
+                slots.finished(&registry);
+            }
         }
         all_ok
     }
@@ -356,7 +381,8 @@ impl Monitor {
     /// Runs every watch on its schedule until `shutdown`, then gives running checks a grace period.
     ///
     /// One task times all watches (`Timetable`) and runs up to `CHECK_CONCURRENCY` checks at once,
-    /// earliest due first.
+    /// earliest due first, each registry within its share (`Slots`): a due check of a registry
+    /// that used its share waits for that registry, not for everyone.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         self.load_run_images().await;
         let Some(mut wakes) = self.wake_receiver.lock().unwrap_or_else(|e| e.into_inner()).take() else {
@@ -372,8 +398,10 @@ impl Monitor {
             run_images.spawner = Some(spawner);
         }
         let mut table: Timetable<Scheduled> = Timetable::default();
+        let mut slots: Slots<usize> = Slots::new(CHECK_CONCURRENCY);
         let now = tokio::time::Instant::now();
         for builder in &self.config.builders {
+            slots.register(builder.image.registry());
             let scheduled = Scheduled { watch: Arc::new(Watch::builder(builder)), stop: None };
             table.add(&builder.name, scheduled, builder.jitter, now);
         }
@@ -382,11 +410,20 @@ impl Monitor {
         let mut heartbeat = tokio::time::interval(HEARTBEAT);
         loop {
             let now = tokio::time::Instant::now();
-            while running.len() < CHECK_CONCURRENCY
-                && let Some(id) = table.pop_due(now)
-            {
+            while slots.has_room() {
+                let id = match slots.next_waiting() {
+                    Some(id) => id,
+                    None => match table.pop_due(now) {
+                        Some(id) => match slots.admit(table.item(id).watch.image.registry(), id) {
+                            Some(id) => id,
+                            None => continue,
+                        },
+                        None => break,
+                    },
+                };
                 let Scheduled { watch, stop } = table.item(id).clone();
                 if stop.is_some_and(|s| s.is_cancelled()) {
+                    slots.finished(watch.image.registry());
                     table.remove(id);
                     continue;
                 }
@@ -396,7 +433,7 @@ impl Monitor {
                 });
                 running_ids.insert(task.id(), id);
             }
-            let next = if running.len() < CHECK_CONCURRENCY { table.next_due() } else { None };
+            let next = if slots.has_room() { table.next_due() } else { None };
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
@@ -407,6 +444,7 @@ impl Monitor {
                     };
                     let Some(id) = running_ids.remove(&task) else { continue };
                     let watch = table.item(id).watch.clone();
+                    slots.finished(watch.image.registry());
                     if let Err(err) = done {
                         tracing::error!(watch = %watch.name, error = %err, "check failed unexpectedly; it runs again on schedule");
                     }
@@ -430,6 +468,7 @@ impl Monitor {
                         })
                     };
                     if let Some(watch) = watch {
+                        slots.register(watch.image.registry());
                         // A run image dropped and named again: the old entry's stop is cancelled.
                         if let Some(old) = table.id(&name) {
                             table.remove(old);
@@ -647,7 +686,8 @@ impl Monitor {
             }
         }
         // By digest, not tag: what we fetch is exactly what the HEAD saw, even if the tag moves again.
-        let observation = inspect::observe(&self.registry, &watch.image, &head.digest).await?;
+        let observation =
+            inspect::observe(&self.registry, &watch.image, &head.digest).await.map_err(|e| not_served(watch, e))?;
         if let (Some(filter), Some(previous)) = (watch.platforms.as_deref(), pin)
             && selected(previous, filter) == observation.selected(Some(filter))
         {
@@ -658,7 +698,8 @@ impl Monitor {
             WatchKind::Builder => {
                 let mut metadata =
                     inspect::builder_metadata(&self.registry, &watch.image, &observation, watch.platforms.as_deref())
-                        .await?;
+                        .await
+                        .map_err(|e| not_served(watch, e))?;
                 metadata.run_image = self.resolve_run_image(watch, &metadata).await;
                 Some(metadata)
             }
@@ -1070,6 +1111,18 @@ fn selected(pin: &PinRecord, filter: &[Platform]) -> BTreeMap<String, String> {
 /// The CNB metadata recorded with a watch's pin, if any could be read.
 pub fn pinned_metadata(record: &WatchRecord) -> Option<PinnedMetadata> {
     serde_json::from_value(record.metadata.clone()?).ok()
+}
+
+/// A 404 once the HEAD found the tag: the registry names content it does not serve (a bogus
+/// digest header, a manifest without its blobs). The tag is there, so this is not `tag_missing`.
+fn not_served(watch: &Watch, err: RegistryError) -> RegistryError {
+    match err {
+        RegistryError::NotFound { reference } => RegistryError::InvalidResponse {
+            registry: watch.image.registry().to_string(),
+            detail: format!("the tag {} names {reference}, which the registry does not serve", watch.image),
+        },
+        other => other,
+    }
 }
 
 fn pin_of(p: &PinRecord) -> Pin {

@@ -2,7 +2,7 @@
 //! and the settle rule that holds a new digest back until it has stayed put long enough.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
@@ -200,6 +200,100 @@ impl<T> Timetable<T> {
             State::Waiting | State::Idle | State::Removed => {}
         }
         true
+    }
+}
+
+/// Check slots: a global bound on checks in flight, and an equal share of it per registry, so the
+/// checks of a registry that hangs hold only that registry's share and never another's.
+///
+/// A due check whose registry has used its share waits here, in the order checks fell due; with
+/// more registries than `limit`, each still gets one slot (the bound grows to one per registry).
+pub struct Slots<T> {
+    limit: usize,
+    lanes: HashMap<String, Lane<T>>,
+    in_flight: usize,
+    arrivals: u64,
+}
+
+struct Lane<T> {
+    running: usize,
+    /// (arrival, item), oldest first.
+    waiting: VecDeque<(u64, T)>,
+}
+
+impl<T> Slots<T> {
+    pub fn new(limit: usize) -> Self {
+        Slots { limit: limit.max(1), lanes: HashMap::new(), in_flight: 0, arrivals: 0 }
+    }
+
+    /// Makes a registry known; its share is counted from then on.
+    pub fn register(&mut self, registry: &str) {
+        if !self.lanes.contains_key(registry) {
+            self.lanes.insert(registry.to_string(), Lane { running: 0, waiting: VecDeque::new() });
+        }
+    }
+
+    /// Checks in flight allowed per registry.
+    pub fn share(&self) -> usize {
+        (self.limit / self.lanes.len().max(1)).max(1)
+    }
+
+    fn total(&self) -> usize {
+        self.limit.max(self.lanes.len())
+    }
+
+    /// Whether another check may start at all.
+    pub fn has_room(&self) -> bool {
+        self.in_flight < self.total()
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// A due check: returned (and counted as running) when it may start now, kept when its
+    /// registry has used its share or every slot is taken.
+    pub fn admit(&mut self, registry: &str, item: T) -> Option<T> {
+        self.register(registry);
+        let (share, room) = (self.share(), self.has_room());
+        let lane = self.lanes.get_mut(registry)?;
+        if room && lane.running < share && lane.waiting.is_empty() {
+            lane.running += 1;
+            self.in_flight += 1;
+            return Some(item);
+        }
+        lane.waiting.push_back((self.arrivals, item));
+        self.arrivals += 1;
+        None
+    }
+
+    /// The check that has waited longest among registries with room, now counted as running.
+    pub fn next_waiting(&mut self) -> Option<T> {
+        if !self.has_room() {
+            return None;
+        }
+        let share = self.share();
+        let lane = self
+            .lanes
+            .values_mut()
+            .filter(|l| l.running < share)
+            .filter_map(|l| Some((l.waiting.front()?.0, l)))
+            .min_by_key(|(arrival, _)| *arrival)?
+            .1;
+        let (_, item) = lane.waiting.pop_front()?;
+        lane.running += 1;
+        self.in_flight += 1;
+        Some(item)
+    }
+
+    /// A check of `registry` that was running ended.
+    pub fn finished(&mut self, registry: &str) {
+        if let Some(lane) = self.lanes.get_mut(registry)
+            && lane.running > 0
+        {
+            lane.running -= 1;
+            self.in_flight -= 1;
+        }
     }
 }
 
@@ -485,5 +579,45 @@ mod tests {
         let clock = Clock::tokio_anchored(at("2026-11-30T12:00:00Z"));
         tokio::time::sleep(Duration::from_secs(90)).await;
         assert_eq!(timestamp(clock.now()), "2026-11-30T12:01:30Z");
+    }
+
+    #[test]
+    fn slots_give_each_registry_its_share_and_keep_due_order() {
+        let mut slots = Slots::new(4);
+        slots.register("slow");
+        slots.register("fast");
+        assert_eq!(slots.share(), 2);
+        // The slow registry's checks fall due first; only its share starts.
+        let started: Vec<_> = (0..5).filter_map(|i| slots.admit("slow", format!("slow{i}"))).collect();
+        assert_eq!(started, ["slow0", "slow1"]);
+        assert_eq!(slots.next_waiting(), None, "slow is at its share");
+        // The fast registry still has its own share.
+        assert_eq!(slots.admit("fast", "fast0".into()), Some("fast0".into()));
+        assert_eq!(slots.admit("fast", "fast1".into()), Some("fast1".into()));
+        assert!(!slots.has_room());
+        assert_eq!(slots.admit("fast", "fast2".into()), None);
+        slots.finished("fast");
+        // Fast has room again; slow's waiting checks do not take it.
+        assert_eq!(slots.next_waiting(), Some("fast2".into()));
+        slots.finished("slow");
+        assert_eq!(slots.next_waiting(), Some("slow2".into()));
+        assert_eq!(slots.next_waiting(), None);
+        assert_eq!(slots.in_flight(), 4);
+    }
+
+    #[test]
+    fn slots_with_one_registry_use_them_all_and_more_registries_than_slots_get_one_each() {
+        let mut slots = Slots::new(3);
+        slots.register("only");
+        assert_eq!((0..5).filter_map(|i| slots.admit("only", i)).count(), 3);
+        let mut many = Slots::new(2);
+        for r in ["a", "b", "c"] {
+            many.register(r);
+        }
+        assert_eq!(many.share(), 1);
+        for r in ["a", "b", "c"] {
+            assert_eq!(many.admit(r, r), Some(r), "every registry gets a slot");
+        }
+        assert!(!many.has_room());
     }
 }

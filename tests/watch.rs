@@ -12,7 +12,7 @@ use builder_monitor::registry::Registry;
 use builder_monitor::schedule::Clock;
 use builder_monitor::store::Ledger;
 use support::images::{Format, Image, Pusher};
-use support::proxy::{Fault, Proxy};
+use support::proxy::{Fault, Proxy, Redirect};
 use support::registry::{Auth, TestRegistry};
 use support::token::TokenServer;
 
@@ -408,4 +408,250 @@ async fn spent_pull_quota_holds_gets_back_but_not_heads() {
     let held = seen[1].at - seen[0].at;
     assert!(held >= Duration::from_millis(950), "GET {held:?} after the quota ran out");
     assert!(seen.iter().all(|s| s.status == 200));
+}
+
+#[tokio::test]
+async fn cross_host_manifest_redirects_are_refused_and_never_pinned() {
+    let registry = TestRegistry::start();
+    let other = TestRegistry::start();
+    let ours =
+        Pusher::new(&registry.host).push_image("demo/builder", Some("latest"), &Image::new("amd64"), Format::Oci).await;
+    Pusher::new(&registry.host).push_image("demo/only-here", Some("latest"), &Image::new("amd64"), Format::Oci).await;
+    // Another image under the same name on the other host.
+    let foreign = Pusher::new(&other.host)
+        .push_image("demo/builder", Some("latest"), &Image::new("amd64").salt("foreign"), Format::Oci)
+        .await;
+    assert_ne!(ours.digest, foreign.digest);
+    let proxy = Proxy::start(&registry.host).await;
+    let text = builder_config(&proxy.host, "demo/builder", "")
+        + &format!("[[builders]]\nname = \"here\"\nimage = \"{}/demo/only-here:latest\"\n", proxy.host);
+    let setup = Setup::new(&text);
+    assert!(matches!(setup.check("b").await, CheckOutcome::Pinned { digest } if digest == ours.digest));
+
+    proxy.redirect(Some(Redirect::all(&other.host)));
+    for _ in 0..2 {
+        match setup.check("b").await {
+            CheckOutcome::Failed(err) => {
+                assert_eq!(err.reason(), "invalid_response", "{err}");
+                assert!(err.to_string().contains(&other.host), "names the target host: {err}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // What the other host answers (here a 404) is not the configured registry's word.
+    match setup.check("here").await {
+        CheckOutcome::Failed(err) => assert_eq!(err.reason(), "invalid_response", "{err}"),
+        other => panic!("{other:?}"),
+    }
+    // A first check under the redirect pins nothing.
+    let fresh = Setup::new(&builder_config(&proxy.host, "demo/builder", ""));
+    assert!(matches!(fresh.check("b").await, CheckOutcome::Failed(_)));
+    assert!(fresh.ledger.watch("b").await.unwrap().and_then(|r| r.pin).is_none(), "no foreign pin");
+
+    proxy.redirect(None);
+    assert!(matches!(setup.check("b").await, CheckOutcome::Unchanged));
+    let record = setup.ledger.watch("b").await.unwrap().unwrap();
+    assert_eq!(record.pin.unwrap().digest, ours.digest);
+    let types = setup.event_types().await;
+    assert!(!types.iter().any(|t| t == "builder.changed"), "{types:?}");
+    assert!(setup.ledger.changes(None, 10).await.unwrap().is_empty(), "a redirect is never a change");
+}
+
+#[tokio::test]
+async fn blob_redirects_to_storage_are_followed_without_credentials() {
+    let registry = TestRegistry::start_with(Auth::Htpasswd);
+    let storage = TestRegistry::start();
+    let image = Image::new("amd64");
+    let pushed = Pusher::with_basic(&registry.host, "testuser", "testpass")
+        .push_image("demo/app", Some("latest"), &image, Format::Oci)
+        .await;
+    // The same blobs, served by "storage" on another host.
+    Pusher::new(&storage.host).push_image("demo/app", Some("latest"), &image, Format::Oci).await;
+    let storage_proxy = Proxy::start(&storage.host).await;
+    let proxy = Proxy::start(&registry.host).await;
+    proxy.redirect(Some(Redirect::blobs(&storage_proxy.host)));
+    let setup =
+        Setup::new(&builder_config(&proxy.host, "demo/app", "username = \"testuser\"\npassword_file = \"password\"\n"));
+
+    assert!(matches!(setup.check("b").await, CheckOutcome::Pinned { digest } if digest == pushed.digest));
+    let redirected: Vec<_> = proxy.seen().into_iter().filter(|s| s.status == 307).collect();
+    assert!(!redirected.is_empty(), "the config blob was redirected: {:#?}", proxy.seen());
+    let fetched = storage_proxy.seen();
+    assert!(fetched.iter().any(|s| s.method == "GET" && s.path.contains("/blobs/") && s.status == 200), "{fetched:#?}");
+    assert!(fetched.iter().all(|s| !s.authorization), "credentials never leave the registry's host: {fetched:#?}");
+}
+
+#[tokio::test]
+async fn token_requests_follow_no_redirect_to_another_host() {
+    let tokens = TokenServer::start(Some(("testuser", "testpass")), 300).await;
+    let elsewhere = TokenServer::start(Some(("testuser", "testpass")), 300).await;
+    let realm_host = tokens.realm.trim_start_matches("http://").trim_end_matches("/token").to_string();
+    let elsewhere_host = elsewhere.realm.trim_start_matches("http://").trim_end_matches("/token").to_string();
+    let realm = Proxy::start(&realm_host).await;
+    let registry = TestRegistry::start_with(Auth::Token { realm: format!("http://{}/token", realm.host) });
+    Pusher::with_basic(&registry.host, "testuser", "testpass")
+        .push_image("demo/app", Some("latest"), &Image::new("amd64"), Format::Oci)
+        .await;
+    let setup = Setup::new(&builder_config(
+        &registry.host,
+        "demo/app",
+        "username = \"testuser\"\npassword_file = \"password\"\n",
+    ));
+
+    // A token from elsewhere would be accepted by this registry (same signing key): it must not be fetched.
+    realm.redirect(Some(Redirect::paths(&elsewhere_host, "/token")));
+    match setup.check("b").await {
+        CheckOutcome::Failed(err) => {
+            assert_eq!(err.reason(), "invalid_response", "{err}");
+            assert!(err.to_string().contains(&elsewhere_host), "names the target host: {err}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(elsewhere.fetches(), 0, "no token request, so no credentials, went elsewhere");
+
+    realm.redirect(None);
+    assert!(matches!(setup.check("b").await, CheckOutcome::Pinned { .. }));
+}
+
+#[tokio::test]
+async fn a_digest_the_registry_does_not_serve_is_an_invalid_response() {
+    let registry = TestRegistry::start();
+    Pusher::new(&registry.host).push_image("demo/app", Some("latest"), &Image::new("amd64"), Format::Oci).await;
+    let proxy = Proxy::start(&registry.host).await;
+    let setup = Setup::new(&builder_config(&proxy.host, "demo/app", ""));
+    setup.check("b").await;
+
+    let bogus = format!("sha256:{}", "0".repeat(64));
+    for header in [bogus.as_str(), "sha256:not-hex", "md5:0123"] {
+        proxy.inject(Fault::decorate().on("HEAD").header("Docker-Content-Digest", header));
+        match setup.check("b").await {
+            CheckOutcome::Failed(err) => {
+                assert_eq!(err.reason(), "invalid_response", "{header}: {err}");
+                assert!(err.to_string().contains(header), "{err}");
+            }
+            other => panic!("{header}: {other:?}"),
+        }
+    }
+    assert!(matches!(setup.check("b").await, CheckOutcome::Unchanged));
+    assert!(setup.ledger.changes(None, 10).await.unwrap().is_empty());
+}
+
+/// `999ms`, `5us`, `3ns`: humantime's parts below a second.
+fn has_subsecond_units(message: &str) -> bool {
+    let bytes = message.as_bytes();
+    ["ms", "us", "ns"].iter().any(|unit| {
+        message.match_indices(unit).any(|(i, _)| {
+            i > 0 && bytes[i - 1].is_ascii_digit() && bytes.get(i + 2).is_none_or(|b| !b.is_ascii_alphanumeric())
+        })
+    })
+}
+
+#[tokio::test]
+async fn an_overlong_retry_after_is_capped_and_reported_honestly() {
+    let registry = TestRegistry::start();
+    Pusher::new(&registry.host).push_image("demo/app", Some("latest"), &Image::new("amd64"), Format::Oci).await;
+    let proxy = Proxy::start(&registry.host).await;
+
+    // Default cap (10m): the check fails at once, saying what the registry asked for, in whole units.
+    let setup = Setup::new(&builder_config(&proxy.host, "demo/app", ""));
+    setup.check("b").await;
+    proxy.inject(Fault::status(429).on("HEAD").header("Retry-After", "86400"));
+    match setup.check("b").await {
+        CheckOutcome::Failed(err) => {
+            let message = err.to_string();
+            assert_eq!(err.reason(), "rate_limited", "{message}");
+            assert!(message.contains("1day") && message.contains("10m"), "{message}");
+            assert!(!has_subsecond_units(&message), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Checks meanwhile fail fast and say how long is left, rounded to seconds.
+    match setup.check("b").await {
+        CheckOutcome::Failed(err) => {
+            let message = err.to_string();
+            assert_eq!(err.reason(), "rate_limited", "{message}");
+            assert!(message.contains("10m") && !has_subsecond_units(&message), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A short cap: the registry is checked again on the next check, not in a day.
+    let proxy = Proxy::start(&registry.host).await;
+    let setup = Setup::new(&builder_config(&proxy.host, "demo/app", "max_retry_after = \"1s\"\n"));
+    setup.check("b").await;
+    proxy.inject(Fault::status(429).on("HEAD").header("Retry-After", "86400"));
+    assert!(matches!(setup.check("b").await, CheckOutcome::Failed(err) if err.reason() == "rate_limited"));
+    proxy.clear();
+    assert!(matches!(setup.check("b").await, CheckOutcome::Unchanged));
+    assert_eq!(proxy.seen().iter().map(|s| (s.method.as_str(), s.status)).collect::<Vec<_>>(), [("HEAD", 200)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_registry_does_not_delay_another_registrys_checks() {
+    const HANGING_TAGS: usize = 100;
+    let healthy = TestRegistry::start();
+    let pusher = Pusher::new(&healthy.host);
+    pusher.push_image("demo/app", Some("latest"), &Image::new("amd64").salt("1"), Format::Oci).await;
+    let dead = TestRegistry::start();
+    let hanging = Proxy::start(&dead.host).await;
+    hanging.hang(true);
+    let mut text = format!(
+        "[monitor]\nstate = \"state.db\"\njitter = \"0s\"\n\n[registries.\"{}\"]\ntimeout = \"3s\"\nmax_attempts = 2\nbackoff = \"50ms\"\nrequests_per_second = 0\n\n[[builders]]\nname = \"healthy\"\nimage = \"{}/demo/app:latest\"\ninterval = \"1s\"\n",
+        hanging.host, healthy.host
+    );
+    for i in 0..HANGING_TAGS {
+        text += &format!(
+            "[[builders]]\nname = \"t{i}\"\nimage = \"{}/demo/t{i}:latest\"\ninterval = \"1s\"\n",
+            hanging.host
+        );
+    }
+    let setup = Setup::new(&text);
+    let (commits, mut committed) = tokio::sync::mpsc::unbounded_channel();
+    setup.monitor.report_commits(Some(commits));
+    let daemon = tokio::spawn(setup.monitor.clone().run(tokio_util::sync::CancellationToken::new()));
+
+    let mut failed = std::collections::BTreeSet::new();
+    let mut next_commit =
+        async || tokio::time::timeout(support::PATIENCE, committed.recv()).await.expect("a check commits").unwrap();
+    loop {
+        let name = next_commit().await;
+        if name == "healthy" {
+            break;
+        }
+        failed.insert(name);
+    }
+    let moved = pusher.push_image("demo/app", Some("latest"), &Image::new("amd64").salt("2"), Format::Oci).await;
+    let pushed_at = std::time::Instant::now();
+    // Its own schedule says within about a second; today's 16 shared slots held by the hanging
+    // registry's checks (3s x 2 attempts each) would take over half a minute.
+    let bound = Duration::from_secs(8);
+    loop {
+        let name = tokio::time::timeout(bound.saturating_sub(pushed_at.elapsed()), next_commit())
+            .await
+            .unwrap_or_else(|_| panic!("the healthy registry's move was not seen within {bound:?}"));
+        if name != "healthy" {
+            failed.insert(name);
+            continue;
+        }
+        let record = setup.ledger.watch("healthy").await.unwrap().unwrap();
+        if record.pin.is_some_and(|p| p.digest == moved.digest) {
+            break;
+        }
+    }
+    // The hanging registry's checks are still recorded, as failures.
+    while failed.len() < HANGING_TAGS {
+        let name = next_commit().await;
+        if name != "healthy" {
+            failed.insert(name);
+        }
+    }
+    for i in 0..HANGING_TAGS {
+        let record = setup.ledger.watch(&format!("t{i}")).await.unwrap().unwrap();
+        assert!(record.consecutive_failures >= 1 && record.pin.is_none(), "t{i}: {record:?}");
+        assert_eq!(record.last_error_reason.as_deref(), Some("registry_unavailable"), "t{i}");
+    }
+    // The circuit opened: a few requests reached the dead registry, not one per check and attempt.
+    let reached = hanging.seen().len();
+    assert!(reached < 30, "{reached} requests to a registry that never answers");
+    daemon.abort();
 }

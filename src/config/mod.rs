@@ -26,6 +26,8 @@ pub use kubernetes::{DEFAULT_GIT_IMAGE, KubeRunnerSettings, KubernetesSettings, 
 
 /// Default check interval when neither `[monitor]` nor the builder sets one.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(600);
+pub const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
+const MAX_RETRY_AFTER_LIMIT: Duration = Duration::from_secs(24 * 3600);
 /// Default random delay added before each check.
 pub const DEFAULT_JITTER: Duration = Duration::from_secs(30);
 /// Default number of changes kept per watch.
@@ -128,6 +130,8 @@ pub struct RegistrySettings {
     pub max_attempts: u32,
     /// First retry delay; doubles per attempt (with jitter).
     pub backoff: Duration,
+    /// Longest `Retry-After` honoured; a longer one fails the check and pauses only this long.
+    pub max_retry_after: Duration,
 }
 
 impl RegistrySettings {
@@ -144,6 +148,7 @@ impl RegistrySettings {
             timeout: Duration::from_secs(30),
             max_attempts: 4,
             backoff: Duration::from_millis(500),
+            max_retry_after: DEFAULT_MAX_RETRY_AFTER,
         }
     }
 }
@@ -434,6 +439,7 @@ struct RawRegistry {
     timeout: Option<Spanned<String>>,
     max_attempts: Option<Spanned<i64>>,
     backoff: Option<Spanned<String>>,
+    max_retry_after: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -746,6 +752,15 @@ impl<'a> Validator<'a> {
             && let Some(d) = self.positive_duration(b, "backoff")
         {
             s.backoff = d;
+        }
+        if let Some(m) = &raw.max_retry_after
+            && let Some(d) = self.positive_duration(m, "max_retry_after")
+        {
+            if d > MAX_RETRY_AFTER_LIMIT {
+                self.error(m.span(), "max_retry_after must be at most 1day");
+            } else {
+                s.max_retry_after = d;
+            }
         }
         if let Some(m) = &raw.max_attempts {
             match u32::try_from(*m.get_ref()) {
@@ -1130,6 +1145,24 @@ colour = "blue"
         assert!(errors[2].starts_with("4:16: max_attempts"));
         assert!(errors[3].starts_with("5:11: cannot read /nonexistent/ca.pem"));
         assert!(errors[4].starts_with("6:13: invalid registry host"));
+    }
+
+    #[test]
+    fn max_retry_after_is_a_positive_duration_up_to_a_day() {
+        let errors = parse(
+            "[registries.\"a.io\"]\nmax_retry_after = \"0s\"\n[registries.\"b.io\"]\nmax_retry_after = \"2days\"\n",
+        )
+        .unwrap_err();
+        assert_eq!(errors.len(), 2, "{errors:#?}");
+        assert!(errors[0].starts_with("2:19: max_retry_after must be greater than zero"), "{errors:?}");
+        assert!(errors[1].starts_with("4:19: max_retry_after must be at most 1day"), "{errors:?}");
+        let c = Config::parse(
+            Path::new("/x/c.toml"),
+            "[registries.\"a.io\"]\nmax_retry_after = \"1m\"\n[[builders]]\nname = \"b\"\nimage = \"a.io/b\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.registry("a.io").max_retry_after, Duration::from_secs(60));
+        assert_eq!(c.registry("b.io").max_retry_after, DEFAULT_MAX_RETRY_AFTER);
     }
 
     #[test]

@@ -3,8 +3,13 @@
 //!
 //! oci-client parses references; the requests are our own (reqwest), because oci-client hides
 //! `Retry-After`/`RateLimit-*` and silently GETs after a failed HEAD (a pull on Docker Hub).
+//!
+//! Redirects are followed by hand: manifest and token requests only within their own origin
+//! (scheme, host, port), so a digest is only ever taken from the configured registry; blob GETs
+//! also to storage on other hosts (S3-signed URLs, CDNs), without credentials.
 
 mod auth;
+mod circuit;
 mod reference;
 
 use std::collections::HashMap;
@@ -14,12 +19,13 @@ use std::time::Duration;
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use rand::Rng;
-use reqwest::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, RETRY_AFTER, WWW_AUTHENTICATE};
-use reqwest::{Method, Response, StatusCode};
+use reqwest::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, LOCATION, RETRY_AFTER, WWW_AUTHENTICATE};
+use reqwest::{Method, Response, StatusCode, Url};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
 pub use auth::{Challenge, DockerConfig, DockerConfigError, Token, parse_challenge, parse_token_response};
+pub use circuit::THRESHOLD as CIRCUIT_THRESHOLD;
 pub use reference::{ImageRef, ReferenceError, is_sha256_digest};
 
 use crate::config::{Credentials, RegistrySettings, Secret};
@@ -41,6 +47,8 @@ pub const MAX_CONFIG_BYTES: usize = 8 << 20;
 /// and the pause still holds back the next checks.
 const MAX_INLINE_WAIT: Duration = Duration::from_secs(120);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Redirect hops one request may take (distribution registries use one, to blob storage).
+const MAX_REDIRECTS: usize = 5;
 
 const USER_AGENT: &str = concat!("builder-monitor/", env!("CARGO_PKG_VERSION"));
 
@@ -50,8 +58,8 @@ pub enum RegistryError {
     NotFound { reference: String },
     #[error("{registry}: unauthorized: {detail}")]
     Unauthorized { registry: String, detail: String },
-    #[error("{registry}: rate limited{}", retry_after.map(|d| format!(", retry after {}", humantime::format_duration(d))).unwrap_or_default())]
-    RateLimited { registry: String, retry_after: Option<Duration> },
+    #[error("{registry}: rate limited: {detail}")]
+    RateLimited { registry: String, detail: String },
     #[error("{registry}: unavailable: {detail}")]
     Unavailable { registry: String, detail: String },
     #[error("{registry}: invalid response: {detail}")]
@@ -121,7 +129,7 @@ impl Registry {
     pub async fn head_manifest(&self, image: &ImageRef) -> Result<ManifestHead, RegistryError> {
         let endpoint = self.endpoint(image)?;
         let path = format!("{}/manifests/{}", image.repository(), image.manifest_reference());
-        let response = endpoint.send(Method::HEAD, &path, image.repository()).await?;
+        let response = endpoint.send(Method::HEAD, &path, image.repository(), Fetch::Manifest).await?;
         match response.status() {
             s if s.is_success() => {
                 let media_type = header_str(response.headers(), CONTENT_TYPE.as_str());
@@ -147,7 +155,7 @@ impl Registry {
     pub async fn get_manifest(&self, image: &ImageRef, reference: &str) -> Result<Manifest, RegistryError> {
         let endpoint = self.endpoint(image)?;
         let path = format!("{}/manifests/{}", image.repository(), reference);
-        let response = endpoint.send(Method::GET, &path, image.repository()).await?;
+        let response = endpoint.send(Method::GET, &path, image.repository(), Fetch::Manifest).await?;
         match response.status() {
             s if s.is_success() => {}
             StatusCode::NOT_FOUND => {
@@ -190,7 +198,7 @@ impl Registry {
             return Err(endpoint.invalid(format!("blob digest \"{digest}\" is not a sha256 digest")));
         }
         let path = format!("{}/blobs/{}", image.repository(), digest);
-        let response = endpoint.send(Method::GET, &path, image.repository()).await?;
+        let response = endpoint.send(Method::GET, &path, image.repository(), Fetch::Blob).await?;
         match response.status() {
             s if s.is_success() => {}
             StatusCode::NOT_FOUND => {
@@ -218,6 +226,36 @@ pub fn sha256_digest(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
+/// A duration for people: whole seconds, rounded up so a wait never reads as zero.
+pub fn whole_seconds(d: Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(Duration::from_secs(d.as_secs() + u64::from(d.subsec_nanos() > 0)))
+}
+
+/// `scheme://host:port` of a URL, for messages: never its path or query (signed URLs carry secrets).
+fn origin_of(url: &Url) -> String {
+    url.origin().ascii_serialization()
+}
+
+fn is_redirect(status: StatusCode) -> bool {
+    matches!(
+        status,
+        StatusCode::MOVED_PERMANENTLY
+            | StatusCode::FOUND
+            | StatusCode::SEE_OTHER
+            | StatusCode::TEMPORARY_REDIRECT
+            | StatusCode::PERMANENT_REDIRECT
+    )
+}
+
+/// What a registry request fetches; it decides where a redirect may lead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fetch {
+    /// Digests come from these: only redirects within the registry's origin and repository.
+    Manifest,
+    /// Digest-verified content: storage on other hosts too, without credentials.
+    Blob,
+}
+
 fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {
     headers.get(name).and_then(|v| v.to_str().ok()).map(|v| v.trim().to_string())
 }
@@ -241,8 +279,10 @@ struct PullQuota {
 /// One registry host.
 pub struct Endpoint {
     settings: RegistrySettings,
-    base: String,
+    /// `scheme://api_host`: requests go here, redirects are judged against its origin.
+    base: Url,
     http: reqwest::Client,
+    circuit: circuit::Circuit,
     limiter: Option<DefaultDirectRateLimiter>,
     /// Set by 429 `Retry-After`: no request to this registry before then.
     paused_until: Mutex<Option<Instant>>,
@@ -275,8 +315,8 @@ impl Endpoint {
             // As many idle connections as checks run at once (monitor::CHECK_CONCURRENCY): a burst of due checks
             // otherwise leaves thousands of idle sockets and their buffers behind.
             .pool_max_idle_per_host(16)
-            // Blob GETs may redirect to storage; reqwest drops Authorization when the host changes.
-            .redirect(reqwest::redirect::Policy::limited(5));
+            // Followed by hand (`send`): where a redirect may lead depends on what is fetched.
+            .redirect(reqwest::redirect::Policy::none());
         if let Some(pem) = &settings.ca_pem {
             let certs = reqwest::Certificate::from_pem_bundle(pem)
                 .map_err(|e| setup(format!("ca_file is not a valid PEM bundle: {e}")))?;
@@ -289,9 +329,12 @@ impl Endpoint {
             let quota = Quota::with_period(period).unwrap_or_else(|| Quota::per_second(NonZeroU32::MAX));
             RateLimiter::direct(quota.allow_burst(burst))
         });
+        let base = Url::parse(&format!("{scheme}://{api_host}"))
+            .map_err(|e| setup(format!("\"{api_host}\" is not a usable host: {e}")))?;
         Ok(Self {
-            base: format!("{scheme}://{api_host}"),
+            base,
             http,
+            circuit: circuit::Circuit::default(),
             limiter,
             paused_until: Mutex::new(None),
             pulls_paused_until: Mutex::new(None),
@@ -320,6 +363,10 @@ impl Endpoint {
         RegistryError::Unavailable { registry: self.settings.host.clone(), detail }
     }
 
+    fn rate_limited(&self, detail: String) -> RegistryError {
+        RegistryError::RateLimited { registry: self.settings.host.clone(), detail }
+    }
+
     fn unauthorized(&self, detail: impl Into<String>) -> RegistryError {
         RegistryError::Unauthorized { registry: self.settings.host.clone(), detail: detail.into() }
     }
@@ -336,19 +383,17 @@ impl Endpoint {
         let started = Instant::now();
         loop {
             let now = Instant::now();
-            let mut until = *self.paused_until.lock().unwrap_or_else(|e| e.into_inner());
-            if pull {
-                let pulls = *self.pulls_paused_until.lock().unwrap_or_else(|e| e.into_inner());
-                until = until.max(pulls);
-            }
-            match until {
+            let paused = *self.paused_until.lock().unwrap_or_else(|e| e.into_inner());
+            let pulls = if pull { *self.pulls_paused_until.lock().unwrap_or_else(|e| e.into_inner()) } else { None };
+            match paused.max(pulls) {
                 Some(until) if until > now => {
                     let wait = until - now;
                     if wait > MAX_INLINE_WAIT {
-                        return Err(RegistryError::RateLimited {
-                            registry: self.settings.host.clone(),
-                            retry_after: Some(wait),
-                        });
+                        let why = if pulls > paused { "the pull quota is spent" } else { "after an HTTP 429" };
+                        return Err(self.rate_limited(format!(
+                            "requests to this registry are paused for another {} ({why})",
+                            whole_seconds(wait)
+                        )));
                     }
                     tokio::time::sleep_until(until).await;
                 }
@@ -372,8 +417,9 @@ impl Endpoint {
         half + rand::rng().random_range(Duration::ZERO..=half)
     }
 
+    /// Holds every request back for `wait`, at most `max_retry_after`.
     fn pause(&self, wait: Duration) {
-        let until = Instant::now() + wait;
+        let until = Instant::now() + wait.min(self.settings.max_retry_after);
         let mut paused = self.paused_until.lock().unwrap_or_else(|e| e.into_inner());
         if paused.is_none_or(|p| p < until) {
             *paused = Some(until);
@@ -395,8 +441,10 @@ impl Endpoint {
             return;
         }
         let window = quota.window.unwrap_or(Duration::from_secs(3600));
-        let wait = window / quota.limit.unwrap_or(1).max(1) as u32;
-        tracing::warn!(registry = %self.settings.host, wait = %humantime::format_duration(wait), "registry pull quota spent, holding GETs back");
+        let limit = u32::try_from(quota.limit.unwrap_or(1).max(1)).unwrap_or(u32::MAX);
+        // A registry's word, so bounded like Retry-After.
+        let wait = (window / limit).min(self.settings.max_retry_after);
+        tracing::warn!(registry = %self.settings.host, wait = %whole_seconds(wait), "registry pull quota spent, holding GETs back");
         *self.pulls_paused_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + wait);
     }
 
@@ -438,7 +486,9 @@ impl Endpoint {
             }
             query.append_pair("scope", scope);
         }
+        let realm_url = url.clone();
         let mut attempt = 0;
+        let mut hops = 0;
         loop {
             self.wait_turn(false).await?;
             let mut request = self.http.get(url.clone());
@@ -450,6 +500,19 @@ impl Endpoint {
             self.record_request("GET", response.as_ref().ok().map(|r| r.status()));
             let failure = match response {
                 Ok(response) => match response.status() {
+                    s if is_redirect(s) => {
+                        // The credentials above go with every hop: only within the realm's origin.
+                        let target = self.redirect_target(&response, &mut hops, "the token service")?;
+                        if target.origin() != realm_url.origin() {
+                            return Err(self.invalid(format!(
+                                "the token service redirected to another host, {}; token requests follow redirects only within {}",
+                                origin_of(&target),
+                                origin_of(&realm_url)
+                            )));
+                        }
+                        url = target;
+                        continue;
+                    }
                     s if s.is_success() => {
                         let body = self.read_body(response, 1 << 20, "token response").await?;
                         return parse_token_response(&body).map(Arc::new).map_err(|m| self.invalid(m));
@@ -460,10 +523,20 @@ impl Endpoint {
                         );
                     }
                     s if s == StatusCode::TOO_MANY_REQUESTS || s.is_server_error() => {
-                        if let Some(wait) = retry_after(response.headers()) {
+                        let retry = retry_after(response.headers());
+                        if let Some(wait) = retry {
                             self.pause(wait);
                         }
-                        self.unavailable(format!("token service answered HTTP {s}"))
+                        if s == StatusCode::TOO_MANY_REQUESTS {
+                            self.rate_limited(match retry {
+                                Some(wait) => {
+                                    format!("token service answered HTTP 429, retry after {}", whole_seconds(wait))
+                                }
+                                None => "token service answered HTTP 429".to_string(),
+                            })
+                        } else {
+                            self.unavailable(format!("token service answered HTTP {s}"))
+                        }
                     }
                     s => return Err(self.invalid(format!("token service answered HTTP {s}"))),
                 },
@@ -519,24 +592,63 @@ impl Endpoint {
         }
     }
 
-    /// Sends one registry API request with auth, limiter, pauses and retries. Returns any response
-    /// that is not 401/403/429/5xx.
-    async fn send(&self, method: Method, path: &str, repository: &str) -> Result<Response, RegistryError> {
-        let url = format!("{}/v2/{}", self.base, path);
+    /// Sends one registry API request with auth, limiter, pauses, retries and the circuit; follows
+    /// redirects as `fetch` allows. Returns any response that is not 401/403/429/5xx or a redirect.
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        repository: &str,
+        fetch: Fetch,
+    ) -> Result<Response, RegistryError> {
+        let mut url =
+            self.base.join(&format!("/v2/{path}")).map_err(|e| self.invalid(format!("{method} {path}: {e}")))?;
         let pull = method == Method::GET;
         let mut attempt = 0u32;
         let mut reauthorized = false;
+        let mut hops = 0;
         loop {
+            // Before the limiter: a request the circuit turns away costs the registry nothing.
+            let pass = self.circuit.admit().map_err(|open| {
+                self.unavailable(format!(
+                    "not asked: its last {} requests got no answer (connection failures or timeouts; failing fast for {}, one probe at a time until it answers)",
+                    open.failures,
+                    whole_seconds(open.since)
+                ))
+            })?;
             self.wait_turn(pull).await?;
-            let request = self.http.request(method.clone(), &url).header(ACCEPT, MANIFEST_ACCEPT);
+            let request = self.http.request(method.clone(), url.clone()).header(ACCEPT, MANIFEST_ACCEPT);
             let (request, sent) = self.authorize(request, repository).await?;
             let response = request.send().await;
             self.record_request(method.as_str(), response.as_ref().ok().map(|r| r.status()));
             let failure = match response {
                 Ok(response) => {
+                    pass.answered(&self.settings.host);
                     self.observe_quota(response.headers());
                     let status = response.status();
                     match status {
+                        s if is_redirect(s) => {
+                            let target = self.redirect_target(&response, &mut hops, &format!("{method} {path}"))?;
+                            if target.origin() != self.base.origin() {
+                                if fetch == Fetch::Blob {
+                                    return self.fetch_from_storage(target, hops).await;
+                                }
+                                return Err(self.invalid(format!(
+                                    "{method} {path} redirected to another host, {}; manifest requests follow redirects only within {}",
+                                    origin_of(&target),
+                                    origin_of(&self.base)
+                                )));
+                            }
+                            let manifests = format!("/v2/{repository}/manifests/");
+                            if fetch == Fetch::Manifest && !target.path().starts_with(&manifests) {
+                                return Err(self.invalid(format!(
+                                    "{method} {path} redirected to {}, outside {manifests}; not followed",
+                                    target.path()
+                                )));
+                            }
+                            url = target;
+                            continue;
+                        }
                         StatusCode::UNAUTHORIZED if !reauthorized => {
                             reauthorized = true;
                             self.learn_challenge(response.headers(), repository, sent).await?;
@@ -553,15 +665,27 @@ impl Endpoint {
                         StatusCode::TOO_MANY_REQUESTS => {
                             let retry = retry_after(response.headers());
                             self.metrics.rate_limited.get_or_create(&self.labels).inc();
+                            let cap = self.settings.max_retry_after;
+                            if let Some(asked) = retry.filter(|r| *r > cap) {
+                                // Not a day-long silence on one answer: wait the cap, then ask again.
+                                tracing::warn!(registry = %self.settings.host, retry_after = %whole_seconds(asked), max_retry_after = %whole_seconds(cap), "HTTP 429 asks for a longer pause than max_retry_after; pausing for max_retry_after");
+                                self.pause(cap);
+                                return Err(self.rate_limited(format!(
+                                    "the registry asks to retry after {}, more than max_retry_after ({}); requests to it pause for {}",
+                                    whole_seconds(asked),
+                                    whole_seconds(cap),
+                                    whole_seconds(cap)
+                                )));
+                            }
                             let wait = retry.unwrap_or_else(|| self.backoff(attempt));
-                            tracing::warn!(registry = %self.settings.host, wait = %humantime::format_duration(wait), "HTTP 429, pausing requests to this registry");
+                            tracing::warn!(registry = %self.settings.host, wait = %whole_seconds(wait), "HTTP 429, pausing requests to this registry");
                             self.pause(wait);
                             attempt += 1;
                             if attempt >= self.settings.max_attempts {
-                                return Err(RegistryError::RateLimited {
-                                    registry: self.settings.host.clone(),
-                                    retry_after: retry,
-                                });
+                                return Err(self.rate_limited(match retry {
+                                    Some(wait) => format!("HTTP 429, retry after {}", whole_seconds(wait)),
+                                    None => format!("HTTP 429 on all {} attempts", self.settings.max_attempts),
+                                }));
                             }
                             // wait_turn sleeps until the pause ends.
                             continue;
@@ -570,7 +694,14 @@ impl Endpoint {
                         _ => return Ok(response),
                     }
                 }
-                Err(e) => self.unavailable(format!("{method} {path}: {}", describe(&e))),
+                Err(e) => {
+                    pass.unanswered(&self.settings.host);
+                    let failure = self.unavailable(format!("{method} {path}: {}", describe(&e)));
+                    if self.circuit.is_open() {
+                        return Err(failure);
+                    }
+                    failure
+                }
             };
             attempt += 1;
             if attempt >= self.settings.max_attempts {
@@ -579,6 +710,48 @@ impl Endpoint {
             let wait = self.backoff(attempt - 1);
             tracing::debug!(registry = %self.settings.host, attempt, wait = ?wait, error = %failure, "retrying");
             tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// Where a redirect points, counted against `MAX_REDIRECTS`.
+    fn redirect_target(&self, response: &Response, hops: &mut usize, what: &str) -> Result<Url, RegistryError> {
+        *hops += 1;
+        if *hops > MAX_REDIRECTS {
+            return Err(self.invalid(format!("{what}: more than {MAX_REDIRECTS} redirects")));
+        }
+        let status = response.status();
+        let target = response
+            .headers()
+            .get(LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|location| response.url().join(location).ok())
+            .ok_or_else(|| self.invalid(format!("{what} answered HTTP {status} without a usable Location")))?;
+        if !matches!(target.scheme(), "http" | "https") {
+            return Err(self.invalid(format!("{what} redirected to a {} URL", target.scheme())));
+        }
+        Ok(target)
+    }
+
+    /// A blob from storage on another host (object storage, a CDN) that the registry redirected
+    /// to: sent without credentials; the caller verifies the blob's digest as always.
+    async fn fetch_from_storage(&self, mut url: Url, mut hops: usize) -> Result<Response, RegistryError> {
+        loop {
+            let storage = origin_of(&url);
+            let response = self.http.get(url.clone()).send().await;
+            self.record_request("GET", response.as_ref().ok().map(|r| r.status()));
+            let response =
+                response.map_err(|e| self.unavailable(format!("blob storage {storage}: {}", describe(&e))))?;
+            let status = response.status();
+            if is_redirect(status) {
+                url = self.redirect_target(&response, &mut hops, &format!("blob storage {storage}"))?;
+                continue;
+            }
+            if status.is_success() {
+                return Ok(response);
+            }
+            let detail = format!("blob storage {storage} answered HTTP {status}");
+            // Its 404 is not the registry's: the registry named a blob it does not have.
+            return Err(if status.is_server_error() { self.unavailable(detail) } else { self.invalid(detail) });
         }
     }
 
@@ -666,6 +839,26 @@ mod tests {
         let q = parse_quota(&h).unwrap();
         assert_eq!((q.remaining, q.limit, q.window), (0, None, None));
         assert!(parse_quota(&HeaderMap::new()).is_none());
+    }
+
+    #[test]
+    fn waits_read_in_whole_seconds() {
+        assert_eq!(whole_seconds(Duration::from_nanos(86_399_999_994_051)).to_string(), "1day");
+        assert_eq!(whole_seconds(Duration::from_millis(1200)).to_string(), "2s");
+        assert_eq!(whole_seconds(Duration::from_secs(600)).to_string(), "10m");
+        assert_eq!(whole_seconds(Duration::ZERO).to_string(), "0s");
+    }
+
+    #[test]
+    fn pauses_are_capped_even_for_a_far_future_date() {
+        let mut s = RegistrySettings::defaults_for("example.com");
+        s.max_retry_after = Duration::from_secs(60);
+        let e = Endpoint::new(s, "example.com", Metrics::new()).unwrap();
+        let mut h = HeaderMap::new();
+        h.insert(RETRY_AFTER, HeaderValue::from_static("Fri, 31 Dec 9999 23:59:59 GMT"));
+        e.pause(retry_after(&h).unwrap());
+        let until = e.paused_until.lock().unwrap().unwrap();
+        assert!(until <= Instant::now() + Duration::from_secs(60));
     }
 
     #[test]

@@ -1,9 +1,12 @@
 //! A loopback HTTP proxy in front of a registry that records every request and can answer some of
-//! them with injected faults (429 with Retry-After, 5xx) instead of forwarding.
+//! them with injected faults (429 with Retry-After, 5xx, redirects elsewhere) or not at all (hang).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+
+use tokio_util::sync::CancellationToken;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -45,11 +48,37 @@ impl Fault {
     }
 }
 
+/// Answers requests with `307 Location: http://TO/<same path>` instead of forwarding.
+#[derive(Debug, Clone)]
+pub struct Redirect {
+    /// `host:port` of the other server.
+    pub to: String,
+    /// Only paths containing this are redirected (every `/v2/…` path when `None`).
+    pub path_contains: Option<String>,
+}
+
+impl Redirect {
+    pub fn all(to: &str) -> Self {
+        Redirect { to: to.into(), path_contains: None }
+    }
+    /// Blob requests only, as a registry sends them to its storage.
+    pub fn blobs(to: &str) -> Self {
+        Self::paths(to, "/blobs/")
+    }
+    pub fn paths(to: &str, containing: &str) -> Self {
+        Redirect { to: to.into(), path_contains: Some(containing.into()) }
+    }
+}
+
 struct Shared {
     upstream: String,
     client: reqwest::Client,
     seen: Mutex<Vec<Seen>>,
     faults: Mutex<VecDeque<Fault>>,
+    redirect: Mutex<Option<Redirect>>,
+    hang: AtomicBool,
+    /// Releases hanging requests when the proxy is dropped.
+    closed: CancellationToken,
 }
 
 pub struct Proxy {
@@ -67,6 +96,9 @@ impl Proxy {
             client: super::http(),
             seen: Mutex::new(Vec::new()),
             faults: Mutex::new(VecDeque::new()),
+            redirect: Mutex::new(None),
+            hang: AtomicBool::new(false),
+            closed: CancellationToken::new(),
         });
         let app = axum::Router::new().fallback(handle).with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
@@ -80,6 +112,16 @@ impl Proxy {
     /// Queues a fault for the next matching request.
     pub fn inject(&self, fault: Fault) {
         self.shared.faults.lock().unwrap().push_back(fault);
+    }
+
+    /// Redirects matching requests elsewhere until called with `None`.
+    pub fn redirect(&self, redirect: Option<Redirect>) {
+        *self.shared.redirect.lock().unwrap() = redirect;
+    }
+
+    /// While on, every request is accepted and read but never answered (recorded with status 0).
+    pub fn hang(&self, on: bool) {
+        self.shared.hang.store(on, Ordering::SeqCst);
     }
 
     pub fn seen(&self) -> Vec<Seen> {
@@ -97,6 +139,7 @@ impl Proxy {
 
 impl Drop for Proxy {
     fn drop(&mut self) {
+        self.shared.closed.cancel();
         self.task.abort();
     }
 }
@@ -105,11 +148,6 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     let method = request.method().to_string();
     let path = request.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
     let authorization = request.headers().contains_key("authorization");
-    let fault = {
-        let mut faults = shared.faults.lock().unwrap();
-        let position = faults.iter().position(|f| f.method.as_deref().is_none_or(|m| m == method));
-        position.and_then(|i| faults.remove(i))
-    };
     let record = |status: u16, injected: bool| {
         shared.seen.lock().unwrap().push(Seen {
             method: method.clone(),
@@ -119,6 +157,32 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
             injected,
             authorization,
         });
+    };
+    if shared.hang.load(Ordering::SeqCst) {
+        record(0, true);
+        shared.closed.cancelled().await;
+        let mut response = Response::new(Body::empty());
+        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        return response;
+    }
+    let redirect = shared
+        .redirect
+        .lock()
+        .unwrap()
+        .clone()
+        .filter(|r| r.path_contains.as_deref().map_or(path.starts_with("/v2/"), |p| path.contains(p)));
+    if let Some(redirect) = redirect {
+        record(307, true);
+        let mut response = Response::new(Body::empty());
+        *response.status_mut() = StatusCode::TEMPORARY_REDIRECT;
+        let location = format!("http://{}{path}", redirect.to);
+        response.headers_mut().insert("location", HeaderValue::from_str(&location).unwrap());
+        return response;
+    }
+    let fault = {
+        let mut faults = shared.faults.lock().unwrap();
+        let position = faults.iter().position(|f| f.method.as_deref().is_none_or(|m| m == method));
+        position.and_then(|i| faults.remove(i))
     };
     let (fault, extra_headers) = match fault {
         Some(f) if f.status == 0 => (None, f.headers),

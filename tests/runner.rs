@@ -372,9 +372,15 @@ async fn killed_while_running_with(ledger_in: impl Fn(&str) -> String) {
     w.push_builder(&v1).await;
     w.push_app("apps/a", &run_v1[0].digest).await;
     let block = w.dir.path().join("block");
-    let text = w
-        .config(&[("a", "auto")], "type = \"exec\"")
-        .replace("env = { RECORD_FILE", &format!("env = {{ BLOCK_FILE = \"{}\", RECORD_FILE", block.display()));
+    let pidfile = w.dir.path().join("child.pid");
+    let text = w.config(&[("a", "auto")], "type = \"exec\"").replace(
+        "env = { RECORD_FILE",
+        &format!(
+            "env = {{ BLOCK_FILE = \"{}\", CHILD_PIDFILE = \"{}\", RECORD_FILE",
+            block.display(),
+            pidfile.display()
+        ),
+    );
     let ws = Workspace::new();
     let config = ws.config(&ledger_in(&text));
     let out = run_with_env(&["run", "--once", "--config", config.to_str().unwrap()], &[], ws.dir.path());
@@ -390,13 +396,17 @@ async fn killed_while_running_with(ledger_in: impl Fn(&str) -> String) {
         assert!(std::time::Instant::now() < deadline, "the command never started");
         std::thread::sleep(Duration::from_millis(10));
     }
+    wait_until("the command's child started", || std::fs::read_to_string(&pidfile).is_ok_and(|p| p.ends_with('\n')));
+    let child: u32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
     daemon.kill();
-    // A local command outlives a SIGKILLed daemon; stop it as an operator would.
-    let orphan = calls(&w.record())[0].pid;
-    let _ = std::process::Command::new("kill").args(["-KILL", "--", &format!("-{orphan}")]).status();
+    // The command dies with the daemon; the child it started is left for the restart to stop.
+    let command = calls(&w.record())[0].pid;
+    wait_until("the command died with the daemon", || !alive(command));
     std::fs::remove_file(&block).unwrap();
 
     let mut daemon = Daemon::start(&config);
+    daemon.wait_for("the rebuild to start again", |v| v["message"] == "running action");
+    assert!(!alive(child), "what the first run left was stopped before the second run started");
     daemon.wait_for("the rebuild to finish", |v| v["message"] == "action succeeded");
     let (status, _) = daemon.terminate();
     assert!(status.success());

@@ -538,7 +538,7 @@ async fn a_build_never_has_two_live_copies() {
     wait_until("the command died with the daemon", || !alive(first[0]));
 
     // Restart: what the first copy left running is stopped before the second starts.
-    let mut daemon = Daemon::start(&config);
+    let daemon = Daemon::start(&config);
     wait_until("the command started again", || marks(&mark_file, "start").len() == 2);
     assert!(first.iter().all(|p| !alive(*p)), "the first copy's processes are gone");
     let second = pids(&pid_file)[2..].to_vec();

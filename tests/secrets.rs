@@ -37,7 +37,11 @@ fn secrets() -> Vec<String> {
 fn assert_clean(place: &str, bytes: &[u8]) {
     let text = String::from_utf8_lossy(bytes);
     for secret in secrets() {
-        assert!(!text.contains(&secret), "{secret} leaked into {place}:\n{}", text.chars().take(4000).collect::<String>());
+        assert!(
+            !text.contains(&secret),
+            "{secret} leaked into {place}:\n{}",
+            text.chars().take(4000).collect::<String>()
+        );
     }
 }
 
@@ -145,7 +149,14 @@ pass_env = ["DOCKER_CONFIG"]
     // Pin, move the builder, build and alert: once with text logs, once with the daemon.
     let pinned = run_with_env(&["run", "--once", "--config", config], &env, ws.dir.path());
     assert_eq!(pinned.code, Some(0), "{}", pinned.stderr);
-    pusher_a.push_image("demo/builder", Some("latest"), &v1.clone().bump("paketo-buildpacks/go", "4.15.0").image(), Format::Oci).await;
+    pusher_a
+        .push_image(
+            "demo/builder",
+            Some("latest"),
+            &v1.clone().bump("paketo-buildpacks/go", "4.15.0").image(),
+            Format::Oci,
+        )
+        .await;
     let built = run_with_env(&["run", "--once", "--config", config], &env, ws.dir.path());
     assert_eq!(built.code, Some(0), "{}", built.stderr);
     let environment = std::fs::read_to_string(&build_env).expect("the build ran");
@@ -156,7 +167,9 @@ pass_env = ["DOCKER_CONFIG"]
 
     let mut daemon = Daemon::start_with_env(Path::new(config), &env);
     daemon.wait_for("the server", |v| v["message"] == "serving health, metrics, API and hooks");
-    pusher_b.push_image("demo/builder", Some("latest"), &v1.bump("paketo-buildpacks/go", "4.16.0").image(), Format::Oci).await;
+    pusher_b
+        .push_image("demo/builder", Some("latest"), &v1.bump("paketo-buildpacks/go", "4.16.0").image(), Format::Oci)
+        .await;
     daemon.wait_for("a change of b", |v| v["message"] == "moved" && v["watch"] == "b");
     let http = support::http();
     let base = format!("http://127.0.0.1:{port}");
@@ -172,7 +185,8 @@ pass_env = ["DOCKER_CONFIG"]
             answers.push((format!("{path} (token: {})", token.is_some()), headers + &response.text().await.unwrap()));
         }
     }
-    let refused = http.post(format!("{base}/api/v1/builders/a/check")).bearer_auth("wrong-token-0000000").send().await.unwrap();
+    let refused =
+        http.post(format!("{base}/api/v1/builders/a/check")).bearer_auth("wrong-token-0000000").send().await.unwrap();
     answers.push(("a refused POST".into(), refused.text().await.unwrap()));
     let (status, log) = daemon.terminate();
     assert!(status.success());
@@ -184,7 +198,13 @@ pass_env = ["DOCKER_CONFIG"]
     assert_eq!(status_json.code, Some(0), "{}", status_json.stderr);
     assert!(status_json.stdout.contains("\"output_tail\""), "{}", status_json.stdout);
 
-    for (what, out) in [("the pinning run", &pinned), ("the building run", &built), ("status --json", &status_json), ("status", &status_text), ("check", &check)] {
+    for (what, out) in [
+        ("the pinning run", &pinned),
+        ("the building run", &built),
+        ("status --json", &status_json),
+        ("status", &status_text),
+        ("check", &check),
+    ] {
         assert_clean(&format!("stdout of {what}"), out.stdout.as_bytes());
         assert_clean(&format!("stderr of {what}"), out.stderr.as_bytes());
     }

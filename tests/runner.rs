@@ -592,3 +592,53 @@ async fn commands_start_from_a_bare_config_name_and_a_missing_program_fails_the_
     let detail = action["detail"].as_str().unwrap();
     assert!(detail.starts_with("cannot start `/nonexistent/pack`"), "{detail}");
 }
+
+/// `run --once` on the ledger of a daemon that is running a build leaves that build to it: the
+/// command is neither stopped nor started a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_once_leaves_a_live_daemons_running_build_alone() {
+    let w = World::new().await;
+    let (_, run_v1) = w.push_run("1").await;
+    let v1 = BuilderSpec::jammy(&w.run);
+    w.push_builder(&v1).await;
+    w.push_app("apps/a", &run_v1[0].digest).await;
+    let (block, pid_file, mark_file) =
+        (w.dir.path().join("block"), w.dir.path().join("pids"), w.dir.path().join("marks"));
+    let text = w
+        .config(&[("a", "auto")], "type = \"exec\"")
+        .replace(
+            &support::fixture("record.sh").display().to_string(),
+            &support::fixture("overlap.sh").display().to_string(),
+        )
+        .replace(
+            "env = { RECORD_FILE",
+            &format!(
+                "env = {{ BLOCK_FILE = \"{}\", PIDS_FILE = \"{}\", MARKS_FILE = \"{}\", RECORD_FILE",
+                block.display(),
+                pid_file.display(),
+                mark_file.display()
+            ),
+        );
+    let ws = Workspace::new();
+    let config = ws.config(&text);
+    let out = run_with_env(&["run", "--once", "--config", config.to_str().unwrap()], &[], ws.dir.path());
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    std::fs::write(&block, "").unwrap();
+    w.push_builder(&v1.bump("paketo-buildpacks/java", "18.2.0")).await;
+    let mut daemon = Daemon::start(&config);
+    daemon.wait_for("the command's group to be recorded", |v| v["message"] == "command started");
+    wait_until("the command started", || marks(&mark_file, "start").len() == 1);
+    let command = pids(&pid_file)[0];
+
+    // Refused by the writer lock, or run beside the daemon: either way the build is not touched.
+    let _ = run_with_env(&["run", "--once", "--config", config.to_str().unwrap()], &[], ws.dir.path());
+    assert!(alive(command), "the daemon's build was stopped");
+    assert_eq!(marks(&mark_file, "start").len(), 1, "the daemon's build was started again");
+
+    std::fs::remove_file(&block).unwrap();
+    daemon.wait_for("the rebuild to finish", |v| v["message"] == "action succeeded");
+    let (status, _) = daemon.terminate();
+    assert!(status.success());
+    assert_eq!((marks(&mark_file, "start").len(), marks(&mark_file, "end").len()), (1, 1));
+    assert_eq!(marks(&mark_file, "overlap"), Vec::<String>::new());
+}

@@ -24,6 +24,7 @@ pub enum GroupError {
 /// One line of `/proc/PID/stat`, the fields we use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Stat {
+    parent: u32,
     group: u32,
     started: u64,
     zombie: bool,
@@ -35,6 +36,7 @@ fn stat(pid: u32) -> Option<Stat> {
     let fields: Vec<&str> = text.get(text.rfind(')')? + 1..)?.split_whitespace().collect();
     Some(Stat {
         zombie: matches!(fields.first(), Some(&"Z") | Some(&"X")),
+        parent: fields.get(1)?.parse().ok()?,
         group: fields.get(2)?.parse().ok()?,
         started: fields.get(19)?.parse().ok()?,
     })
@@ -61,6 +63,17 @@ fn members(group: ProcessGroup) -> Vec<u32> {
     dir.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| stat(pid).is_some_and(|s| s.group == group.id && !s.zombie && s.started >= group.started))
         .collect()
+}
+
+/// The live builder-monitor that runs `group`: the parent of its leader, when the leader still
+/// runs and that parent is another process of this same executable. (On Linux a leader whose
+/// daemon died has died with it, so a live leader means a live daemon — unless it was reparented,
+/// which the executable check tells apart.)
+pub fn owner(group: ProcessGroup) -> Option<u32> {
+    let leader = stat(group.id).filter(|s| s.group == group.id && s.started == group.started && !s.zombie)?;
+    let exe = |pid: &str| std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    let parent = leader.parent;
+    (parent != std::process::id() && exe(&parent.to_string())? == exe("self")?).then_some(parent)
 }
 
 /// Whether any process of `group` is still alive.

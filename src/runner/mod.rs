@@ -175,16 +175,23 @@ impl Runner {
         if !matches!(self.backend, Backend::Exec(_)) {
             return Ok(0);
         }
+        let mut keys = Vec::new();
         for action in self.ledger.running_actions().await? {
-            let Some(process) = action.process else { continue };
-            if group::alive(process) {
-                tracing::warn!(action = %action.key, process_group = process.id, "the command of an action left running is still alive; stopping it before it runs again");
+            if let Some(process) = action.process {
+                if let Some(owner) = group::owner(process) {
+                    tracing::warn!(action = %action.key, process_group = process.id, owner, "action is running in another live builder-monitor process; left to it");
+                    continue;
+                }
+                if group::alive(process) {
+                    tracing::warn!(action = %action.key, process_group = process.id, "the command of an action left running is still alive; stopping it before it runs again");
+                }
+                group::stop(process, GRACE)
+                    .await
+                    .map_err(|source| RecoverError::Alive { key: action.key.clone(), source })?;
             }
-            group::stop(process, GRACE)
-                .await
-                .map_err(|source| RecoverError::Alive { key: action.key.clone(), source })?;
+            keys.push(action.key);
         }
-        let keys = self.ledger.requeue_running().await?;
+        self.ledger.requeue_actions(keys.clone()).await?;
         for key in &keys {
             tracing::warn!(action = %key, "action was running when the daemon stopped; it runs again");
         }
@@ -463,8 +470,11 @@ impl Runner {
         let argv = exec::expand(template, &values);
         let record = |process| async move {
             // Without the record a restart cannot stop this command before running it again.
-            if let Err(err) = self.ledger.record_process(&action.key, process).await {
-                tracing::error!(action = %action.key, error = %err, "cannot record the command's process group");
+            match self.ledger.record_process(&action.key, process).await {
+                Ok(()) => tracing::info!(action = %action.key, process_group = process.id, "command started"),
+                Err(err) => {
+                    tracing::error!(action = %action.key, error = %err, "cannot record the command's process group")
+                }
             }
         };
         match exec::run(settings, &argv, &target.env, &self.secrets, record).await {

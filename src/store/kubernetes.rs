@@ -707,6 +707,22 @@ impl KubeLedger {
         Ok(keys)
     }
 
+    pub async fn requeue_actions(&self, keys: Vec<String>) -> Result<(), LedgerError> {
+        for (_, doc) in self.all().await? {
+            let Some(watch) = doc.watch.as_ref().map(|w| w.name.clone()) else { continue };
+            if doc.actions.iter().any(|a| a.state == "running" && keys.contains(&a.key)) {
+                self.modify(&watch, |d| {
+                    for a in d.actions.iter_mut().filter(|a| a.state == "running" && keys.contains(&a.key)) {
+                        a.state = "pending".into();
+                    }
+                    Ok(())
+                })
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
     pub async fn actions(&self, limit: usize) -> Result<Vec<ActionRecord>, LedgerError> {
         let mut out: Vec<ActionRecord> =
             self.all().await?.into_iter().flat_map(|(_, d)| d.actions).map(record).collect();

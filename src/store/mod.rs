@@ -407,6 +407,11 @@ impl Ledger {
         dispatch!(self, requeue_running())
     }
 
+    /// These actions, if still `running`, back to `pending` (the attempt is counted).
+    pub async fn requeue_actions(&self, keys: Vec<String>) -> Result<(), LedgerError> {
+        dispatch!(self, requeue_actions(keys))
+    }
+
     /// The most recently updated actions, any state.
     pub async fn actions(&self, limit: usize) -> Result<Vec<ActionRecord>, LedgerError> {
         dispatch!(self, actions(limit))

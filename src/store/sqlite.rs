@@ -434,6 +434,19 @@ impl SqliteLedger {
         .await
     }
 
+    /// These actions, if still `running`, back to `pending` (the attempt is counted).
+    pub async fn requeue_actions(&self, keys: Vec<String>) -> Result<(), LedgerError> {
+        self.with(move |conn| {
+            let tx = conn.transaction()?;
+            for key in &keys {
+                exec(&tx, "UPDATE actions SET state = 'pending' WHERE key = ?1 AND state = 'running'", params![key])?;
+            }
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
     /// The most recently updated actions, any state.
     pub async fn actions(&self, limit: usize) -> Result<Vec<ActionRecord>, LedgerError> {
         self.with(move |conn| {

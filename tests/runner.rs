@@ -642,3 +642,47 @@ async fn run_once_leaves_a_live_daemons_running_build_alone() {
     assert_eq!((marks(&mark_file, "start").len(), marks(&mark_file, "end").len()), (1, 1));
     assert_eq!(marks(&mark_file, "overlap"), Vec::<String>::new());
 }
+
+/// Wakes that keep coming while an action runs (new checks, completions) never start a second
+/// run of it: a claimed action is `running` until its outcome is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wakes_while_an_action_runs_never_start_it_twice() {
+    let w = World::new().await;
+    w.push_run("1").await;
+    let v1 = BuilderSpec::jammy(&w.run);
+    w.push_builder(&v1).await;
+    let block = w.dir.path().join("block");
+    let text = w
+        .config(&[("a", "rebuild"), ("b", "rebuild")], "type = \"exec\"\nmax_concurrent = 4")
+        .replace("env = { RECORD_FILE", &format!("env = {{ BLOCK_FILE = \"{}\", RECORD_FILE", block.display()));
+    let d = assemble(w.dir.path(), &text);
+    assert!(d.monitor.run_once().await);
+    std::fs::write(&block, "").unwrap();
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(d.runner.clone().run(stop.clone()));
+    w.push_builder(&v1.bump("paketo-buildpacks/go", "4.15.0")).await;
+    assert!(d.monitor.run_once().await);
+    let record = w.record();
+    let deadline = tokio::time::Instant::now() + support::PATIENCE;
+    while calls(&record).len() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "the rebuilds never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let wake = d.monitor.action_wake();
+    for _ in 0..2000 {
+        wake.notify_one();
+        tokio::task::yield_now().await;
+    }
+    assert!(d.monitor.run_once().await, "checks while the actions run");
+    std::fs::remove_file(&block).unwrap();
+    while d.ledger.actions(10).await.unwrap().iter().any(|a| a.state != "succeeded") {
+        assert!(tokio::time::Instant::now() < deadline, "the rebuilds never finished");
+        wake.notify_one();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop.cancel();
+    running.await.unwrap();
+    let all = calls(&record);
+    assert_eq!(all.iter().filter(|c| c.phase == "start").count(), 2, "{all:?}");
+    assert_eq!(all.iter().filter(|c| c.phase == "end").count(), 2, "{all:?}");
+}

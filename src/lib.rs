@@ -1,6 +1,7 @@
 //! builder-monitor: watches floating CNB builder tags, pins them to immutable digests, explains
 //! each move and drives the right reaction (alerts, rebases, rebuilds).
-#![forbid(unsafe_code)]
+// One audited exception: `runner::group::die_with_daemon`.
+#![deny(unsafe_code)]
 
 pub mod alert;
 pub mod builder;

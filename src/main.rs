@@ -574,6 +574,7 @@ async fn run_once(parts: &Parts) -> Result<u8, Failure> {
     let runner = runner_for(parts, stop.clone()).await?;
     let checks_ok = parts.monitor.run_once().await;
     runner.run_due_once().await;
+    let actions_ok = runner.failures() == 0;
     parts.dispatcher.deliver_due_once().await;
     if let Some(publisher) = publisher_for(parts) {
         publisher.publish_specs().await?;
@@ -582,7 +583,7 @@ async fn run_once(parts: &Parts) -> Result<u8, Failure> {
         }
     }
     stop.cancel();
-    Ok(if checks_ok { 0 } else { 1 })
+    Ok(if checks_ok && actions_ok { 0 } else { 1 })
 }
 
 fn publisher_for(parts: &Parts) -> Option<Publisher> {

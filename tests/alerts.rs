@@ -505,3 +505,78 @@ async fn a_slow_receiver_does_not_hold_up_another() {
     stop.cancel();
     assert!(delivered < held + Duration::from_secs(4), "the fast receiver waited for the slow one");
 }
+
+/// Events recorded from many tasks at once (as checks and runner completions record them), each
+/// followed by a wake, while other wakes keep coming and a slow receiver holds sends in flight:
+/// every delivery is posted exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn wakes_while_sends_are_in_flight_never_send_a_delivery_twice() {
+    let receiver = Receiver::start().await;
+    receiver.reply((0..2000).map(|i| Reply::Delay(Duration::from_millis(1 + i % 7))));
+    let url = |name: &str| receiver.url.replace("/hook", &format!("/{name}"));
+    let text = builder("127.0.0.1:9", "b", "demo/b")
+        + &alert("one", "webhook", &url("one"), "events = [\"build.succeeded\"]")
+        + &alert("two", "webhook", &url("two"), "events = [\"build.succeeded\"]");
+    let s = setup(&text);
+    let alerts = builder_monitor::config::Config::parse(&s.dir.path().join("config.toml"), &text).unwrap().alerts;
+    let wake = s.monitor.delivery_wake();
+    let stop = CancellationToken::new();
+    let dispatcher = tokio::spawn(s.dispatcher.clone().run(stop.clone()));
+    let hammering = CancellationToken::new();
+    let hammer = {
+        let (wake, hammering) = (wake.clone(), hammering.clone());
+        tokio::spawn(async move {
+            while !hammering.is_cancelled() {
+                wake.notify_one();
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    const WRITERS: usize = 8;
+    const EACH: usize = 40;
+    let mut writers = tokio::task::JoinSet::new();
+    for w in 0..WRITERS {
+        let (ledger, wake, alerts) = (s.ledger.clone(), wake.clone(), alerts.clone());
+        writers.spawn(async move {
+            for i in 0..EACH {
+                let id = format!("event-{w}-{i}");
+                let event = Event::new(
+                    id.clone(),
+                    builder_monitor::event::EventType::BuildSucceeded,
+                    "2026-01-01T00:00:00Z".into(),
+                    builder_monitor::event::Subject { name: "b".into(), image: "127.0.0.1:9/demo/b:latest".into() },
+                );
+                let routes: Vec<(String, String)> = builder_monitor::alert::routes(&alerts, &event)
+                    .into_iter()
+                    .map(|a| (id.clone(), a.to_string()))
+                    .collect();
+                assert_eq!(routes.len(), 2);
+                ledger.record_events("b", vec![event], routes, 10_000).await.unwrap();
+                wake.notify_one();
+                tokio::task::yield_now().await;
+            }
+        });
+    }
+    while writers.join_next().await.is_some() {}
+    let total = 2 * WRITERS * EACH;
+    receiver.wait_for(total).await;
+    let ledger = s.ledger.clone();
+    wait_until("every delivery is recorded as sent", || {
+        let ledger = ledger.clone();
+        async move { ledger.pending_deliveries().await.unwrap().is_empty() }
+    })
+    .await;
+    hammering.cancel();
+    hammer.await.unwrap();
+    stop.cancel();
+    // Sends still in flight finish (and reach the receiver) before the worker returns.
+    dispatcher.await.unwrap();
+    let mut posts: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for r in receiver.received() {
+        let id = r.header("x-builder-monitor-delivery").unwrap().to_string();
+        *posts.entry((r.path.clone(), id)).or_default() += 1;
+    }
+    let twice: Vec<_> = posts.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "{} of {total} deliveries were posted more than once: {twice:?}", twice.len());
+    assert_eq!(posts.len(), total);
+}

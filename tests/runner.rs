@@ -372,9 +372,15 @@ async fn killed_while_running_with(ledger_in: impl Fn(&str) -> String) {
     w.push_builder(&v1).await;
     w.push_app("apps/a", &run_v1[0].digest).await;
     let block = w.dir.path().join("block");
-    let text = w
-        .config(&[("a", "auto")], "type = \"exec\"")
-        .replace("env = { RECORD_FILE", &format!("env = {{ BLOCK_FILE = \"{}\", RECORD_FILE", block.display()));
+    let pidfile = w.dir.path().join("child.pid");
+    let text = w.config(&[("a", "auto")], "type = \"exec\"").replace(
+        "env = { RECORD_FILE",
+        &format!(
+            "env = {{ BLOCK_FILE = \"{}\", CHILD_PIDFILE = \"{}\", RECORD_FILE",
+            block.display(),
+            pidfile.display()
+        ),
+    );
     let ws = Workspace::new();
     let config = ws.config(&ledger_in(&text));
     let out = run_with_env(&["run", "--once", "--config", config.to_str().unwrap()], &[], ws.dir.path());
@@ -390,13 +396,17 @@ async fn killed_while_running_with(ledger_in: impl Fn(&str) -> String) {
         assert!(std::time::Instant::now() < deadline, "the command never started");
         std::thread::sleep(Duration::from_millis(10));
     }
+    wait_until("the command's child started", || std::fs::read_to_string(&pidfile).is_ok_and(|p| p.ends_with('\n')));
+    let child: u32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
     daemon.kill();
-    // A local command outlives a SIGKILLed daemon; stop it as an operator would.
-    let orphan = calls(&w.record())[0].pid;
-    let _ = std::process::Command::new("kill").args(["-KILL", "--", &format!("-{orphan}")]).status();
+    // The command dies with the daemon; the child it started is left for the restart to stop.
+    let command = calls(&w.record())[0].pid;
+    wait_until("the command died with the daemon", || !alive(command));
     std::fs::remove_file(&block).unwrap();
 
     let mut daemon = Daemon::start(&config);
+    daemon.wait_for("the rebuild to start again", |v| v["message"] == "running action");
+    assert!(!alive(child), "what the first run left was stopped before the second run started");
     daemon.wait_for("the rebuild to finish", |v| v["message"] == "action succeeded");
     let (status, _) = daemon.terminate();
     assert!(status.success());
@@ -461,4 +471,218 @@ async fn plan_explains_what_each_image_would_get() {
     assert_eq!(run_with_env(&["run", "--once", "--config", config], &[], ws.dir.path()).code, Some(0));
     let out = plan(&["plan", "--config", config]);
     assert!(out.stdout.contains("a (builder jammy, policy auto): rebase — on run image"), "{}", out.stdout);
+}
+
+/// Lines of `path` that start with `word`.
+fn marks(path: &Path, word: &str) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with(word))
+        .map(String::from)
+        .collect()
+}
+
+fn pids(path: &Path) -> Vec<u32> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().map(|l| l.parse().unwrap()).collect()
+}
+
+fn wait_until(what: &str, condition: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + support::PATIENCE;
+    while !condition() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A build's command dies with a SIGKILLed daemon, a restart stops whatever it left before
+/// running the build again, and SIGTERM's grace period ends with the whole group killed: at no
+/// moment do two copies of the build live (the command itself checks when it starts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_never_has_two_live_copies() {
+    let w = World::new().await;
+    let (_, run_v1) = w.push_run("1").await;
+    let v1 = BuilderSpec::jammy(&w.run);
+    w.push_builder(&v1).await;
+    w.push_app("apps/a", &run_v1[0].digest).await;
+    let (block, pid_file, mark_file) =
+        (w.dir.path().join("block"), w.dir.path().join("pids"), w.dir.path().join("marks"));
+    let text = w
+        .config(&[("a", "auto")], "type = \"exec\"")
+        .replace(
+            &support::fixture("record.sh").display().to_string(),
+            &support::fixture("overlap.sh").display().to_string(),
+        )
+        .replace(
+            "env = { RECORD_FILE",
+            &format!(
+                "env = {{ BLOCK_FILE = \"{}\", PIDS_FILE = \"{}\", MARKS_FILE = \"{}\", RECORD_FILE",
+                block.display(),
+                pid_file.display(),
+                mark_file.display()
+            ),
+        );
+    let ws = Workspace::new();
+    let config = ws.config(&text);
+    let out = run_with_env(&["run", "--once", "--config", config.to_str().unwrap()], &[], ws.dir.path());
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    std::fs::write(&block, "").unwrap();
+    w.push_builder(&v1.clone().bump("paketo-buildpacks/java", "18.2.0")).await;
+
+    // SIGKILL: the command dies with the daemon.
+    let mut daemon = Daemon::start(&config);
+    daemon.wait_for("the rebuild to start", |v| v["message"] == "running action");
+    wait_until("the command started", || marks(&mark_file, "start").len() == 1);
+    let first = pids(&pid_file);
+    daemon.kill();
+    wait_until("the command died with the daemon", || !alive(first[0]));
+
+    // Restart: what the first copy left running is stopped before the second starts.
+    let daemon = Daemon::start(&config);
+    wait_until("the command started again", || marks(&mark_file, "start").len() == 2);
+    assert!(first.iter().all(|p| !alive(*p)), "the first copy's processes are gone");
+    let second = pids(&pid_file)[2..].to_vec();
+
+    // SIGTERM: after the grace period the whole group is killed, not only the command.
+    let (status, _) = daemon.terminate();
+    assert!(status.success());
+    wait_until("the second copy's group is gone", || second.iter().all(|p| !alive(*p)));
+
+    // The third start finishes it.
+    let mut daemon = Daemon::start(&config);
+    wait_until("the command started a third time", || marks(&mark_file, "start").len() == 3);
+    std::fs::remove_file(&block).unwrap();
+    daemon.wait_for("the rebuild to finish", |v| v["message"] == "action succeeded");
+    let (status, _) = daemon.terminate();
+    assert!(status.success());
+    assert_eq!(marks(&mark_file, "overlap"), Vec::<String>::new(), "two copies were alive at once");
+    assert_eq!(marks(&mark_file, "end").len(), 1);
+    let all = pids(&pid_file);
+    wait_until("nothing any copy started is left", || all.iter().all(|p| !alive(*p)));
+}
+
+/// `run --config ex.toml` (a bare file name) starts commands in the config's directory; a command
+/// that cannot be started fails its action at once, and `run --once` says so with exit status 1.
+#[tokio::test]
+async fn commands_start_from_a_bare_config_name_and_a_missing_program_fails_the_action() {
+    let w = World::new().await;
+    w.push_run("1").await;
+    let v1 = BuilderSpec::jammy(&w.run);
+    w.push_builder(&v1).await;
+    let ws = Workspace::new();
+    std::fs::write(ws.path("ex.toml"), w.config(&[("a", "rebuild")], "type = \"exec\"\nmax_attempts = 3")).unwrap();
+    let once = || run_with_env(&["run", "--once", "--config", "ex.toml"], &[], ws.dir.path());
+    let out = once();
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    w.push_builder(&v1.clone().bump("paketo-buildpacks/go", "4.15.0")).await;
+    let out = once();
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(ended(&w.record()).len(), 1, "the rebuild ran: {}", out.stderr);
+
+    let text = w.config(&[("a", "rebuild")], "type = \"exec\"\nmax_attempts = 3");
+    let text = text.replacen("rebuild = [\"sh\"", "rebuild = [\"/nonexistent/pack\"", 1);
+    std::fs::write(ws.path("ex.toml"), text).unwrap();
+    w.push_builder(&v1.bump("paketo-buildpacks/go", "4.16.0")).await;
+    let out = once();
+    assert_eq!(out.code, Some(1), "a failed action fails run --once: {}", out.stderr);
+    let out = run_with_env(&["status", "--json", "--config", "ex.toml"], &[], ws.dir.path());
+    let status: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let action = &status["actions"][0];
+    assert_eq!((action["state"].as_str(), action["attempts"].as_u64()), (Some("failed"), Some(1)), "{action}");
+    let detail = action["detail"].as_str().unwrap();
+    assert!(detail.starts_with("cannot start `/nonexistent/pack`"), "{detail}");
+}
+
+/// `run --once` on the ledger of a daemon that is running a build leaves that build to it: the
+/// command is neither stopped nor started a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_once_leaves_a_live_daemons_running_build_alone() {
+    let w = World::new().await;
+    let (_, run_v1) = w.push_run("1").await;
+    let v1 = BuilderSpec::jammy(&w.run);
+    w.push_builder(&v1).await;
+    w.push_app("apps/a", &run_v1[0].digest).await;
+    let (block, pid_file, mark_file) =
+        (w.dir.path().join("block"), w.dir.path().join("pids"), w.dir.path().join("marks"));
+    let text = w
+        .config(&[("a", "auto")], "type = \"exec\"")
+        .replace(
+            &support::fixture("record.sh").display().to_string(),
+            &support::fixture("overlap.sh").display().to_string(),
+        )
+        .replace(
+            "env = { RECORD_FILE",
+            &format!(
+                "env = {{ BLOCK_FILE = \"{}\", PIDS_FILE = \"{}\", MARKS_FILE = \"{}\", RECORD_FILE",
+                block.display(),
+                pid_file.display(),
+                mark_file.display()
+            ),
+        );
+    let ws = Workspace::new();
+    let config = ws.config(&text);
+    let out = run_with_env(&["run", "--once", "--config", config.to_str().unwrap()], &[], ws.dir.path());
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    std::fs::write(&block, "").unwrap();
+    w.push_builder(&v1.bump("paketo-buildpacks/java", "18.2.0")).await;
+    let mut daemon = Daemon::start(&config);
+    daemon.wait_for("the command's group to be recorded", |v| v["message"] == "command started");
+    wait_until("the command started", || marks(&mark_file, "start").len() == 1);
+    let command = pids(&pid_file)[0];
+
+    // Refused by the writer lock, or run beside the daemon: either way the build is not touched.
+    let _ = run_with_env(&["run", "--once", "--config", config.to_str().unwrap()], &[], ws.dir.path());
+    assert!(alive(command), "the daemon's build was stopped");
+    assert_eq!(marks(&mark_file, "start").len(), 1, "the daemon's build was started again");
+
+    std::fs::remove_file(&block).unwrap();
+    daemon.wait_for("the rebuild to finish", |v| v["message"] == "action succeeded");
+    let (status, _) = daemon.terminate();
+    assert!(status.success());
+    assert_eq!((marks(&mark_file, "start").len(), marks(&mark_file, "end").len()), (1, 1));
+    assert_eq!(marks(&mark_file, "overlap"), Vec::<String>::new());
+}
+
+/// Wakes that keep coming while an action runs (new checks, completions) never start a second
+/// run of it: a claimed action is `running` until its outcome is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wakes_while_an_action_runs_never_start_it_twice() {
+    let w = World::new().await;
+    w.push_run("1").await;
+    let v1 = BuilderSpec::jammy(&w.run);
+    w.push_builder(&v1).await;
+    let block = w.dir.path().join("block");
+    let text = w
+        .config(&[("a", "rebuild"), ("b", "rebuild")], "type = \"exec\"\nmax_concurrent = 4")
+        .replace("env = { RECORD_FILE", &format!("env = {{ BLOCK_FILE = \"{}\", RECORD_FILE", block.display()));
+    let d = assemble(w.dir.path(), &text);
+    assert!(d.monitor.run_once().await);
+    std::fs::write(&block, "").unwrap();
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(d.runner.clone().run(stop.clone()));
+    w.push_builder(&v1.bump("paketo-buildpacks/go", "4.15.0")).await;
+    assert!(d.monitor.run_once().await);
+    let record = w.record();
+    let deadline = tokio::time::Instant::now() + support::PATIENCE;
+    while calls(&record).len() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "the rebuilds never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let wake = d.monitor.action_wake();
+    for _ in 0..2000 {
+        wake.notify_one();
+        tokio::task::yield_now().await;
+    }
+    assert!(d.monitor.run_once().await, "checks while the actions run");
+    std::fs::remove_file(&block).unwrap();
+    while d.ledger.actions(10).await.unwrap().iter().any(|a| a.state != "succeeded") {
+        assert!(tokio::time::Instant::now() < deadline, "the rebuilds never finished");
+        wake.notify_one();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop.cancel();
+    running.await.unwrap();
+    let all = calls(&record);
+    assert_eq!(all.iter().filter(|c| c.phase == "start").count(), 2, "{all:?}");
+    assert_eq!(all.iter().filter(|c| c.phase == "end").count(), 2, "{all:?}");
 }

@@ -29,7 +29,12 @@ pub struct Dispatcher {
     ledger: Ledger,
     clock: Clock,
     wake: Arc<Notify>,
+    /// Claims: (event, alert) of every send started and not yet recorded. A scan skips them.
     in_flight: Mutex<HashSet<(String, String)>>,
+    /// Held by a scan from its read of the ledger until it has claimed what it read, and by an
+    /// attempt from recording its outcome until it drops its claim: otherwise a scan could read a
+    /// delivery as pending just before its send is recorded, see the claim gone, and send it again.
+    scan: tokio::sync::Mutex<()>,
     metrics: Arc<Metrics>,
 }
 
@@ -46,7 +51,15 @@ impl Dispatcher {
         for a in alerts {
             senders.insert(a.name.clone(), (Arc::new(Sender::new(a.clone())?), Arc::new(Semaphore::new(PER_ALERT))));
         }
-        Ok(Dispatcher { senders, ledger, clock, wake, in_flight: Mutex::new(HashSet::new()), metrics })
+        Ok(Dispatcher {
+            senders,
+            ledger,
+            clock,
+            wake,
+            in_flight: Mutex::new(HashSet::new()),
+            scan: tokio::sync::Mutex::new(()),
+            metrics,
+        })
     }
 
     /// Delivers until `shutdown`; sends in flight then get a grace period (an aborted one stays
@@ -77,6 +90,7 @@ impl Dispatcher {
     }
 
     async fn start_due(self: &Arc<Self>, tasks: &mut JoinSet<()>) -> usize {
+        let _scan = self.scan.lock().await;
         let now = timestamp_millis(self.clock.now());
         let due = match self.ledger.due_deliveries(now, BATCH).await {
             Ok(due) => due,
@@ -129,8 +143,12 @@ impl Dispatcher {
             }
         };
         // Recorded first, then logged: a log line never claims what the ledger could still lose.
-        if let Err(err) = self.ledger.update_delivery(&event_id, &alert, update.clone()).await {
-            tracing::error!(alert = %alert, event_id = %event_id, error = %err, "cannot record delivery outcome; it will be sent again");
+        {
+            let _scan = self.scan.lock().await;
+            if let Err(err) = self.ledger.update_delivery(&event_id, &alert, update.clone()).await {
+                tracing::error!(alert = %alert, event_id = %event_id, error = %err, "cannot record delivery outcome; it will be sent again");
+            }
+            self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).remove(&(event_id.clone(), alert.clone()));
         }
         let outcome = match &update {
             DeliveryUpdate::Sent { .. } => "sent",
@@ -149,7 +167,6 @@ impl Dispatcher {
                 tracing::error!(alert = %alert, event_id = %event_id, status = %status, attempt = delivery.attempts + 1, "alert delivery given up (dead letter)");
             }
         }
-        self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).remove(&(event_id, alert));
     }
 
     fn decide(&self, settings: &AlertSettings, delivery: &DueDelivery, outcome: SendOutcome) -> DeliveryUpdate {

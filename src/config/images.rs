@@ -156,8 +156,11 @@ pub struct ExecSettings {
     pub rebuild: Vec<String>,
     pub rebase: Vec<String>,
     pub timeout: Duration,
+    /// Absolute: a relative one would depend on where the daemon was started from.
     pub working_dir: PathBuf,
     pub env: BTreeMap<String, String>,
+    /// Variables of the daemon's environment a command also gets (besides PATH, HOME and LANG).
+    pub pass_env: Vec<String>,
 }
 
 /// Placeholders the exec templates may use.
@@ -198,6 +201,21 @@ struct RawExec {
     working_dir: Option<Spanned<String>>,
     #[serde(default)]
     env: BTreeMap<String, String>,
+    pass_env: Option<Spanned<Vec<String>>>,
+}
+
+/// `NAME` as a shell would accept it: a letter or `_`, then letters, digits and `_`.
+fn is_variable_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// The directory a command runs in, absolute: the config's own directory is `""` for a bare file
+/// name (`--config ex.toml`), which no process can be started in.
+fn absolute_dir(dir: PathBuf) -> PathBuf {
+    let dir = if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir };
+    dir.canonicalize().or_else(|_| std::path::absolute(&dir)).unwrap_or(dir)
 }
 
 /// The `{name}` placeholders of a template argument that are not known.
@@ -387,12 +405,19 @@ impl<'a> Validator<'a> {
             Some(w) => self.path(w.get_ref()),
             None => self.base.clone(),
         };
+        let pass_env = raw.pass_env.map(|names| {
+            for name in names.get_ref().iter().filter(|n| !is_variable_name(n)) {
+                self.error(names.span(), format!("pass_env: {name:?} is not an environment variable name"));
+            }
+            names.into_inner()
+        });
         (self.diagnostics.len() == errors_before).then_some(ExecSettings {
             rebuild,
             rebase,
             timeout,
-            working_dir,
+            working_dir: absolute_dir(working_dir),
             env: raw.env,
+            pass_env: pass_env.unwrap_or_default(),
         })
     }
 }
@@ -408,5 +433,27 @@ mod tests {
         assert_eq!(unknown_placeholders("{imge}"), ["imge"]);
         assert_eq!(unknown_placeholders("{oops"), ["oops"]);
         assert!(unknown_placeholders("plain").is_empty());
+    }
+
+    #[test]
+    fn variable_names() {
+        for ok in ["DOCKER_CONFIG", "_x", "a1"] {
+            assert!(is_variable_name(ok), "{ok}");
+        }
+        for bad in ["", "1A", "A-B", "A=B", "A B", "É"] {
+            assert!(!is_variable_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_bare_config_file_name_runs_commands_in_the_current_directory() {
+        let config = crate::config::Config::parse(
+            std::path::Path::new("ex.toml"),
+            "[[builders]]\nname = \"b\"\nimage = \"r.example/b:1\"\n[runner]\ntype = \"exec\"\n[runner.exec]\nrebuild = [\"true\"]\nrebase = [\"true\"]\n",
+        )
+        .unwrap();
+        let dir = &config.runner.exec.unwrap().working_dir;
+        assert!(dir.is_absolute(), "{}", dir.display());
+        assert_eq!(dir, &std::env::current_dir().unwrap().canonicalize().unwrap());
     }
 }

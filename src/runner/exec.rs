@@ -1,5 +1,5 @@
-//! The `exec` runner's process handling: argv templates expanded without a shell, a process group
-//! killed whole on timeout, and the tail of the output kept for the ledger.
+//! The `exec` runner's process handling: argv templates expanded without a shell, a clean
+//! environment, a process group killed whole, and the scrubbed tail of the output for the ledger.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::Outcome;
+use super::{Outcome, Secrets, group};
 use crate::config::ExecSettings;
+use crate::store::ProcessGroup;
 
 /// Output kept per action (the end of stdout and stderr, interleaved as read).
 pub const TAIL_BYTES: usize = 4096;
@@ -21,19 +22,33 @@ pub fn expand(template: &[String], values: &BTreeMap<&str, String>) -> Vec<Strin
         .collect()
 }
 
-/// A bounded tail of everything read.
+/// A bounded tail of everything read: `TAIL_BYTES` and a margin, so a secret cut by the end of
+/// the kept text is still whole when it is scrubbed.
 #[derive(Default)]
 struct Tail(Vec<u8>);
 
 impl Tail {
     fn push(&mut self, bytes: &[u8]) {
         self.0.extend_from_slice(bytes);
-        if self.0.len() > TAIL_BYTES {
-            let cut = self.0.len() - TAIL_BYTES;
+        if self.0.len() > TAIL_BYTES + SCRUB_MARGIN {
+            let cut = self.0.len() - TAIL_BYTES - SCRUB_MARGIN;
             self.0.drain(..cut);
         }
     }
+
+    /// The last `TAIL_BYTES` of the output, scrubbed of every secret.
+    fn text(&self, secrets: &Secrets) -> String {
+        let scrubbed = secrets.scrub(&String::from_utf8_lossy(&self.0));
+        let mut start = scrubbed.len().saturating_sub(TAIL_BYTES);
+        while !scrubbed.is_char_boundary(start) {
+            start += 1;
+        }
+        scrubbed[start..].to_string()
+    }
 }
+
+/// Secrets longer than this could leave their beginning in a tail (none of ours is that long).
+const SCRUB_MARGIN: usize = 4096;
 
 async fn drain(mut pipe: impl AsyncRead + Unpin, tail: std::sync::Arc<std::sync::Mutex<Tail>>) {
     let mut buf = [0u8; 8192];
@@ -45,15 +60,44 @@ async fn drain(mut pipe: impl AsyncRead + Unpin, tail: std::sync::Arc<std::sync:
     }
 }
 
-/// Runs `argv` in its own process group; on timeout the whole group is killed.
-pub async fn run(settings: &ExecSettings, argv: &[String], env: &BTreeMap<String, String>) -> Outcome {
+/// A command that could not be started at all (trying again will not help).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("empty command")]
+    Empty,
+    #[error("cannot start `{program}` in {}: {source}", dir.display())]
+    Spawn { program: String, dir: std::path::PathBuf, source: std::io::Error },
+}
+
+/// The variables a command gets from the daemon's own environment, besides the configured ones.
+const INHERITED: &[&str] = &["PATH", "HOME", "LANG"];
+
+/// Runs `argv` in its own process group with a clean environment: `PATH`, `HOME` and `LANG`, the
+/// variables named in `pass_env`, then `settings.env` and the image's `env`. `started` is told the
+/// group as soon as it exists (before the command ends). The group is killed whole on timeout,
+/// when the command ends, and when this future is dropped; on Linux the command also dies with
+/// the daemon.
+pub async fn run<F>(
+    settings: &ExecSettings,
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+    secrets: &Secrets,
+    started: impl FnOnce(ProcessGroup) -> F,
+) -> Result<Outcome, StartError>
+where
+    F: Future<Output = ()>,
+{
     let Some((program, args)) = argv.split_first() else {
-        return Outcome { success: false, detail: "empty command".into(), output_tail: String::new() };
+        return Err(StartError::Empty);
     };
     let mut command = tokio::process::Command::new(program);
+    command.args(args).current_dir(&settings.working_dir).env_clear();
+    for name in INHERITED.iter().copied().chain(settings.pass_env.iter().map(String::as_str)) {
+        if let Some(value) = std::env::var_os(name) {
+            command.env(name, value);
+        }
+    }
     command
-        .args(args)
-        .current_dir(&settings.working_dir)
         .envs(&settings.env)
         .envs(env)
         .stdin(Stdio::null())
@@ -62,39 +106,38 @@ pub async fn run(settings: &ExecSettings, argv: &[String], env: &BTreeMap<String
         .kill_on_drop(true);
     #[cfg(unix)]
     command.process_group(0);
-    let mut child = match command.spawn() {
-        Ok(child) => child,
-        Err(err) => {
-            return Outcome {
-                success: false,
-                detail: format!("cannot start `{program}`: {err}"),
-                output_tail: String::new(),
-            };
-        }
-    };
+    group::die_with_daemon(&mut command);
+    let mut child = command.spawn().map_err(|source| StartError::Spawn {
+        program: program.clone(),
+        dir: settings.working_dir.clone(),
+        source,
+    })?;
     let tail = std::sync::Arc::new(std::sync::Mutex::new(Tail::default()));
     let readers = [
         child.stdout.take().map(|p| tokio::spawn(drain(p, tail.clone()))),
         child.stderr.take().map(|p| tokio::spawn(drain(p, tail.clone()))),
     ];
-    let pid = child.id();
+    // `id` is `None` only once the child was reaped, which nothing has done yet.
+    let leader = child.id().unwrap_or_default();
+    let guard = group::KillOnDrop(leader);
+    started(group::of_leader(leader)).await;
     let status = match tokio::time::timeout(settings.timeout, child.wait()).await {
         Ok(status) => status.map_err(|e| e.to_string()),
         Err(_) => {
-            if let Some(pid) = pid {
-                kill_group(pid).await;
-            }
+            group::kill(leader);
             let _ = child.kill().await;
             let _ = child.wait().await;
             Err(format!("timed out after {}; process group killed", humantime::format_duration(settings.timeout)))
         }
     };
-    // A process that outlived the group could hold a pipe open: do not wait for it forever.
+    // Whatever the command left running goes with it, and with it the pipes it held open.
+    drop(guard);
+    // A process that left the group could still hold a pipe open: do not wait for it forever.
     for reader in readers.into_iter().flatten() {
         let _ = tokio::time::timeout(Duration::from_secs(2), reader).await;
     }
-    let output_tail = String::from_utf8_lossy(&tail.lock().unwrap_or_else(|e| e.into_inner()).0).into_owned();
-    match status {
+    let output_tail = tail.lock().unwrap_or_else(|e| e.into_inner()).text(secrets);
+    Ok(match status {
         Ok(s) if s.success() => Outcome { success: true, detail: "exit status 0".into(), output_tail },
         Ok(s) => {
             let detail = match s.code() {
@@ -114,21 +157,7 @@ pub async fn run(settings: &ExecSettings, argv: &[String], env: &BTreeMap<String
             Outcome { success: false, detail, output_tail }
         }
         Err(detail) => Outcome { success: false, detail, output_tail },
-    }
-}
-
-/// SIGKILL to the whole process group (the command and everything it started), through `kill(1)`
-/// so the crate stays free of unsafe code.
-async fn kill_group(pgid: u32) {
-    let result = tokio::process::Command::new("kill")
-        .args(["-KILL", "--", &format!("-{pgid}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .await;
-    if let Err(err) = result {
-        tracing::warn!(pgid, error = %err, "cannot kill the process group");
-    }
+    })
 }
 
 #[cfg(test)]
@@ -142,6 +171,7 @@ mod tests {
             timeout,
             working_dir: std::env::temp_dir(),
             env: BTreeMap::new(),
+            pass_env: vec![],
         }
     }
 
@@ -154,26 +184,103 @@ mod tests {
         assert_eq!(argv, ["pack", "r/app:1", "--builder=r/b@sha256:x", "{unknown}"]);
     }
 
+    async fn sh(s: &ExecSettings, script: &str, env: &BTreeMap<String, String>, secrets: &Secrets) -> Outcome {
+        run(s, &["sh".into(), "-c".into(), script.into()], env, secrets, |_| async {}).await.unwrap()
+    }
+
     #[tokio::test]
     async fn exit_status_and_output_tail() {
         let s = settings(Duration::from_secs(10));
-        let ok = run(&s, &["sh".into(), "-c".into(), "echo out; echo err >&2".into()], &BTreeMap::new()).await;
+        let none = Secrets::default();
+        let ok = sh(&s, "echo out; echo err >&2", &BTreeMap::new(), &none).await;
         assert!(ok.success);
         assert!(ok.output_tail.contains("out") && ok.output_tail.contains("err"));
-        let failed = run(&s, &["sh".into(), "-c".into(), "exit 3".into()], &BTreeMap::new()).await;
+        let failed = sh(&s, "exit 3", &BTreeMap::new(), &none).await;
         assert_eq!((failed.success, failed.detail.as_str()), (false, "exit status 3"));
-        let missing = run(&s, &["/nonexistent/pack".into()], &BTreeMap::new()).await;
-        assert!(missing.detail.starts_with("cannot start `/nonexistent/pack`"), "{}", missing.detail);
+        let missing = run(&s, &["/nonexistent/pack".into()], &BTreeMap::new(), &none, |_| async {}).await;
+        let missing = missing.unwrap_err().to_string();
+        assert!(missing.starts_with("cannot start `/nonexistent/pack` in "), "{missing}");
+        assert!(matches!(run(&s, &[], &BTreeMap::new(), &none, |_| async {}).await, Err(StartError::Empty)));
         let env = [("GREETING".to_string(), "hello".to_string())].into();
-        let with_env = run(&s, &["sh".into(), "-c".into(), "printf %s \"$GREETING\"".into()], &env).await;
+        let with_env = sh(&s, "printf %s \"$GREETING\"", &env, &none).await;
         assert_eq!(with_env.output_tail, "hello");
-        let long = run(
-            &s,
-            &["sh".into(), "-c".into(), "head -c 100000 /dev/zero | tr '\\\\0' x; echo END".into()],
-            &BTreeMap::new(),
-        )
-        .await;
+        let long = sh(&s, "head -c 100000 /dev/zero | tr '\\0' x; echo END", &BTreeMap::new(), &none).await;
         assert_eq!(long.output_tail.len(), TAIL_BYTES);
         assert!(long.output_tail.ends_with("END\n"));
+    }
+
+    #[tokio::test]
+    async fn commands_get_a_clean_environment() {
+        // cargo runs tests with CARGO_* set: the daemon's environment, which a command must not see.
+        assert!(std::env::var_os("CARGO_PKG_NAME").is_some());
+        let mut s = settings(Duration::from_secs(10));
+        s.env = [("FROM_CONFIG".to_string(), "1".to_string())].into();
+        let image = [("FROM_IMAGE".to_string(), "2".to_string())].into();
+        let seen = sh(&s, "env | cut -d= -f1 | sort | tr '\\n' ' '", &image, &Secrets::default()).await;
+        let mut expected: Vec<&str> = ["FROM_CONFIG", "FROM_IMAGE", "PWD"]
+            .into_iter()
+            .chain(INHERITED.iter().copied().filter(|n| std::env::var_os(n).is_some()))
+            .collect();
+        expected.sort();
+        let names: Vec<&str> =
+            seen.output_tail.split_whitespace().filter(|n| *n != "SHLVL" && *n != "OLDPWD").collect();
+        assert_eq!(names, expected, "{}", seen.output_tail);
+        s.pass_env = vec!["CARGO_PKG_NAME".into(), "BM_SURELY_UNSET".into()];
+        let passed = sh(&s, "printf %s \"$CARGO_PKG_NAME\"", &BTreeMap::new(), &Secrets::default()).await;
+        assert_eq!(passed.output_tail, env!("CARGO_PKG_NAME"));
+    }
+
+    #[tokio::test]
+    async fn secrets_are_scrubbed_from_the_tail_even_where_it_is_cut() {
+        let s = settings(Duration::from_secs(10));
+        let secret = "hunter2-the-registry-password";
+        let secrets = Secrets::new([secret.to_string()]);
+        let env = [("PW".to_string(), secret.to_string())].into();
+        let plain = sh(&s, "echo \"pw=$PW.\"", &env, &secrets).await;
+        assert_eq!(plain.output_tail, "pw=***.\n");
+        // The secret straddles the start of the kept tail: its end must not survive either.
+        let script = format!(
+            "head -c 1000 /dev/zero | tr '\\0' y; printf %s \"$PW\"; head -c {} /dev/zero | tr '\\0' x",
+            TAIL_BYTES - 5
+        );
+        let cut = sh(&s, &script, &env, &secrets).await;
+        assert_eq!(cut.output_tail.len(), TAIL_BYTES);
+        assert!(cut.output_tail.starts_with("yy***x"), "{}", &cut.output_tail[..40]);
+    }
+
+    fn alive(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| !s.rsplit(')').next().unwrap_or_default().trim_start().starts_with('Z'))
+    }
+
+    #[tokio::test]
+    async fn what_a_command_leaves_running_is_killed_when_it_ends_or_is_dropped() {
+        let s = settings(Duration::from_secs(10));
+        let none = Secrets::default();
+        let ended = sh(&s, "sleep 300 >/dev/null 2>&1 & echo $!", &BTreeMap::new(), &none).await;
+        let left: u32 = ended.output_tail.trim().parse().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while alive(left) {
+            assert!(std::time::Instant::now() < deadline, "the command's child outlived it");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let argv = ["sh".to_string(), "-c".into(), "sleep 300 & sleep 300".into()];
+        let env = BTreeMap::new();
+        let mut running = Box::pin(run(&s, &argv, &env, &none, |g| async move {
+            let _ = tx.send(g);
+        }));
+        let group = tokio::select! {
+            g = rx => g.unwrap(),
+            r = &mut running => panic!("ended: {:?}", r.map(|o| o.detail)),
+        };
+        assert!(group::alive(group));
+        drop(running);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while group::alive(group) {
+            assert!(std::time::Instant::now() < deadline, "an aborted command's group outlived it");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 }

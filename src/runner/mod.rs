@@ -2,11 +2,13 @@
 //! `none`), at most `max_concurrent` at once, retrying failures and recording every outcome.
 
 pub mod exec;
+pub mod group;
 pub mod kpack;
 pub mod kubernetes;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
@@ -20,6 +22,15 @@ use crate::plan::{ActionKind, ActionTarget};
 use crate::schedule::{Clock, parse_timestamp, timestamp, timestamp_millis};
 use crate::store::{ActionOutcome, ClaimedAction, Ledger, LedgerError};
 
+/// Why the runner cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum RecoverError {
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error("action {key} was running before the restart and its command cannot be stopped: {source}")]
+    Alive { key: String, source: group::GroupError },
+}
+
 const IDLE: Duration = Duration::from_secs(60);
 const GRACE: Duration = Duration::from_secs(10);
 
@@ -29,6 +40,60 @@ pub struct Outcome {
     pub success: bool,
     pub detail: String,
     pub output_tail: String,
+}
+
+/// Every secret value the config holds (registry passwords, the API token, alert secrets and
+/// receiver URLs): none may leave the daemon in a command's output.
+#[derive(Debug, Clone, Default)]
+pub struct Secrets(Vec<String>);
+
+impl Secrets {
+    pub fn new(values: impl IntoIterator<Item = String>) -> Self {
+        let mut values: Vec<String> = values.into_iter().filter(|v| !v.is_empty()).collect();
+        // Longest first, so a secret that contains another is replaced whole.
+        values.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        values.dedup();
+        Secrets(values)
+    }
+
+    pub fn of(config: &Config) -> Self {
+        use base64::Engine as _;
+        let mut values = Vec::new();
+        for registry in config.registries.values() {
+            if let crate::config::Credentials::Basic { username, password, .. } = &registry.credentials {
+                values.push(password.expose().to_string());
+                // How a Docker config file spells them: a command that prints one leaks both.
+                let auth = format!("{username}:{}", password.expose());
+                values.push(base64::engine::general_purpose::STANDARD.encode(auth));
+            }
+        }
+        if let Some(token) = config.server.as_ref().and_then(|s| s.api_token.as_ref()) {
+            values.push(token.expose().to_string());
+        }
+        for alert in &config.alerts {
+            values.extend(alert.secret.as_ref().map(|s| s.expose().to_string()));
+            let url = alert.url.expose();
+            values.push(url.to_string());
+            // The path and query carry a tokenised URL's token; a short path ("/hook") is no secret.
+            if let Some(after_host) = url.find("://").and_then(|i| url[i + 3..].find('/').map(|j| &url[i + 3 + j..]))
+                && after_host.len() >= 8
+            {
+                values.push(after_host.to_string());
+            }
+        }
+        Secrets::new(values)
+    }
+
+    /// `text` with every secret replaced by `***`.
+    pub fn scrub(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for secret in &self.0 {
+            if out.contains(secret.as_str()) {
+                out = out.replace(secret.as_str(), "***");
+            }
+        }
+        out
+    }
 }
 
 /// What carries out actions.
@@ -79,6 +144,9 @@ pub struct Runner {
     /// Notified when this runner records events with deliveries.
     delivery_wake: Arc<Notify>,
     permits: Arc<Semaphore>,
+    secrets: Secrets,
+    /// Attempts that failed in this process (`run --once` exits 1 after one).
+    failures: AtomicUsize,
 }
 
 impl Runner {
@@ -91,17 +159,39 @@ impl Runner {
         delivery_wake: Arc<Notify>,
     ) -> Self {
         let permits = Arc::new(Semaphore::new(config.runner.max_concurrent));
-        Runner { config, ledger, clock, backend, wake, delivery_wake, permits }
+        let secrets = Secrets::of(&config);
+        Runner { config, ledger, clock, backend, wake, delivery_wake, permits, secrets, failures: AtomicUsize::new(0) }
     }
 
-    /// Start-up reconciliation of actions left `running`: a local command died with the previous
-    /// process, so it runs again (its attempt still counts); a Job or Build lives in the cluster,
-    /// so the runner follows it again (`resume`).
-    pub async fn recover(&self) -> Result<usize, LedgerError> {
+    /// Attempts that failed in this process so far.
+    pub fn failures(&self) -> usize {
+        self.failures.load(Ordering::Relaxed)
+    }
+
+    /// Start-up reconciliation of actions left `running`: a local command runs again (its attempt
+    /// still counts), once its process group from before is gone (stopped if it still lives); a
+    /// Job or Build lives in the cluster, so the runner follows it again (`resume`).
+    pub async fn recover(&self) -> Result<usize, RecoverError> {
         if !matches!(self.backend, Backend::Exec(_)) {
             return Ok(0);
         }
-        let keys = self.ledger.requeue_running().await?;
+        let mut keys = Vec::new();
+        for action in self.ledger.running_actions().await? {
+            if let Some(process) = action.process {
+                if let Some(owner) = group::owner(process) {
+                    tracing::warn!(action = %action.key, process_group = process.id, owner, "action is running in another live builder-monitor process; left to it");
+                    continue;
+                }
+                if group::alive(process) {
+                    tracing::warn!(action = %action.key, process_group = process.id, "the command of an action left running is still alive; stopping it before it runs again");
+                }
+                group::stop(process, GRACE)
+                    .await
+                    .map_err(|source| RecoverError::Alive { key: action.key.clone(), source })?;
+            }
+            keys.push(action.key);
+        }
+        self.ledger.requeue_actions(keys.clone()).await?;
         for key in &keys {
             tracing::warn!(action = %key, "action was running when the daemon stopped; it runs again");
         }
@@ -152,6 +242,8 @@ impl Runner {
         }
         if tokio::time::timeout(GRACE, async { while tasks.join_next().await.is_some() {} }).await.is_err() {
             tasks.abort_all();
+            // An aborted task ends once its future is dropped, and with it the command's group.
+            while tasks.join_next().await.is_some() {}
         }
     }
 
@@ -282,12 +374,17 @@ impl Runner {
             self.delivery_wake.notify_one();
         }
         tracing::info!(action = %action.key, image = %action.image, kind = action.kind.as_str(), attempt = action.attempt, "running action");
-        let outcome = self.carry_out(&action, &target).await;
+        let (mut outcome, retryable) = self.carry_out(&action, &target).await;
+        outcome.detail = self.secrets.scrub(&outcome.detail);
+        outcome.output_tail = self.secrets.scrub(&outcome.output_tail);
+        if !outcome.success {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+        }
         let (state, event_type) = if outcome.success {
             let t =
                 if action.kind == ActionKind::Rebuild { EventType::BuildSucceeded } else { EventType::RebaseSucceeded };
             (ActionOutcome::Succeeded, Some(t))
-        } else if self.backend.retries() && action.attempt < self.config.runner.max_attempts {
+        } else if retryable && self.backend.retries() && action.attempt < self.config.runner.max_attempts {
             let wait = self.config.runner.backoff.saturating_mul(1u32 << (action.attempt - 1).min(16));
             let next = self.clock.now() + chrono::Duration::from_std(wait).unwrap_or_default();
             (ActionOutcome::Retry { next_attempt: timestamp_millis(next) }, None)
@@ -334,7 +431,9 @@ impl Runner {
         }
     }
 
-    async fn carry_out(&self, action: &ClaimedAction, target: &ActionTarget) -> Outcome {
+    /// The attempt's outcome, and whether trying again could help (not for a command that cannot
+    /// be started).
+    async fn carry_out(&self, action: &ClaimedAction, target: &ActionTarget) -> (Outcome, bool) {
         let reference = kubernetes::ActionRef {
             key: &action.key,
             change_id: &action.change_id,
@@ -343,14 +442,12 @@ impl Runner {
         };
         let settings = match &self.backend {
             Backend::Exec(settings) => settings,
-            Backend::Jobs(jobs) => return jobs.carry_out(&reference, target).await,
-            Backend::Kpack(builds) => return builds.carry_out(&reference, target).await,
+            Backend::Jobs(jobs) => return (jobs.carry_out(&reference, target).await, true),
+            Backend::Kpack(builds) => return (builds.carry_out(&reference, target).await, true),
             Backend::None => {
-                return Outcome {
-                    success: false,
-                    detail: "runner none runs nothing".into(),
-                    output_tail: String::new(),
-                };
+                let outcome =
+                    Outcome { success: false, detail: "runner none runs nothing".into(), output_tail: String::new() };
+                return (outcome, false);
             }
         };
         let template = match action.kind {
@@ -371,6 +468,18 @@ impl Runner {
         ]
         .into();
         let argv = exec::expand(template, &values);
-        exec::run(settings, &argv, &target.env).await
+        let record = |process| async move {
+            // Without the record a restart cannot stop this command before running it again.
+            match self.ledger.record_process(&action.key, process).await {
+                Ok(()) => tracing::info!(action = %action.key, process_group = process.id, "command started"),
+                Err(err) => {
+                    tracing::error!(action = %action.key, error = %err, "cannot record the command's process group")
+                }
+            }
+        };
+        match exec::run(settings, &argv, &target.env, &self.secrets, record).await {
+            Ok(outcome) => (outcome, true),
+            Err(err) => (Outcome { success: false, detail: err.to_string(), output_tail: String::new() }, false),
+        }
     }
 }

@@ -56,6 +56,9 @@ struct ActionRow {
     target: serde_json::Value,
     detail: Option<String>,
     output_tail: Option<String>,
+    /// The local command's process group while `running` (exec runner).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    process: Option<ProcessGroup>,
     created: String,
     updated: String,
 }
@@ -172,6 +175,7 @@ impl WatchDoc {
                     target: a.target.clone(),
                     detail: None,
                     output_tail: None,
+                    process: None,
                     created: now.clone(),
                     updated: now.clone(),
                 });
@@ -578,6 +582,7 @@ impl KubeLedger {
                         a.state = "running".into();
                         a.attempts += 1;
                         a.updated = now.clone();
+                        a.process = None;
                         ClaimedAction {
                             key: a.key.clone(),
                             change_id: a.change_id.clone(),
@@ -585,6 +590,7 @@ impl KubeLedger {
                             kind: a.kind,
                             attempt: a.attempts,
                             target: a.target.clone(),
+                            process: None,
                         }
                     }))
                 })
@@ -592,6 +598,19 @@ impl KubeLedger {
             claimed.extend(taken);
         }
         Ok(claimed)
+    }
+
+    pub async fn record_process(&self, key: &str, group: ProcessGroup) -> Result<(), LedgerError> {
+        let Some(holder) = self.holder(|d| d.actions.iter().any(|a| a.key == key)).await? else {
+            return Ok(());
+        };
+        self.modify(&holder, |doc| {
+            if let Some(a) = doc.actions.iter_mut().find(|a| a.key == key && a.state == "running") {
+                a.process = Some(group);
+            }
+            Ok(())
+        })
+        .await
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -660,6 +679,7 @@ impl KubeLedger {
                     kind: a.kind,
                     attempt: a.attempts,
                     target: a.target,
+                    process: a.process,
                 });
             }
         }
@@ -685,6 +705,22 @@ impl KubeLedger {
             }
         }
         Ok(keys)
+    }
+
+    pub async fn requeue_actions(&self, keys: Vec<String>) -> Result<(), LedgerError> {
+        for (_, doc) in self.all().await? {
+            let Some(watch) = doc.watch.as_ref().map(|w| w.name.clone()) else { continue };
+            if doc.actions.iter().any(|a| a.state == "running" && keys.contains(&a.key)) {
+                self.modify(&watch, |d| {
+                    for a in d.actions.iter_mut().filter(|a| a.state == "running" && keys.contains(&a.key)) {
+                        a.state = "pending".into();
+                    }
+                    Ok(())
+                })
+                .await?;
+            }
+        }
+        Ok(())
     }
 
     pub async fn actions(&self, limit: usize) -> Result<Vec<ActionRecord>, LedgerError> {

@@ -161,6 +161,17 @@ pub struct ClaimedAction {
     /// 1 for the first try.
     pub attempt: u32,
     pub target: serde_json::Value,
+    /// The local command's process group, once the exec runner started it.
+    pub process: Option<ProcessGroup>,
+}
+
+/// A local command's process group: its id (the leader's pid) and the leader's start time, so a
+/// later process can tell that group from a new one that reuses the number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ProcessGroup {
+    pub id: u32,
+    /// Clock ticks after boot (`/proc/PID/stat` field 22).
+    pub started: u64,
 }
 
 /// Where an attempt leaves an action.
@@ -375,6 +386,11 @@ impl Ledger {
         dispatch!(self, claim_actions(now, limit))
     }
 
+    /// Records the process group a `running` action's command runs in.
+    pub async fn record_process(&self, key: &str, group: ProcessGroup) -> Result<(), LedgerError> {
+        dispatch!(self, record_process(key, group))
+    }
+
     /// Records an attempt's end and its events (with their outbox rows) in one write.
     #[allow(clippy::too_many_arguments)]
     pub async fn finish_action(
@@ -404,6 +420,11 @@ impl Ledger {
     /// Actions left `running` by a process that died: back to `pending` (the attempt is counted).
     pub async fn requeue_running(&self) -> Result<Vec<String>, LedgerError> {
         dispatch!(self, requeue_running())
+    }
+
+    /// These actions, if still `running`, back to `pending` (the attempt is counted).
+    pub async fn requeue_actions(&self, keys: Vec<String>) -> Result<(), LedgerError> {
+        dispatch!(self, requeue_actions(keys))
     }
 
     /// The most recently updated actions, any state.

@@ -103,6 +103,12 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE actions ADD COLUMN detail TEXT;
     CREATE INDEX actions_by_image ON actions (image, state);
     "#,
+    // 3: the process group (and its leader's start time) of a running local command, so a restart
+    // can make sure it is gone before the action runs again.
+    r#"
+    ALTER TABLE actions ADD COLUMN process_group INTEGER;
+    ALTER TABLE actions ADD COLUMN process_started INTEGER;
+    "#,
 ];
 
 /// The ledger handle; cheap to clone. SQLite calls run on the blocking pool.
@@ -316,18 +322,41 @@ impl SqliteLedger {
                         what: "action kind",
                         detail: format!("{key}: {kind}"),
                     })?;
-                    claimed.push(ClaimedAction { key, change_id, image, kind, attempt: attempts + 1, target });
+                    claimed.push(ClaimedAction {
+                        key,
+                        change_id,
+                        image,
+                        kind,
+                        attempt: attempts + 1,
+                        target,
+                        process: None,
+                    });
                 }
             }
             for a in &claimed {
                 exec(
                     &tx,
-                    "UPDATE actions SET state = 'running', attempts = attempts + 1, updated = ?2 WHERE key = ?1",
+                    "UPDATE actions SET state = 'running', attempts = attempts + 1, updated = ?2,
+                         process_group = NULL, process_started = NULL WHERE key = ?1",
                     params![a.key, now],
                 )?;
             }
             tx.commit()?;
             Ok(claimed)
+        })
+        .await
+    }
+
+    /// Records the process group a `running` action's command runs in.
+    pub async fn record_process(&self, key: &str, group: ProcessGroup) -> Result<(), LedgerError> {
+        let key = key.to_string();
+        self.with(move |conn| {
+            exec(
+                conn,
+                "UPDATE actions SET process_group = ?2, process_started = ?3 WHERE key = ?1 AND state = 'running'",
+                params![key, group.id, group.started as i64],
+            )?;
+            Ok(())
         })
         .await
     }
@@ -398,26 +427,33 @@ impl SqliteLedger {
     pub async fn running_actions(&self) -> Result<Vec<ClaimedAction>, LedgerError> {
         self.with(|conn| {
             let mut stmt = conn.prepare(
-                "SELECT key, change_id, image, kind, attempts, target FROM actions WHERE state = 'running' ORDER BY updated",
+                "SELECT key, change_id, image, kind, attempts, target, process_group, process_started FROM actions
+                 WHERE state = 'running' ORDER BY updated",
             )?;
             let rows = stmt.query_map([], |r| {
                 Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, u32>(4)?,
-                    r.get::<_, String>(5)?,
+                    (
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, String>(3)?,
+                        r.get::<_, u32>(4)?,
+                        r.get::<_, String>(5)?,
+                    ),
+                    r.get::<_, Option<u32>>(6)?,
+                    r.get::<_, Option<i64>>(7)?,
                 ))
             })?;
             let mut out = Vec::new();
             for row in rows {
-                let (key, change_id, image, kind, attempt, target) = row?;
+                let ((key, change_id, image, kind, attempt, target), group, started) = row?;
+                let process =
+                    group.zip(started).map(|(id, started)| ProcessGroup { id, started: started.max(0) as u64 });
                 let target = serde_json::from_str(&target)
                     .map_err(|e| LedgerError::Corrupt { what: "action target", detail: format!("{key}: {e}") })?;
                 let kind = ActionKind::parse(&kind)
                     .ok_or_else(|| LedgerError::Corrupt { what: "action kind", detail: format!("{key}: {kind}") })?;
-                out.push(ClaimedAction { key, change_id, image, kind, attempt, target });
+                out.push(ClaimedAction { key, change_id, image, kind, attempt, target, process });
             }
             Ok(out)
         })
@@ -433,6 +469,19 @@ impl SqliteLedger {
                 .collect::<Result<_, _>>()?;
             exec(conn, "UPDATE actions SET state = 'pending' WHERE state = 'running'", [])?;
             Ok(keys)
+        })
+        .await
+    }
+
+    /// These actions, if still `running`, back to `pending` (the attempt is counted).
+    pub async fn requeue_actions(&self, keys: Vec<String>) -> Result<(), LedgerError> {
+        self.with(move |conn| {
+            let tx = conn.transaction()?;
+            for key in &keys {
+                exec(&tx, "UPDATE actions SET state = 'pending' WHERE key = ?1 AND state = 'running'", params![key])?;
+            }
+            tx.commit()?;
+            Ok(())
         })
         .await
     }

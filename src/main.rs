@@ -107,10 +107,16 @@ enum Command {
     },
     /// Print the ClusterBuilder CustomResourceDefinition (YAML).
     Crd,
-    /// Print the ClusterRole and Roles granting exactly the Kubernetes permissions this config uses.
+    /// Print the ServiceAccount, Roles and RoleBindings (and the ClusterRole and its binding for
+    /// ClusterBuilders) granting exactly the Kubernetes permissions this config uses, ready for
+    /// `kubectl apply -f -`. The namespace is the config's `[kubernetes] namespace`.
     Rbac {
         #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
         config: PathBuf,
+        /// The daemon's ServiceAccount, also the name of its Roles and bindings (as the Helm chart
+        /// names them for a release called builder-monitor).
+        #[arg(long, default_value = "builder-monitor")]
+        service_account: String,
         #[arg(long, value_enum, default_value_t = SpecOutput::Yaml)]
         output: SpecOutput,
     },
@@ -372,9 +378,13 @@ async fn execute(command: Command) -> Result<u8, Failure> {
             print!("{}", cluster::crd::crd_yaml());
             Ok(0)
         }
-        Command::Rbac { config, output } => {
+        Command::Rbac { config, service_account, output } => {
             let config = load_config(&config, Secrets::Skip)?;
-            let objects = cluster::rbac_objects(&cluster::required_permissions(&config), "builder-monitor");
+            if let Err(problem) = cluster::check_object_name(&service_account) {
+                return Err(usage(anyhow::anyhow!("--service-account \"{service_account}\": {problem}")));
+            }
+            let permissions = cluster::required_permissions(&config);
+            let objects = cluster::rbac_objects(&permissions, &service_account, &config.kubernetes.namespace);
             match output {
                 SpecOutput::Json => println!("{}", serde_json::to_string_pretty(&objects).context("encoding JSON")?),
                 SpecOutput::Yaml if objects.is_empty() => println!("# this config uses no Kubernetes permissions"),
@@ -634,6 +644,26 @@ async fn runner_for(parts: &Parts, stop: CancellationToken) -> Result<Arc<Runner
     Ok(runner)
 }
 
+/// How often `builder_monitor_actions` is brought up to date from the ledger.
+const ACTION_SAMPLE_PERIOD: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Keeps `builder_monitor_actions{state}` current while this replica acts; a standby serves no
+/// such series, so a dashboard summing replicas never counts an action twice.
+async fn sample_open_actions(ledger: Ledger, metrics: Arc<Metrics>, stop: CancellationToken) {
+    let mut every = tokio::time::interval(ACTION_SAMPLE_PERIOD);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = every.tick() => match ledger.open_actions().await {
+                Ok(open) => metrics.set_open_actions(&open),
+                Err(err) => tracing::debug!(error = %err, "cannot count open actions for the metrics"),
+            },
+        }
+    }
+    metrics.actions.clear();
+}
+
 /// One term of acting: checks, alert deliveries, builds and ClusterBuilder publication, until `stop`.
 async fn act(parts: Arc<Parts>, stop: CancellationToken) -> Result<(), Failure> {
     let runner = runner_for(&parts, stop.clone()).await?;
@@ -645,6 +675,7 @@ async fn act(parts: Arc<Parts>, stop: CancellationToken) -> Result<(), Failure> 
     }
     tasks.spawn(parts.dispatcher.clone().run(stop.clone()));
     tasks.spawn(runner.run(stop.clone()));
+    tasks.spawn(sample_open_actions(parts.ledger.clone(), parts.metrics.clone(), stop.clone()));
     parts.monitor.clone().run(stop).await;
     parts.monitor.report_commits(None);
     while tasks.join_next().await.is_some() {}

@@ -345,3 +345,26 @@ async fn the_grafana_dashboard_queries_only_metrics_the_daemon_serves() {
         );
     }
 }
+
+// Needs the call-site change in src/monitor.rs (`log_event(event)` → `event.log()`), which is
+// outside this branch's files; remove the `ignore` when it lands.
+#[ignore = "needs src/monitor.rs to log events with Event::log"]
+#[tokio::test]
+async fn a_recorded_event_logs_one_short_text_line() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    pusher.push_image("demo/b", Some("latest"), &Image::new("amd64"), Format::Oci).await;
+    let ws = Workspace::new();
+    let config = ws.config(&format!(
+        "[monitor]\nstate = \"state/ledger.db\"\n\n[[builders]]\nname = \"jammy\"\nimage = \"{}/demo/b:latest\"\nwatch_run_image = false\n",
+        registry.host
+    ));
+    let out = ws.run(&["run", "--once", "--config", config.to_str().unwrap()]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let lines: Vec<&str> = out.stderr.lines().filter(|l| l.contains("builder_monitor::event")).collect();
+    assert_eq!(lines.len(), 1, "{}", out.stderr);
+    assert!(lines[0].contains(" INFO builder_monitor::event: builder.pinned jammy: pinned to sha256:"), "{}", lines[0]);
+    assert!(lines[0].contains("event_id="), "{}", lines[0]);
+    assert!(!lines[0].contains("\"previous\"") && !lines[0].contains("event="), "no document: {}", lines[0]);
+    assert!(lines[0].len() < 200, "{}", lines[0]);
+}

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -183,6 +185,96 @@ impl Event {
     }
 }
 
+/// Whether logged events carry their whole document at INFO (set once at start for
+/// `--log-format json`, whose readers are machines).
+static LOG_DOCUMENTS: AtomicBool = AtomicBool::new(false);
+
+/// Makes [`Event::log`] add the whole JSON document to every line, not only at debug level.
+pub fn log_documents(on: bool) {
+    LOG_DOCUMENTS.store(on, Ordering::Relaxed);
+}
+
+/// The longest free text (an error message, an action's detail) a summary line quotes.
+const SUMMARY_TEXT_MAX: usize = 160;
+
+fn clipped(text: &str) -> String {
+    let line = text.lines().next().unwrap_or_default().trim();
+    match line.char_indices().nth(SUMMARY_TEXT_MAX) {
+        Some((end, _)) => format!("{}…", &line[..end]),
+        None if line.len() < text.trim().len() => format!("{line} …"),
+        None => line.to_string(),
+    }
+}
+
+/// `sha256:0123456789ab`, enough to tell pins apart in a log line.
+fn short_digest(digest: &str) -> &str {
+    let end = digest.find(':').map_or(0, |i| i + 1) + 12;
+    digest.get(..end).unwrap_or(digest)
+}
+
+impl Event {
+    /// One line for people: `builder.changed paketo-jammy-base: rebuild — paketo-buildpacks/java
+    /// 18.1.0 → 18.2.0`.
+    pub fn summary(&self) -> String {
+        let mut out = format!("{} {}", self.event_type, self.builder.name);
+        if let Some(run_image) = &self.run_image {
+            let _ = write!(out, " (run image {run_image})");
+        }
+        let detail = match self.event_type {
+            EventType::BuilderChanged | EventType::RunImageChanged => self.change.as_ref().map(|c| {
+                let rollback = if self.rollback == Some(true) { " (rollback)" } else { "" };
+                format!("{} — {}{rollback}", c.kind.as_str(), c.details())
+            }),
+            EventType::BuilderPinned => self.current.as_ref().map(|p| format!("pinned to {}", short_digest(&p.digest))),
+            EventType::CheckFailed => self
+                .error
+                .as_ref()
+                .map(|e| format!("{} — {} ({} in a row)", e.reason, clipped(&e.message), e.consecutive_failures)),
+            EventType::CheckRecovered => self
+                .error
+                .as_ref()
+                .map(|e| format!("recovered after {} failed checks ({})", e.consecutive_failures, e.reason)),
+            EventType::BuildStarted
+            | EventType::BuildSucceeded
+            | EventType::BuildFailed
+            | EventType::RebaseSucceeded
+            | EventType::RebaseFailed => self.action.as_ref().map(|a| {
+                let mut text = format!("{} of {}, attempt {}/{}", a.kind, a.image, a.attempt, a.max_attempts);
+                if let Some(detail) = &a.detail {
+                    let _ = write!(text, " — {}", clipped(detail));
+                }
+                text
+            }),
+            EventType::AlertTest => None,
+        };
+        if let Some(detail) = detail {
+            let _ = write!(out, ": {detail}");
+        }
+        out
+    }
+
+    /// Logs the event once it is recorded: its [`summary`](Self::summary) and id at INFO; the whole
+    /// document too with [`log_documents`] or when debug is on for `builder_monitor::event`.
+    pub fn log(&self) {
+        let summary = self.summary();
+        if LOG_DOCUMENTS.load(Ordering::Relaxed)
+            || tracing::enabled!(target: "builder_monitor::event", tracing::Level::DEBUG)
+        {
+            let document = serde_json::to_string(self).unwrap_or_default();
+            tracing::info!(
+                target: "builder_monitor::event",
+                event_type = self.event_type.as_str(),
+                event_id = %self.id,
+                builder = %self.builder.name,
+                event = %document,
+                "{summary}"
+            );
+        } else {
+            tracing::info!(target: "builder_monitor::event", event_id = %self.id, "{summary}");
+        }
+    }
+}
+
 /// A short stable id: the first 128 bits of sha256 over the parts, hex.
 pub fn stable_id(parts: &[&str]) -> String {
     let mut hasher = Sha256::new();
@@ -239,6 +331,109 @@ mod tests {
         assert!(v.get("builders").is_none() && v.get("run_image").is_none());
         assert!(v.get("current").is_none());
         let back: Event = serde_json::from_value(v).unwrap();
+        assert_eq!(back, e);
+    }
+
+    fn changed() -> Event {
+        let mut e = Event::new(
+            "0123456789abcdef0123456789abcdef".into(),
+            EventType::BuilderChanged,
+            "2026-11-30T12:00:00Z".into(),
+            Subject {
+                name: "paketo-jammy-base".into(),
+                image: "docker.io/paketobuildpacks/builder-jammy-base:latest".into(),
+            },
+        );
+        let mut change = Change::unknown("x");
+        change.kind = crate::builder::ChangeKind::Rebuild;
+        change.note = None;
+        change.reasons = vec![crate::builder::Reason::Buildpack];
+        change.buildpacks = vec![crate::builder::BuildpackChange {
+            id: "paketo-buildpacks/java".into(),
+            from: Some("18.1.0".into()),
+            to: Some("18.2.0".into()),
+            republished: false,
+        }];
+        e.change = Some(change);
+        let pin = |d: &str| Pin { digest: d.into(), reference: format!("docker.io/x@{d}"), platforms: BTreeMap::new() };
+        e.previous = Some(pin(&format!("sha256:{}", "a".repeat(64))));
+        e.current = Some(pin(&format!("sha256:{}", "b".repeat(64))));
+        e.images = Some(vec![ImageAction { name: "petclinic".into(), action: "rebuild".into() }]);
+        e
+    }
+
+    #[test]
+    fn summaries_are_one_short_line() {
+        let e = changed();
+        assert_eq!(e.summary(), "builder.changed paketo-jammy-base: rebuild — paketo-buildpacks/java 18.1.0 → 18.2.0");
+        let mut failed = Event::new("id".into(), EventType::CheckFailed, "t".into(), e.builder.clone());
+        failed.error = Some(CheckError {
+            reason: "registry_unavailable".into(),
+            message: format!("connection refused\n{}", "detail ".repeat(100)),
+            consecutive_failures: 3,
+            since: "t".into(),
+        });
+        assert_eq!(
+            failed.summary(),
+            "check.failed paketo-jammy-base: registry_unavailable — connection refused … (3 in a row)"
+        );
+        let mut pinned = Event::new("id".into(), EventType::BuilderPinned, "t".into(), e.builder.clone());
+        pinned.current = e.current.clone();
+        assert_eq!(pinned.summary(), "builder.pinned paketo-jammy-base: pinned to sha256:bbbbbbbbbbbb");
+        let long = "x".repeat(1000);
+        failed.error.as_mut().unwrap().message = long;
+        assert!(failed.summary().chars().count() < 250, "{}", failed.summary());
+    }
+
+    /// A log sink the test can read back.
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn logged(level: tracing::Level, json: bool, event: &Event) -> String {
+        let sink = Captured::default();
+        let writer = sink.clone();
+        let builder =
+            tracing_subscriber::fmt().with_max_level(level).with_ansi(false).with_writer(move || writer.clone());
+        log_documents(json);
+        if json {
+            tracing::subscriber::with_default(builder.json().flatten_event(true).finish(), || event.log());
+        } else {
+            tracing::subscriber::with_default(builder.finish(), || event.log());
+        }
+        log_documents(false);
+        String::from_utf8(sink.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn an_event_logs_one_short_line_and_its_document_only_in_json_or_at_debug() {
+        let e = changed();
+        let document = serde_json::to_string(&e).unwrap();
+        assert!(document.len() > 500);
+        let text = logged(tracing::Level::INFO, false, &e);
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(text.contains(" INFO builder_monitor::event: builder.changed paketo-jammy-base: rebuild — paketo-buildpacks/java 18.1.0 → 18.2.0"), "{text}");
+        assert!(text.contains(&format!("event_id={}", e.id)), "{text}");
+        assert!(!text.contains("petclinic") && text.len() < 250, "no document at INFO: {text}");
+
+        let debug = logged(tracing::Level::DEBUG, false, &e);
+        assert!(debug.contains("petclinic"), "the document at debug: {debug}");
+
+        let json = logged(tracing::Level::INFO, true, &e);
+        let line: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+        assert_eq!(line["message"], e.summary());
+        assert_eq!(line["event_type"], "builder.changed");
+        assert_eq!(line["event_id"], e.id);
+        let back: Event = serde_json::from_str(line["event"].as_str().unwrap()).unwrap();
         assert_eq!(back, e);
     }
 }

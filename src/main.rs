@@ -3,6 +3,7 @@
 // One audited exception: `release_freed_memory`.
 #![deny(unsafe_code)]
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use builder_monitor::alert::{self, Dispatcher, SendOutcome, Sender};
 use builder_monitor::cluster::{self, lease::LeaseElector, publish::Publisher};
 use builder_monitor::config::RunnerKind;
 use builder_monitor::config::{Config, Secrets, StateLocation};
+use builder_monitor::event;
 use builder_monitor::inspect;
 use builder_monitor::metrics::Metrics;
 use builder_monitor::monitor::Monitor;
@@ -105,10 +107,16 @@ enum Command {
     },
     /// Print the ClusterBuilder CustomResourceDefinition (YAML).
     Crd,
-    /// Print the ClusterRole and Roles granting exactly the Kubernetes permissions this config uses.
+    /// Print the ServiceAccount, Roles and RoleBindings (and the ClusterRole and its binding for
+    /// ClusterBuilders) granting exactly the Kubernetes permissions this config uses, ready for
+    /// `kubectl apply -f -`. The namespace is the config's `[kubernetes] namespace`.
     Rbac {
         #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
         config: PathBuf,
+        /// The daemon's ServiceAccount, also the name of its Roles and bindings (as the Helm chart
+        /// names them for a release called builder-monitor).
+        #[arg(long, default_value = "builder-monitor")]
+        service_account: String,
         #[arg(long, value_enum, default_value_t = SpecOutput::Yaml)]
         output: SpecOutput,
     },
@@ -184,18 +192,41 @@ fn main() -> ExitCode {
     match runtime.block_on(execute(cli.command)) {
         Ok(code) => ExitCode::from(code),
         Err(Failure { code, error }) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", error_text(&error));
             ExitCode::from(code)
         }
     }
 }
 
+/// The error and its causes, `: `-separated, each said once: many of our messages (and other
+/// crates') already end with their cause's text, which `{:#}` would then print a second time.
+fn error_text(error: &anyhow::Error) -> String {
+    let mut out = String::new();
+    let mut previous = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if out.is_empty() {
+            out = text.clone();
+        } else if !text.is_empty() && !previous.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        previous = text;
+    }
+    out
+}
+
 fn init_logging(format: LogFormat, default_level: &str) {
     let filter = EnvFilter::try_from_env("BUILDER_MONITOR_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colour codes are noise in a file, a pipe or a log collector; NO_COLOR (no-color.org) wins.
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match format {
         LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).init(),
+        LogFormat::Json => {
+            event::log_documents(true);
+            builder.json().flatten_event(true).with_current_span(false).init()
+        }
     }
 }
 
@@ -305,6 +336,10 @@ async fn execute(command: Command) -> Result<u8, Failure> {
         }
         Command::BuildSpec { config, image, action, output } => {
             let config = Arc::new(load_config(&config, Secrets::Skip)?);
+            if !config.images.iter().any(|i| i.name == image) {
+                let known: Vec<&str> = config.images.iter().map(|i| i.name.as_str()).collect();
+                return Err(usage(anyhow::anyhow!("no image named \"{image}\" (configured: {})", known.join(", "))));
+            }
             let ledger = open_ledger(&config, Access::Read).await?;
             let metrics = Metrics::new();
             let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
@@ -343,9 +378,13 @@ async fn execute(command: Command) -> Result<u8, Failure> {
             print!("{}", cluster::crd::crd_yaml());
             Ok(0)
         }
-        Command::Rbac { config, output } => {
+        Command::Rbac { config, service_account, output } => {
             let config = load_config(&config, Secrets::Skip)?;
-            let objects = cluster::rbac_objects(&cluster::required_permissions(&config), "builder-monitor");
+            if let Err(problem) = cluster::check_object_name(&service_account) {
+                return Err(usage(anyhow::anyhow!("--service-account \"{service_account}\": {problem}")));
+            }
+            let permissions = cluster::required_permissions(&config);
+            let objects = cluster::rbac_objects(&permissions, &service_account, &config.kubernetes.namespace);
             match output {
                 SpecOutput::Json => println!("{}", serde_json::to_string_pretty(&objects).context("encoding JSON")?),
                 SpecOutput::Yaml if objects.is_empty() => println!("# this config uses no Kubernetes permissions"),
@@ -606,6 +645,26 @@ async fn runner_for(parts: &Parts, stop: CancellationToken) -> Result<Arc<Runner
     Ok(runner)
 }
 
+/// How often `builder_monitor_actions` is brought up to date from the ledger.
+const ACTION_SAMPLE_PERIOD: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Keeps `builder_monitor_actions{state}` current while this replica acts; a standby serves no
+/// such series, so a dashboard summing replicas never counts an action twice.
+async fn sample_open_actions(ledger: Ledger, metrics: Arc<Metrics>, stop: CancellationToken) {
+    let mut every = tokio::time::interval(ACTION_SAMPLE_PERIOD);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = every.tick() => match ledger.open_actions().await {
+                Ok(open) => metrics.set_open_actions(&open),
+                Err(err) => tracing::debug!(error = %err, "cannot count open actions for the metrics"),
+            },
+        }
+    }
+    metrics.actions.clear();
+}
+
 /// One term of acting: checks, alert deliveries, builds and ClusterBuilder publication, until `stop`.
 async fn act(parts: Arc<Parts>, stop: CancellationToken) -> Result<(), Failure> {
     let runner = runner_for(&parts, stop.clone()).await?;
@@ -617,8 +676,38 @@ async fn act(parts: Arc<Parts>, stop: CancellationToken) -> Result<(), Failure> 
     }
     tasks.spawn(parts.dispatcher.clone().run(stop.clone()));
     tasks.spawn(runner.run(stop.clone()));
+    tasks.spawn(sample_open_actions(parts.ledger.clone(), parts.metrics.clone(), stop.clone()));
     parts.monitor.clone().run(stop).await;
     parts.monitor.report_commits(None);
     while tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error that says its cause and also returns it from `source()`, as many crates' do.
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot read {path}: {source}")]
+    struct Wrapped {
+        path: &'static str,
+        source: std::io::Error,
+    }
+
+    fn not_found() -> std::io::Error {
+        std::io::Error::from(std::io::ErrorKind::NotFound)
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let io = not_found().to_string();
+        let wrapped = anyhow::Error::new(Wrapped { path: "x", source: not_found() });
+        assert_eq!(error_text(&wrapped), format!("cannot read x: {io}"));
+        // A context that does not say its cause still gets it.
+        let context = anyhow::Error::new(not_found()).context("cannot listen on 127.0.0.1:1");
+        assert_eq!(error_text(&context), format!("cannot listen on 127.0.0.1:1: {io}"));
+        let both = anyhow::Error::new(Wrapped { path: "y", source: not_found() }).context("starting");
+        assert_eq!(error_text(&both), format!("starting: cannot read y: {io}"));
+    }
 }

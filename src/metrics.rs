@@ -58,6 +58,11 @@ pub struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionStateLabels {
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HookLabels {
     pub source: String,
     pub result: String,
@@ -80,6 +85,8 @@ pub struct Metrics {
     pub leader: Gauge,
     /// ClusterBuilder writes, by result (ok, error).
     pub publishes: Family<ResultLabels, Counter>,
+    /// Open actions by state, sampled from the ledger while this replica acts.
+    pub actions: Family<ActionStateLabels, Gauge>,
     /// The digest each builder's `pinned_info` series names, to retire the old series on a move.
     pinned_now: Mutex<std::collections::HashMap<String, String>>,
 }
@@ -145,6 +152,12 @@ impl Metrics {
             "ClusterBuilder spec and status writes, by result",
             publishes.clone(),
         );
+        let actions = Family::default();
+        registry.register(
+            "actions",
+            "Rebuilds and rebases not finished yet, by state (pending, running)",
+            actions.clone(),
+        );
         Arc::new(Metrics {
             registry,
             checks,
@@ -160,6 +173,7 @@ impl Metrics {
             hooks,
             leader,
             publishes,
+            actions,
             pinned_now: Mutex::new(Default::default()),
         })
     }
@@ -182,7 +196,44 @@ impl Metrics {
         self.pinned.get_or_create(&PinLabels { builder: builder.to_string(), digest: digest.to_string() }).set(1);
     }
 
+    /// Sets `actions{state}` from the ledger's open actions; a state with none left reads 0.
+    pub fn set_open_actions(&self, open: &[crate::store::OpenAction]) {
+        for state in ["pending", "running"] {
+            let count = open.iter().filter(|a| a.state == state).count();
+            self.actions.get_or_create(&ActionStateLabels { state: state.to_string() }).set(count as i64);
+        }
+    }
+
     pub fn registry_labels(registry: &str) -> RegistryLabels {
         RegistryLabels { registry: registry.to_string() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::OpenAction;
+
+    fn open(state: &str) -> OpenAction {
+        OpenAction {
+            change: "c".into(),
+            image: "app".into(),
+            action: "rebuild".into(),
+            state: state.into(),
+            attempts: 0,
+            next_attempt: String::new(),
+        }
+    }
+
+    #[test]
+    fn open_actions_are_counted_by_state_and_read_zero_when_gone() {
+        let metrics = Metrics::new();
+        metrics.set_open_actions(&[open("pending"), open("running"), open("pending")]);
+        let text = metrics.encode();
+        assert!(text.contains("builder_monitor_actions{state=\"pending\"} 2\n"), "{text}");
+        assert!(text.contains("builder_monitor_actions{state=\"running\"} 1\n"), "{text}");
+        metrics.set_open_actions(&[]);
+        let text = metrics.encode();
+        assert!(text.contains("builder_monitor_actions{state=\"pending\"} 0\n"), "{text}");
     }
 }

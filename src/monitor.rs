@@ -625,7 +625,7 @@ impl Monitor {
         }
         // Logged once recorded: a log line never announces an event the ledger could still lose.
         for event in &events {
-            log_event(event);
+            event.log();
         }
         if let Some(to) = self.committed.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             for subject in self.subjects(watch) {
@@ -1127,18 +1127,4 @@ fn not_served(watch: &Watch, err: RegistryError) -> RegistryError {
 
 fn pin_of(p: &PinRecord) -> Pin {
     Pin { digest: p.digest.clone(), reference: p.reference.clone(), platforms: p.platforms.clone() }
-}
-
-/// Events are logged as one structured line each, with the whole document.
-fn log_event(event: &Event) {
-    let document = serde_json::to_string(event).unwrap_or_default();
-    tracing::info!(
-        target: "builder_monitor::event",
-        event_type = event.event_type.as_str(),
-        event_id = %event.id,
-        builder = %event.builder.name,
-        event = %document,
-        "{}",
-        event.event_type
-    );
 }

@@ -68,6 +68,24 @@ impl Schedule {
     }
 }
 
+impl Schedule {
+    /// The next `count` firings of a cron schedule after `after`; none for an interval (which
+    /// counts from each check's end, not from the clock).
+    pub fn next_firings(&self, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Utc>> {
+        match self {
+            Schedule::Interval(_) => Vec::new(),
+            Schedule::Cron { schedule, .. } => schedule.after(&after).take(count).collect(),
+        }
+    }
+}
+
+/// A firing for people, with its weekday so a day-of-week field is read as meant:
+/// `Mon 2026-12-07 09:00 UTC` (seconds only when not zero).
+pub fn firing_text(t: DateTime<Utc>) -> String {
+    let format = if t.timestamp() % 60 == 0 { "%a %Y-%m-%d %H:%M UTC" } else { "%a %Y-%m-%d %H:%M:%S UTC" };
+    t.format(format).to_string()
+}
+
 /// A random delay in `[0, max]`, spreading checks so they do not hit a registry together.
 pub fn jitter(max: Duration, rng: &mut impl Rng) -> Duration {
     if max.is_zero() {
@@ -381,6 +399,29 @@ pub fn parse_timestamp(text: &str) -> Option<DateTime<Utc>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cron_firings_are_listed_with_weekday_names() {
+        let after = super::parse_timestamp("2026-12-01T00:00:00Z").unwrap();
+        let text = |expression: &str| -> Vec<String> {
+            let schedule = super::Schedule::cron(expression).unwrap();
+            schedule.next_firings(after, 3).into_iter().map(super::firing_text).collect()
+        };
+        assert_eq!(
+            text("0 0 9 * * Mon"),
+            ["Mon 2026-12-07 09:00 UTC", "Mon 2026-12-14 09:00 UTC", "Mon 2026-12-21 09:00 UTC"]
+        );
+        // The cron crate counts days of the week from Sunday = 1.
+        assert_eq!(
+            text("0 0 9 * * 1"),
+            ["Sun 2026-12-06 09:00 UTC", "Sun 2026-12-13 09:00 UTC", "Sun 2026-12-20 09:00 UTC"]
+        );
+        assert_eq!(
+            text("30 */20 * * * *"),
+            ["Tue 2026-12-01 00:00:30 UTC", "Tue 2026-12-01 00:20:30 UTC", "Tue 2026-12-01 00:40:30 UTC"]
+        );
+        assert!(super::Schedule::Interval(std::time::Duration::from_secs(60)).next_firings(after, 3).is_empty());
+    }
+
     use std::collections::BTreeSet;
 
     use super::*;

@@ -113,10 +113,27 @@ fn check_and_required(docs: &[Value], env: &[(&str, &str)]) -> BTreeSet<(String,
     env.push(("POD_NAMESPACE", "monitoring"));
     let check = run_with_env(&["check", "--config", path], &env, ws.dir.path());
     assert_eq!(check.code, Some(0), "the chart's config fails `check`:\n{}", check.stderr);
-    let rbac = run_with_env(&["rbac", "--output", "json", "--config", path], &env, ws.dir.path());
+    // The chart's service account for release `bm` is the release's full name.
+    let account = one(docs, "ServiceAccount")["metadata"]["name"].as_str().unwrap().to_string();
+    let args = ["rbac", "--output", "json", "--service-account", &account, "--config", path];
+    let rbac = run_with_env(&args, &env, ws.dir.path());
     assert_eq!(rbac.code, Some(0), "{}", rbac.stderr);
     let objects: Vec<Value> = serde_json::from_str(&rbac.stdout).unwrap();
+    assert_eq!(rbac_identities(&objects), rbac_identities(docs), "`rbac` names its objects as the chart does");
     granted(&objects)
+}
+
+/// (kind, namespace, name, roleRef, subjects) of the ServiceAccount, roles and bindings.
+fn rbac_identities(docs: &[Value]) -> BTreeSet<String> {
+    let kinds = ["ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"];
+    docs.iter()
+        .filter(|d| kinds.iter().any(|k| d["kind"] == *k))
+        .map(|d| {
+            let role_ref = &d["roleRef"];
+            let subjects = &d["subjects"];
+            format!("{} {} {} {role_ref} {subjects}", d["kind"], d["metadata"]["namespace"], d["metadata"]["name"])
+        })
+        .collect()
 }
 
 fn assert_locked_down(docs: &[Value]) {
@@ -231,4 +248,34 @@ fn configs_the_chart_cannot_run_fail_at_render_time_with_the_fix() {
     );
     let out = helm().args(["template", "bm", CHART, "--set", "secretEnv[0].name=X"]).output().unwrap();
     assert!(!out.status.success(), "values.schema.json requires secretName and key");
+}
+
+#[test]
+fn the_grafana_dashboard_ships_off_by_default_with_the_sidecar_label() {
+    let dashboards = |docs: &[Value]| -> Vec<Value> {
+        docs.iter()
+            .filter(|d| d["kind"] == "ConfigMap" && d["metadata"]["labels"]["grafana_dashboard"] == "1")
+            .cloned()
+            .collect()
+    };
+    assert!(dashboards(&render(&[])).is_empty(), "off by default");
+    helm_ok(&["lint", "--strict", CHART, "--set", "grafanaDashboard.enabled=true"]);
+    let docs = render(&[
+        "--set",
+        "grafanaDashboard.enabled=true",
+        "--set",
+        "grafanaDashboard.annotations.grafana_folder=Builds",
+    ]);
+    let found = dashboards(&docs);
+    assert_eq!(found.len(), 1, "one dashboard ConfigMap");
+    let map = &found[0];
+    assert_eq!(map["metadata"]["namespace"], "monitoring");
+    assert_eq!(map["metadata"]["annotations"]["grafana_folder"], "Builds");
+    let shipped = std::fs::read_to_string(Path::new(CHART).join("dashboards/builder-monitor.json")).unwrap();
+    let rendered: Value = serde_json::from_str(map["data"]["builder-monitor.json"].as_str().unwrap()).unwrap();
+    assert_eq!(rendered, serde_json::from_str::<Value>(&shipped).unwrap(), "the dashboard file, unchanged");
+    let elsewhere = render(&["--set", "grafanaDashboard.enabled=true", "--set", "grafanaDashboard.namespace=grafana"]);
+    assert_eq!(dashboards(&elsewhere)[0]["metadata"]["namespace"], "grafana");
+    let out = helm().args(["template", "bm", CHART, "--set", "grafanaDashboard.enabld=true"]).output().unwrap();
+    assert!(!out.status.success(), "values.schema.json refuses unknown keys");
 }

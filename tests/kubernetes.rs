@@ -469,7 +469,7 @@ async fn build_spec_prints_what_the_runner_would_create() {
     assert_eq!(build["spec"]["lastBuild"]["stackId"], "io.buildpacks.stacks.jammy");
     let out =
         run_with_env(&["build-spec", "--config", config, "--image", "nope", "--action", "rebuild"], &[], ws.dir.path());
-    assert_eq!(out.code, Some(1));
+    assert_eq!(out.code, Some(2), "an unknown name is a usage error");
     assert!(out.stderr.contains("no image named \"nope\""), "{}", out.stderr);
 }
 

@@ -64,6 +64,11 @@ pub struct Permission {
 }
 
 impl Permission {
+    /// A permission the runner's Jobs or kpack Builds need (in the build namespace).
+    fn for_runner(&self) -> bool {
+        self.needed_for.starts_with("[runner]")
+    }
+
     fn resource_name(&self) -> String {
         if self.group.is_empty() { self.resource.to_string() } else { format!("{}.{}", self.resource, self.group) }
     }
@@ -162,38 +167,67 @@ pub async fn check_access(client: &kube::Client, needed: &[Permission]) -> Resul
         })
         .collect();
     Err(ClusterError::Forbidden(format!(
-        "{}; grant them to the daemon's service account (`builder-monitor rbac` prints the Roles it needs)",
+        "{}; grant them to the daemon's service account (`builder-monitor rbac` prints the Roles and bindings it needs)",
         lines.join("; ")
     )))
 }
 
-/// The ClusterRole and Roles granting exactly `permissions`, as Kubernetes objects.
-pub fn rbac_objects(permissions: &[Permission], name: &str) -> Vec<serde_json::Value> {
-    let mut scopes: std::collections::BTreeMap<Option<String>, Vec<serde_json::Value>> = Default::default();
+/// Everything `kubectl apply -f -` needs to let the daemon do exactly `permissions`: its
+/// ServiceAccount `account` in `namespace`, and each Role (ClusterRole for cluster-wide
+/// permissions) with a binding to that account. Named as the Helm chart names them: `account` for
+/// the daemon's own Role and the ClusterRole, `account-builds` for the runner's Role. Nothing when
+/// no permission is needed.
+pub fn rbac_objects(permissions: &[Permission], account: &str, namespace: &str) -> Vec<serde_json::Value> {
+    use serde_json::json;
+    if permissions.is_empty() {
+        return Vec::new();
+    }
+    // (namespace, role name) → rules; `None` sorts first, so the ClusterRole leads.
+    let mut roles: std::collections::BTreeMap<(Option<String>, String), Vec<serde_json::Value>> = Default::default();
     for p in permissions {
-        scopes.entry(p.namespace.clone()).or_default().push(serde_json::json!({
+        let name = if p.for_runner() { format!("{account}-builds") } else { account.to_string() };
+        roles.entry((p.namespace.clone(), name)).or_default().push(json!({
             "apiGroups": [p.group],
             "resources": [p.resource],
             "verbs": p.verbs,
         }));
     }
-    scopes
-        .into_iter()
-        .map(|(namespace, rules)| match namespace {
-            None => serde_json::json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRole",
-                "metadata": { "name": name },
-                "rules": rules,
-            }),
-            Some(ns) => serde_json::json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "Role",
-                "metadata": { "name": name, "namespace": ns },
-                "rules": rules,
-            }),
-        })
-        .collect()
+    let rbac = "rbac.authorization.k8s.io/v1";
+    let subjects = json!([{ "kind": "ServiceAccount", "name": account, "namespace": namespace }]);
+    let mut out = vec![json!({
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": { "name": account, "namespace": namespace },
+    })];
+    for ((scope, name), rules) in roles {
+        let (role_kind, binding_kind, metadata) = match &scope {
+            None => ("ClusterRole", "ClusterRoleBinding", json!({ "name": name })),
+            Some(ns) => ("Role", "RoleBinding", json!({ "name": name, "namespace": ns })),
+        };
+        out.push(json!({ "apiVersion": rbac, "kind": role_kind, "metadata": metadata, "rules": rules }));
+        out.push(json!({
+            "apiVersion": rbac,
+            "kind": binding_kind,
+            "metadata": metadata,
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": name },
+            "subjects": subjects,
+        }));
+    }
+    out
+}
+
+/// Whether `name` can name a ServiceAccount and, with `-builds` added, a Role: a DNS subdomain.
+pub fn check_object_name(name: &str) -> Result<(), String> {
+    let valid = !name.is_empty()
+        && name.len() + "-builds".len() <= 253
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if valid {
+        Ok(())
+    } else {
+        Err("not a Kubernetes object name (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 246 characters)".into())
+    }
 }
 
 /// A JSON value as YAML (block style; strings quoted as JSON strings, which YAML reads the same).

@@ -243,11 +243,12 @@ pub struct Diagnostic {
     pub message: String,
 }
 
-/// Why a config file was rejected: every problem found, in file order.
+/// Why a config file was rejected: every problem found, in file order. The read error is part of
+/// the message, so it is not also a `source()` (which would print it twice).
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{}: cannot read config file: {source}", path.display())]
-    Read { path: PathBuf, source: std::io::Error },
+    #[error("{}: cannot read config file: {error}", path.display())]
+    Read { path: PathBuf, error: std::io::Error },
     #[error("{}", render(path, diagnostics))]
     Invalid { path: PathBuf, diagnostics: Vec<Diagnostic> },
 }
@@ -269,7 +270,7 @@ impl Config {
     /// Reads and validates a config file, resolving the `secrets` asked for.
     pub fn load_with(path: &Path, secrets: Secrets) -> Result<Self, ConfigError> {
         let text =
-            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+            std::fs::read_to_string(path).map_err(|error| ConfigError::Read { path: path.to_path_buf(), error })?;
         Self::parse_with(path, &text, secrets)
     }
 
@@ -362,6 +363,11 @@ impl Config {
                 b.schedule,
                 humantime::format_duration(b.jitter),
             ));
+            let next = b.schedule.next_firings(chrono::Utc::now(), 3);
+            if !next.is_empty() {
+                let next: Vec<String> = next.into_iter().map(crate::schedule::firing_text).collect();
+                out.push_str(&format!("      next: {}\n", next.join(", ")));
+            }
         }
         out.push_str(&format!("images ({}):\n", self.images.len()));
         for i in &self.images {

@@ -30,7 +30,7 @@ impl WriterLock {
     /// if needed), or says who holds it.
     pub fn acquire(ledger: &Path) -> Result<Self, LedgerError> {
         let path = lock_path(ledger);
-        let io_err = |source| LedgerError::Lock { path: path.clone(), source };
+        let io_err = |error| LedgerError::Lock { path: path.clone(), error };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io_err)?;
         }

@@ -17,10 +17,12 @@ use crate::builder::{Change, ChangeKind};
 use crate::event::Event;
 use crate::plan::ActionKind;
 
+/// Each variant's message includes its cause, which is therefore not also exposed as `source()`:
+/// the daemon logs these with `Display`, and a chain printer would show the cause twice.
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
-    #[error("cannot open the ledger {}: {source}", path.display())]
-    Open { path: std::path::PathBuf, source: rusqlite::Error },
+    #[error("cannot open the ledger {}: {error}", path.display())]
+    Open { path: std::path::PathBuf, error: rusqlite::Error },
     #[error("the ledger {} has schema version {found}, newer than this builder-monitor understands ({supported}); upgrade builder-monitor", path.display())]
     NewerSchema { path: std::path::PathBuf, found: i64, supported: i64 },
     #[error("no ledger at {} yet: the daemon creates it on its first start", path.display())]
@@ -29,18 +31,24 @@ pub enum LedgerError {
     OlderSchema { path: std::path::PathBuf, found: i64, supported: i64 },
     #[error("the ledger {} is in use by another builder-monitor daemon ({holder}); only one `run` or `run --once` may write a ledger at a time", path.display())]
     Locked { path: std::path::PathBuf, holder: String },
-    #[error("cannot lock the ledger: {}: {source}", path.display())]
-    Lock { path: std::path::PathBuf, source: std::io::Error },
+    #[error("cannot lock the ledger: {}: {error}", path.display())]
+    Lock { path: std::path::PathBuf, error: std::io::Error },
     #[error("ledger on Kubernetes: {0}")]
     Kubernetes(String),
     #[error("ledger on Kubernetes: {0} was changed by another writer {1} times in a row; giving up this write")]
     Contended(String, u32),
     #[error("ledger: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    Sqlite(rusqlite::Error),
     #[error("ledger holds an unreadable {what}: {detail}")]
     Corrupt { what: &'static str, detail: String },
     #[error("ledger worker stopped: {0}")]
     Worker(String),
+}
+
+impl From<rusqlite::Error> for LedgerError {
+    fn from(error: rusqlite::Error) -> Self {
+        LedgerError::Sqlite(error)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]

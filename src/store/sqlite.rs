@@ -127,10 +127,10 @@ impl SqliteLedger {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| LedgerError::Open {
                 path: path.to_path_buf(),
-                source: rusqlite::Error::InvalidPath(PathBuf::from(format!("{}: {e}", dir.display()))),
+                error: rusqlite::Error::InvalidPath(PathBuf::from(format!("{}: {e}", dir.display()))),
             })?;
         }
-        let open_err = |source| LedgerError::Open { path: path.to_path_buf(), source };
+        let open_err = |error| LedgerError::Open { path: path.to_path_buf(), error };
         let mut conn = Connection::open(path).map_err(open_err)?;
         // Before anything that locks: every later statement waits out other processes' locks.
         conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
@@ -146,7 +146,7 @@ impl SqliteLedger {
     /// Opens an existing ledger read-only, for the commands that only read it: nothing is created,
     /// migrated or locked, and a ledger of another schema version is refused, not changed.
     pub fn open_read_only(path: &Path) -> Result<Self, LedgerError> {
-        let open_err = |source| LedgerError::Open { path: path.to_path_buf(), source };
+        let open_err = |error| LedgerError::Open { path: path.to_path_buf(), error };
         match std::fs::metadata(path) {
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

@@ -42,6 +42,26 @@ impl fmt::Display for Text<'_> {
     }
 }
 
+/// [`Text`] that may wrap after each `/` and before each `@`: image references and error
+/// messages are long words that would otherwise widen their column or break at random letters.
+struct Breakable<'a>(&'a str);
+
+impl fmt::Display for Breakable<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut rest = self.0;
+        while let Some(i) = rest.find(['/', '@']) {
+            let (head, tail) = rest.split_at(i);
+            if tail.starts_with('/') {
+                write!(f, "{}/<wbr>", Text(head))?;
+            } else {
+                write!(f, "{}<wbr>@", Text(head))?;
+            }
+            rest = &tail[1..];
+        }
+        write!(f, "{}", Text(rest))
+    }
+}
+
 fn is_bidi_control(c: char) -> bool {
     matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
@@ -119,10 +139,11 @@ h3{font-size:.95rem;margin:22px 0 8px}
 .tile b{display:block;font-size:1.6rem;line-height:1.2;font-variant-numeric:tabular-nums}
 .tile span{color:var(--muted);font-size:.8rem;text-transform:uppercase;letter-spacing:.05em}
 .tile.bad b{color:var(--err)}
-.card{background:var(--card);border:1px solid var(--line);border-radius:10px;overflow:hidden}
+.card{background:var(--card);border:1px solid var(--line);border-radius:10px;overflow-x:auto}
 table{width:100%;border-collapse:collapse}
 th{text-align:left;font-size:.72rem;font-weight:600;text-transform:uppercase;letter-spacing:.05em;color:var(--muted);background:var(--head);padding:9px 14px;border-bottom:1px solid var(--line);white-space:nowrap}
-td{padding:10px 14px;border-top:1px solid var(--line);vertical-align:top;overflow-wrap:anywhere}
+td{padding:10px 14px;border-top:1px solid var(--line);vertical-align:top;overflow-wrap:break-word}
+time,.nowrap,code.digest,.history code{white-space:nowrap}
 tbody tr:first-child td{border-top:0}
 code{font-family:ui-monospace,SFMono-Regular,"SF Mono",Menlo,Consolas,"Liberation Mono",monospace;font-size:.84em}
 .name{font-weight:600}
@@ -136,14 +157,23 @@ code{font-family:ui-monospace,SFMono-Regular,"SF Mono",Menlo,Consolas,"Liberatio
 .streak{font-weight:700;color:var(--err);font-variant-numeric:tabular-nums}
 .arrow{color:var(--muted);padding:0 4px}
 footer{margin-top:40px;color:var(--muted);font-size:.8rem}
+.quiet{color:var(--muted);font-size:.85rem;margin:14px 2px 0}
+.quiet .name{color:var(--fg);font-weight:500}
+span.name{white-space:nowrap}
 @media (max-width:760px){
 main{padding:18px 12px 40px}
-table,tbody,tr,td{display:block}
+.tiles{grid-template-columns:repeat(auto-fit,minmax(105px,1fr));gap:8px}
+.tile{padding:8px 12px}
+.tile b{font-size:1.3rem}
+.tile span{font-size:.7rem}
+table,tbody,td{display:block}
 thead{display:none}
-tbody tr{border-top:1px solid var(--line);padding:8px 0}
+tbody tr{display:grid;grid-template-columns:repeat(auto-fill,minmax(140px,1fr));gap:8px 14px;padding:12px 14px;border-top:1px solid var(--line)}
 tbody tr:first-child{border-top:0}
-td{border:0;padding:3px 14px}
-td[data-label]::before{content:attr(data-label);display:block;font-size:.68rem;font-weight:600;text-transform:uppercase;letter-spacing:.05em;color:var(--muted)}
+td{border:0;padding:0}
+td:first-child{grid-column:1/-1}
+table:not(.history) td:first-child::before{display:none}
+td[data-label]::before{content:attr(data-label);display:block;font-size:.66rem;font-weight:600;text-transform:uppercase;letter-spacing:.05em;color:var(--muted)}
 }
 "#;
 
@@ -171,8 +201,18 @@ pub fn render(status: &Status, config: &Config, now: DateTime<Utc>) -> String {
     }
 
     section(&mut out, "history", "History", None);
-    for w in status.builders.iter().chain(&status.run_images) {
+    let (moved, quiet): (Vec<&BuilderStatus>, Vec<&BuilderStatus>) =
+        status.builders.iter().chain(&status.run_images).partition(|w| !w.changes.is_empty());
+    for w in &moved {
         history(&mut out, w, now);
+    }
+    if moved.is_empty() {
+        out.push_str("<div class=\"card\"><p class=\"empty\">No changes recorded yet.</p></div>\n");
+    }
+    if !quiet.is_empty() && !moved.is_empty() {
+        let names: Vec<String> =
+            quiet.iter().map(|w| format!("<span class=\"name\">{}</span>", Text(title(w)))).collect();
+        let _ = writeln!(out, "<p class=\"quiet\">No changes recorded for {}.</p>", names.join(", "));
     }
 
     section(&mut out, "actions", "Open actions", Some(status.pending.len()));
@@ -215,10 +255,10 @@ fn watch_table(out: &mut String, watches: &[BuilderStatus], config: &Config, now
         return;
     }
     let first = if run_images { "Run image" } else { "Builder" };
-    let _ = write!(
+    let _ = writeln!(
         out,
         "<table><thead><tr><th>{first}</th><th>Pinned</th><th>Last check</th><th>Next check</th>\
-         <th>Failing</th><th>Last change</th></tr></thead><tbody>\n"
+         <th>Failing</th><th>Last change</th></tr></thead><tbody>"
     );
     for w in watches {
         let id = if run_images { "run" } else { "builder" };
@@ -228,7 +268,7 @@ fn watch_table(out: &mut String, watches: &[BuilderStatus], config: &Config, now
             let _ = write!(
                 out,
                 "<td data-label=\"{first}\"><code class=\"name\">{}</code><span class=\"sub\">for {}</span></td>",
-                Text(&w.image),
+                Breakable(&w.image),
                 Text(&w.builders.join(", "))
             );
         } else {
@@ -236,7 +276,7 @@ fn watch_table(out: &mut String, watches: &[BuilderStatus], config: &Config, now
                 out,
                 "<td data-label=\"{first}\"><span class=\"name\">{}</span><span class=\"sub\"><code>{}</code></span></td>",
                 Text(&w.name),
-                Text(&w.image)
+                Breakable(&w.image)
             );
         }
         // Pin.
@@ -274,7 +314,7 @@ fn watch_table(out: &mut String, watches: &[BuilderStatus], config: &Config, now
                     "<span class=\"pill err\">{}</span> {}<span class=\"sub\">{}</span>",
                     Text(c.reason.as_deref().unwrap_or("error")),
                     ago(&c.time, now),
-                    Text(c.error.as_deref().unwrap_or(""))
+                    Breakable(c.error.as_deref().unwrap_or(""))
                 );
             }
             None => out.push_str("<span class=\"muted\">never</span>"),
@@ -285,7 +325,7 @@ fn watch_table(out: &mut String, watches: &[BuilderStatus], config: &Config, now
         if w.consecutive_failures > 0 {
             let _ = write!(
                 out,
-                "<td data-label=\"Failing\"><span class=\"streak\">{}</span> <span class=\"muted\">in a row</span></td>",
+                "<td data-label=\"Failing\" class=\"nowrap\"><span class=\"streak\">{}</span> <span class=\"muted\">in a row</span></td>",
                 w.consecutive_failures
             );
         } else {
@@ -317,58 +357,48 @@ fn next_check(w: &BuilderStatus, config: &Config, now: DateTime<Utc>, run_image:
     let Some(settings) = owner.and_then(|name| config.builder(name)) else {
         return "<span class=\"muted\">–</span>".into();
     };
+    // Already escaped: the cron expression stays on one line.
     let how = match &settings.schedule {
-        Schedule::Interval(_) => settings.schedule.to_string(),
-        Schedule::Cron { expression, .. } => format!("cron {expression}"),
+        Schedule::Interval(_) => Text(&settings.schedule.to_string()).to_string(),
+        Schedule::Cron { expression, .. } => format!("cron <code class=\"nowrap\">{}</code>", Text(expression)),
     };
     let jitter = if settings.jitter.is_zero() {
         String::new()
     } else {
-        format!(", plus up to {} jitter", humantime::format_duration(settings.jitter))
+        format!(" + up to {} jitter", humantime::format_duration(settings.jitter))
     };
     let Some(last) = w.last_check.as_ref().and_then(|c| parse_timestamp(&c.time)) else {
-        return format!("soon<span class=\"sub\">first check; {}</span>", Text(&how));
+        return format!("soon<span class=\"sub\">first check; {how}</span>");
     };
     let Some(delay) = settings.schedule.delay_after(last) else {
         return format!(
-            "<span class=\"muted\">only when woken</span><span class=\"sub\">{} never fires again</span>",
-            Text(&how)
+            "<span class=\"muted\">only when woken</span><span class=\"sub\">{how} never fires again</span>"
         );
     };
     let Some(next) = chrono::Duration::from_std(delay).ok().and_then(|d| last.checked_add_signed(d)) else {
-        return format!("<span class=\"muted\">not in this era</span><span class=\"sub\">{}</span>", Text(&how));
+        return format!("<span class=\"muted\">not in this era</span><span class=\"sub\">{how}</span>");
     };
     let shown = if next <= now { "due now".to_string() } else { format!("in {}", span((next - now).num_seconds())) };
-    format!("{}<span class=\"sub\">{}{}</span>", time_element(next, &shown), Text(&how), Text(&jitter))
+    format!("{}<span class=\"sub\">{how}{jitter}</span>", time_element(next, &shown))
+}
+
+/// A builder by its name, a run image by its reference.
+fn title(w: &BuilderStatus) -> &str {
+    if w.builders.is_empty() { &w.name } else { &w.image }
 }
 
 fn history(out: &mut String, w: &BuilderStatus, now: DateTime<Utc>) {
-    let title = if w.builders.is_empty() { w.name.as_str() } else { w.image.as_str() };
-    let _ = writeln!(out, "<h3>{}</h3>", Text(title));
+    let _ = writeln!(out, "<h3>{}</h3>", Text(title(w)));
     out.push_str("<div class=\"card\">");
-    if w.changes.is_empty() {
-        match &w.pinned {
-            Some(p) => {
-                let _ = write!(
-                    out,
-                    "<p class=\"empty\">No changes since it was pinned to <code>{}</code> {}.</p></div>\n",
-                    Text(short(&p.digest)),
-                    ago(&p.since, now)
-                );
-            }
-            None => out.push_str("<p class=\"empty\">No changes recorded.</p></div>\n"),
-        }
-        return;
-    }
     out.push_str(
         "<table class=\"history\"><thead><tr><th>Detected</th><th>Kind</th><th>Digests</th><th>What moved</th></tr></thead><tbody>\n",
     );
     for c in &w.changes {
-        let _ = write!(
+        let _ = writeln!(
             out,
             "<tr class=\"change\"><td data-label=\"Detected\">{}</td><td data-label=\"Kind\">{}{}</td>\
              <td data-label=\"Digests\"><code title=\"{}\">{}</code><span class=\"arrow\">→</span><code title=\"{}\">{}</code></td>\
-             <td data-label=\"What moved\">{}<span class=\"sub\">id <code>{}</code></span></td></tr>\n",
+             <td data-label=\"What moved\">{}<span class=\"sub\">id <code>{}</code></span></td></tr>",
             ago(&c.time, now),
             kind_badge(c.kind),
             if c.rollback { " <span class=\"pill warn\">rollback</span>" } else { "" },
@@ -395,16 +425,15 @@ fn actions(out: &mut String, status: &Status, config: &Config, now: DateTime<Utc
     );
     for a in &status.pending {
         let state = if a.state == "running" { "ok" } else { "warn" };
-        let _ = write!(
+        let _ = writeln!(
             out,
             "<tr class=\"action\"><td data-label=\"Image\"><span class=\"name\">{}</span></td><td data-label=\"Action\">{}</td>\
-             <td data-label=\"State\"><span class=\"pill {state}\">{}</span><span class=\"sub\">{} attempt{}</span></td>\
-             <td data-label=\"Why it waits\">{}</td><td data-label=\"Change\"><code>{}</code></td></tr>\n",
+             <td data-label=\"State\"><span class=\"pill {state}\">{}</span><span class=\"sub\">{}</span></td>\
+             <td data-label=\"Why it waits\">{}</td><td data-label=\"Change\"><code>{}</code></td></tr>",
             Text(&a.image),
             Text(&a.action),
             Text(&a.state),
-            a.attempts,
-            if a.attempts == 1 { "" } else { "s" },
+            if a.attempts == 0 { "not tried yet".to_string() } else { attempts(a.attempts) },
             why_waiting(a, status, config, running, now),
             Text(&a.change)
         );
@@ -441,6 +470,10 @@ fn why_waiting(a: &OpenAction, status: &Status, config: &Config, running: usize,
     )
 }
 
+fn attempts(n: u32) -> String {
+    format!("{n} attempt{}", if n == 1 { "" } else { "s" })
+}
+
 fn dead_letters(out: &mut String, status: &Status, now: DateTime<Utc>) {
     out.push_str("<div class=\"card\">");
     if status.dead_letters.is_empty() {
@@ -451,16 +484,16 @@ fn dead_letters(out: &mut String, status: &Status, now: DateTime<Utc>) {
         "<table class=\"dead-letters\"><thead><tr><th>Event</th><th>Alert</th><th>Gave up</th><th>Last answer</th></tr></thead><tbody>\n",
     );
     for d in &status.dead_letters {
-        let _ = write!(
+        let _ = writeln!(
             out,
             "<tr class=\"dead-letter\"><td data-label=\"Event\"><span class=\"name\">{}</span><span class=\"sub\"><code>{}</code></span></td>\
-             <td data-label=\"Alert\">{}</td><td data-label=\"Gave up\">{}<span class=\"sub\">after {} attempts</span></td>\
-             <td data-label=\"Last answer\">{}</td></tr>\n",
+             <td data-label=\"Alert\">{}</td><td data-label=\"Gave up\">{}<span class=\"sub\">after {}</span></td>\
+             <td data-label=\"Last answer\">{}</td></tr>",
             Text(&d.event_type),
             Text(&d.event),
             Text(&d.alert),
             ago(&d.time, now),
-            d.attempts,
+            attempts(d.attempts),
             Text(d.last_status.as_deref().unwrap_or("no response"))
         );
     }
@@ -597,7 +630,7 @@ mod tests {
         // Only the page's own elements: nothing the registry sent became markup.
         let allowed = [
             "html", "head", "meta", "title", "style", "body", "main", "header", "h1", "h2", "h3", "div", "b", "span",
-            "p", "table", "thead", "tbody", "tr", "th", "td", "code", "time", "footer",
+            "p", "table", "thead", "tbody", "tr", "th", "td", "code", "time", "footer", "wbr",
         ];
         for tag in tags(&html) {
             assert!(allowed.contains(&tag.as_str()), "unexpected <{tag}> in:\n{html}");
@@ -623,7 +656,7 @@ mod tests {
         assert_eq!(html.matches("<tr class=\"builder\"").count(), 2);
         assert_eq!(html.matches("not pinned yet").count(), 2);
         assert_eq!(html.matches(">never<").count(), 2);
-        assert_eq!(html.matches("No changes recorded.").count(), 2);
+        assert!(html.contains("No changes recorded yet."));
         assert!(html.contains("No rebases or rebuilds waiting."));
         assert!(html.contains("Every alert was delivered or is still being retried."));
         assert!(!html.contains("id=\"run-images\""), "no run image section without run images");
@@ -697,8 +730,11 @@ mod tests {
         assert_eq!(html.matches("<tr class=\"run\"").count(), 1);
         assert!(html.contains(&format!("<code class=\"digest\" title=\"registry.example.com/paketo/builder@{0}\">sha256:aaaaaaaaaaaa</code><span class=\"sub\">since <time datetime=\"2025-03-02T10:00:00Z\" title=\"2025-03-02 10:00:00 UTC\">2d 2h ago</time>", digest('a'))), "{html}");
         // Interval: last check + 10m; cron: the next full hour after the last check.
-        assert!(html.contains(">in 8m</time><span class=\"sub\">every 10m, plus up to 30s jitter</span>"), "{html}");
-        assert!(html.contains(">due now</time><span class=\"sub\">cron 0 0 * * * *"), "{html}");
+        assert!(html.contains(">in 8m</time><span class=\"sub\">every 10m + up to 30s jitter</span>"), "{html}");
+        assert!(
+            html.contains(">due now</time><span class=\"sub\">cron <code class=\"nowrap\">0 0 * * * *</code>"),
+            "{html}"
+        );
         assert!(html.contains("<span class=\"pill err\">unreachable</span>"));
         assert!(html.contains("<span class=\"streak\">4</span>"));
         assert!(html.contains("<span class=\"pill ok\">ok</span> <time datetime=\"2025-03-04T11:58:00Z\""));
@@ -710,7 +746,10 @@ mod tests {
         assert!(html.contains("<code title=\"sha256:cccc"));
         assert!(html.contains("paketo-buildpacks/java 18.1.0 → 18.2.0<span class=\"sub\">"));
         assert!(html.contains("<span class=\"kind kind-rebuild\">rebuild</span>"));
-        assert!(html.contains("No changes recorded."), "heroku has none");
+        assert!(
+            html.contains("No changes recorded for <span class=\"name\">heroku</span>, <span class=\"name\">registry.example.com/paketo/run:latest</span>."),
+            "{html}"
+        );
         // Why each action waits.
         assert_eq!(html.matches("<tr class=\"action\"").count(), 3);
         assert!(html.contains("running attempt 1 of 3"));
@@ -734,6 +773,7 @@ mod tests {
         assert_eq!(span(7200), "2h");
         assert_eq!(span(2 * 86_400 + 4 * 3600 + 60), "2d 4h");
         assert_eq!(short(&digest('a')), "sha256:aaaaaaaaaaaa");
+        assert_eq!(Breakable("r.io/a/<b>@sha256:1").to_string(), "r.io/<wbr>a/<wbr>&lt;b&gt;<wbr>@sha256:1");
         assert_eq!(short("sha256:ab"), "sha256:ab");
         assert_eq!(short("ä".repeat(30).as_str()).chars().count(), 19, "cut on a character boundary");
     }

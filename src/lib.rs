@@ -11,6 +11,7 @@ pub mod event;
 pub mod inspect;
 pub mod metrics;
 pub mod monitor;
+pub mod page;
 pub mod plan;
 pub mod registry;
 pub mod runner;

@@ -67,6 +67,7 @@ fn standby() -> Response {
 
 pub fn router(state: Arc<ServerState>) -> Router {
     Router::new()
+        .route("/", get(page))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -171,6 +172,25 @@ async fn builder(State(state): State<Arc<ServerState>>, Path(name): Path<String>
             Some(b) => axum::Json(b).into_response(),
             None => error(StatusCode::NOT_FOUND, format!("no builder named \"{name}\"")),
         },
+        Err(err) => error(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()),
+    }
+}
+
+/// The status page; the read API's access rules apply.
+async fn page(State(state): State<Arc<ServerState>>, headers: HeaderMap) -> Response {
+    if let Err(denied) = authorize_read(&state, &headers) {
+        return denied.into_response();
+    }
+    match status::collect(&state.config, &state.ledger, 10).await {
+        Ok(report) => (
+            [
+                (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                (header::CONTENT_SECURITY_POLICY, crate::page::CONTENT_SECURITY_POLICY),
+                (header::CACHE_CONTROL, "no-store"),
+            ],
+            crate::page::render(&report, &state.config, chrono::Utc::now()),
+        )
+            .into_response(),
         Err(err) => error(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()),
     }
 }

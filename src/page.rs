@@ -1,0 +1,780 @@
+//! The status page served at `GET /`: the `status` report as one self-contained HTML document
+//! (inline CSS, no scripts, no external assets) that reloads itself every [`REFRESH_SECONDS`].
+
+use std::fmt::{self, Write as _};
+
+use chrono::{DateTime, Utc};
+
+use crate::builder::ChangeKind;
+use crate::config::{Config, RunnerKind};
+use crate::schedule::{Schedule, parse_timestamp};
+use crate::status::{BuilderStatus, ChangeSummary, Status};
+use crate::store::OpenAction;
+
+/// How often the page reloads itself.
+pub const REFRESH_SECONDS: u32 = 30;
+
+/// The page loads nothing and runs nothing; only its own inline style applies.
+pub const CONTENT_SECURITY_POLICY: &str =
+    "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// Text for HTML content and quoted attribute values. Names, summaries and errors come from
+/// registries and runners, so markup characters are escaped and control characters (terminal
+/// escapes, bidi overrides that reorder what is shown) are written out as `\u{…}` codes.
+struct Text<'a>(&'a str);
+
+impl fmt::Display for Text<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for c in self.0.chars() {
+            match c {
+                '<' => f.write_str("&lt;")?,
+                '>' => f.write_str("&gt;")?,
+                '&' => f.write_str("&amp;")?,
+                '"' => f.write_str("&quot;")?,
+                '\'' => f.write_str("&#39;")?,
+                // Line breaks in error output read as spaces in a table cell.
+                '\n' | '\t' => f.write_char(' ')?,
+                c if c.is_control() || is_bidi_control(c) => write!(f, "\\u{{{:x}}}", c as u32)?,
+                c => f.write_char(c)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// [`Text`] that may wrap after each `/` and before each `@`: image references and error
+/// messages are long words that would otherwise widen their column or break at random letters.
+struct Breakable<'a>(&'a str);
+
+impl fmt::Display for Breakable<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut rest = self.0;
+        while let Some(i) = rest.find(['/', '@']) {
+            let (head, tail) = rest.split_at(i);
+            if tail.starts_with('/') {
+                write!(f, "{}/<wbr>", Text(head))?;
+            } else {
+                write!(f, "{}<wbr>@", Text(head))?;
+            }
+            rest = &tail[1..];
+        }
+        write!(f, "{}", Text(rest))
+    }
+}
+
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `sha256:` and the first 12 hex digits, as `status` prints digests.
+fn short(digest: &str) -> &str {
+    let end = digest.char_indices().nth("sha256:".len() + 12).map_or(digest.len(), |(i, _)| i);
+    &digest[..end]
+}
+
+/// A duration in its two largest units: `45s`, `5m 10s`, `3h 5m`, `2d 4h`.
+fn span(seconds: i64) -> String {
+    let s = seconds.max(0);
+    let (d, h, m, sec) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
+    match (d, h, m) {
+        (0, 0, 0) => format!("{sec}s"),
+        (0, 0, _) if sec == 0 => format!("{m}m"),
+        (0, 0, _) => format!("{m}m {sec}s"),
+        (0, _, 0) => format!("{h}h"),
+        (0, _, _) => format!("{h}h {m}m"),
+        (_, 0, _) => format!("{d}d"),
+        _ => format!("{d}d {h}h"),
+    }
+}
+
+/// How long before `now` a ledger time was, inside a `<time>` whose tooltip is the exact time.
+fn ago(text: &str, now: DateTime<Utc>) -> String {
+    match parse_timestamp(text) {
+        Some(t) if (now - t).num_seconds() < 5 => time_element(t, "just now"),
+        Some(t) => time_element(t, &format!("{} ago", span((now - t).num_seconds()))),
+        None => format!("{}", Text(text)),
+    }
+}
+
+fn time_element(t: DateTime<Utc>, shown: &str) -> String {
+    format!(
+        "<time datetime=\"{}\" title=\"{}\">{}</time>",
+        t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        t.format("%Y-%m-%d %H:%M:%S UTC"),
+        Text(shown)
+    )
+}
+
+fn kind_badge(kind: ChangeKind) -> String {
+    format!("<span class=\"kind kind-{0}\">{0}</span>", kind.as_str())
+}
+
+/// The summary without its leading `kind: `, which the badge beside it already says.
+fn details(change: &ChangeSummary) -> &str {
+    change
+        .summary
+        .strip_prefix(change.kind.as_str())
+        .and_then(|rest| rest.strip_prefix(": "))
+        .unwrap_or(&change.summary)
+}
+
+const STYLE: &str = r#"
+:root{color-scheme:light dark;--bg:#f5f6f8;--fg:#1c2230;--muted:#606a7b;--card:#fff;--line:#e2e5ea;--head:#fafbfc;
+--ok:#1a7f37;--ok-bg:#dafbe1;--err:#b42318;--err-bg:#fee4e2;--warn:#9a6700;--warn-bg:#fff4d4;
+--rebase:#0969da;--rebuild:#c2410c;--unknown:#7c3aed;--none:#6e7781}
+@media (prefers-color-scheme:dark){:root{--bg:#0e1117;--fg:#e6e9ef;--muted:#9aa4b5;--card:#161b22;--line:#2b323d;--head:#1b2129;
+--ok:#3fb950;--ok-bg:#12361f;--err:#ff7b72;--err-bg:#3d1518;--warn:#d29922;--warn-bg:#3a2a0c;
+--rebase:#4493f8;--rebuild:#f0883e;--unknown:#a371f7;--none:#8b949e}}
+*{box-sizing:border-box}
+body{margin:0;background:var(--bg);color:var(--fg);font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans","Helvetica Neue",Arial,sans-serif;-webkit-text-size-adjust:100%}
+main{max-width:1240px;margin:0 auto;padding:28px 20px 56px}
+header{display:flex;flex-wrap:wrap;align-items:baseline;justify-content:space-between;gap:4px 24px;margin-bottom:20px}
+h1{font-size:1.55rem;margin:0;letter-spacing:-.01em}
+h2{font-size:1.1rem;margin:34px 0 10px;display:flex;align-items:baseline;gap:10px}
+h2 .count{font-size:.8rem;font-weight:600;color:var(--muted);background:var(--line);border-radius:999px;padding:0 8px}
+h3{font-size:.95rem;margin:22px 0 8px}
+.meta{color:var(--muted);font-size:.85rem}
+.tiles{display:grid;grid-template-columns:repeat(auto-fit,minmax(150px,1fr));gap:12px}
+.tile{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:12px 16px}
+.tile b{display:block;font-size:1.6rem;line-height:1.2;font-variant-numeric:tabular-nums}
+.tile span{color:var(--muted);font-size:.8rem;text-transform:uppercase;letter-spacing:.05em}
+.tile.bad b{color:var(--err)}
+.card{background:var(--card);border:1px solid var(--line);border-radius:10px;overflow-x:auto}
+table{width:100%;border-collapse:collapse}
+th{text-align:left;font-size:.72rem;font-weight:600;text-transform:uppercase;letter-spacing:.05em;color:var(--muted);background:var(--head);padding:9px 14px;border-bottom:1px solid var(--line);white-space:nowrap}
+td{padding:10px 14px;border-top:1px solid var(--line);vertical-align:top;overflow-wrap:break-word}
+time,.nowrap,code.digest,.history code{white-space:nowrap}
+tbody tr:first-child td{border-top:0}
+code{font-family:ui-monospace,SFMono-Regular,"SF Mono",Menlo,Consolas,"Liberation Mono",monospace;font-size:.84em}
+.name{font-weight:600}
+.sub{display:block;color:var(--muted);font-size:.8rem;margin-top:2px}
+.muted{color:var(--muted)}
+.empty{padding:14px 16px;color:var(--muted)}
+.kind,.pill{display:inline-block;border-radius:999px;padding:0 9px;font-size:.75rem;font-weight:600;line-height:1.6;white-space:nowrap;vertical-align:1px}
+.kind{color:#fff;background:var(--k)}
+.kind-rebase{--k:var(--rebase)}.kind-rebuild{--k:var(--rebuild)}.kind-unknown{--k:var(--unknown)}.kind-none{--k:var(--none)}
+.ok{color:var(--ok);background:var(--ok-bg)}.err{color:var(--err);background:var(--err-bg)}.warn{color:var(--warn);background:var(--warn-bg)}
+.streak{font-weight:700;color:var(--err);font-variant-numeric:tabular-nums}
+.arrow{color:var(--muted);padding:0 4px}
+footer{margin-top:40px;color:var(--muted);font-size:.8rem}
+.quiet{color:var(--muted);font-size:.85rem;margin:14px 2px 0}
+.quiet .name{color:var(--fg);font-weight:500}
+span.name{white-space:nowrap}
+@media (max-width:760px){
+main{padding:18px 12px 40px}
+.tiles{grid-template-columns:repeat(auto-fit,minmax(105px,1fr));gap:8px}
+.tile{padding:8px 12px}
+.tile b{font-size:1.3rem}
+.tile span{font-size:.7rem}
+table,tbody,td{display:block}
+thead{display:none}
+tbody tr{display:grid;grid-template-columns:repeat(auto-fill,minmax(140px,1fr));gap:8px 14px;padding:12px 14px;border-top:1px solid var(--line)}
+tbody tr:first-child{border-top:0}
+td{border:0;padding:0}
+td:first-child{grid-column:1/-1}
+table:not(.history) td:first-child::before{display:none}
+td[data-label]::before{content:attr(data-label);display:block;font-size:.66rem;font-weight:600;text-transform:uppercase;letter-spacing:.05em;color:var(--muted)}
+}
+"#;
+
+/// The whole page for `status`, as of `now`; `config` supplies schedules and the runner.
+pub fn render(status: &Status, config: &Config, now: DateTime<Utc>) -> String {
+    let mut out = String::with_capacity(16 * 1024);
+    let failing = status.builders.iter().chain(&status.run_images).filter(|w| w.consecutive_failures > 0).count();
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <meta http-equiv=\"refresh\" content=\"{REFRESH_SECONDS}\">\n\
+         <title>builder-monitor{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<main>\n\
+         <header><h1>builder-monitor</h1><div class=\"meta\">as of {} · reloads every {REFRESH_SECONDS} s</div></header>\n",
+        if failing > 0 { format!(" ({failing} failing)") } else { String::new() },
+        time_element(now, &now.format("%Y-%m-%d %H:%M:%S UTC").to_string()),
+    );
+    tiles(&mut out, status, failing);
+
+    section(&mut out, "builders", "Builders", Some(status.builders.len()));
+    watch_table(&mut out, &status.builders, config, now, false);
+    if !status.run_images.is_empty() {
+        section(&mut out, "run-images", "Run images", Some(status.run_images.len()));
+        watch_table(&mut out, &status.run_images, config, now, true);
+    }
+
+    section(&mut out, "history", "History", None);
+    let (moved, quiet): (Vec<&BuilderStatus>, Vec<&BuilderStatus>) =
+        status.builders.iter().chain(&status.run_images).partition(|w| !w.changes.is_empty());
+    for w in &moved {
+        history(&mut out, w, now);
+    }
+    if moved.is_empty() {
+        out.push_str("<div class=\"card\"><p class=\"empty\">No changes recorded yet.</p></div>\n");
+    }
+    if !quiet.is_empty() && !moved.is_empty() {
+        let names: Vec<String> =
+            quiet.iter().map(|w| format!("<span class=\"name\">{}</span>", Text(title(w)))).collect();
+        let _ = writeln!(out, "<p class=\"quiet\">No changes recorded for {}.</p>", names.join(", "));
+    }
+
+    section(&mut out, "actions", "Open actions", Some(status.pending.len()));
+    actions(&mut out, status, config, now);
+
+    section(&mut out, "dead-letters", "Dead letters", Some(status.dead_letters.len()));
+    dead_letters(&mut out, status, now);
+
+    let _ = write!(
+        out,
+        "<footer>The same data as <code>builder-monitor status</code> and <code>/api/v1/builders</code>.</footer>\n\
+         </main>\n</body>\n</html>\n"
+    );
+    out
+}
+
+fn tiles(out: &mut String, status: &Status, failing: usize) {
+    let tile = |out: &mut String, n: usize, label: &str, bad: bool| {
+        let class = if bad && n > 0 { "tile bad" } else { "tile" };
+        let _ = write!(out, "<div class=\"{class}\"><b>{n}</b><span>{label}</span></div>");
+    };
+    out.push_str("<div class=\"tiles\">");
+    tile(out, status.builders.len(), "builders", false);
+    tile(out, status.run_images.len(), "run images", false);
+    tile(out, failing, "failing", true);
+    tile(out, status.pending.len(), "open actions", false);
+    tile(out, status.dead_letters.len(), "dead letters", true);
+    out.push_str("</div>\n");
+}
+
+fn section(out: &mut String, id: &str, title: &str, count: Option<usize>) {
+    let count = count.map(|n| format!(" <span class=\"count\">{n}</span>")).unwrap_or_default();
+    let _ = writeln!(out, "<h2 id=\"{id}\">{title}{count}</h2>");
+}
+
+fn watch_table(out: &mut String, watches: &[BuilderStatus], config: &Config, now: DateTime<Utc>, run_images: bool) {
+    out.push_str("<div class=\"card\">");
+    if watches.is_empty() {
+        out.push_str("<p class=\"empty\">No builders configured.</p></div>\n");
+        return;
+    }
+    let first = if run_images { "Run image" } else { "Builder" };
+    let _ = writeln!(
+        out,
+        "<table><thead><tr><th>{first}</th><th>Pinned</th><th>Last check</th><th>Next check</th>\
+         <th>Failing</th><th>Last change</th></tr></thead><tbody>"
+    );
+    for w in watches {
+        let id = if run_images { "run" } else { "builder" };
+        let _ = write!(out, "<tr class=\"{id}\" data-name=\"{}\">", Text(&w.name));
+        // Name and image.
+        if run_images {
+            let _ = write!(
+                out,
+                "<td data-label=\"{first}\"><code class=\"name\">{}</code><span class=\"sub\">for {}</span></td>",
+                Breakable(&w.image),
+                Text(&w.builders.join(", "))
+            );
+        } else {
+            let _ = write!(
+                out,
+                "<td data-label=\"{first}\"><span class=\"name\">{}</span><span class=\"sub\"><code>{}</code></span></td>",
+                Text(&w.name),
+                Breakable(&w.image)
+            );
+        }
+        // Pin.
+        out.push_str("<td data-label=\"Pinned\">");
+        match &w.pinned {
+            Some(p) => {
+                let _ = write!(
+                    out,
+                    "<code class=\"digest\" title=\"{}\">{}</code><span class=\"sub\">since {}</span>",
+                    Text(&p.reference),
+                    Text(short(&p.digest)),
+                    ago(&p.since, now)
+                );
+            }
+            None => out.push_str("<span class=\"muted\">not pinned yet</span>"),
+        }
+        if let Some(s) = &w.settling {
+            let _ = write!(
+                out,
+                "<span class=\"sub\"><span class=\"pill warn\">settling</span> <code>{}</code> seen {}</span>",
+                Text(short(&s.digest)),
+                ago(&s.since, now)
+            );
+        }
+        out.push_str("</td>");
+        // Last check.
+        out.push_str("<td data-label=\"Last check\">");
+        match &w.last_check {
+            Some(c) if c.result == "ok" => {
+                let _ = write!(out, "<span class=\"pill ok\">ok</span> {}", ago(&c.time, now));
+            }
+            Some(c) => {
+                let _ = write!(
+                    out,
+                    "<span class=\"pill err\">{}</span> {}<span class=\"sub\">{}</span>",
+                    Text(c.reason.as_deref().unwrap_or("error")),
+                    ago(&c.time, now),
+                    Breakable(c.error.as_deref().unwrap_or(""))
+                );
+            }
+            None => out.push_str("<span class=\"muted\">never</span>"),
+        }
+        out.push_str("</td>");
+        let _ = write!(out, "<td data-label=\"Next check\">{}</td>", next_check(w, config, now, run_images));
+        // Failing streak.
+        if w.consecutive_failures > 0 {
+            let _ = write!(
+                out,
+                "<td data-label=\"Failing\" class=\"nowrap\"><span class=\"streak\">{}</span> <span class=\"muted\">in a row</span></td>",
+                w.consecutive_failures
+            );
+        } else {
+            out.push_str("<td data-label=\"Failing\"><span class=\"muted\">–</span></td>");
+        }
+        // Last change.
+        out.push_str("<td data-label=\"Last change\">");
+        match w.changes.first() {
+            Some(c) => {
+                let _ = write!(
+                    out,
+                    "{} {}<span class=\"sub\">{}</span>",
+                    kind_badge(c.kind),
+                    ago(&c.time, now),
+                    Text(details(c))
+                );
+            }
+            None => out.push_str("<span class=\"muted\">none recorded</span>"),
+        }
+        out.push_str("</td></tr>\n");
+    }
+    out.push_str("</tbody></table></div>\n");
+}
+
+/// When the watch is next checked: its schedule after the last check (a run image follows the
+/// schedule of the first builder naming it, as the monitor does), before jitter.
+fn next_check(w: &BuilderStatus, config: &Config, now: DateTime<Utc>, run_image: bool) -> String {
+    let owner = if run_image { w.builders.first().map(String::as_str) } else { Some(w.name.as_str()) };
+    let Some(settings) = owner.and_then(|name| config.builder(name)) else {
+        return "<span class=\"muted\">–</span>".into();
+    };
+    // Already escaped: the cron expression stays on one line.
+    let how = match &settings.schedule {
+        Schedule::Interval(_) => Text(&settings.schedule.to_string()).to_string(),
+        Schedule::Cron { expression, .. } => format!("cron <code class=\"nowrap\">{}</code>", Text(expression)),
+    };
+    let jitter = if settings.jitter.is_zero() {
+        String::new()
+    } else {
+        format!(" + up to {} jitter", humantime::format_duration(settings.jitter))
+    };
+    let Some(last) = w.last_check.as_ref().and_then(|c| parse_timestamp(&c.time)) else {
+        return format!("soon<span class=\"sub\">first check; {how}</span>");
+    };
+    let Some(delay) = settings.schedule.delay_after(last) else {
+        return format!(
+            "<span class=\"muted\">only when woken</span><span class=\"sub\">{how} never fires again</span>"
+        );
+    };
+    let Some(next) = chrono::Duration::from_std(delay).ok().and_then(|d| last.checked_add_signed(d)) else {
+        return format!("<span class=\"muted\">not in this era</span><span class=\"sub\">{how}</span>");
+    };
+    let shown = if next <= now { "due now".to_string() } else { format!("in {}", span((next - now).num_seconds())) };
+    format!("{}<span class=\"sub\">{how}{jitter}</span>", time_element(next, &shown))
+}
+
+/// A builder by its name, a run image by its reference.
+fn title(w: &BuilderStatus) -> &str {
+    if w.builders.is_empty() { &w.name } else { &w.image }
+}
+
+fn history(out: &mut String, w: &BuilderStatus, now: DateTime<Utc>) {
+    let _ = writeln!(out, "<h3>{}</h3>", Text(title(w)));
+    out.push_str("<div class=\"card\">");
+    out.push_str(
+        "<table class=\"history\"><thead><tr><th>Detected</th><th>Kind</th><th>Digests</th><th>What moved</th></tr></thead><tbody>\n",
+    );
+    for c in &w.changes {
+        let _ = writeln!(
+            out,
+            "<tr class=\"change\"><td data-label=\"Detected\">{}</td><td data-label=\"Kind\">{}{}</td>\
+             <td data-label=\"Digests\"><code title=\"{}\">{}</code><span class=\"arrow\">→</span><code title=\"{}\">{}</code></td>\
+             <td data-label=\"What moved\">{}<span class=\"sub\">id <code>{}</code></span></td></tr>",
+            ago(&c.time, now),
+            kind_badge(c.kind),
+            if c.rollback { " <span class=\"pill warn\">rollback</span>" } else { "" },
+            Text(&c.previous),
+            Text(short(&c.previous)),
+            Text(&c.current),
+            Text(short(&c.current)),
+            Text(details(c)),
+            Text(&c.id)
+        );
+    }
+    out.push_str("</tbody></table></div>\n");
+}
+
+fn actions(out: &mut String, status: &Status, config: &Config, now: DateTime<Utc>) {
+    out.push_str("<div class=\"card\">");
+    if status.pending.is_empty() {
+        out.push_str("<p class=\"empty\">No rebases or rebuilds waiting.</p></div>\n");
+        return;
+    }
+    let running = status.pending.iter().filter(|a| a.state == "running").count();
+    out.push_str(
+        "<table class=\"actions\"><thead><tr><th>Image</th><th>Action</th><th>State</th><th>Why it waits</th><th>Change</th></tr></thead><tbody>\n",
+    );
+    for a in &status.pending {
+        let state = if a.state == "running" { "ok" } else { "warn" };
+        let _ = writeln!(
+            out,
+            "<tr class=\"action\"><td data-label=\"Image\"><span class=\"name\">{}</span></td><td data-label=\"Action\">{}</td>\
+             <td data-label=\"State\"><span class=\"pill {state}\">{}</span><span class=\"sub\">{}</span></td>\
+             <td data-label=\"Why it waits\">{}</td><td data-label=\"Change\"><code>{}</code></td></tr>",
+            Text(&a.image),
+            Text(&a.action),
+            Text(&a.state),
+            if a.attempts == 0 { "not tried yet".to_string() } else { attempts(a.attempts) },
+            why_waiting(a, status, config, running, now),
+            Text(&a.change)
+        );
+    }
+    out.push_str("</tbody></table></div>\n");
+}
+
+/// What an open action waits for: the runner, its turn, or a retry after a failed attempt.
+fn why_waiting(a: &OpenAction, status: &Status, config: &Config, running: usize, now: DateTime<Utc>) -> String {
+    let max_attempts = config.runner.max_attempts;
+    if a.state == "running" {
+        return format!("running attempt {} of {max_attempts}", a.attempts);
+    }
+    if config.runner.kind == RunnerKind::None {
+        return "runner <code>none</code> records actions and never runs them".into();
+    }
+    let next = parse_timestamp(&a.next_attempt);
+    let when = match next {
+        Some(t) if t > now => format!("at {}", time_element(t, &format!("in {}", span((t - now).num_seconds())))),
+        _ => format!("now, for a free runner slot ({running} of {} busy)", config.runner.max_concurrent),
+    };
+    if a.attempts == 0 {
+        return format!("runs {when}");
+    }
+    let detail = status
+        .actions
+        .iter()
+        .find(|r| r.change == a.change && r.image == a.image && r.action == a.action)
+        .and_then(|r| r.detail.as_deref());
+    format!(
+        "attempt {} of {max_attempts} failed{}; retries {when}",
+        a.attempts,
+        detail.map(|d| format!(": {}", Text(d))).unwrap_or_default()
+    )
+}
+
+fn attempts(n: u32) -> String {
+    format!("{n} attempt{}", if n == 1 { "" } else { "s" })
+}
+
+fn dead_letters(out: &mut String, status: &Status, now: DateTime<Utc>) {
+    out.push_str("<div class=\"card\">");
+    if status.dead_letters.is_empty() {
+        out.push_str("<p class=\"empty\">Every alert was delivered or is still being retried.</p></div>\n");
+        return;
+    }
+    out.push_str(
+        "<table class=\"dead-letters\"><thead><tr><th>Event</th><th>Alert</th><th>Gave up</th><th>Last answer</th></tr></thead><tbody>\n",
+    );
+    for d in &status.dead_letters {
+        let _ = writeln!(
+            out,
+            "<tr class=\"dead-letter\"><td data-label=\"Event\"><span class=\"name\">{}</span><span class=\"sub\"><code>{}</code></span></td>\
+             <td data-label=\"Alert\">{}</td><td data-label=\"Gave up\">{}<span class=\"sub\">after {}</span></td>\
+             <td data-label=\"Last answer\">{}</td></tr>",
+            Text(&d.event_type),
+            Text(&d.event),
+            Text(&d.alert),
+            ago(&d.time, now),
+            attempts(d.attempts),
+            Text(d.last_status.as_deref().unwrap_or("no response"))
+        );
+    }
+    out.push_str("</tbody></table></div>\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::status::{LastCheck, PinnedStatus};
+    use crate::store::{ActionRecord, DeadLetter};
+
+    const HOSTILE: &str = "<script>alert(\"x\")</script>\u{1b}[31m'&\u{202e}";
+
+    fn config(runner: &str) -> Config {
+        let text = format!(
+            "[monitor]\nstate = \"x.db\"\ninterval = \"10m\"\njitter = \"30s\"\n\n[[builders]]\nname = \"jammy\"\n\
+             image = \"registry.example.com/paketo/builder:latest\"\n\n[[builders]]\nname = \"heroku\"\n\
+             image = \"registry.example.com/heroku/builder:24\"\nschedule = \"0 0 * * * *\"\n\n{runner}"
+        );
+        Config::parse(std::path::Path::new("/config.toml"), &text).unwrap()
+    }
+
+    fn now() -> DateTime<Utc> {
+        parse_timestamp("2025-03-04T12:00:00Z").unwrap()
+    }
+
+    fn digest(fill: char) -> String {
+        format!("sha256:{}", fill.to_string().repeat(64))
+    }
+
+    fn watch(name: &str, image: &str) -> BuilderStatus {
+        BuilderStatus {
+            name: name.into(),
+            image: image.into(),
+            pinned: None,
+            platforms: BTreeMap::new(),
+            last_check: None,
+            last_change: None,
+            consecutive_failures: 0,
+            settling: None,
+            run_image: None,
+            builders: Vec::new(),
+            changes: Vec::new(),
+        }
+    }
+
+    fn change(id: &str, time: &str, previous: char, current: char, kind: ChangeKind, details: &str) -> ChangeSummary {
+        ChangeSummary {
+            id: id.into(),
+            time: time.into(),
+            previous: digest(previous),
+            current: digest(current),
+            kind,
+            reasons: Vec::new(),
+            summary: format!("{}: {details}", kind.as_str()),
+            rollback: false,
+        }
+    }
+
+    fn empty(builders: Vec<BuilderStatus>) -> Status {
+        Status {
+            builders,
+            run_images: Vec::new(),
+            pending: Vec::new(),
+            actions: Vec::new(),
+            deliveries: Vec::new(),
+            dead_letters: Vec::new(),
+        }
+    }
+
+    /// Every tag the page opens, by name (`<td` → `td`).
+    fn tags(html: &str) -> Vec<String> {
+        html.split('<')
+            .skip(1)
+            .filter(|t| !t.starts_with('/') && !t.starts_with('!'))
+            .map(|t| t.split(|c: char| !c.is_ascii_alphanumeric()).next().unwrap().to_ascii_lowercase())
+            .collect()
+    }
+
+    #[test]
+    fn registry_text_is_escaped_everywhere() {
+        let mut jammy = watch(HOSTILE, &format!("registry.example.com/{HOSTILE}:latest"));
+        jammy.pinned = Some(PinnedStatus {
+            digest: digest('a'),
+            reference: format!("x@{HOSTILE}"),
+            since: "2025-03-04T11:00:00Z".into(),
+        });
+        jammy.last_check = Some(LastCheck {
+            time: "2025-03-04T11:59:00Z".into(),
+            result: "error",
+            error: Some(format!("registry said {HOSTILE}")),
+            reason: Some("invalid_response".into()),
+        });
+        jammy.consecutive_failures = 2;
+        jammy.changes = vec![change(HOSTILE, "2025-03-04T11:00:00Z", 'b', 'a', ChangeKind::Rebuild, HOSTILE)];
+        let mut status = empty(vec![jammy]);
+        status.pending.push(OpenAction {
+            change: HOSTILE.into(),
+            image: HOSTILE.into(),
+            action: "rebuild".into(),
+            state: "pending".into(),
+            attempts: 1,
+            next_attempt: "2025-03-04T12:05:00.000Z".into(),
+        });
+        status.actions.push(ActionRecord {
+            key: "k".into(),
+            change: HOSTILE.into(),
+            image: HOSTILE.into(),
+            action: "rebuild".into(),
+            state: "pending".into(),
+            attempts: 1,
+            next_attempt: "2025-03-04T12:05:00.000Z".into(),
+            detail: Some(format!("exit 1: {HOSTILE}")),
+            output_tail: None,
+            updated: "2025-03-04T11:59:00Z".into(),
+        });
+        status.dead_letters.push(DeadLetter {
+            event: HOSTILE.into(),
+            event_type: "builder.changed".into(),
+            alert: HOSTILE.into(),
+            attempts: 5,
+            last_status: Some(HOSTILE.into()),
+            time: "2025-03-04T11:30:00Z".into(),
+        });
+        let html = render(
+            &status,
+            &config("[runner]\ntype = \"exec\"\n[runner.exec]\nrebuild = [\"true\"]\nrebase = [\"true\"]\n"),
+            now(),
+        );
+
+        // Only the page's own elements: nothing the registry sent became markup.
+        let allowed = [
+            "html", "head", "meta", "title", "style", "body", "main", "header", "h1", "h2", "h3", "div", "b", "span",
+            "p", "table", "thead", "tbody", "tr", "th", "td", "code", "time", "footer", "wbr",
+        ];
+        for tag in tags(&html) {
+            assert!(allowed.contains(&tag.as_str()), "unexpected <{tag}> in:\n{html}");
+        }
+        assert!(!html.to_ascii_lowercase().contains("<script"));
+        let escaped = "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;\\u{1b}[31m&#39;&amp;\\u{202e}";
+        // Name, image, reference, error, summary, change id, action, detail, alert, answer.
+        assert!(html.matches(escaped).count() >= 12, "{html}");
+        assert!(html.contains(&format!("data-name=\"{escaped}\"")), "attribute values stay quoted");
+        assert!(!html.chars().any(|c| (c.is_control() && c != '\n') || is_bidi_control(c)), "raw control characters");
+        assert!(html.contains(&format!("exit 1: {escaped}; retries at")), "{html}");
+    }
+
+    #[test]
+    fn an_empty_ledger_says_so() {
+        let status = empty(vec![
+            watch("jammy", "registry.example.com/paketo/builder:latest"),
+            watch("heroku", "registry.example.com/heroku/builder:24"),
+        ]);
+        let html = render(&status, &config(""), now());
+        assert!(html.starts_with("<!DOCTYPE html>"));
+        assert!(html.contains(&format!("<meta http-equiv=\"refresh\" content=\"{REFRESH_SECONDS}\">")));
+        assert_eq!(html.matches("<tr class=\"builder\"").count(), 2);
+        assert_eq!(html.matches("not pinned yet").count(), 2);
+        assert_eq!(html.matches(">never<").count(), 2);
+        assert!(html.contains("No changes recorded yet."));
+        assert!(html.contains("No rebases or rebuilds waiting."));
+        assert!(html.contains("Every alert was delivered or is still being retried."));
+        assert!(!html.contains("id=\"run-images\""), "no run image section without run images");
+        assert!(!html.contains("<tr class=\"change\"") && !html.contains("<tr class=\"action\""));
+        assert!(html.contains("soon<span class=\"sub\">first check; every 10m</span>"), "{html}");
+
+        let none = render(&empty(Vec::new()), &config(""), now());
+        assert!(none.contains("No builders configured."));
+    }
+
+    #[test]
+    fn rows_show_pins_checks_history_actions_and_dead_letters() {
+        let mut jammy = watch("jammy", "registry.example.com/paketo/builder:latest");
+        jammy.pinned = Some(PinnedStatus {
+            digest: digest('a'),
+            reference: format!("registry.example.com/paketo/builder@{}", digest('a')),
+            since: "2025-03-02T10:00:00Z".into(),
+        });
+        jammy.last_check =
+            Some(LastCheck { time: "2025-03-04T11:58:00Z".into(), result: "ok", error: None, reason: None });
+        jammy.changes = vec![
+            change("jammy-2", "2025-03-02T10:00:00Z", 'b', 'a', ChangeKind::Rebase, "run image moved"),
+            change(
+                "jammy-1",
+                "2025-03-01T09:00:00Z",
+                'c',
+                'b',
+                ChangeKind::Rebuild,
+                "paketo-buildpacks/java 18.1.0 → 18.2.0",
+            ),
+        ];
+        let mut heroku = watch("heroku", "registry.example.com/heroku/builder:24");
+        heroku.last_check = Some(LastCheck {
+            time: "2025-03-04T11:00:05Z".into(),
+            result: "error",
+            error: Some("connection refused".into()),
+            reason: Some("unreachable".into()),
+        });
+        heroku.consecutive_failures = 4;
+        let mut run = watch("run-abc", "registry.example.com/paketo/run:latest");
+        run.builders = vec!["jammy".into()];
+        run.pinned =
+            Some(PinnedStatus { digest: digest('d'), reference: "r".into(), since: "2025-03-04T09:00:00Z".into() });
+        let mut status = empty(vec![jammy, heroku]);
+        status.run_images.push(run);
+        let open = |image: &str, state: &str, attempts, next: &str| OpenAction {
+            change: "jammy-2".into(),
+            image: image.into(),
+            action: "rebase".into(),
+            state: state.into(),
+            attempts,
+            next_attempt: next.into(),
+        };
+        status.pending = vec![
+            open("petclinic", "running", 1, "2025-03-04T11:00:00.000Z"),
+            open("orders", "pending", 0, "2025-03-04T11:00:00.000Z"),
+            open("billing", "pending", 2, "2025-03-04T12:10:00.000Z"),
+        ];
+        status.dead_letters.push(DeadLetter {
+            event: "evt-1".into(),
+            event_type: "builder.changed".into(),
+            alert: "platform-team".into(),
+            attempts: 1,
+            last_status: Some("HTTP 400".into()),
+            time: "2025-03-03T12:00:00Z".into(),
+        });
+        let runner = "[runner]\ntype = \"exec\"\nmax_concurrent = 1\nmax_attempts = 3\n[runner.exec]\nrebuild = [\"true\"]\nrebase = [\"true\"]\n";
+        let html = render(&status, &config(runner), now());
+
+        assert_eq!(html.matches("<tr class=\"builder\"").count(), 2);
+        assert_eq!(html.matches("<tr class=\"run\"").count(), 1);
+        assert!(html.contains(&format!("<code class=\"digest\" title=\"registry.example.com/paketo/builder@{0}\">sha256:aaaaaaaaaaaa</code><span class=\"sub\">since <time datetime=\"2025-03-02T10:00:00Z\" title=\"2025-03-02 10:00:00 UTC\">2d 2h ago</time>", digest('a'))), "{html}");
+        // Interval: last check + 10m; cron: the next full hour after the last check.
+        assert!(html.contains(">in 8m</time><span class=\"sub\">every 10m + up to 30s jitter</span>"), "{html}");
+        assert!(
+            html.contains(">due now</time><span class=\"sub\">cron <code class=\"nowrap\">0 0 * * * *</code>"),
+            "{html}"
+        );
+        assert!(html.contains("<span class=\"pill err\">unreachable</span>"));
+        assert!(html.contains("<span class=\"streak\">4</span>"));
+        assert!(html.contains("<span class=\"pill ok\">ok</span> <time datetime=\"2025-03-04T11:58:00Z\""));
+        // The last change in the builder row, every change in the history, newest first.
+        assert!(html.contains("<span class=\"kind kind-rebase\">rebase</span> <time"));
+        assert_eq!(html.matches("<tr class=\"change\"").count(), 2);
+        let rebase = html.find("jammy-2</code>").unwrap();
+        assert!(rebase < html.find("jammy-1</code>").unwrap());
+        assert!(html.contains("<code title=\"sha256:cccc"));
+        assert!(html.contains("paketo-buildpacks/java 18.1.0 → 18.2.0<span class=\"sub\">"));
+        assert!(html.contains("<span class=\"kind kind-rebuild\">rebuild</span>"));
+        assert!(
+            html.contains("No changes recorded for <span class=\"name\">heroku</span>, <span class=\"name\">registry.example.com/paketo/run:latest</span>."),
+            "{html}"
+        );
+        // Why each action waits.
+        assert_eq!(html.matches("<tr class=\"action\"").count(), 3);
+        assert!(html.contains("running attempt 1 of 3"));
+        assert!(html.contains("runs now, for a free runner slot (1 of 1 busy)"));
+        assert!(html.contains("attempt 2 of 3 failed; retries at <time datetime=\"2025-03-04T12:10:00Z\""), "{html}");
+        assert_eq!(html.matches("<tr class=\"dead-letter\"").count(), 1);
+        assert!(html.contains("HTTP 400"));
+        assert!(html.contains("<title>builder-monitor (1 failing)</title>"));
+
+        let recorded = render(&status, &config(""), now());
+        assert!(recorded.contains("runner <code>none</code> records actions and never runs them"));
+    }
+
+    #[test]
+    fn spans_and_short_digests() {
+        assert_eq!(span(-3), "0s");
+        assert_eq!(span(45), "45s");
+        assert_eq!(span(300), "5m");
+        assert_eq!(span(310), "5m 10s");
+        assert_eq!(span(3 * 3600 + 300 + 9), "3h 5m");
+        assert_eq!(span(7200), "2h");
+        assert_eq!(span(2 * 86_400 + 4 * 3600 + 60), "2d 4h");
+        assert_eq!(short(&digest('a')), "sha256:aaaaaaaaaaaa");
+        assert_eq!(Breakable("r.io/a/<b>@sha256:1").to_string(), "r.io/<wbr>a/<wbr>&lt;b&gt;<wbr>@sha256:1");
+        assert_eq!(short("sha256:ab"), "sha256:ab");
+        assert_eq!(short("ä".repeat(30).as_str()).chars().count(), 19, "cut on a character boundary");
+    }
+}

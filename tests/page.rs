@@ -1,0 +1,313 @@
+//! The status page at `GET /` against the real daemon and registry, rendered by a real headless
+//! Chromium: its DOM holds the expected rows, registry text stays text, and read access applies.
+
+mod support;
+
+use std::io::{Read, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use builder_monitor::monitor::run_watch_name;
+use builder_monitor::registry::ImageRef;
+use support::cnb::BuilderSpec;
+use support::daemon::{Daemon, Workspace};
+use support::images::{Format, Image, Pusher};
+use support::receiver::{Receiver, Reply, free_port};
+use support::registry::TestRegistry;
+
+const TOKEN: &str = "test-api-token-0123456789";
+/// A buildpack id as a hostile registry could publish it: markup and a terminal escape.
+const HOSTILE: &str = "<script>document.title='pwned'</script>\u{1b}[31m";
+/// How the page shows it, as Chromium serialises the text back out of its DOM.
+const HOSTILE_SHOWN: &str = "&lt;script&gt;document.title='pwned'&lt;/script&gt;\\u{1b}[31m";
+
+/// Chromium, or `None` (with a message) when it is missing outside CI; in CI it must be there.
+fn chromium() -> Option<PathBuf> {
+    let path = PathBuf::from(std::env::var_os("CHROMIUM").unwrap_or_else(|| "/usr/bin/chromium".into()));
+    if path.exists() {
+        return Some(path);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{} is missing and CI is set: install Debian's chromium (scripts/test does)",
+        path.display()
+    );
+    // Straight to stderr: the harness would swallow eprintln! of a passing test.
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED: the status page browser test needs {} (apt-get install chromium; scripts/test installs it)",
+        path.display()
+    );
+    None
+}
+
+/// Runs headless Chromium on `url` with `args`, in a fresh profile, returning its stdout.
+fn browse(chromium: &Path, url: &str, args: &[&str]) -> String {
+    let profile = tempfile::tempdir().expect("profile dir");
+    let mut child = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-extensions",
+            "--hide-scrollbars",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(args)
+        .arg(url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start chromium");
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        text
+    });
+    let err = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for chromium") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("chromium {args:?} did not finish within 60s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (out, err) = (out.join().unwrap(), err.join().unwrap());
+    assert!(status.success(), "chromium {args:?} failed ({status}):\n{err}");
+    out
+}
+
+/// `sha256:` and 12 hex digits, as the page shows digests.
+fn short(digest: &str) -> &str {
+    &digest[..19]
+}
+
+/// Recognises one log line (its JSON).
+type LogLine<'a> = Box<dyn Fn(&serde_json::Value) -> bool + 'a>;
+
+/// Waits until every predicate has matched a log line of its own, in any order.
+fn wait_for_all(daemon: &mut Daemon, what: &str, mut wanted: Vec<LogLine<'_>>) {
+    while !wanted.is_empty() {
+        let line = daemon.wait_for(what, |_| true);
+        if let Some(i) = wanted.iter().position(|w| w(&line)) {
+            drop(wanted.remove(i));
+        }
+    }
+}
+
+/// A `check done` line of `watch` whose outcome starts with `outcome` (`Pinned`, `Failed`).
+fn checked<'a>(watch: &'a str, outcome: &'a str) -> LogLine<'a> {
+    Box::new(move |v| {
+        v["message"] == "check done"
+            && v["watch"] == watch
+            && v["outcome"].as_str().is_some_and(|o| o.starts_with(outcome))
+    })
+}
+
+// The in-test alert receiver answers while the test blocks on the daemon's log: two threads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_page_renders_in_chromium_with_every_section() {
+    let Some(chromium) = chromium() else { return };
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    let host = &registry.host;
+    let run = format!("{host}/paketobuildpacks/run-jammy-base:latest");
+    let heroku_run = format!("{host}/heroku/heroku:24");
+    pusher.push_image("paketobuildpacks/run-jammy-base", Some("latest"), &Image::new("amd64"), Format::Oci).await;
+    pusher.push_image("heroku/heroku", Some("24"), &Image::new("amd64"), Format::Oci).await;
+    let jammy = BuilderSpec::jammy(&run);
+    let mut untrusted = BuilderSpec::jammy(&run);
+    untrusted.description = "a builder from a registry nobody vetted".into();
+    let push = |repo: &'static str, spec: BuilderSpec| {
+        let pusher = &pusher;
+        async move { pusher.push_image(repo, Some("latest"), &spec.image(), Format::Oci).await }
+    };
+    push("paketobuildpacks/builder-jammy-base", jammy.clone()).await;
+    pusher.push_image("heroku/builder", Some("24"), &BuilderSpec::heroku(&heroku_run).image(), Format::Oci).await;
+    push("sample/untrusted-builder", untrusted.clone()).await;
+
+    // Every builder.changed of the untrusted builder is refused for good: a dead letter.
+    let receiver = Receiver::start().await;
+    receiver.reply([Reply::Status(400)]);
+    let port = free_port();
+    let ws = Workspace::new();
+    let config = ws.config(&format!(
+        r#"[monitor]
+state = "state.db"
+interval = "1h"
+jitter = "0s"
+
+[server]
+listen = "127.0.0.1:{port}"
+api_token_env = "BM_TEST_API_TOKEN"
+public_read = true
+
+[[builders]]
+name = "paketo-jammy-base"
+image = "{host}/paketobuildpacks/builder-jammy-base:latest"
+
+[[builders]]
+name = "heroku-24"
+image = "{host}/heroku/builder:24"
+schedule = "0 0 * * * *"
+
+[[builders]]
+name = "untrusted"
+image = "{host}/sample/untrusted-builder:latest"
+watch_run_image = false
+
+[[builders]]
+name = "gone"
+image = "{host}/sample/deleted-builder:latest"
+
+[[images]]
+name = "petclinic"
+builder = "paketo-jammy-base"
+image = "{host}/apps/petclinic:latest"
+policy = "rebuild"
+source = {{ git = "https://git.example.com/petclinic.git", revision = "main" }}
+
+[[alerts]]
+name = "platform-team"
+type = "webhook"
+url = "{}"
+events = ["builder.changed"]
+builders = ["untrusted"]
+"#,
+        receiver.url
+    ));
+    let mut daemon = Daemon::start_with_env(&config, &[("BM_TEST_API_TOKEN", TOKEN)]);
+    let run_watch = run_watch_name(&ImageRef::parse(&run).unwrap());
+    let heroku_run_watch = run_watch_name(&ImageRef::parse(&heroku_run).unwrap());
+    wait_for_all(
+        &mut daemon,
+        "the first checks",
+        vec![
+            checked("paketo-jammy-base", "Pinned"),
+            checked("heroku-24", "Pinned"),
+            checked("untrusted", "Pinned"),
+            checked(&run_watch, "Pinned"),
+            checked(&heroku_run_watch, "Pinned"),
+            checked("gone", "Failed"),
+        ],
+    );
+
+    // Two moves: a buildpack bump, and a buildpack whose id is hostile.
+    let bumped = push("paketobuildpacks/builder-jammy-base", jammy.bump("paketo-buildpacks/java", "18.2.0")).await;
+    untrusted.buildpacks.push((HOSTILE.into(), "1.0.0".into(), "sha256:hostile-1.0.0".into()));
+    untrusted.order.push(HOSTILE.into());
+    push("sample/untrusted-builder", untrusted).await;
+    let http = support::http();
+    for name in ["paketo-jammy-base", "untrusted"] {
+        let url = format!("http://127.0.0.1:{port}/api/v1/builders/{name}/check");
+        assert_eq!(http.post(url).bearer_auth(TOKEN).send().await.unwrap().status(), 202);
+    }
+    wait_for_all(
+        &mut daemon,
+        "both changes and a dead letter",
+        vec![
+            checked("paketo-jammy-base", "Changed"),
+            checked("untrusted", "Changed"),
+            Box::new(|v| v["message"] == "alert delivery given up (dead letter)"),
+        ],
+    );
+
+    let url = format!("http://127.0.0.1:{port}/");
+    let response = http.get(&url).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let header = |name: &str| response.headers().get(name).map(|v| v.to_str().unwrap().to_string());
+    assert_eq!(header("content-type").as_deref(), Some("text/html; charset=utf-8"));
+    let csp = header("content-security-policy").unwrap();
+    assert!(csp.starts_with("default-src 'none'; style-src 'unsafe-inline'"), "{csp}");
+
+    let dom = tokio::task::spawn_blocking({
+        let (chromium, url) = (chromium.clone(), url.clone());
+        move || browse(&chromium, &url, &["--dump-dom"])
+    })
+    .await
+    .unwrap();
+    let row = |class: &str, name: &str| {
+        let start = dom
+            .find(&format!("<tr class=\"{class}\" data-name=\"{name}\">"))
+            .unwrap_or_else(|| panic!("no {class} row for {name} in:\n{dom}"));
+        &dom[start..start + dom[start..].find("</tr>").unwrap()]
+    };
+    let jammy_row = row("builder", "paketo-jammy-base");
+    assert!(jammy_row.contains(&format!(">{}</code>", short(&bumped.digest))), "{jammy_row}");
+    assert!(jammy_row.contains("<span class=\"pill ok\">ok</span>"), "{jammy_row}");
+    assert!(jammy_row.contains("<span class=\"kind kind-rebuild\">rebuild</span>"), "{jammy_row}");
+    assert!(jammy_row.contains("paketo-buildpacks/java 18.1.0 → 18.2.0"), "{jammy_row}");
+    assert!(row("builder", "heroku-24").contains("cron <code class=\"nowrap\">0 0 * * * *</code>"));
+    let gone = row("builder", "gone");
+    assert!(gone.contains("not pinned yet") && gone.contains("<span class=\"streak\">1</span>"), "{gone}");
+    assert!(row("run", &run_watch).contains("for paketo-jammy-base"));
+    assert!(row("run", &heroku_run_watch).contains("for heroku-24"));
+    assert_eq!(dom.matches("<tr class=\"change\">").count(), 2, "one change each for two builders");
+    let action = &dom[dom.find("<tr class=\"action\">").expect("the planned rebuild")..];
+    assert!(action.contains("petclinic") && action.contains("records actions and never runs them"));
+    let dead = &dom[dom.find("<tr class=\"dead-letter\">").expect("the refused alert")..];
+    assert!(dead.contains("platform-team") && dead.contains("HTTP 400"), "{dead}");
+
+    // The hostile id is text in the untrusted builder's row and its history; nothing ran.
+    assert!(row("builder", "untrusted").contains(HOSTILE_SHOWN), "{dom}");
+    assert_eq!(dom.matches(HOSTILE_SHOWN).count(), 2, "{dom}");
+    assert!(!dom.to_ascii_lowercase().contains("<script"), "an element was injected:\n{dom}");
+    assert!(!dom.contains("pwned</title>") && !dom.contains('\u{1b}'));
+
+    let shot = tempfile::tempdir().unwrap();
+    let png = shot.path().join("status-page.png");
+    tokio::task::spawn_blocking({
+        let (chromium, url, png) = (chromium.clone(), url.clone(), png.clone());
+        move || browse(&chromium, &url, &[&format!("--screenshot={}", png.display()), "--window-size=1280,900"])
+    })
+    .await
+    .unwrap();
+    let bytes = std::fs::read(&png).expect("a screenshot");
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    assert_eq!(u32::from_be_bytes(bytes[16..20].try_into().unwrap()), 1280, "IHDR width");
+    // `STATUS_PAGE_SCREENSHOT=docs/status-page.png` refreshes the README's picture.
+    if let Some(keep) = std::env::var_os("STATUS_PAGE_SCREENSHOT") {
+        let keep = Path::new(env!("CARGO_MANIFEST_DIR")).join(keep);
+        std::fs::copy(&png, &keep).expect("copy the screenshot");
+    }
+    let (status, _) = daemon.terminate();
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn the_status_page_needs_a_token_unless_reads_are_public() {
+    let port = free_port();
+    let ws = Workspace::new();
+    // Nothing listens on port 9: checks fail, which the page is free to show.
+    let config = ws.config(&format!(
+        "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\n\n[server]\nlisten = \"127.0.0.1:{port}\"\n\
+         api_token_env = \"BM_TEST_API_TOKEN\"\npublic_read = false\n\n[[builders]]\nname = \"b\"\nimage = \"127.0.0.1:9/demo/b:latest\"\n"
+    ));
+    let mut daemon = Daemon::start_with_env(&config, &[("BM_TEST_API_TOKEN", TOKEN)]);
+    daemon.wait_for("the server", |v| v["message"] == "serving health, metrics, API and hooks");
+    let url = format!("http://127.0.0.1:{port}/");
+    let http = support::http();
+    assert_eq!(http.get(&url).send().await.unwrap().status(), 401);
+    assert_eq!(http.get(&url).bearer_auth("wrong-token-wrong-token").send().await.unwrap().status(), 401);
+    let page = http.get(&url).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains("data-name=\"b\""));
+    daemon.kill();
+}

@@ -235,6 +235,7 @@ async fn execute(command: Command) -> Result<u8, Failure> {
         Command::Check { config } => {
             let config = load_config(&config)?;
             print!("{}", config.summary());
+            watches_something(&config)?;
             Ok(0)
         }
         Command::Run { config, once } => run_daemon(&config, once).await,
@@ -428,8 +429,21 @@ struct Parts {
     metrics: Arc<Metrics>,
 }
 
+/// `run` refuses a config without builders: a daemon that watches nothing looks healthy while
+/// doing nothing (an empty or truncated config file, say).
+fn watches_something(config: &Config) -> Result<(), Failure> {
+    if config.builders.is_empty() {
+        return Err(usage(anyhow::anyhow!(
+            "{}: no [[builders]] configured, so there is nothing to watch (`run` refuses this config)",
+            config.source.display()
+        )));
+    }
+    Ok(())
+}
+
 async fn run_daemon(path: &Path, once: bool) -> Result<u8, Failure> {
     let config = Arc::new(load_config(path)?);
+    watches_something(&config)?;
     let ledger = open_ledger(&config).await?;
     let metrics = Metrics::new();
     let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));

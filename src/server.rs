@@ -38,10 +38,8 @@ pub struct ServerState {
 
 impl ServerState {
     pub fn new(config: Arc<Config>, settings: ServerSettings, monitor: Arc<Monitor>, ledger: Ledger) -> Self {
-        let period = Duration::from_secs_f64(1.0 / settings.hooks_per_second);
-        let burst = NonZeroU32::new((settings.hooks_per_second * 2.0).ceil() as u32).unwrap_or(NonZeroU32::MIN);
-        let quota = Quota::with_period(period).unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN)).allow_burst(burst);
-        ServerState { config, settings, monitor, ledger, hook_limiter: RateLimiter::keyed(quota), leading: None }
+        let hook_limiter = RateLimiter::keyed(hook_quota(settings.hooks_per_second));
+        ServerState { config, settings, monitor, ledger, hook_limiter, leading: None }
     }
 
     /// Serves as one of several replicas, acting only while `leading` says so.
@@ -53,6 +51,14 @@ impl ServerState {
     pub fn is_leader(&self) -> bool {
         self.leading.as_ref().is_none_or(|l| *l.borrow())
     }
+}
+
+/// The per-client hook quota: `hooks_per_second`, bursts of twice that. The period goes through
+/// `config::rate_period`, so no rate panics here (1e-30 once stopped the daemon at start).
+pub fn hook_quota(hooks_per_second: f64) -> Quota {
+    let burst = NonZeroU32::new((hooks_per_second.clamp(0.0, 1e6) * 2.0).ceil() as u32).unwrap_or(NonZeroU32::MIN);
+    let period = crate::config::rate_period(hooks_per_second);
+    Quota::with_period(period).unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN)).allow_burst(burst)
 }
 
 /// What a standby answers requests that only the leader can act on.

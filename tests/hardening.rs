@@ -165,3 +165,201 @@ events = ["*"]
     assert!(out.stderr.contains("not valid YAML of the kubeconfig shape at line"), "{}", out.stderr);
     assert_no_secret(&out, &["SECRET1"], "run --once with a malformed kubeconfig");
 }
+
+// ---- config bounds ---------------------------------------------------------------------------
+
+use builder_monitor::config::Config;
+use proptest::prelude::*;
+
+/// Where a numeric key lives, and what kind of value it takes.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Duration,
+    Float,
+    Integer,
+}
+
+/// Every numeric key of the config: (table header, key, kind).
+const NUMERIC_KEYS: &[(&str, &str, Kind)] = &[
+    ("[monitor]", "interval", Kind::Duration),
+    ("[monitor]", "jitter", Kind::Duration),
+    ("[monitor]", "history", Kind::Integer),
+    ("[server]", "hooks_per_second", Kind::Float),
+    ("[registries.\"127.0.0.1:9\"]", "requests_per_second", Kind::Float),
+    ("[registries.\"127.0.0.1:9\"]", "burst", Kind::Integer),
+    ("[registries.\"127.0.0.1:9\"]", "timeout", Kind::Duration),
+    ("[registries.\"127.0.0.1:9\"]", "max_attempts", Kind::Integer),
+    ("[registries.\"127.0.0.1:9\"]", "backoff", Kind::Duration),
+    ("[[builders]]\nname = \"b\"\nimage = \"127.0.0.1:9/demo/b:1\"", "interval", Kind::Duration),
+    ("[[builders]]\nname = \"b\"\nimage = \"127.0.0.1:9/demo/b:1\"", "jitter", Kind::Duration),
+    ("[[builders]]\nname = \"b\"\nimage = \"127.0.0.1:9/demo/b:1\"", "settle", Kind::Duration),
+    ("[[alerts]]\nname = \"a\"\ntype = \"webhook\"\nurl = \"http://127.0.0.1:9/\"", "timeout", Kind::Duration),
+    ("[[alerts]]\nname = \"a\"\ntype = \"webhook\"\nurl = \"http://127.0.0.1:9/\"", "backoff", Kind::Duration),
+    ("[[alerts]]\nname = \"a\"\ntype = \"webhook\"\nurl = \"http://127.0.0.1:9/\"", "give_up_after", Kind::Duration),
+    ("[runner]", "max_concurrent", Kind::Integer),
+    ("[runner]", "max_attempts", Kind::Integer),
+    ("[runner]", "backoff", Kind::Duration),
+    ("[runner.exec]\nrebuild = [\"true\"]\nrebase = [\"true\"]", "timeout", Kind::Duration),
+    ("[runner.kubernetes]", "active_deadline", Kind::Duration),
+    ("[runner.kubernetes]", "ttl_after_finished", Kind::Duration),
+    ("[runner.kubernetes]", "backoff_limit", Kind::Integer),
+    ("[kubernetes]", "lease_duration", Kind::Duration),
+    ("[kubernetes]", "renew_deadline", Kind::Duration),
+    ("[kubernetes]", "retry_period", Kind::Duration),
+];
+
+fn value_text(kind: Kind, number: u64, float: f64, unit: &str) -> String {
+    match kind {
+        Kind::Duration => format!("\"{number}{unit}\""),
+        Kind::Integer => format!("{}", number as i64),
+        Kind::Float if float.is_nan() => "nan".to_string(),
+        Kind::Float if float.is_infinite() => if float > 0.0 { "inf" } else { "-inf" }.to_string(),
+        Kind::Float => format!("{float:e}"),
+    }
+}
+
+/// One config text setting the chosen keys; a table header is written once, with its keys.
+fn config_with(keys: &[(usize, String)]) -> String {
+    let mut tables: Vec<(&str, Vec<String>)> = Vec::new();
+    for (index, value) in keys {
+        let (header, key, _) = NUMERIC_KEYS[*index];
+        let line = format!("{key} = {value}");
+        match tables.iter_mut().find(|(h, _)| *h == header) {
+            Some((_, lines)) if !lines.iter().any(|l| l.starts_with(&format!("{key} ="))) => lines.push(line),
+            Some(_) => {}
+            None => tables.push((header, vec![line])),
+        }
+    }
+    let mut text = String::from("[monitor]\nstate = \"state.db\"\n");
+    if let Some((_, lines)) = tables.iter().find(|(h, _)| *h == "[monitor]") {
+        text.push_str(&lines.join("\n"));
+        text.push('\n');
+    }
+    let builder = NUMERIC_KEYS[9].0;
+    if !tables.iter().any(|(h, _)| *h == builder) {
+        tables.push((builder, Vec::new()));
+    }
+    for (header, lines) in tables.iter().filter(|(h, _)| *h != "[monitor]") {
+        text.push_str(&format!("\n{header}\n{}\n", lines.join("\n")));
+    }
+    text
+}
+
+/// What the daemon does with the numbers of an accepted config, short of the network: limiter
+/// quotas, the timetable, settle, alert clients.
+fn exercise(config: &Config) {
+    use builder_monitor::schedule::{self, Timetable};
+    for settings in config.registries.values() {
+        if let Some(limiter) = builder_monitor::registry::rate_limiter(settings) {
+            let _ = limiter.check();
+        }
+    }
+    if let Some(server) = &config.server {
+        let limiter = governor::RateLimiter::keyed(builder_monitor::server::hook_quota(server.hooks_per_second));
+        let _ = limiter.check_key(&std::net::IpAddr::from([127, 0, 0, 1]));
+    }
+    let now = tokio::time::Instant::now();
+    let wall = chrono::Utc::now();
+    let mut table = Timetable::default();
+    for b in &config.builders {
+        let id = table.add(&b.name, (), b.jitter, now);
+        table.wake(id, now);
+        let id = table.pop_due(now).expect("due after a wake");
+        table.finished(id, &b.schedule, b.jitter, now, wall);
+        let _ = table.next_due();
+        let since = wall - chrono::Duration::days(400);
+        let _ = schedule::settle(b.settle, Some(("sha256:a", since)), "sha256:a", wall);
+    }
+    for alert in &config.alerts {
+        builder_monitor::alert::Sender::new(alert.clone()).expect("an alert client");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_numbers_in_every_numeric_key_are_refused_or_safe(
+        picks in proptest::collection::vec(
+            (0..NUMERIC_KEYS.len(), any::<u64>(), 0u32..64, prop_oneof![any::<f64>(), 0.0f64..20_000.0, Just(1e-30), Just(0.0)],
+             prop::sample::select(vec!["ns", "us", "ms", "s", "m", "h", "d", "w", "M", "y"])),
+            1..6,
+        )
+    ) {
+        let keys: Vec<(usize, String)> = picks
+            .iter()
+            .map(|(index, number, shift, float, unit)| {
+                // Small numbers as often as huge ones: most bounds sit low.
+                let number = if shift % 2 == 0 { number >> shift } else { number % 1000 };
+                (*index, value_text(NUMERIC_KEYS[*index].2, number, *float, unit))
+            })
+            .collect();
+        let text = config_with(&keys);
+        let dir = std::env::temp_dir();
+        match Config::parse(&dir.join("prop.toml"), &text) {
+            Ok(config) => exercise(&config),
+            Err(err) => {
+                let message = err.to_string();
+                prop_assert!(message.lines().all(|l| l.starts_with(&format!("{}:", dir.join("prop.toml").display()))),
+                    "every problem has FILE:LINE:COL: {message}");
+            }
+        }
+    }
+}
+
+/// Every numeric key at its largest accepted value, and the smallest rates: `run --once` checks
+/// (against a closed port), schedules and exits with a failed check, never a panic.
+#[test]
+fn run_once_survives_every_numeric_key_at_its_bound() {
+    let ws = Workspace::new();
+    let closed = format!("127.0.0.1:{}", free_port());
+    let config = ws.config(&format!(
+        r#"
+[monitor]
+state = "state.db"
+interval = "1y"
+jitter = "1y"
+history = 1000000
+
+[server]
+listen = "127.0.0.1:0"
+hooks_per_second = 0.001
+
+[registries."{closed}"]
+requests_per_second = 0.001
+burst = 10000
+timeout = "1y"
+backoff = "1y"
+max_attempts = 1
+
+[[builders]]
+name = "b"
+image = "{closed}/demo/b:1"
+settle = "1y"
+jitter = "1y"
+
+[[alerts]]
+name = "a"
+type = "webhook"
+url = "http://{closed}/"
+timeout = "1y"
+backoff = "1y"
+give_up_after = "1y"
+
+[runner]
+backoff = "1y"
+max_attempts = 100
+"#
+    ));
+    let out = run_with_env(&["run", "--once", "--config", config.to_str().unwrap()], &[], ws.dir.path());
+    assert_eq!(out.code, Some(1), "a failed check, not a panic:\n{}", out.stderr);
+    assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+
+    let empty = ws.path("empty.toml");
+    std::fs::write(&empty, "").unwrap();
+    for command in ["run", "check"] {
+        let out = run_with_env(&[command, "--config", empty.to_str().unwrap()], &[], ws.dir.path());
+        assert_eq!(out.code, Some(2), "{command} refuses an empty config:\n{}", out.stderr);
+        assert!(out.stderr.contains("no [[builders]] configured"), "{}", out.stderr);
+    }
+}

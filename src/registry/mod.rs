@@ -283,12 +283,7 @@ impl Endpoint {
             builder = builder.tls_certs_merge(certs);
         }
         let http = builder.build().map_err(|e| setup(format!("cannot build HTTP client: {e}")))?;
-        let limiter = settings.requests_per_second.map(|rps| {
-            let period = Duration::from_secs_f64(1.0 / rps);
-            let burst = NonZeroU32::new(settings.burst).unwrap_or(NonZeroU32::MIN);
-            let quota = Quota::with_period(period).unwrap_or_else(|| Quota::per_second(NonZeroU32::MAX));
-            RateLimiter::direct(quota.allow_burst(burst))
-        });
+        let limiter = rate_limiter(&settings);
         Ok(Self {
             base: format!("{scheme}://{api_host}"),
             http,
@@ -599,6 +594,16 @@ impl Endpoint {
         }
         Ok(body.into())
     }
+}
+
+/// A registry's request limiter (`None`: no limit). The rate goes through `config::rate_period`, so
+/// no configured rate can overflow the period (a rate of 1e-30 once panicked every check).
+pub fn rate_limiter(settings: &RegistrySettings) -> Option<DefaultDirectRateLimiter> {
+    let rps = settings.requests_per_second?;
+    let burst = NonZeroU32::new(settings.burst).unwrap_or(NonZeroU32::MIN);
+    let quota =
+        Quota::with_period(crate::config::rate_period(rps)).unwrap_or_else(|| Quota::per_second(NonZeroU32::MAX));
+    Some(RateLimiter::direct(quota.allow_burst(burst)))
 }
 
 /// `Retry-After` as seconds or an HTTP date.

@@ -159,7 +159,7 @@ events = ["*"]
 
     // A malformed kubeconfig: its YAML parser quotes values.
     let kube = ws.path("kube.toml");
-    std::fs::write(&kube, "[monitor]\nstate = \"kubernetes\"\n[kubernetes]\nkubeconfig = \"kubeconfig\"\n").unwrap();
+    std::fs::write(&kube, "[monitor]\nstate = \"kubernetes\"\n[kubernetes]\nkubeconfig = \"kubeconfig\"\n[[builders]]\nname = \"b\"\nimage = \"127.0.0.1:9/b:1\"\n").unwrap();
     let out = run_with_env(&["run", "--once", "--config", kube.to_str().unwrap()], &[], ws.dir.path());
     assert_eq!(out.code, Some(1), "{}", out.stderr);
     assert!(out.stderr.contains("not valid YAML of the kubeconfig shape at line"), "{}", out.stderr);

@@ -1,6 +1,7 @@
 //! CNB builder and app images as their config labels describe them, and `classify`, which decides
 //! what a builder move means for app images (rebase, rebuild, unknown, none). Pure: no I/O.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
@@ -8,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::registry::ImageRef;
+use crate::text::escape;
 
 pub const BUILDER_METADATA: &str = "io.buildpacks.builder.metadata";
 pub const STACK_ID: &str = "io.buildpacks.stack.id";
@@ -148,17 +150,22 @@ impl Change {
         change
     }
 
-    /// What moved, for people: `heroku/nodejs 3.2.1 → 3.3.0; lifecycle 0.21.13 → 0.21.14`.
+    /// What moved, for people: `heroku/nodejs 3.2.1 → 3.3.0; lifecycle 0.21.13 → 0.21.14`. The
+    /// names come from registries, so their control characters are escaped.
     pub fn details(&self) -> String {
         let mut parts: Vec<String> = Vec::new();
-        let v = |s: &Option<String>| s.clone().unwrap_or_else(|| "?".into());
+        fn v(s: &Option<String>) -> Cow<'_, str> {
+            s.as_deref().map(escape).unwrap_or(Cow::Borrowed("?"))
+        }
         for b in &self.buildpacks {
-            parts.push(match (&b.from, &b.to) {
-                (Some(f), Some(t)) if b.republished => format!("{} {f} republished ({t})", b.id),
-                (Some(f), Some(t)) => format!("{} {f} → {t}", b.id),
-                (None, Some(t)) => format!("{} {t} added", b.id),
-                (Some(f), None) => format!("{} {f} removed", b.id),
-                (None, None) => format!("{} changed", b.id),
+            let id = escape(&b.id);
+            let (from, to) = (b.from.as_deref().map(escape), b.to.as_deref().map(escape));
+            parts.push(match (from, to) {
+                (Some(f), Some(t)) if b.republished => format!("{id} {f} republished ({t})"),
+                (Some(f), Some(t)) => format!("{id} {f} → {t}"),
+                (None, Some(t)) => format!("{id} {t} added"),
+                (Some(f), None) => format!("{id} {f} removed"),
+                (None, None) => format!("{id} changed"),
             });
         }
         if let Some(l) = &self.lifecycle {
@@ -178,7 +185,7 @@ impl Change {
             parts.push("base layers changed".into());
         }
         if let Some(note) = &self.note {
-            parts.push(note.clone());
+            parts.push(escape(note).into_owned());
         }
         if parts.is_empty() {
             parts.push(match self.kind {
@@ -971,15 +978,19 @@ pub fn classify(previous: &PinnedMetadata, current: &PinnedMetadata) -> Change {
     change
 }
 
-/// Renders builder metadata for `resolve`.
+/// Renders builder metadata for `resolve`, registry strings escaped.
 pub fn describe(meta: &BuilderMetadata) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "  stack:      {}", meta.stack_id.as_deref().unwrap_or("-"));
-    let _ = writeln!(out, "  lifecycle:  {}", meta.lifecycle.version.as_deref().unwrap_or("-"));
-    let _ = writeln!(out, "  run image:  {}", meta.run_image().unwrap_or("-"));
+    let or_dash = |s: Option<&str>| escape(s.unwrap_or("-")).into_owned();
+    let _ = writeln!(out, "  stack:      {}", or_dash(meta.stack_id.as_deref()));
+    let _ = writeln!(out, "  lifecycle:  {}", or_dash(meta.lifecycle.version.as_deref()));
+    let _ = writeln!(out, "  run image:  {}", or_dash(meta.run_image()));
+    if let Some(description) = &meta.description {
+        let _ = writeln!(out, "  about:      {}", escape(description));
+    }
     let _ = writeln!(out, "  buildpacks: {}", meta.buildpacks.len());
     for b in &meta.buildpacks {
-        let _ = writeln!(out, "    {} {}", b.id, b.version.as_deref().unwrap_or("-"));
+        let _ = writeln!(out, "    {} {}", escape(&b.id), or_dash(b.version.as_deref()));
     }
     out
 }

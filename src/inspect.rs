@@ -10,6 +10,7 @@ use crate::config::Platform;
 use crate::registry::{
     DOCKER_MANIFEST_LIST, ImageRef, MAX_CONFIG_BYTES, Manifest, OCI_INDEX, Registry, RegistryError, is_sha256_digest,
 };
+use crate::text::escape;
 
 /// One resolved state of a tag.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -291,14 +292,17 @@ impl Resolution {
     pub fn render_text(&self) -> String {
         let mut out = format!(
             "{}\n  digest:     {}\n  reference:  {}\n  media type: {}\n",
-            self.image, self.digest, self.reference, self.media_type
+            self.image,
+            self.digest,
+            self.reference,
+            escape(&self.media_type)
         );
         for p in &self.platforms {
             let mut platform = format!("{}/{}", p.os, p.architecture);
             if let Some(v) = &p.variant {
                 platform = format!("{platform}/{v}");
             }
-            out.push_str(&format!("  {:<11} {}\n", format!("{platform}:"), p.digest));
+            out.push_str(&format!("  {:<11} {}\n", format!("{}:", escape(&platform)), p.digest));
         }
         if let Some(b) = &self.builder {
             out.push_str(&builder::describe(b));

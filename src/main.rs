@@ -27,6 +27,7 @@ use builder_monitor::schedule::Clock;
 use builder_monitor::server::{self, ServerState};
 use builder_monitor::status;
 use builder_monitor::store::Ledger;
+use builder_monitor::text;
 
 #[derive(Parser)]
 #[command(
@@ -184,17 +185,32 @@ fn main() -> ExitCode {
     match runtime.block_on(execute(cli.command)) {
         Ok(code) => ExitCode::from(code),
         Err(Failure { code, error }) => {
-            eprintln!("error: {error:#}");
+            // Errors may carry a registry's words; the lines are ours, other controls are escaped.
+            eprintln!("error: {}", text::escape_keep_newlines(&format!("{error:#}")));
             ExitCode::from(code)
         }
     }
 }
 
 fn init_logging(format: LogFormat, default_level: &str) {
+    use tracing_subscriber::field::MakeExt;
     let filter = EnvFilter::try_from_env("BUILDER_MONITOR_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
-        LogFormat::Text => builder.init(),
+        // Field values can carry registry strings: a newline or escape sequence in a buildpack id
+        // must not forge a log line or repaint the terminal (JSON lines escape them already).
+        LogFormat::Text => builder
+            .fmt_fields(
+                tracing_subscriber::fmt::format::debug_fn(|writer, field, value| {
+                    let rendered = format!("{value:?}");
+                    match field.name() {
+                        "message" => write!(writer, "{}", text::escape(&rendered)),
+                        name => write!(writer, "{name}={}", text::escape(&rendered)),
+                    }
+                })
+                .delimited(" "),
+            )
+            .init(),
         LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).init(),
     }
 }
@@ -261,7 +277,7 @@ async fn execute(command: Command) -> Result<u8, Failure> {
                 if change.platforms.len() > 1 {
                     for (platform, p) in &change.platforms {
                         let reasons = serde_json::to_string(&p.reasons).context("encoding JSON")?;
-                        println!("  {platform}: {} {reasons}", p.kind.as_str());
+                        println!("  {}: {} {reasons}", text::escape(platform), p.kind.as_str());
                     }
                 }
             }
@@ -500,6 +516,12 @@ async fn run_daemon(path: &Path, once: bool) -> Result<u8, Failure> {
                 .await
                 .with_context(|| format!("cannot listen on {} ([server] listen)", settings.listen))?;
             tracing::info!(listen = %settings.listen, "serving health, metrics, API and hooks");
+            if settings.api_token.is_some() && settings.public_read {
+                tracing::warn!(
+                    listen = %settings.listen,
+                    "the read API (/api/v1/...) is public: an API token is configured, but only for checks and hooks; set [server] public_read = false to require it for reads too"
+                );
+            }
             let state = ServerState::new(config.clone(), settings.clone(), monitor.clone(), ledger)
                 .with_leadership(leading.clone());
             Some(tokio::spawn(server::serve(Arc::new(state), listener, shutdown.clone())))

@@ -99,7 +99,20 @@ pub struct ServerSettings {
     pub public_read: bool,
     /// Hook requests per second allowed from one client address.
     pub hooks_per_second: f64,
+    /// A connection that has not sent a complete request head this long after connecting (or
+    /// after its previous response) is closed.
+    pub header_timeout: Duration,
+    /// Open connections at once, in total and from one client address.
+    pub max_connections: usize,
+    pub max_connections_per_client: usize,
 }
+
+/// `[server]` defaults: a kubelet probe or Prometheus scrape sends its request head at once.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: usize = 64;
+/// Largest `max_connections`.
+pub const MAX_CONNECTIONS: usize = 65_536;
 
 #[derive(Debug, Clone)]
 pub struct MonitorSettings {
@@ -414,6 +427,9 @@ struct RawServer {
     api_token_env: Option<Spanned<String>>,
     public_read: Option<bool>,
     hooks_per_second: Option<Spanned<f64>>,
+    header_timeout: Option<Spanned<String>>,
+    max_connections: Option<Spanned<i64>>,
+    max_connections_per_client: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -671,6 +687,25 @@ impl<'a> Validator<'a> {
             Some(h) => *h.get_ref(),
             None => 5.0,
         };
+        let header_timeout = match &raw.header_timeout {
+            Some(t) => self.positive_duration(t, "header_timeout").unwrap_or_default(),
+            None => DEFAULT_HEADER_TIMEOUT,
+        };
+        let mut count = |value: &Option<Spanned<i64>>, what: &str, max: usize, default: usize| match value {
+            Some(v) if (1..=max as i64).contains(v.get_ref()) => *v.get_ref() as usize,
+            Some(v) => {
+                self.error(v.span(), format!("{what} must be between 1 and {max}"));
+                default
+            }
+            None => default,
+        };
+        let max_connections = count(&raw.max_connections, "max_connections", MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS);
+        let max_connections_per_client = count(
+            &raw.max_connections_per_client,
+            "max_connections_per_client",
+            max_connections,
+            DEFAULT_MAX_CONNECTIONS_PER_CLIENT.min(max_connections),
+        );
         if self.diagnostics.len() != errors_before {
             return None;
         }
@@ -680,6 +715,9 @@ impl<'a> Validator<'a> {
             api_token_env: raw.api_token_env.map(|e| e.into_inner()),
             public_read: raw.public_read.unwrap_or(true),
             hooks_per_second,
+            header_timeout,
+            max_connections,
+            max_connections_per_client,
         })
     }
 

@@ -195,7 +195,9 @@ fn main() -> ExitCode {
 fn init_logging(format: LogFormat, default_level: &str) {
     use tracing_subscriber::field::MakeExt;
     let filter = EnvFilter::try_from_env("BUILDER_MONITOR_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colour only on a terminal: in a file or a collector the codes are noise.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match format {
         // Field values can carry registry strings: a newline or escape sequence in a buildpack id
         // must not forge a log line or repaint the terminal (JSON lines escape them already).

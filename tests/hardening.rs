@@ -363,3 +363,75 @@ max_attempts = 100
         assert!(out.stderr.contains("no [[builders]] configured"), "{}", out.stderr);
     }
 }
+
+// ---- registry strings in text output -------------------------------------------------------------
+
+use support::cnb::BuilderSpec;
+use support::images::{Format, Pusher};
+use support::registry::TestRegistry;
+
+/// No terminal control survives, and no line is forged.
+fn assert_terminal_safe(out: &Output, what: &str) {
+    let text = all_output(out);
+    for c in ['\u{1b}', '\u{7}', '\r'] {
+        assert!(!text.contains(c), "{what} prints {c:?} raw:\n{text}");
+    }
+    assert!(!text.lines().any(|l| l.starts_with("FORGED")), "{what} has a forged line:\n{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_characters_from_registries_are_escaped_in_text_output_and_logs() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    let evil_id = "evil/bp\u{1b}[31m\nFORGED level=ERROR";
+    let mut spec = BuilderSpec::jammy(&format!("{}/demo/run:latest", registry.host));
+    spec.buildpacks.push((evil_id.into(), "1.0\r\nFORGED".into(), "sha256:evil-1".into()));
+    spec.description = "about\u{1b}]0;title\u{7}\nFORGED".into();
+    spec.stack_id = "stack\nFORGED".into();
+    let old = pusher.push_image("demo/builder", Some("latest"), &spec.image(), Format::Oci).await;
+    let ws = Workspace::new();
+    let config = ws.config(&format!(
+        "[monitor]\nstate = \"state.db\"\n[[builders]]\nname = \"b\"\nimage = \"{}/demo/builder:latest\"\nwatch_run_image = false\n",
+        registry.host
+    ));
+    let config = config.to_str().unwrap();
+    let first = run_with_env(&["run", "--once", "--config", config], &[], ws.dir.path());
+    assert_eq!(first.code, Some(0), "{}", first.stderr);
+    spec.buildpacks.last_mut().unwrap().1 = "2.0\u{1b}[2J\nFORGED".into();
+    spec.buildpacks.last_mut().unwrap().2 = "sha256:evil-2".into();
+    let new = pusher.push_image("demo/builder", Some("latest"), &spec.image(), Format::Oci).await;
+    let moved = run_with_env(&["run", "--once", "--config", config], &[], ws.dir.path());
+    assert_eq!(moved.code, Some(0), "{}", moved.stderr);
+    assert!(moved.stderr.contains("evil/bp\\x1b[31m\\nFORGED"), "the id is logged, escaped:\n{}", moved.stderr);
+    let status = run_with_env(&["status", "--config", config], &[], ws.dir.path());
+    assert!(status.stdout.contains("\\x1b[2J\\nFORGED"), "{}", status.stdout);
+    let image = format!("{}/demo/builder", registry.host);
+    let resolve = run_with_env(&["resolve", &format!("{image}:latest")], &[], ws.dir.path());
+    assert!(resolve.stdout.contains("about\\x1b]0;title\\x07\\nFORGED"), "{}", resolve.stdout);
+    let diff = run_with_env(
+        &["diff", &format!("{image}@{}", old.digest), &format!("{image}@{}", new.digest)],
+        &[],
+        ws.dir.path(),
+    );
+    assert!(diff.stdout.starts_with("rebuild: "), "{}", diff.stdout);
+    for (what, out) in
+        [("run --once", &first), ("run --once", &moved), ("status", &status), ("resolve", &resolve), ("diff", &diff)]
+    {
+        assert_eq!(out.code, Some(0), "{what}: {}", out.stderr);
+        assert_terminal_safe(out, what);
+    }
+}
+
+#[test]
+fn start_up_says_when_the_read_api_is_public_although_a_token_is_configured() {
+    let ws = Workspace::new();
+    let config = ws.config(
+        "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\n[server]\nlisten = \"127.0.0.1:0\"\napi_token_env = \"BM_HARDENING_API\"\n[[builders]]\nname = \"b\"\nimage = \"127.0.0.1:9/demo/b:1\"\n",
+    );
+    let mut daemon = support::daemon::Daemon::start_with_env(&config, &[("BM_HARDENING_API", "a-token-of-20-chars!")]);
+    let line = daemon.wait_for("the public read API warning", |v| {
+        v["message"].as_str().is_some_and(|m| m.contains("the read API (/api/v1/...) is public"))
+    });
+    assert_eq!(line["level"], "WARN", "{line}");
+    daemon.kill();
+}

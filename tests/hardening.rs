@@ -435,3 +435,114 @@ fn start_up_says_when_the_read_api_is_public_although_a_token_is_configured() {
     assert_eq!(line["level"], "WARN", "{line}");
     daemon.kill();
 }
+
+// ---- builder label size limits -------------------------------------------------------------------
+
+/// A builder like the report's: 16,000 buildpacks, a 6.5 MB config.
+fn huge_spec(registry: &str, lifecycle: &str) -> BuilderSpec {
+    let mut spec = BuilderSpec::jammy(&format!("{registry}/demo/run:latest"));
+    spec.buildpacks = (0..16_000)
+        .map(|i| {
+            let id = format!("example-buildpacks/buildpack-{i:05}");
+            (id, "1.2.3".to_string(), format!("sha256:{i:032}"))
+        })
+        .collect();
+    spec.order = spec.buildpacks.iter().map(|b| b.0.clone()).collect();
+    spec.lifecycle = lifecycle.into();
+    spec
+}
+
+fn builder_config(registry: &str, names: &[&str]) -> String {
+    let mut text = "[monitor]\nstate = \"state.db\"\ninterval = \"1s\"\njitter = \"0s\"\n".to_string();
+    for name in names {
+        text.push_str(&format!(
+            "[[builders]]\nname = \"{name}\"\nimage = \"{registry}/demo/{name}:latest\"\nwatch_run_image = false\n"
+        ));
+    }
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_builder_config_moves_as_unknown_with_a_note_and_bounded_event_and_status() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    let v1 = huge_spec(&registry.host, "0.21.13").image();
+    let pushed = pusher.push_image("demo/huge", Some("latest"), &v1, Format::Oci).await;
+    let size = support::http()
+        .head(format!("http://{}/v2/demo/huge/blobs/{}", registry.host, pushed.config_digest))
+        .send()
+        .await
+        .unwrap()
+        .headers()["content-length"]
+        .to_str()
+        .unwrap()
+        .parse::<u64>()
+        .unwrap();
+    assert!((6_000_000..8_000_000).contains(&size), "a config of the report's size: {size} bytes");
+    let ws = Workspace::new();
+    let config = ws.config(&builder_config(&registry.host, &["huge"]));
+    let mut daemon = support::daemon::Daemon::start(&config);
+    daemon.wait_for_event("builder.pinned");
+    let v2 = huge_spec(&registry.host, "0.21.14").image();
+    pusher.push_image("demo/huge", Some("latest"), &v2, Format::Oci).await;
+    let line = daemon.wait_for("builder.changed", |v| {
+        v["target"] == "builder_monitor::event" && v["event_type"] == "builder.changed"
+    });
+    let event_text = line["event"].as_str().unwrap();
+    let event: serde_json::Value = serde_json::from_str(event_text).unwrap();
+    assert_eq!(event["change"]["kind"], "unknown", "{event}");
+    let note = event["change"]["note"].as_str().unwrap_or_default();
+    assert!(note.contains("over the size limits"), "{note}");
+    assert!(event_text.len() < 4096, "the event is {} bytes", event_text.len());
+    daemon.kill();
+    let status = run_with_env(&["status", "--json", "--config", config.to_str().unwrap()], &[], ws.dir.path());
+    assert_eq!(status.code, Some(0), "{}", status.stderr);
+    assert!(status.stdout.len() < 16 * 1024, "status is {} bytes", status.stdout.len());
+}
+
+/// A `/proc/PID/status` field in KiB.
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with(&format!("{field}:")))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The measurement behind the README's memory claim (a manual run, release build):
+/// `cargo test --release --test hardening -- --ignored --nocapture peak_rss`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run by hand in release mode"]
+async fn peak_rss_with_four_huge_builders_moving_at_once() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    let names = ["huge-a", "huge-b", "huge-c", "huge-d"];
+    for name in names {
+        let image = huge_spec(&registry.host, &format!("0.21.13-{name}")).image();
+        pusher.push_image(&format!("demo/{name}"), Some("latest"), &image, Format::Oci).await;
+    }
+    let ws = Workspace::new();
+    let config = ws.config(&builder_config(&registry.host, &names));
+    let mut daemon = support::daemon::Daemon::start(&config);
+    for _ in names {
+        daemon.wait_for_event("builder.pinned");
+    }
+    let pinned = status_kib(daemon.pid(), "VmHWM").unwrap();
+    let images: Vec<_> =
+        names.iter().map(|name| huge_spec(&registry.host, &format!("0.21.14-{name}")).image()).collect();
+    let pusher = &pusher;
+    futures::future::join_all(names.iter().zip(&images).map(|(name, image)| async move {
+        pusher.push_image(&format!("demo/{name}"), Some("latest"), image, Format::Oci).await
+    }))
+    .await;
+    for _ in names {
+        daemon.wait_for_event("builder.changed");
+    }
+    let moved = status_kib(daemon.pid(), "VmHWM").unwrap();
+    let rss = status_kib(daemon.pid(), "VmRSS").unwrap();
+    println!(
+        "peak RSS (VmHWM): {} MiB after pinning four 6.5 MB builders, {} MiB after all four moved; RSS now {} MiB",
+        pinned / 1024,
+        moved / 1024,
+        rss / 1024
+    );
+    assert!(moved < 64 * 1024, "peak RSS {} KiB", moved);
+}

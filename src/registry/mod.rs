@@ -578,12 +578,14 @@ impl Endpoint {
     }
 
     async fn read_body(&self, mut response: Response, limit: usize, what: &str) -> Result<bytes::Bytes, RegistryError> {
-        if let Some(len) = response.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        let announced = response.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if let Some(len) = announced
             && len > limit as u64
         {
             return Err(self.invalid(format!("{what} is {len} bytes, over the {limit}-byte limit")));
         }
-        let mut body = Vec::new();
+        // Sized once when announced: growing by doubling would hold up to twice a large config.
+        let mut body = Vec::with_capacity(announced.unwrap_or(0) as usize);
         while let Some(chunk) =
             response.chunk().await.map_err(|e| self.unavailable(format!("reading {what}: {}", describe(&e))))?
         {

@@ -110,6 +110,11 @@ impl Daemon {
         Daemon { child, lines: rx, log: Vec::new() }
     }
 
+    /// The daemon's process id (to read `/proc/PID/status`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Waits for a log line whose JSON satisfies `wanted`, returning it.
     pub fn wait_for(&mut self, what: &str, wanted: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
         let deadline = Instant::now() + PATIENCE;

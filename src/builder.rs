@@ -505,10 +505,9 @@ fn cnb_labels<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String
                 }
                 let value = map.next_value_seed(LabelValue).map_err(|e: A::Error| {
                     let message = e.to_string();
-                    if message.starts_with(OVER_LIMIT) {
-                        over_limit(format_args!("label {key}: {}", &message[OVER_LIMIT.len()..]))
-                    } else {
-                        e
+                    match message.strip_prefix(OVER_LIMIT) {
+                        Some(why) => over_limit(format_args!("label {key}: {why}")),
+                        None => e,
                     }
                 })?;
                 if out.len() == MAX_ENTRIES {

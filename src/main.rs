@@ -253,7 +253,10 @@ async fn execute(command: Command) -> Result<u8, Failure> {
         Command::Check { config } => {
             let config = load_config(&config)?;
             print!("{}", config.summary());
-            watches_something(&config)?;
+            // Still a valid config (for resolve, diff, alert test), but not one to run.
+            if let Err(Failure { error, .. }) = watches_something(&config) {
+                eprintln!("warning: {error}");
+            }
             Ok(0)
         }
         Command::Run { config, once } => run_daemon(&config, once).await,

@@ -1,6 +1,7 @@
 //! CNB builder and app images as their config labels describe them, and `classify`, which decides
 //! what a builder move means for app images (rebase, rebuild, unknown, none). Pure: no I/O.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
@@ -8,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::registry::ImageRef;
+use crate::text::escape;
 
 pub const BUILDER_METADATA: &str = "io.buildpacks.builder.metadata";
 pub const STACK_ID: &str = "io.buildpacks.stack.id";
@@ -148,17 +150,22 @@ impl Change {
         change
     }
 
-    /// What moved, for people: `heroku/nodejs 3.2.1 → 3.3.0; lifecycle 0.21.13 → 0.21.14`.
+    /// What moved, for people: `heroku/nodejs 3.2.1 → 3.3.0; lifecycle 0.21.13 → 0.21.14`. The
+    /// names come from registries, so their control characters are escaped.
     pub fn details(&self) -> String {
         let mut parts: Vec<String> = Vec::new();
-        let v = |s: &Option<String>| s.clone().unwrap_or_else(|| "?".into());
+        fn v(s: &Option<String>) -> Cow<'_, str> {
+            s.as_deref().map(escape).unwrap_or(Cow::Borrowed("?"))
+        }
         for b in &self.buildpacks {
-            parts.push(match (&b.from, &b.to) {
-                (Some(f), Some(t)) if b.republished => format!("{} {f} republished ({t})", b.id),
-                (Some(f), Some(t)) => format!("{} {f} → {t}", b.id),
-                (None, Some(t)) => format!("{} {t} added", b.id),
-                (Some(f), None) => format!("{} {f} removed", b.id),
-                (None, None) => format!("{} changed", b.id),
+            let id = escape(&b.id);
+            let (from, to) = (b.from.as_deref().map(escape), b.to.as_deref().map(escape));
+            parts.push(match (from, to) {
+                (Some(f), Some(t)) if b.republished => format!("{id} {f} republished ({t})"),
+                (Some(f), Some(t)) => format!("{id} {f} → {t}"),
+                (None, Some(t)) => format!("{id} {t} added"),
+                (Some(f), None) => format!("{id} {f} removed"),
+                (None, None) => format!("{id} changed"),
             });
         }
         if let Some(l) = &self.lifecycle {
@@ -178,7 +185,7 @@ impl Change {
             parts.push("base layers changed".into());
         }
         if let Some(note) = &self.note {
-            parts.push(note.clone());
+            parts.push(escape(note).into_owned());
         }
         if parts.is_empty() {
             parts.push(match self.kind {
@@ -366,6 +373,161 @@ pub enum MetadataError {
     Config(String),
     #[error("label {label} is malformed: {detail}")]
     Label { label: &'static str, detail: String },
+    /// Kept as this note instead of the metadata itself.
+    #[error("metadata over the size limits, not kept: {0}")]
+    OverLimit(String),
+}
+
+/// Largest `io.buildpacks.*` label value read (a real builder's largest is ~50 KB). A larger one
+/// makes the metadata over the limit; it is never copied out of the config blob.
+pub const MAX_LABEL_BYTES: usize = 1 << 20;
+/// Most entries any list or map in the metadata may have: buildpacks, layers, order groups and
+/// their entries, mixins, run images, API versions, env, diff ids (real builders: < 100). Parsing
+/// stops at the first entry over it.
+pub const MAX_ENTRIES: usize = 2_000;
+/// Starts every serde error raised for a limit, so it is told apart from malformed JSON.
+const OVER_LIMIT: &str = "over the limit: ";
+
+fn over_limit<E: serde::de::Error>(what: std::fmt::Arguments<'_>) -> E {
+    E::custom(format_args!("{OVER_LIMIT}{what}"))
+}
+
+/// A list of at most [`MAX_ENTRIES`] (`null` reads as empty).
+fn bounded<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct ListVisitor<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for ListVisitor<T> {
+        type Value = Vec<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a list")
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Vec<T>, E> {
+            Ok(Vec::new())
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+            let mut out = Vec::new();
+            while let Some(item) = seq.next_element()? {
+                if out.len() == MAX_ENTRIES {
+                    return Err(over_limit(format_args!("a list has more than {MAX_ENTRIES} entries")));
+                }
+                out.push(item);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_any(ListVisitor(std::marker::PhantomData))
+}
+
+/// A map of at most [`MAX_ENTRIES`] (`null` reads as empty).
+fn bounded_map<'de, D, V>(d: D) -> Result<BTreeMap<String, V>, D::Error>
+where
+    D: Deserializer<'de>,
+    V: Deserialize<'de>,
+{
+    struct MapVisitor<V>(std::marker::PhantomData<V>);
+    impl<'de, V: Deserialize<'de>> serde::de::Visitor<'de> for MapVisitor<V> {
+        type Value = BTreeMap<String, V>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a map")
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(BTreeMap::new())
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some((key, value)) = map.next_entry::<String, V>()? {
+                if out.len() == MAX_ENTRIES {
+                    return Err(over_limit(format_args!("a map has more than {MAX_ENTRIES} entries")));
+                }
+                out.insert(key, value);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_any(MapVisitor(std::marker::PhantomData))
+}
+
+/// A label's top-level list or map, bounded like the fields inside it.
+struct Bounded<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Bounded<Vec<T>> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        bounded(d).map(Bounded)
+    }
+}
+
+impl<'de, V: Deserialize<'de>> Deserialize<'de> for Bounded<BTreeMap<String, V>> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        bounded_map(d).map(Bounded)
+    }
+}
+
+/// The `io.buildpacks.*` labels of a config; every other label is skipped without being copied,
+/// and one over [`MAX_LABEL_BYTES`] stops the parse.
+fn cnb_labels<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    struct LabelValue;
+    impl<'de> serde::de::DeserializeSeed<'de> for LabelValue {
+        type Value = String;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
+            d.deserialize_str(self)
+        }
+    }
+    impl serde::de::Visitor<'_> for LabelValue {
+        type Value = String;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<String, E> {
+            if v.len() > MAX_LABEL_BYTES {
+                return Err(over_limit(format_args!("a label is {} bytes, more than {MAX_LABEL_BYTES}", v.len())));
+            }
+            Ok(v.to_string())
+        }
+    }
+    struct LabelsVisitor;
+    impl<'de> serde::de::Visitor<'de> for LabelsVisitor {
+        type Value = BTreeMap<String, String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a map of labels")
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(BTreeMap::new())
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some(key) = map.next_key::<String>()? {
+                if !key.starts_with("io.buildpacks.") {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    continue;
+                }
+                let value = map.next_value_seed(LabelValue).map_err(|e: A::Error| {
+                    let message = e.to_string();
+                    match message.strip_prefix(OVER_LIMIT) {
+                        Some(why) => over_limit(format_args!("label {key}: {why}")),
+                        None => e,
+                    }
+                })?;
+                if out.len() == MAX_ENTRIES {
+                    return Err(over_limit(format_args!("more than {MAX_ENTRIES} io.buildpacks labels")));
+                }
+                out.insert(key, value);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_any(LabelsVisitor)
+}
+
+/// A serde error, as over the limits or malformed.
+fn metadata_error(err: serde_json::Error, malformed: impl FnOnce(String) -> MetadataError) -> MetadataError {
+    let message = err.to_string();
+    match message.find(OVER_LIMIT) {
+        Some(at) => MetadataError::OverLimit(message[at + OVER_LIMIT.len()..].to_string()),
+        None => malformed(message),
+    }
 }
 
 fn null_default<'de, D, T>(d: D) -> Result<T, D::Error>
@@ -392,15 +554,15 @@ struct ImageConfigDoc {
 
 #[derive(Deserialize, Default)]
 struct ContainerConfigDoc {
-    #[serde(rename = "Labels", default, deserialize_with = "null_default")]
+    #[serde(rename = "Labels", default, deserialize_with = "cnb_labels")]
     labels: BTreeMap<String, String>,
-    #[serde(rename = "Env", default, deserialize_with = "null_default")]
+    #[serde(rename = "Env", default, deserialize_with = "bounded")]
     env: Vec<String>,
 }
 
 #[derive(Deserialize, Default)]
 struct RootFsDoc {
-    #[serde(default, deserialize_with = "null_default")]
+    #[serde(default, deserialize_with = "bounded")]
     diff_ids: Vec<String>,
 }
 
@@ -408,11 +570,11 @@ struct RootFsDoc {
 struct BuilderMetadataDoc {
     #[serde(default)]
     description: Option<String>,
-    #[serde(default, deserialize_with = "null_default")]
+    #[serde(default, deserialize_with = "bounded")]
     buildpacks: Vec<ModuleDoc>,
     #[serde(default, deserialize_with = "null_default")]
     stack: StackDoc,
-    #[serde(default, deserialize_with = "null_default")]
+    #[serde(default, deserialize_with = "bounded")]
     images: Vec<RunImageDoc>,
     #[serde(default, deserialize_with = "null_default")]
     lifecycle: LifecycleDoc,
@@ -440,7 +602,7 @@ struct StackDoc {
 struct RunImageDoc {
     #[serde(default)]
     image: Option<String>,
-    #[serde(default, deserialize_with = "null_default")]
+    #[serde(default, deserialize_with = "bounded")]
     mirrors: Vec<String>,
 }
 
@@ -473,9 +635,9 @@ struct ApisDoc {
 
 #[derive(Deserialize, Default)]
 struct ApiSetDoc {
-    #[serde(default, deserialize_with = "null_default")]
+    #[serde(default, deserialize_with = "bounded")]
     deprecated: Vec<String>,
-    #[serde(default, deserialize_with = "null_default")]
+    #[serde(default, deserialize_with = "bounded")]
     supported: Vec<String>,
 }
 
@@ -491,7 +653,7 @@ impl ApiSetDoc {
 
 #[derive(Deserialize)]
 struct OrderGroupDoc {
-    #[serde(default, deserialize_with = "null_default")]
+    #[serde(default, deserialize_with = "bounded")]
     group: Vec<OrderEntryDoc>,
 }
 
@@ -523,12 +685,12 @@ fn label<T: DeserializeOwned>(
         Some(text) if text.trim().is_empty() => Ok(None),
         Some(text) => serde_json::from_str(text)
             .map(Some)
-            .map_err(|e| MetadataError::Label { label: name, detail: e.to_string() }),
+            .map_err(|e| metadata_error(e, |detail| MetadataError::Label { label: name, detail })),
     }
 }
 
 fn parse_config(config: &[u8]) -> Result<ImageConfigDoc, MetadataError> {
-    serde_json::from_slice(config).map_err(|e| MetadataError::Config(e.to_string()))
+    serde_json::from_slice(config).map_err(|e| metadata_error(e, MetadataError::Config))
 }
 
 fn env_value<'a>(env: &'a [String], name: &str) -> Option<&'a str> {
@@ -553,9 +715,10 @@ pub fn parse_builder(config: &[u8]) -> Result<Option<BuilderMetadata>, MetadataE
     let Some(meta) = label::<BuilderMetadataDoc>(labels, BUILDER_METADATA)? else {
         return Ok(None);
     };
-    let mixins: Vec<String> = label(labels, STACK_MIXINS)?.unwrap_or_default();
-    let order = label::<Vec<OrderGroupDoc>>(labels, BUILDPACK_ORDER)?.map(|groups| {
+    let mixins: Vec<String> = label::<Bounded<Vec<String>>>(labels, STACK_MIXINS)?.map(|m| m.0).unwrap_or_default();
+    let order = label::<Bounded<Vec<OrderGroupDoc>>>(labels, BUILDPACK_ORDER)?.map(|groups| {
         groups
+            .0
             .into_iter()
             .map(|g| {
                 g.group.into_iter().map(|e| OrderEntry { id: e.id, version: e.version, optional: e.optional }).collect()
@@ -563,12 +726,14 @@ pub fn parse_builder(config: &[u8]) -> Result<Option<BuilderMetadata>, MetadataE
             .collect()
     });
     let layers: BTreeMap<String, BTreeMap<String, BuildpackLayer>> = label::<
-        BTreeMap<String, BTreeMap<String, LayerDoc>>,
+        Bounded<BTreeMap<String, Bounded<BTreeMap<String, LayerDoc>>>>,
     >(labels, BUILDPACK_LAYERS)?
+    .map(|l| l.0)
     .unwrap_or_default()
     .into_iter()
     .map(|(id, versions)| {
         let versions = versions
+            .0
             .into_iter()
             .map(|(v, l)| (v, BuildpackLayer { layer_diff_id: l.layer_diff_id, api: l.api, homepage: l.homepage }))
             .collect();
@@ -684,7 +849,7 @@ struct LifecycleMetadataDoc {
     run_image: Option<AppRunImageDoc>,
     #[serde(default, deserialize_with = "null_default")]
     stack: StackDoc,
-    #[serde(default, deserialize_with = "null_default")]
+    #[serde(default, deserialize_with = "bounded")]
     buildpacks: Vec<LayersBuildpackDoc>,
 }
 
@@ -692,7 +857,7 @@ struct LifecycleMetadataDoc {
 struct AppRunImageDoc {
     #[serde(default)]
     image: Option<String>,
-    #[serde(default, deserialize_with = "null_default")]
+    #[serde(default, deserialize_with = "bounded")]
     mirrors: Vec<String>,
     #[serde(rename = "topLayer", default)]
     top_layer: Option<String>,
@@ -710,7 +875,7 @@ struct LayersBuildpackDoc {
 
 #[derive(Deserialize, Default)]
 struct BuildMetadataDoc {
-    #[serde(default, deserialize_with = "null_default")]
+    #[serde(default, deserialize_with = "bounded")]
     buildpacks: Vec<ModuleDoc>,
     #[serde(default, deserialize_with = "null_default")]
     launcher: LauncherDoc,
@@ -971,15 +1136,19 @@ pub fn classify(previous: &PinnedMetadata, current: &PinnedMetadata) -> Change {
     change
 }
 
-/// Renders builder metadata for `resolve`.
+/// Renders builder metadata for `resolve`, registry strings escaped.
 pub fn describe(meta: &BuilderMetadata) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "  stack:      {}", meta.stack_id.as_deref().unwrap_or("-"));
-    let _ = writeln!(out, "  lifecycle:  {}", meta.lifecycle.version.as_deref().unwrap_or("-"));
-    let _ = writeln!(out, "  run image:  {}", meta.run_image().unwrap_or("-"));
+    let or_dash = |s: Option<&str>| escape(s.unwrap_or("-")).into_owned();
+    let _ = writeln!(out, "  stack:      {}", or_dash(meta.stack_id.as_deref()));
+    let _ = writeln!(out, "  lifecycle:  {}", or_dash(meta.lifecycle.version.as_deref()));
+    let _ = writeln!(out, "  run image:  {}", or_dash(meta.run_image()));
+    if let Some(description) = &meta.description {
+        let _ = writeln!(out, "  about:      {}", escape(description));
+    }
     let _ = writeln!(out, "  buildpacks: {}", meta.buildpacks.len());
     for b in &meta.buildpacks {
-        let _ = writeln!(out, "    {} {}", b.id, b.version.as_deref().unwrap_or("-"));
+        let _ = writeln!(out, "    {} {}", escape(&b.id), or_dash(b.version.as_deref()));
     }
     out
 }

@@ -10,6 +10,7 @@ use crate::config::Platform;
 use crate::registry::{
     DOCKER_MANIFEST_LIST, ImageRef, MAX_CONFIG_BYTES, Manifest, OCI_INDEX, Registry, RegistryError, is_sha256_digest,
 };
+use crate::text::escape;
 
 /// One resolved state of a tag.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,11 +172,23 @@ pub async fn builder_metadata(
     observation: &Observation,
     filter: Option<&[Platform]>,
 ) -> Result<PinnedMetadata, RegistryError> {
-    let configs = platform_configs(registry, image, observation, filter).await?;
-    Ok(PinnedMetadata {
-        platforms: configs.iter().map(|(k, c)| (k.clone(), builder::platform_metadata(c))).collect(),
-        run_image: None,
-    })
+    if let Some(config) = &observation.single_config {
+        let metadata = builder::platform_metadata(config);
+        return Ok(PinnedMetadata {
+            platforms: observation.platforms.keys().map(|k| (k.clone(), metadata.clone())).collect(),
+            run_image: None,
+        });
+    }
+    // One config blob at a time, parsed and dropped: a multi-arch builder's configs (up to 8 MiB
+    // each) are never all held at once.
+    let mut platforms = BTreeMap::new();
+    for (platform, digest) in observation.selected(filter) {
+        let manifest = registry.get_manifest(image, &digest).await?;
+        let doc = parse_image_manifest(image, &manifest)?;
+        let config = registry.get_blob(image, &doc.config.digest, MAX_CONFIG_BYTES).await?;
+        platforms.insert(platform, builder::platform_metadata(&config));
+    }
+    Ok(PinnedMetadata { platforms, run_image: None })
 }
 
 /// An app image as found in its registry.
@@ -291,14 +304,17 @@ impl Resolution {
     pub fn render_text(&self) -> String {
         let mut out = format!(
             "{}\n  digest:     {}\n  reference:  {}\n  media type: {}\n",
-            self.image, self.digest, self.reference, self.media_type
+            self.image,
+            self.digest,
+            self.reference,
+            escape(&self.media_type)
         );
         for p in &self.platforms {
             let mut platform = format!("{}/{}", p.os, p.architecture);
             if let Some(v) = &p.variant {
                 platform = format!("{platform}/{v}");
             }
-            out.push_str(&format!("  {:<11} {}\n", format!("{platform}:"), p.digest));
+            out.push_str(&format!("  {:<11} {}\n", format!("{}:", escape(&platform)), p.digest));
         }
         if let Some(b) = &self.builder {
             out.push_str(&builder::describe(b));

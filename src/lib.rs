@@ -19,3 +19,4 @@ pub mod schedule;
 pub mod server;
 pub mod status;
 pub mod store;
+pub mod text;

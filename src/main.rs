@@ -29,6 +29,7 @@ use builder_monitor::schedule::Clock;
 use builder_monitor::server::{self, ServerState};
 use builder_monitor::status;
 use builder_monitor::store::{Ledger, WriterLock};
+use builder_monitor::text;
 
 #[derive(Parser)]
 #[command(
@@ -192,7 +193,8 @@ fn main() -> ExitCode {
     match runtime.block_on(execute(cli.command)) {
         Ok(code) => ExitCode::from(code),
         Err(Failure { code, error }) => {
-            eprintln!("error: {}", error_text(&error));
+            // Errors may carry a registry's words; the lines are ours, other controls are escaped.
+            eprintln!("error: {}", text::escape_keep_newlines(&error_text(&error)));
             ExitCode::from(code)
         }
     }
@@ -217,12 +219,27 @@ fn error_text(error: &anyhow::Error) -> String {
 }
 
 fn init_logging(format: LogFormat, default_level: &str) {
+    use tracing_subscriber::field::MakeExt;
     let filter = EnvFilter::try_from_env("BUILDER_MONITOR_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
-    // Colour codes are noise in a file, a pipe or a log collector; NO_COLOR (no-color.org) wins.
+    // Colour codes are noise in a file, a pipe or a log collector (and our own would be
+    // indistinguishable from injected ones); NO_COLOR (no-color.org) wins.
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match format {
-        LogFormat::Text => builder.init(),
+        // Field values can carry registry strings: a newline or escape sequence in a buildpack id
+        // must not forge a log line or repaint the terminal (JSON lines escape them already).
+        LogFormat::Text => builder
+            .fmt_fields(
+                tracing_subscriber::fmt::format::debug_fn(|writer, field, value| {
+                    let rendered = format!("{value:?}");
+                    match field.name() {
+                        "message" => write!(writer, "{}", text::escape(&rendered)),
+                        name => write!(writer, "{name}={}", text::escape(&rendered)),
+                    }
+                })
+                .delimited(" "),
+            )
+            .init(),
         LogFormat::Json => {
             event::log_documents(true);
             builder.json().flatten_event(true).with_current_span(false).init()
@@ -277,6 +294,10 @@ async fn execute(command: Command) -> Result<u8, Failure> {
         Command::Check { config } => {
             let config = load_config(&config, Secrets::Resolve)?;
             print!("{}", config.summary());
+            // Still a valid config (for resolve, diff, alert test), but not one to run.
+            if let Err(Failure { error, .. }) = watches_something(&config) {
+                eprintln!("warning: {error}");
+            }
             Ok(0)
         }
         Command::Run { config, once } => run_daemon(&config, once).await,
@@ -302,7 +323,7 @@ async fn execute(command: Command) -> Result<u8, Failure> {
                 if change.platforms.len() > 1 {
                     for (platform, p) in &change.platforms {
                         let reasons = serde_json::to_string(&p.reasons).context("encoding JSON")?;
-                        println!("  {platform}: {} {reasons}", p.kind.as_str());
+                        println!("  {}: {} {reasons}", text::escape(platform), p.kind.as_str());
                     }
                 }
             }
@@ -478,8 +499,21 @@ struct Parts {
     metrics: Arc<Metrics>,
 }
 
+/// `run` refuses a config without builders: a daemon that watches nothing looks healthy while
+/// doing nothing (an empty or truncated config file, say).
+fn watches_something(config: &Config) -> Result<(), Failure> {
+    if config.builders.is_empty() {
+        return Err(usage(anyhow::anyhow!(
+            "{}: no [[builders]] configured, so there is nothing to watch (`run` refuses this config)",
+            config.source.display()
+        )));
+    }
+    Ok(())
+}
+
 async fn run_daemon(path: &Path, once: bool) -> Result<u8, Failure> {
     let config = Arc::new(load_config(path, Secrets::Resolve)?);
+    watches_something(&config)?;
     // Held until this function returns: one writer per SQLite ledger (Kubernetes has the lease).
     let _writer = match &config.monitor.state {
         StateLocation::Sqlite(path) => Some(WriterLock::acquire(path)?),
@@ -541,6 +575,12 @@ async fn run_daemon(path: &Path, once: bool) -> Result<u8, Failure> {
                 .await
                 .with_context(|| format!("cannot listen on {} ([server] listen)", settings.listen))?;
             tracing::info!(listen = %settings.listen, "serving health, metrics, API and hooks");
+            if settings.api_token.is_some() && settings.public_read {
+                tracing::warn!(
+                    listen = %settings.listen,
+                    "the read API (/api/v1/...) is public: an API token is configured, but only for checks and hooks; set [server] public_read = false to require it for reads too"
+                );
+            }
             let state = ServerState::new(config.clone(), settings.clone(), monitor.clone(), ledger)
                 .with_leadership(leading.clone());
             Some(tokio::spawn(server::serve(Arc::new(state), listener, shutdown.clone())))

@@ -94,6 +94,13 @@ pub fn jitter(max: Duration, rng: &mut impl Rng) -> Duration {
     Duration::from_nanos(rng.random_range(0..=max.as_nanos().min(u64::MAX as u128) as u64))
 }
 
+/// `now + by`, saturating far in the future instead of overflowing (config bounds keep `by` within
+/// a few years; this keeps a value that slipped past them from stopping the scheduler).
+fn later(now: Instant, by: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(100 * 365 * 86_400);
+    now.checked_add(by.min(FAR)).or_else(|| now.checked_add(Duration::from_secs(86_400))).unwrap_or(now)
+}
+
 /// When each watch is next due, so that one task can time them all: a sleeping task per watch
 /// costs about a kilobyte, which thousands of watches add up to. Pure: callers pass the time in.
 ///
@@ -141,7 +148,7 @@ impl<T> Timetable<T> {
         let id = self.entries.len();
         self.entries.push(Entry { item, state: State::Waiting, generation: 0 });
         self.by_name.insert(name.to_string(), id);
-        self.queue.push(Reverse((now + jitter(jitter_max, &mut rand::rng()), id, 0)));
+        self.queue.push(Reverse((later(now, jitter(jitter_max, &mut rand::rng())), id, 0)));
         id
     }
 
@@ -209,7 +216,7 @@ impl<T> Timetable<T> {
         match self.entries[id].state {
             State::Running { woken: true } => self.requeue(id, now),
             State::Running { woken: false } => match schedule.delay_after(wall) {
-                Some(delay) => self.requeue(id, now + delay + jitter(jitter_max, &mut rand::rng())),
+                Some(delay) => self.requeue(id, later(now, delay.saturating_add(jitter(jitter_max, &mut rand::rng())))),
                 None => {
                     self.entries[id].state = State::Idle;
                     return false;

@@ -38,10 +38,8 @@ pub struct ServerState {
 
 impl ServerState {
     pub fn new(config: Arc<Config>, settings: ServerSettings, monitor: Arc<Monitor>, ledger: Ledger) -> Self {
-        let period = Duration::from_secs_f64(1.0 / settings.hooks_per_second);
-        let burst = NonZeroU32::new((settings.hooks_per_second * 2.0).ceil() as u32).unwrap_or(NonZeroU32::MIN);
-        let quota = Quota::with_period(period).unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN)).allow_burst(burst);
-        ServerState { config, settings, monitor, ledger, hook_limiter: RateLimiter::keyed(quota), leading: None }
+        let hook_limiter = RateLimiter::keyed(hook_quota(settings.hooks_per_second));
+        ServerState { config, settings, monitor, ledger, hook_limiter, leading: None }
     }
 
     /// Serves as one of several replicas, acting only while `leading` says so.
@@ -53,6 +51,14 @@ impl ServerState {
     pub fn is_leader(&self) -> bool {
         self.leading.as_ref().is_none_or(|l| *l.borrow())
     }
+}
+
+/// The per-client hook quota: `hooks_per_second`, bursts of twice that. The period goes through
+/// `config::rate_period`, so no rate panics here (1e-30 once stopped the daemon at start).
+pub fn hook_quota(hooks_per_second: f64) -> Quota {
+    let burst = NonZeroU32::new((hooks_per_second.clamp(0.0, 1e6) * 2.0).ceil() as u32).unwrap_or(NonZeroU32::MIN);
+    let period = crate::config::rate_period(hooks_per_second);
+    Quota::with_period(period).unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN)).allow_burst(burst)
 }
 
 /// What a standby answers requests that only the leader can act on.
@@ -80,14 +86,134 @@ pub fn router(state: Arc<ServerState>) -> Router {
         .with_state(state)
 }
 
-/// Serves until `shutdown`, then drains requests in flight.
+/// How long a request (body and handler) may take once its head has arrived.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long shutdown waits for requests in flight.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Open connections, in total and per client address. A connection over either cap is closed as
+/// soon as it is accepted, so one client cannot hold every slot (or descriptor) and starve probes.
+struct ConnectionSlots {
+    total: Arc<tokio::sync::Semaphore>,
+    capacity: u32,
+    per_client: usize,
+    by_client: std::sync::Mutex<std::collections::HashMap<IpAddr, usize>>,
+}
+
+/// One accepted connection's place in [`ConnectionSlots`], given back when it closes.
+struct Slot {
+    slots: Arc<ConnectionSlots>,
+    client: IpAddr,
+    _total: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl ConnectionSlots {
+    fn new(total: usize, per_client: usize) -> Arc<Self> {
+        let capacity = u32::try_from(total).unwrap_or(u32::MAX).clamp(1, tokio::sync::Semaphore::MAX_PERMITS as u32);
+        Arc::new(ConnectionSlots {
+            total: Arc::new(tokio::sync::Semaphore::new(capacity as usize)),
+            capacity,
+            per_client: per_client.max(1),
+            by_client: std::sync::Mutex::new(std::collections::HashMap::new()),
+        })
+    }
+
+    fn acquire(self: &Arc<Self>, client: IpAddr) -> Option<Slot> {
+        let mut by_client = self.by_client.lock().unwrap_or_else(|e| e.into_inner());
+        let open = by_client.entry(client).or_insert(0);
+        if *open >= self.per_client {
+            return None;
+        }
+        let permit = self.total.clone().try_acquire_owned().ok()?;
+        *open += 1;
+        Some(Slot { slots: self.clone(), client, _total: permit })
+    }
+
+    /// Waits until every connection has closed, or `cap` has passed.
+    async fn drained(&self, cap: Duration) {
+        let _ = tokio::time::timeout(cap, self.total.acquire_many(self.capacity)).await;
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut by_client = self.slots.by_client.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(open) = by_client.get_mut(&self.client) {
+            *open -= 1;
+            if *open == 0 {
+                by_client.remove(&self.client);
+            }
+        }
+    }
+}
+
+/// Serves until `shutdown`, then drains requests in flight (for up to 10 s).
+///
+/// A connection must send a complete request head within `header_timeout` of connecting or of its
+/// previous response (so the same timeout closes idle keep-alive connections); a request must
+/// complete within [`REQUEST_TIMEOUT`]; connections beyond `max_connections` in total or
+/// `max_connections_per_client` from one address are closed at once.
 pub async fn serve(
     state: Arc<ServerState>,
     listener: tokio::net::TcpListener,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await }).await
+    let settings = state.settings.clone();
+    let slots = ConnectionSlots::new(settings.max_connections, settings.max_connections_per_client);
+    let app = hyper_util::service::TowerToHyperService::new(router(state));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(settings.header_timeout);
+    let mut refused_logged = false;
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(err) => {
+                    // Out of descriptors, or a connection reset before it was accepted: back off
+                    // briefly instead of spinning.
+                    tracing::warn!(error = %err, "cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let Some(slot) = slots.acquire(peer.ip()) else {
+            if !refused_logged {
+                tracing::warn!(client = %peer.ip(), "connection limit reached; closing new connections until some close");
+                refused_logged = true;
+            }
+            drop(stream);
+            continue;
+        };
+        refused_logged = false;
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            let call = hyper::service::Service::call(&app, request);
+            async move {
+                match tokio::time::timeout(REQUEST_TIMEOUT, call).await {
+                    Ok(response) => response,
+                    Err(_) => Ok(error(StatusCode::REQUEST_TIMEOUT, "the request took too long")),
+                }
+            }
+        });
+        let connection = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let mut connection = std::pin::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                _ = stop.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(DRAIN_TIMEOUT, connection).await;
+                }
+            }
+            drop(slot);
+        });
+    }
+    slots.drained(DRAIN_TIMEOUT).await;
+    Ok(())
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
@@ -113,11 +239,13 @@ fn authorize(state: &ServerState, headers: &HeaderMap, query_token: Option<&str>
     let Some(expected) = &state.settings.api_token else {
         return Err(Denied(StatusCode::FORBIDDEN, "no API token is configured ([server] api_token_env)"));
     };
+    // The auth scheme is case-insensitive (RFC 9110 section 11.1): `bearer` and `BEARER` too.
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
+        .and_then(|v| v.trim_start().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
     match bearer.or(query_token) {
         Some(given) if constant_time_eq(given.as_bytes(), expected.expose().as_bytes()) => Ok(()),
         _ => Err(Denied(StatusCode::UNAUTHORIZED, "missing or wrong API token")),

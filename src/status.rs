@@ -11,6 +11,7 @@ use crate::config::Config;
 use crate::monitor::{pinned_metadata, run_watch_name};
 use crate::registry::ImageRef;
 use crate::store::{ActionRecord, DeadLetter, Ledger, LedgerError, OpenAction, PendingDelivery, WatchRecord};
+use crate::text::escape;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
@@ -219,7 +220,7 @@ pub fn render_text(status: &Status) -> String {
                 a.image,
                 a.attempts,
                 a.state,
-                a.detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default()
+                a.detail.as_deref().map(|d| format!(": {}", escape(d))).unwrap_or_default()
             );
         }
     }
@@ -234,7 +235,7 @@ pub fn render_text(status: &Status) -> String {
                 d.alert,
                 d.attempts,
                 d.next_attempt,
-                d.last_status.as_deref().map(|s| format!(" (last: {s})")).unwrap_or_default()
+                d.last_status.as_deref().map(|s| format!(" (last: {})", escape(s))).unwrap_or_default()
             );
         }
     }
@@ -248,7 +249,7 @@ pub fn render_text(status: &Status) -> String {
                 d.event,
                 d.alert,
                 d.attempts,
-                d.last_status.as_deref().unwrap_or("no response")
+                escape(d.last_status.as_deref().unwrap_or("no response"))
             );
         }
     }
@@ -266,10 +267,10 @@ fn render_watch(out: &mut String, title: &str, b: &BuilderStatus) {
         }
     }
     for (platform, digest) in &b.platforms {
-        let _ = writeln!(out, "  {:<11} {}", format!("{platform}:"), digest);
+        let _ = writeln!(out, "  {:<11} {}", format!("{}:", escape(platform)), digest);
     }
     if let Some(run) = &b.run_image {
-        let _ = writeln!(out, "  run image:  {run}");
+        let _ = writeln!(out, "  run image:  {}", escape(run));
     }
     match &b.last_check {
         Some(c) if c.result == "ok" => {
@@ -281,7 +282,7 @@ fn render_watch(out: &mut String, title: &str, b: &BuilderStatus) {
                 "  last check: {} error ({} in a row): {}",
                 c.time,
                 b.consecutive_failures,
-                c.error.as_deref().unwrap_or("?")
+                escape(c.error.as_deref().unwrap_or("?"))
             );
         }
         None => {

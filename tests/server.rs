@@ -365,3 +365,89 @@ async fn a_standby_is_ready_says_so_and_leaves_checks_to_the_leader() {
     let check = support::http().post(format!("{}/api/v1/builders/b/check", s.base)).bearer_auth(TOKEN).send().await;
     assert_eq!(check.unwrap().status(), 202);
 }
+
+/// The soft limit on open descriptors of this process, from /proc (no unsafe call needed).
+fn open_file_limit() -> usize {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("Max open files"))?.to_string();
+            line.split_whitespace().nth(3)?.parse().ok()
+        })
+        .unwrap_or(1024)
+}
+
+/// A connection from `source` that sends half a request head and stops.
+async fn half_open(server: std::net::SocketAddr, source: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
+    let mut stream = socket.connect(server).await.unwrap();
+    // A closed-at-once connection may refuse the write; either way the server decides.
+    let _ = stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await;
+    stream
+}
+
+/// Reads until the server closes the connection (end of stream or reset).
+async fn closed_by_server(stream: &mut tokio::net::TcpStream) {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 1024];
+    let closed = async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(support::PATIENCE, closed).await.expect("the server closes the connection");
+}
+
+// Thousands of sockets on one side and the server on the other: two threads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_open_connections_cannot_starve_healthz_and_are_closed() {
+    let registry = TestRegistry::start();
+    let s = serve(&config(
+        &registry.host,
+        "header_timeout = \"2s\"\nmax_connections = 256\nmax_connections_per_client = 64",
+    ))
+    .await;
+    let server: std::net::SocketAddr = s.base.trim_start_matches("http://").parse().unwrap();
+    // 3,000 as in the report, or what this process's descriptor limit leaves room for.
+    let count = 3000.min(open_file_limit().saturating_sub(300));
+    // The attacker is 127.0.0.2 (the whole of 127/8 is loopback); probes come from 127.0.0.1.
+    let mut attackers = Vec::with_capacity(count);
+    for _ in 0..count {
+        attackers.push(half_open(server, "127.0.0.2").await);
+    }
+    let health = support::http().get(format!("{}/healthz", s.base)).send().await.unwrap();
+    assert_eq!(health.status(), 200, "/healthz answers with {count} half-open connections from another client");
+
+    // An idle keep-alive connection is closed too: it is waiting for a request head.
+    let mut idle = tokio::net::TcpStream::connect(server).await.unwrap();
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        let mut buf = [0u8; 512];
+        let n = idle.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&buf[..n]));
+    }
+    closed_by_server(&mut idle).await;
+    for stream in &mut attackers {
+        closed_by_server(stream).await;
+    }
+}
+
+#[tokio::test]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let registry = TestRegistry::start();
+    let s = serve(&config(&registry.host, "")).await;
+    let check = format!("{}/api/v1/builders/b/check", s.base);
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let response =
+            support::http().post(&check).header("Authorization", format!("{scheme} {TOKEN}")).send().await.unwrap();
+        assert_eq!(response.status(), 202, "Authorization: {scheme} <token>");
+    }
+    let wrong = support::http().post(&check).header("Authorization", format!("Basic {TOKEN}")).send().await.unwrap();
+    assert_eq!(wrong.status(), 401);
+}

@@ -388,6 +388,69 @@ fn multi_platform_changes_combine_to_the_strongest() {
     assert_eq!(change.kind, ChangeKind::Unknown, "unknown beats rebase: never a silent rebase");
 }
 
+/// A builder config with `n` buildpacks in its metadata, layers and order labels (16,000 make the
+/// 6.5 MB config of the report).
+fn huge_builder(n: usize) -> Vec<u8> {
+    let ids: Vec<String> = (0..n).map(|i| format!("example-buildpacks/buildpack-number-{i:05}")).collect();
+    let metadata = json!({
+        "description": "a builder with very many buildpacks",
+        "buildpacks": ids.iter().map(|id| json!({"id": id, "version": "1.2.3", "homepage": format!("https://github.com/{id}")})).collect::<Vec<_>>(),
+        "stack": { "runImage": { "image": "r.example.com/run:1" } },
+        "lifecycle": { "version": "0.21.13" },
+    });
+    let layers: serde_json::Map<String, serde_json::Value> = ids
+        .iter()
+        .map(|id| (id.clone(), json!({"1.2.3": {"api": "0.10", "layerDiffID": format!("sha256:{:064}", 7), "homepage": format!("https://github.com/{id}")}})))
+        .collect();
+    let order: Vec<_> = ids.iter().map(|id| json!({"group": [{"id": id, "version": "1.2.3"}]})).collect();
+    config(
+        json!({
+            BUILDER_METADATA: metadata.to_string(),
+            STACK_ID: "io.buildpacks.stacks.jammy",
+            BUILDPACK_LAYERS: serde_json::Value::Object(layers).to_string(),
+            BUILDPACK_ORDER: serde_json::Value::Array(order).to_string(),
+        }),
+        &["CNB_USER_ID=1001"],
+        &["sha256:base"],
+        "amd64",
+    )
+}
+
+#[test]
+fn metadata_over_the_limits_becomes_an_unknown_move_with_a_note_not_the_metadata() {
+    let at_limit = parse_builder(&huge_builder(MAX_ENTRIES)).unwrap().unwrap();
+    assert_eq!(at_limit.buildpacks.len(), MAX_ENTRIES, "the limit itself is accepted");
+    let error = parse_builder(&huge_builder(MAX_ENTRIES + 1)).unwrap_err();
+    assert!(error.to_string().contains("a list has more than 2000 entries"), "{error}");
+
+    let huge = huge_builder(16_000);
+    assert!(huge.len() > 6_000_000, "{} bytes", huge.len());
+    let over = platform_metadata(&huge);
+    let PlatformMetadata::Unreadable { error } = &over else { panic!("{over:?}") };
+    assert!(error.contains("over the size limits") && error.contains("bytes, more than 1048576"), "{error}");
+    // What is stored and sent stays small: the note, never the metadata.
+    assert!(serde_json::to_vec(&over).unwrap().len() < 512, "{error}");
+    let change = classify(
+        &Jammy::new().pinned(),
+        &PinnedMetadata { platforms: [("linux/amd64".into(), over)].into(), run_image: None },
+    );
+    assert_eq!(change.kind, ChangeKind::Unknown);
+    assert!(change.note.as_deref().is_some_and(|n| n.contains("over the size limits")), "{change:?}");
+    assert!(serde_json::to_vec(&change).unwrap().len() < 1024);
+
+    // One label over 1 MiB, however few entries it has, is not copied.
+    let big = "x".repeat(MAX_LABEL_BYTES + 1);
+    let long = config(json!({ BUILDER_METADATA: json!({"description": big}).to_string() }), &[], &[], "amd64");
+    let error = parse_builder(&long).unwrap_err();
+    assert!(matches!(&error, MetadataError::OverLimit(m) if m.contains(BUILDER_METADATA)), "{error}");
+    // Labels outside io.buildpacks.* are skipped, whatever their size or type.
+    let mut labels = Jammy::new().labels();
+    labels["org.example.blob"] = json!(big);
+    labels["org.example.number"] = json!(5);
+    let other = config(labels, &["CNB_USER_ID=1001"], &["sha256:base1"], "amd64");
+    assert_eq!(parse_builder(&other).unwrap().unwrap().buildpacks.len(), 3);
+}
+
 mod properties {
     use super::*;
     use proptest::prelude::*;

@@ -38,18 +38,34 @@ pub async fn client(settings: &KubernetesSettings) -> Result<kube::Client, Clust
     let options = kube::config::KubeConfigOptions { context: settings.context.clone(), ..Default::default() };
     let config = match &settings.kubeconfig {
         Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| ClusterError::Config(format!("{}: {e}", path.display())))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &options)
-                .await
-                .map_err(|e| ClusterError::Config(e.to_string()))?
+            let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| kubeconfig_error(Some(path), &e))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &options).await.map_err(|e| kubeconfig_error(None, &e))?
         }
         None if settings.context.is_some() => {
-            kube::Config::from_kubeconfig(&options).await.map_err(|e| ClusterError::Config(e.to_string()))?
+            kube::Config::from_kubeconfig(&options).await.map_err(|e| kubeconfig_error(None, &e))?
         }
-        None => kube::Config::infer().await.map_err(|e| ClusterError::Config(e.to_string()))?,
+        None => kube::Config::infer().await.map_err(|e| kubeconfig_error(None, &e))?,
     };
     kube::Client::try_from(config).map_err(|e| ClusterError::Config(e.to_string()))
+}
+
+/// A kubeconfig holds tokens and keys, and its YAML parser's errors quote the offending value (and
+/// may show a snippet of the file): a parse error is reduced to its position.
+fn kubeconfig_error(path: Option<&std::path::Path>, err: &(dyn std::error::Error + 'static)) -> ClusterError {
+    let mut cause = Some(err);
+    while let Some(e) = cause {
+        if let Some(kube::config::KubeconfigError::Parse(parse)) = e.downcast_ref::<kube::config::KubeconfigError>() {
+            let file = path.map(|p| format!("{}: ", p.display())).unwrap_or_default();
+            let at =
+                parse.location().map(|l| format!(" at line {} column {}", l.line(), l.column())).unwrap_or_default();
+            return ClusterError::Config(format!(
+                "{file}the kubeconfig is not valid YAML of the kubeconfig shape{at} (the value is not shown: kubeconfigs hold credentials)"
+            ));
+        }
+        cause = e.source();
+    }
+    let file = path.map(|p| format!("{}: ", p.display())).unwrap_or_default();
+    ClusterError::Config(format!("{file}{err}"))
 }
 
 /// A permission the daemon needs: verbs on a resource, in a namespace or (`None`) cluster-wide.

@@ -35,6 +35,25 @@ pub const DEFAULT_HISTORY: usize = 100;
 /// Default state file, relative to the config file's directory.
 pub const DEFAULT_STATE: &str = "builder-monitor.db";
 
+/// The longest duration any key accepts (humantime's `1y`). The daemon adds durations to instants
+/// and timestamps, and multiplies backoffs; nothing up to this bound can overflow there.
+pub const MAX_DURATION: Duration = Duration::from_secs(31_557_600);
+const MAX_DURATION_TEXT: &str = "1y";
+/// Rates (`requests_per_second`, `hooks_per_second`) accepted: one per 1,000 s up to 10,000 a second.
+pub const MIN_RATE: f64 = 0.001;
+pub const MAX_RATE: f64 = 10_000.0;
+/// Largest `burst` of a registry's rate limiter.
+pub const MAX_BURST: u32 = 10_000;
+/// Largest `history` (changes kept per watch).
+pub const MAX_HISTORY: usize = 1_000_000;
+
+/// The time between two permits of a rate limiter. The rate is clamped to [`MIN_RATE`, `MAX_RATE`]
+/// (which validation enforces), so no value reaching here can overflow a `Duration`.
+pub fn rate_period(per_second: f64) -> Duration {
+    let rate = if per_second.is_nan() { MIN_RATE } else { per_second.clamp(MIN_RATE, MAX_RATE) };
+    Duration::from_secs_f64(1.0 / rate)
+}
+
 /// A secret value (password, token). It never prints itself.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
@@ -95,7 +114,20 @@ pub struct ServerSettings {
     pub public_read: bool,
     /// Hook requests per second allowed from one client address.
     pub hooks_per_second: f64,
+    /// A connection that has not sent a complete request head this long after connecting (or
+    /// after its previous response) is closed.
+    pub header_timeout: Duration,
+    /// Open connections at once, in total and from one client address.
+    pub max_connections: usize,
+    pub max_connections_per_client: usize,
 }
+
+/// `[server]` defaults: a kubelet probe or Prometheus scrape sends its request head at once.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: usize = 64;
+/// Largest `max_connections`.
+pub const MAX_CONNECTIONS: usize = 65_536;
 
 #[derive(Debug, Clone)]
 pub struct MonitorSettings {
@@ -429,6 +461,9 @@ struct RawServer {
     api_token_env: Option<Spanned<String>>,
     public_read: Option<bool>,
     hooks_per_second: Option<Spanned<f64>>,
+    header_timeout: Option<Spanned<String>>,
+    max_connections: Option<Spanned<i64>>,
+    max_connections_per_client: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -571,7 +606,15 @@ impl<'a> Validator<'a> {
     }
 
     fn duration(&mut self, value: &Spanned<String>, what: &str) -> Option<Duration> {
-        match humantime::parse_duration(value.get_ref()) {
+        let parsed = humantime::parse_duration(value.get_ref());
+        if matches!(parsed, Ok(d) if d > MAX_DURATION)
+            || matches!(parsed, Err(humantime::DurationError::NumberOverflow))
+        {
+            let message = format!("{what} {} is over the maximum of {MAX_DURATION_TEXT}", value.get_ref().trim());
+            self.error(value.span(), message);
+            return None;
+        }
+        match parsed {
             Ok(d) => Some(d),
             Err(err) => {
                 let hint = if value.get_ref().trim().chars().all(|c| c.is_ascii_digit() || c == '.') {
@@ -623,8 +666,8 @@ impl<'a> Validator<'a> {
             None => Some(StateLocation::Sqlite(self.path(DEFAULT_STATE))),
         };
         let history = match &raw.history {
-            Some(v) if *v.get_ref() < 1 => {
-                self.error(v.span(), "history must be at least 1");
+            Some(v) if !(1..=MAX_HISTORY as i64).contains(v.get_ref()) => {
+                self.error(v.span(), format!("history must be between 1 and {MAX_HISTORY}"));
                 ok = false;
                 0
             }
@@ -674,13 +717,32 @@ impl<'a> Validator<'a> {
             },
         };
         let hooks_per_second = match &raw.hooks_per_second {
-            Some(h) if !(h.get_ref().is_finite() && *h.get_ref() > 0.0) => {
-                self.error(h.span(), "hooks_per_second must be a number > 0");
+            Some(h) if !(MIN_RATE..=MAX_RATE).contains(h.get_ref()) => {
+                self.error(h.span(), format!("hooks_per_second must be between {MIN_RATE} and {MAX_RATE}"));
                 1.0
             }
             Some(h) => *h.get_ref(),
             None => 5.0,
         };
+        let header_timeout = match &raw.header_timeout {
+            Some(t) => self.positive_duration(t, "header_timeout").unwrap_or_default(),
+            None => DEFAULT_HEADER_TIMEOUT,
+        };
+        let mut count = |value: &Option<Spanned<i64>>, what: &str, max: usize, default: usize| match value {
+            Some(v) if (1..=max as i64).contains(v.get_ref()) => *v.get_ref() as usize,
+            Some(v) => {
+                self.error(v.span(), format!("{what} must be between 1 and {max}"));
+                default
+            }
+            None => default,
+        };
+        let max_connections = count(&raw.max_connections, "max_connections", MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS);
+        let max_connections_per_client = count(
+            &raw.max_connections_per_client,
+            "max_connections_per_client",
+            max_connections,
+            DEFAULT_MAX_CONNECTIONS_PER_CLIENT.min(max_connections),
+        );
         if self.diagnostics.len() != errors_before {
             return None;
         }
@@ -690,6 +752,9 @@ impl<'a> Validator<'a> {
             api_token_env: raw.api_token_env.map(|e| e.into_inner()),
             public_read: raw.public_read.unwrap_or(true),
             hooks_per_second,
+            header_timeout,
+            max_connections,
+            max_connections_per_client,
         })
     }
 
@@ -732,8 +797,11 @@ impl<'a> Validator<'a> {
         let mut s = RegistrySettings::defaults_for(host);
         if let Some(rps) = &raw.requests_per_second {
             let value = *rps.get_ref();
-            if !value.is_finite() || value < 0.0 {
-                self.error(rps.span(), "requests_per_second must be a number >= 0 (0 disables the limit)");
+            if value != 0.0 && !(MIN_RATE..=MAX_RATE).contains(&value) {
+                self.error(
+                    rps.span(),
+                    format!("requests_per_second must be 0 (no limit) or between {MIN_RATE} and {MAX_RATE}"),
+                );
             } else if value == 0.0 {
                 s.requests_per_second = None;
             } else {
@@ -742,8 +810,8 @@ impl<'a> Validator<'a> {
         }
         if let Some(burst) = &raw.burst {
             match u32::try_from(*burst.get_ref()) {
-                Ok(b) if b >= 1 => s.burst = b,
-                _ => self.error(burst.span(), "burst must be a whole number >= 1"),
+                Ok(b) if (1..=MAX_BURST).contains(&b) => s.burst = b,
+                _ => self.error(burst.span(), format!("burst must be between 1 and {MAX_BURST}")),
             }
         }
         if let Some(insecure) = raw.insecure {
@@ -1358,6 +1426,70 @@ backoff_limit = -1
         let ok = parse("[runner]\ntype = \"kubernetes\"\n").unwrap();
         let k = ok.runner.kubernetes.unwrap();
         assert_eq!((k.namespace.as_str(), k.git_image.as_str()), ("default", DEFAULT_GIT_IMAGE));
+    }
+
+    #[test]
+    fn every_duration_rate_and_size_is_range_checked() {
+        let errors = parse(
+            r#"
+[monitor]
+interval = "500000000000y"
+history = 100000000000
+
+[server]
+hooks_per_second = 1e-30
+
+[registries."r.example.com"]
+requests_per_second = 1e-30
+burst = 4294967295
+timeout = "2y"
+
+[[builders]]
+name = "b"
+image = "r.example.com/b:1"
+jitter = "367d"
+settle = "1y 1s"
+
+[[alerts]]
+name = "a"
+type = "webhook"
+url = "https://hooks.example.com/x"
+give_up_after = "10y"
+
+[runner]
+backoff = "100y"
+
+[kubernetes]
+lease_duration = "1000y"
+"#,
+        )
+        .unwrap_err();
+        let expect = [
+            "3:12: interval 500000000000y is over the maximum of 1y",
+            "4:11: history must be between 1 and 1000000",
+            "7:20: hooks_per_second must be between 0.001 and 10000",
+            "10:23: requests_per_second must be 0 (no limit) or between 0.001 and 10000",
+            "11:9: burst must be between 1 and 10000",
+            "12:11: timeout 2y is over the maximum of 1y",
+            "17:10: jitter 367d is over the maximum of 1y",
+            "18:10: settle 1y 1s is over the maximum of 1y",
+            "24:17: give_up_after 10y is over the maximum of 1y",
+            "27:11: backoff 100y is over the maximum of 1y",
+            "30:18: lease_duration 1000y is over the maximum of 1y",
+        ];
+        for (got, want) in errors.iter().zip(expect.iter()) {
+            assert!(got.starts_with(want), "got {got:?}, want prefix {want:?}\nall: {errors:#?}");
+        }
+        assert_eq!(errors.len(), expect.len(), "{errors:#?}");
+        // The bounds themselves are accepted.
+        let c = parse(
+            "[monitor]\ninterval = \"1y\"\n[server]\nhooks_per_second = 0.001\n[registries.\"r.io\"]\nrequests_per_second = 10000\nburst = 10000\n[[builders]]\nname = \"b\"\nimage = \"r.io/b:1\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.monitor.interval, MAX_DURATION);
+        assert_eq!(rate_period(0.001), Duration::from_secs(1000));
+        assert_eq!(rate_period(1e-30), Duration::from_secs(1000), "clamped, never an overflow");
+        assert_eq!(rate_period(f64::NAN), Duration::from_secs(1000));
     }
 
     #[test]

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use base64::Engine;
-use serde::Deserialize;
 
 use crate::config::Secret;
 
@@ -83,24 +82,34 @@ pub struct Token {
     pub ttl: Duration,
 }
 
-#[derive(Deserialize)]
-struct TokenResponse {
-    token: Option<String>,
-    access_token: Option<String>,
-    expires_in: Option<u64>,
-}
-
 /// Tokens without `expires_in` live 60 s (distribution spec). We stop using a token a little before it
-/// expires, so a check never races its expiry.
+/// expires, so a check never races its expiry. Errors name fields and shapes, never values: a token
+/// response is a secret.
 pub fn parse_token_response(body: &[u8]) -> Result<Token, String> {
-    let parsed: TokenResponse =
-        serde_json::from_slice(body).map_err(|e| format!("token response is not valid JSON: {e}"))?;
-    let value = parsed
-        .token
-        .filter(|t| !t.is_empty())
-        .or(parsed.access_token.filter(|t| !t.is_empty()))
-        .ok_or_else(|| "token response has neither `token` nor `access_token`".to_string())?;
-    let lifetime = Duration::from_secs(parsed.expires_in.unwrap_or(60).clamp(1, 24 * 3600));
+    let parsed: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
+        format!("token response is not valid JSON (line {} column {}, {:?} error)", e.line(), e.column(), e.classify())
+    })?;
+    let serde_json::Value::Object(fields) = parsed else {
+        return Err("token response is not a JSON object".to_string());
+    };
+    let text = |name: &str| -> Result<Option<String>, String> {
+        match fields.get(name) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::String(s)) => Ok(Some(s.clone()).filter(|s| !s.is_empty())),
+            Some(_) => Err(format!("token response field `{name}` is not a string")),
+        }
+    };
+    let value = match text("token")? {
+        Some(token) => token,
+        None => {
+            text("access_token")?.ok_or_else(|| "token response has neither `token` nor `access_token`".to_string())?
+        }
+    };
+    let expires_in = match fields.get("expires_in") {
+        None | Some(serde_json::Value::Null) => 60,
+        Some(n) => n.as_u64().ok_or_else(|| "token response field `expires_in` is not a whole number".to_string())?,
+    };
+    let lifetime = Duration::from_secs(expires_in.clamp(1, 24 * 3600));
     let margin = (lifetime / 10).clamp(Duration::from_millis(500), Duration::from_secs(30));
     Ok(Token { value: Secret::new(value), ttl: lifetime.saturating_sub(margin).max(Duration::from_millis(500)) })
 }
@@ -114,7 +123,7 @@ pub struct DockerConfig {
     store: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Default)]
 struct AuthEntry {
     auth: Option<String>,
     username: Option<String>,
@@ -122,34 +131,107 @@ struct AuthEntry {
     identitytoken: Option<String>,
 }
 
-#[derive(Deserialize)]
-struct DockerConfigFile {
-    #[serde(default)]
-    auths: BTreeMap<String, AuthEntry>,
-    #[serde(default, rename = "credHelpers")]
-    cred_helpers: BTreeMap<String, String>,
-    #[serde(default, rename = "credsStore")]
-    creds_store: Option<String>,
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum DockerConfigError {
     #[error("cannot read {}: {source}", path.display())]
     Read { path: PathBuf, source: std::io::Error },
+    /// Never carries a value from the file: it holds credentials.
     #[error("{} is not a valid Docker config.json: {message}", path.display())]
     Invalid { path: PathBuf, message: String },
+}
+
+/// The JSON type of a value, for shape errors that must not quote the value.
+fn json_type(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// `auths."ghcr.io"` style paths; keys are registry names, not secrets.
+fn json_path(parent: &str, key: &str) -> String {
+    if key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        format!("{parent}.{key}")
+    } else {
+        format!("{parent}.{key:?}")
+    }
+}
+
+fn shape_error(path: &str, expected: &str, found: &serde_json::Value) -> String {
+    format!("`{path}` must be {expected}, not {}", json_type(found))
 }
 
 impl DockerConfig {
     pub fn load(path: &Path) -> Result<Self, DockerConfigError> {
         let bytes =
             std::fs::read(path).map_err(|source| DockerConfigError::Read { path: path.to_path_buf(), source })?;
-        // serde_json's message names line/column, never the secret values.
-        let file: DockerConfigFile = serde_json::from_slice(&bytes)
-            .map_err(|e| DockerConfigError::Invalid { path: path.to_path_buf(), message: e.to_string() })?;
-        let auths = file.auths.into_iter().map(|(k, v)| (auth_key_host(&k), v)).collect();
-        let helpers = file.cred_helpers.into_iter().map(|(k, v)| (auth_key_host(&k), v)).collect();
-        Ok(Self { path: path.to_path_buf(), auths, helpers, store: file.creds_store })
+        let invalid = |message: String| DockerConfigError::Invalid { path: path.to_path_buf(), message };
+        // serde's type errors quote the offending value (base64 of user:password in a bare-string
+        // `auths` entry): the file is read as untyped JSON and its shape checked here, by path.
+        let root: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+            invalid(format!("JSON syntax error at line {} column {} ({:?})", e.line(), e.column(), e.classify()))
+        })?;
+        let serde_json::Value::Object(mut root) = root else {
+            return Err(invalid(shape_error("$", "an object", &root)));
+        };
+        let mut auths = BTreeMap::new();
+        match root.remove("auths") {
+            None | Some(serde_json::Value::Null) => {}
+            Some(serde_json::Value::Object(entries)) => {
+                for (key, entry) in entries {
+                    let entry_path = json_path("auths", &key);
+                    let serde_json::Value::Object(fields) = &entry else {
+                        return Err(invalid(shape_error(
+                            &entry_path,
+                            "an object with `auth` (base64 of username:password) or `username` and `password`",
+                            &entry,
+                        )));
+                    };
+                    let field = |name: &str| -> Result<Option<String>, DockerConfigError> {
+                        match fields.get(name) {
+                            None | Some(serde_json::Value::Null) => Ok(None),
+                            Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
+                            Some(other) => Err(invalid(shape_error(&json_path(&entry_path, name), "a string", other))),
+                        }
+                    };
+                    let parsed = AuthEntry {
+                        auth: field("auth")?,
+                        username: field("username")?,
+                        password: field("password")?,
+                        identitytoken: field("identitytoken")?,
+                    };
+                    auths.insert(auth_key_host(&key), parsed);
+                }
+            }
+            Some(other) => return Err(invalid(shape_error("auths", "an object keyed by registry", &other))),
+        }
+        let mut helpers = BTreeMap::new();
+        match root.remove("credHelpers") {
+            None | Some(serde_json::Value::Null) => {}
+            Some(serde_json::Value::Object(entries)) => {
+                for (key, helper) in entries {
+                    match helper {
+                        serde_json::Value::String(name) => {
+                            helpers.insert(auth_key_host(&key), name);
+                        }
+                        other => {
+                            return Err(invalid(shape_error(&json_path("credHelpers", &key), "a string", &other)));
+                        }
+                    }
+                }
+            }
+            Some(other) => return Err(invalid(shape_error("credHelpers", "an object keyed by registry", &other))),
+        }
+        let store = match root.remove("credsStore") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(name)) => Some(name),
+            Some(other) => return Err(invalid(shape_error("credsStore", "a string", &other))),
+        };
+        Ok(Self { path: path.to_path_buf(), auths, helpers, store })
     }
 
     /// Username and password for a registry host (`docker.io` style), or why there are none.
@@ -253,5 +335,48 @@ mod tests {
         std::fs::write(&path, "{not json").unwrap();
         assert!(DockerConfig::load(&path).unwrap_err().to_string().contains("not a valid Docker config.json"));
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn docker_config_errors_name_the_path_and_shape_never_the_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        let secret = "Y2ZnLXVzZXI6Y2ZnLXBhc3N3b3Jk";
+        let cases = [
+            (format!(r#"{{"auths":{{"ghcr.io":"{secret}"}}}}"#), "`auths.\"ghcr.io\"` must be an object"),
+            (
+                format!(r#"{{"auths":{{"ghcr.io":{{"auth":["{secret}"]}}}}}}"#),
+                "`auths.\"ghcr.io\".auth` must be a string",
+            ),
+            (
+                format!(r#"{{"auths":{{"x":{{"password":{{"p":"{secret}"}}}}}}}}"#),
+                "`auths.x.password` must be a string",
+            ),
+            (format!(r#"{{"auths":["{secret}"]}}"#), "`auths` must be an object"),
+            (format!(r#"{{"credsStore":["{secret}"]}}"#), "`credsStore` must be a string"),
+            (format!(r#"{{"credHelpers":{{"a":5,"b":"{secret}"}}}}"#), "`credHelpers.a` must be a string"),
+            (format!(r#"["{secret}"]"#), "`$` must be an object"),
+            (format!(r#"{{"auths":{{"x":{{"auth":"{secret}}}}}}}"#), "JSON syntax error at line 1"),
+        ];
+        for (text, want) in cases {
+            std::fs::write(&path, &text).unwrap();
+            let message = DockerConfig::load(&path).unwrap_err().to_string();
+            assert!(message.contains(want), "{message:?} lacks {want:?}");
+            assert!(!message.contains(secret) && !message.contains("Y2Zn"), "{message:?} quotes the value");
+        }
+    }
+
+    #[test]
+    fn token_response_errors_never_quote_values() {
+        for body in [
+            r#"{"token":{"t":"tok-SECRET"}}"#,
+            r#"{"access_token":["tok-SECRET"]}"#,
+            r#"{"token":"tok-SECRET","expires_in":"tok-SECRET"}"#,
+            r#"["tok-SECRET"]"#,
+            r#"{"token":"tok-SECRET"#,
+        ] {
+            let message = parse_token_response(body.as_bytes()).unwrap_err();
+            assert!(!message.contains("SECRET"), "{message:?}");
+        }
     }
 }

@@ -323,12 +323,7 @@ impl Endpoint {
             builder = builder.tls_certs_merge(certs);
         }
         let http = builder.build().map_err(|e| setup(format!("cannot build HTTP client: {e}")))?;
-        let limiter = settings.requests_per_second.map(|rps| {
-            let period = Duration::from_secs_f64(1.0 / rps);
-            let burst = NonZeroU32::new(settings.burst).unwrap_or(NonZeroU32::MIN);
-            let quota = Quota::with_period(period).unwrap_or_else(|| Quota::per_second(NonZeroU32::MAX));
-            RateLimiter::direct(quota.allow_burst(burst))
-        });
+        let limiter = rate_limiter(&settings);
         let base = Url::parse(&format!("{scheme}://{api_host}"))
             .map_err(|e| setup(format!("\"{api_host}\" is not a usable host: {e}")))?;
         Ok(Self {
@@ -756,12 +751,14 @@ impl Endpoint {
     }
 
     async fn read_body(&self, mut response: Response, limit: usize, what: &str) -> Result<bytes::Bytes, RegistryError> {
-        if let Some(len) = response.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        let announced = response.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if let Some(len) = announced
             && len > limit as u64
         {
             return Err(self.invalid(format!("{what} is {len} bytes, over the {limit}-byte limit")));
         }
-        let mut body = Vec::new();
+        // Sized once when announced: growing by doubling would hold up to twice a large config.
+        let mut body = Vec::with_capacity(announced.unwrap_or(0) as usize);
         while let Some(chunk) =
             response.chunk().await.map_err(|e| self.unavailable(format!("reading {what}: {}", describe(&e))))?
         {
@@ -772,6 +769,16 @@ impl Endpoint {
         }
         Ok(body.into())
     }
+}
+
+/// A registry's request limiter (`None`: no limit). The rate goes through `config::rate_period`, so
+/// no configured rate can overflow the period (a rate of 1e-30 once panicked every check).
+pub fn rate_limiter(settings: &RegistrySettings) -> Option<DefaultDirectRateLimiter> {
+    let rps = settings.requests_per_second?;
+    let burst = NonZeroU32::new(settings.burst).unwrap_or(NonZeroU32::MIN);
+    let quota =
+        Quota::with_period(crate::config::rate_period(rps)).unwrap_or_else(|| Quota::per_second(NonZeroU32::MAX));
+    Some(RateLimiter::direct(quota.allow_burst(burst)))
 }
 
 /// `Retry-After` as seconds or an HTTP date.

@@ -385,7 +385,12 @@ impl Runner {
                 if action.kind == ActionKind::Rebuild { EventType::BuildSucceeded } else { EventType::RebaseSucceeded };
             (ActionOutcome::Succeeded, Some(t))
         } else if retryable && self.backend.retries() && action.attempt < self.config.runner.max_attempts {
-            let wait = self.config.runner.backoff.saturating_mul(1u32 << (action.attempt - 1).min(16));
+            let wait = self
+                .config
+                .runner
+                .backoff
+                .saturating_mul(1u32 << (action.attempt - 1).min(16))
+                .min(crate::config::MAX_DURATION);
             let next = self.clock.now() + chrono::Duration::from_std(wait).unwrap_or_default();
             (ActionOutcome::Retry { next_attempt: timestamp_millis(next) }, None)
         } else {

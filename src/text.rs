@@ -1,0 +1,57 @@
+//! Terminal-safe text: control characters in registry-controlled strings (buildpack ids,
+//! descriptions, versions, error details) escaped before they reach text output or text logs.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+/// Characters that can forge lines, move the cursor, recolour a terminal or reorder what is shown:
+/// C0 and C1 controls, DEL, and the Unicode bidirectional overrides.
+fn is_unsafe(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+fn escape_where(text: &str, unsafe_char: impl Fn(char) -> bool) -> Cow<'_, str> {
+    if !text.chars().any(&unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            c if !unsafe_char(c) => out.push(c),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x100 => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// One value on one line: every unsafe character escaped (`\n`, `\x1b`, `\u{202e}`).
+pub fn escape(text: &str) -> Cow<'_, str> {
+    escape_where(text, is_unsafe)
+}
+
+/// A message of several lines we wrote ourselves (config diagnostics): newlines stay, every other
+/// unsafe character is escaped.
+pub fn escape_keep_newlines(text: &str) -> Cow<'_, str> {
+    escape_where(text, |c| c != '\n' && is_unsafe(c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn controls_are_escaped_and_plain_text_borrowed() {
+        assert!(matches!(escape("heroku/nodejs 3.2.1 → 3.3.0"), Cow::Borrowed(_)));
+        assert_eq!(escape("a\u{1b}[31mred\nFORGED\r\t\u{7f}\u{85}"), "a\\x1b[31mred\\nFORGED\\r\\t\\x7f\\x85");
+        assert_eq!(escape("abc\u{202e}fed"), "abc\\u{202e}fed");
+        assert_eq!(escape_keep_newlines("one\ntwo\u{1b}"), "one\ntwo\\x1b");
+    }
+}

@@ -80,6 +80,8 @@ pub struct Metrics {
     pub leader: Gauge,
     /// ClusterBuilder writes, by result (ok, error).
     pub publishes: Family<ResultLabels, Counter>,
+    /// Watches whose last check failed, per registry.
+    pub watches_failing: Family<RegistryLabels, Gauge>,
     /// The digest each builder's `pinned_info` series names, to retire the old series on a move.
     pinned_now: Mutex<std::collections::HashMap<String, String>>,
 }
@@ -145,6 +147,12 @@ impl Metrics {
             "ClusterBuilder spec and status writes, by result",
             publishes.clone(),
         );
+        let watches_failing = Family::default();
+        registry.register(
+            "watches_failing",
+            "Watches (builders and run images) whose last check failed, per registry",
+            watches_failing.clone(),
+        );
         Arc::new(Metrics {
             registry,
             checks,
@@ -160,6 +168,7 @@ impl Metrics {
             hooks,
             leader,
             publishes,
+            watches_failing,
             pinned_now: Mutex::new(Default::default()),
         })
     }

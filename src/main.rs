@@ -15,7 +15,7 @@ use tracing_subscriber::EnvFilter;
 use builder_monitor::alert::{self, Dispatcher, SendOutcome, Sender};
 use builder_monitor::cluster::{self, lease::LeaseElector, publish::Publisher};
 use builder_monitor::config::RunnerKind;
-use builder_monitor::config::{Config, Secrets, StateLocation};
+use builder_monitor::config::{Config, RegistrySettings, Secrets, StateLocation};
 use builder_monitor::inspect;
 use builder_monitor::metrics::Metrics;
 use builder_monitor::monitor::Monitor;
@@ -68,6 +68,9 @@ enum Command {
         image: String,
         #[arg(long)]
         json: bool,
+        /// Plain HTTP to the image's registry, as `insecure = true` for it in a config would.
+        #[arg(long)]
+        insecure: bool,
         /// Registry settings (credentials, TLS) come from this config when given.
         #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
         config: Option<PathBuf>,
@@ -79,6 +82,9 @@ enum Command {
         /// Print the `change` object of a builder.changed event.
         #[arg(long)]
         json: bool,
+        /// Plain HTTP to the images' registries, as `insecure = true` for them in a config would.
+        #[arg(long)]
+        insecure: bool,
         /// Registry settings (credentials, TLS) come from this config when given.
         #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
         config: Option<PathBuf>,
@@ -249,9 +255,10 @@ async fn execute(command: Command) -> Result<u8, Failure> {
             Ok(0)
         }
         Command::Run { config, once } => run_daemon(&config, once).await,
-        Command::Resolve { image, json, config } => {
+        Command::Resolve { image, json, insecure, config } => {
             let image = parse_image(&image)?;
-            let registry = registry_for(config.as_deref())?;
+            let registry =
+                registry_for(config.as_deref(), insecure.then_some([&image].as_slice()).unwrap_or_default())?;
             let resolution = inspect::resolve(&registry, &image).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&resolution).context("encoding JSON")?);
@@ -260,9 +267,10 @@ async fn execute(command: Command) -> Result<u8, Failure> {
             }
             Ok(0)
         }
-        Command::Diff { old, new, json, config } => {
+        Command::Diff { old, new, json, insecure, config } => {
             let (old, new) = (parse_image(&old)?, parse_image(&new)?);
-            let registry = registry_for(config.as_deref())?;
+            let registry =
+                registry_for(config.as_deref(), insecure.then_some([&old, &new].as_slice()).unwrap_or_default())?;
             let change = inspect::diff(&registry, &old, &new).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&change).context("encoding JSON")?);
@@ -395,12 +403,17 @@ fn parse_image(text: &str) -> Result<ImageRef, Failure> {
 }
 
 /// A registry client with the config's registry settings, or the defaults.
-fn registry_for(config: Option<&Path>) -> Result<Registry, Failure> {
-    let registries = match config {
-        Some(path) => load_config(path, Secrets::Registries)?.registries.into_values().collect(),
-        None => Vec::new(),
+/// Registry settings from the config when given, with plain HTTP for the registries of `insecure`.
+fn registry_for(config: Option<&Path>, insecure: &[&ImageRef]) -> Result<Registry, Failure> {
+    let mut registries = match config {
+        Some(path) => load_config(path, Secrets::Registries)?.registries,
+        None => Default::default(),
     };
-    Ok(Registry::new(registries, Metrics::new()))
+    for image in insecure {
+        let host = image.registry();
+        registries.entry(host.to_string()).or_insert_with(|| RegistrySettings::defaults_for(host)).insecure = true;
+    }
+    Ok(Registry::new(registries.into_values(), Metrics::new()))
 }
 
 /// Cancels `shutdown` on SIGINT or SIGTERM.

@@ -586,7 +586,9 @@ impl Monitor {
         let outcome = match result {
             Err(err) => {
                 let since = record.as_ref().and_then(|r| r.failing_since.clone()).unwrap_or_else(|| time.clone());
-                let next_check = next_check(&watch.schedule, self.clock.now());
+                // From the recorded check time, so the log and `status` name the same moment.
+                let checked = schedule::parse_timestamp(&time).unwrap_or_else(|| self.clock.now());
+                let next_check = next_check(&watch.schedule, checked);
                 tracing::warn!(watch = %watch.name, image = %image, reason = err.reason(), error = %err, consecutive_failures = failures + 1, next_check = next_check.as_deref().unwrap_or("when woken"), jitter = %humantime::format_duration(watch.jitter), "check failed; pin kept");
                 if failures == 0 {
                     let id = failed_event_id(&watch.name, &since);

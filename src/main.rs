@@ -257,8 +257,7 @@ async fn execute(command: Command) -> Result<u8, Failure> {
         Command::Run { config, once } => run_daemon(&config, once).await,
         Command::Resolve { image, json, insecure, config } => {
             let image = parse_image(&image)?;
-            let registry =
-                registry_for(config.as_deref(), insecure.then_some([&image].as_slice()).unwrap_or_default())?;
+            let registry = registry_for(config.as_deref(), insecure, &[&image])?;
             let resolution = inspect::resolve(&registry, &image).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&resolution).context("encoding JSON")?);
@@ -269,8 +268,7 @@ async fn execute(command: Command) -> Result<u8, Failure> {
         }
         Command::Diff { old, new, json, insecure, config } => {
             let (old, new) = (parse_image(&old)?, parse_image(&new)?);
-            let registry =
-                registry_for(config.as_deref(), insecure.then_some([&old, &new].as_slice()).unwrap_or_default())?;
+            let registry = registry_for(config.as_deref(), insecure, &[&old, &new])?;
             let change = inspect::diff(&registry, &old, &new).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&change).context("encoding JSON")?);
@@ -402,14 +400,14 @@ fn parse_image(text: &str) -> Result<ImageRef, Failure> {
     ImageRef::parse(text).map_err(|e| usage(anyhow::anyhow!("invalid image reference \"{text}\": {e}")))
 }
 
-/// A registry client with the config's registry settings, or the defaults.
-/// Registry settings from the config when given, with plain HTTP for the registries of `insecure`.
-fn registry_for(config: Option<&Path>, insecure: &[&ImageRef]) -> Result<Registry, Failure> {
+/// A registry client with the config's registry settings, or the defaults; with `insecure`, plain
+/// HTTP for the registries of `images`.
+fn registry_for(config: Option<&Path>, insecure: bool, images: &[&ImageRef]) -> Result<Registry, Failure> {
     let mut registries = match config {
         Some(path) => load_config(path, Secrets::Registries)?.registries,
         None => Default::default(),
     };
-    for image in insecure {
+    for image in images.iter().filter(|_| insecure) {
         let host = image.registry();
         registries.entry(host.to_string()).or_insert_with(|| RegistrySettings::defaults_for(host)).insecure = true;
     }

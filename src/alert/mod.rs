@@ -52,7 +52,7 @@ pub fn routes<'a>(alerts: &'a [AlertSettings], event: &Event) -> Vec<&'a str> {
 }
 
 /// How each alert treats the failure events of a watch about these builders (`outage`).
-pub fn audiences<'b>(alerts: &[AlertSettings], builders: &[&'b str]) -> Vec<outage::Audience> {
+pub fn audiences(alerts: &[AlertSettings], builders: &[&str]) -> Vec<outage::Audience> {
     alerts
         .iter()
         .filter(|a| a.wants_builder(builders.iter().copied()))

@@ -534,6 +534,7 @@ mod tests {
             pinned: None,
             platforms: BTreeMap::new(),
             last_check: None,
+            next_check: None,
             last_change: None,
             consecutive_failures: 0,
             settling: None,

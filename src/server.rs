@@ -270,8 +270,11 @@ async fn readyz(State(state): State<Arc<ServerState>>) -> Response {
     let leader = state.is_leader();
     // A standby is ready (it serves reads and probes); only the replica acting waits for its first cycle.
     let ready = ledger && (first_cycle || !leader);
-    let body =
-        json!({ "ready": ready, "config": true, "ledger": ledger, "first_check_cycle": first_cycle, "leader": leader });
+    // A registry outage leaves the daemon ready (a restart would not help), only degraded.
+    let failing = state.monitor.failing_watches();
+    let failing_total: usize = failing.values().sum();
+    let body = json!({ "ready": ready, "config": true, "ledger": ledger, "first_check_cycle": first_cycle, "leader": leader,
+        "degraded": failing_total > 0, "failing_watches": failing_total, "failing_by_registry": failing });
     let code = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (code, axum::Json(body)).into_response()
 }

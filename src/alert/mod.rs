@@ -2,6 +2,7 @@
 //! Block Kit, CloudEvents 1.0), and one send. Durable, retried delivery is in `deliver`.
 
 mod deliver;
+pub mod outage;
 mod render;
 
 use std::time::Duration;
@@ -47,6 +48,22 @@ pub fn routes<'a>(alerts: &'a [AlertSettings], event: &Event) -> Vec<&'a str> {
         .iter()
         .filter(|a| a.wants_type(event.event_type.as_str()) && a.wants_builder(builders()))
         .map(|a| a.name.as_str())
+        .collect()
+}
+
+/// How each alert treats the failure events of a watch about these builders (`outage`).
+pub fn audiences(alerts: &[AlertSettings], builders: &[&str]) -> Vec<outage::Audience> {
+    alerts
+        .iter()
+        .filter(|a| a.wants_builder(builders.iter().copied()))
+        .map(|a| outage::Audience {
+            alert: a.name.clone(),
+            threshold: a.failure_threshold,
+            check_failed: a.wants_type(crate::event::EventType::CheckFailed.as_str()),
+            check_recovered: a.wants_type(crate::event::EventType::CheckRecovered.as_str()),
+            registry_unavailable: a.wants_type(crate::event::EventType::RegistryUnavailable.as_str()),
+            registry_recovered: a.wants_type(crate::event::EventType::RegistryRecovered.as_str()),
+        })
         .collect()
 }
 

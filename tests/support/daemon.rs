@@ -110,7 +110,6 @@ impl Daemon {
         Daemon { child, lines: rx, log: Vec::new() }
     }
 
-
     /// Waits for a log line whose JSON satisfies `wanted`, returning it.
     pub fn wait_for(&mut self, what: &str, wanted: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
         let deadline = Instant::now() + PATIENCE;

@@ -495,38 +495,59 @@ fn wait_until(what: &str, condition: impl Fn() -> bool) {
     }
 }
 
+/// An app image on a pinned builder, an exec runner whose command (`overlap.sh`) records its
+/// processes and start/end marks and blocks while `block` exists (created here), and the ledger
+/// after a first `run --once`: a builder move then starts a build that waits.
+struct Blocking {
+    w: World,
+    v1: BuilderSpec,
+    ws: Workspace,
+    config: std::path::PathBuf,
+    block: std::path::PathBuf,
+    pid_file: std::path::PathBuf,
+    mark_file: std::path::PathBuf,
+}
+
+impl Blocking {
+    async fn pinned() -> Self {
+        let w = World::new().await;
+        let (_, run_v1) = w.push_run("1").await;
+        let v1 = BuilderSpec::jammy(&w.run);
+        w.push_builder(&v1).await;
+        w.push_app("apps/a", &run_v1[0].digest).await;
+        let (block, pid_file, mark_file) =
+            (w.dir.path().join("block"), w.dir.path().join("pids"), w.dir.path().join("marks"));
+        let text = w
+            .config(&[("a", "auto")], "type = \"exec\"")
+            .replace(
+                &support::fixture("record.sh").display().to_string(),
+                &support::fixture("overlap.sh").display().to_string(),
+            )
+            .replace(
+                "env = { RECORD_FILE",
+                &format!(
+                    "env = {{ BLOCK_FILE = \"{}\", PIDS_FILE = \"{}\", MARKS_FILE = \"{}\", RECORD_FILE",
+                    block.display(),
+                    pid_file.display(),
+                    mark_file.display()
+                ),
+            );
+        let ws = Workspace::new();
+        let config = ws.config(&text);
+        let out = run_with_env(&["run", "--once", "--config", config.to_str().unwrap()], &[], ws.dir.path());
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+        std::fs::write(&block, "").unwrap();
+        Blocking { w, v1, ws, config, block, pid_file, mark_file }
+    }
+}
+
 /// A build's command dies with a SIGKILLed daemon, a restart stops whatever it left before
 /// running the build again, and SIGTERM's grace period ends with the whole group killed: at no
 /// moment do two copies of the build live (the command itself checks when it starts).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_build_never_has_two_live_copies() {
-    let w = World::new().await;
-    let (_, run_v1) = w.push_run("1").await;
-    let v1 = BuilderSpec::jammy(&w.run);
-    w.push_builder(&v1).await;
-    w.push_app("apps/a", &run_v1[0].digest).await;
-    let (block, pid_file, mark_file) =
-        (w.dir.path().join("block"), w.dir.path().join("pids"), w.dir.path().join("marks"));
-    let text = w
-        .config(&[("a", "auto")], "type = \"exec\"")
-        .replace(
-            &support::fixture("record.sh").display().to_string(),
-            &support::fixture("overlap.sh").display().to_string(),
-        )
-        .replace(
-            "env = { RECORD_FILE",
-            &format!(
-                "env = {{ BLOCK_FILE = \"{}\", PIDS_FILE = \"{}\", MARKS_FILE = \"{}\", RECORD_FILE",
-                block.display(),
-                pid_file.display(),
-                mark_file.display()
-            ),
-        );
-    let ws = Workspace::new();
-    let config = ws.config(&text);
-    let out = run_with_env(&["run", "--once", "--config", config.to_str().unwrap()], &[], ws.dir.path());
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
-    std::fs::write(&block, "").unwrap();
+    let Blocking { w, v1, ws: _ws, config, block, pid_file, mark_file } = Blocking::pinned().await;
+    // `_ws` holds the config's directory until the test ends.
     w.push_builder(&v1.clone().bump("paketo-buildpacks/java", "18.2.0")).await;
 
     // SIGKILL: the command dies with the daemon.
@@ -597,33 +618,7 @@ async fn commands_start_from_a_bare_config_name_and_a_missing_program_fails_the_
 /// command is neither stopped nor started a second time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_once_leaves_a_live_daemons_running_build_alone() {
-    let w = World::new().await;
-    let (_, run_v1) = w.push_run("1").await;
-    let v1 = BuilderSpec::jammy(&w.run);
-    w.push_builder(&v1).await;
-    w.push_app("apps/a", &run_v1[0].digest).await;
-    let (block, pid_file, mark_file) =
-        (w.dir.path().join("block"), w.dir.path().join("pids"), w.dir.path().join("marks"));
-    let text = w
-        .config(&[("a", "auto")], "type = \"exec\"")
-        .replace(
-            &support::fixture("record.sh").display().to_string(),
-            &support::fixture("overlap.sh").display().to_string(),
-        )
-        .replace(
-            "env = { RECORD_FILE",
-            &format!(
-                "env = {{ BLOCK_FILE = \"{}\", PIDS_FILE = \"{}\", MARKS_FILE = \"{}\", RECORD_FILE",
-                block.display(),
-                pid_file.display(),
-                mark_file.display()
-            ),
-        );
-    let ws = Workspace::new();
-    let config = ws.config(&text);
-    let out = run_with_env(&["run", "--once", "--config", config.to_str().unwrap()], &[], ws.dir.path());
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
-    std::fs::write(&block, "").unwrap();
+    let Blocking { w, v1, ws, config, block, pid_file, mark_file } = Blocking::pinned().await;
     w.push_builder(&v1.bump("paketo-buildpacks/java", "18.2.0")).await;
     let mut daemon = Daemon::start(&config);
     daemon.wait_for("the command's group to be recorded", |v| v["message"] == "command started");

@@ -862,7 +862,7 @@ impl Streaming {
             if v["message"] == "registry hook" && v["checks"].as_str().is_some_and(|c| c.contains('"')) {
                 hook = Some(at);
             }
-            if v["target"] == "builder_monitor::event" && v["event_type"] == event_type {
+            if v["target"] == "builder_monitor_core::event" && v["event_type"] == event_type {
                 return Some((serde_json::from_str(v["event"].as_str()?).ok()?, hook));
             }
         }

@@ -4,19 +4,16 @@
 #![deny(unsafe_code)]
 
 pub mod alert;
-pub mod builder;
 pub mod cluster;
 pub mod config;
-pub mod event;
+pub mod event_log;
 pub mod inspect;
 pub mod metrics;
 pub mod monitor;
 pub mod page;
-pub mod plan;
 pub mod registry;
 pub mod runner;
 pub mod schedule;
 pub mod server;
 pub mod status;
 pub mod store;
-pub mod text;

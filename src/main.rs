@@ -17,19 +17,19 @@ use builder_monitor::alert::{self, Dispatcher, SendOutcome, Sender};
 use builder_monitor::cluster::{self, lease::LeaseElector, publish::Publisher};
 use builder_monitor::config::RunnerKind;
 use builder_monitor::config::{Config, Secrets, StateLocation};
-use builder_monitor::event;
 use builder_monitor::inspect;
 use builder_monitor::metrics::Metrics;
 use builder_monitor::monitor::Monitor;
-use builder_monitor::plan::ActionKind;
-use builder_monitor::registry::{ImageRef, Registry, install_crypto_provider};
+use builder_monitor::registry::{Registry, install_crypto_provider};
 use builder_monitor::runner::kubernetes::ActionRef;
 use builder_monitor::runner::{self, Backend, Runner};
 use builder_monitor::schedule::Clock;
 use builder_monitor::server::{self, ServerState};
 use builder_monitor::status;
 use builder_monitor::store::{Ledger, WriterLock};
-use builder_monitor::text;
+use builder_monitor_core::plan::ActionKind;
+use builder_monitor_core::reference::ImageRef;
+use builder_monitor_core::text;
 
 #[derive(Parser)]
 #[command(
@@ -241,7 +241,7 @@ fn init_logging(format: LogFormat, default_level: &str) {
             )
             .init(),
         LogFormat::Json => {
-            event::log_documents(true);
+            builder_monitor::event_log::log_documents(true);
             builder.json().flatten_event(true).with_current_span(false).init()
         }
     }

@@ -10,18 +10,20 @@ use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::builder::{self, Change, PinnedMetadata, RunImagePin};
 use crate::config::{BuilderSettings, Config, Platform};
 use crate::config::{ImageSettings, Policy, RunnerKind};
-use crate::event::{self, CheckError, Event, EventType, ImageAction, Pin, Subject};
 use crate::inspect::{self, Observation};
 use crate::metrics::{BuilderLabels, ChangeLabels, CheckLabels, Metrics};
-use crate::plan::{self, ActionTarget, AppState, Decision, Move, RunImageTarget};
-use crate::registry::{ImageRef, Registry, RegistryError};
-use crate::schedule::{self, Clock, Schedule, Settle, Slots, Timetable, timestamp};
+use crate::registry::{Registry, RegistryError};
+use crate::schedule::{Clock, Slots, Timetable};
 use crate::store::{
     ChangeRecord, CheckRecord, Ledger, LedgerError, NewAction, PinRecord, PinUpdate, WatchKind, WatchRecord,
 };
+use builder_monitor_core::cnb::{self, Change, PinnedMetadata, RunImagePin};
+use builder_monitor_core::event::{self, CheckError, Event, EventType, ImageAction, Pin, Subject};
+use builder_monitor_core::plan::{self, ActionTarget, AppState, Decision, Move, RunImageTarget};
+use builder_monitor_core::reference::ImageRef;
+use builder_monitor_core::schedule::{self, Schedule, Settle, timestamp};
 
 /// How long running checks may take to finish after a shutdown signal.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -625,7 +627,7 @@ impl Monitor {
         }
         // Logged once recorded: a log line never announces an event the ledger could still lose.
         for event in &events {
-            event.log();
+            crate::event_log::log(event);
         }
         if let Some(to) = self.committed.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             for subject in self.subjects(watch) {
@@ -649,7 +651,7 @@ impl Monitor {
         outcome: &CheckOutcome,
         elapsed: Duration,
         pinned: Option<&str>,
-        change: Option<builder::ChangeKind>,
+        change: Option<cnb::ChangeKind>,
     ) {
         let ok = !matches!(outcome, CheckOutcome::Failed(_));
         let labels = CheckLabels { builder: watch.name.clone(), result: if ok { "ok" } else { "error" }.into() };
@@ -794,9 +796,7 @@ impl Monitor {
                 EventType::RunImageChanged,
                 Change::run_image_moved(previous.reference.clone(), current.reference.clone()),
             ),
-            (WatchKind::Builder, Some(now), Some(before)) => {
-                (EventType::BuilderChanged, builder::classify(&before, now))
-            }
+            (WatchKind::Builder, Some(now), Some(before)) => (EventType::BuilderChanged, cnb::classify(&before, now)),
             (WatchKind::Builder, _, _) => {
                 (EventType::BuilderChanged, Change::unknown("no CNB metadata was recorded for the previous pin"))
             }
@@ -856,7 +856,7 @@ impl Monitor {
         };
         let images: Vec<ImageSettings> =
             self.config.images.iter().filter(|i| builders.contains(&i.builder)).cloned().collect();
-        if images.is_empty() || change.kind == builder::ChangeKind::None {
+        if images.is_empty() || change.kind == cnb::ChangeKind::None {
             return Ok((Vec::new(), Vec::new()));
         }
         // The run image to rebase onto: the moved run image itself, or the one the builder moved to.

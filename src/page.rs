@@ -5,11 +5,11 @@ use std::fmt::{self, Write as _};
 
 use chrono::{DateTime, Utc};
 
-use crate::builder::ChangeKind;
 use crate::config::{Config, RunnerKind};
-use crate::schedule::{Schedule, parse_timestamp};
 use crate::status::{BuilderStatus, ChangeSummary, Status};
 use crate::store::OpenAction;
+use builder_monitor_core::cnb::ChangeKind;
+use builder_monitor_core::schedule::{Schedule, parse_timestamp};
 
 /// How often the page reloads itself.
 pub const REFRESH_SECONDS: u32 = 30;

@@ -19,9 +19,9 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Config, ServerSettings};
 use crate::metrics::HookLabels;
 use crate::monitor::Monitor;
-use crate::registry::ImageRef;
 use crate::status;
 use crate::store::Ledger;
+use builder_monitor_core::reference::ImageRef;
 
 /// Largest request body accepted.
 pub const BODY_LIMIT: usize = 1 << 20;

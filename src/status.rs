@@ -6,12 +6,12 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::builder::{ChangeKind, Reason};
 use crate::config::Config;
 use crate::monitor::{pinned_metadata, run_watch_name};
-use crate::registry::ImageRef;
 use crate::store::{ActionRecord, DeadLetter, Ledger, LedgerError, OpenAction, PendingDelivery, WatchRecord};
-use crate::text::escape;
+use builder_monitor_core::cnb::{ChangeKind, Reason};
+use builder_monitor_core::reference::ImageRef;
+use builder_monitor_core::text::escape;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {

@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use builder_monitor::alert::Dispatcher;
 use builder_monitor::config::Config;
-use builder_monitor::event::Event;
 use builder_monitor::monitor::Monitor;
 use builder_monitor::registry::Registry;
 use builder_monitor::schedule::Clock;
 use builder_monitor::store::Ledger;
+use builder_monitor_core::event::Event;
 use support::daemon::{Daemon, Workspace, run_with_env};
 use support::images::{Format, Image, Pusher};
 use support::receiver::{Receiver, Reply, free_port};
@@ -542,9 +542,12 @@ async fn wakes_while_sends_are_in_flight_never_send_a_delivery_twice() {
                 let id = format!("event-{w}-{i}");
                 let event = Event::new(
                     id.clone(),
-                    builder_monitor::event::EventType::BuildSucceeded,
+                    builder_monitor_core::event::EventType::BuildSucceeded,
                     "2026-01-01T00:00:00Z".into(),
-                    builder_monitor::event::Subject { name: "b".into(), image: "127.0.0.1:9/demo/b:latest".into() },
+                    builder_monitor_core::event::Subject {
+                        name: "b".into(),
+                        image: "127.0.0.1:9/demo/b:latest".into(),
+                    },
                 );
                 let routes: Vec<(String, String)> = builder_monitor::alert::routes(&alerts, &event)
                     .into_iter()

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use builder_monitor::config::{Config, k8s_typed};
-use builder_monitor::event::EventType;
 use builder_monitor::metrics::Metrics;
 use builder_monitor::monitor::Monitor;
 use builder_monitor::registry::Registry;
@@ -17,6 +16,7 @@ use builder_monitor::runner::kpack::KpackBuildSpec;
 use builder_monitor::runner::{Backend, Runner};
 use builder_monitor::schedule::Clock;
 use builder_monitor::store::Ledger;
+use builder_monitor_core::event::EventType;
 use serde_json::{Value, json};
 use support::cnb::BuilderSpec;
 use support::daemon::{Daemon, Workspace, run_with_env};
@@ -144,7 +144,7 @@ async fn wait_for<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
     }
 }
 
-async fn events(ledger: &Ledger, t: EventType) -> Vec<builder_monitor::event::Event> {
+async fn events(ledger: &Ledger, t: EventType) -> Vec<builder_monitor_core::event::Event> {
     ledger.events_after(0, 1000).await.unwrap().into_iter().map(|e| e.event).filter(|e| e.event_type == t).collect()
 }
 

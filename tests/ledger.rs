@@ -5,12 +5,12 @@ mod support;
 
 use std::collections::BTreeMap;
 
-use builder_monitor::builder::Change;
-use builder_monitor::event::{Event, EventType, Subject, change_id};
-use builder_monitor::plan::ActionKind;
 use builder_monitor::store::{
     ActionOutcome, ChangeRecord, CheckRecord, DeliveryUpdate, Ledger, NewAction, PinUpdate, WatchKind,
 };
+use builder_monitor_core::cnb::Change;
+use builder_monitor_core::event::{Event, EventType, Subject, change_id};
+use builder_monitor_core::plan::ActionKind;
 use serde_json::json;
 use support::kube::KubeDouble;
 

@@ -358,9 +358,13 @@ async fn a_recorded_event_logs_one_short_text_line() {
     ));
     let out = ws.run(&["run", "--once", "--config", config.to_str().unwrap()]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    let lines: Vec<&str> = out.stderr.lines().filter(|l| l.contains("builder_monitor::event")).collect();
+    let lines: Vec<&str> = out.stderr.lines().filter(|l| l.contains("builder_monitor_core::event")).collect();
     assert_eq!(lines.len(), 1, "{}", out.stderr);
-    assert!(lines[0].contains(" INFO builder_monitor::event: builder.pinned jammy: pinned to sha256:"), "{}", lines[0]);
+    assert!(
+        lines[0].contains(" INFO builder_monitor_core::event: builder.pinned jammy: pinned to sha256:"),
+        "{}",
+        lines[0]
+    );
     assert!(lines[0].contains("event_id="), "{}", lines[0]);
     assert!(!lines[0].contains("\"previous\"") && !lines[0].contains("event="), "no document: {}", lines[0]);
     assert!(lines[0].len() < 200, "{}", lines[0]);

@@ -9,13 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use builder_monitor::config::Config;
-use builder_monitor::event::EventType;
 use builder_monitor::metrics::Metrics;
 use builder_monitor::monitor::Monitor;
 use builder_monitor::registry::Registry;
 use builder_monitor::runner::Runner;
 use builder_monitor::schedule::Clock;
 use builder_monitor::store::Ledger;
+use builder_monitor_core::event::EventType;
 use serde_json::json;
 use support::cnb::BuilderSpec;
 use support::daemon::{Daemon, Workspace, run_with_env};
@@ -200,7 +200,7 @@ async fn builder_bumps_rebuild_and_run_image_moves_rebase_exactly_once() {
     let moved = events.iter().rfind(|e| e.event.event_type == EventType::RunImageChanged).unwrap();
     assert_eq!(
         moved.event.images.as_ref().unwrap(),
-        &[builder_monitor::event::ImageAction { name: "old".into(), action: "rebase".into() }]
+        &[builder_monitor_core::event::ImageAction { name: "old".into(), action: "rebase".into() }]
     );
     assert_eq!(d.runner.run_due_once().await, 1);
     let calls = ended(&w.record());

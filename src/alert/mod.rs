@@ -13,7 +13,7 @@ pub use deliver::Dispatcher;
 pub use render::{Rendered, cloudevent, render, short_image, slack_body, summary};
 
 use crate::config::{AlertSettings, Secret};
-use crate::event::Event;
+use builder_monitor_core::event::Event;
 
 /// `*` matches any run of characters, `?` one character; everything else itself.
 pub fn glob_match(pattern: &str, text: &str) -> bool {
@@ -52,13 +52,16 @@ pub fn routes<'a>(alerts: &'a [AlertSettings], event: &Event) -> Vec<&'a str> {
 
 /// The event `alert test` sends: type `alert.test`, a builder named `builder-monitor-test`.
 pub fn test_event(now: chrono::DateTime<chrono::Utc>) -> Event {
-    let time = crate::schedule::timestamp(now);
-    let id = format!("test-{}", crate::event::stable_id(&["alert.test", &crate::schedule::timestamp_millis(now)]));
-    let subject = crate::event::Subject {
+    let time = builder_monitor_core::schedule::timestamp(now);
+    let id = format!(
+        "test-{}",
+        builder_monitor_core::event::stable_id(&["alert.test", &builder_monitor_core::schedule::timestamp_millis(now)])
+    );
+    let subject = builder_monitor_core::event::Subject {
         name: "builder-monitor-test".into(),
         image: "example.invalid/builder-monitor/test:latest".into(),
     };
-    Event::new(id, crate::event::EventType::AlertTest, time, subject)
+    Event::new(id, builder_monitor_core::event::EventType::AlertTest, time, subject)
 }
 
 /// `sha256=<hex HMAC-SHA256(secret, body)>`.

@@ -22,13 +22,13 @@ use super::crd::{
     BuilderLifecycle, BuilderStack, BuildpackMetadata, ClusterBuilder, ClusterBuilderSpec, ClusterBuilderStatus,
     Condition, HistoryEntry, LastChange,
 };
-use crate::builder::PinnedMetadata;
 use crate::config::{BuilderSettings, Config};
 use crate::metrics::{Metrics, ResultLabels};
 use crate::monitor::{pinned_metadata, run_watch_name};
-use crate::registry::ImageRef;
-use crate::schedule::Schedule;
 use crate::store::{ChangeRecord, Ledger, WatchRecord};
+use builder_monitor_core::cnb::PinnedMetadata;
+use builder_monitor_core::reference::ImageRef;
+use builder_monitor_core::schedule::Schedule;
 
 /// The field manager of every write, and the `managed-by` label value.
 pub const FIELD_MANAGER: &str = "builder-monitor";
@@ -259,7 +259,7 @@ impl Publisher {
         let Some(current) = current else {
             return Err(ClusterError::Api(format!("ClusterBuilder {name} does not exist (its spec is applied first)")));
         };
-        let now = crate::schedule::timestamp(chrono::Utc::now());
+        let now = builder_monitor_core::schedule::timestamp(chrono::Utc::now());
         let status = status_of(&StatusInput {
             record: record.as_ref(),
             history: &history,
@@ -309,7 +309,7 @@ impl Publisher {
 
     async fn record_failure(&self, name: &str, uid: Option<&str>, record: &WatchRecord) {
         let since = record.failing_since.clone().unwrap_or_default();
-        let id = crate::event::stable_id(&[name, "check.failed", &since]);
+        let id = builder_monitor_core::event::stable_id(&[name, "check.failed", &since]);
         let reason = condition_reason(record.last_error_reason.as_deref().unwrap_or("check_failed"));
         let message = record.last_error.clone().unwrap_or_else(|| "the check failed".into());
         let id: String = id.chars().take(16).collect();

@@ -10,7 +10,7 @@ use toml::de::DeValue;
 
 use super::{Secret, Secrets, Validator};
 use crate::alert::glob_match;
-use crate::event::EventType;
+use builder_monitor_core::event::EventType;
 
 /// Events an alert gets when it does not say.
 pub const DEFAULT_EVENTS: &[&str] = &["builder.changed", "run_image.changed", "check.failed"];

@@ -10,7 +10,6 @@
 
 mod auth;
 mod circuit;
-mod reference;
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -26,7 +25,8 @@ use tokio::time::Instant;
 
 pub use auth::{Challenge, DockerConfig, DockerConfigError, Token, parse_challenge, parse_token_response};
 pub use circuit::THRESHOLD as CIRCUIT_THRESHOLD;
-pub use reference::{ImageRef, ReferenceError, is_sha256_digest};
+
+use builder_monitor_core::reference::{ImageRef, is_sha256_digest};
 
 use crate::config::{Credentials, RegistrySettings, Secret};
 use crate::metrics::{Metrics, RegistryLabels, RequestLabels};

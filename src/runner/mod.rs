@@ -17,10 +17,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::alert;
 use crate::config::{Config, RunnerKind};
-use crate::event::{self, ActionInfo, Event, EventType, Subject};
-use crate::plan::{ActionKind, ActionTarget};
-use crate::schedule::{Clock, parse_timestamp, timestamp, timestamp_millis};
+use crate::schedule::Clock;
 use crate::store::{ActionOutcome, ClaimedAction, Ledger, LedgerError};
+use builder_monitor_core::event::{self, ActionInfo, Event, EventType, Subject};
+use builder_monitor_core::plan::{ActionKind, ActionTarget};
+use builder_monitor_core::schedule::{parse_timestamp, timestamp, timestamp_millis};
 
 /// Why the runner cannot start.
 #[derive(Debug, thiserror::Error)]

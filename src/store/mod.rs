@@ -13,9 +13,9 @@ pub use kubernetes::KubeLedger;
 pub use lock::WriterLock;
 pub use sqlite::SqliteLedger;
 
-use crate::builder::{Change, ChangeKind};
-use crate::event::Event;
-use crate::plan::ActionKind;
+use builder_monitor_core::cnb::{Change, ChangeKind};
+use builder_monitor_core::event::Event;
+use builder_monitor_core::plan::ActionKind;
 
 /// Each variant's message includes its cause, which is therefore not also exposed as `source()`:
 /// the daemon logs these with `Display`, and a chain printer would show the cause twice.

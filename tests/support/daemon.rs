@@ -110,7 +110,6 @@ impl Daemon {
         Daemon { child, lines: rx, log: Vec::new() }
     }
 
-
     /// Waits for a log line whose JSON satisfies `wanted`, returning it.
     pub fn wait_for(&mut self, what: &str, wanted: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
         let deadline = Instant::now() + PATIENCE;
@@ -177,8 +176,8 @@ impl Daemon {
 
     /// Waits for the structured log line of an event of `event_type`.
     pub fn wait_for_event(&mut self, event_type: &str) -> serde_json::Value {
-        let line =
-            self.wait_for(event_type, |v| v["target"] == "builder_monitor::event" && v["event_type"] == event_type);
+        let line = self
+            .wait_for(event_type, |v| v["target"] == "builder_monitor_core::event" && v["event_type"] == event_type);
         serde_json::from_str(line["event"].as_str().unwrap()).unwrap()
     }
 

@@ -1,4 +1,4 @@
-//! The registry benchmark (issue 9): `cargo bench --bench registry`.
+//! The registry benchmark (README, "Performance"): `cargo bench --bench registry`.
 //!
 //! Starts the real CNCF Distribution registry on loopback, pushes builder-like images (multi-arch
 //! OCI indexes and single Docker manifests with CNB labels) and tags them up to 10,000 times, then
@@ -30,11 +30,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use builder_monitor::config::{Config, StateLocation};
+use builder_monitor::ledger::Ledger;
 use builder_monitor::metrics::Metrics;
 use builder_monitor::monitor::{CheckOutcome, Monitor};
 use builder_monitor::registry::{MANIFEST_ACCEPT, Registry};
 use builder_monitor::schedule::Clock;
-use builder_monitor::store::Ledger;
 use bytes::Bytes;
 use serde_json::{Value, json};
 use support::cnb::BuilderSpec;
@@ -95,7 +95,7 @@ fn sizes() -> Vec<usize> {
 
 fn main() {
     STARTED.get_or_init(Instant::now);
-    builder_monitor::registry::install_crypto_provider();
+    builder_monitor::install_crypto_provider();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     runtime.block_on(run());
 }

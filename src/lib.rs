@@ -3,11 +3,18 @@
 // One audited exception: `runner::group::die_with_daemon`.
 #![deny(unsafe_code)]
 
+/// Installs ring as rustls' process-wide provider (reqwest and kube both build TLS configs from
+/// it). The binary calls it first thing; tests and the benchmark call it before any client.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 pub mod alert;
 pub mod cluster;
 pub mod config;
 pub mod event_log;
 pub mod inspect;
+pub mod ledger;
 pub mod metrics;
 pub mod monitor;
 pub mod page;
@@ -16,4 +23,3 @@ pub mod runner;
 pub mod schedule;
 pub mod server;
 pub mod status;
-pub mod store;

@@ -18,15 +18,16 @@ use builder_monitor::cluster::{self, lease::LeaseElector, publish::Publisher};
 use builder_monitor::config::RunnerKind;
 use builder_monitor::config::{Config, Secrets, StateLocation};
 use builder_monitor::inspect;
+use builder_monitor::install_crypto_provider;
+use builder_monitor::ledger::{Ledger, WriterLock};
 use builder_monitor::metrics::Metrics;
 use builder_monitor::monitor::Monitor;
-use builder_monitor::registry::{Registry, install_crypto_provider};
+use builder_monitor::registry::Registry;
 use builder_monitor::runner::kubernetes::ActionRef;
 use builder_monitor::runner::{self, Backend, Runner};
 use builder_monitor::schedule::Clock;
 use builder_monitor::server::{self, ServerState};
 use builder_monitor::status;
-use builder_monitor::store::{Ledger, WriterLock};
 use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::text;
@@ -697,7 +698,7 @@ async fn sample_open_actions(ledger: Ledger, metrics: Arc<Metrics>, stop: Cancel
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = every.tick() => match ledger.open_actions().await {
-                Ok(open) => metrics.set_open_actions(&open),
+                Ok(open) => metrics.set_open_actions(open.iter().map(|a| a.state.as_str())),
                 Err(err) => tracing::debug!(error = %err, "cannot count open actions for the metrics"),
             },
         }

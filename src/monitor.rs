@@ -13,12 +13,12 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{BuilderSettings, Config, Platform};
 use crate::config::{ImageSettings, Policy, RunnerKind};
 use crate::inspect::{self, Observation};
+use crate::ledger::{
+    ChangeRecord, CheckRecord, Ledger, LedgerError, NewAction, PinRecord, PinUpdate, WatchKind, WatchRecord,
+};
 use crate::metrics::{BuilderLabels, ChangeLabels, CheckLabels, Metrics};
 use crate::registry::{Registry, RegistryError};
 use crate::schedule::{Clock, Slots, Timetable};
-use crate::store::{
-    ChangeRecord, CheckRecord, Ledger, LedgerError, NewAction, PinRecord, PinUpdate, WatchKind, WatchRecord,
-};
 use builder_monitor_core::cnb::{self, Change, PinnedMetadata, RunImagePin};
 use builder_monitor_core::event::{self, CheckError, Event, EventType, ImageAction, Pin, Subject};
 use builder_monitor_core::plan::{self, ActionTarget, AppState, Decision, Move, RunImageTarget};
@@ -604,7 +604,7 @@ impl Monitor {
             }
         };
         for event in &commit.events {
-            for alert in crate::alert::routes(&self.config.alerts, event) {
+            for alert in crate::config::alerts::routes(&self.config.alerts, event) {
                 commit.deliveries.push((event.id.clone(), alert.to_string()));
             }
         }

@@ -6,8 +6,8 @@ use std::fmt::{self, Write as _};
 use chrono::{DateTime, Utc};
 
 use crate::config::{Config, RunnerKind};
+use crate::ledger::OpenAction;
 use crate::status::{BuilderStatus, ChangeSummary, Status};
-use crate::store::OpenAction;
 use builder_monitor_core::cnb::ChangeKind;
 use builder_monitor_core::schedule::{Schedule, parse_timestamp};
 
@@ -505,8 +505,8 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::ledger::{ActionRecord, DeadLetter};
     use crate::status::{LastCheck, PinnedStatus};
-    use crate::store::{ActionRecord, DeadLetter};
 
     const HOSTILE: &str = "<script>alert(\"x\")</script>\u{1b}[31m'&\u{202e}";
 

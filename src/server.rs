@@ -17,10 +17,10 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ServerSettings};
+use crate::ledger::Ledger;
 use crate::metrics::HookLabels;
 use crate::monitor::Monitor;
 use crate::status;
-use crate::store::Ledger;
 use builder_monitor_core::reference::ImageRef;
 
 /// Largest request body accepted.

@@ -1,5 +1,5 @@
 //! The status report: pins, last checks, recent changes, open actions and dead letters, as the
-//! stable JSON of DESIGN.md or as text for people.
+//! stable JSON of the README (`status --json`) or as text for people.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::config::Config;
+use crate::ledger::{ActionRecord, DeadLetter, Ledger, LedgerError, OpenAction, PendingDelivery, WatchRecord};
 use crate::monitor::{pinned_metadata, run_watch_name};
-use crate::store::{ActionRecord, DeadLetter, Ledger, LedgerError, OpenAction, PendingDelivery, WatchRecord};
 use builder_monitor_core::cnb::{ChangeKind, Reason};
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::text::escape;
@@ -139,7 +139,7 @@ fn builder_status(
     name: &str,
     image: &str,
     record: Option<&WatchRecord>,
-    changes: Vec<crate::store::ChangeRecord>,
+    changes: Vec<crate::ledger::ChangeRecord>,
 ) -> BuilderStatus {
     let pin = record.and_then(|r| r.pin.as_ref());
     BuilderStatus {

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use builder_monitor::alert::Dispatcher;
 use builder_monitor::config::Config;
+use builder_monitor::ledger::Ledger;
 use builder_monitor::monitor::Monitor;
 use builder_monitor::registry::Registry;
 use builder_monitor::schedule::Clock;
-use builder_monitor::store::Ledger;
 use builder_monitor_core::event::Event;
 use support::daemon::{Daemon, Workspace, run_with_env};
 use support::images::{Format, Image, Pusher};
@@ -549,7 +549,7 @@ async fn wakes_while_sends_are_in_flight_never_send_a_delivery_twice() {
                         image: "127.0.0.1:9/demo/b:latest".into(),
                     },
                 );
-                let routes: Vec<(String, String)> = builder_monitor::alert::routes(&alerts, &event)
+                let routes: Vec<(String, String)> = builder_monitor::config::alerts::routes(&alerts, &event)
                     .into_iter()
                     .map(|a| (id.clone(), a.to_string()))
                     .collect();

@@ -6,10 +6,10 @@ mod support;
 use std::sync::Arc;
 
 use builder_monitor::config::Config;
+use builder_monitor::ledger::Ledger;
 use builder_monitor::monitor::Monitor;
 use builder_monitor::registry::Registry;
 use builder_monitor::schedule::Clock;
-use builder_monitor::store::Ledger;
 use builder_monitor_core::event::EventType;
 use serde_json::Value;
 use support::cnb::BuilderSpec;

@@ -9,13 +9,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use builder_monitor::config::{Config, k8s_typed};
+use builder_monitor::ledger::Ledger;
 use builder_monitor::metrics::Metrics;
 use builder_monitor::monitor::Monitor;
 use builder_monitor::registry::Registry;
 use builder_monitor::runner::kpack::KpackBuildSpec;
 use builder_monitor::runner::{Backend, Runner};
 use builder_monitor::schedule::Clock;
-use builder_monitor::store::Ledger;
 use builder_monitor_core::event::EventType;
 use serde_json::{Value, json};
 use support::cnb::BuilderSpec;

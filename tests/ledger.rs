@@ -5,7 +5,7 @@ mod support;
 
 use std::collections::BTreeMap;
 
-use builder_monitor::store::{
+use builder_monitor::ledger::{
     ActionOutcome, ChangeRecord, CheckRecord, DeliveryUpdate, Ledger, NewAction, PinUpdate, WatchKind,
 };
 use builder_monitor_core::cnb::Change;

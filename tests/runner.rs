@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use builder_monitor::config::Config;
+use builder_monitor::ledger::Ledger;
 use builder_monitor::metrics::Metrics;
 use builder_monitor::monitor::Monitor;
 use builder_monitor::registry::Registry;
 use builder_monitor::runner::Runner;
 use builder_monitor::schedule::Clock;
-use builder_monitor::store::Ledger;
 use builder_monitor_core::event::EventType;
 use serde_json::json;
 use support::cnb::BuilderSpec;

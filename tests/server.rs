@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use builder_monitor::config::Config;
+use builder_monitor::ledger::Ledger;
 use builder_monitor::metrics::Metrics;
 use builder_monitor::monitor::Monitor;
 use builder_monitor::registry::Registry;
 use builder_monitor::schedule::Clock;
 use builder_monitor::server::{self, ServerState};
-use builder_monitor::store::Ledger;
 use serde_json::{Value, json};
 use support::daemon::{Daemon, Workspace, run_with_env};
 use support::images::{Format, Image, Pusher};

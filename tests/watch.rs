@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use builder_monitor::config::Config;
+use builder_monitor::ledger::Ledger;
 use builder_monitor::monitor::{CheckOutcome, Monitor};
 use builder_monitor::registry::Registry;
 use builder_monitor::schedule::Clock;
-use builder_monitor::store::Ledger;
 use support::images::{Format, Image, Pusher};
 use support::proxy::{Fault, Proxy, Redirect};
 use support::registry::{Auth, TestRegistry};

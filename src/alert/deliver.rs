@@ -12,9 +12,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::{AlertError, SendOutcome, Sender};
 use crate::config::AlertSettings;
+use crate::ledger::{DeliveryUpdate, DueDelivery, Ledger};
 use crate::metrics::{DeliveryLabels, Metrics};
 use crate::schedule::Clock;
-use crate::store::{DeliveryUpdate, DueDelivery, Ledger};
 use builder_monitor_core::schedule::{parse_timestamp, timestamp_millis};
 
 /// Sends in flight per receiver: a slow receiver holds up only its own deliveries.

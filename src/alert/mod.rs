@@ -15,41 +15,6 @@ pub use render::{Rendered, cloudevent, render, short_image, slack_body, summary}
 use crate::config::{AlertSettings, Secret};
 use builder_monitor_core::event::Event;
 
-/// `*` matches any run of characters, `?` one character; everything else itself.
-pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
-    // Classic two-pointer match with backtracking to the last `*`.
-    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some(pi);
-            mark = ti;
-            pi += 1;
-        } else if let Some(s) = star {
-            pi = s + 1;
-            mark += 1;
-            ti = mark;
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|c| *c == '*')
-}
-
-/// The alerts that asked for this event: its type, and any builder it concerns.
-pub fn routes<'a>(alerts: &'a [AlertSettings], event: &Event) -> Vec<&'a str> {
-    let builders =
-        || std::iter::once(event.builder.name.as_str()).chain(event.builders.iter().map(|b| b.name.as_str()));
-    alerts
-        .iter()
-        .filter(|a| a.wants_type(event.event_type.as_str()) && a.wants_builder(builders()))
-        .map(|a| a.name.as_str())
-        .collect()
-}
-
 /// The event `alert test` sends: type `alert.test`, a builder named `builder-monitor-test`.
 pub fn test_event(now: chrono::DateTime<chrono::Utc>) -> Event {
     let time = builder_monitor_core::schedule::timestamp(now);
@@ -106,7 +71,6 @@ pub struct Sender {
 
 impl Sender {
     pub fn new(settings: AlertSettings) -> Result<Self, AlertError> {
-        crate::registry::install_crypto_provider();
         let origin = reqwest::Url::parse(settings.url.expose())
             .ok()
             .map(|u| (u.host_str().map(str::to_string), u.port_or_known_default()));
@@ -209,21 +173,6 @@ fn describe(error: reqwest::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn globs() {
-        assert!(glob_match("*", "builder.changed"));
-        assert!(glob_match("build.*", "build.failed"));
-        assert!(!glob_match("build.*", "builder.changed"));
-        assert!(glob_match("paketo-*", "paketo-jammy-base"));
-        assert!(glob_match("*-jammy-*", "paketo-jammy-base"));
-        assert!(glob_match("heroku-2?", "heroku-24"));
-        assert!(!glob_match("heroku-2?", "heroku-240"));
-        assert!(glob_match("exact", "exact"));
-        assert!(!glob_match("exact", "exactly"));
-        assert!(glob_match("a*b*c", "aXXbYYc"));
-        assert!(!glob_match("a*b*c", "aXXbYY"));
-    }
 
     #[test]
     fn hmac_sha256_known_answer() {

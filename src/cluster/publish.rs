@@ -23,9 +23,9 @@ use super::crd::{
     Condition, HistoryEntry, LastChange,
 };
 use crate::config::{BuilderSettings, Config};
+use crate::ledger::{ChangeRecord, Ledger, WatchRecord};
 use crate::metrics::{Metrics, ResultLabels};
 use crate::monitor::{pinned_metadata, run_watch_name};
-use crate::store::{ChangeRecord, Ledger, WatchRecord};
 use builder_monitor_core::cnb::PinnedMetadata;
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::schedule::Schedule;
@@ -237,7 +237,7 @@ impl Publisher {
     /// Writes one builder's status from the ledger, and records an Event for a change not recorded yet.
     pub async fn publish_status(&self, name: &str) -> Result<(), ClusterError> {
         let builder = self.config.builder(name).ok_or_else(|| ClusterError::Api(format!("no builder {name}")))?;
-        let ledger = |e: crate::store::LedgerError| ClusterError::Api(e.to_string());
+        let ledger = |e: crate::ledger::LedgerError| ClusterError::Api(e.to_string());
         let record = self.ledger.watch(name).await.map_err(ledger)?.filter(|r| r.image == builder.image.to_string());
         let history = self.ledger.history(name, HISTORY).await.map_err(ledger)?;
         let last_change = self.ledger.changes(Some(name), 1).await.map_err(ledger)?.into_iter().next();

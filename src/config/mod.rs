@@ -12,11 +12,13 @@ use serde::de::DeserializeOwned;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
-use crate::registry::DockerConfig;
 use builder_monitor_core::reference::ImageRef;
+use docker::DockerConfig;
 
-mod alerts;
 use builder_monitor_core::schedule::Schedule;
+
+pub mod alerts;
+mod docker;
 mod images;
 mod kubernetes;
 pub use alerts::{AlertKind, AlertSettings, AlertUrl, DEFAULT_EVENTS, redact_url};

@@ -1,5 +1,6 @@
-//! The runner: carries out recorded rebases and rebuilds (local commands for `exec`; nothing for
-//! `none`), at most `max_concurrent` at once, retrying failures and recording every outcome.
+//! The runner: carries out recorded rebases and rebuilds (local commands for `exec`, a `batch/v1`
+//! Job for `kubernetes`, a kpack Build for `kpack`; nothing for `none`), at most `max_concurrent` at
+//! once, retrying failures and recording every outcome.
 
 pub mod exec;
 pub mod group;
@@ -15,10 +16,9 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::alert;
 use crate::config::{Config, RunnerKind};
+use crate::ledger::{ActionOutcome, ClaimedAction, Ledger, LedgerError};
 use crate::schedule::Clock;
-use crate::store::{ActionOutcome, ClaimedAction, Ledger, LedgerError};
 use builder_monitor_core::event::{self, ActionInfo, Event, EventType, Subject};
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::schedule::{parse_timestamp, timestamp, timestamp_millis};
@@ -340,7 +340,9 @@ impl Runner {
     fn routed(&self, events: &[Event]) -> Vec<(String, String)> {
         events
             .iter()
-            .flat_map(|e| alert::routes(&self.config.alerts, e).into_iter().map(|a| (e.id.clone(), a.to_string())))
+            .flat_map(|e| {
+                crate::config::alerts::routes(&self.config.alerts, e).into_iter().map(|a| (e.id.clone(), a.to_string()))
+            })
             .collect()
     }
 

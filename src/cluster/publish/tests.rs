@@ -1,7 +1,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::store::{PinRecord, WatchKind};
+use crate::ledger::{PinRecord, WatchKind};
 use builder_monitor_core::cnb::Change;
 
 fn record() -> WatchRecord {

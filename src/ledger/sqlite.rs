@@ -14,7 +14,7 @@ use builder_monitor_core::event::Event;
 use builder_monitor_core::plan::ActionKind;
 
 const MIGRATIONS: &[&str] = &[
-    // 1: every entity of the ledger (DESIGN.md), so later capabilities only add rows.
+    // 1: every entity of the ledger (README, "The ledger"), so later capabilities only add rows.
     r#"
     CREATE TABLE watches (
         name TEXT PRIMARY KEY,

@@ -16,7 +16,7 @@ use tracing_subscriber::EnvFilter;
 use builder_monitor::alert::{self, Dispatcher, SendOutcome, Sender};
 use builder_monitor::cluster::{self, lease::LeaseElector, publish::Publisher};
 use builder_monitor::config::RunnerKind;
-use builder_monitor::config::{Config, Secrets, StateLocation};
+use builder_monitor::config::{Config, RegistrySettings, Secrets, StateLocation};
 use builder_monitor::inspect;
 use builder_monitor::install_crypto_provider;
 use builder_monitor::ledger::{Ledger, WriterLock};
@@ -72,6 +72,9 @@ enum Command {
         image: String,
         #[arg(long)]
         json: bool,
+        /// Plain HTTP to the image's registry, as `insecure = true` for it in a config would.
+        #[arg(long)]
+        insecure: bool,
         /// Registry settings (credentials, TLS) come from this config when given.
         #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
         config: Option<PathBuf>,
@@ -83,6 +86,9 @@ enum Command {
         /// Print the `change` object of a builder.changed event.
         #[arg(long)]
         json: bool,
+        /// Plain HTTP to the images' registries, as `insecure = true` for them in a config would.
+        #[arg(long)]
+        insecure: bool,
         /// Registry settings (credentials, TLS) come from this config when given.
         #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
         config: Option<PathBuf>,
@@ -302,9 +308,9 @@ async fn execute(command: Command) -> Result<u8, Failure> {
             Ok(0)
         }
         Command::Run { config, once } => run_daemon(&config, once).await,
-        Command::Resolve { image, json, config } => {
+        Command::Resolve { image, json, insecure, config } => {
             let image = parse_image(&image)?;
-            let registry = registry_for(config.as_deref())?;
+            let registry = registry_for(config.as_deref(), insecure, &[&image])?;
             let resolution = inspect::resolve(&registry, &image).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&resolution).context("encoding JSON")?);
@@ -313,9 +319,9 @@ async fn execute(command: Command) -> Result<u8, Failure> {
             }
             Ok(0)
         }
-        Command::Diff { old, new, json, config } => {
+        Command::Diff { old, new, json, insecure, config } => {
             let (old, new) = (parse_image(&old)?, parse_image(&new)?);
-            let registry = registry_for(config.as_deref())?;
+            let registry = registry_for(config.as_deref(), insecure, &[&old, &new])?;
             let change = inspect::diff(&registry, &old, &new).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&change).context("encoding JSON")?);
@@ -455,13 +461,18 @@ fn parse_image(text: &str) -> Result<ImageRef, Failure> {
     ImageRef::parse(text).map_err(|e| usage(anyhow::anyhow!("invalid image reference \"{text}\": {e}")))
 }
 
-/// A registry client with the config's registry settings, or the defaults.
-fn registry_for(config: Option<&Path>) -> Result<Registry, Failure> {
-    let registries = match config {
-        Some(path) => load_config(path, Secrets::Registries)?.registries.into_values().collect(),
-        None => Vec::new(),
+/// A registry client with the config's registry settings, or the defaults; with `insecure`, plain
+/// HTTP for the registries of `images`.
+fn registry_for(config: Option<&Path>, insecure: bool, images: &[&ImageRef]) -> Result<Registry, Failure> {
+    let mut registries = match config {
+        Some(path) => load_config(path, Secrets::Registries)?.registries,
+        None => Default::default(),
     };
-    Ok(Registry::new(registries, Metrics::new()))
+    for image in images.iter().filter(|_| insecure) {
+        let host = image.registry();
+        registries.entry(host.to_string()).or_insert_with(|| RegistrySettings::defaults_for(host)).insecure = true;
+    }
+    Ok(Registry::new(registries.into_values(), Metrics::new()))
 }
 
 /// Cancels `shutdown` on SIGINT or SIGTERM.

@@ -87,6 +87,8 @@ pub struct Metrics {
     pub publishes: Family<ResultLabels, Counter>,
     /// Open actions by state, sampled from the ledger while this replica acts.
     pub actions: Family<ActionStateLabels, Gauge>,
+    /// Watches whose last check failed, per registry.
+    pub watches_failing: Family<RegistryLabels, Gauge>,
     /// The digest each builder's `pinned_info` series names, to retire the old series on a move.
     pinned_now: Mutex<std::collections::HashMap<String, String>>,
 }
@@ -158,6 +160,12 @@ impl Metrics {
             "Rebuilds and rebases not finished yet, by state (pending, running)",
             actions.clone(),
         );
+        let watches_failing = Family::default();
+        registry.register(
+            "watches_failing",
+            "Watches (builders and run images) whose last check failed, per registry",
+            watches_failing.clone(),
+        );
         Arc::new(Metrics {
             registry,
             checks,
@@ -174,6 +182,7 @@ impl Metrics {
             leader,
             publishes,
             actions,
+            watches_failing,
             pinned_now: Mutex::new(Default::default()),
         })
     }

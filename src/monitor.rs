@@ -10,13 +10,14 @@ use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::alert::outage::{self, RegistryState};
 use crate::config::{BuilderSettings, Config, Platform};
 use crate::config::{ImageSettings, Policy, RunnerKind};
 use crate::inspect::{self, Observation};
 use crate::ledger::{
     ChangeRecord, CheckRecord, Ledger, LedgerError, NewAction, PinRecord, PinUpdate, WatchKind, WatchRecord,
 };
-use crate::metrics::{BuilderLabels, ChangeLabels, CheckLabels, Metrics};
+use crate::metrics::{BuilderLabels, ChangeLabels, CheckLabels, Metrics, RegistryLabels};
 use crate::registry::{Registry, RegistryError};
 use crate::schedule::{Clock, Slots, Timetable};
 use builder_monitor_core::cnb::{self, Change, PinnedMetadata, RunImagePin};
@@ -140,6 +141,12 @@ pub struct Monitor {
     hook_pending: Arc<Mutex<BTreeSet<String>>>,
     /// Where to send the names of builders whose ledger entry a check committed (the publisher).
     committed: Mutex<Option<mpsc::UnboundedSender<String>>>,
+    /// Per registry: its failing watches and the outages alerts were told of (`alert::outage`),
+    /// read from the ledger on first use. Held from a check's decision until its commit, so the
+    /// checks of one registry decide one after another, each on what the last one recorded.
+    outages: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<RegistryState>>>>>,
+    /// Failing watches per registry, as last committed (readiness).
+    failing: Mutex<BTreeMap<String, usize>>,
 }
 
 /// How long a push hook waits before its check (see `wake_after_hook`).
@@ -166,6 +173,8 @@ impl Monitor {
             heartbeat,
             hook_pending: Arc::new(Mutex::new(BTreeSet::new())),
             committed: Mutex::new(None),
+            outages: Mutex::new(HashMap::new()),
+            failing: Mutex::new(BTreeMap::new()),
             config,
             registry,
             ledger,
@@ -191,6 +200,17 @@ impl Monitor {
     pub fn alive(&self) -> bool {
         let last = self.heartbeat.load(Ordering::Relaxed);
         self.clock.now().timestamp() - last <= HEARTBEAT_STALE.as_secs() as i64
+    }
+
+    /// Watches whose last check failed, per registry (registries checked since start).
+    pub fn failing_watches(&self) -> BTreeMap<String, usize> {
+        self.failing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(r, n)| (r.clone(), *n))
+            .collect()
     }
 
     fn beat(&self) {
@@ -568,9 +588,12 @@ impl Monitor {
         let outcome = match result {
             Err(err) => {
                 let since = record.as_ref().and_then(|r| r.failing_since.clone()).unwrap_or_else(|| time.clone());
-                tracing::warn!(watch = %watch.name, image = %image, reason = err.reason(), error = %err, consecutive_failures = failures + 1, "check failed; pin kept");
+                // From the recorded check time, so the log and `status` name the same moment.
+                let checked = schedule::parse_timestamp(&time).unwrap_or_else(|| self.clock.now());
+                let next_check = next_check(&watch.schedule, checked);
+                tracing::warn!(watch = %watch.name, image = %image, reason = err.reason(), error = %err, consecutive_failures = failures + 1, next_check = next_check.as_deref().unwrap_or("when woken"), jitter = %humantime::format_duration(watch.jitter), "check failed; pin kept");
                 if failures == 0 {
-                    let id = event::stable_id(&[&watch.name, EventType::CheckFailed.as_str(), &since]);
+                    let id = failed_event_id(&watch.name, &since);
                     let mut e = self.new_event(watch, id, EventType::CheckFailed, &time);
                     e.current = record.as_ref().and_then(|r| r.pin.as_ref()).map(pin_of);
                     e.error = Some(CheckError {
@@ -603,11 +626,43 @@ impl Monitor {
                 self.apply(watch, record.as_ref(), found, &mut commit).await?
             }
         };
+        // Failure events go where `alert::outage` says (thresholds, grouping); the others by routing.
         for event in &commit.events {
+            if matches!(event.event_type, EventType::CheckFailed | EventType::CheckRecovered) {
+                continue;
+            }
             for alert in crate::config::alerts::routes(&self.config.alerts, event) {
                 commit.deliveries.push((event.id.clone(), alert.to_string()));
             }
         }
+        let registry = watch.image.registry().to_string();
+        let slot = self.registry_slot(&registry);
+        let mut state = slot.lock().await;
+        if state.is_none() {
+            *state = Some(self.load_registry_state(&registry).await?);
+        }
+        let decided = match &outcome {
+            CheckOutcome::Failed(err) => outage::Outcome::Failed {
+                failures: failures + 1,
+                since: record
+                    .as_ref()
+                    .and_then(|r| r.failing_since.as_deref())
+                    .and_then(schedule::parse_timestamp)
+                    .unwrap_or_else(|| self.clock.now()),
+                reason: err.reason().to_string(),
+                message: err.to_string(),
+            },
+            _ => outage::Outcome::Succeeded,
+        };
+        let audience = |name: &str| {
+            let names = self.subject_names(name);
+            crate::alert::audiences(&self.config.alerts, &names.iter().map(String::as_str).collect::<Vec<_>>())
+        };
+        let (notices, next_state) =
+            state.as_ref().map(|s| s.decide(&registry, &watch.name, &decided, &audience)).unwrap_or_default();
+        // Events recorded by an earlier check, repeated only so their new deliveries have them.
+        let mut repeated = BTreeSet::new();
+        self.add_notices(watch, record.as_ref(), &registry, &notices, &mut commit, &mut repeated);
         let events = commit.events.clone();
         let has_deliveries = !commit.deliveries.is_empty();
         let has_actions = !commit.actions.is_empty();
@@ -618,6 +673,11 @@ impl Monitor {
         });
         let change_kind = commit.change.as_ref().map(|c| c.change.kind);
         self.ledger.commit(commit).await?;
+        let failing = next_state.failing_count();
+        *state = Some(next_state);
+        drop(state);
+        self.metrics.watches_failing.get_or_create(&RegistryLabels { registry: registry.clone() }).set(failing as i64);
+        self.failing.lock().unwrap_or_else(|e| e.into_inner()).insert(registry, failing);
         self.record_metrics(watch, &outcome, started.elapsed(), pinned.as_deref(), change_kind);
         if has_deliveries {
             self.delivery_wake.notify_one();
@@ -626,7 +686,7 @@ impl Monitor {
             self.action_wake.notify_one();
         }
         // Logged once recorded: a log line never announces an event the ledger could still lose.
-        for event in &events {
+        for event in events.iter().filter(|e| !repeated.contains(&e.id)) {
             crate::event_log::log(event);
         }
         if let Some(to) = self.committed.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
@@ -643,6 +703,170 @@ impl Monitor {
         }
         tracing::debug!(watch = %watch.name, elapsed = ?started.elapsed(), outcome = ?outcome, "check done");
         Ok(outcome)
+    }
+
+    /// The lock and state of one registry's failures (`outages`).
+    fn registry_slot(&self, registry: &str) -> Arc<tokio::sync::Mutex<Option<RegistryState>>> {
+        self.outages.lock().unwrap_or_else(|e| e.into_inner()).entry(registry.to_string()).or_default().clone()
+    }
+
+    /// The builders an event about the watch `name` concerns: itself, or the builders naming a run image.
+    fn subject_names(&self, name: &str) -> Vec<String> {
+        if name.starts_with("run:") {
+            let run_images = self.run_images.lock().unwrap_or_else(|e| e.into_inner());
+            return run_images.entries.get(name).map(|e| e.users.iter().cloned().collect()).unwrap_or_default();
+        }
+        vec![name.to_string()]
+    }
+
+    /// What the ledger says about a registry's failures: its failing watches, which alerts got
+    /// each one's `check.failed`, and the outages announced and not yet over.
+    async fn load_registry_state(&self, registry: &str) -> Result<RegistryState, LedgerError> {
+        let mut state = RegistryState::default();
+        let of_registry = |image: &str| ImageRef::parse(image).is_ok_and(|i| i.registry() == registry);
+        let failing: Vec<WatchRecord> = self
+            .ledger
+            .watches()
+            .await?
+            .into_iter()
+            .filter(|w| w.consecutive_failures > 0 && of_registry(&w.image))
+            .collect();
+        let failed_ids: Vec<String> =
+            failing.iter().map(|w| failed_event_id(&w.name, w.failing_since.as_deref().unwrap_or_default())).collect();
+        let delivered = self.ledger.deliveries_of(failed_ids.clone()).await?;
+        for (w, id) in failing.into_iter().zip(failed_ids) {
+            let told = delivered.iter().filter(|(e, _)| *e == id).map(|(_, a)| a.clone()).collect();
+            let since =
+                w.failing_since.as_deref().and_then(schedule::parse_timestamp).unwrap_or_else(|| self.clock.now());
+            state.failing.insert(
+                w.name.clone(),
+                outage::Failing {
+                    since,
+                    failures: w.consecutive_failures,
+                    reason: w.last_error_reason.clone().unwrap_or_default(),
+                    message: w.last_error.clone().unwrap_or_default(),
+                    told,
+                },
+            );
+        }
+        let types = [EventType::RegistryUnavailable, EventType::RegistryRecovered].map(|t| t.as_str().to_string());
+        let recent = self.ledger.latest_events(types.to_vec(), 1000).await?;
+        let ended: BTreeSet<&str> = recent
+            .iter()
+            .filter(|e| e.event.event_type == EventType::RegistryRecovered)
+            .map(|e| e.event.id.as_str())
+            .collect();
+        let open: Vec<(&Event, &event::Outage)> = recent
+            .iter()
+            .filter(|e| e.event.event_type == EventType::RegistryUnavailable)
+            .filter(|e| !ended.contains(outage::recovered_id(&e.event.id).as_str()))
+            .filter_map(|e| e.event.outage.as_ref().filter(|o| o.registry == registry).map(|o| (&e.event, o)))
+            .collect();
+        let delivered = self.ledger.deliveries_of(open.iter().map(|(e, _)| e.id.clone()).collect()).await?;
+        for (e, o) in open {
+            let alerts = delivered.iter().filter(|(id, _)| *id == e.id).map(|(_, a)| a.clone()).collect();
+            let since = schedule::parse_timestamp(&o.since).unwrap_or_else(|| self.clock.now());
+            state.open.insert(
+                e.id.clone(),
+                outage::Outage {
+                    id: e.id.clone(),
+                    since,
+                    watches: o.watches.clone(),
+                    reason: o.reason.clone(),
+                    message: o.message.clone(),
+                    alerts,
+                },
+            );
+        }
+        let count = state.failing_count();
+        self.metrics
+            .watches_failing
+            .get_or_create(&RegistryLabels { registry: registry.to_string() })
+            .set(count as i64);
+        self.failing.lock().unwrap_or_else(|e| e.into_inner()).insert(registry.to_string(), count);
+        Ok(state)
+    }
+
+    /// Adds the events and deliveries `notices` asks for to a check's commit.
+    fn add_notices(
+        &self,
+        watch: &Watch,
+        record: Option<&WatchRecord>,
+        registry: &str,
+        notices: &outage::Notices,
+        commit: &mut CheckRecord,
+        repeated: &mut BTreeSet<String>,
+    ) {
+        let by_type =
+            |commit: &CheckRecord, t: EventType| commit.events.iter().find(|e| e.event_type == t).map(|e| e.id.clone());
+        if !notices.failed.is_empty() {
+            let id = match by_type(commit, EventType::CheckFailed) {
+                Some(id) => id,
+                None => {
+                    // Recorded at the first failure; repeated (a no-op for the ledger) so the
+                    // deliveries never name an event the ledger lacks.
+                    let since = record.and_then(|r| r.failing_since.clone()).unwrap_or_else(|| commit.time.clone());
+                    let id = failed_event_id(&watch.name, &since);
+                    let mut e = self.new_event(watch, id.clone(), EventType::CheckFailed, &since);
+                    e.current = record.and_then(|r| r.pin.as_ref()).map(pin_of);
+                    if let Err((reason, message)) = &commit.outcome {
+                        e.error = Some(CheckError {
+                            reason: reason.clone(),
+                            message: message.clone(),
+                            consecutive_failures: record.map_or(0, |r| r.consecutive_failures) + 1,
+                            since,
+                        });
+                    }
+                    repeated.insert(id.clone());
+                    commit.events.push(e);
+                    id
+                }
+            };
+            commit.deliveries.extend(notices.failed.iter().map(|a| (id.clone(), a.clone())));
+        }
+        if let Some(id) = by_type(commit, EventType::CheckRecovered) {
+            commit.deliveries.extend(notices.recovered.iter().map(|a| (id.clone(), a.clone())));
+        }
+        for (o, alerts) in &notices.unavailable {
+            let e = self.outage_event(registry, o, o.id.clone(), EventType::RegistryUnavailable, &commit.time);
+            tracing::warn!(registry, watches = o.watches.len(), since = %timestamp(o.since), reason = %o.reason, "registry unavailable: several watches fail together; alerts get one message for them");
+            commit.deliveries.extend(alerts.iter().map(|a| (e.id.clone(), a.clone())));
+            commit.events.push(e);
+        }
+        for (o, alerts) in &notices.ended {
+            let e = self.outage_event(registry, o, o.recovered_id(), EventType::RegistryRecovered, &commit.time);
+            tracing::info!(registry, since = %timestamp(o.since), "registry outage over: none of its watches fails any more");
+            commit.deliveries.extend(alerts.iter().map(|a| (e.id.clone(), a.clone())));
+            commit.events.push(e);
+        }
+    }
+
+    /// A `registry.*` event: about the builders of the watches in the outage.
+    fn outage_event(&self, registry: &str, o: &outage::Outage, id: String, event_type: EventType, time: &str) -> Event {
+        let mut names: Vec<String> = o.watches.iter().flat_map(|w| self.subject_names(w)).collect();
+        names.sort();
+        names.dedup();
+        let subjects: Vec<Subject> = names
+            .iter()
+            .map(|n| Subject {
+                name: n.clone(),
+                image: self.config.builder(n).map(|b| b.image.to_string()).unwrap_or_default(),
+            })
+            .collect();
+        let first = subjects
+            .first()
+            .cloned()
+            .unwrap_or_else(|| Subject { name: registry.to_string(), image: registry.to_string() });
+        let mut e = Event::new(id, event_type, time.to_string(), first);
+        e.builders = subjects;
+        e.outage = Some(event::Outage {
+            registry: registry.to_string(),
+            since: timestamp(o.since),
+            watches: o.watches.clone(),
+            reason: o.reason.clone(),
+            message: o.message.clone(),
+        });
+        e
     }
 
     fn record_metrics(
@@ -1127,4 +1351,16 @@ fn not_served(watch: &Watch, err: RegistryError) -> RegistryError {
 
 fn pin_of(p: &PinRecord) -> Pin {
     Pin { digest: p.digest.clone(), reference: p.reference.clone(), platforms: p.platforms.clone() }
+}
+
+/// The id of a watch's `check.failed` for the run of failures that started at `since`.
+fn failed_event_id(watch: &str, since: &str) -> String {
+    event::stable_id(&[watch, EventType::CheckFailed.as_str(), since])
+}
+
+/// When the check after one at `now` is due (before jitter), RFC 3339; `None` when the schedule
+/// has no future firing.
+pub fn next_check(schedule: &Schedule, now: chrono::DateTime<chrono::Utc>) -> Option<String> {
+    let delay = schedule.delay_after(now)?;
+    Some(timestamp(now + chrono::Duration::from_std(delay).ok()?))
 }

@@ -20,7 +20,8 @@ pub const CONTENT_SECURITY_POLICY: &str =
 
 /// Text for HTML content and quoted attribute values. Names, summaries and errors come from
 /// registries and runners, so markup characters are escaped and control characters (terminal
-/// escapes, bidi overrides that reorder what is shown) are written out as `\u{…}` codes.
+/// escapes, bidi overrides that reorder what is shown) are written out as codes (`\x1b`,
+/// `\u{202e}`), exactly as text output and text logs write them.
 struct Text<'a>(&'a str);
 
 impl fmt::Display for Text<'_> {
@@ -34,7 +35,7 @@ impl fmt::Display for Text<'_> {
                 '\'' => f.write_str("&#39;")?,
                 // Line breaks in error output read as spaces in a table cell.
                 '\n' | '\t' => f.write_char(' ')?,
-                c if c.is_control() || is_bidi_control(c) => write!(f, "\\u{{{:x}}}", c as u32)?,
+                c if builder_monitor_core::text::is_unsafe(c) => builder_monitor_core::text::write_escaped(f, c)?,
                 c => f.write_char(c)?,
             }
         }
@@ -60,10 +61,6 @@ impl fmt::Display for Breakable<'_> {
         }
         write!(f, "{}", Text(rest))
     }
-}
-
-fn is_bidi_control(c: char) -> bool {
-    matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// `sha256:` and the first 12 hex digits, as `status` prints digests.
@@ -534,6 +531,7 @@ mod tests {
             pinned: None,
             platforms: BTreeMap::new(),
             last_check: None,
+            next_check: None,
             last_change: None,
             consecutive_failures: 0,
             settling: None,
@@ -636,11 +634,11 @@ mod tests {
             assert!(allowed.contains(&tag.as_str()), "unexpected <{tag}> in:\n{html}");
         }
         assert!(!html.to_ascii_lowercase().contains("<script"));
-        let escaped = "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;\\u{1b}[31m&#39;&amp;\\u{202e}";
+        let escaped = "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;\\x1b[31m&#39;&amp;\\u{202e}";
         // Name, image, reference, error, summary, change id, action, detail, alert, answer.
         assert!(html.matches(escaped).count() >= 12, "{html}");
         assert!(html.contains(&format!("data-name=\"{escaped}\"")), "attribute values stay quoted");
-        assert!(!html.chars().any(|c| (c.is_control() && c != '\n') || is_bidi_control(c)), "raw control characters");
+        assert!(!html.chars().any(|c| c != '\n' && builder_monitor_core::text::is_unsafe(c)), "raw control characters");
         assert!(html.contains(&format!("exit 1: {escaped}; retries at")), "{html}");
     }
 

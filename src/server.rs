@@ -32,6 +32,9 @@ pub struct ServerState {
     pub monitor: Arc<Monitor>,
     pub ledger: Ledger,
     hook_limiter: DefaultKeyedRateLimiter<IpAddr>,
+    /// Refusal log lines per client address: a client sending wrong tokens in a loop must not
+    /// flood the log (the `hooks_total{result="unauthorized"}` counter still counts every one).
+    refusal_log_limiter: DefaultKeyedRateLimiter<IpAddr>,
     /// With leader election: whether this replica currently acts.
     leading: Option<tokio::sync::watch::Receiver<bool>>,
 }
@@ -39,7 +42,8 @@ pub struct ServerState {
 impl ServerState {
     pub fn new(config: Arc<Config>, settings: ServerSettings, monitor: Arc<Monitor>, ledger: Ledger) -> Self {
         let hook_limiter = RateLimiter::keyed(hook_quota(settings.hooks_per_second));
-        ServerState { config, settings, monitor, ledger, hook_limiter, leading: None }
+        let refusal_log_limiter = RateLimiter::keyed(Quota::per_minute(REFUSAL_LOGS_PER_MINUTE));
+        ServerState { config, settings, monitor, ledger, hook_limiter, refusal_log_limiter, leading: None }
     }
 
     /// Serves as one of several replicas, acting only while `leading` says so.
@@ -72,6 +76,7 @@ fn standby() -> Response {
 }
 
 pub fn router(state: Arc<ServerState>) -> Router {
+    let logging = state.clone();
     Router::new()
         .route("/", get(page))
         .route("/healthz", get(healthz))
@@ -83,8 +88,36 @@ pub fn router(state: Arc<ServerState>) -> Router {
         .route("/api/v1/changes", get(changes))
         .route("/hooks/{source}", post(hook))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::from_fn(move |request, next| log_refusals(logging.clone(), request, next)))
         .with_state(state)
 }
+
+/// Refusal log lines per client address and minute (then quiet until the minute refills).
+const REFUSAL_LOGS_PER_MINUTE: NonZeroU32 = NonZeroU32::new(10).unwrap();
+
+/// Logs a WARN for every request refused for its token: the endpoint, the client and the reason,
+/// so an operator sees a misconfigured hook. Only the path is logged: a hook's query carries the
+/// token (`?token=`), and the token is never logged.
+async fn log_refusals(
+    state: Arc<ServerState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let client = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+    let (method, endpoint) = (request.method().clone(), request.uri().path().to_string());
+    let response = next.run(request).await;
+    if let Some(Refusal(reason)) = response.extensions().get::<Refusal>()
+        && client.is_none_or(|c| state.refusal_log_limiter.check_key(&c.ip()).is_ok())
+    {
+        let client = client.map_or_else(|| "unknown".to_string(), |c| c.to_string());
+        tracing::warn!(%method, endpoint, client, status = response.status().as_u16(), reason = *reason, "request refused");
+    }
+    response
+}
+
+/// Marks a response as a refusal, for [`log_refusals`].
+#[derive(Clone, Copy)]
+struct Refusal(&'static str);
 
 /// How long a request (body and handler) may take once its head has arrived.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -230,7 +263,9 @@ struct Denied(StatusCode, &'static str);
 
 impl IntoResponse for Denied {
     fn into_response(self) -> Response {
-        error(self.0, self.1)
+        let mut response = error(self.0, self.1);
+        response.extensions_mut().insert(Refusal(self.1));
+        response
     }
 }
 
@@ -270,8 +305,11 @@ async fn readyz(State(state): State<Arc<ServerState>>) -> Response {
     let leader = state.is_leader();
     // A standby is ready (it serves reads and probes); only the replica acting waits for its first cycle.
     let ready = ledger && (first_cycle || !leader);
-    let body =
-        json!({ "ready": ready, "config": true, "ledger": ledger, "first_check_cycle": first_cycle, "leader": leader });
+    // A registry outage leaves the daemon ready (a restart would not help), only degraded.
+    let failing = state.monitor.failing_watches();
+    let failing_total: usize = failing.values().sum();
+    let body = json!({ "ready": ready, "config": true, "ledger": ledger, "first_check_cycle": first_cycle, "leader": leader,
+        "degraded": failing_total > 0, "failing_watches": failing_total, "failing_by_registry": failing });
     let code = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (code, axum::Json(body)).into_response()
 }

@@ -37,6 +37,9 @@ pub struct BuilderStatus {
     pub consecutive_failures: u32,
     /// A new digest waiting out `settle`.
     pub settling: Option<Settling>,
+    /// When the next scheduled check is due (before jitter; a hook or the API can check sooner):
+    /// the last check's time plus the schedule. `None` before the first check.
+    pub next_check: Option<String>,
     /// For a builder: the run image its metadata names.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_image: Option<String>,
@@ -101,6 +104,7 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
                 .push(b.name.clone());
         }
         let mut status = watch_status(ledger, &b.name, &image, record.as_ref(), recent).await?;
+        status.next_check = next_check(&b.schedule, record.as_ref());
         status.run_image = run_image;
         builders.push(status);
     }
@@ -108,6 +112,9 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
     for (name, (image, users)) in run_images {
         let record = ledger.watch(&name).await?.filter(|r| r.image == image);
         let mut status = watch_status(ledger, &name, &image, record.as_ref(), recent).await?;
+        // A run image is checked on the schedule of the builder that first named it.
+        let schedule = users.first().and_then(|u| config.builder(u)).map(|b| &b.schedule);
+        status.next_check = schedule.and_then(|s| next_check(s, record.as_ref()));
         status.builders = users;
         runs.push(status);
     }
@@ -119,6 +126,11 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
         deliveries: ledger.pending_deliveries().await?,
         dead_letters: ledger.dead_letters().await?,
     })
+}
+
+fn next_check(schedule: &builder_monitor_core::schedule::Schedule, record: Option<&WatchRecord>) -> Option<String> {
+    let last = builder_monitor_core::schedule::parse_timestamp(record?.last_check.as_deref()?)?;
+    crate::monitor::next_check(schedule, last)
 }
 
 async fn watch_status(
@@ -162,6 +174,7 @@ fn builder_status(
         last_change: record.and_then(|r| r.last_change.clone()),
         consecutive_failures: record.map_or(0, |r| r.consecutive_failures),
         settling: record.and_then(|r| r.pending.clone()).map(|(digest, since)| Settling { digest, since }),
+        next_check: None,
         run_image: None,
         builders: Vec::new(),
         changes: changes
@@ -284,6 +297,8 @@ fn render_watch(out: &mut String, title: &str, b: &BuilderStatus) {
                 b.consecutive_failures,
                 escape(c.error.as_deref().unwrap_or("?"))
             );
+            let _ =
+                writeln!(out, "  next check: {}", b.next_check.as_deref().unwrap_or("only when woken (hook or API)"));
         }
         None => {
             let _ = writeln!(out, "  last check: never");

@@ -258,8 +258,13 @@ async fn event_and_builder_filters_route_each_event() {
     let text = builder(&registry.host, "paketo-jammy", "paketo/jammy")
         + &builder(&registry.host, "heroku-24", "heroku/builder")
         + &alert("changes", "webhook", &changes.url, "events = [\"builder.changed\"]\nbuilders = [\"paketo-*\"]")
-        + &alert("failures", "webhook", &failures.url, "events = [\"check.*\"]")
-        + &alert("heroku", "webhook", &everything.url, "events = [\"*\"]\nbuilders = [\"heroku-*\"]");
+        + &alert("failures", "webhook", &failures.url, "events = [\"check.*\"]\nfailure_threshold = 1")
+        + &alert(
+            "heroku",
+            "webhook",
+            &everything.url,
+            "events = [\"*\"]\nbuilders = [\"heroku-*\"]\nfailure_threshold = 1",
+        );
     let s = setup(&text);
     change(&s, &pusher, "paketo-jammy", "paketo/jammy", "p").await;
     change(&s, &pusher, "heroku-24", "heroku/builder", "h").await;

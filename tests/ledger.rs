@@ -296,3 +296,35 @@ async fn pins_within_one_second_keep_their_order_in_the_history() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn deliveries_and_latest_events_are_read_back_for_outage_decisions() {
+    both(|ledger| async move {
+        let mut r = record("a", "2026-11-30T12:00:00Z");
+        r.outcome = Err(("registry_unavailable".into(), "HTTP 503".into()));
+        r.events = vec![event("f1", EventType::CheckFailed, "a")];
+        ledger.commit(r).await.unwrap();
+        // A later check delivers the event recorded earlier (a threshold reached), and announces an outage.
+        let mut r = record("a", "2026-11-30T12:01:00Z");
+        r.outcome = Err(("registry_unavailable".into(), "HTTP 503".into()));
+        r.events = vec![event("f1", EventType::CheckFailed, "a"), event("u1", EventType::RegistryUnavailable, "a")];
+        r.deliveries = vec![("f1".into(), "pager".into()), ("u1".into(), "ops".into()), ("u1".into(), "chat".into())];
+        ledger.commit(r).await.unwrap();
+        let mut r = record("b", "2026-11-30T12:02:00Z");
+        r.events = vec![event("r1", EventType::RegistryRecovered, "b")];
+        ledger.commit(r).await.unwrap();
+
+        let mut got = ledger.deliveries_of(vec!["u1".into(), "f1".into(), "nothing".into()]).await.unwrap();
+        got.sort();
+        let pair = |e: &str, a: &str| (e.to_string(), a.to_string());
+        assert_eq!(got, [pair("f1", "pager"), pair("u1", "chat"), pair("u1", "ops")]);
+        let types = vec!["registry.unavailable".to_string(), "registry.recovered".to_string()];
+        let latest = ledger.latest_events(types.clone(), 10).await.unwrap();
+        let ids: Vec<&str> = latest.iter().map(|e| e.event.id.as_str()).collect();
+        assert_eq!(ids, ["r1", "u1"], "newest first, other types left out");
+        assert_eq!(ledger.latest_events(types, 1).await.unwrap().len(), 1);
+        let events = ledger.events_after(0, 100).await.unwrap();
+        assert_eq!(events.iter().filter(|e| e.event.id == "f1").count(), 1, "a repeated event is recorded once");
+    })
+    .await;
+}

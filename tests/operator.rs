@@ -17,15 +17,16 @@ use support::registry::TestRegistry;
 
 const ESC: char = '\u{1b}';
 
-/// A config whose `run --once` logs at INFO and finishes at once: nothing to check.
-const QUIET: &str = "[monitor]\nstate = \"state/ledger.db\"\n";
+/// A config whose `run --once` logs at INFO and finishes at once: its one builder's registry
+/// refuses the connection and gets one attempt (so the run exits 1, a failed check).
+const QUIET: &str = "[monitor]\nstate = \"state/ledger.db\"\n\n[registries.\"127.0.0.1:1\"]\nmax_attempts = 1\n\n[[builders]]\nname = \"quiet\"\nimage = \"127.0.0.1:1/quiet/b:latest\"\n";
 
 #[test]
 fn text_logs_to_a_pipe_carry_no_colour_codes() {
     let ws = Workspace::new();
     let config = ws.config(QUIET);
     let out = ws.run(&["run", "--once", "--config", config.to_str().unwrap()]);
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(out.code, Some(1), "the check fails: {}", out.stderr);
     assert!(out.stderr.contains("builder-monitor starting"), "{}", out.stderr);
     assert!(!out.stderr.contains(ESC), "ANSI codes in a pipe: {:?}", out.stderr);
 }
@@ -58,7 +59,8 @@ fn stderr_on_a_terminal(args: &[&str], env: &[(&str, &str)], cwd: &Path) -> Stri
     let mut text = Vec::new();
     // Reading ends with EIO once the child, the terminal's last holder, has exited.
     let _ = controller.read_to_end(&mut text);
-    assert!(child.wait().unwrap().success(), "{}", String::from_utf8_lossy(&text));
+    // Exit 1: QUIET's one check fails; what it logged is what is looked at.
+    assert_eq!(child.wait().unwrap().code(), Some(1), "{}", String::from_utf8_lossy(&text));
     String::from_utf8_lossy(&text).into_owned()
 }
 

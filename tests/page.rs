@@ -20,7 +20,7 @@ const TOKEN: &str = "test-api-token-0123456789";
 /// A buildpack id as a hostile registry could publish it: markup and a terminal escape.
 const HOSTILE: &str = "<script>document.title='pwned'</script>\u{1b}[31m";
 /// How the page shows it, as Chromium serialises the text back out of its DOM.
-const HOSTILE_SHOWN: &str = "&lt;script&gt;document.title='pwned'&lt;/script&gt;\\u{1b}[31m";
+const HOSTILE_SHOWN: &str = "&lt;script&gt;document.title='pwned'&lt;/script&gt;\\x1b[31m";
 
 /// Chromium, or `None` (with a message) when it is missing outside CI; in CI it must be there.
 fn chromium() -> Option<PathBuf> {
@@ -309,5 +309,36 @@ async fn the_status_page_needs_a_token_unless_reads_are_public() {
     let page = http.get(&url).bearer_auth(TOKEN).send().await.unwrap();
     assert_eq!(page.status(), 200);
     assert!(page.text().await.unwrap().contains("data-name=\"b\""));
+    daemon.kill();
+}
+
+/// A refused API call or hook logs one WARN naming the endpoint, the client and the reason, and
+/// never the token it carried (a hook's `?token=` included).
+#[tokio::test]
+async fn refused_calls_log_the_endpoint_client_and_reason_never_the_token() {
+    let port = free_port();
+    let ws = Workspace::new();
+    let config = ws.config(&format!(
+        "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\n\n[server]\nlisten = \"127.0.0.1:{port}\"\n\
+         api_token_env = \"BM_TEST_API_TOKEN\"\n\n[[builders]]\nname = \"b\"\nimage = \"127.0.0.1:9/demo/b:latest\"\n"
+    ));
+    let mut daemon = Daemon::start_with_env(&config, &[("BM_TEST_API_TOKEN", TOKEN)]);
+    daemon.wait_for("the server", |v| v["message"] == "serving health, metrics, API and hooks");
+    let http = support::http();
+    let wrong = "not-the-token-but-a-guess-1234";
+    let check = format!("http://127.0.0.1:{port}/api/v1/builders/b/check");
+    assert_eq!(http.post(&check).bearer_auth(wrong).send().await.unwrap().status(), 401);
+    let line = daemon.wait_for("the refusal", |v| v["message"] == "request refused");
+    assert_eq!(line["level"], "WARN", "{line}");
+    assert_eq!(line["endpoint"], "/api/v1/builders/b/check", "{line}");
+    assert_eq!(line["reason"], "missing or wrong API token", "{line}");
+    assert_eq!(line["status"], 401, "{line}");
+    assert!(line["client"].as_str().unwrap().starts_with("127.0.0.1:"), "{line}");
+
+    let hook = format!("http://127.0.0.1:{port}/hooks/distribution?token={wrong}");
+    assert_eq!(http.post(&hook).body("{}").send().await.unwrap().status(), 401);
+    let line = daemon.wait_for("the hook refusal", |v| v["message"] == "request refused");
+    assert_eq!(line["endpoint"], "/hooks/distribution", "{line}");
+    assert!(!daemon.log.iter().any(|l| l.contains(wrong)), "the token reached the log:\n{}", daemon.log.join("\n"));
     daemon.kill();
 }

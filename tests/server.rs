@@ -451,3 +451,32 @@ async fn the_bearer_scheme_is_case_insensitive() {
     let wrong = support::http().post(&check).header("Authorization", format!("Basic {TOKEN}")).send().await.unwrap();
     assert_eq!(wrong.status(), 401);
 }
+
+#[tokio::test]
+async fn readyz_stays_ready_in_a_registry_outage_and_says_degraded() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    pusher.push_image("demo/b", Some("latest"), &Image::new("amd64").salt("1"), Format::Oci).await;
+    let proxy = Proxy::start(&registry.host).await;
+    let text =
+        config(&proxy.host, "") + &format!("\n[registries.\"{}\"]\nbackoff = \"10ms\"\nmax_attempts = 2\n", proxy.host);
+    let s = serve(&text).await;
+    s.monitor.check_builder("b").await.unwrap().unwrap();
+    let (code, ready) = get_json(&format!("{}/readyz", s.base), None).await;
+    assert_eq!((code, &ready["degraded"], &ready["failing_watches"]), (200, &json!(false), &json!(0)), "{ready}");
+
+    proxy.down(Some(503));
+    s.monitor.check_builder("b").await.unwrap().unwrap();
+    let (code, ready) = get_json(&format!("{}/readyz", s.base), None).await;
+    assert_eq!((code, &ready["ready"]), (200, &json!(true)), "an outage is no reason to restart: {ready}");
+    assert_eq!((&ready["degraded"], &ready["failing_watches"]), (&json!(true), &json!(1)), "{ready}");
+    assert_eq!(ready["failing_by_registry"][&proxy.host], json!(1), "{ready}");
+    let text = support::http().get(format!("{}/metrics", s.base)).send().await.unwrap().text().await.unwrap();
+    let m = parse_metrics(&text);
+    assert_eq!(m.get(&format!("builder_monitor_watches_failing{{registry=\"{}\"}}", proxy.host)), Some(&1.0));
+
+    proxy.down(None);
+    s.monitor.check_builder("b").await.unwrap().unwrap();
+    let (code, ready) = get_json(&format!("{}/readyz", s.base), None).await;
+    assert_eq!((code, &ready["degraded"], &ready["failing_watches"]), (200, &json!(false), &json!(0)), "{ready}");
+}

@@ -2,6 +2,7 @@
 //! Block Kit, CloudEvents 1.0), and one send. Durable, retried delivery is in `deliver`.
 
 mod deliver;
+pub mod outage;
 mod render;
 
 use std::time::Duration;
@@ -14,6 +15,22 @@ pub use render::{Rendered, cloudevent, render, short_image, slack_body, summary}
 
 use crate::config::{AlertSettings, Secret};
 use builder_monitor_core::event::Event;
+
+/// How each alert treats the failure events of a watch about these builders (`outage`).
+pub fn audiences(alerts: &[AlertSettings], builders: &[&str]) -> Vec<outage::Audience> {
+    alerts
+        .iter()
+        .filter(|a| a.wants_builder(builders.iter().copied()))
+        .map(|a| outage::Audience {
+            alert: a.name.clone(),
+            threshold: a.failure_threshold,
+            check_failed: a.wants_type(builder_monitor_core::event::EventType::CheckFailed.as_str()),
+            check_recovered: a.wants_type(builder_monitor_core::event::EventType::CheckRecovered.as_str()),
+            registry_unavailable: a.wants_type(builder_monitor_core::event::EventType::RegistryUnavailable.as_str()),
+            registry_recovered: a.wants_type(builder_monitor_core::event::EventType::RegistryRecovered.as_str()),
+        })
+        .collect()
+}
 
 /// The event `alert test` sends: type `alert.test`, a builder named `builder-monitor-test`.
 pub fn test_event(now: chrono::DateTime<chrono::Utc>) -> Event {

@@ -61,6 +61,22 @@ pub fn summary(event: &Event) -> String {
             let n = event.error.as_ref().map_or(0, |e| e.consecutive_failures);
             format!("{image}: checks recovered after {n} failed")
         }
+        EventType::RegistryUnavailable | EventType::RegistryRecovered => {
+            let Some(o) = &event.outage else { return format!("{}: {image}", event.event_type) };
+            let n = o.watches.len();
+            let list = o.watches.join(", ");
+            if event.event_type == EventType::RegistryUnavailable {
+                format!(
+                    "registry {} unavailable: {n} watches failing since {} ({list}): {}",
+                    o.registry, o.since, o.message
+                )
+            } else {
+                format!(
+                    "registry {} recovered: its {n} watches failing since {} answer again ({list})",
+                    o.registry, o.since
+                )
+            }
+        }
         EventType::AlertTest => "builder-monitor test alert: if you read this, delivery to this receiver works".into(),
         other => format!("{other}: {image}"),
     }

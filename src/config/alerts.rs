@@ -12,7 +12,10 @@ use super::{Secret, Secrets, Validator};
 use builder_monitor_core::event::{Event, EventType};
 
 /// Events an alert gets when it does not say.
-pub const DEFAULT_EVENTS: &[&str] = &["builder.changed", "run_image.changed", "check.failed"];
+pub const DEFAULT_EVENTS: &[&str] = &["builder.changed", "run_image.changed", "check.failed", "registry.unavailable"];
+
+/// Failed checks in a row before an alert hears of them, when it does not say.
+pub const DEFAULT_FAILURE_THRESHOLD: u32 = 3;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AlertKind {
@@ -93,6 +96,9 @@ pub struct AlertSettings {
     pub backoff: Duration,
     /// A delivery still failing this long after its event is given up (dead letter).
     pub give_up_after: Duration,
+    /// Failed checks of a watch in a row before this alert hears of them (`check.failed`,
+    /// `registry.unavailable`).
+    pub failure_threshold: u32,
 }
 
 impl AlertSettings {
@@ -125,6 +131,7 @@ pub(super) struct RawAlert {
     insecure: Option<bool>,
     backoff: Option<Spanned<String>>,
     give_up_after: Option<Spanned<String>>,
+    failure_threshold: Option<Spanned<i64>>,
 }
 
 impl<'a> Validator<'a> {
@@ -283,6 +290,16 @@ impl<'a> Validator<'a> {
         let timeout = duration(self, &raw.timeout, "timeout", Duration::from_secs(10));
         let backoff = duration(self, &raw.backoff, "backoff", Duration::from_secs(5));
         let give_up_after = duration(self, &raw.give_up_after, "give_up_after", Duration::from_secs(24 * 3600));
+        let failure_threshold = match &raw.failure_threshold {
+            None => DEFAULT_FAILURE_THRESHOLD,
+            Some(n) => match u32::try_from(*n.get_ref()) {
+                Ok(n @ 1..=1000) => n,
+                _ => {
+                    self.error(n.span(), format!("failure_threshold must be 1 to 1000, not {}", n.get_ref()));
+                    DEFAULT_FAILURE_THRESHOLD
+                }
+            },
+        };
         if self.diagnostics.len() != errors_before {
             return None;
         }
@@ -298,6 +315,7 @@ impl<'a> Validator<'a> {
             insecure: raw.insecure.unwrap_or(false),
             backoff,
             give_up_after,
+            failure_threshold,
         })
     }
 }

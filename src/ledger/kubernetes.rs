@@ -435,6 +435,34 @@ impl KubeLedger {
         Ok(events)
     }
 
+    pub async fn deliveries_of(&self, events: Vec<String>) -> Result<Vec<(String, String)>, LedgerError> {
+        let wanted: HashSet<String> = events.into_iter().collect();
+        let mut out: Vec<(String, String)> = self
+            .all()
+            .await?
+            .into_iter()
+            .flat_map(|(_, d)| d.deliveries)
+            .filter(|d| wanted.contains(&d.event))
+            .map(|d| (d.event, d.alert))
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    pub async fn latest_events(&self, types: Vec<String>, limit: usize) -> Result<Vec<StoredEvent>, LedgerError> {
+        let mut events: Vec<StoredEvent> = self
+            .all()
+            .await?
+            .into_iter()
+            .flat_map(|(_, d)| d.events)
+            .filter(|e| types.iter().any(|t| t == e.event.event_type.as_str()))
+            .map(|e| StoredEvent { seq: e.seq, event: e.event })
+            .collect();
+        events.sort_by_key(|e| std::cmp::Reverse(e.seq));
+        events.truncate(limit);
+        Ok(events)
+    }
+
     pub async fn record_events(
         &self,
         watch: &str,

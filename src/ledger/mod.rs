@@ -353,6 +353,16 @@ impl Ledger {
         dispatch!(self, events_after(after_seq, limit))
     }
 
+    /// The alerts each of these events has a delivery for, in any state, as (event, alert).
+    pub async fn deliveries_of(&self, events: Vec<String>) -> Result<Vec<(String, String)>, LedgerError> {
+        dispatch!(self, deliveries_of(events))
+    }
+
+    /// The newest events of these types (`check.failed`, …), newest first.
+    pub async fn latest_events(&self, types: Vec<String>, limit: usize) -> Result<Vec<StoredEvent>, LedgerError> {
+        dispatch!(self, latest_events(types, limit))
+    }
+
     /// Records events (and their outbox rows) outside a check, e.g. `build.started`.
     pub async fn record_events(
         &self,

@@ -660,6 +660,43 @@ impl SqliteLedger {
         })
         .await
     }
+
+    /// The alerts each of these events has a delivery for (any state), as (event, alert).
+    pub async fn deliveries_of(&self, events: Vec<String>) -> Result<Vec<(String, String)>, LedgerError> {
+        self.with(move |conn| {
+            let mut stmt = conn.prepare("SELECT event, alert FROM deliveries WHERE event = ?1 ORDER BY alert")?;
+            let mut out = Vec::new();
+            for event in &events {
+                let rows = stmt.query_map([event], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                out.extend(rows.collect::<Result<Vec<_>, _>>()?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// The newest events of these types, newest first.
+    pub async fn latest_events(&self, types: Vec<String>, limit: usize) -> Result<Vec<StoredEvent>, LedgerError> {
+        self.with(move |conn| {
+            let mut stmt =
+                conn.prepare("SELECT seq, document FROM events WHERE type = ?1 ORDER BY seq DESC LIMIT ?2")?;
+            let mut out = Vec::new();
+            for t in &types {
+                let rows =
+                    stmt.query_map(params![t, limit as i64], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?;
+                for row in rows {
+                    let (seq, document) = row?;
+                    let event = serde_json::from_str(&document)
+                        .map_err(|e| LedgerError::Corrupt { what: "event", detail: format!("#{seq}: {e}") })?;
+                    out.push(StoredEvent { seq, event });
+                }
+            }
+            out.sort_by_key(|e| std::cmp::Reverse(e.seq));
+            out.truncate(limit);
+            Ok(out)
+        })
+        .await
+    }
 }
 
 /// How long a statement waits for another process's lock before failing with "database is locked".

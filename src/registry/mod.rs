@@ -83,6 +83,24 @@ impl RegistryError {
     }
 }
 
+impl RegistryError {
+    /// The error of the last of `attempts` tries, saying how many there were.
+    fn after_attempts(self, attempts: u32) -> Self {
+        match self {
+            RegistryError::Unavailable { registry, detail } if attempts > 1 => {
+                RegistryError::Unavailable { registry, detail: format!("{detail} (gave up after {attempts} attempts)") }
+            }
+            other => other,
+        }
+    }
+}
+
+/// Whether a TLS failure is a plain-HTTP answer to the TLS handshake: rustls reads the HTTP
+/// response's first bytes as a TLS record of an unknown content type.
+fn speaks_plain_http(detail: &str) -> bool {
+    detail.contains("InvalidContentType")
+}
+
 /// What a HEAD said about a tag.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ManifestHead {
@@ -686,7 +704,18 @@ impl Endpoint {
                 }
                 Err(e) => {
                     pass.unanswered(&self.settings.host);
-                    let failure = self.unavailable(format!("{method} {path}: {}", describe(&e)));
+                    let detail = describe(&e);
+                    if !self.settings.insecure && speaks_plain_http(&detail) {
+                        // Not a passing fault: retrying cannot help, the configuration must change.
+                        return Err(RegistryError::Setup {
+                            registry: self.settings.host.clone(),
+                            detail: format!(
+                                "{method} {path}: {detail}: the registry answers plain HTTP, not HTTPS; if that is intended, set `insecure = true` under [registries.\"{}\"] (or pass --insecure to resolve and diff)",
+                                self.settings.host
+                            ),
+                        });
+                    }
+                    let failure = self.unavailable(format!("{method} {path}: {detail}"));
                     if self.circuit.is_open() {
                         return Err(failure);
                     }
@@ -695,10 +724,10 @@ impl Endpoint {
             };
             attempt += 1;
             if attempt >= self.settings.max_attempts {
-                return Err(failure);
+                return Err(failure.after_attempts(attempt));
             }
             let wait = self.backoff(attempt - 1);
-            tracing::debug!(registry = %self.settings.host, attempt, wait = ?wait, error = %failure, "retrying");
+            tracing::info!(registry = %self.settings.host, attempt, max_attempts = self.settings.max_attempts, wait = ?wait, error = %failure, "request failed; retrying");
             tokio::time::sleep(wait).await;
         }
     }

@@ -1,5 +1,6 @@
 //! A loopback HTTP proxy in front of a registry that records every request and can answer some of
-//! them with injected faults (429 with Retry-After, 5xx, redirects elsewhere) or not at all (hang).
+//! them with injected faults (429 with Retry-After, 5xx, redirects elsewhere), all of them with one
+//! status (down), or not at all (hang).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -76,6 +77,8 @@ struct Shared {
     seen: Mutex<Vec<Seen>>,
     faults: Mutex<VecDeque<Fault>>,
     redirect: Mutex<Option<Redirect>>,
+    /// While set, every request is answered with this status (an outage).
+    down: Mutex<Option<u16>>,
     hang: AtomicBool,
     /// Releases hanging requests when the proxy is dropped.
     closed: CancellationToken,
@@ -97,6 +100,7 @@ impl Proxy {
             seen: Mutex::new(Vec::new()),
             faults: Mutex::new(VecDeque::new()),
             redirect: Mutex::new(None),
+            down: Mutex::new(None),
             hang: AtomicBool::new(false),
             closed: CancellationToken::new(),
         });
@@ -117,6 +121,11 @@ impl Proxy {
     /// Redirects matching requests elsewhere until called with `None`.
     pub fn redirect(&self, redirect: Option<Redirect>) {
         *self.shared.redirect.lock().unwrap() = redirect;
+    }
+
+    /// Answers every request with `status` until called with `None`: the registry is down.
+    pub fn down(&self, status: Option<u16>) {
+        *self.shared.down.lock().unwrap() = status;
     }
 
     /// While on, every request is accepted and read but never answered (recorded with status 0).
@@ -163,6 +172,13 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         shared.closed.cancelled().await;
         let mut response = Response::new(Body::empty());
         *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        return response;
+    }
+    let down = *shared.down.lock().unwrap();
+    if let Some(status) = down {
+        record(status, true);
+        let mut response = Response::new(Body::from("{\"errors\":[{\"code\":\"UNAVAILABLE\",\"message\":\"down\"}]}"));
+        *response.status_mut() = StatusCode::from_u16(status).unwrap();
         return response;
     }
     let redirect = shared

@@ -32,6 +32,12 @@ pub enum EventType {
     RebaseSucceeded,
     #[serde(rename = "rebase.failed")]
     RebaseFailed,
+    /// Several watches of one registry failing together, in one message instead of one per watch.
+    #[serde(rename = "registry.unavailable")]
+    RegistryUnavailable,
+    /// The end of an outage a `registry.unavailable` announced.
+    #[serde(rename = "registry.recovered")]
+    RegistryRecovered,
     /// Sent by `alert test` only.
     #[serde(rename = "alert.test")]
     AlertTest,
@@ -39,7 +45,7 @@ pub enum EventType {
 
 impl EventType {
     /// Every type an alert can ask for (`alert.test` is sent to one alert on request only).
-    pub const ALL: [EventType; 10] = [
+    pub const ALL: [EventType; 12] = [
         EventType::BuilderPinned,
         EventType::BuilderChanged,
         EventType::RunImageChanged,
@@ -50,6 +56,8 @@ impl EventType {
         EventType::BuildFailed,
         EventType::RebaseSucceeded,
         EventType::RebaseFailed,
+        EventType::RegistryUnavailable,
+        EventType::RegistryRecovered,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -64,6 +72,8 @@ impl EventType {
             EventType::BuildFailed => "build.failed",
             EventType::RebaseSucceeded => "rebase.succeeded",
             EventType::RebaseFailed => "rebase.failed",
+            EventType::RegistryUnavailable => "registry.unavailable",
+            EventType::RegistryRecovered => "registry.recovered",
             EventType::AlertTest => "alert.test",
         }
     }
@@ -104,6 +114,21 @@ pub struct CheckError {
     pub message: String,
     pub consecutive_failures: u32,
     pub since: String,
+}
+
+/// A registry outage: the watches of one registry failing together (`registry.unavailable`,
+/// `registry.recovered`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outage {
+    /// The registry host, as in image references (`docker.io`).
+    pub registry: String,
+    /// When the first of its watches started failing.
+    pub since: String,
+    /// The failing watches: builder names, `run:` + reference for run images.
+    pub watches: Vec<String>,
+    /// The failure that made the outage known (`registry_unavailable`, `rate_limited`, …).
+    pub reason: String,
+    pub message: String,
 }
 
 /// The rebase or rebuild a `build.*` / `rebase.*` event is about.
@@ -161,6 +186,8 @@ pub struct Event {
     pub error: Option<CheckError>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action: Option<ActionInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outage: Option<Outage>,
 }
 
 impl Event {
@@ -180,6 +207,7 @@ impl Event {
             images: None,
             error: None,
             action: None,
+            outage: None,
         }
     }
 }
@@ -235,6 +263,13 @@ impl Event {
                 }
                 text
             }),
+            EventType::RegistryUnavailable => self
+                .outage
+                .as_ref()
+                .map(|o| format!("{} — {} watches failing ({})", o.registry, o.watches.len(), clipped(&o.message))),
+            EventType::RegistryRecovered => {
+                self.outage.as_ref().map(|o| format!("{} — {} watches answer again", o.registry, o.watches.len()))
+            }
             EventType::AlertTest => None,
         };
         if let Some(detail) = detail {

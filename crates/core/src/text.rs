@@ -2,12 +2,23 @@
 //! descriptions, versions, error details) escaped before they reach text output or text logs.
 
 use std::borrow::Cow;
-use std::fmt::Write as _;
 
 /// Characters that can forge lines, move the cursor, recolour a terminal or reorder what is shown:
 /// C0 and C1 controls, DEL, and the Unicode bidirectional overrides.
-fn is_unsafe(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+pub fn is_unsafe(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Writes one unsafe character as its escape: `\n`, `\r`, `\t`, `\x1b`, `\u{202e}`.
+pub fn write_escaped(out: &mut impl std::fmt::Write, c: char) -> std::fmt::Result {
+    match c {
+        '\n' => out.write_str("\\n"),
+        '\r' => out.write_str("\\r"),
+        '\t' => out.write_str("\\t"),
+        c if (c as u32) < 0x100 => write!(out, "\\x{:02x}", c as u32),
+        c => write!(out, "\\u{{{:x}}}", c as u32),
+    }
 }
 
 fn escape_where(text: &str, unsafe_char: impl Fn(char) -> bool) -> Cow<'_, str> {
@@ -16,17 +27,10 @@ fn escape_where(text: &str, unsafe_char: impl Fn(char) -> bool) -> Cow<'_, str> 
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        match c {
-            c if !unsafe_char(c) => out.push(c),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x100 => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c => {
-                let _ = write!(out, "\\u{{{:x}}}", c as u32);
-            }
+        if unsafe_char(c) {
+            let _ = write_escaped(&mut out, c);
+        } else {
+            out.push(c);
         }
     }
     Cow::Owned(out)

@@ -1,0 +1,82 @@
+//! What a person sees when checks fail, through the real binary: the retries and the next check in
+//! the log and in `status`, and a plain-HTTP registry addressed as HTTPS naming its fix.
+
+mod support;
+
+use support::daemon::Workspace;
+use support::images::{Format, Image, Pusher};
+use support::proxy::Proxy;
+use support::registry::TestRegistry;
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+// The binary runs while the in-process proxy answers it: two threads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_check_logs_its_attempts_and_next_check_and_status_shows_it() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    pusher.push_image("demo/b", Some("latest"), &Image::new("amd64").salt("1"), Format::Oci).await;
+    let proxy = Proxy::start(&registry.host).await;
+    let ws = Workspace::new();
+    let config = ws.config(&format!(
+        "[monitor]\nstate = \"state.db\"\n\n[registries.\"{host}\"]\nbackoff = \"10ms\"\nmax_attempts = 3\n\n[[builders]]\nname = \"b\"\nimage = \"{host}/demo/b:latest\"\ninterval = \"7m\"\nwatch_run_image = false\n",
+        host = proxy.host
+    ));
+    let config = config.to_str().unwrap();
+    assert_eq!(ws.run(&["run", "--once", "--config", config]).code, Some(0));
+
+    proxy.down(Some(503));
+    let out = ws.run(&["run", "--once", "--log-format", "json", "--config", config]);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    let lines: Vec<serde_json::Value> = out.stderr.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let retries: Vec<&serde_json::Value> =
+        lines.iter().filter(|l| l["message"] == "request failed; retrying").collect();
+    assert_eq!(retries.len(), 2, "two retries after the first attempt, at INFO: {}", out.stderr);
+    assert!(retries.iter().all(|l| l["level"] == "INFO" && l["max_attempts"] == 3), "{retries:?}");
+    let warn = lines.iter().find(|l| l["message"] == "check failed; pin kept").expect("the failure is logged");
+    assert_eq!(warn["level"], "WARN", "{warn}");
+    assert!(warn["error"].as_str().unwrap().contains("gave up after 3 attempts"), "{warn}");
+
+    let out = ws.run(&["status", "--json", "--config", config]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let b = &json(&out.stdout)["builders"][0];
+    let last = chrono::DateTime::parse_from_rfc3339(b["last_check"]["time"].as_str().unwrap()).unwrap();
+    let next = chrono::DateTime::parse_from_rfc3339(b["next_check"].as_str().expect("next_check")).unwrap();
+    assert_eq!(next - last, chrono::Duration::minutes(7), "{b}");
+    assert_eq!(warn["next_check"], b["next_check"], "the log and status agree: {warn}");
+    let out = ws.run(&["status", "--config", config]);
+    assert!(out.stdout.contains(&format!("next check: {}", b["next_check"].as_str().unwrap())), "{}", out.stdout);
+}
+
+#[tokio::test]
+async fn a_plain_http_registry_addressed_as_https_names_the_fix_and_resolve_and_diff_take_insecure() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    let pushed = pusher.push_image("demo/b", Some("latest"), &Image::new("amd64").salt("1"), Format::Oci).await;
+    let ws = Workspace::new();
+    // Loopback registries default to plain HTTP; this one is configured as HTTPS, which is what
+    // every other host defaults to.
+    let config = ws.config(&format!(
+        "[registries.\"{host}\"]\ninsecure = false\nbackoff = \"10ms\"\n\n[[builders]]\nname = \"b\"\nimage = \"{host}/demo/b:latest\"\n",
+        host = registry.host
+    ));
+    let config = config.to_str().unwrap();
+    let image = format!("{}/demo/b:latest", registry.host);
+
+    let out = ws.run(&["resolve", &image, "--config", config]);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("InvalidContentType"), "the cause is still shown: {}", out.stderr);
+    let fix = format!("set `insecure = true` under [registries.\"{}\"]", registry.host);
+    assert!(out.stderr.contains(&fix), "{}", out.stderr);
+    assert!(out.stderr.contains("--insecure"), "{}", out.stderr);
+    assert!(!out.stderr.contains("retrying"), "a protocol mismatch is not retried: {}", out.stderr);
+
+    let out = ws.run(&["resolve", &image, "--insecure", "--json", "--config", config]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(json(&out.stdout)["digest"], pushed.digest.as_str());
+    let out = ws.run(&["diff", &image, &image, "--insecure", "--json", "--config", config]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(json(&out.stdout)["kind"].is_string(), "{}", out.stdout);
+}

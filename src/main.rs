@@ -22,6 +22,7 @@ use builder_monitor::install_crypto_provider;
 use builder_monitor::ledger::{Ledger, WriterLock};
 use builder_monitor::metrics::Metrics;
 use builder_monitor::monitor::Monitor;
+use builder_monitor::monitor::reaction::Reaction;
 use builder_monitor::registry::Registry;
 use builder_monitor::runner::kubernetes::ActionRef;
 use builder_monitor::runner::{self, Backend, Runner};
@@ -370,14 +371,14 @@ async fn execute(command: Command) -> Result<u8, Failure> {
             }
             let ledger = open_ledger(&config, Access::Read).await?;
             let metrics = Metrics::new();
-            let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
-            let monitor = Monitor::new(config.clone(), registry, ledger, Clock::System, metrics);
+            let registry = Registry::new(config.registries.values().cloned(), metrics);
+            let reaction = Reaction { config: &config, ledger: &ledger, registry: &registry };
             let kind = match action {
                 SpecAction::Rebuild => ActionKind::Rebuild,
                 SpecAction::Rebase => ActionKind::Rebase,
             };
             let failed = |e: String| Failure { code: 1, error: anyhow::anyhow!(e) };
-            let (key, change_id, target) = monitor.preview(&image, kind).await.map_err(failed)?;
+            let (key, change_id, target) = reaction.preview(&image, kind).await.map_err(failed)?;
             let reference = ActionRef { key: &key, change_id: &change_id, image: &image, kind };
             let object = match (config.runner.kind, &config.runner.kubernetes) {
                 (RunnerKind::Kubernetes, Some(settings)) => {
@@ -428,9 +429,8 @@ async fn execute(command: Command) -> Result<u8, Failure> {
             let config = Arc::new(load_config(&config, Secrets::Skip)?);
             let ledger = open_ledger(&config, Access::Read).await?;
             let metrics = Metrics::new();
-            let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
-            let monitor = Monitor::new(config.clone(), registry, ledger, Clock::System, metrics);
-            let assessments = monitor.assess().await?;
+            let registry = Registry::new(config.registries.values().cloned(), metrics);
+            let assessments = Reaction { config: &config, ledger: &ledger, registry: &registry }.assess().await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&assessments).context("encoding JSON")?);
             } else if assessments.is_empty() {
@@ -593,7 +593,7 @@ async fn run_daemon(path: &Path, once: bool) -> Result<u8, Failure> {
                     "the read API (/api/v1/...) is public: an API token is configured, but only for checks and hooks; set [server] public_read = false to require it for reads too"
                 );
             }
-            let state = ServerState::new(config.clone(), settings.clone(), monitor.clone(), ledger)
+            let state = ServerState::new(config.clone(), settings.clone(), monitor.handle(), ledger)
                 .with_leadership(leading.clone());
             Some(tokio::spawn(server::serve(Arc::new(state), listener, shutdown.clone())))
         }

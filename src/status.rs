@@ -8,9 +8,8 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::ledger::{ActionRecord, DeadLetter, Ledger, LedgerError, OpenAction, PendingDelivery, WatchRecord};
-use crate::monitor::{pinned_metadata, run_watch_name};
+use crate::monitor::{pinned_metadata, run_image_watch, run_watch_name};
 use builder_monitor_core::cnb::{ChangeKind, Reason};
-use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::text::escape;
 
 #[derive(Debug, Clone, Serialize)]
@@ -94,9 +93,8 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
             .as_ref()
             .and_then(pinned_metadata)
             .and_then(|m| m.preferred().and_then(|p| p.run_image()).map(str::to_string));
-        if b.watch_run_image
-            && let Some(run) = run_image.as_deref().and_then(|r| ImageRef::parse(r).ok())
-        {
+        let metadata = record.as_ref().and_then(pinned_metadata);
+        if let Ok(Some(run)) = run_image_watch(b, metadata.as_ref()) {
             run_images
                 .entry(run_watch_name(&run))
                 .or_insert_with(|| (run.to_string(), Vec::new()))

@@ -89,7 +89,7 @@ async fn serve_as(config_text: &str, leading: Option<tokio::sync::watch::Receive
     let mut settings = config.server.clone().expect("[server] in the config");
     // The daemon reads the token from the environment; in process it is handed over directly.
     settings.api_token = Some(builder_monitor::config::Secret::new(TOKEN));
-    let mut state = ServerState::new(config.clone(), settings, monitor.clone(), ledger.clone());
+    let mut state = ServerState::new(config.clone(), settings, monitor.handle(), ledger.clone());
     if let Some(leading) = leading {
         state = state.with_leadership(leading);
     }

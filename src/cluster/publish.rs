@@ -25,9 +25,8 @@ use super::crd::{
 use crate::config::{BuilderSettings, Config};
 use crate::ledger::{ChangeRecord, Ledger, WatchRecord};
 use crate::metrics::{Metrics, ResultLabels};
-use crate::monitor::{pinned_metadata, run_watch_name};
+use crate::monitor::{pinned_metadata, run_image_watch, run_watch_name};
 use builder_monitor_core::cnb::PinnedMetadata;
-use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::schedule::Schedule;
 
 /// The field manager of every write, and the `managed-by` label value.
@@ -241,13 +240,8 @@ impl Publisher {
         let record = self.ledger.watch(name).await.map_err(ledger)?.filter(|r| r.image == builder.image.to_string());
         let history = self.ledger.history(name, HISTORY).await.map_err(ledger)?;
         let last_change = self.ledger.changes(Some(name), 1).await.map_err(ledger)?.into_iter().next();
-        let run_watch = record
-            .as_ref()
-            .and_then(pinned_metadata)
-            .and_then(|m| m.preferred().and_then(|b| b.run_image()).map(str::to_string))
-            .and_then(|n| ImageRef::parse(&n).ok())
-            .filter(|i| i.digest().is_none() && builder.watch_run_image)
-            .map(|i| run_watch_name(&i));
+        let metadata = record.as_ref().and_then(pinned_metadata);
+        let run_watch = run_image_watch(builder, metadata.as_ref()).ok().flatten().map(|i| run_watch_name(&i));
         let (run_image, run_change) = match &run_watch {
             Some(watch) => (
                 self.ledger.watch(watch).await.map_err(ledger)?.and_then(|r| r.pin).map(|p| p.reference),

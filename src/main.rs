@@ -13,9 +13,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
-use builder_monitor::alert::{self, Dispatcher, SendOutcome, Sender};
+use builder_monitor::alert::{self, Dispatcher, SendOutcome};
 use builder_monitor::cluster::{self, lease::LeaseElector, publish::Publisher};
-use builder_monitor::config::RunnerKind;
 use builder_monitor::config::{Config, RegistrySettings, Secrets, StateLocation};
 use builder_monitor::inspect;
 use builder_monitor::install_crypto_provider;
@@ -343,15 +342,12 @@ async fn execute(command: Command) -> Result<u8, Failure> {
                 let known: Vec<&str> = config.alerts.iter().map(|a| a.name.as_str()).collect();
                 return Err(usage(anyhow::anyhow!("no alert named \"{name}\" (configured: {})", known.join(", "))));
             };
-            let sender = Sender::new(settings.clone())?;
-            let event = alert::test_event(chrono::Utc::now());
-            let started = std::time::Instant::now();
-            let outcome = sender.send(&event).await;
-            let elapsed = started.elapsed().as_millis();
+            let sent = alert::send_test(settings, chrono::Utc::now()).await?;
+            let elapsed = sent.elapsed.as_millis();
             let target = format!("{name} ({} {})", settings.kind.as_str(), settings.url);
-            match outcome {
+            match sent.outcome {
                 SendOutcome::Delivered { status } => {
-                    println!("{target}: delivered test event {}, HTTP {status} in {elapsed} ms", event.id);
+                    println!("{target}: delivered test event {}, HTTP {status} in {elapsed} ms", sent.event_id);
                     Ok(0)
                 }
                 other => Err(Failure {
@@ -380,23 +376,7 @@ async fn execute(command: Command) -> Result<u8, Failure> {
             let failed = |e: String| Failure { code: 1, error: anyhow::anyhow!(e) };
             let (key, change_id, target) = reaction.preview(&image, kind).await.map_err(failed)?;
             let reference = ActionRef { key: &key, change_id: &change_id, image: &image, kind };
-            let object = match (config.runner.kind, &config.runner.kubernetes) {
-                (RunnerKind::Kubernetes, Some(settings)) => {
-                    let job = runner::kubernetes::job(&reference, &target, settings, config.runner.max_attempts)
-                        .map_err(failed)?;
-                    serde_json::to_value(job).context("encoding the Job")?
-                }
-                (RunnerKind::Kpack, Some(settings)) => {
-                    runner::kpack::build(&reference, &target, settings).map_err(failed)?
-                }
-                _ => {
-                    let argv = config.runner.exec.as_ref().map(|e| match kind {
-                        ActionKind::Rebuild => e.rebuild.clone(),
-                        ActionKind::Rebase => e.rebase.clone(),
-                    });
-                    serde_json::json!({ "runner": config.runner.kind.as_str(), "target": target, "command": argv })
-                }
-            };
+            let object = runner::preview(&config, &reference, &target)?;
             match output {
                 SpecOutput::Json => println!("{}", serde_json::to_string_pretty(&object).context("encoding JSON")?),
                 SpecOutput::Yaml => print!("{}", cluster::to_yaml(&object)),

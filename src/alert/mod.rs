@@ -32,6 +32,25 @@ pub fn audiences(alerts: &[AlertSettings], builders: &[&str]) -> Vec<outage::Aud
         .collect()
 }
 
+/// What `alert test` got: the test event's id, the receiver's answer and how long it took.
+pub struct TestDelivery {
+    pub event_id: String,
+    pub outcome: SendOutcome,
+    pub elapsed: Duration,
+}
+
+/// Sends one test event (type `alert.test`) to an alert, once, without the ledger (`alert test`).
+pub async fn send_test(
+    settings: &AlertSettings,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<TestDelivery, AlertError> {
+    let sender = Sender::new(settings.clone())?;
+    let event = test_event(now);
+    let started = std::time::Instant::now();
+    let outcome = sender.send(&event).await;
+    Ok(TestDelivery { event_id: event.id, outcome, elapsed: started.elapsed() })
+}
+
 /// The event `alert test` sends: type `alert.test`, a builder named `builder-monitor-test`.
 pub fn test_event(now: chrono::DateTime<chrono::Utc>) -> Event {
     let time = builder_monitor_core::schedule::timestamp(now);

@@ -16,12 +16,13 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, RunnerKind};
+use crate::config::{Config, ExecSettings, RunnerKind};
 use crate::ledger::{ActionOutcome, ClaimedAction, Ledger, LedgerError};
 use crate::schedule::Clock;
 use builder_monitor_core::event::{self, ActionInfo, Event, EventType, Subject};
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::schedule::{parse_timestamp, timestamp, timestamp_millis};
+use kubernetes::ActionRef;
 
 /// Why the runner cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -458,24 +459,7 @@ impl Runner {
                 return (outcome, false);
             }
         };
-        let template = match action.kind {
-            ActionKind::Rebuild => &settings.rebuild,
-            ActionKind::Rebase => &settings.rebase,
-        };
-        let source = target.source.as_ref();
-        let values: BTreeMap<&str, String> = [
-            ("image", target.image.clone()),
-            ("builder", target.builder.clone()),
-            ("run_image", target.run_image.clone().unwrap_or_default()),
-            ("source", source.map(|s| s.git.clone()).unwrap_or_default()),
-            ("revision", source.map(|s| s.revision.clone()).unwrap_or_default()),
-            ("sub_path", source.and_then(|s| s.sub_path.clone()).unwrap_or_default()),
-            ("change_id", action.change_id.clone()),
-            ("action", action.kind.as_str().to_string()),
-            ("name", action.image.clone()),
-        ]
-        .into();
-        let argv = exec::expand(template, &values);
+        let argv = command(settings, &reference, target);
         let record = |process| async move {
             // Without the record a restart cannot stop this command before running it again.
             match self.ledger.record_process(&action.key, process).await {
@@ -489,5 +473,117 @@ impl Runner {
             Ok(outcome) => (outcome, true),
             Err(err) => (Outcome { success: false, detail: err.to_string(), output_tail: String::new() }, false),
         }
+    }
+}
+
+/// The `exec` runner's command for an action: its argv template with every placeholder filled.
+pub fn command(settings: &ExecSettings, action: &ActionRef<'_>, target: &ActionTarget) -> Vec<String> {
+    let template = match action.kind {
+        ActionKind::Rebuild => &settings.rebuild,
+        ActionKind::Rebase => &settings.rebase,
+    };
+    let source = target.source.as_ref();
+    let values: BTreeMap<&str, String> = [
+        ("image", target.image.clone()),
+        ("builder", target.builder.clone()),
+        ("run_image", target.run_image.clone().unwrap_or_default()),
+        ("source", source.map(|s| s.git.clone()).unwrap_or_default()),
+        ("revision", source.map(|s| s.revision.clone()).unwrap_or_default()),
+        ("sub_path", source.and_then(|s| s.sub_path.clone()).unwrap_or_default()),
+        ("change_id", action.change_id.to_string()),
+        ("action", action.kind.as_str().to_string()),
+        ("name", action.image.to_string()),
+    ]
+    .into();
+    exec::expand(template, &values)
+}
+
+/// Why `build-spec` cannot show an action.
+#[derive(Debug, thiserror::Error)]
+pub enum PreviewError {
+    /// The object the runner would create cannot be built (bad settings for this image).
+    #[error("{0}")]
+    Object(String),
+    #[error("encoding the {what}: {source}")]
+    Encode { what: &'static str, source: serde_json::Error },
+}
+
+/// What the configured runner would create for an action now (`build-spec`): the Job, the kpack
+/// Build, or the command with its arguments filled as the runner fills them.
+pub fn preview(
+    config: &Config,
+    action: &ActionRef<'_>,
+    target: &ActionTarget,
+) -> Result<serde_json::Value, PreviewError> {
+    match (config.runner.kind, &config.runner.kubernetes) {
+        (RunnerKind::Kubernetes, Some(settings)) => {
+            let job =
+                kubernetes::job(action, target, settings, config.runner.max_attempts).map_err(PreviewError::Object)?;
+            serde_json::to_value(job).map_err(|source| PreviewError::Encode { what: "Job", source })
+        }
+        (RunnerKind::Kpack, Some(settings)) => kpack::build(action, target, settings).map_err(PreviewError::Object),
+        _ => {
+            let argv = config.runner.exec.as_ref().map(|e| command(e, action, target));
+            Ok(serde_json::json!({ "runner": config.runner.kind.as_str(), "target": target, "command": argv }))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exec_preview_shows_the_command_the_runner_would_run() {
+        let text = r#"
+[[builders]]
+name = "jammy"
+image = "registry.example.com/cnb/builder:latest"
+
+[[images]]
+name = "petclinic"
+builder = "jammy"
+image = "registry.example.com/apps/petclinic:latest"
+
+[runner]
+type = "exec"
+[runner.exec]
+rebuild = ["pack", "build", "{image}", "--builder", "{builder}", "--env", "CHANGE={change_id}"]
+rebase = ["pack", "rebase", "{image}", "--run-image", "{run_image}"]
+"#;
+        let config = Config::parse(std::path::Path::new("/config.toml"), text).unwrap();
+        let target = ActionTarget {
+            image: "registry.example.com/apps/petclinic:latest".into(),
+            builder_name: "jammy".into(),
+            builder: "registry.example.com/cnb/builder@sha256:b".into(),
+            run_image: Some("registry.example.com/cnb/run@sha256:r".into()),
+            source: None,
+            env: BTreeMap::new(),
+            why: "test".into(),
+            user_id: None,
+            group_id: None,
+            platform_apis: vec![],
+            stack_id: None,
+            app_reference: None,
+            reasons: vec![],
+            scheduling: Default::default(),
+        };
+        let action = ActionRef { key: "bm-1", change_id: "c1", image: "petclinic", kind: ActionKind::Rebuild };
+        let shown = preview(&config, &action, &target).unwrap();
+        assert_eq!(shown["runner"], "exec");
+        let expected = [
+            "pack",
+            "build",
+            "registry.example.com/apps/petclinic:latest",
+            "--builder",
+            "registry.example.com/cnb/builder@sha256:b",
+            "--env",
+            "CHANGE=c1",
+        ];
+        assert_eq!(shown["command"], serde_json::json!(expected));
+        let rebase = ActionRef { kind: ActionKind::Rebase, ..action };
+        let shown = preview(&config, &rebase, &target).unwrap();
+        assert_eq!(shown["command"][4], "registry.example.com/cnb/run@sha256:r");
+        assert_eq!(shown["target"]["image"], "registry.example.com/apps/petclinic:latest");
     }
 }

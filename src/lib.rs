@@ -12,6 +12,7 @@ pub fn install_crypto_provider() {
 pub mod alert;
 pub mod cluster;
 pub mod config;
+pub mod daemon;
 pub mod event_log;
 pub mod inspect;
 pub mod ledger;

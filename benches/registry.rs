@@ -30,10 +30,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use builder_monitor::config::{Config, StateLocation};
+use builder_monitor::daemon::Parts;
 use builder_monitor::ledger::Ledger;
 use builder_monitor::metrics::Metrics;
 use builder_monitor::monitor::{CheckOutcome, Monitor};
-use builder_monitor::registry::{MANIFEST_ACCEPT, Registry};
+use builder_monitor::registry::MANIFEST_ACCEPT;
 use builder_monitor::schedule::Clock;
 use bytes::Bytes;
 use serde_json::{Value, json};
@@ -422,9 +423,8 @@ impl InProcess {
         let config = Arc::new(Config::parse(&path, &text).expect("valid benchmark config"));
         let StateLocation::Sqlite(state) = &config.monitor.state else { unreachable!("the bench config names a file") };
         let ledger = Ledger::open(state).expect("ledger");
-        let metrics = Metrics::new();
-        let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
-        let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger, Clock::System, metrics.clone()));
+        let parts = Parts::new(config.clone(), ledger, Clock::System, None).expect("the daemon's parts");
+        let (monitor, metrics) = (parts.monitor, parts.metrics);
         let names = Arc::new(config.builders.iter().map(|b| b.name.clone()).collect());
         InProcess { monitor, metrics, names, _dir: dir }
     }

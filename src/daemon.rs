@@ -76,9 +76,28 @@ pub struct Parts {
 }
 
 impl Parts {
-    /// The registry client, monitor and alert dispatcher for `config` over `ledger`, and the
-    /// Kubernetes client when the config uses the cluster (its permissions checked first).
+    /// The Kubernetes client when the config uses the cluster (its permissions checked first), then
+    /// the parts over it ([`Parts::new`]).
     pub async fn build(config: Arc<Config>, ledger: Ledger, clock: Clock) -> Result<Self, DaemonError> {
+        let permissions = cluster::required_permissions(&config);
+        let client = if permissions.is_empty() {
+            None
+        } else {
+            let client = cluster::client(&config.kubernetes).await?;
+            cluster::check_access(&client, &permissions).await?;
+            Some(client)
+        };
+        Self::new(config, ledger, clock, client)
+    }
+
+    /// The registry client, monitor and alert dispatcher for `config` over `ledger` (the one
+    /// wiring of the daemon, `run --once`, the tests and the benchmark).
+    pub fn new(
+        config: Arc<Config>,
+        ledger: Ledger,
+        clock: Clock,
+        client: Option<kube::Client>,
+    ) -> Result<Self, DaemonError> {
         let metrics = Metrics::new();
         let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
         let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), clock.clone(), metrics.clone()));
@@ -89,14 +108,6 @@ impl Parts {
             monitor.delivery_wake(),
             metrics.clone(),
         )?);
-        let permissions = cluster::required_permissions(&config);
-        let client = if permissions.is_empty() {
-            None
-        } else {
-            let client = cluster::client(&config.kubernetes).await?;
-            cluster::check_access(&client, &permissions).await?;
-            Some(client)
-        };
         Ok(Parts { config, ledger, clock, monitor, dispatcher, client, metrics })
     }
 

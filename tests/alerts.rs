@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use builder_monitor::alert::Dispatcher;
 use builder_monitor::config::Config;
+use builder_monitor::daemon::Parts;
 use builder_monitor::ledger::Ledger;
 use builder_monitor::monitor::Monitor;
-use builder_monitor::registry::Registry;
 use builder_monitor::schedule::Clock;
 use builder_monitor_core::event::Event;
 use support::daemon::{Daemon, Workspace, run_with_env};
@@ -38,13 +38,8 @@ fn setup_with_clock(text: &str, clock: Clock) -> Setup {
     std::fs::write(dir.path().join("hmac"), format!("{SECRET}\n")).unwrap();
     let config = Arc::new(Config::parse(&dir.path().join("config.toml"), text).unwrap());
     let ledger = Ledger::open(&dir.path().join("state.db")).unwrap();
-    let metrics = builder_monitor::metrics::Metrics::new();
-    let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
-    let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), clock.clone(), metrics.clone()));
-    let dispatcher = Arc::new(
-        Dispatcher::new(&config.alerts, ledger.clone(), clock, monitor.delivery_wake(), metrics.clone()).unwrap(),
-    );
-    Setup { monitor, dispatcher, ledger, dir }
+    let parts = Parts::new(config, ledger.clone(), clock, None).unwrap();
+    Setup { monitor: parts.monitor, dispatcher: parts.dispatcher, ledger, dir }
 }
 
 fn builder(host: &str, name: &str, repo: &str) -> String {

@@ -6,6 +6,7 @@ mod support;
 use std::sync::Arc;
 
 use builder_monitor::config::Config;
+use builder_monitor::daemon::Parts;
 use builder_monitor::ledger::Ledger;
 use builder_monitor::monitor::Monitor;
 use builder_monitor::registry::Registry;
@@ -284,9 +285,7 @@ fn setup(text: &str) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let config = Arc::new(Config::parse(&dir.path().join("config.toml"), text).unwrap());
     let ledger = Ledger::open(&dir.path().join("state.db")).unwrap();
-    let metrics = builder_monitor::metrics::Metrics::new();
-    let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
-    let monitor = Arc::new(Monitor::new(config, registry, ledger.clone(), Clock::System, metrics.clone()));
+    let monitor = Parts::new(config, ledger.clone(), Clock::System, None).unwrap().monitor;
     Setup { monitor, ledger, _dir: dir }
 }
 

@@ -9,10 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use builder_monitor::config::{Config, k8s_typed};
+use builder_monitor::daemon::Parts;
 use builder_monitor::ledger::Ledger;
-use builder_monitor::metrics::Metrics;
 use builder_monitor::monitor::Monitor;
-use builder_monitor::registry::Registry;
 use builder_monitor::runner::kpack::KpackBuildSpec;
 use builder_monitor::runner::{Backend, Runner};
 use builder_monitor::schedule::Clock;
@@ -117,9 +116,7 @@ fn assemble(text: &str, client: kube::Client) -> InProcess {
     let dir = tempfile::tempdir().unwrap();
     let config = Arc::new(Config::parse(&dir.path().join("config.toml"), text).unwrap_or_else(|e| panic!("{e}")));
     let ledger = Ledger::open(&dir.path().join("state.db")).unwrap();
-    let metrics = Metrics::new();
-    let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
-    let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), Clock::System, metrics));
+    let monitor = Parts::new(config.clone(), ledger.clone(), Clock::System, None).unwrap().monitor;
     let stop = CancellationToken::new();
     let backend = Backend::for_config(&config, Some(client), stop.clone()).unwrap();
     let runner = Arc::new(Runner::new(

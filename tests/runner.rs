@@ -9,10 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use builder_monitor::config::Config;
+use builder_monitor::daemon::Parts;
 use builder_monitor::ledger::Ledger;
-use builder_monitor::metrics::Metrics;
 use builder_monitor::monitor::Monitor;
-use builder_monitor::registry::Registry;
 use builder_monitor::runner::Runner;
 use builder_monitor::schedule::Clock;
 use builder_monitor_core::event::EventType;
@@ -133,9 +132,7 @@ fn assemble(dir: &Path, text: &str) -> Daemonless {
     let config = Arc::new(Config::parse(&dir.join("config.toml"), text).unwrap_or_else(|e| panic!("{e}")));
     std::fs::write(dir.join("config.toml"), text).unwrap();
     let ledger = Ledger::open(&dir.join("state.db")).unwrap();
-    let metrics = Metrics::new();
-    let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
-    let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), Clock::System, metrics));
+    let monitor = Parts::new(config.clone(), ledger.clone(), Clock::System, None).unwrap().monitor;
     let backend = builder_monitor::runner::Backend::for_config(&config, None, CancellationToken::new()).unwrap();
     let runner = Arc::new(Runner::new(
         config.clone(),

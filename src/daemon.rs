@@ -101,13 +101,7 @@ impl Parts {
         let metrics = Metrics::new();
         let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
         let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), clock.clone(), metrics.clone()));
-        let dispatcher = Arc::new(Dispatcher::new(
-            &config.alerts,
-            ledger.clone(),
-            clock.clone(),
-            monitor.delivery_wake(),
-            metrics.clone(),
-        )?);
+        let dispatcher = Arc::new(Dispatcher::new(&config.alerts, ledger.clone(), clock.clone(), metrics.clone())?);
         Ok(Parts { config, ledger, clock, monitor, dispatcher, client, metrics })
     }
 
@@ -118,14 +112,7 @@ impl Parts {
 
     async fn runner(&self, stop: CancellationToken) -> Result<Arc<Runner>, DaemonError> {
         let backend = Backend::for_config(&self.config, self.client.clone(), stop).map_err(DaemonError::Runner)?;
-        let runner = Arc::new(Runner::new(
-            self.config.clone(),
-            self.ledger.clone(),
-            self.clock.clone(),
-            backend,
-            self.monitor.action_wake(),
-            self.monitor.delivery_wake(),
-        ));
+        let runner = Arc::new(Runner::new(self.config.clone(), self.ledger.clone(), self.clock.clone(), backend));
         runner.recover().await?;
         Ok(runner)
     }

@@ -119,14 +119,7 @@ fn assemble(text: &str, client: kube::Client) -> InProcess {
     let monitor = Parts::new(config.clone(), ledger.clone(), Clock::System, None).unwrap().monitor;
     let stop = CancellationToken::new();
     let backend = Backend::for_config(&config, Some(client), stop.clone()).unwrap();
-    let runner = Arc::new(Runner::new(
-        config,
-        ledger.clone(),
-        Clock::System,
-        backend,
-        monitor.action_wake(),
-        monitor.delivery_wake(),
-    ));
+    let runner = Arc::new(Runner::new(config, ledger.clone(), Clock::System, backend));
     InProcess { monitor, runner, ledger, stop, _dir: dir }
 }
 

@@ -328,3 +328,39 @@ async fn deliveries_and_latest_events_are_read_back_for_outage_decisions() {
     })
     .await;
 }
+
+/// Writes that add work signal it, so the workers wake with the write; a write without any does not.
+#[tokio::test]
+async fn writes_that_add_deliveries_or_actions_signal_them() {
+    use std::time::Duration;
+    both(|ledger| async move {
+        let (deliveries, actions) = (ledger.new_deliveries(), ledger.new_actions());
+        let signalled = |n: std::sync::Arc<tokio::sync::Notify>| async move {
+            tokio::time::timeout(Duration::from_millis(50), n.notified()).await.is_ok()
+        };
+        ledger.commit(record("b", "2026-11-30T12:00:00Z")).await.unwrap();
+        assert!(!signalled(deliveries.clone()).await && !signalled(actions.clone()).await);
+
+        let mut r = record("b", "2026-11-30T12:01:00Z");
+        r.pin = Some(pin("sha256:a"));
+        r.events = vec![event("e1", EventType::BuilderPinned, "b")];
+        r.deliveries = vec![("e1".into(), "hook".into())];
+        ledger.commit(r).await.unwrap();
+        assert!(signalled(deliveries.clone()).await, "a commit with deliveries");
+        assert!(!signalled(actions.clone()).await);
+
+        let mut r = record("b", "2026-11-30T12:02:00Z");
+        r.change = Some(change("b", 1, "sha256:a", "sha256:b"));
+        r.actions = vec![action("c1", "app")];
+        ledger.commit(r).await.unwrap();
+        assert!(signalled(actions.clone()).await, "a commit with actions");
+
+        let clone = ledger.clone();
+        clone
+            .record_events("b", vec![event("e2", EventType::BuildStarted, "b")], vec![("e2".into(), "hook".into())], 2)
+            .await
+            .unwrap();
+        assert!(signalled(deliveries.clone()).await, "recorded events with deliveries, through a clone");
+    })
+    .await;
+}

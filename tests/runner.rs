@@ -134,14 +134,7 @@ fn assemble(dir: &Path, text: &str) -> Daemonless {
     let ledger = Ledger::open(&dir.join("state.db")).unwrap();
     let monitor = Parts::new(config.clone(), ledger.clone(), Clock::System, None).unwrap().monitor;
     let backend = builder_monitor::runner::Backend::for_config(&config, None, CancellationToken::new()).unwrap();
-    let runner = Arc::new(Runner::new(
-        config.clone(),
-        ledger.clone(),
-        Clock::System,
-        backend,
-        monitor.action_wake(),
-        monitor.delivery_wake(),
-    ));
+    let runner = Arc::new(Runner::new(config.clone(), ledger.clone(), Clock::System, backend));
     Daemonless { monitor, runner, ledger, config }
 }
 

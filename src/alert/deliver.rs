@@ -45,9 +45,9 @@ impl Dispatcher {
         alerts: &[AlertSettings],
         ledger: Ledger,
         clock: Clock,
-        wake: Arc<Notify>,
         metrics: Arc<Metrics>,
     ) -> Result<Self, AlertError> {
+        let wake = ledger.new_deliveries();
         let mut senders = BTreeMap::new();
         for a in alerts {
             senders.insert(a.name.clone(), (Arc::new(Sender::new(a.clone())?), Arc::new(Semaphore::new(PER_ALERT))));

@@ -6,6 +6,9 @@ mod lock;
 mod sqlite;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tokio::sync::Notify;
 
 use serde::Serialize;
 
@@ -273,45 +276,83 @@ pub fn parse_kind(text: &str) -> ChangeKind {
     ChangeKind::parse(text).unwrap_or(ChangeKind::Unknown)
 }
 
-/// The ledger the daemon writes to: embedded SQLite, or ConfigMaps on Kubernetes.
+/// The ledger the daemon writes to: embedded SQLite, or ConfigMaps on Kubernetes. Clones share
+/// the backend and the signals of new work.
+#[derive(Clone)]
+pub struct Ledger {
+    backend: Backend,
+    signals: Arc<Signals>,
+}
+
 #[derive(Clone)]
 #[allow(clippy::large_enum_variant)] // one per daemon, cloned rarely; boxing buys nothing
-pub enum Ledger {
+enum Backend {
     Sqlite(SqliteLedger),
     Kubernetes(KubeLedger),
+}
+
+/// Notified by the writes that add work, so the workers that do it wake (a notification made
+/// while no worker waits is kept for the next wait).
+#[derive(Default)]
+struct Signals {
+    deliveries: Arc<Notify>,
+    actions: Arc<Notify>,
 }
 
 /// Calls the same method on whichever backend this is.
 macro_rules! dispatch {
     ($self:ident, $method:ident ( $($arg:expr),* )) => {
-        match $self {
-            Ledger::Sqlite(l) => l.$method($($arg),*).await,
-            Ledger::Kubernetes(l) => l.$method($($arg),*).await,
+        match &$self.backend {
+            Backend::Sqlite(l) => l.$method($($arg),*).await,
+            Backend::Kubernetes(l) => l.$method($($arg),*).await,
         }
     };
 }
 
 impl Ledger {
+    fn with(backend: Backend) -> Self {
+        Ledger { backend, signals: Arc::default() }
+    }
+
     /// The embedded SQLite ledger at `path`.
     pub fn open(path: &std::path::Path) -> Result<Self, LedgerError> {
-        SqliteLedger::open(path).map(Ledger::Sqlite)
+        SqliteLedger::open(path).map(|l| Ledger::with(Backend::Sqlite(l)))
     }
 
     /// The existing SQLite ledger at `path`, read-only (see [`SqliteLedger::open_read_only`]).
     pub fn open_read_only(path: &std::path::Path) -> Result<Self, LedgerError> {
-        SqliteLedger::open_read_only(path).map(Ledger::Sqlite)
+        SqliteLedger::open_read_only(path).map(|l| Ledger::with(Backend::Sqlite(l)))
     }
 
     /// The ledger in ConfigMaps of `namespace`.
     pub fn kubernetes(client: kube::Client, namespace: &str) -> Self {
-        Ledger::Kubernetes(KubeLedger::new(client, namespace))
+        Ledger::with(Backend::Kubernetes(KubeLedger::new(client, namespace)))
     }
 
     /// Where the ledger lives, for people.
     pub fn location(&self) -> String {
-        match self {
-            Ledger::Sqlite(l) => l.path().display().to_string(),
-            Ledger::Kubernetes(l) => l.location(),
+        match &self.backend {
+            Backend::Sqlite(l) => l.path().display().to_string(),
+            Backend::Kubernetes(l) => l.location(),
+        }
+    }
+
+    /// Notified whenever a write added deliveries to the outbox (the alert dispatcher waits on it).
+    pub fn new_deliveries(&self) -> Arc<Notify> {
+        self.signals.deliveries.clone()
+    }
+
+    /// Notified whenever a write added actions (the runner waits on it).
+    pub fn new_actions(&self) -> Arc<Notify> {
+        self.signals.actions.clone()
+    }
+
+    fn signal(&self, deliveries: bool, actions: bool) {
+        if deliveries {
+            self.signals.deliveries.notify_one();
+        }
+        if actions {
+            self.signals.actions.notify_one();
         }
     }
 
@@ -340,7 +381,10 @@ impl Ledger {
     /// Commits a check's outcome — watch state, pin, history, change, events, deliveries and
     /// actions — in one write.
     pub async fn commit(&self, record: CheckRecord) -> Result<(), LedgerError> {
-        dispatch!(self, commit(record))
+        let (deliveries, actions) = (!record.deliveries.is_empty(), !record.actions.is_empty());
+        dispatch!(self, commit(record))?;
+        self.signal(deliveries, actions);
+        Ok(())
     }
 
     /// Most recent changes first; all watches when `watch` is `None`.
@@ -371,7 +415,10 @@ impl Ledger {
         deliveries: Vec<(String, String)>,
         history: usize,
     ) -> Result<(), LedgerError> {
-        dispatch!(self, record_events(watch, events, deliveries, history))
+        let added = !deliveries.is_empty();
+        dispatch!(self, record_events(watch, events, deliveries, history))?;
+        self.signal(added, false);
+        Ok(())
     }
 
     /// Deliveries due at `now` (RFC 3339 with milliseconds), oldest first, with their events.
@@ -422,7 +469,10 @@ impl Ledger {
         deliveries: Vec<(String, String)>,
         history: usize,
     ) -> Result<(), LedgerError> {
-        dispatch!(self, finish_action(key, outcome, detail, output_tail, watch, events, deliveries, history))
+        let added = !deliveries.is_empty();
+        dispatch!(self, finish_action(key, outcome, detail, output_tail, watch, events, deliveries, history))?;
+        self.signal(added, false);
+        Ok(())
     }
 
     /// When the next pending action is due.

@@ -123,8 +123,6 @@ impl Monitor {
         let mut repeated = BTreeSet::new();
         self.add_notices(watch, record.as_ref(), &registry, &notices, &mut commit, &mut repeated);
         let events = commit.events.clone();
-        let has_deliveries = !commit.deliveries.is_empty();
-        let has_actions = !commit.actions.is_empty();
         let new_metadata = commit.pin.as_ref().and_then(|p| p.metadata.clone());
         let pinned = commit.pin.as_ref().map(|p| p.digest.clone()).or_else(|| {
             let failed = matches!(outcome, CheckOutcome::Failed(_));
@@ -138,12 +136,6 @@ impl Monitor {
         self.metrics.watches_failing.get_or_create(&RegistryLabels { registry: registry.clone() }).set(failing as i64);
         self.failing.lock().unwrap_or_else(|e| e.into_inner()).insert(registry, failing);
         self.record_metrics(watch, &outcome, started.elapsed(), pinned.as_deref(), change_kind);
-        if has_deliveries {
-            self.delivery_wake.notify_one();
-        }
-        if has_actions {
-            self.action_wake.notify_one();
-        }
         // Logged once recorded: a log line never announces an event the ledger could still lose.
         for event in events.iter().filter(|e| !repeated.contains(&e.id)) {
             crate::event_log::log(event);

@@ -218,10 +218,6 @@ pub struct Monitor {
     /// Taken by `run` while it runs; wakes sent meanwhile wait here.
     wake_receiver: Mutex<Option<mpsc::UnboundedReceiver<String>>>,
     run_images: Arc<Mutex<RunImages>>,
-    /// Notified when a commit added deliveries to the outbox.
-    delivery_wake: Arc<Notify>,
-    /// Notified when a commit added actions for the runner.
-    action_wake: Arc<Notify>,
     unchecked: Arc<Mutex<BTreeSet<String>>>,
     /// Where to send the names of builders whose ledger entry a check committed (the publisher).
     committed: Mutex<Option<mpsc::UnboundedSender<String>>>,
@@ -264,8 +260,6 @@ impl Monitor {
             handle,
             wake_receiver: Mutex::new(Some(wake_receiver)),
             run_images,
-            delivery_wake: Arc::new(Notify::new()),
-            action_wake: Arc::new(Notify::new()),
             unchecked,
             committed: Mutex::new(None),
             outages: Mutex::new(HashMap::new()),
@@ -301,14 +295,14 @@ impl Monitor {
         self.handle.beat();
     }
 
-    /// Notified whenever new actions are recorded (the runner waits on it).
+    /// The ledger's signal of new actions (the runner waits on it).
     pub fn action_wake(&self) -> Arc<Notify> {
-        self.action_wake.clone()
+        self.ledger.new_actions()
     }
 
-    /// Notified whenever new alert deliveries are recorded (the dispatcher waits on it).
+    /// The ledger's signal of new alert deliveries (the dispatcher waits on it).
     pub fn delivery_wake(&self) -> Arc<Notify> {
-        self.delivery_wake.clone()
+        self.ledger.new_deliveries()
     }
 
     /// Sends the name of every builder a check commits for (a run image check: the builders naming

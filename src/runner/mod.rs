@@ -141,10 +141,8 @@ pub struct Runner {
     ledger: Ledger,
     clock: Clock,
     backend: Backend,
-    /// Notified when actions are recorded.
+    /// The ledger's signal of new actions.
     wake: Arc<Notify>,
-    /// Notified when this runner records events with deliveries.
-    delivery_wake: Arc<Notify>,
     permits: Arc<Semaphore>,
     secrets: Secrets,
     /// Attempts that failed in this process (`run --once` exits 1 after one).
@@ -152,17 +150,11 @@ pub struct Runner {
 }
 
 impl Runner {
-    pub fn new(
-        config: Arc<Config>,
-        ledger: Ledger,
-        clock: Clock,
-        backend: Backend,
-        wake: Arc<Notify>,
-        delivery_wake: Arc<Notify>,
-    ) -> Self {
+    pub fn new(config: Arc<Config>, ledger: Ledger, clock: Clock, backend: Backend) -> Self {
         let permits = Arc::new(Semaphore::new(config.runner.max_concurrent));
         let secrets = Secrets::of(&config);
-        Runner { config, ledger, clock, backend, wake, delivery_wake, permits, secrets, failures: AtomicUsize::new(0) }
+        let wake = ledger.new_actions();
+        Runner { config, ledger, clock, backend, wake, permits, secrets, failures: AtomicUsize::new(0) }
     }
 
     /// Attempts that failed in this process so far.
@@ -375,7 +367,6 @@ impl Runner {
             if let Err(err) = self.ledger.record_events(&target.builder_name, started, deliveries, history).await {
                 tracing::error!(action = %action.key, error = %err, "cannot record build.started");
             }
-            self.delivery_wake.notify_one();
         }
         tracing::info!(action = %action.key, image = %action.image, kind = action.kind.as_str(), attempt = action.attempt, "running action");
         let (mut outcome, retryable) = self.carry_out(&action, &target).await;
@@ -406,7 +397,6 @@ impl Runner {
             .into_iter()
             .collect();
         let deliveries = self.routed(&events);
-        let has_deliveries = !deliveries.is_empty();
         let result = self
             .ledger
             .finish_action(
@@ -423,9 +413,6 @@ impl Runner {
         if let Err(err) = result {
             tracing::error!(action = %action.key, error = %err, "cannot record the action's outcome");
             return;
-        }
-        if has_deliveries {
-            self.delivery_wake.notify_one();
         }
         match state {
             ActionOutcome::Succeeded => {

@@ -18,12 +18,14 @@ pub use sqlite::SqliteLedger;
 
 use builder_monitor_core::cnb::{Change, ChangeKind};
 use builder_monitor_core::event::Event;
-use builder_monitor_core::plan::ActionKind;
+use builder_monitor_core::plan::{ActionKind, ActionTarget};
 
 /// Each variant's message includes its cause, which is therefore not also exposed as `source()`:
 /// the daemon logs these with `Display`, and a chain printer would show the cause twice.
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
+    #[error("cannot encode the {what}: {error}")]
+    Encode { what: &'static str, error: serde_json::Error },
     #[error("cannot open the ledger {}: {error}", path.display())]
     Open { path: std::path::PathBuf, error: rusqlite::Error },
     #[error("the ledger {} has schema version {found}, newer than this builder-monitor understands ({supported}); upgrade builder-monitor", path.display())]
@@ -160,6 +162,22 @@ pub struct NewAction {
     pub kind: ActionKind,
     /// What to build: references, source, environment (the runner's input).
     pub target: serde_json::Value,
+}
+
+impl NewAction {
+    /// An action to record for `target`: a target that cannot be encoded is an error here, never
+    /// a null in the ledger.
+    pub fn new(
+        key: String,
+        change_id: String,
+        image: String,
+        kind: ActionKind,
+        target: &ActionTarget,
+    ) -> Result<Self, LedgerError> {
+        let target =
+            serde_json::to_value(target).map_err(|error| LedgerError::Encode { what: "action target", error })?;
+        Ok(NewAction { key, change_id, image, kind, target })
+    }
 }
 
 /// An action a runner took on (now `running`).

@@ -154,13 +154,13 @@ impl Reaction<'_> {
                 app_reference,
                 reason_names(change),
             );
-            actions.push(NewAction {
-                key: action_key(mv.change_id, &image.name),
-                change_id: mv.change_id.to_string(),
-                image: image.name.clone(),
+            actions.push(NewAction::new(
+                action_key(mv.change_id, &image.name),
+                mv.change_id.to_string(),
+                image.name.clone(),
                 kind,
-                target: serde_json::to_value(&target).unwrap_or_default(),
-            });
+                &target,
+            )?);
         }
         Ok((decisions, actions))
     }

@@ -6,7 +6,7 @@ mod support;
 use std::collections::BTreeMap;
 
 use builder_monitor::ledger::{
-    ActionOutcome, ChangeRecord, CheckRecord, DeliveryUpdate, Ledger, NewAction, PinUpdate, WatchKind,
+    ActionEnd, ActionOutcome, ChangeRecord, CheckRecord, DeliveryUpdate, Ledger, NewAction, PinUpdate, WatchKind,
 };
 use builder_monitor_core::cnb::Change;
 use builder_monitor_core::event::{Event, EventType, Subject, change_id};
@@ -212,29 +212,29 @@ async fn actions_are_claimed_finished_requeued_and_superseded() {
 
         let done = event("done", EventType::BuildSucceeded, "b");
         ledger
-            .finish_action(
-                &first.key,
-                ActionOutcome::Succeeded,
-                "exit status 0".into(),
-                "ok".into(),
-                "b",
-                vec![done],
-                vec![("done".into(), "hook".into())],
-                2,
-            )
+            .finish_action(ActionEnd {
+                key: &first.key,
+                outcome: ActionOutcome::Succeeded,
+                detail: "exit status 0".into(),
+                output_tail: "ok".into(),
+                watch: "b",
+                events: vec![done],
+                deliveries: vec![("done".into(), "hook".into())],
+                history: 2,
+            })
             .await
             .unwrap();
         ledger
-            .finish_action(
-                &other.key,
-                ActionOutcome::Retry { next_attempt: "2098-01-01T00:00:00.000Z".into() },
-                "exit status 1".into(),
-                "no".into(),
-                "b",
-                vec![],
-                vec![],
-                2,
-            )
+            .finish_action(ActionEnd {
+                key: &other.key,
+                outcome: ActionOutcome::Retry { next_attempt: "2098-01-01T00:00:00.000Z".into() },
+                detail: "exit status 1".into(),
+                output_tail: "no".into(),
+                watch: "b",
+                events: vec![],
+                deliveries: vec![],
+                history: 2,
+            })
             .await
             .unwrap();
         assert_eq!(ledger.next_action_at().await.unwrap().as_deref(), Some("2098-01-01T00:00:00.000Z"));

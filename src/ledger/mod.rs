@@ -180,6 +180,23 @@ impl NewAction {
     }
 }
 
+/// The end of an action's attempt, as `finish_action` records it.
+#[derive(Debug, Clone)]
+pub struct ActionEnd<'a> {
+    pub key: &'a str,
+    pub outcome: ActionOutcome,
+    pub detail: String,
+    /// The end of the command's output, scrubbed.
+    pub output_tail: String,
+    /// The watch the attempt's events are recorded under (the builder).
+    pub watch: &'a str,
+    pub events: Vec<Event>,
+    /// (event id, alert name): the outbox rows of the events above.
+    pub deliveries: Vec<(String, String)>,
+    /// Events kept for the watch.
+    pub history: usize,
+}
+
 /// An action a runner took on (now `running`).
 #[derive(Debug, Clone)]
 pub struct ClaimedAction {
@@ -475,18 +492,8 @@ impl Ledger {
     }
 
     /// Records an attempt's end and its events (with their outbox rows) in one write.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn finish_action(
-        &self,
-        key: &str,
-        outcome: ActionOutcome,
-        detail: String,
-        output_tail: String,
-        watch: &str,
-        events: Vec<Event>,
-        deliveries: Vec<(String, String)>,
-        history: usize,
-    ) -> Result<(), LedgerError> {
+    pub async fn finish_action(&self, end: ActionEnd<'_>) -> Result<(), LedgerError> {
+        let ActionEnd { key, outcome, detail, output_tail, watch, events, deliveries, history } = end;
         let added = !deliveries.is_empty();
         dispatch!(self, finish_action(key, outcome, detail, output_tail, watch, events, deliveries, history))?;
         self.signal(added, false);

@@ -17,7 +17,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ExecSettings, RunnerKind};
-use crate::ledger::{ActionOutcome, ClaimedAction, Ledger, LedgerError};
+use crate::ledger::{ActionEnd, ActionOutcome, ClaimedAction, Ledger, LedgerError};
 use crate::schedule::Clock;
 use builder_monitor_core::event::{self, ActionInfo, Event, EventType, Subject};
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
@@ -346,16 +346,16 @@ impl Runner {
                 tracing::error!(action = %action.key, error = %err, "unreadable action target");
                 let _ = self
                     .ledger
-                    .finish_action(
-                        &action.key,
-                        ActionOutcome::Failed,
-                        format!("unreadable target: {err}"),
-                        String::new(),
-                        "",
-                        vec![],
-                        vec![],
-                        1,
-                    )
+                    .finish_action(ActionEnd {
+                        key: &action.key,
+                        outcome: ActionOutcome::Failed,
+                        detail: format!("unreadable target: {err}"),
+                        output_tail: String::new(),
+                        watch: "",
+                        events: vec![],
+                        deliveries: vec![],
+                        history: 1,
+                    })
                     .await;
                 return;
             }
@@ -399,16 +399,16 @@ impl Runner {
         let deliveries = self.routed(&events);
         let result = self
             .ledger
-            .finish_action(
-                &action.key,
-                state.clone(),
-                outcome.detail.clone(),
-                outcome.output_tail.clone(),
-                &target.builder_name,
+            .finish_action(ActionEnd {
+                key: &action.key,
+                outcome: state.clone(),
+                detail: outcome.detail.clone(),
+                output_tail: outcome.output_tail.clone(),
+                watch: &target.builder_name,
                 events,
                 deliveries,
                 history,
-            )
+            })
             .await;
         if let Err(err) = result {
             tracing::error!(action = %action.key, error = %err, "cannot record the action's outcome");

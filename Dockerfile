@@ -6,6 +6,7 @@ FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+COPY crates ./crates
 # Cargo reads every target of the manifest, the benchmark's too.
 COPY benches ./benches
 RUN cargo build --release --locked --bin builder-monitor \

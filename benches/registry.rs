@@ -1,4 +1,4 @@
-//! The registry benchmark (issue 9): `cargo bench --bench registry`.
+//! The registry benchmark (README, "Performance"): `cargo bench --bench registry`.
 //!
 //! Starts the real CNCF Distribution registry on loopback, pushes builder-like images (multi-arch
 //! OCI indexes and single Docker manifests with CNB labels) and tags them up to 10,000 times, then
@@ -30,11 +30,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use builder_monitor::config::{Config, StateLocation};
+use builder_monitor::daemon::Parts;
+use builder_monitor::ledger::Ledger;
 use builder_monitor::metrics::Metrics;
 use builder_monitor::monitor::{CheckOutcome, Monitor};
-use builder_monitor::registry::{MANIFEST_ACCEPT, Registry};
+use builder_monitor::registry::MANIFEST_ACCEPT;
 use builder_monitor::schedule::Clock;
-use builder_monitor::store::Ledger;
 use bytes::Bytes;
 use serde_json::{Value, json};
 use support::cnb::BuilderSpec;
@@ -95,7 +96,7 @@ fn sizes() -> Vec<usize> {
 
 fn main() {
     STARTED.get_or_init(Instant::now);
-    builder_monitor::registry::install_crypto_provider();
+    builder_monitor::install_crypto_provider();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     runtime.block_on(run());
 }
@@ -422,9 +423,8 @@ impl InProcess {
         let config = Arc::new(Config::parse(&path, &text).expect("valid benchmark config"));
         let StateLocation::Sqlite(state) = &config.monitor.state else { unreachable!("the bench config names a file") };
         let ledger = Ledger::open(state).expect("ledger");
-        let metrics = Metrics::new();
-        let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
-        let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger, Clock::System, metrics.clone()));
+        let parts = Parts::new(config.clone(), ledger, Clock::System, None).expect("the daemon's parts");
+        let (monitor, metrics) = (parts.monitor, parts.metrics);
         let names = Arc::new(config.builders.iter().map(|b| b.name.clone()).collect());
         InProcess { monitor, metrics, names, _dir: dir }
     }
@@ -862,7 +862,7 @@ impl Streaming {
             if v["message"] == "registry hook" && v["checks"].as_str().is_some_and(|c| c.contains('"')) {
                 hook = Some(at);
             }
-            if v["target"] == "builder_monitor::event" && v["event_type"] == event_type {
+            if v["target"] == "builder_monitor_core::event" && v["event_type"] == event_type {
                 return Some((serde_json::from_str(v["event"].as_str()?).ok()?, hook));
             }
         }

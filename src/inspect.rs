@@ -5,12 +5,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::builder::{self, AppMetadata, BuilderMetadata, Change, PinnedMetadata};
 use crate::config::Platform;
-use crate::registry::{
-    DOCKER_MANIFEST_LIST, ImageRef, MAX_CONFIG_BYTES, Manifest, OCI_INDEX, Registry, RegistryError, is_sha256_digest,
-};
-use crate::text::escape;
+use crate::registry::{DOCKER_MANIFEST_LIST, MAX_CONFIG_BYTES, Manifest, OCI_INDEX, Registry, RegistryError};
+use builder_monitor_core::cnb::{self, AppMetadata, BuilderMetadata, Change, PinnedMetadata};
+use builder_monitor_core::reference::{ImageRef, is_sha256_digest};
+use builder_monitor_core::text::escape;
 
 /// One resolved state of a tag.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,7 +172,7 @@ pub async fn builder_metadata(
     filter: Option<&[Platform]>,
 ) -> Result<PinnedMetadata, RegistryError> {
     if let Some(config) = &observation.single_config {
-        let metadata = builder::platform_metadata(config);
+        let metadata = cnb::platform_metadata(config);
         return Ok(PinnedMetadata {
             platforms: observation.platforms.keys().map(|k| (k.clone(), metadata.clone())).collect(),
             run_image: None,
@@ -186,7 +185,7 @@ pub async fn builder_metadata(
         let manifest = registry.get_manifest(image, &digest).await?;
         let doc = parse_image_manifest(image, &manifest)?;
         let config = registry.get_blob(image, &doc.config.digest, MAX_CONFIG_BYTES).await?;
-        platforms.insert(platform, builder::platform_metadata(&config));
+        platforms.insert(platform, cnb::platform_metadata(&config));
     }
     Ok(PinnedMetadata { platforms, run_image: None })
 }
@@ -221,7 +220,7 @@ pub async fn app_metadata(registry: &Registry, image: &ImageRef) -> Result<Optio
     let filter = Platform::parse(&preferred).map(|p| vec![p]);
     let configs = platform_configs(registry, image, &observation, filter.as_deref()).await?;
     let metadata = match configs.get(&preferred) {
-        Some(config) => builder::parse_app(config).map_err(|e| e.to_string()),
+        Some(config) => cnb::parse_app(config).map_err(|e| e.to_string()),
         None => Err(format!("{image}: no config for {preferred}")),
     };
     Ok(Some(AppImage {
@@ -297,7 +296,7 @@ pub async fn diff(registry: &Registry, old: &ImageRef, new: &ImageRef) -> Result
         let observation = observation_from(registry, image, manifest).await?;
         sides.push(builder_metadata(registry, image, &observation, None).await?);
     }
-    Ok(builder::classify(&sides[0], &sides[1]))
+    Ok(cnb::classify(&sides[0], &sides[1]))
 }
 
 impl Resolution {
@@ -317,7 +316,7 @@ impl Resolution {
             out.push_str(&format!("  {:<11} {}\n", format!("{}:", escape(&platform)), p.digest));
         }
         if let Some(b) = &self.builder {
-            out.push_str(&builder::describe(b));
+            out.push_str(&cnb::describe(b));
         }
         out
     }

@@ -3,20 +3,24 @@
 // One audited exception: `runner::group::die_with_daemon`.
 #![deny(unsafe_code)]
 
+/// Installs ring as rustls' process-wide provider (reqwest and kube both build TLS configs from
+/// it). The binary calls it first thing; tests and the benchmark call it before any client.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 pub mod alert;
-pub mod builder;
 pub mod cluster;
 pub mod config;
-pub mod event;
+pub mod daemon;
+pub mod event_log;
 pub mod inspect;
+pub mod ledger;
 pub mod metrics;
 pub mod monitor;
 pub mod page;
-pub mod plan;
 pub mod registry;
 pub mod runner;
 pub mod schedule;
 pub mod server;
 pub mod status;
-pub mod store;
-pub mod text;

@@ -5,11 +5,11 @@ use std::fmt::{self, Write as _};
 
 use chrono::{DateTime, Utc};
 
-use crate::builder::ChangeKind;
 use crate::config::{Config, RunnerKind};
-use crate::schedule::{Schedule, parse_timestamp};
+use crate::ledger::OpenAction;
 use crate::status::{BuilderStatus, ChangeSummary, Status};
-use crate::store::OpenAction;
+use builder_monitor_core::cnb::ChangeKind;
+use builder_monitor_core::schedule::{Schedule, parse_timestamp};
 
 /// How often the page reloads itself.
 pub const REFRESH_SECONDS: u32 = 30;
@@ -35,7 +35,7 @@ impl fmt::Display for Text<'_> {
                 '\'' => f.write_str("&#39;")?,
                 // Line breaks in error output read as spaces in a table cell.
                 '\n' | '\t' => f.write_char(' ')?,
-                c if crate::text::is_unsafe(c) => crate::text::write_escaped(f, c)?,
+                c if builder_monitor_core::text::is_unsafe(c) => builder_monitor_core::text::write_escaped(f, c)?,
                 c => f.write_char(c)?,
             }
         }
@@ -502,8 +502,8 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::ledger::{ActionRecord, DeadLetter};
     use crate::status::{LastCheck, PinnedStatus};
-    use crate::store::{ActionRecord, DeadLetter};
 
     const HOSTILE: &str = "<script>alert(\"x\")</script>\u{1b}[31m'&\u{202e}";
 
@@ -638,7 +638,7 @@ mod tests {
         // Name, image, reference, error, summary, change id, action, detail, alert, answer.
         assert!(html.matches(escaped).count() >= 12, "{html}");
         assert!(html.contains(&format!("data-name=\"{escaped}\"")), "attribute values stay quoted");
-        assert!(!html.chars().any(|c| c != '\n' && crate::text::is_unsafe(c)), "raw control characters");
+        assert!(!html.chars().any(|c| c != '\n' && builder_monitor_core::text::is_unsafe(c)), "raw control characters");
         assert!(html.contains(&format!("exit 1: {escaped}; retries at")), "{html}");
     }
 

@@ -17,11 +17,11 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ServerSettings};
+use crate::ledger::Ledger;
 use crate::metrics::HookLabels;
-use crate::monitor::Monitor;
-use crate::registry::ImageRef;
+use crate::monitor::MonitorHandle;
 use crate::status;
-use crate::store::Ledger;
+use builder_monitor_core::reference::ImageRef;
 
 /// Largest request body accepted.
 pub const BODY_LIMIT: usize = 1 << 20;
@@ -29,7 +29,7 @@ pub const BODY_LIMIT: usize = 1 << 20;
 pub struct ServerState {
     pub config: Arc<Config>,
     pub settings: ServerSettings,
-    pub monitor: Arc<Monitor>,
+    pub monitor: MonitorHandle,
     pub ledger: Ledger,
     hook_limiter: DefaultKeyedRateLimiter<IpAddr>,
     /// Refusal log lines per client address: a client sending wrong tokens in a loop must not
@@ -40,7 +40,7 @@ pub struct ServerState {
 }
 
 impl ServerState {
-    pub fn new(config: Arc<Config>, settings: ServerSettings, monitor: Arc<Monitor>, ledger: Ledger) -> Self {
+    pub fn new(config: Arc<Config>, settings: ServerSettings, monitor: MonitorHandle, ledger: Ledger) -> Self {
         let hook_limiter = RateLimiter::keyed(hook_quota(settings.hooks_per_second));
         let refusal_log_limiter = RateLimiter::keyed(Quota::per_minute(REFUSAL_LOGS_PER_MINUTE));
         ServerState { config, settings, monitor, ledger, hook_limiter, refusal_log_limiter, leading: None }

@@ -1,17 +1,16 @@
 //! The status report: pins, last checks, recent changes, open actions and dead letters, as the
-//! stable JSON of DESIGN.md or as text for people.
+//! stable JSON of the README (`status --json`) or as text for people.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::builder::{ChangeKind, Reason};
 use crate::config::Config;
-use crate::monitor::{pinned_metadata, run_watch_name};
-use crate::registry::ImageRef;
-use crate::store::{ActionRecord, DeadLetter, Ledger, LedgerError, OpenAction, PendingDelivery, WatchRecord};
-use crate::text::escape;
+use crate::ledger::{ActionRecord, DeadLetter, Ledger, LedgerError, OpenAction, PendingDelivery, WatchRecord};
+use crate::monitor::{pinned_metadata, run_image_watch, run_watch_name};
+use builder_monitor_core::cnb::{ChangeKind, Reason};
+use builder_monitor_core::text::escape;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
@@ -94,9 +93,8 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
             .as_ref()
             .and_then(pinned_metadata)
             .and_then(|m| m.preferred().and_then(|p| p.run_image()).map(str::to_string));
-        if b.watch_run_image
-            && let Some(run) = run_image.as_deref().and_then(|r| ImageRef::parse(r).ok())
-        {
+        let metadata = record.as_ref().and_then(pinned_metadata);
+        if let Ok(Some(run)) = run_image_watch(b, metadata.as_ref()) {
             run_images
                 .entry(run_watch_name(&run))
                 .or_insert_with(|| (run.to_string(), Vec::new()))
@@ -128,8 +126,8 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
     })
 }
 
-fn next_check(schedule: &crate::schedule::Schedule, record: Option<&WatchRecord>) -> Option<String> {
-    let last = crate::schedule::parse_timestamp(record?.last_check.as_deref()?)?;
+fn next_check(schedule: &builder_monitor_core::schedule::Schedule, record: Option<&WatchRecord>) -> Option<String> {
+    let last = builder_monitor_core::schedule::parse_timestamp(record?.last_check.as_deref()?)?;
     crate::monitor::next_check(schedule, last)
 }
 
@@ -151,7 +149,7 @@ fn builder_status(
     name: &str,
     image: &str,
     record: Option<&WatchRecord>,
-    changes: Vec<crate::store::ChangeRecord>,
+    changes: Vec<crate::ledger::ChangeRecord>,
 ) -> BuilderStatus {
     let pin = record.and_then(|r| r.pin.as_ref());
     BuilderStatus {

@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use builder_monitor::alert::Dispatcher;
 use builder_monitor::config::Config;
-use builder_monitor::event::Event;
+use builder_monitor::daemon::Parts;
+use builder_monitor::ledger::Ledger;
 use builder_monitor::monitor::Monitor;
-use builder_monitor::registry::Registry;
 use builder_monitor::schedule::Clock;
-use builder_monitor::store::Ledger;
+use builder_monitor_core::event::Event;
 use support::daemon::{Daemon, Workspace, run_with_env};
 use support::images::{Format, Image, Pusher};
 use support::receiver::{Receiver, Reply, free_port};
@@ -38,13 +38,8 @@ fn setup_with_clock(text: &str, clock: Clock) -> Setup {
     std::fs::write(dir.path().join("hmac"), format!("{SECRET}\n")).unwrap();
     let config = Arc::new(Config::parse(&dir.path().join("config.toml"), text).unwrap());
     let ledger = Ledger::open(&dir.path().join("state.db")).unwrap();
-    let metrics = builder_monitor::metrics::Metrics::new();
-    let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
-    let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), clock.clone(), metrics.clone()));
-    let dispatcher = Arc::new(
-        Dispatcher::new(&config.alerts, ledger.clone(), clock, monitor.delivery_wake(), metrics.clone()).unwrap(),
-    );
-    Setup { monitor, dispatcher, ledger, dir }
+    let parts = Parts::new(config, ledger.clone(), clock, None).unwrap();
+    Setup { monitor: parts.monitor, dispatcher: parts.dispatcher, ledger, dir }
 }
 
 fn builder(host: &str, name: &str, repo: &str) -> String {
@@ -547,11 +542,14 @@ async fn wakes_while_sends_are_in_flight_never_send_a_delivery_twice() {
                 let id = format!("event-{w}-{i}");
                 let event = Event::new(
                     id.clone(),
-                    builder_monitor::event::EventType::BuildSucceeded,
+                    builder_monitor_core::event::EventType::BuildSucceeded,
                     "2026-01-01T00:00:00Z".into(),
-                    builder_monitor::event::Subject { name: "b".into(), image: "127.0.0.1:9/demo/b:latest".into() },
+                    builder_monitor_core::event::Subject {
+                        name: "b".into(),
+                        image: "127.0.0.1:9/demo/b:latest".into(),
+                    },
                 );
-                let routes: Vec<(String, String)> = builder_monitor::alert::routes(&alerts, &event)
+                let routes: Vec<(String, String)> = builder_monitor::config::alerts::routes(&alerts, &event)
                     .into_iter()
                     .map(|a| (id.clone(), a.to_string()))
                     .collect();

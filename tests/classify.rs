@@ -6,11 +6,12 @@ mod support;
 use std::sync::Arc;
 
 use builder_monitor::config::Config;
-use builder_monitor::event::EventType;
+use builder_monitor::daemon::Parts;
+use builder_monitor::ledger::Ledger;
 use builder_monitor::monitor::Monitor;
 use builder_monitor::registry::Registry;
 use builder_monitor::schedule::Clock;
-use builder_monitor::store::Ledger;
+use builder_monitor_core::event::EventType;
 use serde_json::Value;
 use support::cnb::BuilderSpec;
 use support::daemon::Workspace;
@@ -284,13 +285,11 @@ fn setup(text: &str) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let config = Arc::new(Config::parse(&dir.path().join("config.toml"), text).unwrap());
     let ledger = Ledger::open(&dir.path().join("state.db")).unwrap();
-    let metrics = builder_monitor::metrics::Metrics::new();
-    let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
-    let monitor = Arc::new(Monitor::new(config, registry, ledger.clone(), Clock::System, metrics.clone()));
+    let monitor = Parts::new(config, ledger.clone(), Clock::System, None).unwrap().monitor;
     Setup { monitor, ledger, _dir: dir }
 }
 
-async fn events(ledger: &Ledger) -> Vec<builder_monitor::event::Event> {
+async fn events(ledger: &Ledger) -> Vec<builder_monitor_core::event::Event> {
     ledger.events_after(0, 1000).await.unwrap().into_iter().map(|e| e.event).collect()
 }
 
@@ -433,7 +432,7 @@ async fn app_images_are_read_from_their_lifecycle_labels() {
     let pushed = pusher.push_index("apps/petclinic", "latest", &[app, Image::new("arm64")], Format::Oci).await.0;
     let reg = Registry::new(Vec::new(), builder_monitor::metrics::Metrics::new());
     let image =
-        builder_monitor::registry::ImageRef::parse(&format!("{}/apps/petclinic:latest", registry.host)).unwrap();
+        builder_monitor_core::reference::ImageRef::parse(&format!("{}/apps/petclinic:latest", registry.host)).unwrap();
     let found = builder_monitor::inspect::app_metadata(&reg, &image).await.unwrap().unwrap();
     assert_eq!(found.digest, pushed.digest);
     let metadata = found.metadata.unwrap().unwrap();
@@ -441,6 +440,7 @@ async fn app_images_are_read_from_their_lifecycle_labels() {
     assert_eq!(metadata.launcher_version.as_deref(), Some("0.21.13"));
     assert_eq!(metadata.buildpacks[0].id, "paketo-buildpacks/java");
 
-    let missing = builder_monitor::registry::ImageRef::parse(&format!("{}/apps/none:latest", registry.host)).unwrap();
+    let missing =
+        builder_monitor_core::reference::ImageRef::parse(&format!("{}/apps/none:latest", registry.host)).unwrap();
     assert!(builder_monitor::inspect::app_metadata(&reg, &missing).await.unwrap().is_none(), "an app not built yet");
 }

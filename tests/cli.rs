@@ -3,7 +3,7 @@
 
 mod support;
 
-use builder_monitor::store::Ledger;
+use builder_monitor::ledger::Ledger;
 use support::daemon::{Daemon, Workspace, run_with_env};
 use support::images::{Format, Image, Pusher};
 use support::registry::TestRegistry;

@@ -248,7 +248,7 @@ fn config_with(keys: &[(usize, String)]) -> String {
 /// What the daemon does with the numbers of an accepted config, short of the network: limiter
 /// quotas, the timetable, settle, alert clients.
 fn exercise(config: &Config) {
-    use builder_monitor::schedule::{self, Timetable};
+    use builder_monitor::schedule::Timetable;
     for settings in config.registries.values() {
         if let Some(limiter) = builder_monitor::registry::rate_limiter(settings) {
             let _ = limiter.check();
@@ -268,7 +268,7 @@ fn exercise(config: &Config) {
         table.finished(id, &b.schedule, b.jitter, now, wall);
         let _ = table.next_due();
         let since = wall - chrono::Duration::days(400);
-        let _ = schedule::settle(b.settle, Some(("sha256:a", since)), "sha256:a", wall);
+        let _ = builder_monitor_core::schedule::settle(b.settle, Some(("sha256:a", since)), "sha256:a", wall);
     }
     for alert in &config.alerts {
         builder_monitor::alert::Sender::new(alert.clone()).expect("an alert client");
@@ -491,7 +491,7 @@ async fn a_huge_builder_config_moves_as_unknown_with_a_note_and_bounded_event_an
     let v2 = huge_spec(&registry.host, "0.21.14").image();
     pusher.push_image("demo/huge", Some("latest"), &v2, Format::Oci).await;
     let line = daemon.wait_for("builder.changed", |v| {
-        v["target"] == "builder_monitor::event" && v["event_type"] == "builder.changed"
+        v["target"] == "builder_monitor_core::event" && v["event_type"] == "builder.changed"
     });
     let event_text = line["event"].as_str().unwrap();
     let event: serde_json::Value = serde_json::from_str(event_text).unwrap();

@@ -9,14 +9,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use builder_monitor::config::{Config, k8s_typed};
-use builder_monitor::event::EventType;
-use builder_monitor::metrics::Metrics;
+use builder_monitor::daemon::Parts;
+use builder_monitor::ledger::Ledger;
 use builder_monitor::monitor::Monitor;
-use builder_monitor::registry::Registry;
 use builder_monitor::runner::kpack::KpackBuildSpec;
 use builder_monitor::runner::{Backend, Runner};
 use builder_monitor::schedule::Clock;
-use builder_monitor::store::Ledger;
+use builder_monitor_core::event::EventType;
 use serde_json::{Value, json};
 use support::cnb::BuilderSpec;
 use support::daemon::{Daemon, Workspace, run_with_env};
@@ -117,19 +116,10 @@ fn assemble(text: &str, client: kube::Client) -> InProcess {
     let dir = tempfile::tempdir().unwrap();
     let config = Arc::new(Config::parse(&dir.path().join("config.toml"), text).unwrap_or_else(|e| panic!("{e}")));
     let ledger = Ledger::open(&dir.path().join("state.db")).unwrap();
-    let metrics = Metrics::new();
-    let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
-    let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), Clock::System, metrics));
+    let monitor = Parts::new(config.clone(), ledger.clone(), Clock::System, None).unwrap().monitor;
     let stop = CancellationToken::new();
     let backend = Backend::for_config(&config, Some(client), stop.clone()).unwrap();
-    let runner = Arc::new(Runner::new(
-        config,
-        ledger.clone(),
-        Clock::System,
-        backend,
-        monitor.action_wake(),
-        monitor.delivery_wake(),
-    ));
+    let runner = Arc::new(Runner::new(config, ledger.clone(), Clock::System, backend));
     InProcess { monitor, runner, ledger, stop, _dir: dir }
 }
 
@@ -144,7 +134,7 @@ async fn wait_for<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
     }
 }
 
-async fn events(ledger: &Ledger, t: EventType) -> Vec<builder_monitor::event::Event> {
+async fn events(ledger: &Ledger, t: EventType) -> Vec<builder_monitor_core::event::Event> {
     ledger.events_after(0, 1000).await.unwrap().into_iter().map(|e| e.event).filter(|e| e.event_type == t).collect()
 }
 

@@ -5,12 +5,12 @@ mod support;
 
 use std::collections::BTreeMap;
 
-use builder_monitor::builder::Change;
-use builder_monitor::event::{Event, EventType, Subject, change_id};
-use builder_monitor::plan::ActionKind;
-use builder_monitor::store::{
-    ActionOutcome, ChangeRecord, CheckRecord, DeliveryUpdate, Ledger, NewAction, PinUpdate, WatchKind,
+use builder_monitor::ledger::{
+    ActionEnd, ActionOutcome, ChangeRecord, CheckRecord, DeliveryUpdate, Ledger, NewAction, PinUpdate, WatchKind,
 };
+use builder_monitor_core::cnb::Change;
+use builder_monitor_core::event::{Event, EventType, Subject, change_id};
+use builder_monitor_core::plan::ActionKind;
 use serde_json::json;
 use support::kube::KubeDouble;
 
@@ -182,7 +182,7 @@ async fn the_outbox_moves_deliveries_forward_only() {
 
 fn action(change: &str, image: &str) -> NewAction {
     NewAction {
-        key: builder_monitor::monitor::action_key(change, image),
+        key: builder_monitor::monitor::reaction::action_key(change, image),
         change_id: change.into(),
         image: image.into(),
         kind: ActionKind::Rebuild,
@@ -212,29 +212,29 @@ async fn actions_are_claimed_finished_requeued_and_superseded() {
 
         let done = event("done", EventType::BuildSucceeded, "b");
         ledger
-            .finish_action(
-                &first.key,
-                ActionOutcome::Succeeded,
-                "exit status 0".into(),
-                "ok".into(),
-                "b",
-                vec![done],
-                vec![("done".into(), "hook".into())],
-                2,
-            )
+            .finish_action(ActionEnd {
+                key: &first.key,
+                outcome: ActionOutcome::Succeeded,
+                detail: "exit status 0".into(),
+                output_tail: "ok".into(),
+                watch: "b",
+                events: vec![done],
+                deliveries: vec![("done".into(), "hook".into())],
+                history: 2,
+            })
             .await
             .unwrap();
         ledger
-            .finish_action(
-                &other.key,
-                ActionOutcome::Retry { next_attempt: "2098-01-01T00:00:00.000Z".into() },
-                "exit status 1".into(),
-                "no".into(),
-                "b",
-                vec![],
-                vec![],
-                2,
-            )
+            .finish_action(ActionEnd {
+                key: &other.key,
+                outcome: ActionOutcome::Retry { next_attempt: "2098-01-01T00:00:00.000Z".into() },
+                detail: "exit status 1".into(),
+                output_tail: "no".into(),
+                watch: "b",
+                events: vec![],
+                deliveries: vec![],
+                history: 2,
+            })
             .await
             .unwrap();
         assert_eq!(ledger.next_action_at().await.unwrap().as_deref(), Some("2098-01-01T00:00:00.000Z"));
@@ -325,6 +325,42 @@ async fn deliveries_and_latest_events_are_read_back_for_outage_decisions() {
         assert_eq!(ledger.latest_events(types, 1).await.unwrap().len(), 1);
         let events = ledger.events_after(0, 100).await.unwrap();
         assert_eq!(events.iter().filter(|e| e.event.id == "f1").count(), 1, "a repeated event is recorded once");
+    })
+    .await;
+}
+
+/// Writes that add work signal it, so the workers wake with the write; a write without any does not.
+#[tokio::test]
+async fn writes_that_add_deliveries_or_actions_signal_them() {
+    use std::time::Duration;
+    both(|ledger| async move {
+        let (deliveries, actions) = (ledger.new_deliveries(), ledger.new_actions());
+        let signalled = |n: std::sync::Arc<tokio::sync::Notify>| async move {
+            tokio::time::timeout(Duration::from_millis(50), n.notified()).await.is_ok()
+        };
+        ledger.commit(record("b", "2026-11-30T12:00:00Z")).await.unwrap();
+        assert!(!signalled(deliveries.clone()).await && !signalled(actions.clone()).await);
+
+        let mut r = record("b", "2026-11-30T12:01:00Z");
+        r.pin = Some(pin("sha256:a"));
+        r.events = vec![event("e1", EventType::BuilderPinned, "b")];
+        r.deliveries = vec![("e1".into(), "hook".into())];
+        ledger.commit(r).await.unwrap();
+        assert!(signalled(deliveries.clone()).await, "a commit with deliveries");
+        assert!(!signalled(actions.clone()).await);
+
+        let mut r = record("b", "2026-11-30T12:02:00Z");
+        r.change = Some(change("b", 1, "sha256:a", "sha256:b"));
+        r.actions = vec![action("c1", "app")];
+        ledger.commit(r).await.unwrap();
+        assert!(signalled(actions.clone()).await, "a commit with actions");
+
+        let clone = ledger.clone();
+        clone
+            .record_events("b", vec![event("e2", EventType::BuildStarted, "b")], vec![("e2".into(), "hook".into())], 2)
+            .await
+            .unwrap();
+        assert!(signalled(deliveries.clone()).await, "recorded events with deliveries, through a clone");
     })
     .await;
 }

@@ -6,7 +6,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
 
-use builder_monitor::store::Ledger;
+use builder_monitor::ledger::Ledger;
 use support::daemon::{Daemon, Output, Workspace, run_with_env};
 use support::images::{Format, Image, Pusher};
 use support::registry::TestRegistry;

@@ -360,10 +360,33 @@ async fn a_recorded_event_logs_one_short_text_line() {
     ));
     let out = ws.run(&["run", "--once", "--config", config.to_str().unwrap()]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    let lines: Vec<&str> = out.stderr.lines().filter(|l| l.contains("builder_monitor::event")).collect();
+    let lines: Vec<&str> = out.stderr.lines().filter(|l| l.contains("builder_monitor_core::event")).collect();
     assert_eq!(lines.len(), 1, "{}", out.stderr);
-    assert!(lines[0].contains(" INFO builder_monitor::event: builder.pinned jammy: pinned to sha256:"), "{}", lines[0]);
+    assert!(
+        lines[0].contains(" INFO builder_monitor_core::event: builder.pinned jammy: pinned to sha256:"),
+        "{}",
+        lines[0]
+    );
     assert!(lines[0].contains("event_id="), "{}", lines[0]);
     assert!(!lines[0].contains("\"previous\"") && !lines[0].contains("event="), "no document: {}", lines[0]);
     assert!(lines[0].len() < 200, "{}", lines[0]);
+}
+
+/// `listen = "127.0.0.1:0"` lets the system choose the port: the log names the one it chose, and
+/// the daemon answers there.
+#[test]
+fn the_daemon_logs_the_address_it_actually_bound() {
+    use std::io::{Read, Write};
+    let ws = Workspace::new();
+    let config = ws.config(&format!("{QUIET}\n[server]\nlisten = \"127.0.0.1:0\"\n"));
+    let mut daemon = Daemon::start(&config);
+    let line = daemon.wait_for("the server", |v| v["message"] == "serving health, metrics, API and hooks");
+    let listen = line["listen"].as_str().expect("a listen field").to_string();
+    let addr: std::net::SocketAddr = listen.parse().expect("an address");
+    assert_ne!(addr.port(), 0, "the bound port, not the configured 0: {line}");
+    let mut stream = std::net::TcpStream::connect(addr).expect("the daemon listens where it said");
+    stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }

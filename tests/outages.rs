@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use builder_monitor::alert::Dispatcher;
 use builder_monitor::config::Config;
+use builder_monitor::daemon::Parts;
+use builder_monitor::ledger::Ledger;
 use builder_monitor::monitor::Monitor;
-use builder_monitor::registry::Registry;
 use builder_monitor::schedule::Clock;
-use builder_monitor::store::Ledger;
 use support::cnb::BuilderSpec;
 use support::images::{Format, Image, Pusher};
 use support::proxy::Proxy;
@@ -27,13 +27,8 @@ struct Daemon {
 
 impl Daemon {
     fn start(config: &Arc<Config>, ledger: &Ledger, clock: &Clock) -> Self {
-        let metrics = builder_monitor::metrics::Metrics::new();
-        let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
-        let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), clock.clone(), metrics.clone()));
-        let dispatcher = Arc::new(
-            Dispatcher::new(&config.alerts, ledger.clone(), clock.clone(), monitor.delivery_wake(), metrics).unwrap(),
-        );
-        Daemon { monitor, dispatcher }
+        let parts = Parts::new(config.clone(), ledger.clone(), clock.clone(), None).unwrap();
+        Daemon { monitor: parts.monitor, dispatcher: parts.dispatcher }
     }
 
     /// Every watch checked once, then every due alert sent.

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use builder_monitor::monitor::run_watch_name;
-use builder_monitor::registry::ImageRef;
+use builder_monitor_core::reference::ImageRef;
 use support::cnb::BuilderSpec;
 use support::daemon::{Daemon, Workspace};
 use support::images::{Format, Image, Pusher};

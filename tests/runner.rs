@@ -9,13 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use builder_monitor::config::Config;
-use builder_monitor::event::EventType;
-use builder_monitor::metrics::Metrics;
+use builder_monitor::daemon::Parts;
+use builder_monitor::ledger::Ledger;
 use builder_monitor::monitor::Monitor;
-use builder_monitor::registry::Registry;
 use builder_monitor::runner::Runner;
 use builder_monitor::schedule::Clock;
-use builder_monitor::store::Ledger;
+use builder_monitor_core::event::EventType;
 use serde_json::json;
 use support::cnb::BuilderSpec;
 use support::daemon::{Daemon, Workspace, run_with_env};
@@ -133,18 +132,9 @@ fn assemble(dir: &Path, text: &str) -> Daemonless {
     let config = Arc::new(Config::parse(&dir.join("config.toml"), text).unwrap_or_else(|e| panic!("{e}")));
     std::fs::write(dir.join("config.toml"), text).unwrap();
     let ledger = Ledger::open(&dir.join("state.db")).unwrap();
-    let metrics = Metrics::new();
-    let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
-    let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), Clock::System, metrics));
+    let monitor = Parts::new(config.clone(), ledger.clone(), Clock::System, None).unwrap().monitor;
     let backend = builder_monitor::runner::Backend::for_config(&config, None, CancellationToken::new()).unwrap();
-    let runner = Arc::new(Runner::new(
-        config.clone(),
-        ledger.clone(),
-        Clock::System,
-        backend,
-        monitor.action_wake(),
-        monitor.delivery_wake(),
-    ));
+    let runner = Arc::new(Runner::new(config.clone(), ledger.clone(), Clock::System, backend));
     Daemonless { monitor, runner, ledger, config }
 }
 
@@ -200,7 +190,7 @@ async fn builder_bumps_rebuild_and_run_image_moves_rebase_exactly_once() {
     let moved = events.iter().rfind(|e| e.event.event_type == EventType::RunImageChanged).unwrap();
     assert_eq!(
         moved.event.images.as_ref().unwrap(),
-        &[builder_monitor::event::ImageAction { name: "old".into(), action: "rebase".into() }]
+        &[builder_monitor_core::event::ImageAction { name: "old".into(), action: "rebase".into() }]
     );
     assert_eq!(d.runner.run_due_once().await, 1);
     let calls = ended(&w.record());

@@ -8,12 +8,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use builder_monitor::config::Config;
-use builder_monitor::metrics::Metrics;
+use builder_monitor::daemon::Parts;
+use builder_monitor::ledger::Ledger;
 use builder_monitor::monitor::Monitor;
-use builder_monitor::registry::Registry;
 use builder_monitor::schedule::Clock;
 use builder_monitor::server::{self, ServerState};
-use builder_monitor::store::Ledger;
 use serde_json::{Value, json};
 use support::daemon::{Daemon, Workspace, run_with_env};
 use support::images::{Format, Image, Pusher};
@@ -81,15 +80,13 @@ async fn serve_as(config_text: &str, leading: Option<tokio::sync::watch::Receive
     let config = Arc::new(Config::parse(&path, config_text).unwrap());
     let builder_monitor::config::StateLocation::Sqlite(state) = &config.monitor.state else { unreachable!() };
     let ledger = Ledger::open(state).unwrap();
-    let metrics = Metrics::new();
-    let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
-    let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), Clock::System, metrics));
+    let monitor = Parts::new(config.clone(), ledger.clone(), Clock::System, None).unwrap().monitor;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let mut settings = config.server.clone().expect("[server] in the config");
     // The daemon reads the token from the environment; in process it is handed over directly.
     settings.api_token = Some(builder_monitor::config::Secret::new(TOKEN));
-    let mut state = ServerState::new(config.clone(), settings, monitor.clone(), ledger.clone());
+    let mut state = ServerState::new(config.clone(), settings, monitor.handle(), ledger.clone());
     if let Some(leading) = leading {
         state = state.with_leadership(leading);
     }

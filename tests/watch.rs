@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use builder_monitor::config::Config;
+use builder_monitor::daemon::Parts;
+use builder_monitor::ledger::Ledger;
 use builder_monitor::monitor::{CheckOutcome, Monitor};
-use builder_monitor::registry::Registry;
 use builder_monitor::schedule::Clock;
-use builder_monitor::store::Ledger;
 use support::images::{Format, Image, Pusher};
 use support::proxy::{Fault, Proxy, Redirect};
 use support::registry::{Auth, TestRegistry};
@@ -34,9 +34,7 @@ impl Setup {
         let config = Arc::new(Config::parse(&dir.path().join("config.toml"), config_text).unwrap());
         let builder_monitor::config::StateLocation::Sqlite(path) = &config.monitor.state else { unreachable!() };
         let ledger = Ledger::open(path).unwrap();
-        let metrics = builder_monitor::metrics::Metrics::new();
-        let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
-        let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), clock.clone(), metrics.clone()));
+        let monitor = Parts::new(config.clone(), ledger.clone(), clock.clone(), None).unwrap().monitor;
         Setup { monitor, ledger, clock, _dir: dir }
     }
 

@@ -12,9 +12,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::{AlertError, SendOutcome, Sender};
 use crate::config::AlertSettings;
+use crate::ledger::{DeliveryUpdate, DueDelivery, Ledger};
 use crate::metrics::{DeliveryLabels, Metrics};
-use crate::schedule::{Clock, parse_timestamp, timestamp_millis};
-use crate::store::{DeliveryUpdate, DueDelivery, Ledger};
+use crate::schedule::Clock;
+use builder_monitor_core::schedule::{parse_timestamp, timestamp_millis};
 
 /// Sends in flight per receiver: a slow receiver holds up only its own deliveries.
 const PER_ALERT: usize = 4;
@@ -44,9 +45,9 @@ impl Dispatcher {
         alerts: &[AlertSettings],
         ledger: Ledger,
         clock: Clock,
-        wake: Arc<Notify>,
         metrics: Arc<Metrics>,
     ) -> Result<Self, AlertError> {
+        let wake = ledger.new_deliveries();
         let mut senders = BTreeMap::new();
         for a in alerts {
             senders.insert(a.name.clone(), (Arc::new(Sender::new(a.clone())?), Arc::new(Semaphore::new(PER_ALERT))));

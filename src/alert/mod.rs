@@ -14,42 +14,7 @@ pub use deliver::Dispatcher;
 pub use render::{Rendered, cloudevent, render, short_image, slack_body, summary};
 
 use crate::config::{AlertSettings, Secret};
-use crate::event::Event;
-
-/// `*` matches any run of characters, `?` one character; everything else itself.
-pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
-    // Classic two-pointer match with backtracking to the last `*`.
-    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some(pi);
-            mark = ti;
-            pi += 1;
-        } else if let Some(s) = star {
-            pi = s + 1;
-            mark += 1;
-            ti = mark;
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|c| *c == '*')
-}
-
-/// The alerts that asked for this event: its type, and any builder it concerns.
-pub fn routes<'a>(alerts: &'a [AlertSettings], event: &Event) -> Vec<&'a str> {
-    let builders =
-        || std::iter::once(event.builder.name.as_str()).chain(event.builders.iter().map(|b| b.name.as_str()));
-    alerts
-        .iter()
-        .filter(|a| a.wants_type(event.event_type.as_str()) && a.wants_builder(builders()))
-        .map(|a| a.name.as_str())
-        .collect()
-}
+use builder_monitor_core::event::Event;
 
 /// How each alert treats the failure events of a watch about these builders (`outage`).
 pub fn audiences(alerts: &[AlertSettings], builders: &[&str]) -> Vec<outage::Audience> {
@@ -59,23 +24,45 @@ pub fn audiences(alerts: &[AlertSettings], builders: &[&str]) -> Vec<outage::Aud
         .map(|a| outage::Audience {
             alert: a.name.clone(),
             threshold: a.failure_threshold,
-            check_failed: a.wants_type(crate::event::EventType::CheckFailed.as_str()),
-            check_recovered: a.wants_type(crate::event::EventType::CheckRecovered.as_str()),
-            registry_unavailable: a.wants_type(crate::event::EventType::RegistryUnavailable.as_str()),
-            registry_recovered: a.wants_type(crate::event::EventType::RegistryRecovered.as_str()),
+            check_failed: a.wants_type(builder_monitor_core::event::EventType::CheckFailed.as_str()),
+            check_recovered: a.wants_type(builder_monitor_core::event::EventType::CheckRecovered.as_str()),
+            registry_unavailable: a.wants_type(builder_monitor_core::event::EventType::RegistryUnavailable.as_str()),
+            registry_recovered: a.wants_type(builder_monitor_core::event::EventType::RegistryRecovered.as_str()),
         })
         .collect()
 }
 
+/// What `alert test` got: the test event's id, the receiver's answer and how long it took.
+pub struct TestDelivery {
+    pub event_id: String,
+    pub outcome: SendOutcome,
+    pub elapsed: Duration,
+}
+
+/// Sends one test event (type `alert.test`) to an alert, once, without the ledger (`alert test`).
+pub async fn send_test(
+    settings: &AlertSettings,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<TestDelivery, AlertError> {
+    let sender = Sender::new(settings.clone())?;
+    let event = test_event(now);
+    let started = std::time::Instant::now();
+    let outcome = sender.send(&event).await;
+    Ok(TestDelivery { event_id: event.id, outcome, elapsed: started.elapsed() })
+}
+
 /// The event `alert test` sends: type `alert.test`, a builder named `builder-monitor-test`.
 pub fn test_event(now: chrono::DateTime<chrono::Utc>) -> Event {
-    let time = crate::schedule::timestamp(now);
-    let id = format!("test-{}", crate::event::stable_id(&["alert.test", &crate::schedule::timestamp_millis(now)]));
-    let subject = crate::event::Subject {
+    let time = builder_monitor_core::schedule::timestamp(now);
+    let id = format!(
+        "test-{}",
+        builder_monitor_core::event::stable_id(&["alert.test", &builder_monitor_core::schedule::timestamp_millis(now)])
+    );
+    let subject = builder_monitor_core::event::Subject {
         name: "builder-monitor-test".into(),
         image: "example.invalid/builder-monitor/test:latest".into(),
     };
-    Event::new(id, crate::event::EventType::AlertTest, time, subject)
+    Event::new(id, builder_monitor_core::event::EventType::AlertTest, time, subject)
 }
 
 /// `sha256=<hex HMAC-SHA256(secret, body)>`.
@@ -120,7 +107,6 @@ pub struct Sender {
 
 impl Sender {
     pub fn new(settings: AlertSettings) -> Result<Self, AlertError> {
-        crate::registry::install_crypto_provider();
         let origin = reqwest::Url::parse(settings.url.expose())
             .ok()
             .map(|u| (u.host_str().map(str::to_string), u.port_or_known_default()));
@@ -223,21 +209,6 @@ fn describe(error: reqwest::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn globs() {
-        assert!(glob_match("*", "builder.changed"));
-        assert!(glob_match("build.*", "build.failed"));
-        assert!(!glob_match("build.*", "builder.changed"));
-        assert!(glob_match("paketo-*", "paketo-jammy-base"));
-        assert!(glob_match("*-jammy-*", "paketo-jammy-base"));
-        assert!(glob_match("heroku-2?", "heroku-24"));
-        assert!(!glob_match("heroku-2?", "heroku-240"));
-        assert!(glob_match("exact", "exact"));
-        assert!(!glob_match("exact", "exactly"));
-        assert!(glob_match("a*b*c", "aXXbYYc"));
-        assert!(!glob_match("a*b*c", "aXXbYY"));
-    }
 
     #[test]
     fn hmac_sha256_known_answer() {

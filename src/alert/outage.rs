@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-use crate::event::{self, EventType};
+use builder_monitor_core::event::{self, EventType};
 
 /// A watch that started failing at most this long before another fails together with it; one
 /// that started failing earlier is an older, separate problem.
@@ -246,7 +246,7 @@ fn covers(outage: &Outage, name: &str, f: &Failing, audience: &dyn Fn(&str) -> V
 
 /// The id of a `registry.unavailable`: the same for the same registry, start and watches.
 pub fn unavailable_id(registry: &str, since: DateTime<Utc>, watches: &[String]) -> String {
-    let since = crate::schedule::timestamp_millis(since);
+    let since = builder_monitor_core::schedule::timestamp_millis(since);
     let mut parts = vec![EventType::RegistryUnavailable.as_str(), registry, since.as_str()];
     parts.extend(watches.iter().map(String::as_str));
     event::stable_id(&parts)

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use crate::config::AlertKind;
-use crate::event::{Event, EventType};
+use builder_monitor_core::event::{Event, EventType};
 
 /// A request body and its content type.
 #[derive(Debug, Clone)]
@@ -144,8 +144,8 @@ pub fn cloudevent(event: &Event) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builder::{BuildpackChange, Change, ChangeKind, Reason};
-    use crate::event::{ImageAction, Pin, Subject};
+    use builder_monitor_core::cnb::{BuildpackChange, Change, ChangeKind, Reason};
+    use builder_monitor_core::event::{ImageAction, Pin, Subject};
 
     fn changed() -> Event {
         let mut e = Event::new(

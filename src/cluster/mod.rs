@@ -34,7 +34,6 @@ impl From<kube::Error> for ClusterError {
 /// A client from `[kubernetes]`: its kubeconfig and context, else in-cluster or the default
 /// kubeconfig.
 pub async fn client(settings: &KubernetesSettings) -> Result<kube::Client, ClusterError> {
-    crate::registry::install_crypto_provider();
     let options = kube::config::KubeConfigOptions { context: settings.context.clone(), ..Default::default() };
     let config = match &settings.kubeconfig {
         Some(path) => {

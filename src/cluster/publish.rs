@@ -22,13 +22,12 @@ use super::crd::{
     BuilderLifecycle, BuilderStack, BuildpackMetadata, ClusterBuilder, ClusterBuilderSpec, ClusterBuilderStatus,
     Condition, HistoryEntry, LastChange,
 };
-use crate::builder::PinnedMetadata;
 use crate::config::{BuilderSettings, Config};
+use crate::ledger::{ChangeRecord, Ledger, WatchRecord};
 use crate::metrics::{Metrics, ResultLabels};
-use crate::monitor::{pinned_metadata, run_watch_name};
-use crate::registry::ImageRef;
-use crate::schedule::Schedule;
-use crate::store::{ChangeRecord, Ledger, WatchRecord};
+use crate::monitor::{pinned_metadata, run_image_watch, run_watch_name};
+use builder_monitor_core::cnb::PinnedMetadata;
+use builder_monitor_core::schedule::Schedule;
 
 /// The field manager of every write, and the `managed-by` label value.
 pub const FIELD_MANAGER: &str = "builder-monitor";
@@ -237,17 +236,12 @@ impl Publisher {
     /// Writes one builder's status from the ledger, and records an Event for a change not recorded yet.
     pub async fn publish_status(&self, name: &str) -> Result<(), ClusterError> {
         let builder = self.config.builder(name).ok_or_else(|| ClusterError::Api(format!("no builder {name}")))?;
-        let ledger = |e: crate::store::LedgerError| ClusterError::Api(e.to_string());
+        let ledger = |e: crate::ledger::LedgerError| ClusterError::Api(e.to_string());
         let record = self.ledger.watch(name).await.map_err(ledger)?.filter(|r| r.image == builder.image.to_string());
         let history = self.ledger.history(name, HISTORY).await.map_err(ledger)?;
         let last_change = self.ledger.changes(Some(name), 1).await.map_err(ledger)?.into_iter().next();
-        let run_watch = record
-            .as_ref()
-            .and_then(pinned_metadata)
-            .and_then(|m| m.preferred().and_then(|b| b.run_image()).map(str::to_string))
-            .and_then(|n| ImageRef::parse(&n).ok())
-            .filter(|i| i.digest().is_none() && builder.watch_run_image)
-            .map(|i| run_watch_name(&i));
+        let metadata = record.as_ref().and_then(pinned_metadata);
+        let run_watch = run_image_watch(builder, metadata.as_ref()).ok().flatten().map(|i| run_watch_name(&i));
         let (run_image, run_change) = match &run_watch {
             Some(watch) => (
                 self.ledger.watch(watch).await.map_err(ledger)?.and_then(|r| r.pin).map(|p| p.reference),
@@ -259,7 +253,7 @@ impl Publisher {
         let Some(current) = current else {
             return Err(ClusterError::Api(format!("ClusterBuilder {name} does not exist (its spec is applied first)")));
         };
-        let now = crate::schedule::timestamp(chrono::Utc::now());
+        let now = builder_monitor_core::schedule::timestamp(chrono::Utc::now());
         let status = status_of(&StatusInput {
             record: record.as_ref(),
             history: &history,
@@ -309,7 +303,7 @@ impl Publisher {
 
     async fn record_failure(&self, name: &str, uid: Option<&str>, record: &WatchRecord) {
         let since = record.failing_since.clone().unwrap_or_default();
-        let id = crate::event::stable_id(&[name, "check.failed", &since]);
+        let id = builder_monitor_core::event::stable_id(&[name, "check.failed", &since]);
         let reason = condition_reason(record.last_error_reason.as_deref().unwrap_or("check_failed"));
         let message = record.last_error.clone().unwrap_or_else(|| "the check failed".into());
         let id: String = id.chars().take(16).collect();

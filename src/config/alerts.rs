@@ -9,8 +9,7 @@ use toml::Spanned;
 use toml::de::DeValue;
 
 use super::{Secret, Secrets, Validator};
-use crate::alert::glob_match;
-use crate::event::EventType;
+use builder_monitor_core::event::{Event, EventType};
 
 /// Events an alert gets when it does not say.
 pub const DEFAULT_EVENTS: &[&str] = &["builder.changed", "run_image.changed", "check.failed", "registry.unavailable"];
@@ -318,5 +317,60 @@ impl<'a> Validator<'a> {
             give_up_after,
             failure_threshold,
         })
+    }
+}
+
+/// `*` matches any run of characters, `?` one character; everything else itself.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    // Classic two-pointer match with backtracking to the last `*`.
+    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+/// The alerts that asked for this event: its type, and any builder it concerns.
+pub fn routes<'a>(alerts: &'a [AlertSettings], event: &Event) -> Vec<&'a str> {
+    let builders =
+        || std::iter::once(event.builder.name.as_str()).chain(event.builders.iter().map(|b| b.name.as_str()));
+    alerts
+        .iter()
+        .filter(|a| a.wants_type(event.event_type.as_str()) && a.wants_builder(builders()))
+        .map(|a| a.name.as_str())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("*", "builder.changed"));
+        assert!(glob_match("build.*", "build.failed"));
+        assert!(!glob_match("build.*", "builder.changed"));
+        assert!(glob_match("paketo-*", "paketo-jammy-base"));
+        assert!(glob_match("*-jammy-*", "paketo-jammy-base"));
+        assert!(glob_match("heroku-2?", "heroku-24"));
+        assert!(!glob_match("heroku-2?", "heroku-240"));
+        assert!(glob_match("exact", "exact"));
+        assert!(!glob_match("exact", "exactly"));
+        assert!(glob_match("a*b*c", "aXXbYYc"));
+        assert!(!glob_match("a*b*c", "aXXbYY"));
     }
 }

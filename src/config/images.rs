@@ -5,88 +5,16 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use toml::Spanned;
 use toml::de::DeValue;
 
 use super::kubernetes::{KubeRunnerSettings, RawKubeRunner};
 use super::{BuilderSettings, Validator};
-use crate::registry::ImageRef;
+use builder_monitor_core::reference::ImageRef;
 
-/// How an app image reacts when its builder (or the builder's run image) moves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Policy {
-    /// Rebase when the move allows it and the app is not on the new run image yet, else rebuild.
-    Auto,
-    /// Always rebuild.
-    Rebuild,
-    /// Always rebase.
-    Rebase,
-    /// Alerts only, no action.
-    Notify,
-}
-
-impl Policy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Policy::Auto => "auto",
-            Policy::Rebuild => "rebuild",
-            Policy::Rebase => "rebase",
-            Policy::Notify => "notify",
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Source {
-    pub git: String,
-    #[serde(default = "default_revision")]
-    pub revision: String,
-    #[serde(default)]
-    pub sub_path: Option<String>,
-}
-
-fn default_revision() -> String {
-    "main".to_string()
-}
-
-/// A Kubernetes toleration, in the Pod spec's own field names.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Toleration {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub operator: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub value: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub effect: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub toleration_seconds: Option<i64>,
-}
-
-/// Where the Kubernetes runners place a build pod. Maps merge key by key with `[runner.kubernetes]`;
-/// lists and affinity replace.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Scheduling {
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub node_selector: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tolerations: Option<Vec<Toleration>>,
-    /// A Pod spec `affinity` object, as written.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub affinity: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub priority_class_name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runtime_class_name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scheduler_name: Option<String>,
-}
+use builder_monitor_core::plan::PlannedImage;
+pub use builder_monitor_core::plan::{Policy, Scheduling, Source, Toleration};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ImageSettings {
@@ -100,6 +28,18 @@ pub struct ImageSettings {
     pub env: BTreeMap<String, String>,
     pub policy: Policy,
     pub scheduling: Scheduling,
+}
+
+impl PlannedImage for ImageSettings {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn builder(&self) -> &str {
+        &self.builder
+    }
+    fn policy(&self) -> Policy {
+        self.policy
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

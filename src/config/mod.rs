@@ -12,10 +12,13 @@ use serde::de::DeserializeOwned;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
-use crate::registry::{DockerConfig, ImageRef};
+use builder_monitor_core::reference::ImageRef;
+use docker::DockerConfig;
 
-mod alerts;
-use crate::schedule::Schedule;
+use builder_monitor_core::schedule::Schedule;
+
+pub mod alerts;
+mod docker;
 mod images;
 mod kubernetes;
 pub use alerts::{AlertKind, AlertSettings, AlertUrl, DEFAULT_EVENTS, redact_url};
@@ -397,7 +400,7 @@ impl Config {
             ));
             let next = b.schedule.next_firings(chrono::Utc::now(), 3);
             if !next.is_empty() {
-                let next: Vec<String> = next.into_iter().map(crate::schedule::firing_text).collect();
+                let next: Vec<String> = next.into_iter().map(builder_monitor_core::schedule::firing_text).collect();
                 out.push_str(&format!("      next: {}\n", next.join(", ")));
             }
         }

@@ -1,8 +1,9 @@
 //! Polite registry access: one fixed Accept list, HEAD for checks and digest-verified GETs, bearer
 //! tokens reused per scope, a rate limiter per registry, and retries that honour `Retry-After`.
 //!
-//! oci-client parses references; the requests are our own (reqwest), because oci-client hides
-//! `Retry-After`/`RateLimit-*` and silently GETs after a failed HEAD (a pull on Docker Hub).
+//! References are parsed by the core (`builder_monitor_core::reference`); the requests are our own
+//! (reqwest), because oci-client hides `Retry-After`/`RateLimit-*` and silently GETs after a failed
+//! HEAD (a pull on Docker Hub).
 //!
 //! Redirects are followed by hand: manifest and token requests only within their own origin
 //! (scheme, host, port), so a digest is only ever taken from the configured registry; blob GETs
@@ -10,7 +11,6 @@
 
 mod auth;
 mod circuit;
-mod reference;
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -24,9 +24,10 @@ use reqwest::{Method, Response, StatusCode, Url};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
-pub use auth::{Challenge, DockerConfig, DockerConfigError, Token, parse_challenge, parse_token_response};
+pub use auth::{Challenge, Token, parse_challenge, parse_token_response};
 pub use circuit::THRESHOLD as CIRCUIT_THRESHOLD;
-pub use reference::{ImageRef, ReferenceError, is_sha256_digest};
+
+use builder_monitor_core::reference::{ImageRef, is_sha256_digest};
 
 use crate::config::{Credentials, RegistrySettings, Secret};
 use crate::metrics::{Metrics, RegistryLabels, RequestLabels};
@@ -235,11 +236,6 @@ impl Registry {
     }
 }
 
-/// Installs ring as rustls' process-wide provider (reqwest and kube both build TLS configs from it).
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
 pub fn sha256_digest(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
@@ -322,7 +318,6 @@ impl moka::Expiry<String, Arc<Token>> for TokenExpiry {
 
 impl Endpoint {
     fn new(settings: RegistrySettings, api_host: &str, metrics: Arc<Metrics>) -> Result<Self, RegistryError> {
-        install_crypto_provider();
         let setup = |detail: String| RegistryError::Setup { registry: settings.host.clone(), detail };
         let scheme = if settings.insecure { "http" } else { "https" };
         let mut builder = reqwest::Client::builder()
@@ -889,6 +884,7 @@ mod tests {
     fn pauses_are_capped_even_for_a_far_future_date() {
         let mut s = RegistrySettings::defaults_for("example.com");
         s.max_retry_after = Duration::from_secs(60);
+        crate::install_crypto_provider();
         let e = Endpoint::new(s, "example.com", Metrics::new()).unwrap();
         let mut h = HeaderMap::new();
         h.insert(RETRY_AFTER, HeaderValue::from_static("Fri, 31 Dec 9999 23:59:59 GMT"));
@@ -914,6 +910,7 @@ mod tests {
     fn backoff_grows_with_jitter_and_caps() {
         let mut s = RegistrySettings::defaults_for("example.com");
         s.backoff = Duration::from_millis(100);
+        crate::install_crypto_provider();
         let e = Endpoint::new(s, "example.com", Metrics::new()).unwrap();
         for _ in 0..100 {
             let d0 = e.backoff(0);

@@ -9,7 +9,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::{Outcome, Secrets, group};
 use crate::config::ExecSettings;
-use crate::store::ProcessGroup;
+use crate::ledger::ProcessGroup;
 
 /// Output kept per action (the end of stdout and stderr, interleaved as read).
 pub const TAIL_BYTES: usize = 4096;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::store::ProcessGroup;
+use crate::ledger::ProcessGroup;
 
 /// How often `stop` looks whether a group is gone (it is not our child: there is no exit to await).
 const POLL: Duration = Duration::from_millis(20);

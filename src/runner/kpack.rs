@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::Outcome;
 use super::kubernetes::{ActionRef, Watched, annotations, labels, merged, scheduling_fields};
 use crate::config::KubeRunnerSettings;
-use crate::plan::{ActionKind, ActionTarget};
+use builder_monitor_core::plan::{ActionKind, ActionTarget};
 
 /// The fields of a kpack Build that builder-monitor writes, typed (unknown fields are refused, so
 /// the tests catch a Build kpack would not understand).

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Outcome;
 use crate::config::{KubeRunnerSettings, Scheduling};
-use crate::plan::{ActionKind, ActionTarget};
+use builder_monitor_core::plan::{ActionKind, ActionTarget};
 
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY: &str = "builder-monitor";

@@ -1,5 +1,6 @@
-//! The runner: carries out recorded rebases and rebuilds (local commands for `exec`; nothing for
-//! `none`), at most `max_concurrent` at once, retrying failures and recording every outcome.
+//! The runner: carries out recorded rebases and rebuilds (local commands for `exec`, a `batch/v1`
+//! Job for `kubernetes`, a kpack Build for `kpack`; nothing for `none`), at most `max_concurrent` at
+//! once, retrying failures and recording every outcome.
 
 pub mod exec;
 pub mod group;
@@ -15,12 +16,13 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::alert;
-use crate::config::{Config, RunnerKind};
-use crate::event::{self, ActionInfo, Event, EventType, Subject};
-use crate::plan::{ActionKind, ActionTarget};
-use crate::schedule::{Clock, parse_timestamp, timestamp, timestamp_millis};
-use crate::store::{ActionOutcome, ClaimedAction, Ledger, LedgerError};
+use crate::config::{Config, ExecSettings, RunnerKind};
+use crate::ledger::{ActionEnd, ActionOutcome, ClaimedAction, Ledger, LedgerError};
+use crate::schedule::Clock;
+use builder_monitor_core::event::{self, ActionInfo, Event, EventType, Subject};
+use builder_monitor_core::plan::{ActionKind, ActionTarget};
+use builder_monitor_core::schedule::{parse_timestamp, timestamp, timestamp_millis};
+use kubernetes::ActionRef;
 
 /// Why the runner cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -139,10 +141,8 @@ pub struct Runner {
     ledger: Ledger,
     clock: Clock,
     backend: Backend,
-    /// Notified when actions are recorded.
+    /// The ledger's signal of new actions.
     wake: Arc<Notify>,
-    /// Notified when this runner records events with deliveries.
-    delivery_wake: Arc<Notify>,
     permits: Arc<Semaphore>,
     secrets: Secrets,
     /// Attempts that failed in this process (`run --once` exits 1 after one).
@@ -150,17 +150,11 @@ pub struct Runner {
 }
 
 impl Runner {
-    pub fn new(
-        config: Arc<Config>,
-        ledger: Ledger,
-        clock: Clock,
-        backend: Backend,
-        wake: Arc<Notify>,
-        delivery_wake: Arc<Notify>,
-    ) -> Self {
+    pub fn new(config: Arc<Config>, ledger: Ledger, clock: Clock, backend: Backend) -> Self {
         let permits = Arc::new(Semaphore::new(config.runner.max_concurrent));
         let secrets = Secrets::of(&config);
-        Runner { config, ledger, clock, backend, wake, delivery_wake, permits, secrets, failures: AtomicUsize::new(0) }
+        let wake = ledger.new_actions();
+        Runner { config, ledger, clock, backend, wake, permits, secrets, failures: AtomicUsize::new(0) }
     }
 
     /// Attempts that failed in this process so far.
@@ -339,7 +333,9 @@ impl Runner {
     fn routed(&self, events: &[Event]) -> Vec<(String, String)> {
         events
             .iter()
-            .flat_map(|e| alert::routes(&self.config.alerts, e).into_iter().map(|a| (e.id.clone(), a.to_string())))
+            .flat_map(|e| {
+                crate::config::alerts::routes(&self.config.alerts, e).into_iter().map(|a| (e.id.clone(), a.to_string()))
+            })
             .collect()
     }
 
@@ -350,16 +346,16 @@ impl Runner {
                 tracing::error!(action = %action.key, error = %err, "unreadable action target");
                 let _ = self
                     .ledger
-                    .finish_action(
-                        &action.key,
-                        ActionOutcome::Failed,
-                        format!("unreadable target: {err}"),
-                        String::new(),
-                        "",
-                        vec![],
-                        vec![],
-                        1,
-                    )
+                    .finish_action(ActionEnd {
+                        key: &action.key,
+                        outcome: ActionOutcome::Failed,
+                        detail: format!("unreadable target: {err}"),
+                        output_tail: String::new(),
+                        watch: "",
+                        events: vec![],
+                        deliveries: vec![],
+                        history: 1,
+                    })
                     .await;
                 return;
             }
@@ -371,7 +367,6 @@ impl Runner {
             if let Err(err) = self.ledger.record_events(&target.builder_name, started, deliveries, history).await {
                 tracing::error!(action = %action.key, error = %err, "cannot record build.started");
             }
-            self.delivery_wake.notify_one();
         }
         tracing::info!(action = %action.key, image = %action.image, kind = action.kind.as_str(), attempt = action.attempt, "running action");
         let (mut outcome, retryable) = self.carry_out(&action, &target).await;
@@ -402,26 +397,22 @@ impl Runner {
             .into_iter()
             .collect();
         let deliveries = self.routed(&events);
-        let has_deliveries = !deliveries.is_empty();
         let result = self
             .ledger
-            .finish_action(
-                &action.key,
-                state.clone(),
-                outcome.detail.clone(),
-                outcome.output_tail.clone(),
-                &target.builder_name,
+            .finish_action(ActionEnd {
+                key: &action.key,
+                outcome: state.clone(),
+                detail: outcome.detail.clone(),
+                output_tail: outcome.output_tail.clone(),
+                watch: &target.builder_name,
                 events,
                 deliveries,
                 history,
-            )
+            })
             .await;
         if let Err(err) = result {
             tracing::error!(action = %action.key, error = %err, "cannot record the action's outcome");
             return;
-        }
-        if has_deliveries {
-            self.delivery_wake.notify_one();
         }
         match state {
             ActionOutcome::Succeeded => {
@@ -455,24 +446,7 @@ impl Runner {
                 return (outcome, false);
             }
         };
-        let template = match action.kind {
-            ActionKind::Rebuild => &settings.rebuild,
-            ActionKind::Rebase => &settings.rebase,
-        };
-        let source = target.source.as_ref();
-        let values: BTreeMap<&str, String> = [
-            ("image", target.image.clone()),
-            ("builder", target.builder.clone()),
-            ("run_image", target.run_image.clone().unwrap_or_default()),
-            ("source", source.map(|s| s.git.clone()).unwrap_or_default()),
-            ("revision", source.map(|s| s.revision.clone()).unwrap_or_default()),
-            ("sub_path", source.and_then(|s| s.sub_path.clone()).unwrap_or_default()),
-            ("change_id", action.change_id.clone()),
-            ("action", action.kind.as_str().to_string()),
-            ("name", action.image.clone()),
-        ]
-        .into();
-        let argv = exec::expand(template, &values);
+        let argv = command(settings, &reference, target);
         let record = |process| async move {
             // Without the record a restart cannot stop this command before running it again.
             match self.ledger.record_process(&action.key, process).await {
@@ -486,5 +460,117 @@ impl Runner {
             Ok(outcome) => (outcome, true),
             Err(err) => (Outcome { success: false, detail: err.to_string(), output_tail: String::new() }, false),
         }
+    }
+}
+
+/// The `exec` runner's command for an action: its argv template with every placeholder filled.
+pub fn command(settings: &ExecSettings, action: &ActionRef<'_>, target: &ActionTarget) -> Vec<String> {
+    let template = match action.kind {
+        ActionKind::Rebuild => &settings.rebuild,
+        ActionKind::Rebase => &settings.rebase,
+    };
+    let source = target.source.as_ref();
+    let values: BTreeMap<&str, String> = [
+        ("image", target.image.clone()),
+        ("builder", target.builder.clone()),
+        ("run_image", target.run_image.clone().unwrap_or_default()),
+        ("source", source.map(|s| s.git.clone()).unwrap_or_default()),
+        ("revision", source.map(|s| s.revision.clone()).unwrap_or_default()),
+        ("sub_path", source.and_then(|s| s.sub_path.clone()).unwrap_or_default()),
+        ("change_id", action.change_id.to_string()),
+        ("action", action.kind.as_str().to_string()),
+        ("name", action.image.to_string()),
+    ]
+    .into();
+    exec::expand(template, &values)
+}
+
+/// Why `build-spec` cannot show an action.
+#[derive(Debug, thiserror::Error)]
+pub enum PreviewError {
+    /// The object the runner would create cannot be built (bad settings for this image).
+    #[error("{0}")]
+    Object(String),
+    #[error("encoding the {what}: {source}")]
+    Encode { what: &'static str, source: serde_json::Error },
+}
+
+/// What the configured runner would create for an action now (`build-spec`): the Job, the kpack
+/// Build, or the command with its arguments filled as the runner fills them.
+pub fn preview(
+    config: &Config,
+    action: &ActionRef<'_>,
+    target: &ActionTarget,
+) -> Result<serde_json::Value, PreviewError> {
+    match (config.runner.kind, &config.runner.kubernetes) {
+        (RunnerKind::Kubernetes, Some(settings)) => {
+            let job =
+                kubernetes::job(action, target, settings, config.runner.max_attempts).map_err(PreviewError::Object)?;
+            serde_json::to_value(job).map_err(|source| PreviewError::Encode { what: "Job", source })
+        }
+        (RunnerKind::Kpack, Some(settings)) => kpack::build(action, target, settings).map_err(PreviewError::Object),
+        _ => {
+            let argv = config.runner.exec.as_ref().map(|e| command(e, action, target));
+            Ok(serde_json::json!({ "runner": config.runner.kind.as_str(), "target": target, "command": argv }))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exec_preview_shows_the_command_the_runner_would_run() {
+        let text = r#"
+[[builders]]
+name = "jammy"
+image = "registry.example.com/cnb/builder:latest"
+
+[[images]]
+name = "petclinic"
+builder = "jammy"
+image = "registry.example.com/apps/petclinic:latest"
+
+[runner]
+type = "exec"
+[runner.exec]
+rebuild = ["pack", "build", "{image}", "--builder", "{builder}", "--env", "CHANGE={change_id}"]
+rebase = ["pack", "rebase", "{image}", "--run-image", "{run_image}"]
+"#;
+        let config = Config::parse(std::path::Path::new("/config.toml"), text).unwrap();
+        let target = ActionTarget {
+            image: "registry.example.com/apps/petclinic:latest".into(),
+            builder_name: "jammy".into(),
+            builder: "registry.example.com/cnb/builder@sha256:b".into(),
+            run_image: Some("registry.example.com/cnb/run@sha256:r".into()),
+            source: None,
+            env: BTreeMap::new(),
+            why: "test".into(),
+            user_id: None,
+            group_id: None,
+            platform_apis: vec![],
+            stack_id: None,
+            app_reference: None,
+            reasons: vec![],
+            scheduling: Default::default(),
+        };
+        let action = ActionRef { key: "bm-1", change_id: "c1", image: "petclinic", kind: ActionKind::Rebuild };
+        let shown = preview(&config, &action, &target).unwrap();
+        assert_eq!(shown["runner"], "exec");
+        let expected = [
+            "pack",
+            "build",
+            "registry.example.com/apps/petclinic:latest",
+            "--builder",
+            "registry.example.com/cnb/builder@sha256:b",
+            "--env",
+            "CHANGE=c1",
+        ];
+        assert_eq!(shown["command"], serde_json::json!(expected));
+        let rebase = ActionRef { kind: ActionKind::Rebase, ..action };
+        let shown = preview(&config, &rebase, &target).unwrap();
+        assert_eq!(shown["command"][4], "registry.example.com/cnb/run@sha256:r");
+        assert_eq!(shown["target"]["image"], "registry.example.com/apps/petclinic:latest");
     }
 }

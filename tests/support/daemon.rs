@@ -176,8 +176,8 @@ impl Daemon {
 
     /// Waits for the structured log line of an event of `event_type`.
     pub fn wait_for_event(&mut self, event_type: &str) -> serde_json::Value {
-        let line =
-            self.wait_for(event_type, |v| v["target"] == "builder_monitor::event" && v["event_type"] == event_type);
+        let line = self
+            .wait_for(event_type, |v| v["target"] == "builder_monitor_core::event" && v["event_type"] == event_type);
         serde_json::from_str(line["event"].as_str().unwrap()).unwrap()
     }
 

@@ -123,7 +123,7 @@ impl Pusher {
     }
 
     fn with_auth(host: &str, auth: RegistryAuth) -> Self {
-        builder_monitor::registry::install_crypto_provider();
+        builder_monitor::install_crypto_provider();
         let config = ClientConfig { protocol: ClientProtocol::Http, ..Default::default() };
         let client = Client::try_from(config).expect("oci client");
         Pusher { client, auth, host: host.into() }

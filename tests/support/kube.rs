@@ -230,7 +230,7 @@ impl KubeDouble {
 
     /// A `kube::Client` for this double.
     pub fn client(&self) -> kube::Client {
-        builder_monitor::registry::install_crypto_provider();
+        builder_monitor::install_crypto_provider();
         let config = kube::Config::new(self.url.parse().unwrap());
         kube::Client::try_from(config).expect("kube client")
     }

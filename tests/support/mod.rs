@@ -22,6 +22,6 @@ pub fn fixture(name: &str) -> std::path::PathBuf {
 
 /// A reqwest client for test plumbing (plain HTTP on loopback).
 pub fn http() -> reqwest::Client {
-    builder_monitor::registry::install_crypto_provider();
+    builder_monitor::install_crypto_provider();
     reqwest::Client::builder().build().expect("test HTTP client")
 }

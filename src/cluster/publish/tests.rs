@@ -1,8 +1,8 @@
 use serde_json::json;
 
 use super::*;
-use crate::builder::Change;
-use crate::store::{PinRecord, WatchKind};
+use crate::ledger::{PinRecord, WatchKind};
+use builder_monitor_core::cnb::Change;
 
 fn record() -> WatchRecord {
     WatchRecord {

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::registry::ImageRef;
+use crate::reference::ImageRef;
 use crate::text::escape;
 
 pub const BUILDER_METADATA: &str = "io.buildpacks.builder.metadata";
@@ -839,7 +839,7 @@ impl AppMetadata {
     pub fn run_image_digest(&self) -> Option<&str> {
         let reference = self.run_image.as_ref()?.reference.as_deref()?;
         let digest = reference.rsplit('@').next()?;
-        crate::registry::is_sha256_digest(digest).then_some(digest)
+        crate::reference::is_sha256_digest(digest).then_some(digest)
     }
 }
 

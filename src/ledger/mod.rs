@@ -6,6 +6,9 @@ mod lock;
 mod sqlite;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tokio::sync::Notify;
 
 use serde::Serialize;
 
@@ -13,14 +16,16 @@ pub use kubernetes::KubeLedger;
 pub use lock::WriterLock;
 pub use sqlite::SqliteLedger;
 
-use crate::builder::{Change, ChangeKind};
-use crate::event::Event;
-use crate::plan::ActionKind;
+use builder_monitor_core::cnb::{Change, ChangeKind};
+use builder_monitor_core::event::Event;
+use builder_monitor_core::plan::{ActionKind, ActionTarget};
 
 /// Each variant's message includes its cause, which is therefore not also exposed as `source()`:
 /// the daemon logs these with `Display`, and a chain printer would show the cause twice.
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
+    #[error("cannot encode the {what}: {error}")]
+    Encode { what: &'static str, error: serde_json::Error },
     #[error("cannot open the ledger {}: {error}", path.display())]
     Open { path: std::path::PathBuf, error: rusqlite::Error },
     #[error("the ledger {} has schema version {found}, newer than this builder-monitor understands ({supported}); upgrade builder-monitor", path.display())]
@@ -159,6 +164,39 @@ pub struct NewAction {
     pub target: serde_json::Value,
 }
 
+impl NewAction {
+    /// An action to record for `target`: a target that cannot be encoded is an error here, never
+    /// a null in the ledger.
+    pub fn new(
+        key: String,
+        change_id: String,
+        image: String,
+        kind: ActionKind,
+        target: &ActionTarget,
+    ) -> Result<Self, LedgerError> {
+        let target =
+            serde_json::to_value(target).map_err(|error| LedgerError::Encode { what: "action target", error })?;
+        Ok(NewAction { key, change_id, image, kind, target })
+    }
+}
+
+/// The end of an action's attempt, as `finish_action` records it.
+#[derive(Debug, Clone)]
+pub struct ActionEnd<'a> {
+    pub key: &'a str,
+    pub outcome: ActionOutcome,
+    pub detail: String,
+    /// The end of the command's output, scrubbed.
+    pub output_tail: String,
+    /// The watch the attempt's events are recorded under (the builder).
+    pub watch: &'a str,
+    pub events: Vec<Event>,
+    /// (event id, alert name): the outbox rows of the events above.
+    pub deliveries: Vec<(String, String)>,
+    /// Events kept for the watch.
+    pub history: usize,
+}
+
 /// An action a runner took on (now `running`).
 #[derive(Debug, Clone)]
 pub struct ClaimedAction {
@@ -273,45 +311,83 @@ pub fn parse_kind(text: &str) -> ChangeKind {
     ChangeKind::parse(text).unwrap_or(ChangeKind::Unknown)
 }
 
-/// The ledger the daemon writes to: embedded SQLite, or ConfigMaps on Kubernetes.
+/// The ledger the daemon writes to: embedded SQLite, or ConfigMaps on Kubernetes. Clones share
+/// the backend and the signals of new work.
+#[derive(Clone)]
+pub struct Ledger {
+    backend: Backend,
+    signals: Arc<Signals>,
+}
+
 #[derive(Clone)]
 #[allow(clippy::large_enum_variant)] // one per daemon, cloned rarely; boxing buys nothing
-pub enum Ledger {
+enum Backend {
     Sqlite(SqliteLedger),
     Kubernetes(KubeLedger),
+}
+
+/// Notified by the writes that add work, so the workers that do it wake (a notification made
+/// while no worker waits is kept for the next wait).
+#[derive(Default)]
+struct Signals {
+    deliveries: Arc<Notify>,
+    actions: Arc<Notify>,
 }
 
 /// Calls the same method on whichever backend this is.
 macro_rules! dispatch {
     ($self:ident, $method:ident ( $($arg:expr),* )) => {
-        match $self {
-            Ledger::Sqlite(l) => l.$method($($arg),*).await,
-            Ledger::Kubernetes(l) => l.$method($($arg),*).await,
+        match &$self.backend {
+            Backend::Sqlite(l) => l.$method($($arg),*).await,
+            Backend::Kubernetes(l) => l.$method($($arg),*).await,
         }
     };
 }
 
 impl Ledger {
+    fn with(backend: Backend) -> Self {
+        Ledger { backend, signals: Arc::default() }
+    }
+
     /// The embedded SQLite ledger at `path`.
     pub fn open(path: &std::path::Path) -> Result<Self, LedgerError> {
-        SqliteLedger::open(path).map(Ledger::Sqlite)
+        SqliteLedger::open(path).map(|l| Ledger::with(Backend::Sqlite(l)))
     }
 
     /// The existing SQLite ledger at `path`, read-only (see [`SqliteLedger::open_read_only`]).
     pub fn open_read_only(path: &std::path::Path) -> Result<Self, LedgerError> {
-        SqliteLedger::open_read_only(path).map(Ledger::Sqlite)
+        SqliteLedger::open_read_only(path).map(|l| Ledger::with(Backend::Sqlite(l)))
     }
 
     /// The ledger in ConfigMaps of `namespace`.
     pub fn kubernetes(client: kube::Client, namespace: &str) -> Self {
-        Ledger::Kubernetes(KubeLedger::new(client, namespace))
+        Ledger::with(Backend::Kubernetes(KubeLedger::new(client, namespace)))
     }
 
     /// Where the ledger lives, for people.
     pub fn location(&self) -> String {
-        match self {
-            Ledger::Sqlite(l) => l.path().display().to_string(),
-            Ledger::Kubernetes(l) => l.location(),
+        match &self.backend {
+            Backend::Sqlite(l) => l.path().display().to_string(),
+            Backend::Kubernetes(l) => l.location(),
+        }
+    }
+
+    /// Notified whenever a write added deliveries to the outbox (the alert dispatcher waits on it).
+    pub fn new_deliveries(&self) -> Arc<Notify> {
+        self.signals.deliveries.clone()
+    }
+
+    /// Notified whenever a write added actions (the runner waits on it).
+    pub fn new_actions(&self) -> Arc<Notify> {
+        self.signals.actions.clone()
+    }
+
+    fn signal(&self, deliveries: bool, actions: bool) {
+        if deliveries {
+            self.signals.deliveries.notify_one();
+        }
+        if actions {
+            self.signals.actions.notify_one();
         }
     }
 
@@ -340,7 +416,10 @@ impl Ledger {
     /// Commits a check's outcome — watch state, pin, history, change, events, deliveries and
     /// actions — in one write.
     pub async fn commit(&self, record: CheckRecord) -> Result<(), LedgerError> {
-        dispatch!(self, commit(record))
+        let (deliveries, actions) = (!record.deliveries.is_empty(), !record.actions.is_empty());
+        dispatch!(self, commit(record))?;
+        self.signal(deliveries, actions);
+        Ok(())
     }
 
     /// Most recent changes first; all watches when `watch` is `None`.
@@ -371,7 +450,10 @@ impl Ledger {
         deliveries: Vec<(String, String)>,
         history: usize,
     ) -> Result<(), LedgerError> {
-        dispatch!(self, record_events(watch, events, deliveries, history))
+        let added = !deliveries.is_empty();
+        dispatch!(self, record_events(watch, events, deliveries, history))?;
+        self.signal(added, false);
+        Ok(())
     }
 
     /// Deliveries due at `now` (RFC 3339 with milliseconds), oldest first, with their events.
@@ -410,19 +492,12 @@ impl Ledger {
     }
 
     /// Records an attempt's end and its events (with their outbox rows) in one write.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn finish_action(
-        &self,
-        key: &str,
-        outcome: ActionOutcome,
-        detail: String,
-        output_tail: String,
-        watch: &str,
-        events: Vec<Event>,
-        deliveries: Vec<(String, String)>,
-        history: usize,
-    ) -> Result<(), LedgerError> {
-        dispatch!(self, finish_action(key, outcome, detail, output_tail, watch, events, deliveries, history))
+    pub async fn finish_action(&self, end: ActionEnd<'_>) -> Result<(), LedgerError> {
+        let ActionEnd { key, outcome, detail, output_tail, watch, events, deliveries, history } = end;
+        let added = !deliveries.is_empty();
+        dispatch!(self, finish_action(key, outcome, detail, output_tail, watch, events, deliveries, history))?;
+        self.signal(added, false);
+        Ok(())
     }
 
     /// When the next pending action is due.

@@ -46,7 +46,7 @@ impl WriterLock {
         let holder = Holder {
             pid: std::process::id(),
             host: host_name(),
-            since: crate::schedule::timestamp(chrono::Utc::now()),
+            since: builder_monitor_core::schedule::timestamp(chrono::Utc::now()),
         };
         let text = serde_json::to_string(&holder).unwrap_or_default() + "\n";
         file.set_len(0).map_err(io_err)?;

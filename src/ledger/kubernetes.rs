@@ -11,7 +11,7 @@ use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use serde::{Deserialize, Serialize};
 
 use super::*;
-use crate::event::stable_id;
+use builder_monitor_core::event::stable_id;
 
 const LABEL: &str = "buildermonitor.dev/ledger";
 const KEY: &str = "ledger.json";
@@ -80,7 +80,7 @@ struct WatchDoc {
 }
 
 fn now_millis() -> String {
-    crate::schedule::timestamp_millis(chrono::Utc::now())
+    builder_monitor_core::schedule::timestamp_millis(chrono::Utc::now())
 }
 
 impl WatchDoc {
@@ -151,8 +151,9 @@ impl WatchDoc {
             self.changes.retain(|x| x.seq as i64 > floor);
             self.changes.sort_by_key(|x| x.seq);
         }
-        let now =
-            crate::schedule::parse_timestamp(&r.time).map(crate::schedule::timestamp_millis).unwrap_or_else(now_millis);
+        let now = builder_monitor_core::schedule::parse_timestamp(&r.time)
+            .map(builder_monitor_core::schedule::timestamp_millis)
+            .unwrap_or_else(now_millis);
         for a in &r.actions {
             for old in self
                 .actions

@@ -5,8 +5,90 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::builder::{BuilderMetadata, Buildpack, Change, ChangeKind};
-use crate::config::{ImageSettings, Policy};
+use crate::cnb::{BuilderMetadata, Buildpack, Change, ChangeKind};
+
+/// How an app image reacts when its builder (or the builder's run image) moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// Rebase when the move allows it and the app is not on the new run image yet, else rebuild.
+    Auto,
+    /// Always rebuild.
+    Rebuild,
+    /// Always rebase.
+    Rebase,
+    /// Alerts only, no action.
+    Notify,
+}
+
+impl Policy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Policy::Auto => "auto",
+            Policy::Rebuild => "rebuild",
+            Policy::Rebase => "rebase",
+            Policy::Notify => "notify",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Source {
+    pub git: String,
+    #[serde(default = "default_revision")]
+    pub revision: String,
+    #[serde(default)]
+    pub sub_path: Option<String>,
+}
+
+fn default_revision() -> String {
+    "main".to_string()
+}
+
+/// A Kubernetes toleration, in the Pod spec's own field names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Toleration {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toleration_seconds: Option<i64>,
+}
+
+/// Where the Kubernetes runners place a build pod. Maps merge key by key with `[runner.kubernetes]`;
+/// lists and affinity replace.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scheduling {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<Toleration>>,
+    /// A Pod spec `affinity` object, as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_class_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler_name: Option<String>,
+}
+
+/// An app image as planning sees it (the config's `[[images]]` entries implement it).
+pub trait PlannedImage {
+    fn name(&self) -> &str;
+    /// The `[[builders]]` name it is built with.
+    fn builder(&self) -> &str;
+    fn policy(&self) -> Policy;
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -79,7 +161,7 @@ pub struct ActionTarget {
     pub builder: String,
     /// The run image, immutable: the one to rebase onto, or the builder's for a rebuild.
     pub run_image: Option<String>,
-    pub source: Option<crate::config::Source>,
+    pub source: Option<Source>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     pub why: String,
@@ -101,7 +183,7 @@ pub struct ActionTarget {
     pub reasons: Vec<String>,
     /// Per-image placement for the Kubernetes runners.
     #[serde(default)]
-    pub scheduling: crate::config::Scheduling,
+    pub scheduling: Scheduling,
 }
 
 /// What one app image gets, and why, in words for people.
@@ -119,14 +201,14 @@ fn short(digest: &str) -> &str {
 
 /// One decision per app image built from an affected builder (images of other builders are not
 /// listed). At most one action per image: never both a rebase and a rebuild.
-pub fn plan(mv: &Move<'_>, images: &[ImageSettings], apps: &BTreeMap<String, AppState>) -> Vec<Decision> {
+pub fn plan<I: PlannedImage>(mv: &Move<'_>, images: &[I], apps: &BTreeMap<String, AppState>) -> Vec<Decision> {
     images
         .iter()
-        .filter(|i| mv.builders.contains(&i.builder))
+        .filter(|i| mv.builders.iter().any(|b| b == i.builder()))
         .map(|i| {
-            let app = apps.get(&i.name).cloned().unwrap_or(AppState::Unreachable("not read".into()));
-            let (action, why) = decide(mv, i.policy, &app);
-            Decision { image: i.name.clone(), action, why }
+            let app = apps.get(i.name()).cloned().unwrap_or(AppState::Unreachable("not read".into()));
+            let (action, why) = decide(mv, i.policy(), &app);
+            Decision { image: i.name().to_string(), action, why }
         })
         .collect()
 }
@@ -184,13 +266,13 @@ fn decide(mv: &Move<'_>, policy: Policy, app: &AppState) -> (Option<ActionKind>,
 
 /// How far an app image is from its builder's current pin (the `plan` command).
 pub fn assess(
-    image: &ImageSettings,
+    image: &impl PlannedImage,
     app: &AppState,
     builder: Option<&BuilderMetadata>,
     run_image: Option<&RunImageTarget>,
 ) -> Decision {
-    let decision = |action, why: String| Decision { image: image.name.clone(), action, why };
-    if image.policy == Policy::Notify {
+    let decision = |action, why: String| Decision { image: image.name().to_string(), action, why };
+    if image.policy() == Policy::Notify {
         return decision(None, "policy notify: alerts only".into());
     }
     let drift = match app {
@@ -216,7 +298,7 @@ pub fn assess(
             }
         }
     };
-    match (drift, image.policy) {
+    match (drift, image.policy()) {
         (None, _) => decision(None, "up to date with the builder's pin".into()),
         (Some((_, why)), Policy::Rebuild) => decision(Some(ActionKind::Rebuild), format!("policy rebuild: {why}")),
         (Some((_, why)), Policy::Rebase) if run_image.is_some() => {
@@ -257,20 +339,30 @@ fn rebuild_reason(builder: &BuilderMetadata, buildpacks: &[Buildpack], launcher:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builder::Reason;
-    use crate::config::Scheduling;
-    use crate::registry::ImageRef;
+    use crate::cnb::Reason;
+
+    /// The parts of an `[[images]]` entry planning reads.
+    #[derive(Debug, Clone)]
+    struct ImageSettings {
+        name: String,
+        builder: String,
+        policy: Policy,
+    }
+
+    impl PlannedImage for ImageSettings {
+        fn name(&self) -> &str {
+            &self.name
+        }
+        fn builder(&self) -> &str {
+            &self.builder
+        }
+        fn policy(&self) -> Policy {
+            self.policy
+        }
+    }
 
     fn image(name: &str, builder: &str, policy: Policy) -> ImageSettings {
-        ImageSettings {
-            name: name.into(),
-            builder: builder.into(),
-            image: ImageRef::parse(&format!("registry.example.com/apps/{name}:latest")).unwrap(),
-            source: None,
-            env: BTreeMap::new(),
-            policy,
-            scheduling: Scheduling::default(),
-        }
+        ImageSettings { name: name.into(), builder: builder.into(), policy }
     }
 
     fn change(kind: ChangeKind) -> Change {
@@ -374,7 +466,7 @@ mod tests {
                 version: Some("18.2.0".into()),
                 homepage: None,
             }],
-            lifecycle: crate::builder::Lifecycle { version: Some("0.21.14".into()), ..Default::default() },
+            lifecycle: crate::cnb::Lifecycle { version: Some("0.21.14".into()), ..Default::default() },
             ..Default::default()
         };
         let app = |java: &str, launcher: &str, run: &str| AppState::Built {

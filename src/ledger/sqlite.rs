@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params};
 
 use super::*;
-use crate::builder::Change;
-use crate::event::Event;
-use crate::plan::ActionKind;
+use builder_monitor_core::cnb::Change;
+use builder_monitor_core::event::Event;
+use builder_monitor_core::plan::ActionKind;
 
 const MIGRATIONS: &[&str] = &[
-    // 1: every entity of the ledger (DESIGN.md), so later capabilities only add rows.
+    // 1: every entity of the ledger (README, "The ledger"), so later capabilities only add rows.
     r#"
     CREATE TABLE watches (
         name TEXT PRIMARY KEY,
@@ -376,7 +376,7 @@ impl SqliteLedger {
     ) -> Result<(), LedgerError> {
         let (key, watch) = (key.to_string(), watch.to_string());
         self.with(move |conn| {
-            let now = crate::schedule::timestamp_millis(chrono::Utc::now());
+            let now = builder_monitor_core::schedule::timestamp_millis(chrono::Utc::now());
             let (state, next) = match &outcome {
                 ActionOutcome::Succeeded => ("succeeded", None),
                 ActionOutcome::Retry { next_attempt } => ("pending", Some(next_attempt.clone())),
@@ -388,7 +388,7 @@ impl SqliteLedger {
                      updated = ?6 WHERE key = ?1 AND state = 'running'",
                 params![key, state, next, detail, output_tail, now],
             )?;
-            let time = crate::schedule::timestamp(chrono::Utc::now());
+            let time = builder_monitor_core::schedule::timestamp(chrono::Utc::now());
             insert_events(&tx, &watch, &time, &events, None, &deliveries, history)?;
             tx.commit()?;
             Ok(())
@@ -415,7 +415,7 @@ impl SqliteLedger {
         let watch = watch.to_string();
         self.with(move |conn| {
             let tx = conn.transaction()?;
-            let time = crate::schedule::timestamp(chrono::Utc::now());
+            let time = builder_monitor_core::schedule::timestamp(chrono::Utc::now());
             insert_events(&tx, &watch, &time, &events, None, &deliveries, history)?;
             tx.commit()?;
             Ok(())
@@ -603,7 +603,7 @@ impl SqliteLedger {
     pub async fn update_delivery(&self, event: &str, alert: &str, update: DeliveryUpdate) -> Result<(), LedgerError> {
         let (event, alert) = (event.to_string(), alert.to_string());
         self.with(move |conn| {
-            let now = crate::schedule::timestamp_millis(chrono::Utc::now());
+            let now = builder_monitor_core::schedule::timestamp_millis(chrono::Utc::now());
             let (state, next, status) = match &update {
                 DeliveryUpdate::Sent { status } => ("sent", None, status),
                 DeliveryUpdate::Retry { next_attempt, status } => ("pending", Some(next_attempt.as_str()), status),
@@ -952,8 +952,8 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
             params![r.watch, c.seq as i64 - r.history as i64],
         )?;
     }
-    let now = crate::schedule::parse_timestamp(&r.time).unwrap_or_else(chrono::Utc::now);
-    let now = crate::schedule::timestamp_millis(now);
+    let now = builder_monitor_core::schedule::parse_timestamp(&r.time).unwrap_or_else(chrono::Utc::now);
+    let now = builder_monitor_core::schedule::timestamp_millis(now);
     for a in &r.actions {
         // Only the newest target is built: older actions for the image that have not started yield.
         exec(
@@ -994,8 +994,8 @@ fn insert_events(
             params![event.id, event.event_type.as_str(), watch, change, event.time, document],
         )?;
     }
-    let now = crate::schedule::parse_timestamp(time).unwrap_or_else(chrono::Utc::now);
-    let now = crate::schedule::timestamp_millis(now);
+    let now = builder_monitor_core::schedule::parse_timestamp(time).unwrap_or_else(chrono::Utc::now);
+    let now = builder_monitor_core::schedule::timestamp_millis(now);
     for (event, alert) in deliveries {
         exec(
             tx,
@@ -1019,7 +1019,7 @@ fn insert_events(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{EventType, Subject};
+    use builder_monitor_core::event::{EventType, Subject};
 
     fn temp_ledger() -> (SqliteLedger, PathBuf) {
         let dir = std::env::temp_dir().join(format!("bm-ledger-{}-{}", std::process::id(), rand::random::<u64>()));
@@ -1056,7 +1056,7 @@ mod tests {
 
     fn change(seq: u64, prev: &str, cur: &str) -> ChangeRecord {
         ChangeRecord {
-            id: crate::event::change_id("b", seq, prev, cur),
+            id: builder_monitor_core::event::change_id("b", seq, prev, cur),
             watch: "b".into(),
             seq,
             previous: prev.into(),

@@ -4,12 +4,11 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::builder::Change;
+use crate::cnb::Change;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum EventType {
@@ -213,15 +212,6 @@ impl Event {
     }
 }
 
-/// Whether logged events carry their whole document at INFO (set once at start for
-/// `--log-format json`, whose readers are machines).
-static LOG_DOCUMENTS: AtomicBool = AtomicBool::new(false);
-
-/// Makes [`Event::log`] add the whole JSON document to every line, not only at debug level.
-pub fn log_documents(on: bool) {
-    LOG_DOCUMENTS.store(on, Ordering::Relaxed);
-}
-
 /// The longest free text (an error message, an action's detail) a summary line quotes.
 const SUMMARY_TEXT_MAX: usize = 160;
 
@@ -286,27 +276,6 @@ impl Event {
             let _ = write!(out, ": {detail}");
         }
         out
-    }
-
-    /// Logs the event once it is recorded: its [`summary`](Self::summary) and id at INFO; the whole
-    /// document too with [`log_documents`] or when debug is on for `builder_monitor::event`.
-    pub fn log(&self) {
-        let summary = self.summary();
-        if LOG_DOCUMENTS.load(Ordering::Relaxed)
-            || tracing::enabled!(target: "builder_monitor::event", tracing::Level::DEBUG)
-        {
-            let document = serde_json::to_string(self).unwrap_or_default();
-            tracing::info!(
-                target: "builder_monitor::event",
-                event_type = self.event_type.as_str(),
-                event_id = %self.id,
-                builder = %self.builder.name,
-                event = %document,
-                "{summary}"
-            );
-        } else {
-            tracing::info!(target: "builder_monitor::event", event_id = %self.id, "{summary}");
-        }
     }
 }
 
@@ -380,10 +349,10 @@ mod tests {
             },
         );
         let mut change = Change::unknown("x");
-        change.kind = crate::builder::ChangeKind::Rebuild;
+        change.kind = crate::cnb::ChangeKind::Rebuild;
         change.note = None;
-        change.reasons = vec![crate::builder::Reason::Buildpack];
-        change.buildpacks = vec![crate::builder::BuildpackChange {
+        change.reasons = vec![crate::cnb::Reason::Buildpack];
+        change.buildpacks = vec![crate::cnb::BuildpackChange {
             id: "paketo-buildpacks/java".into(),
             from: Some("18.1.0".into()),
             to: Some("18.2.0".into()),
@@ -418,57 +387,5 @@ mod tests {
         let long = "x".repeat(1000);
         failed.error.as_mut().unwrap().message = long;
         assert!(failed.summary().chars().count() < 250, "{}", failed.summary());
-    }
-
-    /// A log sink the test can read back.
-    #[derive(Clone, Default)]
-    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    fn logged(level: tracing::Level, json: bool, event: &Event) -> String {
-        let sink = Captured::default();
-        let writer = sink.clone();
-        let builder =
-            tracing_subscriber::fmt().with_max_level(level).with_ansi(false).with_writer(move || writer.clone());
-        log_documents(json);
-        if json {
-            tracing::subscriber::with_default(builder.json().flatten_event(true).finish(), || event.log());
-        } else {
-            tracing::subscriber::with_default(builder.finish(), || event.log());
-        }
-        log_documents(false);
-        String::from_utf8(sink.0.lock().unwrap().clone()).unwrap()
-    }
-
-    #[test]
-    fn an_event_logs_one_short_line_and_its_document_only_in_json_or_at_debug() {
-        let e = changed();
-        let document = serde_json::to_string(&e).unwrap();
-        assert!(document.len() > 500);
-        let text = logged(tracing::Level::INFO, false, &e);
-        assert_eq!(text.lines().count(), 1, "{text}");
-        assert!(text.contains(" INFO builder_monitor::event: builder.changed paketo-jammy-base: rebuild — paketo-buildpacks/java 18.1.0 → 18.2.0"), "{text}");
-        assert!(text.contains(&format!("event_id={}", e.id)), "{text}");
-        assert!(!text.contains("petclinic") && text.len() < 250, "no document at INFO: {text}");
-
-        let debug = logged(tracing::Level::DEBUG, false, &e);
-        assert!(debug.contains("petclinic"), "the document at debug: {debug}");
-
-        let json = logged(tracing::Level::INFO, true, &e);
-        let line: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
-        assert_eq!(line["message"], e.summary());
-        assert_eq!(line["event_type"], "builder.changed");
-        assert_eq!(line["event_id"], e.id);
-        let back: Event = serde_json::from_str(line["event"].as_str().unwrap()).unwrap();
-        assert_eq!(back, e);
     }
 }

@@ -1,0 +1,9 @@
+//! builder-monitor's pure core: image references, CNB metadata and `classify`, `plan`, events and
+//! their stable ids, schedules and timestamps. No I/O crate is a dependency, so none can creep in.
+
+pub mod cnb;
+pub mod event;
+pub mod plan;
+pub mod reference;
+pub mod schedule;
+pub mod text;

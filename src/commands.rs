@@ -1,0 +1,288 @@
+//! The commands behind the CLI: each loads what it needs, calls the library and prints; errors
+//! carry the exit code (2 for usage and invalid config, 1 for runtime failures).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+
+use crate::{AlertCommand, Command, SpecAction, SpecOutput};
+use builder_monitor::alert::{self, SendOutcome};
+use builder_monitor::cluster;
+use builder_monitor::config::{Config, RegistrySettings, Secrets};
+use builder_monitor::daemon::{self, Access};
+use builder_monitor::inspect;
+use builder_monitor::metrics::Metrics;
+use builder_monitor::monitor::reaction::Reaction;
+use builder_monitor::registry::Registry;
+use builder_monitor::runner::{self, kubernetes::ActionRef};
+use builder_monitor::status;
+use builder_monitor_core::plan::ActionKind;
+use builder_monitor_core::reference::ImageRef;
+use builder_monitor_core::text;
+
+/// A command's failure and its exit code.
+/// A failure with the exit code it maps to.
+pub struct Failure {
+    pub code: u8,
+    pub error: anyhow::Error,
+}
+
+impl<E: Into<anyhow::Error>> From<E> for Failure {
+    fn from(error: E) -> Self {
+        Failure { code: 1, error: error.into() }
+    }
+}
+
+fn usage(error: impl Into<anyhow::Error>) -> Failure {
+    Failure { code: 2, error: error.into() }
+}
+
+/// The error and its causes, `: `-separated, each said once: many of our messages (and other
+/// crates') already end with their cause's text, which `{:#}` would then print a second time.
+pub fn error_text(error: &anyhow::Error) -> String {
+    let mut out = String::new();
+    let mut previous = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if out.is_empty() {
+            out = text.clone();
+        } else if !text.is_empty() && !previous.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        previous = text;
+    }
+    out
+}
+
+/// Loads a config, reading only the `secrets` the command uses.
+fn load_config(path: &Path, secrets: Secrets) -> Result<Config, Failure> {
+    let config = Config::load_with(path, secrets).map_err(usage);
+    release_freed_memory();
+    config
+}
+
+/// Gives the heap that parsing the config used back to the kernel. toml holds the whole document
+/// with spans while we read it (~20 bytes per byte of config: 24 MiB for 10,000 builders), and
+/// glibc keeps freed fragments between the allocations that stay, for the life of the daemon.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn release_freed_memory() {
+    // SAFETY: malloc_trim is thread-safe, takes no pointer and only returns free pages.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn release_freed_memory() {}
+
+pub async fn execute(command: Command) -> Result<u8, Failure> {
+    match command {
+        Command::Check { config } => {
+            let config = load_config(&config, Secrets::Resolve)?;
+            print!("{}", config.summary());
+            // Still a valid config (for resolve, diff, alert test), but not one to run.
+            if let Err(Failure { error, .. }) = watches_something(&config) {
+                eprintln!("warning: {error}");
+            }
+            Ok(0)
+        }
+        Command::Run { config, once } => {
+            let config = Arc::new(load_config(&config, Secrets::Resolve)?);
+            watches_something(&config)?;
+            let shutdown = CancellationToken::new();
+            if !once {
+                tokio::spawn(daemon::stop_on_signal(shutdown.clone()));
+            }
+            Ok(daemon::run(config, once, shutdown).await?)
+        }
+        Command::Resolve { image, json, insecure, config } => {
+            let image = parse_image(&image)?;
+            let registry = registry_for(config.as_deref(), insecure, &[&image])?;
+            let resolution = inspect::resolve(&registry, &image).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&resolution).context("encoding JSON")?);
+            } else {
+                print!("{}", resolution.render_text());
+            }
+            Ok(0)
+        }
+        Command::Diff { old, new, json, insecure, config } => {
+            let (old, new) = (parse_image(&old)?, parse_image(&new)?);
+            let registry = registry_for(config.as_deref(), insecure, &[&old, &new])?;
+            let change = inspect::diff(&registry, &old, &new).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&change).context("encoding JSON")?);
+            } else {
+                println!("{}", change.summary());
+                if change.platforms.len() > 1 {
+                    for (platform, p) in &change.platforms {
+                        let reasons = serde_json::to_string(&p.reasons).context("encoding JSON")?;
+                        println!("  {}: {} {reasons}", text::escape(platform), p.kind.as_str());
+                    }
+                }
+            }
+            Ok(0)
+        }
+        Command::Alert { command: AlertCommand::Test { config, name } } => {
+            let config = load_config(&config, Secrets::Resolve)?;
+            let Some(settings) = config.alert(&name) else {
+                let known: Vec<&str> = config.alerts.iter().map(|a| a.name.as_str()).collect();
+                return Err(usage(anyhow::anyhow!("no alert named \"{name}\" (configured: {})", known.join(", "))));
+            };
+            let sent = alert::send_test(settings, chrono::Utc::now()).await?;
+            let elapsed = sent.elapsed.as_millis();
+            let target = format!("{name} ({} {})", settings.kind.as_str(), settings.url);
+            match sent.outcome {
+                SendOutcome::Delivered { status } => {
+                    println!("{target}: delivered test event {}, HTTP {status} in {elapsed} ms", sent.event_id);
+                    Ok(0)
+                }
+                other => Err(Failure {
+                    code: 1,
+                    error: anyhow::anyhow!(
+                        "{target}: test event not delivered: {} (after {elapsed} ms)",
+                        other.describe()
+                    ),
+                }),
+            }
+        }
+        Command::BuildSpec { config, image, action, output } => {
+            let config = Arc::new(load_config(&config, Secrets::Skip)?);
+            if !config.images.iter().any(|i| i.name == image) {
+                let known: Vec<&str> = config.images.iter().map(|i| i.name.as_str()).collect();
+                return Err(usage(anyhow::anyhow!("no image named \"{image}\" (configured: {})", known.join(", "))));
+            }
+            let ledger = daemon::open_ledger(&config, Access::Read).await?;
+            let metrics = Metrics::new();
+            let registry = Registry::new(config.registries.values().cloned(), metrics);
+            let reaction = Reaction { config: &config, ledger: &ledger, registry: &registry };
+            let kind = match action {
+                SpecAction::Rebuild => ActionKind::Rebuild,
+                SpecAction::Rebase => ActionKind::Rebase,
+            };
+            let failed = |e: String| Failure { code: 1, error: anyhow::anyhow!(e) };
+            let (key, change_id, target) = reaction.preview(&image, kind).await.map_err(failed)?;
+            let reference = ActionRef { key: &key, change_id: &change_id, image: &image, kind };
+            let object = runner::preview(&config, &reference, &target)?;
+            match output {
+                SpecOutput::Json => println!("{}", serde_json::to_string_pretty(&object).context("encoding JSON")?),
+                SpecOutput::Yaml => print!("{}", cluster::to_yaml(&object)),
+            }
+            Ok(0)
+        }
+        Command::Crd => {
+            print!("{}", cluster::crd::crd_yaml());
+            Ok(0)
+        }
+        Command::Rbac { config, service_account, output } => {
+            let config = load_config(&config, Secrets::Skip)?;
+            if let Err(problem) = cluster::check_object_name(&service_account) {
+                return Err(usage(anyhow::anyhow!("--service-account \"{service_account}\": {problem}")));
+            }
+            let permissions = cluster::required_permissions(&config);
+            let objects = cluster::rbac_objects(&permissions, &service_account, &config.kubernetes.namespace);
+            match output {
+                SpecOutput::Json => println!("{}", serde_json::to_string_pretty(&objects).context("encoding JSON")?),
+                SpecOutput::Yaml if objects.is_empty() => println!("# this config uses no Kubernetes permissions"),
+                SpecOutput::Yaml => {
+                    for object in &objects {
+                        print!("---\n{}", cluster::to_yaml(object));
+                    }
+                }
+            }
+            Ok(0)
+        }
+        Command::Plan { config, json } => {
+            let config = Arc::new(load_config(&config, Secrets::Skip)?);
+            let ledger = daemon::open_ledger(&config, Access::Read).await?;
+            let metrics = Metrics::new();
+            let registry = Registry::new(config.registries.values().cloned(), metrics);
+            let assessments = Reaction { config: &config, ledger: &ledger, registry: &registry }.assess().await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&assessments).context("encoding JSON")?);
+            } else if assessments.is_empty() {
+                println!("no [[images]] configured");
+            } else {
+                for a in &assessments {
+                    let action = a.action.map_or("nothing", |k| k.as_str());
+                    println!("{} (builder {}, policy {}): {action} — {}", a.image, a.builder, a.policy.as_str(), a.why);
+                }
+            }
+            Ok(0)
+        }
+        Command::Status { config, json, changes } => {
+            let config = load_config(&config, Secrets::Skip)?;
+            let ledger = daemon::open_ledger(&config, Access::Read).await?;
+            let report = status::collect(&config, &ledger, changes).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report).context("encoding JSON")?);
+            } else {
+                print!("{}", status::render_text(&report));
+            }
+            Ok(0)
+        }
+    }
+}
+
+fn parse_image(text: &str) -> Result<ImageRef, Failure> {
+    ImageRef::parse(text).map_err(|e| usage(anyhow::anyhow!("invalid image reference \"{text}\": {e}")))
+}
+
+/// A registry client with the config's registry settings, or the defaults; with `insecure`, plain
+/// HTTP for the registries of `images`.
+fn registry_for(config: Option<&Path>, insecure: bool, images: &[&ImageRef]) -> Result<Registry, Failure> {
+    let mut registries = match config {
+        Some(path) => load_config(path, Secrets::Registries)?.registries,
+        None => Default::default(),
+    };
+    for image in images.iter().filter(|_| insecure) {
+        let host = image.registry();
+        registries.entry(host.to_string()).or_insert_with(|| RegistrySettings::defaults_for(host)).insecure = true;
+    }
+    Ok(Registry::new(registries.into_values(), Metrics::new()))
+}
+
+/// `run` refuses a config without builders: a daemon that watches nothing looks healthy while
+/// doing nothing (an empty or truncated config file, say).
+fn watches_something(config: &Config) -> Result<(), Failure> {
+    if config.builders.is_empty() {
+        return Err(usage(anyhow::anyhow!(
+            "{}: no [[builders]] configured, so there is nothing to watch (`run` refuses this config)",
+            config.source.display()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error that says its cause and also returns it from `source()`, as many crates' do.
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot read {path}: {source}")]
+    struct Wrapped {
+        path: &'static str,
+        source: std::io::Error,
+    }
+
+    fn not_found() -> std::io::Error {
+        std::io::Error::from(std::io::ErrorKind::NotFound)
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let io = not_found().to_string();
+        let wrapped = anyhow::Error::new(Wrapped { path: "x", source: not_found() });
+        assert_eq!(error_text(&wrapped), format!("cannot read x: {io}"));
+        // A context that does not say its cause still gets it.
+        let context = anyhow::Error::new(not_found()).context("cannot listen on 127.0.0.1:1");
+        assert_eq!(error_text(&context), format!("cannot listen on 127.0.0.1:1: {io}"));
+        let both = anyhow::Error::new(Wrapped { path: "y", source: not_found() }).context("starting");
+        assert_eq!(error_text(&both), format!("starting: cannot read y: {io}"));
+    }
+}

@@ -1,0 +1,353 @@
+//! The daemon: builds the parts from a Config, runs leader terms (checks, alert deliveries,
+//! builds, ClusterBuilder publication) and stops everything within one deadline.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::alert::{AlertError, Dispatcher};
+use crate::cluster::publish::Publisher;
+use crate::cluster::{self, ClusterError, lease::LeaseElector};
+use crate::config::{Config, StateLocation};
+use crate::ledger::{Ledger, LedgerError, WriterLock};
+use crate::metrics::Metrics;
+use crate::monitor::Monitor;
+use crate::registry::Registry;
+use crate::runner::{Backend, RecoverError, Runner};
+use crate::schedule::Clock;
+use crate::server::{self, ServerState};
+
+/// How long the whole stop may take: checks, runner, deliveries, publisher and the HTTP drain.
+pub const STOP_DEADLINE: Duration = Duration::from_secs(15);
+
+/// How often `builder_monitor_actions` is brought up to date from the ledger.
+const ACTION_SAMPLE_PERIOD: Duration = Duration::from_secs(15);
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error(transparent)]
+    Alert(#[from] AlertError),
+    #[error(transparent)]
+    Recover(#[from] RecoverError),
+    #[error("cannot set up the runner: {0}")]
+    Runner(String),
+    #[error("cannot listen on {listen} ([server] listen): {source}")]
+    Listen { listen: std::net::SocketAddr, source: std::io::Error },
+    #[error("the acting task failed: {0}")]
+    Acting(#[from] tokio::task::JoinError),
+}
+
+/// How a command uses the ledger.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// The daemon: creates and migrates it (holding the [`WriterLock`]).
+    Write,
+    /// Everything else: an existing ledger, read-only, never created, migrated or locked.
+    Read,
+}
+
+/// The ledger the config names.
+pub async fn open_ledger(config: &Config, access: Access) -> Result<Ledger, DaemonError> {
+    match &config.monitor.state {
+        StateLocation::Sqlite(path) if access == Access::Write => Ok(Ledger::open(path)?),
+        StateLocation::Sqlite(path) => Ok(Ledger::open_read_only(path)?),
+        StateLocation::Kubernetes => {
+            let client = cluster::client(&config.kubernetes).await?;
+            Ok(Ledger::kubernetes(client, &config.kubernetes.namespace))
+        }
+    }
+}
+
+/// Everything a replica needs to act, built once at start.
+pub struct Parts {
+    pub config: Arc<Config>,
+    pub ledger: Ledger,
+    pub clock: Clock,
+    pub monitor: Arc<Monitor>,
+    pub dispatcher: Arc<Dispatcher>,
+    pub client: Option<kube::Client>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Parts {
+    /// The Kubernetes client when the config uses the cluster (its permissions checked first), then
+    /// the parts over it ([`Parts::new`]).
+    pub async fn build(config: Arc<Config>, ledger: Ledger, clock: Clock) -> Result<Self, DaemonError> {
+        let permissions = cluster::required_permissions(&config);
+        let client = if permissions.is_empty() {
+            None
+        } else {
+            let client = cluster::client(&config.kubernetes).await?;
+            cluster::check_access(&client, &permissions).await?;
+            Some(client)
+        };
+        Self::new(config, ledger, clock, client)
+    }
+
+    /// The registry client, monitor and alert dispatcher for `config` over `ledger` (the one
+    /// wiring of the daemon, `run --once`, the tests and the benchmark).
+    pub fn new(
+        config: Arc<Config>,
+        ledger: Ledger,
+        clock: Clock,
+        client: Option<kube::Client>,
+    ) -> Result<Self, DaemonError> {
+        let metrics = Metrics::new();
+        let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
+        let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), clock.clone(), metrics.clone()));
+        let dispatcher = Arc::new(Dispatcher::new(&config.alerts, ledger.clone(), clock.clone(), metrics.clone())?);
+        Ok(Parts { config, ledger, clock, monitor, dispatcher, client, metrics })
+    }
+
+    fn publisher(&self) -> Option<Publisher> {
+        let client = self.client.clone().filter(|_| self.config.kubernetes.publish)?;
+        Some(Publisher::new(client, self.config.clone(), self.ledger.clone(), self.metrics.clone()))
+    }
+
+    async fn runner(&self, stop: CancellationToken) -> Result<Arc<Runner>, DaemonError> {
+        let backend = Backend::for_config(&self.config, self.client.clone(), stop).map_err(DaemonError::Runner)?;
+        let runner = Arc::new(Runner::new(self.config.clone(), self.ledger.clone(), self.clock.clone(), backend));
+        runner.recover().await?;
+        Ok(runner)
+    }
+
+    /// `run --once`: every check once, the actions and deliveries that are due, the
+    /// ClusterBuilders. True when every check and action succeeded.
+    pub async fn run_once(&self) -> Result<bool, DaemonError> {
+        let stop = CancellationToken::new();
+        let runner = self.runner(stop.clone()).await?;
+        let checks_ok = self.monitor.run_once().await;
+        runner.run_due_once().await;
+        let actions_ok = runner.failures() == 0;
+        self.dispatcher.deliver_due_once().await;
+        if let Some(publisher) = self.publisher() {
+            publisher.publish_specs().await?;
+            for builder in &self.config.builders {
+                publisher.publish_status(&builder.name).await?;
+            }
+        }
+        stop.cancel();
+        Ok(checks_ok && actions_ok)
+    }
+
+    /// One term of acting, until `stop`: the named tasks of the term, started.
+    async fn start_term(self: &Arc<Self>, stop: CancellationToken) -> Result<Term, DaemonError> {
+        let runner = self.runner(stop.clone()).await?;
+        let mut term = Term::default();
+        if let Some(publisher) = self.publisher() {
+            let (commits, names) = tokio::sync::mpsc::unbounded_channel();
+            self.monitor.report_commits(Some(commits));
+            term.spawn("publisher", publisher.run(names, stop.clone()));
+        }
+        term.spawn("alert deliveries", self.dispatcher.clone().run(stop.clone()));
+        term.spawn("runner", runner.run(stop.clone()));
+        term.spawn("action metrics", sample_open_actions(self.ledger.clone(), self.metrics.clone(), stop.clone()));
+        let monitor = self.monitor.clone();
+        term.spawn("checks", async move {
+            monitor.clone().run(stop).await;
+            monitor.report_commits(None);
+        });
+        Ok(term)
+    }
+}
+
+/// The tasks of a term (or of the whole daemon), by name, so a stop can say what is still running.
+#[derive(Default)]
+struct Term {
+    tasks: JoinSet<()>,
+    names: std::collections::HashMap<tokio::task::Id, &'static str>,
+}
+
+impl Term {
+    fn spawn(&mut self, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {
+        let id = self.tasks.spawn(task).id();
+        self.names.insert(id, name);
+    }
+
+    /// Waits for every task until `deadline`; then logs which were still running and aborts them.
+    /// False when some had to be aborted.
+    async fn join_until(&mut self, deadline: tokio::time::Instant, what: &str) -> bool {
+        loop {
+            match tokio::time::timeout_at(deadline, self.tasks.join_next_with_id()).await {
+                Ok(None) => return true,
+                Ok(Some(done)) => {
+                    let id = match &done {
+                        Ok((id, ())) => *id,
+                        Err(err) => err.id(),
+                    };
+                    let name = self.names.remove(&id).unwrap_or("task");
+                    if let Err(err) = done
+                        && err.is_panic()
+                    {
+                        tracing::error!(task = name, error = %err, "task failed");
+                    }
+                }
+                Err(_) => {
+                    let mut running: Vec<&str> = self.names.values().copied().collect();
+                    running.sort_unstable();
+                    tracing::warn!(running = ?running, "{what}: still running at the deadline; aborted (the ledger is transactional, nothing is half-written)");
+                    self.tasks.abort_all();
+                    while self.tasks.join_next().await.is_some() {}
+                    self.names.clear();
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+/// Keeps `builder_monitor_actions{state}` current while this replica acts; a standby serves no
+/// such series, so a dashboard summing replicas never counts an action twice.
+async fn sample_open_actions(ledger: Ledger, metrics: Arc<Metrics>, stop: CancellationToken) {
+    let mut every = tokio::time::interval(ACTION_SAMPLE_PERIOD);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = every.tick() => match ledger.open_actions().await {
+                Ok(open) => metrics.set_open_actions(open.iter().map(|a| a.state.as_str())),
+                Err(err) => tracing::debug!(error = %err, "cannot count open actions for the metrics"),
+            },
+        }
+    }
+    metrics.actions.clear();
+}
+
+/// `run`: the daemon, from a loaded config, until `shutdown`; `once` checks and acts once. The
+/// answer is the exit code (`run --once` exits 1 when a check or action failed).
+pub async fn run(config: Arc<Config>, once: bool, shutdown: CancellationToken) -> Result<u8, DaemonError> {
+    // Held until this function returns: one writer per SQLite ledger (Kubernetes has the lease).
+    let _writer = match &config.monitor.state {
+        StateLocation::Sqlite(path) => Some(WriterLock::acquire(path)?),
+        StateLocation::Kubernetes => None,
+    };
+    let ledger = open_ledger(&config, Access::Write).await?;
+    let parts = Arc::new(Parts::build(config.clone(), ledger.clone(), Clock::System).await?);
+    let election = config.kubernetes.leader_election && !once;
+    tracing::info!(builders = config.builders.len(), alerts = config.alerts.len(), runner = config.runner.kind.as_str(), state = %ledger.location(), publish = config.kubernetes.publish, leader_election = election, once, "builder-monitor starting");
+    if once {
+        return Ok(if parts.run_once().await? { 0 } else { 1 });
+    }
+
+    let (leading_tx, mut leading) = tokio::sync::watch::channel(!election);
+    let resign = CancellationToken::new();
+    let mut no_election = None;
+    let elector = match (&parts.client, election) {
+        (Some(client), true) => {
+            let elector = LeaseElector::new(client.clone(), &config.kubernetes);
+            tracing::info!(lease = %config.kubernetes.lease_name, namespace = %config.kubernetes.namespace, identity = elector.identity(), "campaigning for the lease; standing by until it is ours");
+            Some(tokio::spawn(elector.run(leading_tx, resign.clone())))
+        }
+        _ => {
+            // Without election this replica always leads.
+            no_election = Some(leading_tx);
+            None
+        }
+    };
+    let mut serving = Term::default();
+    if let Some(settings) = &config.server {
+        let listener = tokio::net::TcpListener::bind(settings.listen)
+            .await
+            .map_err(|source| DaemonError::Listen { listen: settings.listen, source })?;
+        let bound = listener.local_addr().map_or_else(|_| settings.listen.to_string(), |a| a.to_string());
+        tracing::info!(listen = %bound, "serving health, metrics, API and hooks");
+        if settings.api_token.is_some() && settings.public_read {
+            tracing::warn!(
+                listen = %bound,
+                "the read API (/api/v1/...) is public: an API token is configured, but only for checks and hooks; set [server] public_read = false to require it for reads too"
+            );
+        }
+        let state = ServerState::new(config.clone(), settings.clone(), parts.monitor.handle(), ledger)
+            .with_leadership(leading.clone());
+        let stop = shutdown.clone();
+        serving.spawn("HTTP server", async move {
+            if let Err(err) = server::serve(Arc::new(state), listener, stop).await {
+                tracing::error!(error = %err, "HTTP server failed");
+            }
+        });
+    }
+
+    let mut failure = None;
+    let mut stop_deadline = None;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            changed = leading.wait_for(|l| *l) => if changed.is_err() { break },
+        }
+        parts.metrics.leader.set(1);
+        let stop = shutdown.child_token();
+        let mut term = match parts.start_term(stop.clone()).await {
+            Ok(term) => term,
+            Err(err) => {
+                parts.metrics.leader.set(0);
+                failure = Some(err);
+                break;
+            }
+        };
+        let lost = tokio::select! {
+            _ = shutdown.cancelled() => false,
+            _ = leading.wait_for(|l| !*l) => true,
+        };
+        stop.cancel();
+        parts.metrics.leader.set(0);
+        if lost {
+            // The lease may pass to another replica once it expires: whatever still runs by then is cut off.
+            let cap = config.kubernetes.lease_duration.saturating_sub(config.kubernetes.renew_deadline);
+            term.join_until(tokio::time::Instant::now() + cap, "the lease could pass on").await;
+            tracing::info!("stopped acting; standing by");
+        } else {
+            let deadline = tokio::time::Instant::now() + STOP_DEADLINE;
+            stop_deadline = Some(deadline);
+            term.join_until(deadline, "stopping").await;
+        }
+        if shutdown.is_cancelled() {
+            break;
+        }
+    }
+    // Released only now, so the next leader never overlaps with this one's last checks.
+    resign.cancel();
+    if let Some(elector) = elector {
+        let _ = elector.await;
+    }
+    shutdown.cancel();
+    let deadline = stop_deadline.unwrap_or_else(|| tokio::time::Instant::now() + STOP_DEADLINE);
+    serving.join_until(deadline, "stopping").await;
+    if let Some(failure) = failure {
+        return Err(failure);
+    }
+    drop(no_election);
+    tracing::info!("builder-monitor stopped");
+    Ok(0)
+}
+
+/// Cancels `shutdown` on SIGINT or SIGTERM.
+pub async fn stop_on_signal(shutdown: CancellationToken) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = match signal(SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                let _ = tokio::signal::ctrl_c().await;
+                shutdown.cancel();
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, shutting down"),
+            _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    shutdown.cancel();
+}

@@ -1,0 +1,126 @@
+//! Logging recorded events: one summary line each, and the whole JSON document for machines
+//! (`--log-format json`) or at debug level.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use builder_monitor_core::event::Event;
+
+/// Whether logged events carry their whole document at INFO (set once at start for
+/// `--log-format json`, whose readers are machines).
+static LOG_DOCUMENTS: AtomicBool = AtomicBool::new(false);
+
+/// Makes [`log`] add the whole JSON document to every line, not only at debug level.
+pub fn log_documents(on: bool) {
+    LOG_DOCUMENTS.store(on, Ordering::Relaxed);
+}
+
+/// Logs the event once it is recorded: its [`Event::summary`] and id at INFO; the whole
+/// document too with [`log_documents`] or when debug is on for `builder_monitor_core::event`.
+pub fn log(event: &Event) {
+    let summary = event.summary();
+    if LOG_DOCUMENTS.load(Ordering::Relaxed)
+        || tracing::enabled!(target: "builder_monitor_core::event", tracing::Level::DEBUG)
+    {
+        let document = serde_json::to_string(event).unwrap_or_default();
+        tracing::info!(
+            target: "builder_monitor_core::event",
+            event_type = event.event_type.as_str(),
+            event_id = %event.id,
+            builder = %event.builder.name,
+            event = %document,
+            "{summary}"
+        );
+    } else {
+        tracing::info!(target: "builder_monitor_core::event", event_id = %event.id, "{summary}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use builder_monitor_core::cnb::Change;
+    use builder_monitor_core::event::{EventType, ImageAction, Pin, Subject};
+
+    use super::*;
+
+    fn changed() -> Event {
+        let mut e = Event::new(
+            "0123456789abcdef0123456789abcdef".into(),
+            EventType::BuilderChanged,
+            "2026-11-30T12:00:00Z".into(),
+            Subject {
+                name: "paketo-jammy-base".into(),
+                image: "docker.io/paketobuildpacks/builder-jammy-base:latest".into(),
+            },
+        );
+        let mut change = Change::unknown("x");
+        change.kind = builder_monitor_core::cnb::ChangeKind::Rebuild;
+        change.note = None;
+        change.reasons = vec![builder_monitor_core::cnb::Reason::Buildpack];
+        change.buildpacks = vec![builder_monitor_core::cnb::BuildpackChange {
+            id: "paketo-buildpacks/java".into(),
+            from: Some("18.1.0".into()),
+            to: Some("18.2.0".into()),
+            republished: false,
+        }];
+        e.change = Some(change);
+        let pin = |d: &str| Pin { digest: d.into(), reference: format!("docker.io/x@{d}"), platforms: BTreeMap::new() };
+        e.previous = Some(pin(&format!("sha256:{}", "a".repeat(64))));
+        e.current = Some(pin(&format!("sha256:{}", "b".repeat(64))));
+        e.images = Some(vec![ImageAction { name: "petclinic".into(), action: "rebuild".into() }]);
+        e
+    }
+
+    /// A log sink the test can read back.
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn logged(level: tracing::Level, json: bool, event: &Event) -> String {
+        let sink = Captured::default();
+        let writer = sink.clone();
+        let builder =
+            tracing_subscriber::fmt().with_max_level(level).with_ansi(false).with_writer(move || writer.clone());
+        log_documents(json);
+        if json {
+            tracing::subscriber::with_default(builder.json().flatten_event(true).finish(), || log(event));
+        } else {
+            tracing::subscriber::with_default(builder.finish(), || log(event));
+        }
+        log_documents(false);
+        String::from_utf8(sink.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn an_event_logs_one_short_line_and_its_document_only_in_json_or_at_debug() {
+        let e = changed();
+        let document = serde_json::to_string(&e).unwrap();
+        assert!(document.len() > 500);
+        let text = logged(tracing::Level::INFO, false, &e);
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(text.contains(" INFO builder_monitor_core::event: builder.changed paketo-jammy-base: rebuild — paketo-buildpacks/java 18.1.0 → 18.2.0"), "{text}");
+        assert!(text.contains(&format!("event_id={}", e.id)), "{text}");
+        assert!(!text.contains("petclinic") && text.len() < 250, "no document at INFO: {text}");
+
+        let debug = logged(tracing::Level::DEBUG, false, &e);
+        assert!(debug.contains("petclinic"), "the document at debug: {debug}");
+
+        let json = logged(tracing::Level::INFO, true, &e);
+        let line: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+        assert_eq!(line["message"], e.summary());
+        assert_eq!(line["event_type"], "builder.changed");
+        assert_eq!(line["event_id"], e.id);
+        let back: Event = serde_json::from_str(line["event"].as_str().unwrap()).unwrap();
+        assert_eq!(back, e);
+    }
+}

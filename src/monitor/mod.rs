@@ -1,0 +1,365 @@
+//! The monitor: every watched tag (builders, and the run images they name) checked on its
+//! schedule. Parts: the scheduler loop, run images, the check (`observe` + pure `decide`), the
+//! failure bookkeeping of outages, and the reaction that plans app-image actions.
+
+mod check;
+pub mod decide;
+mod outages;
+pub mod reaction;
+pub mod run_images;
+mod scheduler;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, mpsc};
+
+use crate::alert::outage::RegistryState;
+use crate::config::{BuilderSettings, Config, Platform};
+use crate::ledger::{Ledger, WatchKind, WatchRecord};
+use crate::metrics::Metrics;
+use crate::registry::{Registry, RegistryError};
+use crate::schedule::Clock;
+use builder_monitor_core::cnb::{Change, PinnedMetadata};
+use builder_monitor_core::event::Subject;
+use builder_monitor_core::reference::ImageRef;
+use builder_monitor_core::schedule::{Schedule, timestamp};
+use reaction::Reaction;
+use run_images::RunImages;
+pub use run_images::{run_image_watch, run_watch_name};
+
+/// How long running checks may take to finish after a shutdown signal.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// Checks in flight at once. Thousands of schedules can fall due together (start-up, a shared
+/// interval); unbounded, each would hold a socket, its buffers and a ~9 KiB check future at once.
+/// Each registry gets an equal share of them (`Slots`), so one that hangs cannot hold them all.
+pub const CHECK_CONCURRENCY: usize = 16;
+
+/// How long a push hook waits before its check (see [`MonitorHandle::check_matching`]).
+pub const HOOK_DELAY: Duration = Duration::from_millis(500);
+
+/// How often the daemon proves its scheduler is alive, and how stale that proof may get.
+pub const HEARTBEAT: Duration = Duration::from_secs(5);
+pub const HEARTBEAT_STALE: Duration = Duration::from_secs(60);
+
+/// Something the monitor watches: a builder tag, or a run image tag that builders name.
+#[derive(Debug, Clone)]
+pub struct Watch {
+    /// Ledger key: the builder name, or `run:` + the normalised run image reference.
+    pub name: String,
+    pub kind: WatchKind,
+    pub image: ImageRef,
+    pub schedule: Schedule,
+    pub jitter: Duration,
+    pub platforms: Option<Vec<Platform>>,
+    pub settle: Option<Duration>,
+}
+
+impl Watch {
+    pub fn builder(b: &BuilderSettings) -> Self {
+        Watch {
+            name: b.name.clone(),
+            kind: WatchKind::Builder,
+            image: b.image.clone(),
+            schedule: b.schedule.clone(),
+            jitter: b.jitter,
+            platforms: b.platforms.clone(),
+            settle: b.settle,
+        }
+    }
+
+    /// A run image watch, on the schedule of the builder that first named it.
+    pub fn run_image(image: ImageRef, first_user: &BuilderSettings) -> Self {
+        Watch {
+            name: run_watch_name(&image),
+            kind: WatchKind::RunImage,
+            image,
+            schedule: first_user.schedule.clone(),
+            jitter: first_user.jitter,
+            platforms: None,
+            settle: first_user.settle,
+        }
+    }
+}
+
+/// What one check found.
+#[derive(Debug)]
+pub enum CheckOutcome {
+    /// The tag still points at the pin.
+    Unchanged,
+    /// First sight: the tag is now pinned.
+    Pinned { digest: String },
+    /// An accepted move, recorded as a change.
+    Changed { id: String, previous: String, current: String, change: Box<Change> },
+    /// A new digest held back by `settle`.
+    Held { digest: String },
+    /// The index moved but none of the watched platforms did: pin advanced, no change.
+    PlatformsUnchanged { digest: String },
+    /// The registry could not answer; the pin is kept.
+    Failed(RegistryError),
+}
+
+/// The CNB metadata recorded with a watch's pin, if any could be read.
+pub fn pinned_metadata(record: &WatchRecord) -> Option<PinnedMetadata> {
+    serde_json::from_value(record.metadata.clone()?).ok()
+}
+
+/// When the check after one at `now` is due (before jitter), RFC 3339; `None` when the schedule
+/// has no future firing.
+pub fn next_check(schedule: &Schedule, now: chrono::DateTime<chrono::Utc>) -> Option<String> {
+    let delay = schedule.delay_after(now)?;
+    Some(timestamp(now + chrono::Duration::from_std(delay).ok()?))
+}
+
+/// What the HTTP server may ask of the monitor: wake checks (at once, or debounced for push
+/// hooks), and whether it is alive, through its first cycle, and which registries fail.
+#[derive(Clone)]
+pub struct MonitorHandle {
+    config: Arc<Config>,
+    clock: Clock,
+    metrics: Arc<Metrics>,
+    /// Names of watches to check now, for the scheduler.
+    wakes: mpsc::UnboundedSender<String>,
+    run_images: Arc<Mutex<RunImages>>,
+    /// Builders not checked yet since start (readiness).
+    unchecked: Arc<Mutex<BTreeSet<String>>>,
+    /// Unix time the scheduler last showed it is alive (liveness).
+    heartbeat: Arc<AtomicI64>,
+    /// Watches with a hook-triggered check scheduled.
+    hook_pending: Arc<Mutex<BTreeSet<String>>>,
+    /// Failing watches per registry, as last committed (readiness).
+    failing: Arc<Mutex<BTreeMap<String, usize>>>,
+}
+
+impl MonitorHandle {
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Whether every builder has been checked once since start.
+    pub fn first_cycle_done(&self) -> bool {
+        self.unchecked.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+    }
+
+    /// Whether the scheduler showed it is alive within `HEARTBEAT_STALE`.
+    pub fn alive(&self) -> bool {
+        let last = self.heartbeat.load(Ordering::Relaxed);
+        self.clock.now().timestamp() - last <= HEARTBEAT_STALE.as_secs() as i64
+    }
+
+    /// Watches whose last check failed, per registry (registries checked since start).
+    pub fn failing_watches(&self) -> BTreeMap<String, usize> {
+        self.failing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(r, n)| (r.clone(), *n))
+            .collect()
+    }
+
+    /// Asks a builder's task to check now; false when no such builder is watched.
+    pub fn check_now(&self, builder: &str) -> bool {
+        if self.config.builder(builder).is_none() {
+            return false;
+        }
+        let _ = self.wakes.send(builder.to_string());
+        true
+    }
+
+    /// Wakes every watch (builder or run image) of this registry, repository and tag for an immediate
+    /// check, and returns their names. `registry: None` matches any registry.
+    pub fn check_matching(&self, registry: Option<&str>, repository: &str, tag: &str) -> Vec<String> {
+        let matches = |image: &ImageRef| {
+            image.repository() == repository
+                && image.tag() == Some(tag)
+                && registry.is_none_or(|r| r == image.registry() || r == image.api_host())
+        };
+        let mut names: Vec<String> =
+            self.config.builders.iter().filter(|b| matches(&b.image)).map(|b| b.name.clone()).collect();
+        let run_images = self.run_images.lock().unwrap_or_else(|e| e.into_inner());
+        names.extend(run_images.entries.iter().filter(|(_, e)| matches(&e.watch.image)).map(|(n, _)| n.clone()));
+        drop(run_images);
+        for name in &names {
+            self.wake_after_hook(name);
+        }
+        names
+    }
+
+    /// Wakes a watch `HOOK_DELAY` from now, once however many hooks arrive meanwhile. The delay
+    /// lets the registry finish the push: Distribution notifies before it links the tag.
+    fn wake_after_hook(&self, name: &str) {
+        if !self.hook_pending.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string()) {
+            return;
+        }
+        let (pending, wakes) = (self.hook_pending.clone(), self.wakes.clone());
+        let name = name.to_string();
+        tokio::spawn(async move {
+            tokio::time::sleep(HOOK_DELAY).await;
+            pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&name);
+            let _ = wakes.send(name);
+        });
+    }
+
+    fn beat(&self) {
+        self.heartbeat.store(self.clock.now().timestamp(), Ordering::Relaxed);
+    }
+}
+
+pub struct Monitor {
+    config: Arc<Config>,
+    registry: Arc<Registry>,
+    ledger: Ledger,
+    clock: Clock,
+    metrics: Arc<Metrics>,
+    handle: MonitorHandle,
+    /// Taken by `run` while it runs; wakes sent meanwhile wait here.
+    wake_receiver: Mutex<Option<mpsc::UnboundedReceiver<String>>>,
+    run_images: Arc<Mutex<RunImages>>,
+    unchecked: Arc<Mutex<BTreeSet<String>>>,
+    /// Where to send the names of builders whose ledger entry a check committed (the publisher).
+    committed: Mutex<Option<mpsc::UnboundedSender<String>>>,
+    /// Per registry: its failing watches and the outages alerts were told of (`alert::outage`),
+    /// read from the ledger on first use. Held from a check's decision until its commit, so the
+    /// checks of one registry decide one after another, each on what the last one recorded.
+    outages: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<RegistryState>>>>>,
+    failing: Arc<Mutex<BTreeMap<String, usize>>>,
+}
+
+impl Monitor {
+    pub fn new(
+        config: Arc<Config>,
+        registry: Arc<Registry>,
+        ledger: Ledger,
+        clock: Clock,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let (wakes, wake_receiver) = mpsc::unbounded_channel();
+        let unchecked = Arc::new(Mutex::new(config.builders.iter().map(|b| b.name.clone()).collect()));
+        let run_images = Arc::new(Mutex::new(RunImages::default()));
+        let failing = Arc::new(Mutex::new(BTreeMap::new()));
+        let handle = MonitorHandle {
+            config: config.clone(),
+            clock: clock.clone(),
+            metrics: metrics.clone(),
+            wakes,
+            run_images: run_images.clone(),
+            unchecked: unchecked.clone(),
+            heartbeat: Arc::new(AtomicI64::new(clock.now().timestamp())),
+            hook_pending: Arc::new(Mutex::new(BTreeSet::new())),
+            failing: failing.clone(),
+        };
+        Self {
+            config,
+            registry,
+            ledger,
+            clock,
+            metrics,
+            handle,
+            wake_receiver: Mutex::new(Some(wake_receiver)),
+            run_images,
+            unchecked,
+            committed: Mutex::new(None),
+            outages: Mutex::new(HashMap::new()),
+            failing,
+        }
+    }
+
+    /// The small handle the HTTP server holds.
+    pub fn handle(&self) -> MonitorHandle {
+        self.handle.clone()
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Whether every builder has been checked once since start.
+    pub fn first_cycle_done(&self) -> bool {
+        self.handle.first_cycle_done()
+    }
+
+    /// Whether the scheduler showed it is alive within `HEARTBEAT_STALE`.
+    pub fn alive(&self) -> bool {
+        self.handle.alive()
+    }
+
+    /// Watches whose last check failed, per registry (registries checked since start).
+    pub fn failing_watches(&self) -> BTreeMap<String, usize> {
+        self.handle.failing_watches()
+    }
+
+    fn beat(&self) {
+        self.handle.beat();
+    }
+
+    /// The ledger's signal of new actions (the runner waits on it).
+    pub fn action_wake(&self) -> Arc<Notify> {
+        self.ledger.new_actions()
+    }
+
+    /// The ledger's signal of new alert deliveries (the dispatcher waits on it).
+    pub fn delivery_wake(&self) -> Arc<Notify> {
+        self.ledger.new_deliveries()
+    }
+
+    /// Sends the name of every builder a check commits for (a run image check: the builders naming
+    /// it) to `to`, until replaced; `None` stops.
+    pub fn report_commits(&self, to: Option<mpsc::UnboundedSender<String>>) {
+        *self.committed.lock().unwrap_or_else(|e| e.into_inner()) = to;
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// The reaction over this monitor's config, ledger and registries.
+    pub fn reaction(&self) -> Reaction<'_> {
+        Reaction { config: &self.config, ledger: &self.ledger, registry: &self.registry }
+    }
+
+    /// Asks a builder's task to check now; false when no such builder is watched.
+    pub fn check_now(&self, builder: &str) -> bool {
+        self.handle.check_now(builder)
+    }
+
+    /// Wakes every watch of this registry, repository and tag (debounced); returns their names.
+    pub fn check_matching(&self, registry: Option<&str>, repository: &str, tag: &str) -> Vec<String> {
+        self.handle.check_matching(registry, repository, tag)
+    }
+
+    /// The run image watches in force, with the builders naming each.
+    pub fn run_image_watches(&self) -> Vec<(Watch, Vec<String>)> {
+        let run_images = self.run_images.lock().unwrap_or_else(|e| e.into_inner());
+        run_images.entries.values().map(|e| (e.watch.clone(), e.users.iter().cloned().collect())).collect()
+    }
+
+    /// Learns run images from the metadata already pinned, so they are watched from the start.
+    async fn load_run_images(&self) {
+        for b in &self.config.builders {
+            match self.ledger.watch(&b.name).await {
+                Ok(Some(record)) if record.image == b.image.to_string() => {
+                    let metadata = pinned_metadata(&record);
+                    self.run_images.lock().unwrap_or_else(|e| e.into_inner()).note(b, metadata.as_ref());
+                }
+                Ok(_) => {}
+                Err(err) => tracing::error!(builder = %b.name, error = %err, "cannot read the ledger"),
+            }
+        }
+    }
+
+    /// Who an event about `watch` concerns: the builder itself, or the builders naming a run image.
+    fn subjects(&self, watch: &Watch) -> Vec<Subject> {
+        self.run_images.lock().unwrap_or_else(|e| e.into_inner()).subjects(&self.config, watch)
+    }
+}

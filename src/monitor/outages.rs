@@ -1,0 +1,179 @@
+//! Quiet outages in the check: the failing watches of each registry and the outages alerts were
+//! told of, restored from the ledger, and the events and deliveries `alert::outage` asks for.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use super::decide::{failed_event_id, new_event, pin_of};
+use super::{Monitor, Watch};
+use crate::alert::outage::{self, RegistryState};
+use crate::ledger::{CheckRecord, LedgerError, WatchRecord};
+use crate::metrics::RegistryLabels;
+use builder_monitor_core::event::{self, CheckError, Event, EventType, Subject};
+use builder_monitor_core::reference::ImageRef;
+use builder_monitor_core::schedule::{self, timestamp};
+
+impl Monitor {
+    /// The lock and state of one registry's failures (`outages`).
+    pub(super) fn registry_slot(&self, registry: &str) -> Arc<tokio::sync::Mutex<Option<RegistryState>>> {
+        self.outages.lock().unwrap_or_else(|e| e.into_inner()).entry(registry.to_string()).or_default().clone()
+    }
+
+    /// The builders an event about the watch `name` concerns: itself, or the builders naming a run image.
+    pub(super) fn subject_names(&self, name: &str) -> Vec<String> {
+        if name.starts_with("run:") {
+            return self.run_images.lock().unwrap_or_else(|e| e.into_inner()).users(name);
+        }
+        vec![name.to_string()]
+    }
+
+    /// What the ledger says about a registry's failures: its failing watches, which alerts got
+    /// each one's `check.failed`, and the outages announced and not yet over.
+    pub(super) async fn load_registry_state(&self, registry: &str) -> Result<RegistryState, LedgerError> {
+        let mut state = RegistryState::default();
+        let of_registry = |image: &str| ImageRef::parse(image).is_ok_and(|i| i.registry() == registry);
+        let failing: Vec<WatchRecord> = self
+            .ledger
+            .watches()
+            .await?
+            .into_iter()
+            .filter(|w| w.consecutive_failures > 0 && of_registry(&w.image))
+            .collect();
+        let failed_ids: Vec<String> =
+            failing.iter().map(|w| failed_event_id(&w.name, w.failing_since.as_deref().unwrap_or_default())).collect();
+        let delivered = self.ledger.deliveries_of(failed_ids.clone()).await?;
+        for (w, id) in failing.into_iter().zip(failed_ids) {
+            let told = delivered.iter().filter(|(e, _)| *e == id).map(|(_, a)| a.clone()).collect();
+            let since =
+                w.failing_since.as_deref().and_then(schedule::parse_timestamp).unwrap_or_else(|| self.clock.now());
+            state.failing.insert(
+                w.name.clone(),
+                outage::Failing {
+                    since,
+                    failures: w.consecutive_failures,
+                    reason: w.last_error_reason.clone().unwrap_or_default(),
+                    message: w.last_error.clone().unwrap_or_default(),
+                    told,
+                },
+            );
+        }
+        let types = [EventType::RegistryUnavailable, EventType::RegistryRecovered].map(|t| t.as_str().to_string());
+        let recent = self.ledger.latest_events(types.to_vec(), 1000).await?;
+        let ended: BTreeSet<&str> = recent
+            .iter()
+            .filter(|e| e.event.event_type == EventType::RegistryRecovered)
+            .map(|e| e.event.id.as_str())
+            .collect();
+        let open: Vec<(&Event, &event::Outage)> = recent
+            .iter()
+            .filter(|e| e.event.event_type == EventType::RegistryUnavailable)
+            .filter(|e| !ended.contains(outage::recovered_id(&e.event.id).as_str()))
+            .filter_map(|e| e.event.outage.as_ref().filter(|o| o.registry == registry).map(|o| (&e.event, o)))
+            .collect();
+        let delivered = self.ledger.deliveries_of(open.iter().map(|(e, _)| e.id.clone()).collect()).await?;
+        for (e, o) in open {
+            let alerts = delivered.iter().filter(|(id, _)| *id == e.id).map(|(_, a)| a.clone()).collect();
+            let since = schedule::parse_timestamp(&o.since).unwrap_or_else(|| self.clock.now());
+            state.open.insert(
+                e.id.clone(),
+                outage::Outage {
+                    id: e.id.clone(),
+                    since,
+                    watches: o.watches.clone(),
+                    reason: o.reason.clone(),
+                    message: o.message.clone(),
+                    alerts,
+                },
+            );
+        }
+        let count = state.failing_count();
+        self.metrics
+            .watches_failing
+            .get_or_create(&RegistryLabels { registry: registry.to_string() })
+            .set(count as i64);
+        self.failing.lock().unwrap_or_else(|e| e.into_inner()).insert(registry.to_string(), count);
+        Ok(state)
+    }
+
+    /// Adds the events and deliveries `notices` asks for to a check's commit.
+    pub(super) fn add_notices(
+        &self,
+        watch: &Watch,
+        record: Option<&WatchRecord>,
+        registry: &str,
+        notices: &outage::Notices,
+        commit: &mut CheckRecord,
+        repeated: &mut BTreeSet<String>,
+    ) {
+        let by_type =
+            |commit: &CheckRecord, t: EventType| commit.events.iter().find(|e| e.event_type == t).map(|e| e.id.clone());
+        if !notices.failed.is_empty() {
+            let id = match by_type(commit, EventType::CheckFailed) {
+                Some(id) => id,
+                None => {
+                    // Recorded at the first failure; repeated (a no-op for the ledger) so the
+                    // deliveries never name an event the ledger lacks.
+                    let since = record.and_then(|r| r.failing_since.clone()).unwrap_or_else(|| commit.time.clone());
+                    let id = failed_event_id(&watch.name, &since);
+                    let mut e = new_event(watch, &self.subjects(watch), id.clone(), EventType::CheckFailed, &since);
+                    e.current = record.and_then(|r| r.pin.as_ref()).map(pin_of);
+                    if let Err((reason, message)) = &commit.outcome {
+                        e.error = Some(CheckError {
+                            reason: reason.clone(),
+                            message: message.clone(),
+                            consecutive_failures: record.map_or(0, |r| r.consecutive_failures) + 1,
+                            since,
+                        });
+                    }
+                    repeated.insert(id.clone());
+                    commit.events.push(e);
+                    id
+                }
+            };
+            commit.deliveries.extend(notices.failed.iter().map(|a| (id.clone(), a.clone())));
+        }
+        if let Some(id) = by_type(commit, EventType::CheckRecovered) {
+            commit.deliveries.extend(notices.recovered.iter().map(|a| (id.clone(), a.clone())));
+        }
+        for (o, alerts) in &notices.unavailable {
+            let e = self.outage_event(registry, o, o.id.clone(), EventType::RegistryUnavailable, &commit.time);
+            tracing::warn!(registry, watches = o.watches.len(), since = %timestamp(o.since), reason = %o.reason, "registry unavailable: several watches fail together; alerts get one message for them");
+            commit.deliveries.extend(alerts.iter().map(|a| (e.id.clone(), a.clone())));
+            commit.events.push(e);
+        }
+        for (o, alerts) in &notices.ended {
+            let e = self.outage_event(registry, o, o.recovered_id(), EventType::RegistryRecovered, &commit.time);
+            tracing::info!(registry, since = %timestamp(o.since), "registry outage over: none of its watches fails any more");
+            commit.deliveries.extend(alerts.iter().map(|a| (e.id.clone(), a.clone())));
+            commit.events.push(e);
+        }
+    }
+
+    /// A `registry.*` event: about the builders of the watches in the outage.
+    fn outage_event(&self, registry: &str, o: &outage::Outage, id: String, event_type: EventType, time: &str) -> Event {
+        let mut names: Vec<String> = o.watches.iter().flat_map(|w| self.subject_names(w)).collect();
+        names.sort();
+        names.dedup();
+        let subjects: Vec<Subject> = names
+            .iter()
+            .map(|n| Subject {
+                name: n.clone(),
+                image: self.config.builder(n).map(|b| b.image.to_string()).unwrap_or_default(),
+            })
+            .collect();
+        let first = subjects
+            .first()
+            .cloned()
+            .unwrap_or_else(|| Subject { name: registry.to_string(), image: registry.to_string() });
+        let mut e = Event::new(id, event_type, time.to_string(), first);
+        e.builders = subjects;
+        e.outage = Some(event::Outage {
+            registry: registry.to_string(),
+            since: timestamp(o.since),
+            watches: o.watches.clone(),
+            reason: o.reason.clone(),
+            message: o.message.clone(),
+        });
+        e
+    }
+}

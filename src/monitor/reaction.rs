@@ -1,0 +1,273 @@
+//! The reaction to a move: which app images get a rebase or rebuild (planning, with the app images
+//! read from their registry), how far each app image is from its builder's pin (`plan`), and the
+//! action an image would get now (`build-spec`). Reads the config, the ledger and registries.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{pinned_metadata, run_image_watch, run_watch_name};
+use crate::config::{Config, ImageSettings, Policy, RunnerKind};
+use crate::inspect;
+use crate::ledger::{Ledger, LedgerError, NewAction, WatchKind};
+use crate::registry::Registry;
+use builder_monitor_core::cnb::{self, BuilderMetadata, Change, PinnedMetadata};
+use builder_monitor_core::event::{self, Pin};
+use builder_monitor_core::plan::{self, ActionKind, ActionTarget, AppState, Decision, Move, RunImageTarget};
+use builder_monitor_core::reference::ImageRef;
+
+/// The parts a reaction reads.
+#[derive(Clone, Copy)]
+pub struct Reaction<'a> {
+    pub config: &'a Config,
+    pub ledger: &'a Ledger,
+    pub registry: &'a Registry,
+}
+
+/// One app image measured against its builder's current pin (`plan`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Assessment {
+    pub image: String,
+    pub builder: String,
+    pub policy: Policy,
+    pub action: Option<ActionKind>,
+    pub why: String,
+}
+
+/// The move a check accepted, as planning needs it.
+pub struct Moved<'a> {
+    pub kind: WatchKind,
+    /// The builders whose app images the move concerns.
+    pub builders: &'a [String],
+    pub change_id: &'a str,
+    pub change: &'a Change,
+    pub current: &'a Pin,
+    /// The builder's new metadata (builder moves).
+    pub metadata: Option<&'a PinnedMetadata>,
+}
+
+/// What a runner needs for `image`: the one place an [`ActionTarget`] is built.
+pub fn action_target(
+    image: &ImageSettings,
+    builder: String,
+    run_image: Option<String>,
+    why: String,
+    meta: Option<&BuilderMetadata>,
+    app_reference: Option<String>,
+    reasons: Vec<String>,
+) -> ActionTarget {
+    ActionTarget {
+        image: image.image.to_string(),
+        builder_name: image.builder.clone(),
+        builder,
+        run_image,
+        source: image.source.clone(),
+        env: image.env.clone(),
+        why,
+        user_id: meta.and_then(|m| m.user_id),
+        group_id: meta.and_then(|m| m.group_id),
+        platform_apis: meta.map(|m| m.lifecycle.platform_apis.clone()).unwrap_or_default(),
+        stack_id: meta.and_then(|m| m.stack_id.clone()),
+        app_reference,
+        reasons,
+        scheduling: image.scheduling.clone(),
+    }
+}
+
+/// The reasons of a change as their wire names (`STACK`, `BUILDPACK`, …), for annotations.
+fn reason_names(change: &Change) -> Vec<String> {
+    change.reasons.iter().filter_map(|r| serde_json::to_value(r).ok()?.as_str().map(str::to_string)).collect()
+}
+
+/// An action's idempotency key: stable for (change, image), DNS-safe, short enough to name objects.
+pub fn action_key(change_id: &str, image: &str) -> String {
+    format!("bm-{}", event::stable_id(&[change_id, image]))
+}
+
+impl Reaction<'_> {
+    /// Plans the reaction of every app image the move concerns; reads the app images it needs.
+    pub async fn plan_actions(&self, mv: &Moved<'_>) -> Result<(Vec<Decision>, Vec<NewAction>), LedgerError> {
+        let (builders, change, current) = (mv.builders, mv.change, mv.current);
+        let images: Vec<ImageSettings> =
+            self.config.images.iter().filter(|i| builders.contains(&i.builder)).cloned().collect();
+        if images.is_empty() || change.kind == cnb::ChangeKind::None {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        // The run image to rebase onto: the moved run image itself, or the one the builder moved to.
+        let run_reference = match mv.kind {
+            WatchKind::RunImage => Some(current.reference.clone()),
+            WatchKind::Builder => change
+                .run_image
+                .as_ref()
+                .and_then(|r| r.to.clone())
+                .filter(|r| r.contains('@'))
+                .or_else(|| mv.metadata.and_then(|m| m.run_image.as_ref()).and_then(|r| r.reference.clone())),
+        };
+        let run_target = match (&run_reference, mv.kind) {
+            (Some(reference), WatchKind::RunImage) => Some(RunImageTarget {
+                reference: reference.clone(),
+                digests: std::iter::once(current.digest.clone()).chain(current.platforms.values().cloned()).collect(),
+            }),
+            (Some(reference), WatchKind::Builder) => Some(self.run_image_target(reference).await),
+            (None, _) => None,
+        };
+        // App images are read for `auto` decisions, and for kpack, whose rebase names the app's digest.
+        let read_all = self.config.runner.kind == RunnerKind::Kpack;
+        let mut apps = BTreeMap::new();
+        for image in images.iter().filter(|i| read_all || i.policy == Policy::Auto) {
+            apps.insert(image.name.clone(), self.app_state(&image.image).await);
+        }
+        // The builder's own metadata (user, platform APIs, stack) for the runners.
+        let builder_metadata = |name: &str| {
+            let name = name.to_string();
+            async move {
+                if mv.kind == WatchKind::Builder {
+                    return mv.metadata.and_then(|m| m.preferred()).cloned();
+                }
+                let record = self.ledger.watch(&name).await.ok().flatten();
+                record.as_ref().and_then(pinned_metadata).and_then(|m| m.preferred().cloned())
+            }
+        };
+        let decisions = plan::plan(&Move { change, builders, run_image: run_target.as_ref() }, &images, &apps);
+        let mut actions = Vec::new();
+        for d in &decisions {
+            let (Some(kind), Some(image)) = (d.action, images.iter().find(|i| i.name == d.image)) else { continue };
+            let builder_ref = match mv.kind {
+                WatchKind::Builder => Some(current.reference.clone()),
+                WatchKind::RunImage => {
+                    self.ledger.watch(&image.builder).await?.and_then(|r| r.pin).map(|p| p.reference)
+                }
+            };
+            let Some(builder_ref) = builder_ref else {
+                tracing::warn!(image = %image.name, builder = %image.builder, "builder not pinned yet; no action");
+                continue;
+            };
+            let meta = builder_metadata(&image.builder).await;
+            let app_reference = match apps.get(&image.name) {
+                Some(AppState::Built { digest: Some(digest), .. }) => Some(image.image.pinned(digest)),
+                _ => None,
+            };
+            let target = action_target(
+                image,
+                builder_ref,
+                run_target.as_ref().map(|t| t.reference.clone()),
+                d.why.clone(),
+                meta.as_ref(),
+                app_reference,
+                reason_names(change),
+            );
+            actions.push(NewAction::new(
+                action_key(mv.change_id, &image.name),
+                mv.change_id.to_string(),
+                image.name.clone(),
+                kind,
+                &target,
+            )?);
+        }
+        Ok((decisions, actions))
+    }
+
+    /// Every digest that counts as "on" this run image reference: its own, and its platforms'.
+    async fn run_image_target(&self, reference: &str) -> RunImageTarget {
+        let mut digests = BTreeSet::new();
+        let Ok(image) = ImageRef::parse(reference) else {
+            return RunImageTarget { reference: reference.to_string(), digests };
+        };
+        if let Some(digest) = image.digest() {
+            digests.insert(digest.to_string());
+            match inspect::observe(self.registry, &image, digest).await {
+                Ok(observation) => digests.extend(observation.platforms.into_values()),
+                Err(err) => {
+                    tracing::warn!(run_image = %reference, error = %err, "cannot list the run image's platforms")
+                }
+            }
+        }
+        RunImageTarget { reference: reference.to_string(), digests }
+    }
+
+    /// What the app image's registry says about it now.
+    pub async fn app_state(&self, image: &ImageRef) -> AppState {
+        match inspect::app_metadata(self.registry, image).await {
+            Ok(None) => AppState::Missing,
+            Ok(Some(app)) => match app.metadata {
+                Ok(Some(m)) => AppState::Built {
+                    run_image_digest: m.run_image_digest().map(str::to_string),
+                    buildpacks: m.buildpacks,
+                    launcher_version: m.launcher_version,
+                    digest: Some(app.digest),
+                },
+                Ok(None) | Err(_) => AppState::NotCnb,
+            },
+            Err(err) => AppState::Unreachable(err.to_string()),
+        }
+    }
+
+    /// For the current pins and app images: what each image would get, and why.
+    pub async fn assess(&self) -> Result<Vec<Assessment>, LedgerError> {
+        let mut out = Vec::new();
+        for image in &self.config.images {
+            let record = self.ledger.watch(&image.builder).await?;
+            let metadata = record.as_ref().and_then(pinned_metadata);
+            let builder = metadata.as_ref().and_then(|m| m.preferred()).cloned();
+            let run_reference = self.newest_run_image(&image.builder, metadata.as_ref()).await?;
+            let run_target = match &run_reference {
+                Some(reference) => Some(self.run_image_target(reference).await),
+                None => None,
+            };
+            let app = self.app_state(&image.image).await;
+            let decision = plan::assess(image, &app, builder.as_ref(), run_target.as_ref());
+            out.push(Assessment {
+                image: image.name.clone(),
+                builder: image.builder.clone(),
+                policy: image.policy,
+                action: decision.action,
+                why: decision.why,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The newest immutable reference of a builder's run image: the run image watch's pin, else
+    /// the one recorded with the builder's pin.
+    async fn newest_run_image(
+        &self,
+        builder: &str,
+        metadata: Option<&PinnedMetadata>,
+    ) -> Result<Option<String>, LedgerError> {
+        let watch = self.config.builder(builder).and_then(|b| run_image_watch(b, metadata).ok().flatten());
+        if let Some(watch) = watch
+            && let Some(r) = self.ledger.watch(&run_watch_name(&watch)).await?
+            && let Some(pin) = r.pin
+        {
+            return Ok(Some(pin.reference));
+        }
+        Ok(metadata.and_then(|m| m.run_image.as_ref()).and_then(|r| r.reference.clone()))
+    }
+
+    /// What an action for `image` would be given now, from the current pins (`build-spec`): its
+    /// key, its change id and its target.
+    pub async fn preview(&self, image: &str, kind: ActionKind) -> Result<(String, String, ActionTarget), String> {
+        let image = self.config.images.iter().find(|i| i.name == image).ok_or_else(|| {
+            let known: Vec<&str> = self.config.images.iter().map(|i| i.name.as_str()).collect();
+            format!("no image named \"{image}\" (configured: {})", known.join(", "))
+        })?;
+        let record = self.ledger.watch(&image.builder).await.map_err(|e| e.to_string())?;
+        let pin = record.as_ref().and_then(|r| r.pin.clone()).ok_or_else(|| {
+            format!("builder \"{}\" is not pinned yet; run `builder-monitor run --once` first", image.builder)
+        })?;
+        let metadata = record.as_ref().and_then(pinned_metadata);
+        let meta = metadata.as_ref().and_then(|m| m.preferred()).cloned();
+        let run_image = self.newest_run_image(&image.builder, metadata.as_ref()).await.map_err(|e| e.to_string())?;
+        if kind == ActionKind::Rebase && run_image.is_none() {
+            return Err(format!("the run image of builder \"{}\" is not known; a rebase needs it", image.builder));
+        }
+        let app_reference = match self.app_state(&image.image).await {
+            AppState::Built { digest: Some(d), .. } => Some(image.image.pinned(&d)),
+            _ => None,
+        };
+        let change = self.ledger.changes(Some(&image.builder), 1).await.map_err(|e| e.to_string())?;
+        let change_id = change.first().map(|c| c.id.clone()).unwrap_or_else(|| event::stable_id(&["pin", &pin.digest]));
+        let reasons = change.first().map(|c| reason_names(&c.change)).unwrap_or_default();
+        let why = format!("{} requested with build-spec", kind.as_str());
+        let target = action_target(image, pin.reference, run_image, why, meta.as_ref(), app_reference, reasons);
+        Ok((action_key(&change_id, &image.name), change_id, target))
+    }
+}

@@ -1,0 +1,191 @@
+//! The scheduler loop: one task times every watch (`Timetable`), runs up to `CHECK_CONCURRENCY`
+//! checks at once within each registry's share (`Slots`), takes wakes and new run image watches,
+//! and beats the liveness heartbeat.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::{CHECK_CONCURRENCY, CheckOutcome, HEARTBEAT, Monitor, SHUTDOWN_GRACE, Watch};
+use crate::schedule::{Slots, Timetable};
+
+/// A watch in the daemon's timetable.
+#[derive(Clone)]
+struct Scheduled {
+    watch: Arc<Watch>,
+    /// Run image watches: cancelled when no builder names the run image any more.
+    stop: Option<CancellationToken>,
+}
+
+impl Monitor {
+    /// Checks every builder once, then every run image they name. True when every check succeeded.
+    pub async fn run_once(self: &Arc<Self>) -> bool {
+        self.load_run_images().await;
+        let builders: Vec<Watch> = self.config.builders.iter().map(Watch::builder).collect();
+        let mut all_ok = self.check_all(builders).await;
+        let run_images: Vec<Watch> = self.run_image_watches().into_iter().map(|(w, _)| w).collect();
+        all_ok &= self.check_all(run_images).await;
+        all_ok
+    }
+
+    async fn check_all(self: &Arc<Self>, watches: Vec<Watch>) -> bool {
+        let mut slots = Slots::new(CHECK_CONCURRENCY);
+        for watch in &watches {
+            slots.register(watch.image.registry());
+        }
+        let mut pending = watches.into_iter();
+        let mut tasks = JoinSet::new();
+        let mut registries: HashMap<tokio::task::Id, String> = HashMap::new();
+        let mut all_ok = true;
+        loop {
+            while slots.has_room() {
+                let watch = match slots.next_waiting() {
+                    Some(watch) => watch,
+                    None => match pending.next() {
+                        Some(watch) => {
+                            let registry = watch.image.registry().to_string();
+                            match slots.admit(&registry, watch) {
+                                Some(watch) => watch,
+                                None => continue,
+                            }
+                        }
+                        None => break,
+                    },
+                };
+                let registry = watch.image.registry().to_string();
+                let monitor = self.clone();
+                let task = tasks.spawn(async move {
+                    matches!(monitor.check_logged(&watch).await, Some(o) if !matches!(o, CheckOutcome::Failed(_)))
+                });
+                registries.insert(task.id(), registry);
+            }
+            let Some(done) = tasks.join_next_with_id().await else { break };
+            let (task, ok) = match done {
+                Ok((task, ok)) => (task, ok),
+                Err(err) => (err.id(), false),
+            };
+            all_ok &= ok;
+            if let Some(registry) = registries.remove(&task) {
+                slots.finished(&registry);
+            }
+        }
+        all_ok
+    }
+
+    /// Runs every watch on its schedule until `shutdown`, then gives running checks a grace period.
+    ///
+    /// One task times all watches (`Timetable`) and runs up to `CHECK_CONCURRENCY` checks at once,
+    /// earliest due first, each registry within its share (`Slots`): a due check of a registry
+    /// that used its share waits for that registry, not for everyone.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        self.load_run_images().await;
+        let Some(mut wakes) = self.wake_receiver.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            tracing::error!("the monitor is running already");
+            return;
+        };
+        let (spawner, mut spawns) = mpsc::unbounded_channel();
+        {
+            let mut run_images = self.run_images.lock().unwrap_or_else(|e| e.into_inner());
+            for name in run_images.entries.keys() {
+                let _ = spawner.send(name.clone());
+            }
+            run_images.spawner = Some(spawner);
+        }
+        let mut table: Timetable<Scheduled> = Timetable::default();
+        let mut slots: Slots<usize> = Slots::new(CHECK_CONCURRENCY);
+        let now = tokio::time::Instant::now();
+        for builder in &self.config.builders {
+            slots.register(builder.image.registry());
+            let scheduled = Scheduled { watch: Arc::new(Watch::builder(builder)), stop: None };
+            table.add(&builder.name, scheduled, builder.jitter, now);
+        }
+        let mut running: JoinSet<()> = JoinSet::new();
+        let mut running_ids: HashMap<tokio::task::Id, usize> = HashMap::new();
+        let mut heartbeat = tokio::time::interval(HEARTBEAT);
+        loop {
+            let now = tokio::time::Instant::now();
+            while slots.has_room() {
+                let id = match slots.next_waiting() {
+                    Some(id) => id,
+                    None => match table.pop_due(now) {
+                        Some(id) => match slots.admit(table.item(id).watch.image.registry(), id) {
+                            Some(id) => id,
+                            None => continue,
+                        },
+                        None => break,
+                    },
+                };
+                let Scheduled { watch, stop } = table.item(id).clone();
+                if stop.is_some_and(|s| s.is_cancelled()) {
+                    slots.finished(watch.image.registry());
+                    table.remove(id);
+                    continue;
+                }
+                let monitor = self.clone();
+                let task = running.spawn(async move {
+                    monitor.check_logged(&watch).await;
+                });
+                running_ids.insert(task.id(), id);
+            }
+            let next = if slots.has_room() { table.next_due() } else { None };
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                Some(done) = running.join_next_with_id(), if !running.is_empty() => {
+                    let task = match &done {
+                        Ok((task, ())) => *task,
+                        Err(err) => err.id(),
+                    };
+                    let Some(id) = running_ids.remove(&task) else { continue };
+                    let watch = table.item(id).watch.clone();
+                    slots.finished(watch.image.registry());
+                    if let Err(err) = done {
+                        tracing::error!(watch = %watch.name, error = %err, "check failed unexpectedly; it runs again on schedule");
+                    }
+                    let now = tokio::time::Instant::now();
+                    if !table.finished(id, &watch.schedule, watch.jitter, now, self.clock.now()) {
+                        tracing::warn!(watch = %watch.name, schedule = %watch.schedule, "schedule has no future firing; checked only when woken");
+                    }
+                }
+                Some(name) = wakes.recv() => {
+                    if let Some(id) = table.id(&name) {
+                        table.wake(id, tokio::time::Instant::now());
+                    }
+                }
+                Some(name) = spawns.recv() => {
+                    let stop = CancellationToken::new();
+                    let watch = {
+                        let mut run_images = self.run_images.lock().unwrap_or_else(|e| e.into_inner());
+                        run_images.entries.get_mut(&name).map(|entry| {
+                            entry.stop = Some(stop.clone());
+                            entry.watch.clone()
+                        })
+                    };
+                    if let Some(watch) = watch {
+                        slots.register(watch.image.registry());
+                        // A run image dropped and named again: the old entry's stop is cancelled.
+                        if let Some(old) = table.id(&name) {
+                            table.remove(old);
+                        }
+                        let jitter = watch.jitter;
+                        let scheduled = Scheduled { watch: Arc::new(watch), stop: Some(stop) };
+                        table.add(&name, scheduled, jitter, tokio::time::Instant::now());
+                    }
+                }
+                _ = heartbeat.tick() => self.beat(),
+                _ = async { match next { Some(due) => tokio::time::sleep_until(due).await, None => std::future::pending().await } } => {}
+            }
+        }
+        self.run_images.lock().unwrap_or_else(|e| e.into_inner()).spawner = None;
+        *self.wake_receiver.lock().unwrap_or_else(|e| e.into_inner()) = Some(wakes);
+        let drained =
+            tokio::time::timeout(SHUTDOWN_GRACE, async { while running.join_next().await.is_some() {} }).await;
+        if drained.is_err() {
+            tracing::warn!(grace = ?SHUTDOWN_GRACE, "checks still running after the grace period; aborting them (the ledger is transactional, nothing is half-written)");
+            running.abort_all();
+        }
+    }
+}

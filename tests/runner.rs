@@ -381,6 +381,9 @@ async fn killed_while_running_with(ledger_in: impl Fn(&str) -> String) {
     w.push_builder(&v1.clone().bump("paketo-buildpacks/java", "18.2.0")).await;
     let mut daemon = Daemon::start(&config);
     daemon.wait_for("the rebuild to start", |v| v["message"] == "running action");
+    // Killed once the command's group is in the ledger: what a restart can stop is what was
+    // recorded (a kill between spawn and record is the documented window).
+    daemon.wait_for("the command's group to be recorded", |v| v["message"] == "command started");
     let deadline = std::time::Instant::now() + support::PATIENCE;
     while calls(&w.record()).is_empty() {
         assert!(std::time::Instant::now() < deadline, "the command never started");

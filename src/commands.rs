@@ -17,6 +17,7 @@ use builder_monitor::metrics::Metrics;
 use builder_monitor::monitor::reaction::Reaction;
 use builder_monitor::registry::Registry;
 use builder_monitor::runner::{self, kubernetes::ActionRef};
+use builder_monitor::schedule::Clock;
 use builder_monitor::status;
 use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::reference::ImageRef;
@@ -156,7 +157,7 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
                 let known: Vec<&str> = config.images.iter().map(|i| i.name.as_str()).collect();
                 return Err(usage(anyhow::anyhow!("no image named \"{image}\" (configured: {})", known.join(", "))));
             }
-            let ledger = daemon::open_ledger(&config, Access::Read).await?;
+            let ledger = daemon::open_ledger(&config, Access::Read, &Clock::System).await?;
             let metrics = Metrics::new();
             let registry = Registry::new(config.registries.values().cloned(), metrics);
             let reaction = Reaction { config: &config, ledger: &ledger, registry: &registry };
@@ -198,7 +199,7 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
         }
         Command::Plan { config, json } => {
             let config = Arc::new(load_config(&config, Secrets::Skip)?);
-            let ledger = daemon::open_ledger(&config, Access::Read).await?;
+            let ledger = daemon::open_ledger(&config, Access::Read, &Clock::System).await?;
             let metrics = Metrics::new();
             let registry = Registry::new(config.registries.values().cloned(), metrics);
             let assessments = Reaction { config: &config, ledger: &ledger, registry: &registry }.assess().await?;
@@ -216,7 +217,7 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
         }
         Command::Status { config, json, changes } => {
             let config = load_config(&config, Secrets::Skip)?;
-            let ledger = daemon::open_ledger(&config, Access::Read).await?;
+            let ledger = daemon::open_ledger(&config, Access::Read, &Clock::System).await?;
             let report = status::collect(&config, &ledger, changes).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report).context("encoding JSON")?);

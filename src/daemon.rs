@@ -53,13 +53,13 @@ pub enum Access {
 }
 
 /// The ledger the config names.
-pub async fn open_ledger(config: &Config, access: Access) -> Result<Ledger, DaemonError> {
+pub async fn open_ledger(config: &Config, access: Access, clock: &Clock) -> Result<Ledger, DaemonError> {
     match &config.monitor.state {
         StateLocation::Sqlite(path) if access == Access::Write => Ok(Ledger::open(path)?),
         StateLocation::Sqlite(path) => Ok(Ledger::open_read_only(path)?),
         StateLocation::Kubernetes => {
             let client = cluster::client(&config.kubernetes).await?;
-            Ok(Ledger::kubernetes(client, &config.kubernetes.namespace))
+            Ok(Ledger::kubernetes(client, &config.kubernetes.namespace, clock.now()))
         }
     }
 }
@@ -223,12 +223,13 @@ async fn sample_open_actions(ledger: Ledger, metrics: Arc<Metrics>, stop: Cancel
 /// answer is the exit code (`run --once` exits 1 when a check or action failed).
 pub async fn run(config: Arc<Config>, once: bool, shutdown: CancellationToken) -> Result<u8, DaemonError> {
     // Held until this function returns: one writer per SQLite ledger (Kubernetes has the lease).
+    let clock = Clock::System;
     let _writer = match &config.monitor.state {
-        StateLocation::Sqlite(path) => Some(WriterLock::acquire(path)?),
+        StateLocation::Sqlite(path) => Some(WriterLock::acquire(path, clock.now())?),
         StateLocation::Kubernetes => None,
     };
-    let ledger = open_ledger(&config, Access::Write).await?;
-    let parts = Arc::new(Parts::build(config.clone(), ledger.clone(), Clock::System).await?);
+    let ledger = open_ledger(&config, Access::Write, &clock).await?;
+    let parts = Arc::new(Parts::build(config.clone(), ledger.clone(), clock).await?);
     let election = config.kubernetes.leader_election && !once;
     tracing::info!(builders = config.builders.len(), alerts = config.alerts.len(), runner = config.runner.kind.as_str(), state = %ledger.location(), publish = config.kubernetes.publish, leader_election = election, once, "builder-monitor starting");
     if once {

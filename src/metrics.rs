@@ -4,17 +4,39 @@
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct CheckLabels {
     pub builder: String,
     pub result: String,
+    /// Why a check failed (`RegistryError::reason`, the reason the check records). A successful
+    /// check's series has no `reason` label, which PromQL reads as `reason=""`.
+    pub reason: Option<&'static str>,
+}
+
+impl CheckLabels {
+    /// The labels of a check of `builder` that succeeded (`failed` is `None`) or failed for `failed`.
+    pub fn new(builder: &str, failed: Option<&'static str>) -> Self {
+        CheckLabels {
+            builder: builder.to_string(),
+            result: if failed.is_some() { "error" } else { "ok" }.into(),
+            reason: failed,
+        }
+    }
+}
+
+impl EncodeLabelSet for CheckLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        let mut labels = vec![("builder", self.builder.as_str()), ("result", self.result.as_str())];
+        labels.extend(self.reason.map(|r| ("reason", r)));
+        labels.encode(encoder)
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -97,7 +119,11 @@ impl Metrics {
     pub fn new() -> Arc<Self> {
         let mut registry = Registry::with_prefix("builder_monitor");
         let checks = Family::default();
-        registry.register("checks", "Checks of watched tags, by result (ok, error)", checks.clone());
+        registry.register(
+            "checks",
+            "Checks of watched tags, by result (ok, error) and a failure's reason",
+            checks.clone(),
+        );
         let check_duration = Histogram::new(exponential_buckets(0.001, 2.0, 16));
         registry.register(
             "check_duration_seconds",

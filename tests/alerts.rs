@@ -334,7 +334,10 @@ async fn killed_daemons_lose_no_delivery_with_the_ledger_on_kubernetes() {
         daemon_config(registry, false, receiver).replace("state = \"state.db\"", "state = \"kubernetes\"")
             + &format!("\n[kubernetes]\nkubeconfig = \"{}\"\nnamespace = \"bm\"\n", kubeconfig.display())
     };
-    killed_daemons_lose_no_delivery_with(ws, text, move || Ledger::kubernetes(client.clone(), "bm")).await;
+    killed_daemons_lose_no_delivery_with(ws, text, move || {
+        Ledger::kubernetes(client.clone(), "bm", chrono::Utc::now())
+    })
+    .await;
     drop(double);
 }
 
@@ -554,7 +557,7 @@ async fn wakes_while_sends_are_in_flight_never_send_a_delivery_twice() {
                     .map(|a| (id.clone(), a.to_string()))
                     .collect();
                 assert_eq!(routes.len(), 2);
-                ledger.record_events("b", vec![event], routes, 10_000).await.unwrap();
+                ledger.record_events("b", vec![event], routes, 10_000, chrono::Utc::now()).await.unwrap();
                 wake.notify_one();
                 tokio::task::yield_now().await;
             }

@@ -591,7 +591,7 @@ async fn cluster_builders_carry_the_pin_history_conditions_and_events() {
     let (status, log) = daemon.terminate();
     assert!(status.success());
     assert!(!log.iter().any(|l| l.contains("\"builder.changed\"")), "no change seen again");
-    let ledger = Ledger::kubernetes(w.double.client(), "bm");
+    let ledger = Ledger::kubernetes(w.double.client(), "bm", chrono::Utc::now());
     assert_eq!(ledger.changes(Some("jammy"), 10).await.unwrap().len(), 1);
     assert_eq!(w.double.list("jobs").len(), 1);
     assert_eq!(kube_events(&w, "jammy").iter().filter(|e| e["reason"] == "RebuildNeeded").count(), 1);
@@ -653,7 +653,7 @@ async fn two_replicas_one_acts_and_the_other_takes_over() {
     let (status, _) = a.terminate();
     assert!(status.success());
 
-    let ledger = Ledger::kubernetes(w.double.client(), "bm");
+    let ledger = Ledger::kubernetes(w.double.client(), "bm", chrono::Utc::now());
     let changes = ledger.changes(Some("jammy"), 10).await.unwrap();
     assert_eq!(changes.len(), 2, "each move recorded once: {changes:?}");
     let changed: Vec<_> = ledger

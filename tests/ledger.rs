@@ -11,6 +11,8 @@ use builder_monitor::ledger::{
 use builder_monitor_core::cnb::Change;
 use builder_monitor_core::event::{Event, EventType, Subject, change_id};
 use builder_monitor_core::plan::ActionKind;
+use builder_monitor_core::schedule::parse_timestamp;
+use chrono::{DateTime, Utc};
 use serde_json::json;
 use support::kube::KubeDouble;
 
@@ -24,7 +26,12 @@ where
     scenario(Ledger::open(&dir.path().join("ledger.db")).unwrap()).await;
     let double = KubeDouble::start().await;
     double.create_namespace("bm");
-    scenario(Ledger::kubernetes(double.client(), "bm")).await;
+    scenario(Ledger::kubernetes(double.client(), "bm", Utc::now())).await;
+}
+
+/// The caller's clock, as the ledger is given it.
+fn at(text: &str) -> DateTime<Utc> {
+    parse_timestamp(text).unwrap()
 }
 
 fn record(watch: &str, time: &str) -> CheckRecord {
@@ -32,7 +39,7 @@ fn record(watch: &str, time: &str) -> CheckRecord {
         watch: watch.into(),
         kind: WatchKind::Builder,
         image: format!("docker.io/x/{watch}:latest"),
-        time: time.into(),
+        time: at(time),
         outcome: Ok(()),
         pin: None,
         pending: None,
@@ -143,18 +150,20 @@ async fn the_outbox_moves_deliveries_forward_only() {
         assert_eq!(due.len(), 3);
         assert!(ledger.due_deliveries("2000-01-01T00:00:00.000Z".into(), 10).await.unwrap().is_empty());
 
-        ledger.update_delivery("e1", "hook", DeliveryUpdate::Sent { status: "HTTP 200".into() }).await.unwrap();
+        let now = at("2026-11-30T12:01:00Z");
+        ledger.update_delivery("e1", "hook", DeliveryUpdate::Sent { status: "HTTP 200".into() }, now).await.unwrap();
         ledger
             .update_delivery(
                 "e1",
                 "chat",
                 DeliveryUpdate::Retry { next_attempt: "2098-01-01T00:00:00.000Z".into(), status: "HTTP 503".into() },
+                now,
             )
             .await
             .unwrap();
-        ledger.update_delivery("e2", "hook", DeliveryUpdate::Dead { status: "HTTP 400".into() }).await.unwrap();
+        ledger.update_delivery("e2", "hook", DeliveryUpdate::Dead { status: "HTTP 400".into() }, now).await.unwrap();
         // A sent delivery is never moved back.
-        ledger.update_delivery("e1", "hook", DeliveryUpdate::Dead { status: "late".into() }).await.unwrap();
+        ledger.update_delivery("e1", "hook", DeliveryUpdate::Dead { status: "late".into() }, now).await.unwrap();
 
         let pending = ledger.pending_deliveries().await.unwrap();
         assert_eq!(pending.len(), 1);
@@ -172,7 +181,13 @@ async fn the_outbox_moves_deliveries_forward_only() {
 
         // Events recorded outside a check land in the outbox too.
         ledger
-            .record_events("b", vec![event("e3", EventType::BuildStarted, "b")], vec![("e3".into(), "hook".into())], 2)
+            .record_events(
+                "b",
+                vec![event("e3", EventType::BuildStarted, "b")],
+                vec![("e3".into(), "hook".into())],
+                2,
+                at("2026-11-30T12:02:00Z"),
+            )
             .await
             .unwrap();
         assert_eq!(ledger.pending_deliveries().await.unwrap().len(), 2);
@@ -221,6 +236,7 @@ async fn actions_are_claimed_finished_requeued_and_superseded() {
                 events: vec![done],
                 deliveries: vec![("done".into(), "hook".into())],
                 history: 2,
+                now: at("2026-11-30T12:05:00Z"),
             })
             .await
             .unwrap();
@@ -234,10 +250,14 @@ async fn actions_are_claimed_finished_requeued_and_superseded() {
                 events: vec![],
                 deliveries: vec![],
                 history: 2,
+                now: at("2026-11-30T12:06:00Z"),
             })
             .await
             .unwrap();
         assert_eq!(ledger.next_action_at().await.unwrap().as_deref(), Some("2098-01-01T00:00:00.000Z"));
+        // An attempt's end is recorded at the time its caller gives, not the ledger's own clock.
+        let finished = ledger.actions(10).await.unwrap().into_iter().find(|a| a.key == first.key).unwrap();
+        assert_eq!((finished.state.as_str(), finished.updated.as_str()), ("succeeded", "2026-11-30T12:05:00.000Z"));
         let actions = ledger.actions(10).await.unwrap();
         let by_key: BTreeMap<&str, &str> = actions.iter().map(|a| (a.key.as_str(), a.state.as_str())).collect();
         assert_eq!(by_key[first.key.as_str()], "succeeded");
@@ -262,13 +282,13 @@ async fn actions_are_claimed_finished_requeued_and_superseded() {
 async fn concurrent_writers_to_one_kubernetes_entry_lose_nothing() {
     let double = KubeDouble::start().await;
     double.create_namespace("bm");
-    let a = Ledger::kubernetes(double.client(), "bm");
-    let b = Ledger::kubernetes(double.client(), "bm");
+    let a = Ledger::kubernetes(double.client(), "bm", Utc::now());
+    let b = Ledger::kubernetes(double.client(), "bm", Utc::now());
     let mut tasks = Vec::new();
     for (n, ledger) in [a.clone(), b.clone()].into_iter().enumerate() {
         tasks.push(tokio::spawn(async move {
             for i in 0..15 {
-                let mut r = record("b", &format!("2026-11-30T12:{n}{i:02}:00Z"));
+                let mut r = record("b", &format!("2026-11-30T1{n}:{i:02}:00Z"));
                 r.outcome = Err(("registry_unavailable".into(), "down".into()));
                 r.events.push(event(&format!("e{n}-{i}"), EventType::CheckFailed, "b"));
                 ledger.commit(r).await.unwrap();
@@ -357,7 +377,13 @@ async fn writes_that_add_deliveries_or_actions_signal_them() {
 
         let clone = ledger.clone();
         clone
-            .record_events("b", vec![event("e2", EventType::BuildStarted, "b")], vec![("e2".into(), "hook".into())], 2)
+            .record_events(
+                "b",
+                vec![event("e2", EventType::BuildStarted, "b")],
+                vec![("e2".into(), "hook".into())],
+                2,
+                at("2026-11-30T12:03:00Z"),
+            )
             .await
             .unwrap();
         assert!(signalled(deliveries.clone()).await, "recorded events with deliveries, through a clone");

@@ -160,6 +160,41 @@ async fn metrics_count_exactly_what_happened() {
     assert_eq!(counted as usize, proxy.seen().len());
 }
 
+/// A failed check is counted with the reason the check records (the registry error's own);
+/// a successful one has no `reason` label.
+#[tokio::test]
+async fn failed_checks_are_counted_by_their_reason() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    let proxy = Proxy::start(&registry.host).await;
+    let extra = format!("\n[registries.\"{}\"]\nmax_attempts = 1\n", proxy.host);
+    let s = serve(&format!("{}{extra}", config(&proxy.host, ""))).await;
+    let check = || async { s.monitor.check_builder("b").await.unwrap().unwrap() };
+    check().await; // nothing pushed yet: tag_missing
+    pusher.push_image("demo/b", Some("latest"), &Image::new("amd64"), Format::Oci).await;
+    check().await;
+    proxy.down(Some(503));
+    check().await;
+    check().await;
+    proxy.down(None);
+
+    let text = support::http().get(format!("{}/metrics", s.base)).send().await.unwrap().text().await.unwrap();
+    let m = parse_metrics(&text);
+    let series: BTreeMap<&str, f64> = m
+        .iter()
+        .filter(|(k, _)| k.starts_with("builder_monitor_checks_total"))
+        .map(|(k, v)| (k.as_str(), *v))
+        .collect();
+    let expected = BTreeMap::from([
+        ("builder_monitor_checks_total{builder=\"b\",result=\"ok\"}", 1.0),
+        ("builder_monitor_checks_total{builder=\"b\",result=\"error\",reason=\"tag_missing\"}", 1.0),
+        ("builder_monitor_checks_total{builder=\"b\",result=\"error\",reason=\"registry_unavailable\"}", 2.0),
+    ]);
+    assert_eq!(series, expected, "{text}");
+    let recorded = s.ledger.watch("b").await.unwrap().unwrap();
+    assert_eq!(recorded.last_error_reason.as_deref(), Some("registry_unavailable"), "the reason the check records");
+}
+
 async fn get_json(url: &str, token: Option<&str>) -> (u16, Value) {
     let mut request = support::http().get(url);
     if let Some(t) = token {
@@ -219,12 +254,8 @@ async fn hooks_need_the_token_and_coalesce_into_a_normal_check() {
     let s = serve(&config(&registry.host, "")).await;
     let run = CancellationToken::new();
     tokio::spawn(s.monitor.clone().run(run.clone()));
-    let checks = |m: &Monitor| {
-        m.metrics()
-            .checks
-            .get_or_create(&builder_monitor::metrics::CheckLabels { builder: "b".into(), result: "ok".into() })
-            .get()
-    };
+    let checks =
+        |m: &Monitor| m.metrics().checks.get_or_create(&builder_monitor::metrics::CheckLabels::new("b", None)).get();
     wait_until(|| checks(&s.monitor) == 1).await;
 
     let hook = format!("{}/hooks/distribution", s.base);

@@ -146,7 +146,7 @@ impl Dispatcher {
         // Recorded first, then logged: a log line never claims what the ledger could still lose.
         {
             let _scan = self.scan.lock().await;
-            if let Err(err) = self.ledger.update_delivery(&event_id, &alert, update.clone()).await {
+            if let Err(err) = self.ledger.update_delivery(&event_id, &alert, update.clone(), self.clock.now()).await {
                 tracing::error!(alert = %alert, event_id = %event_id, error = %err, "cannot record delivery outcome; it will be sent again");
             }
             self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).remove(&(event_id.clone(), alert.clone()));

@@ -79,20 +79,17 @@ struct WatchDoc {
     actions: Vec<ActionRow>,
 }
 
-fn now_millis() -> String {
-    builder_monitor_core::schedule::timestamp_millis(chrono::Utc::now())
-}
-
 impl WatchDoc {
     /// The same rules as the SQLite ledger's `commit_check`, on one document.
     fn commit(&mut self, r: &CheckRecord, next_seq: &AtomicI64) {
+        let time = builder_monitor_core::schedule::timestamp(r.time);
         let watch = self.watch.get_or_insert_with(|| WatchRecord {
             name: r.watch.clone(),
             kind: r.kind,
             image: r.image.clone(),
             pin: None,
             metadata: None,
-            first_seen: r.time.clone(),
+            first_seen: time.clone(),
             last_check: None,
             last_ok: None,
             last_error_reason: None,
@@ -105,7 +102,7 @@ impl WatchDoc {
         });
         watch.kind = r.kind;
         watch.image = r.image.clone();
-        watch.last_check = Some(r.time.clone());
+        watch.last_check = Some(time.clone());
         match &r.outcome {
             Ok(()) => {
                 watch.last_ok = Some(true);
@@ -119,7 +116,7 @@ impl WatchDoc {
                 watch.last_error_reason = Some(reason.clone());
                 watch.last_error = Some(message.clone());
                 watch.consecutive_failures += 1;
-                watch.failing_since.get_or_insert_with(|| r.time.clone());
+                watch.failing_since.get_or_insert_with(|| time.clone());
             }
         }
         watch.pending = r.pending.clone();
@@ -129,15 +126,15 @@ impl WatchDoc {
                 reference: pin.reference.clone(),
                 media_type: pin.media_type.clone(),
                 platforms: pin.platforms.clone(),
-                since: r.time.clone(),
+                since: time.clone(),
             });
             watch.metadata = pin.metadata.clone();
             // Newest pin first, by pin order: two pins within one second must not tie.
             let first_seen = match self.digests.iter().position(|d| d.digest == pin.digest) {
                 Some(i) => self.digests.remove(i).first_seen,
-                None => r.time.clone(),
+                None => time.clone(),
             };
-            self.digests.insert(0, Digest { digest: pin.digest.clone(), first_seen, last_pinned: r.time.clone() });
+            self.digests.insert(0, Digest { digest: pin.digest.clone(), first_seen, last_pinned: time.clone() });
             self.digests.truncate(r.history + 1);
         }
         if let Some(c) = &r.change {
@@ -151,9 +148,7 @@ impl WatchDoc {
             self.changes.retain(|x| x.seq as i64 > floor);
             self.changes.sort_by_key(|x| x.seq);
         }
-        let now = builder_monitor_core::schedule::parse_timestamp(&r.time)
-            .map(builder_monitor_core::schedule::timestamp_millis)
-            .unwrap_or_else(now_millis);
+        let now = builder_monitor_core::schedule::timestamp_millis(r.time);
         for a in &r.actions {
             for old in self
                 .actions
@@ -250,9 +245,9 @@ fn object_name(watch: &str) -> String {
 }
 
 impl KubeLedger {
-    pub fn new(client: kube::Client, namespace: &str) -> Self {
+    pub fn new(client: kube::Client, namespace: &str, now: DateTime<Utc>) -> Self {
         // Sequence numbers order events across writers well enough: microseconds since the epoch.
-        let start = chrono::Utc::now().timestamp_micros();
+        let start = now.timestamp_micros();
         KubeLedger {
             api: Api::namespaced(client, namespace),
             namespace: namespace.to_string(),
@@ -391,7 +386,7 @@ impl KubeLedger {
                 {
                     let (image, change) = (a.image.clone(), a.change_id.clone());
                     self.modify(&w, |d| {
-                        let now = now_millis();
+                        let now = builder_monitor_core::schedule::timestamp_millis(record.time);
                         for old in d
                             .actions
                             .iter_mut()
@@ -469,10 +464,12 @@ impl KubeLedger {
         events: Vec<Event>,
         deliveries: Vec<(String, String)>,
         history: usize,
+        now: DateTime<Utc>,
     ) -> Result<(), LedgerError> {
         let seq = self.seq.clone();
+        let now = builder_monitor_core::schedule::timestamp_millis(now);
         self.modify(watch, |doc| {
-            doc.add_events(&events, &deliveries, &now_millis(), history, &seq);
+            doc.add_events(&events, &deliveries, &now, history, &seq);
             Ok(())
         })
         .await
@@ -513,18 +510,24 @@ impl KubeLedger {
             .min())
     }
 
-    pub async fn update_delivery(&self, event: &str, alert: &str, update: DeliveryUpdate) -> Result<(), LedgerError> {
+    pub async fn update_delivery(
+        &self,
+        event: &str,
+        alert: &str,
+        update: DeliveryUpdate,
+        now: DateTime<Utc>,
+    ) -> Result<(), LedgerError> {
         let Some(watch) = self.holder(|d| d.deliveries.iter().any(|x| x.event == event && x.alert == alert)).await?
         else {
             return Ok(());
         };
+        let now = builder_monitor_core::schedule::timestamp_millis(now);
         self.modify(&watch, |doc| {
-            let now = now_millis();
             if let Some(d) =
                 doc.deliveries.iter_mut().find(|d| d.event == event && d.alert == alert && d.state == "pending")
             {
                 d.attempts += 1;
-                d.updated = now;
+                d.updated = now.clone();
                 match &update {
                     DeliveryUpdate::Sent { status } => {
                         d.state = "sent".into();
@@ -653,13 +656,14 @@ impl KubeLedger {
         events: Vec<Event>,
         deliveries: Vec<(String, String)>,
         history: usize,
+        at: DateTime<Utc>,
     ) -> Result<(), LedgerError> {
         let holder = self.holder(|d| d.actions.iter().any(|a| a.key == key)).await?;
+        let now = builder_monitor_core::schedule::timestamp_millis(at);
         let seq = self.seq.clone();
         let same = holder.as_deref() == Some(watch) || holder.is_none();
         if let Some(holder) = &holder {
             self.modify(holder, |doc| {
-                let now = now_millis();
                 if let Some(a) = doc.actions.iter_mut().find(|a| a.key == key && a.state == "running") {
                     match &outcome {
                         ActionOutcome::Succeeded => a.state = "succeeded".into(),
@@ -681,7 +685,7 @@ impl KubeLedger {
             .await?;
         }
         if !same {
-            self.record_events(watch, events, deliveries, history).await?;
+            self.record_events(watch, events, deliveries, history, at).await?;
         }
         Ok(())
     }

@@ -27,8 +27,8 @@ struct Holder {
 
 impl WriterLock {
     /// Takes the lock for the ledger at `ledger` (the file `LEDGER.lock`, created with its directory
-    /// if needed), or says who holds it.
-    pub fn acquire(ledger: &Path) -> Result<Self, LedgerError> {
+    /// if needed), or says who holds it. `now` is written in the file as since when it is held.
+    pub fn acquire(ledger: &Path, now: chrono::DateTime<chrono::Utc>) -> Result<Self, LedgerError> {
         let path = lock_path(ledger);
         let io_err = |error| LedgerError::Lock { path: path.clone(), error };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -46,7 +46,7 @@ impl WriterLock {
         let holder = Holder {
             pid: std::process::id(),
             host: host_name(),
-            since: builder_monitor_core::schedule::timestamp(chrono::Utc::now()),
+            since: builder_monitor_core::schedule::timestamp(now),
         };
         let text = serde_json::to_string(&holder).unwrap_or_default() + "\n";
         file.set_len(0).map_err(io_err)?;
@@ -106,14 +106,15 @@ mod tests {
     fn a_second_lock_is_refused_naming_the_holder_until_the_first_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
         let ledger = dir.path().join("state").join("ledger.db");
-        let first = WriterLock::acquire(&ledger).unwrap();
+        let at = builder_monitor_core::schedule::parse_timestamp("2026-12-01T00:50:00Z").unwrap();
+        let first = WriterLock::acquire(&ledger, at).unwrap();
         assert_eq!(first.path(), dir.path().join("state").join("ledger.db.lock"));
-        let err = WriterLock::acquire(&ledger).unwrap_err().to_string();
-        let pid = format!("pid {} on host {} since 2", std::process::id(), host_name());
+        let err = WriterLock::acquire(&ledger, at).unwrap_err().to_string();
+        let pid = format!("pid {} on host {} since 2026-12-01T00:50:00Z", std::process::id(), host_name());
         assert!(err.contains(&pid), "{err}");
         assert!(err.contains("in use by another builder-monitor daemon"), "{err}");
         drop(first);
-        let again = WriterLock::acquire(&ledger).unwrap();
+        let again = WriterLock::acquire(&ledger, at).unwrap();
         let text = std::fs::read_to_string(again.path()).unwrap();
         assert_eq!(text.lines().count(), 1, "rewritten, not appended: {text}");
     }

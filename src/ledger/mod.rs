@@ -8,6 +8,7 @@ mod sqlite;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 
 use serde::Serialize;
@@ -135,7 +136,8 @@ pub struct CheckRecord {
     pub watch: String,
     pub kind: WatchKind,
     pub image: String,
-    pub time: String,
+    /// When the check ran, to the second (as events and `status` show it).
+    pub time: DateTime<Utc>,
     /// `Err((reason, message))` for a failed check.
     pub outcome: Result<(), (String, String)>,
     pub pin: Option<PinUpdate>,
@@ -195,6 +197,8 @@ pub struct ActionEnd<'a> {
     pub deliveries: Vec<(String, String)>,
     /// Events kept for the watch.
     pub history: usize,
+    /// When the attempt ended (the caller's clock).
+    pub now: DateTime<Utc>,
 }
 
 /// An action a runner took on (now `running`).
@@ -360,8 +364,9 @@ impl Ledger {
     }
 
     /// The ledger in ConfigMaps of `namespace`.
-    pub fn kubernetes(client: kube::Client, namespace: &str) -> Self {
-        Ledger::with(Backend::Kubernetes(KubeLedger::new(client, namespace)))
+    /// The ledger in ConfigMaps; `now` (the caller's clock) seeds the event sequence numbers.
+    pub fn kubernetes(client: kube::Client, namespace: &str, now: DateTime<Utc>) -> Self {
+        Ledger::with(Backend::Kubernetes(KubeLedger::new(client, namespace, now)))
     }
 
     /// Where the ledger lives, for people.
@@ -442,16 +447,17 @@ impl Ledger {
         dispatch!(self, latest_events(types, limit))
     }
 
-    /// Records events (and their outbox rows) outside a check, e.g. `build.started`.
+    /// Records events (and their outbox rows) outside a check, e.g. `build.started`, at `now`.
     pub async fn record_events(
         &self,
         watch: &str,
         events: Vec<Event>,
         deliveries: Vec<(String, String)>,
         history: usize,
+        now: DateTime<Utc>,
     ) -> Result<(), LedgerError> {
         let added = !deliveries.is_empty();
-        dispatch!(self, record_events(watch, events, deliveries, history))?;
+        dispatch!(self, record_events(watch, events, deliveries, history, now))?;
         self.signal(added, false);
         Ok(())
     }
@@ -466,9 +472,15 @@ impl Ledger {
         dispatch!(self, next_delivery_at(exclude))
     }
 
-    /// Moves a delivery forward after an attempt.
-    pub async fn update_delivery(&self, event: &str, alert: &str, update: DeliveryUpdate) -> Result<(), LedgerError> {
-        dispatch!(self, update_delivery(event, alert, update))
+    /// Moves a delivery forward after an attempt that ended at `now`.
+    pub async fn update_delivery(
+        &self,
+        event: &str,
+        alert: &str,
+        update: DeliveryUpdate,
+        now: DateTime<Utc>,
+    ) -> Result<(), LedgerError> {
+        dispatch!(self, update_delivery(event, alert, update, now))
     }
 
     /// Deliveries still to make (`status`).
@@ -493,9 +505,9 @@ impl Ledger {
 
     /// Records an attempt's end and its events (with their outbox rows) in one write.
     pub async fn finish_action(&self, end: ActionEnd<'_>) -> Result<(), LedgerError> {
-        let ActionEnd { key, outcome, detail, output_tail, watch, events, deliveries, history } = end;
+        let ActionEnd { key, outcome, detail, output_tail, watch, events, deliveries, history, now } = end;
         let added = !deliveries.is_empty();
-        dispatch!(self, finish_action(key, outcome, detail, output_tail, watch, events, deliveries, history))?;
+        dispatch!(self, finish_action(key, outcome, detail, output_tail, watch, events, deliveries, history, now))?;
         self.signal(added, false);
         Ok(())
     }

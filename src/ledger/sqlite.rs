@@ -373,10 +373,11 @@ impl SqliteLedger {
         events: Vec<Event>,
         deliveries: Vec<(String, String)>,
         history: usize,
+        now: DateTime<Utc>,
     ) -> Result<(), LedgerError> {
         let (key, watch) = (key.to_string(), watch.to_string());
         self.with(move |conn| {
-            let now = builder_monitor_core::schedule::timestamp_millis(chrono::Utc::now());
+            let updated = builder_monitor_core::schedule::timestamp_millis(now);
             let (state, next) = match &outcome {
                 ActionOutcome::Succeeded => ("succeeded", None),
                 ActionOutcome::Retry { next_attempt } => ("pending", Some(next_attempt.clone())),
@@ -386,10 +387,9 @@ impl SqliteLedger {
             exec(&tx,
                 "UPDATE actions SET state = ?2, next_attempt = COALESCE(?3, next_attempt), detail = ?4, output_tail = ?5,
                      updated = ?6 WHERE key = ?1 AND state = 'running'",
-                params![key, state, next, detail, output_tail, now],
+                params![key, state, next, detail, output_tail, updated],
             )?;
-            let time = builder_monitor_core::schedule::timestamp(chrono::Utc::now());
-            insert_events(&tx, &watch, &time, &events, None, &deliveries, history)?;
+            insert_events(&tx, &watch, now, &events, None, &deliveries, history)?;
             tx.commit()?;
             Ok(())
         })
@@ -411,12 +411,12 @@ impl SqliteLedger {
         events: Vec<Event>,
         deliveries: Vec<(String, String)>,
         history: usize,
+        now: DateTime<Utc>,
     ) -> Result<(), LedgerError> {
         let watch = watch.to_string();
         self.with(move |conn| {
             let tx = conn.transaction()?;
-            let time = builder_monitor_core::schedule::timestamp(chrono::Utc::now());
-            insert_events(&tx, &watch, &time, &events, None, &deliveries, history)?;
+            insert_events(&tx, &watch, now, &events, None, &deliveries, history)?;
             tx.commit()?;
             Ok(())
         })
@@ -600,10 +600,16 @@ impl SqliteLedger {
     }
 
     /// Moves a delivery forward after an attempt.
-    pub async fn update_delivery(&self, event: &str, alert: &str, update: DeliveryUpdate) -> Result<(), LedgerError> {
+    pub async fn update_delivery(
+        &self,
+        event: &str,
+        alert: &str,
+        update: DeliveryUpdate,
+        now: DateTime<Utc>,
+    ) -> Result<(), LedgerError> {
         let (event, alert) = (event.to_string(), alert.to_string());
         self.with(move |conn| {
-            let now = builder_monitor_core::schedule::timestamp_millis(chrono::Utc::now());
+            let now = builder_monitor_core::schedule::timestamp_millis(now);
             let (state, next, status) = match &update {
                 DeliveryUpdate::Sent { status } => ("sent", None, status),
                 DeliveryUpdate::Retry { next_attempt, status } => ("pending", Some(next_attempt.as_str()), status),
@@ -873,11 +879,12 @@ fn read_watch(conn: &Connection, name: &str) -> Result<Option<WatchRecord>, Ledg
 }
 
 fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError> {
+    let time = builder_monitor_core::schedule::timestamp(r.time);
     exec(
         tx,
         "INSERT INTO watches (name, kind, image, first_seen) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, image = excluded.image",
-        params![r.watch, r.kind.as_str(), r.image, r.time],
+        params![r.watch, r.kind.as_str(), r.image, time],
     )?;
     let (ok, reason, message) = match &r.outcome {
         Ok(()) => (true, None, None),
@@ -892,7 +899,7 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
          WHERE name = ?1",
         params![
             r.watch,
-            r.time,
+            time,
             if ok { "ok" } else { "error" },
             reason,
             message,
@@ -907,13 +914,13 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
         exec(tx,
             "UPDATE watches SET digest = ?2, reference = ?3, media_type = ?4, platforms = ?5, metadata = ?6, pinned_since = ?7
              WHERE name = ?1",
-            params![r.watch, pin.digest, pin.reference, pin.media_type, platforms, metadata, r.time],
+            params![r.watch, pin.digest, pin.reference, pin.media_type, platforms, metadata, time],
         )?;
         exec(
             tx,
             "INSERT INTO digests (watch, digest, first_seen, last_pinned) VALUES (?1, ?2, ?3, ?3)
              ON CONFLICT (watch, digest) DO UPDATE SET last_pinned = excluded.last_pinned",
-            params![r.watch, pin.digest, r.time],
+            params![r.watch, pin.digest, time],
         )?;
         exec(
             tx,
@@ -952,8 +959,7 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
             params![r.watch, c.seq as i64 - r.history as i64],
         )?;
     }
-    let now = builder_monitor_core::schedule::parse_timestamp(&r.time).unwrap_or_else(chrono::Utc::now);
-    let now = builder_monitor_core::schedule::timestamp_millis(now);
+    let now = builder_monitor_core::schedule::timestamp_millis(r.time);
     for a in &r.actions {
         // Only the newest target is built: older actions for the image that have not started yield.
         exec(
@@ -970,7 +976,7 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
         )?;
     }
     let change_id = r.change.as_ref().map(|c| c.id.as_str());
-    insert_events(tx, &r.watch, &r.time, &r.events, change_id, &r.deliveries, r.history)
+    insert_events(tx, &r.watch, r.time, &r.events, change_id, &r.deliveries, r.history)
 }
 
 /// Records events and their outbox rows, then prunes the watch's old events (never one that still
@@ -978,7 +984,7 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
 fn insert_events(
     tx: &Transaction<'_>,
     watch: &str,
-    time: &str,
+    now: DateTime<Utc>,
     events: &[Event],
     change_id: Option<&str>,
     deliveries: &[(String, String)],
@@ -994,7 +1000,6 @@ fn insert_events(
             params![event.id, event.event_type.as_str(), watch, change, event.time, document],
         )?;
     }
-    let now = builder_monitor_core::schedule::parse_timestamp(time).unwrap_or_else(chrono::Utc::now);
     let now = builder_monitor_core::schedule::timestamp_millis(now);
     for (event, alert) in deliveries {
         exec(
@@ -1032,7 +1037,7 @@ mod tests {
             watch: "b".into(),
             kind: WatchKind::Builder,
             image: "docker.io/x/y:latest".into(),
-            time: time.into(),
+            time: builder_monitor_core::schedule::parse_timestamp(time).unwrap(),
             outcome: Ok(()),
             pin: None,
             pending: None,
@@ -1079,7 +1084,7 @@ mod tests {
         r.events.push(Event::new(
             "e1".into(),
             EventType::BuilderPinned,
-            r.time.clone(),
+            builder_monitor_core::schedule::timestamp(r.time),
             Subject { name: "b".into(), image: r.image.clone() },
         ));
         ledger.commit(r).await.unwrap();

@@ -201,9 +201,12 @@ impl Monitor {
         pinned: Option<&str>,
         change: Option<cnb::ChangeKind>,
     ) {
-        let ok = !matches!(outcome, CheckOutcome::Failed(_));
-        let labels = CheckLabels { builder: watch.name.clone(), result: if ok { "ok" } else { "error" }.into() };
-        self.metrics.checks.get_or_create(&labels).inc();
+        let failed = match outcome {
+            CheckOutcome::Failed(err) => Some(err.reason()),
+            _ => None,
+        };
+        let ok = failed.is_none();
+        self.metrics.checks.get_or_create(&CheckLabels::new(&watch.name, failed)).inc();
         self.metrics.check_duration.observe(elapsed.as_secs_f64());
         if ok {
             let now = self.clock.now();

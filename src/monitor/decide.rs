@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 
 use super::{CheckOutcome, Watch, pinned_metadata};
 use crate::config::Platform;
@@ -92,7 +92,8 @@ pub fn decide(
         watch: watch.name.clone(),
         kind: watch.kind,
         image: watch.image.to_string(),
-        time: time.clone(),
+        // To the second, as `time` (the events' and status's) says it.
+        time: now.trunc_subsecs(0),
         outcome: Ok(()),
         pin: None,
         pending: None,

@@ -113,7 +113,7 @@ impl Monitor {
                 None => {
                     // Recorded at the first failure; repeated (a no-op for the ledger) so the
                     // deliveries never name an event the ledger lacks.
-                    let since = record.and_then(|r| r.failing_since.clone()).unwrap_or_else(|| commit.time.clone());
+                    let since = record.and_then(|r| r.failing_since.clone()).unwrap_or_else(|| timestamp(commit.time));
                     let id = failed_event_id(&watch.name, &since);
                     let mut e = new_event(watch, &self.subjects(watch), id.clone(), EventType::CheckFailed, &since);
                     e.current = record.and_then(|r| r.pin.as_ref()).map(pin_of);
@@ -136,13 +136,15 @@ impl Monitor {
             commit.deliveries.extend(notices.recovered.iter().map(|a| (id.clone(), a.clone())));
         }
         for (o, alerts) in &notices.unavailable {
-            let e = self.outage_event(registry, o, o.id.clone(), EventType::RegistryUnavailable, &commit.time);
+            let e =
+                self.outage_event(registry, o, o.id.clone(), EventType::RegistryUnavailable, &timestamp(commit.time));
             tracing::warn!(registry, watches = o.watches.len(), since = %timestamp(o.since), reason = %o.reason, "registry unavailable: several watches fail together; alerts get one message for them");
             commit.deliveries.extend(alerts.iter().map(|a| (e.id.clone(), a.clone())));
             commit.events.push(e);
         }
         for (o, alerts) in &notices.ended {
-            let e = self.outage_event(registry, o, o.recovered_id(), EventType::RegistryRecovered, &commit.time);
+            let e =
+                self.outage_event(registry, o, o.recovered_id(), EventType::RegistryRecovered, &timestamp(commit.time));
             tracing::info!(registry, since = %timestamp(o.since), "registry outage over: none of its watches fails any more");
             commit.deliveries.extend(alerts.iter().map(|a| (e.id.clone(), a.clone())));
             commit.events.push(e);

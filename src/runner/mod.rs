@@ -355,6 +355,7 @@ impl Runner {
                         events: vec![],
                         deliveries: vec![],
                         history: 1,
+                        now: self.clock.now(),
                     })
                     .await;
                 return;
@@ -364,7 +365,9 @@ impl Runner {
         if action.kind == ActionKind::Rebuild {
             let started = vec![self.event(&action, &target, EventType::BuildStarted, None, None)];
             let deliveries = self.routed(&started);
-            if let Err(err) = self.ledger.record_events(&target.builder_name, started, deliveries, history).await {
+            if let Err(err) =
+                self.ledger.record_events(&target.builder_name, started, deliveries, history, self.clock.now()).await
+            {
                 tracing::error!(action = %action.key, error = %err, "cannot record build.started");
             }
         }
@@ -408,6 +411,7 @@ impl Runner {
                 events,
                 deliveries,
                 history,
+                now: self.clock.now(),
             })
             .await;
         if let Err(err) = result {

@@ -101,7 +101,7 @@ fn first_sight_pins_and_announces_the_pin() {
     assert_eq!(types(&d), [EventType::BuilderPinned]);
     assert_eq!(d.commit.events[0].current.as_ref().unwrap().digest, A);
     assert!(d.commit.change.is_none() && d.commit.outcome.is_ok());
-    assert_eq!(d.commit.time, T1);
+    assert_eq!(d.commit.time, at(T1));
 }
 
 #[test]

@@ -546,6 +546,8 @@ async fn a_build_never_has_two_live_copies() {
     // SIGKILL: the command dies with the daemon.
     let mut daemon = Daemon::start(&config);
     daemon.wait_for("the rebuild to start", |v| v["message"] == "running action");
+    // Killed once the command's group is in the ledger (see killed_while_running_with).
+    daemon.wait_for("the command's group to be recorded", |v| v["message"] == "command started");
     wait_until("the command started", || marks(&mark_file, "start").len() == 1);
     let first = pids(&pid_file);
     daemon.kill();

@@ -112,21 +112,9 @@ impl Daemon {
 
     /// Waits for a log line whose JSON satisfies `wanted`, returning it.
     pub fn wait_for(&mut self, what: &str, wanted: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    self.log.push(line.clone());
-                    if let Ok(value) = serde_json::from_str::<serde_json::Value>(&line)
-                        && wanted(&value)
-                    {
-                        return value;
-                    }
-                }
-                Err(_) => panic!("daemon never logged {what}; log so far:\n{}", self.log.join("\n")),
-            }
-        }
+        self.wait_for_or_exit(what, wanted).unwrap_or_else(|status| {
+            panic!("daemon exited ({status}) before it logged {what}; log so far:\n{}", self.log.join("\n"))
+        })
     }
 
     /// Waits for a log line whose JSON satisfies `wanted`, or for the daemon to exit before one

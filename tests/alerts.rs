@@ -16,7 +16,7 @@ use builder_monitor::schedule::Clock;
 use builder_monitor_core::event::Event;
 use support::daemon::{Daemon, Workspace, run_with_env};
 use support::images::{Format, Image, Pusher};
-use support::receiver::{Receiver, Reply, free_port};
+use support::receiver::{ClosedPort, Receiver, Reply};
 use support::registry::TestRegistry;
 use tokio_util::sync::CancellationToken;
 
@@ -164,7 +164,8 @@ async fn server_errors_are_retried_with_the_same_delivery_id() {
 async fn a_receiver_that_is_down_gets_the_event_once_it_is_up() {
     let registry = TestRegistry::start();
     let pusher = Pusher::new(&registry.host);
-    let port = free_port();
+    let closed = ClosedPort::new();
+    let port = closed.port();
     let url = format!("http://127.0.0.1:{port}/hook");
     let s = setup(&(builder(&registry.host, "b", "demo/b") + &alert("hook", "webhook", &url, "")));
     let stop = run_dispatcher(&s);

@@ -6,7 +6,7 @@ mod support;
 use std::path::Path;
 
 use support::daemon::{Output, Workspace, run_with_env};
-use support::receiver::free_port;
+use support::receiver::ClosedPort;
 
 /// Every output stream of one run, for grepping.
 fn all_output(out: &Output) -> String {
@@ -117,7 +117,8 @@ secret_file = "hmac"
 #[test]
 fn secrets_in_use_stay_out_of_output_when_requests_fail() {
     let ws = Workspace::new();
-    let closed = format!("127.0.0.1:{}", free_port());
+    let closed_port = ClosedPort::new();
+    let closed = format!("127.0.0.1:{}", closed_port.port());
     std::fs::write(
         ws.path("kubeconfig"),
         "apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user:\n    token: [\"kube-SECRET1\"]\n",
@@ -312,7 +313,8 @@ proptest! {
 #[test]
 fn run_once_survives_every_numeric_key_at_its_bound() {
     let ws = Workspace::new();
-    let closed = format!("127.0.0.1:{}", free_port());
+    let closed_port = ClosedPort::new();
+    let closed = format!("127.0.0.1:{}", closed_port.port());
     let config = ws.config(&format!(
         r#"
 [monitor]

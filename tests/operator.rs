@@ -12,7 +12,7 @@ use support::daemon::{Daemon, Workspace};
 use support::images::{Format, Image, Pusher};
 use support::kube::KubeDouble;
 use support::proxy::{Fault, Proxy};
-use support::receiver::{Receiver, free_port};
+use support::receiver::Receiver;
 use support::registry::TestRegistry;
 
 const ESC: char = '\u{1b}';
@@ -302,22 +302,22 @@ async fn the_grafana_dashboard_queries_only_metrics_the_daemon_serves() {
     proxy.inject(Fault::status(429).on("HEAD").header("Retry-After", "1"));
     let receiver = Receiver::start().await;
     let ws = Workspace::new();
-    let port = free_port();
     let config = ws.config(&format!(
-        "[monitor]\nstate = \"state/ledger.db\"\ninterval = \"200ms\"\njitter = \"0s\"\n\n[server]\nlisten = \"127.0.0.1:{port}\"\n\n[[builders]]\nname = \"b\"\nimage = \"{}/demo/b:latest\"\nwatch_run_image = false\n\n[[alerts]]\nname = \"hook\"\ntype = \"webhook\"\nurl = \"{}\"\n",
+        "[monitor]\nstate = \"state/ledger.db\"\ninterval = \"200ms\"\njitter = \"0s\"\n\n[server]\nlisten = \"127.0.0.1:0\"\n\n[[builders]]\nname = \"b\"\nimage = \"{}/demo/b:latest\"\nwatch_run_image = false\n\n[[alerts]]\nname = \"hook\"\ntype = \"webhook\"\nurl = \"{}\"\n",
         proxy.host, receiver.url
     ));
-    let mut daemon = tokio::task::block_in_place(|| {
+    let (mut daemon, server) = tokio::task::block_in_place(|| {
         let mut daemon = Daemon::start(&config);
+        let server = daemon.server_addr();
         daemon.wait_for_event("builder.pinned");
-        daemon
+        (daemon, server)
     });
     pusher.push_image("demo/b", Some("latest"), &Image::new("amd64").salt("2"), Format::Oci).await;
     tokio::task::block_in_place(|| {
         daemon.wait_for_event("builder.changed");
         daemon.wait_for("the delivery", |v| v["message"] == "alert delivered");
     });
-    let exposition = support::http().get(format!("http://127.0.0.1:{port}/metrics")).send().await.unwrap();
+    let exposition = support::http().get(format!("http://{server}/metrics")).send().await.unwrap();
     let exposition = exposition.text().await.unwrap();
     tokio::task::block_in_place(|| daemon.kill());
     let served = families(&exposition);

@@ -13,7 +13,7 @@ use builder_monitor_core::reference::ImageRef;
 use support::cnb::BuilderSpec;
 use support::daemon::{Daemon, Workspace};
 use support::images::{Format, Image, Pusher};
-use support::receiver::{Receiver, Reply, free_port};
+use support::receiver::{Receiver, Reply};
 use support::registry::TestRegistry;
 
 const TOKEN: &str = "test-api-token-0123456789";
@@ -146,7 +146,6 @@ async fn the_status_page_renders_in_chromium_with_every_section() {
     // Every builder.changed of the untrusted builder is refused for good: a dead letter.
     let receiver = Receiver::start().await;
     receiver.reply([Reply::Status(400)]);
-    let port = free_port();
     let ws = Workspace::new();
     let config = ws.config(&format!(
         r#"[monitor]
@@ -155,7 +154,7 @@ interval = "1h"
 jitter = "0s"
 
 [server]
-listen = "127.0.0.1:{port}"
+listen = "127.0.0.1:0"
 api_token_env = "BM_TEST_API_TOKEN"
 public_read = true
 
@@ -194,6 +193,7 @@ builders = ["untrusted"]
         receiver.url
     ));
     let mut daemon = Daemon::start_with_env(&config, &[("BM_TEST_API_TOKEN", TOKEN)]);
+    let server = daemon.server_addr();
     let run_watch = run_watch_name(&ImageRef::parse(&run).unwrap());
     let heroku_run_watch = run_watch_name(&ImageRef::parse(&heroku_run).unwrap());
     wait_for_all(
@@ -216,7 +216,7 @@ builders = ["untrusted"]
     push("sample/untrusted-builder", untrusted).await;
     let http = support::http();
     for name in ["paketo-jammy-base", "untrusted"] {
-        let url = format!("http://127.0.0.1:{port}/api/v1/builders/{name}/check");
+        let url = format!("http://{server}/api/v1/builders/{name}/check");
         assert_eq!(http.post(url).bearer_auth(TOKEN).send().await.unwrap().status(), 202);
     }
     wait_for_all(
@@ -229,7 +229,7 @@ builders = ["untrusted"]
         ],
     );
 
-    let url = format!("http://127.0.0.1:{port}/");
+    let url = format!("http://{server}/");
     let response = http.get(&url).send().await.unwrap();
     assert_eq!(response.status(), 200);
     let header = |name: &str| response.headers().get(name).map(|v| v.to_str().unwrap().to_string());
@@ -293,16 +293,15 @@ builders = ["untrusted"]
 
 #[tokio::test]
 async fn the_status_page_needs_a_token_unless_reads_are_public() {
-    let port = free_port();
     let ws = Workspace::new();
     // Nothing listens on port 9: checks fail, which the page is free to show.
     let config = ws.config(&format!(
-        "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\n\n[server]\nlisten = \"127.0.0.1:{port}\"\n\
+        "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\n\n[server]\nlisten = \"127.0.0.1:0\"\n\
          api_token_env = \"BM_TEST_API_TOKEN\"\npublic_read = false\n\n[[builders]]\nname = \"b\"\nimage = \"127.0.0.1:9/demo/b:latest\"\n"
     ));
     let mut daemon = Daemon::start_with_env(&config, &[("BM_TEST_API_TOKEN", TOKEN)]);
-    daemon.wait_for("the server", |v| v["message"] == "serving health, metrics, API and hooks");
-    let url = format!("http://127.0.0.1:{port}/");
+    let server = daemon.server_addr();
+    let url = format!("http://{server}/");
     let http = support::http();
     assert_eq!(http.get(&url).send().await.unwrap().status(), 401);
     assert_eq!(http.get(&url).bearer_auth("wrong-token-wrong-token").send().await.unwrap().status(), 401);
@@ -316,17 +315,16 @@ async fn the_status_page_needs_a_token_unless_reads_are_public() {
 /// never the token it carried (a hook's `?token=` included).
 #[tokio::test]
 async fn refused_calls_log_the_endpoint_client_and_reason_never_the_token() {
-    let port = free_port();
     let ws = Workspace::new();
     let config = ws.config(&format!(
-        "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\n\n[server]\nlisten = \"127.0.0.1:{port}\"\n\
+        "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\n\n[server]\nlisten = \"127.0.0.1:0\"\n\
          api_token_env = \"BM_TEST_API_TOKEN\"\n\n[[builders]]\nname = \"b\"\nimage = \"127.0.0.1:9/demo/b:latest\"\n"
     ));
     let mut daemon = Daemon::start_with_env(&config, &[("BM_TEST_API_TOKEN", TOKEN)]);
-    daemon.wait_for("the server", |v| v["message"] == "serving health, metrics, API and hooks");
+    let server = daemon.server_addr();
     let http = support::http();
     let wrong = "not-the-token-but-a-guess-1234";
-    let check = format!("http://127.0.0.1:{port}/api/v1/builders/b/check");
+    let check = format!("http://{server}/api/v1/builders/b/check");
     assert_eq!(http.post(&check).bearer_auth(wrong).send().await.unwrap().status(), 401);
     let line = daemon.wait_for("the refusal", |v| v["message"] == "request refused");
     assert_eq!(line["level"], "WARN", "{line}");
@@ -335,7 +333,7 @@ async fn refused_calls_log_the_endpoint_client_and_reason_never_the_token() {
     assert_eq!(line["status"], 401, "{line}");
     assert!(line["client"].as_str().unwrap().starts_with("127.0.0.1:"), "{line}");
 
-    let hook = format!("http://127.0.0.1:{port}/hooks/distribution?token={wrong}");
+    let hook = format!("http://{server}/hooks/distribution?token={wrong}");
     assert_eq!(http.post(&hook).body("{}").send().await.unwrap().status(), 401);
     let line = daemon.wait_for("the hook refusal", |v| v["message"] == "request refused");
     assert_eq!(line["endpoint"], "/hooks/distribution", "{line}");

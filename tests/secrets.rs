@@ -10,7 +10,7 @@ use base64::Engine as _;
 use support::cnb::BuilderSpec;
 use support::daemon::{Daemon, Workspace, run_with_env};
 use support::images::{Format, Pusher};
-use support::receiver::{Receiver, free_port};
+use support::receiver::Receiver;
 use support::registry::{Auth, TestRegistry};
 use support::token::TokenServer;
 
@@ -78,7 +78,6 @@ async fn no_secret_leaves_through_any_output() {
     )
     .unwrap();
     let build_env = ws.path("build-env.txt");
-    let port = free_port();
     let config = ws.config(&format!(
         r#"[monitor]
 state = "state.db"
@@ -86,7 +85,7 @@ interval = "200ms"
 jitter = "0s"
 
 [server]
-listen = "127.0.0.1:{port}"
+listen = "127.0.0.1:0"
 api_token_env = "BM_E2E_API_TOKEN"
 
 [registries."{a}"]
@@ -166,13 +165,13 @@ pass_env = ["DOCKER_CONFIG"]
     assert!(tail.contains("\"auths\"") && tail.contains("built"), "the tail is there, scrubbed: {tail}");
 
     let mut daemon = Daemon::start_with_env(Path::new(config), &env);
-    daemon.wait_for("the server", |v| v["message"] == "serving health, metrics, API and hooks");
+    let server = daemon.server_addr();
     pusher_b
         .push_image("demo/builder", Some("latest"), &v1.bump("paketo-buildpacks/go", "4.16.0").image(), Format::Oci)
         .await;
     daemon.wait_for("a change of b", |v| v["message"] == "moved" && v["watch"] == "b");
     let http = support::http();
-    let base = format!("http://127.0.0.1:{port}");
+    let base = format!("http://{server}");
     let mut answers = Vec::new();
     for path in ["/healthz", "/readyz", "/metrics", "/api/v1/builders", "/api/v1/builders/a", "/api/v1/changes"] {
         for token in [None, Some(API_TOKEN)] {

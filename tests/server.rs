@@ -17,7 +17,6 @@ use serde_json::{Value, json};
 use support::daemon::{Daemon, Workspace, run_with_env};
 use support::images::{Format, Image, Pusher};
 use support::proxy::{Fault, Proxy};
-use support::receiver::free_port;
 use support::registry::TestRegistry;
 use tokio_util::sync::CancellationToken;
 
@@ -340,17 +339,31 @@ async fn wait_until(condition: impl Fn() -> bool) {
 // The daemon's log is read by blocking calls while the registry notifies it: two threads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_registry_push_notification_is_detected_within_two_seconds() {
-    let port = free_port();
-    let hook = format!("http://127.0.0.1:{port}/hooks/distribution");
-    let registry = TestRegistry::start_notifying(&hook, TOKEN);
-    let pusher = Pusher::new(&registry.host);
     let ws = Workspace::new();
-    let text = config(&registry.host, "api_token_env = \"BM_TEST_API_TOKEN\"")
-        .replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
-    let config = ws.config(&text);
-    // The daemon listens before anything is pushed, so no notification waits in the registry's retry queue.
-    let mut daemon = Daemon::start_with_env(&config, &[("BM_TEST_API_TOKEN", TOKEN)]);
-    daemon.wait_for("the first check", |v| v["message"] == "check done");
+    // The registry must know the daemon's hook URL before the daemon (which must know the
+    // registry) starts: the port is held while the registry picks its own, and released just
+    // before the daemon binds it. Another process can still take it in that instant: then both
+    // start again on new ports.
+    let (registry, mut daemon) = (0..3)
+        .find_map(|_| {
+            let reservation = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = reservation.local_addr().unwrap().port();
+            let hook = format!("http://127.0.0.1:{port}/hooks/distribution");
+            let registry = TestRegistry::start_notifying(&hook, TOKEN);
+            let text = config(&registry.host, "api_token_env = \"BM_TEST_API_TOKEN\"")
+                .replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
+            let config = ws.config(&text);
+            drop(reservation);
+            // The daemon listens before anything is pushed, so no notification waits in the registry's retry queue.
+            let mut daemon = Daemon::start_with_env(&config, &[("BM_TEST_API_TOKEN", TOKEN)]);
+            match daemon.wait_for_or_exit("the first check", |v| v["message"] == "check done") {
+                Ok(_) => Some((registry, daemon)),
+                Err(_) if daemon.log.iter().any(|l| l.contains("Address already in use")) => None,
+                Err(status) => panic!("daemon exited ({status}):\n{}", daemon.log.join("\n")),
+            }
+        })
+        .expect("three ports in a row were taken between release and bind");
+    let pusher = Pusher::new(&registry.host);
     pusher.push_index("demo/b", "latest", &[Image::new("amd64"), Image::new("arm64")], Format::Oci).await;
     daemon.wait_for_event("builder.pinned");
 

@@ -110,6 +110,13 @@ impl Daemon {
         Daemon { child, lines: rx, log: Vec::new() }
     }
 
+    /// Waits for the HTTP server to start and returns the address it bound: tests configure
+    /// `listen = "127.0.0.1:0"`, so no two tests race for a port picked in advance.
+    pub fn server_addr(&mut self) -> String {
+        let line = self.wait_for("the server", |v| v["message"] == "serving health, metrics, API and hooks");
+        line["listen"].as_str().expect("the server line names its address").to_string()
+    }
+
     /// Waits for a log line whose JSON satisfies `wanted`, returning it.
     pub fn wait_for(&mut self, what: &str, wanted: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
         self.wait_for_or_exit(what, wanted).unwrap_or_else(|status| {

@@ -53,9 +53,22 @@ pub struct Receiver {
     task: tokio::task::JoinHandle<()>,
 }
 
-/// A loopback port nothing listens on (yet): connections to it are refused.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+/// A loopback port nothing listens on: connections to it are refused. The port stays bound (not
+/// listening) while this lives, so no other test's listener can take it; with `SO_REUSEADDR` a
+/// `Receiver::start_on` may still listen there later.
+pub struct ClosedPort(tokio::net::TcpSocket);
+
+impl ClosedPort {
+    pub fn new() -> Self {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket.set_reuseaddr(true).expect("SO_REUSEADDR");
+        socket.bind("127.0.0.1:0".parse().unwrap()).expect("bind a closed port");
+        ClosedPort(socket)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.0.local_addr().expect("bound").port()
+    }
 }
 
 impl Receiver {

@@ -42,7 +42,6 @@ use support::cnb::BuilderSpec;
 use support::daemon::BINARY;
 use support::images::{Format, Pusher, sha256};
 use support::proxy::Proxy;
-use support::receiver::free_port;
 use support::registry::{Auth, TestRegistry};
 use support::token::TokenServer;
 
@@ -1655,4 +1654,11 @@ fn render(r: &Value) -> String {
     }
     let _ = writeln!(out, "\nRaw numbers, commands and per-sample values: `registry.json` beside this file.");
     out
+}
+
+/// A loopback port free now. Picked in advance because the registry's hook and the daemon's
+/// metrics address need it before the daemon starts; the benchmark runs one thing at a time, so
+/// nothing races for it (the tests, which run in parallel, read the bound address instead).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }

@@ -295,10 +295,10 @@ builders = ["untrusted"]
 async fn the_status_page_needs_a_token_unless_reads_are_public() {
     let ws = Workspace::new();
     // Nothing listens on port 9: checks fail, which the page is free to show.
-    let config = ws.config(&format!(
+    let config = ws.config(
         "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\n\n[server]\nlisten = \"127.0.0.1:0\"\n\
          api_token_env = \"BM_TEST_API_TOKEN\"\npublic_read = false\n\n[[builders]]\nname = \"b\"\nimage = \"127.0.0.1:9/demo/b:latest\"\n"
-    ));
+    );
     let mut daemon = Daemon::start_with_env(&config, &[("BM_TEST_API_TOKEN", TOKEN)]);
     let server = daemon.server_addr();
     let url = format!("http://{server}/");
@@ -316,10 +316,10 @@ async fn the_status_page_needs_a_token_unless_reads_are_public() {
 #[tokio::test]
 async fn refused_calls_log_the_endpoint_client_and_reason_never_the_token() {
     let ws = Workspace::new();
-    let config = ws.config(&format!(
+    let config = ws.config(
         "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\n\n[server]\nlisten = \"127.0.0.1:0\"\n\
-         api_token_env = \"BM_TEST_API_TOKEN\"\n\n[[builders]]\nname = \"b\"\nimage = \"127.0.0.1:9/demo/b:latest\"\n"
-    ));
+         api_token_env = \"BM_TEST_API_TOKEN\"\n\n[[builders]]\nname = \"b\"\nimage = \"127.0.0.1:9/demo/b:latest\"\n",
+    );
     let mut daemon = Daemon::start_with_env(&config, &[("BM_TEST_API_TOKEN", TOKEN)]);
     let server = daemon.server_addr();
     let http = support::http();

@@ -37,40 +37,9 @@ pub fn log(event: &Event) {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
-    use builder_monitor_core::cnb::Change;
-    use builder_monitor_core::event::{EventType, ImageAction, Pin, Subject};
+    use builder_monitor_core::event::example_builder_changed as changed;
 
     use super::*;
-
-    fn changed() -> Event {
-        let mut e = Event::new(
-            "0123456789abcdef0123456789abcdef".into(),
-            EventType::BuilderChanged,
-            "2026-11-30T12:00:00Z".into(),
-            Subject {
-                name: "paketo-jammy-base".into(),
-                image: "docker.io/paketobuildpacks/builder-jammy-base:latest".into(),
-            },
-        );
-        let mut change = Change::unknown("x");
-        change.kind = builder_monitor_core::cnb::ChangeKind::Rebuild;
-        change.note = None;
-        change.reasons = vec![builder_monitor_core::cnb::Reason::Buildpack];
-        change.buildpacks = vec![builder_monitor_core::cnb::BuildpackChange {
-            id: "paketo-buildpacks/java".into(),
-            from: Some("18.1.0".into()),
-            to: Some("18.2.0".into()),
-            republished: false,
-        }];
-        e.change = Some(change);
-        let pin = |d: &str| Pin { digest: d.into(), reference: format!("docker.io/x@{d}"), platforms: BTreeMap::new() };
-        e.previous = Some(pin(&format!("sha256:{}", "a".repeat(64))));
-        e.current = Some(pin(&format!("sha256:{}", "b".repeat(64))));
-        e.images = Some(vec![ImageAction { name: "petclinic".into(), action: "rebuild".into() }]);
-        e
-    }
 
     /// A log sink the test can read back.
     #[derive(Clone, Default)]

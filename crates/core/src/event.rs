@@ -294,8 +294,40 @@ pub fn change_id(watch: &str, sequence: u64, previous: &str, current: &str) -> S
     stable_id(&[watch, &sequence.to_string(), previous, current])
 }
 
+/// A typical `builder.changed` event (a buildpack bump planning one rebuild), for tests here
+/// and in the daemon crate (feature `fixtures`).
+#[cfg(any(test, feature = "fixtures"))]
+pub fn example_builder_changed() -> Event {
+    let mut e = Event::new(
+        "0123456789abcdef0123456789abcdef".into(),
+        EventType::BuilderChanged,
+        "2026-11-30T12:00:00Z".into(),
+        Subject {
+            name: "paketo-jammy-base".into(),
+            image: "docker.io/paketobuildpacks/builder-jammy-base:latest".into(),
+        },
+    );
+    let mut change = Change::unknown("x");
+    change.kind = crate::cnb::ChangeKind::Rebuild;
+    change.note = None;
+    change.reasons = vec![crate::cnb::Reason::Buildpack];
+    change.buildpacks = vec![crate::cnb::BuildpackChange {
+        id: "paketo-buildpacks/java".into(),
+        from: Some("18.1.0".into()),
+        to: Some("18.2.0".into()),
+        republished: false,
+    }];
+    e.change = Some(change);
+    let pin = |d: &str| Pin { digest: d.into(), reference: format!("docker.io/x@{d}"), platforms: BTreeMap::new() };
+    e.previous = Some(pin(&format!("sha256:{}", "a".repeat(64))));
+    e.current = Some(pin(&format!("sha256:{}", "b".repeat(64))));
+    e.images = Some(vec![ImageAction { name: "petclinic".into(), action: "rebuild".into() }]);
+    e
+}
+
 #[cfg(test)]
 mod tests {
+    use super::example_builder_changed as changed;
     use super::*;
 
     #[test]
@@ -336,34 +368,6 @@ mod tests {
         assert!(v.get("current").is_none());
         let back: Event = serde_json::from_value(v).unwrap();
         assert_eq!(back, e);
-    }
-
-    fn changed() -> Event {
-        let mut e = Event::new(
-            "0123456789abcdef0123456789abcdef".into(),
-            EventType::BuilderChanged,
-            "2026-11-30T12:00:00Z".into(),
-            Subject {
-                name: "paketo-jammy-base".into(),
-                image: "docker.io/paketobuildpacks/builder-jammy-base:latest".into(),
-            },
-        );
-        let mut change = Change::unknown("x");
-        change.kind = crate::cnb::ChangeKind::Rebuild;
-        change.note = None;
-        change.reasons = vec![crate::cnb::Reason::Buildpack];
-        change.buildpacks = vec![crate::cnb::BuildpackChange {
-            id: "paketo-buildpacks/java".into(),
-            from: Some("18.1.0".into()),
-            to: Some("18.2.0".into()),
-            republished: false,
-        }];
-        e.change = Some(change);
-        let pin = |d: &str| Pin { digest: d.into(), reference: format!("docker.io/x@{d}"), platforms: BTreeMap::new() };
-        e.previous = Some(pin(&format!("sha256:{}", "a".repeat(64))));
-        e.current = Some(pin(&format!("sha256:{}", "b".repeat(64))));
-        e.images = Some(vec![ImageAction { name: "petclinic".into(), action: "rebuild".into() }]);
-        e
     }
 
     #[test]

@@ -141,18 +141,12 @@ impl Parts {
         let runner = self.runner(stop.clone()).await?;
         let mut term = Term::default();
         if let Some(publisher) = self.publisher() {
-            let (commits, names) = tokio::sync::mpsc::unbounded_channel();
-            self.monitor.report_commits(Some(commits));
-            term.spawn("publisher", publisher.run(names, stop.clone()));
+            term.spawn("publisher", publisher.run(stop.clone()));
         }
         term.spawn("alert deliveries", self.dispatcher.clone().run(stop.clone()));
         term.spawn("runner", runner.run(stop.clone()));
         term.spawn("action metrics", sample_open_actions(self.ledger.clone(), self.metrics.clone(), stop.clone()));
-        let monitor = self.monitor.clone();
-        term.spawn("checks", async move {
-            monitor.clone().run(stop).await;
-            monitor.report_commits(None);
-        });
+        term.spawn("checks", self.monitor.clone().run(stop));
         Ok(term)
     }
 }

@@ -24,3 +24,4 @@ pub mod runner;
 pub mod schedule;
 pub mod server;
 pub mod status;
+pub mod worker;

@@ -6,10 +6,9 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::config::Config;
+use crate::config::{Config, run_image_watch};
 use crate::ledger::{ActionRecord, DeadLetter, Ledger, LedgerError, OpenAction, PendingDelivery, WatchRecord};
-use crate::monitor::{pinned_metadata, run_image_watch, run_watch_name};
-use builder_monitor_core::cnb::{ChangeKind, Reason};
+use builder_monitor_core::cnb::{ChangeKind, Reason, run_watch_name};
 use builder_monitor_core::text::escape;
 
 #[derive(Debug, Clone, Serialize)]
@@ -91,9 +90,9 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
         let record = ledger.watch(&b.name).await?.filter(|r| r.image == image);
         let run_image = record
             .as_ref()
-            .and_then(pinned_metadata)
+            .and_then(WatchRecord::pinned_metadata)
             .and_then(|m| m.preferred().and_then(|p| p.run_image()).map(str::to_string));
-        let metadata = record.as_ref().and_then(pinned_metadata);
+        let metadata = record.as_ref().and_then(WatchRecord::pinned_metadata);
         if let Ok(Some(run)) = run_image_watch(b, metadata.as_ref()) {
             run_images
                 .entry(run_watch_name(&run))
@@ -128,7 +127,7 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
 
 fn next_check(schedule: &builder_monitor_core::schedule::Schedule, record: Option<&WatchRecord>) -> Option<String> {
     let last = builder_monitor_core::schedule::parse_timestamp(record?.last_check.as_deref()?)?;
-    crate::monitor::next_check(schedule, last)
+    builder_monitor_core::schedule::next_check(schedule, last)
 }
 
 async fn watch_status(

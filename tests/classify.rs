@@ -328,7 +328,7 @@ async fn builder_changed_events_carry_the_classification() {
 
     // The pinned metadata is kept, so the next move compares against it without refetching it.
     let record = s.ledger.watch("jammy").await.unwrap().unwrap();
-    let pinned = builder_monitor::monitor::pinned_metadata(&record).unwrap();
+    let pinned = record.pinned_metadata().unwrap();
     let pinned_run = pinned.run_image.unwrap();
     assert_eq!(pinned_run.image, run);
     assert!(pinned_run.reference.unwrap().starts_with(&format!("{}/paketo/run-jammy-base@sha256:", registry.host)));

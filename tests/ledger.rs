@@ -390,3 +390,26 @@ async fn writes_that_add_deliveries_or_actions_signal_them() {
     })
     .await;
 }
+
+/// Every committed check is announced by its watch's name, in commit order, to each subscriber
+/// (the publisher follows these); other writes are not checks and announce nothing.
+#[tokio::test]
+async fn each_committed_check_is_announced_to_every_subscriber() {
+    both(|ledger| async move {
+        let (mut first, mut second) = (ledger.commits(), ledger.clone().commits());
+        ledger.commit(record("b", "2026-11-30T12:00:00Z")).await.unwrap();
+        let mut run = record("run:docker.io/x/run:latest", "2026-11-30T12:00:01Z");
+        run.kind = WatchKind::RunImage;
+        ledger.clone().commit(run).await.unwrap();
+        for receiver in [&mut first, &mut second] {
+            assert_eq!(receiver.try_recv().unwrap(), "b");
+            assert_eq!(receiver.try_recv().unwrap(), "run:docker.io/x/run:latest");
+        }
+        ledger
+            .record_events("b", vec![event("e1", EventType::BuildStarted, "b")], vec![], 2, at("2026-11-30T12:01:00Z"))
+            .await
+            .unwrap();
+        assert!(first.try_recv().is_err(), "recorded events are no check");
+    })
+    .await;
+}

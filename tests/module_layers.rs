@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 
 /// What a lower layer may import from this crate (everything else it needs is in the core).
 const LAYERS: &[(&str, &[&str])] =
-    &[("config", &[]), ("metrics", &[]), ("ledger", &[]), ("registry", &["config", "metrics"])];
+    &[("config", &[]), ("metrics", &[]), ("ledger", &[]), ("worker", &[]), ("registry", &["config", "metrics"])];
+
+/// Sinks read the ledger; they never reach back into the monitor that writes it.
+const SINKS: &[&str] = &["cluster", "status", "page"];
 
 /// Crates that do I/O: the core depends on none of them.
 const IO_CRATES: &[&str] = &["tokio", "reqwest", "rusqlite", "kube", "axum", "hyper", "hyper-util", "mio", "rustls"];
@@ -151,6 +154,19 @@ fn lower_layers_import_only_what_they_may() {
         let deps = graph.get(*module).unwrap_or_else(|| panic!("no module {module}"));
         let extra: Vec<&String> = deps.iter().filter(|d| !allowed.contains(&d.as_str())).collect();
         assert!(extra.is_empty(), "{module} imports {extra:?}; it may import only {allowed:?}\n{}", describe(&graph));
+    }
+}
+
+#[test]
+fn sinks_do_not_import_the_monitor() {
+    let graph = module_graph();
+    for sink in SINKS {
+        let deps = graph.get(*sink).unwrap_or_else(|| panic!("no module {sink}"));
+        assert!(
+            !deps.contains("monitor"),
+            "{sink} imports monitor; sinks depend on the ledger only\n{}",
+            describe(&graph)
+        );
     }
 }
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use builder_monitor::monitor::run_watch_name;
+use builder_monitor_core::cnb::run_watch_name;
 use builder_monitor_core::reference::ImageRef;
 use support::cnb::BuilderSpec;
 use support::daemon::{Daemon, Workspace};

@@ -604,13 +604,16 @@ async fn a_hanging_registry_does_not_delay_another_registrys_checks() {
         );
     }
     let setup = Setup::new(&text);
-    let (commits, mut committed) = tokio::sync::mpsc::unbounded_channel();
-    setup.monitor.report_commits(Some(commits));
+    let mut committed = setup.ledger.commits();
     let daemon = tokio::spawn(setup.monitor.clone().run(tokio_util::sync::CancellationToken::new()));
 
     let mut failed = std::collections::BTreeSet::new();
-    let mut next_commit =
-        async || tokio::time::timeout(support::PATIENCE, committed.recv()).await.expect("a check commits").unwrap();
+    let mut next_commit = async || {
+        tokio::time::timeout(support::PATIENCE, committed.recv())
+            .await
+            .expect("a check commits")
+            .expect("no commit missed")
+    };
     loop {
         let name = next_commit().await;
         if name == "healthy" {

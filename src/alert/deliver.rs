@@ -15,6 +15,7 @@ use crate::config::AlertSettings;
 use crate::ledger::{DeliveryUpdate, DueDelivery, Ledger};
 use crate::metrics::{DeliveryLabels, Metrics};
 use crate::schedule::Clock;
+use crate::worker::{self, Work};
 use builder_monitor_core::schedule::{parse_timestamp, timestamp_millis};
 
 /// Sends in flight per receiver: a slow receiver holds up only its own deliveries.
@@ -37,6 +38,20 @@ pub struct Dispatcher {
     /// delivery as pending just before its send is recorded, see the claim gone, and send it again.
     scan: tokio::sync::Mutex<()>,
     metrics: Arc<Metrics>,
+}
+
+/// The outbox as the worker loop runs it.
+struct Outbox(Arc<Dispatcher>);
+
+impl Work for Outbox {
+    async fn start_due(&mut self, tasks: &mut JoinSet<()>) -> Option<Duration> {
+        self.0.start_due(tasks).await;
+        Some(self.0.until_next_due().await)
+    }
+
+    async fn woken(&mut self) {
+        self.0.wake.notified().await
+    }
 }
 
 impl Dispatcher {
@@ -66,20 +81,7 @@ impl Dispatcher {
     /// Delivers until `shutdown`; sends in flight then get a grace period (an aborted one stays
     /// pending and is sent again after a restart, with the same id).
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let mut tasks = JoinSet::new();
-        loop {
-            self.start_due(&mut tasks).await;
-            let sleep = self.until_next_due().await;
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = self.wake.notified() => {}
-                _ = tokio::time::sleep(sleep) => {}
-                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
-            }
-        }
-        if tokio::time::timeout(GRACE, async { while tasks.join_next().await.is_some() {} }).await.is_err() {
-            tasks.abort_all();
-        }
+        worker::run(Outbox(self), shutdown, GRACE).await;
     }
 
     /// Attempts every delivery due now, once, and waits for the attempts (`run --once`).

@@ -14,7 +14,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::object::HasStatus;
 use serde_json::json;
-use tokio::sync::mpsc;
+use tokio::sync::broadcast;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::ClusterError;
@@ -22,11 +23,11 @@ use super::crd::{
     BuilderLifecycle, BuilderStack, BuildpackMetadata, ClusterBuilder, ClusterBuilderSpec, ClusterBuilderStatus,
     Condition, HistoryEntry, LastChange,
 };
-use crate::config::{BuilderSettings, Config};
+use crate::config::{BuilderSettings, Config, run_image_watch};
 use crate::ledger::{ChangeRecord, Ledger, WatchRecord};
 use crate::metrics::{Metrics, ResultLabels};
-use crate::monitor::{pinned_metadata, run_image_watch, run_watch_name};
-use builder_monitor_core::cnb::PinnedMetadata;
+use crate::worker::{self, Work};
+use builder_monitor_core::cnb::{PinnedMetadata, run_watch_name};
 use builder_monitor_core::schedule::Schedule;
 
 /// The field manager of every write, and the `managed-by` label value.
@@ -79,7 +80,7 @@ pub struct StatusInput<'a> {
 /// The ClusterBuilder status for a builder's ledger entry (pure: unit-tested without a cluster).
 pub fn status_of(input: &StatusInput) -> ClusterBuilderStatus {
     let record = input.record;
-    let metadata: Option<PinnedMetadata> = record.and_then(pinned_metadata);
+    let metadata: Option<PinnedMetadata> = record.and_then(WatchRecord::pinned_metadata);
     let builder = metadata.as_ref().and_then(|m| m.preferred());
     let run_image = input
         .run_image
@@ -240,7 +241,7 @@ impl Publisher {
         let record = self.ledger.watch(name).await.map_err(ledger)?.filter(|r| r.image == builder.image.to_string());
         let history = self.ledger.history(name, HISTORY).await.map_err(ledger)?;
         let last_change = self.ledger.changes(Some(name), 1).await.map_err(ledger)?.into_iter().next();
-        let metadata = record.as_ref().and_then(pinned_metadata);
+        let metadata = record.as_ref().and_then(WatchRecord::pinned_metadata);
         let run_watch = run_image_watch(builder, metadata.as_ref()).ok().flatten().map(|i| run_watch_name(&i));
         let (run_image, run_change) = match &run_watch {
             Some(watch) => (
@@ -363,40 +364,117 @@ impl Publisher {
         self.recorded.lock().unwrap_or_else(|e| e.into_inner()).insert(event_name.to_string());
     }
 
-    /// Applies the specs, publishes every status, then each builder named on `names` until `stop`;
-    /// failed writes are retried.
-    pub async fn run(self, mut names: mpsc::UnboundedReceiver<String>, stop: CancellationToken) {
-        let mut dirty: BTreeSet<String> = self.config.builders.iter().map(|b| b.name.clone()).collect();
-        let mut specs_applied = false;
+    /// Applies the specs, publishes every status, then the builders each check the ledger commits
+    /// concerns, until `stop`; failed writes are retried.
+    pub async fn run(self, stop: CancellationToken) {
+        // Subscribed before the first publication, so no commit falls between the two.
+        let commits = self.ledger.commits();
+        let following = Following {
+            publisher: self,
+            commits,
+            committed: BTreeSet::new(),
+            everything: true,
+            dirty: BTreeSet::new(),
+            specs_applied: false,
+        };
+        worker::run(following, stop, Duration::ZERO).await;
+    }
+
+    /// The builders a commit of watch `name` concerns: the builder itself, or the builders whose
+    /// pinned metadata names that run image (as `config::run_image_watch` decides).
+    async fn builders_of(&self, name: &str) -> Result<Vec<String>, crate::ledger::LedgerError> {
+        if self.config.builder(name).is_some() {
+            return Ok(vec![name.to_string()]);
+        }
+        let mut users = Vec::new();
+        for builder in &self.config.builders {
+            let image = builder.image.to_string();
+            let record = self.ledger.watch(&builder.name).await?.filter(|r| r.image == image);
+            let metadata = record.as_ref().and_then(WatchRecord::pinned_metadata);
+            if let Ok(Some(run)) = run_image_watch(builder, metadata.as_ref())
+                && run_watch_name(&run) == name
+            {
+                users.push(builder.name.clone());
+            }
+        }
+        Ok(users)
+    }
+}
+
+/// The publisher following the ledger's commits.
+struct Following {
+    publisher: Publisher,
+    commits: broadcast::Receiver<String>,
+    /// Watches committed since the last turn.
+    committed: BTreeSet<String>,
+    /// Every builder is to be published (at start, and after falling behind the ledger).
+    everything: bool,
+    /// Builders to publish (those whose last write failed are retried).
+    dirty: BTreeSet<String>,
+    specs_applied: bool,
+}
+
+impl Following {
+    /// Names were dropped: which builders they concern is unknown, so all are published.
+    fn lagged(&mut self, missed: u64) {
+        tracing::debug!(missed, "fell behind the ledger's commits; publishing every builder");
+        self.everything = true;
+    }
+}
+
+impl Work for Following {
+    async fn start_due(&mut self, _tasks: &mut JoinSet<()>) -> Option<Duration> {
         loop {
-            if !specs_applied {
-                match self.publish_specs().await {
-                    Ok(()) => specs_applied = true,
-                    Err(err) => tracing::warn!(error = %err, "cannot publish ClusterBuilders; retrying"),
+            match self.commits.try_recv() {
+                Ok(name) => {
+                    self.committed.insert(name);
+                }
+                Err(broadcast::error::TryRecvError::Lagged(missed)) => self.lagged(missed),
+                Err(_) => break,
+            }
+        }
+        let publisher = &self.publisher;
+        if !self.specs_applied {
+            match publisher.publish_specs().await {
+                Ok(()) => self.specs_applied = true,
+                Err(err) => tracing::warn!(error = %err, "cannot publish ClusterBuilders; retrying"),
+            }
+        }
+        if !self.specs_applied {
+            return Some(RETRY);
+        }
+        if std::mem::take(&mut self.everything) {
+            self.committed.clear();
+            self.dirty.extend(publisher.config.builders.iter().map(|b| b.name.clone()));
+        }
+        for name in std::mem::take(&mut self.committed) {
+            match publisher.builders_of(&name).await {
+                Ok(builders) => self.dirty.extend(builders),
+                Err(err) => {
+                    tracing::warn!(watch = %name, error = %err, "cannot read the ledger; retrying");
+                    self.committed.insert(name);
                 }
             }
-            if specs_applied {
-                let mut failed = BTreeSet::new();
-                for name in std::mem::take(&mut dirty) {
-                    if let Err(err) = self.publish_status(&name).await {
-                        tracing::warn!(cluster_builder = %name, error = %err, "cannot publish status; retrying");
-                        failed.insert(name);
-                    }
-                }
-                dirty = failed;
+        }
+        let mut failed = BTreeSet::new();
+        for name in std::mem::take(&mut self.dirty) {
+            if let Err(err) = publisher.publish_status(&name).await {
+                tracing::warn!(cluster_builder = %name, error = %err, "cannot publish status; retrying");
+                failed.insert(name);
             }
-            let retry = !specs_applied || !dirty.is_empty();
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                name = names.recv() => match name {
-                    Some(name) => { dirty.insert(name); }
-                    None => return,
-                },
-                _ = tokio::time::sleep(RETRY), if retry => {}
+        }
+        self.dirty = failed;
+        (!self.dirty.is_empty() || !self.committed.is_empty()).then_some(RETRY)
+    }
+
+    async fn woken(&mut self) {
+        match self.commits.recv().await {
+            Ok(name) => {
+                self.committed.insert(name);
             }
-            while let Ok(name) = names.try_recv() {
-                dirty.insert(name);
-            }
+            Err(broadcast::error::RecvError::Lagged(missed)) => self.lagged(missed),
+            // The publisher holds the ledger, whose signals hold the sender: never closed here.
+            Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
         }
     }
 }

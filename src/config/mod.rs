@@ -12,7 +12,8 @@ use serde::de::DeserializeOwned;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
-use builder_monitor_core::reference::ImageRef;
+use builder_monitor_core::cnb::PinnedMetadata;
+use builder_monitor_core::reference::{ImageRef, ReferenceError};
 use docker::DockerConfig;
 
 use builder_monitor_core::schedule::Schedule;
@@ -225,6 +226,23 @@ pub struct BuilderSettings {
     pub settle: Option<Duration>,
     /// Also watch the run image the builder's metadata names.
     pub watch_run_image: bool,
+}
+
+/// The run image a builder watches given the metadata of its pin: the run image its preferred
+/// platform names, by tag. None when the builder does not watch its run image, the metadata names
+/// none, or names it by digest (nothing to watch); an error when the name is not a reference.
+pub fn run_image_watch(
+    builder: &BuilderSettings,
+    metadata: Option<&PinnedMetadata>,
+) -> Result<Option<ImageRef>, (String, ReferenceError)> {
+    let Some(name) = metadata.filter(|_| builder.watch_run_image).and_then(|m| m.preferred()?.run_image()) else {
+        return Ok(None);
+    };
+    match ImageRef::parse(name) {
+        Ok(image) if image.digest().is_none() => Ok(Some(image)),
+        Ok(_) => Ok(None),
+        Err(err) => Err((name.to_string(), err)),
+    }
 }
 
 /// `os/arch[/variant]`.

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, broadcast};
 
 use serde::Serialize;
 
@@ -17,7 +17,7 @@ pub use kubernetes::KubeLedger;
 pub use lock::WriterLock;
 pub use sqlite::SqliteLedger;
 
-use builder_monitor_core::cnb::{Change, ChangeKind};
+use builder_monitor_core::cnb::{Change, ChangeKind, PinnedMetadata};
 use builder_monitor_core::event::Event;
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 
@@ -103,6 +103,13 @@ pub struct WatchRecord {
     pub pending: Option<(String, String)>,
     /// Accepted moves so far; the next change's sequence number is this plus one.
     pub moves: u64,
+}
+
+impl WatchRecord {
+    /// The CNB metadata recorded with the pin, if any could be read.
+    pub fn pinned_metadata(&self) -> Option<PinnedMetadata> {
+        serde_json::from_value(self.metadata.clone()?).ok()
+    }
 }
 
 /// A new pin to record.
@@ -332,10 +339,20 @@ enum Backend {
 
 /// Notified by the writes that add work, so the workers that do it wake (a notification made
 /// while no worker waits is kept for the next wait).
-#[derive(Default)]
 struct Signals {
     deliveries: Arc<Notify>,
     actions: Arc<Notify>,
+    /// The name of each watch whose check was committed, in commit order.
+    commits: broadcast::Sender<String>,
+}
+
+/// Committed checks a subscriber may fall behind by before it is told it lagged.
+const COMMITS_KEPT: usize = 1024;
+
+impl Default for Signals {
+    fn default() -> Self {
+        Signals { deliveries: Arc::default(), actions: Arc::default(), commits: broadcast::channel(COMMITS_KEPT).0 }
+    }
 }
 
 /// Calls the same method on whichever backend this is.
@@ -387,6 +404,13 @@ impl Ledger {
         self.signals.actions.clone()
     }
 
+    /// The name of each watch whose check is committed from now on (a run image watch: `run:…`).
+    /// A receiver that falls behind by more than `COMMITS_KEPT` names gets `Lagged`: names were
+    /// dropped, so it re-reads everything it follows.
+    pub fn commits(&self) -> broadcast::Receiver<String> {
+        self.signals.commits.subscribe()
+    }
+
     fn signal(&self, deliveries: bool, actions: bool) {
         if deliveries {
             self.signals.deliveries.notify_one();
@@ -422,8 +446,11 @@ impl Ledger {
     /// actions — in one write.
     pub async fn commit(&self, record: CheckRecord) -> Result<(), LedgerError> {
         let (deliveries, actions) = (!record.deliveries.is_empty(), !record.actions.is_empty());
+        let watch = record.watch.clone();
         dispatch!(self, commit(record))?;
         self.signal(deliveries, actions);
+        // No receiver (no publisher) is no error.
+        let _ = self.signals.commits.send(watch);
         Ok(())
     }
 

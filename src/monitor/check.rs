@@ -7,16 +7,16 @@ use std::time::Duration;
 
 use super::decide::{self, Observed};
 use super::reaction::Moved;
-use super::{CheckOutcome, Monitor, Watch, next_check, run_watch_name};
+use super::{CheckOutcome, Monitor, Watch};
 use crate::alert::outage;
 use crate::inspect;
 use crate::ledger::{LedgerError, WatchKind, WatchRecord};
 use crate::metrics::{BuilderLabels, ChangeLabels, CheckLabels, RegistryLabels};
 use crate::registry::RegistryError;
-use builder_monitor_core::cnb::{self, PinnedMetadata, RunImagePin};
+use builder_monitor_core::cnb::{self, PinnedMetadata, RunImagePin, run_watch_name};
 use builder_monitor_core::event::{EventType, ImageAction};
 use builder_monitor_core::reference::ImageRef;
-use builder_monitor_core::schedule::{self, timestamp};
+use builder_monitor_core::schedule::{self, next_check, timestamp};
 
 impl Monitor {
     /// A check whose ledger failure is logged rather than returned.
@@ -139,11 +139,6 @@ impl Monitor {
         // Logged once recorded: a log line never announces an event the ledger could still lose.
         for event in events.iter().filter(|e| !repeated.contains(&e.id)) {
             crate::event_log::log(event);
-        }
-        if let Some(to) = self.committed.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            for subject in &subjects {
-                let _ = to.send(subject.name.clone());
-            }
         }
         if watch.kind == WatchKind::Builder
             && let Some(metadata) = new_metadata

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, SubsecRound, Utc};
 
-use super::{CheckOutcome, Watch, pinned_metadata};
+use super::{CheckOutcome, Watch};
 use crate::config::Platform;
 use crate::inspect::Observation;
 use crate::ledger::{ChangeRecord, CheckRecord, PinRecord, PinUpdate, WatchKind, WatchRecord};
@@ -188,7 +188,7 @@ pub fn decide(
     };
     let seq = record.moves + 1;
     let id = event::change_id(&watch.name, seq, &previous.digest, &current.digest);
-    let (event_type, change) = match (watch.kind, &metadata, pinned_metadata(record)) {
+    let (event_type, change) = match (watch.kind, &metadata, record.pinned_metadata()) {
         (WatchKind::RunImage, _, _) => {
             (EventType::RunImageChanged, Change::run_image_moved(previous.reference.clone(), current.reference.clone()))
         }

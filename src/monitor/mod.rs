@@ -18,17 +18,16 @@ use tokio::sync::{Notify, mpsc};
 
 use crate::alert::outage::RegistryState;
 use crate::config::{BuilderSettings, Config, Platform};
-use crate::ledger::{Ledger, WatchKind, WatchRecord};
+use crate::ledger::{Ledger, WatchKind};
 use crate::metrics::Metrics;
 use crate::registry::{Registry, RegistryError};
 use crate::schedule::Clock;
-use builder_monitor_core::cnb::{Change, PinnedMetadata};
+use builder_monitor_core::cnb::{Change, run_watch_name};
 use builder_monitor_core::event::Subject;
 use builder_monitor_core::reference::ImageRef;
-use builder_monitor_core::schedule::{Schedule, timestamp};
+use builder_monitor_core::schedule::Schedule;
 use reaction::Reaction;
 use run_images::RunImages;
-pub use run_images::{run_image_watch, run_watch_name};
 
 /// How long running checks may take to finish after a shutdown signal.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -99,18 +98,6 @@ pub enum CheckOutcome {
     PlatformsUnchanged { digest: String },
     /// The registry could not answer; the pin is kept.
     Failed(RegistryError),
-}
-
-/// The CNB metadata recorded with a watch's pin, if any could be read.
-pub fn pinned_metadata(record: &WatchRecord) -> Option<PinnedMetadata> {
-    serde_json::from_value(record.metadata.clone()?).ok()
-}
-
-/// When the check after one at `now` is due (before jitter), RFC 3339; `None` when the schedule
-/// has no future firing.
-pub fn next_check(schedule: &Schedule, now: chrono::DateTime<chrono::Utc>) -> Option<String> {
-    let delay = schedule.delay_after(now)?;
-    Some(timestamp(now + chrono::Duration::from_std(delay).ok()?))
 }
 
 /// What the HTTP server may ask of the monitor: wake checks (at once, or debounced for push
@@ -219,8 +206,6 @@ pub struct Monitor {
     wake_receiver: Mutex<Option<mpsc::UnboundedReceiver<String>>>,
     run_images: Arc<Mutex<RunImages>>,
     unchecked: Arc<Mutex<BTreeSet<String>>>,
-    /// Where to send the names of builders whose ledger entry a check committed (the publisher).
-    committed: Mutex<Option<mpsc::UnboundedSender<String>>>,
     /// Per registry: its failing watches and the outages alerts were told of (`alert::outage`),
     /// read from the ledger on first use. Held from a check's decision until its commit, so the
     /// checks of one registry decide one after another, each on what the last one recorded.
@@ -261,7 +246,6 @@ impl Monitor {
             wake_receiver: Mutex::new(Some(wake_receiver)),
             run_images,
             unchecked,
-            committed: Mutex::new(None),
             outages: Mutex::new(HashMap::new()),
             failing,
         }
@@ -305,12 +289,6 @@ impl Monitor {
         self.ledger.new_deliveries()
     }
 
-    /// Sends the name of every builder a check commits for (a run image check: the builders naming
-    /// it) to `to`, until replaced; `None` stops.
-    pub fn report_commits(&self, to: Option<mpsc::UnboundedSender<String>>) {
-        *self.committed.lock().unwrap_or_else(|e| e.into_inner()) = to;
-    }
-
     pub fn config(&self) -> &Config {
         &self.config
     }
@@ -349,7 +327,7 @@ impl Monitor {
         for b in &self.config.builders {
             match self.ledger.watch(&b.name).await {
                 Ok(Some(record)) if record.image == b.image.to_string() => {
-                    let metadata = pinned_metadata(&record);
+                    let metadata = record.pinned_metadata();
                     self.run_images.lock().unwrap_or_else(|e| e.into_inner()).note(b, metadata.as_ref());
                 }
                 Ok(_) => {}

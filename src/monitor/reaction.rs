@@ -4,12 +4,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{pinned_metadata, run_image_watch, run_watch_name};
-use crate::config::{Config, ImageSettings, Policy, RunnerKind};
+use crate::config::{Config, ImageSettings, Policy, RunnerKind, run_image_watch};
 use crate::inspect;
-use crate::ledger::{Ledger, LedgerError, NewAction, WatchKind};
+use crate::ledger::{Ledger, LedgerError, NewAction, WatchKind, WatchRecord};
 use crate::registry::Registry;
-use builder_monitor_core::cnb::{self, BuilderMetadata, Change, PinnedMetadata};
+use builder_monitor_core::cnb::{self, BuilderMetadata, Change, PinnedMetadata, run_watch_name};
 use builder_monitor_core::event::{self, Pin};
 use builder_monitor_core::plan::{self, ActionKind, ActionTarget, AppState, Decision, Move, RunImageTarget};
 use builder_monitor_core::reference::ImageRef;
@@ -123,7 +122,7 @@ impl Reaction<'_> {
                     return mv.metadata.and_then(|m| m.preferred()).cloned();
                 }
                 let record = self.ledger.watch(&name).await.ok().flatten();
-                record.as_ref().and_then(pinned_metadata).and_then(|m| m.preferred().cloned())
+                record.as_ref().and_then(WatchRecord::pinned_metadata).and_then(|m| m.preferred().cloned())
             }
         };
         let decisions = plan::plan(&Move { change, builders, run_image: run_target.as_ref() }, &images, &apps);
@@ -205,7 +204,7 @@ impl Reaction<'_> {
         let mut out = Vec::new();
         for image in &self.config.images {
             let record = self.ledger.watch(&image.builder).await?;
-            let metadata = record.as_ref().and_then(pinned_metadata);
+            let metadata = record.as_ref().and_then(WatchRecord::pinned_metadata);
             let builder = metadata.as_ref().and_then(|m| m.preferred()).cloned();
             let run_reference = self.newest_run_image(&image.builder, metadata.as_ref()).await?;
             let run_target = match &run_reference {
@@ -253,7 +252,7 @@ impl Reaction<'_> {
         let pin = record.as_ref().and_then(|r| r.pin.clone()).ok_or_else(|| {
             format!("builder \"{}\" is not pinned yet; run `builder-monitor run --once` first", image.builder)
         })?;
-        let metadata = record.as_ref().and_then(pinned_metadata);
+        let metadata = record.as_ref().and_then(WatchRecord::pinned_metadata);
         let meta = metadata.as_ref().and_then(|m| m.preferred()).cloned();
         let run_image = self.newest_run_image(&image.builder, metadata.as_ref()).await.map_err(|e| e.to_string())?;
         if kind == ActionKind::Rebase && run_image.is_none() {

@@ -1,5 +1,5 @@
-//! Run images: the one place that decides which run image watch a builder uses (for the monitor,
-//! `status`, the publisher and the reaction), and the set of run image watches in force.
+//! Run images: the set of run image watches in force and the builders naming each; which watch a
+//! builder uses is decided by `config::run_image_watch` (shared with `status` and the publisher).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -7,32 +7,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::Watch;
-use crate::config::{BuilderSettings, Config};
-use builder_monitor_core::cnb::PinnedMetadata;
+use crate::config::{BuilderSettings, Config, run_image_watch};
+use builder_monitor_core::cnb::{PinnedMetadata, run_watch_name};
 use builder_monitor_core::event::Subject;
-use builder_monitor_core::reference::{ImageRef, ReferenceError};
-
-/// The ledger name of a run image watch.
-pub fn run_watch_name(image: &ImageRef) -> String {
-    format!("run:{image}")
-}
-
-/// The run image a builder watches given the metadata of its pin: the run image its preferred
-/// platform names, by tag. None when the builder does not watch its run image, the metadata names
-/// none, or names it by digest (nothing to watch); an error when the name is not a reference.
-pub fn run_image_watch(
-    builder: &BuilderSettings,
-    metadata: Option<&PinnedMetadata>,
-) -> Result<Option<ImageRef>, (String, ReferenceError)> {
-    let Some(name) = metadata.filter(|_| builder.watch_run_image).and_then(|m| m.preferred()?.run_image()) else {
-        return Ok(None);
-    };
-    match ImageRef::parse(name) {
-        Ok(image) if image.digest().is_none() => Ok(Some(image)),
-        Ok(_) => Ok(None),
-        Err(err) => Err((name.to_string(), err)),
-    }
-}
 
 /// A run image watch and the builders that name it.
 pub(super) struct RunImageEntry {

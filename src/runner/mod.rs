@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Config, ExecSettings, RunnerKind};
 use crate::ledger::{ActionEnd, ActionOutcome, ClaimedAction, Ledger, LedgerError};
 use crate::schedule::Clock;
+use crate::worker::{self, Work};
 use builder_monitor_core::event::{self, ActionInfo, Event, EventType, Subject};
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::schedule::{parse_timestamp, timestamp, timestamp_millis};
@@ -136,6 +137,28 @@ impl Backend {
     }
 }
 
+/// The runner as the worker loop runs it.
+struct Actions {
+    runner: Arc<Runner>,
+    /// Whether the actions left running by the cluster are followed again.
+    resumed: bool,
+}
+
+impl Work for Actions {
+    async fn start_due(&mut self, tasks: &mut JoinSet<()>) -> Option<Duration> {
+        if !self.resumed {
+            self.resumed = true;
+            self.runner.resume(tasks).await;
+        }
+        self.runner.start_due(tasks).await;
+        Some(self.runner.until_next_due().await)
+    }
+
+    async fn woken(&mut self) {
+        self.runner.wake.notified().await
+    }
+}
+
 pub struct Runner {
     config: Arc<Config>,
     ledger: Ledger,
@@ -222,23 +245,8 @@ impl Runner {
             tracing::info!("runner \"none\": actions are planned and recorded, never run (see `status`)");
             return;
         }
-        let mut tasks = JoinSet::new();
-        self.resume(&mut tasks).await;
-        loop {
-            self.start_due(&mut tasks).await;
-            let sleep = self.until_next_due().await;
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = self.wake.notified() => {}
-                _ = tokio::time::sleep(sleep) => {}
-                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
-            }
-        }
-        if tokio::time::timeout(GRACE, async { while tasks.join_next().await.is_some() {} }).await.is_err() {
-            tasks.abort_all();
-            // An aborted task ends once its future is dropped, and with it the command's group.
-            while tasks.join_next().await.is_some() {}
-        }
+        // An aborted task ends once its future is dropped, and with it the command's group.
+        worker::run(Actions { runner: self, resumed: false }, shutdown, GRACE).await;
     }
 
     /// Carries out every action due now and waits for them (`run --once`); failures are retried

@@ -337,6 +337,11 @@ pub enum PlatformMetadata {
     },
 }
 
+/// The ledger name of a run image watch.
+pub fn run_watch_name(image: &ImageRef) -> String {
+    format!("run:{image}")
+}
+
 /// The run image of a pin, resolved to an immutable reference when it was pinned.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunImagePin {

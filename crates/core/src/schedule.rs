@@ -124,6 +124,13 @@ pub fn parse_timestamp(text: &str) -> Option<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(text).ok().map(|t| t.with_timezone(&Utc))
 }
 
+/// When the check after one at `now` is due (before jitter), RFC 3339; `None` when the schedule
+/// has no future firing.
+pub fn next_check(schedule: &Schedule, now: DateTime<Utc>) -> Option<String> {
+    let delay = schedule.delay_after(now)?;
+    Some(timestamp(now + chrono::Duration::from_std(delay).ok()?))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -386,11 +386,14 @@ impl Publisher {
         if self.config.builder(name).is_some() {
             return Ok(vec![name.to_string()]);
         }
+        // One read of every record, not one per builder: a run image may serve thousands.
+        let records: std::collections::HashMap<String, WatchRecord> =
+            self.ledger.watches().await?.into_iter().map(|r| (r.name.clone(), r)).collect();
         let mut users = Vec::new();
         for builder in &self.config.builders {
             let image = builder.image.to_string();
-            let record = self.ledger.watch(&builder.name).await?.filter(|r| r.image == image);
-            let metadata = record.as_ref().and_then(WatchRecord::pinned_metadata);
+            let record = records.get(&builder.name).filter(|r| r.image == image);
+            let metadata = record.and_then(WatchRecord::pinned_metadata);
             if let Ok(Some(run)) = run_image_watch(builder, metadata.as_ref())
                 && run_watch_name(&run) == name
             {

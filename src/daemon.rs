@@ -15,7 +15,7 @@ use crate::ledger::{Ledger, LedgerError, WriterLock};
 use crate::metrics::Metrics;
 use crate::monitor::Monitor;
 use crate::registry::Registry;
-use crate::runner::{Backend, RecoverError, Runner};
+use crate::runner::{Backend, RecoverError, Runner, RunnerError};
 use crate::schedule::Clock;
 use crate::server::{self, ServerState};
 
@@ -36,7 +36,7 @@ pub enum DaemonError {
     #[error(transparent)]
     Recover(#[from] RecoverError),
     #[error("cannot set up the runner: {0}")]
-    Runner(String),
+    Runner(#[source] RunnerError),
     #[error("cannot listen on {listen} ([server] listen): {source}")]
     Listen { listen: std::net::SocketAddr, source: std::io::Error },
     #[error("the acting task failed: {0}")]

@@ -283,4 +283,35 @@ mod tests {
         let both = anyhow::Error::new(Wrapped { path: "y", source: not_found() }).context("starting");
         assert_eq!(error_text(&both), format!("starting: cannot read y: {io}"));
     }
+
+    /// The typed errors at the boundaries: a cause in the message and in `source()` is said once,
+    /// and the ledger's and the cluster's kube causes stay out of `source()` (their convention).
+    #[test]
+    fn typed_boundary_errors_say_each_cause_once() {
+        use builder_monitor::cluster::ClusterError;
+        use builder_monitor::config::KubeValueError;
+        use builder_monitor::daemon::DaemonError;
+        use builder_monitor::ledger::LedgerError;
+        use builder_monitor::runner::{PreviewError, RunnerError};
+        use std::error::Error as _;
+
+        let setup = anyhow::Error::new(DaemonError::Runner(RunnerError::NoClient("kpack")));
+        assert_eq!(error_text(&setup), "cannot set up the runner: runner type \"kpack\" needs a Kubernetes client");
+        let invalid = RunnerError::InvalidJob { source: KubeValueError::UnknownField("spec.x".into()) };
+        let preview = anyhow::Error::new(PreviewError::Object(invalid));
+        assert_eq!(error_text(&preview), "the generated Job is not valid: unknown field `spec.x`");
+
+        let io = not_found().to_string();
+        let kube = || kube::Error::ReadEvents(not_found());
+        let ledger = LedgerError::Kubernetes(kube());
+        assert!(ledger.source().is_none());
+        let ledger = anyhow::Error::new(DaemonError::Ledger(ledger));
+        assert_eq!(error_text(&ledger), format!("ledger on Kubernetes: Error reading events stream: {io}"));
+        let cluster = ClusterError::Apply { name: "jammy".into(), error: kube() };
+        assert!(cluster.source().is_none());
+        assert_eq!(
+            error_text(&anyhow::Error::new(DaemonError::Cluster(cluster))),
+            format!("Kubernetes API: cannot apply ClusterBuilder jammy: Error reading events stream: {io}")
+        );
+    }
 }

@@ -299,3 +299,37 @@ pub fn configured_image<'a>(config: &'a Config, name: &str) -> Result<&'a ImageS
         configured: config.images.iter().map(|i| i.name.clone()).collect(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+
+    const CONFIG: &str = r#"
+[[builders]]
+name = "jammy"
+image = "127.0.0.1:1/cnb/builder:latest"
+
+[[images]]
+name = "petclinic"
+builder = "jammy"
+image = "127.0.0.1:1/apps/petclinic:latest"
+"#;
+
+    #[tokio::test]
+    async fn a_preview_says_why_there_is_no_action_to_show() {
+        let config = Config::parse(std::path::Path::new("/config.toml"), CONFIG).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(&dir.path().join("ledger.db")).unwrap();
+        let registry = Registry::new(config.registries.values().cloned(), Metrics::new());
+        let reaction = Reaction { config: &config, ledger: &ledger, registry: &registry };
+
+        let unknown = reaction.preview("nope", ActionKind::Rebuild).await.unwrap_err();
+        assert!(matches!(&unknown, PreviewError::UnknownImage { image, .. } if image == "nope"), "{unknown:?}");
+        assert_eq!(unknown.to_string(), "no image named \"nope\" (configured: petclinic)");
+
+        let unpinned = reaction.preview("petclinic", ActionKind::Rebase).await.unwrap_err();
+        assert!(matches!(&unpinned, PreviewError::NotPinned { builder } if builder == "jammy"), "{unpinned:?}");
+        assert_eq!(unpinned.to_string(), "builder \"jammy\" is not pinned yet; run `builder-monitor run --once` first");
+    }
+}

@@ -24,19 +24,14 @@ use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::schedule::{parse_timestamp, timestamp, timestamp_millis};
 use kubernetes::ActionRef;
 
-/// Why the runner cannot start.
+/// Why the runner cannot be set up or start, or cannot make or submit the object that carries out
+/// an action. Each message says its cause, which is also the `source()`.
 #[derive(Debug, thiserror::Error)]
-pub enum RecoverError {
+pub enum RunnerError {
     #[error(transparent)]
     Ledger(#[from] LedgerError),
     #[error("action {key} was running before the restart and its command cannot be stopped: {source}")]
     Alive { key: String, source: group::GroupError },
-}
-
-/// Why the runner cannot be set up, or cannot make or submit the object that carries out an action.
-/// Each message says its cause, which is also the `source()`.
-#[derive(Debug, thiserror::Error)]
-pub enum RunnerError {
     #[error("runner type \"{0}\" needs a Kubernetes client")]
     NoClient(&'static str),
     /// The settings table the runner type needs is absent (`runner.exec`, `runner.kubernetes`).
@@ -197,7 +192,7 @@ impl Runner {
     /// Start-up reconciliation of actions left `running`: a local command runs again (its attempt
     /// still counts), once its process group from before is gone (stopped if it still lives); a
     /// Job or Build lives in the cluster, so the runner follows it again (`resume`).
-    pub async fn recover(&self) -> Result<usize, RecoverError> {
+    pub async fn recover(&self) -> Result<usize, RunnerError> {
         if !matches!(self.backend, Backend::Exec(_)) {
             return Ok(0);
         }
@@ -213,7 +208,7 @@ impl Runner {
                 }
                 group::stop(process, GRACE)
                     .await
-                    .map_err(|source| RecoverError::Alive { key: action.key.clone(), source })?;
+                    .map_err(|source| RunnerError::Alive { key: action.key.clone(), source })?;
             }
             keys.push(action.key);
         }

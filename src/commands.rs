@@ -14,7 +14,7 @@ use builder_monitor::config::{Config, RegistrySettings, Secrets};
 use builder_monitor::daemon::{self, Access};
 use builder_monitor::inspect;
 use builder_monitor::metrics::Metrics;
-use builder_monitor::monitor::reaction::Reaction;
+use builder_monitor::monitor::reaction::{self, Reaction};
 use builder_monitor::registry::Registry;
 use builder_monitor::runner::{self, kubernetes::ActionRef};
 use builder_monitor::schedule::Clock;
@@ -153,10 +153,8 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
         }
         Command::BuildSpec { config, image, action, output } => {
             let config = Arc::new(load_config(&config, Secrets::Skip)?);
-            if !config.images.iter().any(|i| i.name == image) {
-                let known: Vec<&str> = config.images.iter().map(|i| i.name.as_str()).collect();
-                return Err(usage(anyhow::anyhow!("no image named \"{image}\" (configured: {})", known.join(", "))));
-            }
+            // Before the ledger is opened: a misspelt name is a usage error, whatever the ledger.
+            reaction::configured_image(&config, &image).map_err(usage)?;
             let ledger = daemon::open_ledger(&config, Access::Read, &Clock::System).await?;
             let metrics = Metrics::new();
             let registry = Registry::new(config.registries.values().cloned(), metrics);
@@ -165,10 +163,9 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
                 SpecAction::Rebuild => ActionKind::Rebuild,
                 SpecAction::Rebase => ActionKind::Rebase,
             };
-            let failed = |e: String| Failure { code: 1, error: anyhow::anyhow!(e) };
-            let (key, change_id, target) = reaction.preview(&image, kind).await.map_err(failed)?;
-            let reference = ActionRef { key: &key, change_id: &change_id, image: &image, kind };
-            let object = runner::preview(&config, &reference, &target)?;
+            let preview = reaction.preview(&image, kind).await?;
+            let reference = ActionRef { key: &preview.key, change_id: &preview.change_id, image: &image, kind };
+            let object = runner::preview(&config, &reference, &preview.target)?;
             match output {
                 SpecOutput::Json => println!("{}", serde_json::to_string_pretty(&object).context("encoding JSON")?),
                 SpecOutput::Yaml => print!("{}", cluster::to_yaml(&object)),
@@ -285,5 +282,36 @@ mod tests {
         assert_eq!(error_text(&context), format!("cannot listen on 127.0.0.1:1: {io}"));
         let both = anyhow::Error::new(Wrapped { path: "y", source: not_found() }).context("starting");
         assert_eq!(error_text(&both), format!("starting: cannot read y: {io}"));
+    }
+
+    /// The typed errors at the boundaries: a cause in the message and in `source()` is said once,
+    /// and the ledger's and the cluster's kube causes stay out of `source()` (their convention).
+    #[test]
+    fn typed_boundary_errors_say_each_cause_once() {
+        use builder_monitor::cluster::ClusterError;
+        use builder_monitor::config::KubeValueError;
+        use builder_monitor::daemon::DaemonError;
+        use builder_monitor::ledger::LedgerError;
+        use builder_monitor::runner::{PreviewError, RunnerError};
+        use std::error::Error as _;
+
+        let setup = anyhow::Error::new(DaemonError::Runner(RunnerError::NoClient("kpack")));
+        assert_eq!(error_text(&setup), "cannot set up the runner: runner type \"kpack\" needs a Kubernetes client");
+        let invalid = RunnerError::InvalidJob { source: KubeValueError::UnknownField("spec.x".into()) };
+        let preview = anyhow::Error::new(PreviewError::Object(invalid));
+        assert_eq!(error_text(&preview), "the generated Job is not valid: unknown field `spec.x`");
+
+        let io = not_found().to_string();
+        let kube = || kube::Error::ReadEvents(not_found());
+        let ledger = LedgerError::Kubernetes(kube());
+        assert!(ledger.source().is_none());
+        let ledger = anyhow::Error::new(DaemonError::Ledger(ledger));
+        assert_eq!(error_text(&ledger), format!("ledger on Kubernetes: Error reading events stream: {io}"));
+        let cluster = ClusterError::Apply { name: "jammy".into(), error: kube() };
+        assert!(cluster.source().is_none());
+        assert_eq!(
+            error_text(&anyhow::Error::new(DaemonError::Cluster(cluster))),
+            format!("Kubernetes API: cannot apply ClusterBuilder jammy: Error reading events stream: {io}")
+        );
     }
 }

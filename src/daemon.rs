@@ -15,7 +15,7 @@ use crate::ledger::{Ledger, LedgerError, WriterLock};
 use crate::metrics::Metrics;
 use crate::monitor::Monitor;
 use crate::registry::Registry;
-use crate::runner::{Backend, RecoverError, Runner};
+use crate::runner::{Backend, Runner, RunnerError};
 use crate::schedule::Clock;
 use crate::server::{self, ServerState};
 
@@ -33,10 +33,11 @@ pub enum DaemonError {
     Cluster(#[from] ClusterError),
     #[error(transparent)]
     Alert(#[from] AlertError),
+    /// Actions left running by an earlier process cannot be taken over.
     #[error(transparent)]
-    Recover(#[from] RecoverError),
+    Recover(RunnerError),
     #[error("cannot set up the runner: {0}")]
-    Runner(String),
+    Runner(#[source] RunnerError),
     #[error("cannot listen on {listen} ([server] listen): {source}")]
     Listen { listen: std::net::SocketAddr, source: std::io::Error },
     #[error("the acting task failed: {0}")]
@@ -113,7 +114,7 @@ impl Parts {
     async fn runner(&self, stop: CancellationToken) -> Result<Arc<Runner>, DaemonError> {
         let backend = Backend::for_config(&self.config, self.client.clone(), stop).map_err(DaemonError::Runner)?;
         let runner = Arc::new(Runner::new(self.config.clone(), self.ledger.clone(), self.clock.clone(), backend));
-        runner.recover().await?;
+        runner.recover().await.map_err(DaemonError::Recover)?;
         Ok(runner)
     }
 

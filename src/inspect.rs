@@ -196,7 +196,16 @@ pub struct AppImage {
     pub digest: String,
     pub platform_digest: String,
     /// `Ok(None)`: not built by a CNB lifecycle; `Err`: labels unreadable.
-    pub metadata: Result<Option<AppMetadata>, String>,
+    pub metadata: Result<Option<AppMetadata>, AppMetadataError>,
+}
+
+/// Why an app image's CNB metadata cannot be read.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AppMetadataError {
+    #[error(transparent)]
+    Labels(#[from] cnb::MetadataError),
+    #[error("{image}: no config for {platform}")]
+    NoConfig { image: String, platform: String },
 }
 
 /// Reads an app image (its linux/amd64 platform when it is an index). `Ok(None)`: no such image.
@@ -220,8 +229,8 @@ pub async fn app_metadata(registry: &Registry, image: &ImageRef) -> Result<Optio
     let filter = Platform::parse(&preferred).map(|p| vec![p]);
     let configs = platform_configs(registry, image, &observation, filter.as_deref()).await?;
     let metadata = match configs.get(&preferred) {
-        Some(config) => cnb::parse_app(config).map_err(|e| e.to_string()),
-        None => Err(format!("{image}: no config for {preferred}")),
+        Some(config) => cnb::parse_app(config).map_err(AppMetadataError::from),
+        None => Err(AppMetadataError::NoConfig { image: image.to_string(), platform: preferred.clone() }),
     };
     Ok(Some(AppImage {
         digest: observation.digest.clone(),

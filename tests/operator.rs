@@ -1,5 +1,6 @@
 //! What a person running the daemon sees, through the real binary: log lines without colour codes
-//! off a terminal, each error cause once, one exit code for unknown names, the next cron firings,
+//! off a terminal, each error cause once, one exit code for unknown names, `build-spec` before a
+//! pin, the next cron firings,
 //! RBAC ready to apply, and a Grafana dashboard that queries only metrics the daemon serves.
 
 mod support;
@@ -117,6 +118,22 @@ fn unknown_names_exit_2_like_any_usage_error() {
     let out = ws.run(&["alert", "test", "--config", config, "--name", "nope"]);
     assert_eq!(out.code, Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("no alert named \"nope\" (configured: hook)"), "{}", out.stderr);
+}
+
+/// `build-spec` before the builder's first pin: a runtime failure (exit 1) that says what to do.
+#[test]
+fn build_spec_before_the_first_pin_says_to_run_once() {
+    let ws = Workspace::new();
+    let config = ws.config(&format!(
+        "{QUIET}\n[[images]]\nname = \"app\"\nbuilder = \"quiet\"\nimage = \"127.0.0.1:1/quiet/app:latest\"\n"
+    ));
+    let config = config.to_str().unwrap();
+    // The check fails (its registry refuses), so the ledger exists but holds no pin.
+    assert_eq!(ws.run(&["run", "--once", "--config", config]).code, Some(1));
+    let out = ws.run(&["build-spec", "--config", config, "--image", "app", "--action", "rebuild"]);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    let error = out.stderr.lines().find(|l| l.starts_with("error: ")).unwrap_or_else(|| panic!("{}", out.stderr));
+    assert_eq!(error, "error: builder \"quiet\" is not pinned yet; run `builder-monitor run --once` first");
 }
 
 #[test]

@@ -6,29 +6,73 @@ pub mod lease;
 pub mod publish;
 
 use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 
 use crate::config::{Config, KubernetesSettings, RunnerKind, StateLocation};
+use crate::ledger::LedgerError;
 
+/// Each variant's message includes its cause, which is therefore not also exposed as `source()`
+/// (the convention of `LedgerError`): the daemon logs these with `Display`, a chain printer would
+/// show the cause twice, and a kubeconfig's deeper causes may quote its credentials.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
+    /// The kubeconfig cannot be read or names no usable context; `path` when it is the one
+    /// `[kubernetes] kubeconfig` names.
+    #[error("cannot configure the Kubernetes client: {}{error}", file_prefix(path.as_deref()))]
+    Kubeconfig { path: Option<PathBuf>, error: kube::config::KubeconfigError },
+    /// Neither in-cluster nor kubeconfig settings are usable.
     #[error("cannot configure the Kubernetes client: {0}")]
-    Config(String),
+    Infer(kube::config::InferConfigError),
+    /// A kubeconfig that is not YAML of the kubeconfig shape, at `line`/`column` when known; the
+    /// parser's own message is not kept: it quotes the offending value.
+    #[error(
+        "cannot configure the Kubernetes client: {}the kubeconfig is not valid YAML of the kubeconfig shape{} (the value is not shown: kubeconfigs hold credentials)",
+        file_prefix(path.as_deref()),
+        at.map(|(line, column)| format!(" at line {line} column {column}")).unwrap_or_default()
+    )]
+    KubeconfigSyntax { path: Option<PathBuf>, at: Option<(u64, u64)> },
+    #[error("cannot configure the Kubernetes client: {0}")]
+    Client(kube::Error),
     #[error("Kubernetes API: {0}")]
-    Api(String),
+    Api(kube::Error),
+    #[error("Kubernetes API: cannot apply ClusterBuilder {name}: {error}")]
+    Apply { name: String, error: kube::Error },
+    #[error("Kubernetes API: cannot write the status of ClusterBuilder {name}: {error}")]
+    WriteStatus { name: String, error: kube::Error },
+    #[error("Kubernetes API: no builder {0}")]
+    UnknownBuilder(String),
+    #[error("Kubernetes API: ClusterBuilder {0} does not exist (its spec is applied first)")]
+    NotApplied(String),
+    #[error("Kubernetes API: {0}")]
+    Ledger(LedgerError),
     #[error("namespace \"{0}\" does not exist; create it or change the namespace (needed for {1})")]
     NoNamespace(String, &'static str),
     #[error("{0}")]
     Forbidden(String),
+    #[error(
+        "not a Kubernetes object name (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 246 characters)"
+    )]
+    ObjectName,
 }
 
 impl From<kube::Error> for ClusterError {
     fn from(e: kube::Error) -> Self {
-        ClusterError::Api(e.to_string())
+        ClusterError::Api(e)
     }
+}
+
+impl From<LedgerError> for ClusterError {
+    fn from(e: LedgerError) -> Self {
+        ClusterError::Ledger(e)
+    }
+}
+
+fn file_prefix(path: Option<&Path>) -> String {
+    path.map(|p| format!("{}: ", p.display())).unwrap_or_default()
 }
 
 /// A client from `[kubernetes]`: its kubeconfig and context, else in-cluster or the default
@@ -37,34 +81,36 @@ pub async fn client(settings: &KubernetesSettings) -> Result<kube::Client, Clust
     let options = kube::config::KubeConfigOptions { context: settings.context.clone(), ..Default::default() };
     let config = match &settings.kubeconfig {
         Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| kubeconfig_error(Some(path), &e))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &options).await.map_err(|e| kubeconfig_error(None, &e))?
+            let file = kube::config::Kubeconfig::read_from(path).map_err(|e| kubeconfig_error(Some(path), e))?;
+            kube::Config::from_custom_kubeconfig(file, &options).await.map_err(|e| kubeconfig_error(None, e))?
         }
         None if settings.context.is_some() => {
-            kube::Config::from_kubeconfig(&options).await.map_err(|e| kubeconfig_error(None, &e))?
+            kube::Config::from_kubeconfig(&options).await.map_err(|e| kubeconfig_error(None, e))?
         }
-        None => kube::Config::infer().await.map_err(|e| kubeconfig_error(None, &e))?,
+        None => kube::Config::infer()
+            .await
+            .map_err(|error| syntax_error(None, &error).unwrap_or(ClusterError::Infer(error)))?,
     };
-    kube::Client::try_from(config).map_err(|e| ClusterError::Config(e.to_string()))
+    kube::Client::try_from(config).map_err(ClusterError::Client)
+}
+
+fn kubeconfig_error(path: Option<&Path>, error: kube::config::KubeconfigError) -> ClusterError {
+    syntax_error(path, &error).unwrap_or_else(|| ClusterError::Kubeconfig { path: path.map(Path::to_path_buf), error })
 }
 
 /// A kubeconfig holds tokens and keys, and its YAML parser's errors quote the offending value (and
-/// may show a snippet of the file): a parse error is reduced to its position.
-fn kubeconfig_error(path: Option<&std::path::Path>, err: &(dyn std::error::Error + 'static)) -> ClusterError {
+/// may show a snippet of the file): a parse error anywhere in `err`'s chain is reduced to its
+/// position.
+fn syntax_error(path: Option<&Path>, err: &(dyn std::error::Error + 'static)) -> Option<ClusterError> {
     let mut cause = Some(err);
     while let Some(e) = cause {
         if let Some(kube::config::KubeconfigError::Parse(parse)) = e.downcast_ref::<kube::config::KubeconfigError>() {
-            let file = path.map(|p| format!("{}: ", p.display())).unwrap_or_default();
-            let at =
-                parse.location().map(|l| format!(" at line {} column {}", l.line(), l.column())).unwrap_or_default();
-            return ClusterError::Config(format!(
-                "{file}the kubeconfig is not valid YAML of the kubeconfig shape{at} (the value is not shown: kubeconfigs hold credentials)"
-            ));
+            let at = parse.location().map(|l| (l.line(), l.column()));
+            return Some(ClusterError::KubeconfigSyntax { path: path.map(Path::to_path_buf), at });
         }
         cause = e.source();
     }
-    let file = path.map(|p| format!("{}: ", p.display())).unwrap_or_default();
-    ClusterError::Config(format!("{file}{err}"))
+    None
 }
 
 /// A permission the daemon needs: verbs on a resource, in a namespace or (`None`) cluster-wide.
@@ -232,17 +278,13 @@ pub fn rbac_objects(permissions: &[Permission], account: &str, namespace: &str) 
 }
 
 /// Whether `name` can name a ServiceAccount and, with `-builds` added, a Role: a DNS subdomain.
-pub fn check_object_name(name: &str) -> Result<(), String> {
+pub fn check_object_name(name: &str) -> Result<(), ClusterError> {
     let valid = !name.is_empty()
         && name.len() + "-builds".len() <= 253
         && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
         && name.starts_with(|c: char| c.is_ascii_alphanumeric())
         && name.ends_with(|c: char| c.is_ascii_alphanumeric());
-    if valid {
-        Ok(())
-    } else {
-        Err("not a Kubernetes object name (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 246 characters)".into())
-    }
+    if valid { Ok(()) } else { Err(ClusterError::ObjectName) }
 }
 
 /// A JSON value as YAML (block style; strings quoted as JSON strings, which YAML reads the same).

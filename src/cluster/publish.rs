@@ -217,7 +217,7 @@ impl Publisher {
             });
             let result = self.api.patch(&builder.name, &params, &Patch::Apply(&object)).await;
             self.count(result.is_ok());
-            result.map_err(|e| ClusterError::Api(format!("cannot apply ClusterBuilder {}: {e}", builder.name)))?;
+            result.map_err(|error| ClusterError::Apply { name: builder.name.clone(), error })?;
         }
         if self.config.kubernetes.prune {
             let configured: BTreeSet<&str> = self.config.builders.iter().map(|b| b.name.as_str()).collect();
@@ -236,23 +236,22 @@ impl Publisher {
 
     /// Writes one builder's status from the ledger, and records an Event for a change not recorded yet.
     pub async fn publish_status(&self, name: &str) -> Result<(), ClusterError> {
-        let builder = self.config.builder(name).ok_or_else(|| ClusterError::Api(format!("no builder {name}")))?;
-        let ledger = |e: crate::ledger::LedgerError| ClusterError::Api(e.to_string());
-        let record = self.ledger.watch(name).await.map_err(ledger)?.filter(|r| r.image == builder.image.to_string());
-        let history = self.ledger.history(name, HISTORY).await.map_err(ledger)?;
-        let last_change = self.ledger.changes(Some(name), 1).await.map_err(ledger)?.into_iter().next();
+        let builder = self.config.builder(name).ok_or_else(|| ClusterError::UnknownBuilder(name.to_string()))?;
+        let record = self.ledger.watch(name).await?.filter(|r| r.image == builder.image.to_string());
+        let history = self.ledger.history(name, HISTORY).await?;
+        let last_change = self.ledger.changes(Some(name), 1).await?.into_iter().next();
         let metadata = record.as_ref().and_then(WatchRecord::pinned_metadata);
         let run_watch = run_image_watch(builder, metadata.as_ref()).ok().flatten().map(|i| run_watch_name(&i));
         let (run_image, run_change) = match &run_watch {
             Some(watch) => (
-                self.ledger.watch(watch).await.map_err(ledger)?.and_then(|r| r.pin).map(|p| p.reference),
-                self.ledger.changes(Some(watch), 1).await.map_err(ledger)?.into_iter().next(),
+                self.ledger.watch(watch).await?.and_then(|r| r.pin).map(|p| p.reference),
+                self.ledger.changes(Some(watch), 1).await?.into_iter().next(),
             ),
             None => (None, None),
         };
         let current = self.api.get_opt(name).await?;
         let Some(current) = current else {
-            return Err(ClusterError::Api(format!("ClusterBuilder {name} does not exist (its spec is applied first)")));
+            return Err(ClusterError::NotApplied(name.to_string()));
         };
         let now = builder_monitor_core::schedule::timestamp(chrono::Utc::now());
         let status = status_of(&StatusInput {
@@ -273,7 +272,7 @@ impl Publisher {
         let result =
             self.api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&object)).await;
         self.count(result.is_ok());
-        result.map_err(|e| ClusterError::Api(format!("cannot write the status of ClusterBuilder {name}: {e}")))?;
+        result.map_err(|error| ClusterError::WriteStatus { name: name.to_string(), error })?;
         let uid = current.metadata.uid.clone();
         for change in last_change.iter().chain(run_change.iter()) {
             self.record_event(name, uid.as_deref(), change).await;

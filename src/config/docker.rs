@@ -32,6 +32,14 @@ pub enum DockerConfigError {
     /// Never carries a value from the file: it holds credentials.
     #[error("{} is not a valid Docker config.json: {message}", path.display())]
     Invalid { path: PathBuf, message: String },
+    #[error("{} keeps the credentials for {host} in the credential helper `docker-credential-{helper}`, which builder-monitor does not run; use username + password_env instead", path.display())]
+    CredentialHelper { path: PathBuf, host: String, helper: String },
+    #[error("{} has no `auths` entry for {host}", path.display())]
+    NoEntry { path: PathBuf, host: String },
+    #[error("{} holds an identity token for {host}, which builder-monitor does not exchange; use username + password_env instead", path.display())]
+    IdentityToken { path: PathBuf, host: String },
+    #[error("{}: the `auth` entry for {host} is not base64 of username:password", path.display())]
+    BadAuth { path: PathBuf, host: String },
 }
 
 /// The JSON type of a value, for shape errors that must not quote the value.
@@ -129,20 +137,16 @@ impl DockerConfig {
     }
 
     /// Username and password for a registry host (`docker.io` style), or why there are none.
-    pub fn credentials_for(&self, host: &str) -> Result<(String, Secret), String> {
-        let path = self.path.display();
+    pub fn credentials_for(&self, host: &str) -> Result<(String, Secret), DockerConfigError> {
+        let path = self.path.clone();
         let Some(entry) = self.auths.get(host) else {
             if let Some(helper) = self.helpers.get(host).or(self.store.as_ref()) {
-                return Err(format!(
-                    "{path} keeps the credentials for {host} in the credential helper `docker-credential-{helper}`, which builder-monitor does not run; use username + password_env instead"
-                ));
+                return Err(DockerConfigError::CredentialHelper { path, host: host.into(), helper: helper.clone() });
             }
-            return Err(format!("{path} has no `auths` entry for {host}"));
+            return Err(DockerConfigError::NoEntry { path, host: host.into() });
         };
         if entry.identitytoken.is_some() && entry.auth.is_none() && entry.password.is_none() {
-            return Err(format!(
-                "{path} holds an identity token for {host}, which builder-monitor does not exchange; use username + password_env instead"
-            ));
+            return Err(DockerConfigError::IdentityToken { path, host: host.into() });
         }
         if let (Some(u), Some(p)) = (&entry.username, &entry.password) {
             return Ok((u.clone(), Secret::new(p.clone())));
@@ -154,7 +158,7 @@ impl DockerConfig {
             .and_then(|b| String::from_utf8(b).ok());
         match decoded.as_deref().and_then(|d| d.split_once(':')) {
             Some((u, p)) if !u.is_empty() => Ok((u.to_string(), Secret::new(p))),
-            _ => Err(format!("{path}: the `auth` entry for {host} is not base64 of username:password")),
+            _ => Err(DockerConfigError::BadAuth { path, host: host.into() }),
         }
     }
 }
@@ -190,9 +194,9 @@ mod tests {
         let (u, p) = c.credentials_for("docker.io").unwrap();
         assert_eq!((u.as_str(), p.expose()), ("me", "pa:ss"));
         assert_eq!(c.credentials_for("ghcr.io").unwrap().0, "u");
-        assert!(c.credentials_for("quay.io").unwrap_err().contains("identity token"));
-        assert!(c.credentials_for("gcr.io").unwrap_err().contains("docker-credential-gcloud"));
-        assert!(c.credentials_for("example.com").unwrap_err().contains("no `auths` entry"));
+        assert!(c.credentials_for("quay.io").unwrap_err().to_string().contains("identity token"));
+        assert!(c.credentials_for("gcr.io").unwrap_err().to_string().contains("docker-credential-gcloud"));
+        assert!(c.credentials_for("example.com").unwrap_err().to_string().contains("no `auths` entry"));
         std::fs::write(&path, "{not json").unwrap();
         assert!(DockerConfig::load(&path).unwrap_err().to_string().contains("not a valid Docker config.json"));
         std::fs::remove_dir_all(dir).unwrap();

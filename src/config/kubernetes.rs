@@ -118,13 +118,24 @@ pub(super) struct RawKubeRunner {
     cache_pvc: Option<String>,
 }
 
+/// Why a value is not of a Kubernetes type.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeValueError {
+    /// The value does not deserialize as the type (a wrong shape or a missing field).
+    #[error(transparent)]
+    Shape(#[from] serde_json::Error),
+    /// A field the type does not know, by its path (`a.b[0].c`).
+    #[error("unknown field `{0}`")]
+    UnknownField(String),
+}
+
 /// Deserializes `value` as `T` and back: any field `T` does not know is dropped on the way, and
 /// named here as the error (k8s-openapi's types ignore unknown fields on their own).
-pub fn k8s_typed<T: DeserializeOwned + serde::Serialize>(value: &serde_json::Value) -> Result<T, String> {
-    let typed: T = serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
-    let back = serde_json::to_value(&typed).map_err(|e| e.to_string())?;
+pub fn k8s_typed<T: DeserializeOwned + serde::Serialize>(value: &serde_json::Value) -> Result<T, KubeValueError> {
+    let typed: T = serde_json::from_value(value.clone())?;
+    let back = serde_json::to_value(&typed)?;
     match first_dropped(value, &back, "") {
-        Some(path) => Err(format!("unknown field `{path}`")),
+        Some(path) => Err(KubeValueError::UnknownField(path)),
         None => Ok(typed),
     }
 }
@@ -280,7 +291,7 @@ mod tests {
         let typo = json!({ "nodeAffinity": { "requiredDuringSchedulingIgnoredDuringExecution": { "nodeSelectorTerms": [
             { "matchExpresions": [] }] } } });
         assert_eq!(
-            k8s_typed::<Affinity>(&typo).unwrap_err(),
+            k8s_typed::<Affinity>(&typo).unwrap_err().to_string(),
             "unknown field `nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpresions`"
         );
         assert!(k8s_typed::<Affinity>(&json!({ "nodeAffinity": 5 })).is_err());

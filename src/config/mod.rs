@@ -26,7 +26,7 @@ pub use alerts::{AlertKind, AlertSettings, AlertUrl, DEFAULT_EVENTS, redact_url}
 pub use images::{
     ExecSettings, ImageSettings, PLACEHOLDERS, Policy, RunnerKind, RunnerSettings, Scheduling, Source, Toleration,
 };
-pub use kubernetes::{DEFAULT_GIT_IMAGE, KubeRunnerSettings, KubernetesSettings, k8s_typed};
+pub use kubernetes::{DEFAULT_GIT_IMAGE, KubeRunnerSettings, KubeValueError, KubernetesSettings, k8s_typed};
 
 /// Default check interval when neither `[monitor]` nor the builder sets one.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(600);
@@ -891,8 +891,8 @@ impl<'a> Validator<'a> {
                     Ok((username, password)) => {
                         Some(Credentials::Basic { username, password, source: CredentialSource::DockerConfig(path) })
                     }
-                    Err(message) => {
-                        self.error(dc.span(), message);
+                    Err(err) => {
+                        self.error(dc.span(), err.to_string());
                         None
                     }
                 },
@@ -1045,8 +1045,8 @@ impl<'a> Validator<'a> {
             (Some(i), None) => self.positive_duration(i, "interval").map(Schedule::Interval),
             (None, Some(s)) => match Schedule::cron(s.get_ref()) {
                 Ok(schedule) => Some(schedule),
-                Err(message) => {
-                    self.error(s.span(), message);
+                Err(err) => {
+                    self.error(s.span(), err.to_string());
                     None
                 }
             },

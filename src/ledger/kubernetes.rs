@@ -233,7 +233,7 @@ pub struct KubeLedger {
 }
 
 fn api_error(e: kube::Error) -> LedgerError {
-    LedgerError::Kubernetes(e.to_string())
+    LedgerError::Kubernetes(e)
 }
 
 fn corrupt(name: &str, e: impl std::fmt::Display) -> LedgerError {

@@ -40,7 +40,7 @@ pub enum LedgerError {
     #[error("cannot lock the ledger: {}: {error}", path.display())]
     Lock { path: std::path::PathBuf, error: std::io::Error },
     #[error("ledger on Kubernetes: {0}")]
-    Kubernetes(String),
+    Kubernetes(kube::Error),
     #[error("ledger on Kubernetes: {0} was changed by another writer {1} times in a row; giving up this write")]
     Contended(String, u32),
     #[error("ledger: {0}")]
@@ -48,7 +48,7 @@ pub enum LedgerError {
     #[error("ledger holds an unreadable {what}: {detail}")]
     Corrupt { what: &'static str, detail: String },
     #[error("ledger worker stopped: {0}")]
-    Worker(String),
+    Worker(tokio::task::JoinError),
 }
 
 impl From<rusqlite::Error> for LedgerError {

@@ -190,7 +190,7 @@ impl SqliteLedger {
         F: FnOnce(&mut Connection) -> Result<T, LedgerError> + Send + 'static,
     {
         let mut conn = self.conn.clone().lock_owned().await;
-        tokio::task::spawn_blocking(move || f(&mut conn)).await.map_err(|e| LedgerError::Worker(e.to_string()))?
+        tokio::task::spawn_blocking(move || f(&mut conn)).await.map_err(LedgerError::Worker)?
     }
 
     /// A trivial query: the ledger answers (readiness).

@@ -241,32 +241,94 @@ impl Reaction<'_> {
         Ok(metadata.and_then(|m| m.run_image.as_ref()).and_then(|r| r.reference.clone()))
     }
 
-    /// What an action for `image` would be given now, from the current pins (`build-spec`): its
-    /// key, its change id and its target.
-    pub async fn preview(&self, image: &str, kind: ActionKind) -> Result<(String, String, ActionTarget), String> {
-        let image = self.config.images.iter().find(|i| i.name == image).ok_or_else(|| {
-            let known: Vec<&str> = self.config.images.iter().map(|i| i.name.as_str()).collect();
-            format!("no image named \"{image}\" (configured: {})", known.join(", "))
-        })?;
-        let record = self.ledger.watch(&image.builder).await.map_err(|e| e.to_string())?;
-        let pin = record.as_ref().and_then(|r| r.pin.clone()).ok_or_else(|| {
-            format!("builder \"{}\" is not pinned yet; run `builder-monitor run --once` first", image.builder)
-        })?;
+    /// What an action for `image` would be given now, from the current pins (`build-spec`).
+    pub async fn preview(&self, image: &str, kind: ActionKind) -> Result<ActionPreview, PreviewError> {
+        let image = configured_image(self.config, image)?;
+        let record = self.ledger.watch(&image.builder).await?;
+        let pin = record
+            .as_ref()
+            .and_then(|r| r.pin.clone())
+            .ok_or_else(|| PreviewError::NotPinned { builder: image.builder.clone() })?;
         let metadata = record.as_ref().and_then(WatchRecord::pinned_metadata);
         let meta = metadata.as_ref().and_then(|m| m.preferred()).cloned();
-        let run_image = self.newest_run_image(&image.builder, metadata.as_ref()).await.map_err(|e| e.to_string())?;
+        let run_image = self.newest_run_image(&image.builder, metadata.as_ref()).await?;
         if kind == ActionKind::Rebase && run_image.is_none() {
-            return Err(format!("the run image of builder \"{}\" is not known; a rebase needs it", image.builder));
+            return Err(PreviewError::NoRunImage { builder: image.builder.clone() });
         }
         let app_reference = match self.app_state(&image.image).await {
             AppState::Built { digest: Some(d), .. } => Some(image.image.pinned(&d)),
             _ => None,
         };
-        let change = self.ledger.changes(Some(&image.builder), 1).await.map_err(|e| e.to_string())?;
+        let change = self.ledger.changes(Some(&image.builder), 1).await?;
         let change_id = change.first().map(|c| c.id.clone()).unwrap_or_else(|| event::stable_id(&["pin", &pin.digest]));
         let reasons = change.first().map(|c| reason_names(&c.change)).unwrap_or_default();
         let why = format!("{} requested with build-spec", kind.as_str());
         let target = action_target(image, pin.reference, run_image, why, meta.as_ref(), app_reference, reasons);
-        Ok((action_key(&change_id, &image.name), change_id, target))
+        Ok(ActionPreview { key: action_key(&change_id, &image.name), change_id, target })
+    }
+}
+
+/// The action `build-spec` shows for an image: what the runner would get for it now.
+#[derive(Debug, Clone)]
+pub struct ActionPreview {
+    /// The action's idempotency key ([`action_key`]), which names the runner's object.
+    pub key: String,
+    /// The builder's latest change, or its pin when it has none yet.
+    pub change_id: String,
+    pub target: ActionTarget,
+}
+
+/// Why `build-spec` cannot say what an image's action would be.
+#[derive(Debug, thiserror::Error)]
+pub enum PreviewError {
+    #[error("no image named \"{image}\" (configured: {})", configured.join(", "))]
+    UnknownImage { image: String, configured: Vec<String> },
+    #[error("builder \"{builder}\" is not pinned yet; run `builder-monitor run --once` first")]
+    NotPinned { builder: String },
+    #[error("the run image of builder \"{builder}\" is not known; a rebase needs it")]
+    NoRunImage { builder: String },
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+}
+
+/// The `[[images]]` entry named `name`.
+pub fn configured_image<'a>(config: &'a Config, name: &str) -> Result<&'a ImageSettings, PreviewError> {
+    config.images.iter().find(|i| i.name == name).ok_or_else(|| PreviewError::UnknownImage {
+        image: name.to_string(),
+        configured: config.images.iter().map(|i| i.name.clone()).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+
+    const CONFIG: &str = r#"
+[[builders]]
+name = "jammy"
+image = "127.0.0.1:1/cnb/builder:latest"
+
+[[images]]
+name = "petclinic"
+builder = "jammy"
+image = "127.0.0.1:1/apps/petclinic:latest"
+"#;
+
+    #[tokio::test]
+    async fn a_preview_says_why_there_is_no_action_to_show() {
+        let config = Config::parse(std::path::Path::new("/config.toml"), CONFIG).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(&dir.path().join("ledger.db")).unwrap();
+        let registry = Registry::new(config.registries.values().cloned(), Metrics::new());
+        let reaction = Reaction { config: &config, ledger: &ledger, registry: &registry };
+
+        let unknown = reaction.preview("nope", ActionKind::Rebuild).await.unwrap_err();
+        assert!(matches!(&unknown, PreviewError::UnknownImage { image, .. } if image == "nope"), "{unknown:?}");
+        assert_eq!(unknown.to_string(), "no image named \"nope\" (configured: petclinic)");
+
+        let unpinned = reaction.preview("petclinic", ActionKind::Rebase).await.unwrap_err();
+        assert!(matches!(&unpinned, PreviewError::NotPinned { builder } if builder == "jammy"), "{unpinned:?}");
+        assert_eq!(unpinned.to_string(), "builder \"jammy\" is not pinned yet; run `builder-monitor run --once` first");
     }
 }

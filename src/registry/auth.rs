@@ -79,32 +79,47 @@ pub struct Token {
     pub ttl: Duration,
 }
 
+/// Why a token response is refused. Names fields and shapes, never values: a token response is a
+/// secret (so a JSON syntax error is reduced to its position and category).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenResponseError {
+    #[error("token response is not valid JSON (line {line} column {column}, {category:?} error)")]
+    NotJson { line: usize, column: usize, category: serde_json::error::Category },
+    #[error("token response is not a JSON object")]
+    NotObject,
+    #[error("token response field `{0}` is not a string")]
+    NotString(&'static str),
+    #[error("token response has neither `token` nor `access_token`")]
+    NoToken,
+    #[error("token response field `expires_in` is not a whole number")]
+    BadExpiry,
+}
+
 /// Tokens without `expires_in` live 60 s (distribution spec). We stop using a token a little before it
-/// expires, so a check never races its expiry. Errors name fields and shapes, never values: a token
-/// response is a secret.
-pub fn parse_token_response(body: &[u8]) -> Result<Token, String> {
-    let parsed: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
-        format!("token response is not valid JSON (line {} column {}, {:?} error)", e.line(), e.column(), e.classify())
+/// expires, so a check never races its expiry.
+pub fn parse_token_response(body: &[u8]) -> Result<Token, TokenResponseError> {
+    let parsed: serde_json::Value = serde_json::from_slice(body).map_err(|e| TokenResponseError::NotJson {
+        line: e.line(),
+        column: e.column(),
+        category: e.classify(),
     })?;
     let serde_json::Value::Object(fields) = parsed else {
-        return Err("token response is not a JSON object".to_string());
+        return Err(TokenResponseError::NotObject);
     };
-    let text = |name: &str| -> Result<Option<String>, String> {
+    let text = |name: &'static str| -> Result<Option<String>, TokenResponseError> {
         match fields.get(name) {
             None | Some(serde_json::Value::Null) => Ok(None),
             Some(serde_json::Value::String(s)) => Ok(Some(s.clone()).filter(|s| !s.is_empty())),
-            Some(_) => Err(format!("token response field `{name}` is not a string")),
+            Some(_) => Err(TokenResponseError::NotString(name)),
         }
     };
     let value = match text("token")? {
         Some(token) => token,
-        None => {
-            text("access_token")?.ok_or_else(|| "token response has neither `token` nor `access_token`".to_string())?
-        }
+        None => text("access_token")?.ok_or(TokenResponseError::NoToken)?,
     };
     let expires_in = match fields.get("expires_in") {
         None | Some(serde_json::Value::Null) => 60,
-        Some(n) => n.as_u64().ok_or_else(|| "token response field `expires_in` is not a whole number".to_string())?,
+        Some(n) => n.as_u64().ok_or(TokenResponseError::BadExpiry)?,
     };
     let lifetime = Duration::from_secs(expires_in.clamp(1, 24 * 3600));
     let margin = (lifetime / 10).clamp(Duration::from_millis(500), Duration::from_secs(30));
@@ -157,7 +172,7 @@ mod tests {
             r#"["tok-SECRET"]"#,
             r#"{"token":"tok-SECRET"#,
         ] {
-            let message = parse_token_response(body.as_bytes()).unwrap_err();
+            let message = parse_token_response(body.as_bytes()).unwrap_err().to_string();
             assert!(!message.contains("SECRET"), "{message:?}");
         }
     }

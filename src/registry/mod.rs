@@ -24,7 +24,7 @@ use reqwest::{Method, Response, StatusCode, Url};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
-pub use auth::{Challenge, Token, parse_challenge, parse_token_response};
+pub use auth::{Challenge, Token, TokenResponseError, parse_challenge, parse_token_response};
 pub use circuit::THRESHOLD as CIRCUIT_THRESHOLD;
 
 use builder_monitor_core::reference::{ImageRef, is_sha256_digest};
@@ -523,7 +523,7 @@ impl Endpoint {
                     }
                     s if s.is_success() => {
                         let body = self.read_body(response, 1 << 20, "token response").await?;
-                        return parse_token_response(&body).map(Arc::new).map_err(|m| self.invalid(m));
+                        return parse_token_response(&body).map(Arc::new).map_err(|e| self.invalid(e.to_string()));
                     }
                     StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
                         return Err(

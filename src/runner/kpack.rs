@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::Outcome;
 use super::kubernetes::{ActionRef, Watched, annotations, labels, merged, scheduling_fields};
+use super::{Outcome, RunnerError};
 use crate::config::KubeRunnerSettings;
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 
@@ -87,7 +87,11 @@ pub fn api_resource() -> ApiResource {
 }
 
 /// The kpack Build that carries out an action.
-pub fn build(action: &ActionRef<'_>, target: &ActionTarget, settings: &KubeRunnerSettings) -> Result<Value, String> {
+pub fn build(
+    action: &ActionRef<'_>,
+    target: &ActionTarget,
+    settings: &KubeRunnerSettings,
+) -> Result<Value, RunnerError> {
     let scheduling = merged(&settings.scheduling, &target.scheduling);
     let mut spec = json!({
         "tags": [target.image],
@@ -109,10 +113,7 @@ pub fn build(action: &ActionRef<'_>, target: &ActionTarget, settings: &KubeRunne
             spec["source"]["subPath"] = json!(sub);
         }
     } else if action.kind == ActionKind::Rebuild {
-        return Err(format!(
-            "image {} has no source: a rebuild needs [[images]] source = {{ git = \"…\" }}",
-            action.image
-        ));
+        return Err(RunnerError::NoSource { image: action.image.to_string() });
     }
     if !target.env.is_empty() {
         let env: Vec<Value> = target.env.iter().map(|(k, v)| json!({ "name": k, "value": v })).collect();
@@ -129,15 +130,13 @@ pub fn build(action: &ActionRef<'_>, target: &ActionTarget, settings: &KubeRunne
     }
     let mut annotations = annotations(target);
     if action.kind == ActionKind::Rebase {
-        let app = target.app_reference.clone().ok_or_else(|| {
-            format!("a kpack rebase needs the current digest of {}, which could not be read", target.image)
-        })?;
+        let app =
+            target.app_reference.clone().ok_or_else(|| RunnerError::NoAppDigest { image: target.image.clone() })?;
         annotations.insert("image.kpack.io/reason".into(), "STACK".into());
         spec["lastBuild"] = json!({ "image": app, "stackId": target.stack_id });
     }
     // Checked against our typed spec: a field kpack does not know would fail here, not in kpack.
-    serde_json::from_value::<KpackBuildSpec>(spec.clone())
-        .map_err(|e| format!("the generated Build is not valid: {e}"))?;
+    serde_json::from_value::<KpackBuildSpec>(spec.clone()).map_err(|source| RunnerError::InvalidBuild { source })?;
     Ok(json!({
         "apiVersion": "kpack.io/v1alpha2",
         "kind": "Build",
@@ -173,32 +172,27 @@ impl BuildBackend {
     }
 
     pub async fn carry_out(&self, action: &ActionRef<'_>, target: &ActionTarget) -> Outcome {
-        let object = match build(action, target, &self.settings) {
-            Ok(b) => b,
-            Err(detail) => return Outcome { success: false, detail, output_tail: String::new() },
-        };
+        if let Err(err) = self.create(action, target).await {
+            return Outcome { success: false, detail: err.to_string(), output_tail: String::new() };
+        }
+        let (success, detail) = self.watched.wait(action.key, build_outcome).await;
+        Outcome { success, detail, output_tail: String::new() }
+    }
+
+    /// Creates the action's Build, or finds it made already (a retry or a restart).
+    async fn create(&self, action: &ActionRef<'_>, target: &ActionTarget) -> Result<(), RunnerError> {
+        let object = build(action, target, &self.settings)?;
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), &self.settings.namespace, &api_resource());
-        let object: DynamicObject = match serde_json::from_value(object) {
-            Ok(o) => o,
-            Err(e) => {
-                return Outcome { success: false, detail: format!("invalid Build: {e}"), output_tail: String::new() };
-            }
-        };
+        let object: DynamicObject =
+            serde_json::from_value(object).map_err(|source| RunnerError::BuildObject { source })?;
         match api.create(&PostParams::default(), &object).await {
             Ok(_) => tracing::info!(build = %action.key, namespace = %self.settings.namespace, "kpack Build created"),
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 tracing::info!(build = %action.key, "kpack Build exists already; following it")
             }
-            Err(err) => {
-                return Outcome {
-                    success: false,
-                    detail: format!("cannot create Build {}: {err}", action.key),
-                    output_tail: String::new(),
-                };
-            }
+            Err(source) => return Err(RunnerError::Create { kind: "Build", name: action.key.to_string(), source }),
         }
-        let (success, detail) = self.watched.wait(action.key, build_outcome).await;
-        Outcome { success, detail, output_tail: String::new() }
+        Ok(())
     }
 }

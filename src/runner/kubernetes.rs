@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::Outcome;
+use super::{Outcome, RunnerError};
 use crate::config::{KubeRunnerSettings, Scheduling};
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 
@@ -120,7 +120,7 @@ pub fn job(
     target: &ActionTarget,
     settings: &KubeRunnerSettings,
     max_attempts: u32,
-) -> Result<Job, String> {
+) -> Result<Job, RunnerError> {
     let scheduling = merged(&settings.scheduling, &target.scheduling);
     let uid = target.user_id.unwrap_or(1000);
     let gid = target.group_id.unwrap_or(1000);
@@ -140,9 +140,8 @@ pub fn job(
     let mut init_containers = Vec::new();
     let container = match action.kind {
         ActionKind::Rebuild => {
-            let source = target.source.as_ref().ok_or_else(|| {
-                format!("image {} has no source: a rebuild needs [[images]] source = {{ git = \"…\" }}", action.image)
-            })?;
+            let source =
+                target.source.as_ref().ok_or_else(|| RunnerError::NoSource { image: action.image.to_string() })?;
             let mut args = vec![
                 json!("sh"),
                 json!("-c"),
@@ -196,7 +195,7 @@ pub fn job(
                     "env": env, "volumeMounts": mounts })
         }
         ActionKind::Rebase => {
-            let run = target.run_image.as_ref().ok_or_else(|| "a rebase needs the new run image".to_string())?;
+            let run = target.run_image.as_ref().ok_or(RunnerError::NoRunImage)?;
             // The rebaser took -image before platform API 0.12.
             let flag = if version(&api).is_some_and(|v| v >= (0, 12)) { "-run-image" } else { "-image" };
             let mut mounts = vec![json!({ "name": "layers", "mountPath": "/layers" })];
@@ -248,7 +247,7 @@ pub fn job(
         "metadata": { "name": action.key, "namespace": settings.namespace, "labels": labels, "annotations": annotations(target) },
         "spec": spec,
     });
-    crate::config::k8s_typed::<Job>(&value).map_err(|e| format!("the generated Job is not valid: {e}"))
+    crate::config::k8s_typed::<Job>(&value).map_err(|source| RunnerError::InvalidJob { source })
 }
 
 /// The objects of one kind the runner made, kept current by a watch on the managed-by label.
@@ -349,27 +348,26 @@ impl JobBackend {
     }
 
     pub async fn carry_out(&self, action: &ActionRef<'_>, target: &ActionTarget) -> Outcome {
-        let job = match job(action, target, &self.settings, self.max_attempts) {
-            Ok(job) => job,
-            Err(detail) => return Outcome { success: false, detail, output_tail: String::new() },
-        };
+        if let Err(err) = self.create(action, target).await {
+            return Outcome { success: false, detail: err.to_string(), output_tail: String::new() };
+        }
+        let (success, detail) = self.watched.wait(action.key, job_outcome).await;
+        let output_tail = if success { String::new() } else { self.termination_message(action.key).await };
+        Outcome { success, detail, output_tail }
+    }
+
+    /// Creates the action's Job, or finds it made already (a retry or a restart).
+    async fn create(&self, action: &ActionRef<'_>, target: &ActionTarget) -> Result<(), RunnerError> {
+        let job = job(action, target, &self.settings, self.max_attempts)?;
         let api: Api<Job> = Api::namespaced(self.client.clone(), &self.settings.namespace);
         match api.create(&PostParams::default(), &job).await {
             Ok(_) => tracing::info!(job = %action.key, namespace = %self.settings.namespace, "Job created"),
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 tracing::info!(job = %action.key, "Job exists already (a retry or restart); following it");
             }
-            Err(err) => {
-                return Outcome {
-                    success: false,
-                    detail: format!("cannot create Job {}: {err}", action.key),
-                    output_tail: String::new(),
-                };
-            }
+            Err(source) => return Err(RunnerError::Create { kind: "Job", name: action.key.to_string(), source }),
         }
-        let (success, detail) = self.watched.wait(action.key, job_outcome).await;
-        let output_tail = if success { String::new() } else { self.termination_message(action.key).await };
-        Outcome { success, detail, output_tail }
+        Ok(())
     }
 
     /// The termination message of the Job's pod (the end of its log, with FallbackToLogsOnError).

@@ -25,13 +25,34 @@ use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::schedule::{parse_timestamp, timestamp, timestamp_millis};
 use kubernetes::ActionRef;
 
-/// Why the runner cannot start.
+/// Why the runner cannot be set up or start, or cannot make or submit the object that carries out
+/// an action. Each message says its cause, which is also the `source()`.
 #[derive(Debug, thiserror::Error)]
-pub enum RecoverError {
+pub enum RunnerError {
     #[error(transparent)]
     Ledger(#[from] LedgerError),
     #[error("action {key} was running before the restart and its command cannot be stopped: {source}")]
     Alive { key: String, source: group::GroupError },
+    #[error("runner type \"{0}\" needs a Kubernetes client")]
+    NoClient(&'static str),
+    /// The settings table the runner type needs is absent (`runner.exec`, `runner.kubernetes`).
+    #[error("missing [{0}]")]
+    MissingSettings(&'static str),
+    #[error("image {image} has no source: a rebuild needs [[images]] source = {{ git = \"…\" }}")]
+    NoSource { image: String },
+    #[error("a rebase needs the new run image")]
+    NoRunImage,
+    #[error("a kpack rebase needs the current digest of {image}, which could not be read")]
+    NoAppDigest { image: String },
+    #[error("the generated Job is not valid: {source}")]
+    InvalidJob { source: crate::config::KubeValueError },
+    #[error("the generated Build is not valid: {source}")]
+    InvalidBuild { source: serde_json::Error },
+    #[error("invalid Build: {source}")]
+    BuildObject { source: serde_json::Error },
+    /// The API refused to create the object (a conflict is not an error: the object is followed).
+    #[error("cannot create {kind} {name}: {source}")]
+    Create { kind: &'static str, name: String, source: kube::Error },
 }
 
 const IDLE: Duration = Duration::from_secs(60);
@@ -110,15 +131,21 @@ pub enum Backend {
 
 impl Backend {
     /// The backend the config asks for; the Kubernetes ones need a client and watch until `stop`.
-    pub fn for_config(config: &Config, client: Option<kube::Client>, stop: CancellationToken) -> Result<Self, String> {
-        let kube = |what: &str| {
-            let client = client.clone().ok_or_else(|| format!("runner type \"{what}\" needs a Kubernetes client"))?;
-            let settings = config.runner.kubernetes.clone().ok_or_else(|| "missing [runner.kubernetes]".to_string())?;
-            Ok::<_, String>((client, settings))
+    pub fn for_config(
+        config: &Config,
+        client: Option<kube::Client>,
+        stop: CancellationToken,
+    ) -> Result<Self, RunnerError> {
+        let kube = |what: &'static str| {
+            let client = client.clone().ok_or(RunnerError::NoClient(what))?;
+            let settings = config.runner.kubernetes.clone().ok_or(RunnerError::MissingSettings("runner.kubernetes"))?;
+            Ok::<_, RunnerError>((client, settings))
         };
         Ok(match config.runner.kind {
             RunnerKind::None => Backend::None,
-            RunnerKind::Exec => Backend::Exec(config.runner.exec.clone().ok_or("missing [runner.exec]")?),
+            RunnerKind::Exec => {
+                Backend::Exec(config.runner.exec.clone().ok_or(RunnerError::MissingSettings("runner.exec"))?)
+            }
             RunnerKind::Kubernetes => {
                 let (client, settings) = kube("kubernetes")?;
                 Backend::Jobs(kubernetes::JobBackend::start(client, settings, config.runner.max_attempts, stop))
@@ -188,7 +215,7 @@ impl Runner {
     /// Start-up reconciliation of actions left `running`: a local command runs again (its attempt
     /// still counts), once its process group from before is gone (stopped if it still lives); a
     /// Job or Build lives in the cluster, so the runner follows it again (`resume`).
-    pub async fn recover(&self) -> Result<usize, RecoverError> {
+    pub async fn recover(&self) -> Result<usize, RunnerError> {
         if !matches!(self.backend, Backend::Exec(_)) {
             return Ok(0);
         }
@@ -204,7 +231,7 @@ impl Runner {
                 }
                 group::stop(process, GRACE)
                     .await
-                    .map_err(|source| RecoverError::Alive { key: action.key.clone(), source })?;
+                    .map_err(|source| RunnerError::Alive { key: action.key.clone(), source })?;
             }
             keys.push(action.key);
         }
@@ -501,8 +528,8 @@ pub fn command(settings: &ExecSettings, action: &ActionRef<'_>, target: &ActionT
 #[derive(Debug, thiserror::Error)]
 pub enum PreviewError {
     /// The object the runner would create cannot be built (bad settings for this image).
-    #[error("{0}")]
-    Object(String),
+    #[error(transparent)]
+    Object(#[from] RunnerError),
     #[error("encoding the {what}: {source}")]
     Encode { what: &'static str, source: serde_json::Error },
 }
@@ -516,11 +543,10 @@ pub fn preview(
 ) -> Result<serde_json::Value, PreviewError> {
     match (config.runner.kind, &config.runner.kubernetes) {
         (RunnerKind::Kubernetes, Some(settings)) => {
-            let job =
-                kubernetes::job(action, target, settings, config.runner.max_attempts).map_err(PreviewError::Object)?;
+            let job = kubernetes::job(action, target, settings, config.runner.max_attempts)?;
             serde_json::to_value(job).map_err(|source| PreviewError::Encode { what: "Job", source })
         }
-        (RunnerKind::Kpack, Some(settings)) => kpack::build(action, target, settings).map_err(PreviewError::Object),
+        (RunnerKind::Kpack, Some(settings)) => Ok(kpack::build(action, target, settings)?),
         _ => {
             let argv = config.runner.exec.as_ref().map(|e| command(e, action, target));
             Ok(serde_json::json!({ "runner": config.runner.kind.as_str(), "target": target, "command": argv }))

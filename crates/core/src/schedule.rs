@@ -28,25 +28,37 @@ impl fmt::Display for Schedule {
     }
 }
 
+/// Why a cron expression is refused; each message explains the seconds-first syntax where that is
+/// the likely problem.
+#[derive(Debug, thiserror::Error)]
+pub enum CronError {
+    #[error(
+        "cron expression \"{expression}\" has 5 fields; builder-monitor's cron has seconds first (6 or 7 fields), e.g. \"0 {expression}\""
+    )]
+    FiveFields { expression: String },
+    #[error("cron expression \"{expression}\" never fires again")]
+    NeverFires { expression: String },
+    #[error(
+        "invalid cron expression \"{expression}\" (sec min hour day-of-month month day-of-week [year]; day-of-week 1 = Sunday, names like Mon-Fri are safer): {source}"
+    )]
+    Invalid { expression: String, source: cron::error::Error },
+}
+
 impl Schedule {
-    /// Parses a cron expression; the message explains the seconds-first syntax when that is the problem.
-    pub fn cron(expression: &str) -> Result<Self, String> {
+    /// Parses a cron expression.
+    pub fn cron(expression: &str) -> Result<Self, CronError> {
         let fields = expression.split_whitespace().count();
         if fields == 5 && !expression.trim_start().starts_with('@') {
-            return Err(format!(
-                "cron expression \"{expression}\" has 5 fields; builder-monitor's cron has seconds first (6 or 7 fields), e.g. \"0 {expression}\""
-            ));
+            return Err(CronError::FiveFields { expression: expression.to_string() });
         }
         match cron::Schedule::from_str(expression) {
             Ok(schedule) => {
                 if schedule.upcoming(Utc).next().is_none() {
-                    return Err(format!("cron expression \"{expression}\" never fires again"));
+                    return Err(CronError::NeverFires { expression: expression.to_string() });
                 }
                 Ok(Schedule::Cron { expression: expression.to_string(), schedule: Box::new(schedule) })
             }
-            Err(err) => Err(format!(
-                "invalid cron expression \"{expression}\" (sec min hour day-of-month month day-of-week [year]; day-of-week 1 = Sunday, names like Mon-Fri are safer): {err}"
-            )),
+            Err(source) => Err(CronError::Invalid { expression: expression.to_string(), source }),
         }
     }
 
@@ -182,11 +194,11 @@ mod tests {
 
     #[test]
     fn cron_errors_explain_the_syntax() {
-        let e = Schedule::cron("*/5 * * * *").unwrap_err();
+        let e = Schedule::cron("*/5 * * * *").unwrap_err().to_string();
         assert!(e.contains("seconds first") && e.contains("\"0 */5 * * * *\""), "{e}");
-        let e = Schedule::cron("0 0 25 * * *").unwrap_err();
+        let e = Schedule::cron("0 0 25 * * *").unwrap_err().to_string();
         assert!(e.starts_with("invalid cron expression"), "{e}");
-        let e = Schedule::cron("0 0 0 1 1 * 2020").unwrap_err();
+        let e = Schedule::cron("0 0 0 1 1 * 2020").unwrap_err().to_string();
         assert!(e.contains("never fires"), "{e}");
         assert!(Schedule::cron("@hourly").is_ok());
     }

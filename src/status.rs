@@ -7,9 +7,12 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::ledger::{ActionRecord, DeadLetter, Ledger, LedgerError, OpenAction, PendingDelivery, WatchRecord};
+use crate::ledger::{
+    ActionRecord, ActionState, DeadLetter, Ledger, LedgerError, OpenAction, PendingDelivery, WatchRecord,
+};
 use crate::monitor::{pinned_metadata, run_image_watch, run_watch_name};
 use builder_monitor_core::cnb::{ChangeKind, Reason};
+use builder_monitor_core::schedule::{timestamp, timestamp_millis};
 use builder_monitor_core::text::escape;
 
 #[derive(Debug, Clone, Serialize)]
@@ -127,8 +130,7 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
 }
 
 fn next_check(schedule: &builder_monitor_core::schedule::Schedule, record: Option<&WatchRecord>) -> Option<String> {
-    let last = builder_monitor_core::schedule::parse_timestamp(record?.last_check.as_deref()?)?;
-    crate::monitor::next_check(schedule, last)
+    crate::monitor::next_check(schedule, record?.last_check?)
 }
 
 async fn watch_status(
@@ -158,20 +160,22 @@ fn builder_status(
         pinned: pin.map(|p| PinnedStatus {
             digest: p.digest.clone(),
             reference: p.reference.clone(),
-            since: p.since.clone(),
+            since: timestamp(p.since),
         }),
         platforms: pin.map(|p| p.platforms.clone()).unwrap_or_default(),
         last_check: record.and_then(|r| {
             Some(LastCheck {
-                time: r.last_check.clone()?,
+                time: timestamp(r.last_check?),
                 result: if r.last_ok == Some(true) { "ok" } else { "error" },
                 error: r.last_error.clone(),
                 reason: r.last_error_reason.clone(),
             })
         }),
-        last_change: record.and_then(|r| r.last_change.clone()),
+        last_change: record.and_then(|r| r.last_change).map(timestamp),
         consecutive_failures: record.map_or(0, |r| r.consecutive_failures),
-        settling: record.and_then(|r| r.pending.clone()).map(|(digest, since)| Settling { digest, since }),
+        settling: record
+            .and_then(|r| r.pending.as_ref())
+            .map(|p| Settling { digest: p.digest.clone(), since: timestamp(p.since) }),
         next_check: None,
         run_image: None,
         builders: Vec::new(),
@@ -179,7 +183,7 @@ fn builder_status(
             .into_iter()
             .map(|c| ChangeSummary {
                 id: c.id,
-                time: c.detected,
+                time: timestamp(c.detected),
                 previous: c.previous,
                 current: c.current,
                 kind: c.change.kind,
@@ -214,19 +218,24 @@ pub fn render_text(status: &Status) -> String {
             let _ = writeln!(
                 out,
                 "  {} {} for change {} ({}, {} attempts, next {})",
-                a.action, a.image, a.change, a.state, a.attempts, a.next_attempt
+                a.action,
+                a.image,
+                a.change,
+                a.state,
+                a.attempts,
+                timestamp_millis(a.next_attempt)
             );
         }
     }
     let finished: Vec<&ActionRecord> =
-        status.actions.iter().filter(|a| a.state != "pending" && a.state != "running").collect();
+        status.actions.iter().filter(|a| !matches!(a.state, ActionState::Pending | ActionState::Running)).collect();
     if !finished.is_empty() {
         let _ = writeln!(out, "recent actions:");
         for a in finished.iter().take(10) {
             let _ = writeln!(
                 out,
                 "  {} {} {} after {} attempts ({}){}",
-                a.updated,
+                timestamp_millis(a.updated),
                 a.action,
                 a.image,
                 a.attempts,
@@ -245,7 +254,7 @@ pub fn render_text(status: &Status) -> String {
                 d.event,
                 d.alert,
                 d.attempts,
-                d.next_attempt,
+                timestamp_millis(d.next_attempt),
                 d.last_status.as_deref().map(|s| format!(" (last: {})", escape(s))).unwrap_or_default()
             );
         }

@@ -332,3 +332,84 @@ fn render_watch(out: &mut String, title: &str, b: &BuilderStatus) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use builder_monitor_core::schedule::parse_timestamp;
+
+    /// The ledger's times and states, typed inside, show as the text `status` has always shown.
+    #[test]
+    fn actions_and_deliveries_show_their_times_and_states_as_text() {
+        let at = |t: &str| parse_timestamp(t).unwrap();
+        let status = Status {
+            builders: vec![],
+            run_images: vec![],
+            pending: vec![OpenAction {
+                change: "c1".into(),
+                image: "app".into(),
+                action: "rebuild".into(),
+                state: ActionState::Pending,
+                attempts: 1,
+                next_attempt: at("2026-11-30T12:15:00Z"),
+            }],
+            actions: vec![ActionRecord {
+                key: "k0".into(),
+                change: "c0".into(),
+                image: "app".into(),
+                action: "rebase".into(),
+                state: ActionState::Superseded,
+                attempts: 0,
+                next_attempt: at("2026-11-30T12:00:00Z"),
+                detail: Some("superseded by change c1".into()),
+                output_tail: None,
+                updated: at("2026-11-30T12:10:00.5Z"),
+            }],
+            deliveries: vec![PendingDelivery {
+                event: "e1".into(),
+                event_type: "builder.changed".into(),
+                alert: "hook".into(),
+                attempts: 2,
+                next_attempt: at("2026-11-30T12:20:00.125Z"),
+                last_status: Some("HTTP 503".into()),
+            }],
+            dead_letters: vec![DeadLetter {
+                event: "e0".into(),
+                event_type: "check.failed".into(),
+                alert: "pager".into(),
+                attempts: 5,
+                last_status: None,
+                time: at("2026-11-30T11:00:00Z"),
+            }],
+        };
+        assert_eq!(
+            serde_json::to_string(&status).unwrap(),
+            concat!(
+                r#"{"builders":[],"run_images":[],"pending":[{"change":"c1","image":"app","action":"rebuild","#,
+                r#""state":"pending","attempts":1,"next_attempt":"2026-11-30T12:15:00.000Z"}],"#,
+                r#""actions":[{"key":"k0","change":"c0","image":"app","action":"rebase","state":"superseded","#,
+                r#""attempts":0,"next_attempt":"2026-11-30T12:00:00.000Z","detail":"superseded by change c1","#,
+                r#""output_tail":null,"updated":"2026-11-30T12:10:00.500Z"}],"#,
+                r#""deliveries":[{"event":"e1","type":"builder.changed","alert":"hook","attempts":2,"#,
+                r#""next_attempt":"2026-11-30T12:20:00.125Z","last_status":"HTTP 503"}],"#,
+                r#""dead_letters":[{"event":"e0","type":"check.failed","alert":"pager","attempts":5,"#,
+                r#""last_status":null,"time":"2026-11-30T11:00:00.000Z"}]}"#
+            )
+        );
+        let text = render_text(&status);
+        assert!(
+            text.contains("  rebuild app for change c1 (pending, 1 attempts, next 2026-11-30T12:15:00.000Z)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  2026-11-30T12:10:00.500Z rebase app after 0 attempts (superseded): superseded by change c1\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("  builder.changed e1 to hook: 2 attempts, next 2026-11-30T12:20:00.125Z (last: HTTP 503)\n"),
+            "{text}"
+        );
+    }
+}

@@ -1177,6 +1177,92 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 
+    /// The text each time column holds is the text the ledger has always stored: whole seconds for
+    /// what people read, milliseconds for what orders work.
+    #[tokio::test]
+    async fn times_are_stored_as_they_always_were() {
+        let (ledger, dir) = temp_ledger();
+        let mut r = record("2026-11-30T12:00:00Z");
+        r.pin = Some(pin("sha256:a"));
+        ledger.commit(r).await.unwrap();
+        let mut r = record("2026-11-30T12:10:00Z");
+        r.pin = Some(pin("sha256:b"));
+        r.change = Some(change(1, "sha256:a", "sha256:b"));
+        r.outcome = Err(CheckFailure { reason: "tag_missing".into(), message: "gone".into() });
+        r.pending =
+            Some(HeldDigest { digest: "sha256:c".into(), since: parse_timestamp("2026-11-30T12:05:00Z").unwrap() });
+        r.events.push(Event::new(
+            "e1".into(),
+            builder_monitor_core::event::EventType::BuilderChanged,
+            "2026-11-30T12:10:00Z".into(),
+            builder_monitor_core::event::Subject { name: "b".into(), image: r.image.clone() },
+        ));
+        r.deliveries.push(DeliveryKey::new("e1", "hook"));
+        r.actions.push(NewAction {
+            key: "k1".into(),
+            change_id: "c1".into(),
+            image: "app".into(),
+            kind: ActionKind::Rebuild,
+            target: serde_json::json!({}),
+        });
+        ledger.commit(r).await.unwrap();
+        let at = |t: &str| parse_timestamp(t).unwrap();
+        ledger.claim_actions(at("2026-11-30T12:10:01.5009Z"), 1).await.unwrap();
+        ledger
+            .finish_action(
+                "k1",
+                ActionOutcome::Retry { next_attempt: at("2026-11-30T12:15:00.1239Z") },
+                "exit status 1".into(),
+                String::new(),
+                "b",
+                vec![],
+                vec![],
+                2,
+                at("2026-11-30T12:10:02Z"),
+            )
+            .await
+            .unwrap();
+        let retry = DeliveryUpdate::Retry { next_attempt: at("2026-11-30T12:20:00Z"), status: "HTTP 503".into() };
+        ledger.update_delivery("e1", "hook", retry, at("2026-11-30T12:11:00.25Z")).await.unwrap();
+        let path = ledger.path().to_path_buf();
+        drop(ledger);
+
+        let conn = Connection::open(&path).unwrap();
+        let text = |sql: &str| -> Vec<Option<String>> {
+            conn.query_row(sql, [], |r| (0..r.as_ref().column_count()).map(|i| r.get(i)).collect()).unwrap()
+        };
+        let some = |v: &[&str]| v.iter().map(|s| Some(s.to_string())).collect::<Vec<_>>();
+        assert_eq!(
+            text(
+                "SELECT pinned_since, first_seen, last_check, last_change, failing_since, pending_digest, pending_since FROM watches"
+            ),
+            some(&[
+                "2026-11-30T12:10:00Z",
+                "2026-11-30T12:00:00Z",
+                "2026-11-30T12:10:00Z",
+                "2026-11-30T12:01:00Z",
+                "2026-11-30T12:10:00Z",
+                "sha256:c",
+                "2026-11-30T12:05:00Z"
+            ])
+        );
+        assert_eq!(
+            text("SELECT first_seen, last_pinned FROM digests WHERE digest = 'sha256:b'"),
+            some(&["2026-11-30T12:10:00Z", "2026-11-30T12:10:00Z"])
+        );
+        assert_eq!(text("SELECT detected FROM changes"), some(&["2026-11-30T12:01:00Z"]));
+        assert_eq!(
+            text("SELECT state, next_attempt, created, updated FROM actions"),
+            some(&["pending", "2026-11-30T12:15:00.123Z", "2026-11-30T12:10:00.000Z", "2026-11-30T12:10:02.000Z"])
+        );
+        assert_eq!(
+            text("SELECT state, next_attempt, created, updated FROM deliveries"),
+            some(&["pending", "2026-11-30T12:20:00.000Z", "2026-11-30T12:10:00.000Z", "2026-11-30T12:11:00.250Z"])
+        );
+        drop(conn);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
     #[tokio::test]
     async fn reopening_keeps_state_and_refuses_newer_schemas() {
         let (ledger, dir) = temp_ledger();

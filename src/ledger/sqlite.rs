@@ -1156,7 +1156,7 @@ mod tests {
             ledger.commit(r).await.unwrap();
         }
         let w = ledger.watch("b").await.unwrap().unwrap();
-        assert_eq!((w.moves, w.consecutive_failures, w.failing_since.clone()), (3, 0, None));
+        assert_eq!((w.moves, w.consecutive_failures, w.failing_since), (3, 0, None));
         let changes = ledger.changes(Some("b"), 10).await.unwrap();
         assert_eq!(changes.iter().map(|c| c.seq).collect::<Vec<_>>(), [3, 2]);
         assert_eq!(changes[0], change(3, "sha256:c", "sha256:d"));

@@ -6,7 +6,7 @@ use std::fmt::{self, Write as _};
 use chrono::{DateTime, Utc};
 
 use crate::config::{Config, RunnerKind};
-use crate::ledger::OpenAction;
+use crate::ledger::{ActionState, OpenAction};
 use crate::status::{BuilderStatus, ChangeSummary, Status};
 use builder_monitor_core::cnb::ChangeKind;
 use builder_monitor_core::schedule::{Schedule, parse_timestamp};
@@ -87,9 +87,16 @@ fn span(seconds: i64) -> String {
 /// How long before `now` a ledger time was, inside a `<time>` whose tooltip is the exact time.
 fn ago(text: &str, now: DateTime<Utc>) -> String {
     match parse_timestamp(text) {
-        Some(t) if (now - t).num_seconds() < 5 => time_element(t, "just now"),
-        Some(t) => time_element(t, &format!("{} ago", span((now - t).num_seconds()))),
+        Some(t) => ago_at(t, now),
         None => format!("{}", Text(text)),
+    }
+}
+
+fn ago_at(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    if (now - t).num_seconds() < 5 {
+        time_element(t, "just now")
+    } else {
+        time_element(t, &format!("{} ago", span((now - t).num_seconds())))
     }
 }
 
@@ -416,12 +423,12 @@ fn actions(out: &mut String, status: &Status, config: &Config, now: DateTime<Utc
         out.push_str("<p class=\"empty\">No rebases or rebuilds waiting.</p></div>\n");
         return;
     }
-    let running = status.pending.iter().filter(|a| a.state == "running").count();
+    let running = status.pending.iter().filter(|a| a.state == ActionState::Running).count();
     out.push_str(
         "<table class=\"actions\"><thead><tr><th>Image</th><th>Action</th><th>State</th><th>Why it waits</th><th>Change</th></tr></thead><tbody>\n",
     );
     for a in &status.pending {
-        let state = if a.state == "running" { "ok" } else { "warn" };
+        let state = if a.state == ActionState::Running { "ok" } else { "warn" };
         let _ = writeln!(
             out,
             "<tr class=\"action\"><td data-label=\"Image\"><span class=\"name\">{}</span></td><td data-label=\"Action\">{}</td>\
@@ -429,7 +436,7 @@ fn actions(out: &mut String, status: &Status, config: &Config, now: DateTime<Utc
              <td data-label=\"Why it waits\">{}</td><td data-label=\"Change\"><code>{}</code></td></tr>",
             Text(&a.image),
             Text(&a.action),
-            Text(&a.state),
+            Text(a.state.as_str()),
             if a.attempts == 0 { "not tried yet".to_string() } else { attempts(a.attempts) },
             why_waiting(a, status, config, running, now),
             Text(&a.change)
@@ -441,15 +448,14 @@ fn actions(out: &mut String, status: &Status, config: &Config, now: DateTime<Utc
 /// What an open action waits for: the runner, its turn, or a retry after a failed attempt.
 fn why_waiting(a: &OpenAction, status: &Status, config: &Config, running: usize, now: DateTime<Utc>) -> String {
     let max_attempts = config.runner.max_attempts;
-    if a.state == "running" {
+    if a.state == ActionState::Running {
         return format!("running attempt {} of {max_attempts}", a.attempts);
     }
     if config.runner.kind == RunnerKind::None {
         return "runner <code>none</code> records actions and never runs them".into();
     }
-    let next = parse_timestamp(&a.next_attempt);
-    let when = match next {
-        Some(t) if t > now => format!("at {}", time_element(t, &format!("in {}", span((t - now).num_seconds())))),
+    let when = match a.next_attempt {
+        t if t > now => format!("at {}", time_element(t, &format!("in {}", span((t - now).num_seconds())))),
         _ => format!("now, for a free runner slot ({running} of {} busy)", config.runner.max_concurrent),
     };
     if a.attempts == 0 {
@@ -489,7 +495,7 @@ fn dead_letters(out: &mut String, status: &Status, now: DateTime<Utc>) {
             Text(&d.event_type),
             Text(&d.event),
             Text(&d.alert),
-            ago(&d.time, now),
+            ago_at(d.time, now),
             attempts(d.attempts),
             Text(d.last_status.as_deref().unwrap_or("no response"))
         );
@@ -595,21 +601,21 @@ mod tests {
             change: HOSTILE.into(),
             image: HOSTILE.into(),
             action: "rebuild".into(),
-            state: "pending".into(),
+            state: ActionState::Pending,
             attempts: 1,
-            next_attempt: "2025-03-04T12:05:00.000Z".into(),
+            next_attempt: parse_timestamp("2025-03-04T12:05:00.000Z").unwrap(),
         });
         status.actions.push(ActionRecord {
             key: "k".into(),
             change: HOSTILE.into(),
             image: HOSTILE.into(),
             action: "rebuild".into(),
-            state: "pending".into(),
+            state: ActionState::Pending,
             attempts: 1,
-            next_attempt: "2025-03-04T12:05:00.000Z".into(),
+            next_attempt: parse_timestamp("2025-03-04T12:05:00.000Z").unwrap(),
             detail: Some(format!("exit 1: {HOSTILE}")),
             output_tail: None,
-            updated: "2025-03-04T11:59:00Z".into(),
+            updated: parse_timestamp("2025-03-04T11:59:00Z").unwrap(),
         });
         status.dead_letters.push(DeadLetter {
             event: HOSTILE.into(),
@@ -617,7 +623,7 @@ mod tests {
             alert: HOSTILE.into(),
             attempts: 5,
             last_status: Some(HOSTILE.into()),
-            time: "2025-03-04T11:30:00Z".into(),
+            time: parse_timestamp("2025-03-04T11:30:00Z").unwrap(),
         });
         let html = render(
             &status,
@@ -700,18 +706,18 @@ mod tests {
             Some(PinnedStatus { digest: digest('d'), reference: "r".into(), since: "2025-03-04T09:00:00Z".into() });
         let mut status = empty(vec![jammy, heroku]);
         status.run_images.push(run);
-        let open = |image: &str, state: &str, attempts, next: &str| OpenAction {
+        let open = |image: &str, state, attempts, next: &str| OpenAction {
             change: "jammy-2".into(),
             image: image.into(),
             action: "rebase".into(),
-            state: state.into(),
+            state,
             attempts,
-            next_attempt: next.into(),
+            next_attempt: parse_timestamp(next).unwrap(),
         };
         status.pending = vec![
-            open("petclinic", "running", 1, "2025-03-04T11:00:00.000Z"),
-            open("orders", "pending", 0, "2025-03-04T11:00:00.000Z"),
-            open("billing", "pending", 2, "2025-03-04T12:10:00.000Z"),
+            open("petclinic", ActionState::Running, 1, "2025-03-04T11:00:00.000Z"),
+            open("orders", ActionState::Pending, 0, "2025-03-04T11:00:00.000Z"),
+            open("billing", ActionState::Pending, 2, "2025-03-04T12:10:00.000Z"),
         ];
         status.dead_letters.push(DeadLetter {
             event: "evt-1".into(),
@@ -719,7 +725,7 @@ mod tests {
             alert: "platform-team".into(),
             attempts: 1,
             last_status: Some("HTTP 400".into()),
-            time: "2025-03-03T12:00:00Z".into(),
+            time: parse_timestamp("2025-03-03T12:00:00Z").unwrap(),
         });
         let runner = "[runner]\ntype = \"exec\"\nmax_concurrent = 1\nmax_attempts = 3\n[runner.exec]\nrebuild = [\"true\"]\nrebase = [\"true\"]\n";
         let html = render(&status, &config(runner), now());

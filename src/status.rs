@@ -7,8 +7,11 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::config::{Config, run_image_watch};
-use crate::ledger::{ActionRecord, DeadLetter, Ledger, LedgerError, OpenAction, PendingDelivery, WatchRecord};
+use crate::ledger::{
+    ActionRecord, ActionState, DeadLetter, Ledger, LedgerError, OpenAction, PendingDelivery, WatchRecord,
+};
 use builder_monitor_core::cnb::{ChangeKind, Reason, run_watch_name};
+use builder_monitor_core::schedule::{timestamp, timestamp_millis};
 use builder_monitor_core::text::escape;
 
 #[derive(Debug, Clone, Serialize)]
@@ -126,8 +129,7 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
 }
 
 fn next_check(schedule: &builder_monitor_core::schedule::Schedule, record: Option<&WatchRecord>) -> Option<String> {
-    let last = builder_monitor_core::schedule::parse_timestamp(record?.last_check.as_deref()?)?;
-    builder_monitor_core::schedule::next_check(schedule, last)
+    builder_monitor_core::schedule::next_check(schedule, record?.last_check?)
 }
 
 async fn watch_status(
@@ -157,20 +159,22 @@ fn builder_status(
         pinned: pin.map(|p| PinnedStatus {
             digest: p.digest.clone(),
             reference: p.reference.clone(),
-            since: p.since.clone(),
+            since: timestamp(p.since),
         }),
         platforms: pin.map(|p| p.platforms.clone()).unwrap_or_default(),
         last_check: record.and_then(|r| {
             Some(LastCheck {
-                time: r.last_check.clone()?,
+                time: timestamp(r.last_check?),
                 result: if r.last_ok == Some(true) { "ok" } else { "error" },
                 error: r.last_error.clone(),
                 reason: r.last_error_reason.clone(),
             })
         }),
-        last_change: record.and_then(|r| r.last_change.clone()),
+        last_change: record.and_then(|r| r.last_change).map(timestamp),
         consecutive_failures: record.map_or(0, |r| r.consecutive_failures),
-        settling: record.and_then(|r| r.pending.clone()).map(|(digest, since)| Settling { digest, since }),
+        settling: record
+            .and_then(|r| r.pending.as_ref())
+            .map(|p| Settling { digest: p.digest.clone(), since: timestamp(p.since) }),
         next_check: None,
         run_image: None,
         builders: Vec::new(),
@@ -178,7 +182,7 @@ fn builder_status(
             .into_iter()
             .map(|c| ChangeSummary {
                 id: c.id,
-                time: c.detected,
+                time: timestamp(c.detected),
                 previous: c.previous,
                 current: c.current,
                 kind: c.change.kind,
@@ -213,19 +217,24 @@ pub fn render_text(status: &Status) -> String {
             let _ = writeln!(
                 out,
                 "  {} {} for change {} ({}, {} attempts, next {})",
-                a.action, a.image, a.change, a.state, a.attempts, a.next_attempt
+                a.action,
+                a.image,
+                a.change,
+                a.state,
+                a.attempts,
+                timestamp_millis(a.next_attempt)
             );
         }
     }
     let finished: Vec<&ActionRecord> =
-        status.actions.iter().filter(|a| a.state != "pending" && a.state != "running").collect();
+        status.actions.iter().filter(|a| !matches!(a.state, ActionState::Pending | ActionState::Running)).collect();
     if !finished.is_empty() {
         let _ = writeln!(out, "recent actions:");
         for a in finished.iter().take(10) {
             let _ = writeln!(
                 out,
                 "  {} {} {} after {} attempts ({}){}",
-                a.updated,
+                timestamp_millis(a.updated),
                 a.action,
                 a.image,
                 a.attempts,
@@ -244,7 +253,7 @@ pub fn render_text(status: &Status) -> String {
                 d.event,
                 d.alert,
                 d.attempts,
-                d.next_attempt,
+                timestamp_millis(d.next_attempt),
                 d.last_status.as_deref().map(|s| format!(" (last: {})", escape(s))).unwrap_or_default()
             );
         }
@@ -320,5 +329,86 @@ fn render_watch(out: &mut String, title: &str, b: &BuilderStatus) {
                 c.summary
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use builder_monitor_core::schedule::parse_timestamp;
+
+    /// The ledger's times and states, typed inside, show as the text `status` has always shown.
+    #[test]
+    fn actions_and_deliveries_show_their_times_and_states_as_text() {
+        let at = |t: &str| parse_timestamp(t).unwrap();
+        let status = Status {
+            builders: vec![],
+            run_images: vec![],
+            pending: vec![OpenAction {
+                change: "c1".into(),
+                image: "app".into(),
+                action: "rebuild".into(),
+                state: ActionState::Pending,
+                attempts: 1,
+                next_attempt: at("2026-11-30T12:15:00Z"),
+            }],
+            actions: vec![ActionRecord {
+                key: "k0".into(),
+                change: "c0".into(),
+                image: "app".into(),
+                action: "rebase".into(),
+                state: ActionState::Superseded,
+                attempts: 0,
+                next_attempt: at("2026-11-30T12:00:00Z"),
+                detail: Some("superseded by change c1".into()),
+                output_tail: None,
+                updated: at("2026-11-30T12:10:00.5Z"),
+            }],
+            deliveries: vec![PendingDelivery {
+                event: "e1".into(),
+                event_type: "builder.changed".into(),
+                alert: "hook".into(),
+                attempts: 2,
+                next_attempt: at("2026-11-30T12:20:00.125Z"),
+                last_status: Some("HTTP 503".into()),
+            }],
+            dead_letters: vec![DeadLetter {
+                event: "e0".into(),
+                event_type: "check.failed".into(),
+                alert: "pager".into(),
+                attempts: 5,
+                last_status: None,
+                time: at("2026-11-30T11:00:00Z"),
+            }],
+        };
+        assert_eq!(
+            serde_json::to_string(&status).unwrap(),
+            concat!(
+                r#"{"builders":[],"run_images":[],"pending":[{"change":"c1","image":"app","action":"rebuild","#,
+                r#""state":"pending","attempts":1,"next_attempt":"2026-11-30T12:15:00.000Z"}],"#,
+                r#""actions":[{"key":"k0","change":"c0","image":"app","action":"rebase","state":"superseded","#,
+                r#""attempts":0,"next_attempt":"2026-11-30T12:00:00.000Z","detail":"superseded by change c1","#,
+                r#""output_tail":null,"updated":"2026-11-30T12:10:00.500Z"}],"#,
+                r#""deliveries":[{"event":"e1","type":"builder.changed","alert":"hook","attempts":2,"#,
+                r#""next_attempt":"2026-11-30T12:20:00.125Z","last_status":"HTTP 503"}],"#,
+                r#""dead_letters":[{"event":"e0","type":"check.failed","alert":"pager","attempts":5,"#,
+                r#""last_status":null,"time":"2026-11-30T11:00:00.000Z"}]}"#
+            )
+        );
+        let text = render_text(&status);
+        assert!(
+            text.contains("  rebuild app for change c1 (pending, 1 attempts, next 2026-11-30T12:15:00.000Z)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  2026-11-30T12:10:00.500Z rebase app after 0 attempts (superseded): superseded by change c1\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("  builder.changed e1 to hook: 2 attempts, next 2026-11-30T12:20:00.125Z (last: HTTP 503)\n"),
+            "{text}"
+        );
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use builder_monitor::alert::Dispatcher;
 use builder_monitor::config::Config;
 use builder_monitor::daemon::Parts;
-use builder_monitor::ledger::Ledger;
+use builder_monitor::ledger::{DeliveryKey, Ledger};
 use builder_monitor::monitor::Monitor;
 use builder_monitor::schedule::Clock;
 use builder_monitor_core::event::Event;
@@ -553,9 +553,9 @@ async fn wakes_while_sends_are_in_flight_never_send_a_delivery_twice() {
                         image: "127.0.0.1:9/demo/b:latest".into(),
                     },
                 );
-                let routes: Vec<(String, String)> = builder_monitor::config::alerts::routes(&alerts, &event)
+                let routes: Vec<DeliveryKey> = builder_monitor::config::alerts::routes(&alerts, &event)
                     .into_iter()
-                    .map(|a| (id.clone(), a.to_string()))
+                    .map(|a| DeliveryKey::new(id.clone(), a))
                     .collect();
                 assert_eq!(routes.len(), 2);
                 ledger.record_events("b", vec![event], routes, 10_000, chrono::Utc::now()).await.unwrap();

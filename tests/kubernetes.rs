@@ -227,7 +227,7 @@ async fn a_builder_change_creates_one_job_with_every_scheduling_field() {
     );
     let ledger = p.ledger.clone();
     let deadline = Instant::now() + support::PATIENCE;
-    while ledger.actions(1).await.unwrap()[0].state != "succeeded" {
+    while ledger.actions(1).await.unwrap()[0].state != builder_monitor::ledger::ActionState::Succeeded {
         assert!(Instant::now() < deadline, "the outcome was never recorded");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

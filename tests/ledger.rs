@@ -6,12 +6,13 @@ mod support;
 use std::collections::BTreeMap;
 
 use builder_monitor::ledger::{
-    ActionEnd, ActionOutcome, ChangeRecord, CheckRecord, DeliveryUpdate, Ledger, NewAction, PinUpdate, WatchKind,
+    ActionEnd, ActionOutcome, ActionState, ChangeRecord, CheckFailure, CheckRecord, DeliveryKey, DeliveryUpdate,
+    HeldDigest, Ledger, NewAction, PinUpdate, WatchKind,
 };
 use builder_monitor_core::cnb::Change;
 use builder_monitor_core::event::{Event, EventType, Subject, change_id};
 use builder_monitor_core::plan::ActionKind;
-use builder_monitor_core::schedule::parse_timestamp;
+use builder_monitor_core::schedule::{parse_timestamp, timestamp};
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use support::kube::KubeDouble;
@@ -72,8 +73,16 @@ fn change(watch: &str, seq: u64, prev: &str, cur: &str) -> ChangeRecord {
         current_reference: format!("docker.io/x/y@{cur}"),
         change: Change::unknown("test"),
         rollback: false,
-        detected: format!("2026-11-30T12:1{seq}:00Z"),
+        detected: at(&format!("2026-11-30T12:1{seq}:00Z")),
     }
+}
+
+fn failed(reason: &str, message: &str) -> Result<(), CheckFailure> {
+    Err(CheckFailure { reason: reason.into(), message: message.into() })
+}
+
+fn key(event: &str, alert: &str) -> DeliveryKey {
+    DeliveryKey::new(event, alert)
 }
 
 fn event(id: &str, t: EventType, watch: &str) -> Event {
@@ -95,12 +104,12 @@ async fn pins_failures_moves_and_history() {
 
         for t in ["2026-11-30T12:01:00Z", "2026-11-30T12:02:00Z"] {
             let mut r = record("b", t);
-            r.outcome = Err(("tag_missing".into(), "gone".into()));
+            r.outcome = failed("tag_missing", "gone");
             ledger.commit(r).await.unwrap();
         }
         let w = ledger.watch("b").await.unwrap().unwrap();
         assert_eq!(
-            (w.consecutive_failures, w.failing_since.as_deref(), w.last_ok),
+            (w.consecutive_failures, w.failing_since.map(timestamp).as_deref(), w.last_ok),
             (2, Some("2026-11-30T12:01:00Z"), Some(false))
         );
         assert_eq!(w.last_error_reason.as_deref(), Some("tag_missing"));
@@ -119,15 +128,15 @@ async fn pins_failures_moves_and_history() {
         assert!(!ledger.has_pinned("b", "sha256:a").await.unwrap(), "history + 1 digests kept");
         assert!(ledger.has_pinned("b", "sha256:b").await.unwrap());
         let history = ledger.history("b", 10).await.unwrap();
-        assert_eq!(history.iter().map(|(d, _)| d.as_str()).collect::<Vec<_>>(), ["sha256:d", "sha256:c", "sha256:b"]);
+        assert_eq!(history.iter().map(|h| h.digest.as_str()).collect::<Vec<_>>(), ["sha256:d", "sha256:c", "sha256:b"]);
 
         // The same change again changes nothing; held digests are kept and cleared.
         let mut r = record("b", "2026-11-30T12:20:00Z");
         r.change = Some(change("b", 3, "sha256:c", "sha256:d"));
-        r.pending = Some(("sha256:e".into(), "2026-11-30T12:20:00Z".into()));
+        r.pending = Some(HeldDigest { digest: "sha256:e".into(), since: at("2026-11-30T12:20:00Z") });
         ledger.commit(r).await.unwrap();
         assert_eq!(ledger.changes(None, 10).await.unwrap().len(), 2);
-        assert_eq!(ledger.watch("b").await.unwrap().unwrap().pending.unwrap().0, "sha256:e");
+        assert_eq!(ledger.watch("b").await.unwrap().unwrap().pending.unwrap().digest, "sha256:e");
         assert_eq!(ledger.watches().await.unwrap().len(), 1);
         let events = ledger.events_after(0, 10).await.unwrap();
         assert_eq!(events.iter().map(|e| e.event.id.as_str()).collect::<Vec<_>>(), ["e1"]);
@@ -143,12 +152,12 @@ async fn the_outbox_moves_deliveries_forward_only() {
         let mut r = record("b", "2026-11-30T12:00:00Z");
         r.pin = Some(pin("sha256:a"));
         r.events = vec![event("e1", EventType::BuilderChanged, "b"), event("e2", EventType::CheckFailed, "b")];
-        r.deliveries = vec![("e1".into(), "hook".into()), ("e1".into(), "chat".into()), ("e2".into(), "hook".into())];
+        r.deliveries = vec![key("e1", "hook"), key("e1", "chat"), key("e2", "hook")];
         ledger.commit(r).await.unwrap();
-        let far = "2099-01-01T00:00:00.000Z".to_string();
-        let due = ledger.due_deliveries(far.clone(), 10).await.unwrap();
+        let far = at("2099-01-01T00:00:00.000Z");
+        let due = ledger.due_deliveries(far, 10).await.unwrap();
         assert_eq!(due.len(), 3);
-        assert!(ledger.due_deliveries("2000-01-01T00:00:00.000Z".into(), 10).await.unwrap().is_empty());
+        assert!(ledger.due_deliveries(at("2000-01-01T00:00:00.000Z"), 10).await.unwrap().is_empty());
 
         let now = at("2026-11-30T12:01:00Z");
         ledger.update_delivery("e1", "hook", DeliveryUpdate::Sent { status: "HTTP 200".into() }, now).await.unwrap();
@@ -156,7 +165,7 @@ async fn the_outbox_moves_deliveries_forward_only() {
             .update_delivery(
                 "e1",
                 "chat",
-                DeliveryUpdate::Retry { next_attempt: "2098-01-01T00:00:00.000Z".into(), status: "HTTP 503".into() },
+                DeliveryUpdate::Retry { next_attempt: at("2098-01-01T00:00:00.000Z"), status: "HTTP 503".into() },
                 now,
             )
             .await
@@ -175,8 +184,8 @@ async fn the_outbox_moves_deliveries_forward_only() {
             (dead.len(), dead[0].event_type.as_str(), dead[0].last_status.as_deref()),
             (1, "check.failed", Some("HTTP 400"))
         );
-        assert_eq!(ledger.next_delivery_at(&[]).await.unwrap().as_deref(), Some("2098-01-01T00:00:00.000Z"));
-        assert_eq!(ledger.next_delivery_at(&[("e1".into(), "chat".into())]).await.unwrap(), None);
+        assert_eq!(ledger.next_delivery_at(&[]).await.unwrap(), Some(at("2098-01-01T00:00:00.000Z")));
+        assert_eq!(ledger.next_delivery_at(&[key("e1", "chat")]).await.unwrap(), None);
         assert_eq!(ledger.due_deliveries(far, 10).await.unwrap().len(), 1);
 
         // Events recorded outside a check land in the outbox too.
@@ -184,7 +193,7 @@ async fn the_outbox_moves_deliveries_forward_only() {
             .record_events(
                 "b",
                 vec![event("e3", EventType::BuildStarted, "b")],
-                vec![("e3".into(), "hook".into())],
+                vec![key("e3", "hook")],
                 2,
                 at("2026-11-30T12:02:00Z"),
             )
@@ -213,13 +222,13 @@ async fn actions_are_claimed_finished_requeued_and_superseded() {
         r.actions = vec![action("c1", "app"), action("c1", "api")];
         ledger.commit(r).await.unwrap();
         assert_eq!(ledger.open_actions().await.unwrap().len(), 2);
-        let far = "2099-01-01T00:00:00.000Z".to_string();
-        let claimed = ledger.claim_actions(far.clone(), 1).await.unwrap();
+        let far = at("2099-01-01T00:00:00.000Z");
+        let claimed = ledger.claim_actions(far, 1).await.unwrap();
         assert_eq!((claimed.len(), claimed[0].attempt), (1, 1));
         assert_eq!(ledger.running_actions().await.unwrap().len(), 1);
         // A crash: the running one goes back to pending, its attempt counted.
         assert_eq!(ledger.requeue_running().await.unwrap(), [claimed[0].key.clone()]);
-        let again = ledger.claim_actions(far.clone(), 10).await.unwrap();
+        let again = ledger.claim_actions(far, 10).await.unwrap();
         assert_eq!(again.len(), 2);
         assert_eq!(again.iter().find(|a| a.key == claimed[0].key).unwrap().attempt, 2);
         let first = again.iter().find(|a| a.image == "app").unwrap().clone();
@@ -234,7 +243,7 @@ async fn actions_are_claimed_finished_requeued_and_superseded() {
                 output_tail: "ok".into(),
                 watch: "b",
                 events: vec![done],
-                deliveries: vec![("done".into(), "hook".into())],
+                deliveries: vec![key("done", "hook")],
                 history: 2,
                 now: at("2026-11-30T12:05:00Z"),
             })
@@ -243,7 +252,7 @@ async fn actions_are_claimed_finished_requeued_and_superseded() {
         ledger
             .finish_action(ActionEnd {
                 key: &other.key,
-                outcome: ActionOutcome::Retry { next_attempt: "2098-01-01T00:00:00.000Z".into() },
+                outcome: ActionOutcome::Retry { next_attempt: at("2098-01-01T00:00:00.000Z") },
                 detail: "exit status 1".into(),
                 output_tail: "no".into(),
                 watch: "b",
@@ -254,14 +263,14 @@ async fn actions_are_claimed_finished_requeued_and_superseded() {
             })
             .await
             .unwrap();
-        assert_eq!(ledger.next_action_at().await.unwrap().as_deref(), Some("2098-01-01T00:00:00.000Z"));
+        assert_eq!(ledger.next_action_at().await.unwrap(), Some(at("2098-01-01T00:00:00.000Z")));
         // An attempt's end is recorded at the time its caller gives, not the ledger's own clock.
         let finished = ledger.actions(10).await.unwrap().into_iter().find(|a| a.key == first.key).unwrap();
-        assert_eq!((finished.state.as_str(), finished.updated.as_str()), ("succeeded", "2026-11-30T12:05:00.000Z"));
+        assert_eq!((finished.state, finished.updated), (ActionState::Succeeded, at("2026-11-30T12:05:00.000Z")));
         let actions = ledger.actions(10).await.unwrap();
-        let by_key: BTreeMap<&str, &str> = actions.iter().map(|a| (a.key.as_str(), a.state.as_str())).collect();
-        assert_eq!(by_key[first.key.as_str()], "succeeded");
-        assert_eq!(by_key[other.key.as_str()], "pending");
+        let by_key: BTreeMap<&str, ActionState> = actions.iter().map(|a| (a.key.as_str(), a.state)).collect();
+        assert_eq!(by_key[first.key.as_str()], ActionState::Succeeded);
+        assert_eq!(by_key[other.key.as_str()], ActionState::Pending);
         assert_eq!(ledger.pending_deliveries().await.unwrap().len(), 1, "the outcome's event is in the outbox");
 
         // A newer change for `api` supersedes its pending action; only the newest is left.
@@ -273,7 +282,7 @@ async fn actions_are_claimed_finished_requeued_and_superseded() {
         assert_eq!(open.len(), 1, "{open:#?} {:#?}", ledger.actions(10).await.unwrap());
         assert_eq!(open[0].change, "c2");
         let superseded = ledger.actions(10).await.unwrap().into_iter().find(|a| a.key == other.key).unwrap();
-        assert_eq!(superseded.state, "superseded");
+        assert_eq!(superseded.state, ActionState::Superseded);
     })
     .await;
 }
@@ -289,7 +298,7 @@ async fn concurrent_writers_to_one_kubernetes_entry_lose_nothing() {
         tasks.push(tokio::spawn(async move {
             for i in 0..15 {
                 let mut r = record("b", &format!("2026-11-30T1{n}:{i:02}:00Z"));
-                r.outcome = Err(("registry_unavailable".into(), "down".into()));
+                r.outcome = failed("registry_unavailable", "down");
                 r.events.push(event(&format!("e{n}-{i}"), EventType::CheckFailed, "b"));
                 ledger.commit(r).await.unwrap();
             }
@@ -312,7 +321,7 @@ async fn pins_within_one_second_keep_their_order_in_the_history() {
             ledger.commit(r).await.unwrap();
         }
         let history = ledger.history("fast", 10).await.unwrap();
-        assert_eq!(history.iter().map(|(d, _)| d.as_str()).collect::<Vec<_>>(), ["sha256:y", "sha256:x"]);
+        assert_eq!(history.iter().map(|h| h.digest.as_str()).collect::<Vec<_>>(), ["sha256:y", "sha256:x"]);
     })
     .await;
 }
@@ -321,14 +330,14 @@ async fn pins_within_one_second_keep_their_order_in_the_history() {
 async fn deliveries_and_latest_events_are_read_back_for_outage_decisions() {
     both(|ledger| async move {
         let mut r = record("a", "2026-11-30T12:00:00Z");
-        r.outcome = Err(("registry_unavailable".into(), "HTTP 503".into()));
+        r.outcome = failed("registry_unavailable", "HTTP 503");
         r.events = vec![event("f1", EventType::CheckFailed, "a")];
         ledger.commit(r).await.unwrap();
         // A later check delivers the event recorded earlier (a threshold reached), and announces an outage.
         let mut r = record("a", "2026-11-30T12:01:00Z");
-        r.outcome = Err(("registry_unavailable".into(), "HTTP 503".into()));
+        r.outcome = failed("registry_unavailable", "HTTP 503");
         r.events = vec![event("f1", EventType::CheckFailed, "a"), event("u1", EventType::RegistryUnavailable, "a")];
-        r.deliveries = vec![("f1".into(), "pager".into()), ("u1".into(), "ops".into()), ("u1".into(), "chat".into())];
+        r.deliveries = vec![key("f1", "pager"), key("u1", "ops"), key("u1", "chat")];
         ledger.commit(r).await.unwrap();
         let mut r = record("b", "2026-11-30T12:02:00Z");
         r.events = vec![event("r1", EventType::RegistryRecovered, "b")];
@@ -336,8 +345,7 @@ async fn deliveries_and_latest_events_are_read_back_for_outage_decisions() {
 
         let mut got = ledger.deliveries_of(vec!["u1".into(), "f1".into(), "nothing".into()]).await.unwrap();
         got.sort();
-        let pair = |e: &str, a: &str| (e.to_string(), a.to_string());
-        assert_eq!(got, [pair("f1", "pager"), pair("u1", "chat"), pair("u1", "ops")]);
+        assert_eq!(got, [key("f1", "pager"), key("u1", "chat"), key("u1", "ops")]);
         let types = vec!["registry.unavailable".to_string(), "registry.recovered".to_string()];
         let latest = ledger.latest_events(types.clone(), 10).await.unwrap();
         let ids: Vec<&str> = latest.iter().map(|e| e.event.id.as_str()).collect();
@@ -364,7 +372,7 @@ async fn writes_that_add_deliveries_or_actions_signal_them() {
         let mut r = record("b", "2026-11-30T12:01:00Z");
         r.pin = Some(pin("sha256:a"));
         r.events = vec![event("e1", EventType::BuilderPinned, "b")];
-        r.deliveries = vec![("e1".into(), "hook".into())];
+        r.deliveries = vec![key("e1", "hook")];
         ledger.commit(r).await.unwrap();
         assert!(signalled(deliveries.clone()).await, "a commit with deliveries");
         assert!(!signalled(actions.clone()).await);
@@ -380,7 +388,7 @@ async fn writes_that_add_deliveries_or_actions_signal_them() {
             .record_events(
                 "b",
                 vec![event("e2", EventType::BuildStarted, "b")],
-                vec![("e2".into(), "hook".into())],
+                vec![key("e2", "hook")],
                 2,
                 at("2026-11-30T12:03:00Z"),
             )

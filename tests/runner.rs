@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use builder_monitor::config::Config;
 use builder_monitor::daemon::Parts;
-use builder_monitor::ledger::Ledger;
+use builder_monitor::ledger::{ActionState, Ledger};
 use builder_monitor::monitor::Monitor;
 use builder_monitor::runner::Runner;
 use builder_monitor::schedule::Clock;
@@ -203,7 +203,7 @@ async fn builder_bumps_rebuild_and_run_image_moves_rebase_exactly_once() {
     assert_eq!(types.iter().filter(|t| *t == "build.succeeded").count(), 1);
     assert_eq!(types.iter().filter(|t| *t == "rebase.succeeded").count(), 1);
     let status = builder_monitor::status::collect(&d.config, &d.ledger, 10).await.unwrap();
-    assert_eq!(status.actions.iter().filter(|a| a.state == "succeeded").count(), 2);
+    assert_eq!(status.actions.iter().filter(|a| a.state == ActionState::Succeeded).count(), 2);
     assert!(status.actions.iter().all(|a| a.output_tail.as_deref().is_some_and(|t| t.starts_with("built "))));
 }
 
@@ -263,7 +263,7 @@ async fn a_timeout_kills_the_whole_process_group() {
     assert!(!alive(script), "the command was killed");
     assert!(!alive(child), "and the child it started, too");
     let action = &d.ledger.actions(10).await.unwrap()[0];
-    assert_eq!(action.state, "failed");
+    assert_eq!(action.state, ActionState::Failed);
     assert!(action.detail.as_deref().unwrap().starts_with("timed out after 1s"), "{action:?}");
     assert!(event_types(&d.ledger).await.contains(&"build.failed".to_string()));
 }
@@ -284,7 +284,7 @@ async fn failures_are_retried_up_to_max_attempts_then_reported() {
     w.push_builder(&v1.bump("paketo-buildpacks/go", "4.15.0")).await;
     assert!(d.monitor.run_once().await);
     let deadline = tokio::time::Instant::now() + support::PATIENCE;
-    while d.ledger.actions(1).await.unwrap()[0].state != "failed" {
+    while d.ledger.actions(1).await.unwrap()[0].state != ActionState::Failed {
         assert!(tokio::time::Instant::now() < deadline, "never failed for good");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -665,7 +665,7 @@ async fn wakes_while_an_action_runs_never_start_it_twice() {
     }
     assert!(d.monitor.run_once().await, "checks while the actions run");
     std::fs::remove_file(&block).unwrap();
-    while d.ledger.actions(10).await.unwrap().iter().any(|a| a.state != "succeeded") {
+    while d.ledger.actions(10).await.unwrap().iter().any(|a| a.state != ActionState::Succeeded) {
         assert!(tokio::time::Instant::now() < deadline, "the rebuilds never finished");
         wake.notify_one();
         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -12,11 +12,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::{AlertError, SendOutcome, Sender};
 use crate::config::AlertSettings;
-use crate::ledger::{DeliveryUpdate, DueDelivery, Ledger};
+use crate::ledger::{DeliveryKey, DeliveryUpdate, DueDelivery, Ledger};
 use crate::metrics::{DeliveryLabels, Metrics};
 use crate::schedule::Clock;
 use crate::worker::{self, Work};
-use builder_monitor_core::schedule::{parse_timestamp, timestamp_millis};
+use builder_monitor_core::schedule::timestamp_millis;
 
 /// Sends in flight per receiver: a slow receiver holds up only its own deliveries.
 const PER_ALERT: usize = 4;
@@ -31,8 +31,8 @@ pub struct Dispatcher {
     ledger: Ledger,
     clock: Clock,
     wake: Arc<Notify>,
-    /// Claims: (event, alert) of every send started and not yet recorded. A scan skips them.
-    in_flight: Mutex<HashSet<(String, String)>>,
+    /// Claims: every send started and not yet recorded. A scan skips them.
+    in_flight: Mutex<HashSet<DeliveryKey>>,
     /// Held by a scan from its read of the ledger until it has claimed what it read, and by an
     /// attempt from recording its outcome until it drops its claim: otherwise a scan could read a
     /// delivery as pending just before its send is recorded, see the claim gone, and send it again.
@@ -94,8 +94,7 @@ impl Dispatcher {
 
     async fn start_due(self: &Arc<Self>, tasks: &mut JoinSet<()>) -> usize {
         let _scan = self.scan.lock().await;
-        let now = timestamp_millis(self.clock.now());
-        let due = match self.ledger.due_deliveries(now, BATCH).await {
+        let due = match self.ledger.due_deliveries(self.clock.now(), BATCH).await {
             Ok(due) => due,
             Err(err) => {
                 tracing::error!(error = %err, "cannot read pending deliveries");
@@ -104,7 +103,7 @@ impl Dispatcher {
         };
         let mut started = 0;
         for delivery in due {
-            let key = (delivery.event.id.clone(), delivery.alert.clone());
+            let key = DeliveryKey::new(delivery.event.id.clone(), delivery.alert.clone());
             if !self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).insert(key) {
                 continue;
             }
@@ -116,15 +115,14 @@ impl Dispatcher {
 
     /// Time until the earliest pending delivery not already in flight.
     async fn until_next_due(&self) -> Duration {
-        let next = match self.ledger.next_delivery_at(&self.in_flight_keys()).await {
-            Ok(Some(next)) => next,
+        let at = match self.ledger.next_delivery_at(&self.in_flight_keys()).await {
+            Ok(Some(at)) => at,
             _ => return IDLE,
         };
-        let Some(at) = parse_timestamp(&next) else { return IDLE };
         (at - self.clock.now()).to_std().unwrap_or(Duration::ZERO).min(IDLE)
     }
 
-    fn in_flight_keys(&self) -> Vec<(String, String)> {
+    fn in_flight_keys(&self) -> Vec<DeliveryKey> {
         self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect()
     }
 
@@ -151,7 +149,10 @@ impl Dispatcher {
             if let Err(err) = self.ledger.update_delivery(&event_id, &alert, update.clone(), self.clock.now()).await {
                 tracing::error!(alert = %alert, event_id = %event_id, error = %err, "cannot record delivery outcome; it will be sent again");
             }
-            self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).remove(&(event_id.clone(), alert.clone()));
+            self.in_flight
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&DeliveryKey::new(event_id.clone(), alert.clone()));
         }
         let outcome = match &update {
             DeliveryUpdate::Sent { .. } => "sent",
@@ -164,7 +165,7 @@ impl Dispatcher {
                 tracing::info!(alert = %alert, event_id = %event_id, event_type = %delivery.event.event_type, status = %status, attempt = delivery.attempts + 1, "alert delivered");
             }
             DeliveryUpdate::Retry { next_attempt, status } => {
-                tracing::warn!(alert = %alert, event_id = %event_id, status = %status, next_attempt = %next_attempt, attempt = delivery.attempts + 1, "alert delivery failed; will retry");
+                tracing::warn!(alert = %alert, event_id = %event_id, status = %status, next_attempt = %timestamp_millis(*next_attempt), attempt = delivery.attempts + 1, "alert delivery failed; will retry");
             }
             DeliveryUpdate::Dead { status } => {
                 tracing::error!(alert = %alert, event_id = %event_id, status = %status, attempt = delivery.attempts + 1, "alert delivery given up (dead letter)");
@@ -179,9 +180,7 @@ impl Dispatcher {
             SendOutcome::Rejected { .. } => DeliveryUpdate::Dead { status },
             SendOutcome::Retry { retry_after, .. } => {
                 let now = self.clock.now();
-                let age = parse_timestamp(&delivery.created)
-                    .map(|c| (now - c).to_std().unwrap_or_default())
-                    .unwrap_or_default();
+                let age = (now - delivery.created).to_std().unwrap_or_default();
                 if age >= settings.give_up_after {
                     return DeliveryUpdate::Dead {
                         status: format!(
@@ -193,7 +192,7 @@ impl Dispatcher {
                 }
                 let wait = Self::backoff(settings, delivery.attempts).max(retry_after.unwrap_or_default());
                 let next = now + chrono::Duration::from_std(wait).unwrap_or_default();
-                DeliveryUpdate::Retry { next_attempt: timestamp_millis(next), status }
+                DeliveryUpdate::Retry { next_attempt: next, status }
             }
         }
     }

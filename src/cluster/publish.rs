@@ -24,11 +24,11 @@ use super::crd::{
     Condition, HistoryEntry, LastChange,
 };
 use crate::config::{BuilderSettings, Config, run_image_watch};
-use crate::ledger::{ChangeRecord, Ledger, WatchRecord};
+use crate::ledger::{ChangeRecord, Ledger, PinnedDigest, WatchRecord};
 use crate::metrics::{Metrics, ResultLabels};
 use crate::worker::{self, Work};
 use builder_monitor_core::cnb::{PinnedMetadata, run_watch_name};
-use builder_monitor_core::schedule::Schedule;
+use builder_monitor_core::schedule::{Schedule, timestamp};
 
 /// The field manager of every write, and the `managed-by` label value.
 pub const FIELD_MANAGER: &str = "builder-monitor";
@@ -66,8 +66,8 @@ pub fn condition_reason(reason: &str) -> String {
 /// What the status is computed from.
 pub struct StatusInput<'a> {
     pub record: Option<&'a WatchRecord>,
-    /// (digest, first seen), newest first.
-    pub history: &'a [(String, String)],
+    /// Newest first.
+    pub history: &'a [PinnedDigest],
     pub last_change: Option<&'a ChangeRecord>,
     /// The newest immutable reference of the builder's run image (its watch's pin, when watched).
     pub run_image: Option<String>,
@@ -104,15 +104,16 @@ pub fn status_of(input: &StatusInput) -> ClusterBuilderStatus {
         Some(r) if r.last_ok == Some(false) => {
             condition("UpToDate", "Unknown", "CheckFailed", "the tag could not be read; the pin is kept")
         }
-        Some(r) if r.pending.is_some() => {
-            let (digest, since) = r.pending.clone().unwrap_or_default();
-            condition(
-                "UpToDate",
-                "False",
-                "Settling",
-                &format!("the tag moved to {digest} (seen since {since}); waiting for it to settle"),
-            )
-        }
+        Some(WatchRecord { pending: Some(pending), .. }) => condition(
+            "UpToDate",
+            "False",
+            "Settling",
+            &format!(
+                "the tag moved to {} (seen since {}); waiting for it to settle",
+                pending.digest,
+                timestamp(pending.since)
+            ),
+        ),
         Some(r) if r.pin.is_some() => condition("UpToDate", "True", "Current", "latestImage is what the tag points at"),
         _ => condition("UpToDate", "Unknown", "NotChecked", "not checked yet"),
     };
@@ -145,8 +146,8 @@ pub fn status_of(input: &StatusInput) -> ClusterBuilderStatus {
             .unwrap_or_default(),
         observed_generation: input.generation,
         conditions,
-        last_check_time: record.and_then(|r| r.last_check.clone()),
-        last_change_time: input.last_change.map(|c| c.detected.clone()),
+        last_check_time: record.and_then(|r| r.last_check).map(timestamp),
+        last_change_time: input.last_change.map(|c| timestamp(c.detected)),
         last_change: input.last_change.map(|c| LastChange {
             id: c.id.clone(),
             kind: c.change.kind.as_str().to_string(),
@@ -161,7 +162,7 @@ pub fn status_of(input: &StatusInput) -> ClusterBuilderStatus {
             .history
             .iter()
             .take(HISTORY)
-            .map(|(digest, first_seen)| HistoryEntry { digest: digest.clone(), first_seen: first_seen.clone() })
+            .map(|h| HistoryEntry { digest: h.digest.clone(), first_seen: timestamp(h.first_seen) })
             .collect(),
     }
 }
@@ -298,11 +299,12 @@ impl Publisher {
             _ => "MovedUnclassified",
         };
         let id: String = change.id.chars().take(16).collect();
-        self.post_event(name, uid, &format!("{name}.{id}"), "Normal", reason, &message, &change.detected).await;
+        let time = timestamp(change.detected);
+        self.post_event(name, uid, &format!("{name}.{id}"), "Normal", reason, &message, &time).await;
     }
 
     async fn record_failure(&self, name: &str, uid: Option<&str>, record: &WatchRecord) {
-        let since = record.failing_since.clone().unwrap_or_default();
+        let since = record.failing_since.map(timestamp).unwrap_or_default();
         let id = builder_monitor_core::event::stable_id(&[name, "check.failed", &since]);
         let reason = condition_reason(record.last_error_reason.as_deref().unwrap_or("check_failed"));
         let message = record.last_error.clone().unwrap_or_else(|| "the check failed".into());

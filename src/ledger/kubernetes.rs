@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::*;
 use builder_monitor_core::event::stable_id;
+use chrono::SubsecRound;
 
 const LABEL: &str = "buildermonitor.dev/ledger";
 const KEY: &str = "ledger.json";
@@ -22,8 +23,10 @@ const ATTEMPTS: u32 = 12;
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Digest {
     digest: String,
-    first_seen: String,
-    last_pinned: String,
+    #[serde(with = "time::seconds")]
+    first_seen: DateTime<Utc>,
+    #[serde(with = "time::seconds")]
+    last_pinned: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -36,12 +39,15 @@ struct EventRow {
 struct DeliveryRow {
     event: String,
     alert: String,
-    state: String,
+    state: DeliveryState,
     attempts: u32,
-    next_attempt: String,
+    #[serde(with = "time::millis")]
+    next_attempt: DateTime<Utc>,
     last_status: Option<String>,
-    created: String,
-    updated: String,
+    #[serde(with = "time::millis")]
+    created: DateTime<Utc>,
+    #[serde(with = "time::millis")]
+    updated: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -50,17 +56,20 @@ struct ActionRow {
     change_id: String,
     image: String,
     kind: ActionKind,
-    state: String,
+    state: ActionState,
     attempts: u32,
-    next_attempt: String,
+    #[serde(with = "time::millis")]
+    next_attempt: DateTime<Utc>,
     target: serde_json::Value,
     detail: Option<String>,
     output_tail: Option<String>,
     /// The local command's process group while `running` (exec runner).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     process: Option<ProcessGroup>,
-    created: String,
-    updated: String,
+    #[serde(with = "time::millis")]
+    created: DateTime<Utc>,
+    #[serde(with = "time::millis")]
+    updated: DateTime<Utc>,
 }
 
 /// One watch's entry of the ledger.
@@ -82,14 +91,16 @@ struct WatchDoc {
 impl WatchDoc {
     /// The same rules as the SQLite ledger's `commit_check`, on one document.
     fn commit(&mut self, r: &CheckRecord, next_seq: &AtomicI64) {
-        let time = builder_monitor_core::schedule::timestamp(r.time);
+        // Times kept to the second (`time`) or the millisecond (`now`), as they are written.
+        let time = r.time.trunc_subsecs(0);
+        let now = r.time.trunc_subsecs(3);
         let watch = self.watch.get_or_insert_with(|| WatchRecord {
             name: r.watch.clone(),
             kind: r.kind,
             image: r.image.clone(),
             pin: None,
             metadata: None,
-            first_seen: time.clone(),
+            first_seen: time,
             last_check: None,
             last_ok: None,
             last_error_reason: None,
@@ -102,7 +113,7 @@ impl WatchDoc {
         });
         watch.kind = r.kind;
         watch.image = r.image.clone();
-        watch.last_check = Some(time.clone());
+        watch.last_check = Some(time);
         match &r.outcome {
             Ok(()) => {
                 watch.last_ok = Some(true);
@@ -111,12 +122,12 @@ impl WatchDoc {
                 watch.consecutive_failures = 0;
                 watch.failing_since = None;
             }
-            Err((reason, message)) => {
+            Err(CheckFailure { reason, message }) => {
                 watch.last_ok = Some(false);
                 watch.last_error_reason = Some(reason.clone());
                 watch.last_error = Some(message.clone());
                 watch.consecutive_failures += 1;
-                watch.failing_since.get_or_insert_with(|| time.clone());
+                watch.failing_since.get_or_insert(time);
             }
         }
         watch.pending = r.pending.clone();
@@ -126,15 +137,15 @@ impl WatchDoc {
                 reference: pin.reference.clone(),
                 media_type: pin.media_type.clone(),
                 platforms: pin.platforms.clone(),
-                since: time.clone(),
+                since: time,
             });
             watch.metadata = pin.metadata.clone();
             // Newest pin first, by pin order: two pins within one second must not tie.
             let first_seen = match self.digests.iter().position(|d| d.digest == pin.digest) {
                 Some(i) => self.digests.remove(i).first_seen,
-                None => time.clone(),
+                None => time,
             };
-            self.digests.insert(0, Digest { digest: pin.digest.clone(), first_seen, last_pinned: time.clone() });
+            self.digests.insert(0, Digest { digest: pin.digest.clone(), first_seen, last_pinned: time });
             self.digests.truncate(r.history + 1);
         }
         if let Some(c) = &r.change {
@@ -143,21 +154,20 @@ impl WatchDoc {
             }
             let watch = self.watch.as_mut().expect("created above");
             watch.moves = watch.moves.max(c.seq);
-            watch.last_change = Some(c.detected.clone());
+            watch.last_change = Some(c.detected);
             let floor = c.seq as i64 - r.history as i64;
             self.changes.retain(|x| x.seq as i64 > floor);
             self.changes.sort_by_key(|x| x.seq);
         }
-        let now = builder_monitor_core::schedule::timestamp_millis(r.time);
         for a in &r.actions {
             for old in self
                 .actions
                 .iter_mut()
-                .filter(|o| o.image == a.image && o.state == "pending" && o.change_id != a.change_id)
+                .filter(|o| o.image == a.image && o.state == ActionState::Pending && o.change_id != a.change_id)
             {
-                old.state = "superseded".into();
+                old.state = ActionState::Superseded;
                 old.detail = Some(format!("superseded by change {}", a.change_id));
-                old.updated = now.clone();
+                old.updated = now;
             }
             if !self.actions.iter().any(|o| o.change_id == a.change_id && o.image == a.image) {
                 self.actions.push(ActionRow {
@@ -165,26 +175,26 @@ impl WatchDoc {
                     change_id: a.change_id.clone(),
                     image: a.image.clone(),
                     kind: a.kind,
-                    state: "pending".into(),
+                    state: ActionState::Pending,
                     attempts: 0,
-                    next_attempt: now.clone(),
+                    next_attempt: now,
                     target: a.target.clone(),
                     detail: None,
                     output_tail: None,
                     process: None,
-                    created: now.clone(),
-                    updated: now.clone(),
+                    created: now,
+                    updated: now,
                 });
             }
         }
-        self.add_events(&r.events, &r.deliveries, &now, r.history, next_seq);
+        self.add_events(&r.events, &r.deliveries, now, r.history, next_seq);
     }
 
     fn add_events(
         &mut self,
         events: &[Event],
-        deliveries: &[(String, String)],
-        now: &str,
+        deliveries: &[DeliveryKey],
+        now: DateTime<Utc>,
         history: usize,
         next_seq: &AtomicI64,
     ) {
@@ -193,24 +203,25 @@ impl WatchDoc {
                 self.events.push(EventRow { seq: next_seq.fetch_add(1, Ordering::Relaxed), event: e.clone() });
             }
         }
-        for (event, alert) in deliveries {
+        let now = now.trunc_subsecs(3);
+        for DeliveryKey { event, alert } in deliveries {
             if !self.deliveries.iter().any(|d| &d.event == event && &d.alert == alert) {
                 self.deliveries.push(DeliveryRow {
                     event: event.clone(),
                     alert: alert.clone(),
-                    state: "pending".into(),
+                    state: DeliveryState::Pending,
                     attempts: 0,
-                    next_attempt: now.to_string(),
+                    next_attempt: now,
                     last_status: None,
-                    created: now.to_string(),
-                    updated: now.to_string(),
+                    created: now,
+                    updated: now,
                 });
             }
         }
         if !events.is_empty() {
             // Keep the newest events, and any that still has a delivery to make.
             let pending: HashSet<String> =
-                self.deliveries.iter().filter(|d| d.state == "pending").map(|d| d.event.clone()).collect();
+                self.deliveries.iter().filter(|d| d.state == DeliveryState::Pending).map(|d| d.event.clone()).collect();
             self.events.sort_by_key(|e| e.seq);
             let keep_from = self.events.len().saturating_sub(history * 2);
             let mut n = 0;
@@ -362,9 +373,13 @@ impl KubeLedger {
         Ok(self.read(watch).await?.is_some_and(|(_, d)| d.digests.iter().any(|x| x.digest == digest)))
     }
 
-    pub async fn history(&self, watch: &str, limit: usize) -> Result<Vec<(String, String)>, LedgerError> {
+    pub async fn history(&self, watch: &str, limit: usize) -> Result<Vec<PinnedDigest>, LedgerError> {
         let digests = self.read(watch).await?.map(|(_, d)| d.digests).unwrap_or_default();
-        Ok(digests.into_iter().take(limit).map(|d| (d.digest, d.first_seen)).collect())
+        Ok(digests
+            .into_iter()
+            .take(limit)
+            .map(|d| PinnedDigest { digest: d.digest, first_seen: d.first_seen })
+            .collect())
     }
 
     pub async fn commit(&self, record: CheckRecord) -> Result<(), LedgerError> {
@@ -382,19 +397,22 @@ impl KubeLedger {
                 let Some(w) = doc.watch.as_ref().map(|w| w.name.clone()).filter(|n| n != &record.watch) else {
                     continue;
                 };
-                if doc.actions.iter().any(|o| o.image == a.image && o.state == "pending" && o.change_id != a.change_id)
+                if doc
+                    .actions
+                    .iter()
+                    .any(|o| o.image == a.image && o.state == ActionState::Pending && o.change_id != a.change_id)
                 {
                     let (image, change) = (a.image.clone(), a.change_id.clone());
                     self.modify(&w, |d| {
-                        let now = builder_monitor_core::schedule::timestamp_millis(record.time);
+                        let now = record.time.trunc_subsecs(3);
                         for old in d
                             .actions
                             .iter_mut()
-                            .filter(|o| o.image == image && o.state == "pending" && o.change_id != change)
+                            .filter(|o| o.image == image && o.state == ActionState::Pending && o.change_id != change)
                         {
-                            old.state = "superseded".into();
+                            old.state = ActionState::Superseded;
                             old.detail = Some(format!("superseded by change {change}"));
-                            old.updated = now.clone();
+                            old.updated = now;
                         }
                         Ok(())
                     })
@@ -430,15 +448,15 @@ impl KubeLedger {
         Ok(events)
     }
 
-    pub async fn deliveries_of(&self, events: Vec<String>) -> Result<Vec<(String, String)>, LedgerError> {
+    pub async fn deliveries_of(&self, events: Vec<String>) -> Result<Vec<DeliveryKey>, LedgerError> {
         let wanted: HashSet<String> = events.into_iter().collect();
-        let mut out: Vec<(String, String)> = self
+        let mut out: Vec<DeliveryKey> = self
             .all()
             .await?
             .into_iter()
             .flat_map(|(_, d)| d.deliveries)
             .filter(|d| wanted.contains(&d.event))
-            .map(|d| (d.event, d.alert))
+            .map(|d| DeliveryKey { event: d.event, alert: d.alert })
             .collect();
         out.sort();
         Ok(out)
@@ -462,50 +480,53 @@ impl KubeLedger {
         &self,
         watch: &str,
         events: Vec<Event>,
-        deliveries: Vec<(String, String)>,
+        deliveries: Vec<DeliveryKey>,
         history: usize,
         now: DateTime<Utc>,
     ) -> Result<(), LedgerError> {
         let seq = self.seq.clone();
-        let now = builder_monitor_core::schedule::timestamp_millis(now);
         self.modify(watch, |doc| {
-            doc.add_events(&events, &deliveries, &now, history, &seq);
+            doc.add_events(&events, &deliveries, now, history, &seq);
             Ok(())
         })
         .await
     }
 
-    pub async fn due_deliveries(&self, now: String, limit: usize) -> Result<Vec<DueDelivery>, LedgerError> {
+    pub async fn due_deliveries(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<DueDelivery>, LedgerError> {
+        let now = now.trunc_subsecs(3);
         let mut due = Vec::new();
         for (_, doc) in self.all().await? {
             let events: BTreeMap<&str, &EventRow> = doc.events.iter().map(|e| (e.event.id.as_str(), e)).collect();
-            for d in doc.deliveries.iter().filter(|d| d.state == "pending" && d.next_attempt <= now) {
+            for d in doc.deliveries.iter().filter(|d| d.state == DeliveryState::Pending && d.next_attempt <= now) {
                 if let Some(e) = events.get(d.event.as_str()) {
                     due.push((
-                        d.next_attempt.clone(),
+                        d.next_attempt,
                         e.seq,
                         DueDelivery {
                             event: e.event.clone(),
                             alert: d.alert.clone(),
                             attempts: d.attempts,
-                            created: d.created.clone(),
+                            created: d.created,
                         },
                     ));
                 }
             }
         }
-        due.sort_by(|a, b| (a.0.as_str(), a.1).cmp(&(b.0.as_str(), b.1)));
+        due.sort_by_key(|d| (d.0, d.1));
         Ok(due.into_iter().take(limit).map(|(_, _, d)| d).collect())
     }
 
-    pub async fn next_delivery_at(&self, exclude: &[(String, String)]) -> Result<Option<String>, LedgerError> {
-        let exclude: HashSet<(String, String)> = exclude.iter().cloned().collect();
+    pub async fn next_delivery_at(&self, exclude: &[DeliveryKey]) -> Result<Option<DateTime<Utc>>, LedgerError> {
+        let exclude: HashSet<&DeliveryKey> = exclude.iter().collect();
         Ok(self
             .all()
             .await?
             .into_iter()
             .flat_map(|(_, d)| d.deliveries)
-            .filter(|d| d.state == "pending" && !exclude.contains(&(d.event.clone(), d.alert.clone())))
+            .filter(|d| {
+                d.state == DeliveryState::Pending
+                    && !exclude.contains(&DeliveryKey { event: d.event.clone(), alert: d.alert.clone() })
+            })
             .map(|d| d.next_attempt)
             .min())
     }
@@ -521,24 +542,26 @@ impl KubeLedger {
         else {
             return Ok(());
         };
-        let now = builder_monitor_core::schedule::timestamp_millis(now);
+        let now = now.trunc_subsecs(3);
         self.modify(&watch, |doc| {
-            if let Some(d) =
-                doc.deliveries.iter_mut().find(|d| d.event == event && d.alert == alert && d.state == "pending")
+            if let Some(d) = doc
+                .deliveries
+                .iter_mut()
+                .find(|d| d.event == event && d.alert == alert && d.state == DeliveryState::Pending)
             {
                 d.attempts += 1;
-                d.updated = now.clone();
+                d.updated = now;
                 match &update {
                     DeliveryUpdate::Sent { status } => {
-                        d.state = "sent".into();
+                        d.state = DeliveryState::Sent;
                         d.last_status = Some(status.clone());
                     }
                     DeliveryUpdate::Retry { next_attempt, status } => {
-                        d.next_attempt = next_attempt.clone();
+                        d.next_attempt = next_attempt.trunc_subsecs(3);
                         d.last_status = Some(status.clone());
                     }
                     DeliveryUpdate::Dead { status } => {
-                        d.state = "dead".into();
+                        d.state = DeliveryState::Dead;
                         d.last_status = Some(status.clone());
                     }
                 }
@@ -551,7 +574,7 @@ impl KubeLedger {
     pub async fn pending_deliveries(&self) -> Result<Vec<PendingDelivery>, LedgerError> {
         let mut out = Vec::new();
         for (_, doc) in self.all().await? {
-            for d in doc.deliveries.iter().filter(|d| d.state == "pending") {
+            for d in doc.deliveries.iter().filter(|d| d.state == DeliveryState::Pending) {
                 let event_type = doc
                     .events
                     .iter()
@@ -563,19 +586,19 @@ impl KubeLedger {
                     event_type,
                     alert: d.alert.clone(),
                     attempts: d.attempts,
-                    next_attempt: d.next_attempt.clone(),
+                    next_attempt: d.next_attempt,
                     last_status: d.last_status.clone(),
                 });
             }
         }
-        out.sort_by(|a, b| a.next_attempt.cmp(&b.next_attempt));
+        out.sort_by_key(|d| d.next_attempt);
         Ok(out)
     }
 
     pub async fn dead_letters(&self) -> Result<Vec<DeadLetter>, LedgerError> {
         let mut out = Vec::new();
         for (_, doc) in self.all().await? {
-            for d in doc.deliveries.iter().filter(|d| d.state == "dead") {
+            for d in doc.deliveries.iter().filter(|d| d.state == DeliveryState::Dead) {
                 let event_type = doc
                     .events
                     .iter()
@@ -588,32 +611,32 @@ impl KubeLedger {
                     alert: d.alert.clone(),
                     attempts: d.attempts,
                     last_status: d.last_status.clone(),
-                    time: d.updated.clone(),
+                    time: d.updated,
                 });
             }
         }
-        out.sort_by(|a, b| a.time.cmp(&b.time));
+        out.sort_by_key(|d| d.time);
         Ok(out)
     }
 
-    pub async fn claim_actions(&self, now: String, limit: usize) -> Result<Vec<ClaimedAction>, LedgerError> {
-        let mut due: Vec<(String, String, String, String)> = Vec::new();
+    pub async fn claim_actions(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<ClaimedAction>, LedgerError> {
+        let now = now.trunc_subsecs(3);
+        let mut due: Vec<(DateTime<Utc>, DateTime<Utc>, String, String)> = Vec::new();
         for (_, doc) in self.all().await? {
             let Some(watch) = doc.watch.as_ref().map(|w| w.name.clone()) else { continue };
-            for a in doc.actions.iter().filter(|a| a.state == "pending" && a.next_attempt <= now) {
-                due.push((a.next_attempt.clone(), a.created.clone(), watch.clone(), a.key.clone()));
+            for a in doc.actions.iter().filter(|a| a.state == ActionState::Pending && a.next_attempt <= now) {
+                due.push((a.next_attempt, a.created, watch.clone(), a.key.clone()));
             }
         }
         due.sort();
         let mut claimed = Vec::new();
         for (_, _, watch, key) in due.into_iter().take(limit) {
-            let now = now.clone();
             let taken = self
                 .modify(&watch, |doc| {
-                    Ok(doc.actions.iter_mut().find(|a| a.key == key && a.state == "pending").map(|a| {
-                        a.state = "running".into();
+                    Ok(doc.actions.iter_mut().find(|a| a.key == key && a.state == ActionState::Pending).map(|a| {
+                        a.state = ActionState::Running;
                         a.attempts += 1;
-                        a.updated = now.clone();
+                        a.updated = now;
                         a.process = None;
                         ClaimedAction {
                             key: a.key.clone(),
@@ -637,7 +660,7 @@ impl KubeLedger {
             return Ok(());
         };
         self.modify(&holder, |doc| {
-            if let Some(a) = doc.actions.iter_mut().find(|a| a.key == key && a.state == "running") {
+            if let Some(a) = doc.actions.iter_mut().find(|a| a.key == key && a.state == ActionState::Running) {
                 a.process = Some(group);
             }
             Ok(())
@@ -654,31 +677,31 @@ impl KubeLedger {
         output_tail: String,
         watch: &str,
         events: Vec<Event>,
-        deliveries: Vec<(String, String)>,
+        deliveries: Vec<DeliveryKey>,
         history: usize,
         at: DateTime<Utc>,
     ) -> Result<(), LedgerError> {
         let holder = self.holder(|d| d.actions.iter().any(|a| a.key == key)).await?;
-        let now = builder_monitor_core::schedule::timestamp_millis(at);
+        let now = at.trunc_subsecs(3);
         let seq = self.seq.clone();
         let same = holder.as_deref() == Some(watch) || holder.is_none();
         if let Some(holder) = &holder {
             self.modify(holder, |doc| {
-                if let Some(a) = doc.actions.iter_mut().find(|a| a.key == key && a.state == "running") {
+                if let Some(a) = doc.actions.iter_mut().find(|a| a.key == key && a.state == ActionState::Running) {
                     match &outcome {
-                        ActionOutcome::Succeeded => a.state = "succeeded".into(),
+                        ActionOutcome::Succeeded => a.state = ActionState::Succeeded,
                         ActionOutcome::Retry { next_attempt } => {
-                            a.state = "pending".into();
-                            a.next_attempt = next_attempt.clone();
+                            a.state = ActionState::Pending;
+                            a.next_attempt = next_attempt.trunc_subsecs(3);
                         }
-                        ActionOutcome::Failed => a.state = "failed".into(),
+                        ActionOutcome::Failed => a.state = ActionState::Failed,
                     }
                     a.detail = Some(detail.clone());
                     a.output_tail = Some(output_tail.clone());
-                    a.updated = now.clone();
+                    a.updated = now;
                 }
                 if same {
-                    doc.add_events(&events, &deliveries, &now, history, &seq);
+                    doc.add_events(&events, &deliveries, now, history, &seq);
                 }
                 Ok(())
             })
@@ -690,13 +713,13 @@ impl KubeLedger {
         Ok(())
     }
 
-    pub async fn next_action_at(&self) -> Result<Option<String>, LedgerError> {
+    pub async fn next_action_at(&self) -> Result<Option<DateTime<Utc>>, LedgerError> {
         Ok(self
             .all()
             .await?
             .into_iter()
             .flat_map(|(_, d)| d.actions)
-            .filter(|a| a.state == "pending")
+            .filter(|a| a.state == ActionState::Pending)
             .map(|a| a.next_attempt)
             .min())
     }
@@ -704,7 +727,7 @@ impl KubeLedger {
     pub async fn running_actions(&self) -> Result<Vec<ClaimedAction>, LedgerError> {
         let mut out = Vec::new();
         for (_, doc) in self.all().await? {
-            for a in doc.actions.into_iter().filter(|a| a.state == "running") {
+            for a in doc.actions.into_iter().filter(|a| a.state == ActionState::Running) {
                 out.push(ClaimedAction {
                     key: a.key,
                     change_id: a.change_id,
@@ -723,12 +746,12 @@ impl KubeLedger {
         let mut keys = Vec::new();
         for (_, doc) in self.all().await? {
             let Some(watch) = doc.watch.as_ref().map(|w| w.name.clone()) else { continue };
-            if doc.actions.iter().any(|a| a.state == "running") {
+            if doc.actions.iter().any(|a| a.state == ActionState::Running) {
                 let requeued = self
                     .modify(&watch, |d| {
                         let mut keys = Vec::new();
-                        for a in d.actions.iter_mut().filter(|a| a.state == "running") {
-                            a.state = "pending".into();
+                        for a in d.actions.iter_mut().filter(|a| a.state == ActionState::Running) {
+                            a.state = ActionState::Pending;
                             keys.push(a.key.clone());
                         }
                         Ok(keys)
@@ -743,10 +766,10 @@ impl KubeLedger {
     pub async fn requeue_actions(&self, keys: Vec<String>) -> Result<(), LedgerError> {
         for (_, doc) in self.all().await? {
             let Some(watch) = doc.watch.as_ref().map(|w| w.name.clone()) else { continue };
-            if doc.actions.iter().any(|a| a.state == "running" && keys.contains(&a.key)) {
+            if doc.actions.iter().any(|a| a.state == ActionState::Running && keys.contains(&a.key)) {
                 self.modify(&watch, |d| {
-                    for a in d.actions.iter_mut().filter(|a| a.state == "running" && keys.contains(&a.key)) {
-                        a.state = "pending".into();
+                    for a in d.actions.iter_mut().filter(|a| a.state == ActionState::Running && keys.contains(&a.key)) {
+                        a.state = ActionState::Pending;
                     }
                     Ok(())
                 })
@@ -770,9 +793,9 @@ impl KubeLedger {
             .await?
             .into_iter()
             .flat_map(|(_, d)| d.actions)
-            .filter(|a| a.state == "pending" || a.state == "running")
+            .filter(|a| matches!(a.state, ActionState::Pending | ActionState::Running))
             .collect();
-        rows.sort_by(|a, b| (a.created.as_str(), a.key.as_str()).cmp(&(b.created.as_str(), b.key.as_str())));
+        rows.sort_by(|a, b| (a.created, a.key.as_str()).cmp(&(b.created, b.key.as_str())));
         Ok(rows
             .into_iter()
             .map(|a| OpenAction {
@@ -799,5 +822,56 @@ fn record(a: ActionRow) -> ActionRecord {
         detail: a.detail,
         output_tail: a.output_tail,
         updated: a.updated,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An entry as the ledger has always written it: typed fields read it and write it back
+    /// byte for byte (times to the second or to the millisecond as stored, states as names).
+    #[test]
+    fn a_stored_entry_is_written_back_unchanged() {
+        let change = serde_json::to_string(&Change::unknown("test")).unwrap();
+        let text = format!(
+            concat!(
+                r#"{{"watch":{{"name":"b","kind":"builder","image":"r/b:latest","pin":{{"digest":"sha256:d","#,
+                r#""reference":"r/b@sha256:d","media_type":"m","platforms":{{"linux/amd64":"sha256:p"}},"#,
+                r#""since":"2026-11-30T12:10:00Z"}},"metadata":null,"first_seen":"2026-11-30T12:00:00Z","#,
+                r#""last_check":"2026-11-30T12:20:00Z","last_ok":false,"last_error_reason":"tag_missing","#,
+                r#""last_error":"gone","last_change":"2026-11-30T12:10:00Z","consecutive_failures":1,"#,
+                r#""failing_since":"2026-11-30T12:20:00Z","pending":["sha256:e","2026-11-30T12:15:00Z"],"moves":1}},"#,
+                r#""digests":[{{"digest":"sha256:d","first_seen":"2026-11-30T12:10:00Z","last_pinned":"2026-11-30T12:10:00Z"}}],"#,
+                r#""changes":[{{"id":"c1","watch":"b","seq":1,"previous":"sha256:c","current":"sha256:d","#,
+                r#""previous_reference":"r/b@sha256:c","current_reference":"r/b@sha256:d","change":{change},"#,
+                r#""rollback":false,"detected":"2026-11-30T12:10:00Z"}}],"events":[],"#,
+                r#""deliveries":[{{"event":"e1","alert":"hook","state":"dead","attempts":2,"#,
+                r#""next_attempt":"2026-11-30T12:10:00.000Z","last_status":"HTTP 400","#,
+                r#""created":"2026-11-30T12:10:00.000Z","updated":"2026-11-30T12:11:02.345Z"}}],"#,
+                r#""actions":[{{"key":"k1","change_id":"c1","image":"app","kind":"rebuild","state":"running","#,
+                r#""attempts":1,"next_attempt":"2026-11-30T12:10:00.000Z","target":{{"image":"r/app"}},"#,
+                r#""detail":null,"output_tail":null,"process":{{"id":42,"started":7}},"#,
+                r#""created":"2026-11-30T12:10:00.000Z","updated":"2026-11-30T12:10:01.500Z"}},"#,
+                r#"{{"key":"k0","change_id":"c0","image":"app","kind":"rebase","state":"superseded","#,
+                r#""attempts":0,"next_attempt":"2026-11-30T12:00:00.000Z","target":{{}},"#,
+                r#""detail":"superseded by change c1","output_tail":null,"#,
+                r#""created":"2026-11-30T12:00:00.000Z","updated":"2026-11-30T12:10:00.000Z"}}]}}"#
+            ),
+            change = change
+        );
+        let doc: WatchDoc = serde_json::from_str(&text).unwrap();
+        let watch = doc.watch.as_ref().unwrap();
+        assert_eq!(watch.pending.as_ref().unwrap().since.timestamp() % 3600, 15 * 60);
+        assert_eq!(doc.actions[0].state, ActionState::Running);
+        assert_eq!(doc.deliveries[0].state, DeliveryState::Dead);
+        assert_eq!(serde_json::to_string(&doc).unwrap(), text);
+    }
+
+    #[test]
+    fn an_unreadable_time_is_refused_not_guessed() {
+        let text = r#"{"watch":null,"digests":[{"digest":"sha256:d","first_seen":"yesterday","last_pinned":"2026-11-30T12:10:00Z"}]}"#;
+        let err = serde_json::from_str::<WatchDoc>(text).unwrap_err();
+        assert!(err.to_string().contains("not an RFC 3339 time: \"yesterday\""), "{err}");
     }
 }

@@ -4,6 +4,7 @@
 mod kubernetes;
 mod lock;
 mod sqlite;
+pub mod time;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use tokio::sync::{Notify, broadcast};
 
-use serde::Serialize;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub use kubernetes::KubeLedger;
 pub use lock::WriterLock;
@@ -80,7 +81,8 @@ pub struct PinRecord {
     pub reference: String,
     pub media_type: String,
     pub platforms: BTreeMap<String, String>,
-    pub since: String,
+    #[serde(with = "time::seconds")]
+    pub since: DateTime<Utc>,
 }
 
 /// Everything the ledger knows about one watch.
@@ -91,16 +93,20 @@ pub struct WatchRecord {
     pub image: String,
     pub pin: Option<PinRecord>,
     pub metadata: Option<serde_json::Value>,
-    pub first_seen: String,
-    pub last_check: Option<String>,
+    #[serde(with = "time::seconds")]
+    pub first_seen: DateTime<Utc>,
+    #[serde(default, with = "time::seconds_opt")]
+    pub last_check: Option<DateTime<Utc>>,
     pub last_ok: Option<bool>,
     pub last_error_reason: Option<String>,
     pub last_error: Option<String>,
-    pub last_change: Option<String>,
+    #[serde(default, with = "time::seconds_opt")]
+    pub last_change: Option<DateTime<Utc>>,
     pub consecutive_failures: u32,
-    pub failing_since: Option<String>,
-    /// A new digest held back by `settle`, and since when it has been seen.
-    pub pending: Option<(String, String)>,
+    #[serde(default, with = "time::seconds_opt")]
+    pub failing_since: Option<DateTime<Utc>>,
+    /// A new digest held back by `settle`.
+    pub pending: Option<HeldDigest>,
     /// Accepted moves so far; the next change's sequence number is this plus one.
     pub moves: u64,
 }
@@ -134,7 +140,114 @@ pub struct ChangeRecord {
     pub current_reference: String,
     pub change: Change,
     pub rollback: bool,
-    pub detected: String,
+    #[serde(with = "time::seconds")]
+    pub detected: DateTime<Utc>,
+}
+
+/// Why a check failed: its reason code (`tag_missing`, …) and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckFailure {
+    pub reason: String,
+    pub message: String,
+}
+
+/// A new digest held back by `settle`, and since when it has been seen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldDigest {
+    pub digest: String,
+    pub since: DateTime<Utc>,
+}
+
+/// Stored as the pair `[digest, since]` the Kubernetes ledger has always kept.
+impl Serialize for HeldDigest {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        (&self.digest, builder_monitor_core::schedule::timestamp(self.since)).serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for HeldDigest {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let (digest, since) = <(String, String)>::deserialize(d)?;
+        let since = builder_monitor_core::schedule::parse_timestamp(&since)
+            .ok_or_else(|| serde::de::Error::custom(format!("not an RFC 3339 time: {since:?}")))?;
+        Ok(HeldDigest { digest, since })
+    }
+}
+
+/// One row of the alert outbox: an event and an alert it goes to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DeliveryKey {
+    pub event: String,
+    pub alert: String,
+}
+
+impl DeliveryKey {
+    pub fn new(event: impl Into<String>, alert: impl Into<String>) -> Self {
+        DeliveryKey { event: event.into(), alert: alert.into() }
+    }
+}
+
+/// A digest a watch was pinned to, and when it was first seen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinnedDigest {
+    pub digest: String,
+    pub first_seen: DateTime<Utc>,
+}
+
+/// Where an action is; stored as its snake_case name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionState {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    /// A newer change's action for the same image replaced it before it started.
+    Superseded,
+}
+
+impl ActionState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionState::Pending => "pending",
+            ActionState::Running => "running",
+            ActionState::Succeeded => "succeeded",
+            ActionState::Failed => "failed",
+            ActionState::Superseded => "superseded",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [Self::Pending, Self::Running, Self::Succeeded, Self::Failed, Self::Superseded]
+            .into_iter()
+            .find(|s| s.as_str() == text)
+    }
+}
+
+impl std::fmt::Display for ActionState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where an alert delivery is; stored as its snake_case name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryState {
+    Pending,
+    Sent,
+    /// Given up on (a dead letter).
+    Dead,
+}
+
+impl DeliveryState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryState::Pending => "pending",
+            DeliveryState::Sent => "sent",
+            DeliveryState::Dead => "dead",
+        }
+    }
 }
 
 /// The outcome of one check, committed atomically.
@@ -145,15 +258,14 @@ pub struct CheckRecord {
     pub image: String,
     /// When the check ran, to the second (as events and `status` show it).
     pub time: DateTime<Utc>,
-    /// `Err((reason, message))` for a failed check.
-    pub outcome: Result<(), (String, String)>,
+    pub outcome: Result<(), CheckFailure>,
     pub pin: Option<PinUpdate>,
-    /// Digest held back by `settle` (and since when); `None` clears it.
-    pub pending: Option<(String, String)>,
+    /// Digest held back by `settle`; `None` clears it.
+    pub pending: Option<HeldDigest>,
     pub change: Option<ChangeRecord>,
     pub events: Vec<Event>,
-    /// (event id, alert name): the outbox rows of the events above.
-    pub deliveries: Vec<(String, String)>,
+    /// The outbox rows of the events above.
+    pub deliveries: Vec<DeliveryKey>,
     /// Rebases and rebuilds planned for the change above.
     pub actions: Vec<NewAction>,
     /// Changes (and pinned digests) kept for this watch.
@@ -200,8 +312,8 @@ pub struct ActionEnd<'a> {
     /// The watch the attempt's events are recorded under (the builder).
     pub watch: &'a str,
     pub events: Vec<Event>,
-    /// (event id, alert name): the outbox rows of the events above.
-    pub deliveries: Vec<(String, String)>,
+    /// The outbox rows of the events above.
+    pub deliveries: Vec<DeliveryKey>,
     /// Events kept for the watch.
     pub history: usize,
     /// When the attempt ended (the caller's clock).
@@ -235,9 +347,9 @@ pub struct ProcessGroup {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ActionOutcome {
     Succeeded,
-    /// Failed; tried again at this time (RFC 3339 with milliseconds).
+    /// Failed; tried again at this time (kept to the millisecond).
     Retry {
-        next_attempt: String,
+        next_attempt: DateTime<Utc>,
     },
     /// Failed for good.
     Failed,
@@ -250,12 +362,14 @@ pub struct ActionRecord {
     pub change: String,
     pub image: String,
     pub action: String,
-    pub state: String,
+    pub state: ActionState,
     pub attempts: u32,
-    pub next_attempt: String,
+    #[serde(with = "time::millis")]
+    pub next_attempt: DateTime<Utc>,
     pub detail: Option<String>,
     pub output_tail: Option<String>,
-    pub updated: String,
+    #[serde(with = "time::millis")]
+    pub updated: DateTime<Utc>,
 }
 
 /// An action still to run or running (`status`'s `pending`).
@@ -264,9 +378,10 @@ pub struct OpenAction {
     pub change: String,
     pub image: String,
     pub action: String,
-    pub state: String,
+    pub state: ActionState,
     pub attempts: u32,
-    pub next_attempt: String,
+    #[serde(with = "time::millis")]
+    pub next_attempt: DateTime<Utc>,
 }
 
 /// A delivery to attempt now.
@@ -275,14 +390,14 @@ pub struct DueDelivery {
     pub event: Event,
     pub alert: String,
     pub attempts: u32,
-    pub created: String,
+    pub created: DateTime<Utc>,
 }
 
 /// What an attempt did to a delivery.
 #[derive(Debug, Clone)]
 pub enum DeliveryUpdate {
     Sent { status: String },
-    Retry { next_attempt: String, status: String },
+    Retry { next_attempt: DateTime<Utc>, status: String },
     Dead { status: String },
 }
 
@@ -294,7 +409,8 @@ pub struct PendingDelivery {
     pub event_type: String,
     pub alert: String,
     pub attempts: u32,
-    pub next_attempt: String,
+    #[serde(with = "time::millis")]
+    pub next_attempt: DateTime<Utc>,
     pub last_status: Option<String>,
 }
 
@@ -307,7 +423,8 @@ pub struct DeadLetter {
     pub alert: String,
     pub attempts: u32,
     pub last_status: Option<String>,
-    pub time: String,
+    #[serde(with = "time::millis")]
+    pub time: DateTime<Utc>,
 }
 
 /// A recorded event with its position in the ledger.
@@ -438,7 +555,7 @@ impl Ledger {
     }
 
     /// The most recently pinned digests of a watch and when each was first seen, newest first.
-    pub async fn history(&self, watch: &str, limit: usize) -> Result<Vec<(String, String)>, LedgerError> {
+    pub async fn history(&self, watch: &str, limit: usize) -> Result<Vec<PinnedDigest>, LedgerError> {
         dispatch!(self, history(watch, limit))
     }
 
@@ -464,8 +581,8 @@ impl Ledger {
         dispatch!(self, events_after(after_seq, limit))
     }
 
-    /// The alerts each of these events has a delivery for, in any state, as (event, alert).
-    pub async fn deliveries_of(&self, events: Vec<String>) -> Result<Vec<(String, String)>, LedgerError> {
+    /// The alerts each of these events has a delivery for, in any state.
+    pub async fn deliveries_of(&self, events: Vec<String>) -> Result<Vec<DeliveryKey>, LedgerError> {
         dispatch!(self, deliveries_of(events))
     }
 
@@ -479,7 +596,7 @@ impl Ledger {
         &self,
         watch: &str,
         events: Vec<Event>,
-        deliveries: Vec<(String, String)>,
+        deliveries: Vec<DeliveryKey>,
         history: usize,
         now: DateTime<Utc>,
     ) -> Result<(), LedgerError> {
@@ -489,13 +606,13 @@ impl Ledger {
         Ok(())
     }
 
-    /// Deliveries due at `now` (RFC 3339 with milliseconds), oldest first, with their events.
-    pub async fn due_deliveries(&self, now: String, limit: usize) -> Result<Vec<DueDelivery>, LedgerError> {
+    /// Deliveries due at `now`, oldest first, with their events.
+    pub async fn due_deliveries(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<DueDelivery>, LedgerError> {
         dispatch!(self, due_deliveries(now, limit))
     }
 
     /// When the next pending delivery not in `exclude` (those in flight) is due.
-    pub async fn next_delivery_at(&self, exclude: &[(String, String)]) -> Result<Option<String>, LedgerError> {
+    pub async fn next_delivery_at(&self, exclude: &[DeliveryKey]) -> Result<Option<DateTime<Utc>>, LedgerError> {
         dispatch!(self, next_delivery_at(exclude))
     }
 
@@ -521,7 +638,7 @@ impl Ledger {
     }
 
     /// Takes due pending actions: each becomes `running` with one more attempt.
-    pub async fn claim_actions(&self, now: String, limit: usize) -> Result<Vec<ClaimedAction>, LedgerError> {
+    pub async fn claim_actions(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<ClaimedAction>, LedgerError> {
         dispatch!(self, claim_actions(now, limit))
     }
 
@@ -540,7 +657,7 @@ impl Ledger {
     }
 
     /// When the next pending action is due.
-    pub async fn next_action_at(&self) -> Result<Option<String>, LedgerError> {
+    pub async fn next_action_at(&self) -> Result<Option<DateTime<Utc>>, LedgerError> {
         dispatch!(self, next_action_at())
     }
 

@@ -6,12 +6,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params};
 
 use super::*;
 use builder_monitor_core::cnb::Change;
 use builder_monitor_core::event::Event;
 use builder_monitor_core::plan::ActionKind;
+use builder_monitor_core::schedule::{parse_timestamp, timestamp, timestamp_millis};
 
 const MIGRATIONS: &[&str] = &[
     // 1: every entity of the ledger (README, "The ledger"), so later capabilities only add rows.
@@ -214,13 +216,15 @@ impl SqliteLedger {
         .await
     }
 
-    pub async fn history(&self, watch: &str, limit: usize) -> Result<Vec<(String, String)>, LedgerError> {
+    pub async fn history(&self, watch: &str, limit: usize) -> Result<Vec<PinnedDigest>, LedgerError> {
         let watch = watch.to_string();
         self.with(move |conn| {
             let mut stmt = conn.prepare(
                 "SELECT digest, first_seen FROM digests WHERE watch = ?1 ORDER BY last_pinned DESC, rowid DESC LIMIT ?2",
             )?;
-            let rows = stmt.query_map(params![watch, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            let rows = stmt.query_map(params![watch, limit as i64], |r| {
+                Ok(PinnedDigest { digest: r.get(0)?, first_seen: r.get::<_, Time>(1)?.0 })
+            })?;
             Ok(rows.collect::<Result<_, _>>()?)
         })
         .await
@@ -267,7 +271,7 @@ impl SqliteLedger {
                     r.get::<_, String>(6)?,
                     r.get::<_, String>(7)?,
                     r.get::<_, bool>(8)?,
-                    r.get::<_, String>(9)?,
+                    r.get::<_, Time>(9)?.0,
                 ))
             })?;
             let mut out = Vec::new();
@@ -295,7 +299,8 @@ impl SqliteLedger {
     }
 
     /// Takes due pending actions: each becomes `running` with one more attempt, atomically.
-    pub async fn claim_actions(&self, now: String, limit: usize) -> Result<Vec<ClaimedAction>, LedgerError> {
+    pub async fn claim_actions(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<ClaimedAction>, LedgerError> {
+        let now = timestamp_millis(now);
         self.with(move |conn| {
             let tx = conn.transaction()?;
             let mut claimed = Vec::new();
@@ -371,17 +376,17 @@ impl SqliteLedger {
         output_tail: String,
         watch: &str,
         events: Vec<Event>,
-        deliveries: Vec<(String, String)>,
+        deliveries: Vec<DeliveryKey>,
         history: usize,
         now: DateTime<Utc>,
     ) -> Result<(), LedgerError> {
         let (key, watch) = (key.to_string(), watch.to_string());
         self.with(move |conn| {
-            let updated = builder_monitor_core::schedule::timestamp_millis(now);
-            let (state, next) = match &outcome {
-                ActionOutcome::Succeeded => ("succeeded", None),
-                ActionOutcome::Retry { next_attempt } => ("pending", Some(next_attempt.clone())),
-                ActionOutcome::Failed => ("failed", None),
+            let updated = timestamp_millis(now);
+            let (state, next) = match outcome {
+                ActionOutcome::Succeeded => (ActionState::Succeeded, None),
+                ActionOutcome::Retry { next_attempt } => (ActionState::Pending, Some(timestamp_millis(next_attempt))),
+                ActionOutcome::Failed => (ActionState::Failed, None),
             };
             let tx = conn.transaction()?;
             exec(&tx,
@@ -397,9 +402,11 @@ impl SqliteLedger {
     }
 
     /// When the next pending action is due.
-    pub async fn next_action_at(&self) -> Result<Option<String>, LedgerError> {
+    pub async fn next_action_at(&self) -> Result<Option<DateTime<Utc>>, LedgerError> {
         self.with(|conn| {
-            Ok(row(conn, "SELECT MIN(next_attempt) FROM actions WHERE state = 'pending'", [], |r| r.get(0))?)
+            let next: Option<Time> =
+                row(conn, "SELECT MIN(next_attempt) FROM actions WHERE state = 'pending'", [], |r| r.get(0))?;
+            Ok(next.map(|t| t.0))
         })
         .await
     }
@@ -409,7 +416,7 @@ impl SqliteLedger {
         &self,
         watch: &str,
         events: Vec<Event>,
-        deliveries: Vec<(String, String)>,
+        deliveries: Vec<DeliveryKey>,
         history: usize,
         now: DateTime<Utc>,
     ) -> Result<(), LedgerError> {
@@ -501,10 +508,10 @@ impl SqliteLedger {
                     action: r.get(3)?,
                     state: r.get(4)?,
                     attempts: r.get(5)?,
-                    next_attempt: r.get(6)?,
+                    next_attempt: r.get::<_, Time>(6)?.0,
                     detail: r.get(7)?,
                     output_tail: r.get(8)?,
-                    updated: r.get(9)?,
+                    updated: r.get::<_, Time>(9)?.0,
                 })
             })?;
             Ok(rows.collect::<Result<_, _>>()?)
@@ -526,7 +533,7 @@ impl SqliteLedger {
                     action: r.get(2)?,
                     state: r.get(3)?,
                     attempts: r.get(4)?,
-                    next_attempt: r.get(5)?,
+                    next_attempt: r.get::<_, Time>(5)?.0,
                 })
             })?;
             Ok(rows.collect::<Result<_, _>>()?)
@@ -548,7 +555,7 @@ impl SqliteLedger {
                     alert: r.get(2)?,
                     attempts: r.get(3)?,
                     last_status: r.get(4)?,
-                    time: r.get(5)?,
+                    time: r.get::<_, Time>(5)?.0,
                 })
             })?;
             Ok(rows.collect::<Result<_, _>>()?)
@@ -556,15 +563,16 @@ impl SqliteLedger {
         .await
     }
 
-    /// Deliveries due at `now` (RFC 3339 with milliseconds), oldest first, with their events.
-    pub async fn due_deliveries(&self, now: String, limit: usize) -> Result<Vec<DueDelivery>, LedgerError> {
+    /// Deliveries due at `now`, oldest first, with their events.
+    pub async fn due_deliveries(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<DueDelivery>, LedgerError> {
+        let now = timestamp_millis(now);
         self.with(move |conn| {
             let mut stmt = conn.prepare(
                 "SELECT d.alert, d.attempts, d.created, e.document FROM deliveries d JOIN events e ON e.id = d.event
                  WHERE d.state = 'pending' AND d.next_attempt <= ?1 ORDER BY d.next_attempt, e.seq LIMIT ?2",
             )?;
             let rows = stmt.query_map(params![now, limit as i64], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, u32>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?))
+                Ok((r.get::<_, String>(0)?, r.get::<_, u32>(1)?, r.get::<_, Time>(2)?.0, r.get::<_, String>(3)?))
             })?;
             let mut out = Vec::new();
             for row in rows {
@@ -579,18 +587,18 @@ impl SqliteLedger {
     }
 
     /// When the next pending delivery not in `exclude` (those in flight) is due.
-    pub async fn next_delivery_at(&self, exclude: &[(String, String)]) -> Result<Option<String>, LedgerError> {
-        let exclude: std::collections::HashSet<(String, String)> = exclude.iter().cloned().collect();
+    pub async fn next_delivery_at(&self, exclude: &[DeliveryKey]) -> Result<Option<DateTime<Utc>>, LedgerError> {
+        let exclude: std::collections::HashSet<DeliveryKey> = exclude.iter().cloned().collect();
         self.with(move |conn| {
             let mut stmt = conn.prepare(
                 "SELECT event, alert, next_attempt FROM deliveries WHERE state = 'pending' ORDER BY next_attempt LIMIT ?1",
             )?;
             let rows = stmt.query_map(params![exclude.len() as i64 + 1], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?))
+                Ok((DeliveryKey { event: r.get(0)?, alert: r.get(1)? }, r.get::<_, Time>(2)?.0))
             })?;
             for row in rows {
-                let (event, alert, next) = row?;
-                if !exclude.contains(&(event, alert)) {
+                let (key, next) = row?;
+                if !exclude.contains(&key) {
                     return Ok(Some(next));
                 }
             }
@@ -609,11 +617,13 @@ impl SqliteLedger {
     ) -> Result<(), LedgerError> {
         let (event, alert) = (event.to_string(), alert.to_string());
         self.with(move |conn| {
-            let now = builder_monitor_core::schedule::timestamp_millis(now);
+            let now = timestamp_millis(now);
             let (state, next, status) = match &update {
-                DeliveryUpdate::Sent { status } => ("sent", None, status),
-                DeliveryUpdate::Retry { next_attempt, status } => ("pending", Some(next_attempt.as_str()), status),
-                DeliveryUpdate::Dead { status } => ("dead", None, status),
+                DeliveryUpdate::Sent { status } => (DeliveryState::Sent, None, status),
+                DeliveryUpdate::Retry { next_attempt, status } => {
+                    (DeliveryState::Pending, Some(timestamp_millis(*next_attempt)), status)
+                }
+                DeliveryUpdate::Dead { status } => (DeliveryState::Dead, None, status),
             };
             exec(
                 conn,
@@ -640,7 +650,7 @@ impl SqliteLedger {
                     event_type: r.get(1)?,
                     alert: r.get(2)?,
                     attempts: r.get(3)?,
-                    next_attempt: r.get(4)?,
+                    next_attempt: r.get::<_, Time>(4)?.0,
                     last_status: r.get(5)?,
                 })
             })?;
@@ -667,13 +677,13 @@ impl SqliteLedger {
         .await
     }
 
-    /// The alerts each of these events has a delivery for (any state), as (event, alert).
-    pub async fn deliveries_of(&self, events: Vec<String>) -> Result<Vec<(String, String)>, LedgerError> {
+    /// The alerts each of these events has a delivery for (any state).
+    pub async fn deliveries_of(&self, events: Vec<String>) -> Result<Vec<DeliveryKey>, LedgerError> {
         self.with(move |conn| {
             let mut stmt = conn.prepare("SELECT event, alert FROM deliveries WHERE event = ?1 ORDER BY alert")?;
             let mut out = Vec::new();
             for event in &events {
-                let rows = stmt.query_map([event], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                let rows = stmt.query_map([event], |r| Ok(DeliveryKey { event: r.get(0)?, alert: r.get(1)? }))?;
                 out.extend(rows.collect::<Result<Vec<_>, _>>()?);
             }
             Ok(out)
@@ -788,6 +798,37 @@ fn row<T>(
     conn.prepare_cached(sql)?.query_row(params, f)
 }
 
+/// A time column, read back as written (`timestamp` or `timestamp_millis`, by what the column is for).
+struct Time(DateTime<Utc>);
+
+impl FromSql for Time {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        let text = value.as_str()?;
+        parse_timestamp(text)
+            .map(Time)
+            .ok_or_else(|| FromSqlError::Other(format!("not an RFC 3339 time: {text:?}").into()))
+    }
+}
+
+impl FromSql for ActionState {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        let text = value.as_str()?;
+        ActionState::parse(text).ok_or_else(|| FromSqlError::Other(format!("unknown action state {text:?}").into()))
+    }
+}
+
+impl ToSql for ActionState {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(self.as_str().into())
+    }
+}
+
+impl ToSql for DeliveryState {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(self.as_str().into())
+    }
+}
+
 fn read_watch(conn: &Connection, name: &str) -> Result<Option<WatchRecord>, LedgerError> {
     let row = row(
         conn,
@@ -807,19 +848,19 @@ fn read_watch(conn: &Connection, name: &str) -> Result<Option<WatchRecord>, Ledg
                     r.get::<_, Option<String>>(5)?,
                     r.get::<_, String>(6)?,
                     r.get::<_, Option<String>>(7)?,
-                    r.get::<_, Option<String>>(8)?,
-                    r.get::<_, String>(9)?,
+                    r.get::<_, Option<Time>>(8)?.map(|t| t.0),
+                    r.get::<_, Time>(9)?.0,
                 ),
                 (
-                    r.get::<_, Option<String>>(10)?,
+                    r.get::<_, Option<Time>>(10)?.map(|t| t.0),
                     r.get::<_, Option<String>>(11)?,
                     r.get::<_, Option<String>>(12)?,
                     r.get::<_, Option<String>>(13)?,
-                    r.get::<_, Option<String>>(14)?,
+                    r.get::<_, Option<Time>>(14)?.map(|t| t.0),
                     r.get::<_, i64>(15)?,
-                    r.get::<_, Option<String>>(16)?,
+                    r.get::<_, Option<Time>>(16)?.map(|t| t.0),
                     r.get::<_, Option<String>>(17)?,
-                    r.get::<_, Option<String>>(18)?,
+                    r.get::<_, Option<Time>>(18)?.map(|t| t.0),
                     r.get::<_, i64>(19)?,
                 ),
             ))
@@ -855,7 +896,7 @@ fn read_watch(conn: &Connection, name: &str) -> Result<Option<WatchRecord>, Ledg
             reference,
             media_type: media_type.unwrap_or_default(),
             platforms,
-            since: pinned_since.unwrap_or_else(|| first_seen.clone()),
+            since: pinned_since.unwrap_or(first_seen),
         }),
         _ => None,
     };
@@ -873,13 +914,13 @@ fn read_watch(conn: &Connection, name: &str) -> Result<Option<WatchRecord>, Ledg
         last_change,
         consecutive_failures: failures.max(0) as u32,
         failing_since,
-        pending: pending_digest.zip(pending_since),
+        pending: pending_digest.zip(pending_since).map(|(digest, since)| HeldDigest { digest, since }),
         moves: moves.max(0) as u64,
     }))
 }
 
 fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError> {
-    let time = builder_monitor_core::schedule::timestamp(r.time);
+    let time = timestamp(r.time);
     exec(
         tx,
         "INSERT INTO watches (name, kind, image, first_seen) VALUES (?1, ?2, ?3, ?4)
@@ -888,7 +929,7 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
     )?;
     let (ok, reason, message) = match &r.outcome {
         Ok(()) => (true, None, None),
-        Err((reason, message)) => (false, Some(reason), Some(message)),
+        Err(CheckFailure { reason, message }) => (false, Some(reason), Some(message)),
     };
     exec(
         tx,
@@ -904,8 +945,8 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
             reason,
             message,
             ok,
-            r.pending.as_ref().map(|p| &p.0),
-            r.pending.as_ref().map(|p| &p.1),
+            r.pending.as_ref().map(|p| &p.digest),
+            r.pending.as_ref().map(|p| timestamp(p.since)),
         ],
     )?;
     if let Some(pin) = &r.pin {
@@ -945,13 +986,13 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
                 c.change.kind.as_str(),
                 change,
                 c.rollback,
-                c.detected
+                timestamp(c.detected)
             ],
         )?;
         exec(
             tx,
             "UPDATE watches SET moves = MAX(moves, ?2), last_change = ?3 WHERE name = ?1",
-            params![r.watch, c.seq as i64, c.detected],
+            params![r.watch, c.seq as i64, timestamp(c.detected)],
         )?;
         exec(
             tx,
@@ -959,7 +1000,7 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
             params![r.watch, c.seq as i64 - r.history as i64],
         )?;
     }
-    let now = builder_monitor_core::schedule::timestamp_millis(r.time);
+    let now = timestamp_millis(r.time);
     for a in &r.actions {
         // Only the newest target is built: older actions for the image that have not started yield.
         exec(
@@ -987,7 +1028,7 @@ fn insert_events(
     now: DateTime<Utc>,
     events: &[Event],
     change_id: Option<&str>,
-    deliveries: &[(String, String)],
+    deliveries: &[DeliveryKey],
     history: usize,
 ) -> Result<(), LedgerError> {
     for event in events {
@@ -1000,8 +1041,8 @@ fn insert_events(
             params![event.id, event.event_type.as_str(), watch, change, event.time, document],
         )?;
     }
-    let now = builder_monitor_core::schedule::timestamp_millis(now);
-    for (event, alert) in deliveries {
+    let now = timestamp_millis(now);
+    for DeliveryKey { event, alert } in deliveries {
         exec(
             tx,
             "INSERT INTO deliveries (event, alert, state, attempts, next_attempt, created, updated)
@@ -1037,7 +1078,7 @@ mod tests {
             watch: "b".into(),
             kind: WatchKind::Builder,
             image: "docker.io/x/y:latest".into(),
-            time: builder_monitor_core::schedule::parse_timestamp(time).unwrap(),
+            time: parse_timestamp(time).unwrap(),
             outcome: Ok(()),
             pin: None,
             pending: None,
@@ -1070,7 +1111,7 @@ mod tests {
             current_reference: format!("docker.io/x/y@{cur}"),
             change: Change::unknown("test"),
             rollback: false,
-            detected: format!("2026-11-30T12:0{seq}:00Z"),
+            detected: parse_timestamp(&format!("2026-11-30T12:0{seq}:00Z")).unwrap(),
         }
     }
 
@@ -1097,12 +1138,12 @@ mod tests {
         // Two failures count up and keep the pin; the first failure's time is kept.
         for t in ["2026-11-30T12:01:00Z", "2026-11-30T12:02:00Z"] {
             let mut r = record(t);
-            r.outcome = Err(("tag_missing".into(), "gone".into()));
+            r.outcome = Err(CheckFailure { reason: "tag_missing".into(), message: "gone".into() });
             ledger.commit(r).await.unwrap();
         }
         let w = ledger.watch("b").await.unwrap().unwrap();
         assert_eq!(w.consecutive_failures, 2);
-        assert_eq!(w.failing_since.as_deref(), Some("2026-11-30T12:01:00Z"));
+        assert_eq!(w.failing_since.map(timestamp).as_deref(), Some("2026-11-30T12:01:00Z"));
         assert_eq!(w.last_ok, Some(false));
         assert_eq!(w.pin.as_ref().unwrap().digest, "sha256:a");
 
@@ -1115,7 +1156,7 @@ mod tests {
             ledger.commit(r).await.unwrap();
         }
         let w = ledger.watch("b").await.unwrap().unwrap();
-        assert_eq!((w.moves, w.consecutive_failures, w.failing_since.clone()), (3, 0, None));
+        assert_eq!((w.moves, w.consecutive_failures, w.failing_since), (3, 0, None));
         let changes = ledger.changes(Some("b"), 10).await.unwrap();
         assert_eq!(changes.iter().map(|c| c.seq).collect::<Vec<_>>(), [3, 2]);
         assert_eq!(changes[0], change(3, "sha256:c", "sha256:d"));
@@ -1133,6 +1174,92 @@ mod tests {
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].event.id, "e1");
         drop(ledger);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// The text each time column holds is the text the ledger has always stored: whole seconds for
+    /// what people read, milliseconds for what orders work.
+    #[tokio::test]
+    async fn times_are_stored_as_they_always_were() {
+        let (ledger, dir) = temp_ledger();
+        let mut r = record("2026-11-30T12:00:00Z");
+        r.pin = Some(pin("sha256:a"));
+        ledger.commit(r).await.unwrap();
+        let mut r = record("2026-11-30T12:10:00Z");
+        r.pin = Some(pin("sha256:b"));
+        r.change = Some(change(1, "sha256:a", "sha256:b"));
+        r.outcome = Err(CheckFailure { reason: "tag_missing".into(), message: "gone".into() });
+        r.pending =
+            Some(HeldDigest { digest: "sha256:c".into(), since: parse_timestamp("2026-11-30T12:05:00Z").unwrap() });
+        r.events.push(Event::new(
+            "e1".into(),
+            builder_monitor_core::event::EventType::BuilderChanged,
+            "2026-11-30T12:10:00Z".into(),
+            builder_monitor_core::event::Subject { name: "b".into(), image: r.image.clone() },
+        ));
+        r.deliveries.push(DeliveryKey::new("e1", "hook"));
+        r.actions.push(NewAction {
+            key: "k1".into(),
+            change_id: "c1".into(),
+            image: "app".into(),
+            kind: ActionKind::Rebuild,
+            target: serde_json::json!({}),
+        });
+        ledger.commit(r).await.unwrap();
+        let at = |t: &str| parse_timestamp(t).unwrap();
+        ledger.claim_actions(at("2026-11-30T12:10:01.5009Z"), 1).await.unwrap();
+        ledger
+            .finish_action(
+                "k1",
+                ActionOutcome::Retry { next_attempt: at("2026-11-30T12:15:00.1239Z") },
+                "exit status 1".into(),
+                String::new(),
+                "b",
+                vec![],
+                vec![],
+                2,
+                at("2026-11-30T12:10:02Z"),
+            )
+            .await
+            .unwrap();
+        let retry = DeliveryUpdate::Retry { next_attempt: at("2026-11-30T12:20:00Z"), status: "HTTP 503".into() };
+        ledger.update_delivery("e1", "hook", retry, at("2026-11-30T12:11:00.25Z")).await.unwrap();
+        let path = ledger.path().to_path_buf();
+        drop(ledger);
+
+        let conn = Connection::open(&path).unwrap();
+        let text = |sql: &str| -> Vec<Option<String>> {
+            conn.query_row(sql, [], |r| (0..r.as_ref().column_count()).map(|i| r.get(i)).collect()).unwrap()
+        };
+        let some = |v: &[&str]| v.iter().map(|s| Some(s.to_string())).collect::<Vec<_>>();
+        assert_eq!(
+            text(
+                "SELECT pinned_since, first_seen, last_check, last_change, failing_since, pending_digest, pending_since FROM watches"
+            ),
+            some(&[
+                "2026-11-30T12:10:00Z",
+                "2026-11-30T12:00:00Z",
+                "2026-11-30T12:10:00Z",
+                "2026-11-30T12:01:00Z",
+                "2026-11-30T12:10:00Z",
+                "sha256:c",
+                "2026-11-30T12:05:00Z"
+            ])
+        );
+        assert_eq!(
+            text("SELECT first_seen, last_pinned FROM digests WHERE digest = 'sha256:b'"),
+            some(&["2026-11-30T12:10:00Z", "2026-11-30T12:10:00Z"])
+        );
+        assert_eq!(text("SELECT detected FROM changes"), some(&["2026-11-30T12:01:00Z"]));
+        assert_eq!(
+            text("SELECT state, next_attempt, created, updated FROM actions"),
+            some(&["pending", "2026-11-30T12:15:00.123Z", "2026-11-30T12:10:00.000Z", "2026-11-30T12:10:02.000Z"])
+        );
+        assert_eq!(
+            text("SELECT state, next_attempt, created, updated FROM deliveries"),
+            some(&["pending", "2026-11-30T12:20:00.000Z", "2026-11-30T12:10:00.000Z", "2026-11-30T12:11:00.250Z"])
+        );
+        drop(conn);
         std::fs::remove_dir_all(dir).unwrap();
     }
 

@@ -10,13 +10,14 @@ use super::reaction::Moved;
 use super::{CheckOutcome, Monitor, Watch};
 use crate::alert::outage;
 use crate::inspect;
-use crate::ledger::{LedgerError, WatchKind, WatchRecord};
+use crate::ledger::{DeliveryKey, LedgerError, WatchKind, WatchRecord};
 use crate::metrics::{BuilderLabels, ChangeLabels, CheckLabels, RegistryLabels};
 use crate::registry::RegistryError;
 use builder_monitor_core::cnb::{self, PinnedMetadata, RunImagePin, run_watch_name};
 use builder_monitor_core::event::{EventType, ImageAction};
 use builder_monitor_core::reference::ImageRef;
-use builder_monitor_core::schedule::{self, next_check, timestamp};
+use builder_monitor_core::schedule::{next_check, timestamp};
+use chrono::SubsecRound;
 
 impl Monitor {
     /// A check whose ledger failure is logged rather than returned.
@@ -91,7 +92,7 @@ impl Monitor {
                 continue;
             }
             for alert in crate::config::alerts::routes(&self.config.alerts, event) {
-                commit.deliveries.push((event.id.clone(), alert.to_string()));
+                commit.deliveries.push(DeliveryKey::new(event.id.clone(), alert));
             }
         }
         let registry = watch.image.registry().to_string();
@@ -103,11 +104,7 @@ impl Monitor {
         let decided = match &outcome {
             CheckOutcome::Failed(err) => outage::Outcome::Failed {
                 failures: failures + 1,
-                since: record
-                    .as_ref()
-                    .and_then(|r| r.failing_since.as_deref())
-                    .and_then(schedule::parse_timestamp)
-                    .unwrap_or_else(|| self.clock.now()),
+                since: record.as_ref().and_then(|r| r.failing_since).unwrap_or_else(|| self.clock.now()),
                 reason: err.reason().to_string(),
                 message: err.to_string(),
             },
@@ -168,14 +165,13 @@ impl Monitor {
             CheckOutcome::Failed(err) => {
                 let failures = record.map_or(0, |r| r.consecutive_failures);
                 // From the recorded check time, so the log and `status` name the same moment.
-                let checked = schedule::parse_timestamp(&timestamp(now)).unwrap_or(now);
+                let checked = now.trunc_subsecs(0);
                 let next_check = next_check(&watch.schedule, checked);
                 tracing::warn!(watch = %watch.name, image = %watch.image, reason = err.reason(), error = %err, consecutive_failures = failures + 1, next_check = next_check.as_deref().unwrap_or("when woken"), jitter = %humantime::format_duration(watch.jitter), "check failed; pin kept");
             }
             CheckOutcome::Held { digest } => {
-                let since =
-                    record.and_then(|r| r.pending.as_ref()).filter(|(d, _)| d == digest).map(|(_, s)| s.clone());
-                let since = since.unwrap_or_else(|| timestamp(now));
+                let since = record.and_then(|r| r.pending.as_ref()).filter(|p| p.digest == *digest).map(|p| p.since);
+                let since = timestamp(since.unwrap_or(now));
                 tracing::info!(watch = %watch.name, digest = %digest, since = %since, "new digest held back until it settles");
             }
             CheckOutcome::PlatformsUnchanged { digest } => {

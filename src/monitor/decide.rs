@@ -8,7 +8,9 @@ use chrono::{DateTime, SubsecRound, Utc};
 use super::{CheckOutcome, Watch};
 use crate::config::Platform;
 use crate::inspect::Observation;
-use crate::ledger::{ChangeRecord, CheckRecord, PinRecord, PinUpdate, WatchKind, WatchRecord};
+use crate::ledger::{
+    ChangeRecord, CheckFailure, CheckRecord, HeldDigest, PinRecord, PinUpdate, WatchKind, WatchRecord,
+};
 use crate::registry::RegistryError;
 use builder_monitor_core::cnb::{self, Change, PinnedMetadata};
 use builder_monitor_core::event::{self, CheckError, Event, EventType, Pin, Subject};
@@ -35,7 +37,7 @@ pub struct Decided {
 /// Whether the settle rule holds `digest` back at `now` (for a watch with a pin).
 pub fn holds(watch: &Watch, record: Option<&WatchRecord>, digest: &str, now: DateTime<Utc>) -> bool {
     let Some(record) = record.filter(|r| r.pin.is_some()) else { return false };
-    let pending = record.pending.as_ref().and_then(|(d, since)| Some((d.as_str(), schedule::parse_timestamp(since)?)));
+    let pending = record.pending.as_ref().map(|p| (p.digest.as_str(), p.since));
     matches!(schedule::settle(watch.settle, pending, digest, now), Settle::Hold { .. })
 }
 
@@ -87,13 +89,14 @@ pub fn decide(
     observed: Result<Observed, RegistryError>,
     now: DateTime<Utc>,
 ) -> Decided {
+    // To the second, as the events and `status` say it.
+    let now = now.trunc_subsecs(0);
     let time = timestamp(now);
     let mut commit = CheckRecord {
         watch: watch.name.clone(),
         kind: watch.kind,
         image: watch.image.to_string(),
-        // To the second, as `time` (the events' and status's) says it.
-        time: now.trunc_subsecs(0),
+        time: now,
         outcome: Ok(()),
         pin: None,
         pending: None,
@@ -107,7 +110,7 @@ pub fn decide(
     let observed = match observed {
         Err(err) => {
             if record.is_none_or(|r| r.consecutive_failures == 0) {
-                let since = record.and_then(|r| r.failing_since.clone()).unwrap_or_else(|| time.clone());
+                let since = timestamp(record.and_then(|r| r.failing_since).unwrap_or(now));
                 let mut e = event(failed_event_id(&watch.name, &since), EventType::CheckFailed);
                 e.current = record.and_then(|r| r.pin.as_ref()).map(pin_of);
                 e.error = Some(CheckError {
@@ -118,14 +121,14 @@ pub fn decide(
                 });
                 commit.events.push(e);
             }
-            commit.outcome = Err((err.reason().to_string(), err.to_string()));
+            commit.outcome = Err(CheckFailure { reason: err.reason().to_string(), message: err.to_string() });
             commit.pending = record.and_then(|r| r.pending.clone());
             return Decided { commit, outcome: CheckOutcome::Failed(err) };
         }
         Ok(observed) => observed,
     };
     if let Some(r) = record.filter(|r| r.consecutive_failures > 0) {
-        let since = r.failing_since.clone().unwrap_or_default();
+        let since = r.failing_since.map(timestamp).unwrap_or_default();
         let mut e = event(
             event::stable_id(&[&watch.name, EventType::CheckRecovered.as_str(), &since]),
             EventType::CheckRecovered,
@@ -144,10 +147,10 @@ pub fn decide(
         Observed::Head { digest } => {
             // Held since it was first seen, unless the tag moved on meanwhile (the clock restarts).
             let since = match record.and_then(|r| r.pending.as_ref()) {
-                Some((pending, since)) if *pending == digest => since.clone(),
-                _ => time.clone(),
+                Some(pending) if pending.digest == digest => pending.since,
+                _ => now,
             };
-            commit.pending = Some((digest.clone(), since));
+            commit.pending = Some(HeldDigest { digest: digest.clone(), since });
             return Decided { commit, outcome: CheckOutcome::Held { digest } };
         }
         Observed::Moved { observation, metadata, rollback } => (observation, metadata, rollback),
@@ -214,7 +217,7 @@ pub fn decide(
         current_reference: current.reference.clone(),
         change: change.clone(),
         rollback,
-        detected: time,
+        detected: now,
     });
     Decided {
         commit,

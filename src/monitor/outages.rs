@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::decide::{failed_event_id, new_event, pin_of};
 use super::{Monitor, Watch};
 use crate::alert::outage::{self, RegistryState};
-use crate::ledger::{CheckRecord, LedgerError, WatchRecord};
+use crate::ledger::{CheckFailure, CheckRecord, DeliveryKey, LedgerError, WatchRecord};
 use crate::metrics::RegistryLabels;
 use builder_monitor_core::event::{self, CheckError, Event, EventType, Subject};
 use builder_monitor_core::reference::ImageRef;
@@ -39,13 +39,14 @@ impl Monitor {
             .into_iter()
             .filter(|w| w.consecutive_failures > 0 && of_registry(&w.image))
             .collect();
-        let failed_ids: Vec<String> =
-            failing.iter().map(|w| failed_event_id(&w.name, w.failing_since.as_deref().unwrap_or_default())).collect();
+        let failed_ids: Vec<String> = failing
+            .iter()
+            .map(|w| failed_event_id(&w.name, &w.failing_since.map(timestamp).unwrap_or_default()))
+            .collect();
         let delivered = self.ledger.deliveries_of(failed_ids.clone()).await?;
         for (w, id) in failing.into_iter().zip(failed_ids) {
-            let told = delivered.iter().filter(|(e, _)| *e == id).map(|(_, a)| a.clone()).collect();
-            let since =
-                w.failing_since.as_deref().and_then(schedule::parse_timestamp).unwrap_or_else(|| self.clock.now());
+            let told = delivered.iter().filter(|d| d.event == id).map(|d| d.alert.clone()).collect();
+            let since = w.failing_since.unwrap_or_else(|| self.clock.now());
             state.failing.insert(
                 w.name.clone(),
                 outage::Failing {
@@ -72,7 +73,7 @@ impl Monitor {
             .collect();
         let delivered = self.ledger.deliveries_of(open.iter().map(|(e, _)| e.id.clone()).collect()).await?;
         for (e, o) in open {
-            let alerts = delivered.iter().filter(|(id, _)| *id == e.id).map(|(_, a)| a.clone()).collect();
+            let alerts = delivered.iter().filter(|d| d.event == e.id).map(|d| d.alert.clone()).collect();
             let since = schedule::parse_timestamp(&o.since).unwrap_or_else(|| self.clock.now());
             state.open.insert(
                 e.id.clone(),
@@ -113,11 +114,11 @@ impl Monitor {
                 None => {
                     // Recorded at the first failure; repeated (a no-op for the ledger) so the
                     // deliveries never name an event the ledger lacks.
-                    let since = record.and_then(|r| r.failing_since.clone()).unwrap_or_else(|| timestamp(commit.time));
+                    let since = timestamp(record.and_then(|r| r.failing_since).unwrap_or(commit.time));
                     let id = failed_event_id(&watch.name, &since);
                     let mut e = new_event(watch, &self.subjects(watch), id.clone(), EventType::CheckFailed, &since);
                     e.current = record.and_then(|r| r.pin.as_ref()).map(pin_of);
-                    if let Err((reason, message)) = &commit.outcome {
+                    if let Err(CheckFailure { reason, message }) = &commit.outcome {
                         e.error = Some(CheckError {
                             reason: reason.clone(),
                             message: message.clone(),
@@ -130,23 +131,23 @@ impl Monitor {
                     id
                 }
             };
-            commit.deliveries.extend(notices.failed.iter().map(|a| (id.clone(), a.clone())));
+            commit.deliveries.extend(notices.failed.iter().map(|a| DeliveryKey::new(id.clone(), a.clone())));
         }
         if let Some(id) = by_type(commit, EventType::CheckRecovered) {
-            commit.deliveries.extend(notices.recovered.iter().map(|a| (id.clone(), a.clone())));
+            commit.deliveries.extend(notices.recovered.iter().map(|a| DeliveryKey::new(id.clone(), a.clone())));
         }
         for (o, alerts) in &notices.unavailable {
             let e =
                 self.outage_event(registry, o, o.id.clone(), EventType::RegistryUnavailable, &timestamp(commit.time));
             tracing::warn!(registry, watches = o.watches.len(), since = %timestamp(o.since), reason = %o.reason, "registry unavailable: several watches fail together; alerts get one message for them");
-            commit.deliveries.extend(alerts.iter().map(|a| (e.id.clone(), a.clone())));
+            commit.deliveries.extend(alerts.iter().map(|a| DeliveryKey::new(e.id.clone(), a.clone())));
             commit.events.push(e);
         }
         for (o, alerts) in &notices.ended {
             let e =
                 self.outage_event(registry, o, o.recovered_id(), EventType::RegistryRecovered, &timestamp(commit.time));
             tracing::info!(registry, since = %timestamp(o.since), "registry outage over: none of its watches fails any more");
-            commit.deliveries.extend(alerts.iter().map(|a| (e.id.clone(), a.clone())));
+            commit.deliveries.extend(alerts.iter().map(|a| DeliveryKey::new(e.id.clone(), a.clone())));
             commit.events.push(e);
         }
     }

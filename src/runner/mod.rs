@@ -17,12 +17,12 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ExecSettings, RunnerKind};
-use crate::ledger::{ActionEnd, ActionOutcome, ClaimedAction, Ledger, LedgerError};
+use crate::ledger::{ActionEnd, ActionOutcome, ClaimedAction, DeliveryKey, Ledger, LedgerError};
 use crate::schedule::Clock;
 use crate::worker::{self, Work};
 use builder_monitor_core::event::{self, ActionInfo, Event, EventType, Subject};
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
-use builder_monitor_core::schedule::{parse_timestamp, timestamp, timestamp_millis};
+use builder_monitor_core::schedule::{timestamp, timestamp_millis};
 use kubernetes::ActionRef;
 
 /// Why the runner cannot be set up or start, or cannot make or submit the object that carries out
@@ -297,12 +297,9 @@ impl Runner {
 
     async fn until_next_due(&self) -> Duration {
         match self.ledger.next_action_at().await {
-            Ok(Some(next)) => match parse_timestamp(&next) {
-                Some(at) => {
-                    (at - self.clock.now()).to_std().unwrap_or(Duration::ZERO).clamp(Duration::from_millis(10), IDLE)
-                }
-                None => IDLE,
-            },
+            Ok(Some(at)) => {
+                (at - self.clock.now()).to_std().unwrap_or(Duration::ZERO).clamp(Duration::from_millis(10), IDLE)
+            }
             _ => IDLE,
         }
     }
@@ -312,7 +309,7 @@ impl Runner {
         if free == 0 {
             return 0;
         }
-        let claimed = match self.ledger.claim_actions(timestamp_millis(self.clock.now()), free).await {
+        let claimed = match self.ledger.claim_actions(self.clock.now(), free).await {
             Ok(claimed) => claimed,
             Err(err) => {
                 tracing::error!(error = %err, "cannot claim actions");
@@ -365,11 +362,13 @@ impl Runner {
         e
     }
 
-    fn routed(&self, events: &[Event]) -> Vec<(String, String)> {
+    fn routed(&self, events: &[Event]) -> Vec<DeliveryKey> {
         events
             .iter()
             .flat_map(|e| {
-                crate::config::alerts::routes(&self.config.alerts, e).into_iter().map(|a| (e.id.clone(), a.to_string()))
+                crate::config::alerts::routes(&self.config.alerts, e)
+                    .into_iter()
+                    .map(|a| DeliveryKey::new(e.id.clone(), a))
             })
             .collect()
     }
@@ -425,7 +424,7 @@ impl Runner {
                 .saturating_mul(1u32 << (action.attempt - 1).min(16))
                 .min(crate::config::MAX_DURATION);
             let next = self.clock.now() + chrono::Duration::from_std(wait).unwrap_or_default();
-            (ActionOutcome::Retry { next_attempt: timestamp_millis(next) }, None)
+            (ActionOutcome::Retry { next_attempt: next }, None)
         } else {
             let t = if action.kind == ActionKind::Rebuild { EventType::BuildFailed } else { EventType::RebaseFailed };
             (ActionOutcome::Failed, Some(t))
@@ -458,7 +457,7 @@ impl Runner {
                 tracing::info!(action = %action.key, image = %action.image, kind = action.kind.as_str(), "action succeeded")
             }
             ActionOutcome::Retry { next_attempt } => {
-                tracing::warn!(action = %action.key, image = %action.image, detail = %outcome.detail, attempt = action.attempt, next_attempt = %next_attempt, "action failed; will retry")
+                tracing::warn!(action = %action.key, image = %action.image, detail = %outcome.detail, attempt = action.attempt, next_attempt = %timestamp_millis(next_attempt), "action failed; will retry")
             }
             ActionOutcome::Failed => {
                 tracing::error!(action = %action.key, image = %action.image, detail = %outcome.detail, attempts = action.attempt, "action failed for good")

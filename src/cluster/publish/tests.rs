@@ -1,8 +1,13 @@
 use serde_json::json;
 
 use super::*;
-use crate::ledger::{PinRecord, WatchKind};
+use crate::ledger::{HeldDigest, PinRecord, WatchKind};
 use builder_monitor_core::cnb::Change;
+use builder_monitor_core::schedule::parse_timestamp;
+
+fn at(text: &str) -> chrono::DateTime<chrono::Utc> {
+    parse_timestamp(text).unwrap()
+}
 
 fn record() -> WatchRecord {
     WatchRecord {
@@ -14,7 +19,7 @@ fn record() -> WatchRecord {
             reference: "registry.test/builder@sha256:bb".into(),
             media_type: "application/vnd.oci.image.index.v1+json".into(),
             platforms: Default::default(),
-            since: "2026-11-30T10:00:00Z".into(),
+            since: at("2026-11-30T10:00:00Z"),
         }),
         metadata: Some(json!({
             "platforms": {
@@ -29,8 +34,8 @@ fn record() -> WatchRecord {
             },
             "run_image": { "image": "registry.test/run:base", "reference": "registry.test/run@sha256:r1" }
         })),
-        first_seen: "2026-11-30T09:00:00Z".into(),
-        last_check: Some("2026-11-30T10:05:00Z".into()),
+        first_seen: at("2026-11-30T09:00:00Z"),
+        last_check: Some(at("2026-11-30T10:05:00Z")),
         last_ok: Some(true),
         last_error_reason: None,
         last_error: None,
@@ -53,13 +58,13 @@ fn change() -> ChangeRecord {
         current_reference: "registry.test/builder@sha256:bb".into(),
         change: serde_json::from_value::<Change>(json!({ "kind": "rebuild", "reasons": ["BUILDPACK"] })).unwrap(),
         rollback: false,
-        detected: "2026-11-30T10:00:00Z".into(),
+        detected: at("2026-11-30T10:00:00Z"),
     }
 }
 
 fn input<'a>(
     record: Option<&'a WatchRecord>,
-    history: &'a [(String, String)],
+    history: &'a [PinnedDigest],
     change: Option<&'a ChangeRecord>,
 ) -> StatusInput<'a> {
     StatusInput {
@@ -77,8 +82,12 @@ fn input<'a>(
 fn a_pinned_builder_publishes_its_pin_metadata_and_history() {
     let record = record();
     let change = change();
-    let history: Vec<(String, String)> =
-        (0..12).map(|i| (format!("sha256:{i:02}"), format!("2026-11-{:02}T00:00:00Z", 30 - i))).collect();
+    let history: Vec<PinnedDigest> = (0..12)
+        .map(|i| PinnedDigest {
+            digest: format!("sha256:{i:02}"),
+            first_seen: at(&format!("2026-11-{:02}T00:00:00Z", 30 - i)),
+        })
+        .collect();
     let status = status_of(&input(Some(&record), &history, Some(&change)));
     assert_eq!(status.latest_image.as_deref(), Some("registry.test/builder@sha256:bb"));
     assert_eq!(
@@ -93,6 +102,7 @@ fn a_pinned_builder_publishes_its_pin_metadata_and_history() {
     assert_eq!(status.builder_metadata[0].version.as_deref(), Some("4.1.0"));
     assert_eq!(status.history.len(), HISTORY, "history is cut to the last {HISTORY}");
     assert_eq!(status.history[0].digest, "sha256:00");
+    assert_eq!(status.history[1].first_seen, "2026-11-29T00:00:00Z");
     let last = status.last_change.expect("last change");
     assert_eq!((last.kind.as_str(), last.reasons.as_slice()), ("rebuild", ["BUILDPACK".to_string()].as_slice()));
     assert_eq!(status.last_change_time.as_deref(), Some("2026-11-30T10:00:00Z"));
@@ -129,10 +139,14 @@ fn a_failed_check_is_ready_false_with_a_reason_and_keeps_the_pin() {
 #[test]
 fn a_settling_digest_is_not_up_to_date() {
     let mut record = record();
-    record.pending = Some(("sha256:cc".into(), "2026-11-30T10:04:00Z".into()));
+    record.pending = Some(HeldDigest { digest: "sha256:cc".into(), since: at("2026-11-30T10:04:00Z") });
     let status = status_of(&input(Some(&record), &[], None));
     assert_eq!(status.conditions[1].status, "False");
     assert_eq!(status.conditions[1].reason.as_deref(), Some("Settling"));
+    assert_eq!(
+        status.conditions[1].message.as_deref(),
+        Some("the tag moved to sha256:cc (seen since 2026-11-30T10:04:00Z); waiting for it to settle")
+    );
 }
 
 #[test]

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::*;
-use crate::ledger::WatchKind;
+use crate::ledger::{CheckFailure, HeldDigest, WatchKind};
 use builder_monitor_core::cnb::ChangeKind;
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::schedule::{Schedule, parse_timestamp};
@@ -17,6 +17,10 @@ const T1: &str = "2026-11-30T12:10:00Z";
 
 fn at(text: &str) -> DateTime<Utc> {
     parse_timestamp(text).unwrap()
+}
+
+fn held(digest: &str, since: &str) -> Option<HeldDigest> {
+    Some(HeldDigest { digest: digest.into(), since: at(since) })
 }
 
 fn watch(kind: WatchKind) -> Watch {
@@ -54,11 +58,11 @@ fn pinned(w: &Watch, digest: &str) -> WatchRecord {
             reference: w.image.pinned(digest),
             media_type: "application/vnd.oci.image.index.v1+json".into(),
             platforms: platforms("sha256:amd64-1", "sha256:arm64-1"),
-            since: T0.into(),
+            since: at(T0),
         }),
         metadata: Some(serde_json::json!({"platforms": {}})),
-        first_seen: T0.into(),
-        last_check: Some(T0.into()),
+        first_seen: at(T0),
+        last_check: Some(at(T0)),
         last_ok: Some(true),
         last_error_reason: None,
         last_error: None,
@@ -116,7 +120,7 @@ fn a_run_image_is_pinned_without_an_event() {
 fn an_unchanged_tag_records_only_the_check() {
     let w = watch(WatchKind::Builder);
     let mut record = pinned(&w, A);
-    record.pending = Some((B.into(), T0.into()));
+    record.pending = held(B, T0);
     let d = decide(&w, &subjects(), Some(&record), Ok(Observed::Unchanged), at(T1));
     assert!(matches!(d.outcome, CheckOutcome::Unchanged));
     assert!(d.commit.pin.is_none() && d.commit.change.is_none() && d.commit.events.is_empty());
@@ -177,15 +181,15 @@ fn settle_holds_a_new_digest_keeps_its_start_and_restarts_when_the_tag_moves_on(
     // Settling: first sight of B.
     let d = decide(&w, &subjects(), Some(&record), Ok(Observed::Head { digest: B.into() }), at(T0));
     assert!(matches!(&d.outcome, CheckOutcome::Held { digest } if digest == B));
-    assert_eq!(d.commit.pending, Some((B.to_string(), T0.to_string())));
+    assert_eq!(d.commit.pending, held(B, T0));
     assert!(d.commit.pin.is_none() && d.commit.events.is_empty() && d.commit.change.is_none());
     // Held: B again, still counted from its first sight.
     record.pending = d.commit.pending.clone();
     let d = decide(&w, &subjects(), Some(&record), Ok(Observed::Head { digest: B.into() }), at(T1));
-    assert_eq!(d.commit.pending, Some((B.to_string(), T0.to_string())));
+    assert_eq!(d.commit.pending, held(B, T0));
     // Reset: the tag moved on to C; its clock starts now.
     let d = decide(&w, &subjects(), Some(&record), Ok(Observed::Head { digest: C.into() }), at(T1));
-    assert_eq!(d.commit.pending, Some((C.to_string(), T1.to_string())));
+    assert_eq!(d.commit.pending, held(C, T1));
     // Settled: observe inspected it, so it is a move and the pending digest is cleared.
     let d = decide(&w, &subjects(), Some(&record), Ok(moved(B, false)), at(T1));
     assert!(matches!(d.outcome, CheckOutcome::Changed { .. }));
@@ -199,7 +203,7 @@ fn settle_decides_what_observe_inspects() {
     let mut record = pinned(&w, A);
     assert!(!holds(&w, None, B, at(T0)), "nothing to hold against before the first pin");
     assert!(holds(&w, Some(&record), B, at(T0)));
-    record.pending = Some((B.into(), T0.into()));
+    record.pending = held(B, T0);
     assert!(holds(&w, Some(&record), B, at("2026-11-30T12:29:59Z")));
     assert!(!holds(&w, Some(&record), B, at("2026-11-30T12:30:00Z")));
     assert!(holds(&w, Some(&record), C, at("2026-11-30T12:30:00Z")), "another digest starts over");
@@ -237,10 +241,13 @@ fn an_index_move_that_leaves_the_watched_platforms_advances_the_pin_without_a_ch
 fn the_first_failure_is_an_event_and_later_ones_of_the_streak_are_not() {
     let w = watch(WatchKind::Builder);
     let mut record = pinned(&w, A);
-    record.pending = Some((B.into(), T0.into()));
+    record.pending = held(B, T0);
     let d = decide(&w, &subjects(), Some(&record), Err(unavailable()), at(T1));
     assert!(matches!(d.outcome, CheckOutcome::Failed(RegistryError::Unavailable { .. })));
-    assert_eq!(d.commit.outcome, Err(("registry_unavailable".to_string(), unavailable().to_string())));
+    assert_eq!(
+        d.commit.outcome,
+        Err(CheckFailure { reason: "registry_unavailable".into(), message: unavailable().to_string() })
+    );
     assert!(d.commit.pin.is_none() && d.commit.change.is_none());
     assert_eq!(d.commit.pending, record.pending, "a failure keeps a held digest");
     assert_eq!(types(&d), [EventType::CheckFailed]);
@@ -251,7 +258,7 @@ fn the_first_failure_is_an_event_and_later_ones_of_the_streak_are_not() {
     assert_eq!(e.current.as_ref().unwrap().digest, A, "the pin is kept");
 
     record.consecutive_failures = 2;
-    record.failing_since = Some(T0.into());
+    record.failing_since = Some(at(T0));
     let d = decide(&w, &subjects(), Some(&record), Err(unavailable()), at(T1));
     assert!(matches!(d.outcome, CheckOutcome::Failed(_)));
     assert!(d.commit.events.is_empty(), "one event per streak");
@@ -263,7 +270,7 @@ fn a_success_after_failures_is_a_recovery() {
     let w = watch(WatchKind::Builder);
     let mut record = pinned(&w, A);
     record.consecutive_failures = 3;
-    record.failing_since = Some(T0.into());
+    record.failing_since = Some(at(T0));
     record.last_error_reason = Some("registry_unavailable".into());
     record.last_error = Some("connection refused".into());
     let d = decide(&w, &subjects(), Some(&record), Ok(Observed::Unchanged), at(T1));

@@ -669,18 +669,8 @@ impl KubeLedger {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub async fn finish_action(
-        &self,
-        key: &str,
-        outcome: ActionOutcome,
-        detail: String,
-        output_tail: String,
-        watch: &str,
-        events: Vec<Event>,
-        deliveries: Vec<DeliveryKey>,
-        history: usize,
-        at: DateTime<Utc>,
-    ) -> Result<(), LedgerError> {
+    pub async fn finish_action(&self, end: ActionEnd<'_>) -> Result<(), LedgerError> {
+        let ActionEnd { key, outcome, detail, output_tail, watch, events, deliveries, history, now: at } = end;
         let holder = self.holder(|d| d.actions.iter().any(|a| a.key == key)).await?;
         let now = at.trunc_subsecs(3);
         let seq = self.seq.clone();

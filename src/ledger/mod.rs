@@ -649,9 +649,8 @@ impl Ledger {
 
     /// Records an attempt's end and its events (with their outbox rows) in one write.
     pub async fn finish_action(&self, end: ActionEnd<'_>) -> Result<(), LedgerError> {
-        let ActionEnd { key, outcome, detail, output_tail, watch, events, deliveries, history, now } = end;
-        let added = !deliveries.is_empty();
-        dispatch!(self, finish_action(key, outcome, detail, output_tail, watch, events, deliveries, history, now))?;
+        let added = !end.deliveries.is_empty();
+        dispatch!(self, finish_action(end))?;
         self.signal(added, false);
         Ok(())
     }

@@ -368,18 +368,8 @@ impl SqliteLedger {
 
     /// Records an attempt's end and its events (with their outbox rows) in one transaction.
     #[allow(clippy::too_many_arguments)]
-    pub async fn finish_action(
-        &self,
-        key: &str,
-        outcome: ActionOutcome,
-        detail: String,
-        output_tail: String,
-        watch: &str,
-        events: Vec<Event>,
-        deliveries: Vec<DeliveryKey>,
-        history: usize,
-        now: DateTime<Utc>,
-    ) -> Result<(), LedgerError> {
+    pub async fn finish_action(&self, end: ActionEnd<'_>) -> Result<(), LedgerError> {
+        let ActionEnd { key, outcome, detail, output_tail, watch, events, deliveries, history, now } = end;
         let (key, watch) = (key.to_string(), watch.to_string());
         self.with(move |conn| {
             let updated = timestamp_millis(now);
@@ -1209,17 +1199,17 @@ mod tests {
         let at = |t: &str| parse_timestamp(t).unwrap();
         ledger.claim_actions(at("2026-11-30T12:10:01.5009Z"), 1).await.unwrap();
         ledger
-            .finish_action(
-                "k1",
-                ActionOutcome::Retry { next_attempt: at("2026-11-30T12:15:00.1239Z") },
-                "exit status 1".into(),
-                String::new(),
-                "b",
-                vec![],
-                vec![],
-                2,
-                at("2026-11-30T12:10:02Z"),
-            )
+            .finish_action(ActionEnd {
+                key: "k1",
+                outcome: ActionOutcome::Retry { next_attempt: at("2026-11-30T12:15:00.1239Z") },
+                detail: "exit status 1".into(),
+                output_tail: String::new(),
+                watch: "b",
+                events: vec![],
+                deliveries: vec![],
+                history: 2,
+                now: at("2026-11-30T12:10:02Z"),
+            })
             .await
             .unwrap();
         let retry = DeliveryUpdate::Retry { next_attempt: at("2026-11-30T12:20:00Z"), status: "HTTP 503".into() };

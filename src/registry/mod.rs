@@ -284,7 +284,10 @@ enum Fetch {
 enum Payload {
     Empty,
     /// Sent again on a retry.
-    Bytes { bytes: bytes::Bytes, content_type: String },
+    Bytes {
+        bytes: bytes::Bytes,
+        content_type: String,
+    },
     /// Sent once: a failure is not retried (the bytes are gone).
     Stream(Mutex<Option<reqwest::Body>>),
 }
@@ -735,7 +738,9 @@ impl Endpoint {
                             continue;
                         }
                         StatusCode::UNAUTHORIZED if once => {
-                            return Err(self.unauthorized(format!("{method} {path} answered HTTP 401 to a streamed upload")));
+                            return Err(
+                                self.unauthorized(format!("{method} {path} answered HTTP 401 to a streamed upload"))
+                            );
                         }
                         StatusCode::UNAUTHORIZED => {
                             return Err(

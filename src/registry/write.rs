@@ -97,7 +97,8 @@ impl Registry {
             payload: Payload::Empty,
             timeout: Some(timeout),
         };
-        let response = source_endpoint.send_to(Method::GET, source_endpoint.api_url(&Method::GET, &path)?, call).await?;
+        let response =
+            source_endpoint.send_to(Method::GET, source_endpoint.api_url(&Method::GET, &path)?, call).await?;
         match response.status() {
             s if s.is_success() => {}
             StatusCode::NOT_FOUND => {
@@ -380,10 +381,8 @@ impl http_body::Body for Verified {
             None => {
                 let actual = format!("sha256:{}", hex::encode(std::mem::take(&mut this.hasher).finalize()));
                 if this.seen != this.size {
-                    return this.fail(format!(
-                        "blob {} is {} bytes, its manifest says {}",
-                        this.digest, this.seen, this.size
-                    ));
+                    return this
+                        .fail(format!("blob {} is {} bytes, its manifest says {}", this.digest, this.seen, this.size));
                 }
                 if actual != this.digest {
                     return this.fail(format!("blob body hashes to {actual}, not {}", this.digest));

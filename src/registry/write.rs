@@ -397,6 +397,51 @@ impl http_body::Body for Verified {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http_body::Body as _;
+
+    /// Drains a verified body as hyper would: the outcome, or the error that ends the stream.
+    async fn drain(bytes: &'static [u8], digest: &str, size: u64) -> (Result<u64, String>, Option<String>) {
+        let outcome = Arc::new(Mutex::new(None));
+        let mut body = Verified {
+            inner: reqwest::Body::from(bytes),
+            hasher: Sha256::new(),
+            seen: 0,
+            size,
+            digest: digest.to_string(),
+            outcome: outcome.clone(),
+        };
+        let mut failure = None;
+        loop {
+            match std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    failure = Some(e.to_string());
+                    break;
+                }
+                None => break,
+            }
+        }
+        let outcome = outcome.lock().unwrap().take().expect("an outcome is recorded");
+        (outcome, failure)
+    }
+
+    #[tokio::test]
+    async fn a_copied_blob_must_hash_to_its_digest_and_have_its_size() {
+        let data = b"layer bytes";
+        let digest = sha256_digest(data);
+        assert_eq!(drain(data, &digest, data.len() as u64).await, (Ok(data.len() as u64), None));
+
+        let other = sha256_digest(b"other bytes");
+        let (outcome, failure) = drain(data, &other, data.len() as u64).await;
+        let problem = outcome.unwrap_err();
+        assert!(problem.contains(&format!("hashes to {digest}, not {other}")), "{problem}");
+        assert_eq!(failure.as_deref(), Some(problem.as_str()), "the stream fails, so the upload never completes");
+
+        let (outcome, _) = drain(data, &digest, 4).await;
+        assert!(outcome.unwrap_err().contains("longer than the 4 bytes"));
+        let (outcome, _) = drain(data, &digest, 100).await;
+        assert!(outcome.unwrap_err().contains("is 11 bytes, its manifest says 100"));
+    }
 
     #[test]
     fn error_bodies_give_code_and_message() {

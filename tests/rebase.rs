@@ -15,6 +15,7 @@ use builder_monitor::rebase::{RebaseError, RebaseReport, RebaseRequest, rebase};
 use builder_monitor::registry::{BlobTransfer, Registry, RegistryError};
 use builder_monitor_core::reference::ImageRef;
 use support::app::{self, App, PushedImage, RunImage};
+use support::daemon::{Workspace, run_with_env};
 use support::images::{Format, Pusher, sha256};
 use support::proxy::{Fault, Proxy};
 use support::registry::{Auth, TestRegistry};
@@ -479,4 +480,71 @@ async fn across_two_registries_the_layers_are_copied_and_verified() {
     }
     let expected: Vec<String> = v2.layers.iter().chain(&built.layers).map(|l| l.digest.clone()).collect();
     assert_eq!(layer_digests(&manifest), expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_rebases_with_credentials_from_the_config_and_exits_1_on_a_refusal() {
+    let tokens = TokenServer::start(Some(("testuser", "testpass")), 300).await;
+    let registry = TestRegistry::start_with(Auth::Token { realm: tokens.realm.clone() });
+    let host = registry.host.clone();
+    let pusher = Pusher::with_basic(&host, "testuser", "testpass");
+    let v1 = RunImage::jammy("v1", 2);
+    let v1_pushed = app::push_run(&pusher, "run", Some("latest"), &v1, Format::Oci).await;
+    let on_v1 = App::on(&v1, &format!("{host}/run:latest"), &format!("{host}/run@{}", v1_pushed.digest));
+    let web = app::push_app(&pusher, "apps/web", Some("1"), &on_v1, Format::Oci).await;
+    let locked = on_v1.clone().label("io.buildpacks.rebasable", "false");
+    let locked = app::push_app(&pusher, "apps/locked", Some("1"), &locked, Format::Oci).await;
+    app::push_run(&pusher, "run", Some("latest"), &RunImage::jammy("v2", 3), Format::Oci).await;
+
+    let workspace = Workspace::new();
+    let config = workspace.config(&format!(
+        "[registries.\"{host}\"]\nrequests_per_second = 0\nusername = \"testuser\"\npassword_env = \"BM_TEST_REGISTRY_PASSWORD\"\n"
+    ));
+    let config = config.to_str().unwrap().to_string();
+    let run_image = format!("{host}/run:latest");
+    let cli = move |args: Vec<String>| {
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let cwd = std::env::temp_dir();
+            run_with_env(&args, &[("BM_TEST_REGISTRY_PASSWORD", "testpass")], &cwd)
+        })
+    };
+    let args = |app: &str, extra: &[&str]| -> Vec<String> {
+        let mut a = vec!["rebase".to_string(), format!("{host}/{app}"), "--run-image".into(), run_image.clone()];
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let reader = client(&[&host]);
+
+    // Anonymous (no --config): the token server grants no push.
+    let out = cli(args("apps/web:1", &[])).await.unwrap();
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("unauthorized"), "{}", out.stderr);
+    assert_eq!(tag_digest(&reader, &format!("{host}/apps/web:1")).await, web.digest);
+
+    // A refusal: exit 1, the reason, nothing written.
+    let out = cli(args("apps/locked:1", &["--config", &config])).await.unwrap();
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("io.buildpacks.rebasable is false"), "{}", out.stderr);
+    assert_eq!(tag_digest(&reader, &format!("{host}/apps/locked:1")).await, locked.digest);
+
+    // A dry run says what would happen.
+    let out = cli(args("apps/web:1", &["--config", &config, "--dry-run"])).await.unwrap();
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("dry run: nothing written"), "{}", out.stdout);
+    assert!(out.stdout.contains("linux/amd64: 2 run image layers replaced by 3, 4 app layers kept"), "{}", out.stdout);
+    assert_eq!(tag_digest(&reader, &format!("{host}/apps/web:1")).await, web.digest);
+
+    let out = cli(args("apps/web:1", &["--config", &config, "--json"])).await.unwrap();
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let report: Value = serde_json::from_str(&out.stdout).unwrap();
+    let now = tag_digest(&reader, &format!("{host}/apps/web:1")).await;
+    assert_eq!(report["digest"], now);
+    assert_eq!(report["previous"], web.digest);
+    assert_eq!(report["blobs"]["mounted"], 3);
+    assert!(!out.stderr.contains("testpass") && !out.stdout.contains("testpass"));
+
+    let out = cli(args("apps/web:1", &["--config", &config])).await.unwrap();
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("already on"), "{}", out.stdout);
 }

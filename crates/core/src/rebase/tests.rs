@@ -732,6 +732,14 @@ fn select_platform_picks_the_matching_child() {
         refusal.to_string(),
         "the run image has no linux/s390x image (it has linux/amd64, linux/arm/v6, linux/arm/v7, linux/arm64, unknown/unknown)"
     );
+    // An exact variant wins over a child that names none, wherever it stands.
+    let (bare, exact) = (sha("bare arm"), sha("exact arm"));
+    let mixed = index(json!([
+        entry(&bare, json!({"os": "linux", "architecture": "arm"})),
+        entry(&exact, json!({"os": "linux", "architecture": "arm", "variant": "v7"})),
+    ]));
+    assert_eq!(select_platform(&mixed, &platform("linux", "arm", Some("v7"))).unwrap(), exact);
+    assert_eq!(select_platform(&mixed, &platform("linux", "arm", Some("v6"))).unwrap(), bare);
     let only_v6 = index(json!([entry(&v6, json!({"os": "linux", "architecture": "arm", "variant": "v6"}))]));
     assert!(select_platform(&only_v6, &platform("linux", "arm", Some("v7"))).is_err());
     assert!(select_platform(b"{}", &platform("linux", "amd64", None)).is_err());

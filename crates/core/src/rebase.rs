@@ -295,7 +295,7 @@ fn blob(descriptor: &Map<String, Value>, what: &'static str) -> Result<Blob, Ref
 }
 
 /// The config's `config` object (Env, Labels…), if any.
-fn container_config<'a>(config: &'a Map<String, Value>, side: Side) -> Result<Option<&'a Map<String, Value>>, Refusal> {
+fn container_config(config: &Map<String, Value>, side: Side) -> Result<Option<&Map<String, Value>>, Refusal> {
     match config.get("config") {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Object(c)) => Ok(Some(c)),
@@ -699,7 +699,7 @@ pub fn config_platform(config: &[u8]) -> Result<Platform, Refusal> {
 
 /// `arm64` images are `v8` whether or not they say so (containerd's normalisation).
 fn normal_variant<'a>(architecture: &str, variant: Option<&'a str>) -> Option<&'a str> {
-    variant.filter(|v| !v.is_empty() && !(architecture == "arm64" && *v == "v8"))
+    variant.filter(|v| !(v.is_empty() || (architecture == "arm64" && *v == "v8")))
 }
 
 /// The child of a run image index matching `platform` (os, architecture, variant): its digest. An

@@ -229,6 +229,10 @@ fn read_image(manifest_bytes: &[u8], config_bytes: &[u8], side: Side) -> Result<
     if manifest.get("schemaVersion").and_then(Value::as_u64) != Some(2) {
         return malformed(what, "schemaVersion is not 2");
     }
+    let declared = manifest.get("mediaType").and_then(Value::as_str);
+    if declared == Some(OCI_INDEX) || declared == Some(DOCKER_LIST) || manifest.contains_key("manifests") {
+        return malformed(what, "an index, not a single-platform manifest");
+    }
     let config_descriptor = match manifest.get("config") {
         Some(Value::Object(d)) => d,
         _ => return malformed(what, "no config descriptor"),
@@ -236,9 +240,6 @@ fn read_image(manifest_bytes: &[u8], config_bytes: &[u8], side: Side) -> Result<
     let (kind, media_type) = match manifest.get("mediaType") {
         Some(Value::String(t)) if t == OCI_MANIFEST => (ManifestKind::Oci, t.clone()),
         Some(Value::String(t)) if t == DOCKER_MANIFEST => (ManifestKind::Docker, t.clone()),
-        Some(Value::String(t)) if t == OCI_INDEX || t == DOCKER_LIST => {
-            return malformed(what, "an index, not a single-platform manifest");
-        }
         Some(Value::String(t)) => return malformed(what, format!("unsupported media type {t}")),
         // OCI makes the field optional; Docker v2 always sets it.
         None | Some(Value::Null) => {
@@ -294,7 +295,7 @@ fn blob(descriptor: &Map<String, Value>, what: &'static str) -> Result<Blob, Ref
 }
 
 /// The config's `config` object (Env, Labels…), if any.
-fn container_config<'a>(config: &'a Map<String, Value>, side: Side) -> Result<Option<&'a Map<String, Value>>, Refusal> {
+fn container_config(config: &Map<String, Value>, side: Side) -> Result<Option<&Map<String, Value>>, Refusal> {
     match config.get("config") {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Object(c)) => Ok(Some(c)),
@@ -698,7 +699,7 @@ pub fn config_platform(config: &[u8]) -> Result<Platform, Refusal> {
 
 /// `arm64` images are `v8` whether or not they say so (containerd's normalisation).
 fn normal_variant<'a>(architecture: &str, variant: Option<&'a str>) -> Option<&'a str> {
-    variant.filter(|v| !v.is_empty() && !(architecture == "arm64" && *v == "v8"))
+    variant.filter(|v| !(v.is_empty() || (architecture == "arm64" && *v == "v8")))
 }
 
 /// The child of a run image index matching `platform` (os, architecture, variant): its digest. An

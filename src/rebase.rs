@@ -253,8 +253,11 @@ pub async fn rebase(registry: &Registry, request: &RebaseRequest) -> Result<Reba
         return Ok(report);
     }
 
-    let transfers: Vec<BlobTransfer> = futures::stream::iter(&base_blobs)
-        .map(|blob| registry.ensure_blob(app, run, &blob.digest, blob.size))
+    // Owned items: a closure taking `&Blob` makes a future that is not `Send` for every lifetime,
+    // and the daemon runs rebases on spawned tasks.
+    let wanted: Vec<(String, u64)> = base_blobs.iter().map(|b| (b.digest.clone(), b.size)).collect();
+    let transfers: Vec<BlobTransfer> = futures::stream::iter(wanted)
+        .map(|(digest, size)| async move { registry.ensure_blob(app, run, &digest, size).await })
         .buffered(BLOB_CONCURRENCY)
         .try_collect()
         .await?;

@@ -21,6 +21,9 @@ pub struct Seen {
     pub at: Instant,
     pub injected: bool,
     pub authorization: bool,
+    /// Body bytes of the request and of the answer (0 for what the proxy answered itself).
+    pub sent: usize,
+    pub received: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -80,6 +83,9 @@ struct Shared {
     /// While set, every request is answered with this status (an outage).
     down: Mutex<Option<u16>>,
     hang: AtomicBool,
+    /// Forward the client's Host header, so the registry's absolute URLs and notifications name
+    /// the proxy (as they would name a load balancer in front of it).
+    preserve_host: AtomicBool,
     /// Releases hanging requests when the proxy is dropped.
     closed: CancellationToken,
 }
@@ -102,6 +108,7 @@ impl Proxy {
             redirect: Mutex::new(None),
             down: Mutex::new(None),
             hang: AtomicBool::new(false),
+            preserve_host: AtomicBool::new(false),
             closed: CancellationToken::new(),
         });
         let app = axum::Router::new().fallback(handle).with_state(shared.clone());
@@ -129,6 +136,10 @@ impl Proxy {
     }
 
     /// While on, every request is accepted and read but never answered (recorded with status 0).
+    pub fn preserve_host(&self, on: bool) {
+        self.shared.preserve_host.store(on, Ordering::SeqCst);
+    }
+
     pub fn hang(&self, on: bool) {
         self.shared.hang.store(on, Ordering::SeqCst);
     }
@@ -157,16 +168,19 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     let method = request.method().to_string();
     let path = request.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
     let authorization = request.headers().contains_key("authorization");
-    let record = |status: u16, injected: bool| {
+    let record_bytes = |status: u16, injected: bool, at: Instant, sent: usize, received: usize| {
         shared.seen.lock().unwrap().push(Seen {
             method: method.clone(),
             path: path.clone(),
             status,
-            at: Instant::now(),
+            at,
             injected,
             authorization,
+            sent,
+            received,
         });
     };
+    let record = |status: u16, injected: bool| record_bytes(status, injected, Instant::now(), 0, 0);
     if shared.hang.load(Ordering::SeqCst) {
         record(0, true);
         shared.closed.cancelled().await;
@@ -220,11 +234,12 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     }
     let mut forward = shared.client.request(request.method().clone(), format!("{}{path}", shared.upstream));
     for (name, value) in request.headers() {
-        if name != "host" {
+        if name != "host" || shared.preserve_host.load(Ordering::SeqCst) {
             forward = forward.header(name, value);
         }
     }
     let body = axum::body::to_bytes(request.into_body(), 64 << 20).await.unwrap_or_default();
+    let sent = body.len();
     let upstream = match forward.body(body).send().await {
         Ok(r) => r,
         Err(e) => {
@@ -235,9 +250,10 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         }
     };
     let status = upstream.status();
-    record(status.as_u16(), false);
+    let answered = Instant::now();
     let headers = upstream.headers().clone();
     let bytes = upstream.bytes().await.unwrap_or_default();
+    record_bytes(status.as_u16(), false, answered, sent, bytes.len());
     let mut response = Response::new(Body::from(bytes));
     *response.status_mut() = status;
     for (name, value) in &headers {

@@ -1,0 +1,491 @@
+//! The registry-rebase benchmark (README, "Performance: registry rebase"): `cargo bench --bench rebase`.
+//!
+//! Starts two CNCF Distribution registries on loopback, each behind a counting proxy, pushes CNB
+//! run images and apps built on them, and measures in one run:
+//!
+//! 1. one rebase of a 20-layer app: requests by method, bytes sent and received, wall time; next
+//!    to `skopeo copy` of the same app to the other registry (what a pull and a push cost);
+//! 2. 100 apps: wall time per rebase (one at a time) and apps per second (16 at a time), next to
+//!    `skopeo copy` per app;
+//! 3. the fleet patch: the real daemon with 1,000 app images on one run image, `[runner] rebase =
+//!    "registry"` and the registry's push hook; a new run image is pushed; time from the push until
+//!    the last app tag points at its rebased image, with the daemon's requests and bytes.
+//!
+//! Results go to `$CARGO_TARGET_DIR/bench/rebase.{md,json}` (`./target` without the variable).
+//! Environment: `BENCH_APPS` (item 2, default 100), `BENCH_FLEET` (item 3, default 1000),
+//! `BENCH_ONLY=1,2,3` picks parts.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use builder_monitor::config::RegistrySettings;
+use builder_monitor::metrics::Metrics;
+use builder_monitor::rebase::{RebaseRequest, rebase};
+use builder_monitor::registry::Registry;
+use builder_monitor_core::reference::ImageRef;
+use serde_json::{Value, json};
+use support::app::{self, App, Layer, RunImage};
+use support::cnb::BuilderSpec;
+use support::daemon::{Daemon, Workspace};
+use support::images::{Format, Pusher};
+use support::proxy::Proxy;
+use support::registry::TestRegistry;
+
+/// Layers of the run image; the app adds `APP_LAYERS` more (20 in all).
+const RUN_LAYERS: usize = 8;
+const APP_LAYERS: usize = 12;
+/// Bytes of each run image layer and app layer in items 1 and 2 (incompressible).
+const RUN_LAYER_BYTES: usize = 1 << 20;
+const APP_LAYER_BYTES: usize = 256 << 10;
+/// Concurrency of item 2's parallel rebases.
+const CONCURRENCY: usize = 16;
+/// Apps `skopeo copy` is timed on in item 2.
+const SKOPEO_SAMPLES: usize = 10;
+const API_TOKEN: &str = "bench-api-token-0123456789";
+
+static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+fn say(message: impl std::fmt::Display) {
+    let t = STARTED.get_or_init(Instant::now).elapsed().as_secs_f64();
+    eprintln!("[bench {t:7.1}s] {message}");
+}
+
+fn env_number(name: &str, default: usize) -> usize {
+    match std::env::var(name) {
+        Ok(text) => text.trim().parse().unwrap_or_else(|_| panic!("{name}={text:?} is not a whole number")),
+        Err(_) => default,
+    }
+}
+
+fn selected(part: &str) -> bool {
+    std::env::var("BENCH_ONLY").map_or(true, |only| only.split(',').any(|p| p.trim() == part))
+}
+
+/// Incompressible bytes (xorshift), the same for the same seed.
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+fn sized_layer(path: &str, seed: u64, bytes: usize) -> Layer {
+    let tar = app::tar(path, &noise(seed, bytes));
+    let blob = app::gzip(&tar);
+    Layer {
+        digest: support::images::sha256(&blob),
+        diff_id: support::images::sha256(&tar),
+        blob,
+        created_by: format!("ADD {path}"),
+    }
+}
+
+fn run_image(version: u64, layer_bytes: usize) -> RunImage {
+    let mut run = RunImage::jammy(&version.to_string(), RUN_LAYERS);
+    run.layers =
+        (0..RUN_LAYERS).map(|i| sized_layer(&format!("etc/run-{i}"), version * 1000 + i as u64, layer_bytes)).collect();
+    run
+}
+
+/// A 20-layer app on `run`: `App::on`'s launcher, buildpack, app and config layers (the lifecycle
+/// metadata names them by position), the app layer its own (`seed`), then more buildpack layers
+/// every app shares.
+fn app_on(run: &RunImage, run_name: &str, run_reference: &str, seed: u64, layer_bytes: usize) -> App {
+    let mut app = App::on(run, run_name, run_reference);
+    app.layers[2] = sized_layer("workspace/app.bin", 1_000_000 + seed, layer_bytes.min(64 << 10));
+    let shared = app.layers.len()..APP_LAYERS;
+    app.layers.extend(shared.map(|i| sized_layer(&format!("layers/bp-{i}/layer"), 50_000 + i as u64, layer_bytes)));
+    app
+}
+
+fn settings(host: &str) -> RegistrySettings {
+    let mut s = RegistrySettings::defaults_for(host);
+    s.requests_per_second = None;
+    s
+}
+
+fn client(hosts: &[&str]) -> Registry {
+    builder_monitor::install_crypto_provider();
+    Registry::new(hosts.iter().map(|h| settings(h)), Metrics::new())
+}
+
+fn image(text: &str) -> ImageRef {
+    ImageRef::parse(text).expect("a reference")
+}
+
+/// Requests by method, bytes sent and received, as a proxy counted them.
+fn traffic(proxies: &[&Proxy]) -> Value {
+    let mut by_method = std::collections::BTreeMap::<String, usize>::new();
+    let (mut sent, mut received) = (0u64, 0u64);
+    for proxy in proxies {
+        for seen in proxy.seen() {
+            *by_method.entry(seen.method.clone()).or_default() += 1;
+            sent += seen.sent as u64;
+            received += seen.received as u64;
+        }
+    }
+    let requests: usize = by_method.values().sum();
+    json!({ "requests": requests, "by_method": by_method, "bytes_sent": sent, "bytes_received": received })
+}
+
+fn skopeo_copy(from: &str, to: &str) -> Duration {
+    let started = Instant::now();
+    let status = Command::new("skopeo")
+        .args(["copy", "--quiet", "--src-tls-verify=false", "--dest-tls-verify=false"])
+        .arg(format!("docker://{from}"))
+        .arg(format!("docker://{to}"))
+        .status()
+        .expect("skopeo (apt-get install -y skopeo)");
+    assert!(status.success(), "skopeo copy {from} {to}");
+    started.elapsed()
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+struct Setup {
+    _registries: (TestRegistry, TestRegistry),
+    /// The registry the apps live on, and a second one (the copy baseline's target), each behind a
+    /// counting proxy that keeps the Host header (so upload locations route through it too).
+    proxy: Proxy,
+    other: Proxy,
+    pusher: Pusher,
+    v1: RunImage,
+    /// `runImage.reference` of apps built on v1.
+    v1_reference: String,
+    /// The new run image, by tag.
+    run_v2: String,
+}
+
+async fn setup() -> Setup {
+    let (a, b) = (TestRegistry::start(), TestRegistry::start());
+    let (proxy, other) = (Proxy::start(&a.host).await, Proxy::start(&b.host).await);
+    proxy.preserve_host(true);
+    other.preserve_host(true);
+    let pusher = Pusher::new(&proxy.host);
+    let v1 = run_image(1, RUN_LAYER_BYTES);
+    let pushed_v1 = app::push_run(&pusher, "run", Some("v1"), &v1, Format::Oci).await;
+    app::push_run(&pusher, "run", Some("v2"), &run_image(2, RUN_LAYER_BYTES), Format::Oci).await;
+    Setup {
+        v1_reference: format!("{}/run@{}", proxy.host, pushed_v1.digest),
+        run_v2: format!("{}/run:v2", proxy.host),
+        v1,
+        _registries: (a, b),
+        pusher,
+        proxy,
+        other,
+    }
+}
+
+async fn push_apps(setup: &Setup, first: usize, n: usize) -> Vec<String> {
+    let mut tags = Vec::new();
+    for i in first..first + n {
+        let run_name = format!("{}/run:latest", setup.proxy.host);
+        let app = app_on(&setup.v1, &run_name, &setup.v1_reference, i as u64, APP_LAYER_BYTES);
+        let repo = format!("apps/app-{i:04}");
+        app::push_app(&setup.pusher, &repo, Some("latest"), &app, Format::Oci).await;
+        tags.push(format!("{}/{repo}:latest", setup.proxy.host));
+    }
+    tags
+}
+
+async fn one_rebase(setup: &Setup) -> Value {
+    let tags = push_apps(setup, 0, 1).await;
+    let registry = client(&[&setup.proxy.host]);
+    setup.proxy.clear();
+    let started = Instant::now();
+    let report = rebase(
+        &registry,
+        &RebaseRequest { image: image(&tags[0]), run_image: image(&setup.run_v2), force: false, dry_run: false },
+    )
+    .await
+    .expect("the rebase");
+    let wall = started.elapsed();
+    let ours = traffic(&[&setup.proxy]);
+    say(format!("one rebase: {:.1} ms, {ours}", wall.as_secs_f64() * 1e3));
+
+    setup.proxy.clear();
+    setup.other.clear();
+    let copy = skopeo_copy(&tags[0], &format!("{}/copies/one:latest", setup.other.host));
+    let theirs = traffic(&[&setup.proxy, &setup.other]);
+    say(format!("skopeo copy: {:.1} ms, {theirs}", copy.as_secs_f64() * 1e3));
+    json!({
+        "layers": RUN_LAYERS + APP_LAYERS,
+        "app_bytes": RUN_LAYERS * RUN_LAYER_BYTES + APP_LAYERS * APP_LAYER_BYTES,
+        "rebase": { "seconds": wall.as_secs_f64(), "traffic": ours, "report": serde_json::to_value(&report).unwrap() },
+        "skopeo_copy": { "seconds": copy.as_secs_f64(), "traffic": theirs },
+    })
+}
+
+async fn many_rebases(setup: &Setup, n: usize) -> Value {
+    let tags = push_apps(setup, 1, n).await;
+    let registry = Arc::new(client(&[&setup.proxy.host]));
+    // One at a time: wall time per app.
+    let half = n / 2;
+    let mut per_app = Vec::new();
+    setup.proxy.clear();
+    for tag in &tags[..half] {
+        let started = Instant::now();
+        rebase(
+            &registry,
+            &RebaseRequest { image: image(tag), run_image: image(&setup.run_v2), force: false, dry_run: false },
+        )
+        .await
+        .expect("a rebase");
+        per_app.push(started.elapsed().as_secs_f64());
+    }
+    let sequential_traffic = traffic(&[&setup.proxy]);
+    // The other half, CONCURRENCY at a time: apps per second.
+    setup.proxy.clear();
+    let started = Instant::now();
+    let semaphore = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
+    let mut tasks = tokio::task::JoinSet::new();
+    for tag in &tags[half..] {
+        let (registry, semaphore) = (registry.clone(), semaphore.clone());
+        let request =
+            RebaseRequest { image: image(tag), run_image: image(&setup.run_v2), force: false, dry_run: false };
+        tasks.spawn(async move {
+            let _permit = semaphore.acquire().await.unwrap();
+            rebase(&registry, &request).await.expect("a rebase");
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    let parallel = started.elapsed().as_secs_f64();
+    let parallel_traffic = traffic(&[&setup.proxy]);
+    let apps_per_second = (n - half) as f64 / parallel;
+    let mut copies = Vec::new();
+    for (i, tag) in tags.iter().take(SKOPEO_SAMPLES).enumerate() {
+        copies.push(skopeo_copy(tag, &format!("{}/copies/many-{i:04}:latest", setup.other.host)).as_secs_f64());
+    }
+    say(format!(
+        "{n} apps: median {:.1} ms per rebase one at a time, {apps_per_second:.1} apps/s at C={CONCURRENCY}; skopeo copy median {:.0} ms",
+        median(per_app.clone()) * 1e3,
+        median(copies.clone()) * 1e3
+    ));
+    json!({
+        "apps": n,
+        "sequential": { "apps": half, "median_seconds": median(per_app.clone()), "seconds": per_app, "traffic": sequential_traffic },
+        "parallel": { "apps": n - half, "concurrency": CONCURRENCY, "seconds": parallel, "apps_per_second": apps_per_second, "traffic": parallel_traffic },
+        "skopeo_copy": { "apps": copies.len(), "median_seconds": median(copies.clone()), "seconds": copies },
+    })
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    runtime.block_on(run());
+}
+
+async fn run() {
+    say("setting up two registries");
+    let setup = setup().await;
+    let mut report = serde_json::Map::new();
+    if selected("1") {
+        report.insert("one".into(), one_rebase(&setup).await);
+    }
+    if selected("2") {
+        let n = env_number("BENCH_APPS", 100);
+        report.insert("many".into(), many_rebases(&setup, n).await);
+    }
+    if selected("3") {
+        let n = env_number("BENCH_FLEET", 1000);
+        report.insert("fleet".into(), fleet_patch(n).await);
+    }
+    write_report(Value::Object(report));
+}
+
+fn write_report(report: Value) {
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target"))
+        .join("bench");
+    std::fs::create_dir_all(&dir).expect("create the report directory");
+    std::fs::write(dir.join("rebase.json"), serde_json::to_string_pretty(&report).unwrap()).expect("write rebase.json");
+    let markdown = render(&report);
+    std::fs::write(dir.join("rebase.md"), &markdown).expect("write rebase.md");
+    println!("{markdown}");
+}
+
+fn render(report: &Value) -> String {
+    let mut md = String::from("| item | measurement | result |\n|---|---|---|\n");
+    let ms = |v: &Value| format!("{:.1} ms", v.as_f64().unwrap_or(f64::NAN) * 1e3);
+    let kib = |v: &Value| format!("{:.1} KiB", v.as_f64().unwrap_or(f64::NAN) / 1024.0);
+    if let Some(one) = report.get("one") {
+        let t = &one["rebase"]["traffic"];
+        let _ = writeln!(
+            md,
+            "| 1 | rebase of one {}-layer app ({:.1} MiB) | {}, {} requests ({}), {} sent, {} received; blobs {} |",
+            one["layers"],
+            one["app_bytes"].as_f64().unwrap_or(0.0) / 1048576.0,
+            ms(&one["rebase"]["seconds"]),
+            t["requests"],
+            t["by_method"],
+            kib(&t["bytes_sent"]),
+            kib(&t["bytes_received"]),
+            one["rebase"]["report"]["blobs"],
+        );
+        let s = &one["skopeo_copy"]["traffic"];
+        let _ = writeln!(
+            md,
+            "| 1 | `skopeo copy` of the same app to another registry (baseline) | {}, {} requests, {} sent, {} received |",
+            ms(&one["skopeo_copy"]["seconds"]),
+            s["requests"],
+            kib(&s["bytes_sent"]),
+            kib(&s["bytes_received"]),
+        );
+    }
+    if let Some(many) = report.get("many") {
+        let _ = writeln!(
+            md,
+            "| 2 | {} apps: per rebase, one at a time (median) | {} |",
+            many["sequential"]["apps"],
+            ms(&many["sequential"]["median_seconds"])
+        );
+        let _ = writeln!(
+            md,
+            "| 2 | {} apps, {} at a time | {:.1} apps/s |",
+            many["parallel"]["apps"],
+            many["parallel"]["concurrency"],
+            many["parallel"]["apps_per_second"].as_f64().unwrap_or(f64::NAN)
+        );
+        let _ = writeln!(
+            md,
+            "| 2 | `skopeo copy` per app (median of {}, baseline) | {} |",
+            many["skopeo_copy"]["apps"],
+            ms(&many["skopeo_copy"]["median_seconds"])
+        );
+    }
+    if let Some(fleet) = report.get("fleet") {
+        let t = &fleet["traffic"];
+        let _ = writeln!(
+            md,
+            "| 3 | fleet patch: {} apps, push of a new run image → last app tag rebased (push hook) | {:.1} s, {} requests ({}), {} sent, {} received (goal < 60 s, no layer bytes) |",
+            fleet["apps"],
+            fleet["seconds"].as_f64().unwrap_or(f64::NAN),
+            t["requests"],
+            t["by_method"],
+            kib(&t["bytes_sent"]),
+            kib(&t["bytes_received"]),
+        );
+    }
+    md
+}
+
+/// A loopback port free now: the registry's hook URL names the daemon's port before it starts (the
+/// benchmark runs one thing at a time, so nothing races for it).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The fleet patch: `n` apps on one run image, the real daemon with `rebase = "registry"` and the
+/// registry's push hook; a new run image is pushed; time until the last app tag is rebased.
+async fn fleet_patch(n: usize) -> Value {
+    let port = free_port();
+    let registry = TestRegistry::start_notifying(&format!("http://127.0.0.1:{port}/hooks/distribution"), API_TOKEN);
+    // Everything goes through the counting proxy, which keeps the Host header, so the registry's
+    // upload locations and notifications name the proxy, as they would name a load balancer.
+    let proxy = Proxy::start(&registry.host).await;
+    proxy.preserve_host(true);
+    let host = proxy.host.clone();
+    let pusher = Pusher::new(&host);
+    // Small layers: the fleet measures the daemon's work per app, not layer transfer.
+    let v1 = run_image(1, 4 << 10);
+    let v2 = run_image(2, 4 << 10);
+    let run_name = format!("{host}/run:latest");
+    let pushed_v1 = app::push_run(&pusher, "run", Some("latest"), &v1, Format::Oci).await;
+    let v1_ref = format!("{host}/run@{}", pushed_v1.digest);
+    pusher.push_image("builder", Some("latest"), &BuilderSpec::jammy(&run_name).image(), Format::Oci).await;
+    say(format!("fleet: pushing {n} apps"));
+    let mut tasks = tokio::task::JoinSet::new();
+    let semaphore = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
+    for i in 0..n {
+        let (host, v1, run_name, v1_ref, semaphore) =
+            (host.clone(), v1.clone(), run_name.clone(), v1_ref.clone(), semaphore.clone());
+        tasks.spawn(async move {
+            let _permit = semaphore.acquire().await.unwrap();
+            let app = app_on(&v1, &run_name, &v1_ref, i as u64, 4 << 10);
+            app::push_app(&Pusher::new(&host), &format!("fleet/app-{i:04}"), Some("latest"), &app, Format::Oci).await;
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+
+    let ws = Workspace::new();
+    let mut text = format!(
+        "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\njitter = \"0s\"\n\n[server]\nlisten = \"127.0.0.1:{port}\"\napi_token_env = \"BENCH_API_TOKEN\"\n\n\
+         [registries.\"{host}\"]\nrequests_per_second = 0\n\n[runner]\ntype = \"none\"\nrebase = \"registry\"\nmax_concurrent = {CONCURRENCY}\n\n\
+         [[builders]]\nname = \"b\"\nimage = \"{host}/builder:latest\"\n\n"
+    );
+    for i in 0..n {
+        let _ = writeln!(
+            text,
+            "[[images]]\nname = \"app-{i:04}\"\nbuilder = \"b\"\nimage = \"{host}/fleet/app-{i:04}:latest\"\npolicy = \"auto\"\n"
+        );
+    }
+    let config = ws.config(&text);
+    let mut daemon =
+        Daemon::start_with_env(&config, &[("BENCH_API_TOKEN", API_TOKEN), ("BUILDER_MONITOR_LOG", "info")]);
+    // Pinned: the builder and its run image.
+    daemon.wait_for_event("builder.pinned");
+    daemon.wait_for_event("run_image.pinned");
+    say("fleet: daemon ready; pushing the new run image");
+    proxy.clear();
+    let pushed_v2 = app::push_run(&pusher, "run", Some("latest"), &v2, Format::Oci).await;
+    let pushed = Instant::now();
+    let push_requests = proxy.seen().len();
+    let mut first = None;
+    for done in 0..n {
+        let event = tokio::task::block_in_place(|| daemon.wait_for_event("rebase.succeeded"));
+        if done == 0 {
+            first = Some(pushed.elapsed());
+        }
+        let _ = event;
+    }
+    let seconds = pushed.elapsed().as_secs_f64();
+    // The daemon's traffic: all of it after the push, less the push itself.
+    let seen = proxy.seen();
+    let (mut by_method, mut sent, mut received) = (std::collections::BTreeMap::<String, usize>::new(), 0u64, 0u64);
+    for s in &seen[push_requests..] {
+        *by_method.entry(s.method.clone()).or_default() += 1;
+        sent += s.sent as u64;
+        received += s.received as u64;
+    }
+    // Every app tag now points at an image on the new run image.
+    let registry_client = client(&[&host]);
+    let mut rebased = 0;
+    for i in 0..n {
+        let tag = image(&format!("{host}/fleet/app-{i:04}:latest"));
+        let head = registry_client.head_manifest(&tag).await.expect("HEAD an app");
+        let manifest = registry_client.get_manifest(&tag, &head.digest).await.expect("GET an app");
+        let doc: Value = serde_json::from_slice(&manifest.bytes).expect("a manifest");
+        let base = doc["layers"][RUN_LAYERS - 1]["digest"].as_str().unwrap_or_default().to_string();
+        if base == v2.layers[RUN_LAYERS - 1].digest {
+            rebased += 1;
+        }
+    }
+    tokio::task::block_in_place(|| daemon.terminate());
+    let requests: usize = by_method.values().sum();
+    say(format!(
+        "fleet: {rebased}/{n} rebased {seconds:.1} s after the push (first after {:.2} s); {requests} requests, {sent} B sent, {received} B received",
+        first.map_or(f64::NAN, |f| f.as_secs_f64())
+    ));
+    let _ = pushed_v2;
+    json!({
+        "apps": n, "rebased": rebased, "seconds": seconds,
+        "first_seconds": first.map(|f| f.as_secs_f64()),
+        "traffic": { "requests": requests, "by_method": by_method, "bytes_sent": sent, "bytes_received": received },
+        "concurrency": CONCURRENCY,
+    })
+}

@@ -19,6 +19,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod monitor;
 pub mod page;
+pub mod rebase;
 pub mod registry;
 pub mod runner;
 pub mod schedule;

@@ -11,6 +11,7 @@
 
 mod auth;
 mod circuit;
+mod write;
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;

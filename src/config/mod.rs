@@ -24,7 +24,8 @@ mod images;
 mod kubernetes;
 pub use alerts::{AlertKind, AlertSettings, AlertUrl, DEFAULT_EVENTS, redact_url};
 pub use images::{
-    ExecSettings, ImageSettings, PLACEHOLDERS, Policy, RebasePath, RunnerKind, RunnerSettings, Scheduling, Source, Toleration,
+    ExecSettings, ImageSettings, PLACEHOLDERS, Policy, RebasePath, RunnerKind, RunnerSettings, Scheduling, Source,
+    Toleration,
 };
 pub use kubernetes::{DEFAULT_GIT_IMAGE, KubeRunnerSettings, KubeValueError, KubernetesSettings, k8s_typed};
 

@@ -390,6 +390,7 @@ impl Runner {
                         deliveries: vec![],
                         history: 1,
                         now: self.clock.now(),
+                        tag_move: None,
                     })
                     .await;
                 return;
@@ -446,6 +447,7 @@ impl Runner {
                 deliveries,
                 history,
                 now: self.clock.now(),
+                tag_move: None,
             })
             .await;
         if let Err(err) = result {

@@ -645,12 +645,19 @@ impl KubeLedger {
         Ok(out)
     }
 
-    pub async fn claim_actions(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<ClaimedAction>, LedgerError> {
+    pub async fn claim_actions(
+        &self,
+        now: DateTime<Utc>,
+        limit: usize,
+        kind: Option<ActionKind>,
+    ) -> Result<Vec<ClaimedAction>, LedgerError> {
         let now = now.trunc_subsecs(3);
         let mut due: Vec<(DateTime<Utc>, DateTime<Utc>, String, String)> = Vec::new();
         for (_, doc) in self.all().await? {
             let Some(watch) = doc.watch.as_ref().map(|w| w.name.clone()) else { continue };
-            for a in doc.actions.iter().filter(|a| a.state == ActionState::Pending && a.next_attempt <= now) {
+            for a in doc.actions.iter().filter(|a| {
+                a.state == ActionState::Pending && a.next_attempt <= now && kind.is_none_or(|k| a.kind == k)
+            }) {
                 due.push((a.next_attempt, a.created, watch.clone(), a.key.clone()));
             }
         }
@@ -757,13 +764,13 @@ impl KubeLedger {
         Ok(rows.into_iter().take(limit).map(|m| m.tag_move).collect())
     }
 
-    pub async fn next_action_at(&self) -> Result<Option<DateTime<Utc>>, LedgerError> {
+    pub async fn next_action_at(&self, kind: Option<ActionKind>) -> Result<Option<DateTime<Utc>>, LedgerError> {
         Ok(self
             .all()
             .await?
             .into_iter()
             .flat_map(|(_, d)| d.actions)
-            .filter(|a| a.state == ActionState::Pending)
+            .filter(|a| a.state == ActionState::Pending && kind.is_none_or(|k| a.kind == k))
             .map(|a| a.next_attempt)
             .min())
     }

@@ -692,7 +692,17 @@ impl Ledger {
 
     /// Takes due pending actions: each becomes `running` with one more attempt.
     pub async fn claim_actions(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<ClaimedAction>, LedgerError> {
-        dispatch!(self, claim_actions(now, limit))
+        dispatch!(self, claim_actions(now, limit, None))
+    }
+
+    /// Like [`Ledger::claim_actions`], of one kind only when `kind` is given (the others stay pending).
+    pub async fn claim_actions_of(
+        &self,
+        now: DateTime<Utc>,
+        limit: usize,
+        kind: Option<ActionKind>,
+    ) -> Result<Vec<ClaimedAction>, LedgerError> {
+        dispatch!(self, claim_actions(now, limit, kind))
     }
 
     /// Records the process group a `running` action's command runs in.
@@ -710,7 +720,12 @@ impl Ledger {
 
     /// When the next pending action is due.
     pub async fn next_action_at(&self) -> Result<Option<DateTime<Utc>>, LedgerError> {
-        dispatch!(self, next_action_at())
+        dispatch!(self, next_action_at(None))
+    }
+
+    /// When the next pending action of `kind` (any kind when `None`) is due.
+    pub async fn next_action_of(&self, kind: Option<ActionKind>) -> Result<Option<DateTime<Utc>>, LedgerError> {
+        dispatch!(self, next_action_at(kind))
     }
 
     /// Actions `running` now (a cluster may be carrying them out for us).

@@ -313,17 +313,24 @@ impl SqliteLedger {
     }
 
     /// Takes due pending actions: each becomes `running` with one more attempt, atomically.
-    pub async fn claim_actions(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<ClaimedAction>, LedgerError> {
+    pub async fn claim_actions(
+        &self,
+        now: DateTime<Utc>,
+        limit: usize,
+        kind: Option<ActionKind>,
+    ) -> Result<Vec<ClaimedAction>, LedgerError> {
         let now = timestamp_millis(now);
+        let only = kind.map(ActionKind::as_str);
         self.with(move |conn| {
             let tx = conn.transaction()?;
             let mut claimed = Vec::new();
             {
                 let mut stmt = tx.prepare(
                     "SELECT key, change_id, image, kind, attempts, target FROM actions
-                     WHERE state = 'pending' AND next_attempt <= ?1 ORDER BY next_attempt, created LIMIT ?2",
+                     WHERE state = 'pending' AND next_attempt <= ?1 AND (?3 IS NULL OR kind = ?3)
+                     ORDER BY next_attempt, created LIMIT ?2",
                 )?;
-                let rows = stmt.query_map(params![now, limit as i64], |r| {
+                let rows = stmt.query_map(params![now, limit as i64, only], |r| {
                     Ok((
                         r.get::<_, String>(0)?,
                         r.get::<_, String>(1)?,
@@ -453,10 +460,15 @@ impl SqliteLedger {
     }
 
     /// When the next pending action is due.
-    pub async fn next_action_at(&self) -> Result<Option<DateTime<Utc>>, LedgerError> {
-        self.with(|conn| {
-            let next: Option<Time> =
-                row(conn, "SELECT MIN(next_attempt) FROM actions WHERE state = 'pending'", [], |r| r.get(0))?;
+    pub async fn next_action_at(&self, kind: Option<ActionKind>) -> Result<Option<DateTime<Utc>>, LedgerError> {
+        let only = kind.map(ActionKind::as_str);
+        self.with(move |conn| {
+            let next: Option<Time> = row(
+                conn,
+                "SELECT MIN(next_attempt) FROM actions WHERE state = 'pending' AND (?1 IS NULL OR kind = ?1)",
+                params![only],
+                |r| r.get(0),
+            )?;
             Ok(next.map(|t| t.0))
         })
         .await
@@ -1274,7 +1286,7 @@ mod tests {
         });
         ledger.commit(r).await.unwrap();
         let at = |t: &str| parse_timestamp(t).unwrap();
-        ledger.claim_actions(at("2026-11-30T12:10:01.5009Z"), 1).await.unwrap();
+        ledger.claim_actions(at("2026-11-30T12:10:01.5009Z"), 1, None).await.unwrap();
         ledger
             .finish_action(ActionEnd {
                 key: "k1",

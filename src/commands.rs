@@ -208,7 +208,11 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
                 println!("no [[images]] configured");
             } else {
                 for a in &assessments {
-                    let action = a.action.map_or("nothing", |k| k.as_str());
+                    let action = match (a.action, a.path) {
+                        (Some(ActionKind::Rebase), Some("registry")) => "rebase (in the registry, by the daemon)",
+                        (Some(ActionKind::Rebase), _) => "rebase (by the runner)",
+                        (action, _) => action.map_or("nothing", |k| k.as_str()),
+                    };
                     println!("{} (builder {}, policy {}): {action} — {}", a.image, a.builder, a.policy.as_str(), a.why);
                 }
             }

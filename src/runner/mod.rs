@@ -694,6 +694,15 @@ pub fn preview(
     action: &ActionRef<'_>,
     target: &ActionTarget,
 ) -> Result<serde_json::Value, PreviewError> {
+    if action.kind == ActionKind::Rebase && config.runner.rebase == RebasePath::Registry {
+        // No object: the daemon writes the rebased image itself.
+        return Ok(serde_json::json!({
+            "runner": config.runner.kind.as_str(),
+            "path": RebasePath::Registry.as_str(),
+            "rebase": { "image": target.image, "run_image": target.run_image },
+            "target": target,
+        }));
+    }
     match (config.runner.kind, &config.runner.kubernetes) {
         (RunnerKind::Kubernetes, Some(settings)) => {
             let job = kubernetes::job(action, target, settings, config.runner.max_attempts)?;
@@ -702,7 +711,10 @@ pub fn preview(
         (RunnerKind::Kpack, Some(settings)) => Ok(kpack::build(action, target, settings)?),
         _ => {
             let argv = config.runner.exec.as_ref().map(|e| command(e, action, target));
-            Ok(serde_json::json!({ "runner": config.runner.kind.as_str(), "target": target, "command": argv }))
+            let path = (action.kind == ActionKind::Rebase).then_some(RebasePath::Runner.as_str());
+            Ok(
+                serde_json::json!({ "runner": config.runner.kind.as_str(), "path": path, "target": target, "command": argv }),
+            )
         }
     }
 }
@@ -815,5 +827,15 @@ rebase = ["pack", "rebase", "{image}", "--run-image", "{run_image}"]
         let shown = preview(&config, &rebase, &target).unwrap();
         assert_eq!(shown["command"][4], "registry.example.com/cnb/run@sha256:r");
         assert_eq!(shown["target"]["image"], "registry.example.com/apps/petclinic:latest");
+        assert_eq!(shown["path"], "runner");
+
+        // With rebases in the daemon a rebase has no command; a rebuild keeps its own.
+        let text = text.replace("[runner.exec]", "rebase = \"registry\"\n[runner.exec]");
+        let config = Config::parse(std::path::Path::new("/config.toml"), &text).unwrap();
+        let shown = preview(&config, &rebase, &target).unwrap();
+        assert_eq!(shown["path"], "registry");
+        assert_eq!(shown["rebase"]["run_image"], "registry.example.com/cnb/run@sha256:r");
+        assert!(shown.get("command").is_none(), "{shown}");
+        assert_eq!(preview(&config, &action, &target).unwrap()["command"][0], "pack");
     }
 }

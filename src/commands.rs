@@ -16,6 +16,7 @@ use builder_monitor::inspect;
 use builder_monitor::ledger::WriterLock;
 use builder_monitor::metrics::Metrics;
 use builder_monitor::monitor::reaction::{self, Reaction};
+use builder_monitor::rebase::{self, RebaseError, RebaseRequest};
 use builder_monitor::registry::Registry;
 use builder_monitor::rollback;
 use builder_monitor::runner::{self, kubernetes::ActionRef};
@@ -127,6 +128,24 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
                         println!("  {}: {} {reasons}", text::escape(platform), p.kind.as_str());
                     }
                 }
+            }
+            Ok(0)
+        }
+        Command::Rebase { image, run_image, config, dry_run, force, json } => {
+            let (image, run_image) = (parse_image(&image)?, parse_image(&run_image)?);
+            let registry = registry_for(config.as_deref(), false, &[])?;
+            let request = RebaseRequest { image, run_image, force, dry_run };
+            let report = match rebase::rebase(&registry, &request).await {
+                Ok(report) => report,
+                Err(RebaseError::Refused(refusal)) => {
+                    return Err(anyhow::anyhow!("rebase refused, nothing written: {refusal}").into());
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report).context("encoding JSON")?);
+            } else {
+                print!("{}", report.render_text(dry_run));
             }
             Ok(0)
         }

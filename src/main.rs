@@ -77,6 +77,26 @@ enum Command {
         #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Rebase an app image onto a new run image in the registry itself (no pod, no layer bytes when
+    /// both live on one registry): per platform, the run image's layers swapped under the app's.
+    Rebase {
+        /// The app image, by tag: the tag moves, last.
+        image: String,
+        /// The new run image (a tag or digest; an index or a single manifest).
+        #[arg(long)]
+        run_image: String,
+        /// Registry settings (credentials, TLS) come from this config when given.
+        #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
+        config: Option<PathBuf>,
+        /// Decide and report, write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Override what the lifecycle rebaser's -force overrides (rebasable, target, run image name).
+        #[arg(long)]
+        force: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// For the current pins and app images, print what each image would get and why.
     Plan {
         #[arg(long, env = "BUILDER_MONITOR_CONFIG")]

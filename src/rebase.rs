@@ -1,54 +1,81 @@
-//! Registry rebase: swaps the run-image layers under an app image's layers by writing a new config
-//! and manifest (and index), then moving the tag. The decisions are the core's; this is the I/O.
-// STUB: replaced by wip/rio at merge
+//! A rebase in the registry itself: reads the app image and the new run image, lets the core decide
+//! each platform (`builder_monitor_core::rebase`), then writes blobs, configs, manifests, the index and, last, the tag.
+//!
+//! Every decision is made before the first write, so a refusal writes nothing; every write names
+//! content by digest until the final tag PUT, so a failure at any step leaves the tag as it was.
 
-use builder_monitor_core::reference::ImageRef;
-use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 
-use crate::registry::{Registry, RegistryError};
+use futures::{StreamExt, TryStreamExt};
+use serde::{Deserialize, Serialize};
+
+use crate::inspect::is_index;
+use crate::registry::{
+    BlobTransfer, DOCKER_MANIFEST, MAX_CONFIG_BYTES, Manifest, OCI_MANIFEST, Registry, RegistryError,
+};
+use builder_monitor_core::rebase::{self as decide, Blob, PlatformRebase, RebaseOptions, Refusal};
+use builder_monitor_core::reference::{ImageRef, is_sha256_digest};
+use builder_monitor_core::text::escape;
+
+/// Blobs of one platform ensured at once: a few HEADs or mounts in flight, not a burst.
+const BLOB_CONCURRENCY: usize = 4;
 
 /// What to rebase onto what.
-// STUB: replaced by wip/rio at merge
 #[derive(Debug, Clone)]
 pub struct RebaseRequest {
+    /// The app image; its tag is what moves. With a digest too, the tag must still point there.
     pub image: ImageRef,
+    /// The new run image (a tag or a digest reference; an index or a single manifest).
     pub run_image: ImageRef,
+    /// Overrides what the lifecycle rebaser's `-force` overrides.
     pub force: bool,
+    /// Reads and decides, writes nothing.
     pub dry_run: bool,
 }
 
-/// What a rebase did (`rebase --json`).
-// STUB: replaced by wip/rio at merge
-#[derive(Debug, Clone, Serialize)]
+/// What a rebase did (or, dry, would do): the `--json` output of `builder-monitor rebase`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RebaseReport {
+    /// The app image as named.
     pub image: String,
+    /// The digest the tag pointed at before.
     pub previous: String,
-    /// None with `--dry-run`; equal to `previous` when the app already sat on the run image.
+    /// The digest the tag points at now; `None` for a dry run.
     pub digest: Option<String>,
+    /// The new run image, pinned: `registry/repository@sha256:…` of what `--run-image` named.
     pub reference: String,
     pub platforms: Vec<PlatformReport>,
     pub blobs: BlobCounts,
 }
 
-// STUB: replaced by wip/rio at merge
-#[derive(Debug, Clone, Serialize)]
+/// One platform of the app image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PlatformReport {
+    /// `os/architecture[/variant]`.
     pub platform: String,
+    /// The platform manifest before.
     pub previous: String,
+    /// The platform manifest after (the one a dry run would write).
     pub digest: String,
-    pub base_layers: LayerRange,
+    pub base_layers: LayerCounts,
+    /// The app's layers kept above the run image's.
     pub app_layers: usize,
+    /// Already on exactly this run image: nothing written for it.
+    #[serde(skip)]
+    pub already_rebased: bool,
 }
 
-// STUB: replaced by wip/rio at merge
-#[derive(Debug, Clone, Serialize)]
-pub struct LayerRange {
+/// Run image layers replaced: `from` old ones by `to` new ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LayerCounts {
     pub from: usize,
     pub to: usize,
 }
 
-// STUB: replaced by wip/rio at merge
-#[derive(Debug, Clone, Default, Serialize)]
+/// The new run image's layers as the app repository got them. A dry run counts what it would do:
+/// a mount within one registry, a copy across two.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct BlobCounts {
     pub present: usize,
     pub mounted: usize,
@@ -56,28 +83,299 @@ pub struct BlobCounts {
     pub bytes_copied: u64,
 }
 
-/// Why a rebase is refused (the core's `Refusal` at merge).
-// STUB: replaced by wip/rio at merge
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct Refusal(pub String);
-
-// STUB: replaced by wip/rio at merge
-#[derive(Debug, thiserror::Error)]
-pub enum RebaseError {
-    /// Unsafe to rebase: nothing was written.
-    #[error("rebase refused: {0}")]
-    Refused(Refusal),
-    #[error(transparent)]
-    Registry(#[from] RegistryError),
+impl BlobCounts {
+    fn add(&mut self, transfer: BlobTransfer) {
+        match transfer {
+            BlobTransfer::Present => self.present += 1,
+            BlobTransfer::Mounted => self.mounted += 1,
+            BlobTransfer::Copied { bytes } => {
+                self.copied += 1;
+                self.bytes_copied += bytes;
+            }
+        }
+    }
 }
 
-/// Rebases `request.image` onto `request.run_image`.
-// STUB: replaced by wip/rio at merge
+#[derive(Debug, thiserror::Error)]
+pub enum RebaseError {
+    /// Unsafe to rebase (the lifecycle rebaser would refuse too); nothing was written.
+    #[error("{0}")]
+    Refused(#[from] Refusal),
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// The images are not something a rebase applies to as named (no tag, not an image…).
+    #[error("{0}")]
+    Unusable(String),
+    /// Someone else moved the tag while we rebased; nothing of ours is under it.
+    #[error("{image} moved from {expected} to {found} during the rebase; the tag was left alone")]
+    TagMoved { image: String, expected: String, found: String },
+}
+
+#[derive(Deserialize)]
+struct ManifestDoc {
+    config: Descriptor,
+}
+
+#[derive(Deserialize)]
+struct Descriptor {
+    digest: String,
+}
+
+#[derive(Deserialize)]
+struct IndexDoc {
+    #[serde(default)]
+    manifests: Vec<IndexEntry>,
+}
+
+#[derive(Deserialize)]
+struct IndexEntry {
+    #[serde(default, rename = "mediaType")]
+    media_type: String,
+    digest: String,
+    #[serde(default)]
+    platform: Option<serde_json::Value>,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
+}
+
+impl IndexEntry {
+    /// A platform image of the app (not an attestation or another artifact riding along).
+    fn is_platform_image(&self) -> bool {
+        let os = self.platform.as_ref().and_then(|p| p.get("os")).and_then(|o| o.as_str()).unwrap_or("unknown");
+        (self.media_type == OCI_MANIFEST || self.media_type == DOCKER_MANIFEST)
+            && os != "unknown"
+            && !self.annotations.contains_key("vnd.docker.reference.type")
+    }
+}
+
+/// One platform decided, with what it was.
+struct Decided {
+    previous: String,
+    platform: String,
+    rebase: PlatformRebase,
+}
+
+/// Rebases `request.image` onto `request.run_image` (see the module doc for the order of writes).
 pub async fn rebase(registry: &Registry, request: &RebaseRequest) -> Result<RebaseReport, RebaseError> {
-    let _ = registry;
-    Err(RebaseError::Registry(RegistryError::Setup {
-        registry: request.image.registry().to_string(),
-        detail: "registry rebase is not built into this version (stub)".into(),
-    }))
+    let app = &request.image;
+    let Some(tag) = app.tag() else {
+        return Err(RebaseError::Unusable(format!(
+            "{app} names no tag: a rebase moves a tag; name the app image by its tag"
+        )));
+    };
+    let run = &request.run_image;
+    // The tag alone: HEADs and PUTs below name it, never a digest the user added.
+    let tagged = ImageRef::parse(&app.with_tag_only()).map_err(|e| unusable(app, e.to_string()))?;
+    let app_top = registry.get_manifest(app, tag).await?;
+    if let Some(expected) = app.digest().filter(|d| *d != app_top.digest) {
+        return Err(RebaseError::TagMoved {
+            image: app.with_tag_only(),
+            expected: expected.to_string(),
+            found: app_top.digest.clone(),
+        });
+    }
+    let run_top = registry.get_manifest(run, run.manifest_reference()).await?;
+    let run_name = run.with_tag_only();
+
+    let app_children = if is_index(&app_top.media_type) {
+        let index: IndexDoc = parse(&app_top.bytes, app, "app index")?;
+        let mut children = Vec::new();
+        for entry in index.manifests.into_iter().filter(IndexEntry::is_platform_image) {
+            if !is_sha256_digest(&entry.digest) {
+                return Err(unusable(app, format!("its index lists a bad digest \"{}\"", escape(&entry.digest))));
+            }
+            children.push(registry.get_manifest(app, &entry.digest).await?);
+        }
+        if children.is_empty() {
+            return Err(unusable(app, "its index lists no platform image".to_string()));
+        }
+        children
+    } else {
+        vec![app_top.clone()]
+    };
+
+    let mut decided = Vec::new();
+    for child in app_children {
+        let app_config = config_of(registry, app, &child, "app manifest").await?;
+        let platform = decide::config_platform(&app_config)?;
+        let base = if is_index(&run_top.media_type) {
+            let digest = decide::select_platform(&run_top.bytes, &platform)?;
+            registry.get_manifest(run, &digest).await?
+        } else {
+            run_top.clone()
+        };
+        let base_config = config_of(registry, run, &base, "run image manifest").await?;
+        let options = RebaseOptions {
+            force: request.force,
+            run_image_name: run_name.clone(),
+            run_image_reference: run.pinned(&base.digest),
+        };
+        let rebase = decide::rebase_platform(&child.bytes, &app_config, &base.bytes, &base_config, &options)?;
+        decided.push(Decided { previous: child.digest.clone(), platform: platform.to_string(), rebase });
+    }
+
+    let mut report = RebaseReport {
+        image: app.with_tag_only(),
+        previous: app_top.digest.clone(),
+        digest: None,
+        reference: run.pinned(&run_top.digest),
+        platforms: decided
+            .iter()
+            .map(|d| PlatformReport {
+                platform: d.platform.clone(),
+                previous: d.previous.clone(),
+                digest: d.rebase.manifest_digest.clone(),
+                base_layers: LayerCounts { from: d.rebase.base_layers_from, to: d.rebase.base_layers_to },
+                app_layers: d.rebase.app_layers,
+                already_rebased: d.rebase.already_rebased,
+            })
+            .collect(),
+        blobs: BlobCounts::default(),
+    };
+    let pending: Vec<&Decided> = decided.iter().filter(|d| !d.rebase.already_rebased).collect();
+    let base_blobs = unique_blobs(&pending);
+
+    if request.dry_run {
+        let same_registry = app.registry() == run.registry();
+        for blob in &base_blobs {
+            report.blobs.add(if registry.blob_exists(app, &blob.digest).await? {
+                BlobTransfer::Present
+            } else if same_registry {
+                BlobTransfer::Mounted
+            } else {
+                BlobTransfer::Copied { bytes: blob.size }
+            });
+        }
+        return Ok(report);
+    }
+    if pending.is_empty() {
+        report.digest = Some(app_top.digest.clone());
+        return Ok(report);
+    }
+
+    // Owned items: a closure over `&Blob` makes the future not provably Send for every lifetime,
+    // and the daemon's runner spawns it (rustc's higher-ranked auto-trait limitation).
+    let wanted: Vec<(String, u64)> = base_blobs.iter().map(|b| (b.digest.clone(), b.size)).collect();
+    let transfers: Vec<BlobTransfer> = futures::stream::iter(wanted)
+        .map(|(digest, size)| async move { registry.ensure_blob(app, run, &digest, size).await })
+        .buffered(BLOB_CONCURRENCY)
+        .try_collect()
+        .await?;
+    for transfer in transfers {
+        report.blobs.add(transfer);
+    }
+    let mut replaced = BTreeMap::new();
+    for d in &pending {
+        registry.put_blob(app, d.rebase.config.clone().into()).await?;
+        let digest = registry
+            .put_manifest(
+                app,
+                &d.rebase.manifest_digest,
+                &d.rebase.manifest_media_type,
+                d.rebase.manifest.clone().into(),
+            )
+            .await?;
+        replaced
+            .insert(d.previous.clone(), (digest, d.rebase.manifest.len() as u64, d.rebase.manifest_media_type.clone()));
+    }
+    let (top_bytes, top_digest) = if is_index(&app_top.media_type) {
+        let (bytes, digest) = decide::rebased_index(&app_top.bytes, &replaced)?;
+        registry.put_manifest(app, &digest, &app_top.media_type, bytes.clone().into()).await?;
+        (bytes, digest)
+    } else {
+        (pending[0].rebase.manifest.clone(), pending[0].rebase.manifest_digest.clone())
+    };
+
+    // The tag last, and only over what we read: a build that moved it meanwhile wins.
+    let now = registry.head_manifest(&tagged).await?;
+    if now.digest != app_top.digest {
+        return Err(RebaseError::TagMoved { image: app.with_tag_only(), expected: app_top.digest, found: now.digest });
+    }
+    let moved = registry.put_manifest(app, tag, &app_top.media_type, top_bytes.into()).await?;
+    debug_assert_eq!(moved, top_digest);
+    report.digest = Some(moved);
+    Ok(report)
+}
+
+/// The new run image's layers the pending platforms need, each once.
+fn unique_blobs(pending: &[&Decided]) -> Vec<Blob> {
+    let mut seen = BTreeSet::new();
+    pending.iter().flat_map(|d| d.rebase.base_blobs.iter()).filter(|b| seen.insert(b.digest.clone())).cloned().collect()
+}
+
+async fn config_of(
+    registry: &Registry,
+    image: &ImageRef,
+    manifest: &Manifest,
+    what: &str,
+) -> Result<bytes::Bytes, RebaseError> {
+    let doc: ManifestDoc = parse(&manifest.bytes, image, what)?;
+    Ok(registry.get_blob(image, &doc.config.digest, MAX_CONFIG_BYTES).await?)
+}
+
+fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8], image: &ImageRef, what: &str) -> Result<T, RebaseError> {
+    serde_json::from_slice(bytes).map_err(|e| unusable(image, format!("its {what} is not readable: {e}")))
+}
+
+fn unusable(image: &ImageRef, why: String) -> RebaseError {
+    RebaseError::Unusable(format!("{image}: {why}"))
+}
+
+impl RebaseReport {
+    /// Per platform, what was replaced and what kept; then the blobs and where the tag is.
+    pub fn render_text(&self, dry_run: bool) -> String {
+        let mut out = String::new();
+        let nothing_to_do = self.platforms.iter().all(|p| p.already_rebased);
+        let image = escape(&self.image);
+        let _ = if nothing_to_do {
+            writeln!(out, "{image} is already on {}: nothing to write", escape(&self.reference))
+        } else if dry_run {
+            writeln!(
+                out,
+                "{image} ({}) would be rebased onto {} (dry run: nothing written)",
+                self.previous,
+                escape(&self.reference)
+            )
+        } else {
+            writeln!(
+                out,
+                "{image} rebased onto {}: {} -> {}",
+                escape(&self.reference),
+                self.previous,
+                self.digest.as_deref().unwrap_or("?")
+            )
+        };
+        for p in &self.platforms {
+            let _ = if p.already_rebased {
+                writeln!(
+                    out,
+                    "  {}: already on this run image ({} run image layers, {} app layers)",
+                    escape(&p.platform),
+                    p.base_layers.to,
+                    p.app_layers
+                )
+            } else {
+                writeln!(
+                    out,
+                    "  {}: {} run image layers replaced by {}, {} app layers kept; {} -> {}",
+                    escape(&p.platform),
+                    p.base_layers.from,
+                    p.base_layers.to,
+                    p.app_layers,
+                    p.previous,
+                    p.digest
+                )
+            };
+        }
+        if !nothing_to_do {
+            let b = &self.blobs;
+            let verb = if dry_run { "would be " } else { "" };
+            let _ = writeln!(
+                out,
+                "  run image layers: {} present, {} {verb}mounted, {} {verb}copied ({} bytes)",
+                b.present, b.mounted, b.copied, b.bytes_copied
+            );
+        }
+        out
+    }
 }

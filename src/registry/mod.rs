@@ -27,6 +27,7 @@ use tokio::time::Instant;
 
 pub use auth::{Challenge, Token, TokenResponseError, parse_challenge, parse_token_response};
 pub use circuit::THRESHOLD as CIRCUIT_THRESHOLD;
+pub use write::{BlobTransfer, MAX_LAYER_BYTES};
 
 use builder_monitor_core::reference::{ImageRef, is_sha256_digest};
 
@@ -68,6 +69,9 @@ pub enum RegistryError {
     InvalidResponse { registry: String, detail: String },
     #[error("{registry}: {detail}")]
     Setup { registry: String, detail: String },
+    /// A write the registry refused (a 4xx to an upload or a manifest PUT), with its error code.
+    #[error("{registry}: refused: {detail}")]
+    Rejected { registry: String, detail: String },
 }
 
 impl RegistryError {
@@ -80,6 +84,7 @@ impl RegistryError {
             RegistryError::Unavailable { .. } => "registry_unavailable",
             RegistryError::InvalidResponse { .. } => "invalid_response",
             RegistryError::Setup { .. } => "configuration",
+            RegistryError::Rejected { .. } => "rejected",
         }
     }
 }
@@ -269,6 +274,39 @@ enum Fetch {
     Manifest,
     /// Digest-verified content: storage on other hosts too, without credentials.
     Blob,
+    /// Uploads and manifest PUTs: a redirect is not followed (a body would go where we did not choose).
+    Write,
+    /// A blob HEAD: a redirect (to storage) is the answer itself, the blob exists.
+    Probe,
+}
+
+/// The body of a registry request.
+enum Payload {
+    Empty,
+    /// Sent again on a retry.
+    Bytes {
+        bytes: bytes::Bytes,
+        content_type: String,
+    },
+    /// Sent once: a failure is not retried (the bytes are gone).
+    Stream(Mutex<Option<reqwest::Body>>),
+}
+
+/// One registry request besides its method and URL.
+struct Call<'a> {
+    /// The repository the request is about (manifest redirects stay inside it).
+    repository: &'a str,
+    /// Token scope(s), space-separated; also the token cache key.
+    scope: &'a str,
+    fetch: Fetch,
+    payload: Payload,
+    /// Instead of the registry's `timeout`: a layer takes longer than a manifest.
+    timeout: Option<Duration>,
+}
+
+/// `repository:NAME:pull`, the token scope of reads.
+fn pull_scope(repository: &str) -> String {
+    format!("repository:{repository}:pull")
 }
 
 fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {
@@ -461,7 +499,7 @@ impl Endpoint {
     async fn authorize(
         &self,
         request: reqwest::RequestBuilder,
-        repository: &str,
+        scope: &str,
     ) -> Result<(reqwest::RequestBuilder, Option<Arc<Token>>), RegistryError> {
         let scheme = self.scheme.lock().unwrap_or_else(|e| e.into_inner()).clone();
         match scheme {
@@ -474,10 +512,9 @@ impl Endpoint {
                 None,
             )),
             Scheme::Bearer { realm, service } => {
-                let scope = format!("repository:{repository}:pull");
                 let token = self
                     .tokens
-                    .try_get_with(scope.clone(), self.fetch_token(&realm, service.as_deref(), &scope))
+                    .try_get_with(scope.to_string(), self.fetch_token(&realm, service.as_deref(), scope))
                     .await
                     .map_err(|e: Arc<RegistryError>| (*e).clone())?;
                 Ok((request.bearer_auth(token.value.expose()), Some(token)))
@@ -493,7 +530,10 @@ impl Endpoint {
             if let Some(service) = service {
                 query.append_pair("service", service);
             }
-            query.append_pair("scope", scope);
+            // A push with a mount asks for two scopes: one parameter each, as Docker clients send them.
+            for scope in scope.split(' ').filter(|s| !s.is_empty()) {
+                query.append_pair("scope", scope);
+            }
         }
         let realm_url = url.clone();
         let mut attempt = 0;
@@ -567,7 +607,7 @@ impl Endpoint {
     async fn learn_challenge(
         &self,
         headers: &HeaderMap,
-        repository: &str,
+        scope: &str,
         sent: Option<Arc<Token>>,
     ) -> Result<(), RegistryError> {
         let challenge = headers.get(WWW_AUTHENTICATE).and_then(|v| v.to_str().ok()).and_then(parse_challenge);
@@ -575,9 +615,8 @@ impl Endpoint {
             Some(Challenge::Bearer { realm, service }) => {
                 *self.scheme.lock().unwrap_or_else(|e| e.into_inner()) = Scheme::Bearer { realm, service };
                 if let Some(sent) = sent {
-                    let scope = format!("repository:{repository}:pull");
                     self.tokens
-                        .entry(scope)
+                        .entry(scope.to_string())
                         .and_compute_with(|cached| {
                             let stale = cached.is_some_and(|c| Arc::ptr_eq(c.value(), &sent));
                             std::future::ready(if stale {
@@ -610,8 +649,23 @@ impl Endpoint {
         repository: &str,
         fetch: Fetch,
     ) -> Result<Response, RegistryError> {
-        let mut url =
-            self.base.join(&format!("/v2/{path}")).map_err(|e| self.invalid(format!("{method} {path}: {e}")))?;
+        let url = self.api_url(&method, path)?;
+        let scope = pull_scope(repository);
+        self.send_to(method, url, Call { repository, scope: &scope, fetch, payload: Payload::Empty, timeout: None })
+            .await
+    }
+
+    /// `/v2/PATH` on this registry (PATH may carry a query).
+    fn api_url(&self, method: &Method, path: &str) -> Result<Url, RegistryError> {
+        self.base.join(&format!("/v2/{path}")).map_err(|e| self.invalid(format!("{method} {path}: {e}")))
+    }
+
+    /// `send` for any URL of this registry, token scope, body and timeout.
+    async fn send_to(&self, method: Method, mut url: Url, call: Call<'_>) -> Result<Response, RegistryError> {
+        let Call { repository, scope, fetch, payload, timeout } = call;
+        // Messages name the path only: an upload URL's query is the registry's state, not ours to print.
+        let path = url.path().strip_prefix("/v2/").unwrap_or(url.path()).to_string();
+        let once = matches!(payload, Payload::Stream(_));
         let pull = method == Method::GET;
         let mut attempt = 0u32;
         let mut reauthorized = false;
@@ -626,8 +680,22 @@ impl Endpoint {
                 ))
             })?;
             self.wait_turn(pull).await?;
-            let request = self.http.request(method.clone(), url.clone()).header(ACCEPT, MANIFEST_ACCEPT);
-            let (request, sent) = self.authorize(request, repository).await?;
+            let mut request = self.http.request(method.clone(), url.clone()).header(ACCEPT, MANIFEST_ACCEPT);
+            if let Some(timeout) = timeout {
+                request = request.timeout(timeout);
+            }
+            request = match &payload {
+                Payload::Empty if fetch == Fetch::Write => request.header(CONTENT_LENGTH, 0),
+                Payload::Empty => request,
+                Payload::Bytes { bytes, content_type } => {
+                    request.header(CONTENT_TYPE, content_type.as_str()).body(bytes.clone())
+                }
+                Payload::Stream(body) => match body.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    Some(body) => request.header(CONTENT_TYPE, "application/octet-stream").body(body),
+                    None => return Err(self.invalid(format!("{method} {path}: a streamed body cannot be sent twice"))),
+                },
+            };
+            let (request, sent) = self.authorize(request, scope).await?;
             let response = request.send().await;
             self.record_request(method.as_str(), response.as_ref().ok().map(|r| r.status()));
             let failure = match response {
@@ -636,11 +704,17 @@ impl Endpoint {
                     self.observe_quota(response.headers());
                     let status = response.status();
                     match status {
+                        s if is_redirect(s) && fetch == Fetch::Probe => return Ok(response),
+                        s if is_redirect(s) && fetch == Fetch::Write => {
+                            return Err(self.invalid(format!(
+                                "{method} {path} answered HTTP {s}; writes do not follow redirects"
+                            )));
+                        }
                         s if is_redirect(s) => {
                             let target = self.redirect_target(&response, &mut hops, &format!("{method} {path}"))?;
                             if target.origin() != self.base.origin() {
                                 if fetch == Fetch::Blob {
-                                    return self.fetch_from_storage(target, hops).await;
+                                    return self.fetch_from_storage(target, hops, timeout).await;
                                 }
                                 return Err(self.invalid(format!(
                                     "{method} {path} redirected to another host, {}; manifest requests follow redirects only within {}",
@@ -658,10 +732,15 @@ impl Endpoint {
                             url = target;
                             continue;
                         }
-                        StatusCode::UNAUTHORIZED if !reauthorized => {
+                        StatusCode::UNAUTHORIZED if !reauthorized && !once => {
                             reauthorized = true;
-                            self.learn_challenge(response.headers(), repository, sent).await?;
+                            self.learn_challenge(response.headers(), scope, sent).await?;
                             continue;
+                        }
+                        StatusCode::UNAUTHORIZED if once => {
+                            return Err(
+                                self.unauthorized(format!("{method} {path} answered HTTP 401 to a streamed upload"))
+                            );
                         }
                         StatusCode::UNAUTHORIZED => {
                             return Err(
@@ -690,7 +769,7 @@ impl Endpoint {
                             tracing::warn!(registry = %self.settings.host, wait = %whole_seconds(wait), "HTTP 429, pausing requests to this registry");
                             self.pause(wait);
                             attempt += 1;
-                            if attempt >= self.settings.max_attempts {
+                            if attempt >= self.settings.max_attempts || once {
                                 return Err(self.rate_limited(match retry {
                                     Some(wait) => format!("HTTP 429, retry after {}", whole_seconds(wait)),
                                     None => format!("HTTP 429 on all {} attempts", self.settings.max_attempts),
@@ -724,7 +803,7 @@ impl Endpoint {
                 }
             };
             attempt += 1;
-            if attempt >= self.settings.max_attempts {
+            if attempt >= self.settings.max_attempts || once {
                 return Err(failure.after_attempts(attempt));
             }
             let wait = self.backoff(attempt - 1);
@@ -754,10 +833,19 @@ impl Endpoint {
 
     /// A blob from storage on another host (object storage, a CDN) that the registry redirected
     /// to: sent without credentials; the caller verifies the blob's digest as always.
-    async fn fetch_from_storage(&self, mut url: Url, mut hops: usize) -> Result<Response, RegistryError> {
+    async fn fetch_from_storage(
+        &self,
+        mut url: Url,
+        mut hops: usize,
+        timeout: Option<Duration>,
+    ) -> Result<Response, RegistryError> {
         loop {
             let storage = origin_of(&url);
-            let response = self.http.get(url.clone()).send().await;
+            let mut request = self.http.get(url.clone());
+            if let Some(timeout) = timeout {
+                request = request.timeout(timeout);
+            }
+            let response = request.send().await;
             self.record_request("GET", response.as_ref().ok().map(|r| r.status()));
             let response =
                 response.map_err(|e| self.unavailable(format!("blob storage {storage}: {}", describe(&e))))?;

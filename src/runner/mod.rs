@@ -590,7 +590,9 @@ impl Runner {
                 let digests = Digests { before: Some(report.previous.clone()), after: report.digest.clone() };
                 (Outcome { success: true, detail, output_tail: String::new() }, true, digests)
             }
-            Err(err @ RebaseError::Refused(_)) => fail(err.to_string(), false),
+            // Trying again cannot make an unsafe rebase safe.
+            Err(err @ RebaseError::Refused(_)) => fail(format!("rebase refused: {err}"), false),
+            Err(err @ RebaseError::Unusable(_)) => fail(err.to_string(), false),
             Err(err) => fail(err.to_string(), true),
         }
     }

@@ -23,25 +23,25 @@ pub enum Format {
 }
 
 impl Format {
-    fn manifest(self) -> &'static str {
+    pub fn manifest(self) -> &'static str {
         match self {
             Format::Oci => "application/vnd.oci.image.manifest.v1+json",
             Format::Docker => "application/vnd.docker.distribution.manifest.v2+json",
         }
     }
-    fn index(self) -> &'static str {
+    pub fn index(self) -> &'static str {
         match self {
             Format::Oci => "application/vnd.oci.image.index.v1+json",
             Format::Docker => "application/vnd.docker.distribution.manifest.list.v2+json",
         }
     }
-    fn config(self) -> &'static str {
+    pub fn config(self) -> &'static str {
         match self {
             Format::Oci => "application/vnd.oci.image.config.v1+json",
             Format::Docker => "application/vnd.docker.container.image.v1+json",
         }
     }
-    fn layer(self) -> &'static str {
+    pub fn layer(self) -> &'static str {
         match self {
             Format::Oci => "application/vnd.oci.image.layer.v1.tar+gzip",
             Format::Docker => "application/vnd.docker.image.rootfs.diff.tar.gzip",
@@ -214,6 +214,26 @@ impl Pusher {
             Pushed { digest, media_type: format.index().into(), size: bytes.len(), config_digest: String::new() },
             children,
         )
+    }
+
+    /// Pushes `blobs` and then `manifest` (of `media_type`) under `reference` (a tag or digest).
+    pub async fn push_raw(
+        &self,
+        repo: &str,
+        reference: &str,
+        blobs: Vec<Vec<u8>>,
+        manifest: Vec<u8>,
+        media_type: &'static str,
+    ) {
+        let target = self.reference(repo, reference);
+        self.login(&target).await;
+        for blob in blobs {
+            self.blob(&target, blob).await;
+        }
+        self.client
+            .push_manifest_raw(&target, manifest, HeaderValue::from_static(media_type))
+            .await
+            .expect("push manifest");
     }
 
     /// Deletes a manifest by digest (the tag pointing at it disappears with it).

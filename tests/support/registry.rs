@@ -35,15 +35,21 @@ impl TestRegistry {
     }
 
     pub fn start_with(auth: Auth) -> Self {
-        Self::start_full(auth, None)
+        Self::start_full(auth, None, false)
+    }
+
+    /// A registry whose upload `Location`s are relative (`/v2/…/uploads/<uuid>?_state=…`), so
+    /// uploads through a proxy in front of it stay on the proxy.
+    pub fn start_relative(auth: Auth) -> Self {
+        Self::start_full(auth, None, true)
     }
 
     /// A registry that notifies `url` of every push, with `Authorization: Bearer <token>`.
     pub fn start_notifying(url: &str, token: &str) -> Self {
-        Self::start_full(Auth::Anonymous, Some((url.to_string(), token.to_string())))
+        Self::start_full(Auth::Anonymous, Some((url.to_string(), token.to_string())), false)
     }
 
-    fn start_full(auth: Auth, notify: Option<(String, String)>) -> Self {
+    fn start_full(auth: Auth, notify: Option<(String, String)>, relative: bool) -> Self {
         assert!(
             Path::new(BINARY).exists(),
             "{BINARY} is missing: install the CNCF Distribution registry with `apt-get install -y docker-registry` (.ci/run does)"
@@ -66,7 +72,7 @@ impl TestRegistry {
             ),
         };
         let config = format!(
-            "version: 0.1\nlog:\n  level: info\n  formatter: text\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:0\n  secret: builder-monitor-tests\n{auth_section}{notify_section}",
+            "version: 0.1\nlog:\n  level: info\n  formatter: text\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:0\n  secret: builder-monitor-tests\n  relativeurls: {relative}\n{auth_section}{notify_section}",
             dir.path().join("data").display()
         );
         let config_path = dir.path().join("config.yml");

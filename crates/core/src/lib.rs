@@ -4,6 +4,7 @@
 pub mod cnb;
 pub mod event;
 pub mod plan;
+pub mod rebase;
 pub mod reference;
 pub mod schedule;
 pub mod text;

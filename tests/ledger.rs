@@ -330,7 +330,7 @@ async fn tag_moves_keep_the_digests_before_and_after() {
             })
             .await
             .unwrap();
-        assert_eq!(ledger.tag_moves(Some("app"), 10).await.unwrap(), [rebased.clone()]);
+        assert_eq!(ledger.tag_moves(Some("app"), 10).await.unwrap(), std::slice::from_ref(&rebased));
         assert!(ledger.tag_moves(Some("api"), 10).await.unwrap().is_empty());
 
         let back = TagMove {

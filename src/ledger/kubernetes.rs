@@ -760,7 +760,7 @@ impl KubeLedger {
             .flat_map(|(_, d)| d.tag_moves)
             .filter(|m| image.is_none_or(|i| m.tag_move.image == i))
             .collect();
-        rows.sort_by(|a, b| (b.tag_move.time, b.seq).cmp(&(a.tag_move.time, a.seq)));
+        rows.sort_by_key(|m| std::cmp::Reverse((m.tag_move.time, m.seq)));
         Ok(rows.into_iter().take(limit).map(|m| m.tag_move).collect())
     }
 

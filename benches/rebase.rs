@@ -179,10 +179,11 @@ async fn setup() -> Setup {
     let pusher = Pusher::new(&proxy.host);
     let v1 = run_image(1, RUN_LAYER_BYTES);
     let pushed_v1 = app::push_run(&pusher, "run", Some("v1"), &v1, Format::Oci).await;
-    app::push_run(&pusher, "run", Some("v2"), &run_image(2, RUN_LAYER_BYTES), Format::Oci).await;
+    // The apps name `run:latest` (as built); the new run image is pushed there.
+    app::push_run(&pusher, "run", Some("latest"), &run_image(2, RUN_LAYER_BYTES), Format::Oci).await;
     Setup {
         v1_reference: format!("{}/run@{}", proxy.host, pushed_v1.digest),
-        run_v2: format!("{}/run:v2", proxy.host),
+        run_v2: format!("{}/run:latest", proxy.host),
         v1,
         _registries: (a, b),
         pusher,

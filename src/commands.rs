@@ -10,18 +10,20 @@ use tokio_util::sync::CancellationToken;
 use crate::{AlertCommand, Command, SpecAction, SpecOutput};
 use builder_monitor::alert::{self, SendOutcome};
 use builder_monitor::cluster;
-use builder_monitor::config::{Config, RegistrySettings, Secrets};
+use builder_monitor::config::{Config, RegistrySettings, Secrets, StateLocation};
 use builder_monitor::daemon::{self, Access};
 use builder_monitor::inspect;
+use builder_monitor::ledger::WriterLock;
 use builder_monitor::metrics::Metrics;
 use builder_monitor::monitor::reaction::{self, Reaction};
 use builder_monitor::rebase::{self, RebaseError, RebaseRequest};
 use builder_monitor::registry::Registry;
+use builder_monitor::rollback;
 use builder_monitor::runner::{self, kubernetes::ActionRef};
 use builder_monitor::schedule::Clock;
 use builder_monitor::status;
 use builder_monitor_core::plan::ActionKind;
-use builder_monitor_core::reference::ImageRef;
+use builder_monitor_core::reference::{ImageRef, is_sha256_digest};
 use builder_monitor_core::text;
 
 /// A command's failure and its exit code.
@@ -225,9 +227,47 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
                 println!("no [[images]] configured");
             } else {
                 for a in &assessments {
-                    let action = a.action.map_or("nothing", |k| k.as_str());
+                    let action = match (a.action, a.path) {
+                        (Some(ActionKind::Rebase), Some("registry")) => "rebase (in the registry, by the daemon)",
+                        (Some(ActionKind::Rebase), _) => "rebase (by the runner)",
+                        (action, _) => action.map_or("nothing", |k| k.as_str()),
+                    };
                     println!("{} (builder {}, policy {}): {action} — {}", a.image, a.builder, a.policy.as_str(), a.why);
                 }
+            }
+            Ok(0)
+        }
+        Command::Rollback { image, to, config } => {
+            let config = load_config(&config, Secrets::Registries)?;
+            let settings = rollback::configured_image(&config, &image).map_err(usage)?;
+            if let Some(to) = to.as_deref().filter(|d| !is_sha256_digest(d)) {
+                return Err(usage(rollback::RollbackError::InvalidDigest(to.to_string())));
+            }
+            // A write to the ledger: one writer at a time, as for `run`.
+            let clock = Clock::System;
+            let _writer = match &config.monitor.state {
+                StateLocation::Sqlite(path) => Some(WriterLock::acquire(path, clock.now())?),
+                StateLocation::Kubernetes => None,
+            };
+            let ledger = daemon::open_ledger(&config, Access::Write, &clock).await?;
+            let registry = Registry::new(config.registries.values().cloned(), Metrics::new());
+            let done = rollback::rollback(&config, &ledger, &registry, settings, to.as_deref(), clock.now()).await?;
+            let why = match &done.undone {
+                Some(m) => format!(
+                    "the digest before its last {}{}",
+                    m.kind.as_str(),
+                    m.action.as_deref().map(|a| format!(" (action {a})")).unwrap_or_default()
+                ),
+                None => "as asked with --to".to_string(),
+            };
+            if done.moved {
+                let from = done.from.as_deref().unwrap_or("nothing (the tag did not exist)");
+                println!(
+                    "{}: moved {} from {from} to {}, {why}; recorded in the ledger",
+                    done.image, done.reference, done.to
+                );
+            } else {
+                println!("{}: {} already points at {} ({why}); nothing changed", done.image, done.reference, done.to);
             }
             Ok(0)
         }

@@ -74,6 +74,8 @@ pub struct Parts {
     pub dispatcher: Arc<Dispatcher>,
     pub client: Option<kube::Client>,
     pub metrics: Arc<Metrics>,
+    /// The one registry client: checks, planning and registry rebases share its limits and tokens.
+    pub registry: Arc<Registry>,
 }
 
 impl Parts {
@@ -101,9 +103,10 @@ impl Parts {
     ) -> Result<Self, DaemonError> {
         let metrics = Metrics::new();
         let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
-        let monitor = Arc::new(Monitor::new(config.clone(), registry, ledger.clone(), clock.clone(), metrics.clone()));
+        let monitor =
+            Arc::new(Monitor::new(config.clone(), registry.clone(), ledger.clone(), clock.clone(), metrics.clone()));
         let dispatcher = Arc::new(Dispatcher::new(&config.alerts, ledger.clone(), clock.clone(), metrics.clone())?);
-        Ok(Parts { config, ledger, clock, monitor, dispatcher, client, metrics })
+        Ok(Parts { config, ledger, clock, monitor, dispatcher, client, metrics, registry })
     }
 
     fn publisher(&self) -> Option<Publisher> {
@@ -113,7 +116,8 @@ impl Parts {
 
     async fn runner(&self, stop: CancellationToken) -> Result<Arc<Runner>, DaemonError> {
         let backend = Backend::for_config(&self.config, self.client.clone(), stop).map_err(DaemonError::Runner)?;
-        let runner = Arc::new(Runner::new(self.config.clone(), self.ledger.clone(), self.clock.clone(), backend));
+        let runner = Runner::new(self.config.clone(), self.ledger.clone(), self.clock.clone(), backend);
+        let runner = Arc::new(runner.with_registry(self.registry.clone()));
         runner.recover().await.map_err(DaemonError::Recover)?;
         Ok(runner)
     }
@@ -226,7 +230,7 @@ pub async fn run(config: Arc<Config>, once: bool, shutdown: CancellationToken) -
     let ledger = open_ledger(&config, Access::Write, &clock).await?;
     let parts = Arc::new(Parts::build(config.clone(), ledger.clone(), clock).await?);
     let election = config.kubernetes.leader_election && !once;
-    tracing::info!(builders = config.builders.len(), alerts = config.alerts.len(), runner = config.runner.kind.as_str(), state = %ledger.location(), publish = config.kubernetes.publish, leader_election = election, once, "builder-monitor starting");
+    tracing::info!(builders = config.builders.len(), alerts = config.alerts.len(), runner = config.runner.kind.as_str(), rebase = config.runner.rebase.as_str(), state = %ledger.location(), publish = config.kubernetes.publish, leader_election = election, once, "builder-monitor starting");
     if once {
         return Ok(if parts.run_once().await? { 0 } else { 1 });
     }

@@ -21,6 +21,7 @@ pub mod monitor;
 pub mod page;
 pub mod rebase;
 pub mod registry;
+pub mod rollback;
 pub mod runner;
 pub mod schedule;
 pub mod server;

@@ -137,6 +137,17 @@ enum Command {
         #[command(subcommand)]
         command: AlertCommand,
     },
+    /// Move an app image's tag back to the digest before its last rebase or rebuild (or to another
+    /// digest the ledger recorded for it), by a manifest PUT: nothing is rebuilt.
+    Rollback {
+        /// The `[[images]]` name, or its tag.
+        image: String,
+        /// A digest recorded for the image (see `status`).
+        #[arg(long)]
+        to: Option<String>,
+        #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
+        config: PathBuf,
+    },
     /// Print pins, last checks, recent changes and pending actions.
     Status {
         #[arg(long, env = "BUILDER_MONITOR_CONFIG")]

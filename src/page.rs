@@ -564,6 +564,7 @@ mod tests {
         Status {
             builders,
             run_images: Vec::new(),
+            images: Vec::new(),
             pending: Vec::new(),
             actions: Vec::new(),
             deliveries: Vec::new(),

@@ -8,7 +8,8 @@ use serde::Serialize;
 
 use crate::config::{Config, run_image_watch};
 use crate::ledger::{
-    ActionRecord, ActionState, DeadLetter, Ledger, LedgerError, OpenAction, PendingDelivery, WatchRecord,
+    ActionRecord, ActionState, DeadLetter, Ledger, LedgerError, OpenAction, PendingDelivery, TagMove, TagMoveKind,
+    WatchRecord,
 };
 use builder_monitor_core::cnb::{ChangeKind, Reason, run_watch_name};
 use builder_monitor_core::schedule::{timestamp, timestamp_millis};
@@ -19,6 +20,8 @@ pub struct Status {
     pub builders: Vec<BuilderStatus>,
     /// Run images named by the builders, watched on their own.
     pub run_images: Vec<BuilderStatus>,
+    /// The `[[images]]` and their tags' last digests, as the rebases, rebuilds and rollbacks left them.
+    pub images: Vec<ImageStatus>,
     pub pending: Vec<OpenAction>,
     /// The most recent rebases and rebuilds, any state (running, failed, succeeded, superseded).
     pub actions: Vec<ActionRecord>,
@@ -49,6 +52,31 @@ pub struct BuilderStatus {
     pub builders: Vec<String>,
     pub changes: Vec<ChangeSummary>,
 }
+
+/// An app image and the last moves of its tag.
+#[derive(Debug, Clone, Serialize)]
+pub struct ImageStatus {
+    pub name: String,
+    pub image: String,
+    /// Where the last recorded move left the tag (`null`: none recorded, or not read).
+    pub digest: Option<String>,
+    /// Where it pointed before that move (what `rollback` returns to after a rebase or rebuild).
+    pub previous: Option<String>,
+    /// Newest first.
+    pub moves: Vec<TagMoveStatus>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TagMoveStatus {
+    pub time: String,
+    pub kind: TagMoveKind,
+    pub action: Option<String>,
+    pub previous: Option<String>,
+    pub digest: Option<String>,
+}
+
+/// Tag moves shown per app image.
+const MOVES_SHOWN: usize = 5;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PinnedStatus {
@@ -118,14 +146,40 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
         status.builders = users;
         runs.push(status);
     }
+    let mut images = Vec::new();
+    for i in &config.images {
+        let moves = ledger.tag_moves(Some(&i.name), MOVES_SHOWN).await?;
+        images.push(image_status(&i.name, &i.image.to_string(), moves));
+    }
     Ok(Status {
         builders,
         run_images: runs,
+        images,
         pending: ledger.open_actions().await?,
         actions: ledger.actions(50).await?,
         deliveries: ledger.pending_deliveries().await?,
         dead_letters: ledger.dead_letters().await?,
     })
+}
+
+fn image_status(name: &str, image: &str, moves: Vec<TagMove>) -> ImageStatus {
+    let last = moves.first();
+    ImageStatus {
+        name: name.to_string(),
+        image: image.to_string(),
+        digest: last.and_then(|m| m.after.clone()),
+        previous: last.and_then(|m| m.before.clone()),
+        moves: moves
+            .into_iter()
+            .map(|m| TagMoveStatus {
+                time: timestamp_millis(m.time),
+                kind: m.kind,
+                action: m.action,
+                previous: m.before,
+                digest: m.after,
+            })
+            .collect(),
+    }
 }
 
 fn next_check(schedule: &builder_monitor_core::schedule::Schedule, record: Option<&WatchRecord>) -> Option<String> {
@@ -210,6 +264,26 @@ pub fn render_text(status: &Status) -> String {
     }
     if status.builders.is_empty() {
         let _ = writeln!(out, "no builders configured");
+    }
+    if !status.images.is_empty() {
+        let _ = writeln!(out, "app images:");
+        for i in &status.images {
+            let _ = writeln!(out, "  {}  {}", i.name, i.image);
+            if i.moves.is_empty() {
+                let _ = writeln!(out, "    no tag moves recorded");
+            }
+            for m in &i.moves {
+                let _ = writeln!(
+                    out,
+                    "    {} {:<8} {} → {}{}",
+                    m.time,
+                    m.kind.as_str(),
+                    m.previous.as_deref().map_or("-", short),
+                    m.digest.as_deref().map_or("?", short),
+                    m.action.as_deref().map(|a| format!("  action {a}")).unwrap_or_default()
+                );
+            }
+        }
     }
     if !status.pending.is_empty() {
         let _ = writeln!(out, "pending actions:");
@@ -344,6 +418,7 @@ mod tests {
         let status = Status {
             builders: vec![],
             run_images: vec![],
+            images: vec![],
             pending: vec![OpenAction {
                 change: "c1".into(),
                 image: "app".into(),
@@ -384,7 +459,7 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&status).unwrap(),
             concat!(
-                r#"{"builders":[],"run_images":[],"pending":[{"change":"c1","image":"app","action":"rebuild","#,
+                r#"{"builders":[],"run_images":[],"images":[],"pending":[{"change":"c1","image":"app","action":"rebuild","#,
                 r#""state":"pending","attempts":1,"next_attempt":"2026-11-30T12:15:00.000Z"}],"#,
                 r#""actions":[{"key":"k0","change":"c0","image":"app","action":"rebase","state":"superseded","#,
                 r#""attempts":0,"next_attempt":"2026-11-30T12:00:00.000Z","detail":"superseded by change c1","#,
@@ -410,5 +485,54 @@ mod tests {
             text.contains("  builder.changed e1 to hook: 2 attempts, next 2026-11-30T12:20:00.125Z (last: HTTP 503)\n"),
             "{text}"
         );
+    }
+
+    /// Each app image shows where its tag's last move left it and where it was before.
+    #[test]
+    fn app_images_show_their_last_digests() {
+        let at = |t: &str| parse_timestamp(t).unwrap();
+        let a = format!("sha256:{}", "a".repeat(64));
+        let b = format!("sha256:{}", "b".repeat(64));
+        let moves = vec![
+            TagMove {
+                image: "app".into(),
+                reference: "r.example/apps/app:latest".into(),
+                kind: TagMoveKind::Rollback,
+                action: None,
+                before: Some(b.clone()),
+                after: Some(a.clone()),
+                time: at("2026-11-30T12:10:00Z"),
+            },
+            TagMove {
+                image: "app".into(),
+                reference: "r.example/apps/app:latest".into(),
+                kind: TagMoveKind::Rebase,
+                action: Some("bm-1".into()),
+                before: Some(a.clone()),
+                after: Some(b.clone()),
+                time: at("2026-11-30T12:00:00Z"),
+            },
+        ];
+        let image = image_status("app", "r.example/apps/app:latest", moves);
+        let json = serde_json::to_value(&image).unwrap();
+        assert_eq!((json["digest"].as_str(), json["previous"].as_str()), (Some(a.as_str()), Some(b.as_str())));
+        assert_eq!(json["moves"][1]["kind"], "rebase");
+        assert_eq!(json["moves"][1]["action"], "bm-1");
+        let status = Status {
+            builders: vec![],
+            run_images: vec![],
+            images: vec![image, image_status("api", "r.example/apps/api:latest", vec![])],
+            pending: vec![],
+            actions: vec![],
+            deliveries: vec![],
+            dead_letters: vec![],
+        };
+        let text = render_text(&status);
+        assert!(
+            text.contains("  app  r.example/apps/app:latest\n    2026-11-30T12:10:00.000Z rollback sha256:bbbbbbbbbbbb → sha256:aaaaaaaaaaaa\n"),
+            "{text}"
+        );
+        assert!(text.contains("rebase   sha256:aaaaaaaaaaaa → sha256:bbbbbbbbbbbb  action bm-1\n"), "{text}");
+        assert!(text.contains("  api  r.example/apps/api:latest\n    no tag moves recorded\n"), "{text}");
     }
 }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use builder_monitor::ledger::{
     ActionEnd, ActionOutcome, ActionState, ChangeRecord, CheckFailure, CheckRecord, DeliveryKey, DeliveryUpdate,
-    HeldDigest, Ledger, NewAction, PinUpdate, WatchKind,
+    HeldDigest, Ledger, NewAction, PinUpdate, TagMove, TagMoveKind, WatchKind,
 };
 use builder_monitor_core::cnb::Change;
 use builder_monitor_core::event::{Event, EventType, Subject, change_id};
@@ -246,6 +246,7 @@ async fn actions_are_claimed_finished_requeued_and_superseded() {
                 deliveries: vec![key("done", "hook")],
                 history: 2,
                 now: at("2026-11-30T12:05:00Z"),
+                tag_move: None,
             })
             .await
             .unwrap();
@@ -260,6 +261,7 @@ async fn actions_are_claimed_finished_requeued_and_superseded() {
                 deliveries: vec![],
                 history: 2,
                 now: at("2026-11-30T12:06:00Z"),
+                tag_move: None,
             })
             .await
             .unwrap();
@@ -283,6 +285,69 @@ async fn actions_are_claimed_finished_requeued_and_superseded() {
         assert_eq!(open[0].change, "c2");
         let superseded = ledger.actions(10).await.unwrap().into_iter().find(|a| a.key == other.key).unwrap();
         assert_eq!(superseded.state, ActionState::Superseded);
+    })
+    .await;
+}
+
+fn tag_move(image: &str, kind: TagMoveKind, action: Option<&str>, digests: (&str, &str), time: &str) -> TagMove {
+    TagMove {
+        image: image.into(),
+        reference: format!("r/{image}:latest"),
+        kind,
+        action: action.map(str::to_string),
+        before: Some(digests.0.into()),
+        after: Some(digests.1.into()),
+        time: at(time),
+    }
+}
+
+/// Every move of an app tag keeps the digests before and after: with the action's end (same
+/// write), or on its own (a rollback), newest first, per image, pruned to the history.
+#[tokio::test]
+async fn tag_moves_keep_the_digests_before_and_after() {
+    both(|ledger| async move {
+        let mut r = record("b", "2026-11-30T12:00:00Z");
+        r.change = Some(change("b", 1, "sha256:a", "sha256:b"));
+        r.actions = vec![action("c1", "app"), action("c1", "api")];
+        ledger.commit(r).await.unwrap();
+        assert!(ledger.tag_moves(None, 10).await.unwrap().is_empty());
+        let claimed = ledger.claim_actions(at("2099-01-01T00:00:00Z"), 10).await.unwrap();
+        let app = claimed.iter().find(|a| a.image == "app").unwrap();
+        let rebased =
+            tag_move("app", TagMoveKind::Rebase, Some(&app.key), ("sha256:1", "sha256:2"), "2026-11-30T12:01:00.5Z");
+        ledger
+            .finish_action(ActionEnd {
+                key: &app.key,
+                outcome: ActionOutcome::Succeeded,
+                detail: "rebased".into(),
+                output_tail: String::new(),
+                watch: "b",
+                events: vec![],
+                deliveries: vec![],
+                history: 2,
+                now: at("2026-11-30T12:01:00.5Z"),
+                tag_move: Some(rebased.clone()),
+            })
+            .await
+            .unwrap();
+        assert_eq!(ledger.tag_moves(Some("app"), 10).await.unwrap(), std::slice::from_ref(&rebased));
+        assert!(ledger.tag_moves(Some("api"), 10).await.unwrap().is_empty());
+
+        let back = TagMove {
+            action: None,
+            ..tag_move("app", TagMoveKind::Rollback, None, ("sha256:2", "sha256:1"), "2026-11-30T12:02:00Z")
+        };
+        ledger.record_tag_move("b", back.clone(), 2).await.unwrap();
+        let other = tag_move("api", TagMoveKind::Rebuild, Some("k"), ("sha256:7", "sha256:8"), "2026-11-30T12:03:00Z");
+        ledger.record_tag_move("b", other.clone(), 2).await.unwrap();
+        assert_eq!(ledger.tag_moves(Some("app"), 10).await.unwrap(), [back.clone(), rebased.clone()]);
+        assert_eq!(ledger.tag_moves(None, 2).await.unwrap(), [other.clone(), back.clone()]);
+
+        // A third move of `app` with history 2 drops its oldest; `api` keeps its own.
+        let again = tag_move("app", TagMoveKind::Rebase, Some("k2"), ("sha256:1", "sha256:3"), "2026-11-30T12:04:00Z");
+        ledger.record_tag_move("b", again.clone(), 2).await.unwrap();
+        assert_eq!(ledger.tag_moves(Some("app"), 10).await.unwrap(), [again, back]);
+        assert_eq!(ledger.tag_moves(Some("api"), 10).await.unwrap(), [other]);
     })
     .await;
 }

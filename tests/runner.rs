@@ -463,7 +463,11 @@ async fn plan_explains_what_each_image_would_get() {
     w.push_run("2").await;
     assert_eq!(run_with_env(&["run", "--once", "--config", config], &[], ws.dir.path()).code, Some(0));
     let out = plan(&["plan", "--config", config]);
-    assert!(out.stdout.contains("a (builder jammy, policy auto): rebase — on run image"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("a (builder jammy, policy auto): rebase (by the runner) — on run image"),
+        "{}",
+        out.stdout
+    );
 }
 
 /// Lines of `path` that start with `word`.

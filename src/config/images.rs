@@ -65,9 +65,31 @@ impl RunnerKind {
     }
 }
 
+/// Which path a `rebase` action takes (`[runner] rebase`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RebasePath {
+    /// The configured runner (a command, Job or kpack Build), like a rebuild.
+    #[default]
+    Runner,
+    /// In the daemon, by registry writes only (`crate::rebase`), whatever the runner type.
+    Registry,
+}
+
+impl RebasePath {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RebasePath::Runner => "runner",
+            RebasePath::Registry => "registry",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunnerSettings {
     pub kind: RunnerKind,
+    /// Where `rebase` actions run.
+    pub rebase: RebasePath,
     pub max_concurrent: usize,
     /// Tries per action; a failed try is retried after `backoff`, doubling.
     pub max_attempts: u32,
@@ -81,6 +103,7 @@ impl Default for RunnerSettings {
     fn default() -> Self {
         RunnerSettings {
             kind: RunnerKind::None,
+            rebase: RebasePath::Runner,
             max_concurrent: 2,
             max_attempts: 3,
             backoff: Duration::from_secs(30),
@@ -125,6 +148,7 @@ pub(super) struct RawImage {
 pub(super) struct RawRunner {
     #[serde(rename = "type")]
     kind: Option<Spanned<String>>,
+    rebase: Option<Spanned<String>>,
     max_concurrent: Option<Spanned<i64>>,
     max_attempts: Option<Spanned<i64>>,
     backoff: Option<Spanned<String>>,
@@ -273,6 +297,13 @@ impl<'a> Validator<'a> {
                 self.error(span, format!("unknown runner type \"{other}\", expected none, exec, kubernetes or kpack"))
             }
         }
+        match raw.rebase.as_ref().map(|r| (r.get_ref().as_str(), r.span())) {
+            None | Some(("runner", _)) => {}
+            Some(("registry", _)) => s.rebase = RebasePath::Registry,
+            Some((other, span)) => {
+                self.error(span, format!("unknown rebase path \"{other}\", expected registry or runner"))
+            }
+        }
         if let Some(m) = &raw.max_concurrent {
             match usize::try_from(*m.get_ref()) {
                 Ok(n) if (1..=256).contains(&n) => s.max_concurrent = n,
@@ -292,7 +323,7 @@ impl<'a> Validator<'a> {
         }
         if let Some(exec) = raw.exec {
             let span = exec.span();
-            s.exec = self.exec(exec.into_inner(), span);
+            s.exec = self.exec(exec.into_inner(), span, s.rebase);
         }
         let kube = matches!(s.kind, RunnerKind::Kubernetes | RunnerKind::Kpack);
         s.kubernetes = match raw.kubernetes {
@@ -307,7 +338,7 @@ impl<'a> Validator<'a> {
         (self.diagnostics.len() == errors_before).then_some(s)
     }
 
-    fn exec(&mut self, raw: RawExec, span: std::ops::Range<usize>) -> Option<ExecSettings> {
+    fn exec(&mut self, raw: RawExec, span: std::ops::Range<usize>, rebase_path: RebasePath) -> Option<ExecSettings> {
         let errors_before = self.diagnostics.len();
         let argv = |v: &mut Self, template: &Option<Spanned<Vec<String>>>, what: &str| -> Vec<String> {
             match template {
@@ -336,7 +367,11 @@ impl<'a> Validator<'a> {
             }
         };
         let rebuild = argv(self, &raw.rebuild, "rebuild");
-        let rebase = argv(self, &raw.rebase, "rebase");
+        // Rebases done in the daemon need no command.
+        let rebase = match (&raw.rebase, rebase_path) {
+            (None, RebasePath::Registry) => Vec::new(),
+            (template, _) => argv(self, template, "rebase"),
+        };
         let timeout = match &raw.timeout {
             Some(t) => self.positive_duration(t, "timeout").unwrap_or_default(),
             None => Duration::from_secs(3600),

@@ -24,7 +24,8 @@ mod images;
 mod kubernetes;
 pub use alerts::{AlertKind, AlertSettings, AlertUrl, DEFAULT_EVENTS, redact_url};
 pub use images::{
-    ExecSettings, ImageSettings, PLACEHOLDERS, Policy, RunnerKind, RunnerSettings, Scheduling, Source, Toleration,
+    ExecSettings, ImageSettings, PLACEHOLDERS, Policy, RebasePath, RunnerKind, RunnerSettings, Scheduling, Source,
+    Toleration,
 };
 pub use kubernetes::{DEFAULT_GIT_IMAGE, KubeRunnerSettings, KubeValueError, KubernetesSettings, k8s_typed};
 
@@ -428,8 +429,9 @@ impl Config {
         }
         let r = &self.runner;
         out.push_str(&format!(
-            "runner: {}, {} at a time, {} attempts, backoff {}\n",
+            "runner: {}, rebases by {}, {} at a time, {} attempts, backoff {}\n",
             r.kind.as_str(),
+            r.rebase.as_str(),
             r.max_concurrent,
             r.max_attempts,
             humantime::format_duration(r.backoff)
@@ -1404,6 +1406,22 @@ rebuild = ["pack", "build", "{imag}"]
             assert!(got.starts_with(want), "got {got:?}, want prefix {want:?}\nall: {errors:#?}");
         }
         assert_eq!(errors.len(), expect.len(), "{errors:#?}");
+    }
+
+    #[test]
+    fn the_rebase_path_is_runner_unless_registry_is_asked_for() {
+        let builder = "[[builders]]\nname = \"b\"\nimage = \"r.example/b:1\"\n";
+        assert_eq!(parse(builder).unwrap().runner.rebase, RebasePath::Runner);
+        let registry = parse(&format!("{builder}[runner]\nrebase = \"registry\"\n")).unwrap();
+        assert_eq!((registry.runner.rebase, registry.runner.kind), (RebasePath::Registry, RunnerKind::None));
+        let errors = parse(&format!("{builder}[runner]\ntype = \"exec\"\nrebase = \"pod\"\n")).unwrap_err();
+        assert_eq!(errors, ["6:10: unknown rebase path \"pod\", expected registry or runner"]);
+        // In-daemon rebases need no rebase command; runner rebases still do.
+        let exec = "[runner]\ntype = \"exec\"\nrebase = \"REBASE\"\n[runner.exec]\nrebuild = [\"true\"]\n";
+        let ok = parse(&format!("{builder}{}", exec.replace("REBASE", "registry"))).unwrap();
+        assert!(ok.runner.exec.unwrap().rebase.is_empty());
+        let errors = parse(&format!("{builder}{}", exec.replace("REBASE", "runner"))).unwrap_err();
+        assert_eq!(errors, ["7:1: [runner.exec] needs `rebase` (an argv array)"]);
     }
 
     #[test]

@@ -72,6 +72,13 @@ struct ActionRow {
     updated: DateTime<Utc>,
 }
 
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct TagMoveRow {
+    seq: i64,
+    #[serde(flatten)]
+    tag_move: TagMove,
+}
+
 /// One watch's entry of the ledger.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct WatchDoc {
@@ -86,6 +93,9 @@ struct WatchDoc {
     deliveries: Vec<DeliveryRow>,
     #[serde(default)]
     actions: Vec<ActionRow>,
+    /// Moves of app image tags by this entry's actions (or, for a builder, by `rollback`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    tag_moves: Vec<TagMoveRow>,
 }
 
 impl WatchDoc {
@@ -188,6 +198,22 @@ impl WatchDoc {
             }
         }
         self.add_events(&r.events, &r.deliveries, now, r.history, next_seq);
+    }
+
+    /// The same rules as the SQLite ledger's `insert_tag_move`.
+    fn add_tag_move(&mut self, m: &TagMove, history: usize, next_seq: &AtomicI64) {
+        let mut tag_move = m.clone();
+        tag_move.time = tag_move.time.trunc_subsecs(3);
+        self.tag_moves.push(TagMoveRow { seq: next_seq.fetch_add(1, Ordering::Relaxed), tag_move });
+        let mut kept = 0;
+        for i in (0..self.tag_moves.len()).rev() {
+            if self.tag_moves[i].tag_move.image == m.image {
+                kept += 1;
+                if kept > history.max(1) {
+                    self.tag_moves.remove(i);
+                }
+            }
+        }
     }
 
     fn add_events(
@@ -619,12 +645,19 @@ impl KubeLedger {
         Ok(out)
     }
 
-    pub async fn claim_actions(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<ClaimedAction>, LedgerError> {
+    pub async fn claim_actions(
+        &self,
+        now: DateTime<Utc>,
+        limit: usize,
+        kind: Option<ActionKind>,
+    ) -> Result<Vec<ClaimedAction>, LedgerError> {
         let now = now.trunc_subsecs(3);
         let mut due: Vec<(DateTime<Utc>, DateTime<Utc>, String, String)> = Vec::new();
         for (_, doc) in self.all().await? {
             let Some(watch) = doc.watch.as_ref().map(|w| w.name.clone()) else { continue };
-            for a in doc.actions.iter().filter(|a| a.state == ActionState::Pending && a.next_attempt <= now) {
+            for a in doc.actions.iter().filter(|a| {
+                a.state == ActionState::Pending && a.next_attempt <= now && kind.is_none_or(|k| a.kind == k)
+            }) {
                 due.push((a.next_attempt, a.created, watch.clone(), a.key.clone()));
             }
         }
@@ -670,7 +703,8 @@ impl KubeLedger {
 
     #[allow(clippy::too_many_arguments)]
     pub async fn finish_action(&self, end: ActionEnd<'_>) -> Result<(), LedgerError> {
-        let ActionEnd { key, outcome, detail, output_tail, watch, events, deliveries, history, now: at } = end;
+        let ActionEnd { key, outcome, detail, output_tail, watch, events, deliveries, history, now: at, tag_move } =
+            end;
         let holder = self.holder(|d| d.actions.iter().any(|a| a.key == key)).await?;
         let now = at.trunc_subsecs(3);
         let seq = self.seq.clone();
@@ -693,6 +727,9 @@ impl KubeLedger {
                 if same {
                     doc.add_events(&events, &deliveries, now, history, &seq);
                 }
+                if let Some(m) = &tag_move {
+                    doc.add_tag_move(m, history, &seq);
+                }
                 Ok(())
             })
             .await?;
@@ -700,16 +737,40 @@ impl KubeLedger {
         if !same {
             self.record_events(watch, events, deliveries, history, at).await?;
         }
+        if let (None, Some(m)) = (&holder, tag_move) {
+            self.record_tag_move(watch, m, history).await?;
+        }
         Ok(())
     }
 
-    pub async fn next_action_at(&self) -> Result<Option<DateTime<Utc>>, LedgerError> {
+    pub async fn record_tag_move(&self, watch: &str, tag_move: TagMove, history: usize) -> Result<(), LedgerError> {
+        let seq = self.seq.clone();
+        self.modify(watch, |doc| {
+            doc.add_tag_move(&tag_move, history, &seq);
+            Ok(())
+        })
+        .await
+    }
+
+    pub async fn tag_moves(&self, image: Option<&str>, limit: usize) -> Result<Vec<TagMove>, LedgerError> {
+        let mut rows: Vec<TagMoveRow> = self
+            .all()
+            .await?
+            .into_iter()
+            .flat_map(|(_, d)| d.tag_moves)
+            .filter(|m| image.is_none_or(|i| m.tag_move.image == i))
+            .collect();
+        rows.sort_by_key(|m| std::cmp::Reverse((m.tag_move.time, m.seq)));
+        Ok(rows.into_iter().take(limit).map(|m| m.tag_move).collect())
+    }
+
+    pub async fn next_action_at(&self, kind: Option<ActionKind>) -> Result<Option<DateTime<Utc>>, LedgerError> {
         Ok(self
             .all()
             .await?
             .into_iter()
             .flat_map(|(_, d)| d.actions)
-            .filter(|a| a.state == ActionState::Pending)
+            .filter(|a| a.state == ActionState::Pending && kind.is_none_or(|k| a.kind == k))
             .map(|a| a.next_attempt)
             .min())
     }

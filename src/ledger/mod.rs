@@ -318,6 +318,59 @@ pub struct ActionEnd<'a> {
     pub history: usize,
     /// When the attempt ended (the caller's clock).
     pub now: DateTime<Utc>,
+    /// How the attempt moved the app image's tag, when it did (recorded in the same write).
+    pub tag_move: Option<TagMove>,
+}
+
+/// What moved an app image's tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TagMoveKind {
+    Rebase,
+    Rebuild,
+    /// `builder-monitor rollback`.
+    Rollback,
+}
+
+impl TagMoveKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TagMoveKind::Rebase => "rebase",
+            TagMoveKind::Rebuild => "rebuild",
+            TagMoveKind::Rollback => "rollback",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [Self::Rebase, Self::Rebuild, Self::Rollback].into_iter().find(|k| k.as_str() == text)
+    }
+}
+
+impl From<ActionKind> for TagMoveKind {
+    fn from(kind: ActionKind) -> Self {
+        match kind {
+            ActionKind::Rebase => TagMoveKind::Rebase,
+            ActionKind::Rebuild => TagMoveKind::Rebuild,
+        }
+    }
+}
+
+/// One move of an app image's tag: the digest before and after, so `rollback` can put it back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TagMove {
+    /// The `[[images]]` name.
+    pub image: String,
+    /// The tag, `registry/repository:tag`.
+    pub reference: String,
+    pub kind: TagMoveKind,
+    /// The action's key; none for a rollback.
+    pub action: Option<String>,
+    /// None when the tag did not exist before, or could not be read.
+    pub before: Option<String>,
+    /// None when it could not be read after (a runner's push that the daemon did not see).
+    pub after: Option<String>,
+    #[serde(with = "time::millis")]
+    pub time: DateTime<Utc>,
 }
 
 /// An action a runner took on (now `running`).
@@ -639,7 +692,17 @@ impl Ledger {
 
     /// Takes due pending actions: each becomes `running` with one more attempt.
     pub async fn claim_actions(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<ClaimedAction>, LedgerError> {
-        dispatch!(self, claim_actions(now, limit))
+        dispatch!(self, claim_actions(now, limit, None))
+    }
+
+    /// Like [`Ledger::claim_actions`], of one kind only when `kind` is given (the others stay pending).
+    pub async fn claim_actions_of(
+        &self,
+        now: DateTime<Utc>,
+        limit: usize,
+        kind: Option<ActionKind>,
+    ) -> Result<Vec<ClaimedAction>, LedgerError> {
+        dispatch!(self, claim_actions(now, limit, kind))
     }
 
     /// Records the process group a `running` action's command runs in.
@@ -657,7 +720,12 @@ impl Ledger {
 
     /// When the next pending action is due.
     pub async fn next_action_at(&self) -> Result<Option<DateTime<Utc>>, LedgerError> {
-        dispatch!(self, next_action_at())
+        dispatch!(self, next_action_at(None))
+    }
+
+    /// When the next pending action of `kind` (any kind when `None`) is due.
+    pub async fn next_action_of(&self, kind: Option<ActionKind>) -> Result<Option<DateTime<Utc>>, LedgerError> {
+        dispatch!(self, next_action_at(kind))
     }
 
     /// Actions `running` now (a cluster may be carrying them out for us).
@@ -673,6 +741,17 @@ impl Ledger {
     /// These actions, if still `running`, back to `pending` (the attempt is counted).
     pub async fn requeue_actions(&self, keys: Vec<String>) -> Result<(), LedgerError> {
         dispatch!(self, requeue_actions(keys))
+    }
+
+    /// Records a tag move made outside an action (`rollback`), under `watch` (the image's builder),
+    /// keeping the newest `history` moves of the image.
+    pub async fn record_tag_move(&self, watch: &str, tag_move: TagMove, history: usize) -> Result<(), LedgerError> {
+        dispatch!(self, record_tag_move(watch, tag_move, history))
+    }
+
+    /// The newest tag moves first, of one `[[images]]` name or of all.
+    pub async fn tag_moves(&self, image: Option<&str>, limit: usize) -> Result<Vec<TagMove>, LedgerError> {
+        dispatch!(self, tag_moves(image, limit))
     }
 
     /// The most recently updated actions, any state.

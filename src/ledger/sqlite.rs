@@ -111,6 +111,20 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE actions ADD COLUMN process_group INTEGER;
     ALTER TABLE actions ADD COLUMN process_started INTEGER;
     "#,
+    // 4: each move of an app image's tag (by an action or a rollback): the digests before and after.
+    r#"
+    CREATE TABLE tag_moves (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        image TEXT NOT NULL,
+        reference TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('rebase', 'rebuild', 'rollback')),
+        action TEXT,
+        before TEXT,
+        after TEXT,
+        time TEXT NOT NULL
+    );
+    CREATE INDEX tag_moves_by_image ON tag_moves (image, seq);
+    "#,
 ];
 
 /// The ledger handle; cheap to clone. SQLite calls run on the blocking pool.
@@ -299,17 +313,24 @@ impl SqliteLedger {
     }
 
     /// Takes due pending actions: each becomes `running` with one more attempt, atomically.
-    pub async fn claim_actions(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<ClaimedAction>, LedgerError> {
+    pub async fn claim_actions(
+        &self,
+        now: DateTime<Utc>,
+        limit: usize,
+        kind: Option<ActionKind>,
+    ) -> Result<Vec<ClaimedAction>, LedgerError> {
         let now = timestamp_millis(now);
+        let only = kind.map(ActionKind::as_str);
         self.with(move |conn| {
             let tx = conn.transaction()?;
             let mut claimed = Vec::new();
             {
                 let mut stmt = tx.prepare(
                     "SELECT key, change_id, image, kind, attempts, target FROM actions
-                     WHERE state = 'pending' AND next_attempt <= ?1 ORDER BY next_attempt, created LIMIT ?2",
+                     WHERE state = 'pending' AND next_attempt <= ?1 AND (?3 IS NULL OR kind = ?3)
+                     ORDER BY next_attempt, created LIMIT ?2",
                 )?;
-                let rows = stmt.query_map(params![now, limit as i64], |r| {
+                let rows = stmt.query_map(params![now, limit as i64, only], |r| {
                     Ok((
                         r.get::<_, String>(0)?,
                         r.get::<_, String>(1)?,
@@ -369,7 +390,7 @@ impl SqliteLedger {
     /// Records an attempt's end and its events (with their outbox rows) in one transaction.
     #[allow(clippy::too_many_arguments)]
     pub async fn finish_action(&self, end: ActionEnd<'_>) -> Result<(), LedgerError> {
-        let ActionEnd { key, outcome, detail, output_tail, watch, events, deliveries, history, now } = end;
+        let ActionEnd { key, outcome, detail, output_tail, watch, events, deliveries, history, now, tag_move } = end;
         let (key, watch) = (key.to_string(), watch.to_string());
         self.with(move |conn| {
             let updated = timestamp_millis(now);
@@ -385,17 +406,69 @@ impl SqliteLedger {
                 params![key, state, next, detail, output_tail, updated],
             )?;
             insert_events(&tx, &watch, now, &events, None, &deliveries, history)?;
+            if let Some(m) = &tag_move {
+                insert_tag_move(&tx, m, history)?;
+            }
             tx.commit()?;
             Ok(())
         })
         .await
     }
 
+    /// Records a tag move made outside an action (`rollback`).
+    pub async fn record_tag_move(&self, _watch: &str, tag_move: TagMove, history: usize) -> Result<(), LedgerError> {
+        self.with(move |conn| {
+            let tx = conn.transaction()?;
+            insert_tag_move(&tx, &tag_move, history)?;
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// The newest tag moves first, of one image or of all.
+    pub async fn tag_moves(&self, image: Option<&str>, limit: usize) -> Result<Vec<TagMove>, LedgerError> {
+        let image = image.map(str::to_string);
+        self.with(move |conn| {
+            let mut stmt = conn.prepare(
+                "SELECT image, reference, kind, action, before, after, time FROM tag_moves
+                 WHERE (?1 IS NULL OR image = ?1) ORDER BY seq DESC LIMIT ?2",
+            )?;
+            let rows = stmt.query_map(params![image, limit as i64], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, Option<String>>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                    r.get::<_, Time>(6)?.0,
+                ))
+            })?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (image, reference, kind, action, before, after, time) = row?;
+                let kind = TagMoveKind::parse(&kind).ok_or_else(|| LedgerError::Corrupt {
+                    what: "tag move kind",
+                    detail: format!("{image}: {kind}"),
+                })?;
+                out.push(TagMove { image, reference, kind, action, before, after, time });
+            }
+            Ok(out)
+        })
+        .await
+    }
+
     /// When the next pending action is due.
-    pub async fn next_action_at(&self) -> Result<Option<DateTime<Utc>>, LedgerError> {
-        self.with(|conn| {
-            let next: Option<Time> =
-                row(conn, "SELECT MIN(next_attempt) FROM actions WHERE state = 'pending'", [], |r| r.get(0))?;
+    pub async fn next_action_at(&self, kind: Option<ActionKind>) -> Result<Option<DateTime<Utc>>, LedgerError> {
+        let only = kind.map(ActionKind::as_str);
+        self.with(move |conn| {
+            let next: Option<Time> = row(
+                conn,
+                "SELECT MIN(next_attempt) FROM actions WHERE state = 'pending' AND (?1 IS NULL OR kind = ?1)",
+                params![only],
+                |r| r.get(0),
+            )?;
             Ok(next.map(|t| t.0))
         })
         .await
@@ -1010,6 +1083,22 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
     insert_events(tx, &r.watch, r.time, &r.events, change_id, &r.deliveries, r.history)
 }
 
+/// Records a tag move and prunes the image's moves to the newest `history`.
+fn insert_tag_move(tx: &Transaction<'_>, m: &TagMove, history: usize) -> Result<(), LedgerError> {
+    exec(
+        tx,
+        "INSERT INTO tag_moves (image, reference, kind, action, before, after, time) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![m.image, m.reference, m.kind.as_str(), m.action, m.before, m.after, timestamp_millis(m.time)],
+    )?;
+    exec(
+        tx,
+        "DELETE FROM tag_moves WHERE image = ?1 AND seq NOT IN
+             (SELECT seq FROM tag_moves WHERE image = ?1 ORDER BY seq DESC LIMIT ?2)",
+        params![m.image, history.max(1) as i64],
+    )?;
+    Ok(())
+}
+
 /// Records events and their outbox rows, then prunes the watch's old events (never one that still
 /// has a delivery to make).
 fn insert_events(
@@ -1197,7 +1286,7 @@ mod tests {
         });
         ledger.commit(r).await.unwrap();
         let at = |t: &str| parse_timestamp(t).unwrap();
-        ledger.claim_actions(at("2026-11-30T12:10:01.5009Z"), 1).await.unwrap();
+        ledger.claim_actions(at("2026-11-30T12:10:01.5009Z"), 1, None).await.unwrap();
         ledger
             .finish_action(ActionEnd {
                 key: "k1",
@@ -1209,6 +1298,7 @@ mod tests {
                 deliveries: vec![],
                 history: 2,
                 now: at("2026-11-30T12:10:02Z"),
+                tag_move: None,
             })
             .await
             .unwrap();

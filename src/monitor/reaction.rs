@@ -28,6 +28,9 @@ pub struct Assessment {
     pub builder: String,
     pub policy: Policy,
     pub action: Option<ActionKind>,
+    /// For a rebase: where it would run, `registry` (in the daemon) or `runner`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<&'static str>,
     pub why: String,
 }
 
@@ -218,6 +221,7 @@ impl Reaction<'_> {
                 builder: image.builder.clone(),
                 policy: image.policy,
                 action: decision.action,
+                path: (decision.action == Some(ActionKind::Rebase)).then(|| self.config.runner.rebase.as_str()),
                 why: decision.why,
             });
         }

@@ -1,6 +1,7 @@
 //! The runner: carries out recorded rebases and rebuilds (local commands for `exec`, a `batch/v1`
-//! Job for `kubernetes`, a kpack Build for `kpack`; nothing for `none`), at most `max_concurrent` at
-//! once, retrying failures and recording every outcome.
+//! Job for `kubernetes`, a kpack Build for `kpack`; nothing for `none`; with `rebase = "registry"`,
+//! rebases in the daemon by registry writes), at most `max_concurrent` at once, retrying failures
+//! and recording every outcome with the app tag's digests before and after.
 
 pub mod exec;
 pub mod group;
@@ -16,12 +17,16 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, ExecSettings, RunnerKind};
-use crate::ledger::{ActionEnd, ActionOutcome, ClaimedAction, DeliveryKey, Ledger, LedgerError};
+use crate::config::{Config, ExecSettings, RebasePath, RunnerKind};
+use crate::ledger::{ActionEnd, ActionOutcome, ClaimedAction, DeliveryKey, Ledger, LedgerError, TagMove};
+use crate::metrics::Metrics;
+use crate::rebase::{RebaseError, RebaseRequest};
+use crate::registry::Registry;
 use crate::schedule::Clock;
 use crate::worker::{self, Work};
 use builder_monitor_core::event::{self, ActionInfo, Event, EventType, Subject};
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
+use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::schedule::{timestamp, timestamp_millis};
 use kubernetes::ActionRef;
 
@@ -57,6 +62,9 @@ pub enum RunnerError {
 
 const IDLE: Duration = Duration::from_secs(60);
 const GRACE: Duration = Duration::from_secs(10);
+/// The longest wait for the app tag's digest around a runner's action (one HEAD; it is a record,
+/// never a reason to hold the action up).
+const DIGEST_WAIT: Duration = Duration::from_secs(10);
 
 /// How an attempt ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +72,13 @@ pub struct Outcome {
     pub success: bool,
     pub detail: String,
     pub output_tail: String,
+}
+
+/// The app tag's digests around an attempt, as far as they are known.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Digests {
+    before: Option<String>,
+    after: Option<String>,
 }
 
 /// Every secret value the config holds (registry passwords, the API token, alert secrets and
@@ -191,6 +206,8 @@ pub struct Runner {
     ledger: Ledger,
     clock: Clock,
     backend: Backend,
+    /// Reads app tags' digests, and writes registry rebases.
+    registry: Arc<Registry>,
     /// The ledger's signal of new actions.
     wake: Arc<Notify>,
     permits: Arc<Semaphore>,
@@ -204,7 +221,30 @@ impl Runner {
         let permits = Arc::new(Semaphore::new(config.runner.max_concurrent));
         let secrets = Secrets::of(&config);
         let wake = ledger.new_actions();
-        Runner { config, ledger, clock, backend, wake, permits, secrets, failures: AtomicUsize::new(0) }
+        let registry = Arc::new(Registry::new(config.registries.values().cloned(), Metrics::new()));
+        Runner { config, ledger, clock, backend, registry, wake, permits, secrets, failures: AtomicUsize::new(0) }
+    }
+
+    /// The same runner over the daemon's registry client (its limits, tokens and metrics).
+    pub fn with_registry(mut self, registry: Arc<Registry>) -> Self {
+        self.registry = registry;
+        self
+    }
+
+    /// Whether this action runs in the daemon by registry writes (`[runner] rebase = "registry"`).
+    fn in_daemon(&self, kind: ActionKind) -> bool {
+        kind == ActionKind::Rebase && self.config.runner.rebase == RebasePath::Registry
+    }
+
+    /// The kinds of action this runner takes on: every kind, or only rebases when the runner is
+    /// `none` but rebases run in the daemon (rebuilds stay recorded, never run).
+    fn claims(&self) -> Option<ActionKind> {
+        matches!(self.backend, Backend::None).then_some(ActionKind::Rebase)
+    }
+
+    /// Whether it runs anything at all.
+    fn acts(&self) -> bool {
+        !matches!(self.backend, Backend::None) || self.in_daemon(ActionKind::Rebase)
     }
 
     /// Attempts that failed in this process so far.
@@ -216,8 +256,21 @@ impl Runner {
     /// still counts), once its process group from before is gone (stopped if it still lives); a
     /// Job or Build lives in the cluster, so the runner follows it again (`resume`).
     pub async fn recover(&self) -> Result<usize, RunnerError> {
+        // A registry rebase lived in the dead process only, and is idempotent: it runs again.
+        let in_daemon: Vec<String> = if self.in_daemon(ActionKind::Rebase) {
+            let running = self.ledger.running_actions().await?;
+            running.into_iter().filter(|a| self.in_daemon(a.kind)).map(|a| a.key).collect()
+        } else {
+            Vec::new()
+        };
+        if !in_daemon.is_empty() {
+            self.ledger.requeue_actions(in_daemon.clone()).await?;
+            for key in &in_daemon {
+                tracing::warn!(action = %key, "registry rebase was running when the daemon stopped; it runs again");
+            }
+        }
         if !matches!(self.backend, Backend::Exec(_)) {
-            return Ok(0);
+            return Ok(in_daemon.len());
         }
         let mut keys = Vec::new();
         for action in self.ledger.running_actions().await? {
@@ -239,7 +292,7 @@ impl Runner {
         for key in &keys {
             tracing::warn!(action = %key, "action was running when the daemon stopped; it runs again");
         }
-        Ok(keys.len())
+        Ok(keys.len() + in_daemon.len())
     }
 
     /// Follows the actions the cluster runs for us that are still `running` in the ledger.
@@ -254,7 +307,7 @@ impl Runner {
                 return;
             }
         };
-        for action in running {
+        for action in running.into_iter().filter(|a| !self.in_daemon(a.kind)) {
             tracing::info!(action = %action.key, "following an action started before the restart");
             match self.permits.clone().acquire_owned().await {
                 Ok(permit) => {
@@ -268,9 +321,12 @@ impl Runner {
     /// Carries out actions until `shutdown`; commands still running then get a grace period, after
     /// which they are killed and run again after the next start.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        if matches!(self.backend, Backend::None) {
+        if !self.acts() {
             tracing::info!("runner \"none\": actions are planned and recorded, never run (see `status`)");
             return;
+        }
+        if matches!(self.backend, Backend::None) {
+            tracing::info!("runner \"none\": rebuilds are planned and recorded, never run; rebases run in the daemon");
         }
         // An aborted task ends once its future is dropped, and with it the command's group.
         worker::run(Actions { runner: self, resumed: false }, shutdown, GRACE).await;
@@ -279,7 +335,7 @@ impl Runner {
     /// Carries out every action due now and waits for them (`run --once`); failures are retried
     /// on a later run, after their backoff.
     pub async fn run_due_once(self: &Arc<Self>) -> usize {
-        if matches!(self.backend, Backend::None) {
+        if !self.acts() {
             return 0;
         }
         let mut tasks = JoinSet::new();
@@ -296,7 +352,7 @@ impl Runner {
     }
 
     async fn until_next_due(&self) -> Duration {
-        match self.ledger.next_action_at().await {
+        match self.ledger.next_action_of(self.claims()).await {
             Ok(Some(at)) => {
                 (at - self.clock.now()).to_std().unwrap_or(Duration::ZERO).clamp(Duration::from_millis(10), IDLE)
             }
@@ -309,7 +365,7 @@ impl Runner {
         if free == 0 {
             return 0;
         }
-        let claimed = match self.ledger.claim_actions(self.clock.now(), free).await {
+        let claimed = match self.ledger.claim_actions_of(self.clock.now(), free, self.claims()).await {
             Ok(claimed) => claimed,
             Err(err) => {
                 tracing::error!(error = %err, "cannot claim actions");
@@ -335,6 +391,7 @@ impl Runner {
         event_type: EventType,
         detail: Option<String>,
         tail: Option<String>,
+        digests: &Digests,
     ) -> Event {
         let builder_image = self
             .config
@@ -358,6 +415,10 @@ impl Runner {
             max_attempts: self.config.runner.max_attempts,
             detail,
             output_tail: tail,
+            previous: digests.before.clone(),
+            digest: digests.after.clone(),
+            path: (action.kind == ActionKind::Rebase)
+                .then(|| if self.in_daemon(action.kind) { "registry" } else { "runner" }.to_string()),
         });
         e
     }
@@ -390,6 +451,7 @@ impl Runner {
                         deliveries: vec![],
                         history: 1,
                         now: self.clock.now(),
+                        tag_move: None,
                     })
                     .await;
                 return;
@@ -397,7 +459,7 @@ impl Runner {
         };
         let history = self.config.monitor.history;
         if action.kind == ActionKind::Rebuild {
-            let started = vec![self.event(&action, &target, EventType::BuildStarted, None, None)];
+            let started = vec![self.event(&action, &target, EventType::BuildStarted, None, None, &Digests::default())];
             let deliveries = self.routed(&started);
             if let Err(err) =
                 self.ledger.record_events(&target.builder_name, started, deliveries, history, self.clock.now()).await
@@ -406,7 +468,14 @@ impl Runner {
             }
         }
         tracing::info!(action = %action.key, image = %action.image, kind = action.kind.as_str(), attempt = action.attempt, "running action");
-        let (mut outcome, retryable) = self.carry_out(&action, &target).await;
+        let (mut outcome, retryable, digests) = if self.in_daemon(action.kind) {
+            self.rebase_in_registry(&target).await
+        } else {
+            let before = self.app_digest(&target.image).await;
+            let (outcome, retryable) = self.carry_out(&action, &target).await;
+            let after = if outcome.success { self.app_digest(&target.image).await } else { None };
+            (outcome, retryable, Digests { before, after })
+        };
         outcome.detail = self.secrets.scrub(&outcome.detail);
         outcome.output_tail = self.secrets.scrub(&outcome.output_tail);
         if !outcome.success {
@@ -416,7 +485,10 @@ impl Runner {
             let t =
                 if action.kind == ActionKind::Rebuild { EventType::BuildSucceeded } else { EventType::RebaseSucceeded };
             (ActionOutcome::Succeeded, Some(t))
-        } else if retryable && self.backend.retries() && action.attempt < self.config.runner.max_attempts {
+        } else if retryable
+            && (self.backend.retries() || self.in_daemon(action.kind))
+            && action.attempt < self.config.runner.max_attempts
+        {
             let wait = self
                 .config
                 .runner
@@ -430,7 +502,16 @@ impl Runner {
             (ActionOutcome::Failed, Some(t))
         };
         let events: Vec<Event> = event_type
-            .map(|t| self.event(&action, &target, t, Some(outcome.detail.clone()), Some(outcome.output_tail.clone())))
+            .map(|t| {
+                self.event(
+                    &action,
+                    &target,
+                    t,
+                    Some(outcome.detail.clone()),
+                    Some(outcome.output_tail.clone()),
+                    &digests,
+                )
+            })
             .into_iter()
             .collect();
         let deliveries = self.routed(&events);
@@ -446,6 +527,7 @@ impl Runner {
                 deliveries,
                 history,
                 now: self.clock.now(),
+                tag_move: tag_move(&action, &target, outcome.success, digests, self.clock.now()),
             })
             .await;
         if let Err(err) = result {
@@ -462,6 +544,56 @@ impl Runner {
             ActionOutcome::Failed => {
                 tracing::error!(action = %action.key, image = %action.image, detail = %outcome.detail, attempts = action.attempt, "action failed for good")
             }
+        }
+    }
+
+    /// The digest the app tag points at now; `None` when it does not exist or cannot be read soon.
+    async fn app_digest(&self, image: &str) -> Option<String> {
+        let image = ImageRef::parse(image).ok()?;
+        match tokio::time::timeout(DIGEST_WAIT, self.registry.head_manifest(&image)).await {
+            Ok(Ok(head)) => Some(head.digest),
+            Ok(Err(err)) => {
+                tracing::debug!(image = %image, error = %err, "cannot read the app tag's digest");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// A rebase by registry writes (`crate::rebase`): the outcome, whether a retry could help (not
+    /// after a refusal), and the digests from the report.
+    async fn rebase_in_registry(&self, target: &ActionTarget) -> (Outcome, bool, Digests) {
+        let fail = |detail: String, retryable: bool| {
+            (Outcome { success: false, detail, output_tail: String::new() }, retryable, Digests::default())
+        };
+        let image = match ImageRef::parse(&target.image) {
+            Ok(i) => i,
+            Err(err) => return fail(format!("invalid app image {}: {err}", target.image), false),
+        };
+        let Some(run_image) = target.run_image.as_deref() else {
+            return fail(RunnerError::NoRunImage.to_string(), false);
+        };
+        let run_image = match ImageRef::parse(run_image) {
+            Ok(r) => r,
+            Err(err) => return fail(format!("invalid run image {run_image}: {err}"), false),
+        };
+        let request = RebaseRequest { image, run_image, force: false, dry_run: false };
+        match crate::rebase::rebase(&self.registry, &request).await {
+            Ok(report) => {
+                let detail = match report.digest.as_deref() {
+                    Some(d) if d == report.previous => {
+                        format!("already on {}; nothing written", report.reference)
+                    }
+                    Some(d) => format!("rebased in the registry onto {}: {} → {d}", report.reference, report.previous),
+                    None => format!("rebase onto {} wrote nothing (dry run)", report.reference),
+                };
+                let digests = Digests { before: Some(report.previous.clone()), after: report.digest.clone() };
+                (Outcome { success: true, detail, output_tail: String::new() }, true, digests)
+            }
+            // Trying again cannot make an unsafe rebase safe.
+            Err(err @ RebaseError::Refused(_)) => fail(format!("rebase refused: {err}"), false),
+            Err(err @ RebaseError::Unusable(_)) => fail(err.to_string(), false),
+            Err(err) => fail(err.to_string(), true),
         }
     }
 
@@ -499,6 +631,30 @@ impl Runner {
             Err(err) => (Outcome { success: false, detail: err.to_string(), output_tail: String::new() }, false),
         }
     }
+}
+
+/// The ledger's record of how a successful attempt moved the app tag: none when it failed, when the
+/// tag stayed where it was, or when neither digest could be read.
+fn tag_move(
+    action: &ClaimedAction,
+    target: &ActionTarget,
+    success: bool,
+    digests: Digests,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Option<TagMove> {
+    let Digests { before, after } = digests;
+    if !success || before == after {
+        return None;
+    }
+    Some(TagMove {
+        image: action.image.clone(),
+        reference: target.image.clone(),
+        kind: action.kind.into(),
+        action: Some(action.key.clone()),
+        before,
+        after,
+        time: now,
+    })
 }
 
 /// The `exec` runner's command for an action: its argv template with every placeholder filled.
@@ -540,6 +696,15 @@ pub fn preview(
     action: &ActionRef<'_>,
     target: &ActionTarget,
 ) -> Result<serde_json::Value, PreviewError> {
+    if action.kind == ActionKind::Rebase && config.runner.rebase == RebasePath::Registry {
+        // No object: the daemon writes the rebased image itself.
+        return Ok(serde_json::json!({
+            "runner": config.runner.kind.as_str(),
+            "path": RebasePath::Registry.as_str(),
+            "rebase": { "image": target.image, "run_image": target.run_image },
+            "target": target,
+        }));
+    }
     match (config.runner.kind, &config.runner.kubernetes) {
         (RunnerKind::Kubernetes, Some(settings)) => {
             let job = kubernetes::job(action, target, settings, config.runner.max_attempts)?;
@@ -548,7 +713,10 @@ pub fn preview(
         (RunnerKind::Kpack, Some(settings)) => Ok(kpack::build(action, target, settings)?),
         _ => {
             let argv = config.runner.exec.as_ref().map(|e| command(e, action, target));
-            Ok(serde_json::json!({ "runner": config.runner.kind.as_str(), "target": target, "command": argv }))
+            let path = (action.kind == ActionKind::Rebase).then_some(RebasePath::Runner.as_str());
+            Ok(
+                serde_json::json!({ "runner": config.runner.kind.as_str(), "path": path, "target": target, "command": argv }),
+            )
         }
     }
 }
@@ -556,6 +724,73 @@ pub fn preview(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ledger::{ActionState, CheckRecord, NewAction, WatchKind};
+
+    fn target(image: &str) -> ActionTarget {
+        ActionTarget {
+            image: image.into(),
+            builder_name: "jammy".into(),
+            builder: "registry.example.com/cnb/builder@sha256:b".into(),
+            run_image: Some("registry.example.com/cnb/run@sha256:r".into()),
+            source: None,
+            env: BTreeMap::new(),
+            why: "test".into(),
+            user_id: None,
+            group_id: None,
+            platform_apis: vec![],
+            stack_id: None,
+            app_reference: None,
+            reasons: vec![],
+            scheduling: Default::default(),
+        }
+    }
+
+    /// With `rebase = "registry"`, runner `none` still carries out rebases (in the daemon) and only
+    /// rebases: a rebuild stays recorded, never run. The rebase here fails before any request (its
+    /// app image is no reference), which ends it for good with a `rebase.failed` saying the path.
+    #[tokio::test]
+    async fn runner_none_runs_registry_rebases_and_only_those() {
+        let text = "[[builders]]\nname = \"jammy\"\nimage = \"registry.example.com/cnb/builder:latest\"\n\
+                    [runner]\nrebase = \"registry\"\nmax_attempts = 1\n";
+        let config = Arc::new(Config::parse(std::path::Path::new("/config.toml"), text).unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(&dir.path().join("ledger.db")).unwrap();
+        let now = Clock::System.now();
+        let new = |image: &str, kind| {
+            let reference =
+                if kind == ActionKind::Rebase { "Not A Reference" } else { "registry.example.com/apps/a:1" };
+            NewAction::new(format!("k-{image}"), "c1".into(), image.into(), kind, &target(reference)).unwrap()
+        };
+        ledger
+            .commit(CheckRecord {
+                watch: "jammy".into(),
+                kind: WatchKind::Builder,
+                image: "registry.example.com/cnb/builder:latest".into(),
+                time: now,
+                outcome: Ok(()),
+                pin: None,
+                pending: None,
+                change: None,
+                events: vec![],
+                deliveries: vec![],
+                actions: vec![new("app", ActionKind::Rebase), new("api", ActionKind::Rebuild)],
+                history: 10,
+            })
+            .await
+            .unwrap();
+        let runner = Arc::new(Runner::new(config, ledger.clone(), Clock::System, Backend::None));
+        assert_eq!(runner.run_due_once().await, 1);
+        let actions = ledger.actions(10).await.unwrap();
+        let state = |image: &str| actions.iter().find(|a| a.image == image).map(|a| (a.state, a.attempts)).unwrap();
+        assert_eq!(state("app"), (ActionState::Failed, 1));
+        assert_eq!(state("api"), (ActionState::Pending, 0));
+        let events = ledger.events_after(0, 10).await.unwrap();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].event.event_type, EventType::RebaseFailed);
+        let info = events[0].event.action.as_ref().unwrap();
+        assert_eq!((info.image.as_str(), info.path.as_deref()), ("app", Some("registry")));
+        assert!(ledger.tag_moves(None, 10).await.unwrap().is_empty(), "a failed rebase moved nothing");
+    }
 
     #[test]
     fn an_exec_preview_shows_the_command_the_runner_would_run() {
@@ -576,22 +811,7 @@ rebuild = ["pack", "build", "{image}", "--builder", "{builder}", "--env", "CHANG
 rebase = ["pack", "rebase", "{image}", "--run-image", "{run_image}"]
 "#;
         let config = Config::parse(std::path::Path::new("/config.toml"), text).unwrap();
-        let target = ActionTarget {
-            image: "registry.example.com/apps/petclinic:latest".into(),
-            builder_name: "jammy".into(),
-            builder: "registry.example.com/cnb/builder@sha256:b".into(),
-            run_image: Some("registry.example.com/cnb/run@sha256:r".into()),
-            source: None,
-            env: BTreeMap::new(),
-            why: "test".into(),
-            user_id: None,
-            group_id: None,
-            platform_apis: vec![],
-            stack_id: None,
-            app_reference: None,
-            reasons: vec![],
-            scheduling: Default::default(),
-        };
+        let target = target("registry.example.com/apps/petclinic:latest");
         let action = ActionRef { key: "bm-1", change_id: "c1", image: "petclinic", kind: ActionKind::Rebuild };
         let shown = preview(&config, &action, &target).unwrap();
         assert_eq!(shown["runner"], "exec");
@@ -609,5 +829,15 @@ rebase = ["pack", "rebase", "{image}", "--run-image", "{run_image}"]
         let shown = preview(&config, &rebase, &target).unwrap();
         assert_eq!(shown["command"][4], "registry.example.com/cnb/run@sha256:r");
         assert_eq!(shown["target"]["image"], "registry.example.com/apps/petclinic:latest");
+        assert_eq!(shown["path"], "runner");
+
+        // With rebases in the daemon a rebase has no command; a rebuild keeps its own.
+        let text = text.replace("[runner.exec]", "rebase = \"registry\"\n[runner.exec]");
+        let config = Config::parse(std::path::Path::new("/config.toml"), &text).unwrap();
+        let shown = preview(&config, &rebase, &target).unwrap();
+        assert_eq!(shown["path"], "registry");
+        assert_eq!(shown["rebase"]["run_image"], "registry.example.com/cnb/run@sha256:r");
+        assert!(shown.get("command").is_none(), "{shown}");
+        assert_eq!(preview(&config, &action, &target).unwrap()["command"][0], "pack");
     }
 }

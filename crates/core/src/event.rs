@@ -149,6 +149,15 @@ pub struct ActionInfo {
     pub detail: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_tail: Option<String>,
+    /// The app image's digest before the action, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<String>,
+    /// The app image's digest after it, when known (equal to `previous`: nothing needed writing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// Where a rebase ran: `registry` (in the daemon) or `runner`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 /// What will happen to an app image built from the builder.

@@ -1,0 +1,196 @@
+//! `rollback`: moves an app image's tag back to a digest the ledger recorded for it (the one before
+//! its last rebase or rebuild, or another), by a PUT of that manifest's own bytes: nothing rebuilt.
+
+use chrono::{DateTime, Utc};
+
+use crate::config::{Config, ImageSettings};
+use crate::ledger::{Ledger, LedgerError, TagMove, TagMoveKind};
+use crate::registry::{Registry, RegistryError};
+use builder_monitor_core::reference::{ImageRef, is_sha256_digest};
+
+/// Why a rollback did not happen. Nothing was written in any of these cases.
+#[derive(Debug, thiserror::Error)]
+pub enum RollbackError {
+    #[error("no image \"{image}\" in [[images]] (configured: {})", configured.join(", "))]
+    UnknownImage { image: String, configured: Vec<String> },
+    #[error("--to {0}: not a digest (sha256:<64 hex digits>)")]
+    InvalidDigest(String),
+    #[error("the ledger records no rebase or rebuild that moved {image} ({reference}): nothing to roll back to")]
+    NothingRecorded { image: String, reference: String },
+    #[error(
+        "the ledger has no digest of {image} from before its last {kind} (the tag did not exist, or could not be read then); name one with --to"
+    )]
+    NoPrevious { image: String, kind: &'static str },
+    #[error("{digest} is not a digest recorded for {image} (recorded: {})", recorded.join(", "))]
+    NotRecorded { image: String, digest: String, recorded: Vec<String> },
+    #[error("{digest} is no longer in {repository}: {source}")]
+    Gone { digest: String, repository: String, source: RegistryError },
+    #[error("{image}: the registry stored the manifest as {stored}, not {wanted}; the tag now points at {stored}")]
+    Mismatch { image: String, wanted: String, stored: String },
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+}
+
+/// What a rollback did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rollback {
+    /// The `[[images]]` name.
+    pub image: String,
+    /// The tag.
+    pub reference: String,
+    /// Where the tag pointed before (`None`: the tag did not exist).
+    pub from: Option<String>,
+    pub to: String,
+    /// The recorded move whose `before` was chosen (none with `--to`).
+    pub undone: Option<TagMove>,
+    /// False when the tag already pointed at `to`: nothing was written or recorded.
+    pub moved: bool,
+}
+
+/// The `[[images]]` entry named `name`, or whose tag is `name`.
+pub fn configured_image<'a>(config: &'a Config, name: &str) -> Result<&'a ImageSettings, RollbackError> {
+    let by_tag = ImageRef::parse(name).ok().map(|r| r.to_string());
+    config.images.iter().find(|i| i.name == name || by_tag.as_deref() == Some(i.image.to_string().as_str())).ok_or_else(
+        || RollbackError::UnknownImage {
+            image: name.to_string(),
+            configured: config.images.iter().map(|i| i.name.clone()).collect(),
+        },
+    )
+}
+
+/// The digest to roll `image` back to: `to` when it is one the ledger recorded for it, else the one
+/// before its last rebase or rebuild (`moves` newest first). Pure, for the tests.
+pub fn choose(image: &str, moves: &[TagMove], to: Option<&str>) -> Result<(String, Option<TagMove>), RollbackError> {
+    if let Some(digest) = to {
+        if !is_sha256_digest(digest) {
+            return Err(RollbackError::InvalidDigest(digest.to_string()));
+        }
+        let mut recorded: Vec<String> = Vec::new();
+        for d in moves.iter().flat_map(|m| [m.after.clone(), m.before.clone()]).flatten() {
+            if !recorded.contains(&d) {
+                recorded.push(d);
+            }
+        }
+        if !recorded.iter().any(|d| d == digest) {
+            return Err(RollbackError::NotRecorded { image: image.to_string(), digest: digest.to_string(), recorded });
+        }
+        return Ok((digest.to_string(), None));
+    }
+    // A rollback is not undone by the next one: the last action's `before` stays the target, so
+    // running it twice changes nothing the second time.
+    let last =
+        moves.iter().find(|m| m.kind != TagMoveKind::Rollback).ok_or_else(|| RollbackError::NothingRecorded {
+            image: image.to_string(),
+            reference: moves.first().map(|m| m.reference.clone()).unwrap_or_default(),
+        })?;
+    match &last.before {
+        Some(before) => Ok((before.clone(), Some(last.clone()))),
+        None => Err(RollbackError::NoPrevious { image: image.to_string(), kind: last.kind.as_str() }),
+    }
+}
+
+/// Moves the tag of `image` back (see the module doc) and records the move in the ledger.
+pub async fn rollback(
+    config: &Config,
+    ledger: &Ledger,
+    registry: &Registry,
+    image: &ImageSettings,
+    to: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<Rollback, RollbackError> {
+    let history = config.monitor.history;
+    let moves = ledger.tag_moves(Some(&image.name), history.max(1)).await?;
+    if moves.is_empty() && to.is_none() {
+        return Err(RollbackError::NothingRecorded { image: image.name.clone(), reference: image.image.to_string() });
+    }
+    let (target, undone) = choose(&image.name, &moves, to)?;
+    let from = match registry.head_manifest(&image.image).await {
+        Ok(head) => Some(head.digest),
+        Err(RegistryError::NotFound { .. }) => None,
+        Err(err) => return Err(err.into()),
+    };
+    let mut done = Rollback {
+        image: image.name.clone(),
+        reference: image.image.to_string(),
+        from: from.clone(),
+        to: target.clone(),
+        undone,
+        moved: false,
+    };
+    if from.as_deref() == Some(target.as_str()) {
+        return Ok(done);
+    }
+    let manifest = registry.get_manifest(&image.image, &target).await.map_err(|source| RollbackError::Gone {
+        digest: target.clone(),
+        repository: format!("{}/{}", image.image.registry(), image.image.repository()),
+        source,
+    })?;
+    let tag = image.image.manifest_reference().to_string();
+    let stored = registry.put_manifest(&image.image, &tag, &manifest.media_type, manifest.bytes).await?;
+    if stored != target {
+        return Err(RollbackError::Mismatch { image: image.name.clone(), wanted: target, stored });
+    }
+    let record = TagMove {
+        image: image.name.clone(),
+        reference: image.image.to_string(),
+        kind: TagMoveKind::Rollback,
+        action: None,
+        before: from,
+        after: Some(target),
+        time: now,
+    };
+    ledger.record_tag_move(&image.builder, record, history.max(1)).await?;
+    done.moved = true;
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const B: &str = "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+    const C: &str = "sha256:cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc";
+
+    fn moved(kind: TagMoveKind, before: Option<&str>, after: &str) -> TagMove {
+        TagMove {
+            image: "app".into(),
+            reference: "r.example/apps/app:latest".into(),
+            kind,
+            action: (kind != TagMoveKind::Rollback).then(|| "bm-1".into()),
+            before: before.map(str::to_string),
+            after: Some(after.into()),
+            time: DateTime::UNIX_EPOCH,
+        }
+    }
+
+    #[test]
+    fn the_target_is_the_digest_before_the_last_action_never_undoing_a_rollback() {
+        // Newest first: A → B (rebuild), B → C (rebase), then a rollback C → B.
+        let mut moves = vec![moved(TagMoveKind::Rebase, Some(B), C), moved(TagMoveKind::Rebuild, Some(A), B)];
+        assert_eq!(choose("app", &moves, None).unwrap().0, B);
+        moves.insert(0, moved(TagMoveKind::Rollback, Some(C), B));
+        let (target, undone) = choose("app", &moves, None).unwrap();
+        assert_eq!((target.as_str(), undone.unwrap().kind), (B, TagMoveKind::Rebase));
+        // --to: any digest recorded before or after a move.
+        assert_eq!(choose("app", &moves, Some(A)).unwrap(), (A.to_string(), None));
+    }
+
+    #[test]
+    fn what_cannot_be_rolled_back_is_said() {
+        let none = choose("app", &[], None).unwrap_err();
+        assert!(matches!(none, RollbackError::NothingRecorded { .. }), "{none}");
+        let created = [moved(TagMoveKind::Rebuild, None, A)];
+        let err = choose("app", &created, None).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the ledger has no digest of app from before its last rebuild (the tag did not exist, or could not be read then); name one with --to"
+        );
+        let err = choose("app", &created, Some(B)).unwrap_err();
+        assert_eq!(err.to_string(), format!("{B} is not a digest recorded for app (recorded: {A})"));
+        let err = choose("app", &created, Some("latest")).unwrap_err();
+        assert_eq!(err.to_string(), "--to latest: not a digest (sha256:<64 hex digits>)");
+    }
+}

@@ -1,0 +1,211 @@
+//! The daemon's registry rebases against the real registry, through the built binary: a run-image
+//! move with `[runner] rebase = "registry"` rebases the app exactly once (runner `none`, so nothing
+//! else could have), the ledger keeps the app's digests before and after, and `rollback` puts the
+//! tag back by a manifest PUT.
+
+mod support;
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use builder_monitor::ledger::Ledger;
+use builder_monitor::metrics::Metrics;
+use builder_monitor::registry::Registry;
+use builder_monitor_core::reference::ImageRef;
+use support::app::{self, App, RunImage};
+use support::cnb::BuilderSpec;
+use support::daemon::{Output, Workspace};
+use support::images::{Format, Pusher};
+use support::registry::TestRegistry;
+
+struct World {
+    // Serves for as long as the world lives.
+    _registry: TestRegistry,
+    pusher: Pusher,
+    ws: Workspace,
+    config: PathBuf,
+    /// `HOST/apps/web:latest`
+    app_tag: String,
+    /// The app as built, on run image v1.
+    app_v1: String,
+    run_v1: RunImage,
+    run_v2: RunImage,
+}
+
+impl World {
+    /// Run image v1, a builder naming it, and an app built on it; one `run --once` pins them.
+    async fn new() -> Self {
+        let registry = TestRegistry::start();
+        let pusher = Pusher::new(&registry.host);
+        let host = registry.host.clone();
+        let run_tag = format!("{host}/demo/run:latest");
+        let run_v1 = RunImage::jammy("1", 3);
+        let pushed = app::push_run(&pusher, "demo/run", Some("latest"), &run_v1, Format::Oci).await;
+        pusher.push_image("demo/builder", Some("latest"), &BuilderSpec::jammy(&run_tag).image(), Format::Oci).await;
+        let app = App::on(&run_v1, &run_tag, &format!("{host}/demo/run@{}", pushed.digest));
+        let app_v1 = app::push_app(&pusher, "apps/web", Some("latest"), &app, Format::Oci).await.digest;
+        let ws = Workspace::new();
+        let config = ws.config(&format!(
+            "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\njitter = \"0s\"\n\n\
+             [[builders]]\nname = \"jammy\"\nimage = \"{host}/demo/builder:latest\"\n\n\
+             [[images]]\nname = \"web\"\nbuilder = \"jammy\"\nimage = \"{host}/apps/web:latest\"\npolicy = \"auto\"\n\n\
+             [runner]\ntype = \"none\"\nrebase = \"registry\"\n"
+        ));
+        let world = World {
+            app_tag: format!("{host}/apps/web:latest"),
+            _registry: registry,
+            pusher,
+            ws,
+            config,
+            app_v1,
+            run_v1,
+            run_v2: RunImage::jammy("2", 4),
+        };
+        let first = world.cli(&["run", "--once"]);
+        assert_eq!(first.code, Some(0), "{}", first.stderr);
+        world
+    }
+
+    fn cli(&self, args: &[&str]) -> Output {
+        let config = self.config.to_str().unwrap().to_string();
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(["--config", &config]);
+        self.ws.run(&all)
+    }
+
+    fn client(&self) -> Registry {
+        builder_monitor::install_crypto_provider();
+        Registry::new([], Metrics::new())
+    }
+
+    async fn app_digest(&self) -> String {
+        self.client().head_manifest(&ImageRef::parse(&self.app_tag).unwrap()).await.unwrap().digest
+    }
+
+    /// The app's config as the tag shows it now.
+    async fn app_config(&self) -> Value {
+        let registry = self.client();
+        let image = ImageRef::parse(&self.app_tag).unwrap();
+        let manifest = registry.get_manifest(&image, "latest").await.unwrap();
+        let manifest: Value = serde_json::from_slice(&manifest.bytes).unwrap();
+        let config = registry.get_blob(&image, manifest["config"]["digest"].as_str().unwrap(), 8 << 20).await.unwrap();
+        serde_json::from_slice(&config).unwrap()
+    }
+
+    /// Run image v2 under the same tag: the move the daemon reacts to.
+    async fn move_run_image(&self) {
+        app::push_run(&self.pusher, "demo/run", Some("latest"), &self.run_v2, Format::Oci).await;
+    }
+
+    fn ledger(&self) -> Ledger {
+        Ledger::open_read_only(&self.ws.path("state.db")).unwrap()
+    }
+
+    async fn event_types(&self) -> Vec<(String, Value)> {
+        let events = self.ledger().events_after(0, 1000).await.unwrap();
+        events.into_iter().map(|e| (e.event.event_type.to_string(), serde_json::to_value(&e.event).unwrap())).collect()
+    }
+
+    fn status(&self) -> Value {
+        let out = self.cli(&["status", "--json"]);
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+        serde_json::from_str(&out.stdout).unwrap()
+    }
+}
+
+fn run_image_diff_ids(run: &RunImage) -> Vec<String> {
+    run.layers.iter().map(|l| l.diff_id.clone()).collect()
+}
+
+fn diff_ids(config: &Value) -> Vec<String> {
+    config["rootfs"]["diff_ids"].as_array().unwrap().iter().map(|d| d.as_str().unwrap().to_string()).collect()
+}
+
+/// The rebase the issue's daemon test asks for; shared by both tests. Returns the rebased digest.
+async fn rebase_through_the_daemon(w: &World) -> String {
+    w.move_run_image().await;
+    let out = w.cli(&["run", "--once"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let rebased = w.app_digest().await;
+    assert_ne!(rebased, w.app_v1, "the tag moved");
+    let diff_ids = diff_ids(&w.app_config().await);
+    assert_eq!(diff_ids[..4], run_image_diff_ids(&w.run_v2)[..], "v2's layers under the app's");
+    assert_eq!(diff_ids.len(), 4 + 4, "and the app's four layers above them");
+    rebased
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_image_move_with_registry_rebases_rebases_the_app_exactly_once() {
+    let w = World::new().await;
+    let rebased = rebase_through_the_daemon(&w).await;
+
+    // The event carries the digests before and after, and says the rebase ran in the registry.
+    let events = w.event_types().await;
+    let succeeded: Vec<&Value> = events.iter().filter(|(t, _)| t == "rebase.succeeded").map(|(_, e)| e).collect();
+    assert_eq!(succeeded.len(), 1, "{events:?}");
+    let action = &succeeded[0]["action"];
+    assert_eq!(
+        (action["previous"].as_str(), action["digest"].as_str()),
+        (Some(w.app_v1.as_str()), Some(rebased.as_str()))
+    );
+    assert_eq!(action["path"], "registry");
+    assert!(events.iter().all(|(t, _)| t != "rebase.failed" && !t.starts_with("build.")), "{events:?}");
+
+    // The ledger's tag move, as `status` shows it.
+    let status = w.status();
+    let web = &status["images"][0];
+    assert_eq!((web["name"].as_str(), web["digest"].as_str()), (Some("web"), Some(rebased.as_str())));
+    assert_eq!(web["previous"].as_str(), Some(w.app_v1.as_str()));
+    assert_eq!(web["moves"].as_array().unwrap().len(), 1);
+    assert_eq!(web["moves"][0]["kind"], "rebase");
+
+    // Exactly once: another round finds nothing to do and writes nothing.
+    let again = w.cli(&["run", "--once"]);
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+    assert_eq!(w.app_digest().await, rebased);
+    let events = w.event_types().await;
+    assert_eq!(events.iter().filter(|(t, _)| t == "rebase.succeeded").count(), 1, "{events:?}");
+    assert_eq!(w.status()["images"][0]["moves"].as_array().unwrap().len(), 1);
+    let actions = w.ledger().actions(10).await.unwrap();
+    assert_eq!(actions.len(), 1, "{actions:?}");
+    assert_eq!((actions[0].action.as_str(), actions[0].attempts), ("rebase", 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_restores_the_previous_digest() {
+    let w = World::new().await;
+    // Nothing to roll back before any action moved the tag.
+    let none = w.cli(&["rollback", "web"]);
+    assert_eq!(none.code, Some(1), "{}", none.stdout);
+    assert!(none.stderr.contains("records no rebase or rebuild that moved web"), "{}", none.stderr);
+    let unknown = w.cli(&["rollback", "nope"]);
+    assert_eq!(unknown.code, Some(2));
+    assert!(unknown.stderr.contains("no image \"nope\" in [[images]] (configured: web)"), "{}", unknown.stderr);
+
+    let rebased = rebase_through_the_daemon(&w).await;
+    let out = w.cli(&["rollback", "web"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(w.app_digest().await, w.app_v1, "the tag is back where it was before the rebase");
+    assert!(out.stdout.contains(&format!("moved {} from {rebased} to {}", w.app_tag, w.app_v1)), "{}", out.stdout);
+    assert!(out.stdout.contains("the digest before its last rebase"), "{}", out.stdout);
+    assert_eq!(diff_ids(&w.app_config().await)[..3], run_image_diff_ids(&w.run_v1)[..], "on v1 again");
+    let web = &w.status()["images"][0];
+    assert_eq!(web["moves"][0]["kind"], "rollback");
+    assert_eq!((web["digest"].as_str(), web["previous"].as_str()), (Some(w.app_v1.as_str()), Some(rebased.as_str())));
+
+    // Twice is once: the target is still the digest before the last rebase.
+    let again = w.cli(&["rollback", "web"]);
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+    assert!(again.stdout.contains("already points at"), "{}", again.stdout);
+    assert_eq!(w.status()["images"][0]["moves"].as_array().unwrap().len(), 2);
+
+    // --to another recorded digest (forward again); an unrecorded one is refused.
+    let stranger = format!("sha256:{}", "0".repeat(64));
+    let refused = w.cli(&["rollback", "web", "--to", &stranger]);
+    assert_eq!(refused.code, Some(1));
+    assert!(refused.stderr.contains(&format!("{stranger} is not a digest recorded for web")), "{}", refused.stderr);
+    let forward = w.cli(&["rollback", "web", "--to", &rebased]);
+    assert_eq!(forward.code, Some(0), "{}", forward.stderr);
+    assert_eq!(w.app_digest().await, rebased);
+}

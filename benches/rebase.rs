@@ -436,11 +436,14 @@ async fn fleet_patch(n: usize) -> Value {
         );
     }
     let config = ws.config(&text);
-    let mut daemon =
-        Daemon::start_with_env(&config, &[("BENCH_API_TOKEN", API_TOKEN), ("BUILDER_MONITOR_LOG", "info")]);
-    // Pinned: the builder and its run image.
-    daemon.wait_for_event("builder.pinned");
-    daemon.wait_for_event("run_image.pinned");
+    let mut daemon = Daemon::start_with_env(&config, &[("BENCH_API_TOKEN", API_TOKEN)]);
+    // Pinned: the builder, then its run image (whose first check records no event).
+    tokio::task::block_in_place(|| {
+        daemon.wait_for_event("builder.pinned");
+        daemon.wait_for("the run image's first check", |v| {
+            v["message"] == "check done" && v["watch"].as_str().is_some_and(|w| w.starts_with("run:"))
+        });
+    });
     say("fleet: daemon ready; pushing the new run image");
     proxy.clear();
     let pushed_v2 = app::push_run(&pusher, "run", Some("latest"), &v2, Format::Oci).await;
@@ -448,11 +451,12 @@ async fn fleet_patch(n: usize) -> Value {
     let push_requests = proxy.seen().len();
     let mut first = None;
     for done in 0..n {
-        let event = tokio::task::block_in_place(|| daemon.wait_for_event("rebase.succeeded"));
+        tokio::task::block_in_place(|| {
+            daemon.wait_for("a rebase", |v| v["message"] == "action succeeded" && v["kind"] == "rebase")
+        });
         if done == 0 {
             first = Some(pushed.elapsed());
         }
-        let _ = event;
     }
     let seconds = pushed.elapsed().as_secs_f64();
     // The daemon's traffic: all of it after the push, less the push itself.

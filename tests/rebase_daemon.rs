@@ -209,3 +209,79 @@ async fn rollback_restores_the_previous_digest() {
     assert_eq!(forward.code, Some(0), "{}", forward.stderr);
     assert_eq!(w.app_digest().await, rebased);
 }
+
+/// A two-platform app (an index over amd64 and arm64, each built on the run image's child of that
+/// platform): the daemon rebases each child onto its match in the new run image index, and
+/// `rollback` puts the index back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_platform_app_is_rebased_per_platform_and_rolled_back() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    let host = registry.host.clone();
+    let run_tag = format!("{host}/demo/run:latest");
+    let runs = |version: &str| [RunImage::jammy(version, 3), RunImage::jammy(version, 3).arch("arm64", Some("v8"))];
+    // Pushes a run image index; returns each child's digest.
+    async fn push_runs(pusher: &Pusher, runs: &[RunImage; 2]) -> Vec<app::PushedImage> {
+        let mut children = Vec::new();
+        for run in runs {
+            children.push(app::push_run(pusher, "demo/run", None, run, Format::Oci).await);
+        }
+        let pairs: Vec<(&app::PushedImage, &RunImage)> = children.iter().zip(runs.iter()).collect();
+        app::push_index(pusher, "demo/run", "latest", &pairs, None, Format::Oci).await;
+        children
+    }
+    let (v1, v2) = (runs("1"), runs("2"));
+    let v1_children = push_runs(&pusher, &v1).await;
+    pusher.push_image("demo/builder", Some("latest"), &BuilderSpec::jammy(&run_tag).image(), Format::Oci).await;
+    let mut apps = Vec::new();
+    for (run, child) in v1.iter().zip(&v1_children) {
+        let app = App::on(run, &run_tag, &format!("{host}/demo/run@{}", child.digest));
+        apps.push(app::push_app(&pusher, "apps/web", None, &app, Format::Oci).await);
+    }
+    let pairs: Vec<(&app::PushedImage, &RunImage)> = apps.iter().zip(v1.iter()).collect();
+    let (app_v1, _) = app::push_index(&pusher, "apps/web", "latest", &pairs, None, Format::Oci).await;
+
+    let ws = Workspace::new();
+    let config = ws.config(&format!(
+        "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\njitter = \"0s\"\n\n\
+         [[builders]]\nname = \"jammy\"\nimage = \"{host}/demo/builder:latest\"\n\n\
+         [[images]]\nname = \"web\"\nbuilder = \"jammy\"\nimage = \"{host}/apps/web:latest\"\npolicy = \"auto\"\n\n\
+         [runner]\ntype = \"none\"\nrebase = \"registry\"\n"
+    ));
+    let config = config.to_str().unwrap();
+    let run_once = || {
+        let out = ws.run(&["run", "--once", "--config", config]);
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+    };
+    run_once();
+    push_runs(&pusher, &v2).await;
+    run_once();
+
+    builder_monitor::install_crypto_provider();
+    let client = Registry::new([], Metrics::new());
+    let tag = ImageRef::parse(&format!("{host}/apps/web:latest")).unwrap();
+    let rebased = client.head_manifest(&tag).await.unwrap().digest;
+    assert_ne!(rebased, app_v1, "the tag moved");
+    let index: Value = serde_json::from_slice(&client.get_manifest(&tag, &rebased).await.unwrap().bytes).unwrap();
+    let entries = index["manifests"].as_array().unwrap();
+    assert_eq!(entries.len(), 2);
+    for (entry, run) in entries.iter().zip(&v2) {
+        assert_eq!(entry["platform"]["architecture"], run.architecture.as_str());
+        let digest = entry["digest"].as_str().unwrap();
+        let manifest: Value = serde_json::from_slice(&client.get_manifest(&tag, digest).await.unwrap().bytes).unwrap();
+        let config = client.get_blob(&tag, manifest["config"]["digest"].as_str().unwrap(), 8 << 20).await.unwrap();
+        let config: Value = serde_json::from_slice(&config).unwrap();
+        assert_eq!(
+            diff_ids(&config)[..3],
+            run_image_diff_ids(run)[..],
+            "{} sits on v2's {} layers",
+            run.architecture,
+            run.architecture
+        );
+        assert_eq!(config["architecture"], run.architecture.as_str());
+    }
+
+    let out = ws.run(&["rollback", "web", "--config", config]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(client.head_manifest(&tag).await.unwrap().digest, app_v1, "the index is back");
+}

@@ -127,6 +127,8 @@ async fn rebase_through_the_daemon(w: &World) -> String {
     w.move_run_image().await;
     let out = w.cli(&["run", "--once"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
+    // The runner's events are logged once recorded, like a check's.
+    assert!(out.stderr.lines().any(|l| l.contains("rebase.succeeded")), "{}", out.stderr);
     let rebased = w.app_digest().await;
     assert_ne!(rebased, w.app_v1, "the tag moved");
     let diff_ids = diff_ids(&w.app_config().await);

@@ -461,10 +461,14 @@ impl Runner {
         if action.kind == ActionKind::Rebuild {
             let started = vec![self.event(&action, &target, EventType::BuildStarted, None, None, &Digests::default())];
             let deliveries = self.routed(&started);
-            if let Err(err) =
-                self.ledger.record_events(&target.builder_name, started, deliveries, history, self.clock.now()).await
+            match self
+                .ledger
+                .record_events(&target.builder_name, started.clone(), deliveries, history, self.clock.now())
+                .await
             {
-                tracing::error!(action = %action.key, error = %err, "cannot record build.started");
+                // Logged once recorded, like a check's events.
+                Ok(()) => started.iter().for_each(crate::event_log::log),
+                Err(err) => tracing::error!(action = %action.key, error = %err, "cannot record build.started"),
             }
         }
         tracing::info!(action = %action.key, image = %action.image, kind = action.kind.as_str(), attempt = action.attempt, "running action");
@@ -523,7 +527,7 @@ impl Runner {
                 detail: outcome.detail.clone(),
                 output_tail: outcome.output_tail.clone(),
                 watch: &target.builder_name,
-                events,
+                events: events.clone(),
                 deliveries,
                 history,
                 now: self.clock.now(),
@@ -534,6 +538,7 @@ impl Runner {
             tracing::error!(action = %action.key, error = %err, "cannot record the action's outcome");
             return;
         }
+        events.iter().for_each(crate::event_log::log);
         match state {
             ActionOutcome::Succeeded => {
                 tracing::info!(action = %action.key, image = %action.image, kind = action.kind.as_str(), "action succeeded")

@@ -7,6 +7,7 @@ pub mod exec;
 pub mod group;
 pub mod kpack;
 pub mod kubernetes;
+mod registry_rebase;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::schedule::{timestamp, timestamp_millis};
 use kubernetes::ActionRef;
+use registry_rebase::{Digests, tag_move};
 
 /// Why the runner cannot be set up or start, or cannot make or submit the object that carries out
 /// an action. Each message says its cause, which is also the `source()`.
@@ -72,13 +74,6 @@ pub struct Outcome {
     pub success: bool,
     pub detail: String,
     pub output_tail: String,
-}
-
-/// The app tag's digests around an attempt, as far as they are known.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Digests {
-    before: Option<String>,
-    after: Option<String>,
 }
 
 /// Every secret value the config holds (registry passwords, the API token, alert secrets and
@@ -552,56 +547,6 @@ impl Runner {
         }
     }
 
-    /// The digest the app tag points at now; `None` when it does not exist or cannot be read soon.
-    async fn app_digest(&self, image: &str) -> Option<String> {
-        let image = ImageRef::parse(image).ok()?;
-        match tokio::time::timeout(DIGEST_WAIT, self.registry.head_manifest(&image)).await {
-            Ok(Ok(head)) => Some(head.digest),
-            Ok(Err(err)) => {
-                tracing::debug!(image = %image, error = %err, "cannot read the app tag's digest");
-                None
-            }
-            Err(_) => None,
-        }
-    }
-
-    /// A rebase by registry writes (`crate::rebase`): the outcome, whether a retry could help (not
-    /// after a refusal), and the digests from the report.
-    async fn rebase_in_registry(&self, target: &ActionTarget) -> (Outcome, bool, Digests) {
-        let fail = |detail: String, retryable: bool| {
-            (Outcome { success: false, detail, output_tail: String::new() }, retryable, Digests::default())
-        };
-        let image = match ImageRef::parse(&target.image) {
-            Ok(i) => i,
-            Err(err) => return fail(format!("invalid app image {}: {err}", target.image), false),
-        };
-        let Some(run_image) = target.run_image.as_deref() else {
-            return fail(RunnerError::NoRunImage.to_string(), false);
-        };
-        let run_image = match ImageRef::parse(run_image) {
-            Ok(r) => r,
-            Err(err) => return fail(format!("invalid run image {run_image}: {err}"), false),
-        };
-        let request = RebaseRequest { image, run_image, force: false, dry_run: false };
-        match crate::rebase::rebase(&self.registry, &request).await {
-            Ok(report) => {
-                let detail = match report.digest.as_deref() {
-                    Some(d) if d == report.previous => {
-                        format!("already on {}; nothing written", report.reference)
-                    }
-                    Some(d) => format!("rebased in the registry onto {}: {} → {d}", report.reference, report.previous),
-                    None => format!("rebase onto {} wrote nothing (dry run)", report.reference),
-                };
-                let digests = Digests { before: Some(report.previous.clone()), after: report.digest.clone() };
-                (Outcome { success: true, detail, output_tail: String::new() }, true, digests)
-            }
-            // Trying again cannot make an unsafe rebase safe.
-            Err(err @ RebaseError::Refused(_)) => fail(format!("rebase refused: {err}"), false),
-            Err(err @ RebaseError::Unusable(_)) => fail(err.to_string(), false),
-            Err(err) => fail(err.to_string(), true),
-        }
-    }
-
     /// The attempt's outcome, and whether trying again could help (not for a command that cannot
     /// be started).
     async fn carry_out(&self, action: &ClaimedAction, target: &ActionTarget) -> (Outcome, bool) {
@@ -636,30 +581,6 @@ impl Runner {
             Err(err) => (Outcome { success: false, detail: err.to_string(), output_tail: String::new() }, false),
         }
     }
-}
-
-/// The ledger's record of how a successful attempt moved the app tag: none when it failed, when the
-/// tag stayed where it was, or when neither digest could be read.
-fn tag_move(
-    action: &ClaimedAction,
-    target: &ActionTarget,
-    success: bool,
-    digests: Digests,
-    now: chrono::DateTime<chrono::Utc>,
-) -> Option<TagMove> {
-    let Digests { before, after } = digests;
-    if !success || before == after {
-        return None;
-    }
-    Some(TagMove {
-        image: action.image.clone(),
-        reference: target.image.clone(),
-        kind: action.kind.into(),
-        action: Some(action.key.clone()),
-        before,
-        after,
-        time: now,
-    })
 }
 
 /// The `exec` runner's command for an action: its argv template with every placeholder filled.

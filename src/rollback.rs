@@ -51,13 +51,14 @@ pub struct Rollback {
 
 /// The `[[images]]` entry named `name`, or whose tag is `name`.
 pub fn configured_image<'a>(config: &'a Config, name: &str) -> Result<&'a ImageSettings, RollbackError> {
-    let by_tag = ImageRef::parse(name).ok().map(|r| r.to_string());
-    config.images.iter().find(|i| i.name == name || by_tag.as_deref() == Some(i.image.to_string().as_str())).ok_or_else(
-        || RollbackError::UnknownImage {
-            image: name.to_string(),
-            configured: config.images.iter().map(|i| i.name.clone()).collect(),
-        },
-    )
+    let by_tag = || {
+        let tag = ImageRef::parse(name).ok()?.to_string();
+        config.images.iter().find(|i| i.image.to_string() == tag)
+    };
+    config
+        .image(name)
+        .or_else(by_tag)
+        .ok_or_else(|| RollbackError::UnknownImage { image: name.to_string(), configured: config.image_names() })
 }
 
 /// The digest to roll `image` back to: `to` when it is one the ledger recorded for it, else the one

@@ -361,6 +361,16 @@ impl Config {
     pub fn builder(&self, name: &str) -> Option<&BuilderSettings> {
         self.builders.iter().find(|b| b.name == name)
     }
+
+    /// The `[[images]]` entry named `name`.
+    pub fn image(&self, name: &str) -> Option<&ImageSettings> {
+        self.images.iter().find(|i| i.name == name)
+    }
+
+    /// The `[[images]]` names, for messages that list what is configured.
+    pub fn image_names(&self) -> Vec<String> {
+        self.images.iter().map(|i| i.name.clone()).collect()
+    }
 }
 
 impl Config {

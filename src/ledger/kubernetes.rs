@@ -99,6 +99,11 @@ struct WatchDoc {
 }
 
 impl WatchDoc {
+    /// The type of the recorded event `id` (empty when it was pruned).
+    fn event_type(&self, id: &str) -> String {
+        self.events.iter().find(|e| e.event.id == id).map(|e| e.event.event_type.to_string()).unwrap_or_default()
+    }
+
     /// The same rules as the SQLite ledger's `commit_check`, on one document.
     fn commit(&mut self, r: &CheckRecord, next_seq: &AtomicI64) {
         // Times kept to the second (`time`) or the millisecond (`now`), as they are written.
@@ -601,12 +606,7 @@ impl KubeLedger {
         let mut out = Vec::new();
         for (_, doc) in self.all().await? {
             for d in doc.deliveries.iter().filter(|d| d.state == DeliveryState::Pending) {
-                let event_type = doc
-                    .events
-                    .iter()
-                    .find(|e| e.event.id == d.event)
-                    .map(|e| e.event.event_type.to_string())
-                    .unwrap_or_default();
+                let event_type = doc.event_type(&d.event);
                 out.push(PendingDelivery {
                     event: d.event.clone(),
                     event_type,
@@ -625,12 +625,7 @@ impl KubeLedger {
         let mut out = Vec::new();
         for (_, doc) in self.all().await? {
             for d in doc.deliveries.iter().filter(|d| d.state == DeliveryState::Dead) {
-                let event_type = doc
-                    .events
-                    .iter()
-                    .find(|e| e.event.id == d.event)
-                    .map(|e| e.event.event_type.to_string())
-                    .unwrap_or_default();
+                let event_type = doc.event_type(&d.event);
                 out.push(DeadLetter {
                     event: d.event.clone(),
                     event_type,

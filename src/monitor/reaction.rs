@@ -297,10 +297,9 @@ pub enum PreviewError {
 
 /// The `[[images]]` entry named `name`.
 pub fn configured_image<'a>(config: &'a Config, name: &str) -> Result<&'a ImageSettings, PreviewError> {
-    config.images.iter().find(|i| i.name == name).ok_or_else(|| PreviewError::UnknownImage {
-        image: name.to_string(),
-        configured: config.images.iter().map(|i| i.name.clone()).collect(),
-    })
+    config
+        .image(name)
+        .ok_or_else(|| PreviewError::UnknownImage { image: name.to_string(), configured: config.image_names() })
 }
 
 #[cfg(test)]

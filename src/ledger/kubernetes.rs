@@ -874,6 +874,7 @@ fn record(a: ActionRow) -> ActionRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use builder_monitor_core::cnb::Change;
 
     /// An entry as the ledger has always written it: typed fields read it and write it back
     /// byte for byte (times to the second or to the millisecond as stored, states as names).

@@ -1,0 +1,446 @@
+//! The ledger's records: what a check, an action and a delivery put in and what readers get back.
+//! Times are `DateTime<Utc>`; each backend turns them into text where it stores them.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::{LedgerError, time};
+use builder_monitor_core::cnb::{Change, ChangeKind, PinnedMetadata};
+use builder_monitor_core::event::Event;
+use builder_monitor_core::plan::{ActionKind, ActionTarget};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WatchKind {
+    Builder,
+    RunImage,
+}
+
+impl WatchKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WatchKind::Builder => "builder",
+            WatchKind::RunImage => "run_image",
+        }
+    }
+}
+
+/// The current pin of a watch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct PinRecord {
+    pub digest: String,
+    pub reference: String,
+    pub media_type: String,
+    pub platforms: BTreeMap<String, String>,
+    #[serde(with = "time::seconds")]
+    pub since: DateTime<Utc>,
+}
+
+/// Everything the ledger knows about one watch.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct WatchRecord {
+    pub name: String,
+    pub kind: WatchKind,
+    pub image: String,
+    pub pin: Option<PinRecord>,
+    pub metadata: Option<serde_json::Value>,
+    #[serde(with = "time::seconds")]
+    pub first_seen: DateTime<Utc>,
+    #[serde(default, with = "time::seconds_opt")]
+    pub last_check: Option<DateTime<Utc>>,
+    pub last_ok: Option<bool>,
+    pub last_error_reason: Option<String>,
+    pub last_error: Option<String>,
+    #[serde(default, with = "time::seconds_opt")]
+    pub last_change: Option<DateTime<Utc>>,
+    pub consecutive_failures: u32,
+    #[serde(default, with = "time::seconds_opt")]
+    pub failing_since: Option<DateTime<Utc>>,
+    /// A new digest held back by `settle`.
+    pub pending: Option<HeldDigest>,
+    /// Accepted moves so far; the next change's sequence number is this plus one.
+    pub moves: u64,
+}
+
+impl WatchRecord {
+    /// The CNB metadata recorded with the pin, if any could be read.
+    pub fn pinned_metadata(&self) -> Option<PinnedMetadata> {
+        serde_json::from_value(self.metadata.clone()?).ok()
+    }
+}
+
+/// A new pin to record.
+#[derive(Debug, Clone)]
+pub struct PinUpdate {
+    pub digest: String,
+    pub reference: String,
+    pub media_type: String,
+    pub platforms: BTreeMap<String, String>,
+    pub metadata: Option<serde_json::Value>,
+}
+
+/// An accepted move.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ChangeRecord {
+    pub id: String,
+    pub watch: String,
+    pub seq: u64,
+    pub previous: String,
+    pub current: String,
+    pub previous_reference: String,
+    pub current_reference: String,
+    pub change: Change,
+    pub rollback: bool,
+    #[serde(with = "time::seconds")]
+    pub detected: DateTime<Utc>,
+}
+
+/// Why a check failed: its reason code (`tag_missing`, …) and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckFailure {
+    pub reason: String,
+    pub message: String,
+}
+
+/// A new digest held back by `settle`, and since when it has been seen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldDigest {
+    pub digest: String,
+    pub since: DateTime<Utc>,
+}
+
+/// Stored as the pair `[digest, since]` the Kubernetes ledger has always kept.
+impl Serialize for HeldDigest {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        (&self.digest, builder_monitor_core::schedule::timestamp(self.since)).serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for HeldDigest {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let (digest, since) = <(String, String)>::deserialize(d)?;
+        let since = builder_monitor_core::schedule::parse_timestamp(&since)
+            .ok_or_else(|| serde::de::Error::custom(format!("not an RFC 3339 time: {since:?}")))?;
+        Ok(HeldDigest { digest, since })
+    }
+}
+
+/// One row of the alert outbox: an event and an alert it goes to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DeliveryKey {
+    pub event: String,
+    pub alert: String,
+}
+
+impl DeliveryKey {
+    pub fn new(event: impl Into<String>, alert: impl Into<String>) -> Self {
+        DeliveryKey { event: event.into(), alert: alert.into() }
+    }
+}
+
+/// A digest a watch was pinned to, and when it was first seen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinnedDigest {
+    pub digest: String,
+    pub first_seen: DateTime<Utc>,
+}
+
+/// Where an action is; stored as its snake_case name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionState {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    /// A newer change's action for the same image replaced it before it started.
+    Superseded,
+}
+
+impl ActionState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionState::Pending => "pending",
+            ActionState::Running => "running",
+            ActionState::Succeeded => "succeeded",
+            ActionState::Failed => "failed",
+            ActionState::Superseded => "superseded",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [Self::Pending, Self::Running, Self::Succeeded, Self::Failed, Self::Superseded]
+            .into_iter()
+            .find(|s| s.as_str() == text)
+    }
+}
+
+impl std::fmt::Display for ActionState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where an alert delivery is; stored as its snake_case name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryState {
+    Pending,
+    Sent,
+    /// Given up on (a dead letter).
+    Dead,
+}
+
+impl DeliveryState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryState::Pending => "pending",
+            DeliveryState::Sent => "sent",
+            DeliveryState::Dead => "dead",
+        }
+    }
+}
+
+/// The outcome of one check, committed atomically.
+#[derive(Debug, Clone)]
+pub struct CheckRecord {
+    pub watch: String,
+    pub kind: WatchKind,
+    pub image: String,
+    /// When the check ran, to the second (as events and `status` show it).
+    pub time: DateTime<Utc>,
+    pub outcome: Result<(), CheckFailure>,
+    pub pin: Option<PinUpdate>,
+    /// Digest held back by `settle`; `None` clears it.
+    pub pending: Option<HeldDigest>,
+    pub change: Option<ChangeRecord>,
+    pub events: Vec<Event>,
+    /// The outbox rows of the events above.
+    pub deliveries: Vec<DeliveryKey>,
+    /// Rebases and rebuilds planned for the change above.
+    pub actions: Vec<NewAction>,
+    /// Changes (and pinned digests) kept for this watch.
+    pub history: usize,
+}
+
+/// An action planned with a change.
+#[derive(Debug, Clone)]
+pub struct NewAction {
+    /// Idempotency key, derived from the change id and the image name; names runner objects.
+    pub key: String,
+    pub change_id: String,
+    /// The `[[images]]` name.
+    pub image: String,
+    pub kind: ActionKind,
+    /// What to build: references, source, environment (the runner's input).
+    pub target: serde_json::Value,
+}
+
+impl NewAction {
+    /// An action to record for `target`: a target that cannot be encoded is an error here, never
+    /// a null in the ledger.
+    pub fn new(
+        key: String,
+        change_id: String,
+        image: String,
+        kind: ActionKind,
+        target: &ActionTarget,
+    ) -> Result<Self, LedgerError> {
+        let target =
+            serde_json::to_value(target).map_err(|error| LedgerError::Encode { what: "action target", error })?;
+        Ok(NewAction { key, change_id, image, kind, target })
+    }
+}
+
+/// The end of an action's attempt, as `finish_action` records it.
+#[derive(Debug, Clone)]
+pub struct ActionEnd<'a> {
+    pub key: &'a str,
+    pub outcome: ActionOutcome,
+    pub detail: String,
+    /// The end of the command's output, scrubbed.
+    pub output_tail: String,
+    /// The watch the attempt's events are recorded under (the builder).
+    pub watch: &'a str,
+    pub events: Vec<Event>,
+    /// The outbox rows of the events above.
+    pub deliveries: Vec<DeliveryKey>,
+    /// Events kept for the watch.
+    pub history: usize,
+    /// When the attempt ended (the caller's clock).
+    pub now: DateTime<Utc>,
+    /// How the attempt moved the app image's tag, when it did (recorded in the same write).
+    pub tag_move: Option<TagMove>,
+}
+
+/// What moved an app image's tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TagMoveKind {
+    Rebase,
+    Rebuild,
+    /// `builder-monitor rollback`.
+    Rollback,
+}
+
+impl TagMoveKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TagMoveKind::Rebase => "rebase",
+            TagMoveKind::Rebuild => "rebuild",
+            TagMoveKind::Rollback => "rollback",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [Self::Rebase, Self::Rebuild, Self::Rollback].into_iter().find(|k| k.as_str() == text)
+    }
+}
+
+impl From<ActionKind> for TagMoveKind {
+    fn from(kind: ActionKind) -> Self {
+        match kind {
+            ActionKind::Rebase => TagMoveKind::Rebase,
+            ActionKind::Rebuild => TagMoveKind::Rebuild,
+        }
+    }
+}
+
+/// One move of an app image's tag: the digest before and after, so `rollback` can put it back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TagMove {
+    /// The `[[images]]` name.
+    pub image: String,
+    /// The tag, `registry/repository:tag`.
+    pub reference: String,
+    pub kind: TagMoveKind,
+    /// The action's key; none for a rollback.
+    pub action: Option<String>,
+    /// None when the tag did not exist before, or could not be read.
+    pub before: Option<String>,
+    /// None when it could not be read after (a runner's push that the daemon did not see).
+    pub after: Option<String>,
+    #[serde(with = "time::millis")]
+    pub time: DateTime<Utc>,
+}
+
+/// An action a runner took on (now `running`).
+#[derive(Debug, Clone)]
+pub struct ClaimedAction {
+    pub key: String,
+    pub change_id: String,
+    pub image: String,
+    pub kind: ActionKind,
+    /// 1 for the first try.
+    pub attempt: u32,
+    pub target: serde_json::Value,
+    /// The local command's process group, once the exec runner started it.
+    pub process: Option<ProcessGroup>,
+}
+
+/// A local command's process group: its id (the leader's pid) and the leader's start time, so a
+/// later process can tell that group from a new one that reuses the number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ProcessGroup {
+    pub id: u32,
+    /// Clock ticks after boot (`/proc/PID/stat` field 22).
+    pub started: u64,
+}
+
+/// Where an attempt leaves an action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ActionOutcome {
+    Succeeded,
+    /// Failed; tried again at this time (kept to the millisecond).
+    Retry {
+        next_attempt: DateTime<Utc>,
+    },
+    /// Failed for good.
+    Failed,
+}
+
+/// An action as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ActionRecord {
+    pub key: String,
+    pub change: String,
+    pub image: String,
+    pub action: String,
+    pub state: ActionState,
+    pub attempts: u32,
+    #[serde(with = "time::millis")]
+    pub next_attempt: DateTime<Utc>,
+    pub detail: Option<String>,
+    pub output_tail: Option<String>,
+    #[serde(with = "time::millis")]
+    pub updated: DateTime<Utc>,
+}
+
+/// An action still to run or running (`status`'s `pending`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OpenAction {
+    pub change: String,
+    pub image: String,
+    pub action: String,
+    pub state: ActionState,
+    pub attempts: u32,
+    #[serde(with = "time::millis")]
+    pub next_attempt: DateTime<Utc>,
+}
+
+/// A delivery to attempt now.
+#[derive(Debug, Clone)]
+pub struct DueDelivery {
+    pub event: Event,
+    pub alert: String,
+    pub attempts: u32,
+    pub created: DateTime<Utc>,
+}
+
+/// What an attempt did to a delivery.
+#[derive(Debug, Clone)]
+pub enum DeliveryUpdate {
+    Sent { status: String },
+    Retry { next_attempt: DateTime<Utc>, status: String },
+    Dead { status: String },
+}
+
+/// A delivery not made yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PendingDelivery {
+    pub event: String,
+    #[serde(rename = "type")]
+    pub event_type: String,
+    pub alert: String,
+    pub attempts: u32,
+    #[serde(with = "time::millis")]
+    pub next_attempt: DateTime<Utc>,
+    pub last_status: Option<String>,
+}
+
+/// A delivery given up on (`status`'s `dead_letters`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeadLetter {
+    pub event: String,
+    #[serde(rename = "type")]
+    pub event_type: String,
+    pub alert: String,
+    pub attempts: u32,
+    pub last_status: Option<String>,
+    #[serde(with = "time::millis")]
+    pub time: DateTime<Utc>,
+}
+
+/// A recorded event with its position in the ledger.
+#[derive(Debug, Clone)]
+pub struct StoredEvent {
+    pub seq: i64,
+    pub event: Event,
+}
+
+/// Parses a change kind read back from the ledger.
+pub fn parse_kind(text: &str) -> ChangeKind {
+    ChangeKind::parse(text).unwrap_or(ChangeKind::Unknown)
+}

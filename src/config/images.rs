@@ -28,6 +28,14 @@ pub struct ImageSettings {
     pub env: BTreeMap<String, String>,
     pub policy: Policy,
     pub scheduling: Scheduling,
+    pub wave: u32,
+    pub approve: bool,
+}
+
+impl ImageSettings {
+    pub fn needs_approval(&self, kind: builder_monitor_core::plan::ActionKind, rollout: &builder_monitor_core::rollout::Rollout) -> bool {
+        self.approve || rollout.approve.contains(&kind)
+    }
 }
 
 impl PlannedImage for ImageSettings {
@@ -279,6 +287,8 @@ impl<'a> Validator<'a> {
             env: raw.env,
             policy: policy?,
             scheduling: raw.scheduling.map(Spanned::into_inner).unwrap_or_default(),
+            wave: 1,
+            approve: false,
         })
     }
 

@@ -107,6 +107,7 @@ pub struct Config {
     pub kubernetes: KubernetesSettings,
     /// `None` when the config has no `[server]` table: no HTTP server.
     pub server: Option<ServerSettings>,
+    pub rollout: builder_monitor_core::rollout::Rollout,
 }
 
 #[derive(Debug, Clone)]
@@ -635,6 +636,7 @@ impl<'a> Validator<'a> {
             runner: runner?,
             kubernetes: kubernetes?,
             server: server?,
+            rollout: Default::default(),
         })
     }
 

@@ -22,6 +22,7 @@ pub mod page;
 pub mod rebase;
 pub mod registry;
 pub mod rollback;
+pub mod rollout;
 pub mod runner;
 pub mod schedule;
 pub mod server;

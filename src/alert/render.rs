@@ -78,6 +78,33 @@ pub fn summary(event: &Event) -> String {
             }
         }
         EventType::AlertTest => "builder-monitor test alert: if you read this, delivery to this receiver works".into(),
+        EventType::ActionAwaitingApproval | EventType::ActionHeld => {
+            let Some(r) = &event.rollout else { return format!("{}: {image}", event.event_type) };
+            let list: Vec<String> = r.actions.iter().map(|a| format!("{} of {}", a.kind, a.image)).collect();
+            let change = r.change.as_deref().unwrap_or("?");
+            if event.event_type == EventType::ActionHeld {
+                let why = r.reason.as_deref().unwrap_or("a lower wave failed");
+                format!(
+                    "{image}: held after {why}: {} (change {change}; `builder-monitor release {change}`)",
+                    list.join(", ")
+                )
+            } else {
+                format!(
+                    "{image}: awaiting approval: {} (change {change}; `builder-monitor approve {change}`)",
+                    list.join(", ")
+                )
+            }
+        }
+        EventType::RolloutFrozen | EventType::RolloutUnfrozen => {
+            let r = event.rollout.clone().unwrap_or_default();
+            let by = r.by.as_deref().unwrap_or("?");
+            let reason = r.reason.map(|r| format!(": {r}")).unwrap_or_default();
+            if event.event_type == EventType::RolloutFrozen {
+                format!("roll-out frozen by {by}{reason}: no rebase or rebuild starts until `builder-monitor unfreeze`")
+            } else {
+                format!("roll-out unfrozen by {by}: waiting rebases and rebuilds start again")
+            }
+        }
         other => format!("{other}: {image}"),
     }
 }

@@ -12,7 +12,15 @@ use super::{Secret, Secrets, Validator};
 use builder_monitor_core::event::{Event, EventType};
 
 /// Events an alert gets when it does not say.
-pub const DEFAULT_EVENTS: &[&str] = &["builder.changed", "run_image.changed", "check.failed", "registry.unavailable"];
+pub const DEFAULT_EVENTS: &[&str] = &[
+    "builder.changed",
+    "run_image.changed",
+    "check.failed",
+    "registry.unavailable",
+    // A person has to act on these.
+    "action.awaiting_approval",
+    "action.held",
+];
 
 /// Failed checks in a row before an alert hears of them, when it does not say.
 pub const DEFAULT_FAILURE_THRESHOLD: u32 = 3;
@@ -346,11 +354,13 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
 
 /// The alerts that asked for this event: its type, and any builder it concerns.
 pub fn routes<'a>(alerts: &'a [AlertSettings], event: &Event) -> Vec<&'a str> {
+    let about_all = matches!(event.event_type, EventType::RolloutFrozen | EventType::RolloutUnfrozen);
     let builders =
         || std::iter::once(event.builder.name.as_str()).chain(event.builders.iter().map(|b| b.name.as_str()));
     alerts
         .iter()
-        .filter(|a| a.wants_type(event.event_type.as_str()) && a.wants_builder(builders()))
+        // A freeze concerns every builder.
+        .filter(|a| a.wants_type(event.event_type.as_str()) && (about_all || a.wants_builder(builders())))
         .map(|a| a.name.as_str())
         .collect()
 }

@@ -33,7 +33,11 @@ pub struct ImageSettings {
 }
 
 impl ImageSettings {
-    pub fn needs_approval(&self, kind: builder_monitor_core::plan::ActionKind, rollout: &builder_monitor_core::rollout::Rollout) -> bool {
+    pub fn needs_approval(
+        &self,
+        kind: builder_monitor_core::plan::ActionKind,
+        rollout: &builder_monitor_core::rollout::Rollout,
+    ) -> bool {
         self.approve || rollout.approve.contains(&kind)
     }
 }

@@ -70,6 +70,25 @@ struct ActionRow {
     created: DateTime<Utc>,
     #[serde(with = "time::millis")]
     updated: DateTime<Utc>,
+    #[serde(default = "first_wave", skip_serializing_if = "is_first_wave")]
+    wave: u32,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    needs_approval: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    released: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    decided_by: Option<String>,
+    #[serde(default, with = "time::seconds_opt", skip_serializing_if = "Option::is_none")]
+    decided_at: Option<DateTime<Utc>>,
+}
+
+/// The wave of an action written before waves existed.
+fn first_wave() -> u32 {
+    1
+}
+
+fn is_first_wave(wave: &u32) -> bool {
+    *wave == 1
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -96,6 +115,9 @@ struct WatchDoc {
     /// Moves of app image tags by this entry's actions (or, for a builder, by `rollback`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     tag_moves: Vec<TagMoveRow>,
+    /// The freeze in force (the entry of [`ROLLOUT_WATCH`] only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    freeze: Option<Freeze>,
 }
 
 impl WatchDoc {
@@ -175,11 +197,7 @@ impl WatchDoc {
             self.changes.sort_by_key(|x| x.seq);
         }
         for a in &r.actions {
-            for old in self
-                .actions
-                .iter_mut()
-                .filter(|o| o.image == a.image && o.state == ActionState::Pending && o.change_id != a.change_id)
-            {
+            for old in self.actions.iter_mut().filter(|o| o.image == a.image && supersedable(o, &a.change_id)) {
                 old.state = ActionState::Superseded;
                 old.detail = Some(format!("superseded by change {}", a.change_id));
                 old.updated = now;
@@ -190,7 +208,7 @@ impl WatchDoc {
                     change_id: a.change_id.clone(),
                     image: a.image.clone(),
                     kind: a.kind,
-                    state: ActionState::Pending,
+                    state: if a.needs_approval { ActionState::AwaitingApproval } else { ActionState::Pending },
                     attempts: 0,
                     next_attempt: now,
                     target: a.target.clone(),
@@ -199,6 +217,11 @@ impl WatchDoc {
                     process: None,
                     created: now,
                     updated: now,
+                    wave: a.wave,
+                    needs_approval: a.needs_approval,
+                    released: false,
+                    decided_by: None,
+                    decided_at: None,
                 });
             }
         }
@@ -280,6 +303,12 @@ fn api_error(e: kube::Error) -> LedgerError {
 
 fn corrupt(name: &str, e: impl std::fmt::Display) -> LedgerError {
     LedgerError::Corrupt { what: "ConfigMap", detail: format!("{name}: {e}") }
+}
+
+/// An action of another change that a newer one for the same image replaces: one not started yet.
+fn supersedable(action: &ActionRow, newer_change: &str) -> bool {
+    matches!(action.state, ActionState::Pending | ActionState::Held | ActionState::AwaitingApproval)
+        && action.change_id != newer_change
 }
 
 fn object_name(watch: &str) -> String {
@@ -428,19 +457,11 @@ impl KubeLedger {
                 let Some(w) = doc.watch.as_ref().map(|w| w.name.clone()).filter(|n| n != &record.watch) else {
                     continue;
                 };
-                if doc
-                    .actions
-                    .iter()
-                    .any(|o| o.image == a.image && o.state == ActionState::Pending && o.change_id != a.change_id)
-                {
+                if doc.actions.iter().any(|o| o.image == a.image && supersedable(o, &a.change_id)) {
                     let (image, change) = (a.image.clone(), a.change_id.clone());
                     self.modify(&w, |d| {
                         let now = record.time.trunc_subsecs(3);
-                        for old in d
-                            .actions
-                            .iter_mut()
-                            .filter(|o| o.image == image && o.state == ActionState::Pending && o.change_id != change)
-                        {
+                        for old in d.actions.iter_mut().filter(|o| o.image == image && supersedable(o, &change)) {
                             old.state = ActionState::Superseded;
                             old.detail = Some(format!("superseded by change {change}"));
                             old.updated = now;
@@ -645,37 +666,57 @@ impl KubeLedger {
         now: DateTime<Utc>,
         limit: usize,
         kind: Option<ActionKind>,
+        rollout: &Rollout,
     ) -> Result<Vec<ClaimedAction>, LedgerError> {
         let now = now.trunc_subsecs(3);
-        let mut due: Vec<(DateTime<Utc>, DateTime<Utc>, String, String)> = Vec::new();
-        for (_, doc) in self.all().await? {
+        let docs = self.all().await?;
+        let freeze = docs.iter().find_map(|(_, d)| d.freeze.clone());
+        let mut holders = BTreeMap::new();
+        let mut rows = Vec::new();
+        for (_, doc) in docs {
             let Some(watch) = doc.watch.as_ref().map(|w| w.name.clone()) else { continue };
-            for a in doc.actions.iter().filter(|a| {
-                a.state == ActionState::Pending && a.next_attempt <= now && kind.is_none_or(|k| a.kind == k)
-            }) {
-                due.push((a.next_attempt, a.created, watch.clone(), a.key.clone()));
+            for a in doc.actions {
+                holders.insert(a.key.clone(), watch.clone());
+                rows.push(record(a));
             }
         }
-        due.sort();
+        let due: Vec<String> = gate_rows(&rows, kind, rollout, freeze.as_ref(), now)
+            .into_iter()
+            .filter(|(_, due, verdict)| verdict.is_ok() && *due <= now)
+            .take(limit)
+            .map(|(key, ..)| key)
+            .collect();
         let mut claimed = Vec::new();
-        for (_, _, watch, key) in due.into_iter().take(limit) {
+        for key in due {
+            let Some(watch) = holders.get(&key) else { continue };
             let taken = self
-                .modify(&watch, |doc| {
-                    Ok(doc.actions.iter_mut().find(|a| a.key == key && a.state == ActionState::Pending).map(|a| {
-                        a.state = ActionState::Running;
-                        a.attempts += 1;
-                        a.updated = now;
-                        a.process = None;
-                        ClaimedAction {
-                            key: a.key.clone(),
-                            change_id: a.change_id.clone(),
-                            image: a.image.clone(),
-                            kind: a.kind,
-                            attempt: a.attempts,
-                            target: a.target.clone(),
-                            process: None,
-                        }
-                    }))
+                .modify(watch, |doc| {
+                    // The gates again, on the entry as written now (its change's rows all live here).
+                    let Some(change) = doc.actions.iter().find(|a| a.key == key).map(|a| a.change_id.clone()) else {
+                        return Ok(None);
+                    };
+                    let view: Vec<ActionRecord> =
+                        doc.actions.iter().filter(|a| a.change_id == change).cloned().map(record).collect();
+                    let open = gate_rows(&view, kind, rollout, freeze.as_ref(), now)
+                        .into_iter()
+                        .any(|(k, _, verdict)| k == key && verdict.is_ok());
+                    Ok(doc.actions.iter_mut().find(|a| open && a.key == key && a.state == ActionState::Pending).map(
+                        |a| {
+                            a.state = ActionState::Running;
+                            a.attempts += 1;
+                            a.updated = now;
+                            a.process = None;
+                            ClaimedAction {
+                                key: a.key.clone(),
+                                change_id: a.change_id.clone(),
+                                image: a.image.clone(),
+                                kind: a.kind,
+                                attempt: a.attempts,
+                                target: a.target.clone(),
+                                process: None,
+                            }
+                        },
+                    ))
                 })
                 .await?;
             claimed.extend(taken);
@@ -698,8 +739,19 @@ impl KubeLedger {
 
     #[allow(clippy::too_many_arguments)]
     pub async fn finish_action(&self, end: ActionEnd<'_>) -> Result<(), LedgerError> {
-        let ActionEnd { key, outcome, detail, output_tail, watch, events, deliveries, history, now: at, tag_move } =
-            end;
+        let ActionEnd {
+            key,
+            outcome,
+            detail,
+            output_tail,
+            watch,
+            events,
+            deliveries,
+            history,
+            now: at,
+            tag_move,
+            hold,
+        } = end;
         let holder = self.holder(|d| d.actions.iter().any(|a| a.key == key)).await?;
         let now = at.trunc_subsecs(3);
         let seq = self.seq.clone();
@@ -718,6 +770,16 @@ impl KubeLedger {
                     a.detail = Some(detail.clone());
                     a.output_tail = Some(output_tail.clone());
                     a.updated = now;
+                }
+                for held in hold.iter().flat_map(|h| h.keys.iter().map(move |k| (k, &h.detail))) {
+                    // The change's rows all live in this entry.
+                    if let Some(a) = doc.actions.iter_mut().find(|a| {
+                        &a.key == held.0 && matches!(a.state, ActionState::Pending | ActionState::AwaitingApproval)
+                    }) {
+                        a.state = ActionState::Held;
+                        a.detail = Some(held.1.clone());
+                        a.updated = now;
+                    }
                 }
                 if same {
                     doc.add_events(&events, &deliveries, now, history, &seq);
@@ -759,15 +821,16 @@ impl KubeLedger {
         Ok(rows.into_iter().take(limit).map(|m| m.tag_move).collect())
     }
 
-    pub async fn next_action_at(&self, kind: Option<ActionKind>) -> Result<Option<DateTime<Utc>>, LedgerError> {
-        Ok(self
-            .all()
-            .await?
-            .into_iter()
-            .flat_map(|(_, d)| d.actions)
-            .filter(|a| a.state == ActionState::Pending && kind.is_none_or(|k| a.kind == k))
-            .map(|a| a.next_attempt)
-            .min())
+    pub async fn next_action_at(
+        &self,
+        kind: Option<ActionKind>,
+        rollout: &Rollout,
+        now: DateTime<Utc>,
+    ) -> Result<Option<DateTime<Utc>>, LedgerError> {
+        let docs = self.all().await?;
+        let freeze = docs.iter().find_map(|(_, d)| d.freeze.clone());
+        let rows: Vec<ActionRecord> = docs.into_iter().flat_map(|(_, d)| d.actions).map(record).collect();
+        Ok(next_start(gate_rows(&rows, kind, rollout, freeze.as_ref(), now), rollout, freeze.as_ref(), now))
     }
 
     pub async fn running_actions(&self) -> Result<Vec<ClaimedAction>, LedgerError> {
@@ -834,25 +897,99 @@ impl KubeLedger {
     }
 
     pub async fn open_actions(&self) -> Result<Vec<OpenAction>, LedgerError> {
-        let mut rows: Vec<ActionRow> = self
-            .all()
-            .await?
-            .into_iter()
-            .flat_map(|(_, d)| d.actions)
-            .filter(|a| matches!(a.state, ActionState::Pending | ActionState::Running))
-            .collect();
-        rows.sort_by(|a, b| (a.created, a.key.as_str()).cmp(&(b.created, b.key.as_str())));
+        let mut rows: Vec<ActionRow> =
+            self.all().await?.into_iter().flat_map(|(_, d)| d.actions).filter(|a| a.state.is_open()).collect();
+        rows.sort_by(|a, b| (a.created, a.wave, a.key.as_str()).cmp(&(b.created, b.wave, b.key.as_str())));
         Ok(rows
             .into_iter()
             .map(|a| OpenAction {
+                key: a.key,
                 change: a.change_id,
                 image: a.image,
                 action: a.kind.as_str().into(),
                 state: a.state,
                 attempts: a.attempts,
                 next_attempt: a.next_attempt,
+                wave: a.wave,
+                detail: if a.state == ActionState::Held { a.detail } else { None },
             })
             .collect())
+    }
+
+    pub async fn change_actions(&self, change_id: &str) -> Result<Vec<ActionRecord>, LedgerError> {
+        let mut rows: Vec<ActionRecord> = self
+            .all()
+            .await?
+            .into_iter()
+            .flat_map(|(_, d)| d.actions)
+            .filter(|a| a.change_id == change_id)
+            .map(record)
+            .collect();
+        rows.sort_by(|a, b| (a.wave, a.created, &a.key).cmp(&(b.wave, b.created, &b.key)));
+        Ok(rows)
+    }
+
+    pub async fn decide(
+        &self,
+        change_id: &str,
+        image: Option<&str>,
+        verdict: Verdict,
+        by: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Decided>, LedgerError> {
+        let Some(holder) = self.holder(|d| d.actions.iter().any(|a| a.change_id == change_id)).await? else {
+            return Ok(Vec::new());
+        };
+        let now = now.trunc_subsecs(3);
+        self.modify(&holder, |doc| {
+            let mut out = Vec::new();
+            for a in doc.actions.iter_mut().filter(|a| a.change_id == change_id) {
+                if verdict == Verdict::Release {
+                    a.released = true;
+                }
+                if image.is_some_and(|i| a.image != i) {
+                    continue;
+                }
+                let Some(state) = verdict.next_state(&record(a.clone())) else { continue };
+                a.state = state;
+                a.updated = now;
+                if matches!(verdict, Verdict::Approve | Verdict::Reject) {
+                    a.decided_by = Some(by.to_string());
+                    a.decided_at = Some(now.trunc_subsecs(0));
+                }
+                out.push(Decided { key: a.key.clone(), image: a.image.clone(), kind: a.kind, state });
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    pub async fn set_freeze(
+        &self,
+        freeze: Option<Freeze>,
+        events: Vec<Event>,
+        deliveries: Vec<DeliveryKey>,
+        history: usize,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Freeze>, LedgerError> {
+        let seq = self.seq.clone();
+        self.modify(ROLLOUT_WATCH, |doc| {
+            let before = doc.freeze.clone();
+            doc.freeze = match (&before, &freeze) {
+                // A second freeze keeps the first one's time.
+                (Some(old), Some(new)) => Some(Freeze { since: old.since, ..new.clone() }),
+                (_, new) => new.clone(),
+            };
+            if before.is_some() != freeze.is_some() {
+                doc.add_events(&events, &deliveries, now, history, &seq);
+            }
+            Ok(before)
+        })
+        .await
+    }
+
+    pub async fn freeze_state(&self) -> Result<Option<Freeze>, LedgerError> {
+        Ok(self.read(ROLLOUT_WATCH).await?.and_then(|(_, d)| d.freeze))
     }
 }
 
@@ -868,6 +1005,12 @@ fn record(a: ActionRow) -> ActionRecord {
         detail: a.detail,
         output_tail: a.output_tail,
         updated: a.updated,
+        wave: a.wave,
+        needs_approval: a.needs_approval,
+        released: a.released,
+        decided_by: a.decided_by,
+        decided_at: a.decided_at,
+        created: a.created,
     }
 }
 

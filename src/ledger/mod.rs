@@ -19,6 +19,7 @@ pub use sqlite::SqliteLedger;
 
 use builder_monitor_core::event::Event;
 use builder_monitor_core::plan::ActionKind;
+use builder_monitor_core::rollout::{self, Freeze, GateAction, Rollout, Wait};
 
 /// Each variant's message includes its cause, which is therefore not also exposed as `source()`:
 /// the daemon logs these with `Display`, and a chain printer would show the cause twice.
@@ -88,6 +89,10 @@ impl Default for Signals {
         Signals { deliveries: Arc::default(), actions: Arc::default(), commits: broadcast::channel(COMMITS_KEPT).0 }
     }
 }
+
+/// The events of the roll-out itself (`rollout.frozen`, `rollout.unfrozen`) are kept under this
+/// name, beside the watches'.
+pub const ROLLOUT_WATCH: &str = "rollout";
 
 /// Calls the same method on whichever backend this is.
 macro_rules! dispatch {
@@ -254,19 +259,22 @@ impl Ledger {
         dispatch!(self, dead_letters())
     }
 
-    /// Takes due pending actions: each becomes `running` with one more attempt.
+    /// Takes due pending actions (no roll-out gates but a freeze): each becomes `running` with one
+    /// more attempt.
     pub async fn claim_actions(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<ClaimedAction>, LedgerError> {
-        dispatch!(self, claim_actions(now, limit, None))
+        dispatch!(self, claim_actions(now, limit, None, &Rollout::default()))
     }
 
-    /// Like [`Ledger::claim_actions`], of one kind only when `kind` is given (the others stay pending).
+    /// Takes due pending actions that the roll-out gates let start (of one kind only when `kind` is
+    /// given; the others stay pending): each becomes `running` with one more attempt.
     pub async fn claim_actions_of(
         &self,
         now: DateTime<Utc>,
         limit: usize,
         kind: Option<ActionKind>,
+        rollout: &Rollout,
     ) -> Result<Vec<ClaimedAction>, LedgerError> {
-        dispatch!(self, claim_actions(now, limit, kind))
+        dispatch!(self, claim_actions(now, limit, kind, rollout))
     }
 
     /// Records the process group a `running` action's command runs in.
@@ -282,14 +290,21 @@ impl Ledger {
         Ok(())
     }
 
-    /// When the next pending action is due.
-    pub async fn next_action_at(&self) -> Result<Option<DateTime<Utc>>, LedgerError> {
-        dispatch!(self, next_action_at(None))
+    /// When the next pending action is due (no roll-out gates).
+    pub async fn next_action_at(&self, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>, LedgerError> {
+        dispatch!(self, next_action_at(None, &Rollout::default(), now))
     }
 
-    /// When the next pending action of `kind` (any kind when `None`) is due.
-    pub async fn next_action_of(&self, kind: Option<ActionKind>) -> Result<Option<DateTime<Utc>>, LedgerError> {
-        dispatch!(self, next_action_at(kind))
+    /// When the next pending action of `kind` (any kind when `None`) may start, by the roll-out
+    /// gates: none while frozen or while every action waits for a lower wave, the next window's
+    /// opening while all windows are closed.
+    pub async fn next_action_of(
+        &self,
+        kind: Option<ActionKind>,
+        rollout: &Rollout,
+        now: DateTime<Utc>,
+    ) -> Result<Option<DateTime<Utc>>, LedgerError> {
+        dispatch!(self, next_action_at(kind, rollout, now))
     }
 
     /// Actions `running` now (a cluster may be carrying them out for us).
@@ -323,8 +338,95 @@ impl Ledger {
         dispatch!(self, actions(limit))
     }
 
-    /// Actions not finished yet (pending or running), oldest first.
+    /// Actions not finished yet (pending, running, held, awaiting approval), oldest first.
     pub async fn open_actions(&self) -> Result<Vec<OpenAction>, LedgerError> {
         dispatch!(self, open_actions())
     }
+
+    /// Every action of one change, any state, by wave.
+    pub async fn change_actions(&self, change_id: &str) -> Result<Vec<ActionRecord>, LedgerError> {
+        dispatch!(self, change_actions(change_id))
+    }
+
+    /// Approves, rejects or releases a change's actions (one image's only, with `image`); answers
+    /// the actions it moved. Wakes the runner when one may start now.
+    pub async fn decide(
+        &self,
+        change_id: &str,
+        image: Option<&str>,
+        verdict: Verdict,
+        by: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Decided>, LedgerError> {
+        let decided = dispatch!(self, decide(change_id, image, verdict, by, now))?;
+        self.signal(false, decided.iter().any(|d| d.state == ActionState::Pending));
+        Ok(decided)
+    }
+
+    /// Freezes (`Some`) or lifts the freeze (`None`) on action starts; records `events` when the
+    /// state flips. Answers the freeze before.
+    pub async fn set_freeze(
+        &self,
+        freeze: Option<Freeze>,
+        events: Vec<Event>,
+        deliveries: Vec<DeliveryKey>,
+        history: usize,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Freeze>, LedgerError> {
+        let lifted = freeze.is_none();
+        let before = dispatch!(self, set_freeze(freeze, events, deliveries, history, now))?;
+        let flipped = before.is_some() == lifted;
+        self.signal(flipped, flipped && lifted);
+        Ok(before)
+    }
+
+    /// The freeze in force, if any.
+    pub async fn freeze_state(&self) -> Result<Option<Freeze>, LedgerError> {
+        dispatch!(self, freeze_state())
+    }
+}
+
+/// The pending actions (of `kind`, when given) among `rows` — every action of the changes
+/// concerned — each with when it is due and the roll-out gates' verdict, soonest due first.
+fn gate_rows(
+    rows: &[ActionRecord],
+    kind: Option<ActionKind>,
+    rollout: &Rollout,
+    freeze: Option<&Freeze>,
+    now: DateTime<Utc>,
+) -> Vec<(String, DateTime<Utc>, Result<(), Wait>)> {
+    let mut by_change: std::collections::BTreeMap<&str, Vec<&ActionRecord>> = Default::default();
+    for r in rows {
+        by_change.entry(r.change.as_str()).or_default().push(r);
+    }
+    let mut out = Vec::new();
+    for actions in by_change.values() {
+        let view: Vec<GateAction> = actions.iter().map(|a| a.gate_action()).collect();
+        let mut verdicts = rollout::gate(&view, rollout, freeze, now);
+        for a in actions
+            .iter()
+            .filter(|a| a.state == ActionState::Pending && kind.is_none_or(|k| ActionKind::parse(&a.action) == Some(k)))
+        {
+            let verdict = verdicts.remove(&a.key).unwrap_or(Ok(()));
+            out.push((a.created, a.key.clone(), a.next_attempt, verdict));
+        }
+    }
+    out.sort_by(|a, b| (a.2, a.0, &a.1).cmp(&(b.2, b.0, &b.1)));
+    out.into_iter().map(|(_, key, due, verdict)| (key, due, verdict)).collect()
+}
+
+/// When the next of the `gated` pending actions may start.
+fn next_start(
+    gated: Vec<(String, DateTime<Utc>, Result<(), Wait>)>,
+    rollout: &Rollout,
+    freeze: Option<&Freeze>,
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    if freeze.is_some() || gated.is_empty() {
+        return None;
+    }
+    if !rollout.windows.is_open(now) {
+        return rollout.windows.next_open(now);
+    }
+    gated.into_iter().filter(|(_, _, verdict)| verdict.is_ok()).map(|(_, due, _)| due).min()
 }

@@ -202,6 +202,10 @@ pub struct NewAction {
     pub kind: ActionKind,
     /// What to build: references, source, environment (the runner's input).
     pub target: serde_json::Value,
+    /// Its roll-out wave (`[[images]] wave`): it starts once the change's lower waves succeeded.
+    pub wave: u32,
+    /// Recorded as `awaiting_approval`: it starts only once a person approves it.
+    pub needs_approval: bool,
 }
 
 impl NewAction {
@@ -216,7 +220,12 @@ impl NewAction {
     ) -> Result<Self, LedgerError> {
         let target =
             serde_json::to_value(target).map_err(|error| LedgerError::Encode { what: "action target", error })?;
-        Ok(NewAction { key, change_id, image, kind, target })
+        Ok(NewAction { key, change_id, image, kind, target, wave: 1, needs_approval: false })
+    }
+
+    /// The same action in roll-out `wave`, waiting for a person when `needs_approval`.
+    pub fn gated(self, wave: u32, needs_approval: bool) -> Self {
+        NewAction { wave, needs_approval, ..self }
     }
 }
 
@@ -239,6 +248,64 @@ pub struct ActionEnd<'a> {
     pub now: DateTime<Utc>,
     /// How the attempt moved the app image's tag, when it did (recorded in the same write).
     pub tag_move: Option<TagMove>,
+    /// The later waves of the change this failure holds (recorded in the same write).
+    pub hold: Option<Hold>,
+}
+
+/// Actions a failure in a lower wave holds: each goes from `pending` or `awaiting_approval` to
+/// `held` (a row already in another state is left as it is).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    pub keys: Vec<String>,
+    /// Why, for `status` (`held: canary petclinic failed`).
+    pub detail: String,
+}
+
+/// What a person (or the API on one's behalf) decides about a change's actions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// `awaiting_approval` → `pending` (a held one stays held, approved).
+    Approve,
+    /// `awaiting_approval` (or held and not approved yet) → `rejected`.
+    Reject,
+    /// `held` → `pending` (or `awaiting_approval` when not approved yet); the change's later waves
+    /// no longer wait for its lower ones.
+    Release,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Approve => "approve",
+            Verdict::Reject => "reject",
+            Verdict::Release => "release",
+        }
+    }
+}
+
+impl Verdict {
+    /// The state the verdict moves `action` to; `None`: it does not concern that action.
+    pub fn next_state(self, action: &ActionRecord) -> Option<ActionState> {
+        let undecided = action.needs_approval && action.decided_by.is_none();
+        match (self, action.state) {
+            (Verdict::Approve, ActionState::AwaitingApproval) => Some(ActionState::Pending),
+            (Verdict::Approve, ActionState::Held) if undecided => Some(ActionState::Held),
+            (Verdict::Reject, ActionState::AwaitingApproval) => Some(ActionState::Rejected),
+            (Verdict::Reject, ActionState::Held) if undecided => Some(ActionState::Rejected),
+            (Verdict::Release, ActionState::Held) if undecided => Some(ActionState::AwaitingApproval),
+            (Verdict::Release, ActionState::Held) => Some(ActionState::Pending),
+            _ => None,
+        }
+    }
+}
+
+/// An action a verdict moved, and the state it is in now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Decided {
+    pub key: String,
+    pub image: String,
+    pub kind: ActionKind,
+    pub state: ActionState,
 }
 
 /// What moved an app image's tag.
@@ -342,11 +409,37 @@ pub struct ActionRecord {
     pub output_tail: Option<String>,
     #[serde(with = "time::millis")]
     pub updated: DateTime<Utc>,
+    pub wave: u32,
+    pub needs_approval: bool,
+    /// `release` let it go regardless of its change's lower waves.
+    pub released: bool,
+    /// Who approved or rejected it (`user@host (cli)`, `api`), and when.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+    #[serde(with = "time::seconds_opt", skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<DateTime<Utc>>,
+    #[serde(with = "time::millis")]
+    pub created: DateTime<Utc>,
+}
+
+impl ActionRecord {
+    /// As the roll-out gates see it.
+    pub fn gate_action(&self) -> builder_monitor_core::rollout::GateAction {
+        builder_monitor_core::rollout::GateAction {
+            key: self.key.clone(),
+            image: self.image.clone(),
+            wave: self.wave,
+            state: self.state,
+            released: self.released,
+            created: self.created,
+        }
+    }
 }
 
 /// An action still to run or running (`status`'s `pending`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OpenAction {
+    pub key: String,
     pub change: String,
     pub image: String,
     pub action: String,
@@ -354,6 +447,10 @@ pub struct OpenAction {
     pub attempts: u32,
     #[serde(with = "time::millis")]
     pub next_attempt: DateTime<Utc>,
+    pub wave: u32,
+    /// Why it is held (`held: …`), when it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// A delivery to attempt now.

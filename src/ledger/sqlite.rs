@@ -125,7 +125,55 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX tag_moves_by_image ON tag_moves (image, seq);
     "#,
+    // 5: roll-out control. The actions table is rebuilt (SQLite cannot widen a CHECK) with the
+    // states held, awaiting_approval and rejected, each action's wave, whether it needs approval,
+    // whether `release` let it go, and who decided on it; the freeze is one row.
+    r#"
+    CREATE TABLE actions_v5 (
+        change_id TEXT NOT NULL,
+        image TEXT NOT NULL,
+        key TEXT NOT NULL UNIQUE,
+        kind TEXT NOT NULL CHECK (kind IN ('rebase', 'rebuild')),
+        state TEXT NOT NULL CHECK (state IN ('pending', 'running', 'succeeded', 'failed', 'superseded',
+                                             'held', 'awaiting_approval', 'rejected')),
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_attempt TEXT NOT NULL,
+        object_name TEXT,
+        output_tail TEXT,
+        target TEXT NOT NULL,
+        created TEXT NOT NULL,
+        updated TEXT NOT NULL,
+        detail TEXT,
+        process_group INTEGER,
+        process_started INTEGER,
+        wave INTEGER NOT NULL DEFAULT 1,
+        needs_approval INTEGER NOT NULL DEFAULT 0,
+        released INTEGER NOT NULL DEFAULT 0,
+        decided_by TEXT,
+        decided_at TEXT,
+        PRIMARY KEY (change_id, image)
+    );
+    INSERT INTO actions_v5 (change_id, image, key, kind, state, attempts, next_attempt, object_name, output_tail,
+                            target, created, updated, detail, process_group, process_started)
+        SELECT change_id, image, key, kind, state, attempts, next_attempt, object_name, output_tail,
+               target, created, updated, detail, process_group, process_started FROM actions;
+    DROP TABLE actions;
+    ALTER TABLE actions_v5 RENAME TO actions;
+    CREATE INDEX actions_due ON actions (state, next_attempt);
+    CREATE INDEX actions_by_image ON actions (image, state);
+    CREATE INDEX actions_by_change ON actions (change_id);
+    CREATE TABLE rollout (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        frozen_since TEXT NOT NULL,
+        reason TEXT,
+        frozen_by TEXT NOT NULL
+    );
+    "#,
 ];
+
+/// The columns of an [`ActionRecord`], in the order [`action_record`] reads them.
+const ACTION_COLUMNS: &str = "key, change_id, image, kind, state, attempts, next_attempt, detail, output_tail, updated,
+     wave, needs_approval, released, decided_by, decided_at, created";
 
 /// The ledger handle; cheap to clone. SQLite calls run on the blocking pool.
 #[derive(Clone)]
@@ -312,60 +360,60 @@ impl SqliteLedger {
         .await
     }
 
-    /// Takes due pending actions: each becomes `running` with one more attempt, atomically.
+    /// Takes due pending actions that the roll-out gates let start: each becomes `running` with
+    /// one more attempt, atomically (the gates read in the same transaction).
     pub async fn claim_actions(
         &self,
         now: DateTime<Utc>,
         limit: usize,
         kind: Option<ActionKind>,
+        rollout: &Rollout,
     ) -> Result<Vec<ClaimedAction>, LedgerError> {
-        let now = timestamp_millis(now);
-        let only = kind.map(ActionKind::as_str);
+        let rollout = rollout.clone();
         self.with(move |conn| {
             let tx = conn.transaction()?;
+            let freeze = read_freeze(&tx)?;
+            let keys: Vec<String> = gated_pending(&tx, kind, &rollout, freeze.as_ref(), now)?
+                .into_iter()
+                .filter(|(_, due, verdict)| verdict.is_ok() && *due <= now)
+                .take(limit)
+                .map(|(key, ..)| key)
+                .collect();
+            let at = timestamp_millis(now);
             let mut claimed = Vec::new();
-            {
-                let mut stmt = tx.prepare(
-                    "SELECT key, change_id, image, kind, attempts, target FROM actions
-                     WHERE state = 'pending' AND next_attempt <= ?1 AND (?3 IS NULL OR kind = ?3)
-                     ORDER BY next_attempt, created LIMIT ?2",
+            for key in keys {
+                let (change_id, image, kind, attempts, target) = row(
+                    &tx,
+                    "SELECT change_id, image, kind, attempts, target FROM actions WHERE key = ?1",
+                    params![key],
+                    |r| {
+                        Ok((
+                            r.get::<_, String>(0)?,
+                            r.get::<_, String>(1)?,
+                            r.get::<_, String>(2)?,
+                            r.get::<_, u32>(3)?,
+                            r.get::<_, String>(4)?,
+                        ))
+                    },
                 )?;
-                let rows = stmt.query_map(params![now, limit as i64, only], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, String>(2)?,
-                        r.get::<_, String>(3)?,
-                        r.get::<_, u32>(4)?,
-                        r.get::<_, String>(5)?,
-                    ))
-                })?;
-                for row in rows {
-                    let (key, change_id, image, kind, attempts, target) = row?;
-                    let target = serde_json::from_str(&target)
-                        .map_err(|e| LedgerError::Corrupt { what: "action target", detail: format!("{key}: {e}") })?;
-                    let kind = ActionKind::parse(&kind).ok_or_else(|| LedgerError::Corrupt {
-                        what: "action kind",
-                        detail: format!("{key}: {kind}"),
-                    })?;
-                    claimed.push(ClaimedAction {
-                        key,
-                        change_id,
-                        image,
-                        kind,
-                        attempt: attempts + 1,
-                        target,
-                        process: None,
-                    });
-                }
-            }
-            for a in &claimed {
+                let target = serde_json::from_str(&target)
+                    .map_err(|e| LedgerError::Corrupt { what: "action target", detail: format!("{key}: {e}") })?;
+                let kind = action_kind(&key, &kind)?;
                 exec(
                     &tx,
                     "UPDATE actions SET state = 'running', attempts = attempts + 1, updated = ?2,
                          process_group = NULL, process_started = NULL WHERE key = ?1",
-                    params![a.key, now],
+                    params![key, at],
                 )?;
+                claimed.push(ClaimedAction {
+                    key,
+                    change_id,
+                    image,
+                    kind,
+                    attempt: attempts + 1,
+                    target,
+                    process: None,
+                });
             }
             tx.commit()?;
             Ok(claimed)
@@ -390,7 +438,8 @@ impl SqliteLedger {
     /// Records an attempt's end and its events (with their outbox rows) in one transaction.
     #[allow(clippy::too_many_arguments)]
     pub async fn finish_action(&self, end: ActionEnd<'_>) -> Result<(), LedgerError> {
-        let ActionEnd { key, outcome, detail, output_tail, watch, events, deliveries, history, now, tag_move } = end;
+        let ActionEnd { key, outcome, detail, output_tail, watch, events, deliveries, history, now, tag_move, hold } =
+            end;
         let (key, watch) = (key.to_string(), watch.to_string());
         self.with(move |conn| {
             let updated = timestamp_millis(now);
@@ -403,11 +452,19 @@ impl SqliteLedger {
             exec(&tx,
                 "UPDATE actions SET state = ?2, next_attempt = COALESCE(?3, next_attempt), detail = ?4, output_tail = ?5,
                      updated = ?6 WHERE key = ?1 AND state = 'running'",
-                params![key, state, next, detail, output_tail, updated],
+                params![key, state.as_str(), next, detail, output_tail, updated],
             )?;
             insert_events(&tx, &watch, now, &events, None, &deliveries, history)?;
             if let Some(m) = &tag_move {
                 insert_tag_move(&tx, m, history)?;
+            }
+            for held in hold.iter().flat_map(|h| h.keys.iter().map(move |k| (k, &h.detail))) {
+                exec(
+                    &tx,
+                    "UPDATE actions SET state = 'held', detail = ?2, updated = ?3
+                     WHERE key = ?1 AND state IN ('pending', 'awaiting_approval')",
+                    params![held.0, held.1, updated],
+                )?;
             }
             tx.commit()?;
             Ok(())
@@ -459,17 +516,18 @@ impl SqliteLedger {
         .await
     }
 
-    /// When the next pending action is due.
-    pub async fn next_action_at(&self, kind: Option<ActionKind>) -> Result<Option<DateTime<Utc>>, LedgerError> {
-        let only = kind.map(ActionKind::as_str);
+    /// When the next pending action (of `kind`) may start: none while frozen, the next window's
+    /// opening while all are closed; actions waiting for a lower wave start when it ends.
+    pub async fn next_action_at(
+        &self,
+        kind: Option<ActionKind>,
+        rollout: &Rollout,
+        now: DateTime<Utc>,
+    ) -> Result<Option<DateTime<Utc>>, LedgerError> {
+        let rollout = rollout.clone();
         self.with(move |conn| {
-            let next: Option<Time> = row(
-                conn,
-                "SELECT MIN(next_attempt) FROM actions WHERE state = 'pending' AND (?1 IS NULL OR kind = ?1)",
-                params![only],
-                |r| r.get(0),
-            )?;
-            Ok(next.map(|t| t.0))
+            let freeze = read_freeze(conn)?;
+            Ok(next_start(gated_pending(conn, kind, &rollout, freeze.as_ref(), now)?, &rollout, freeze.as_ref(), now))
         })
         .await
     }
@@ -559,22 +617,39 @@ impl SqliteLedger {
     /// The most recently updated actions, any state.
     pub async fn actions(&self, limit: usize) -> Result<Vec<ActionRecord>, LedgerError> {
         self.with(move |conn| {
+            let sql = format!("SELECT {ACTION_COLUMNS} FROM actions ORDER BY updated DESC, key LIMIT ?1");
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let rows = stmt.query_map(params![limit as i64], action_record)?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+        .await
+    }
+
+    /// Every action of one change, any state, by wave.
+    pub async fn change_actions(&self, change_id: &str) -> Result<Vec<ActionRecord>, LedgerError> {
+        let change_id = change_id.to_string();
+        self.with(move |conn| change_rows(conn, &change_id)).await
+    }
+
+    /// Actions not finished yet (pending, running, held, awaiting approval), oldest first.
+    pub async fn open_actions(&self) -> Result<Vec<OpenAction>, LedgerError> {
+        self.with(|conn| {
             let mut stmt = conn.prepare(
-                "SELECT key, change_id, image, kind, state, attempts, next_attempt, detail, output_tail, updated
-                 FROM actions ORDER BY updated DESC, key LIMIT ?1",
+                "SELECT key, change_id, image, kind, state, attempts, next_attempt, wave, detail FROM actions
+                 WHERE state IN ('pending', 'running', 'held', 'awaiting_approval') ORDER BY created, wave, key",
             )?;
-            let rows = stmt.query_map(params![limit as i64], |r| {
-                Ok(ActionRecord {
+            let rows = stmt.query_map([], |r| {
+                let state = r.get::<_, State>(4)?.0;
+                Ok(OpenAction {
                     key: r.get(0)?,
                     change: r.get(1)?,
                     image: r.get(2)?,
                     action: r.get(3)?,
-                    state: r.get(4)?,
+                    state,
                     attempts: r.get(5)?,
                     next_attempt: r.get::<_, Time>(6)?.0,
-                    detail: r.get(7)?,
-                    output_tail: r.get(8)?,
-                    updated: r.get::<_, Time>(9)?.0,
+                    wave: r.get(7)?,
+                    detail: if state == ActionState::Held { r.get(8)? } else { None },
                 })
             })?;
             Ok(rows.collect::<Result<_, _>>()?)
@@ -582,26 +657,88 @@ impl SqliteLedger {
         .await
     }
 
-    /// Actions not finished yet (pending or running), oldest first.
-    pub async fn open_actions(&self) -> Result<Vec<OpenAction>, LedgerError> {
-        self.with(|conn| {
-            let mut stmt = conn.prepare(
-                "SELECT change_id, image, kind, state, attempts, next_attempt FROM actions
-                 WHERE state IN ('pending', 'running') ORDER BY created, key",
-            )?;
-            let rows = stmt.query_map([], |r| {
-                Ok(OpenAction {
-                    change: r.get(0)?,
-                    image: r.get(1)?,
-                    action: r.get(2)?,
-                    state: r.get(3)?,
-                    attempts: r.get(4)?,
-                    next_attempt: r.get::<_, Time>(5)?.0,
-                })
-            })?;
-            Ok(rows.collect::<Result<_, _>>()?)
+    /// Approves, rejects or releases the actions of a change (of one image only, with `image`), in
+    /// one transaction; answers the actions it moved.
+    pub async fn decide(
+        &self,
+        change_id: &str,
+        image: Option<&str>,
+        verdict: Verdict,
+        by: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Decided>, LedgerError> {
+        let (change_id, image, by) = (change_id.to_string(), image.map(str::to_string), by.to_string());
+        self.with(move |conn| {
+            let tx = conn.transaction()?;
+            let rows = change_rows(&tx, &change_id)?;
+            let at = timestamp_millis(now);
+            let decided_at = timestamp(now);
+            let mut out = Vec::new();
+            for a in rows.iter().filter(|a| image.as_deref().is_none_or(|i| a.image == i)) {
+                let Some(state) = verdict_state(a, verdict) else { continue };
+                let decided = matches!(verdict, Verdict::Approve | Verdict::Reject);
+                exec(
+                    &tx,
+                    "UPDATE actions SET state = ?2, updated = ?3,
+                         decided_by = CASE WHEN ?4 THEN ?5 ELSE decided_by END,
+                         decided_at = CASE WHEN ?4 THEN ?6 ELSE decided_at END,
+                         released = CASE WHEN ?7 THEN 1 ELSE released END
+                     WHERE key = ?1",
+                    params![a.key, state.as_str(), at, decided, by, decided_at, verdict == Verdict::Release],
+                )?;
+                out.push(Decided {
+                    key: a.key.clone(),
+                    image: a.image.clone(),
+                    kind: action_kind(&a.key, &a.action)?,
+                    state,
+                });
+            }
+            if verdict == Verdict::Release {
+                // Rows that stay as they are (running, finished) are marked released too, so the
+                // change's later waves stop waiting for them.
+                exec(&tx, "UPDATE actions SET released = 1 WHERE change_id = ?1", params![change_id])?;
+            }
+            tx.commit()?;
+            Ok(out)
         })
         .await
+    }
+
+    /// Freezes (`Some`) or unfreezes (`None`) every action start. `events` are recorded only when
+    /// the freeze state flips; a second freeze keeps the first one's time and takes its reason.
+    /// Answers the freeze before.
+    pub async fn set_freeze(
+        &self,
+        freeze: Option<Freeze>,
+        events: Vec<Event>,
+        deliveries: Vec<DeliveryKey>,
+        history: usize,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Freeze>, LedgerError> {
+        self.with(move |conn| {
+            let tx = conn.transaction()?;
+            let before = read_freeze(&tx)?;
+            match &freeze {
+                Some(f) => exec(
+                    &tx,
+                    "INSERT INTO rollout (id, frozen_since, reason, frozen_by) VALUES (1, ?1, ?2, ?3)
+                     ON CONFLICT (id) DO UPDATE SET reason = excluded.reason, frozen_by = excluded.frozen_by",
+                    params![timestamp(f.since), f.reason, f.by],
+                )?,
+                None => exec(&tx, "DELETE FROM rollout", [])?,
+            };
+            if before.is_some() != freeze.is_some() {
+                insert_events(&tx, ROLLOUT_WATCH, now, &events, None, &deliveries, history)?;
+            }
+            tx.commit()?;
+            Ok(before)
+        })
+        .await
+    }
+
+    /// The freeze in force, if any.
+    pub async fn freeze_state(&self) -> Result<Option<Freeze>, LedgerError> {
+        self.with(|conn| read_freeze(conn)).await
     }
 
     /// Deliveries that were given up on.
@@ -873,16 +1010,15 @@ impl FromSql for Time {
     }
 }
 
-impl FromSql for ActionState {
+/// An action state column (the state's name).
+struct State(ActionState);
+
+impl FromSql for State {
     fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
         let text = value.as_str()?;
-        ActionState::parse(text).ok_or_else(|| FromSqlError::Other(format!("unknown action state {text:?}").into()))
-    }
-}
-
-impl ToSql for ActionState {
-    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-        Ok(self.as_str().into())
+        ActionState::parse(text)
+            .map(State)
+            .ok_or_else(|| FromSqlError::Other(format!("unknown action state {text:?}").into()))
     }
 }
 
@@ -890,6 +1026,71 @@ impl ToSql for DeliveryState {
     fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
         Ok(self.as_str().into())
     }
+}
+
+/// An [`ActionRecord`] from a row of [`ACTION_COLUMNS`].
+fn action_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<ActionRecord> {
+    Ok(ActionRecord {
+        key: r.get(0)?,
+        change: r.get(1)?,
+        image: r.get(2)?,
+        action: r.get(3)?,
+        state: r.get::<_, State>(4)?.0,
+        attempts: r.get(5)?,
+        next_attempt: r.get::<_, Time>(6)?.0,
+        detail: r.get(7)?,
+        output_tail: r.get(8)?,
+        updated: r.get::<_, Time>(9)?.0,
+        wave: r.get(10)?,
+        needs_approval: r.get(11)?,
+        released: r.get(12)?,
+        decided_by: r.get(13)?,
+        decided_at: r.get::<_, Option<Time>>(14)?.map(|t| t.0),
+        created: r.get::<_, Time>(15)?.0,
+    })
+}
+
+fn change_rows(conn: &Connection, change_id: &str) -> Result<Vec<ActionRecord>, LedgerError> {
+    let sql = format!("SELECT {ACTION_COLUMNS} FROM actions WHERE change_id = ?1 ORDER BY wave, created, key");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params![change_id], action_record)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+fn action_kind(key: &str, kind: &str) -> Result<ActionKind, LedgerError> {
+    ActionKind::parse(kind)
+        .ok_or_else(|| LedgerError::Corrupt { what: "action kind", detail: format!("{key}: {kind}") })
+}
+
+fn verdict_state(action: &ActionRecord, verdict: Verdict) -> Option<ActionState> {
+    verdict.next_state(action)
+}
+
+fn read_freeze(conn: &Connection) -> Result<Option<Freeze>, LedgerError> {
+    Ok(row(conn, "SELECT frozen_since, reason, frozen_by FROM rollout WHERE id = 1", [], |r| {
+        Ok(Freeze { since: r.get::<_, Time>(0)?.0, reason: r.get(1)?, by: r.get(2)? })
+    })
+    .optional()?)
+}
+
+/// The verdict of the roll-out gates on every pending action (of `kind`, when given): for each,
+/// its key, when it is due and whether it may start now.
+fn gated_pending(
+    conn: &Connection,
+    kind: Option<ActionKind>,
+    rollout: &Rollout,
+    freeze: Option<&Freeze>,
+    now: DateTime<Utc>,
+) -> Result<Vec<(String, DateTime<Utc>, Result<(), Wait>)>, LedgerError> {
+    let only = kind.map(ActionKind::as_str);
+    let sql = format!(
+        "SELECT {ACTION_COLUMNS} FROM actions WHERE change_id IN
+             (SELECT change_id FROM actions WHERE state = 'pending' AND (?1 IS NULL OR kind = ?1))
+         ORDER BY change_id, wave, created, key"
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows: Vec<ActionRecord> = stmt.query_map(params![only], action_record)?.collect::<Result<_, _>>()?;
+    Ok(gate_rows(&rows, kind, rollout, freeze, now))
 }
 
 fn read_watch(conn: &Connection, name: &str) -> Result<Option<WatchRecord>, LedgerError> {
@@ -1065,18 +1266,31 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
     }
     let now = timestamp_millis(r.time);
     for a in &r.actions {
-        // Only the newest target is built: older actions for the image that have not started yield.
+        // Only the newest target is built: older actions for the image that have not started yield
+        // (waiting, held or awaiting approval alike).
         exec(
             tx,
             "UPDATE actions SET state = 'superseded', detail = ?3, updated = ?4
-             WHERE image = ?1 AND state = 'pending' AND change_id != ?2",
+             WHERE image = ?1 AND state IN ('pending', 'held', 'awaiting_approval') AND change_id != ?2",
             params![a.image, a.change_id, format!("superseded by change {}", a.change_id), now],
         )?;
+        let state = if a.needs_approval { ActionState::AwaitingApproval } else { ActionState::Pending };
         exec(
             tx,
-            "INSERT INTO actions (change_id, image, key, kind, state, attempts, next_attempt, target, created, updated)
-             VALUES (?1, ?2, ?3, ?4, 'pending', 0, ?5, ?6, ?5, ?5) ON CONFLICT (change_id, image) DO NOTHING",
-            params![a.change_id, a.image, a.key, a.kind.as_str(), now, a.target.to_string()],
+            "INSERT INTO actions (change_id, image, key, kind, state, attempts, next_attempt, target, created, updated,
+                                  wave, needs_approval)
+             VALUES (?1, ?2, ?3, ?4, ?7, 0, ?5, ?6, ?5, ?5, ?8, ?9) ON CONFLICT (change_id, image) DO NOTHING",
+            params![
+                a.change_id,
+                a.image,
+                a.key,
+                a.kind.as_str(),
+                now,
+                a.target.to_string(),
+                state.as_str(),
+                a.wave,
+                a.needs_approval
+            ],
         )?;
     }
     let change_id = r.change.as_ref().map(|c| c.id.as_str());

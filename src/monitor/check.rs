@@ -84,6 +84,11 @@ impl Monitor {
                         .collect(),
                 );
             }
+            if let Some(subject) = subjects.first()
+                && let Some(e) = crate::rollout::awaiting_approval_event(id, subject, &subjects, &actions, now)
+            {
+                commit.events.push(e);
+            }
             commit.actions = actions;
         }
         // Failure events go where `alert::outage` says (thresholds, grouping); the others by routing.

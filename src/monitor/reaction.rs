@@ -156,13 +156,16 @@ impl Reaction<'_> {
                 app_reference,
                 reason_names(change),
             );
-            actions.push(NewAction::new(
-                action_key(mv.change_id, &image.name),
-                mv.change_id.to_string(),
-                image.name.clone(),
-                kind,
-                &target,
-            )?);
+            actions.push(
+                NewAction::new(
+                    action_key(mv.change_id, &image.name),
+                    mv.change_id.to_string(),
+                    image.name.clone(),
+                    kind,
+                    &target,
+                )?
+                .gated(image.wave, image.needs_approval(kind, &self.config.rollout)),
+            );
         }
         Ok((decisions, actions))
     }

@@ -19,7 +19,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ExecSettings, RebasePath, RunnerKind};
-use crate::ledger::{ActionEnd, ActionOutcome, ClaimedAction, DeliveryKey, Ledger, LedgerError, TagMove};
+use crate::ledger::{ActionEnd, ActionOutcome, ClaimedAction, DeliveryKey, Hold, Ledger, LedgerError, TagMove};
 use crate::metrics::Metrics;
 use crate::rebase::{RebaseError, RebaseRequest};
 use crate::registry::Registry;
@@ -347,7 +347,7 @@ impl Runner {
     }
 
     async fn until_next_due(&self) -> Duration {
-        match self.ledger.next_action_of(self.claims()).await {
+        match self.ledger.next_action_of(self.claims(), &self.config.rollout, self.clock.now()).await {
             Ok(Some(at)) => {
                 (at - self.clock.now()).to_std().unwrap_or(Duration::ZERO).clamp(Duration::from_millis(10), IDLE)
             }
@@ -360,13 +360,14 @@ impl Runner {
         if free == 0 {
             return 0;
         }
-        let claimed = match self.ledger.claim_actions_of(self.clock.now(), free, self.claims()).await {
-            Ok(claimed) => claimed,
-            Err(err) => {
-                tracing::error!(error = %err, "cannot claim actions");
-                return 0;
-            }
-        };
+        let claimed =
+            match self.ledger.claim_actions_of(self.clock.now(), free, self.claims(), &self.config.rollout).await {
+                Ok(claimed) => claimed,
+                Err(err) => {
+                    tracing::error!(error = %err, "cannot claim actions");
+                    return 0;
+                }
+            };
         let n = claimed.len();
         for action in claimed {
             match self.permits.clone().try_acquire_owned() {
@@ -447,6 +448,7 @@ impl Runner {
                         history: 1,
                         now: self.clock.now(),
                         tag_move: None,
+                        hold: None,
                     })
                     .await;
                 return;
@@ -500,7 +502,7 @@ impl Runner {
             let t = if action.kind == ActionKind::Rebuild { EventType::BuildFailed } else { EventType::RebaseFailed };
             (ActionOutcome::Failed, Some(t))
         };
-        let events: Vec<Event> = event_type
+        let mut events: Vec<Event> = event_type
             .map(|t| {
                 self.event(
                     &action,
@@ -513,6 +515,14 @@ impl Runner {
             })
             .into_iter()
             .collect();
+        let hold = match state {
+            ActionOutcome::Failed => self.hold(&action, &target).await,
+            _ => None,
+        };
+        let hold = hold.map(|(hold, event)| {
+            events.push(event);
+            hold
+        });
         let deliveries = self.routed(&events);
         let result = self
             .ledger
@@ -527,6 +537,7 @@ impl Runner {
                 history,
                 now: self.clock.now(),
                 tag_move: tag_move(&action, &target, outcome.success, digests, self.clock.now()),
+                hold,
             })
             .await;
         if let Err(err) = result {
@@ -545,6 +556,30 @@ impl Runner {
                 tracing::error!(action = %action.key, image = %action.image, detail = %outcome.detail, attempts = action.attempt, "action failed for good")
             }
         }
+    }
+
+    /// The later waves of the action's change that its failure holds, and their `action.held`.
+    async fn hold(&self, action: &ClaimedAction, target: &ActionTarget) -> Option<(Hold, Event)> {
+        let actions = match self.ledger.change_actions(&action.change_id).await {
+            Ok(actions) => actions,
+            Err(err) => {
+                tracing::error!(action = %action.key, error = %err, "cannot read the change's actions; its later waves are not held");
+                return None;
+            }
+        };
+        let failed = actions.iter().find(|a| a.key == action.key)?;
+        let (held, reason) = crate::rollout::held_by(&actions, failed);
+        if held.is_empty() {
+            return None;
+        }
+        let builder_image = self.config.builder(&target.builder_name).map(|b| b.image.to_string()).unwrap_or_default();
+        let subject = Subject { name: target.builder_name.clone(), image: builder_image };
+        let event = crate::rollout::held_event(&action.change_id, &subject, &held, &reason, self.clock.now());
+        for a in &held {
+            tracing::warn!(action = %a.key, image = %a.image, change = %action.change_id, reason = %reason, "held: run `builder-monitor release {}` to let it go", action.change_id);
+        }
+        let keys = held.into_iter().map(|a| a.key).collect();
+        Some((Hold { keys, detail: format!("held: {reason}") }, event))
     }
 
     /// The attempt's outcome, and whether trying again could help (not for a command that cannot

@@ -38,6 +38,17 @@ pub enum EventType {
     /// The end of an outage a `registry.unavailable` announced.
     #[serde(rename = "registry.recovered")]
     RegistryRecovered,
+    /// Actions of a change that wait for a person's approval (`approve` / `reject`).
+    #[serde(rename = "action.awaiting_approval")]
+    ActionAwaitingApproval,
+    /// A failure in a lower wave holds a change's later waves (until `release`).
+    #[serde(rename = "action.held")]
+    ActionHeld,
+    /// No action starts until `unfreeze`.
+    #[serde(rename = "rollout.frozen")]
+    RolloutFrozen,
+    #[serde(rename = "rollout.unfrozen")]
+    RolloutUnfrozen,
     /// Sent by `alert test` only.
     #[serde(rename = "alert.test")]
     AlertTest,
@@ -45,7 +56,7 @@ pub enum EventType {
 
 impl EventType {
     /// Every type an alert can ask for (`alert.test` is sent to one alert on request only).
-    pub const ALL: [EventType; 12] = [
+    pub const ALL: [EventType; 16] = [
         EventType::BuilderPinned,
         EventType::BuilderChanged,
         EventType::RunImageChanged,
@@ -58,6 +69,10 @@ impl EventType {
         EventType::RebaseFailed,
         EventType::RegistryUnavailable,
         EventType::RegistryRecovered,
+        EventType::ActionAwaitingApproval,
+        EventType::ActionHeld,
+        EventType::RolloutFrozen,
+        EventType::RolloutUnfrozen,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -74,6 +89,10 @@ impl EventType {
             EventType::RebaseFailed => "rebase.failed",
             EventType::RegistryUnavailable => "registry.unavailable",
             EventType::RegistryRecovered => "registry.recovered",
+            EventType::ActionAwaitingApproval => "action.awaiting_approval",
+            EventType::ActionHeld => "action.held",
+            EventType::RolloutFrozen => "rollout.frozen",
+            EventType::RolloutUnfrozen => "rollout.unfrozen",
             EventType::AlertTest => "alert.test",
         }
     }
@@ -160,6 +179,36 @@ pub struct ActionInfo {
     pub path: Option<String>,
 }
 
+/// What a roll-out event is about: the actions of one change that wait (`action.*`), or the
+/// freeze (`rollout.*`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RolloutInfo {
+    /// The change whose actions wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub actions: Vec<WaitingAction>,
+    /// Why: the failure that holds them (`canary petclinic failed`), or the freeze's reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Who froze or unfroze.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// When the freeze began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+}
+
+/// One action a roll-out event names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitingAction {
+    pub key: String,
+    /// The `[[images]]` name.
+    pub image: String,
+    pub kind: String,
+    pub wave: u32,
+}
+
 /// What will happen to an app image built from the builder.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImageAction {
@@ -197,6 +246,8 @@ pub struct Event {
     pub action: Option<ActionInfo>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outage: Option<Outage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutInfo>,
 }
 
 impl Event {
@@ -217,6 +268,7 @@ impl Event {
             error: None,
             action: None,
             outage: None,
+            rollout: None,
         }
     }
 }
@@ -279,6 +331,21 @@ impl Event {
             EventType::RegistryRecovered => {
                 self.outage.as_ref().map(|o| format!("{} — {} watches answer again", o.registry, o.watches.len()))
             }
+            EventType::ActionAwaitingApproval | EventType::ActionHeld => self.rollout.as_ref().map(|r| {
+                let images: Vec<String> = r.actions.iter().map(|a| format!("{} of {}", a.kind, a.image)).collect();
+                let mut text = format!("change {}: {}", r.change.as_deref().unwrap_or("?"), images.join(", "));
+                if let Some(reason) = &r.reason {
+                    let _ = write!(text, " — {}", clipped(reason));
+                }
+                text
+            }),
+            EventType::RolloutFrozen | EventType::RolloutUnfrozen => self.rollout.as_ref().map(|r| {
+                let mut text = format!("by {}", r.by.as_deref().unwrap_or("?"));
+                if let Some(reason) = &r.reason {
+                    let _ = write!(text, " — {}", clipped(reason));
+                }
+                text
+            }),
             EventType::AlertTest => None,
         };
         if let Some(detail) = detail {

@@ -5,7 +5,7 @@ pub mod cnb;
 pub mod event;
 pub mod plan;
 pub mod rebase;
-pub mod rollout;
 pub mod reference;
+pub mod rollout;
 pub mod schedule;
 pub mod text;

@@ -1,0 +1,251 @@
+//! Roll-out control as people use it: approve, reject and release a change's actions, freeze and
+//! unfreeze every action start (with their events), and why each open action waits (`status`).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+
+use crate::config::Config;
+use crate::ledger::{ActionRecord, Decided, DeliveryKey, Ledger, LedgerError, NewAction, ROLLOUT_WATCH, Verdict};
+use builder_monitor_core::event::{Event, EventType, RolloutInfo, Subject, WaitingAction, stable_id};
+use builder_monitor_core::rollout::{self, ActionState, Freeze, GateAction, Wait};
+use builder_monitor_core::schedule::timestamp;
+
+/// Why a roll-out request cannot be carried out.
+#[derive(Debug, thiserror::Error)]
+pub enum RolloutError {
+    #[error("no change {0} has actions in the ledger (see `builder-monitor status`)")]
+    UnknownChange(String),
+    #[error("change {change} has no action for image \"{image}\" (it has: {})", images.join(", "))]
+    UnknownImage { change: String, image: String, images: Vec<String> },
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+}
+
+/// Who a command-line request comes from: `user@host (cli)`.
+pub fn cli_user() -> String {
+    let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".into());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+    if host.is_empty() { format!("{user} (cli)") } else { format!("{user}@{host} (cli)") }
+}
+
+/// What a verdict did to a change.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Decision {
+    pub change: String,
+    pub verdict: &'static str,
+    pub by: String,
+    /// The actions it moved, with their new state.
+    pub actions: Vec<Decided>,
+    /// The change's actions it left as they were, with their state (why nothing happened to them).
+    pub unchanged: Vec<(String, ActionState)>,
+}
+
+impl Decision {
+    /// For people: `approved 2 actions of change X: rebuild of petclinic (now pending), …`.
+    pub fn render_text(&self) -> String {
+        let done = match self.verdict {
+            "approve" => "approved",
+            "reject" => "rejected",
+            _ => "released",
+        };
+        if self.actions.is_empty() {
+            let states: Vec<String> = self.unchanged.iter().map(|(image, state)| format!("{image} {state}")).collect();
+            return format!(
+                "change {}: nothing to {}; its actions: {}\n",
+                self.change,
+                self.verdict,
+                states.join(", ")
+            );
+        }
+        let list: Vec<String> =
+            self.actions.iter().map(|a| format!("{} of {} (now {})", a.kind.as_str(), a.image, a.state)).collect();
+        format!("{done} {} action(s) of change {}: {}\n", self.actions.len(), self.change, list.join(", "))
+    }
+}
+
+/// Approves, rejects or releases the actions of `change` (one image's only, with `image`).
+pub async fn decide(
+    ledger: &Ledger,
+    change: &str,
+    image: Option<&str>,
+    verdict: Verdict,
+    by: &str,
+    now: DateTime<Utc>,
+) -> Result<Decision, RolloutError> {
+    let before = ledger.change_actions(change).await?;
+    if before.is_empty() {
+        return Err(RolloutError::UnknownChange(change.to_string()));
+    }
+    if let Some(image) = image
+        && !before.iter().any(|a| a.image == image)
+    {
+        let images = before.iter().map(|a| a.image.clone()).collect();
+        return Err(RolloutError::UnknownImage { change: change.to_string(), image: image.to_string(), images });
+    }
+    let actions = ledger.decide(change, image, verdict, by, now).await?;
+    let unchanged = before
+        .iter()
+        .filter(|a| image.is_none_or(|i| a.image == i) && !actions.iter().any(|d| d.key == a.key))
+        .map(|a| (a.image.clone(), a.state))
+        .collect();
+    for a in &actions {
+        tracing::info!(change, image = %a.image, action = a.kind.as_str(), state = %a.state, by, verdict = verdict.as_str(), "roll-out decision");
+    }
+    Ok(Decision { change: change.to_string(), verdict: verdict.as_str(), by: by.to_string(), actions, unchanged })
+}
+
+/// The freeze state after a request, and whether the request changed it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FreezeOutcome {
+    pub frozen: Option<Freeze>,
+    pub changed: bool,
+}
+
+/// Freezes every action start (`reason` shown by `status`), or with `reason` = None on an
+/// existing freeze, keeps it. Checks, pins and alerts go on.
+pub async fn freeze(
+    config: &Config,
+    ledger: &Ledger,
+    reason: Option<String>,
+    by: &str,
+    now: DateTime<Utc>,
+) -> Result<FreezeOutcome, RolloutError> {
+    let freeze = Freeze { since: now, reason, by: by.to_string() };
+    let event = freeze_event(EventType::RolloutFrozen, &freeze, by, now);
+    let deliveries = routed(config, std::slice::from_ref(&event));
+    let before =
+        ledger.set_freeze(Some(freeze.clone()), vec![event.clone()], deliveries, config.monitor.history, now).await?;
+    let changed = before.is_none();
+    if changed {
+        crate::event_log::log(&event);
+    }
+    let frozen = Freeze { since: before.map_or(freeze.since, |b| b.since), ..freeze };
+    Ok(FreezeOutcome { frozen: Some(frozen), changed })
+}
+
+/// Lifts the freeze; waiting actions start (newest target per image; older ones were superseded).
+pub async fn unfreeze(
+    config: &Config,
+    ledger: &Ledger,
+    by: &str,
+    now: DateTime<Utc>,
+) -> Result<FreezeOutcome, RolloutError> {
+    let current = ledger.freeze_state().await?;
+    let Some(current) = current else { return Ok(FreezeOutcome { frozen: None, changed: false }) };
+    let event = freeze_event(EventType::RolloutUnfrozen, &current, by, now);
+    let deliveries = routed(config, std::slice::from_ref(&event));
+    let before = ledger.set_freeze(None, vec![event.clone()], deliveries, config.monitor.history, now).await?;
+    let changed = before.is_some();
+    if changed {
+        crate::event_log::log(&event);
+    }
+    Ok(FreezeOutcome { frozen: None, changed })
+}
+
+fn freeze_event(event_type: EventType, freeze: &Freeze, by: &str, now: DateTime<Utc>) -> Event {
+    let since = timestamp(freeze.since);
+    let id = stable_id(&[event_type.as_str(), &since, &timestamp(now)]);
+    let mut e =
+        Event::new(id, event_type, timestamp(now), Subject { name: ROLLOUT_WATCH.into(), image: String::new() });
+    e.rollout = Some(RolloutInfo {
+        reason: freeze.reason.clone(),
+        by: Some(by.to_string()),
+        since: Some(since),
+        ..Default::default()
+    });
+    e
+}
+
+/// The alerts an event goes to, as outbox rows.
+pub fn routed(config: &Config, events: &[Event]) -> Vec<DeliveryKey> {
+    events
+        .iter()
+        .flat_map(|e| {
+            crate::config::alerts::routes(&config.alerts, e).into_iter().map(|a| DeliveryKey::new(e.id.clone(), a))
+        })
+        .collect()
+}
+
+/// `action.awaiting_approval` for the actions a change planned that wait for a person, if any.
+pub fn awaiting_approval_event(
+    change: &str,
+    subject: &Subject,
+    builders: &[Subject],
+    actions: &[NewAction],
+    now: DateTime<Utc>,
+) -> Option<Event> {
+    let waiting: Vec<WaitingAction> = actions
+        .iter()
+        .filter(|a| a.needs_approval)
+        .map(|a| WaitingAction {
+            key: a.key.clone(),
+            image: a.image.clone(),
+            kind: a.kind.as_str().into(),
+            wave: a.wave,
+        })
+        .collect();
+    if waiting.is_empty() {
+        return None;
+    }
+    let id = stable_id(&[change, EventType::ActionAwaitingApproval.as_str()]);
+    let mut e = Event::new(id, EventType::ActionAwaitingApproval, timestamp(now), subject.clone());
+    e.builders = builders.to_vec();
+    e.rollout = Some(RolloutInfo { change: Some(change.to_string()), actions: waiting, ..Default::default() });
+    Some(e)
+}
+
+/// The label of a wave in people's words: wave 0 is the canary.
+pub fn wave_label(wave: u32) -> String {
+    if wave == 0 { "canary".into() } else { format!("wave {wave}") }
+}
+
+/// The actions a failed action holds (its change's later waves not started yet), and why.
+pub fn held_by(actions: &[ActionRecord], failed: &ActionRecord) -> (Vec<ActionRecord>, String) {
+    let view: Vec<GateAction> = actions.iter().map(ActionRecord::gate_action).collect();
+    let keys = rollout::held_by_failure(&view, &failed.key);
+    let held = actions.iter().filter(|a| keys.contains(&a.key)).cloned().collect();
+    (held, format!("{} {} failed", wave_label(failed.wave), failed.image))
+}
+
+/// `action.held` for `held`, the later waves a failure holds.
+pub fn held_event(change: &str, subject: &Subject, held: &[ActionRecord], reason: &str, now: DateTime<Utc>) -> Event {
+    let waiting = held
+        .iter()
+        .map(|a| WaitingAction { key: a.key.clone(), image: a.image.clone(), kind: a.action.clone(), wave: a.wave })
+        .collect();
+    let id = stable_id(&[change, EventType::ActionHeld.as_str(), reason]);
+    let mut e = Event::new(id, EventType::ActionHeld, timestamp(now), subject.clone());
+    e.rollout = Some(RolloutInfo {
+        change: Some(change.to_string()),
+        actions: waiting,
+        reason: Some(reason.to_string()),
+        ..Default::default()
+    });
+    e
+}
+
+/// Why each pending action waits now, by key (those that may start are absent).
+pub async fn waits(
+    config: &Config,
+    ledger: &Ledger,
+    now: DateTime<Utc>,
+) -> Result<BTreeMap<String, Wait>, LedgerError> {
+    let freeze = ledger.freeze_state().await?;
+    let open = ledger.open_actions().await?;
+    let mut changes: Vec<&str> =
+        open.iter().filter(|a| a.state == ActionState::Pending).map(|a| a.change.as_str()).collect();
+    changes.sort_unstable();
+    changes.dedup();
+    let mut out = BTreeMap::new();
+    for change in changes {
+        let actions = ledger.change_actions(change).await?;
+        let view: Vec<GateAction> = actions.iter().map(ActionRecord::gate_action).collect();
+        for (key, verdict) in rollout::gate(&view, &config.rollout, freeze.as_ref(), now) {
+            if let Err(wait) = verdict {
+                out.insert(key, wait);
+            }
+        }
+    }
+    Ok(out)
+}

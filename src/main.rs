@@ -4,185 +4,19 @@
 #![deny(unsafe_code)]
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 use builder_monitor::install_crypto_provider;
 use builder_monitor_core::text;
 use commands::{Failure, error_text, execute};
 
+mod cli;
 mod commands;
 
-#[derive(Parser)]
-#[command(
-    name = "builder-monitor",
-    version,
-    about = "Watch floating CNB builder tags and pin them to immutable digests"
-)]
-struct Cli {
-    /// Log line format (level from BUILDER_MONITOR_LOG, EnvFilter syntax).
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Run the daemon: check every builder on its schedule until SIGINT/SIGTERM.
-    Run {
-        #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
-        config: PathBuf,
-        /// Check every builder once, record what moved, and exit (1 if a check failed).
-        #[arg(long)]
-        once: bool,
-    },
-    /// Validate the config and print what would be watched.
-    Check {
-        #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
-        config: PathBuf,
-    },
-    /// Print the immutable reference and per-platform digests an image reference points at now.
-    Resolve {
-        image: String,
-        #[arg(long)]
-        json: bool,
-        /// Plain HTTP to the image's registry, as `insecure = true` for it in a config would.
-        #[arg(long)]
-        insecure: bool,
-        /// Registry settings (credentials, TLS) come from this config when given.
-        #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
-        config: Option<PathBuf>,
-    },
-    /// Classify the move from one builder image to another: rebase, rebuild, unknown or none.
-    Diff {
-        old: String,
-        new: String,
-        /// Print the `change` object of a builder.changed event.
-        #[arg(long)]
-        json: bool,
-        /// Plain HTTP to the images' registries, as `insecure = true` for them in a config would.
-        #[arg(long)]
-        insecure: bool,
-        /// Registry settings (credentials, TLS) come from this config when given.
-        #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
-        config: Option<PathBuf>,
-    },
-    /// Rebase an app image onto a new run image in the registry itself (no pod, no layer bytes when
-    /// both live on one registry): per platform, the run image's layers swapped under the app's.
-    Rebase {
-        /// The app image, by tag: the tag moves, last.
-        image: String,
-        /// The new run image (a tag or digest; an index or a single manifest).
-        #[arg(long)]
-        run_image: String,
-        /// Registry settings (credentials, TLS) come from this config when given.
-        #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
-        config: Option<PathBuf>,
-        /// Decide and report, write nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// Override what the lifecycle rebaser's -force overrides (rebasable, target, run image name).
-        #[arg(long)]
-        force: bool,
-        #[arg(long)]
-        json: bool,
-    },
-    /// For the current pins and app images, print what each image would get and why.
-    Plan {
-        #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
-        config: PathBuf,
-        #[arg(long)]
-        json: bool,
-    },
-    /// Print exactly the object (Job, kpack Build or command) the configured runner would create
-    /// for an image now, to review or commit.
-    BuildSpec {
-        #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
-        config: PathBuf,
-        /// The `[[images]]` name.
-        #[arg(long)]
-        image: String,
-        #[arg(long, value_enum)]
-        action: SpecAction,
-        #[arg(long, value_enum, default_value_t = SpecOutput::Yaml)]
-        output: SpecOutput,
-    },
-    /// Print the ClusterBuilder CustomResourceDefinition (YAML).
-    Crd,
-    /// Print the ServiceAccount, Roles and RoleBindings (and the ClusterRole and its binding for
-    /// ClusterBuilders) granting exactly the Kubernetes permissions this config uses, ready for
-    /// `kubectl apply -f -`. The namespace is the config's `[kubernetes] namespace`.
-    Rbac {
-        #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
-        config: PathBuf,
-        /// The daemon's ServiceAccount, also the name of its Roles and bindings (as the Helm chart
-        /// names them for a release called builder-monitor).
-        #[arg(long, default_value = "builder-monitor")]
-        service_account: String,
-        #[arg(long, value_enum, default_value_t = SpecOutput::Yaml)]
-        output: SpecOutput,
-    },
-    /// Alert receivers.
-    Alert {
-        #[command(subcommand)]
-        command: AlertCommand,
-    },
-    /// Move an app image's tag back to the digest before its last rebase or rebuild (or to another
-    /// digest the ledger recorded for it), by a manifest PUT: nothing is rebuilt.
-    Rollback {
-        /// The `[[images]]` name, or its tag.
-        image: String,
-        /// A digest recorded for the image (see `status`).
-        #[arg(long)]
-        to: Option<String>,
-        #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
-        config: PathBuf,
-    },
-    /// Print pins, last checks, recent changes and pending actions.
-    Status {
-        #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
-        config: PathBuf,
-        #[arg(long)]
-        json: bool,
-        /// Recent changes shown per builder.
-        #[arg(long, default_value_t = 10)]
-        changes: usize,
-    },
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum SpecAction {
-    Rebuild,
-    Rebase,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum SpecOutput {
-    Yaml,
-    Json,
-}
-
-#[derive(Subcommand)]
-enum AlertCommand {
-    /// Send a clearly marked test event (type `alert.test`) to one alert and report the outcome.
-    Test {
-        #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
-        config: PathBuf,
-        /// The `[[alerts]]` name.
-        #[arg(long)]
-        name: String,
-    },
-}
+use cli::{Cli, Command, LogFormat};
 
 fn main() -> ExitCode {
     install_crypto_provider();

@@ -436,7 +436,7 @@ fn actions(out: &mut String, status: &Status, config: &Config, now: DateTime<Utc
              <td data-label=\"Why it waits\">{}</td><td data-label=\"Change\"><code>{}</code></td></tr>",
             Text(&a.image),
             Text(&a.action),
-            Text(a.state.as_str()),
+            Text(a.shown_state()),
             if a.attempts == 0 { "not tried yet".to_string() } else { attempts(a.attempts) },
             why_waiting(a, status, config, running, now),
             Text(&a.change)
@@ -450,6 +450,9 @@ fn why_waiting(a: &OpenAction, status: &Status, config: &Config, running: usize,
     let max_attempts = config.runner.max_attempts;
     if a.state == ActionState::Running {
         return format!("running attempt {} of {max_attempts}", a.attempts);
+    }
+    if let Some(why) = &a.waiting_for {
+        return Text(why).to_string();
     }
     if config.runner.kind == RunnerKind::None {
         return "runner <code>none</code> records actions and never runs them".into();
@@ -566,6 +569,7 @@ mod tests {
             run_images: Vec::new(),
             images: Vec::new(),
             pending: Vec::new(),
+            rollout: Default::default(),
             actions: Vec::new(),
             deliveries: Vec::new(),
             dead_letters: Vec::new(),
@@ -605,6 +609,11 @@ mod tests {
             state: ActionState::Pending,
             attempts: 1,
             next_attempt: parse_timestamp("2025-03-04T12:05:00.000Z").unwrap(),
+            key: "k".into(),
+            wave: 1,
+            detail: None,
+            waiting_for: None,
+            gate: None,
         });
         status.actions.push(ActionRecord {
             key: "k".into(),
@@ -617,6 +626,12 @@ mod tests {
             detail: Some(format!("exit 1: {HOSTILE}")),
             output_tail: None,
             updated: parse_timestamp("2025-03-04T11:59:00Z").unwrap(),
+            wave: 1,
+            needs_approval: false,
+            released: false,
+            decided_by: None,
+            decided_at: None,
+            created: parse_timestamp("2025-03-04T11:00:00Z").unwrap(),
         });
         status.dead_letters.push(DeadLetter {
             event: HOSTILE.into(),
@@ -714,6 +729,11 @@ mod tests {
             state,
             attempts,
             next_attempt: parse_timestamp(next).unwrap(),
+            key: "k".into(),
+            wave: 1,
+            detail: None,
+            waiting_for: None,
+            gate: None,
         };
         status.pending = vec![
             open("petclinic", ActionState::Running, 1, "2025-03-04T11:00:00.000Z"),

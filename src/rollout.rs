@@ -30,10 +30,10 @@ pub fn cli_user() -> String {
 }
 
 /// What a verdict did to a change.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Decision {
     pub change: String,
-    pub verdict: &'static str,
+    pub verdict: String,
     pub by: String,
     /// The actions it moved, with their new state.
     pub actions: Vec<Decided>,
@@ -44,7 +44,7 @@ pub struct Decision {
 impl Decision {
     /// For people: `approved 2 actions of change X: rebuild of petclinic (now pending), …`.
     pub fn render_text(&self) -> String {
-        let done = match self.verdict {
+        let done = match self.verdict.as_str() {
             "approve" => "approved",
             "reject" => "rejected",
             _ => "released",
@@ -92,11 +92,17 @@ pub async fn decide(
     for a in &actions {
         tracing::info!(change, image = %a.image, action = a.kind.as_str(), state = %a.state, by, verdict = verdict.as_str(), "roll-out decision");
     }
-    Ok(Decision { change: change.to_string(), verdict: verdict.as_str(), by: by.to_string(), actions, unchanged })
+    Ok(Decision {
+        change: change.to_string(),
+        verdict: verdict.as_str().into(),
+        by: by.to_string(),
+        actions,
+        unchanged,
+    })
 }
 
 /// The freeze state after a request, and whether the request changed it.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct FreezeOutcome {
     pub frozen: Option<Freeze>,
     pub changed: bool,

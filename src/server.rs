@@ -17,9 +17,10 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ServerSettings};
-use crate::ledger::Ledger;
+use crate::ledger::{Ledger, Verdict};
 use crate::metrics::HookLabels;
 use crate::monitor::MonitorHandle;
+use crate::rollout::{self, RolloutError};
 use crate::status;
 use builder_monitor_core::reference::ImageRef;
 
@@ -86,6 +87,8 @@ pub fn router(state: Arc<ServerState>) -> Router {
         .route("/api/v1/builders/{name}", get(builder))
         .route("/api/v1/builders/{name}/check", post(check))
         .route("/api/v1/changes", get(changes))
+        .route("/api/v1/changes/{id}/{verdict}", post(decide))
+        .route("/api/v1/freeze", post(freeze).delete(unfreeze))
         .route("/hooks/{source}", post(hook))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn(move |request, next| log_refusals(logging.clone(), request, next)))
@@ -389,6 +392,111 @@ async fn check(State(state): State<Arc<ServerState>>, Path(name): Path<String>, 
         (StatusCode::ACCEPTED, axum::Json(json!({ "checks": [name] }))).into_response()
     } else {
         error(StatusCode::NOT_FOUND, format!("no builder named \"{name}\""))
+    }
+}
+
+/// The body of a roll-out request; every field optional, and an empty body is none.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RolloutBody {
+    /// `approve`/`reject`: one image's action only.
+    image: Option<String>,
+    /// `freeze`: shown by `status` and in `rollout.frozen`.
+    reason: Option<String>,
+    /// Who asks, recorded with the decision (`alice` → `alice (api)`).
+    by: Option<String>,
+}
+
+impl RolloutBody {
+    fn read(body: &[u8]) -> Result<Self, Response> {
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(RolloutBody::default());
+        }
+        parse(body, "roll-out request").map_err(|e| error(StatusCode::BAD_REQUEST, e))
+    }
+
+    /// The API token stands for whoever holds it; a name given in the body is recorded with it.
+    fn by(&self) -> String {
+        match self.by.as_deref().map(str::trim).filter(|b| !b.is_empty()) {
+            Some(by) => {
+                format!("{} (api)", builder_monitor_core::text::escape(&by.chars().take(120).collect::<String>()))
+            }
+            None => "api".into(),
+        }
+    }
+}
+
+/// `POST /api/v1/changes/{id}/approve|reject|release`.
+async fn decide(
+    State(state): State<Arc<ServerState>>,
+    Path((id, verdict)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if let Err(denied) = authorize(&state, &headers, None) {
+        return denied.into_response();
+    }
+    let verdict = match verdict.as_str() {
+        "approve" => Verdict::Approve,
+        "reject" => Verdict::Reject,
+        "release" => Verdict::Release,
+        _ => return error(StatusCode::NOT_FOUND, "expected /approve, /reject or /release"),
+    };
+    let body = match RolloutBody::read(&body) {
+        Ok(b) => b,
+        Err(response) => return response,
+    };
+    if verdict == Verdict::Release && body.image.is_some() {
+        return error(StatusCode::BAD_REQUEST, "release lets a whole change go; it takes no image");
+    }
+    let now = state.monitor.now();
+    match rollout::decide(&state.ledger, &id, body.image.as_deref(), verdict, &body.by(), now).await {
+        Ok(decision) => (StatusCode::OK, axum::Json(decision)).into_response(),
+        Err(e @ RolloutError::UnknownChange(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e @ RolloutError::UnknownImage { .. }) => error(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot record a roll-out decision");
+            error(StatusCode::INTERNAL_SERVER_ERROR, "cannot record the decision; see the daemon's log")
+        }
+    }
+}
+
+/// `POST /api/v1/freeze`.
+async fn freeze(State(state): State<Arc<ServerState>>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    if let Err(denied) = authorize(&state, &headers, None) {
+        return denied.into_response();
+    }
+    let body = match RolloutBody::read(&body) {
+        Ok(b) => b,
+        Err(response) => return response,
+    };
+    let reason = body
+        .reason
+        .as_deref()
+        .map(|r| builder_monitor_core::text::escape(r.trim()).into_owned())
+        .filter(|r| !r.is_empty());
+    freeze_response(rollout::freeze(&state.config, &state.ledger, reason, &body.by(), state.monitor.now()).await)
+}
+
+/// `DELETE /api/v1/freeze`.
+async fn unfreeze(State(state): State<Arc<ServerState>>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    if let Err(denied) = authorize(&state, &headers, None) {
+        return denied.into_response();
+    }
+    let body = match RolloutBody::read(&body) {
+        Ok(b) => b,
+        Err(response) => return response,
+    };
+    freeze_response(rollout::unfreeze(&state.config, &state.ledger, &body.by(), state.monitor.now()).await)
+}
+
+fn freeze_response(outcome: Result<rollout::FreezeOutcome, RolloutError>) -> Response {
+    match outcome {
+        Ok(outcome) => (StatusCode::OK, axum::Json(outcome)).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot record the freeze");
+            error(StatusCode::INTERNAL_SERVER_ERROR, "cannot record the freeze; see the daemon's log")
+        }
     }
 }
 

@@ -12,6 +12,7 @@ use crate::ledger::{
     WatchRecord,
 };
 use builder_monitor_core::cnb::{ChangeKind, Reason, run_watch_name};
+use builder_monitor_core::rollout::Freeze;
 use builder_monitor_core::schedule::{timestamp, timestamp_millis};
 use builder_monitor_core::text::escape;
 
@@ -22,12 +23,25 @@ pub struct Status {
     pub run_images: Vec<BuilderStatus>,
     /// The `[[images]]` and their tags' last digests, as the rebases, rebuilds and rollbacks left them.
     pub images: Vec<ImageStatus>,
+    /// Open actions: pending, waiting (a roll-out gate keeps it: `waiting_for` says why), running,
+    /// held, awaiting approval.
     pub pending: Vec<OpenAction>,
+    pub rollout: RolloutStatus,
     /// The most recent rebases and rebuilds, any state (running, failed, succeeded, superseded).
     pub actions: Vec<ActionRecord>,
     /// Alert deliveries not made yet (retrying or not yet attempted).
     pub deliveries: Vec<PendingDelivery>,
     pub dead_letters: Vec<DeadLetter>,
+}
+
+/// The roll-out gates that hold for every action now.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct RolloutStatus {
+    pub frozen: Option<Freeze>,
+    /// Whether actions may start now by `[rollout] windows` (always, without windows).
+    pub window_open: bool,
+    /// When a window opens next, while all are closed (`Mon 09:00 Europe/Berlin`).
+    pub next_window: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -151,15 +165,53 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
         let moves = ledger.tag_moves(Some(&i.name), MOVES_SHOWN).await?;
         images.push(image_status(&i.name, &i.image.to_string(), moves));
     }
+    let now = chrono::Utc::now();
+    let (pending, rollout) = open_actions(config, ledger, now).await?;
     Ok(Status {
         builders,
         run_images: runs,
         images,
-        pending: ledger.open_actions().await?,
+        pending,
+        rollout,
         actions: ledger.actions(50).await?,
         deliveries: ledger.pending_deliveries().await?,
         dead_letters: ledger.dead_letters().await?,
     })
+}
+
+/// The open actions, each pending one with why it waits, and the gates that hold for all.
+async fn open_actions(
+    config: &Config,
+    ledger: &Ledger,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(Vec<OpenAction>, RolloutStatus), LedgerError> {
+    let mut waits = crate::rollout::waits(config, ledger, now).await?;
+    let mut open = ledger.open_actions().await?;
+    for a in &mut open {
+        let (gate, why) = match a.state {
+            ActionState::Pending => match waits.remove(&a.key) {
+                Some(wait) => (wait.code(), wait.to_string()),
+                None => continue,
+            },
+            ActionState::AwaitingApproval => {
+                ("approval", format!("awaiting approval: `builder-monitor approve {}`", a.change))
+            }
+            ActionState::Held => (
+                "held",
+                format!("{}; `builder-monitor release {}` lets it go", a.detail.as_deref().unwrap_or("held"), a.change),
+            ),
+            _ => continue,
+        };
+        a.gate = Some(gate);
+        a.waiting_for = Some(why);
+    }
+    let windows = &config.rollout.windows;
+    let rollout = RolloutStatus {
+        frozen: ledger.freeze_state().await?,
+        window_open: windows.is_open(now),
+        next_window: windows.describe_next(now),
+    };
+    Ok((open, rollout))
 }
 
 fn image_status(name: &str, image: &str, moves: Vec<TagMove>) -> ImageStatus {
@@ -285,23 +337,36 @@ pub fn render_text(status: &Status) -> String {
             }
         }
     }
+    if let Some(f) = &status.rollout.frozen {
+        let reason = f.reason.as_deref().map(|r| format!(": {}", escape(r))).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "FROZEN since {} by {}{reason}: no rebase or rebuild starts (`builder-monitor unfreeze`)",
+            timestamp(f.since),
+            escape(&f.by)
+        );
+    }
+    if let Some(next) = &status.rollout.next_window {
+        let _ = writeln!(out, "outside the roll-out windows: the next opens {next}");
+    }
     if !status.pending.is_empty() {
         let _ = writeln!(out, "pending actions:");
         for a in &status.pending {
+            let why = a.waiting_for.as_deref().map(|w| format!(": {}", escape(w))).unwrap_or_default();
             let _ = writeln!(
                 out,
-                "  {} {} for change {} ({}, {} attempts, next {})",
+                "  {} {} for change {} (wave {}, {}, {} attempts, next {}){why}",
                 a.action,
                 a.image,
                 a.change,
-                a.state,
+                a.wave,
+                a.shown_state(),
                 a.attempts,
                 timestamp_millis(a.next_attempt)
             );
         }
     }
-    let finished: Vec<&ActionRecord> =
-        status.actions.iter().filter(|a| !matches!(a.state, ActionState::Pending | ActionState::Running)).collect();
+    let finished: Vec<&ActionRecord> = status.actions.iter().filter(|a| !a.state.is_open()).collect();
     if !finished.is_empty() {
         let _ = writeln!(out, "recent actions:");
         for a in finished.iter().take(10) {
@@ -426,7 +491,13 @@ mod tests {
                 state: ActionState::Pending,
                 attempts: 1,
                 next_attempt: at("2026-11-30T12:15:00Z"),
+                key: "k".into(),
+                wave: 1,
+                detail: None,
+                waiting_for: None,
+                gate: None,
             }],
+            rollout: Default::default(),
             actions: vec![ActionRecord {
                 key: "k0".into(),
                 change: "c0".into(),
@@ -438,6 +509,12 @@ mod tests {
                 detail: Some("superseded by change c1".into()),
                 output_tail: None,
                 updated: at("2026-11-30T12:10:00.5Z"),
+                wave: 1,
+                needs_approval: false,
+                released: false,
+                decided_by: None,
+                decided_at: None,
+                created: parse_timestamp("2025-03-04T11:00:00Z").unwrap(),
             }],
             deliveries: vec![PendingDelivery {
                 event: "e1".into(),
@@ -523,6 +600,7 @@ mod tests {
             run_images: vec![],
             images: vec![image, image_status("api", "r.example/apps/api:latest", vec![])],
             pending: vec![],
+            rollout: Default::default(),
             actions: vec![],
             deliveries: vec![],
             dead_letters: vec![],

@@ -211,6 +211,8 @@ fn action(change: &str, image: &str) -> NewAction {
         image: image.into(),
         kind: ActionKind::Rebuild,
         target: json!({ "image": format!("r/{image}"), "builder_name": "b", "builder": "r/b@sha256:x", "run_image": null, "source": null, "why": "test" }),
+        wave: 1,
+        needs_approval: false,
     }
 }
 
@@ -247,6 +249,7 @@ async fn actions_are_claimed_finished_requeued_and_superseded() {
                 history: 2,
                 now: at("2026-11-30T12:05:00Z"),
                 tag_move: None,
+                hold: None,
             })
             .await
             .unwrap();
@@ -262,10 +265,14 @@ async fn actions_are_claimed_finished_requeued_and_superseded() {
                 history: 2,
                 now: at("2026-11-30T12:06:00Z"),
                 tag_move: None,
+                hold: None,
             })
             .await
             .unwrap();
-        assert_eq!(ledger.next_action_at().await.unwrap(), Some(at("2098-01-01T00:00:00.000Z")));
+        assert_eq!(
+            ledger.next_action_at(at("2097-01-01T00:00:00Z")).await.unwrap(),
+            Some(at("2098-01-01T00:00:00.000Z"))
+        );
         // An attempt's end is recorded at the time its caller gives, not the ledger's own clock.
         let finished = ledger.actions(10).await.unwrap().into_iter().find(|a| a.key == first.key).unwrap();
         assert_eq!((finished.state, finished.updated), (ActionState::Succeeded, at("2026-11-30T12:05:00.000Z")));
@@ -327,6 +334,7 @@ async fn tag_moves_keep_the_digests_before_and_after() {
                 history: 2,
                 now: at("2026-11-30T12:01:00.5Z"),
                 tag_move: Some(rebased.clone()),
+                hold: None,
             })
             .await
             .unwrap();

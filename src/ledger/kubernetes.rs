@@ -912,6 +912,8 @@ impl KubeLedger {
                 next_attempt: a.next_attempt,
                 wave: a.wave,
                 detail: if a.state == ActionState::Held { a.detail } else { None },
+                waiting_for: None,
+                gate: None,
             })
             .collect())
     }

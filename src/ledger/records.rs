@@ -300,7 +300,7 @@ impl Verdict {
 }
 
 /// An action a verdict moved, and the state it is in now.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Decided {
     pub key: String,
     pub image: String,
@@ -436,8 +436,9 @@ impl ActionRecord {
     }
 }
 
-/// An action still to run or running (`status`'s `pending`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// An action still to run or running (`status`'s `pending`). Shown with the state `waiting` when
+/// it is pending and a roll-out gate keeps it back, with the reason in `waiting_for`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenAction {
     pub key: String,
     pub change: String,
@@ -445,12 +446,60 @@ pub struct OpenAction {
     pub action: String,
     pub state: ActionState,
     pub attempts: u32,
-    #[serde(with = "time::millis")]
     pub next_attempt: DateTime<Utc>,
     pub wave: u32,
     /// Why it is held (`held: …`), when it is.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// Why it does not start now (`wave 1 waits for wave 0: petclinic running`); set by `status`.
+    pub waiting_for: Option<String>,
+    /// What keeps it: `frozen`, `window`, `wave`, `in_flight`, `approval` or `held`; set by `status`.
+    pub gate: Option<&'static str>,
+}
+
+impl OpenAction {
+    /// The state people see: `waiting` for a pending action a gate keeps back.
+    pub fn shown_state(&self) -> &'static str {
+        match (self.state, &self.gate) {
+            (ActionState::Pending, Some(_)) => "waiting",
+            (state, _) => state.as_str(),
+        }
+    }
+}
+
+impl Serialize for OpenAction {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Shown<'a> {
+            key: &'a str,
+            change: &'a str,
+            image: &'a str,
+            action: &'a str,
+            state: &'a str,
+            attempts: u32,
+            next_attempt: String,
+            wave: u32,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            detail: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            waiting_for: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            gate: Option<&'a str>,
+        }
+        Shown {
+            key: &self.key,
+            change: &self.change,
+            image: &self.image,
+            action: &self.action,
+            state: self.shown_state(),
+            attempts: self.attempts,
+            next_attempt: builder_monitor_core::schedule::timestamp_millis(self.next_attempt),
+            wave: self.wave,
+            detail: self.detail.as_deref(),
+            waiting_for: self.waiting_for.as_deref(),
+            gate: self.gate,
+        }
+        .serialize(s)
+    }
 }
 
 /// A delivery to attempt now.

@@ -650,6 +650,8 @@ impl SqliteLedger {
                     next_attempt: r.get::<_, Time>(6)?.0,
                     wave: r.get(7)?,
                     detail: if state == ActionState::Held { r.get(8)? } else { None },
+                    waiting_for: None,
+                    gate: None,
                 })
             })?;
             Ok(rows.collect::<Result<_, _>>()?)
@@ -1497,10 +1499,12 @@ mod tests {
             image: "app".into(),
             kind: ActionKind::Rebuild,
             target: serde_json::json!({}),
+            wave: 1,
+            needs_approval: false,
         });
         ledger.commit(r).await.unwrap();
         let at = |t: &str| parse_timestamp(t).unwrap();
-        ledger.claim_actions(at("2026-11-30T12:10:01.5009Z"), 1, None).await.unwrap();
+        ledger.claim_actions(at("2026-11-30T12:10:01.5009Z"), 1, None, &Default::default()).await.unwrap();
         ledger
             .finish_action(ActionEnd {
                 key: "k1",
@@ -1513,6 +1517,7 @@ mod tests {
                 history: 2,
                 now: at("2026-11-30T12:10:02Z"),
                 tag_move: None,
+                hold: None,
             })
             .await
             .unwrap();

@@ -121,6 +121,11 @@ pub struct MonitorHandle {
 }
 
 impl MonitorHandle {
+    /// The daemon's clock's time now.
+    pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.clock.now()
+    }
+
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
     }

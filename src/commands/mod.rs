@@ -7,12 +7,15 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
-use crate::{AlertCommand, Command, SpecAction, SpecOutput};
+mod rollout;
+
+use crate::cli::{AlertCommand, Command, SpecAction, SpecOutput};
 use builder_monitor::alert::{self, SendOutcome};
 use builder_monitor::cluster;
 use builder_monitor::config::{Config, RegistrySettings, Secrets, StateLocation};
 use builder_monitor::daemon::{self, Access};
 use builder_monitor::inspect;
+use builder_monitor::ledger::Verdict;
 use builder_monitor::ledger::WriterLock;
 use builder_monitor::metrics::Metrics;
 use builder_monitor::monitor::reaction::{self, Reaction};
@@ -25,6 +28,7 @@ use builder_monitor::status;
 use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::reference::{ImageRef, is_sha256_digest};
 use builder_monitor_core::text;
+use rollout::Request;
 
 /// A command's failure and its exit code.
 /// A failure with the exit code it maps to.
@@ -271,6 +275,17 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
             }
             Ok(0)
         }
+        Command::Approve { change, image, config, json } => {
+            rollout::run(&config, Request::Decide { change, image, verdict: Verdict::Approve }, json).await
+        }
+        Command::Reject { change, image, config, json } => {
+            rollout::run(&config, Request::Decide { change, image, verdict: Verdict::Reject }, json).await
+        }
+        Command::Release { change, config, json } => {
+            rollout::run(&config, Request::Decide { change, image: None, verdict: Verdict::Release }, json).await
+        }
+        Command::Freeze { reason, config, json } => rollout::run(&config, Request::Freeze { reason }, json).await,
+        Command::Unfreeze { config, json } => rollout::run(&config, Request::Unfreeze, json).await,
         Command::Status { config, json, changes } => {
             let config = load_config(&config, Secrets::Skip)?;
             let ledger = daemon::open_ledger(&config, Access::Read, &Clock::System).await?;

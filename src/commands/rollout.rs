@@ -1,0 +1,170 @@
+//! `approve`, `reject`, `release`, `freeze` and `unfreeze`: written to the ledger directly when no
+//! daemon holds it, else sent to the running daemon's API (the ledger has one writer).
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use super::{Failure, load_config, usage};
+use builder_monitor::config::{Config, Secrets, StateLocation};
+use builder_monitor::daemon::{self, Access};
+use builder_monitor::ledger::{LedgerError, Verdict, WriterLock};
+use builder_monitor::rollout::{self, Decision, FreezeOutcome, RolloutError};
+use builder_monitor::schedule::Clock;
+
+/// One roll-out request of a person.
+pub enum Request {
+    Decide { change: String, image: Option<String>, verdict: Verdict },
+    Freeze { reason: Option<String> },
+    Unfreeze,
+}
+
+/// How long the daemon's API may take to answer.
+const API_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub async fn run(config: &Path, request: Request, json: bool) -> Result<u8, Failure> {
+    let config = load_config(config, Secrets::Skip)?;
+    if let Request::Decide { change, .. } = &request
+        && change.trim().is_empty()
+    {
+        return Err(usage(anyhow::anyhow!("the change id is empty (see `builder-monitor status`)")));
+    }
+    let clock = Clock::System;
+    let by = rollout::cli_user();
+    let answer = match &config.monitor.state {
+        StateLocation::Sqlite(path) => match WriterLock::acquire(path, clock.now()) {
+            Ok(_writer) => direct(&config, &request, &by, &clock).await?,
+            Err(LedgerError::Locked { holder, .. }) => through_api(&config, &request, &by, &holder).await?,
+            Err(e) => return Err(e.into()),
+        },
+        // Every replica writes the shared ledger; a write that races another is retried there.
+        StateLocation::Kubernetes => direct(&config, &request, &by, &clock).await?,
+    };
+    match answer {
+        Answer::Decision(d) if json => println!("{}", serde_json::to_string_pretty(&d).context("encoding JSON")?),
+        Answer::Decision(d) => print!("{}", d.render_text()),
+        Answer::Freeze(f) if json => println!("{}", serde_json::to_string_pretty(&f).context("encoding JSON")?),
+        Answer::Freeze(f) => print!("{}", render_freeze(&f)),
+    }
+    Ok(0)
+}
+
+enum Answer {
+    Decision(Decision),
+    Freeze(FreezeOutcome),
+}
+
+fn render_freeze(f: &FreezeOutcome) -> String {
+    match (&f.frozen, f.changed) {
+        (Some(frozen), changed) => {
+            let reason = frozen.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
+            let how = if changed { "frozen" } else { "already frozen" };
+            format!(
+                "{how} since {} by {}{reason}; no rebase or rebuild starts until `builder-monitor unfreeze`\n",
+                builder_monitor_core::schedule::timestamp(frozen.since),
+                frozen.by
+            )
+        }
+        (None, true) => "unfrozen: waiting rebases and rebuilds start again\n".into(),
+        (None, false) => "not frozen; nothing changed\n".into(),
+    }
+}
+
+async fn direct(config: &Config, request: &Request, by: &str, clock: &Clock) -> Result<Answer, Failure> {
+    let ledger = daemon::open_ledger(config, Access::Write, clock).await?;
+    let now = clock.now();
+    let answer = match request {
+        Request::Decide { change, image, verdict } => Answer::Decision(
+            rollout::decide(&ledger, change, image.as_deref(), *verdict, by, now).await.map_err(failure)?,
+        ),
+        Request::Freeze { reason } => {
+            Answer::Freeze(rollout::freeze(config, &ledger, reason.clone(), by, now).await.map_err(failure)?)
+        }
+        Request::Unfreeze => Answer::Freeze(rollout::unfreeze(config, &ledger, by, now).await.map_err(failure)?),
+    };
+    Ok(answer)
+}
+
+/// An unknown change or image is the caller's mistake (exit 2); the rest a runtime failure.
+fn failure(e: RolloutError) -> Failure {
+    match e {
+        RolloutError::UnknownChange(_) | RolloutError::UnknownImage { .. } => usage(e),
+        other => other.into(),
+    }
+}
+
+/// Sends the request to the daemon that holds the ledger, at its `[server] listen` address.
+async fn through_api(config: &Config, request: &Request, by: &str, holder: &str) -> Result<Answer, Failure> {
+    let Some(server) = &config.server else {
+        return Err(anyhow::anyhow!(
+            "the daemon ({holder}) holds the ledger, and this config has no [server] to reach it through; \
+             add [server] with api_token_env, or stop the daemon"
+        )
+        .into());
+    };
+    let Some(env) = &server.api_token_env else {
+        return Err(anyhow::anyhow!(
+            "the daemon ({holder}) holds the ledger; its API needs a token, and [server] names no api_token_env"
+        )
+        .into());
+    };
+    let token = std::env::var(env).map_err(|_| {
+        anyhow::anyhow!("the daemon ({holder}) holds the ledger; set {env} to its API token to send this request to it")
+    })?;
+    // A daemon listening on every address answers on loopback too.
+    let mut addr = server.listen;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(if addr.is_ipv4() { [127, 0, 0, 1].into() } else { std::net::Ipv6Addr::LOCALHOST.into() });
+    }
+    let base = format!("http://{addr}/api/v1");
+    let (method, url, body) = match request {
+        Request::Decide { change, image, verdict } => (
+            reqwest::Method::POST,
+            format!("{base}/changes/{}/{}", encode_segment(change), verdict.as_str()),
+            serde_json::json!({ "image": image, "by": by }),
+        ),
+        Request::Freeze { reason } => {
+            (reqwest::Method::POST, format!("{base}/freeze"), serde_json::json!({ "reason": reason, "by": by }))
+        }
+        Request::Unfreeze => (reqwest::Method::DELETE, format!("{base}/freeze"), serde_json::json!({ "by": by })),
+    };
+    let http = reqwest::Client::builder().timeout(API_TIMEOUT).build().context("setting up the HTTP client")?;
+    let response = http
+        .request(method, &url)
+        .bearer_auth(token.trim())
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .with_context(|| format!("the daemon ({holder}) holds the ledger, and its API at {addr} did not answer"))?;
+    let status = response.status();
+    let text = response.text().await.context("reading the daemon's answer")?;
+    if !status.is_success() {
+        let message = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
+            .unwrap_or_else(|| text.chars().take(300).collect());
+        let error = anyhow::anyhow!("the daemon at {addr} answered HTTP {}: {message}", status.as_u16());
+        return Err(if status.is_client_error() && status.as_u16() != 401 && status.as_u16() != 403 {
+            usage(error)
+        } else {
+            error.into()
+        });
+    }
+    let answer = match request {
+        Request::Decide { .. } => Answer::Decision(serde_json::from_str(&text).context("reading the daemon's answer")?),
+        _ => Answer::Freeze(serde_json::from_str(&text).context("reading the daemon's answer")?),
+    };
+    Ok(answer)
+}
+
+/// A change id as one URL path segment.
+fn encode_segment(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            b => format!("%{b:02X}"),
+        })
+        .collect()
+}

@@ -147,41 +147,8 @@ pub struct PinnedDigest {
     pub first_seen: DateTime<Utc>,
 }
 
-/// Where an action is; stored as its snake_case name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ActionState {
-    Pending,
-    Running,
-    Succeeded,
-    Failed,
-    /// A newer change's action for the same image replaced it before it started.
-    Superseded,
-}
-
-impl ActionState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ActionState::Pending => "pending",
-            ActionState::Running => "running",
-            ActionState::Succeeded => "succeeded",
-            ActionState::Failed => "failed",
-            ActionState::Superseded => "superseded",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        [Self::Pending, Self::Running, Self::Succeeded, Self::Failed, Self::Superseded]
-            .into_iter()
-            .find(|s| s.as_str() == text)
-    }
-}
-
-impl std::fmt::Display for ActionState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// Where an action is; it lives in the core, where the roll-out gate reads it.
+pub use builder_monitor_core::rollout::ActionState;
 
 /// Where an alert delivery is; stored as its snake_case name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -1,10 +1,11 @@
 //! builder-monitor's pure core: image references, CNB metadata and `classify`, `plan`, events and
-//! their stable ids, schedules and timestamps. No I/O crate is a dependency, so none can creep in.
+//! their ids, schedules, timestamps and the roll-out gate. No I/O crate is a dependency, so none can creep in.
 
 pub mod cnb;
 pub mod event;
 pub mod plan;
 pub mod rebase;
 pub mod reference;
+pub mod rollout;
 pub mod schedule;
 pub mod text;

@@ -403,7 +403,7 @@ impl SqliteLedger {
             exec(&tx,
                 "UPDATE actions SET state = ?2, next_attempt = COALESCE(?3, next_attempt), detail = ?4, output_tail = ?5,
                      updated = ?6 WHERE key = ?1 AND state = 'running'",
-                params![key, state, next, detail, output_tail, updated],
+                params![key, State(state), next, detail, output_tail, updated],
             )?;
             insert_events(&tx, &watch, now, &events, None, &deliveries, history)?;
             if let Some(m) = &tag_move {
@@ -569,7 +569,7 @@ impl SqliteLedger {
                     change: r.get(1)?,
                     image: r.get(2)?,
                     action: r.get(3)?,
-                    state: r.get(4)?,
+                    state: r.get::<_, State>(4)?.0,
                     attempts: r.get(5)?,
                     next_attempt: r.get::<_, Time>(6)?.0,
                     detail: r.get(7)?,
@@ -594,7 +594,7 @@ impl SqliteLedger {
                     change: r.get(0)?,
                     image: r.get(1)?,
                     action: r.get(2)?,
-                    state: r.get(3)?,
+                    state: r.get::<_, State>(3)?.0,
                     attempts: r.get(4)?,
                     next_attempt: r.get::<_, Time>(5)?.0,
                 })
@@ -873,16 +873,21 @@ impl FromSql for Time {
     }
 }
 
-impl FromSql for ActionState {
+/// An action's state column (`ActionState` lives in the core, so rusqlite's traits go on this).
+struct State(ActionState);
+
+impl FromSql for State {
     fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
         let text = value.as_str()?;
-        ActionState::parse(text).ok_or_else(|| FromSqlError::Other(format!("unknown action state {text:?}").into()))
+        ActionState::parse(text)
+            .map(State)
+            .ok_or_else(|| FromSqlError::Other(format!("unknown action state {text:?}").into()))
     }
 }
 
-impl ToSql for ActionState {
+impl ToSql for State {
     fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-        Ok(self.as_str().into())
+        Ok(self.0.as_str().into())
     }
 }
 

@@ -203,7 +203,10 @@ max_in_flight = 3
             "{summary}"
         );
         assert!(summary.contains("canary: r.example/canary:latest (builder jammy, policy auto, wave 0)"), "{summary}");
-        assert!(summary.contains("app: r.example/app:latest (builder jammy, policy auto, wave 2, approval)"), "{summary}");
+        assert!(
+            summary.contains("app: r.example/app:latest (builder jammy, policy auto, wave 2, approval)"),
+            "{summary}"
+        );
     }
 
     #[test]

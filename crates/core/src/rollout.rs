@@ -96,7 +96,7 @@ impl WindowError {
 }
 
 /// A set of weekdays.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Days(u8);
 
 const DAY_NAMES: [(&str, &str, Weekday); 7] = [
@@ -275,9 +275,11 @@ impl Window {
     fn next_open(&self, now: Timestamp) -> Option<Timestamp> {
         let mut date = self.local_date(now);
         for _ in 0..=8 {
+            // `open < close`: a window inside the skipped spring hour does not open that day.
             if self.days.contains(date.weekday())
-                && let Some((open, _)) = self.occurrence(date)
+                && let Some((open, close)) = self.occurrence(date)
                 && open > now
+                && open < close
             {
                 return Some(open);
             }
@@ -291,9 +293,10 @@ impl Window {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Windows(pub Vec<Window>);
 
-/// chrono's range is wider than jiff's; times beyond jiff's (year ±9999) are clamped.
+/// chrono's range is wider than jiff's; times beyond jiff's (year ±9999) are clamped. chrono
+/// keeps a leap second as nanoseconds past 10^9, which jiff has no room for.
 fn timestamp(t: DateTime<Utc>) -> Timestamp {
-    Timestamp::new(t.timestamp(), t.timestamp_subsec_nanos() as i32).unwrap_or(if t.timestamp() < 0 {
+    Timestamp::new(t.timestamp(), t.timestamp_subsec_nanos().min(999_999_999) as i32).unwrap_or(if t.timestamp() < 0 {
         Timestamp::MIN
     } else {
         Timestamp::MAX

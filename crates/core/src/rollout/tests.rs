@@ -183,6 +183,20 @@ fn windows_follow_berlin_summer_time() {
     let twice = Windows(vec![window("Sun", "02:30", "04:00", "Europe/Berlin")]);
     assert_eq!(twice.next_open(utc("2026-10-24T12:00:00Z")), Some(utc("2026-10-25T00:30:00Z")));
     assert!(twice.is_open(utc("2026-10-25T02:59:00Z")), "03:59 winter time");
+
+    // A window wholly inside the skipped hour does not open that day; the next Sunday it does.
+    let skipped = Windows(vec![window("Sun", "02:30", "03:00", "Europe/Berlin")]);
+    assert_eq!(skipped.next_open(utc("2026-03-28T12:00:00Z")), Some(utc("2026-04-05T00:30:00Z")));
+    assert_eq!(skipped.describe_next(utc("2026-03-28T12:00:00Z")).as_deref(), Some("Sun 02:30 Europe/Berlin"));
+}
+
+#[test]
+fn times_beyond_the_calendar_do_not_panic() {
+    let w = Windows(vec![window("Mon-Fri", "09:00", "17:00", "UTC")]);
+    for now in [DateTime::<Utc>::MIN_UTC, DateTime::<Utc>::MAX_UTC] {
+        assert!(!w.is_open(now) || w.next_open(now).is_none());
+        let _ = w.describe_next(now);
+    }
 }
 
 #[test]

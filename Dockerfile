@@ -1,5 +1,6 @@
 # The builder-monitor daemon: built with the Rust toolchain image, run as a non-root user on a
-# slim Debian with CA certificates (registries and the Kubernetes API are reached over TLS).
+# slim Debian with CA certificates (registries and the Kubernetes API are reached over TLS) and
+# the time zone database ([rollout] windows name IANA zones).
 #   docker build -t builder-monitor:0.1.0 .
 
 FROM rust:1.95-slim-bookworm AS build
@@ -14,7 +15,7 @@ RUN cargo build --release --locked --bin builder-monitor \
 
 FROM debian:bookworm-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates \
+ && apt-get install -y --no-install-recommends ca-certificates tzdata \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/builder-monitor /usr/local/bin/builder-monitor
 # The chart's securityContext runs as this user too (runAsNonRoot needs a numeric UID).

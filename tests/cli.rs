@@ -229,6 +229,32 @@ fn example_images_are_valid_once_uncommented() {
 }
 
 #[test]
+fn example_rollout_is_valid_once_uncommented() {
+    let example =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml")).unwrap();
+    let block: String = example
+        .lines()
+        .skip_while(|l| *l != "# BEGIN rollout example")
+        .skip(1)
+        .take_while(|l| *l != "# END rollout example")
+        .map(|l| format!("{}\n", l.strip_prefix("# ").unwrap_or(l.trim_start_matches('#'))))
+        .collect();
+    assert!(block.contains("[rollout]"), "{block}");
+    let ws = Workspace::new();
+    let config = ws.config(&format!(
+        "[[builders]]\nname = \"paketo-jammy-base\"\nimage = \"paketobuildpacks/builder-jammy-base\"\n{block}"
+    ));
+    let out = ws.run(&["check", "--config", config.to_str().unwrap()]);
+    assert_eq!(out.code, Some(0), "{}\n{block}", out.stderr);
+    for line in [
+        "canary: registry.example.com/apps/canary:latest (builder paketo-jammy-base, policy auto, wave 0)",
+        "rollout: windows Mon-Fri 09:00-17:00 Europe/Berlin, at most 5 actions of a change at once, approval for rebuild",
+    ] {
+        assert!(out.stdout.contains(line), "{line} missing from:\n{}", out.stdout);
+    }
+}
+
+#[test]
 fn example_alerts_are_valid_once_uncommented() {
     let example =
         std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml")).unwrap();

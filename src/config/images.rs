@@ -13,8 +13,9 @@ use super::kubernetes::{KubeRunnerSettings, RawKubeRunner};
 use super::{BuilderSettings, Validator};
 use builder_monitor_core::reference::ImageRef;
 
-use builder_monitor_core::plan::PlannedImage;
+use builder_monitor_core::plan::{ActionKind, PlannedImage};
 pub use builder_monitor_core::plan::{Policy, Scheduling, Source, Toleration};
+use builder_monitor_core::rollout::Rollout;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ImageSettings {
@@ -28,16 +29,18 @@ pub struct ImageSettings {
     pub env: BTreeMap<String, String>,
     pub policy: Policy,
     pub scheduling: Scheduling,
+    /// Roll-out order within a change: wave N starts once every lower wave has succeeded.
     pub wave: u32,
+    /// Its actions wait for a person's approval, whatever their kind.
     pub approve: bool,
 }
 
+/// The wave of an `[[images]]` entry without one; 0 is left for canaries.
+pub const DEFAULT_WAVE: u32 = 1;
+
 impl ImageSettings {
-    pub fn needs_approval(
-        &self,
-        kind: builder_monitor_core::plan::ActionKind,
-        rollout: &builder_monitor_core::rollout::Rollout,
-    ) -> bool {
+    /// Whether an action of `kind` for this image waits for approval.
+    pub fn needs_approval(&self, kind: ActionKind, rollout: &Rollout) -> bool {
         self.approve || rollout.approve.contains(&kind)
     }
 }
@@ -153,6 +156,8 @@ pub(super) struct RawImage {
     env: BTreeMap<String, String>,
     policy: Option<Spanned<String>>,
     scheduling: Option<Spanned<Scheduling>>,
+    wave: Option<Spanned<i64>>,
+    approve: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -280,6 +285,13 @@ impl<'a> Validator<'a> {
                 self.error(s.span(), "kpack rejects a nodeSelector with kubernetes.io/os (it sets the os itself)");
             }
         }
+        let wave = match &raw.wave {
+            None => DEFAULT_WAVE,
+            Some(w) => u32::try_from(*w.get_ref()).unwrap_or_else(|_| {
+                self.error(w.span(), format!("wave must be between 0 and {}", u32::MAX));
+                DEFAULT_WAVE
+            }),
+        };
         if self.diagnostics.len() != errors_before {
             return None;
         }
@@ -291,8 +303,8 @@ impl<'a> Validator<'a> {
             env: raw.env,
             policy: policy?,
             scheduling: raw.scheduling.map(Spanned::into_inner).unwrap_or_default(),
-            wave: 1,
-            approve: false,
+            wave,
+            approve: raw.approve.unwrap_or(false),
         })
     }
 

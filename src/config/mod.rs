@@ -14,6 +14,7 @@ use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 use builder_monitor_core::cnb::PinnedMetadata;
 use builder_monitor_core::reference::{ImageRef, ReferenceError};
+use builder_monitor_core::rollout::Rollout;
 use docker::DockerConfig;
 
 use builder_monitor_core::schedule::Schedule;
@@ -22,10 +23,11 @@ pub mod alerts;
 mod docker;
 mod images;
 mod kubernetes;
+mod rollout;
 pub use alerts::{AlertKind, AlertSettings, AlertUrl, DEFAULT_EVENTS, redact_url};
 pub use images::{
-    ExecSettings, ImageSettings, PLACEHOLDERS, Policy, RebasePath, RunnerKind, RunnerSettings, Scheduling, Source,
-    Toleration,
+    DEFAULT_WAVE, ExecSettings, ImageSettings, PLACEHOLDERS, Policy, RebasePath, RunnerKind, RunnerSettings,
+    Scheduling, Source, Toleration,
 };
 pub use kubernetes::{DEFAULT_GIT_IMAGE, KubeRunnerSettings, KubeValueError, KubernetesSettings, k8s_typed};
 
@@ -105,9 +107,10 @@ pub struct Config {
     pub images: Vec<ImageSettings>,
     pub runner: RunnerSettings,
     pub kubernetes: KubernetesSettings,
+    /// `[rollout]`: windows, approvals, `max_in_flight` (the default: none of them).
+    pub rollout: Rollout,
     /// `None` when the config has no `[server]` table: no HTTP server.
     pub server: Option<ServerSettings>,
-    pub rollout: builder_monitor_core::rollout::Rollout,
 }
 
 #[derive(Debug, Clone)]
@@ -436,7 +439,15 @@ impl Config {
         }
         out.push_str(&format!("images ({}):\n", self.images.len()));
         for i in &self.images {
-            out.push_str(&format!("  {}: {} (builder {}, policy {})\n", i.name, i.image, i.builder, i.policy.as_str()));
+            let wave = if i.wave == images::DEFAULT_WAVE { String::new() } else { format!(", wave {}", i.wave) };
+            let approve = if i.approve { ", approval" } else { "" };
+            out.push_str(&format!(
+                "  {}: {} (builder {}, policy {}{wave}{approve})\n",
+                i.name,
+                i.image,
+                i.builder,
+                i.policy.as_str()
+            ));
         }
         let r = &self.runner;
         out.push_str(&format!(
@@ -447,6 +458,7 @@ impl Config {
             r.max_attempts,
             humantime::format_duration(r.backoff)
         ));
+        out.push_str(&rollout::summary(&self.rollout).unwrap_or_default());
         out.push_str(&format!("alerts ({}):\n", self.alerts.len()));
         for a in &self.alerts {
             let builders = if a.builders.is_empty() { "all builders".to_string() } else { a.builders.join(", ") };
@@ -541,7 +553,8 @@ struct Validator<'a> {
     secrets: Secrets,
 }
 
-const SECTIONS: &[&str] = &["monitor", "server", "registries", "builders", "alerts", "images", "runner", "kubernetes"];
+const SECTIONS: &[&str] =
+    &["monitor", "server", "registries", "builders", "alerts", "images", "runner", "kubernetes", "rollout"];
 
 impl<'a> Validator<'a> {
     fn error(&mut self, span: Range<usize>, message: impl Into<String>) {
@@ -582,6 +595,7 @@ impl<'a> Validator<'a> {
         let mut raw_images = None;
         let mut raw_runner = None;
         let mut raw_kubernetes = None;
+        let mut raw_rollout = None;
         for (key, value) in root {
             match key.get_ref().as_ref() {
                 "monitor" => raw_monitor = Some(value),
@@ -592,6 +606,7 @@ impl<'a> Validator<'a> {
                 "images" => raw_images = Some(value),
                 "runner" => raw_runner = Some(value),
                 "kubernetes" => raw_kubernetes = Some(value),
+                "rollout" => raw_rollout = Some(value),
                 other => {
                     let message = format!(
                         "unknown key `{other}`, expected one of {}",
@@ -621,6 +636,10 @@ impl<'a> Validator<'a> {
             Some(value) => self.entry::<kubernetes::RawKubernetes>(value).and_then(|raw| self.kubernetes(raw)),
             None => Some(KubernetesSettings::default()),
         };
+        let rollout = match raw_rollout {
+            Some(value) => self.entry::<rollout::RawRollout>(value).and_then(|raw| self.rollout(raw)),
+            None => Some(Rollout::default()),
+        };
         let server = match raw_server {
             Some(value) => self.entry::<RawServer>(value).and_then(|raw| self.server(raw)).map(Some),
             None => Some(None),
@@ -635,8 +654,8 @@ impl<'a> Validator<'a> {
             images: images?,
             runner: runner?,
             kubernetes: kubernetes?,
+            rollout: rollout?,
             server: server?,
-            rollout: Default::default(),
         })
     }
 

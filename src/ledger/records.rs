@@ -147,6 +147,7 @@ pub struct PinnedDigest {
     pub first_seen: DateTime<Utc>,
 }
 
+/// Where an action is; it lives in the core, where the roll-out gate reads it.
 pub use builder_monitor_core::rollout::ActionState;
 
 /// Where an alert delivery is; stored as its snake_case name.

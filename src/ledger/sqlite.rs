@@ -1012,7 +1012,7 @@ impl FromSql for Time {
     }
 }
 
-/// An action state column (the state's name).
+/// An action's state column (`ActionState` lives in the core, so rusqlite's traits go on this).
 struct State(ActionState);
 
 impl FromSql for State {
@@ -1021,6 +1021,12 @@ impl FromSql for State {
         ActionState::parse(text)
             .map(State)
             .ok_or_else(|| FromSqlError::Other(format!("unknown action state {text:?}").into()))
+    }
+}
+
+impl ToSql for State {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(self.0.as_str().into())
     }
 }
 

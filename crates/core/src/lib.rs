@@ -1,5 +1,5 @@
 //! builder-monitor's pure core: image references, CNB metadata and `classify`, `plan`, events and
-//! their stable ids, schedules and timestamps. No I/O crate is a dependency, so none can creep in.
+//! their ids, schedules, timestamps and the roll-out gate. No I/O crate is a dependency, so none can creep in.
 
 pub mod cnb;
 pub mod event;

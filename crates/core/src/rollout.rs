@@ -1,12 +1,18 @@
-//! STUB (replaced by the rollout-core branch): the roll-out gates' types.
-//! Pure: no I/O.
+//! Roll-out control: which of a change's pending actions may start now, given its waves, the
+//! windows, the `max_in_flight` cap and a freeze; and which later-wave actions a failure holds.
+
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 
 use chrono::{DateTime, Utc};
+use jiff::Timestamp;
+use jiff::civil::{Date, Weekday};
+use jiff::tz::TimeZone;
 use serde::{Deserialize, Serialize};
 
 use crate::plan::ActionKind;
 
+/// Where an action is; stored as its snake_case name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ActionState {
@@ -14,13 +20,28 @@ pub enum ActionState {
     Running,
     Succeeded,
     Failed,
+    /// A newer change's action for the same image replaced it before it started.
     Superseded,
+    /// A lower wave of its change failed; it waits for `release` (or a newer change).
     Held,
+    /// It waits for a person to `approve` (or `reject`) it.
     AwaitingApproval,
+    /// A person refused it; it never runs.
     Rejected,
 }
 
 impl ActionState {
+    const ALL: [ActionState; 8] = [
+        ActionState::Pending,
+        ActionState::Running,
+        ActionState::Succeeded,
+        ActionState::Failed,
+        ActionState::Superseded,
+        ActionState::Held,
+        ActionState::AwaitingApproval,
+        ActionState::Rejected,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             ActionState::Pending => "pending",
@@ -33,78 +54,341 @@ impl ActionState {
             ActionState::Rejected => "rejected",
         }
     }
+
     pub fn parse(text: &str) -> Option<Self> {
-        [
-            Self::Pending,
-            Self::Running,
-            Self::Succeeded,
-            Self::Failed,
-            Self::Superseded,
-            Self::Held,
-            Self::AwaitingApproval,
-            Self::Rejected,
-        ]
-        .into_iter()
-        .find(|s| s.as_str() == text)
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
     }
+
+    /// Not finished: it may still run (or is running).
     pub fn is_open(self) -> bool {
-        matches!(self, Self::Pending | Self::Running | Self::Held | Self::AwaitingApproval)
+        matches!(self, ActionState::Pending | ActionState::Running | ActionState::Held | ActionState::AwaitingApproval)
     }
 }
 
-impl std::fmt::Display for ActionState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Display for ActionState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
 }
 
-#[derive(Debug, Clone, Default)]
-pub struct Windows(pub Vec<()>);
-impl Windows {
-    pub fn is_open(&self, _now: DateTime<Utc>) -> bool {
-        true
+/// Why a window (or its days) is refused; each message names the field and the text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WindowError {
+    #[error("days \"{text}\": {reason}")]
+    Days { text: String, reason: String },
+    #[error("start \"{0}\" is not a time of day HH:MM (00:00 to 23:59)")]
+    Start(String),
+    #[error("end \"{0}\" is not a time of day HH:MM (00:00 to 24:00)")]
+    End(String),
+    #[error("end \"{0}\" is the same as start: a window needs a length")]
+    Empty(String),
+}
+
+impl WindowError {
+    /// The config key the error is about (`days`, `start` or `end`), so it can be pointed at.
+    pub fn field(&self) -> &'static str {
+        match self {
+            WindowError::Days { .. } => "days",
+            WindowError::Start(_) => "start",
+            WindowError::End(_) | WindowError::Empty(_) => "end",
+        }
     }
-    pub fn next_open(&self, _now: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        None
+}
+
+/// A set of weekdays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Days(u8);
+
+const DAY_NAMES: [(&str, &str, Weekday); 7] = [
+    ("mon", "monday", Weekday::Monday),
+    ("tue", "tuesday", Weekday::Tuesday),
+    ("wed", "wednesday", Weekday::Wednesday),
+    ("thu", "thursday", Weekday::Thursday),
+    ("fri", "friday", Weekday::Friday),
+    ("sat", "saturday", Weekday::Saturday),
+    ("sun", "sunday", Weekday::Sunday),
+];
+
+fn bit(day: Weekday) -> u8 {
+    1 << day.to_monday_zero_offset()
+}
+
+fn short_name(day: Weekday) -> &'static str {
+    match day {
+        Weekday::Monday => "Mon",
+        Weekday::Tuesday => "Tue",
+        Weekday::Wednesday => "Wed",
+        Weekday::Thursday => "Thu",
+        Weekday::Friday => "Fri",
+        Weekday::Saturday => "Sat",
+        Weekday::Sunday => "Sun",
     }
-    pub fn describe_next(&self, _now: DateTime<Utc>) -> Option<String> {
+}
+
+impl Days {
+    pub const ALL: Days = Days(0x7f);
+
+    /// `Mon-Fri`, `Sat,Sun`, `Mon-Wed,Fri`, `Fri-Mon` (a range wraps over the week's end), full
+    /// names too, any case; `*` or `daily` is every day.
+    pub fn parse(text: &str) -> Result<Days, WindowError> {
+        let error = |reason: String| WindowError::Days { text: text.to_string(), reason };
+        let trimmed = text.trim();
+        if trimmed == "*" || trimmed.eq_ignore_ascii_case("daily") {
+            return Ok(Days::ALL);
+        }
+        if trimmed.is_empty() {
+            return Err(error("no day named (e.g. \"Mon-Fri\", \"Sat,Sun\" or \"daily\")".into()));
+        }
+        let mut days = Days(0);
+        for part in trimmed.split(',') {
+            let part = part.trim();
+            if part.is_empty() {
+                return Err(error("an empty entry between commas".into()));
+            }
+            let mut ends = part.split('-');
+            let first = day(ends.next().unwrap_or_default()).map_err(&error)?;
+            match (ends.next(), ends.next()) {
+                (None, _) => days.0 |= bit(first),
+                (Some(last), None) => {
+                    let last = day(last).map_err(&error)?;
+                    let mut d = first;
+                    days.0 |= bit(d);
+                    while d != last {
+                        d = d.next();
+                        days.0 |= bit(d);
+                    }
+                }
+                (Some(_), Some(_)) => return Err(error(format!("\"{part}\" is not a day or a range FROM-TO"))),
+            }
+        }
+        Ok(days)
+    }
+
+    pub fn contains(self, day: Weekday) -> bool {
+        self.0 & bit(day) != 0
+    }
+}
+
+fn day(text: &str) -> Result<Weekday, String> {
+    let name = text.trim().to_ascii_lowercase();
+    DAY_NAMES
+        .iter()
+        .find(|(short, long, _)| name == *short || name == *long)
+        .map(|(_, _, d)| *d)
+        .ok_or_else(|| format!("unknown day \"{}\" (use Mon, Tue, Wed, Thu, Fri, Sat, Sun or full names)", text.trim()))
+}
+
+/// Runs of consecutive days, Monday first: `Mon-Fri`, `Mon,Wed,Fri`, `daily`.
+impl fmt::Display for Days {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if *self == Days::ALL {
+            return f.write_str("daily");
+        }
+        let days: Vec<Weekday> = DAY_NAMES.iter().map(|(_, _, d)| *d).filter(|d| self.contains(*d)).collect();
+        let mut runs: Vec<String> = Vec::new();
+        let mut i = 0;
+        while i < days.len() {
+            let mut j = i;
+            while j + 1 < days.len() && days[j + 1] == days[j].next() {
+                j += 1;
+            }
+            runs.push(match j - i {
+                0 => short_name(days[i]).to_string(),
+                1 => format!("{},{}", short_name(days[i]), short_name(days[j])),
+                _ => format!("{}-{}", short_name(days[i]), short_name(days[j])),
+            });
+            i = j + 1;
+        }
+        f.write_str(&runs.join(","))
+    }
+}
+
+const DAY_MINUTES: u16 = 24 * 60;
+
+/// Minutes after midnight of `HH:MM`; `24:00` only when `end_of_day` allows it.
+fn minutes(text: &str, end_of_day: bool) -> Option<u16> {
+    let (h, m) = text.trim().split_once(':')?;
+    let digits = |s: &str, max_len| !s.is_empty() && s.len() <= max_len && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(h, 2) || m.len() != 2 || !digits(m, 2) {
+        return None;
+    }
+    let (h, m): (u16, u16) = (h.parse().ok()?, m.parse().ok()?);
+    match (h, m) {
+        (24, 0) if end_of_day => Some(DAY_MINUTES),
+        (0..=23, 0..=59) => Some(h * 60 + m),
+        _ => None,
+    }
+}
+
+/// Days and hours, in one time zone, when actions may start. An `end` before `start` runs over
+/// midnight and belongs to the day it starts on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Window {
+    pub days: Days,
+    /// Minutes after local midnight.
+    pub start: u16,
+    /// Minutes after local midnight, up to 1440 (`24:00`).
+    pub end: u16,
+    pub timezone: TimeZone,
+    /// The IANA name, for messages.
+    pub tz_name: String,
+}
+
+impl Window {
+    pub fn new(days: &str, start: &str, end: &str, tz: TimeZone, tz_name: &str) -> Result<Window, WindowError> {
+        let days = Days::parse(days)?;
+        let start_minutes = minutes(start, false).ok_or_else(|| WindowError::Start(start.to_string()))?;
+        let end_minutes = minutes(end, true).ok_or_else(|| WindowError::End(end.to_string()))?;
+        if start_minutes == end_minutes {
+            return Err(WindowError::Empty(end.to_string()));
+        }
+        Ok(Window { days, start: start_minutes, end: end_minutes, timezone: tz, tz_name: tz_name.to_string() })
+    }
+
+    /// When the window that starts on local `date` opens and closes. Local times are turned into
+    /// instants the way clocks do on DST days (a start in the spring gap moves past it).
+    fn occurrence(&self, date: Date) -> Option<(Timestamp, Timestamp)> {
+        let at = |date: Date, minutes: u16| {
+            let date = if minutes == DAY_MINUTES { date.tomorrow().ok()? } else { date };
+            let time = jiff::civil::Time::new((minutes % DAY_MINUTES / 60) as i8, (minutes % 60) as i8, 0, 0).ok()?;
+            self.timezone.to_timestamp(date.to_datetime(time)).ok()
+        };
+        let end_date = if self.end < self.start { date.tomorrow().ok()? } else { date };
+        Some((at(date, self.start)?, at(end_date, self.end)?))
+    }
+
+    fn local_date(&self, now: Timestamp) -> Date {
+        self.timezone.to_datetime(now).date()
+    }
+
+    fn is_open(&self, now: Timestamp) -> bool {
+        let today = self.local_date(now);
+        [today.yesterday().ok(), Some(today)]
+            .into_iter()
+            .flatten()
+            .filter(|d| self.days.contains(d.weekday()))
+            .filter_map(|d| self.occurrence(d))
+            .any(|(open, close)| open <= now && now < close)
+    }
+
+    /// The first opening after `now` (within the next eight days: every day set opens in a week).
+    fn next_open(&self, now: Timestamp) -> Option<Timestamp> {
+        let mut date = self.local_date(now);
+        for _ in 0..=8 {
+            // `open < close`: a window inside the skipped spring hour does not open that day.
+            if self.days.contains(date.weekday())
+                && let Some((open, close)) = self.occurrence(date)
+                && open > now
+                && open < close
+            {
+                return Some(open);
+            }
+            date = date.tomorrow().ok()?;
+        }
         None
     }
 }
 
-#[derive(Debug, Clone, Default)]
+/// The roll-out windows; none means always open.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Windows(pub Vec<Window>);
+
+/// chrono's range is wider than jiff's; times beyond jiff's (year ±9999) are clamped. chrono
+/// keeps a leap second as nanoseconds past 10^9, which jiff has no room for.
+fn timestamp(t: DateTime<Utc>) -> Timestamp {
+    Timestamp::new(t.timestamp(), t.timestamp_subsec_nanos().min(999_999_999) as i32).unwrap_or(if t.timestamp() < 0 {
+        Timestamp::MIN
+    } else {
+        Timestamp::MAX
+    })
+}
+
+fn chrono_time(t: Timestamp) -> Option<DateTime<Utc>> {
+    DateTime::from_timestamp(t.as_second(), t.subsec_nanosecond() as u32)
+}
+
+impl Windows {
+    pub fn is_open(&self, now: DateTime<Utc>) -> bool {
+        let now = timestamp(now);
+        self.0.is_empty() || self.0.iter().any(|w| w.is_open(now))
+    }
+
+    /// The window that opens next and when; none when one is open now or none ever opens.
+    fn next(&self, now: DateTime<Utc>) -> Option<(&Window, Timestamp)> {
+        if self.is_open(now) {
+            return None;
+        }
+        let now = timestamp(now);
+        self.0.iter().filter_map(|w| Some((w, w.next_open(now)?))).min_by_key(|(_, t)| *t)
+    }
+
+    pub fn next_open(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        chrono_time(self.next(now)?.1)
+    }
+
+    /// When the next window opens, in its own zone: `Mon 09:00 Europe/Berlin`.
+    pub fn describe_next(&self, now: DateTime<Utc>) -> Option<String> {
+        let (window, at) = self.next(now)?;
+        let local = window.timezone.to_datetime(at);
+        Some(format!("{} {:02}:{:02} {}", short_name(local.weekday()), local.hour(), local.minute(), window.tz_name))
+    }
+}
+
+/// The `[rollout]` settings.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Rollout {
     pub windows: Windows,
+    /// Actions of one change running at once; `None`: no cap.
     pub max_in_flight: Option<usize>,
+    /// Kinds of action that wait for a person's approval.
     pub approve: BTreeSet<ActionKind>,
 }
 
+/// A freeze: no action starts while it lasts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Freeze {
     pub since: DateTime<Utc>,
     pub reason: Option<String>,
+    /// Who froze (a CLI user or an API token's name).
     pub by: String,
 }
 
-#[derive(Debug, Clone)]
+/// One action of a change, as the gate sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GateAction {
     pub key: String,
     pub image: String,
     pub wave: u32,
     pub state: ActionState,
+    /// Let go by `release`: lower waves no longer hold it back.
     pub released: bool,
     pub created: DateTime<Utc>,
 }
 
+/// Why a pending action does not start yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Wait {
-    Frozen { since: DateTime<Utc>, reason: Option<String> },
-    Window { next: Option<String> },
-    Wave { wave: u32, lower: u32, blocking: Vec<(String, ActionState)> },
-    InFlight { max: usize },
+    Frozen {
+        since: DateTime<Utc>,
+        reason: Option<String>,
+    },
+    /// `next`: when the next window opens (`Mon 09:00 Europe/Berlin`), if ever.
+    Window {
+        next: Option<String>,
+    },
+    /// The lowest `lower` wave not done yet, and its images that are not.
+    Wave {
+        wave: u32,
+        lower: u32,
+        blocking: Vec<(String, ActionState)>,
+    },
+    InFlight {
+        max: usize,
+    },
 }
 
 impl Wait {
+    /// A stable name for JSON.
     pub fn code(&self) -> &'static str {
         match self {
             Wait::Frozen { .. } => "frozen",
@@ -115,21 +399,93 @@ impl Wait {
     }
 }
 
-impl std::fmt::Display for Wait {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.code())
+impl fmt::Display for Wait {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Wait::Frozen { since, reason } => {
+                write!(f, "frozen since {}", crate::schedule::timestamp(*since))?;
+                match reason {
+                    Some(reason) => write!(f, ": {reason}"),
+                    None => Ok(()),
+                }
+            }
+            Wait::Window { next: Some(next) } => write!(f, "outside windows: next opens {next}"),
+            Wait::Window { next: None } => f.write_str("outside windows: none opens again"),
+            Wait::Wave { wave, lower, blocking } => {
+                let blocking: Vec<String> = blocking
+                    .iter()
+                    .map(|(image, state)| format!("{image} {}", state.as_str().replace('_', " ")))
+                    .collect();
+                write!(f, "wave {wave} waits for wave {lower}: {}", blocking.join(", "))
+            }
+            Wait::InFlight { max } => write!(f, "max_in_flight {max} reached for this change"),
+        }
     }
 }
 
+/// Which of a change's pending actions may start now (`Ok`) and why the others wait. `actions` are
+/// all of one change's actions, in any state; one entry per pending one. The rules apply in order:
+/// the freeze, the windows, lower waves not yet done (unless released), then `max_in_flight`,
+/// counting running actions and those let through here in order of wave, creation and key.
 pub fn gate(
     actions: &[GateAction],
-    _rollout: &Rollout,
-    _freeze: Option<&Freeze>,
-    _now: DateTime<Utc>,
+    rollout: &Rollout,
+    freeze: Option<&Freeze>,
+    now: DateTime<Utc>,
 ) -> BTreeMap<String, Result<(), Wait>> {
-    actions.iter().filter(|a| a.state == ActionState::Pending).map(|a| (a.key.clone(), Ok(()))).collect()
+    let mut pending: Vec<&GateAction> = actions.iter().filter(|a| a.state == ActionState::Pending).collect();
+    pending.sort_by(|a, b| (a.wave, a.created, &a.key).cmp(&(b.wave, b.created, &b.key)));
+    let window_wait =
+        (!rollout.windows.is_open(now)).then(|| Wait::Window { next: rollout.windows.describe_next(now) });
+    let mut in_flight = actions.iter().filter(|a| a.state == ActionState::Running).count();
+    let mut out = BTreeMap::new();
+    for action in pending {
+        let verdict = if let Some(freeze) = freeze {
+            Err(Wait::Frozen { since: freeze.since, reason: freeze.reason.clone() })
+        } else if let Some(wait) = &window_wait {
+            Err(wait.clone())
+        } else if let Some(wait) = wave_wait(actions, action) {
+            Err(wait)
+        } else if let Some(max) = rollout.max_in_flight
+            && in_flight >= max
+        {
+            Err(Wait::InFlight { max })
+        } else {
+            in_flight += 1;
+            Ok(())
+        };
+        out.insert(action.key.clone(), verdict);
+    }
+    out
 }
 
-pub fn held_by_failure(_actions: &[GateAction], _failed_key: &str) -> Vec<String> {
-    Vec::new()
+/// The lowest wave below `action`'s with an action not done, unless `action` was released.
+fn wave_wait(actions: &[GateAction], action: &GateAction) -> Option<Wait> {
+    if action.released {
+        return None;
+    }
+    let not_done =
+        |a: &&GateAction| a.wave < action.wave && !matches!(a.state, ActionState::Succeeded | ActionState::Superseded);
+    let lower = actions.iter().filter(not_done).map(|a| a.wave).min()?;
+    let mut blocking: Vec<(String, ActionState)> =
+        actions.iter().filter(not_done).filter(|a| a.wave == lower).map(|a| (a.image.clone(), a.state)).collect();
+    blocking.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.as_str().cmp(b.1.as_str())));
+    Some(Wait::Wave { wave: action.wave, lower, blocking })
 }
+
+/// The keys, sorted, of the actions a failure of `failed_key` holds: those of the change in a
+/// higher wave that have not started (pending or awaiting approval).
+pub fn held_by_failure(actions: &[GateAction], failed_key: &str) -> Vec<String> {
+    let Some(failed) = actions.iter().find(|a| a.key == failed_key) else { return Vec::new() };
+    let mut keys: Vec<String> = actions
+        .iter()
+        .filter(|a| a.wave > failed.wave)
+        .filter(|a| matches!(a.state, ActionState::Pending | ActionState::AwaitingApproval))
+        .map(|a| a.key.clone())
+        .collect();
+    keys.sort();
+    keys
+}
+
+#[cfg(test)]
+mod tests;

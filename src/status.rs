@@ -35,13 +35,20 @@ pub struct Status {
 }
 
 /// The roll-out gates that hold for every action now.
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize)]
 pub struct RolloutStatus {
     pub frozen: Option<Freeze>,
     /// Whether actions may start now by `[rollout] windows` (always, without windows).
     pub window_open: bool,
     /// When a window opens next, while all are closed (`Mon 09:00 Europe/Berlin`).
     pub next_window: Option<String>,
+}
+
+impl Default for RolloutStatus {
+    /// No freeze, no windows: actions start whenever they are due.
+    fn default() -> Self {
+        RolloutStatus { frozen: None, window_open: true, next_window: None }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -536,11 +543,13 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&status).unwrap(),
             concat!(
-                r#"{"builders":[],"run_images":[],"images":[],"pending":[{"change":"c1","image":"app","action":"rebuild","#,
-                r#""state":"pending","attempts":1,"next_attempt":"2026-11-30T12:15:00.000Z"}],"#,
+                r#"{"builders":[],"run_images":[],"images":[],"pending":[{"key":"k","change":"c1","image":"app","#,
+                r#""action":"rebuild","state":"pending","attempts":1,"next_attempt":"2026-11-30T12:15:00.000Z","#,
+                r#""wave":1}],"rollout":{"frozen":null,"window_open":true,"next_window":null},"#,
                 r#""actions":[{"key":"k0","change":"c0","image":"app","action":"rebase","state":"superseded","#,
                 r#""attempts":0,"next_attempt":"2026-11-30T12:00:00.000Z","detail":"superseded by change c1","#,
-                r#""output_tail":null,"updated":"2026-11-30T12:10:00.500Z"}],"#,
+                r#""output_tail":null,"updated":"2026-11-30T12:10:00.500Z","wave":1,"needs_approval":false,"#,
+                r#""released":false,"created":"2025-03-04T11:00:00.000Z"}],"#,
                 r#""deliveries":[{"event":"e1","type":"builder.changed","alert":"hook","attempts":2,"#,
                 r#""next_attempt":"2026-11-30T12:20:00.125Z","last_status":"HTTP 503"}],"#,
                 r#""dead_letters":[{"event":"e0","type":"check.failed","alert":"pager","attempts":5,"#,
@@ -549,7 +558,7 @@ mod tests {
         );
         let text = render_text(&status);
         assert!(
-            text.contains("  rebuild app for change c1 (pending, 1 attempts, next 2026-11-30T12:15:00.000Z)\n"),
+            text.contains("  rebuild app for change c1 (wave 1, pending, 1 attempts, next 2026-11-30T12:15:00.000Z)\n"),
             "{text}"
         );
         assert!(

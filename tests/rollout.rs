@@ -411,6 +411,7 @@ async fn rebuilds_wait_for_approval_and_rebases_do_not() {
     let out = w.cli_with(&cli, &["approve", &change, "--image", "a"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(out.stdout.contains("approved 1 action(s)"), "{}", out.stdout);
+    daemon.wait_for("the daemon to record the decision", |v| v["message"] == "roll-out decision" && v["image"] == "a");
     daemon.wait_for("a's rebuild", |v| v["message"] == "action succeeded" && v["image"] == "a");
 
     // Through the API: `b` only, recorded under the name given.
@@ -443,9 +444,12 @@ async fn rebuilds_wait_for_approval_and_rebases_do_not() {
     assert_eq!(pending(&status), states(&[]), "{status:#}");
     assert_eq!(action(&status, "c")["state"], "rejected");
     let by = |image: &str| action(&status, image)["decided_by"].as_str().unwrap_or_default().to_string();
-    assert!(by("a").contains("(cli)"), "{}", by("a"));
+    // The command line names its user; the daemon's API adds that the name came through it.
+    let cli_user = format!("{} (api)", builder_monitor::rollout::cli_user());
+    assert_eq!(by("a"), cli_user);
     assert_eq!(by("b"), "alice (api)");
-    assert!(by("c").contains("(cli)"), "{}", by("c"));
+    assert_eq!(by("c"), cli_user);
+    assert!(action(&status, "a")["decided_at"].is_string(), "{status:#}");
     let (code, _) = daemon.terminate();
     assert!(code.success());
     // Never run, not even by a later pass.

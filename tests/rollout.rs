@@ -523,6 +523,27 @@ async fn a_freeze_survives_a_restart_and_the_newest_target_runs_once() {
 /// then a restart: the same states, and no command runs twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigkill_in_each_waiting_state_keeps_it_and_runs_nothing_twice() {
+    sigkill_in_each_waiting_state_with(str::to_string).await;
+}
+
+/// The same with the ledger in ConfigMaps on the Kubernetes API double, where the command line
+/// writes the shared ledger itself instead of asking the daemon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkill_in_each_waiting_state_with_the_ledger_on_kubernetes() {
+    let double = support::kube::KubeDouble::start().await;
+    double.create_namespace("bm");
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = double.kubeconfig(dir.path());
+    sigkill_in_each_waiting_state_with(|text| {
+        text.replace("state = \"state.db\"", "state = \"kubernetes\"")
+            + &format!("\n[kubernetes]\nkubeconfig = \"{}\"\nnamespace = \"bm\"\n", kubeconfig.display())
+    })
+    .await;
+    assert!(!double.list("configmaps").is_empty(), "the ledger lived in the cluster");
+}
+
+/// SIGKILL in each waiting state, then a restart; `ledger_in(config)` moves the ledger elsewhere.
+async fn sigkill_in_each_waiting_state_with(ledger_in: impl Fn(&str) -> String) {
     let w = World::new().await;
     let receiver = Receiver::start().await;
     let fleet = [
@@ -533,7 +554,7 @@ async fn a_sigkill_in_each_waiting_state_keeps_it_and_runs_nothing_twice() {
     let text = w
         .config(&fleet, "type = \"exec\"\nmax_concurrent = 4\nmax_attempts = 1", &server_and_alerts(&receiver))
         .replace("env = { RECORD_FILE", "env = { FAIL_IMAGE = \"petclinic\", RECORD_FILE");
-    w.write(&text);
+    w.write(&ledger_in(&text));
     let out = w.once();
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     w.move_builder("18.2.0").await;

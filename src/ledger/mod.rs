@@ -125,6 +125,12 @@ impl Ledger {
         Ledger::with(Backend::Kubernetes(KubeLedger::new(client, namespace, now)))
     }
 
+    /// Whether other processes write it too (the Kubernetes ledger: replicas, and the command
+    /// line's approvals, releases and freezes), whose writes signal nothing here.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.backend, Backend::Kubernetes(_))
+    }
+
     /// Where the ledger lives, for people.
     pub fn location(&self) -> String {
         match &self.backend {

@@ -63,6 +63,9 @@ pub enum RunnerError {
 }
 
 const IDLE: Duration = Duration::from_secs(60);
+/// The wait with nothing due on a shared ledger (Kubernetes): another process's approval, release
+/// or unfreeze wakes nothing here, so the runner looks again this soon.
+const SHARED_IDLE: Duration = Duration::from_secs(5);
 const GRACE: Duration = Duration::from_secs(10);
 /// The longest wait for the app tag's digest around a runner's action (one HEAD; it is a record,
 /// never a reason to hold the action up).
@@ -347,11 +350,12 @@ impl Runner {
     }
 
     async fn until_next_due(&self) -> Duration {
+        let idle = if self.ledger.is_shared() { SHARED_IDLE } else { IDLE };
         match self.ledger.next_action_of(self.claims(), &self.config.rollout, self.clock.now()).await {
             Ok(Some(at)) => {
-                (at - self.clock.now()).to_std().unwrap_or(Duration::ZERO).clamp(Duration::from_millis(10), IDLE)
+                (at - self.clock.now()).to_std().unwrap_or(Duration::ZERO).clamp(Duration::from_millis(10), idle)
             }
-            _ => IDLE,
+            _ => idle,
         }
     }
 

@@ -597,6 +597,8 @@ async fn sigkill_in_each_waiting_state_with(ledger_in: impl Fn(&str) -> String) 
     let cli = w.cli_config(&addr);
     let out = w.cli_with(&cli, &["freeze", "--reason", "incident"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
+    // Sent by the daemon, whoever wrote the freeze.
+    receiver.wait_for_body("rollout.frozen").await;
     let out = w.cli_with(&cli, &["release", &change]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let expected = states(&[("web", "waiting"), ("api", "waiting")]);

@@ -23,6 +23,9 @@ const PER_ALERT: usize = 4;
 const BATCH: usize = 256;
 /// Longest sleep with nothing due (new deliveries wake the worker anyway).
 const IDLE: Duration = Duration::from_secs(60);
+/// The same on a shared ledger (Kubernetes), whose other writers (the command line's `freeze`,
+/// `approve`, …) wake nothing here.
+const SHARED_IDLE: Duration = Duration::from_secs(5);
 const MAX_BACKOFF: Duration = Duration::from_secs(15 * 60);
 const GRACE: Duration = Duration::from_secs(10);
 
@@ -115,11 +118,12 @@ impl Dispatcher {
 
     /// Time until the earliest pending delivery not already in flight.
     async fn until_next_due(&self) -> Duration {
+        let idle = if self.ledger.is_shared() { SHARED_IDLE } else { IDLE };
         let at = match self.ledger.next_delivery_at(&self.in_flight_keys()).await {
             Ok(Some(at)) => at,
-            _ => return IDLE,
+            _ => return idle,
         };
-        (at - self.clock.now()).to_std().unwrap_or(Duration::ZERO).min(IDLE)
+        (at - self.clock.now()).to_std().unwrap_or(Duration::ZERO).min(idle)
     }
 
     fn in_flight_keys(&self) -> Vec<DeliveryKey> {

@@ -624,3 +624,69 @@ async fn sigkill_in_each_waiting_state_with(ledger_in: impl Fn(&str) -> String) 
     assert_eq!(ends, 3);
     assert_eq!(pending(&w.status()), states(&[]));
 }
+
+/// Held actions yield to a newer change like waiting ones: a second builder move supersedes them,
+/// and its own actions start over with the canary.
+#[tokio::test]
+async fn a_newer_change_supersedes_held_actions() {
+    let w = World::new().await;
+    let text = w
+        .config(&FLEET, "type = \"exec\"\nmax_concurrent = 4\nmax_attempts = 1", "")
+        .replace("env = { RECORD_FILE", "env = { FAIL_IMAGE = \"petclinic\", RECORD_FILE");
+    let d = assemble(w.ws.dir.path(), &text, Clock::System);
+    assert!(d.monitor.run_once().await);
+    w.move_builder("18.2.0").await;
+    assert!(d.monitor.run_once().await);
+    assert_eq!(d.runner.run_due_once().await, 1, "the canary, which fails");
+    let held: Vec<String> = d
+        .ledger
+        .actions(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|a| a.state == ActionState::Held)
+        .map(|a| a.image)
+        .collect();
+    assert_eq!(held.len(), 2, "{held:?}");
+
+    w.move_builder("18.3.0").await;
+    assert!(d.monitor.run_once().await);
+    let actions = d.ledger.actions(10).await.unwrap();
+    let of = |state: ActionState| {
+        let mut images: Vec<&str> = actions.iter().filter(|a| a.state == state).map(|a| a.image.as_str()).collect();
+        images.sort_unstable();
+        images
+    };
+    assert_eq!(of(ActionState::Superseded), ["api", "web"], "{actions:?}");
+    assert_eq!(of(ActionState::Held), Vec::<&str>::new());
+    assert_eq!(of(ActionState::Pending), ["api", "petclinic", "web"]);
+    let waits = builder_monitor::rollout::waits(&d.config, &d.ledger, chrono::Utc::now()).await.unwrap();
+    assert_eq!(waits.len(), 2, "the new wave waits for the new canary: {waits:?}");
+    assert_eq!(d.runner.run_due_once().await, 1, "the new canary alone (it fails again)");
+    assert_eq!(starts(&w.record()), count(&[("petclinic", 2)]));
+}
+
+/// `max_in_flight` caps the actions of one change running at once, below `max_concurrent`.
+#[tokio::test]
+async fn max_in_flight_caps_a_changes_running_actions() {
+    let w = World::new().await;
+    let fleet: Vec<(&str, &str)> = ["a", "b", "c", "d"].iter().map(|n| (*n, "policy = \"rebuild\"")).collect();
+    let text = w
+        .config(&fleet, "type = \"exec\"\nmax_concurrent = 4", "[rollout]\nmax_in_flight = 2\n")
+        .replace("env = { RECORD_FILE", "env = { SLEEP = \"0.3\", RECORD_FILE");
+    let d = assemble(w.ws.dir.path(), &text, Clock::System);
+    assert!(d.monitor.run_once().await);
+    w.move_builder("18.2.0").await;
+    assert!(d.monitor.run_once().await);
+    assert_eq!(d.runner.run_due_once().await, 4);
+    let all = calls(&w.record());
+    let spans: Vec<(u64, u64)> = all
+        .iter()
+        .filter(|c| c.phase == "start")
+        .map(|s| (s.at, all.iter().find(|e| e.phase == "end" && e.image() == s.image()).unwrap().at))
+        .collect();
+    assert_eq!(spans.len(), 4);
+    let most =
+        spans.iter().map(|(start, _)| spans.iter().filter(|(s, e)| s <= start && start < e).count()).max().unwrap();
+    assert_eq!(most, 2, "two of the change at a time, never more: {spans:?}");
+}

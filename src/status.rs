@@ -187,7 +187,7 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
 }
 
 /// The open actions, each pending one with why it waits, and the gates that hold for all.
-async fn open_actions(
+pub async fn open_actions(
     config: &Config,
     ledger: &Ledger,
     now: chrono::DateTime<chrono::Utc>,

@@ -224,7 +224,11 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
             let ledger = daemon::open_ledger(&config, Access::Read, &Clock::System).await?;
             let metrics = Metrics::new();
             let registry = Registry::new(config.registries.values().cloned(), metrics);
-            let assessments = Reaction { config: &config, ledger: &ledger, registry: &registry }.assess().await?;
+            let mut assessments = Reaction { config: &config, ledger: &ledger, registry: &registry }.assess().await?;
+            let (open, _) = status::open_actions(&config, &ledger, chrono::Utc::now()).await?;
+            for a in &mut assessments {
+                a.open = open.iter().rev().find(|o| o.image == a.image).cloned();
+            }
             if json {
                 println!("{}", serde_json::to_string_pretty(&assessments).context("encoding JSON")?);
             } else if assessments.is_empty() {
@@ -237,6 +241,17 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
                         (action, _) => action.map_or("nothing", |k| k.as_str()),
                     };
                     println!("{} (builder {}, policy {}): {action} — {}", a.image, a.builder, a.policy.as_str(), a.why);
+                    if let Some(o) = &a.open {
+                        let why =
+                            o.waiting_for.as_deref().map(|w| format!(": {}", text::escape(w))).unwrap_or_default();
+                        println!(
+                            "  open: {} for change {} (wave {}, {}){why}",
+                            o.action,
+                            o.change,
+                            o.wave,
+                            o.shown_state()
+                        );
+                    }
                 }
             }
             Ok(0)

@@ -375,9 +375,9 @@ impl SqliteLedger {
             let freeze = read_freeze(&tx)?;
             let keys: Vec<String> = gated_pending(&tx, kind, &rollout, freeze.as_ref(), now)?
                 .into_iter()
-                .filter(|(_, due, verdict)| verdict.is_ok() && *due <= now)
+                .filter(|g| g.verdict.is_ok() && g.due <= now)
                 .take(limit)
-                .map(|(key, ..)| key)
+                .map(|g| g.key)
                 .collect();
             let at = timestamp_millis(now);
             let mut claimed = Vec::new();
@@ -1089,7 +1089,7 @@ fn gated_pending(
     rollout: &Rollout,
     freeze: Option<&Freeze>,
     now: DateTime<Utc>,
-) -> Result<Vec<(String, DateTime<Utc>, Result<(), Wait>)>, LedgerError> {
+) -> Result<Vec<Gated>, LedgerError> {
     let only = kind.map(ActionKind::as_str);
     let sql = format!(
         "SELECT {ACTION_COLUMNS} FROM actions WHERE change_id IN

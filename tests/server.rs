@@ -521,3 +521,95 @@ async fn readyz_stays_ready_in_a_registry_outage_and_says_degraded() {
     let (code, ready) = get_json(&format!("{}/readyz", s.base), None).await;
     assert_eq!((code, &ready["degraded"], &ready["failing_watches"]), (200, &json!(false), &json!(0)), "{ready}");
 }
+
+/// The roll-out endpoints: token-protected like the other POSTs, clear refusals, and each request
+/// does what it says to the ledger.
+#[tokio::test]
+async fn roll_out_requests_need_the_token_and_do_what_they_say() {
+    use builder_monitor::ledger::{ActionState, CheckRecord, NewAction, WatchKind};
+    let s = serve(&config("127.0.0.1:1", "")).await;
+    let target = json!({ "image": "r/app", "builder_name": "b", "builder": "r/b@sha256:x", "run_image": null, "source": null, "why": "test" });
+    let action = |image: &str| NewAction {
+        key: format!("k-{image}"),
+        change_id: "c1".into(),
+        image: image.into(),
+        kind: builder_monitor_core::plan::ActionKind::Rebuild,
+        target: target.clone(),
+        wave: 1,
+        needs_approval: true,
+    };
+    s.ledger
+        .commit(CheckRecord {
+            watch: "b".into(),
+            kind: WatchKind::Builder,
+            image: "r/b:latest".into(),
+            time: chrono::Utc::now(),
+            outcome: Ok(()),
+            pin: None,
+            pending: None,
+            change: None,
+            events: vec![],
+            deliveries: vec![],
+            actions: vec![action("app"), action("api")],
+            history: 10,
+        })
+        .await
+        .unwrap();
+    let http = support::http();
+    let post = |path: &str, body: Option<&str>, token: bool| {
+        let mut request = http.post(format!("{}{path}", s.base));
+        if token {
+            request = request.bearer_auth(TOKEN);
+        }
+        if let Some(body) = body {
+            request = request.header("content-type", "application/json").body(body.to_string());
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    assert_eq!(post("/api/v1/changes/c1/approve", None, false).await.0, 401);
+    let (status, body) = post("/api/v1/changes/nope/approve", None, true).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("no change nope"), "{body}");
+    let (status, body) = post("/api/v1/changes/c1/approve", Some(r#"{"image":"web"}"#), true).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"], "change c1 has no action for image \"web\" (it has: api, app)");
+    assert_eq!(post("/api/v1/changes/c1/approve", Some("not json"), true).await.0, 400);
+    assert_eq!(post("/api/v1/changes/c1/frobnicate", None, true).await.0, 404);
+    assert_eq!(post("/api/v1/changes/c1/release", Some(r#"{"image":"app"}"#), true).await.0, 400);
+
+    // Approve one image's action: exactly that one moves, recorded with who asked.
+    let (status, body) = post("/api/v1/changes/c1/approve", Some(r#"{"image":"app","by":"alice"}"#), true).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["actions"].as_array().unwrap().len(), 1, "{body}");
+    assert_eq!(
+        (body["actions"][0]["image"].as_str(), body["actions"][0]["state"].as_str()),
+        (Some("app"), Some("pending"))
+    );
+    let rows = s.ledger.change_actions("c1").await.unwrap();
+    let app = rows.iter().find(|a| a.image == "app").unwrap();
+    assert_eq!((app.state, app.decided_by.as_deref()), (ActionState::Pending, Some("alice (api)")));
+    assert_eq!(rows.iter().find(|a| a.image == "api").unwrap().state, ActionState::AwaitingApproval);
+    // Reject the rest.
+    let (status, body) = post("/api/v1/changes/c1/reject", None, true).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        s.ledger.change_actions("c1").await.unwrap().iter().find(|a| a.image == "api").unwrap().state,
+        ActionState::Rejected
+    );
+
+    // The freeze: set, kept (a second request changes nothing), lifted.
+    let (status, body) = post("/api/v1/freeze", Some(r#"{"reason":"release week","by":"bob"}"#), true).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!((body["changed"].as_bool(), body["frozen"]["by"].as_str()), (Some(true), Some("bob (api)")));
+    assert_eq!(s.ledger.freeze_state().await.unwrap().unwrap().reason.as_deref(), Some("release week"));
+    assert_eq!(post("/api/v1/freeze", None, true).await.1["changed"].as_bool(), Some(false));
+    let unauthorised = http.delete(format!("{}/api/v1/freeze", s.base)).send().await.unwrap();
+    assert_eq!(unauthorised.status().as_u16(), 401);
+    let lifted = http.delete(format!("{}/api/v1/freeze", s.base)).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(lifted.status().as_u16(), 200);
+    assert_eq!(s.ledger.freeze_state().await.unwrap(), None);
+}

@@ -290,11 +290,21 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
             }
             Ok(0)
         }
-        Command::Approve { change, image, config, json } => {
-            rollout::run(&config, Request::Decide { change, image, verdict: Verdict::Approve }, json).await
+        Command::Approve(v) => {
+            rollout::run(
+                &v.config,
+                Request::Decide { change: v.change, image: v.image, verdict: Verdict::Approve },
+                v.json,
+            )
+            .await
         }
-        Command::Reject { change, image, config, json } => {
-            rollout::run(&config, Request::Decide { change, image, verdict: Verdict::Reject }, json).await
+        Command::Reject(v) => {
+            rollout::run(
+                &v.config,
+                Request::Decide { change: v.change, image: v.image, verdict: Verdict::Reject },
+                v.json,
+            )
+            .await
         }
         Command::Release { change, config, json } => {
             rollout::run(&config, Request::Decide { change, image: None, verdict: Verdict::Release }, json).await

@@ -636,7 +636,15 @@ async fn roll_out_gates_holds_approvals_and_the_freeze() {
         let before =
             ledger.set_freeze(Some(again), vec![frozen2], vec![key("frozen2", "hook")], 10, now).await.unwrap();
         assert_eq!(before, Some(freeze.clone()));
-        assert_eq!(ledger.freeze_state().await.unwrap().unwrap().since, freeze.since);
+        let kept = ledger.freeze_state().await.unwrap().unwrap();
+        assert_eq!((kept.since, kept.by.as_str(), kept.reason.as_deref()), (freeze.since, "dan (cli)", Some("still")));
+        let third = Freeze { since: at("2026-11-30T12:07:00Z"), reason: None, by: "fay".into() };
+        ledger.set_freeze(Some(third), vec![], vec![], 10, now).await.unwrap();
+        assert_eq!(
+            ledger.freeze_state().await.unwrap().unwrap().reason.as_deref(),
+            Some("still"),
+            "no reason keeps it"
+        );
         let pending: Vec<String> = ledger.pending_deliveries().await.unwrap().into_iter().map(|d| d.event).collect();
         assert!(pending.contains(&"frozen".to_string()) && !pending.contains(&"frozen2".to_string()), "{pending:?}");
         ledger.set_freeze(None, vec![], vec![], 10, now).await.unwrap();

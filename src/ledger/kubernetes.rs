@@ -978,8 +978,12 @@ impl KubeLedger {
         self.modify(ROLLOUT_WATCH, |doc| {
             let before = doc.freeze.clone();
             doc.freeze = match (&before, &freeze) {
-                // A second freeze keeps the first one's time.
-                (Some(old), Some(new)) => Some(Freeze { since: old.since, ..new.clone() }),
+                // A second freeze keeps the first one's time and author, and takes a new reason.
+                (Some(old), Some(new)) => Some(Freeze {
+                    since: old.since,
+                    by: old.by.clone(),
+                    reason: new.reason.clone().or_else(|| old.reason.clone()),
+                }),
                 (_, new) => new.clone(),
             };
             if before.is_some() != freeze.is_some() {

@@ -176,6 +176,7 @@ pub async fn builder_metadata(
         return Ok(PinnedMetadata {
             platforms: observation.platforms.keys().map(|k| (k.clone(), metadata.clone())).collect(),
             run_image: None,
+            packages: Default::default(),
         });
     }
     // One config blob at a time, parsed and dropped: a multi-arch builder's configs (up to 8 MiB
@@ -187,7 +188,7 @@ pub async fn builder_metadata(
         let config = registry.get_blob(image, &doc.config.digest, MAX_CONFIG_BYTES).await?;
         platforms.insert(platform, cnb::platform_metadata(&config));
     }
-    Ok(PinnedMetadata { platforms, run_image: None })
+    Ok(PinnedMetadata { platforms, run_image: None, packages: Default::default() })
 }
 
 /// An app image as found in its registry.

@@ -233,7 +233,13 @@ impl Monitor {
             return Ok(Observed::Moved { observation, metadata: None, rollback: false });
         }
         let metadata = match watch.kind {
-            WatchKind::RunImage => None,
+            // Kept with the pin so the next move diffs against it without refetching.
+            WatchKind::RunImage => {
+                let packages =
+                    inspect::run_image_packages(&self.registry, &watch.image, &observation, watch.platforms.as_deref())
+                        .await;
+                Some(PinnedMetadata { packages, ..PinnedMetadata::default() }).filter(|m| !m.packages.is_empty())
+            }
             WatchKind::Builder => {
                 let mut metadata =
                     inspect::builder_metadata(&self.registry, &watch.image, &observation, watch.platforms.as_deref())

@@ -373,6 +373,9 @@ pub fn diff(before: &Packages, after: &Packages) -> Result<PackageDiff, String> 
         (Packages::Listed { source: bs, packages: b }, Packages::Listed { source: as_, packages: a }) => {
             (*bs, b, *as_, a)
         }
+        (Packages::Unreadable { note: then }, Packages::Unreadable { note: now }) => {
+            return Err(format!("previous image: {then}; new image: {now}"));
+        }
         (Packages::Unreadable { note }, _) => return Err(format!("previous image: {note}")),
         (_, Packages::Unreadable { note }) => return Err(format!("new image: {note}")),
     };

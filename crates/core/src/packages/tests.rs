@@ -179,6 +179,16 @@ fn no_diff_across_sources_or_from_an_unreadable_side() {
     let bad = Packages::unreadable("label io.paketo.stack.packages is malformed: EOF");
     assert!(diff(&bad, &from_label(V1)).unwrap_err().starts_with("previous image: label"));
     assert!(diff(&from_label(V1), &bad).unwrap_err().starts_with("new image: label"));
+    assert_eq!(
+        diff(&bad, &Packages::unreadable("y")).unwrap_err(),
+        format!(
+            "previous image: {}; new image: y",
+            match &bad {
+                Packages::Unreadable { note } => note.as_str(),
+                _ => unreachable!(),
+            }
+        )
+    );
 }
 
 #[test]

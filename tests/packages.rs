@@ -99,6 +99,8 @@ struct Setup {
     ledger: Ledger,
     proxy: Proxy,
     pusher: Pusher,
+    /// The run image the builder names (through the proxy).
+    run: String,
     _registry: TestRegistry,
     _dir: tempfile::TempDir,
 }
@@ -122,7 +124,7 @@ async fn setup(first: &RunImage, alerts: &str) -> Setup {
     let ledger = Ledger::open(&dir.path().join("state.db")).unwrap();
     let monitor = Parts::new(config, ledger.clone(), Clock::System, None).unwrap().monitor;
     assert!(monitor.run_once().await);
-    Setup { monitor, ledger, proxy, pusher, _registry: registry, _dir: dir }
+    Setup { monitor, ledger, proxy, pusher, run, _registry: registry, _dir: dir }
 }
 
 impl Setup {
@@ -133,14 +135,19 @@ impl Setup {
     }
 
     async fn check(&self) -> Event {
+        self.last(EventType::RunImageChanged).await
+    }
+
+    /// Checks everything; the last event of `event_type`.
+    async fn last(&self, event_type: EventType) -> Event {
         self.proxy.clear();
         assert!(self.monitor.run_once().await);
         let events = self.ledger.events_after(0, 1000).await.unwrap();
-        events
-            .into_iter()
-            .map(|e| e.event)
-            .rfind(|e| e.event_type == EventType::RunImageChanged)
-            .expect("a run image move")
+        events.into_iter().map(|e| e.event).rfind(|e| e.event_type == event_type).expect("an event")
+    }
+
+    async fn push_builder(&self, spec: &BuilderSpec) {
+        self.pusher.push_image("paketo/builder", Some("latest"), &spec.image(), Format::Oci).await;
     }
 
     /// Blob GETs the last check made.
@@ -277,4 +284,23 @@ async fn two_platform_run_images_diff_per_platform_and_merge_when_equal() {
         packages["platforms"]["linux/arm64"],
         json!({"source": "io.paketo.stack.packages", "changed": [], "added": [], "removed": []})
     );
+}
+
+#[tokio::test]
+async fn a_builder_moved_onto_a_new_run_image_names_the_run_image_packages() {
+    let s = setup(&labelled("1", V1), "").await;
+    // Republished while the run image watch is pinned: the pin keeps the run image's lists.
+    let mut spec = BuilderSpec::jammy(&s.run);
+    spec.description = "republished".into();
+    s.push_builder(&spec).await;
+    s.last(EventType::BuilderChanged).await;
+    s.move_to(&labelled("2", V2)).await;
+    spec.base[0] = "sha256:build-jammy-base-2".into();
+    s.push_builder(&spec).await;
+    let e = s.last(EventType::BuilderChanged).await;
+    let change = serde_json::to_value(e.change.as_ref().unwrap()).unwrap();
+    assert_eq!(change["kind"], "rebase");
+    assert_eq!(change["reasons"], json!(["STACK", "RUN_IMAGE"]));
+    assert_eq!(change["packages"], expected_diff("io.paketo.stack.packages"), "{change}");
+    assert!(e.summary().contains("openssl 3.0.2-0ubuntu1.15 → 3.0.2-0ubuntu1.16"), "{}", e.summary());
 }

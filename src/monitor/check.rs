@@ -257,13 +257,18 @@ impl Monitor {
     /// pin when there is one, else one HEAD.
     async fn resolve_run_image(&self, watch: &Watch, metadata: &PinnedMetadata) -> Option<RunImagePin> {
         let name = metadata.preferred()?.run_image()?.to_string();
+        let mut packages = Default::default();
         let reference = match ImageRef::parse(&name) {
             Err(_) => None,
             Ok(image) => match image.digest() {
                 Some(digest) => Some(image.pinned(digest)),
                 None => {
                     let pinned = match self.ledger.watch(&run_watch_name(&image)).await {
-                        Ok(Some(r)) if r.image == image.to_string() => r.pin.map(|p| p.reference),
+                        Ok(Some(r)) if r.image == image.to_string() => {
+                            // The run image watch's lists describe exactly its pin.
+                            packages = r.pinned_metadata().map(|m| m.packages).unwrap_or_default();
+                            r.pin.map(|p| p.reference)
+                        }
                         _ => None,
                     };
                     match pinned {
@@ -279,7 +284,7 @@ impl Monitor {
                 }
             },
         };
-        Some(RunImagePin { image: name, reference })
+        Some(RunImagePin { image: name, reference, packages })
     }
 }
 

@@ -368,6 +368,9 @@ pub fn run_watch_name(image: &ImageRef) -> String {
 pub struct RunImagePin {
     pub image: String,
     pub reference: Option<String>,
+    /// The run image's package lists at `reference` (platform → list), from its watch's pin.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub packages: BTreeMap<String, Packages>,
 }
 
 /// The metadata kept with a builder pin, so the next move is compared without refetching.
@@ -1122,6 +1125,10 @@ pub fn classify(previous: &PinnedMetadata, current: &PinnedMetadata) -> Change {
             _ => return Change::unknown("no platform metadata to compare"),
         }
     }
+    let base_moved = pairs.iter().any(|(_, p, c)| match (p, c) {
+        (PlatformMetadata::Builder(p), PlatformMetadata::Builder(c)) => p.base_layers != c.base_layers,
+        _ => false,
+    });
     let mut change = Change::of_kind(ChangeKind::None);
     let mut reasons = BTreeSet::new();
     let mut notes = Vec::new();
@@ -1163,7 +1170,13 @@ pub fn classify(previous: &PinnedMetadata, current: &PinnedMetadata) -> Change {
     if !notes.is_empty() {
         change.note = Some(notes.join("; "));
     }
-    if change.reasons.contains(&Reason::Stack) {
+    // The run image's packages are what reach app images; the builder's own (its build image's)
+    // stand in when only its base layers moved.
+    let run_lists = |m: &PinnedMetadata| m.run_image.as_ref().map(|r| r.packages.clone()).unwrap_or_default();
+    if change.reasons.contains(&Reason::RunImage) {
+        change = change.with_packages(&run_lists(previous), &run_lists(current));
+    }
+    if change.packages.is_none() && change.packages_note.is_none() && base_moved {
         change = change.with_packages(&previous.packages, &current.packages);
     }
     change

@@ -98,7 +98,11 @@ fn single(m: BuilderMetadata) -> PinnedMetadata {
 }
 
 fn with_run_ref(mut p: PinnedMetadata, image: &str, digest: &str) -> PinnedMetadata {
-    p.run_image = Some(RunImagePin { image: image.into(), reference: Some(format!("{image}@{digest}")) });
+    p.run_image = Some(RunImagePin {
+        image: image.into(),
+        reference: Some(format!("{image}@{digest}")),
+        packages: BTreeMap::new(),
+    });
     p
 }
 
@@ -565,6 +569,22 @@ fn a_base_move_carries_the_build_image_package_diff() {
     assert_eq!((packages.changed[0].from.as_str(), packages.changed[0].to.as_str()), ("1", "2"));
     assert_eq!(c.summary(), "rebase: base layers changed; openssl 1 → 2");
     assert_eq!(serde_json::from_value::<Change>(serde_json::to_value(&c).unwrap()).unwrap(), c);
+    // The builder's run image moved: its lists, not the build image's, are what reach app images.
+    let run = "index.docker.io/paketobuildpacks/run-jammy-base:latest";
+    let on_run = |j: &Jammy, digest: &str, openssl: &str| {
+        let mut p = with_run_ref(with(j, "1"), run, digest);
+        p.run_image.as_mut().unwrap().packages = listed(openssl);
+        p
+    };
+    let c = classify(&on_run(&base, "sha256:r1", "3.0.1"), &on_run(&base, "sha256:r2", "3.0.2"));
+    assert_eq!(c.reasons, [Reason::Stack, Reason::RunImage]);
+    assert_eq!(c.packages.unwrap().changed[0].to, "3.0.2");
+    // The run image moved without lists on one side: a note, not the build image's (empty) diff.
+    let mut bare = on_run(&base, "sha256:r2", "3.0.2");
+    bare.run_image.as_mut().unwrap().packages.clear();
+    let c = classify(&on_run(&base, "sha256:r1", "3.0.1"), &bare);
+    assert!(c.packages.is_none());
+    assert_eq!(c.packages_note.as_deref(), Some("the new image has no package list"));
     // A buildpack-only move says nothing about packages, even when the lists differ.
     let mut bumped = Jammy::new();
     bumped.buildpacks[0].1 = "18.2.0";

@@ -6,6 +6,7 @@ mod support;
 
 use std::sync::Arc;
 
+use builder_monitor::alert::Dispatcher;
 use builder_monitor::config::Config;
 use builder_monitor::daemon::Parts;
 use builder_monitor::ledger::Ledger;
@@ -17,6 +18,7 @@ use support::app::{Layer, RunImage, gzip, push_index, push_run, tar};
 use support::cnb::BuilderSpec;
 use support::images::{Format, Pusher, sha256};
 use support::proxy::Proxy;
+use support::receiver::Receiver;
 use support::registry::TestRegistry;
 
 const REPO: &str = "paketo/run-jammy-base";
@@ -96,6 +98,7 @@ fn labelled(version: &str, packages: &[(&str, &str)]) -> RunImage {
 
 struct Setup {
     monitor: Arc<Monitor>,
+    dispatcher: Arc<Dispatcher>,
     ledger: Ledger,
     proxy: Proxy,
     pusher: Pusher,
@@ -122,9 +125,10 @@ async fn setup(first: &RunImage, alerts: &str) -> Setup {
     );
     let config = Arc::new(Config::parse(&dir.path().join("config.toml"), &text).unwrap());
     let ledger = Ledger::open(&dir.path().join("state.db")).unwrap();
-    let monitor = Parts::new(config, ledger.clone(), Clock::System, None).unwrap().monitor;
+    let parts = Parts::new(config, ledger.clone(), Clock::System, None).unwrap();
+    let (monitor, dispatcher) = (parts.monitor, parts.dispatcher);
     assert!(monitor.run_once().await);
-    Setup { monitor, ledger, proxy, pusher, run, _registry: registry, _dir: dir }
+    Setup { monitor, dispatcher, ledger, proxy, pusher, run, _registry: registry, _dir: dir }
 }
 
 impl Setup {
@@ -303,4 +307,28 @@ async fn a_builder_moved_onto_a_new_run_image_names_the_run_image_packages() {
     assert_eq!(change["reasons"], json!(["STACK", "RUN_IMAGE"]));
     assert_eq!(change["packages"], expected_diff("io.paketo.stack.packages"), "{change}");
     assert!(e.summary().contains("openssl 3.0.2-0ubuntu1.15 → 3.0.2-0ubuntu1.16"), "{}", e.summary());
+}
+
+#[tokio::test]
+async fn an_alert_filtered_by_package_gets_only_the_moves_of_those_packages() {
+    let (ssl, all) = (Receiver::start().await, Receiver::start().await);
+    let alerts = format!(
+        "[[alerts]]\nname = \"ssl\"\ntype = \"webhook\"\nurl = \"{}\"\nevents = [\"run_image.changed\"]\npackages = [\"openssl*\", \"libc6\"]\n\
+         [[alerts]]\nname = \"all\"\ntype = \"webhook\"\nurl = \"{}\"\nevents = [\"run_image.changed\"]\n",
+        ssl.url, all.url
+    );
+    let s = setup(&labelled("1", V1), &alerts).await;
+    let openssl = s.move_to(&labelled("2", V2)).await;
+    assert_eq!(s.dispatcher.deliver_due_once().await, 2);
+    let tzdata_only: Vec<(&str, &str)> =
+        V2.iter().map(|&(n, v)| if n == "tzdata" { (n, "2024b-0ubuntu0.22.04") } else { (n, v) }).collect();
+    let tzdata = s.move_to(&labelled("3", &tzdata_only)).await;
+    assert_eq!(tzdata.change.as_ref().unwrap().packages.as_ref().unwrap().changed[0].name, "tzdata");
+    assert_eq!(s.dispatcher.deliver_due_once().await, 1);
+    let ids =
+        |r: &Receiver| r.received().iter().map(|m| m.json()["id"].as_str().unwrap().to_string()).collect::<Vec<_>>();
+    assert_eq!(ids(&ssl), [openssl.id.clone()]);
+    assert_eq!(ids(&all), [openssl.id, tzdata.id]);
+    let body = ssl.received()[0].json();
+    assert_eq!(body["change"]["packages"]["changed"][0]["name"], "openssl");
 }

@@ -355,15 +355,25 @@ pub async fn resolve(registry: &Registry, image: &ImageRef) -> Result<Resolution
 }
 
 /// Classifies the move from one builder reference to another, as `diff` prints it. Run images are
-/// compared by name: the digests they had when each builder was published are not known.
+/// compared by name: the digests they had when each builder was published are not known. Two
+/// images that are not builders but list OS packages (run images) compare as a run image move.
 pub async fn diff(registry: &Registry, old: &ImageRef, new: &ImageRef) -> Result<Change, RegistryError> {
     let mut sides = Vec::new();
     for image in [old, new] {
         let manifest = registry.get_manifest(image, image.manifest_reference()).await?;
         let observation = observation_from(registry, image, manifest).await?;
-        sides.push(builder_metadata(registry, image, &observation, None).await?);
+        let metadata = builder_metadata(registry, image, &observation, None).await?;
+        sides.push((image.pinned(&observation.digest), metadata));
     }
-    Ok(cnb::classify(&sides[0], &sides[1]))
+    let base_image = |m: &PinnedMetadata| {
+        !m.platforms.is_empty() && m.platforms.values().all(|p| matches!(p, cnb::PlatformMetadata::NotBuilder))
+    };
+    let [(old_ref, old_meta), (new_ref, new_meta)] = <[_; 2]>::try_from(sides).expect("two sides");
+    if base_image(&old_meta) && base_image(&new_meta) && !(old_meta.packages.is_empty() && new_meta.packages.is_empty())
+    {
+        return Ok(Change::run_image_moved(old_ref, new_ref).with_packages(&old_meta.packages, &new_meta.packages));
+    }
+    Ok(cnb::classify(&old_meta, &new_meta))
 }
 
 impl Resolution {

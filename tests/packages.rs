@@ -12,14 +12,17 @@ use builder_monitor::daemon::Parts;
 use builder_monitor::ledger::Ledger;
 use builder_monitor::monitor::Monitor;
 use builder_monitor::schedule::Clock;
+use builder_monitor::server::{self, ServerState};
 use builder_monitor_core::event::{Event, EventType};
 use serde_json::{Value, json};
 use support::app::{Layer, RunImage, gzip, push_index, push_run, tar};
 use support::cnb::BuilderSpec;
+use support::daemon::Workspace;
 use support::images::{Format, Pusher, sha256};
 use support::proxy::Proxy;
 use support::receiver::Receiver;
 use support::registry::TestRegistry;
+use tokio_util::sync::CancellationToken;
 
 const REPO: &str = "paketo/run-jammy-base";
 
@@ -162,10 +165,17 @@ impl Setup {
 
 #[tokio::test]
 async fn a_run_image_move_names_the_packages_its_label_says_moved() {
-    let s = setup(&labelled("1", V1), "").await;
+    let s = setup(&labelled("1", V1), "[server]\nlisten = \"127.0.0.1:0\"\n").await;
     let e = s.move_to(&labelled("2", V2)).await;
     let change = serde_json::to_value(e.change.as_ref().unwrap()).unwrap();
     assert_eq!(change["packages"], expected_diff("io.paketo.stack.packages"));
+    // `status --json` and the API's changes endpoint carry it too.
+    let status = builder_monitor::status::collect(s.monitor.config(), &s.ledger, 10).await.unwrap();
+    let status = serde_json::to_value(&status).unwrap();
+    assert_eq!(status["run_images"][0]["changes"][0]["packages"], expected_diff("io.paketo.stack.packages"));
+    let changes = api_changes(&s).await;
+    assert_eq!(changes[0]["id"], e.id.as_str());
+    assert_eq!(changes[0]["change"]["packages"], expected_diff("io.paketo.stack.packages"));
     assert!(change.get("packages_note").is_none(), "{change}");
     assert!(
         e.summary()
@@ -197,6 +207,23 @@ async fn an_sbom_layer_in_each_format_gives_the_same_diff() {
         assert!(s.monitor.run_once().await);
         assert_eq!(s.blob_gets(), 0);
     }
+}
+
+/// `GET /api/v1/changes` of a server over the setup's ledger.
+async fn api_changes(s: &Setup) -> Value {
+    let config = Arc::new(s.monitor.config().clone());
+    let mut settings = config.server.clone().expect("[server] in the config");
+    settings.api_token = Some(builder_monitor::config::Secret::new("token"));
+    let state = Arc::new(ServerState::new(config, settings, s.monitor.handle(), s.ledger.clone()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/api/v1/changes?limit=5", listener.local_addr().unwrap());
+    let stop = CancellationToken::new();
+    tokio::spawn(server::serve(state, listener, stop.clone()));
+    let response = support::http().get(url).bearer_auth("token").send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let body = response.json().await.unwrap();
+    stop.cancel();
+    body
 }
 
 /// `n` bytes that do not compress (xorshift).
@@ -331,4 +358,45 @@ async fn an_alert_filtered_by_package_gets_only_the_moves_of_those_packages() {
     assert_eq!(ids(&all), [openssl.id, tzdata.id]);
     let body = ssl.received()[0].json();
     assert_eq!(body["change"]["packages"]["changed"][0]["name"], "openssl");
+}
+
+#[tokio::test]
+async fn diff_of_two_run_images_lists_their_package_moves() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    push_run(&pusher, REPO, Some("0.1.1"), &labelled("1", V1), Format::Oci).await;
+    push_run(&pusher, REPO, Some("0.1.2"), &sbom_run("2", "cdx", V2), Format::Oci).await;
+    push_run(&pusher, REPO, Some("0.1.3"), &sbom_run("3", "cdx", V1), Format::Oci).await;
+    let (v1, v2, v3) = (
+        format!("{}/{REPO}:0.1.1", registry.host),
+        format!("{}/{REPO}:0.1.2", registry.host),
+        format!("{}/{REPO}:0.1.3", registry.host),
+    );
+    let ws = Workspace::new();
+    let out = ws.run(&["diff", &v3, &v2]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(lines[0].starts_with("rebase: run image "), "{}", out.stdout);
+    assert!(
+        lines[0]
+            .ends_with("; openssl 3.0.2-0ubuntu1.15 → 3.0.2-0ubuntu1.16, libnew2 2.1-1 added, libgone1 1.0-1 removed"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(
+        &lines[1..],
+        [
+            "OS packages (sbom:cyclonedx):",
+            "    package   from               to",
+            "    openssl   3.0.2-0ubuntu1.15  3.0.2-0ubuntu1.16",
+            "    libnew2   –                  2.1-1",
+            "    libgone1  1.0-1              –",
+        ]
+    );
+    let out = ws.run(&["diff", &v3, &v2, "--json"]);
+    let change: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(change["packages"], expected_diff("sbom:cyclonedx"));
+    // Lists from different sources are not compared.
+    let out = ws.run(&["diff", &v1, &v2]);
+    assert!(out.stdout.contains("OS packages: the package lists come from different sources"), "{}", out.stdout);
 }

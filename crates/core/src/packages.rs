@@ -367,6 +367,37 @@ impl PackageDiff {
     }
 }
 
+impl PackageDiff {
+    /// An aligned table for people (`diff`, Slack), at most `rows` moves and a `… N more` line:
+    /// `package  from  to`, a `–` for the missing side of an addition or removal.
+    pub fn table(&self, rows: usize) -> String {
+        let name = |n: &str, arch: &Option<String>| match arch {
+            Some(a) => format!("{}:{}", escape(n), escape(a)),
+            None => escape(n).into_owned(),
+        };
+        let dash = || "–".to_string();
+        let mut lines: Vec<[String; 3]> = vec![["package".into(), "from".into(), "to".into()]];
+        lines.extend(
+            self.changed.iter().map(|c| [name(&c.name, &c.arch), escape(&c.from).into(), escape(&c.to).into()]),
+        );
+        lines.extend(self.added.iter().map(|p| [name(&p.name, &p.arch), dash(), escape(&p.version).into()]));
+        lines.extend(self.removed.iter().map(|p| [name(&p.name, &p.arch), escape(&p.version).into(), dash()]));
+        if lines.len() == 1 {
+            return "no OS package changed".into();
+        }
+        let more = lines.len().saturating_sub(rows + 1);
+        lines.truncate(rows + 1);
+        let width = |i: usize| lines.iter().map(|l| l[i].chars().count()).max().unwrap_or(0);
+        let (w0, w1) = (width(0), width(1));
+        let mut out: Vec<String> =
+            lines.iter().map(|[a, b, c]| format!("{a:<w0$}  {b:<w1$}  {c}").trim_end().to_string()).collect();
+        if more > 0 {
+            out.push(format!("… {more} more"));
+        }
+        out.join("\n")
+    }
+}
+
 /// The diff of two lists of one platform, or why there is none.
 pub fn diff(before: &Packages, after: &Packages) -> Result<PackageDiff, String> {
     let (before_source, before_list, after_source, after_list) = match (before, after) {

@@ -155,9 +155,17 @@ fn the_diff_names_upgrades_additions_and_removals_sorted() {
     assert_eq!(d.brief(3), "openssl 3.0.2-0ubuntu1.15 → 3.0.2-0ubuntu1.16, libnew2 2.1 added, libgone1 1.0 removed");
     assert_eq!(d.brief(1), "openssl 3.0.2-0ubuntu1.15 → 3.0.2-0ubuntu1.16; 2 more");
     assert_eq!(d.names().into_iter().collect::<Vec<_>>(), ["libgone1", "libnew2", "openssl"]);
+    assert_eq!(
+        d.table(2),
+        "package  from               to\n\
+         openssl  3.0.2-0ubuntu1.15  3.0.2-0ubuntu1.16\n\
+         libnew2  –                  2.1\n\
+         … 1 more"
+    );
     let same = diff(&from_label(V1), &from_label(V1)).unwrap();
     assert!(same.is_empty());
     assert_eq!(same.brief(3), "no OS package changed");
+    assert_eq!(same.table(3), "no OS package changed");
 }
 
 #[test]

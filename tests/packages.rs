@@ -354,7 +354,7 @@ async fn an_alert_filtered_by_package_gets_only_the_moves_of_those_packages() {
     assert_eq!(s.dispatcher.deliver_due_once().await, 1);
     let ids =
         |r: &Receiver| r.received().iter().map(|m| m.json()["id"].as_str().unwrap().to_string()).collect::<Vec<_>>();
-    assert_eq!(ids(&ssl), [openssl.id.clone()]);
+    assert_eq!(ids(&ssl), std::slice::from_ref(&openssl.id));
     assert_eq!(ids(&all), [openssl.id, tzdata.id]);
     let body = ssl.received()[0].json();
     assert_eq!(body["change"]["packages"]["changed"][0]["name"], "openssl");

@@ -250,7 +250,7 @@ impl Monitor {
             }
         };
         // `rollback` is read from the ledger by `check`, whose errors are the ledger's.
-        Ok(Observed::Moved { observation, metadata, rollback: false })
+        Ok(Observed::Moved { observation, metadata: metadata.map(Box::new), rollback: false })
     }
 
     /// The immutable reference of the run image a builder names, as of now: the run image watch's

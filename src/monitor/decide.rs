@@ -24,7 +24,7 @@ pub enum Observed {
     /// A new digest that the settle rule holds back; not inspected, so a held tag costs one HEAD.
     Head { digest: String },
     /// A new digest, inspected; `rollback` when the watch was pinned to it before.
-    Moved { observation: Observation, metadata: Option<PinnedMetadata>, rollback: bool },
+    Moved { observation: Observation, metadata: Option<Box<PinnedMetadata>>, rollback: bool },
 }
 
 /// A decided check: the record to commit and what happened.

@@ -209,6 +209,39 @@ async fn an_sbom_layer_in_each_format_gives_the_same_diff() {
     }
 }
 
+/// `zstd -c` of `bytes` (the system's zstd: a real encoder's frames).
+fn zstd(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut child = std::process::Command::new("zstd")
+        .args(["-q", "-c"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("zstd is installed");
+    let mut stdin = child.stdin.take().unwrap();
+    let input = bytes.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let output = child.wait_with_output().expect("zstd output");
+    writer.join().unwrap().expect("write to zstd");
+    output.stdout
+}
+
+#[tokio::test]
+async fn a_zstd_sbom_layer_is_read_too() {
+    let zstd_run = |version: &str, packages: &[(&str, &str)]| {
+        let tar = tar("cnb/sbom/bom.syft.json", &sbom("syft", packages));
+        let blob = zstd(&tar);
+        with_sbom_layer(
+            version,
+            Layer { digest: sha256(&blob), diff_id: sha256(&tar), blob, created_by: "SBOM".into() },
+        )
+    };
+    let s = setup(&zstd_run("1", V1), "").await;
+    let e = s.move_to(&zstd_run("2", V2)).await;
+    let change = serde_json::to_value(e.change.as_ref().unwrap()).unwrap();
+    assert_eq!(change["packages"], expected_diff("sbom:syft"), "{change}");
+}
+
 /// `GET /api/v1/changes` of a server over the setup's ledger.
 async fn api_changes(s: &Setup) -> Value {
     let config = Arc::new(s.monitor.config().clone());

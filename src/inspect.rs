@@ -181,17 +181,41 @@ pub async fn platform_configs(
     Ok(configs)
 }
 
-/// The CNB metadata and package lists of every selected platform of an observed image (run image
-/// unresolved).
+/// The CNB metadata of every selected platform of an observed image (run image unresolved).
 pub async fn builder_metadata(
     registry: &Registry,
     image: &ImageRef,
     observation: &Observation,
     filter: Option<&[Platform]>,
 ) -> Result<PinnedMetadata, RegistryError> {
+    metadata_of(registry, image, observation, filter, false).await
+}
+
+/// [`builder_metadata`] with each platform's OS package list, as a pin keeps it (an SBOM layer
+/// costs a blob GET, which `resolve` has no use for).
+pub async fn pin_metadata(
+    registry: &Registry,
+    image: &ImageRef,
+    observation: &Observation,
+    filter: Option<&[Platform]>,
+) -> Result<PinnedMetadata, RegistryError> {
+    metadata_of(registry, image, observation, filter, true).await
+}
+
+async fn metadata_of(
+    registry: &Registry,
+    image: &ImageRef,
+    observation: &Observation,
+    filter: Option<&[Platform]>,
+    with_packages: bool,
+) -> Result<PinnedMetadata, RegistryError> {
+    let packages_of = async |config: &[u8], layers: &[LayerDoc]| match with_packages {
+        true => platform_packages(registry, image, config, layers).await,
+        false => None,
+    };
     if let Some(config) = &observation.single_config {
         let metadata = cnb::platform_metadata(config);
-        let packages = platform_packages(registry, image, config, &observation.single_layers).await;
+        let packages = packages_of(config, &observation.single_layers).await;
         let keys = || observation.platforms.keys().cloned();
         return Ok(PinnedMetadata {
             platforms: keys().map(|k| (k, metadata.clone())).collect(),
@@ -207,7 +231,7 @@ pub async fn builder_metadata(
         let doc = parse_image_manifest(image, &manifest)?;
         let config = registry.get_blob(image, &doc.config.digest, MAX_CONFIG_BYTES).await?;
         metadata.platforms.insert(platform.clone(), cnb::platform_metadata(&config));
-        if let Some(packages) = platform_packages(registry, image, &config, &doc.layers).await {
+        if let Some(packages) = packages_of(&config, &doc.layers).await {
             metadata.packages.insert(platform, packages);
         }
     }
@@ -362,7 +386,7 @@ pub async fn diff(registry: &Registry, old: &ImageRef, new: &ImageRef) -> Result
     for image in [old, new] {
         let manifest = registry.get_manifest(image, image.manifest_reference()).await?;
         let observation = observation_from(registry, image, manifest).await?;
-        let metadata = builder_metadata(registry, image, &observation, None).await?;
+        let metadata = pin_metadata(registry, image, &observation, None).await?;
         sides.push((image.pinned(&observation.digest), metadata));
     }
     let base_image = |m: &PinnedMetadata| {

@@ -242,7 +242,7 @@ impl Monitor {
             }
             WatchKind::Builder => {
                 let mut metadata =
-                    inspect::builder_metadata(&self.registry, &watch.image, &observation, watch.platforms.as_deref())
+                    inspect::pin_metadata(&self.registry, &watch.image, &observation, watch.platforms.as_deref())
                         .await
                         .map_err(|e| not_served(watch, e))?;
                 metadata.run_image = self.resolve_run_image(watch, &metadata).await;

@@ -578,6 +578,7 @@ mod tests {
             reasons: Vec::new(),
             summary: format!("{}: {details}", kind.as_str()),
             rollback: false,
+            packages: None,
         }
     }
 

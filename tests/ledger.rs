@@ -9,8 +9,9 @@ use builder_monitor::ledger::{
     ActionEnd, ActionOutcome, ActionState, ChangeRecord, CheckFailure, CheckRecord, DeliveryKey, DeliveryUpdate,
     HeldDigest, Hold, Ledger, NewAction, PinUpdate, TagMove, TagMoveKind, Verdict, WatchKind,
 };
-use builder_monitor_core::cnb::Change;
+use builder_monitor_core::cnb::{Change, PinnedMetadata};
 use builder_monitor_core::event::{Event, EventType, Subject, change_id};
+use builder_monitor_core::packages::{Package, Packages, Source};
 use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::rollout::{Freeze, Rollout, Window, Windows, held_by_failure};
 use builder_monitor_core::schedule::{parse_timestamp, timestamp};
@@ -663,4 +664,46 @@ async fn roll_out_gates_holds_approvals_and_the_freeze() {
         assert_eq!(claim(none).await.len(), 1, "without the window the last one starts");
     })
     .await;
+}
+
+/// A run image pin keeping two platforms' package lists of a full build image's size (700 each).
+fn pin_with_packages() -> (PinUpdate, BTreeMap<String, Packages>) {
+    let list = |arch: &str| Packages::Listed {
+        source: Source::PaketoLabel,
+        packages: (0..700)
+            .map(|i| Package {
+                name: format!("lib{i:03}-package"),
+                arch: Some(arch.into()),
+                version: format!("2.35-0ubuntu3.{i}"),
+            })
+            .collect(),
+    };
+    let packages: BTreeMap<String, Packages> =
+        [("linux/amd64".to_string(), list("amd64")), ("linux/arm64".to_string(), list("arm64"))].into();
+    let metadata = PinnedMetadata { packages: packages.clone(), ..PinnedMetadata::default() };
+    (PinUpdate { metadata: Some(serde_json::to_value(metadata).unwrap()), ..pin("sha256:a") }, packages)
+}
+
+#[tokio::test]
+async fn package_lists_are_kept_with_the_pin_in_both_ledgers_at_a_sane_size() {
+    let (pinned, packages) = pin_with_packages();
+    let check = |ledger: Ledger| {
+        let (pinned, packages) = (pinned.clone(), packages.clone());
+        async move {
+            let mut r = record("run:docker.io/x/run:latest", "2026-11-30T12:00:00Z");
+            r.kind = WatchKind::RunImage;
+            r.pin = Some(pinned);
+            ledger.commit(r).await.unwrap();
+            let w = ledger.watch("run:docker.io/x/run:latest").await.unwrap().unwrap();
+            assert_eq!(w.pinned_metadata().unwrap().packages, packages);
+        }
+    };
+    both(check).await;
+    // The Kubernetes entry is one ConfigMap (1 MiB at most): 1,400 packages take a small part of it.
+    let double = KubeDouble::start().await;
+    double.create_namespace("bm");
+    check(Ledger::kubernetes(double.client(), "bm", Utc::now())).await;
+    let maps = double.list("configmaps");
+    let size: usize = maps.iter().map(|m| m["data"]["ledger.json"].as_str().unwrap_or_default().len()).sum();
+    assert!(size > 1400 * 40 && size < 128 << 10, "{size} bytes");
 }

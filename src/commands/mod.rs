@@ -132,6 +132,7 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
                         println!("  {}: {} {reasons}", text::escape(platform), p.kind.as_str());
                     }
                 }
+                print!("{}", packages_text(&change));
             }
             Ok(0)
         }
@@ -353,6 +354,28 @@ fn watches_something(config: &Config) -> Result<(), Failure> {
         )));
     }
     Ok(())
+}
+
+/// Package moves most `diff` lists per table.
+const DIFF_PACKAGE_ROWS: usize = 200;
+
+/// `diff`'s OS package tables (one per platform when their moves differ), or why there are none.
+fn packages_text(change: &builder_monitor_core::cnb::Change) -> String {
+    let indent = |table: String| table.lines().map(|l| format!("    {l}\n")).collect::<String>();
+    let mut out = String::new();
+    if let Some(packages) = &change.packages {
+        out.push_str(&format!("OS packages ({}):\n", packages.source.as_str()));
+        if packages.platforms.is_empty() {
+            out.push_str(&indent(packages.table(DIFF_PACKAGE_ROWS)));
+        }
+        for (platform, diff) in &packages.platforms {
+            out.push_str(&format!("  {}:\n{}", text::escape(platform), indent(diff.table(DIFF_PACKAGE_ROWS))));
+        }
+    }
+    if let Some(note) = &change.packages_note {
+        out.push_str(&format!("OS packages: {}\n", text::escape(note)));
+    }
+    out
 }
 
 #[cfg(test)]

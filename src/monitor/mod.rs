@@ -27,8 +27,8 @@ use builder_monitor_core::cnb::{Change, run_watch_name};
 use builder_monitor_core::event::Subject;
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::schedule::Schedule;
-use hooks::HookChains;
 pub use hooks::HOOK_FOLLOW_UPS;
+use hooks::HookChains;
 use reaction::Reaction;
 use run_images::RunImages;
 

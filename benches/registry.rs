@@ -9,7 +9,8 @@
 //!    ceiling (ApacheBench `ab -i -k`, wrk where it can time HEAD) and `skopeo inspect`;
 //! 3. change-to-event latency of the real daemon, polling every second and with the push hook;
 //! 4. peak RSS and CPU of `builder-monitor run` at 100, 1,000 and 10,000 tags, and a soak;
-//! 5. start-up time to the first check and to every builder checked, with 1,000 builders.
+//! 5. start-up time to the first check and to every builder checked, with 1,000 builders;
+//! 6. requests per new run image digest: what reading its OS package lists adds, per kind of image.
 //!
 //! Items 1 and 2 drive the library in process (`Monitor::check_builder`, the function the daemon's
 //! schedule calls for every check); items 3 to 5 run the daemon binary. Results go to
@@ -1331,7 +1332,7 @@ fn report_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("target")).join("bench")
 }
 
-/// Whether a part of the benchmark runs (`BENCH_ONLY=1,2,3,4,5,soak` picks parts; all by default).
+/// Whether a part of the benchmark runs (`BENCH_ONLY=1,2,3,4,5,6,soak` picks parts; all by default).
 fn selected(part: &str) -> bool {
     std::env::var("BENCH_ONLY").map_or(true, |only| only.split(',').any(|p| p.trim() == part))
 }
@@ -1339,7 +1340,9 @@ fn selected(part: &str) -> bool {
 async fn run() {
     let soak_seconds = env_number("BENCH_SOAK_SECS", 600);
     let window = Duration::from_secs(env_number("BENCH_WINDOW_SECS", 15));
-    let largest = sizes().into_iter().chain([FLEET]).max().unwrap_or(FLEET);
+    // Item 6 brings its own images: without items 1 to 5, no fleet is pushed.
+    let fleet_needed = ["1", "2", "3", "4", "5", "soak"].iter().any(|p| selected(p));
+    let largest = if fleet_needed { sizes().into_iter().chain([FLEET]).max().unwrap_or(FLEET) } else { 0 };
     let machine = machine();
     say(format!("machine: {machine}"));
 
@@ -1386,6 +1389,11 @@ async fn run() {
         say("4. memory and CPU");
         memory = self::memory(&fleet).await;
     }
+    let mut packages = Value::Null;
+    if selected("6") {
+        say("6. requests per new run image digest");
+        packages = self::package_costs().await;
+    }
     let mut soak = Value::Null;
     if selected("soak") {
         say(format!("4. soak for {soak_seconds}s"));
@@ -1403,6 +1411,7 @@ async fn run() {
         "memory": memory,
         "soak": soak,
         "startup": startup,
+        "packages": packages,
     });
     let dir = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
@@ -1652,8 +1661,147 @@ fn render(r: &Value) -> String {
             None,
         );
     }
+    for case in r["packages"].as_array().into_iter().flatten() {
+        row(
+            "6",
+            format!("requests per new run image digest, {}", case["image"].as_str().unwrap_or("?")),
+            format!(
+                "{} before, {} with package lists (+{}: {} manifest GETs, {} config and {} layer blob GETs); {} per unchanged check",
+                case["before"],
+                case["after"],
+                case["extra"],
+                case["extra_manifests"],
+                case["extra_configs"],
+                case["extra_layers"],
+                case["unchanged_check_requests"]
+            ),
+            "≤ 1 layer blob GET per platform; 1 request per unchanged check",
+            Some(
+                case["unchanged_check_requests"].as_u64() == Some(1)
+                    && case["extra_layers"].as_u64() <= case["platforms"].as_u64(),
+            ),
+        );
+    }
     let _ = writeln!(out, "\nRaw numbers, commands and per-sample values: `registry.json` beside this file.");
     out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Item 6: what reading a run image's OS package lists costs.
+
+/// A Paketo `io.paketo.stack.packages` label of `n` packages at `version`.
+fn paketo_label(n: usize, version: &str, arch: &str) -> String {
+    let list: Vec<Value> = (0..n)
+        .map(|i| {
+            json!({"name": format!("lib{i:03}"), "version": version, "arch": arch,
+                        "source": {"name": format!("lib{i:03}"), "version": version}, "summary": "bench"})
+        })
+        .collect();
+    serde_json::to_string(&list).unwrap()
+}
+
+/// `run` with a last layer holding a CycloneDX SBOM of `n` packages, named by the base label.
+fn with_sbom(mut run: support::app::RunImage, version: &str, n: usize) -> support::app::RunImage {
+    let doc = json!({"bomFormat": "CycloneDX", "components": (0..n).map(|i| json!({"name": format!("lib{i:03}"), "version": version,
+        "purl": format!("pkg:deb/ubuntu/lib{i:03}@{version}?arch={}", run.architecture)})).collect::<Vec<_>>()});
+    let tar = support::app::tar("cnb/sbom/bom.cdx.json", &serde_json::to_vec(&doc).unwrap());
+    let blob = support::app::gzip(&tar);
+    let layer = support::app::Layer { digest: sha256(&blob), diff_id: sha256(&tar), blob, created_by: "SBOM".into() };
+    run.layers.push(layer);
+    let top = run.top_diff_id();
+    run.label("io.buildpacks.base.sbom", &top)
+}
+
+/// How a case's run image lists its packages.
+#[derive(Clone, Copy)]
+enum Listing {
+    Label,
+    SbomLayer,
+    Nothing,
+}
+
+fn run_image(version: &str, listing: Listing, arch: &str) -> support::app::RunImage {
+    let run = support::app::RunImage::jammy(version, 2);
+    let run = if arch == "amd64" { run } else { run.arch(arch, None) };
+    match listing {
+        Listing::SbomLayer => with_sbom(run, version, 100),
+        Listing::Label => run.label("io.paketo.stack.packages", &paketo_label(100, version, arch)),
+        Listing::Nothing => run,
+    }
+}
+
+/// Pushes version `version` of the case's run image under `bench/run:latest`.
+async fn push_run_case(pusher: &Pusher, version: &str, listing: Listing, platforms: usize) {
+    use support::app::{push_index, push_run};
+    if platforms == 1 {
+        push_run(pusher, "bench/run", Some("latest"), &run_image(version, listing, "amd64"), Format::Oci).await;
+        return;
+    }
+    let runs: Vec<_> = ["amd64", "arm64"].iter().map(|a| run_image(version, listing, a)).collect();
+    let mut pushed = Vec::new();
+    for run in &runs {
+        pushed.push(push_run(pusher, "bench/run", None, run, Format::Oci).await);
+    }
+    let children: Vec<_> = pushed.iter().zip(&runs).collect();
+    push_index(pusher, "bench/run", "latest", &children, None, Format::Oci).await;
+}
+
+/// Item 6: requests of the check that finds a new run image digest, counted at a proxy, for single
+/// manifests and two-platform indexes listing 100 packages in the label, in an SBOM layer, or not
+/// at all. "Before" is the requests the check made without package lists (the tag's HEAD and GET,
+/// and a single manifest's config, which it reads for its platform); the rest are the lists'.
+async fn package_costs() -> Value {
+    let mut cases = Vec::new();
+    for (name, listing, platforms) in [
+        ("single manifest, label", Listing::Label, 1),
+        ("single manifest, SBOM layer", Listing::SbomLayer, 1),
+        ("single manifest, no list", Listing::Nothing, 1),
+        ("2-platform index, label", Listing::Label, 2),
+        ("2-platform index, SBOM layers", Listing::SbomLayer, 2),
+        ("2-platform index, no list", Listing::Nothing, 2),
+    ] {
+        let registry = TestRegistry::start();
+        let pusher = Pusher::new(&registry.host);
+        let proxy = Proxy::start(&registry.host).await;
+        push_run_case(&pusher, "1", listing, platforms).await;
+        let run = format!("{}/bench/run:latest", proxy.host);
+        pusher.push_image("bench/builder", Some("latest"), &BuilderSpec::jammy(&run).image(), Format::Oci).await;
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "[monitor]\nstate = \"state.db\"\n[registries.\"{}\"]\nrequests_per_second = 0\n[[builders]]\nname = \"b\"\nimage = \"{}/bench/builder:latest\"\n",
+            proxy.host, registry.host
+        );
+        let config = Arc::new(Config::parse(&dir.path().join("config.toml"), &text).unwrap());
+        let ledger = Ledger::open(&dir.path().join("state.db")).unwrap();
+        let monitor = Parts::new(config, ledger, Clock::System, None).unwrap().monitor;
+        assert!(monitor.run_once().await, "{name}: first check");
+        push_run_case(&pusher, "2", listing, platforms).await;
+        proxy.clear();
+        assert!(monitor.run_once().await, "{name}: the move");
+        let seen = proxy.seen();
+        let manifests = seen.iter().filter(|r| r.method == "GET" && r.path.contains("/manifests/")).count();
+        let blobs = seen.iter().filter(|r| r.method == "GET" && r.path.contains("/blobs/")).count();
+        let heads = seen.iter().filter(|r| r.method == "HEAD").count();
+        // Without lists: HEAD and GET of the tag, plus a single manifest's config blob.
+        let (base_manifests, base_blobs) = (1, usize::from(platforms == 1));
+        let before = heads + base_manifests + base_blobs;
+        proxy.clear();
+        assert!(monitor.run_once().await, "{name}: unchanged");
+        let unchanged = proxy.seen().len();
+        say(format!(
+            "6. {name}: {before} requests before, {} with package lists; {unchanged} per unchanged check",
+            seen.len()
+        ));
+        cases.push(json!({
+            "image": name, "platforms": platforms, "before": before, "after": seen.len(),
+            "extra": seen.len() - before, "extra_manifests": manifests - base_manifests, "extra_blobs": blobs - base_blobs,
+            // An index's platform configs are the lists' (a single manifest's is read anyway).
+            "extra_configs": if platforms == 1 { 0 } else { platforms }, "extra_layers": blobs - base_blobs - if platforms == 1 { 0 } else { platforms },
+            "unchanged_check_requests": unchanged,
+            "requests": seen.iter().map(|r| format!("{} {}", r.method, r.path)).collect::<Vec<_>>(),
+        }));
+    }
+    Value::Array(cases)
 }
 
 /// A loopback port free now. Picked in advance because the registry's hook and the daemon's

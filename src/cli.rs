@@ -138,27 +138,9 @@ pub enum Command {
     },
     /// Approve a change's rebases and rebuilds that wait for a person (`[rollout] approve`,
     /// `[[images]] approve`): they start, in their waves and windows.
-    Approve {
-        /// The change's id (see `status`).
-        change: String,
-        /// Only this `[[images]]` name's action.
-        #[arg(long)]
-        image: Option<String>,
-        #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
-        config: PathBuf,
-        #[arg(long)]
-        json: bool,
-    },
+    Approve(Verdict),
     /// Reject a change's actions that wait for approval: they never run (state `rejected`).
-    Reject {
-        change: String,
-        #[arg(long)]
-        image: Option<String>,
-        #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
-        config: PathBuf,
-        #[arg(long)]
-        json: bool,
-    },
+    Reject(Verdict),
     /// Let a change's later waves go after a failure in a lower wave held them.
     Release {
         change: String,
@@ -218,4 +200,18 @@ pub enum AlertCommand {
         #[arg(long)]
         name: String,
     },
+}
+
+/// A person's verdict on a change's actions.
+#[derive(clap::Args)]
+pub struct Verdict {
+    /// The change's id (see `status`).
+    pub change: String,
+    /// Only this `[[images]]` name's action.
+    #[arg(long)]
+    pub image: Option<String>,
+    #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
+    pub config: PathBuf,
+    #[arg(long)]
+    pub json: bool,
 }

@@ -150,7 +150,10 @@ impl Parts {
         }
         term.spawn("alert deliveries", self.dispatcher.clone().run(stop.clone()));
         term.spawn("runner", runner.run(stop.clone()));
-        term.spawn("action metrics", sample_open_actions(self.ledger.clone(), self.metrics.clone(), stop.clone()));
+        term.spawn(
+            "action metrics",
+            sample_open_actions(self.config.clone(), self.ledger.clone(), self.metrics.clone(), stop.clone()),
+        );
         term.spawn("checks", self.monitor.clone().run(stop));
         Ok(term)
     }
@@ -203,16 +206,24 @@ impl Term {
 
 /// Keeps `builder_monitor_actions{state}` current while this replica acts; a standby serves no
 /// such series, so a dashboard summing replicas never counts an action twice.
-async fn sample_open_actions(ledger: Ledger, metrics: Arc<Metrics>, stop: CancellationToken) {
+async fn sample_open_actions(config: Arc<Config>, ledger: Ledger, metrics: Arc<Metrics>, stop: CancellationToken) {
     let mut every = tokio::time::interval(ACTION_SAMPLE_PERIOD);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = stop.cancelled() => break,
-            _ = every.tick() => match ledger.open_actions().await {
-                Ok(open) => metrics.set_open_actions(open.iter().map(|a| a.state.as_str())),
-                Err(err) => tracing::debug!(error = %err, "cannot count open actions for the metrics"),
-            },
+            _ = every.tick() => {
+                // A pending action a roll-out gate keeps back counts as `waiting`.
+                let waits = crate::rollout::waits(&config, &ledger, chrono::Utc::now()).await;
+                match (ledger.open_actions().await, waits) {
+                    (Ok(open), Ok(waits)) => metrics.set_open_actions(open.iter().map(|a| {
+                        if waits.contains_key(&a.key) { "waiting" } else { a.state.as_str() }
+                    })),
+                    (Err(err), _) | (_, Err(err)) => {
+                        tracing::debug!(error = %err, "cannot count open actions for the metrics")
+                    }
+                }
+            }
         }
     }
     metrics.actions.clear();

@@ -5,9 +5,14 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+mod packages;
+
+pub use packages::{LayerDoc, MAX_SBOM_LAYER_BYTES, platform_packages, read_sbom_layer};
+
 use crate::config::Platform;
 use crate::registry::{DOCKER_MANIFEST_LIST, MAX_CONFIG_BYTES, Manifest, OCI_INDEX, Registry, RegistryError};
 use builder_monitor_core::cnb::{self, AppMetadata, BuilderMetadata, Change, PinnedMetadata};
+use builder_monitor_core::packages::Packages;
 use builder_monitor_core::reference::{ImageRef, is_sha256_digest};
 use builder_monitor_core::text::escape;
 
@@ -21,6 +26,8 @@ pub struct Observation {
     pub platforms: BTreeMap<String, String>,
     /// The config blob of a single-manifest image, fetched to learn its platform.
     pub single_config: Option<bytes::Bytes>,
+    /// The layers of a single-manifest image (where its SBOM layer is).
+    pub single_layers: Vec<LayerDoc>,
 }
 
 impl Observation {
@@ -50,6 +57,8 @@ struct IndexDoc {
 #[derive(Deserialize)]
 struct ImageManifestDoc {
     config: Descriptor,
+    #[serde(default)]
+    layers: Vec<LayerDoc>,
 }
 
 fn parse_image_manifest(image: &ImageRef, manifest: &Manifest) -> Result<ImageManifestDoc, RegistryError> {
@@ -111,6 +120,7 @@ pub async fn observation_from(
     let invalid = |detail: String| RegistryError::InvalidResponse { registry: image.registry().to_string(), detail };
     let mut platforms = BTreeMap::new();
     let mut single_config = None;
+    let mut single_layers = Vec::new();
     if is_index(&manifest.media_type) {
         let index: IndexDoc = serde_json::from_slice(&manifest.bytes)
             .map_err(|e| invalid(format!("index {} is not valid JSON: {e}", manifest.digest)))?;
@@ -140,8 +150,15 @@ pub async fn observation_from(
         let key = platform.key().unwrap_or_else(|| "unknown".to_string());
         platforms.insert(key, manifest.digest.clone());
         single_config = Some(config);
+        single_layers = doc.layers;
     }
-    Ok(Observation { digest: manifest.digest, media_type: manifest.media_type, platforms, single_config })
+    Ok(Observation {
+        digest: manifest.digest,
+        media_type: manifest.media_type,
+        platforms,
+        single_config,
+        single_layers,
+    })
 }
 
 /// The config blob of every selected platform (one manifest GET and one blob GET per platform of an
@@ -171,23 +188,88 @@ pub async fn builder_metadata(
     observation: &Observation,
     filter: Option<&[Platform]>,
 ) -> Result<PinnedMetadata, RegistryError> {
+    metadata_of(registry, image, observation, filter, false).await
+}
+
+/// [`builder_metadata`] with each platform's OS package list, as a pin keeps it (an SBOM layer
+/// costs a blob GET, which `resolve` has no use for).
+pub async fn pin_metadata(
+    registry: &Registry,
+    image: &ImageRef,
+    observation: &Observation,
+    filter: Option<&[Platform]>,
+) -> Result<PinnedMetadata, RegistryError> {
+    metadata_of(registry, image, observation, filter, true).await
+}
+
+async fn metadata_of(
+    registry: &Registry,
+    image: &ImageRef,
+    observation: &Observation,
+    filter: Option<&[Platform]>,
+    with_packages: bool,
+) -> Result<PinnedMetadata, RegistryError> {
+    let packages_of = async |config: &[u8], layers: &[LayerDoc]| match with_packages {
+        true => platform_packages(registry, image, config, layers).await,
+        false => None,
+    };
     if let Some(config) = &observation.single_config {
         let metadata = cnb::platform_metadata(config);
+        let packages = packages_of(config, &observation.single_layers).await;
+        let keys = || observation.platforms.keys().cloned();
         return Ok(PinnedMetadata {
-            platforms: observation.platforms.keys().map(|k| (k.clone(), metadata.clone())).collect(),
+            platforms: keys().map(|k| (k, metadata.clone())).collect(),
             run_image: None,
+            packages: packages.map(|p| keys().map(|k| (k, p.clone())).collect()).unwrap_or_default(),
         });
     }
     // One config blob at a time, parsed and dropped: a multi-arch builder's configs (up to 8 MiB
     // each) are never all held at once.
-    let mut platforms = BTreeMap::new();
+    let mut metadata = PinnedMetadata::default();
     for (platform, digest) in observation.selected(filter) {
         let manifest = registry.get_manifest(image, &digest).await?;
         let doc = parse_image_manifest(image, &manifest)?;
         let config = registry.get_blob(image, &doc.config.digest, MAX_CONFIG_BYTES).await?;
-        platforms.insert(platform, cnb::platform_metadata(&config));
+        metadata.platforms.insert(platform.clone(), cnb::platform_metadata(&config));
+        if let Some(packages) = packages_of(&config, &doc.layers).await {
+            metadata.packages.insert(platform, packages);
+        }
     }
-    Ok(PinnedMetadata { platforms, run_image: None })
+    Ok(metadata)
+}
+
+/// The package lists of every selected platform of an observed run image: nothing more to fetch
+/// for a single manifest carrying the Paketo label; a platform manifest and config per platform of
+/// an index; one layer blob per platform whose list is in an SBOM layer. A fetch that fails is a
+/// note in that platform's list: a run image's move is reported whatever its lists say.
+pub async fn run_image_packages(
+    registry: &Registry,
+    image: &ImageRef,
+    observation: &Observation,
+    filter: Option<&[Platform]>,
+) -> BTreeMap<String, Packages> {
+    let mut lists = BTreeMap::new();
+    if let Some(config) = &observation.single_config {
+        if let Some(packages) = platform_packages(registry, image, config, &observation.single_layers).await {
+            lists.extend(observation.platforms.keys().map(|k| (k.clone(), packages.clone())));
+        }
+        return lists;
+    }
+    for (platform, digest) in observation.selected(filter) {
+        let config = async {
+            let manifest = registry.get_manifest(image, &digest).await?;
+            let doc = parse_image_manifest(image, &manifest)?;
+            Ok::<_, RegistryError>((registry.get_blob(image, &doc.config.digest, MAX_CONFIG_BYTES).await?, doc.layers))
+        };
+        let packages = match config.await {
+            Ok((config, layers)) => platform_packages(registry, image, &config, &layers).await,
+            Err(err) => Some(Packages::unreadable(format!("the image config could not be read: {err}"))),
+        };
+        if let Some(packages) = packages {
+            lists.insert(platform, packages);
+        }
+    }
+    lists
 }
 
 /// An app image as found in its registry.
@@ -297,15 +379,25 @@ pub async fn resolve(registry: &Registry, image: &ImageRef) -> Result<Resolution
 }
 
 /// Classifies the move from one builder reference to another, as `diff` prints it. Run images are
-/// compared by name: the digests they had when each builder was published are not known.
+/// compared by name: the digests they had when each builder was published are not known. Two
+/// images that are not builders but list OS packages (run images) compare as a run image move.
 pub async fn diff(registry: &Registry, old: &ImageRef, new: &ImageRef) -> Result<Change, RegistryError> {
     let mut sides = Vec::new();
     for image in [old, new] {
         let manifest = registry.get_manifest(image, image.manifest_reference()).await?;
         let observation = observation_from(registry, image, manifest).await?;
-        sides.push(builder_metadata(registry, image, &observation, None).await?);
+        let metadata = pin_metadata(registry, image, &observation, None).await?;
+        sides.push((image.pinned(&observation.digest), metadata));
     }
-    Ok(cnb::classify(&sides[0], &sides[1]))
+    let base_image = |m: &PinnedMetadata| {
+        !m.platforms.is_empty() && m.platforms.values().all(|p| matches!(p, cnb::PlatformMetadata::NotBuilder))
+    };
+    let [(old_ref, old_meta), (new_ref, new_meta)] = <[_; 2]>::try_from(sides).expect("two sides");
+    if base_image(&old_meta) && base_image(&new_meta) && !(old_meta.packages.is_empty() && new_meta.packages.is_empty())
+    {
+        return Ok(Change::run_image_moved(old_ref, new_ref).with_packages(&old_meta.packages, &new_meta.packages));
+    }
+    Ok(cnb::classify(&old_meta, &new_meta))
 }
 
 impl Resolution {
@@ -339,6 +431,7 @@ mod tests {
     fn platform_filter_matches_variants_loosely() {
         let obs = Observation {
             single_config: None,
+            single_layers: Vec::new(),
             digest: "sha256:i".into(),
             media_type: OCI_INDEX.into(),
             platforms: [

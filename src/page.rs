@@ -419,6 +419,24 @@ fn history(out: &mut String, w: &BuilderStatus, now: DateTime<Utc>) {
 
 fn actions(out: &mut String, status: &Status, config: &Config, now: DateTime<Utc>) {
     out.push_str("<div class=\"card\">");
+    // The gates that hold every action, above the list they hold.
+    if let Some(f) = &status.rollout.frozen {
+        let reason = f.reason.as_deref().map(|r| format!(": {}", Text(r))).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "<p class=\"empty\" id=\"frozen\"><span class=\"pill warn\">frozen</span> since {} by {}{reason}; \
+             no rebase or rebuild starts until <code>builder-monitor unfreeze</code>.</p>",
+            time_element(f.since, &ago_at(f.since, now)),
+            Text(&f.by)
+        );
+    }
+    if let Some(next) = &status.rollout.next_window {
+        let _ = writeln!(
+            out,
+            "<p class=\"empty\" id=\"window\">Outside the roll-out windows: the next opens {}.</p>",
+            Text(next)
+        );
+    }
     if status.pending.is_empty() {
         out.push_str("<p class=\"empty\">No rebases or rebuilds waiting.</p></div>\n");
         return;
@@ -560,6 +578,7 @@ mod tests {
             reasons: Vec::new(),
             summary: format!("{}: {details}", kind.as_str()),
             rollback: false,
+            packages: None,
         }
     }
 
@@ -685,6 +704,23 @@ mod tests {
 
         let none = render(&empty(Vec::new()), &config(""), now());
         assert!(none.contains("No builders configured."));
+        assert!(!html.contains("id=\"frozen\"") && !html.contains("id=\"window\""));
+    }
+
+    /// A freeze and a closed window are said above the actions they hold, the reason escaped.
+    #[test]
+    fn a_freeze_and_a_closed_window_are_shown() {
+        let mut status = empty(vec![watch("jammy", "registry.example.com/paketo/builder:latest")]);
+        status.rollout.frozen = Some(builder_monitor_core::rollout::Freeze {
+            since: parse_timestamp("2025-03-04T11:00:00Z").unwrap(),
+            reason: Some(HOSTILE.into()),
+            by: HOSTILE.into(),
+        });
+        status.rollout.next_window = Some("Mon 09:00 Europe/Berlin".into());
+        let html = render(&status, &config(""), now());
+        assert!(html.contains("<span class=\"pill warn\">frozen</span> since"), "{html}");
+        assert!(html.contains("the next opens Mon 09:00 Europe/Berlin."), "{html}");
+        assert!(!html.contains(HOSTILE), "the reason is escaped");
     }
 
     #[test]

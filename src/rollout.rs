@@ -108,8 +108,8 @@ pub struct FreezeOutcome {
     pub changed: bool,
 }
 
-/// Freezes every action start (`reason` shown by `status`), or with `reason` = None on an
-/// existing freeze, keeps it. Checks, pins and alerts go on.
+/// Freezes every action start (`reason` shown by `status`); on an existing freeze, a new reason
+/// replaces the old one and nothing else changes. Checks, pins and alerts go on.
 pub async fn freeze(
     config: &Config,
     ledger: &Ledger,
@@ -126,8 +126,9 @@ pub async fn freeze(
     if changed {
         crate::event_log::log(&event);
     }
-    let frozen = Freeze { since: before.map_or(freeze.since, |b| b.since), ..freeze };
-    Ok(FreezeOutcome { frozen: Some(frozen), changed })
+    // As kept: a second freeze keeps the first one's time and author.
+    let frozen = ledger.freeze_state().await?.or(Some(freeze));
+    Ok(FreezeOutcome { frozen, changed })
 }
 
 /// Lifts the freeze; waiting actions start (newest target per image; older ones were superseded).

@@ -408,11 +408,12 @@ struct RolloutBody {
 }
 
 impl RolloutBody {
-    fn read(body: &[u8]) -> Result<Self, Response> {
+    /// The body, or why it is refused (a 400).
+    fn read(body: &[u8]) -> Result<Self, String> {
         if body.iter().all(u8::is_ascii_whitespace) {
             return Ok(RolloutBody::default());
         }
-        parse(body, "roll-out request").map_err(|e| error(StatusCode::BAD_REQUEST, e))
+        parse(body, "roll-out request")
     }
 
     /// The API token stands for whoever holds it; a name given in the body is recorded with it.
@@ -444,7 +445,7 @@ async fn decide(
     };
     let body = match RolloutBody::read(&body) {
         Ok(b) => b,
-        Err(response) => return response,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
     if verdict == Verdict::Release && body.image.is_some() {
         return error(StatusCode::BAD_REQUEST, "release lets a whole change go; it takes no image");
@@ -468,7 +469,7 @@ async fn freeze(State(state): State<Arc<ServerState>>, headers: HeaderMap, body:
     }
     let body = match RolloutBody::read(&body) {
         Ok(b) => b,
-        Err(response) => return response,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
     let reason = body
         .reason
@@ -485,7 +486,7 @@ async fn unfreeze(State(state): State<Arc<ServerState>>, headers: HeaderMap, bod
     }
     let body = match RolloutBody::read(&body) {
         Ok(b) => b,
-        Err(response) => return response,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
     freeze_response(rollout::unfreeze(&state.config, &state.ledger, &body.by(), state.monitor.now()).await)
 }

@@ -12,6 +12,7 @@ use crate::ledger::{
     WatchRecord,
 };
 use builder_monitor_core::cnb::{ChangeKind, Reason, run_watch_name};
+use builder_monitor_core::packages::PackageDiff;
 use builder_monitor_core::rollout::Freeze;
 use builder_monitor_core::schedule::{timestamp, timestamp_millis};
 use builder_monitor_core::text::escape;
@@ -130,6 +131,9 @@ pub struct ChangeSummary {
     pub reasons: Vec<Reason>,
     pub summary: String,
     pub rollback: bool,
+    /// The OS packages the move changed, when both sides listed them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub packages: Option<PackageDiff>,
 }
 
 /// Builds the report for the builders in `config`, with up to `recent` changes each.
@@ -187,7 +191,7 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
 }
 
 /// The open actions, each pending one with why it waits, and the gates that hold for all.
-async fn open_actions(
+pub async fn open_actions(
     config: &Config,
     ledger: &Ledger,
     now: chrono::DateTime<chrono::Utc>,
@@ -302,6 +306,7 @@ fn builder_status(
                 reasons: c.change.reasons.clone(),
                 summary: c.change.summary(),
                 rollback: c.rollback,
+                packages: c.change.packages.clone(),
             })
             .collect(),
     }

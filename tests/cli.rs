@@ -320,3 +320,39 @@ async fn secrets_never_reach_logs_or_output() {
         assert!(check.stdout.contains("user testuser (password from $BM_TEST_PASSWORD)"), "{}", check.stdout);
     }
 }
+
+/// Without a daemon, the roll-out commands write the ledger themselves: the freeze is kept and
+/// shown by `status`, lifted by `unfreeze`; an unknown change is a usage error that names it.
+#[test]
+fn roll_out_commands_write_the_ledger_when_no_daemon_holds_it() {
+    let ws = Workspace::new();
+    let config = ws.config(
+        "[monitor]\nstate = \"state.db\"\n\n[[builders]]\nname = \"b\"\nimage = \"127.0.0.1:1/demo/b:latest\"\n",
+    );
+    let config = config.to_str().unwrap();
+    let frozen = ws.run(&["freeze", "--config", config, "--reason", "release week"]);
+    assert_eq!(frozen.code, Some(0), "{}", frozen.stderr);
+    assert!(frozen.stdout.starts_with("frozen since "), "{}", frozen.stdout);
+    assert!(frozen.stdout.contains("(cli): release week;"), "{}", frozen.stdout);
+    let again = ws.run(&["freeze", "--config", config, "--json"]);
+    assert_eq!(json(&again.stdout)["changed"], false, "{}", again.stdout);
+    let status = ws.run(&["status", "--config", config, "--json"]);
+    assert_eq!(status.code, Some(0), "{}", status.stderr);
+    let status = json(&status.stdout);
+    assert_eq!(status["rollout"]["frozen"]["reason"], "release week", "{status}");
+    assert!(status["rollout"]["frozen"]["by"].as_str().unwrap().ends_with("(cli)"), "{status}");
+    let text = ws.run(&["status", "--config", config]);
+    assert!(text.stdout.contains("FROZEN since "), "{}", text.stdout);
+
+    let unknown = ws.run(&["approve", "--config", config, "no-such-change"]);
+    assert_eq!(unknown.code, Some(2), "{}", unknown.stderr);
+    assert!(unknown.stderr.contains("no change no-such-change has actions in the ledger"), "{}", unknown.stderr);
+
+    let lifted = ws.run(&["unfreeze", "--config", config]);
+    assert_eq!(lifted.code, Some(0), "{}", lifted.stderr);
+    assert_eq!(lifted.stdout, "unfrozen: waiting rebases and rebuilds start again\n");
+    let status = json(&ws.run(&["status", "--config", config, "--json"]).stdout);
+    assert!(status["rollout"]["frozen"].is_null(), "{status}");
+    let none = ws.run(&["unfreeze", "--config", config]);
+    assert_eq!(none.stdout, "not frozen; nothing changed\n");
+}

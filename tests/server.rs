@@ -280,7 +280,9 @@ async fn hooks_need_the_token_and_coalesce_into_a_normal_check() {
     assert_eq!(response.status(), 202);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["checks"], json!(["b"]));
-    wait_until(|| checks(&s.monitor) == 2).await;
+    // The check at once and its two follow-ups (the tag still shows the pin).
+    let handle = s.monitor.handle();
+    wait_until(|| checks(&s.monitor) == 4 && !handle.hook_checks_pending("b")).await;
     // The forged digest was not believed: the check found the tag unchanged.
     assert!(s.ledger.changes(None, 10).await.unwrap().is_empty());
     let pin = s.ledger.watch("b").await.unwrap().unwrap().pin.unwrap();
@@ -289,7 +291,7 @@ async fn hooks_need_the_token_and_coalesce_into_a_normal_check() {
     // ?token= works for registries that can only call a static URL.
     let response = post(format!("{hook}?token={TOKEN}"), None).await;
     assert_eq!(response.status(), 202);
-    wait_until(|| checks(&s.monitor) == 3).await;
+    wait_until(|| checks(&s.monitor) == 7 && !handle.hook_checks_pending("b")).await;
     // Other repositories, tags or registries schedule nothing.
     let other = json!({ "events": [{ "action": "push", "target": { "repository": "demo/b", "tag": "other" } }] });
     let response = support::http().post(&hook).bearer_auth(TOKEN).body(other.to_string()).send().await.unwrap();
@@ -299,7 +301,7 @@ async fn hooks_need_the_token_and_coalesce_into_a_normal_check() {
     let url = format!("{}/api/v1/builders/b/check", s.base);
     assert_eq!(support::http().post(&url).send().await.unwrap().status(), 401);
     assert_eq!(support::http().post(&url).bearer_auth(TOKEN).send().await.unwrap().status(), 202);
-    wait_until(|| checks(&s.monitor) == 4).await;
+    wait_until(|| checks(&s.monitor) == 8).await;
     let url = format!("{}/api/v1/builders/nope/check", s.base);
     assert_eq!(support::http().post(&url).bearer_auth(TOKEN).send().await.unwrap().status(), 404);
 
@@ -309,6 +311,82 @@ async fn hooks_need_the_token_and_coalesce_into_a_normal_check() {
     assert_eq!(response.status(), 413);
     let response = support::http().post(&hook).bearer_auth(TOKEN).body("{not json").send().await.unwrap();
     assert_eq!(response.status(), 400);
+    run.cancel();
+}
+
+/// A Distribution hook for `demo/b:latest`, sent with the token.
+async fn hook_latest(base: &str) {
+    let body = json!({ "events": [{ "action": "push", "target": { "repository": "demo/b", "tag": "latest" } }] });
+    let response = support::http()
+        .post(format!("{base}/hooks/distribution"))
+        .bearer_auth(TOKEN)
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+}
+
+/// The `HEAD`s of the tag `demo/b:latest` the proxy forwarded, oldest first.
+fn tag_heads(proxy: &Proxy) -> Vec<Instant> {
+    let seen = proxy.seen();
+    seen.iter().filter(|r| r.method == "HEAD" && r.path.ends_with("/demo/b/manifests/latest")).map(|r| r.at).collect()
+}
+
+#[tokio::test]
+async fn a_hook_for_an_unchanged_tag_costs_three_heads_and_a_burst_of_hooks_no_more() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    pusher.push_image("demo/b", Some("latest"), &Image::new("amd64"), Format::Oci).await;
+    let proxy = Proxy::start(&registry.host).await;
+    let s = serve(&config(&proxy.host, "")).await;
+    let run = CancellationToken::new();
+    tokio::spawn(s.monitor.clone().run(run.clone()));
+    let checks =
+        |m: &Monitor| m.metrics().checks.get_or_create(&builder_monitor::metrics::CheckLabels::new("b", None)).get();
+    wait_until(|| checks(&s.monitor) == 1).await;
+    let handle = s.monitor.handle();
+
+    for burst in [1, 8] {
+        proxy.clear();
+        let before = checks(&s.monitor);
+        for _ in 0..burst {
+            hook_latest(&s.base).await;
+        }
+        wait_until(|| !handle.hook_checks_pending("b")).await;
+        let heads = tag_heads(&proxy);
+        assert_eq!(heads.len(), 3, "{burst} hook(s): at once, then the two follow-ups");
+        assert_eq!(checks(&s.monitor) - before, 3);
+        let [first, second] = builder_monitor::monitor::HOOK_FOLLOW_UPS;
+        assert!(heads[1] - heads[0] >= first, "{:?}", heads[1] - heads[0]);
+        assert!(heads[2] - heads[1] >= second, "{:?}", heads[2] - heads[1]);
+    }
+    assert!(s.ledger.changes(None, 10).await.unwrap().is_empty());
+    run.cancel();
+}
+
+#[tokio::test]
+async fn a_hook_after_a_move_finds_it_with_one_head() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    pusher.push_image("demo/b", Some("latest"), &Image::new("amd64"), Format::Oci).await;
+    let proxy = Proxy::start(&registry.host).await;
+    let s = serve(&config(&proxy.host, "")).await;
+    let run = CancellationToken::new();
+    tokio::spawn(s.monitor.clone().run(run.clone()));
+    let checks =
+        |m: &Monitor| m.metrics().checks.get_or_create(&builder_monitor::metrics::CheckLabels::new("b", None)).get();
+    wait_until(|| checks(&s.monitor) == 1).await;
+    let pushed = pusher.push_image("demo/b", Some("latest"), &Image::new("amd64").salt("2"), Format::Oci).await;
+    proxy.clear();
+    hook_latest(&s.base).await;
+    let handle = s.monitor.handle();
+    wait_until(|| !handle.hook_checks_pending("b")).await;
+    assert_eq!(tag_heads(&proxy).len(), 1, "the move was seen: no follow-up");
+    assert_eq!(checks(&s.monitor), 2);
+    let changes = s.ledger.changes(None, 10).await.unwrap();
+    assert_eq!(changes.len(), 1);
+    assert_eq!(s.ledger.watch("b").await.unwrap().unwrap().pin.unwrap().digest, pushed.digest);
     run.cancel();
 }
 
@@ -520,4 +598,96 @@ async fn readyz_stays_ready_in_a_registry_outage_and_says_degraded() {
     s.monitor.check_builder("b").await.unwrap().unwrap();
     let (code, ready) = get_json(&format!("{}/readyz", s.base), None).await;
     assert_eq!((code, &ready["degraded"], &ready["failing_watches"]), (200, &json!(false), &json!(0)), "{ready}");
+}
+
+/// The roll-out endpoints: token-protected like the other POSTs, clear refusals, and each request
+/// does what it says to the ledger.
+#[tokio::test]
+async fn roll_out_requests_need_the_token_and_do_what_they_say() {
+    use builder_monitor::ledger::{ActionState, CheckRecord, NewAction, WatchKind};
+    let s = serve(&config("127.0.0.1:1", "")).await;
+    let target = json!({ "image": "r/app", "builder_name": "b", "builder": "r/b@sha256:x", "run_image": null, "source": null, "why": "test" });
+    let action = |image: &str| NewAction {
+        key: format!("k-{image}"),
+        change_id: "c1".into(),
+        image: image.into(),
+        kind: builder_monitor_core::plan::ActionKind::Rebuild,
+        target: target.clone(),
+        wave: 1,
+        needs_approval: true,
+    };
+    s.ledger
+        .commit(CheckRecord {
+            watch: "b".into(),
+            kind: WatchKind::Builder,
+            image: "r/b:latest".into(),
+            time: chrono::Utc::now(),
+            outcome: Ok(()),
+            pin: None,
+            pending: None,
+            change: None,
+            events: vec![],
+            deliveries: vec![],
+            actions: vec![action("app"), action("api")],
+            history: 10,
+        })
+        .await
+        .unwrap();
+    let http = support::http();
+    let post = |path: &str, body: Option<&str>, token: bool| {
+        let mut request = http.post(format!("{}{path}", s.base));
+        if token {
+            request = request.bearer_auth(TOKEN);
+        }
+        if let Some(body) = body {
+            request = request.header("content-type", "application/json").body(body.to_string());
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    assert_eq!(post("/api/v1/changes/c1/approve", None, false).await.0, 401);
+    let (status, body) = post("/api/v1/changes/nope/approve", None, true).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("no change nope"), "{body}");
+    let (status, body) = post("/api/v1/changes/c1/approve", Some(r#"{"image":"web"}"#), true).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"], "change c1 has no action for image \"web\" (it has: api, app)");
+    assert_eq!(post("/api/v1/changes/c1/approve", Some("not json"), true).await.0, 400);
+    assert_eq!(post("/api/v1/changes/c1/frobnicate", None, true).await.0, 404);
+    assert_eq!(post("/api/v1/changes/c1/release", Some(r#"{"image":"app"}"#), true).await.0, 400);
+
+    // Approve one image's action: exactly that one moves, recorded with who asked.
+    let (status, body) = post("/api/v1/changes/c1/approve", Some(r#"{"image":"app","by":"alice"}"#), true).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["actions"].as_array().unwrap().len(), 1, "{body}");
+    assert_eq!(
+        (body["actions"][0]["image"].as_str(), body["actions"][0]["state"].as_str()),
+        (Some("app"), Some("pending"))
+    );
+    let rows = s.ledger.change_actions("c1").await.unwrap();
+    let app = rows.iter().find(|a| a.image == "app").unwrap();
+    assert_eq!((app.state, app.decided_by.as_deref()), (ActionState::Pending, Some("alice (api)")));
+    assert_eq!(rows.iter().find(|a| a.image == "api").unwrap().state, ActionState::AwaitingApproval);
+    // Reject the rest.
+    let (status, body) = post("/api/v1/changes/c1/reject", None, true).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        s.ledger.change_actions("c1").await.unwrap().iter().find(|a| a.image == "api").unwrap().state,
+        ActionState::Rejected
+    );
+
+    // The freeze: set, kept (a second request changes nothing), lifted.
+    let (status, body) = post("/api/v1/freeze", Some(r#"{"reason":"release week","by":"bob"}"#), true).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!((body["changed"].as_bool(), body["frozen"]["by"].as_str()), (Some(true), Some("bob (api)")));
+    assert_eq!(s.ledger.freeze_state().await.unwrap().unwrap().reason.as_deref(), Some("release week"));
+    assert_eq!(post("/api/v1/freeze", None, true).await.1["changed"].as_bool(), Some(false));
+    let unauthorised = http.delete(format!("{}/api/v1/freeze", s.base)).send().await.unwrap();
+    assert_eq!(unauthorised.status().as_u16(), 401);
+    let lifted = http.delete(format!("{}/api/v1/freeze", s.base)).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(lifted.status().as_u16(), 200);
+    assert_eq!(s.ledger.freeze_state().await.unwrap(), None);
 }

@@ -113,7 +113,17 @@ fn mrkdwn(text: impl Into<String>) -> Value {
     json!({ "type": "mrkdwn", "text": text.into() })
 }
 
-/// A Slack incoming-webhook body: the summary line, then previous/current, reasons and images.
+/// Package moves a Slack message shows before `… N more`.
+const SLACK_PACKAGE_ROWS: usize = 10;
+
+/// Registry text inside Slack mrkdwn: the three characters Slack reserves escaped, and no backtick
+/// that could close the code block.
+fn slack_escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('`', "'")
+}
+
+/// A Slack incoming-webhook body: the summary line, then previous/current, reasons, OS package
+/// moves and images.
 pub fn slack_body(event: &Event) -> Value {
     let line = summary(event);
     let mut blocks = vec![json!({ "type": "section", "text": mrkdwn(format!("*{line}*")) })];
@@ -142,6 +152,13 @@ pub fn slack_body(event: &Event) -> Value {
             text.push_str(&format!("\n• {} {} → {}", b.id, v(&b.from), v(&b.to)));
         }
         blocks.push(json!({ "type": "section", "text": mrkdwn(text) }));
+        if let Some(packages) = &change.packages {
+            let table = slack_escape(&packages.table(SLACK_PACKAGE_ROWS));
+            let text = format!("*OS packages* ({})\n```\n{table}\n```", packages.source.as_str());
+            blocks.push(json!({ "type": "section", "text": mrkdwn(text) }));
+        } else if let Some(note) = &change.packages_note {
+            blocks.push(json!({ "type": "section", "text": mrkdwn(format!("*OS packages:* {}", slack_escape(note))) }));
+        }
     }
     if let Some(images) = event.images.as_ref().filter(|i| !i.is_empty()) {
         let list: Vec<String> = images.iter().map(|i| format!("{} ({})", i.name, i.action)).collect();
@@ -214,6 +231,34 @@ mod tests {
         assert!(blocks[1]["fields"][0]["text"].as_str().unwrap().contains("docker.io/heroku/builder@sha256:a"));
         assert!(blocks[2]["text"]["text"].as_str().unwrap().contains("*Reasons:* BUILDPACK"));
         assert!(blocks[3]["text"]["text"].as_str().unwrap().contains("petclinic (rebuild)"));
+    }
+
+    #[test]
+    fn slack_shows_package_moves_as_a_short_table() {
+        use builder_monitor_core::packages::{PackageChange, PackageDiff, PackageVersion, Source};
+        let mut e = changed();
+        let change = e.change.as_mut().unwrap();
+        change.packages = Some(PackageDiff {
+            source: Source::PaketoLabel,
+            changed: (0..12)
+                .map(|i| PackageChange { name: format!("lib{i:02}"), arch: None, from: "1".into(), to: "2".into() })
+                .collect(),
+            added: vec![PackageVersion { name: "x<y>`".into(), arch: None, version: "1".into() }],
+            removed: vec![],
+            platforms: Default::default(),
+        });
+        let body = slack_body(&e);
+        let table = body["blocks"][3]["text"]["text"].as_str().unwrap();
+        assert!(
+            table.starts_with("*OS packages* (io.paketo.stack.packages)\n```\npackage  from  to\nlib00    1     2\n"),
+            "{table}"
+        );
+        assert!(table.ends_with("lib09    1     2\n… 3 more\n```"), "{table}");
+        assert!(body["text"].as_str().unwrap().contains("lib00 1 → 2, lib01 1 → 2, lib02 1 → 2; 10 more"));
+        e.change.as_mut().unwrap().packages = None;
+        e.change.as_mut().unwrap().packages_note = Some("new image: <b>".into());
+        let body = slack_body(&e);
+        assert_eq!(body["blocks"][3]["text"]["text"], "*OS packages:* new image: &lt;b&gt;");
     }
 
     #[test]

@@ -113,6 +113,10 @@ pub struct LastChange {
     pub kind: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reasons: Vec<String>,
+    /// The OS packages the base or run image moved, briefly (`openssl 3.0.2-0ubuntu1.15 →
+    /// 3.0.2-0ubuntu1.16, libssl3 …; 2 more`), when both sides listed them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packages: Option<String>,
 }
 
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -157,6 +157,7 @@ pub fn status_of(input: &StatusInput) -> ClusterBuilderStatus {
                 .iter()
                 .filter_map(|r| serde_json::to_value(r).ok()?.as_str().map(str::to_string))
                 .collect(),
+            packages: c.change.packages.as_ref().map(|p| p.brief(LAST_CHANGE_PACKAGES)),
         }),
         history: input
             .history
@@ -166,6 +167,9 @@ pub fn status_of(input: &StatusInput) -> ClusterBuilderStatus {
             .collect(),
     }
 }
+
+/// Package moves the last change's `packages` names before `; N more`.
+const LAST_CHANGE_PACKAGES: usize = 5;
 
 fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Condition {
     Condition {

@@ -132,6 +132,7 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
                         println!("  {}: {} {reasons}", text::escape(platform), p.kind.as_str());
                     }
                 }
+                print!("{}", packages_text(&change));
             }
             Ok(0)
         }
@@ -224,7 +225,11 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
             let ledger = daemon::open_ledger(&config, Access::Read, &Clock::System).await?;
             let metrics = Metrics::new();
             let registry = Registry::new(config.registries.values().cloned(), metrics);
-            let assessments = Reaction { config: &config, ledger: &ledger, registry: &registry }.assess().await?;
+            let mut assessments = Reaction { config: &config, ledger: &ledger, registry: &registry }.assess().await?;
+            let (open, _) = status::open_actions(&config, &ledger, chrono::Utc::now()).await?;
+            for a in &mut assessments {
+                a.open = open.iter().rev().find(|o| o.image == a.image).cloned();
+            }
             if json {
                 println!("{}", serde_json::to_string_pretty(&assessments).context("encoding JSON")?);
             } else if assessments.is_empty() {
@@ -237,6 +242,17 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
                         (action, _) => action.map_or("nothing", |k| k.as_str()),
                     };
                     println!("{} (builder {}, policy {}): {action} — {}", a.image, a.builder, a.policy.as_str(), a.why);
+                    if let Some(o) = &a.open {
+                        let why =
+                            o.waiting_for.as_deref().map(|w| format!(": {}", text::escape(w))).unwrap_or_default();
+                        println!(
+                            "  open: {} for change {} (wave {}, {}){why}",
+                            o.action,
+                            o.change,
+                            o.wave,
+                            o.shown_state()
+                        );
+                    }
                 }
             }
             Ok(0)
@@ -275,11 +291,21 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
             }
             Ok(0)
         }
-        Command::Approve { change, image, config, json } => {
-            rollout::run(&config, Request::Decide { change, image, verdict: Verdict::Approve }, json).await
+        Command::Approve(v) => {
+            rollout::run(
+                &v.config,
+                Request::Decide { change: v.change, image: v.image, verdict: Verdict::Approve },
+                v.json,
+            )
+            .await
         }
-        Command::Reject { change, image, config, json } => {
-            rollout::run(&config, Request::Decide { change, image, verdict: Verdict::Reject }, json).await
+        Command::Reject(v) => {
+            rollout::run(
+                &v.config,
+                Request::Decide { change: v.change, image: v.image, verdict: Verdict::Reject },
+                v.json,
+            )
+            .await
         }
         Command::Release { change, config, json } => {
             rollout::run(&config, Request::Decide { change, image: None, verdict: Verdict::Release }, json).await
@@ -328,6 +354,28 @@ fn watches_something(config: &Config) -> Result<(), Failure> {
         )));
     }
     Ok(())
+}
+
+/// Package moves most `diff` lists per table.
+const DIFF_PACKAGE_ROWS: usize = 200;
+
+/// `diff`'s OS package tables (one per platform when their moves differ), or why there are none.
+fn packages_text(change: &builder_monitor_core::cnb::Change) -> String {
+    let indent = |table: String| table.lines().map(|l| format!("    {l}\n")).collect::<String>();
+    let mut out = String::new();
+    if let Some(packages) = &change.packages {
+        out.push_str(&format!("OS packages ({}):\n", packages.source.as_str()));
+        if packages.platforms.is_empty() {
+            out.push_str(&indent(packages.table(DIFF_PACKAGE_ROWS)));
+        }
+        for (platform, diff) in &packages.platforms {
+            out.push_str(&format!("  {}:\n{}", text::escape(platform), indent(diff.table(DIFF_PACKAGE_ROWS))));
+        }
+    }
+    if let Some(note) = &change.packages_note {
+        out.push_str(&format!("OS packages: {}\n", text::escape(note)));
+    }
+    out
 }
 
 #[cfg(test)]

@@ -95,6 +95,9 @@ pub struct AlertSettings {
     pub events: Vec<String>,
     /// Builder name globs; empty means every builder.
     pub builders: Vec<String>,
+    /// OS package name globs (`openssl*`): when set, a builder or run image move reaches this
+    /// alert only when one of these packages moved. Empty means every move.
+    pub packages: Vec<String>,
     /// Extra static headers.
     pub headers: Vec<(String, String)>,
     pub timeout: Duration,
@@ -119,6 +122,18 @@ impl AlertSettings {
     pub fn wants_builder<'b>(&self, mut builders: impl Iterator<Item = &'b str>) -> bool {
         self.builders.is_empty() || builders.any(|b| self.builders.iter().any(|p| glob_match(p, b)))
     }
+
+    /// Whether this alert wants this event for the OS packages it moved (only moves are filtered;
+    /// a move without a package diff does not match a package filter).
+    pub fn wants_packages(&self, event: &Event) -> bool {
+        if self.packages.is_empty()
+            || !matches!(event.event_type, EventType::BuilderChanged | EventType::RunImageChanged)
+        {
+            return true;
+        }
+        let moved = event.change.as_ref().and_then(|c| c.packages.as_ref()).map(|d| d.names()).unwrap_or_default();
+        moved.iter().any(|name| self.packages.iter().any(|p| glob_match(p, name)))
+    }
 }
 
 #[derive(Deserialize)]
@@ -134,6 +149,7 @@ pub(super) struct RawAlert {
     secret_file: Option<Spanned<String>>,
     events: Option<Vec<Spanned<String>>>,
     builders: Option<Vec<Spanned<String>>>,
+    packages: Option<Vec<Spanned<String>>>,
     headers: Option<Spanned<std::collections::BTreeMap<String, String>>>,
     timeout: Option<Spanned<String>>,
     insecure: Option<bool>,
@@ -275,6 +291,13 @@ impl<'a> Validator<'a> {
             }
         };
         let builders = raw.builders.iter().flatten().map(|b| b.get_ref().clone()).collect();
+        if raw.packages.as_ref().is_some_and(Vec::is_empty) {
+            self.error(raw.name.span(), "packages is empty; omit it to get every move");
+        }
+        for pattern in raw.packages.iter().flatten().filter(|p| p.get_ref().trim().is_empty()) {
+            self.error(pattern.span(), "a package pattern must not be empty");
+        }
+        let packages = raw.packages.iter().flatten().map(|p| p.get_ref().clone()).collect();
         let mut headers = Vec::new();
         if let Some(table) = &raw.headers {
             for (k, v) in table.get_ref() {
@@ -318,6 +341,7 @@ impl<'a> Validator<'a> {
             secret,
             events,
             builders,
+            packages,
             headers,
             timeout,
             insecure: raw.insecure.unwrap_or(false),
@@ -352,7 +376,8 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
     p[pi..].iter().all(|c| *c == '*')
 }
 
-/// The alerts that asked for this event: its type, and any builder it concerns.
+/// The alerts that asked for this event: its type, any builder it concerns and, for a move, any
+/// package it moved.
 pub fn routes<'a>(alerts: &'a [AlertSettings], event: &Event) -> Vec<&'a str> {
     let about_all = matches!(event.event_type, EventType::RolloutFrozen | EventType::RolloutUnfrozen);
     let builders =
@@ -360,7 +385,11 @@ pub fn routes<'a>(alerts: &'a [AlertSettings], event: &Event) -> Vec<&'a str> {
     alerts
         .iter()
         // A freeze concerns every builder.
-        .filter(|a| a.wants_type(event.event_type.as_str()) && (about_all || a.wants_builder(builders())))
+        .filter(|a| {
+            a.wants_type(event.event_type.as_str())
+                && (about_all || a.wants_builder(builders()))
+                && a.wants_packages(event)
+        })
         .map(|a| a.name.as_str())
         .collect()
 }
@@ -382,5 +411,43 @@ mod tests {
         assert!(!glob_match("exact", "exactly"));
         assert!(glob_match("a*b*c", "aXXbYYc"));
         assert!(!glob_match("a*b*c", "aXXbYY"));
+    }
+
+    fn alert(extra: &str) -> Result<super::super::Config, super::super::ConfigError> {
+        let text = format!(
+            "[[builders]]\nname = \"b\"\nimage = \"docker.io/x/y:latest\"\n[[alerts]]\nname = \"a\"\ntype = \"webhook\"\nurl = \"https://hooks.example.test/x\"\n{extra}"
+        );
+        super::super::Config::parse(std::path::Path::new("config.toml"), &text)
+    }
+
+    #[test]
+    fn package_filters_are_validated_and_match_moved_packages_only() {
+        let config = alert("packages = [\"openssl*\", \"libc6\"]\n").unwrap();
+        let a = &config.alerts[0];
+        assert_eq!(a.packages, ["openssl*", "libc6"]);
+        let err = alert("packages = []\n").unwrap_err().to_string();
+        assert!(err.contains("packages is empty"), "{err}");
+        let err = alert("packages = [\" \"]\n").unwrap_err().to_string();
+        assert!(err.contains("config.toml:8:13: a package pattern must not be empty"), "{err}");
+
+        use builder_monitor_core::packages::{PackageChange, PackageDiff, Source};
+        let mut event = builder_monitor_core::event::example_builder_changed();
+        assert!(!a.wants_packages(&event), "a move without a package diff");
+        let diff = |name: &str| PackageDiff {
+            source: Source::PaketoLabel,
+            changed: vec![PackageChange { name: name.into(), arch: None, from: "1".into(), to: "2".into() }],
+            added: vec![],
+            removed: vec![],
+            platforms: Default::default(),
+        };
+        event.change.as_mut().unwrap().packages = Some(diff("libssl3"));
+        assert!(!a.wants_packages(&event));
+        event.change.as_mut().unwrap().packages = Some(diff("openssl-dev"));
+        assert!(a.wants_packages(&event));
+        assert_eq!(routes(&config.alerts, &event), ["a"]);
+        // Failures are not moves: the filter leaves them alone.
+        event.event_type = EventType::CheckFailed;
+        event.change.as_mut().unwrap().packages = None;
+        assert!(a.wants_packages(&event));
     }
 }

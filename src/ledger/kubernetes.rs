@@ -682,9 +682,9 @@ impl KubeLedger {
         }
         let due: Vec<String> = gate_rows(&rows, kind, rollout, freeze.as_ref(), now)
             .into_iter()
-            .filter(|(_, due, verdict)| verdict.is_ok() && *due <= now)
+            .filter(|g| g.verdict.is_ok() && g.due <= now)
             .take(limit)
-            .map(|(key, ..)| key)
+            .map(|g| g.key)
             .collect();
         let mut claimed = Vec::new();
         for key in due {
@@ -699,7 +699,7 @@ impl KubeLedger {
                         doc.actions.iter().filter(|a| a.change_id == change).cloned().map(record).collect();
                     let open = gate_rows(&view, kind, rollout, freeze.as_ref(), now)
                         .into_iter()
-                        .any(|(k, _, verdict)| k == key && verdict.is_ok());
+                        .any(|g| g.key == key && g.verdict.is_ok());
                     Ok(doc.actions.iter_mut().find(|a| open && a.key == key && a.state == ActionState::Pending).map(
                         |a| {
                             a.state = ActionState::Running;
@@ -978,8 +978,12 @@ impl KubeLedger {
         self.modify(ROLLOUT_WATCH, |doc| {
             let before = doc.freeze.clone();
             doc.freeze = match (&before, &freeze) {
-                // A second freeze keeps the first one's time.
-                (Some(old), Some(new)) => Some(Freeze { since: old.since, ..new.clone() }),
+                // A second freeze keeps the first one's time and author, and takes a new reason.
+                (Some(old), Some(new)) => Some(Freeze {
+                    since: old.since,
+                    by: old.by.clone(),
+                    reason: new.reason.clone().or_else(|| old.reason.clone()),
+                }),
                 (_, new) => new.clone(),
             };
             if before.is_some() != freeze.is_some() {

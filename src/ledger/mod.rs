@@ -392,6 +392,13 @@ impl Ledger {
     }
 }
 
+/// A pending action as the roll-out gates see it: when it is due, and whether it may start.
+struct Gated {
+    key: String,
+    due: DateTime<Utc>,
+    verdict: Result<(), Wait>,
+}
+
 /// The pending actions (of `kind`, when given) among `rows` — every action of the changes
 /// concerned — each with when it is due and the roll-out gates' verdict, soonest due first.
 fn gate_rows(
@@ -400,7 +407,7 @@ fn gate_rows(
     rollout: &Rollout,
     freeze: Option<&Freeze>,
     now: DateTime<Utc>,
-) -> Vec<(String, DateTime<Utc>, Result<(), Wait>)> {
+) -> Vec<Gated> {
     let mut by_change: std::collections::BTreeMap<&str, Vec<&ActionRecord>> = Default::default();
     for r in rows {
         by_change.entry(r.change.as_str()).or_default().push(r);
@@ -418,12 +425,12 @@ fn gate_rows(
         }
     }
     out.sort_by(|a, b| (a.2, a.0, &a.1).cmp(&(b.2, b.0, &b.1)));
-    out.into_iter().map(|(_, key, due, verdict)| (key, due, verdict)).collect()
+    out.into_iter().map(|(_, key, due, verdict)| Gated { key, due, verdict }).collect()
 }
 
 /// When the next of the `gated` pending actions may start.
 fn next_start(
-    gated: Vec<(String, DateTime<Utc>, Result<(), Wait>)>,
+    gated: Vec<Gated>,
     rollout: &Rollout,
     freeze: Option<&Freeze>,
     now: DateTime<Utc>,
@@ -434,5 +441,5 @@ fn next_start(
     if !rollout.windows.is_open(now) {
         return rollout.windows.next_open(now);
     }
-    gated.into_iter().filter(|(_, _, verdict)| verdict.is_ok()).map(|(_, due, _)| due).min()
+    gated.into_iter().filter(|g| g.verdict.is_ok()).map(|g| g.due).min()
 }

@@ -557,3 +557,65 @@ pub struct StoredEvent {
 pub fn parse_kind(text: &str) -> ChangeKind {
     ChangeKind::parse(text).unwrap_or(ChangeKind::Unknown)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn action(state: ActionState, needs_approval: bool, decided_by: Option<&str>) -> ActionRecord {
+        let t = builder_monitor_core::schedule::parse_timestamp("2026-12-01T09:00:00Z").unwrap();
+        ActionRecord {
+            key: "k".into(),
+            change: "c".into(),
+            image: "app".into(),
+            action: "rebuild".into(),
+            state,
+            attempts: 0,
+            next_attempt: t,
+            detail: None,
+            output_tail: None,
+            updated: t,
+            wave: 1,
+            needs_approval,
+            released: false,
+            decided_by: decided_by.map(str::to_string),
+            decided_at: None,
+            created: t,
+        }
+    }
+
+    /// Each verdict moves only the states it is about; a held action keeps its approval question.
+    #[test]
+    fn verdicts_move_only_the_states_they_concern() {
+        use ActionState::*;
+        use Verdict::*;
+        let cases = [
+            (Approve, action(AwaitingApproval, true, None), Some(Pending)),
+            (Approve, action(Held, true, None), Some(Held)),
+            (Approve, action(Held, true, Some("bob")), None),
+            (Approve, action(Held, false, None), None),
+            (Approve, action(Pending, false, None), None),
+            (Approve, action(Rejected, true, Some("bob")), None),
+            (Reject, action(AwaitingApproval, true, None), Some(Rejected)),
+            (Reject, action(Held, true, None), Some(Rejected)),
+            (Reject, action(Held, false, None), None),
+            (Reject, action(Running, false, None), None),
+            (Release, action(Held, false, None), Some(Pending)),
+            (Release, action(Held, true, None), Some(AwaitingApproval)),
+            (Release, action(Held, true, Some("bob")), Some(Pending)),
+            (Release, action(AwaitingApproval, true, None), None),
+            (Release, action(Failed, false, None), None),
+        ];
+        for (verdict, a, expected) in cases {
+            assert_eq!(
+                verdict.next_state(&a),
+                expected,
+                "{} on {} (approval {}, decided {:?})",
+                verdict.as_str(),
+                a.state,
+                a.needs_approval,
+                a.decided_by
+            );
+        }
+    }
+}

@@ -375,9 +375,9 @@ impl SqliteLedger {
             let freeze = read_freeze(&tx)?;
             let keys: Vec<String> = gated_pending(&tx, kind, &rollout, freeze.as_ref(), now)?
                 .into_iter()
-                .filter(|(_, due, verdict)| verdict.is_ok() && *due <= now)
+                .filter(|g| g.verdict.is_ok() && g.due <= now)
                 .take(limit)
-                .map(|(key, ..)| key)
+                .map(|g| g.key)
                 .collect();
             let at = timestamp_millis(now);
             let mut claimed = Vec::new();
@@ -707,7 +707,8 @@ impl SqliteLedger {
     }
 
     /// Freezes (`Some`) or unfreezes (`None`) every action start. `events` are recorded only when
-    /// the freeze state flips; a second freeze keeps the first one's time and takes its reason.
+    /// the freeze state flips; a second freeze keeps the first one's time and author, and takes its
+    /// reason when it gives one.
     /// Answers the freeze before.
     pub async fn set_freeze(
         &self,
@@ -724,7 +725,7 @@ impl SqliteLedger {
                 Some(f) => exec(
                     &tx,
                     "INSERT INTO rollout (id, frozen_since, reason, frozen_by) VALUES (1, ?1, ?2, ?3)
-                     ON CONFLICT (id) DO UPDATE SET reason = excluded.reason, frozen_by = excluded.frozen_by",
+                     ON CONFLICT (id) DO UPDATE SET reason = COALESCE(excluded.reason, reason)",
                     params![timestamp(f.since), f.reason, f.by],
                 )?,
                 None => exec(&tx, "DELETE FROM rollout", [])?,
@@ -1089,7 +1090,7 @@ fn gated_pending(
     rollout: &Rollout,
     freeze: Option<&Freeze>,
     now: DateTime<Utc>,
-) -> Result<Vec<(String, DateTime<Utc>, Result<(), Wait>)>, LedgerError> {
+) -> Result<Vec<Gated>, LedgerError> {
     let only = kind.map(ActionKind::as_str);
     let sql = format!(
         "SELECT {ACTION_COLUMNS} FROM actions WHERE change_id IN

@@ -238,10 +238,16 @@ impl Monitor {
             return Ok(Observed::Moved { observation, metadata: None, rollback: false });
         }
         let metadata = match watch.kind {
-            WatchKind::RunImage => None,
+            // Kept with the pin so the next move diffs against it without refetching.
+            WatchKind::RunImage => {
+                let packages =
+                    inspect::run_image_packages(&self.registry, &watch.image, &observation, watch.platforms.as_deref())
+                        .await;
+                Some(PinnedMetadata { packages, ..PinnedMetadata::default() }).filter(|m| !m.packages.is_empty())
+            }
             WatchKind::Builder => {
                 let mut metadata =
-                    inspect::builder_metadata(&self.registry, &watch.image, &observation, watch.platforms.as_deref())
+                    inspect::pin_metadata(&self.registry, &watch.image, &observation, watch.platforms.as_deref())
                         .await
                         .map_err(|e| not_served(watch, e))?;
                 metadata.run_image = self.resolve_run_image(watch, &metadata).await;
@@ -249,20 +255,25 @@ impl Monitor {
             }
         };
         // `rollback` is read from the ledger by `check`, whose errors are the ledger's.
-        Ok(Observed::Moved { observation, metadata, rollback: false })
+        Ok(Observed::Moved { observation, metadata: metadata.map(Box::new), rollback: false })
     }
 
     /// The immutable reference of the run image a builder names, as of now: the run image watch's
     /// pin when there is one, else one HEAD.
     async fn resolve_run_image(&self, watch: &Watch, metadata: &PinnedMetadata) -> Option<RunImagePin> {
         let name = metadata.preferred()?.run_image()?.to_string();
+        let mut packages = Default::default();
         let reference = match ImageRef::parse(&name) {
             Err(_) => None,
             Ok(image) => match image.digest() {
                 Some(digest) => Some(image.pinned(digest)),
                 None => {
                     let pinned = match self.ledger.watch(&run_watch_name(&image)).await {
-                        Ok(Some(r)) if r.image == image.to_string() => r.pin.map(|p| p.reference),
+                        Ok(Some(r)) if r.image == image.to_string() => {
+                            // The run image watch's lists describe exactly its pin.
+                            packages = r.pinned_metadata().map(|m| m.packages).unwrap_or_default();
+                            r.pin.map(|p| p.reference)
+                        }
                         _ => None,
                     };
                     match pinned {
@@ -278,7 +289,7 @@ impl Monitor {
                 }
             },
         };
-        Some(RunImagePin { image: name, reference })
+        Some(RunImagePin { image: name, reference, packages })
     }
 }
 

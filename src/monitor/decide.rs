@@ -24,7 +24,7 @@ pub enum Observed {
     /// A new digest that the settle rule holds back; not inspected, so a held tag costs one HEAD.
     Head { digest: String },
     /// A new digest, inspected; `rollback` when the watch was pinned to it before.
-    Moved { observation: Observation, metadata: Option<PinnedMetadata>, rollback: bool },
+    Moved { observation: Observation, metadata: Option<Box<PinnedMetadata>>, rollback: bool },
 }
 
 /// A decided check: the record to commit and what happened.
@@ -53,6 +53,7 @@ fn selected(pin: &PinRecord, filter: &[Platform]) -> BTreeMap<String, String> {
         media_type: pin.media_type.clone(),
         platforms: pin.platforms.clone(),
         single_config: None,
+        single_layers: Vec::new(),
     }
     .selected(Some(filter))
 }
@@ -192,8 +193,11 @@ pub fn decide(
     let seq = record.moves + 1;
     let id = event::change_id(&watch.name, seq, &previous.digest, &current.digest);
     let (event_type, change) = match (watch.kind, &metadata, record.pinned_metadata()) {
-        (WatchKind::RunImage, _, _) => {
-            (EventType::RunImageChanged, Change::run_image_moved(previous.reference.clone(), current.reference.clone()))
+        (WatchKind::RunImage, _, before) => {
+            let moved = Change::run_image_moved(previous.reference.clone(), current.reference.clone());
+            let before = before.map(|m| m.packages).unwrap_or_default();
+            let after = metadata.as_ref().map(|m| m.packages.clone()).unwrap_or_default();
+            (EventType::RunImageChanged, moved.with_packages(&before, &after))
         }
         (WatchKind::Builder, Some(now), Some(before)) => (EventType::BuilderChanged, cnb::classify(&before, now)),
         (WatchKind::Builder, _, _) => {

@@ -4,6 +4,7 @@
 
 mod check;
 pub mod decide;
+mod hooks;
 mod outages;
 pub mod reaction;
 pub mod run_images;
@@ -26,6 +27,8 @@ use builder_monitor_core::cnb::{Change, run_watch_name};
 use builder_monitor_core::event::Subject;
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::schedule::Schedule;
+pub use hooks::HOOK_FOLLOW_UPS;
+use hooks::HookChains;
 use reaction::Reaction;
 use run_images::RunImages;
 
@@ -35,9 +38,6 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// interval); unbounded, each would hold a socket, its buffers and a ~9 KiB check future at once.
 /// Each registry gets an equal share of them (`Slots`), so one that hangs cannot hold them all.
 pub const CHECK_CONCURRENCY: usize = 16;
-
-/// How long a push hook waits before its check (see [`MonitorHandle::check_matching`]).
-pub const HOOK_DELAY: Duration = Duration::from_millis(500);
 
 /// How often the daemon proves its scheduler is alive, and how stale that proof may get.
 pub const HEARTBEAT: Duration = Duration::from_secs(5);
@@ -114,8 +114,8 @@ pub struct MonitorHandle {
     unchecked: Arc<Mutex<BTreeSet<String>>>,
     /// Unix time the scheduler last showed it is alive (liveness).
     heartbeat: Arc<AtomicI64>,
-    /// Watches with a hook-triggered check scheduled.
-    hook_pending: Arc<Mutex<BTreeSet<String>>>,
+    /// Watches with a push hook's checks under way.
+    hooks: HookChains,
     /// Failing watches per registry, as last committed (readiness).
     failing: Arc<Mutex<BTreeMap<String, usize>>>,
 }
@@ -162,7 +162,8 @@ impl MonitorHandle {
     }
 
     /// Wakes every watch (builder or run image) of this registry, repository and tag for an immediate
-    /// check, and returns their names. `registry: None` matches any registry.
+    /// check, followed up while the tag still shows the pin (`HOOK_FOLLOW_UPS`), and returns their
+    /// names. `registry: None` matches any registry.
     pub fn check_matching(&self, registry: Option<&str>, repository: &str, tag: &str) -> Vec<String> {
         let matches = |image: &ImageRef| {
             image.repository() == repository
@@ -175,24 +176,14 @@ impl MonitorHandle {
         names.extend(run_images.entries.iter().filter(|(_, e)| matches(&e.watch.image)).map(|(n, _)| n.clone()));
         drop(run_images);
         for name in &names {
-            self.wake_after_hook(name);
+            self.hooks.hook(name, &self.wakes);
         }
         names
     }
 
-    /// Wakes a watch `HOOK_DELAY` from now, once however many hooks arrive meanwhile. The delay
-    /// lets the registry finish the push: Distribution notifies before it links the tag.
-    fn wake_after_hook(&self, name: &str) {
-        if !self.hook_pending.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string()) {
-            return;
-        }
-        let (pending, wakes) = (self.hook_pending.clone(), self.wakes.clone());
-        let name = name.to_string();
-        tokio::spawn(async move {
-            tokio::time::sleep(HOOK_DELAY).await;
-            pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&name);
-            let _ = wakes.send(name);
-        });
+    /// Whether a push hook's checks of this watch are still under way (its chain has not ended).
+    pub fn hook_checks_pending(&self, name: &str) -> bool {
+        self.hooks.pending(name)
     }
 
     fn beat(&self) {
@@ -238,7 +229,7 @@ impl Monitor {
             run_images: run_images.clone(),
             unchecked: unchecked.clone(),
             heartbeat: Arc::new(AtomicI64::new(clock.now().timestamp())),
-            hook_pending: Arc::new(Mutex::new(BTreeSet::new())),
+            hooks: HookChains::default(),
             failing: failing.clone(),
         };
         Self {
@@ -316,7 +307,7 @@ impl Monitor {
         self.handle.check_now(builder)
     }
 
-    /// Wakes every watch of this registry, repository and tag (debounced); returns their names.
+    /// Wakes every watch of this registry, repository and tag (hook chains); returns their names.
     pub fn check_matching(&self, registry: Option<&str>, repository: &str, tag: &str) -> Vec<String> {
         self.handle.check_matching(registry, repository, tag)
     }

@@ -32,6 +32,9 @@ pub struct Assessment {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<&'static str>,
     pub why: String,
+    /// The image's open action (newest), with its state and why it waits; set by `plan`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub open: Option<crate::ledger::OpenAction>,
 }
 
 /// The move a check accepted, as planning needs it.
@@ -226,6 +229,7 @@ impl Reaction<'_> {
                 action: decision.action,
                 path: (decision.action == Some(ActionKind::Rebase)).then(|| self.config.runner.rebase.as_str()),
                 why: decision.why,
+                open: None,
             });
         }
         Ok(out)

@@ -122,11 +122,16 @@ impl Monitor {
                 if stop.is_some_and(|s| s.is_cancelled()) {
                     slots.finished(watch.image.registry());
                     table.remove(id);
+                    self.handle.hooks.forget(&watch.name);
                     continue;
                 }
+                let hooked = self.handle.hooks.starts(&watch.name);
                 let monitor = self.clone();
                 let task = running.spawn(async move {
-                    monitor.check_logged(&watch).await;
+                    let outcome = monitor.check_logged(&watch).await;
+                    if hooked {
+                        monitor.handle.hooks.done(&watch.name, outcome.as_ref(), &monitor.handle.wakes);
+                    }
                 });
                 running_ids.insert(task.id(), id);
             }
@@ -143,6 +148,7 @@ impl Monitor {
                     let watch = table.item(id).watch.clone();
                     slots.finished(watch.image.registry());
                     if let Err(err) = done {
+                        self.handle.hooks.forget(&watch.name);
                         tracing::error!(watch = %watch.name, error = %err, "check failed unexpectedly; it runs again on schedule");
                     }
                     let now = tokio::time::Instant::now();
@@ -151,8 +157,9 @@ impl Monitor {
                     }
                 }
                 Some(name) = wakes.recv() => {
-                    if let Some(id) = table.id(&name) {
-                        table.wake(id, tokio::time::Instant::now());
+                    match table.id(&name) {
+                        Some(id) => table.wake(id, tokio::time::Instant::now()),
+                        None => self.handle.hooks.forget(&name),
                     }
                 }
                 Some(name) = spawns.recv() => {

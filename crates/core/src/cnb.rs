@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
+use crate::packages::{self, PackageDiff, Packages};
 use crate::reference::ImageRef;
 use crate::text::escape;
 
@@ -99,6 +100,9 @@ pub struct PlatformChange {
     pub reasons: Vec<Reason>,
 }
 
+/// Package moves a summary line names before `; N more`.
+const SUMMARY_PACKAGES: usize = 3;
+
 /// The `change` object of `builder.changed` and `run_image.changed` events.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Change {
@@ -119,6 +123,12 @@ pub struct Change {
     /// Why the kind is `unknown`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// Which OS packages moved, when the base or run image moved and both sides list them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packages: Option<PackageDiff>,
+    /// Why a base move has no (or only a partial) package diff: a list unreadable, a side without.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packages_note: Option<String>,
 }
 
 impl Change {
@@ -132,7 +142,15 @@ impl Change {
             stack_id: None,
             platforms: BTreeMap::new(),
             note: None,
+            packages: None,
+            packages_note: None,
         }
+    }
+
+    /// Adds the package diff of a base move from `before` to `after` (platform → list).
+    pub fn with_packages(mut self, before: &BTreeMap<String, Packages>, after: &BTreeMap<String, Packages>) -> Self {
+        (self.packages, self.packages_note) = packages::diff_platforms(before, after);
+        self
     }
 
     /// A move whose meaning cannot be told, and why.
@@ -183,6 +201,9 @@ impl Change {
             parts.push(format!("run image {} → {}", v(&r.from), v(&r.to)));
         } else if self.reasons.contains(&Reason::Stack) {
             parts.push("base layers changed".into());
+        }
+        if let Some(packages) = &self.packages {
+            parts.push(packages.brief(SUMMARY_PACKAGES));
         }
         if let Some(note) = &self.note {
             parts.push(escape(note).into_owned());
@@ -347,6 +368,9 @@ pub fn run_watch_name(image: &ImageRef) -> String {
 pub struct RunImagePin {
     pub image: String,
     pub reference: Option<String>,
+    /// The run image's package lists at `reference` (platform → list), from its watch's pin.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub packages: BTreeMap<String, Packages>,
 }
 
 /// The metadata kept with a builder pin, so the next move is compared without refetching.
@@ -355,6 +379,10 @@ pub struct PinnedMetadata {
     pub platforms: BTreeMap<String, PlatformMetadata>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_image: Option<RunImagePin>,
+    /// Platform → OS packages, for images that list theirs (run images, and builders through
+    /// their build image's labels).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub packages: BTreeMap<String, Packages>,
 }
 
 impl PinnedMetadata {
@@ -1097,6 +1125,10 @@ pub fn classify(previous: &PinnedMetadata, current: &PinnedMetadata) -> Change {
             _ => return Change::unknown("no platform metadata to compare"),
         }
     }
+    let base_moved = pairs.iter().any(|(_, p, c)| match (p, c) {
+        (PlatformMetadata::Builder(p), PlatformMetadata::Builder(c)) => p.base_layers != c.base_layers,
+        _ => false,
+    });
     let mut change = Change::of_kind(ChangeKind::None);
     let mut reasons = BTreeSet::new();
     let mut notes = Vec::new();
@@ -1137,6 +1169,15 @@ pub fn classify(previous: &PinnedMetadata, current: &PinnedMetadata) -> Change {
     change.buildpacks.sort();
     if !notes.is_empty() {
         change.note = Some(notes.join("; "));
+    }
+    // The run image's packages are what reach app images; the builder's own (its build image's)
+    // stand in when only its base layers moved.
+    let run_lists = |m: &PinnedMetadata| m.run_image.as_ref().map(|r| r.packages.clone()).unwrap_or_default();
+    if change.reasons.contains(&Reason::RunImage) {
+        change = change.with_packages(&run_lists(previous), &run_lists(current));
+    }
+    if change.packages.is_none() && change.packages_note.is_none() && base_moved {
+        change = change.with_packages(&previous.packages, &current.packages);
     }
     change
 }

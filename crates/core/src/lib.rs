@@ -1,8 +1,9 @@
-//! builder-monitor's pure core: image references, CNB metadata and `classify`, `plan`, events and
-//! their ids, schedules, timestamps and the roll-out gate. No I/O crate is a dependency, so none can creep in.
+//! builder-monitor's pure core: image references, CNB metadata and `classify`, `plan`, events, schedules,
+//! package diffs and the roll-out gate. No I/O crate is a dependency, so none can creep in.
 
 pub mod cnb;
 pub mod event;
+pub mod packages;
 pub mod plan;
 pub mod rebase;
 pub mod reference;

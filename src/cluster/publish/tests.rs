@@ -191,3 +191,22 @@ fn reasons_become_condition_reasons() {
     assert_eq!(condition_reason("registry_unavailable"), "RegistryUnavailable");
     assert_eq!(condition_reason("unauthorized"), "Unauthorized");
 }
+
+#[test]
+fn the_last_change_names_the_packages_it_moved() {
+    let record = record();
+    let mut change = change();
+    change.change = serde_json::from_value::<Change>(json!({
+        "kind": "rebase", "reasons": ["STACK", "RUN_IMAGE"],
+        "packages": {"source": "io.paketo.stack.packages",
+                     "changed": [{"name": "openssl", "from": "3.0.2-0ubuntu1.15", "to": "3.0.2-0ubuntu1.16"}],
+                     "added": [], "removed": [{"name": "libgone1", "version": "1.0"}]}
+    }))
+    .unwrap();
+    let status = status_of(&input(Some(&record), &[], Some(&change)));
+    let last = status.last_change.expect("last change");
+    assert_eq!(last.packages.as_deref(), Some("openssl 3.0.2-0ubuntu1.15 → 3.0.2-0ubuntu1.16, libgone1 1.0 removed"));
+    // Without a package diff, nothing is said (and nothing is serialised).
+    let status = status_of(&input(Some(&record), &[], Some(&self::change())));
+    assert!(serde_json::to_value(status.last_change.unwrap()).unwrap().get("packages").is_none());
+}

@@ -90,11 +90,19 @@ impl Jammy {
 
 fn single(m: BuilderMetadata) -> PinnedMetadata {
     let key = format!("{}/{}", m.target.os, m.target.arch);
-    PinnedMetadata { platforms: [(key, PlatformMetadata::Builder(Box::new(m)))].into(), run_image: None }
+    PinnedMetadata {
+        platforms: [(key, PlatformMetadata::Builder(Box::new(m)))].into(),
+        run_image: None,
+        packages: Default::default(),
+    }
 }
 
 fn with_run_ref(mut p: PinnedMetadata, image: &str, digest: &str) -> PinnedMetadata {
-    p.run_image = Some(RunImagePin { image: image.into(), reference: Some(format!("{image}@{digest}")) });
+    p.run_image = Some(RunImagePin {
+        image: image.into(),
+        reference: Some(format!("{image}@{digest}")),
+        packages: BTreeMap::new(),
+    });
     p
 }
 
@@ -340,6 +348,7 @@ fn classify_rules() {
     let not_builder = PinnedMetadata {
         platforms: [("linux/amd64".into(), PlatformMetadata::NotBuilder)].into(),
         run_image: Option::None,
+        packages: Default::default(),
     };
     let c = case("non-CNB image", &base.pinned(), &not_builder, Unknown, &[]);
     assert!(c.note.unwrap().contains("not a CNB builder"));
@@ -347,6 +356,7 @@ fn classify_rules() {
         platforms: [("linux/amd64".into(), PlatformMetadata::Unreadable { error: "label x is malformed".into() })]
             .into(),
         run_image: Option::None,
+        packages: Default::default(),
     };
     case("unreadable metadata", &unreadable, &base.pinned(), Unknown, &[]);
     case("nothing known", &PinnedMetadata::default(), &base.pinned(), Unknown, &[]);
@@ -369,6 +379,7 @@ fn multi_platform_changes_combine_to_the_strongest() {
             ]
             .into(),
             run_image: None,
+            packages: Default::default(),
         }
     };
     let base = Jammy::new();
@@ -432,7 +443,11 @@ fn metadata_over_the_limits_becomes_an_unknown_move_with_a_note_not_the_metadata
     assert!(serde_json::to_vec(&over).unwrap().len() < 512, "{error}");
     let change = classify(
         &Jammy::new().pinned(),
-        &PinnedMetadata { platforms: [("linux/amd64".into(), over)].into(), run_image: None },
+        &PinnedMetadata {
+            platforms: [("linux/amd64".into(), over)].into(),
+            run_image: None,
+            packages: Default::default(),
+        },
     );
     assert_eq!(change.kind, ChangeKind::Unknown);
     assert!(change.note.as_deref().is_some_and(|n| n.contains("over the size limits")), "{change:?}");
@@ -536,4 +551,43 @@ mod properties {
             prop_assert_eq!(classify(&single(a.clone()), &single(b.clone())), classify(&single(shuffle(a)), &single(shuffle(b))));
         }
     }
+}
+
+#[test]
+fn a_base_move_carries_the_build_image_package_diff() {
+    use crate::packages::{Package, Packages, Source};
+    let listed = |openssl: &str| {
+        let packages = vec![Package { name: "openssl".into(), arch: Some("amd64".into()), version: openssl.into() }];
+        BTreeMap::from([("linux/amd64".to_string(), Packages::Listed { source: Source::PaketoLabel, packages })])
+    };
+    let with = |j: &Jammy, openssl: &str| PinnedMetadata { packages: listed(openssl), ..j.pinned() };
+    let base = Jammy::new();
+    let mut moved = Jammy::new();
+    moved.base = vec!["sha256:base1", "sha256:base2-patched", "sha256:lifecycle"];
+    let c = case("base moved", &with(&base, "1"), &with(&moved, "2"), ChangeKind::Rebase, &[Reason::Stack]);
+    let packages = c.packages.clone().unwrap();
+    assert_eq!((packages.changed[0].from.as_str(), packages.changed[0].to.as_str()), ("1", "2"));
+    assert_eq!(c.summary(), "rebase: base layers changed; openssl 1 → 2");
+    assert_eq!(serde_json::from_value::<Change>(serde_json::to_value(&c).unwrap()).unwrap(), c);
+    // The builder's run image moved: its lists, not the build image's, are what reach app images.
+    let run = "index.docker.io/paketobuildpacks/run-jammy-base:latest";
+    let on_run = |j: &Jammy, digest: &str, openssl: &str| {
+        let mut p = with_run_ref(with(j, "1"), run, digest);
+        p.run_image.as_mut().unwrap().packages = listed(openssl);
+        p
+    };
+    let c = classify(&on_run(&base, "sha256:r1", "3.0.1"), &on_run(&base, "sha256:r2", "3.0.2"));
+    assert_eq!(c.reasons, [Reason::Stack, Reason::RunImage]);
+    assert_eq!(c.packages.unwrap().changed[0].to, "3.0.2");
+    // The run image moved without lists on one side: a note, not the build image's (empty) diff.
+    let mut bare = on_run(&base, "sha256:r2", "3.0.2");
+    bare.run_image.as_mut().unwrap().packages.clear();
+    let c = classify(&on_run(&base, "sha256:r1", "3.0.1"), &bare);
+    assert!(c.packages.is_none());
+    assert_eq!(c.packages_note.as_deref(), Some("the new image has no package list"));
+    // A buildpack-only move says nothing about packages, even when the lists differ.
+    let mut bumped = Jammy::new();
+    bumped.buildpacks[0].1 = "18.2.0";
+    let c = classify(&with(&base, "1"), &with(&bumped, "2"));
+    assert!(c.packages.is_none() && c.packages_note.is_none(), "{c:#?}");
 }

@@ -1,0 +1,508 @@
+//! OS package lists of base images (the `io.paketo.stack.packages` label; CycloneDX, SPDX and Syft
+//! documents of a CNB base-image SBOM layer) and the diff of two of them. Pure: no I/O.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::text::escape;
+
+/// The Paketo stack label: a JSON array of `{name, version, arch, source, summary}`.
+pub const PAKETO_PACKAGES: &str = "io.paketo.stack.packages";
+/// The CNB base-image label naming the diffID of the layer that holds `/cnb/sbom/bom.<ext>.json`.
+pub const BASE_SBOM: &str = "io.buildpacks.base.sbom";
+/// Most packages kept per image (real run images: ~100, full build images: ~700). Each pin keeps
+/// its lists in the ledger, and the Kubernetes ledger is one ConfigMap (1 MiB) per watch.
+pub const MAX_PACKAGES: usize = 5_000;
+
+/// Where a package list came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Source {
+    #[serde(rename = "io.paketo.stack.packages")]
+    PaketoLabel,
+    #[serde(rename = "sbom:cyclonedx")]
+    CycloneDx,
+    #[serde(rename = "sbom:spdx")]
+    Spdx,
+    #[serde(rename = "sbom:syft")]
+    Syft,
+}
+
+impl Source {
+    /// The SBOM formats, in the order one is preferred when a layer holds several.
+    pub const SBOM: [Source; 3] = [Source::CycloneDx, Source::Spdx, Source::Syft];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::PaketoLabel => PAKETO_PACKAGES,
+            Source::CycloneDx => "sbom:cyclonedx",
+            Source::Spdx => "sbom:spdx",
+            Source::Syft => "sbom:syft",
+        }
+    }
+
+    /// The SBOM format of a file in an SBOM layer (`cnb/sbom/bom.cdx.json`, with or without a
+    /// leading `/` or `./`).
+    pub fn of_sbom_path(path: &str) -> Option<Source> {
+        let path = path.trim_start_matches("./").trim_start_matches('/');
+        match path {
+            "cnb/sbom/bom.cdx.json" => Some(Source::CycloneDx),
+            "cnb/sbom/bom.spdx.json" => Some(Source::Spdx),
+            "cnb/sbom/bom.syft.json" => Some(Source::Syft),
+            _ => None,
+        }
+    }
+}
+
+/// One OS package.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Package {
+    pub name: String,
+    /// When the list holds it (Paketo's label; an SBOM's purl `arch=` qualifier).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arch: Option<String>,
+    #[serde(default)]
+    pub version: String,
+}
+
+/// What is known about the packages of one platform image, as kept with its pin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Packages {
+    /// Sorted by name and arch, one entry per (name, arch).
+    Listed { source: Source, packages: Vec<Package> },
+    /// The image names a list that could not be read, and why.
+    Unreadable { note: String },
+}
+
+impl Packages {
+    pub fn unreadable(note: impl Into<String>) -> Self {
+        Packages::Unreadable { note: note.into() }
+    }
+
+    /// A parsed list, or why there is none.
+    pub fn from_result(source: Source, parsed: Result<Vec<Package>, String>) -> Self {
+        match parsed {
+            Ok(packages) => Packages::Listed { source, packages },
+            Err(note) => Packages::Unreadable { note },
+        }
+    }
+}
+
+// ---- parsing ----------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+struct PaketoEntry {
+    name: String,
+    #[serde(default)]
+    version: Option<String>,
+    #[serde(default)]
+    arch: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ExternalRef {
+    #[serde(default, rename = "referenceType")]
+    reference_type: Option<String>,
+    #[serde(default, rename = "referenceLocator")]
+    reference_locator: Option<String>,
+}
+
+/// An SBOM entry of any of the three formats (their fields do not collide).
+#[derive(Deserialize)]
+struct SbomEntry {
+    #[serde(default)]
+    name: Option<String>,
+    /// CycloneDX, Syft.
+    #[serde(default)]
+    version: Option<String>,
+    /// SPDX.
+    #[serde(default, rename = "versionInfo")]
+    version_info: Option<String>,
+    /// CycloneDX, Syft.
+    #[serde(default)]
+    purl: Option<String>,
+    /// SPDX.
+    #[serde(default, rename = "externalRefs")]
+    external_refs: Vec<ExternalRef>,
+}
+
+#[derive(Deserialize)]
+struct CycloneDxDoc {
+    #[serde(default)]
+    components: Option<Vec<SbomEntry>>,
+}
+
+#[derive(Deserialize)]
+struct SpdxDoc {
+    #[serde(default)]
+    packages: Option<Vec<SbomEntry>>,
+}
+
+#[derive(Deserialize)]
+struct SyftDoc {
+    #[serde(default)]
+    artifacts: Option<Vec<SbomEntry>>,
+}
+
+/// The `arch` qualifier of a package URL (`pkg:deb/ubuntu/openssl@3.0.2?arch=amd64&distro=…`).
+fn purl_arch(purl: &str) -> Option<String> {
+    let query = purl.split_once('?')?.1;
+    let query = query.split('#').next().unwrap_or(query);
+    query.split('&').find_map(|pair| pair.strip_prefix("arch=")).filter(|a| !a.is_empty()).map(str::to_string)
+}
+
+/// Sorted, one entry per (name, arch): a name listed twice with different versions keeps them all,
+/// joined, so the list stays a function of the document.
+fn normalized(mut packages: Vec<Package>) -> Result<Vec<Package>, String> {
+    if packages.len() > MAX_PACKAGES {
+        return Err(format!("lists {} packages, over the {MAX_PACKAGES} kept", packages.len()));
+    }
+    packages.sort();
+    packages.dedup();
+    let mut out: Vec<Package> = Vec::with_capacity(packages.len());
+    for p in packages {
+        match out.last_mut() {
+            Some(last) if last.name == p.name && last.arch == p.arch => {
+                if last.version != p.version {
+                    last.version.push_str(", ");
+                    last.version.push_str(&p.version);
+                }
+            }
+            _ => out.push(p),
+        }
+    }
+    Ok(out)
+}
+
+/// The `io.paketo.stack.packages` label's value.
+pub fn parse_paketo_label(value: &str) -> Result<Vec<Package>, String> {
+    let entries: Vec<PaketoEntry> =
+        serde_json::from_str(value).map_err(|e| format!("label {PAKETO_PACKAGES} is malformed: {e}"))?;
+    let packages = entries
+        .into_iter()
+        .filter(|e| !e.name.is_empty())
+        .map(|e| Package {
+            name: e.name,
+            arch: e.arch.filter(|a| !a.is_empty()),
+            version: e.version.unwrap_or_default(),
+        })
+        .collect();
+    normalized(packages).map_err(|e| format!("label {PAKETO_PACKAGES} {e}"))
+}
+
+/// An SBOM document of `source`'s format (`Source::PaketoLabel` is not one).
+pub fn parse_sbom(source: Source, document: &[u8]) -> Result<Vec<Package>, String> {
+    let malformed = |e: serde_json::Error| format!("{} document is malformed: {e}", source.as_str());
+    let entries = match source {
+        Source::CycloneDx => serde_json::from_slice::<CycloneDxDoc>(document).map_err(malformed)?.components,
+        Source::Spdx => serde_json::from_slice::<SpdxDoc>(document).map_err(malformed)?.packages,
+        Source::Syft => serde_json::from_slice::<SyftDoc>(document).map_err(malformed)?.artifacts,
+        Source::PaketoLabel => return Err(format!("{PAKETO_PACKAGES} is a label, not an SBOM document")),
+    };
+    let field = match source {
+        Source::CycloneDx => "components",
+        Source::Spdx => "packages",
+        _ => "artifacts",
+    };
+    let entries = entries.ok_or_else(|| format!("{} document has no \"{field}\" list", source.as_str()))?;
+    let packages = entries
+        .into_iter()
+        .filter_map(|e| {
+            let name = e.name.filter(|n| !n.is_empty())?;
+            let purl = e.purl.or_else(|| {
+                e.external_refs
+                    .into_iter()
+                    .find(|r| r.reference_type.as_deref() == Some("purl"))
+                    .and_then(|r| r.reference_locator)
+            });
+            Some(Package {
+                name,
+                arch: purl.as_deref().and_then(purl_arch),
+                version: e.version.or(e.version_info).unwrap_or_default(),
+            })
+        })
+        .collect();
+    normalized(packages).map_err(|e| format!("{} document {e}", source.as_str()))
+}
+
+/// Where an image's package list is, from its config blob.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    /// Read from the config alone (the Paketo label, or why it or the SBOM label is unusable).
+    Found(Packages),
+    /// In the layer at `position` of the manifest (the `io.buildpacks.base.sbom` diffID's).
+    SbomLayer { diff_id: String, position: usize },
+    /// The image carries neither label.
+    Absent,
+}
+
+#[derive(Deserialize, Default)]
+struct ConfigDoc {
+    #[serde(default)]
+    config: Option<ContainerConfig>,
+    #[serde(default)]
+    rootfs: Option<RootFs>,
+}
+
+#[derive(Deserialize, Default)]
+struct ContainerConfig {
+    #[serde(default, rename = "Labels")]
+    labels: Option<BTreeMap<String, serde_json::Value>>,
+}
+
+#[derive(Deserialize, Default)]
+struct RootFs {
+    #[serde(default)]
+    diff_ids: Vec<String>,
+}
+
+/// Where the package list of the image with this config blob is: the Paketo label first (no
+/// request), else the SBOM layer the base-image label names.
+pub fn lookup(config: &[u8]) -> Lookup {
+    let doc: ConfigDoc = match serde_json::from_slice(config) {
+        Ok(doc) => doc,
+        Err(e) => return Lookup::Found(Packages::unreadable(format!("image config is not valid JSON: {e}"))),
+    };
+    let labels = doc.config.and_then(|c| c.labels).unwrap_or_default();
+    let label = |key: &str| labels.get(key).map(|v| v.as_str().ok_or_else(|| format!("label {key} is not a string")));
+    if let Some(value) = label(PAKETO_PACKAGES) {
+        let parsed = value.and_then(parse_paketo_label);
+        return Lookup::Found(Packages::from_result(Source::PaketoLabel, parsed));
+    }
+    let Some(value) = label(BASE_SBOM) else { return Lookup::Absent };
+    let diff_id = match value {
+        Ok(v) => v.trim().to_string(),
+        Err(e) => return Lookup::Found(Packages::unreadable(e)),
+    };
+    let diff_ids = doc.rootfs.map(|r| r.diff_ids).unwrap_or_default();
+    match diff_ids.iter().position(|d| *d == diff_id) {
+        Some(position) => Lookup::SbomLayer { diff_id, position },
+        None => Lookup::Found(Packages::unreadable(format!(
+            "label {BASE_SBOM} names {}, which is not a layer of the image",
+            escape(&diff_id)
+        ))),
+    }
+}
+
+// ---- the diff ---------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PackageChange {
+    pub name: String,
+    /// Only when the name is listed for several architectures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arch: Option<String>,
+    pub from: String,
+    pub to: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PackageVersion {
+    pub name: String,
+    /// Only when the name is listed for several architectures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arch: Option<String>,
+    pub version: String,
+}
+
+/// The `change.packages` object: what moved between two package lists, each part sorted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PackageDiff {
+    pub source: Source,
+    #[serde(default)]
+    pub changed: Vec<PackageChange>,
+    #[serde(default)]
+    pub added: Vec<PackageVersion>,
+    #[serde(default)]
+    pub removed: Vec<PackageVersion>,
+    /// Each platform's diff, when the platforms' diffs differ (the top level is then the preferred
+    /// platform's: linux/amd64, else the first).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub platforms: BTreeMap<String, PackageDiff>,
+}
+
+impl PackageDiff {
+    /// Whether nothing moved.
+    pub fn is_empty(&self) -> bool {
+        self.changed.is_empty() && self.added.is_empty() && self.removed.is_empty()
+    }
+
+    /// The name of every package that moved, on any platform.
+    pub fn names(&self) -> BTreeSet<&str> {
+        let mut names: BTreeSet<&str> = self.changed.iter().map(|c| c.name.as_str()).collect();
+        names.extend(self.added.iter().chain(&self.removed).map(|p| p.name.as_str()));
+        for diff in self.platforms.values() {
+            names.extend(diff.names());
+        }
+        names
+    }
+
+    /// Each move for people, upgrades first: `openssl 3.0.2-0ubuntu1.15 → 3.0.2-0ubuntu1.16`,
+    /// `tzdata 2024a added`, `libfoo 1.0 removed` (registry text escaped).
+    pub fn lines(&self) -> Vec<String> {
+        let name = |n: &str, arch: &Option<String>| match arch {
+            Some(a) => format!("{}:{}", escape(n), escape(a)),
+            None => escape(n).into_owned(),
+        };
+        let changed =
+            self.changed.iter().map(|c| format!("{} {} → {}", name(&c.name, &c.arch), escape(&c.from), escape(&c.to)));
+        let added = self.added.iter().map(|p| format!("{} {} added", name(&p.name, &p.arch), escape(&p.version)));
+        let removed = self.removed.iter().map(|p| format!("{} {} removed", name(&p.name, &p.arch), escape(&p.version)));
+        changed.chain(added).chain(removed).collect()
+    }
+
+    /// At most `shown` moves for a summary line: `openssl 1 → 2, libssl3 1 → 2; 2 more`.
+    pub fn brief(&self, shown: usize) -> String {
+        let lines = self.lines();
+        if lines.is_empty() {
+            return "no OS package changed".into();
+        }
+        let mut out = lines.iter().take(shown).cloned().collect::<Vec<_>>().join(", ");
+        if lines.len() > shown {
+            let _ = write!(out, "; {} more", lines.len() - shown);
+        }
+        out
+    }
+}
+
+impl PackageDiff {
+    /// An aligned table for people (`diff`, Slack), at most `rows` moves and a `… N more` line:
+    /// `package  from  to`, a `–` for the missing side of an addition or removal.
+    pub fn table(&self, rows: usize) -> String {
+        let name = |n: &str, arch: &Option<String>| match arch {
+            Some(a) => format!("{}:{}", escape(n), escape(a)),
+            None => escape(n).into_owned(),
+        };
+        let dash = || "–".to_string();
+        let mut lines: Vec<[String; 3]> = vec![["package".into(), "from".into(), "to".into()]];
+        lines.extend(
+            self.changed.iter().map(|c| [name(&c.name, &c.arch), escape(&c.from).into(), escape(&c.to).into()]),
+        );
+        lines.extend(self.added.iter().map(|p| [name(&p.name, &p.arch), dash(), escape(&p.version).into()]));
+        lines.extend(self.removed.iter().map(|p| [name(&p.name, &p.arch), escape(&p.version).into(), dash()]));
+        if lines.len() == 1 {
+            return "no OS package changed".into();
+        }
+        let more = lines.len().saturating_sub(rows + 1);
+        lines.truncate(rows + 1);
+        let width = |i: usize| lines.iter().map(|l| l[i].chars().count()).max().unwrap_or(0);
+        let (w0, w1) = (width(0), width(1));
+        let mut out: Vec<String> =
+            lines.iter().map(|[a, b, c]| format!("{a:<w0$}  {b:<w1$}  {c}").trim_end().to_string()).collect();
+        if more > 0 {
+            out.push(format!("… {more} more"));
+        }
+        out.join("\n")
+    }
+}
+
+/// The diff of two lists of one platform, or why there is none.
+pub fn diff(before: &Packages, after: &Packages) -> Result<PackageDiff, String> {
+    let (before_source, before_list, after_source, after_list) = match (before, after) {
+        (Packages::Listed { source: bs, packages: b }, Packages::Listed { source: as_, packages: a }) => {
+            (*bs, b, *as_, a)
+        }
+        (Packages::Unreadable { note: then }, Packages::Unreadable { note: now }) => {
+            return Err(format!("previous image: {then}; new image: {now}"));
+        }
+        (Packages::Unreadable { note }, _) => return Err(format!("previous image: {note}")),
+        (_, Packages::Unreadable { note }) => return Err(format!("new image: {note}")),
+    };
+    if before_source != after_source {
+        return Err(format!(
+            "the package lists come from different sources ({} before, {} now)",
+            before_source.as_str(),
+            after_source.as_str()
+        ));
+    }
+    let keyed = |list: &[Package]| -> BTreeMap<(String, Option<String>), String> {
+        list.iter().map(|p| ((p.name.clone(), p.arch.clone()), p.version.clone())).collect()
+    };
+    let (old, new) = (keyed(before_list), keyed(after_list));
+    // Names listed under more than one arch keep their arch in the diff, so entries stay distinct.
+    let mut arches: BTreeMap<&str, BTreeSet<&Option<String>>> = BTreeMap::new();
+    for (name, arch) in old.keys().chain(new.keys()) {
+        arches.entry(name).or_default().insert(arch);
+    }
+    let shown_arch = |name: &str, arch: &Option<String>| arch.clone().filter(|_| arches[name].len() > 1);
+    let mut out = PackageDiff {
+        source: after_source,
+        changed: vec![],
+        added: vec![],
+        removed: vec![],
+        platforms: BTreeMap::new(),
+    };
+    for ((name, arch), version) in &new {
+        match old.get(&(name.clone(), arch.clone())) {
+            Some(from) if from == version => {}
+            Some(from) => out.changed.push(PackageChange {
+                name: name.clone(),
+                arch: shown_arch(name, arch),
+                from: from.clone(),
+                to: version.clone(),
+            }),
+            None => out.added.push(PackageVersion {
+                name: name.clone(),
+                arch: shown_arch(name, arch),
+                version: version.clone(),
+            }),
+        }
+    }
+    for ((name, arch), version) in &old {
+        if !new.contains_key(&(name.clone(), arch.clone())) {
+            out.removed.push(PackageVersion {
+                name: name.clone(),
+                arch: shown_arch(name, arch),
+                version: version.clone(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The package diff of a move of a multi-platform image (platform → list on each side): each
+/// platform in both is diffed; equal diffs merge into one, else the preferred platform's is the top
+/// level and every platform's is under `platforms`. The note says why a platform has no diff; both
+/// are `None` when neither side has any package information.
+pub fn diff_platforms(
+    before: &BTreeMap<String, Packages>,
+    after: &BTreeMap<String, Packages>,
+) -> (Option<PackageDiff>, Option<String>) {
+    if before.is_empty() && after.is_empty() {
+        return (None, None);
+    }
+    let mut diffs: BTreeMap<String, PackageDiff> = BTreeMap::new();
+    let mut notes = Vec::new();
+    let several = after.len() > 1 || before.len() > 1;
+    let prefixed = |platform: &str, note: String| if several { format!("{platform}: {note}") } else { note };
+    for (platform, now) in after {
+        match before.get(platform) {
+            Some(then) => match diff(then, now) {
+                Ok(d) => {
+                    diffs.insert(platform.clone(), d);
+                }
+                Err(note) => notes.push(prefixed(platform, note)),
+            },
+            None => notes.push(prefixed(platform, "no package list was recorded for the previous image".into())),
+        }
+    }
+    for platform in before.keys().filter(|p| !after.contains_key(*p)) {
+        notes.push(prefixed(platform, "the new image has no package list".into()));
+    }
+    // One platform's list needs both sides: a lone side says nothing about a move.
+    let note = (!notes.is_empty()).then(|| notes.join("; "));
+    let mut values = diffs.values();
+    let Some(first) = values.next() else { return (None, note) };
+    if values.all(|d| d == first) {
+        return (Some(first.clone()), note);
+    }
+    let preferred = diffs.get("linux/amd64").unwrap_or(first).clone();
+    let mut merged = preferred;
+    merged.platforms = diffs;
+    (Some(merged), note)
+}
+
+#[cfg(test)]
+mod tests;

@@ -690,3 +690,50 @@ async fn max_in_flight_caps_a_changes_running_actions() {
         spans.iter().map(|(start, _)| spans.iter().filter(|(s, e)| s <= start && start < e).count()).max().unwrap();
     assert_eq!(most, 2, "two of the change at a time, never more: {spans:?}");
 }
+
+/// SIGKILL while the canary runs: after the restart the canary's command runs again (a command
+/// killed mid-run does, see tests/runner.rs) and its wave still waits for it, then runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_while_the_canary_runs_its_wave_still_waits() {
+    let w = World::new().await;
+    let receiver = Receiver::start().await;
+    let block = w.ws.path("block");
+    let text = w
+        .config(&FLEET, "type = \"exec\"\nmax_concurrent = 4", &server_and_alerts(&receiver))
+        .replace("env = { RECORD_FILE", &format!("env = {{ BLOCK_FILE = \"{}\", RECORD_FILE", block.display()));
+    w.write(&text);
+    let out = w.once();
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    std::fs::write(&block, "").unwrap();
+    w.move_builder("18.2.0").await;
+
+    let mut daemon = w.daemon();
+    daemon.wait_for("the canary's command to be recorded", |v| v["message"] == "command started");
+    let status = w.status();
+    assert_eq!(pending(&status), states(&[("petclinic", "running"), ("web", "waiting"), ("api", "waiting")]));
+    assert_eq!(open(&status, "web")["waiting_for"], "wave 1 waits for wave 0: petclinic running");
+    daemon.kill();
+
+    let mut daemon = w.daemon();
+    daemon.wait_for("the canary to run again", |v| v["message"] == "command started");
+    for _ in 0..3 {
+        daemon.wait_for("a check", |v| v["message"] == "check done");
+    }
+    assert_eq!(pending(&w.status()), states(&[("petclinic", "running"), ("web", "waiting"), ("api", "waiting")]));
+    assert_eq!(starts(&w.record()), count(&[("petclinic", 2)]), "the wave waits");
+
+    std::fs::remove_file(&block).unwrap();
+    for _ in 0..3 {
+        daemon.wait_for("the canary, then its wave", |v| v["message"] == "action succeeded");
+    }
+    let (code, _) = daemon.terminate();
+    assert!(code.success());
+    assert_eq!(starts(&w.record()), count(&[("petclinic", 2), ("web", 1), ("api", 1)]));
+    let all = calls(&w.record());
+    let canary_end = all.iter().find(|c| c.phase == "end" && c.image() == "petclinic").unwrap().at;
+    assert!(
+        all.iter().filter(|c| c.phase == "start" && c.image() != "petclinic").all(|c| c.at >= canary_end),
+        "{all:?}"
+    );
+    assert_eq!(all.iter().filter(|c| c.phase == "end").count(), 3, "each finished once: {all:?}");
+}

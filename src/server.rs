@@ -418,11 +418,12 @@ impl RolloutBody {
 
     /// The API token stands for whoever holds it; a name given in the body is recorded with it.
     fn by(&self) -> String {
-        match self.by.as_deref().map(str::trim).filter(|b| !b.is_empty()) {
-            Some(by) => {
-                format!("{} (api)", builder_monitor_core::text::escape(&by.chars().take(120).collect::<String>()))
-            }
-            None => "api".into(),
+        let Some(by) = self.by.as_deref().map(str::trim).filter(|b| !b.is_empty()) else { return "api".into() };
+        let by = builder_monitor_core::text::escape(&by.chars().take(120).collect::<String>()).into_owned();
+        // The command line sends `user@host (cli)` when the daemon holds the ledger.
+        match by.strip_suffix(" (cli)") {
+            Some(user) => format!("{user} (cli, through the api)"),
+            None => format!("{by} (api)"),
         }
     }
 }

@@ -445,7 +445,7 @@ async fn rebuilds_wait_for_approval_and_rebases_do_not() {
     assert_eq!(action(&status, "c")["state"], "rejected");
     let by = |image: &str| action(&status, image)["decided_by"].as_str().unwrap_or_default().to_string();
     // The command line names its user; the daemon's API adds that the name came through it.
-    let cli_user = format!("{} (api)", builder_monitor::rollout::cli_user());
+    let cli_user = builder_monitor::rollout::cli_user().replace(" (cli)", " (cli, through the api)");
     assert_eq!(by("a"), cli_user);
     assert_eq!(by("b"), "alice (api)");
     assert_eq!(by("c"), cli_user);

@@ -278,8 +278,8 @@ impl Monitor {
                     };
                     match pinned {
                         Some(reference) => Some(reference),
-                        None => match self.registry.head_manifest(&image).await {
-                            Ok(head) => Some(image.pinned(&head.digest)),
+                        None => match self.run_image_heads.head(&self.registry, &image).await {
+                            Ok(digest) => Some(image.pinned(&digest)),
                             Err(err) => {
                                 tracing::warn!(watch = %watch.name, run_image = %image, error = %err, "cannot resolve the run image; comparing by name only");
                                 None

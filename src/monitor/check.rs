@@ -131,7 +131,8 @@ impl Monitor {
             record.as_ref().and_then(|r| r.pin.as_ref()).filter(|_| !failed).map(|p| p.digest.clone())
         });
         let change_kind = commit.change.as_ref().map(|c| c.change.kind);
-        self.ledger.commit(commit).await?;
+        // An unchanged check is only noted (the ledger writes such times in batches).
+        self.ledger.commit_over(commit, record.as_ref()).await?;
         let failing = next_state.failing_count();
         *state = Some(next_state);
         drop(state);

@@ -444,3 +444,34 @@ async fn app_images_are_read_from_their_lifecycle_labels() {
         builder_monitor_core::reference::ImageRef::parse(&format!("{}/apps/none:latest", registry.host)).unwrap();
     assert!(builder_monitor::inspect::app_metadata(&reg, &missing).await.unwrap().is_none(), "an app not built yet");
 }
+
+#[tokio::test]
+async fn builders_pinned_together_share_one_head_of_their_run_image() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    let proxy = Proxy::start(&registry.host).await;
+    // The builders name the run image through the proxy, so its HEADs can be counted.
+    let run = format!("{}/paketo/run-jammy-base:latest", proxy.host);
+    let r1 = pusher.push_image("paketo/run-jammy-base", Some("latest"), &Image::new("amd64"), Format::Oci).await;
+    push(&pusher, "paketo/builder", "latest", &[BuilderSpec::jammy(&run)]).await;
+    let mut text = String::from("[monitor]\nstate = \"x.db\"\n");
+    for i in 0..20 {
+        text += &format!("[[builders]]\nname = \"b{i:02}\"\nimage = \"{}/paketo/builder:latest\"\n", registry.host);
+    }
+    let s = setup(&text);
+    let mut checks = tokio::task::JoinSet::new();
+    for i in 0..20 {
+        let monitor = s.monitor.clone();
+        checks.spawn(async move { monitor.check_builder(&format!("b{i:02}")).await.unwrap().unwrap() });
+    }
+    while let Some(outcome) = checks.join_next().await {
+        assert!(matches!(outcome.unwrap(), builder_monitor::monitor::CheckOutcome::Pinned { .. }));
+    }
+    let heads = proxy.seen().iter().filter(|r| r.method == "HEAD" && r.path.contains("/run-jammy-base/")).count();
+    assert_eq!(heads, 1, "twenty builders pinned, one HEAD of their run image: {:#?}", proxy.seen());
+    for i in 0..20 {
+        let pinned = s.ledger.watch(&format!("b{i:02}")).await.unwrap().unwrap().pinned_metadata().unwrap();
+        let reference = pinned.run_image.unwrap().reference.unwrap();
+        assert_eq!(reference, format!("{}/paketo/run-jammy-base@{}", proxy.host, r1.digest));
+    }
+}

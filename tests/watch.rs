@@ -656,3 +656,92 @@ async fn a_hanging_registry_does_not_delay_another_registrys_checks() {
     assert!(reached < 30, "{reached} requests to a registry that never answers");
     daemon.abort();
 }
+
+/// The daemon's scheduler over one builder `b` on a manual clock, checked when told to, with the
+/// times of unchanged checks written every `flush`; and a reader of the same ledger file as
+/// another process (`status`) opens it.
+struct Scheduled {
+    monitor: Arc<Monitor>,
+    ledger: Ledger,
+    other: Ledger,
+    clock: Clock,
+    commits: tokio::sync::broadcast::Receiver<String>,
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+impl Scheduled {
+    async fn start(host: &str, flush: Duration) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\njitter = \"0s\"\n\n[[builders]]\nname = \"b\"\nimage = \"{host}/demo/builder:latest\"\n"
+        );
+        let config = Arc::new(Config::parse(&dir.path().join("config.toml"), &text).unwrap());
+        let path = dir.path().join("state.db");
+        let ledger = Ledger::open(&path).unwrap().with_touch_flush(flush);
+        let other = Ledger::open_read_only(&path).unwrap();
+        let clock = Clock::manual(builder_monitor_core::schedule::parse_timestamp("2026-11-30T12:00:00Z").unwrap());
+        let monitor = Parts::new(config, ledger.clone(), clock.clone(), None).unwrap().monitor;
+        let commits = ledger.commits();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(monitor.clone().run(stop.clone()));
+        let mut scheduled = Scheduled { monitor, ledger, other, clock, commits, stop, task, _dir: dir };
+        scheduled.checked().await;
+        scheduled
+    }
+
+    /// Waits for the next check of `b` to be committed (or kept).
+    async fn checked(&mut self) {
+        loop {
+            let name = tokio::time::timeout(support::PATIENCE, self.commits.recv()).await.unwrap().unwrap();
+            if name == "b" {
+                return;
+            }
+        }
+    }
+
+    /// Checks `b` again, a minute later by the daemon's clock.
+    async fn check_again(&mut self) {
+        self.clock.advance(Duration::from_secs(60));
+        assert!(self.monitor.check_now("b"));
+        self.checked().await;
+    }
+
+    async fn last_check(ledger: &Ledger) -> String {
+        builder_monitor_core::schedule::timestamp(ledger.watch("b").await.unwrap().unwrap().last_check.unwrap())
+    }
+}
+
+#[tokio::test]
+async fn unchanged_checks_are_kept_in_memory_and_written_at_shutdown() {
+    let registry = TestRegistry::start();
+    Pusher::new(&registry.host).push_index("demo/builder", "latest", &amd64_arm64("a", "a"), Format::Oci).await;
+    let mut s = Scheduled::start(&registry.host, Duration::from_secs(3600)).await;
+    for _ in 0..3 {
+        s.check_again().await;
+    }
+    assert_eq!(Scheduled::last_check(&s.ledger).await, "2026-11-30T12:03:00Z", "the daemon reads its own checks");
+    assert_eq!(Scheduled::last_check(&s.other).await, "2026-11-30T12:00:00Z", "not written yet: the pin's time");
+    s.stop.cancel();
+    s.task.await.unwrap();
+    assert_eq!(Scheduled::last_check(&s.other).await, "2026-11-30T12:03:00Z", "written at shutdown");
+}
+
+#[tokio::test]
+async fn unchanged_checks_are_written_on_the_flush_timer() {
+    let registry = TestRegistry::start();
+    Pusher::new(&registry.host).push_index("demo/builder", "latest", &amd64_arm64("a", "a"), Format::Oci).await;
+    let mut s = Scheduled::start(&registry.host, Duration::from_millis(100)).await;
+    s.check_again().await;
+    s.check_again().await;
+    // The timer has no event of its own: the file is read until it shows the newest check.
+    let deadline = tokio::time::Instant::now() + support::PATIENCE;
+    while Scheduled::last_check(&s.other).await != "2026-11-30T12:02:00Z" {
+        assert!(tokio::time::Instant::now() < deadline, "not written within {:?}", support::PATIENCE);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!s.task.is_finished(), "written while the daemon runs");
+    s.stop.cancel();
+    s.task.await.unwrap();
+}

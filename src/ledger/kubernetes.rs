@@ -368,6 +368,15 @@ impl KubeLedger {
             };
             let result = change(&mut doc)?;
             let text = serde_json::to_string(&doc).map_err(|e| corrupt(&name, e))?;
+            // Nothing changed (a touch older than the entry's check, or of an entry that is not
+            // there, a repeated commit): no write.
+            let unchanged = match &existing {
+                Some(cm) => cm.data.as_ref().and_then(|d| d.get(KEY)) == Some(&text),
+                None => serde_json::to_string(&WatchDoc::default()).is_ok_and(|empty| empty == text),
+            };
+            if unchanged {
+                return Ok(result);
+            }
             let written = match existing {
                 Some(mut cm) => {
                     cm.data = Some([(KEY.to_string(), text)].into());
@@ -440,6 +449,32 @@ impl KubeLedger {
             .take(limit)
             .map(|d| PinnedDigest { digest: d.digest, first_seen: d.first_seen })
             .collect())
+    }
+
+    /// Writes the times of unchanged checks: one write per watch, as every entry is its own object.
+    pub async fn touch(&self, touches: &[Touch]) -> Result<(), LedgerError> {
+        for t in touches {
+            let time = t.time.trunc_subsecs(0);
+            self.modify(&t.watch, |doc| {
+                // The same rule as the SQLite ledger's `touch_checks`.
+                if let Some(w) = doc.watch.as_mut()
+                    && w.image == t.image
+                    && w.last_ok == Some(true)
+                    && w.last_check.is_none_or(|c| c < time)
+                {
+                    w.last_check = Some(time);
+                }
+                Ok(())
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// [`KubeLedger::commit`], then the `touches` kept until now.
+    pub async fn commit_touching(&self, record: CheckRecord, touches: &[Touch]) -> Result<(), LedgerError> {
+        self.commit(record).await?;
+        self.touch(touches).await
     }
 
     pub async fn commit(&self, record: CheckRecord) -> Result<(), LedgerError> {

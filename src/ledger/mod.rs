@@ -7,7 +7,9 @@ mod records;
 mod sqlite;
 pub mod time;
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio::sync::{Notify, broadcast};
@@ -63,7 +65,15 @@ impl From<rusqlite::Error> for LedgerError {
 pub struct Ledger {
     backend: Backend,
     signals: Arc<Signals>,
+    /// Unchanged checks not written yet, by watch: this ledger's reads show their times.
+    touches: Arc<Mutex<BTreeMap<String, Touch>>>,
+    /// How often the daemon writes them.
+    touch_flush: Duration,
 }
+
+/// How often the daemon writes the times of unchanged checks ([`Ledger::flush_touches`]): what
+/// a crash can lose, and how far behind the daemon another process reading the ledger can be.
+pub const TOUCH_FLUSH: Duration = Duration::from_secs(30);
 
 #[derive(Clone)]
 #[allow(clippy::large_enum_variant)] // one per daemon, cloned rarely; boxing buys nothing
@@ -106,7 +116,18 @@ macro_rules! dispatch {
 
 impl Ledger {
     fn with(backend: Backend) -> Self {
-        Ledger { backend, signals: Arc::default() }
+        Ledger { backend, signals: Arc::default(), touches: Arc::default(), touch_flush: TOUCH_FLUSH }
+    }
+
+    /// This ledger with the times of unchanged checks written every `period` instead of every
+    /// [`TOUCH_FLUSH`] (tests).
+    pub fn with_touch_flush(self, period: Duration) -> Self {
+        Ledger { touch_flush: period, ..self }
+    }
+
+    /// How often the daemon writes the times of unchanged checks.
+    pub fn touch_flush(&self) -> Duration {
+        self.touch_flush
     }
 
     /// The embedded SQLite ledger at `path`.
@@ -169,12 +190,61 @@ impl Ledger {
         dispatch!(self, ping())
     }
 
+    /// A watch's entry, with the time of its latest check even when that is not written yet.
     pub async fn watch(&self, name: &str) -> Result<Option<WatchRecord>, LedgerError> {
-        dispatch!(self, watch(name))
+        let mut record = dispatch!(self, watch(name))?;
+        if let Some(r) = record.as_mut() {
+            self.overlay(r);
+        }
+        Ok(record)
     }
 
+    /// Every watch's entry, as [`Ledger::watch`] reads it.
     pub async fn watches(&self) -> Result<Vec<WatchRecord>, LedgerError> {
-        dispatch!(self, watches())
+        let mut records = dispatch!(self, watches())?;
+        records.iter_mut().for_each(|r| self.overlay(r));
+        Ok(records)
+    }
+
+    /// Shows an unwritten touch's time on the entry it would be written to.
+    fn overlay(&self, record: &mut WatchRecord) {
+        let touches = self.touches.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = touches.get(&record.name)
+            && t.image == record.image
+            && record.last_ok == Some(true)
+            && record.last_check.is_none_or(|c| c < t.time)
+        {
+            record.last_check = Some(t.time);
+        }
+    }
+
+    /// The touches not written yet, but `except`'s.
+    fn pending_touches(&self, except: Option<&str>) -> Vec<Touch> {
+        let touches = self.touches.lock().unwrap_or_else(|e| e.into_inner());
+        touches.values().filter(|t| Some(t.watch.as_str()) != except).cloned().collect()
+    }
+
+    /// Forgets written touches (not a newer one that came meanwhile).
+    fn forget_touches<'a>(&self, written: impl IntoIterator<Item = &'a Touch>) {
+        let mut touches = self.touches.lock().unwrap_or_else(|e| e.into_inner());
+        for t in written {
+            if touches.get(&t.watch).is_some_and(|pending| pending.time <= t.time) {
+                touches.remove(&t.watch);
+            }
+        }
+    }
+
+    /// Writes the times of the unchanged checks kept in memory, in one write (SQLite) or one per
+    /// watch (Kubernetes); answers how many. The daemon calls it every [`TOUCH_FLUSH`] and at
+    /// shutdown; every other commit writes them too.
+    pub async fn flush_touches(&self) -> Result<usize, LedgerError> {
+        let touches = self.pending_touches(None);
+        if touches.is_empty() {
+            return Ok(0);
+        }
+        dispatch!(self, touch(&touches))?;
+        self.forget_touches(&touches);
+        Ok(touches.len())
     }
 
     /// Whether `digest` was ever pinned for this watch (within the kept history).
@@ -188,11 +258,30 @@ impl Ledger {
     }
 
     /// Commits a check's outcome — watch state, pin, history, change, events, deliveries and
-    /// actions — in one write.
+    /// actions — in one write, with the touches kept so far; a check that changed nothing but its
+    /// time is kept as a touch instead (see [`CheckRecord::only_moves_time`]).
     pub async fn commit(&self, record: CheckRecord) -> Result<(), LedgerError> {
-        let (deliveries, actions) = (!record.deliveries.is_empty(), !record.actions.is_empty());
+        // Only a quiet record can be a touch, so only it needs the entry to compare with.
+        let before = if record.is_quiet() { self.watch(&record.watch).await? } else { None };
+        self.commit_over(record, before.as_ref()).await
+    }
+
+    /// [`Ledger::commit`] for a caller that read the watch's entry (`before`, as [`Ledger::watch`]
+    /// answered it) since its last commit: the check's own read, not another one.
+    pub async fn commit_over(&self, record: CheckRecord, before: Option<&WatchRecord>) -> Result<(), LedgerError> {
         let watch = record.watch.clone();
-        dispatch!(self, commit(record))?;
+        if record.only_moves_time(before) {
+            let touch = Touch { watch: watch.clone(), image: record.image.clone(), time: record.time };
+            self.touches.lock().unwrap_or_else(|e| e.into_inner()).insert(watch.clone(), touch);
+            let _ = self.signals.commits.send(watch);
+            return Ok(());
+        }
+        let (deliveries, actions) = (!record.deliveries.is_empty(), !record.actions.is_empty());
+        let own = Touch { watch: watch.clone(), image: record.image.clone(), time: record.time };
+        // The record supersedes its own watch's touch; the others ride along in the same write.
+        let touches = self.pending_touches(Some(&watch));
+        dispatch!(self, commit_touching(record, &touches))?;
+        self.forget_touches(touches.iter().chain([&own]));
         self.signal(deliveries, actions);
         // No receiver (no publisher) is no error.
         let _ = self.signals.commits.send(watch);

@@ -192,6 +192,45 @@ pub struct CheckRecord {
     pub history: usize,
 }
 
+impl CheckRecord {
+    /// Whether committing this record over `before` (the watch's entry) would change nothing but
+    /// its `last_check`: a successful check that found what the ledger holds. Such a check is kept
+    /// as a [`Touch`] and written with the next batch, not at once.
+    pub fn only_moves_time(&self, before: Option<&WatchRecord>) -> bool {
+        let Some(b) = before else { return false };
+        self.is_quiet()
+            && b.kind == self.kind
+            && b.image == self.image
+            && b.last_check.is_some()
+            && b.last_ok == Some(true)
+            && b.consecutive_failures == 0
+            && b.failing_since.is_none()
+            && b.last_error_reason.is_none()
+            && b.last_error.is_none()
+            && b.pending == self.pending
+    }
+
+    /// A successful check that adds nothing: no pin, change, event, delivery or action.
+    pub fn is_quiet(&self) -> bool {
+        self.outcome.is_ok()
+            && self.pin.is_none()
+            && self.change.is_none()
+            && self.events.is_empty()
+            && self.deliveries.is_empty()
+            && self.actions.is_empty()
+    }
+}
+
+/// The time of a successful check that changed nothing else, not yet written: the ledger keeps
+/// these in memory and writes them in batches (see `Ledger::flush_touches`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Touch {
+    pub watch: String,
+    /// The watch's image when checked: a touch never lands on an entry of another image.
+    pub image: String,
+    pub time: DateTime<Utc>,
+}
+
 /// An action planned with a change.
 #[derive(Debug, Clone)]
 pub struct NewAction {

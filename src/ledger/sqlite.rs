@@ -305,9 +305,28 @@ impl SqliteLedger {
 
     /// Commits a check's outcome: watch state, pin, history, change and events in one transaction.
     pub async fn commit(&self, record: CheckRecord) -> Result<(), LedgerError> {
+        self.commit_touching(record, &[]).await
+    }
+
+    /// [`SqliteLedger::commit`], writing the `touches` kept until now in the same transaction.
+    pub async fn commit_touching(&self, record: CheckRecord, touches: &[Touch]) -> Result<(), LedgerError> {
+        let touches = touches.to_vec();
         self.with(move |conn| {
             let tx = conn.transaction()?;
+            touch_checks(&tx, &touches)?;
             commit_check(&tx, &record)?;
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Writes the times of unchanged checks, all in one transaction.
+    pub async fn touch(&self, touches: &[Touch]) -> Result<(), LedgerError> {
+        let touches = touches.to_vec();
+        self.with(move |conn| {
+            let tx = conn.transaction()?;
+            touch_checks(&tx, &touches)?;
             tx.commit()?;
             Ok(())
         })
@@ -1190,6 +1209,20 @@ fn read_watch(conn: &Connection, name: &str) -> Result<Option<WatchRecord>, Ledg
         pending: pending_digest.zip(pending_since).map(|(digest, since)| HeldDigest { digest, since }),
         moves: moves.max(0) as u64,
     }))
+}
+
+/// A touch moves only `last_check`, forward, on a succeeding entry of the same image: whatever was
+/// committed since it was taken wins.
+fn touch_checks(tx: &Transaction<'_>, touches: &[Touch]) -> Result<(), LedgerError> {
+    for t in touches {
+        exec(
+            tx,
+            "UPDATE watches SET last_check = ?2
+             WHERE name = ?1 AND image = ?3 AND last_result = 'ok' AND (last_check IS NULL OR last_check < ?2)",
+            params![t.watch, timestamp(t.time), t.image],
+        )?;
+    }
+    Ok(())
 }
 
 fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError> {

@@ -131,7 +131,8 @@ impl Monitor {
             record.as_ref().and_then(|r| r.pin.as_ref()).filter(|_| !failed).map(|p| p.digest.clone())
         });
         let change_kind = commit.change.as_ref().map(|c| c.change.kind);
-        self.ledger.commit(commit).await?;
+        // An unchanged check is only noted (the ledger writes such times in batches).
+        self.ledger.commit_over(commit, record.as_ref()).await?;
         let failing = next_state.failing_count();
         *state = Some(next_state);
         drop(state);
@@ -278,8 +279,8 @@ impl Monitor {
                     };
                     match pinned {
                         Some(reference) => Some(reference),
-                        None => match self.registry.head_manifest(&image).await {
-                            Ok(head) => Some(image.pinned(&head.digest)),
+                        None => match self.run_image_heads.head(&self.registry, &image).await {
+                            Ok(digest) => Some(image.pinned(&digest)),
                             Err(err) => {
                                 tracing::warn!(watch = %watch.name, run_image = %image, error = %err, "cannot resolve the run image; comparing by name only");
                                 None

@@ -207,6 +207,7 @@ pub struct Monitor {
     /// checks of one registry decide one after another, each on what the last one recorded.
     outages: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<RegistryState>>>>>,
     failing: Arc<Mutex<BTreeMap<String, usize>>>,
+    run_image_heads: run_images::RunImageHeads,
 }
 
 impl Monitor {
@@ -244,6 +245,7 @@ impl Monitor {
             unchecked,
             outages: Mutex::new(HashMap::new()),
             failing,
+            run_image_heads: Default::default(),
         }
     }
 

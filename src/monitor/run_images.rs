@@ -1,15 +1,58 @@
 //! Run images: the set of run image watches in force and the builders naming each; which watch a
 //! builder uses is decided by `config::run_image_watch` (shared with `status` and the publisher).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
+use tokio::sync::{OnceCell, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::Watch;
 use crate::config::{BuilderSettings, Config, run_image_watch};
+use crate::registry::{Registry, RegistryError};
 use builder_monitor_core::cnb::{PinnedMetadata, run_watch_name};
 use builder_monitor_core::event::Subject;
+use builder_monitor_core::reference::ImageRef;
+
+/// How long one HEAD of a run image tag answers for every builder pinned meanwhile that names it
+/// (before the run image's own watch has pinned it, which then answers instead).
+pub const RUN_IMAGE_HEAD_SHARED: Duration = Duration::from_secs(10);
+
+type SharedHead = Arc<OnceCell<Result<String, Arc<RegistryError>>>>;
+
+/// The digests run image tags resolved to, one HEAD per tag shared by every builder pinned
+/// within `RUN_IMAGE_HEAD_SHARED` (those pinned while it is in flight wait for it): pinning a
+/// thousand builders of one run image costs one HEAD of it, not a thousand.
+#[derive(Default)]
+pub(super) struct RunImageHeads {
+    heads: Mutex<HashMap<String, (Instant, SharedHead)>>,
+}
+
+impl RunImageHeads {
+    /// The digest `image` (a tag) names, from a HEAD made at most `RUN_IMAGE_HEAD_SHARED` ago.
+    pub(super) async fn head(&self, registry: &Registry, image: &ImageRef) -> Result<String, Arc<RegistryError>> {
+        let key = image.to_string();
+        let cell = {
+            let mut heads = self.heads.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            heads.retain(|_, (at, _)| now.duration_since(*at) < RUN_IMAGE_HEAD_SHARED);
+            heads.entry(key.clone()).or_insert_with(|| (now, SharedHead::default())).1.clone()
+        };
+        let answer = cell
+            .get_or_init(|| async { registry.head_manifest(image).await.map(|h| h.digest).map_err(Arc::new) })
+            .await
+            .clone();
+        if answer.is_err() {
+            // Those waiting share the failure; the next builder asks again.
+            let mut heads = self.heads.lock().unwrap_or_else(|e| e.into_inner());
+            if heads.get(&key).is_some_and(|(_, c)| Arc::ptr_eq(c, &cell)) {
+                heads.remove(&key);
+            }
+        }
+        answer
+    }
+}
 
 /// A run image watch and the builders that name it.
 pub(super) struct RunImageEntry {

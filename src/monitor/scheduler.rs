@@ -28,7 +28,19 @@ impl Monitor {
         let mut all_ok = self.check_all(builders).await;
         let run_images: Vec<Watch> = self.run_image_watches().into_iter().map(|(w, _)| w).collect();
         all_ok &= self.check_all(run_images).await;
+        self.flush_touches().await;
         all_ok
+    }
+
+    /// Writes the times of unchanged checks kept in memory; a failure is logged (they stay kept,
+    /// for the next flush).
+    async fn flush_touches(&self) {
+        match self.ledger.flush_touches().await {
+            Ok(n) => tracing::debug!(checks = n, "wrote the times of unchanged checks"),
+            Err(err) => {
+                tracing::error!(error = %err, "cannot write the times of unchanged checks; kept for the next try")
+            }
+        }
     }
 
     async fn check_all(self: &Arc<Self>, watches: Vec<Watch>) -> bool {
@@ -105,6 +117,18 @@ impl Monitor {
         let mut running: JoinSet<()> = JoinSet::new();
         let mut running_ids: HashMap<tokio::task::Id, usize> = HashMap::new();
         let mut heartbeat = tokio::time::interval(HEARTBEAT);
+        // Beside the loop, so a slow write (one per watch on Kubernetes) never delays a check.
+        let flushing = CancellationToken::new();
+        let flusher = tokio::spawn({
+            let (monitor, stop) = (self.clone(), flushing.clone());
+            async move {
+                let mut every = tokio::time::interval(monitor.ledger.touch_flush());
+                every.tick().await;
+                while stop.run_until_cancelled(every.tick()).await.is_some() {
+                    monitor.flush_touches().await;
+                }
+            }
+        });
         loop {
             let now = tokio::time::Instant::now();
             while slots.has_room() {
@@ -194,5 +218,8 @@ impl Monitor {
             tracing::warn!(grace = ?SHUTDOWN_GRACE, "checks still running after the grace period; aborting them (the ledger is transactional, nothing is half-written)");
             running.abort_all();
         }
+        flushing.cancel();
+        let _ = flusher.await;
+        self.flush_touches().await;
     }
 }

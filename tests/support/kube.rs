@@ -263,6 +263,12 @@ impl KubeDouble {
         self.notify();
     }
 
+    /// Writes the store has taken so far (its newest resourceVersion): unchanged when nothing was
+    /// created, replaced, patched or deleted.
+    pub fn writes(&self) -> u64 {
+        self.shared.store.lock().unwrap().rv
+    }
+
     fn notify(&self) {
         let rv = self.shared.store.lock().unwrap().rv;
         let _ = self.shared.changed.send(rv);

@@ -6,13 +6,15 @@
 //!
 //! 1. requests per unchanged check (counting proxy), anonymous and with bearer tokens;
 //! 2. checks per second at concurrency 16, rate limits off, against the registry's own HEAD
-//!    ceiling (ApacheBench `ab -i -k`, wrk where it can time HEAD) and `skopeo inspect`;
+//!    ceiling (ApacheBench `ab -i -k`, wrk where it can time HEAD) and `skopeo inspect`: in
+//!    process, in the `builder-monitor run` daemon (start-up excluded) and by `run --once`
+//!    (start-up included);
 //! 3. change-to-event latency of the real daemon, polling every second and with the push hook;
 //! 4. peak RSS and CPU of `builder-monitor run` at 100, 1,000 and 10,000 tags, and a soak;
 //! 5. start-up time to the first check and to every builder checked, with 1,000 builders;
 //! 6. requests per new run image digest: what reading its OS package lists adds, per kind of image.
 //!
-//! Items 1 and 2 drive the library in process (`Monitor::check_builder`, the function the daemon's
+//! Items 1 and 2 (but its daemon rates) drive the library in process (`Monitor::check_builder`, the function the daemon's
 //! schedule calls for every check); items 3 to 5 run the daemon binary. Results go to
 //! `$CARGO_TARGET_DIR/bench/registry.{md,json}` (`./target` without the variable).
 //!
@@ -735,6 +737,9 @@ async fn throughput(fleet: &Fleet, window: Duration) -> Value {
         ("none", None)
     };
     say(format!("registry HEAD ceiling: {ceiling:?} by {ceiling_tool}; wrk GET {:?}", rate_of(&wrk_get)));
+    let daemon = daemon_rates(fleet, window).await;
+    let daemon_rate = daemon["run"]["checks_per_second"].as_f64();
+    let once_rate = daemon["once"]["checks_per_second"].as_f64();
 
     // skopeo: sequential, on tags spread over the fleet.
     let mut skopeo_times = Vec::new();
@@ -787,12 +792,79 @@ async fn throughput(fleet: &Fleet, window: Duration) -> Value {
         "ab_head": ab,
         "wrk_get": wrk_get,
         "ratio_to_ceiling": ceiling.map(|c| bm_rate / c),
+        "daemon": daemon,
+        "daemon_ratio_to_ceiling": ceiling.zip(daemon_rate).map(|(c, d)| d / c),
+        "once_ratio_to_ceiling": ceiling.zip(once_rate).map(|(c, o)| o / c),
+        "daemon_ratio_to_skopeo": skopeo_rate.zip(daemon_rate).map(|(s, d)| d / s),
         "skopeo": {
             "samples": skopeo_times.len(), "seconds": skopeo_times, "digest_mismatches": skopeo_wrong,
             "checks_per_second": skopeo_rate, "error": skopeo_error,
             "command": "skopeo inspect --tls-verify=false --format '{{.Digest}}' docker://HOST/REPO:TAG",
         },
         "ratio_to_skopeo": skopeo_rate.map(|s| bm_rate / s),
+    })
+}
+
+/// Item 2 in the daemon binary over the `FLEET` tags, pinned first by one `run --once`: a second
+/// `run --once`, timed from spawn to exit (start-up included), and `run` with an interval of
+/// 100 ms (every tag always due, so it checks as fast as it can), counted by its own
+/// `builder_monitor_checks_total` over `window` once ready (start-up excluded).
+async fn daemon_rates(fleet: &Fleet, window: Duration) -> Value {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let http = support::http();
+    let port = free_port();
+    let text = config_text(&fleet.host, &fleet.host, FLEET, "100ms", "0s", &format!("listen = \"127.0.0.1:{port}\""));
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, &text).expect("write config");
+    let once = || {
+        let started = Instant::now();
+        let status = Command::new(BINARY)
+            .args(["run", "--once", "--config"])
+            .arg(&config)
+            .env("BUILDER_MONITOR_LOG", "warn")
+            .env_remove("BUILDER_MONITOR_CONFIG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("run builder-monitor run --once");
+        (started.elapsed().as_secs_f64(), status.code())
+    };
+    let (pin_seconds, pin_code) = tokio::task::block_in_place(once);
+    let (once_seconds, once_code) = tokio::task::block_in_place(once);
+    let once_rate = FLEET as f64 / once_seconds;
+    say(format!(
+        "run --once over {FLEET} pinned tags: {once_seconds:.2}s, {once_rate:.0} checks/s (exit {once_code:?})"
+    ));
+
+    let mut daemon = Running::spawn(dir.path(), &text, port, "warn");
+    let ready = daemon.wait_ready(&http, Duration::from_millis(20), Duration::from_secs(300)).await;
+    // One more cycle first: connections and ledger pages warm, as in the in-process loop.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (m0, cpu0) = (daemon.metrics(&http).await, cpu_seconds(&daemon.pid).unwrap_or(0.0));
+    let started = Instant::now();
+    tokio::time::sleep(window).await;
+    let (m1, cpu1) = (daemon.metrics(&http).await, cpu_seconds(&daemon.pid).unwrap_or(0.0));
+    let seconds = started.elapsed().as_secs_f64();
+    let exit_code = daemon.terminate();
+    let delta = |name: &str| metric_sum(&m1, name) - metric_sum(&m0, name);
+    let checks = delta("builder_monitor_checks_total");
+    let rate = checks / seconds;
+    say(format!("builder-monitor run: {rate:.0} unchanged checks/s over {seconds:.1}s (start-up excluded)"));
+    json!({
+        "tags": FLEET,
+        "config": "interval 100ms (every tag always due), jitter 0s, requests_per_second = 0, watch_run_image = false",
+        "once": {
+            "pin_seconds": pin_seconds, "pin_exit_code": pin_code,
+            "seconds": once_seconds, "exit_code": once_code, "checks_per_second": once_rate,
+            "measured": "a second `run --once` over the pinned tags, from spawn to exit",
+        },
+        "run": {
+            "seconds_to_ready": ready.as_secs_f64(), "checks": checks, "seconds": seconds,
+            "checks_per_second": rate, "cpu_ms_per_check": (cpu1 - cpu0) * 1000.0 / checks.max(1.0),
+            "registry_requests_per_check": delta("builder_monitor_registry_requests_total") / checks.max(1.0),
+            "exit_code": exit_code,
+            "measured": "`builder_monitor_checks_total` of `builder-monitor run` over the window, from 2 s after /readyz",
+        },
     })
 }
 
@@ -1566,6 +1638,42 @@ fn render(r: &Value) -> String {
         f(&t["ratio_to_ceiling"], 2),
         "≥ 0.8",
         t["ratio_to_ceiling"].as_f64().map(|x| x >= 0.8),
+    );
+    let d = &t["daemon"];
+    row(
+        "2",
+        format!("`builder-monitor run` unchanged checks/s, start-up excluded ({} tags)", d["tags"]),
+        format!("{} ({} ms CPU/check)", f(&d["run"]["checks_per_second"], 0), f(&d["run"]["cpu_ms_per_check"], 3)),
+        "",
+        None,
+    );
+    row(
+        "2",
+        "ratio `run` / HEAD ceiling".into(),
+        f(&t["daemon_ratio_to_ceiling"], 2),
+        "≥ 0.9",
+        t["daemon_ratio_to_ceiling"].as_f64().map(|x| x >= 0.9),
+    );
+    row(
+        "2",
+        format!("`run --once` over {} pinned tags, start-up included", d["tags"]),
+        format!("{} checks/s ({} s)", f(&d["once"]["checks_per_second"], 0), f(&d["once"]["seconds"], 2)),
+        "",
+        None,
+    );
+    row(
+        "2",
+        "ratio `run --once` / HEAD ceiling".into(),
+        f(&t["once_ratio_to_ceiling"], 2),
+        "≥ 0.8",
+        t["once_ratio_to_ceiling"].as_f64().map(|x| x >= 0.8),
+    );
+    row(
+        "2",
+        "ratio `run` / skopeo".into(),
+        format!("{}×", f(&t["daemon_ratio_to_skopeo"], 0)),
+        "≥ 35×",
+        t["daemon_ratio_to_skopeo"].as_f64().map(|x| x >= 35.0),
     );
     row(
         "2",

@@ -11,7 +11,7 @@ use crate::alert::{AlertError, Dispatcher};
 use crate::cluster::publish::Publisher;
 use crate::cluster::{self, ClusterError, lease::LeaseElector};
 use crate::config::{Config, StateLocation};
-use crate::ledger::{Ledger, LedgerError, WriterLock};
+use crate::ledger::{Ledger, LedgerError, OpenAction, WriterLock};
 use crate::metrics::Metrics;
 use crate::monitor::Monitor;
 use crate::registry::Registry;
@@ -213,15 +213,10 @@ async fn sample_open_actions(config: Arc<Config>, ledger: Ledger, metrics: Arc<M
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = every.tick() => {
-                // A pending action a roll-out gate keeps back counts as `waiting`.
-                let waits = crate::rollout::waits(&config, &ledger, chrono::Utc::now()).await;
-                match (ledger.open_actions().await, waits) {
-                    (Ok(open), Ok(waits)) => metrics.set_open_actions(open.iter().map(|a| {
-                        if waits.contains_key(&a.key) { "waiting" } else { a.state.as_str() }
-                    })),
-                    (Err(err), _) | (_, Err(err)) => {
-                        tracing::debug!(error = %err, "cannot count open actions for the metrics")
-                    }
+                // As `status` shows them: a pending action a roll-out gate keeps back is `waiting`.
+                match crate::status::open_actions(&config, &ledger, chrono::Utc::now()).await {
+                    Ok((open, _)) => metrics.set_open_actions(open.iter().map(OpenAction::shown_state)),
+                    Err(err) => tracing::debug!(error = %err, "cannot count open actions for the metrics"),
                 }
             }
         }

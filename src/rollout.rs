@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 
 use crate::config::Config;
-use crate::ledger::{ActionRecord, Decided, DeliveryKey, Ledger, LedgerError, NewAction, ROLLOUT_WATCH, Verdict};
+use crate::ledger::{
+    ActionRecord, Decided, DeliveryKey, Ledger, LedgerError, NewAction, OpenAction, ROLLOUT_WATCH, Verdict,
+};
 use builder_monitor_core::event::{Event, EventType, RolloutInfo, Subject, WaitingAction, stable_id};
 use builder_monitor_core::rollout::{self, ActionState, Freeze, GateAction, Wait};
 use builder_monitor_core::schedule::timestamp;
@@ -232,14 +234,15 @@ pub fn held_event(change: &str, subject: &Subject, held: &[ActionRecord], reason
     e
 }
 
-/// Why each pending action waits now, by key (those that may start are absent).
+/// Why each pending action among `open` waits now, by key (those that may start are absent);
+/// `open` and `freeze` as the caller read them from the ledger.
 pub async fn waits(
     config: &Config,
     ledger: &Ledger,
+    open: &[OpenAction],
+    freeze: Option<&Freeze>,
     now: DateTime<Utc>,
 ) -> Result<BTreeMap<String, Wait>, LedgerError> {
-    let freeze = ledger.freeze_state().await?;
-    let open = ledger.open_actions().await?;
     let mut changes: Vec<&str> =
         open.iter().filter(|a| a.state == ActionState::Pending).map(|a| a.change.as_str()).collect();
     changes.sort_unstable();
@@ -248,7 +251,7 @@ pub async fn waits(
     for change in changes {
         let actions = ledger.change_actions(change).await?;
         let view: Vec<GateAction> = actions.iter().map(ActionRecord::gate_action).collect();
-        for (key, verdict) in rollout::gate(&view, &config.rollout, freeze.as_ref(), now) {
+        for (key, verdict) in rollout::gate(&view, &config.rollout, freeze, now) {
             if let Err(wait) = verdict {
                 out.insert(key, wait);
             }

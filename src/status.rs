@@ -196,8 +196,9 @@ pub async fn open_actions(
     ledger: &Ledger,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<(Vec<OpenAction>, RolloutStatus), LedgerError> {
-    let mut waits = crate::rollout::waits(config, ledger, now).await?;
     let mut open = ledger.open_actions().await?;
+    let frozen = ledger.freeze_state().await?;
+    let mut waits = crate::rollout::waits(config, ledger, &open, frozen.as_ref(), now).await?;
     for a in &mut open {
         let (gate, why) = match a.state {
             ActionState::Pending => match waits.remove(&a.key) {
@@ -217,11 +218,7 @@ pub async fn open_actions(
         a.waiting_for = Some(why);
     }
     let windows = &config.rollout.windows;
-    let rollout = RolloutStatus {
-        frozen: ledger.freeze_state().await?,
-        window_open: windows.is_open(now),
-        next_window: windows.describe_next(now),
-    };
+    let rollout = RolloutStatus { frozen, window_open: windows.is_open(now), next_window: windows.describe_next(now) };
     Ok((open, rollout))
 }
 

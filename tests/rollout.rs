@@ -237,6 +237,15 @@ struct InProcess {
     config: Arc<Config>,
 }
 
+impl InProcess {
+    /// Why each pending action waits at `now`, as `status` reads it from the ledger.
+    async fn waits(&self, now: chrono::DateTime<chrono::Utc>) -> BTreeMap<String, builder_monitor_core::rollout::Wait> {
+        let open = self.ledger.open_actions().await.unwrap();
+        let frozen = self.ledger.freeze_state().await.unwrap();
+        builder_monitor::rollout::waits(&self.config, &self.ledger, &open, frozen.as_ref(), now).await.unwrap()
+    }
+}
+
 fn assemble(dir: &Path, text: &str, clock: Clock) -> InProcess {
     std::fs::write(dir.join("config.toml"), text).unwrap();
     let config = Arc::new(Config::parse(&dir.join("config.toml"), text).unwrap_or_else(|e| panic!("{e}")));
@@ -260,7 +269,7 @@ async fn the_canary_runs_first_then_its_wave() {
     assert!(d.monitor.run_once().await);
 
     // Before anything runs, the wave says why it waits.
-    let waits = builder_monitor::rollout::waits(&d.config, &d.ledger, chrono::Utc::now()).await.unwrap();
+    let waits = d.waits(chrono::Utc::now()).await;
     let reasons: Vec<String> = waits.values().map(ToString::to_string).collect();
     assert_eq!(reasons, ["wave 1 waits for wave 0: petclinic pending"; 2], "{waits:?}");
 
@@ -342,7 +351,7 @@ async fn a_closed_window_starts_nothing_until_it_opens() {
 
     assert_eq!(d.runner.run_due_once().await, 0, "the window is closed");
     assert!(calls(&w.record()).is_empty());
-    let waits = builder_monitor::rollout::waits(&d.config, &d.ledger, clock.now()).await.unwrap();
+    let waits = d.waits(clock.now()).await;
     assert_eq!(waits.len(), 3, "{waits:?}");
     for wait in waits.values() {
         assert_eq!(wait.to_string(), "outside windows: next opens Tue 09:00 Europe/Berlin");
@@ -660,7 +669,7 @@ async fn a_newer_change_supersedes_held_actions() {
     assert_eq!(of(ActionState::Superseded), ["api", "web"], "{actions:?}");
     assert_eq!(of(ActionState::Held), Vec::<&str>::new());
     assert_eq!(of(ActionState::Pending), ["api", "petclinic", "web"]);
-    let waits = builder_monitor::rollout::waits(&d.config, &d.ledger, chrono::Utc::now()).await.unwrap();
+    let waits = d.waits(chrono::Utc::now()).await;
     assert_eq!(waits.len(), 2, "the new wave waits for the new canary: {waits:?}");
     assert_eq!(d.runner.run_due_once().await, 1, "the new canary alone (it fails again)");
     assert_eq!(starts(&w.record()), count(&[("petclinic", 2)]));

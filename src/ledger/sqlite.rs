@@ -696,7 +696,7 @@ impl SqliteLedger {
             let decided_at = timestamp(now);
             let mut out = Vec::new();
             for a in rows.iter().filter(|a| image.as_deref().is_none_or(|i| a.image == i)) {
-                let Some(state) = verdict_state(a, verdict) else { continue };
+                let Some(state) = verdict.next_state(a) else { continue };
                 let decided = matches!(verdict, Verdict::Approve | Verdict::Reject);
                 exec(
                     &tx,
@@ -1088,10 +1088,6 @@ fn change_rows(conn: &Connection, change_id: &str) -> Result<Vec<ActionRecord>, 
 fn action_kind(key: &str, kind: &str) -> Result<ActionKind, LedgerError> {
     ActionKind::parse(kind)
         .ok_or_else(|| LedgerError::Corrupt { what: "action kind", detail: format!("{key}: {kind}") })
-}
-
-fn verdict_state(action: &ActionRecord, verdict: Verdict) -> Option<ActionState> {
-    verdict.next_state(action)
 }
 
 fn read_freeze(conn: &Connection) -> Result<Option<Freeze>, LedgerError> {

@@ -424,14 +424,7 @@ impl Runner {
     }
 
     fn routed(&self, events: &[Event]) -> Vec<DeliveryKey> {
-        events
-            .iter()
-            .flat_map(|e| {
-                crate::config::alerts::routes(&self.config.alerts, e)
-                    .into_iter()
-                    .map(|a| DeliveryKey::new(e.id.clone(), a))
-            })
-            .collect()
+        crate::rollout::routed(&self.config, events)
     }
 
     async fn execute(self: Arc<Self>, action: ClaimedAction, _permit: OwnedSemaphorePermit) {

@@ -1,6 +1,6 @@
 //! The `builder-monitor` command: argument parsing, logging set-up and exit codes
 //! (0 ok, 1 runtime failure, 2 usage or invalid config).
-// One audited exception: `commands::release_freed_memory`.
+// Two audited exceptions: `commands::release_freed_memory` and `commands::use_one_malloc_arena`.
 #![deny(unsafe_code)]
 
 use std::io::IsTerminal;
@@ -19,6 +19,7 @@ mod commands;
 use cli::{Cli, Command, LogFormat};
 
 fn main() -> ExitCode {
+    commands::use_one_malloc_arena();
     install_crypto_provider();
     let cli = Cli::parse();
     let default_level = if matches!(cli.command, Command::Run { .. }) { "info" } else { "warn" };

@@ -72,9 +72,8 @@ fn load_config(path: &Path, secrets: Secrets) -> Result<Config, Failure> {
     config
 }
 
-/// Gives the heap that parsing the config used back to the kernel. toml holds the whole document
-/// with spans while we read it (~20 bytes per byte of config: 24 MiB for 10,000 builders), and
-/// glibc keeps freed fragments between the allocations that stay, for the life of the daemon.
+/// Gives the heap that reading the config used back to the kernel: the config is parsed a table
+/// at a time, but glibc still keeps freed fragments between the allocations that stay.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)]
 fn release_freed_memory() {
@@ -86,6 +85,23 @@ fn release_freed_memory() {
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn release_freed_memory() {}
+
+/// Keeps glibc to one malloc arena. By default every thread that meets a locked arena gets its
+/// own (up to 8 per core), and memory freed in one is never reused by another: at 10,000 builders
+/// the daemon's heap was spread over nine arenas, 2.2 MiB more than with one (measured with
+/// `MALLOC_ARENA_MAX=1`). Small allocations go through glibc's per-thread cache without the
+/// arena's lock, so two cores' workers do not queue on it. Call before any thread starts.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+pub fn use_one_malloc_arena() {
+    // SAFETY: mallopt takes no pointer; M_ARENA_MAX only caps arenas created from now on.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn use_one_malloc_arena() {}
 
 pub async fn execute(command: Command) -> Result<u8, Failure> {
     match command {

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use toml::Spanned;
-use toml::de::DeValue;
 
 use super::kubernetes::{KubeRunnerSettings, RawKubeRunner};
 use super::{BuilderSettings, Validator};
@@ -225,19 +224,21 @@ fn unknown_placeholders(arg: &str) -> Vec<String> {
 impl<'a> Validator<'a> {
     pub(super) fn images(
         &mut self,
-        value: Option<Spanned<DeValue<'a>>>,
+        elements: super::Elements<'a>,
         builders: Option<&[BuilderSettings]>,
-    ) -> Option<Vec<ImageSettings>> {
-        let (raws, mut ok): (Vec<RawImage>, bool) = self.tables(value, "images");
-        ok &= self.unique_names(raws.iter().map(|r| &r.name), "image");
+    ) -> Result<Option<Vec<ImageSettings>>, super::NotAlone> {
+        let mut names = super::Names::default();
         let mut out = Vec::new();
-        for raw in raws {
-            match self.image(raw, builders) {
+        let ok = self.each_element(elements, "images", |v, raw: RawImage| {
+            let unique = v.unique_name(&mut names, &raw.name, "image");
+            match v.image(raw, builders) {
                 Some(i) => out.push(i),
-                None => ok = false,
+                None => return false,
             }
-        }
-        ok.then_some(out)
+            unique
+        })?;
+        out.shrink_to_fit();
+        Ok(ok.then_some(out))
     }
 
     fn image(&mut self, raw: RawImage, builders: Option<&[BuilderSettings]>) -> Option<ImageSettings> {

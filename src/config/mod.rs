@@ -23,6 +23,7 @@ pub mod alerts;
 mod docker;
 mod images;
 mod kubernetes;
+mod pieces;
 mod rollout;
 pub use alerts::{AlertKind, AlertSettings, AlertUrl, DEFAULT_EVENTS, redact_url};
 pub use images::{
@@ -340,7 +341,7 @@ impl Config {
     /// [`Config::parse`], resolving the `secrets` asked for.
     pub fn parse_with(path: &Path, text: &str, secrets: Secrets) -> Result<Self, ConfigError> {
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let mut v = Validator { text, base, diagnostics: Vec::new(), kpack: false, secrets };
+        let mut v = Validator { text, offset: 0, base, diagnostics: Vec::new(), kpack: false, secrets };
         let config = v.document(path);
         if v.diagnostics.is_empty()
             && let Some(config) = config
@@ -546,6 +547,8 @@ struct RawBuilder {
 
 struct Validator<'a> {
     text: &'a str,
+    /// Where in `text` the piece whose spans are being read starts (0 for the whole document).
+    offset: usize,
     base: PathBuf,
     diagnostics: Vec<Diagnostic>,
     /// The runner is kpack (which restricts node selectors).
@@ -553,12 +556,43 @@ struct Validator<'a> {
     secrets: Secrets,
 }
 
+/// Names seen so far, with the offset in the text where each was first defined.
+type Names = std::collections::HashMap<String, usize>;
+
+/// A top-level value with the offset in the text its spans count from.
+type Located<'a> = (usize, Spanned<DeValue<'a>>);
+
+/// A piece of the text turned out to hold more than one array element's tables: the config is
+/// read again as one document.
+struct NotAlone;
+
+/// The config's top-level values (with their pieces' offsets), and the `[[builders]]` and
+/// `[[images]]` elements still to parse, a piece each.
+#[derive(Default)]
+struct Sections<'a> {
+    values: Vec<(usize, Spanned<toml::de::DeString<'a>>, Spanned<DeValue<'a>>)>,
+    builder_pieces: Vec<Range<usize>>,
+    image_pieces: Vec<Range<usize>>,
+}
+
+impl<'a> Sections<'a> {
+    fn whole(root: DeTable<'a>) -> Self {
+        Sections { values: root.into_iter().map(|(key, value)| (0, key, value)).collect(), ..Default::default() }
+    }
+}
+
+/// The tables of an `[[section]]` array: one value (possibly absent), or pieces of the text.
+enum Elements<'a> {
+    Value(Option<Located<'a>>),
+    Pieces(Vec<Range<usize>>),
+}
+
 const SECTIONS: &[&str] =
     &["monitor", "server", "registries", "builders", "alerts", "images", "runner", "kubernetes", "rollout"];
 
 impl<'a> Validator<'a> {
     fn error(&mut self, span: Range<usize>, message: impl Into<String>) {
-        let (line, column) = line_column(self.text, span.start);
+        let (line, column) = line_column(self.text, self.offset + span.start);
         self.diagnostics.push(Diagnostic { line, column, message: message.into() });
     }
 
@@ -579,84 +613,215 @@ impl<'a> Validator<'a> {
         }
     }
 
+    /// The config, from the text in pieces (see `pieces`) when every piece parses on its own and
+    /// holds one top-level name, else from the whole document: the same config and the same
+    /// diagnostics either way, but a fleet's tables never held as one tree.
     fn document(&mut self, path: &Path) -> Option<Config> {
-        let root = match DeTable::parse(self.text) {
-            Ok(root) => root.into_inner(),
+        if let Some(sections) = self.sections_in_pieces()
+            && let Ok(config) = self.validate(path, sections)
+        {
+            return config;
+        }
+        self.diagnostics.clear();
+        self.offset = 0;
+        self.whole_document(path)
+    }
+
+    fn whole_document(&mut self, path: &Path) -> Option<Config> {
+        let sections = match DeTable::parse(self.text) {
+            Ok(root) => Sections::whole(root.into_inner()),
             Err(err) => {
                 self.toml_error(&err);
                 return None;
             }
         };
+        self.validate(path, sections).unwrap_or(None)
+    }
+
+    /// The top-level values of every piece but the array elements, which stay text until read.
+    /// `None` when a piece does not parse or two pieces name the same section.
+    fn sections_in_pieces(&self) -> Option<Sections<'a>> {
+        let mut sections = Sections::default();
+        for piece in pieces::split(self.text) {
+            if let Some(array) = piece.element_of {
+                let pieces =
+                    if array == "builders" { &mut sections.builder_pieces } else { &mut sections.image_pieces };
+                pieces.push(piece.range);
+                continue;
+            }
+            let root = DeTable::parse(&self.text[piece.range.clone()]).ok()?.into_inner();
+            for (key, value) in root {
+                if sections.values.iter().any(|(_, k, _)| k.get_ref() == key.get_ref()) {
+                    return None;
+                }
+                sections.values.push((piece.range.start, key, value));
+            }
+        }
+        let pieced = |name: &str| {
+            !sections.builder_pieces.is_empty() && name == "builders"
+                || !sections.image_pieces.is_empty() && name == "images"
+        };
+        if sections.values.iter().any(|(_, key, _)| pieced(key.get_ref())) {
+            return None;
+        }
+        Some(sections)
+    }
+
+    /// Validates every section; `Err` when an array element's piece turns out not to stand alone.
+    fn validate(&mut self, path: &Path, sections: Sections<'a>) -> Result<Option<Config>, NotAlone> {
         let mut raw_monitor = None;
         let mut raw_registries = None;
-        let mut raw_builders = None;
+        let mut raw_builders = Elements::Pieces(sections.builder_pieces);
         let mut raw_alerts = None;
         let mut raw_server = None;
-        let mut raw_images = None;
+        let mut raw_images = Elements::Pieces(sections.image_pieces);
         let mut raw_runner = None;
         let mut raw_kubernetes = None;
         let mut raw_rollout = None;
-        for (key, value) in root {
+        for (offset, key, value) in sections.values {
+            let located = Some((offset, value));
             match key.get_ref().as_ref() {
-                "monitor" => raw_monitor = Some(value),
-                "registries" => raw_registries = Some(value),
-                "builders" => raw_builders = Some(value),
-                "alerts" => raw_alerts = Some(value),
-                "server" => raw_server = Some(value),
-                "images" => raw_images = Some(value),
-                "runner" => raw_runner = Some(value),
-                "kubernetes" => raw_kubernetes = Some(value),
-                "rollout" => raw_rollout = Some(value),
+                "monitor" => raw_monitor = located,
+                "registries" => raw_registries = located,
+                "builders" => raw_builders = Elements::Value(located),
+                "alerts" => raw_alerts = located,
+                "server" => raw_server = located,
+                "images" => raw_images = Elements::Value(located),
+                "runner" => raw_runner = located,
+                "kubernetes" => raw_kubernetes = located,
+                "rollout" => raw_rollout = located,
                 other => {
                     let message = format!(
                         "unknown key `{other}`, expected one of {}",
                         SECTIONS.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
                     );
+                    self.offset = offset;
                     self.error(key.span(), message);
+                    self.offset = 0;
                 }
             }
         }
 
-        let monitor = match raw_monitor {
-            Some(value) => self.entry::<RawMonitor>(value),
-            None => Some(RawMonitor::default()),
-        }
-        .and_then(|raw| self.monitor(raw));
+        let monitor = self.at(raw_monitor, |v, value| {
+            match value {
+                Some(value) => v.entry::<RawMonitor>(value),
+                None => Some(RawMonitor::default()),
+            }
+            .and_then(|raw| v.monitor(raw))
+        });
 
-        let registries = self.registries(raw_registries);
+        let registries = self.at(raw_registries, |v, value| v.registries(value));
         let defaults = monitor.as_ref();
-        let builders = self.builders(raw_builders, defaults);
-        let alerts = self.alerts(raw_alerts);
-        let runner = match raw_runner {
-            Some(value) => self.entry::<images::RawRunner>(value).and_then(|raw| self.runner(raw)),
+        let builders = self.builders(raw_builders, defaults)?;
+        let alerts = self.at(raw_alerts, |v, value| v.alerts(value));
+        let runner = self.at(raw_runner, |v, value| match value {
+            Some(value) => v.entry::<images::RawRunner>(value).and_then(|raw| v.runner(raw)),
             None => Some(RunnerSettings::default()),
-        };
-        let images = self.images(raw_images, builders.as_deref());
-        let kubernetes = match raw_kubernetes {
-            Some(value) => self.entry::<kubernetes::RawKubernetes>(value).and_then(|raw| self.kubernetes(raw)),
+        });
+        let images = self.images(raw_images, builders.as_deref())?;
+        let kubernetes = self.at(raw_kubernetes, |v, value| match value {
+            Some(value) => v.entry::<kubernetes::RawKubernetes>(value).and_then(|raw| v.kubernetes(raw)),
             None => Some(KubernetesSettings::default()),
-        };
-        let rollout = match raw_rollout {
-            Some(value) => self.entry::<rollout::RawRollout>(value).and_then(|raw| self.rollout(raw)),
+        });
+        let rollout = self.at(raw_rollout, |v, value| match value {
+            Some(value) => v.entry::<rollout::RawRollout>(value).and_then(|raw| v.rollout(raw)),
             None => Some(Rollout::default()),
-        };
-        let server = match raw_server {
-            Some(value) => self.entry::<RawServer>(value).and_then(|raw| self.server(raw)).map(Some),
+        });
+        let server = self.at(raw_server, |v, value| match value {
+            Some(value) => v.entry::<RawServer>(value).and_then(|raw| v.server(raw)).map(Some),
             None => Some(None),
-        };
+        });
 
-        Some(Config {
-            source: path.to_path_buf(),
-            monitor: monitor?,
-            registries: registries?,
-            builders: builders?,
-            alerts: alerts?,
-            images: images?,
-            runner: runner?,
-            kubernetes: kubernetes?,
-            rollout: rollout?,
-            server: server?,
-        })
+        Ok((|| {
+            Some(Config {
+                source: path.to_path_buf(),
+                monitor: monitor?,
+                registries: registries?,
+                builders: builders?,
+                alerts: alerts?,
+                images: images?,
+                runner: runner?,
+                kubernetes: kubernetes?,
+                rollout: rollout?,
+                server: server?,
+            })
+        })())
+    }
+
+    /// Runs `f` on a top-level value with the offset its spans count from.
+    fn at<T>(
+        &mut self,
+        located: Option<Located<'a>>,
+        f: impl FnOnce(&mut Self, Option<Spanned<DeValue<'a>>>) -> T,
+    ) -> T {
+        let (offset, value) = match located {
+            Some((offset, value)) => (offset, Some(value)),
+            None => (0, None),
+        };
+        self.offset = offset;
+        let out = f(self, value);
+        self.offset = 0;
+        out
+    }
+
+    /// Calls `f` on each table of an `[[section]]` array, deserialized on its own (one bad entry
+    /// does not hide the others' problems), with `offset` set for its spans; false when any table
+    /// or call failed. Pieces are parsed one at a time and dropped before the next.
+    fn each_element<T: DeserializeOwned>(
+        &mut self,
+        elements: Elements<'a>,
+        section: &str,
+        mut f: impl FnMut(&mut Self, T) -> bool,
+    ) -> Result<bool, NotAlone> {
+        let mut ok = true;
+        match elements {
+            Elements::Value(located) => {
+                let (offset, value) = match located {
+                    Some(located) => located,
+                    None => return Ok(true),
+                };
+                self.offset = offset;
+                let span = value.span();
+                match value.into_inner() {
+                    DeValue::Array(array) => {
+                        for value in array {
+                            match self.entry::<T>(value) {
+                                Some(t) => ok &= f(self, t),
+                                None => ok = false,
+                            }
+                        }
+                    }
+                    _ => {
+                        self.error(
+                            span,
+                            format!("`{section}` must be an array of tables: write each one as [[{section}]]"),
+                        );
+                        ok = false;
+                    }
+                }
+            }
+            Elements::Pieces(ranges) => {
+                for range in ranges {
+                    let text = &self.text[range.clone()];
+                    let root = DeTable::parse(text).map_err(|_| NotAlone)?.into_inner();
+                    let mut keys = root.into_iter();
+                    let (Some((key, value)), None) = (keys.next(), keys.next()) else { return Err(NotAlone) };
+                    let DeValue::Array(array) = value.into_inner() else { return Err(NotAlone) };
+                    if key.get_ref() != section {
+                        return Err(NotAlone);
+                    }
+                    self.offset = range.start;
+                    for value in array {
+                        match self.entry::<T>(value) {
+                            Some(t) => ok &= f(self, t),
+                            None => ok = false,
+                        }
+                    }
+                }
+            }
+        }
+        self.offset = 0;
+        Ok(ok)
     }
 
     fn duration(&mut self, value: &Spanned<String>, what: &str) -> Option<Duration> {
@@ -1007,38 +1172,47 @@ impl<'a> Validator<'a> {
 
     /// Reports every name used a second time; true when all are unique.
     fn unique_names<'n>(&mut self, names: impl IntoIterator<Item = &'n Spanned<String>>, what: &str) -> bool {
-        let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut seen = Names::default();
         let mut ok = true;
         for name in names {
-            if let Some(first) = seen.get(name.get_ref().as_str()) {
-                let (line, _) = line_column(self.text, *first);
-                self.error(
-                    name.span(),
-                    format!("duplicate {what} name \"{}\" (first defined on line {line})", name.get_ref()),
-                );
-                ok = false;
-            } else {
-                seen.insert(name.get_ref(), name.span().start);
-            }
+            ok &= self.unique_name(&mut seen, name, what);
         }
         ok
     }
 
+    /// Reports `name` when `seen` has it already (else records where it is); true when new.
+    fn unique_name(&mut self, seen: &mut Names, name: &Spanned<String>, what: &str) -> bool {
+        if let Some(first) = seen.get(name.get_ref().as_str()) {
+            let (line, _) = line_column(self.text, *first);
+            self.error(
+                name.span(),
+                format!("duplicate {what} name \"{}\" (first defined on line {line})", name.get_ref()),
+            );
+            false
+        } else {
+            seen.insert(name.get_ref().clone(), self.offset + name.span().start);
+            true
+        }
+    }
+
     fn builders(
         &mut self,
-        value: Option<Spanned<DeValue<'a>>>,
+        elements: Elements<'a>,
         monitor: Option<&MonitorSettings>,
-    ) -> Option<Vec<BuilderSettings>> {
-        let (raws, mut ok): (Vec<RawBuilder>, bool) = self.tables(value, "builders");
-        ok &= self.unique_names(raws.iter().map(|r| &r.name), "builder");
+    ) -> Result<Option<Vec<BuilderSettings>>, NotAlone> {
+        let mut names = Names::default();
         let mut out = Vec::new();
-        for raw in raws {
-            match self.builder(raw, monitor) {
+        let ok = self.each_element(elements, "builders", |v, raw: RawBuilder| {
+            let unique = v.unique_name(&mut names, &raw.name, "builder");
+            match v.builder(raw, monitor) {
                 Some(b) => out.push(b),
-                None => ok = false,
+                None => return false,
             }
-        }
-        ok.then_some(out)
+            unique
+        })?;
+        // Kept for the daemon's life: no room for growth (a third of the Vec at 10,000 builders).
+        out.shrink_to_fit();
+        Ok(ok.then_some(out))
     }
 
     fn builder(&mut self, raw: RawBuilder, monitor: Option<&MonitorSettings>) -> Option<BuilderSettings> {
@@ -1244,6 +1418,107 @@ colour = "blue"
             assert!(got.starts_with(want), "got {got:?}, want prefix {want:?}\nall: {errors:#?}");
         }
         assert_eq!(errors.len(), expect.len(), "{errors:#?}");
+    }
+
+    /// The config and the diagnostics of `text` read in pieces (`None`: the pieces fell back to the
+    /// whole document) and read as one document.
+    fn both_ways(text: &str) -> (Option<String>, String) {
+        let path = Path::new("/etc/bm/config.toml");
+        let validator = || Validator {
+            text,
+            offset: 0,
+            base: PathBuf::from("/etc/bm"),
+            diagnostics: Vec::new(),
+            kpack: false,
+            secrets: Secrets::Resolve,
+        };
+        let outcome = |v: &Validator, config: Option<Config>| format!("{config:?}\n{:?}", v.diagnostics);
+        let mut pieces = validator();
+        let in_pieces = pieces
+            .sections_in_pieces()
+            .and_then(|sections| pieces.validate(path, sections).ok())
+            .map(|config| outcome(&pieces, config));
+        let mut whole = validator();
+        let config = whole.whole_document(path);
+        (in_pieces, outcome(&whole, config))
+    }
+
+    #[test]
+    fn a_config_read_in_pieces_is_the_config_read_whole() {
+        let fleet: String = (0..300)
+            .map(|i| {
+                format!(
+                    "[[builders]]\nname = \"b{i}\"\nimage = \"r.io/b:{i}\"\n\n[[images]]\nname = \"app{i}\"\nbuilder = \"b{i}\"\nimage = \"r.io/app{i}:1\"\n"
+                )
+            })
+            .collect();
+        let with_errors = r#"[monitor]
+interval = "1m"
+[[builders]]
+name = "a"
+image = "r.io/a:1"
+[[builders]] # again
+name = "a"
+image = "r.io/A"
+[builders.oops]
+x = 1
+[[images]]
+name = "i"
+builder = "nope"
+image = "r.io/i:1"
+wave = -1
+[[images]]
+name = "i"
+builder = "a"
+image = "r.io/j:1"
+[runner]
+type = "exec"
+"#;
+        let example = include_str!("../../config.example.toml");
+        for (what, text) in [("fleet", fleet.as_str()), ("errors", with_errors), ("example", example)] {
+            let (in_pieces, whole) = both_ways(text);
+            let in_pieces = in_pieces.unwrap_or_else(|| panic!("{what}: read whole, not in pieces"));
+            assert_eq!(in_pieces, whole, "{what}");
+        }
+        let (_, whole) = both_ways(with_errors);
+        for want in [
+            r#"line: 9, column: 11, message: "unknown field `oops`"#,
+            r#"line: 15, column: 8, message: "wave must be"#,
+            r#"line: 17, column: 8, message: "duplicate image name \"i\" (first defined on line 12)"#,
+        ] {
+            assert!(whole.contains(want), "{want}: {whole}");
+        }
+    }
+
+    #[test]
+    fn layouts_that_pieces_cannot_hold_are_read_whole() {
+        let builder = "[[builders]]\nname = \"a\"\nimage = \"r.io/a:1\"\n";
+        for text in [
+            // A header line inside a multi-line string: the piece before it does not parse.
+            format!(
+                "[runner]\ntype = \"exec\"\n[[images]]\nname = \"i\"\nbuilder = \"a\"\nimage = \"r.io/i:1\"\nrebuild = [\"sh\", \"-c\", '''\n[[builders]]\n''']\n{builder}"
+            ),
+            // A quoted first key is no cut: its table lands in the builder's piece.
+            format!("{builder}[\"server\"]\nlisten = \"127.0.0.1:9464\"\n"),
+            // The same section in two pieces.
+            format!("[monitor]\ninterval = \"1m\"\n{builder}[monitor.x]\ny = 1\n"),
+            // A syntax error.
+            format!("{builder}[[builders]]\nname = \"b\nimage = 1\n"),
+        ] {
+            let (in_pieces, whole) = both_ways(&text);
+            assert!(in_pieces.is_none(), "read in pieces: {text}");
+            // The reading that falls back gives what the whole document gives.
+            let mut v = Validator {
+                text: &text,
+                offset: 0,
+                base: "/etc/bm".into(),
+                diagnostics: vec![],
+                kpack: false,
+                secrets: Secrets::Resolve,
+            };
+            let config = v.document(Path::new("/etc/bm/config.toml"));
+            assert_eq!(format!("{config:?}\n{:?}", v.diagnostics), whole, "{text}");
+        }
     }
 
     #[test]

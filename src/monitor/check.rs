@@ -11,7 +11,7 @@ use super::{CheckOutcome, Monitor, Watch};
 use crate::alert::outage;
 use crate::inspect;
 use crate::ledger::{DeliveryKey, LedgerError, WatchKind, WatchRecord};
-use crate::metrics::{BuilderLabels, ChangeLabels, CheckLabels, RegistryLabels};
+use crate::metrics::{ChangeLabels, RegistryLabels};
 use crate::registry::RegistryError;
 use builder_monitor_core::cnb::{self, PinnedMetadata, RunImagePin, run_watch_name};
 use builder_monitor_core::event::{EventType, ImageAction};
@@ -202,14 +202,10 @@ impl Monitor {
             CheckOutcome::Failed(err) => Some(err.reason()),
             _ => None,
         };
-        let ok = failed.is_none();
-        self.metrics.checks.get_or_create(&CheckLabels::new(&watch.name, failed)).inc();
+        let now = self.clock.now();
+        let seconds = now.timestamp() as f64 + f64::from(now.timestamp_subsec_millis()) / 1000.0;
+        self.metrics.record_check(&watch.name, failed, seconds);
         self.metrics.check_duration.observe(elapsed.as_secs_f64());
-        if ok {
-            let now = self.clock.now();
-            let seconds = now.timestamp() as f64 + f64::from(now.timestamp_subsec_millis()) / 1000.0;
-            self.metrics.last_success.get_or_create(&BuilderLabels { builder: watch.name.clone() }).set(seconds);
-        }
         if let Some(digest) = pinned {
             self.metrics.set_pinned(&watch.name, digest);
         }

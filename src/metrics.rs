@@ -1,40 +1,18 @@
 //! Prometheus metrics: one explicit registry (no globals) that the registry client, the monitor
 //! and the alert worker record into, encoded as OpenMetrics text for `GET /metrics`.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::ops::Bound;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, LabelSetEncoder};
-use prometheus_client::metrics::MetricType;
-use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-
-/// A check's labels: the watch, `result` (ok, error) and, for a failure, its `reason` (a
-/// successful check's series has no `reason` label, which PromQL reads as `reason=""`).
-struct CheckLabels<'a> {
-    builder: &'a str,
-    reason: Option<&'a str>,
-}
-
-impl<'a> CheckLabels<'a> {
-    fn borrowed(builder: &'a str, reason: Option<&'a str>) -> Self {
-        CheckLabels { builder, reason }
-    }
-}
-
-impl EncodeLabelSet for CheckLabels<'_> {
-    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
-        let result = if self.reason.is_some() { "error" } else { "ok" };
-        let mut labels = vec![("builder", self.builder), ("result", result)];
-        labels.extend(self.reason.map(|r| ("reason", r)));
-        labels.encode(encoder)
-    }
-}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -76,12 +54,12 @@ pub struct HookLabels {
     pub result: String,
 }
 
-/// The series of every watch in one table, encoded at each scrape: an entry of ~150 bytes per
-/// watch, where a family per metric held a label set, a series object and the name's copies for
-/// each of them (~0.5 KiB per watch, ~5 MiB at 10,000 builders).
+/// The series of every watch in one table (~150 bytes a watch, where a family per metric held a
+/// label set, a series object and copies of the name for each: ~0.5 KiB a watch, ~5 MiB at 10,000
+/// builders), sorted by name, and written out a slice at a time (see [`Exposition`]).
 #[derive(Debug, Default)]
 struct WatchSeries {
-    table: Mutex<HashMap<Box<str>, Series>>,
+    table: Mutex<BTreeMap<Box<str>, Series>>,
 }
 
 #[derive(Debug, Default)]
@@ -103,53 +81,134 @@ impl WatchSeries {
     }
 }
 
-impl Collector for WatchSeries {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let table = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        // Sorted by name: scrapes are stable to read and to diff.
-        let mut watches: Vec<(&str, &Series)> = table.iter().map(|(name, series)| (&**name, series)).collect();
-        watches.sort_unstable_by_key(|(name, _)| *name);
-        let mut family = encoder.encode_descriptor("checks", CHECKS_HELP, None, MetricType::Counter)?;
-        for (name, series) in &watches {
+/// The per-watch families: name, type, help, and how one watch's lines are written.
+const WATCH_FAMILIES: [(&str, &str, &str, fn(&mut String, &str, &Series)); 3] = [
+    (
+        "checks",
+        "counter",
+        "Checks of watched tags, by result (ok, error) and a failure's reason.",
+        |out, name, series| {
             if series.ok > 0 {
-                ConstCounter::new(series.ok).encode(family.encode_family(&CheckLabels::borrowed(name, None))?)?;
+                let _ = writeln!(
+                    out,
+                    "builder_monitor_checks_total{{builder=\"{}\",result=\"ok\"}} {}",
+                    escape(name),
+                    series.ok
+                );
             }
             for (reason, count) in &series.failed {
-                ConstCounter::new(*count).encode(family.encode_family(&CheckLabels::borrowed(name, Some(reason)))?)?;
+                let _ = writeln!(
+                    out,
+                    "builder_monitor_checks_total{{builder=\"{}\",result=\"error\",reason=\"{reason}\"}} {count}",
+                    escape(name)
+                );
             }
-        }
-        let mut family = encoder.encode_descriptor(
-            "last_successful_check_timestamp_seconds",
-            "Unix time of the last successful check",
-            None,
-            MetricType::Gauge,
-        )?;
-        for (name, series) in &watches {
+        },
+    ),
+    (
+        "last_successful_check_timestamp_seconds",
+        "gauge",
+        "Unix time of the last successful check.",
+        |out, name, series| {
             if let Some(at) = series.last_success {
-                ConstGauge::new(at).encode(family.encode_family(&[("builder", *name)])?)?;
+                // `{:?}` keeps the `.0` of a whole number, as the OpenMetrics encoder writes floats.
+                let _ = writeln!(
+                    out,
+                    "builder_monitor_last_successful_check_timestamp_seconds{{builder=\"{}\"}} {at:?}",
+                    escape(name)
+                );
             }
+        },
+    ),
+    ("pinned_info", "gauge", "The digest each watched tag is pinned to (value 1).", |out, name, series| {
+        if let Some(digest) = &series.pinned {
+            let _ = writeln!(
+                out,
+                "builder_monitor_pinned_info{{builder=\"{}\",digest=\"{}\"}} 1",
+                escape(name),
+                escape(digest)
+            );
         }
-        let mut family = encoder.encode_descriptor(
-            "pinned_info",
-            "The digest each watched tag is pinned to (value 1)",
-            None,
-            MetricType::Gauge,
-        )?;
-        for (name, series) in &watches {
-            if let Some(digest) = &series.pinned {
-                ConstGauge::new(1i64).encode(family.encode_family(&[("builder", *name), ("digest", &**digest)])?)?;
-            }
-        }
-        Ok(())
+    }),
+];
+
+/// Watches written per piece of the exposition (~80 KiB of text).
+const WATCHES_PER_PIECE: usize = 512;
+
+/// An OpenMetrics label value: backslash, quote and newline escaped.
+fn escape(value: &str) -> std::borrow::Cow<'_, str> {
+    if value.contains(['\\', '"', '\n']) {
+        value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n").into()
+    } else {
+        value.into()
     }
 }
 
-const CHECKS_HELP: &str = "Checks of watched tags, by result (ok, error) and a failure's reason";
+/// The exposition in pieces: the registry's families, then each per-watch family
+/// [`WATCHES_PER_PIECE`] watches at a time, then `# EOF`. At 10,000 builders the whole text is
+/// ~4 MiB; served piece by piece, a scrape holds ~80 KiB of it.
+pub struct Exposition {
+    metrics: Arc<Metrics>,
+    step: Step,
+    /// The last watch written of the current family.
+    after: Option<Box<str>>,
+}
+
+enum Step {
+    Registry,
+    Family(usize),
+    Eof,
+    Done,
+}
+
+impl Iterator for Exposition {
+    type Item = String;
+
+    fn next(&mut self) -> Option<String> {
+        let mut out = String::new();
+        match self.step {
+            Step::Registry => {
+                let _ = prometheus_client::encoding::text::encode_registry(&mut out, &self.metrics.registry);
+                self.step = Step::Family(0);
+            }
+            Step::Family(family) => {
+                let (name, kind, help, write) = WATCH_FAMILIES[family];
+                if self.after.is_none() {
+                    let _ = write!(out, "# HELP builder_monitor_{name} {help}\n# TYPE builder_monitor_{name} {kind}\n");
+                }
+                let table = self.metrics.watches.table.lock().unwrap_or_else(|e| e.into_inner());
+                let after = match &self.after {
+                    Some(after) => Bound::Excluded(&**after),
+                    None => Bound::Unbounded,
+                };
+                let mut written = 0;
+                let mut last = None;
+                for (watch, series) in table.range::<str, _>((after, Bound::Unbounded)).take(WATCHES_PER_PIECE) {
+                    write(&mut out, watch, series);
+                    written += 1;
+                    last = Some(watch);
+                }
+                if written < WATCHES_PER_PIECE {
+                    self.after = None;
+                    self.step = if family + 1 < WATCH_FAMILIES.len() { Step::Family(family + 1) } else { Step::Eof };
+                } else {
+                    self.after = last.cloned();
+                }
+            }
+            Step::Eof => {
+                out.push_str("# EOF\n");
+                self.step = Step::Done;
+            }
+            Step::Done => return None,
+        }
+        Some(out)
+    }
+}
 
 pub struct Metrics {
     registry: Registry,
     /// `checks`, `last_successful_check_timestamp_seconds` and `pinned_info`: the series per watch.
-    watches: Arc<WatchSeries>,
+    watches: WatchSeries,
     pub check_duration: Histogram,
     pub registry_requests: Family<RequestLabels, Counter>,
     pub rate_limited: Family<RegistryLabels, Counter>,
@@ -171,8 +230,7 @@ pub struct Metrics {
 impl Metrics {
     pub fn new() -> Arc<Self> {
         let mut registry = Registry::with_prefix("builder_monitor");
-        let watches = Arc::new(WatchSeries::default());
-        registry.register_collector(Box::new(watches.clone()));
+        let watches = WatchSeries::default();
         let check_duration = Histogram::new(exponential_buckets(0.001, 2.0, 16));
         registry.register(
             "check_duration_seconds",
@@ -251,11 +309,14 @@ impl Metrics {
         })
     }
 
-    /// The OpenMetrics text exposition.
-    pub fn encode(&self) -> String {
-        let mut out = String::new();
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+    /// The OpenMetrics text exposition, whole.
+    pub fn encode(self: &Arc<Self>) -> String {
+        self.exposition().collect()
+    }
+
+    /// The OpenMetrics text exposition, piece by piece (what `GET /metrics` serves).
+    pub fn exposition(self: &Arc<Self>) -> Exposition {
+        Exposition { metrics: self.clone(), step: Step::Registry, after: None }
     }
 
     /// Counts a check of `watch` that succeeded (`failed` is `None`, `at` its Unix time) or failed
@@ -336,6 +397,41 @@ mod tests {
         assert!(text.contains("# TYPE builder_monitor_pinned_info gauge\n"), "{text}");
         assert!(text.ends_with("# EOF\n"));
         assert_eq!((metrics.checks_of("alpha", None), metrics.checks_of("alpha", Some("tag_missing"))), (1, 2));
+    }
+
+    #[test]
+    fn the_exposition_comes_in_bounded_pieces_each_family_whole_and_once() {
+        let metrics = Metrics::new();
+        let n = 2 * WATCHES_PER_PIECE + 7;
+        for i in 0..n {
+            metrics.record_check(&format!("b{i:05}"), None, 100.0 + i as f64);
+            metrics.set_pinned(&format!("b{i:05}"), "sha256:aa");
+        }
+        metrics.record_check("b00003", Some("registry_unavailable"), 1.0);
+        let pieces: Vec<String> = metrics.exposition().collect();
+        // The registry, three pieces for each of the three families, # EOF.
+        assert_eq!(pieces.len(), 1 + 3 * 3 + 1);
+        assert!(
+            pieces.iter().all(|p| p.lines().count() <= WATCHES_PER_PIECE + 3),
+            "a piece holds at most its watches' lines"
+        );
+        let text = pieces.concat();
+        assert_eq!(text, metrics.encode());
+        for (family, per_watch) in
+            [("checks_total", n + 1), ("last_successful_check_timestamp_seconds", n), ("pinned_info", n)]
+        {
+            let lines: Vec<&str> =
+                text.lines().filter(|l| l.starts_with(&format!("builder_monitor_{family}{{"))).collect();
+            assert_eq!(lines.len(), per_watch, "{family}");
+            let first = text.lines().position(|l| l == lines[0]).unwrap();
+            assert_eq!(text.lines().skip(first).take(lines.len()).collect::<Vec<_>>(), lines, "{family}: contiguous");
+        }
+        assert!(text.contains("builder_monitor_last_successful_check_timestamp_seconds{builder=\"b00000\"} 100.0\n"));
+        assert!(text.contains(
+            "# HELP builder_monitor_checks Checks of watched tags, by result (ok, error) and a failure's reason.\n"
+        ));
+        assert_eq!(text.matches("# TYPE builder_monitor_pinned_info gauge\n").count(), 1);
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 
     #[test]

@@ -12,12 +12,33 @@ use tokio_util::sync::CancellationToken;
 use super::{CHECK_CONCURRENCY, CheckOutcome, HEARTBEAT, Monitor, SHUTDOWN_GRACE, Watch};
 use crate::schedule::{Slots, Timetable};
 
-/// A watch in the daemon's timetable.
+/// A watch in the daemon's timetable: a builder by its place in the config, its `Watch` made for
+/// each check (so a fleet's settings are not held a second time: ~350 bytes a builder), or a run
+/// image watch.
 #[derive(Clone)]
-struct Scheduled {
-    watch: Arc<Watch>,
-    /// Run image watches: cancelled when no builder names the run image any more.
-    stop: Option<CancellationToken>,
+enum Scheduled {
+    Builder(usize),
+    RunImage {
+        watch: Arc<Watch>,
+        /// Cancelled when no builder names the run image any more.
+        stop: CancellationToken,
+    },
+}
+
+impl Monitor {
+    fn watch_of(&self, scheduled: &Scheduled) -> Arc<Watch> {
+        match scheduled {
+            Scheduled::Builder(index) => Arc::new(Watch::builder(&self.config.builders[*index])),
+            Scheduled::RunImage { watch, .. } => watch.clone(),
+        }
+    }
+
+    fn registry_of<'s>(&'s self, scheduled: &'s Scheduled) -> &'s str {
+        match scheduled {
+            Scheduled::Builder(index) => self.config.builders[*index].image.registry(),
+            Scheduled::RunImage { watch, .. } => watch.image.registry(),
+        }
+    }
 }
 
 impl Monitor {
@@ -109,10 +130,9 @@ impl Monitor {
         let mut table: Timetable<Scheduled> = Timetable::default();
         let mut slots: Slots<usize> = Slots::new(CHECK_CONCURRENCY);
         let now = tokio::time::Instant::now();
-        for builder in &self.config.builders {
+        for (index, builder) in self.config.builders.iter().enumerate() {
             slots.register(builder.image.registry());
-            let scheduled = Scheduled { watch: Arc::new(Watch::builder(builder)), stop: None };
-            table.add(&builder.name, scheduled, builder.jitter, now);
+            table.add(&builder.name, Scheduled::Builder(index), builder.jitter, now);
         }
         let mut running: JoinSet<()> = JoinSet::new();
         let mut running_ids: HashMap<tokio::task::Id, usize> = HashMap::new();
@@ -135,15 +155,15 @@ impl Monitor {
                 let id = match slots.next_waiting() {
                     Some(id) => id,
                     None => match table.pop_due(now) {
-                        Some(id) => match slots.admit(table.item(id).watch.image.registry(), id) {
+                        Some(id) => match slots.admit(self.registry_of(table.item(id)), id) {
                             Some(id) => id,
                             None => continue,
                         },
                         None => break,
                     },
                 };
-                let Scheduled { watch, stop } = table.item(id).clone();
-                if stop.is_some_and(|s| s.is_cancelled()) {
+                let watch = self.watch_of(table.item(id));
+                if matches!(table.item(id), Scheduled::RunImage { stop, .. } if stop.is_cancelled()) {
                     slots.finished(watch.image.registry());
                     table.remove(id);
                     self.handle.hooks.forget(&watch.name);
@@ -169,7 +189,7 @@ impl Monitor {
                         Err(err) => err.id(),
                     };
                     let Some(id) = running_ids.remove(&task) else { continue };
-                    let watch = table.item(id).watch.clone();
+                    let watch = self.watch_of(table.item(id));
                     slots.finished(watch.image.registry());
                     if let Err(err) = done {
                         self.handle.hooks.forget(&watch.name);
@@ -202,7 +222,7 @@ impl Monitor {
                             table.remove(old);
                         }
                         let jitter = watch.jitter;
-                        let scheduled = Scheduled { watch: Arc::new(watch), stop: Some(stop) };
+                        let scheduled = Scheduled::RunImage { watch: Arc::new(watch), stop };
                         table.add(&name, scheduled, jitter, tokio::time::Instant::now());
                     }
                 }

@@ -81,8 +81,11 @@ impl WatchSeries {
     }
 }
 
+/// Writes one watch's lines of a family.
+type WatchLines = fn(&mut String, &str, &Series);
+
 /// The per-watch families: name, type, help, and how one watch's lines are written.
-const WATCH_FAMILIES: [(&str, &str, &str, fn(&mut String, &str, &Series)); 3] = [
+const WATCH_FAMILIES: [(&str, &str, &str, WatchLines); 3] = [
     (
         "checks",
         "counter",

@@ -783,6 +783,30 @@ async fn unchanged_checks_are_written_in_batches_not_one_by_one() {
 }
 
 #[tokio::test]
+async fn a_fleet_of_kept_times_is_written_in_batches_of_touch_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let ledger = Ledger::open(&path).unwrap();
+    let n = 2 * builder_monitor::ledger::TOUCH_BATCH + 345;
+    for i in 0..n {
+        let mut r = record(&format!("b{i:05}"), "2026-11-30T12:00:00Z");
+        r.pin = Some(pin("sha256:a"));
+        ledger.commit(r).await.unwrap();
+    }
+    // Unchanged checks: kept in memory (a real commit would write the kept ones with it).
+    for i in 0..n {
+        ledger.commit(record(&format!("b{i:05}"), "2026-11-30T12:01:00Z")).await.unwrap();
+    }
+    // Three batches: a flush that stopped after one would answer TOUCH_BATCH and leave the rest.
+    assert_eq!(ledger.flush_touches().await.unwrap(), n, "every kept time");
+    let other = Ledger::open_read_only(&path).unwrap();
+    let written = other.watches().await.unwrap();
+    assert_eq!(written.len(), n);
+    assert!(written.iter().all(|w| w.last_check.map(timestamp).as_deref() == Some("2026-11-30T12:01:00Z")));
+    assert_eq!(ledger.flush_touches().await.unwrap(), 0, "none left");
+}
+
+#[tokio::test]
 async fn a_real_change_is_written_at_once_with_the_kept_times() {
     both_beside(|ledger, beside| async move {
         for w in ["a", "b"] {

@@ -71,6 +71,10 @@ pub struct Ledger {
     touch_flush: Duration,
 }
 
+/// Touches per write of [`Ledger::flush_touches`]: a fleet's 10,000 are written in ten
+/// transactions, so a flush never copies all of them at once (~1.5 MiB).
+pub const TOUCH_BATCH: usize = 1_000;
+
 /// How often the daemon writes the times of unchanged checks ([`Ledger::flush_touches`]): what
 /// a crash can lose, and how far behind the daemon another process reading the ledger can be.
 pub const TOUCH_FLUSH: Duration = Duration::from_secs(30);
@@ -234,17 +238,34 @@ impl Ledger {
         }
     }
 
-    /// Writes the times of the unchanged checks kept in memory, in one write (SQLite) or one per
-    /// watch (Kubernetes); answers how many. The daemon calls it every [`TOUCH_FLUSH`] and at
-    /// shutdown; every other commit writes them too.
+    /// Writes the times of the unchanged checks kept in memory, [`TOUCH_BATCH`] watches per write
+    /// (SQLite) or one write per watch (Kubernetes); answers how many. The daemon calls it every
+    /// [`TOUCH_FLUSH`] and at shutdown; every other commit writes them too.
     pub async fn flush_touches(&self) -> Result<usize, LedgerError> {
-        let touches = self.pending_touches(None);
-        if touches.is_empty() {
-            return Ok(0);
+        let mut written = 0;
+        let mut after: Option<String> = None;
+        loop {
+            let batch: Vec<Touch> = {
+                let touches = self.touches.lock().unwrap_or_else(|e| e.into_inner());
+                let from = match &after {
+                    Some(name) => std::ops::Bound::Excluded(name.as_str()),
+                    None => std::ops::Bound::Unbounded,
+                };
+                touches
+                    .range::<str, _>((from, std::ops::Bound::Unbounded))
+                    .take(TOUCH_BATCH)
+                    .map(|(_, t)| t.clone())
+                    .collect()
+            };
+            let Some(last) = batch.last() else { return Ok(written) };
+            after = Some(last.watch.clone());
+            dispatch!(self, touch(&batch))?;
+            self.forget_touches(&batch);
+            written += batch.len();
+            if batch.len() < TOUCH_BATCH {
+                return Ok(written);
+            }
         }
-        dispatch!(self, touch(&touches))?;
-        self.forget_touches(&touches);
-        Ok(touches.len())
     }
 
     /// Whether `digest` was ever pinned for this watch (within the kept history).

@@ -1,5 +1,5 @@
 //! Prometheus metrics: one explicit registry (no globals) that the registry client, the monitor
-//! and the alert worker record into, encoded as OpenMetrics text for `GET /metrics`.
+//! and the alert worker record into, plus a compact per-watch table, served as OpenMetrics text.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -56,7 +56,9 @@ pub struct HookLabels {
 
 /// The series of every watch in one table (~150 bytes a watch, where a family per metric held a
 /// label set, a series object and copies of the name for each: ~0.5 KiB a watch, ~5 MiB at 10,000
-/// builders), sorted by name, and written out a slice at a time (see [`Exposition`]).
+/// builders), sorted by name, and written out a slice at a time (see [`Exposition`]). The lines
+/// are written here, not by prometheus-client: its encoder renders a whole registry into one
+/// string, which is what serving in pieces avoids; the unit tests pin the format it would write.
 #[derive(Debug, Default)]
 struct WatchSeries {
     table: Mutex<BTreeMap<Box<str>, Series>>,

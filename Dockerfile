@@ -10,8 +10,8 @@ COPY src ./src
 COPY crates ./crates
 # Cargo reads every target of the manifest, the benchmark's too.
 COPY benches ./benches
-# Without the line tables (185 → 38 MB) but with the symbols, so a panic's backtrace still names
-# its functions (RUST_BACKTRACE=1).
+# Without the line tables (119 → 27 MB; 24 MB fully stripped) but with the symbols, so a panic's
+# backtrace still names its functions (RUST_BACKTRACE=1).
 RUN cargo build --release --locked --bin builder-monitor \
  && strip --strip-debug target/release/builder-monitor
 

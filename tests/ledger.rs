@@ -783,6 +783,27 @@ async fn unchanged_checks_are_written_in_batches_not_one_by_one() {
 }
 
 #[tokio::test]
+async fn failing_watches_are_read_without_the_others() {
+    both_beside(|ledger, _| async move {
+        for w in ["a", "b", "c"] {
+            let mut r = record(w, "2026-11-30T12:00:00Z");
+            r.pin = Some(pin("sha256:a"));
+            ledger.commit(r).await.unwrap();
+        }
+        for (w, at) in [("b", "12:01"), ("b", "12:02"), ("c", "12:01")] {
+            let mut r = record(w, &format!("2026-11-30T{at}:00Z"));
+            r.outcome = failed("tag_missing", "gone");
+            ledger.commit(r).await.unwrap();
+        }
+        ledger.commit(record("c", "2026-11-30T12:03:00Z")).await.unwrap();
+        let failing = ledger.failing_watches().await.unwrap();
+        let seen: Vec<(&str, u32)> = failing.iter().map(|w| (w.name.as_str(), w.consecutive_failures)).collect();
+        assert_eq!(seen, [("b", 2)], "c recovered, a never failed");
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_fleet_of_kept_times_is_written_in_batches_of_touch_batch() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.db");

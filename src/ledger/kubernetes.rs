@@ -438,6 +438,10 @@ impl KubeLedger {
         Ok(out)
     }
 
+    pub async fn failing_watches(&self) -> Result<Vec<WatchRecord>, LedgerError> {
+        Ok(self.watches().await?.into_iter().filter(|w| w.consecutive_failures > 0).collect())
+    }
+
     pub async fn has_pinned(&self, watch: &str, digest: &str) -> Result<bool, LedgerError> {
         Ok(self.read(watch).await?.is_some_and(|(_, d)| d.digests.iter().any(|x| x.digest == digest)))
     }

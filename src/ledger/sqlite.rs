@@ -281,6 +281,17 @@ impl SqliteLedger {
         .await
     }
 
+    pub async fn failing_watches(&self) -> Result<Vec<WatchRecord>, LedgerError> {
+        self.with(|conn| {
+            let names: Vec<String> = conn
+                .prepare("SELECT name FROM watches WHERE consecutive_failures > 0 ORDER BY name")?
+                .query_map([], |r| r.get(0))?
+                .collect::<Result<_, _>>()?;
+            names.iter().filter_map(|n| read_watch(conn, n).transpose()).collect()
+        })
+        .await
+    }
+
     pub async fn history(&self, watch: &str, limit: usize) -> Result<Vec<PinnedDigest>, LedgerError> {
         let watch = watch.to_string();
         self.with(move |conn| {

@@ -32,13 +32,8 @@ impl Monitor {
     pub(super) async fn load_registry_state(&self, registry: &str) -> Result<RegistryState, LedgerError> {
         let mut state = RegistryState::default();
         let of_registry = |image: &str| ImageRef::parse(image).is_ok_and(|i| i.registry() == registry);
-        let failing: Vec<WatchRecord> = self
-            .ledger
-            .watches()
-            .await?
-            .into_iter()
-            .filter(|w| w.consecutive_failures > 0 && of_registry(&w.image))
-            .collect();
+        let failing: Vec<WatchRecord> =
+            self.ledger.failing_watches().await?.into_iter().filter(|w| of_registry(&w.image)).collect();
         let failed_ids: Vec<String> = failing
             .iter()
             .map(|w| failed_event_id(&w.name, &w.failing_since.map(timestamp).unwrap_or_default()))

@@ -271,25 +271,12 @@ impl SqliteLedger {
     }
 
     pub async fn watches(&self) -> Result<Vec<WatchRecord>, LedgerError> {
-        self.with(|conn| {
-            let names: Vec<String> = conn
-                .prepare("SELECT name FROM watches ORDER BY name")?
-                .query_map([], |r| r.get(0))?
-                .collect::<Result<_, _>>()?;
-            names.iter().filter_map(|n| read_watch(conn, n).transpose()).collect()
-        })
-        .await
+        self.with(|conn| read_watches(conn, "SELECT name FROM watches ORDER BY name")).await
     }
 
     pub async fn failing_watches(&self) -> Result<Vec<WatchRecord>, LedgerError> {
-        self.with(|conn| {
-            let names: Vec<String> = conn
-                .prepare("SELECT name FROM watches WHERE consecutive_failures > 0 ORDER BY name")?
-                .query_map([], |r| r.get(0))?
-                .collect::<Result<_, _>>()?;
-            names.iter().filter_map(|n| read_watch(conn, n).transpose()).collect()
-        })
-        .await
+        self.with(|conn| read_watches(conn, "SELECT name FROM watches WHERE consecutive_failures > 0 ORDER BY name"))
+            .await
     }
 
     pub async fn history(&self, watch: &str, limit: usize) -> Result<Vec<PinnedDigest>, LedgerError> {
@@ -1129,6 +1116,12 @@ fn gated_pending(
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows: Vec<ActionRecord> = stmt.query_map(params![only], action_record)?.collect::<Result<_, _>>()?;
     Ok(gate_rows(&rows, kind, rollout, freeze, now))
+}
+
+/// The entries of the watches `names_query` names (its one column), in its order.
+fn read_watches(conn: &Connection, names_query: &str) -> Result<Vec<WatchRecord>, LedgerError> {
+    let names: Vec<String> = conn.prepare(names_query)?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    names.iter().filter_map(|n| read_watch(conn, n).transpose()).collect()
 }
 
 fn read_watch(conn: &Connection, name: &str) -> Result<Option<WatchRecord>, LedgerError> {

@@ -135,7 +135,8 @@ impl Monitor {
             table.add(&builder.name, Scheduled::Builder(index), builder.jitter, now);
         }
         let mut running: JoinSet<()> = JoinSet::new();
-        let mut running_ids: HashMap<tokio::task::Id, usize> = HashMap::new();
+        // The watch each running check was made for, so its end needs no second copy.
+        let mut running_ids: HashMap<tokio::task::Id, (usize, Arc<Watch>)> = HashMap::new();
         let mut heartbeat = tokio::time::interval(HEARTBEAT);
         // Beside the loop, so a slow write (one per watch on Kubernetes) never delays a check.
         let flushing = CancellationToken::new();
@@ -171,13 +172,14 @@ impl Monitor {
                 }
                 let hooked = self.handle.hooks.starts(&watch.name);
                 let monitor = self.clone();
+                let checked = watch.clone();
                 let task = running.spawn(async move {
                     let outcome = monitor.check_logged(&watch).await;
                     if hooked {
                         monitor.handle.hooks.done(&watch.name, outcome.as_ref(), &monitor.handle.wakes);
                     }
                 });
-                running_ids.insert(task.id(), id);
+                running_ids.insert(task.id(), (id, checked));
             }
             let next = if slots.has_room() { table.next_due() } else { None };
             tokio::select! {
@@ -188,8 +190,7 @@ impl Monitor {
                         Ok((task, ())) => *task,
                         Err(err) => err.id(),
                     };
-                    let Some(id) = running_ids.remove(&task) else { continue };
-                    let watch = self.watch_of(table.item(id));
+                    let Some((id, watch)) = running_ids.remove(&task) else { continue };
                     slots.finished(watch.image.registry());
                     if let Err(err) = done {
                         self.handle.hooks.forget(&watch.name);

@@ -24,6 +24,7 @@ mod docker;
 mod images;
 mod kubernetes;
 mod pieces;
+use pieces::{Elements, NotAlone, Sections};
 mod rollout;
 pub use alerts::{AlertKind, AlertSettings, AlertUrl, DEFAULT_EVENTS, redact_url};
 pub use images::{
@@ -559,34 +560,6 @@ struct Validator<'a> {
 /// Names seen so far, with the offset in the text where each was first defined.
 type Names = std::collections::HashMap<String, usize>;
 
-/// A top-level value with the offset in the text its spans count from.
-type Located<'a> = (usize, Spanned<DeValue<'a>>);
-
-/// A piece of the text turned out to hold more than one array element's tables: the config is
-/// read again as one document.
-struct NotAlone;
-
-/// The config's top-level values (with their pieces' offsets), and the `[[builders]]` and
-/// `[[images]]` elements still to parse, a piece each.
-#[derive(Default)]
-struct Sections<'a> {
-    values: Vec<(usize, Spanned<toml::de::DeString<'a>>, Spanned<DeValue<'a>>)>,
-    builder_pieces: Vec<Range<usize>>,
-    image_pieces: Vec<Range<usize>>,
-}
-
-impl<'a> Sections<'a> {
-    fn whole(root: DeTable<'a>) -> Self {
-        Sections { values: root.into_iter().map(|(key, value)| (0, key, value)).collect(), ..Default::default() }
-    }
-}
-
-/// The tables of an `[[section]]` array: one value (possibly absent), or pieces of the text.
-enum Elements<'a> {
-    Value(Option<Located<'a>>),
-    Pieces(Vec<Range<usize>>),
-}
-
 const SECTIONS: &[&str] =
     &["monitor", "server", "registries", "builders", "alerts", "images", "runner", "kubernetes", "rollout"];
 
@@ -636,35 +609,6 @@ impl<'a> Validator<'a> {
             }
         };
         self.validate(path, sections).unwrap_or(None)
-    }
-
-    /// The top-level values of every piece but the array elements, which stay text until read.
-    /// `None` when a piece does not parse or two pieces name the same section.
-    fn sections_in_pieces(&self) -> Option<Sections<'a>> {
-        let mut sections = Sections::default();
-        for piece in pieces::split(self.text) {
-            if let Some(array) = piece.element_of {
-                let pieces =
-                    if array == "builders" { &mut sections.builder_pieces } else { &mut sections.image_pieces };
-                pieces.push(piece.range);
-                continue;
-            }
-            let root = DeTable::parse(&self.text[piece.range.clone()]).ok()?.into_inner();
-            for (key, value) in root {
-                if sections.values.iter().any(|(_, k, _)| k.get_ref() == key.get_ref()) {
-                    return None;
-                }
-                sections.values.push((piece.range.start, key, value));
-            }
-        }
-        let pieced = |name: &str| {
-            !sections.builder_pieces.is_empty() && name == "builders"
-                || !sections.image_pieces.is_empty() && name == "images"
-        };
-        if sections.values.iter().any(|(_, key, _)| pieced(key.get_ref())) {
-            return None;
-        }
-        Some(sections)
     }
 
     /// Validates every section; `Err` when an array element's piece turns out not to stand alone.
@@ -746,82 +690,6 @@ impl<'a> Validator<'a> {
                 server: server?,
             })
         })())
-    }
-
-    /// Runs `f` on a top-level value with the offset its spans count from.
-    fn at<T>(
-        &mut self,
-        located: Option<Located<'a>>,
-        f: impl FnOnce(&mut Self, Option<Spanned<DeValue<'a>>>) -> T,
-    ) -> T {
-        let (offset, value) = match located {
-            Some((offset, value)) => (offset, Some(value)),
-            None => (0, None),
-        };
-        self.offset = offset;
-        let out = f(self, value);
-        self.offset = 0;
-        out
-    }
-
-    /// Calls `f` on each table of an `[[section]]` array, deserialized on its own (one bad entry
-    /// does not hide the others' problems), with `offset` set for its spans; false when any table
-    /// or call failed. Pieces are parsed one at a time and dropped before the next.
-    fn each_element<T: DeserializeOwned>(
-        &mut self,
-        elements: Elements<'a>,
-        section: &str,
-        mut f: impl FnMut(&mut Self, T) -> bool,
-    ) -> Result<bool, NotAlone> {
-        let mut ok = true;
-        match elements {
-            Elements::Value(located) => {
-                let (offset, value) = match located {
-                    Some(located) => located,
-                    None => return Ok(true),
-                };
-                self.offset = offset;
-                let span = value.span();
-                match value.into_inner() {
-                    DeValue::Array(array) => {
-                        for value in array {
-                            match self.entry::<T>(value) {
-                                Some(t) => ok &= f(self, t),
-                                None => ok = false,
-                            }
-                        }
-                    }
-                    _ => {
-                        self.error(
-                            span,
-                            format!("`{section}` must be an array of tables: write each one as [[{section}]]"),
-                        );
-                        ok = false;
-                    }
-                }
-            }
-            Elements::Pieces(ranges) => {
-                for range in ranges {
-                    let text = &self.text[range.clone()];
-                    let root = DeTable::parse(text).map_err(|_| NotAlone)?.into_inner();
-                    let mut keys = root.into_iter();
-                    let (Some((key, value)), None) = (keys.next(), keys.next()) else { return Err(NotAlone) };
-                    let DeValue::Array(array) = value.into_inner() else { return Err(NotAlone) };
-                    if key.get_ref() != section {
-                        return Err(NotAlone);
-                    }
-                    self.offset = range.start;
-                    for value in array {
-                        match self.entry::<T>(value) {
-                            Some(t) => ok &= f(self, t),
-                            None => ok = false,
-                        }
-                    }
-                }
-            }
-        }
-        self.offset = 0;
-        Ok(ok)
     }
 
     fn duration(&mut self, value: &Spanned<String>, what: &str) -> Option<Duration> {
@@ -1418,107 +1286,6 @@ colour = "blue"
             assert!(got.starts_with(want), "got {got:?}, want prefix {want:?}\nall: {errors:#?}");
         }
         assert_eq!(errors.len(), expect.len(), "{errors:#?}");
-    }
-
-    /// The config and the diagnostics of `text` read in pieces (`None`: the pieces fell back to the
-    /// whole document) and read as one document.
-    fn both_ways(text: &str) -> (Option<String>, String) {
-        let path = Path::new("/etc/bm/config.toml");
-        let validator = || Validator {
-            text,
-            offset: 0,
-            base: PathBuf::from("/etc/bm"),
-            diagnostics: Vec::new(),
-            kpack: false,
-            secrets: Secrets::Resolve,
-        };
-        let outcome = |v: &Validator, config: Option<Config>| format!("{config:?}\n{:?}", v.diagnostics);
-        let mut pieces = validator();
-        let in_pieces = pieces
-            .sections_in_pieces()
-            .and_then(|sections| pieces.validate(path, sections).ok())
-            .map(|config| outcome(&pieces, config));
-        let mut whole = validator();
-        let config = whole.whole_document(path);
-        (in_pieces, outcome(&whole, config))
-    }
-
-    #[test]
-    fn a_config_read_in_pieces_is_the_config_read_whole() {
-        let fleet: String = (0..300)
-            .map(|i| {
-                format!(
-                    "[[builders]]\nname = \"b{i}\"\nimage = \"r.io/b:{i}\"\n\n[[images]]\nname = \"app{i}\"\nbuilder = \"b{i}\"\nimage = \"r.io/app{i}:1\"\n"
-                )
-            })
-            .collect();
-        let with_errors = r#"[monitor]
-interval = "1m"
-[[builders]]
-name = "a"
-image = "r.io/a:1"
-[[builders]] # again
-name = "a"
-image = "r.io/A"
-[builders.oops]
-x = 1
-[[images]]
-name = "i"
-builder = "nope"
-image = "r.io/i:1"
-wave = -1
-[[images]]
-name = "i"
-builder = "a"
-image = "r.io/j:1"
-[runner]
-type = "exec"
-"#;
-        let example = include_str!("../../config.example.toml");
-        for (what, text) in [("fleet", fleet.as_str()), ("errors", with_errors), ("example", example)] {
-            let (in_pieces, whole) = both_ways(text);
-            let in_pieces = in_pieces.unwrap_or_else(|| panic!("{what}: read whole, not in pieces"));
-            assert_eq!(in_pieces, whole, "{what}");
-        }
-        let (_, whole) = both_ways(with_errors);
-        for want in [
-            r#"line: 9, column: 11, message: "unknown field `oops`"#,
-            r#"line: 15, column: 8, message: "wave must be"#,
-            r#"line: 17, column: 8, message: "duplicate image name \"i\" (first defined on line 12)"#,
-        ] {
-            assert!(whole.contains(want), "{want}: {whole}");
-        }
-    }
-
-    #[test]
-    fn layouts_that_pieces_cannot_hold_are_read_whole() {
-        let builder = "[[builders]]\nname = \"a\"\nimage = \"r.io/a:1\"\n";
-        for text in [
-            // A header line inside a multi-line string: the piece before it does not parse.
-            format!(
-                "[runner]\ntype = \"exec\"\n[[images]]\nname = \"i\"\nbuilder = \"a\"\nimage = \"r.io/i:1\"\nrebuild = [\"sh\", \"-c\", '''\n[[builders]]\n''']\n{builder}"
-            ),
-            // A quoted first key is no cut: its table lands in the builder's piece.
-            format!("{builder}[\"server\"]\nlisten = \"127.0.0.1:9464\"\n"),
-            // The same section in two pieces.
-            format!("[monitor]\ninterval = \"1m\"\n{builder}[monitor.x]\ny = 1\n"),
-            // A syntax error.
-            format!("{builder}[[builders]]\nname = \"b\nimage = 1\n"),
-        ] {
-            let (in_pieces, whole) = both_ways(&text);
-            assert!(in_pieces.is_none(), "read in pieces: {text}");
-            // The reading that falls back gives what the whole document gives.
-            let mut v = Validator {
-                text: &text,
-                offset: 0,
-                base: "/etc/bm".into(),
-                diagnostics: vec![],
-                kpack: false,
-                secrets: Secrets::Resolve,
-            };
-            let config = v.document(Path::new("/etc/bm/config.toml"));
-            assert_eq!(format!("{config:?}\n{:?}", v.diagnostics), whole, "{text}");
-        }
     }
 
     #[test]

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use builder_monitor::config::RegistrySettings;
 use builder_monitor::metrics::Metrics;
-use builder_monitor::rebase::{RebaseRequest, rebase};
+use builder_monitor::rebase::{RebaseRequest, Unguarded, rebase};
 use builder_monitor::registry::Registry;
 use builder_monitor_core::reference::ImageRef;
 use serde_json::{Value, json};
@@ -211,7 +211,14 @@ async fn one_rebase(setup: &Setup) -> Value {
     let started = Instant::now();
     let report = rebase(
         &registry,
-        &RebaseRequest { image: image(&tags[0]), run_image: image(&setup.run_v2), force: false, dry_run: false },
+        &RebaseRequest {
+            image: image(&tags[0]),
+            run_image: image(&setup.run_v2),
+            force: false,
+            dry_run: false,
+            known_run_images: Vec::new(),
+        },
+        &Unguarded,
     )
     .await
     .expect("the rebase");
@@ -243,7 +250,14 @@ async fn many_rebases(setup: &Setup, n: usize) -> Value {
         let started = Instant::now();
         rebase(
             &registry,
-            &RebaseRequest { image: image(tag), run_image: image(&setup.run_v2), force: false, dry_run: false },
+            &RebaseRequest {
+                image: image(tag),
+                run_image: image(&setup.run_v2),
+                force: false,
+                dry_run: false,
+                known_run_images: Vec::new(),
+            },
+            &Unguarded,
         )
         .await
         .expect("a rebase");
@@ -257,11 +271,16 @@ async fn many_rebases(setup: &Setup, n: usize) -> Value {
     let mut tasks = tokio::task::JoinSet::new();
     for tag in &tags[half..] {
         let (registry, semaphore) = (registry.clone(), semaphore.clone());
-        let request =
-            RebaseRequest { image: image(tag), run_image: image(&setup.run_v2), force: false, dry_run: false };
+        let request = RebaseRequest {
+            image: image(tag),
+            run_image: image(&setup.run_v2),
+            force: false,
+            dry_run: false,
+            known_run_images: Vec::new(),
+        };
         tasks.spawn(async move {
             let _permit = semaphore.acquire().await.unwrap();
-            rebase(&registry, &request).await.expect("a rebase");
+            rebase(&registry, &request, &Unguarded).await.expect("a rebase");
         });
     }
     while tasks.join_next().await.is_some() {}

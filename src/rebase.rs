@@ -14,6 +14,8 @@ use crate::inspect::is_index;
 use crate::registry::{
     BlobTransfer, DOCKER_MANIFEST, MAX_CONFIG_BYTES, Manifest, OCI_MANIFEST, Registry, RegistryError,
 };
+use builder_monitor_core::cnb::run_watch_name;
+use builder_monitor_core::rebase::order::KnownPin;
 use builder_monitor_core::rebase::{self as decide, Blob, PlatformRebase, RebaseOptions, Refusal};
 use builder_monitor_core::reference::{ImageRef, is_sha256_digest};
 use builder_monitor_core::text::escape;
@@ -32,6 +34,26 @@ pub struct RebaseRequest {
     pub force: bool,
     /// Reads and decides, writes nothing.
     pub dry_run: bool,
+    /// The ledger's pin histories of run image watches (newest first): never onto an older one.
+    pub known_run_images: Vec<Vec<KnownPin>>,
+}
+
+/// What a rebase's tag write answers to before it happens: the daemon records its intent in the
+/// ledger (and learns there whether a newer change superseded it); the command line has nothing.
+pub trait TagGuard: Sync {
+    /// Called once everything is written by digest, with the digest the tag holds (`expected`) and
+    /// the one about to be written (`new`), right before the tag's HEAD and PUT. An error stops the
+    /// rebase with nothing written to the tag.
+    fn before_write(&self, expected: &str, new: &str) -> impl Future<Output = Result<(), RebaseError>> + Send;
+}
+
+/// No record before the tag write (`builder-monitor rebase`).
+pub struct Unguarded;
+
+impl TagGuard for Unguarded {
+    async fn before_write(&self, _expected: &str, _new: &str) -> Result<(), RebaseError> {
+        Ok(())
+    }
 }
 
 /// What a rebase did (or, dry, would do): the `--json` output of `builder-monitor rebase`.
@@ -109,6 +131,23 @@ pub enum RebaseError {
     /// Someone else moved the tag while we rebased; nothing of ours is under it.
     #[error("{image} moved from {expected} to {found} during the rebase; the tag was left alone")]
     TagMoved { image: String, expected: String, found: String },
+    /// A newer change has an action for this image: only its target may be written.
+    #[error("superseded by change {by}: a newer change has an action for this image; the tag was left alone")]
+    Superseded { by: String },
+    /// The action is no longer `running` in the ledger (the daemon stopped or requeued it).
+    #[error("the action is no longer running; the tag was left alone")]
+    NotRunning,
+    /// The write-ahead record could not be made, so the tag was not written.
+    #[error("cannot record the tag write before making it; the tag was left alone: {0}")]
+    Record(#[source] crate::ledger::LedgerError),
+    /// The tag PUT failed in a way that leaves open whether it landed.
+    #[error("writing the tag {image} ({previous} -> {wrote}) failed and may or may not have landed: {source}")]
+    TagWriteUnknown { image: String, previous: String, wrote: String, source: RegistryError },
+    /// Another writer's PUT landed right after ours (between our PUT and the HEAD after it).
+    #[error(
+        "tag_race: {image} holds {found} right after we wrote {wrote} over {previous}: another writer moved it at the same moment"
+    )]
+    TagRace { image: String, previous: String, wrote: String, found: String },
 }
 
 #[derive(Deserialize)]
@@ -156,7 +195,11 @@ struct Decided {
 }
 
 /// Rebases `request.image` onto `request.run_image` (see the module doc for the order of writes).
-pub async fn rebase(registry: &Registry, request: &RebaseRequest) -> Result<RebaseReport, RebaseError> {
+pub async fn rebase(
+    registry: &Registry,
+    request: &RebaseRequest,
+    guard: &impl TagGuard,
+) -> Result<RebaseReport, RebaseError> {
     let app = &request.image;
     let Some(tag) = app.tag() else {
         return Err(RebaseError::Unusable(format!(
@@ -209,6 +252,7 @@ pub async fn rebase(registry: &Registry, request: &RebaseRequest) -> Result<Reba
             force: request.force,
             run_image_name: run_name.clone(),
             run_image_reference: run.pinned(&base.digest),
+            known_run_images: request.known_run_images.clone(),
         };
         let rebase = decide::rebase_platform(&child.bytes, &app_config, &base.bytes, &base_config, &options)?;
         decided.push(Decided { previous: child.digest.clone(), platform: platform.to_string(), rebase });
@@ -286,14 +330,67 @@ pub async fn rebase(registry: &Registry, request: &RebaseRequest) -> Result<Reba
         (pending[0].rebase.manifest.clone(), pending[0].rebase.manifest_digest.clone())
     };
 
-    // The tag last, and only over what we read: a build that moved it meanwhile wins.
+    // The tag last, recorded first, and only over what we read: a build that moved it meanwhile
+    // wins. The HEAD and the PUT go back to back, and a HEAD after the PUT tells whether another
+    // writer's landed right behind ours (the registry API has no compare-and-set on tags).
+    guard.before_write(&app_top.digest, &top_digest).await?;
     let now = registry.head_manifest(&tagged).await?;
     if now.digest != app_top.digest {
         return Err(RebaseError::TagMoved { image: app.with_tag_only(), expected: app_top.digest, found: now.digest });
     }
-    registry.put_manifest(app, tag, &app_top.media_type, top_bytes.into()).await?;
+    if let Err(source) = registry.put_manifest(app, tag, &app_top.media_type, top_bytes.into()).await {
+        return Err(RebaseError::TagWriteUnknown {
+            image: app.with_tag_only(),
+            previous: app_top.digest,
+            wrote: top_digest,
+            source,
+        });
+    }
+    match registry.head_manifest(&tagged).await {
+        Ok(after) if after.digest != top_digest => {
+            return Err(RebaseError::TagRace {
+                image: app.with_tag_only(),
+                previous: app_top.digest,
+                wrote: top_digest,
+                found: after.digest,
+            });
+        }
+        // Our PUT was answered 2xx: a HEAD that fails after it does not undo it.
+        Ok(_) => {}
+        Err(err) => tracing::warn!(image = %app, error = %err, "cannot read the tag back after the rebase wrote it"),
+    }
     report.digest = Some(top_digest);
     Ok(report)
+}
+
+/// The pin histories (newest first) of the run image watches that may hold `run_image`: the one of
+/// `builder`'s run image (as the monitor watches it) and the one named by `run_image`'s own tag.
+/// What the ledger does not have is left out: an unknown run image is not judged.
+pub async fn known_run_images(
+    config: &crate::config::Config,
+    ledger: &crate::ledger::Ledger,
+    builder: Option<&str>,
+    run_image: &ImageRef,
+) -> Result<Vec<Vec<KnownPin>>, crate::ledger::LedgerError> {
+    let mut names = Vec::new();
+    if let Some(settings) = builder.and_then(|b| config.builder(b))
+        && let Some(record) = ledger.watch(&settings.name).await?
+        && let Ok(Some(watch)) = crate::config::run_image_watch(settings, record.pinned_metadata().as_ref())
+    {
+        names.push(run_watch_name(&watch));
+    }
+    if run_image.digest().is_none() {
+        names.push(run_watch_name(run_image));
+    }
+    names.dedup();
+    let mut out = Vec::new();
+    for name in names {
+        let pins = ledger.history(&name, config.monitor.history.max(1) + 1).await?;
+        if !pins.is_empty() {
+            out.push(pins.into_iter().map(|p| KnownPin { digest: p.digest, platforms: p.platforms }).collect());
+        }
+    }
+    Ok(out)
 }
 
 /// The new run image's layers the pending platforms need, each once.

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::config::{Config, ImageSettings};
-use crate::ledger::{Ledger, LedgerError, TagMove, TagMoveKind};
+use crate::ledger::{Ledger, LedgerError, TagIntent, TagMove, TagMoveKind};
 use crate::registry::{Registry, RegistryError};
 use builder_monitor_core::reference::{ImageRef, is_sha256_digest};
 
@@ -25,6 +25,17 @@ pub enum RollbackError {
     NotRecorded { image: String, digest: String, recorded: Vec<String> },
     #[error("{digest} is no longer in {repository}: {source}")]
     Gone { digest: String, repository: String, source: RegistryError },
+    #[error(
+        "{reference} points at {}, but the ledger's last recorded move left it at {recorded}: someone else moved it; nothing written (name the digest to go to with --to)",
+        found.as_deref().unwrap_or("nothing (the tag does not exist)")
+    )]
+    NotWhereRecorded { reference: String, found: Option<String>, recorded: String },
+    #[error(
+        "an earlier rollback of {reference} ({} -> {wanted}) was interrupted, and the tag now holds {}: someone else moved it; nothing written",
+        expected.as_deref().unwrap_or("nothing"),
+        found.as_deref().unwrap_or("nothing")
+    )]
+    Interrupted { reference: String, expected: Option<String>, wanted: String, found: Option<String> },
     #[error("{image}: the registry stored the manifest as {stored}, not {wanted}; the tag now points at {stored}")]
     Mismatch { image: String, wanted: String, stored: String },
     #[error(transparent)]
@@ -102,6 +113,11 @@ pub async fn rollback(
     now: DateTime<Utc>,
 ) -> Result<Rollback, RollbackError> {
     let history = config.monitor.history;
+    for intent in ledger.tag_intents().await? {
+        if intent.image == image.name && intent.action.is_none() {
+            settle(ledger, registry, &image.builder, &intent, history, now).await?;
+        }
+    }
     let moves = ledger.tag_moves(Some(&image.name), history.max(1)).await?;
     if moves.is_empty() && to.is_none() {
         return Err(RollbackError::NothingRecorded { image: image.name.clone(), reference: image.image.to_string() });
@@ -120,6 +136,14 @@ pub async fn rollback(
         undone,
         moved: false,
     };
+    // Only from where the ledger says the tag is: an unrecorded move in between would make "the
+    // digest before the last move" two steps back.
+    if to.is_none()
+        && let Some(recorded) = moves.first().and_then(|m| m.after.clone())
+        && from.as_deref() != Some(recorded.as_str())
+    {
+        return Err(RollbackError::NotWhereRecorded { reference: image.image.to_string(), found: from, recorded });
+    }
     if from.as_deref() == Some(target.as_str()) {
         return Ok(done);
     }
@@ -129,22 +153,60 @@ pub async fn rollback(
         source,
     })?;
     let tag = image.image.manifest_reference().to_string();
-    let stored = registry.put_manifest(&image.image, &tag, &manifest.media_type, manifest.bytes).await?;
-    if stored != target {
-        return Err(RollbackError::Mismatch { image: image.name.clone(), wanted: target, stored });
-    }
-    let record = TagMove {
+    let intent = TagIntent {
         image: image.name.clone(),
         reference: image.image.to_string(),
         kind: TagMoveKind::Rollback,
         action: None,
-        before: from,
-        after: Some(target),
+        expected: from,
+        new: Some(target.clone()),
         time: now,
     };
-    ledger.record_tag_move(&image.builder, record, history.max(1)).await?;
+    // Recorded before the write: a crash after the PUT is completed by the next rollback or start.
+    ledger.begin_tag_write(&image.builder, intent.clone()).await?;
+    let stored = registry.put_manifest(&image.image, &tag, &manifest.media_type, manifest.bytes).await?;
+    if stored != target {
+        return Err(RollbackError::Mismatch { image: image.name.clone(), wanted: target, stored });
+    }
+    ledger.record_tag_move(&image.builder, intent.completed(Some(target), now), history.max(1)).await?;
     done.moved = true;
     Ok(done)
+}
+
+/// Settles a rollback's intent left open by a crash: recorded as the move it made when the tag
+/// holds its digest, forgotten when the tag still holds the one before, an error naming both when
+/// it holds a third (the intent is forgotten too: the error says all there is). Answers whether
+/// the write had landed.
+pub async fn settle(
+    ledger: &Ledger,
+    registry: &Registry,
+    watch: &str,
+    intent: &TagIntent,
+    history: usize,
+    now: DateTime<Utc>,
+) -> Result<bool, RollbackError> {
+    let image = ImageRef::parse(&intent.reference).map_err(|e| {
+        RollbackError::Ledger(LedgerError::Corrupt { what: "tag intent", detail: format!("{}: {e}", intent.reference) })
+    })?;
+    let found = match registry.head_manifest(&image).await {
+        Ok(head) => Some(head.digest),
+        Err(RegistryError::NotFound { .. }) => None,
+        Err(err) => return Err(err.into()),
+    };
+    if found.is_some() && found == intent.new {
+        ledger.record_tag_move(watch, intent.completed(found, now), history.max(1)).await?;
+        return Ok(true);
+    }
+    ledger.end_tag_write(&intent.image, None).await?;
+    if found == intent.expected {
+        return Ok(false);
+    }
+    Err(RollbackError::Interrupted {
+        reference: intent.reference.clone(),
+        expected: intent.expected.clone(),
+        wanted: intent.new.clone().unwrap_or_default(),
+        found,
+    })
 }
 
 #[cfg(test)]

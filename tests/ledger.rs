@@ -252,6 +252,7 @@ async fn actions_are_claimed_finished_requeued_and_superseded() {
                 now: at("2026-11-30T12:05:00Z"),
                 tag_move: None,
                 hold: None,
+                keep_intent: false,
             })
             .await
             .unwrap();
@@ -268,6 +269,7 @@ async fn actions_are_claimed_finished_requeued_and_superseded() {
                 now: at("2026-11-30T12:06:00Z"),
                 tag_move: None,
                 hold: None,
+                keep_intent: false,
             })
             .await
             .unwrap();
@@ -337,6 +339,7 @@ async fn tag_moves_keep_the_digests_before_and_after() {
                 now: at("2026-11-30T12:01:00.5Z"),
                 tag_move: Some(rebased.clone()),
                 hold: None,
+                keep_intent: false,
             })
             .await
             .unwrap();
@@ -518,6 +521,7 @@ fn end<'a>(key: &'a str, outcome: ActionOutcome, hold: Option<Hold>) -> ActionEn
         now: at("2026-11-30T12:05:00Z"),
         tag_move: None,
         hold,
+        keep_intent: false,
     }
 }
 

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use builder_monitor::config::{CredentialSource, Credentials, RegistrySettings, Secret};
 use builder_monitor::metrics::Metrics;
-use builder_monitor::rebase::{RebaseError, RebaseReport, RebaseRequest, rebase};
+use builder_monitor::rebase::{RebaseError, RebaseReport, RebaseRequest, Unguarded, rebase};
 use builder_monitor::registry::{BlobTransfer, Registry, RegistryError};
 use builder_monitor_core::reference::ImageRef;
 use support::app::{self, App, PushedImage, RunImage};
@@ -67,7 +67,13 @@ fn writes(proxy: &Proxy) -> Vec<String> {
 }
 
 fn request(app: &str, run: &str) -> RebaseRequest {
-    RebaseRequest { image: image(app), run_image: image(run), force: false, dry_run: false }
+    RebaseRequest {
+        image: image(app),
+        run_image: image(run),
+        force: false,
+        dry_run: false,
+        known_run_images: Vec::new(),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -196,7 +202,7 @@ impl Scene {
         let mut request = request(&self.app_ref(), &format!("{}/{run}", self.host));
         request.force = force;
         request.dry_run = dry_run;
-        rebase(&self.registry, &request).await
+        rebase(&self.registry, &request, &Unguarded).await
     }
 }
 
@@ -417,7 +423,7 @@ async fn an_index_is_rebased_platform_by_platform_keeping_other_entries_and_anno
 
     let client = client(&[&host]);
     let app_ref = format!("{host}/apps/web:1");
-    let report = rebase(&client, &request(&app_ref, &format!("{host}/run:latest"))).await.unwrap();
+    let report = rebase(&client, &request(&app_ref, &format!("{host}/run:latest")), &Unguarded).await.unwrap();
     assert_eq!(report.previous, previous);
     let platforms: Vec<(&str, usize, usize, usize)> = report
         .platforms
@@ -468,7 +474,7 @@ async fn across_two_registries_the_layers_are_copied_and_verified() {
 
     let client = client(&[&a.host, &b.host]);
     let app_ref = format!("{}/apps/web:1", b.host);
-    let report = rebase(&client, &request(&app_ref, &format!("{}/run:latest", a.host))).await.unwrap();
+    let report = rebase(&client, &request(&app_ref, &format!("{}/run:latest", a.host)), &Unguarded).await.unwrap();
     let sizes: u64 = v2.layers.iter().map(|l| l.blob.len() as u64).sum();
     assert_eq!((report.blobs.mounted, report.blobs.copied, report.blobs.bytes_copied), (0, 3, sizes));
     assert_ne!(report.digest.as_deref(), Some(app_pushed.digest.as_str()));

@@ -155,8 +155,12 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
         Command::Rebase { image, run_image, config, dry_run, force, json } => {
             let (image, run_image) = (parse_image(&image)?, parse_image(&run_image)?);
             let registry = registry_for(config.as_deref(), false, &[])?;
-            let request = RebaseRequest { image, run_image, force, dry_run };
-            let report = match rebase::rebase(&registry, &request).await {
+            let known_run_images = match config.as_deref() {
+                Some(path) => rebase_history(path, &image, &run_image).await?,
+                None => Vec::new(),
+            };
+            let request = RebaseRequest { image, run_image, force, dry_run, known_run_images };
+            let report = match rebase::rebase(&registry, &request, &rebase::Unguarded).await {
                 Ok(report) => report,
                 Err(RebaseError::Refused(refusal)) => {
                     return Err(anyhow::anyhow!("rebase refused, nothing written: {refusal}").into());
@@ -358,6 +362,24 @@ fn registry_for(config: Option<&Path>, insecure: bool, images: &[&ImageRef]) -> 
         registries.entry(host.to_string()).or_insert_with(|| RegistrySettings::defaults_for(host)).insecure = true;
     }
     Ok(Registry::new(registries.into_values(), Metrics::new()))
+}
+
+/// The ledger's run image pin histories a `rebase --config` answers to (never onto an older run
+/// image): none when the ledger does not exist yet.
+async fn rebase_history(
+    path: &Path,
+    image: &ImageRef,
+    run_image: &ImageRef,
+) -> Result<Vec<Vec<builder_monitor_core::rebase::order::KnownPin>>, Failure> {
+    let config = load_config(path, Secrets::Skip)?;
+    let ledger = match daemon::open_ledger(&config, Access::Read, &Clock::System).await {
+        Ok(ledger) => ledger,
+        Err(daemon::DaemonError::Ledger(builder_monitor::ledger::LedgerError::Missing { .. })) => return Ok(Vec::new()),
+        Err(err) => return Err(err.into()),
+    };
+    let tag = image.with_tag_only();
+    let builder = config.images.iter().find(|i| i.image.with_tag_only() == tag).map(|i| i.builder.as_str());
+    Ok(rebase::known_run_images(&config, &ledger, builder, run_image).await?)
 }
 
 /// `run` refuses a config without builders: a daemon that watches nothing looks healthy while

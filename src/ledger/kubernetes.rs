@@ -10,6 +10,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use serde::{Deserialize, Serialize};
 
+mod intents;
+
 use super::*;
 use builder_monitor_core::event::stable_id;
 use chrono::SubsecRound;
@@ -27,6 +29,9 @@ struct Digest {
     first_seen: DateTime<Utc>,
     #[serde(with = "time::seconds")]
     last_pinned: DateTime<Utc>,
+    /// Its platform manifests' digests (none for a single manifest, or a pin written before).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    platforms: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -115,6 +120,9 @@ struct WatchDoc {
     /// Moves of app image tags by this entry's actions (or, for a builder, by `rollback`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     tag_moves: Vec<TagMoveRow>,
+    /// Tag writes announced and not yet recorded as done (see `intents`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    tag_intents: Vec<TagIntent>,
     /// The freeze in force (the entry of [`ROLLOUT_WATCH`] only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     freeze: Option<Freeze>,
@@ -182,7 +190,10 @@ impl WatchDoc {
                 Some(i) => self.digests.remove(i).first_seen,
                 None => time,
             };
-            self.digests.insert(0, Digest { digest: pin.digest.clone(), first_seen, last_pinned: time });
+            let mut platforms: Vec<String> = pin.platforms.values().cloned().collect();
+            platforms.sort();
+            platforms.dedup();
+            self.digests.insert(0, Digest { digest: pin.digest.clone(), first_seen, last_pinned: time, platforms });
             self.digests.truncate(r.history + 1);
         }
         if let Some(c) = &r.change {
@@ -451,7 +462,7 @@ impl KubeLedger {
         Ok(digests
             .into_iter()
             .take(limit)
-            .map(|d| PinnedDigest { digest: d.digest, first_seen: d.first_seen })
+            .map(|d| PinnedDigest { digest: d.digest, first_seen: d.first_seen, platforms: d.platforms })
             .collect())
     }
 
@@ -719,7 +730,8 @@ impl KubeLedger {
                 rows.push(record(a));
             }
         }
-        let due: Vec<String> = gate_rows(&rows, kind, rollout, freeze.as_ref(), now)
+        let running = running_images(&rows);
+        let due: Vec<String> = gate_rows(&rows, kind, rollout, freeze.as_ref(), now, &running)
             .into_iter()
             .filter(|g| g.verdict.is_ok() && g.due <= now)
             .take(limit)
@@ -736,7 +748,7 @@ impl KubeLedger {
                     };
                     let view: Vec<ActionRecord> =
                         doc.actions.iter().filter(|a| a.change_id == change).cloned().map(record).collect();
-                    let open = gate_rows(&view, kind, rollout, freeze.as_ref(), now)
+                    let open = gate_rows(&view, kind, rollout, freeze.as_ref(), now, &running)
                         .into_iter()
                         .any(|g| g.key == key && g.verdict.is_ok());
                     Ok(doc.actions.iter_mut().find(|a| open && a.key == key && a.state == ActionState::Pending).map(
@@ -790,23 +802,41 @@ impl KubeLedger {
             now: at,
             tag_move,
             hold,
+            keep_intent,
         } = end;
         let holder = self.holder(|d| d.actions.iter().any(|a| a.key == key)).await?;
+        let newer = match &outcome {
+            ActionOutcome::Retry { .. } => self.newer_change(key).await?,
+            _ => None,
+        };
         let now = at.trunc_subsecs(3);
         let seq = self.seq.clone();
         let same = holder.as_deref() == Some(watch) || holder.is_none();
         if let Some(holder) = &holder {
             self.modify(holder, |doc| {
+                if !keep_intent {
+                    doc.tag_intents.retain(|i| i.action.as_deref() != Some(key));
+                }
                 if let Some(a) = doc.actions.iter_mut().find(|a| a.key == key && a.state == ActionState::Running) {
-                    match &outcome {
-                        ActionOutcome::Succeeded => a.state = ActionState::Succeeded,
-                        ActionOutcome::Retry { next_attempt } => {
+                    a.detail = Some(detail.clone());
+                    // A retry re-checks first (see the SQLite ledger's `finish_action`).
+                    let superseded = match &outcome {
+                        ActionOutcome::Retry { .. } => newer.clone(),
+                        ActionOutcome::Superseded { by } => Some(by.clone()),
+                        _ => None,
+                    };
+                    match (&outcome, superseded) {
+                        (_, Some(by)) => {
+                            a.state = ActionState::Superseded;
+                            a.detail = Some(format!("superseded by change {by}: {detail}"));
+                        }
+                        (ActionOutcome::Succeeded, None) => a.state = ActionState::Succeeded,
+                        (ActionOutcome::Retry { next_attempt }, None) => {
                             a.state = ActionState::Pending;
                             a.next_attempt = next_attempt.trunc_subsecs(3);
                         }
-                        ActionOutcome::Failed => a.state = ActionState::Failed,
+                        (_, None) => a.state = ActionState::Failed,
                     }
-                    a.detail = Some(detail.clone());
                     a.output_tail = Some(output_tail.clone());
                     a.updated = now;
                 }
@@ -843,6 +873,7 @@ impl KubeLedger {
         let seq = self.seq.clone();
         self.modify(watch, |doc| {
             doc.add_tag_move(&tag_move, history, &seq);
+            doc.tag_intents.retain(|i| i.image != tag_move.image || i.action.is_some());
             Ok(())
         })
         .await
@@ -869,7 +900,8 @@ impl KubeLedger {
         let docs = self.all().await?;
         let freeze = docs.iter().find_map(|(_, d)| d.freeze.clone());
         let rows: Vec<ActionRecord> = docs.into_iter().flat_map(|(_, d)| d.actions).map(record).collect();
-        Ok(next_start(gate_rows(&rows, kind, rollout, freeze.as_ref(), now), rollout, freeze.as_ref(), now))
+        let running = running_images(&rows);
+        Ok(next_start(gate_rows(&rows, kind, rollout, freeze.as_ref(), now, &running), rollout, freeze.as_ref(), now))
     }
 
     pub async fn running_actions(&self) -> Result<Vec<ClaimedAction>, LedgerError> {

@@ -451,6 +451,37 @@ impl Ledger {
         dispatch!(self, record_tag_move(watch, tag_move, history))
     }
 
+    /// Records a tag write before it happens (write-ahead), under `watch` when it has no action
+    /// (`rollback`: the image's builder). Refused, writing nothing, when its action is no longer
+    /// running or a newer change has an action for the same image.
+    pub async fn begin_tag_write(&self, watch: &str, intent: TagIntent) -> Result<WriteGrant, LedgerError> {
+        match &self.backend {
+            Backend::Sqlite(l) => l.begin_tag_write(intent).await,
+            Backend::Kubernetes(l) => l.begin_tag_write(watch, intent).await,
+        }
+    }
+
+    /// The tag writes announced and not recorded as done or as not done: after a crash, each is
+    /// completed (the tag holds its digest), retried (it holds the one expected) or failed.
+    pub async fn tag_intents(&self) -> Result<Vec<TagIntent>, LedgerError> {
+        dispatch!(self, tag_intents())
+    }
+
+    /// Forgets the open intent on `image` (of `action`, or a rollback's with `None`): its write
+    /// did not happen. An action's ends with `finish_action`, a rollback's with `record_tag_move`.
+    pub async fn end_tag_write(&self, image: &str, action: Option<&str>) -> Result<(), LedgerError> {
+        dispatch!(self, end_tag_write(image, action))
+    }
+
+    /// The target of the newest succeeded action of `kind` for `image`.
+    pub async fn last_succeeded_target(
+        &self,
+        image: &str,
+        kind: ActionKind,
+    ) -> Result<Option<serde_json::Value>, LedgerError> {
+        dispatch!(self, last_succeeded_target(image, kind))
+    }
+
     /// The newest tag moves first, of one `[[images]]` name or of all.
     pub async fn tag_moves(&self, image: Option<&str>, limit: usize) -> Result<Vec<TagMove>, LedgerError> {
         dispatch!(self, tag_moves(image, limit))
@@ -517,13 +548,17 @@ struct Gated {
 }
 
 /// The pending actions (of `kind`, when given) among `rows` — every action of the changes
-/// concerned — each with when it is due and the roll-out gates' verdict, soonest due first.
+/// concerned — each with when it is due and the roll-out gates' verdict, soonest due first. An
+/// action whose image has another action running (`running`: image → its change, any change)
+/// waits for it, and so does every later one of an image already let through: one action per app
+/// image at a time, so an older change's action can never write after a newer one's.
 fn gate_rows(
     rows: &[ActionRecord],
     kind: Option<ActionKind>,
     rollout: &Rollout,
     freeze: Option<&Freeze>,
     now: DateTime<Utc>,
+    running: &BTreeMap<String, String>,
 ) -> Vec<Gated> {
     let mut by_change: std::collections::BTreeMap<&str, Vec<&ActionRecord>> = Default::default();
     for r in rows {
@@ -538,11 +573,30 @@ fn gate_rows(
             .filter(|a| a.state == ActionState::Pending && kind.is_none_or(|k| ActionKind::parse(&a.action) == Some(k)))
         {
             let verdict = verdicts.remove(&a.key).unwrap_or(Ok(()));
-            out.push((a.created, a.key.clone(), a.next_attempt, verdict));
+            out.push((a.created, a.key.clone(), a.next_attempt, verdict, a.image.clone(), a.change.clone()));
         }
     }
     out.sort_by(|a, b| (a.2, a.0, &a.1).cmp(&(b.2, b.0, &b.1)));
-    out.into_iter().map(|(_, key, due, verdict)| Gated { key, due, verdict }).collect()
+    let mut busy = running.clone();
+    out.into_iter()
+        .map(|(_, key, due, verdict, image, change)| {
+            let verdict = match busy.get(&image) {
+                Some(other) if verdict.is_ok() => Err(Wait::ImageBusy { image, change: other.clone() }),
+                _ => {
+                    if verdict.is_ok() {
+                        busy.insert(image, change);
+                    }
+                    verdict
+                }
+            };
+            Gated { key, due, verdict }
+        })
+        .collect()
+}
+
+/// The running actions among `rows`: image → its change.
+fn running_images(rows: &[ActionRecord]) -> BTreeMap<String, String> {
+    rows.iter().filter(|a| a.state == ActionState::Running).map(|a| (a.image.clone(), a.change.clone())).collect()
 }
 
 /// When the next of the `gated` pending actions may start.

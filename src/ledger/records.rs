@@ -145,6 +145,9 @@ impl DeliveryKey {
 pub struct PinnedDigest {
     pub digest: String,
     pub first_seen: DateTime<Utc>,
+    /// The digests of its platform manifests (an index's; empty for a single manifest, and for
+    /// pins recorded before the ledger kept them).
+    pub platforms: Vec<String>,
 }
 
 /// Where an action is; it lives in the core, where the roll-out gate reads it.
@@ -290,6 +293,9 @@ pub struct ActionEnd<'a> {
     pub tag_move: Option<TagMove>,
     /// The later waves of the change this failure holds (recorded in the same write).
     pub hold: Option<Hold>,
+    /// The attempt could not tell whether its tag write landed: its intent stays open for the next
+    /// attempt to settle (otherwise the attempt's end closes it).
+    pub keep_intent: bool,
 }
 
 /// Actions a failure in a lower wave holds: each goes from `pending` or `awaiting_approval` to
@@ -399,6 +405,53 @@ pub struct TagMove {
     pub time: DateTime<Utc>,
 }
 
+/// A tag write announced before it happens (write-ahead): what the tag should hold now and what
+/// it will hold after, so a crash between the write and its record is completed or retried from
+/// here, never forgotten. One per app image at a time (its key), since one action per image runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TagIntent {
+    /// The `[[images]]` name.
+    pub image: String,
+    /// The tag, `registry/repository:tag`.
+    pub reference: String,
+    pub kind: TagMoveKind,
+    /// The action's key; none for a rollback.
+    pub action: Option<String>,
+    /// The digest the tag holds before the write; `None` when it did not exist (or could not be read).
+    pub expected: Option<String>,
+    /// The digest the write puts there; `None` when a runner's command writes it (a build), whose
+    /// digest is only known once it has written.
+    pub new: Option<String>,
+    #[serde(with = "time::millis")]
+    pub time: DateTime<Utc>,
+}
+
+impl TagIntent {
+    /// The move this intent makes once the tag is seen holding `after`.
+    pub fn completed(&self, after: Option<String>, time: DateTime<Utc>) -> TagMove {
+        TagMove {
+            image: self.image.clone(),
+            reference: self.reference.clone(),
+            kind: self.kind,
+            action: self.action.clone(),
+            before: self.expected.clone(),
+            after,
+            time,
+        }
+    }
+}
+
+/// Whether a tag write may go ahead (`begin_tag_write`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteGrant {
+    /// The intent is recorded: write.
+    Granted,
+    /// A newer change has an action for the same image: this one must not write (the change's id).
+    Superseded { by: String },
+    /// The action is no longer `running` (it was requeued or finished elsewhere): nothing written.
+    NotRunning,
+}
+
 /// An action a runner took on (now `running`).
 #[derive(Debug, Clone)]
 pub struct ClaimedAction {
@@ -432,6 +485,11 @@ pub enum ActionOutcome {
     },
     /// Failed for good.
     Failed,
+    /// A newer change has an action for the same image: this one ended without writing (the
+    /// newer change's id).
+    Superseded {
+        by: String,
+    },
 }
 
 /// An action as `status` shows it.

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params};
 
+mod intents;
+
 use super::*;
 use builder_monitor_core::cnb::Change;
 use builder_monitor_core::event::Event;
@@ -169,6 +171,9 @@ const MIGRATIONS: &[&str] = &[
         frozen_by TEXT NOT NULL
     );
     "#,
+    // 6: write-ahead tag writes (one open per app image), and each pinned digest's platform
+    // manifests, so a rebase can tell an older run image from a newer one by its pin history.
+    intents::MIGRATION,
 ];
 
 /// The columns of an [`ActionRecord`], in the order [`action_record`] reads them.
@@ -283,10 +288,16 @@ impl SqliteLedger {
         let watch = watch.to_string();
         self.with(move |conn| {
             let mut stmt = conn.prepare(
-                "SELECT digest, first_seen FROM digests WHERE watch = ?1 ORDER BY last_pinned DESC, rowid DESC LIMIT ?2",
+                "SELECT digest, first_seen, platforms FROM digests WHERE watch = ?1
+                 ORDER BY last_pinned DESC, rowid DESC LIMIT ?2",
             )?;
             let rows = stmt.query_map(params![watch, limit as i64], |r| {
-                Ok(PinnedDigest { digest: r.get(0)?, first_seen: r.get::<_, Time>(1)?.0 })
+                let platforms: String = r.get(2)?;
+                Ok(PinnedDigest {
+                    digest: r.get(0)?,
+                    first_seen: r.get::<_, Time>(1)?.0,
+                    platforms: serde_json::from_str(&platforms).unwrap_or_default(),
+                })
             })?;
             Ok(rows.collect::<Result<_, _>>()?)
         })
@@ -458,17 +469,46 @@ impl SqliteLedger {
     /// Records an attempt's end and its events (with their outbox rows) in one transaction.
     #[allow(clippy::too_many_arguments)]
     pub async fn finish_action(&self, end: ActionEnd<'_>) -> Result<(), LedgerError> {
-        let ActionEnd { key, outcome, detail, output_tail, watch, events, deliveries, history, now, tag_move, hold } =
-            end;
+        let ActionEnd {
+            key,
+            outcome,
+            detail,
+            output_tail,
+            watch,
+            events,
+            deliveries,
+            history,
+            now,
+            tag_move,
+            hold,
+            keep_intent,
+        } = end;
         let (key, watch) = (key.to_string(), watch.to_string());
         self.with(move |conn| {
             let updated = timestamp_millis(now);
-            let (state, next) = match outcome {
-                ActionOutcome::Succeeded => (ActionState::Succeeded, None),
-                ActionOutcome::Retry { next_attempt } => (ActionState::Pending, Some(timestamp_millis(next_attempt))),
-                ActionOutcome::Failed => (ActionState::Failed, None),
-            };
             let tx = conn.transaction()?;
+            // A retry re-checks first: once a newer change has an action for the image, this
+            // one's target is not the newest any more and it must not write it.
+            let outcome = match outcome {
+                ActionOutcome::Retry { .. } => match intents::newer_change(&tx, &key)? {
+                    Some(by) => ActionOutcome::Superseded { by },
+                    None => outcome,
+                },
+                other => other,
+            };
+            let (state, next, detail) = match outcome {
+                ActionOutcome::Succeeded => (ActionState::Succeeded, None, detail),
+                ActionOutcome::Retry { next_attempt } => {
+                    (ActionState::Pending, Some(timestamp_millis(next_attempt)), detail)
+                }
+                ActionOutcome::Failed => (ActionState::Failed, None, detail),
+                ActionOutcome::Superseded { by } => {
+                    (ActionState::Superseded, None, format!("superseded by change {by}: {detail}"))
+                }
+            };
+            if !keep_intent {
+                intents::clear_action_intent(&tx, &key)?;
+            }
             exec(&tx,
                 "UPDATE actions SET state = ?2, next_attempt = COALESCE(?3, next_attempt), detail = ?4, output_tail = ?5,
                      updated = ?6 WHERE key = ?1 AND state = 'running'",
@@ -497,6 +537,7 @@ impl SqliteLedger {
         self.with(move |conn| {
             let tx = conn.transaction()?;
             insert_tag_move(&tx, &tag_move, history)?;
+            intents::clear_image_intent(&tx, &tag_move.image)?;
             tx.commit()?;
             Ok(())
         })
@@ -1115,7 +1156,9 @@ fn gated_pending(
     );
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows: Vec<ActionRecord> = stmt.query_map(params![only], action_record)?.collect::<Result<_, _>>()?;
-    Ok(gate_rows(&rows, kind, rollout, freeze, now))
+    let mut running = conn.prepare_cached("SELECT image, change_id FROM actions WHERE state = 'running'")?;
+    let running = running.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+    Ok(gate_rows(&rows, kind, rollout, freeze, now, &running))
 }
 
 /// The entries of the watches `names_query` names (its one column), in its order.
@@ -1268,9 +1311,9 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
         )?;
         exec(
             tx,
-            "INSERT INTO digests (watch, digest, first_seen, last_pinned) VALUES (?1, ?2, ?3, ?3)
-             ON CONFLICT (watch, digest) DO UPDATE SET last_pinned = excluded.last_pinned",
-            params![r.watch, pin.digest, time],
+            "INSERT INTO digests (watch, digest, first_seen, last_pinned, platforms) VALUES (?1, ?2, ?3, ?3, ?4)
+             ON CONFLICT (watch, digest) DO UPDATE SET last_pinned = excluded.last_pinned, platforms = excluded.platforms",
+            params![r.watch, pin.digest, time, intents::platform_digests(&pin.platforms)],
         )?;
         exec(
             tx,
@@ -1561,6 +1604,7 @@ mod tests {
                 now: at("2026-11-30T12:10:02Z"),
                 tag_move: None,
                 hold: None,
+                keep_intent: false,
             })
             .await
             .unwrap();

@@ -3,6 +3,7 @@
 //! rebases in the daemon by registry writes), at most `max_concurrent` at once, retrying failures
 //! and recording every outcome with the app tag's digests before and after.
 
+mod attempt;
 pub mod exec;
 pub mod group;
 pub mod kpack;
@@ -30,7 +31,7 @@ use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::schedule::{timestamp, timestamp_millis};
 use kubernetes::ActionRef;
-use registry_rebase::{Digests, tag_move};
+use registry_rebase::{Attempt, Digests, Next, tag_move};
 
 /// Why the runner cannot be set up or start, or cannot make or submit the object that carries out
 /// an action. Each message says its cause, which is also the `source()`.
@@ -254,6 +255,7 @@ impl Runner {
     /// still counts), once its process group from before is gone (stopped if it still lives); a
     /// Job or Build lives in the cluster, so the runner follows it again (`resume`).
     pub async fn recover(&self) -> Result<usize, RunnerError> {
+        self.settle_rollbacks().await?;
         // A registry rebase lived in the dead process only, and is idempotent: it runs again.
         let in_daemon: Vec<String> = if self.in_daemon(ActionKind::Rebase) {
             let running = self.ledger.running_actions().await?;
@@ -419,6 +421,7 @@ impl Runner {
             digest: digests.after.clone(),
             path: (action.kind == ActionKind::Rebase)
                 .then(|| if self.in_daemon(action.kind) { "registry" } else { "runner" }.to_string()),
+            tag_race: None,
         });
         e
     }
@@ -446,6 +449,7 @@ impl Runner {
                         now: self.clock.now(),
                         tag_move: None,
                         hold: None,
+                        keep_intent: false,
                     })
                     .await;
                 return;
@@ -466,49 +470,55 @@ impl Runner {
             }
         }
         tracing::info!(action = %action.key, image = %action.image, kind = action.kind.as_str(), attempt = action.attempt, "running action");
-        let (mut outcome, retryable, digests) = if self.in_daemon(action.kind) {
-            self.rebase_in_registry(&target).await
-        } else {
-            let before = self.app_digest(&target.image).await;
-            let (outcome, retryable) = self.carry_out(&action, &target).await;
-            let after = if outcome.success { self.app_digest(&target.image).await } else { None };
-            (outcome, retryable, Digests { before, after })
-        };
-        outcome.detail = self.secrets.scrub(&outcome.detail);
-        outcome.output_tail = self.secrets.scrub(&outcome.output_tail);
+        let mut attempt = self.attempt(&action, &target).await;
+        attempt.outcome.detail = self.secrets.scrub(&attempt.outcome.detail);
+        attempt.outcome.output_tail = self.secrets.scrub(&attempt.outcome.output_tail);
+        let outcome = attempt.outcome.clone();
+        let digests = attempt.digests.clone();
         if !outcome.success {
             self.failures.fetch_add(1, Ordering::Relaxed);
         }
-        let (state, event_type) = if outcome.success {
-            let t =
-                if action.kind == ActionKind::Rebuild { EventType::BuildSucceeded } else { EventType::RebaseSucceeded };
-            (ActionOutcome::Succeeded, Some(t))
-        } else if retryable
-            && (self.backend.retries() || self.in_daemon(action.kind))
-            && action.attempt < self.config.runner.max_attempts
-        {
-            let wait = self
-                .config
-                .runner
-                .backoff
-                .saturating_mul(1u32 << (action.attempt - 1).min(16))
-                .min(crate::config::MAX_DURATION);
-            let next = self.clock.now() + chrono::Duration::from_std(wait).unwrap_or_default();
-            (ActionOutcome::Retry { next_attempt: next }, None)
-        } else {
-            let t = if action.kind == ActionKind::Rebuild { EventType::BuildFailed } else { EventType::RebaseFailed };
-            (ActionOutcome::Failed, Some(t))
+        let failed_event =
+            || if action.kind == ActionKind::Rebuild { EventType::BuildFailed } else { EventType::RebaseFailed };
+        let (state, event_type) = match &attempt.next {
+            _ if outcome.success => {
+                let t = if action.kind == ActionKind::Rebuild {
+                    EventType::BuildSucceeded
+                } else {
+                    EventType::RebaseSucceeded
+                };
+                (ActionOutcome::Succeeded, Some(t))
+            }
+            Next::Superseded { by } => (ActionOutcome::Superseded { by: by.clone() }, None),
+            Next::Retry
+                if (self.backend.retries() || self.in_daemon(action.kind))
+                    && action.attempt < self.config.runner.max_attempts =>
+            {
+                let wait = self
+                    .config
+                    .runner
+                    .backoff
+                    .saturating_mul(1u32 << (action.attempt - 1).min(16))
+                    .min(crate::config::MAX_DURATION);
+                let next = self.clock.now() + chrono::Duration::from_std(wait).unwrap_or_default();
+                (ActionOutcome::Retry { next_attempt: next }, None)
+            }
+            _ => (ActionOutcome::Failed, Some(failed_event())),
         };
         let mut events: Vec<Event> = event_type
             .map(|t| {
-                self.event(
+                let mut e = self.event(
                     &action,
                     &target,
                     t,
                     Some(outcome.detail.clone()),
                     Some(outcome.output_tail.clone()),
                     &digests,
-                )
+                );
+                if let Some(info) = e.action.as_mut() {
+                    info.tag_race = attempt.tag_race.clone();
+                }
+                e
             })
             .into_iter()
             .collect();
@@ -533,8 +543,9 @@ impl Runner {
                 deliveries,
                 history,
                 now: self.clock.now(),
-                tag_move: tag_move(&action, &target, outcome.success, digests, self.clock.now()),
+                tag_move: tag_move(&action, &target, &attempt, self.clock.now()),
                 hold,
+                keep_intent: attempt.keep_intent,
             })
             .await;
         if let Err(err) = result {
@@ -551,6 +562,9 @@ impl Runner {
             }
             ActionOutcome::Failed => {
                 tracing::error!(action = %action.key, image = %action.image, detail = %outcome.detail, attempts = action.attempt, "action failed for good")
+            }
+            ActionOutcome::Superseded { by } => {
+                tracing::warn!(action = %action.key, image = %action.image, change = %by, detail = %outcome.detail, "action superseded by a newer change; it wrote nothing")
             }
         }
     }

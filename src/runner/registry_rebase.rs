@@ -1,7 +1,11 @@
-//! Registry rebases in the daemon (`[runner] rebase = "registry"`), and the app tag's digests
-//! around any action, which the ledger keeps as tag moves (what `rollback` goes back by).
+//! Registry rebases in the daemon (`[runner] rebase = "registry"`), the app tag's digests around
+//! any action (the ledger keeps them as tag moves, what `rollback` goes back by), and the
+//! write-ahead intents that make a tag write survive a crash: recorded before the write, found
+//! again by the next attempt, and completed, retried or failed by what the tag holds then.
 
 use super::*;
+use crate::ledger::{TagIntent, TagMoveKind, WriteGrant};
+use crate::rebase::TagGuard;
 
 /// The app tag's digests around an attempt, as far as they are known.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -10,39 +14,180 @@ pub(super) struct Digests {
     pub(super) after: Option<String>,
 }
 
+/// What follows an attempt that did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Next {
+    /// Trying again could help.
+    Retry,
+    /// It cannot (a refusal, a command that cannot start, a tag someone else holds).
+    Final,
+    /// A newer change has an action for the image: end without writing.
+    Superseded { by: String },
+}
+
+/// One attempt as the runner records it.
+#[derive(Debug, Clone)]
+pub(super) struct Attempt {
+    pub(super) outcome: Outcome,
+    pub(super) next: Next,
+    pub(super) digests: Digests,
+    /// Whether the tag was written (recorded as a move even when the attempt failed: `tag_race`).
+    pub(super) moved: bool,
+    /// The digest another writer put on the tag right behind ours.
+    pub(super) tag_race: Option<String>,
+    /// The write's outcome is unknown (the tag could not be read): its intent stays for the next
+    /// attempt to settle.
+    pub(super) keep_intent: bool,
+}
+
+impl Attempt {
+    pub(super) fn new(outcome: Outcome, next: Next, digests: Digests) -> Self {
+        let moved = outcome.success;
+        Attempt { outcome, next, digests, moved, tag_race: None, keep_intent: false }
+    }
+
+    pub(super) fn failed(detail: String, next: Next) -> Self {
+        Attempt::new(Outcome { success: false, detail, output_tail: String::new() }, next, Digests::default())
+    }
+}
+
+/// What an open intent's tag holds now.
+enum Settled {
+    /// The write landed: the move is `expected` → `new`.
+    Landed { expected: Option<String>, new: String },
+    /// The tag still holds what it held before: the write did not happen.
+    NotWritten,
+    /// Neither: someone else moved it.
+    Elsewhere { found: Option<String> },
+}
+
+/// The ledger's record of a rebase's tag write, made right before it (`crate::rebase::TagGuard`).
+struct LedgerGuard<'a> {
+    runner: &'a Runner,
+    action: &'a ClaimedAction,
+    target: &'a ActionTarget,
+}
+
+impl TagGuard for LedgerGuard<'_> {
+    async fn before_write(&self, expected: &str, new: &str) -> Result<(), RebaseError> {
+        let intent = TagIntent {
+            image: self.action.image.clone(),
+            reference: self.target.image.clone(),
+            kind: TagMoveKind::Rebase,
+            action: Some(self.action.key.clone()),
+            expected: Some(expected.to_string()),
+            new: Some(new.to_string()),
+            time: self.runner.clock.now(),
+        };
+        match self.runner.ledger.begin_tag_write(&self.target.builder_name, intent).await {
+            Ok(WriteGrant::Granted) => Ok(()),
+            Ok(WriteGrant::Superseded { by }) => Err(RebaseError::Superseded { by }),
+            Ok(WriteGrant::NotRunning) => Err(RebaseError::NotRunning),
+            Err(err) => Err(RebaseError::Record(err)),
+        }
+    }
+}
+
 impl Runner {
     /// The digest the app tag points at now; `None` when it does not exist or cannot be read soon.
     pub(super) async fn app_digest(&self, image: &str) -> Option<String> {
-        let image = ImageRef::parse(image).ok()?;
+        self.read_tag(image).await.ok().flatten()
+    }
+
+    /// The digest `image` (a tag) holds: `Ok(None)` when it does not exist, `Err` when it cannot be
+    /// read within `DIGEST_WAIT`.
+    async fn read_tag(&self, image: &str) -> Result<Option<String>, String> {
+        let image = ImageRef::parse(image).map_err(|e| e.to_string())?;
         match tokio::time::timeout(DIGEST_WAIT, self.registry.head_manifest(&image)).await {
-            Ok(Ok(head)) => Some(head.digest),
+            Ok(Ok(head)) => Ok(Some(head.digest)),
+            Ok(Err(crate::registry::RegistryError::NotFound { .. })) => Ok(None),
             Ok(Err(err)) => {
                 tracing::debug!(image = %image, error = %err, "cannot read the app tag's digest");
-                None
+                Err(err.to_string())
             }
-            Err(_) => None,
+            Err(_) => Err(format!("no answer within {}s", DIGEST_WAIT.as_secs())),
         }
     }
 
-    /// A rebase by registry writes (`crate::rebase`): the outcome, whether a retry could help (not
-    /// after a refusal), and the digests from the report.
-    pub(super) async fn rebase_in_registry(&self, target: &ActionTarget) -> (Outcome, bool, Digests) {
-        let fail = |detail: String, retryable: bool| {
-            (Outcome { success: false, detail, output_tail: String::new() }, retryable, Digests::default())
-        };
+    /// The intent this action left open in an earlier attempt (a crash, or a write whose outcome
+    /// could not be read).
+    pub(super) async fn open_intent(&self, action: &ClaimedAction) -> Result<Option<TagIntent>, LedgerError> {
+        let intents = self.ledger.tag_intents().await?;
+        Ok(intents.into_iter().find(|i| i.action.as_deref() == Some(action.key.as_str())))
+    }
+
+    /// What `intent`'s tag holds now, or why it cannot be told.
+    async fn settle(&self, intent: &TagIntent) -> Result<Settled, String> {
+        let found = self.read_tag(&intent.reference).await?;
+        Ok(match (&intent.new, found) {
+            (Some(new), Some(found)) if *new == found => {
+                Settled::Landed { expected: intent.expected.clone(), new: found }
+            }
+            (_, found) if found == intent.expected => Settled::NotWritten,
+            (_, found) => Settled::Elsewhere { found },
+        })
+    }
+
+    /// An earlier attempt's rebase write, settled before anything else is done: completed when the
+    /// tag holds its digest, failed when it holds a third one; `None` when it did not land (this
+    /// attempt starts over).
+    pub(super) async fn settle_rebase(&self, intent: &TagIntent) -> Option<Attempt> {
+        let new = intent.new.as_deref().unwrap_or("?");
+        let expected = intent.expected.as_deref().unwrap_or("nothing");
+        match self.settle(intent).await {
+            Ok(Settled::NotWritten) => None,
+            Ok(Settled::Landed { expected, new }) => {
+                let detail = format!(
+                    "the tag write of an earlier attempt landed ({} → {new}); recorded now",
+                    expected.as_deref().unwrap_or("nothing")
+                );
+                let digests = Digests { before: expected, after: Some(new) };
+                Some(Attempt::new(Outcome { success: true, detail, output_tail: String::new() }, Next::Final, digests))
+            }
+            Ok(Settled::Elsewhere { found }) => Some(Attempt::failed(
+                format!(
+                    "{} holds {}, neither {expected} (before an earlier attempt's write) nor {new} (what it wrote): someone else moved the tag; not retried",
+                    intent.reference,
+                    found.as_deref().unwrap_or("nothing (the tag is gone)")
+                ),
+                Next::Final,
+            )),
+            Err(why) => {
+                let mut attempt = Attempt::failed(
+                    format!("cannot tell whether an earlier attempt's write of {} landed: {why}", intent.reference),
+                    Next::Retry,
+                );
+                attempt.keep_intent = true;
+                Some(attempt)
+            }
+        }
+    }
+
+    /// A rebase by registry writes (`crate::rebase`), its tag write recorded first.
+    pub(super) async fn rebase_in_registry(&self, action: &ClaimedAction, target: &ActionTarget) -> Attempt {
         let image = match ImageRef::parse(&target.image) {
             Ok(i) => i,
-            Err(err) => return fail(format!("invalid app image {}: {err}", target.image), false),
+            Err(err) => return Attempt::failed(format!("invalid app image {}: {err}", target.image), Next::Final),
         };
         let Some(run_image) = target.run_image.as_deref() else {
-            return fail(RunnerError::NoRunImage.to_string(), false);
+            return Attempt::failed(RunnerError::NoRunImage.to_string(), Next::Final);
         };
         let run_image = match ImageRef::parse(run_image) {
             Ok(r) => r,
-            Err(err) => return fail(format!("invalid run image {run_image}: {err}"), false),
+            Err(err) => return Attempt::failed(format!("invalid run image {run_image}: {err}"), Next::Final),
         };
-        let request = RebaseRequest { image, run_image, force: false, dry_run: false };
-        match crate::rebase::rebase(&self.registry, &request).await {
+        let known_run_images =
+            match crate::rebase::known_run_images(&self.config, &self.ledger, Some(&target.builder_name), &run_image)
+                .await
+            {
+                Ok(known) => known,
+                Err(err) => {
+                    return Attempt::failed(format!("cannot read the run image's pin history: {err}"), Next::Retry);
+                }
+            };
+        let request = RebaseRequest { image, run_image, force: false, dry_run: false, known_run_images };
+        let guard = LedgerGuard { runner: self, action, target };
+        match crate::rebase::rebase(&self.registry, &request, &guard).await {
             Ok(report) => {
                 let detail = match report.digest.as_deref() {
                     Some(d) if d == report.previous => {
@@ -52,27 +197,84 @@ impl Runner {
                     None => format!("rebase onto {} wrote nothing (dry run)", report.reference),
                 };
                 let digests = Digests { before: Some(report.previous.clone()), after: report.digest.clone() };
-                (Outcome { success: true, detail, output_tail: String::new() }, true, digests)
+                Attempt::new(Outcome { success: true, detail, output_tail: String::new() }, Next::Final, digests)
+            }
+            Err(RebaseError::Superseded { by }) => Attempt::failed(
+                "a newer change has an action for this image; nothing written".into(),
+                Next::Superseded { by },
+            ),
+            Err(RebaseError::TagRace { image, previous, wrote, found }) => {
+                let detail = RebaseError::TagRace {
+                    image,
+                    previous: previous.clone(),
+                    wrote: wrote.clone(),
+                    found: found.clone(),
+                }
+                .to_string();
+                let mut attempt = Attempt::failed(detail, Next::Final);
+                attempt.digests = Digests { before: Some(previous), after: Some(wrote) };
+                attempt.moved = true;
+                attempt.tag_race = Some(found);
+                attempt
+            }
+            Err(RebaseError::TagWriteUnknown { previous, wrote, source, .. }) => {
+                let intent = TagIntent {
+                    image: action.image.clone(),
+                    reference: target.image.clone(),
+                    kind: TagMoveKind::Rebase,
+                    action: Some(action.key.clone()),
+                    expected: Some(previous),
+                    new: Some(wrote),
+                    time: self.clock.now(),
+                };
+                match self.settle_rebase(&intent).await {
+                    Some(settled) => settled,
+                    None => Attempt::failed(format!("the tag write failed: {source}"), Next::Retry),
+                }
             }
             // Trying again cannot make an unsafe rebase safe.
-            Err(err @ RebaseError::Refused(_)) => fail(format!("rebase refused: {err}"), false),
-            Err(err @ RebaseError::Unusable(_)) => fail(err.to_string(), false),
-            Err(err) => fail(err.to_string(), true),
+            Err(err @ RebaseError::Refused(_)) => Attempt::failed(format!("rebase refused: {err}"), Next::Final),
+            Err(err @ RebaseError::Unusable(_)) => Attempt::failed(err.to_string(), Next::Final),
+            Err(err) => Attempt::failed(err.to_string(), Next::Retry),
         }
+    }
+
+    /// For a runner's command, which pushes itself: the tag's digest before its first attempt,
+    /// recorded before the command starts (an earlier attempt's record is kept), so the move is
+    /// recorded from where it really started even when a crash made the command run twice.
+    pub(super) async fn announce_push(&self, action: &ClaimedAction, target: &ActionTarget) -> Option<String> {
+        match self.open_intent(action).await {
+            Ok(Some(intent)) => return intent.expected,
+            Ok(None) => {}
+            Err(err) => tracing::warn!(action = %action.key, error = %err, "cannot read the action's open tag write"),
+        }
+        let before = self.app_digest(&target.image).await;
+        let intent = TagIntent {
+            image: action.image.clone(),
+            reference: target.image.clone(),
+            kind: action.kind.into(),
+            action: Some(action.key.clone()),
+            expected: before.clone(),
+            new: None,
+            time: self.clock.now(),
+        };
+        if let Err(err) = self.ledger.begin_tag_write(&target.builder_name, intent).await {
+            tracing::warn!(action = %action.key, error = %err, "cannot record the tag write before the command");
+        }
+        before
     }
 }
 
-/// The ledger's record of how a successful attempt moved the app tag: none when it failed, when the
+/// The ledger's record of how an attempt moved the app tag: none when it wrote nothing, when the
 /// tag stayed where it was, or when neither digest could be read.
 pub(super) fn tag_move(
     action: &ClaimedAction,
     target: &ActionTarget,
-    success: bool,
-    digests: Digests,
+    attempt: &Attempt,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Option<TagMove> {
-    let Digests { before, after } = digests;
-    if !success || before == after {
+    let Digests { before, after } = attempt.digests.clone();
+    if !attempt.moved || before == after {
         return None;
     }
     Some(TagMove {

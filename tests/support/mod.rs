@@ -7,6 +7,7 @@ pub mod cnb;
 pub mod daemon;
 pub mod images;
 pub mod kube;
+pub mod ledgers;
 pub mod proxy;
 pub mod receiver;
 pub mod registry;

@@ -177,6 +177,10 @@ pub struct ActionInfo {
     /// Where a rebase ran: `registry` (in the daemon) or `runner`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// `tag_race`: the digest another writer put on the tag right behind this action's write
+    /// (found by the HEAD after the PUT); the action failed and the tag holds that digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag_race: Option<String>,
 }
 
 /// What a roll-out event is about: the actions of one change that wait (`action.*`), or the

@@ -45,11 +45,15 @@ pub struct Blob {
 /// run image as the user named it (for the mirror check; a tag reference, digest dropped for the
 /// comparison, a missing tag meaning `latest`), and the immutable `repo@sha256:…` of the new base's
 /// platform manifest (becomes `runImage.reference`).
+///
+/// `known_run_images` are the pin histories of the run image watches the ledger keeps (each newest
+/// first): the rebase refuses to move an app onto a run image pinned before the one it is on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RebaseOptions {
     pub force: bool,
     pub run_image_name: String,
     pub run_image_reference: String,
+    pub known_run_images: Vec<Vec<order::KnownPin>>,
 }
 
 /// One platform of the rebase, decided: new config and manifest bytes and digests, which blobs the
@@ -118,6 +122,10 @@ pub enum Refusal {
         "run image {name} is not io.buildpacks.lifecycle.metadata's runImage.image or one of its mirrors (use --force)"
     )]
     NameNotInMetadata { name: String },
+    #[error(
+        "the app is on run image {on}, pinned after {target}: the rebase would move it onto an older run image (use --force)"
+    )]
+    OlderRunImage { on: String, target: String },
     #[error("the run image has no layers")]
     RunImageWithoutLayers,
     #[error("the run image has no {platform} image (it has {available})")]
@@ -572,6 +580,13 @@ pub fn rebase_platform(
         });
     }
 
+    // Never backwards: an app on a run image the ledger pinned after this one stays where it is.
+    if !options.force
+        && let (Some(on), Some(target)) = (recorded_digest, reference_digest(&options.run_image_reference))
+    {
+        order::not_older(&options.known_run_images, on, target)?;
+    }
+
     // Compatibility, by the app's platform API, as the rebaser checks it.
     let api_0_12 = platform_api_at_least_0_12(env_value(&app.config, Side::App, PLATFORM_API_ENV)?.as_deref())?;
     if api_0_12 {
@@ -777,5 +792,6 @@ pub fn rebased_index(
     Ok((bytes, digest))
 }
 
+pub mod order;
 #[cfg(test)]
 mod tests;

@@ -385,6 +385,12 @@ pub enum Wait {
     InFlight {
         max: usize,
     },
+    /// Another action for the same app image is running (`change` is its change): one at a time
+    /// per image, so an older one can never write after a newer one.
+    ImageBusy {
+        image: String,
+        change: String,
+    },
 }
 
 impl Wait {
@@ -395,6 +401,7 @@ impl Wait {
             Wait::Window { .. } => "window",
             Wait::Wave { .. } => "wave",
             Wait::InFlight { .. } => "in_flight",
+            Wait::ImageBusy { .. } => "image_busy",
         }
     }
 }
@@ -419,6 +426,9 @@ impl fmt::Display for Wait {
                 write!(f, "wave {wave} waits for wave {lower}: {}", blocking.join(", "))
             }
             Wait::InFlight { max } => write!(f, "max_in_flight {max} reached for this change"),
+            Wait::ImageBusy { image, change } => {
+                write!(f, "waits for the running action of change {change} on {image} (one action per image at a time)")
+            }
         }
     }
 }

@@ -86,6 +86,7 @@ fn a_pinned_builder_publishes_its_pin_metadata_and_history() {
         .map(|i| PinnedDigest {
             digest: format!("sha256:{i:02}"),
             first_seen: at(&format!("2026-11-{:02}T00:00:00Z", 30 - i)),
+            platforms: Vec::new(),
         })
         .collect();
     let status = status_of(&input(Some(&record), &history, Some(&change)));

@@ -182,6 +182,7 @@ fn options() -> RebaseOptions {
         force: false,
         run_image_name: format!("{RUN_IMAGE}:latest"),
         run_image_reference: format!("{RUN_IMAGE}@{}", digest_of(&run_image_v2().manifest_bytes())),
+        known_run_images: Vec::new(),
     }
 }
 
@@ -824,6 +825,7 @@ fn a_small_rebase_gives_the_result_written_by_hand() {
         force: false,
         run_image_name: "example.com/run:latest".into(),
         run_image_reference: NEW_REF.into(),
+        known_run_images: Vec::new(),
     };
     let result =
         rebase_platform(app_manifest.as_bytes(), app_config, base_manifest.as_bytes(), base_config, &options).unwrap();

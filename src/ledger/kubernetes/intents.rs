@@ -1,0 +1,92 @@
+//! Write-ahead tag writes in the Kubernetes ledger: intents live in the entry that holds their
+//! action (a rollback's in its image's builder entry), beside the tag moves they become.
+//!
+//! The supersession check reads every entry and then writes one, so it is not one transaction as
+//! in SQLite: a newer change recorded between the two lets this write go ahead. Order still holds,
+//! because the newer action cannot start while this one runs (one action per image), and it
+//! writes after it.
+
+use super::*;
+
+impl KubeLedger {
+    /// The change of the newest action recorded for the same image after action `key`, if any.
+    pub(super) async fn newer_change(&self, key: &str) -> Result<Option<String>, LedgerError> {
+        let rows: Vec<ActionRow> = self.all().await?.into_iter().flat_map(|(_, d)| d.actions).collect();
+        Ok(newer_in(&rows, key))
+    }
+
+    pub async fn begin_tag_write(&self, watch: &str, intent: TagIntent) -> Result<WriteGrant, LedgerError> {
+        let holder = match &intent.action {
+            Some(key) => {
+                let docs = self.all().await?;
+                let rows: Vec<ActionRow> = docs.iter().flat_map(|(_, d)| d.actions.iter().cloned()).collect();
+                if !rows.iter().any(|a| &a.key == key && a.state == ActionState::Running) {
+                    return Ok(WriteGrant::NotRunning);
+                }
+                if let Some(by) = newer_in(&rows, key) {
+                    return Ok(WriteGrant::Superseded { by });
+                }
+                match self.holder(|d| d.actions.iter().any(|a| &a.key == key)).await? {
+                    Some(holder) => holder,
+                    None => return Ok(WriteGrant::NotRunning),
+                }
+            }
+            None => watch.to_string(),
+        };
+        self.modify(&holder, |doc| {
+            if let Some(key) = &intent.action
+                && !doc.actions.iter().any(|a| &a.key == key && a.state == ActionState::Running)
+            {
+                return Ok(WriteGrant::NotRunning);
+            }
+            let mut intent = intent.clone();
+            intent.time = intent.time.trunc_subsecs(3);
+            doc.tag_intents.retain(|i| i.image != intent.image);
+            doc.tag_intents.push(intent);
+            Ok(WriteGrant::Granted)
+        })
+        .await
+    }
+
+    pub async fn tag_intents(&self) -> Result<Vec<TagIntent>, LedgerError> {
+        let mut out: Vec<TagIntent> = self.all().await?.into_iter().flat_map(|(_, d)| d.tag_intents).collect();
+        out.sort_by(|a, b| a.image.cmp(&b.image));
+        Ok(out)
+    }
+
+    pub async fn end_tag_write(&self, image: &str, action: Option<&str>) -> Result<(), LedgerError> {
+        let matches = |i: &TagIntent| i.image == image && i.action.as_deref() == action;
+        for (_, doc) in self.all().await? {
+            let Some(watch) = doc.watch.as_ref().map(|w| w.name.clone()) else { continue };
+            if doc.tag_intents.iter().any(matches) {
+                self.modify(&watch, |d| {
+                    d.tag_intents.retain(|i| !matches(i));
+                    Ok(())
+                })
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn last_succeeded_target(
+        &self,
+        image: &str,
+        kind: ActionKind,
+    ) -> Result<Option<serde_json::Value>, LedgerError> {
+        let rows = self.all().await?.into_iter().flat_map(|(_, d)| d.actions);
+        Ok(rows
+            .filter(|a| a.image == image && a.kind == kind && a.state == ActionState::Succeeded)
+            .max_by_key(|a| a.updated)
+            .map(|a| a.target))
+    }
+}
+
+/// The change of the newest row for `key`'s image created after it.
+fn newer_in(rows: &[ActionRow], key: &str) -> Option<String> {
+    let mine = rows.iter().find(|a| a.key == key)?;
+    rows.iter()
+        .filter(|a| a.image == mine.image && a.key != mine.key && a.created > mine.created)
+        .max_by_key(|a| a.created)
+        .map(|a| a.change_id.clone())
+}

@@ -180,3 +180,361 @@ async fn a_newer_change_supersedes_a_running_action_at_its_write_and_at_its_retr
     })
     .await;
 }
+
+// ---- The daemon, against a real registry behind a proxy that holds, kills or races ----
+
+mod world {
+    use std::path::PathBuf;
+
+    use builder_monitor::ledger::Ledger;
+    use builder_monitor::metrics::Metrics;
+    use builder_monitor::registry::Registry;
+    use builder_monitor_core::reference::ImageRef;
+    use serde_json::Value;
+
+    use super::support::app::{self, App, RunImage};
+    use super::support::cnb::BuilderSpec;
+    use super::support::daemon::{Output, Workspace};
+    use super::support::images::{Format, Pusher};
+    use super::support::proxy::Proxy;
+    use super::support::registry::{Auth, TestRegistry};
+
+    /// A registry behind a proxy; every name the daemon sees is the proxy's, every push goes to
+    /// the registry itself (so the proxy's traps catch only the daemon's requests).
+    pub struct World {
+        pub registry: TestRegistry,
+        pub proxy: Proxy,
+        pub pusher: Pusher,
+        pub ws: Workspace,
+        pub config: PathBuf,
+        /// `PROXY/apps/web:latest`
+        pub app_tag: String,
+        /// Run image versions pushed so far (v1 first).
+        pub run_versions: u32,
+    }
+
+    impl World {
+        /// Run image v1, a builder naming it, an app built on it, pinned by one `run --once`
+        /// (with `interval`, for the daemon tests).
+        pub async fn new(interval: &str) -> Self {
+            // Relative upload locations, so the daemon's uploads stay on the proxy.
+            let registry = TestRegistry::start_relative(Auth::Anonymous);
+            let proxy = Proxy::start(&registry.host).await;
+            let pusher = Pusher::new(&registry.host);
+            let host = proxy.host.clone();
+            let run_tag = format!("{host}/demo/run:latest");
+            let run_v1 = RunImage::jammy("1", 3);
+            let pushed = app::push_run(&pusher, "demo/run", Some("latest"), &run_v1, Format::Oci).await;
+            pusher.push_image("demo/builder", Some("latest"), &BuilderSpec::jammy(&run_tag).image(), Format::Oci).await;
+            let app = App::on(&run_v1, &run_tag, &format!("{host}/demo/run@{}", pushed.digest));
+            app::push_app(&pusher, "apps/web", Some("latest"), &app, Format::Oci).await;
+            let ws = Workspace::new();
+            let config = ws.config(&format!(
+                "[monitor]\nstate = \"state.db\"\ninterval = \"{interval}\"\njitter = \"0s\"\n\n\
+                 [registries.\"{host}\"]\ninsecure = true\nrequests_per_second = 0\n\n\
+                 [[builders]]\nname = \"jammy\"\nimage = \"{host}/demo/builder:latest\"\n\n\
+                 [[images]]\nname = \"web\"\nbuilder = \"jammy\"\nimage = \"{host}/apps/web:latest\"\npolicy = \"auto\"\n\n\
+                 [runner]\ntype = \"none\"\nrebase = \"registry\"\nbackoff = \"1s\"\n"
+            ));
+            let world = World {
+                app_tag: format!("{host}/apps/web:latest"),
+                registry,
+                proxy,
+                pusher,
+                ws,
+                config,
+                run_versions: 1,
+            };
+            let first = world.cli(&["run", "--once"]);
+            assert_eq!(first.code, Some(0), "{}", first.stderr);
+            world
+        }
+
+        pub fn cli(&self, args: &[&str]) -> Output {
+            let config = self.config.to_str().unwrap().to_string();
+            let mut all: Vec<&str> = args.to_vec();
+            all.extend(["--config", &config]);
+            tokio::task::block_in_place(|| self.ws.run(&all))
+        }
+
+        /// `builder-monitor ARGS --config …`, not waited for.
+        pub fn spawn(&self, args: &[&str]) -> std::process::Child {
+            std::process::Command::new(super::support::daemon::BINARY)
+                .args(args)
+                .arg("--config")
+                .arg(&self.config)
+                .current_dir(self.ws.dir.path())
+                .env("BUILDER_MONITOR_LOG", "info")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("start builder-monitor")
+        }
+
+        pub fn client(&self) -> Registry {
+            builder_monitor::install_crypto_provider();
+            let mut settings = builder_monitor::config::RegistrySettings::defaults_for(&self.proxy.host);
+            settings.insecure = true;
+            Registry::new([settings], Metrics::new())
+        }
+
+        pub async fn app_digest(&self) -> String {
+            self.client().head_manifest(&ImageRef::parse(&self.app_tag).unwrap()).await.unwrap().digest
+        }
+
+        /// The run image layers under the app tag now (its config's first diff ids).
+        pub async fn app_base(&self) -> Vec<String> {
+            let registry = self.client();
+            let image = ImageRef::parse(&self.app_tag).unwrap();
+            let manifest = registry.get_manifest(&image, "latest").await.unwrap();
+            let manifest: Value = serde_json::from_slice(&manifest.bytes).unwrap();
+            let config =
+                registry.get_blob(&image, manifest["config"]["digest"].as_str().unwrap(), 8 << 20).await.unwrap();
+            let config: Value = serde_json::from_slice(&config).unwrap();
+            let ids: Vec<String> = config["rootfs"]["diff_ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_str().unwrap().to_string())
+                .collect();
+            ids[..3].to_vec()
+        }
+
+        /// The next run image version under the same tag; its layers and its digest.
+        pub async fn move_run_image(&mut self) -> (RunImage, String) {
+            self.run_versions += 1;
+            let run = RunImage::jammy(&self.run_versions.to_string(), 3);
+            let pushed = app::push_run(&self.pusher, "demo/run", Some("latest"), &run, Format::Oci).await;
+            (run, pushed.digest)
+        }
+
+        pub fn ledger(&self) -> Ledger {
+            Ledger::open_read_only(&self.ws.path("state.db")).unwrap()
+        }
+    }
+
+    pub fn diff_ids(run: &RunImage) -> Vec<String> {
+        run.layers.iter().map(|l| l.diff_id.clone()).collect()
+    }
+}
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use support::app::RunImage;
+use support::daemon::Daemon;
+use support::images::{Format, Pusher};
+use support::proxy::Trap;
+use world::{World, diff_ids};
+
+/// The app's tag, as a path the proxy sees.
+const APP_TAG_PUT: &str = "/v2/apps/web/manifests/latest";
+
+fn event_of(line: &serde_json::Value) -> serde_json::Value {
+    serde_json::from_str(line["event"].as_str().unwrap_or("{}")).unwrap_or_default()
+}
+
+/// Waits (off the runtime's threads) for the daemon's event of `event_type` that `wanted` accepts.
+fn wait_event(daemon: &mut Daemon, event_type: &str, wanted: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let line = tokio::task::block_in_place(|| {
+        daemon.wait_for(event_type, |v| {
+            v["target"] == "builder_monitor_core::event" && v["event_type"] == event_type && wanted(&event_of(v))
+        })
+    });
+    event_of(&line)
+}
+
+async fn action_state(world: &World, change: &str) -> ActionState {
+    let actions = world.ledger().actions(200).await.unwrap();
+    actions
+        .iter()
+        .find(|a| a.change == change)
+        .map(|a| a.state)
+        .unwrap_or_else(|| panic!("no action of {change}: {actions:#?}"))
+}
+
+/// The issue's race: run image v2's rebase is slow (a blob mount held, or its tag PUT held), v3
+/// arrives meanwhile. Whichever way it falls, the app ends on v3, and when v2's rebase had not
+/// written yet it ends `superseded`, never writing v2 over v3. 20 trials, the two orders in turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_rebase_never_undoes_a_newer_one() {
+    let mut world = World::new("1s").await;
+    let mut daemon = Daemon::start(&world.config);
+    for trial in 0..20 {
+        let held_at_write = trial % 2 == 1;
+        let (trap, held, release) = if held_at_write {
+            Trap::hold("PUT", APP_TAG_PUT)
+        } else {
+            Trap::hold("POST", "/v2/apps/web/blobs/uploads/?mount=")
+        };
+        world.proxy.trap(trap);
+        let (_, v2) = world.move_run_image().await;
+        let changed_v2 = wait_event(&mut daemon, "run_image.changed", |e| e.to_string().contains(&v2));
+        tokio::time::timeout(support::PATIENCE, held.notified()).await.expect("v2's rebase reaches the held request");
+        let (run_v3, v3) = world.move_run_image().await;
+        let changed_v3 = wait_event(&mut daemon, "run_image.changed", |e| e.to_string().contains(&v3));
+        release.notify_one();
+        wait_event(&mut daemon, "rebase.succeeded", |e| e["action"]["change"] == changed_v3["id"]);
+
+        assert_eq!(world.app_base().await, diff_ids(&run_v3), "trial {trial}: the app ends on the newest run image");
+        let v2_state = action_state(&world, changed_v2["id"].as_str().unwrap()).await;
+        let expected = if held_at_write { ActionState::Succeeded } else { ActionState::Superseded };
+        assert_eq!(v2_state, expected, "trial {trial}: v2's rebase");
+        assert_eq!(action_state(&world, changed_v3["id"].as_str().unwrap()).await, ActionState::Succeeded);
+    }
+    // Nothing left to run, and no rebase ever failed or retried its way back.
+    let open = world.ledger().open_actions().await.unwrap();
+    assert!(open.is_empty(), "{open:#?}");
+    assert!(!daemon.log.iter().any(|l| l.contains("rebase.failed")), "{}", daemon.log.join("\n"));
+}
+
+/// Kills `child` with SIGKILL when the proxy has forwarded the trapped request and the registry
+/// answered it, before the answer reaches the child; answers whether the kill happened.
+fn kill_after(world: &World, method: &str, path: &str, child: &std::process::Child) -> Arc<AtomicBool> {
+    let killed = Arc::new(AtomicBool::new(false));
+    let (pid, flag) = (child.id().to_string(), killed.clone());
+    world.proxy.trap(Trap::after(method, path, move || {
+        let (pid, flag) = (pid.clone(), flag.clone());
+        async move {
+            // Set first: the child's waiter may see it die before `kill` itself returns.
+            flag.store(true, Ordering::SeqCst);
+            std::process::Command::new("kill").args(["-KILL", &pid]).status().expect("kill");
+        }
+    }));
+    killed
+}
+
+async fn wait_child(mut child: std::process::Child) -> std::process::ExitStatus {
+    tokio::task::spawn_blocking(move || child.wait().expect("wait")).await.unwrap()
+}
+
+/// SIGKILL right after the app tag's PUT landed, 30 times, and 6 times right after a rollback's:
+/// the next run (or rollback) completes the recorded intent, so no move is missing, `status`
+/// shows where the tag is, and every rollback goes exactly one step back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_right_after_the_tag_write_loses_no_move() {
+    let mut world = World::new("1h").await;
+    let mut kills = 0;
+    for trial in 0..30 {
+        let before = world.app_digest().await;
+        let (run, _) = world.move_run_image().await;
+        world.proxy.clear();
+        let child = world.spawn(&["run", "--once"]);
+        let killed = kill_after(&world, "PUT", APP_TAG_PUT, &child);
+        let status = wait_child(child).await;
+        assert!(killed.load(Ordering::SeqCst), "trial {trial}: killed after the tag PUT ({status})");
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9), "trial {trial}");
+        kills += 1;
+        let written = world.app_digest().await;
+        assert_ne!(written, before, "trial {trial}: the PUT landed before the kill");
+        assert_eq!(world.app_base().await, diff_ids(&run));
+
+        // The next run finds the intent, sees the tag holds its digest, and records the move.
+        let again = world.cli(&["run", "--once"]);
+        assert_eq!(again.code, Some(0), "trial {trial}: {}", again.stderr);
+        assert_eq!(world.app_digest().await, written, "trial {trial}: nothing written twice");
+        let moves = world.ledger().tag_moves(Some("web"), 100).await.unwrap();
+        assert_eq!(
+            (moves[0].before.as_deref(), moves[0].after.as_deref()),
+            (Some(before.as_str()), Some(written.as_str())),
+            "trial {trial}: the move is recorded from where it started"
+        );
+        assert!(world.ledger().tag_intents().await.unwrap().is_empty());
+        let status: serde_json::Value = serde_json::from_str(&world.cli(&["status", "--json"]).stdout).unwrap();
+        assert_eq!(status["images"][0]["digest"].as_str(), Some(written.as_str()), "trial {trial}");
+
+        // Every rollback is exact: one step back, to the digest before that move.
+        if trial % 5 == 4 {
+            // Killed right after its own tag PUT: the next rollback completes it.
+            let child = world.spawn(&["rollback", "web"]);
+            let killed = kill_after(&world, "PUT", APP_TAG_PUT, &child);
+            wait_child(child).await;
+            assert!(killed.load(Ordering::SeqCst), "trial {trial}: rollback killed after its PUT");
+            kills += 1;
+        }
+        let back = world.cli(&["rollback", "web"]);
+        assert_eq!(back.code, Some(0), "trial {trial}: {}", back.stderr);
+        assert_eq!(world.app_digest().await, before, "trial {trial}: rolled back exactly one step");
+        let moves = world.ledger().tag_moves(Some("web"), 100).await.unwrap();
+        assert_eq!(moves[0].kind, TagMoveKind::Rollback);
+        assert_eq!(
+            (moves[0].before.as_deref(), moves[0].after.as_deref()),
+            (Some(written.as_str()), Some(before.as_str()))
+        );
+    }
+    assert!(kills >= 30, "{kills} kills");
+}
+
+/// A competitor's push that lands right behind the rebase's tag PUT is found by the HEAD after
+/// it: the action fails with `tag_race` and the digest found, the move it made is recorded, and a
+/// rollback refuses to act on a tag that is not where the ledger says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_racing_the_tag_write_is_reported_never_a_silent_success() {
+    let mut world = World::new("1h").await;
+    let before = world.app_digest().await;
+    // The rival: the same app rebuilt by someone else, pushed over the tag right after our PUT.
+    let rival_run = RunImage::jammy("rival", 3);
+    let rival = support::app::App::on(&rival_run, &format!("{}/demo/run:latest", world.proxy.host), "x@sha256:0");
+    let host = world.registry.host.clone();
+    let rival_digest = Arc::new(std::sync::Mutex::new(String::new()));
+    let found = rival_digest.clone();
+    world.proxy.trap(Trap::after("PUT", APP_TAG_PUT, move || {
+        let (host, rival, found) = (host.clone(), rival.clone(), found.clone());
+        async move {
+            let pusher = Pusher::new(&host);
+            let pushed = support::app::push_app(&pusher, "apps/web", Some("latest"), &rival, Format::Oci).await;
+            *found.lock().unwrap() = pushed.digest;
+        }
+    }));
+    world.move_run_image().await;
+    let out = world.cli(&["run", "--once"]);
+    assert_eq!(out.code, Some(1), "a failed action fails the run: {}", out.stderr);
+    let rival_digest = rival_digest.lock().unwrap().clone();
+    assert_eq!(world.app_digest().await, rival_digest, "the rival's push holds the tag");
+
+    let actions = world.ledger().actions(10).await.unwrap();
+    assert_eq!(actions[0].state, ActionState::Failed, "{actions:#?}");
+    assert!(actions[0].detail.as_deref().unwrap().starts_with("tag_race:"), "{:?}", actions[0].detail);
+    let events = world.ledger().events_after(0, 100).await.unwrap();
+    let failed = events.iter().find(|e| e.event.event_type.as_str() == "rebase.failed").expect("rebase.failed");
+    assert_eq!(failed.event.action.as_ref().unwrap().tag_race.as_deref(), Some(rival_digest.as_str()));
+    let moves = world.ledger().tag_moves(Some("web"), 10).await.unwrap();
+    assert_eq!(moves[0].before.as_deref(), Some(before.as_str()), "our write is recorded: we did move the tag");
+    let ours = moves[0].after.clone().unwrap();
+    assert_ne!(ours, rival_digest);
+
+    let refused = world.cli(&["rollback", "web"]);
+    assert_eq!(refused.code, Some(1), "{}", refused.stdout);
+    assert!(
+        refused
+            .stderr
+            .contains(&format!("points at {rival_digest}, but the ledger's last recorded move left it at {ours}")),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(world.app_digest().await, rival_digest, "nothing written");
+}
+
+/// `rebase --config` knows the run image's pin history: onto an older run image than the app is
+/// on it refuses (exit 1, nothing written) unless `--force`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebase_never_moves_an_app_onto_an_older_run_image_unless_forced() {
+    let mut world = World::new("1h").await;
+    let (_, v2) = world.move_run_image().await;
+    assert_eq!(world.cli(&["run", "--once"]).code, Some(0));
+    let (run_v3, v3) = world.move_run_image().await;
+    assert_eq!(world.cli(&["run", "--once"]).code, Some(0));
+    assert_eq!(world.app_base().await, diff_ids(&run_v3));
+    let on_v3 = world.app_digest().await;
+
+    let older = format!("{}/demo/run@{v2}", world.proxy.host);
+    let app = world.app_tag.clone();
+    let refused = world.cli(&["rebase", &app, "--run-image", &older]);
+    assert_eq!(refused.code, Some(1), "{}", refused.stdout);
+    assert!(refused.stderr.contains(&format!("the app is on run image {v3}, pinned after {v2}")), "{}", refused.stderr);
+    assert_eq!(world.app_digest().await, on_v3, "nothing written");
+
+    let forced = world.cli(&["rebase", &app, "--run-image", &older, "--force"]);
+    assert_eq!(forced.code, Some(0), "{}", forced.stderr);
+    assert_ne!(world.app_digest().await, on_v3);
+}

@@ -789,7 +789,7 @@ impl KubeLedger {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub async fn finish_action(&self, end: ActionEnd<'_>) -> Result<(), LedgerError> {
+    pub async fn finish_action(&self, end: ActionEnd<'_>) -> Result<Option<ActionState>, LedgerError> {
         let ActionEnd {
             key,
             outcome,
@@ -812,53 +812,57 @@ impl KubeLedger {
         let now = at.trunc_subsecs(3);
         let seq = self.seq.clone();
         let same = holder.as_deref() == Some(watch) || holder.is_none();
+        let mut ended = None;
         if let Some(holder) = &holder {
-            self.modify(holder, |doc| {
-                if !keep_intent {
-                    doc.tag_intents.retain(|i| i.action.as_deref() != Some(key));
-                }
-                if let Some(a) = doc.actions.iter_mut().find(|a| a.key == key && a.state == ActionState::Running) {
-                    a.detail = Some(detail.clone());
-                    // A retry re-checks first (see the SQLite ledger's `finish_action`).
-                    let superseded = match &outcome {
-                        ActionOutcome::Retry { .. } => newer.clone(),
-                        ActionOutcome::Superseded { by } => Some(by.clone()),
-                        _ => None,
-                    };
-                    match (&outcome, superseded) {
-                        (_, Some(by)) => {
-                            a.state = ActionState::Superseded;
-                            a.detail = Some(format!("superseded by change {by}: {detail}"));
-                        }
-                        (ActionOutcome::Succeeded, None) => a.state = ActionState::Succeeded,
-                        (ActionOutcome::Retry { next_attempt }, None) => {
-                            a.state = ActionState::Pending;
-                            a.next_attempt = next_attempt.trunc_subsecs(3);
-                        }
-                        (_, None) => a.state = ActionState::Failed,
+            ended = self
+                .modify(holder, |doc| {
+                    let mut ended = None;
+                    if !keep_intent {
+                        doc.tag_intents.retain(|i| i.action.as_deref() != Some(key));
                     }
-                    a.output_tail = Some(output_tail.clone());
-                    a.updated = now;
-                }
-                for held in hold.iter().flat_map(|h| h.keys.iter().map(move |k| (k, &h.detail))) {
-                    // The change's rows all live in this entry.
-                    if let Some(a) = doc.actions.iter_mut().find(|a| {
-                        &a.key == held.0 && matches!(a.state, ActionState::Pending | ActionState::AwaitingApproval)
-                    }) {
-                        a.state = ActionState::Held;
-                        a.detail = Some(held.1.clone());
+                    if let Some(a) = doc.actions.iter_mut().find(|a| a.key == key && a.state == ActionState::Running) {
+                        a.detail = Some(detail.clone());
+                        // A retry re-checks first (see the SQLite ledger's `finish_action`).
+                        let superseded = match &outcome {
+                            ActionOutcome::Retry { .. } => newer.clone(),
+                            ActionOutcome::Superseded { by } => Some(by.clone()),
+                            _ => None,
+                        };
+                        match (&outcome, superseded) {
+                            (_, Some(by)) => {
+                                a.state = ActionState::Superseded;
+                                a.detail = Some(format!("superseded by change {by}: {detail}"));
+                            }
+                            (ActionOutcome::Succeeded, None) => a.state = ActionState::Succeeded,
+                            (ActionOutcome::Retry { next_attempt }, None) => {
+                                a.state = ActionState::Pending;
+                                a.next_attempt = next_attempt.trunc_subsecs(3);
+                            }
+                            (_, None) => a.state = ActionState::Failed,
+                        }
+                        a.output_tail = Some(output_tail.clone());
                         a.updated = now;
+                        ended = Some(a.state);
                     }
-                }
-                if same {
-                    doc.add_events(&events, &deliveries, now, history, &seq);
-                }
-                if let Some(m) = &tag_move {
-                    doc.add_tag_move(m, history, &seq);
-                }
-                Ok(())
-            })
-            .await?;
+                    for held in hold.iter().flat_map(|h| h.keys.iter().map(move |k| (k, &h.detail))) {
+                        // The change's rows all live in this entry.
+                        if let Some(a) = doc.actions.iter_mut().find(|a| {
+                            &a.key == held.0 && matches!(a.state, ActionState::Pending | ActionState::AwaitingApproval)
+                        }) {
+                            a.state = ActionState::Held;
+                            a.detail = Some(held.1.clone());
+                            a.updated = now;
+                        }
+                    }
+                    if same {
+                        doc.add_events(&events, &deliveries, now, history, &seq);
+                    }
+                    if let Some(m) = &tag_move {
+                        doc.add_tag_move(m, history, &seq);
+                    }
+                    Ok(ended)
+                })
+                .await?;
         }
         if !same {
             self.record_events(watch, events, deliveries, history, at).await?;
@@ -866,7 +870,7 @@ impl KubeLedger {
         if let (None, Some(m)) = (&holder, tag_move) {
             self.record_tag_move(watch, m, history).await?;
         }
-        Ok(())
+        Ok(ended)
     }
 
     pub async fn record_tag_move(&self, watch: &str, tag_move: TagMove, history: usize) -> Result<(), LedgerError> {

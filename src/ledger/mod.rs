@@ -405,12 +405,14 @@ impl Ledger {
         dispatch!(self, record_process(key, group))
     }
 
-    /// Records an attempt's end and its events (with their outbox rows) in one write.
-    pub async fn finish_action(&self, end: ActionEnd<'_>) -> Result<(), LedgerError> {
+    /// Records an attempt's end and its events (with their outbox rows) in one write. Answers the
+    /// state recorded (`None`: the action was not running): a retry that a newer change
+    /// superseded meanwhile ends `superseded`, not `pending`.
+    pub async fn finish_action(&self, end: ActionEnd<'_>) -> Result<Option<ActionState>, LedgerError> {
         let added = !end.deliveries.is_empty();
-        dispatch!(self, finish_action(end))?;
+        let ended = dispatch!(self, finish_action(end))?;
         self.signal(added, false);
-        Ok(())
+        Ok(ended)
     }
 
     /// When the next pending action is due (no roll-out gates).

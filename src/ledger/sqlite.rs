@@ -468,7 +468,7 @@ impl SqliteLedger {
 
     /// Records an attempt's end and its events (with their outbox rows) in one transaction.
     #[allow(clippy::too_many_arguments)]
-    pub async fn finish_action(&self, end: ActionEnd<'_>) -> Result<(), LedgerError> {
+    pub async fn finish_action(&self, end: ActionEnd<'_>) -> Result<Option<ActionState>, LedgerError> {
         let ActionEnd {
             key,
             outcome,
@@ -509,7 +509,7 @@ impl SqliteLedger {
             if !keep_intent {
                 intents::clear_action_intent(&tx, &key)?;
             }
-            exec(&tx,
+            let ended = exec(&tx,
                 "UPDATE actions SET state = ?2, next_attempt = COALESCE(?3, next_attempt), detail = ?4, output_tail = ?5,
                      updated = ?6 WHERE key = ?1 AND state = 'running'",
                 params![key, state.as_str(), next, detail, output_tail, updated],
@@ -527,7 +527,7 @@ impl SqliteLedger {
                 )?;
             }
             tx.commit()?;
-            Ok(())
+            Ok((ended == 1).then_some(state))
         })
         .await
     }

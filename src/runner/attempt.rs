@@ -85,3 +85,92 @@ impl Runner {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::{ActionState, CheckRecord, NewAction, PinUpdate, WatchKind};
+    use crate::schedule::Clock;
+
+    fn check(digest: &str, actions: Vec<NewAction>, minute: u32) -> CheckRecord {
+        CheckRecord {
+            watch: "jammy".into(),
+            kind: WatchKind::Builder,
+            image: "127.0.0.1:1/cnb/builder:latest".into(),
+            time: chrono::DateTime::parse_from_rfc3339(&format!("2026-11-30T12:{minute:02}:00Z")).unwrap().into(),
+            outcome: Ok(()),
+            pin: Some(PinUpdate {
+                digest: digest.into(),
+                reference: format!("127.0.0.1:1/cnb/builder@{digest}"),
+                media_type: "application/vnd.oci.image.index.v1+json".into(),
+                platforms: Default::default(),
+                metadata: None,
+            }),
+            pending: None,
+            change: None,
+            events: vec![],
+            deliveries: vec![],
+            actions,
+            history: 10,
+        }
+    }
+
+    fn rebuild(change: &str, builder_digest: &str) -> NewAction {
+        let target = ActionTarget {
+            image: "127.0.0.1:1/apps/app:latest".into(),
+            builder_name: "jammy".into(),
+            builder: format!("127.0.0.1:1/cnb/builder@{builder_digest}"),
+            run_image: None,
+            source: Some(builder_monitor_core::plan::Source {
+                git: "https://git.example.com/app".into(),
+                revision: "main".into(),
+                sub_path: None,
+            }),
+            env: BTreeMap::new(),
+            why: "test".into(),
+            user_id: None,
+            group_id: None,
+            platform_apis: vec![],
+            stack_id: None,
+            app_reference: None,
+            reasons: vec![],
+            scheduling: Default::default(),
+        };
+        NewAction::new(format!("k-{change}"), change.into(), "app".into(), ActionKind::Rebuild, &target).unwrap()
+    }
+
+    /// A rebuild whose builder the watch pinned before the one the app was last built with is
+    /// refused, for good, and its command never runs.
+    #[tokio::test]
+    async fn a_rebuild_never_goes_back_to_an_older_builder() {
+        crate::install_crypto_provider();
+        // The app tag is read around the command: on a closed loopback port, so it answers at once.
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let text = format!(
+            "[[builders]]\nname = \"jammy\"\nimage = \"127.0.0.1:1/cnb/builder:latest\"\n\
+             [runner]\ntype = \"exec\"\nmax_attempts = 1\n[runner.exec]\n\
+             rebuild = [\"sh\", \"-c\", \"echo {{change_id}} >> {}\"]\nrebase = [\"true\"]\n",
+            marker.display()
+        );
+        let config = Arc::new(Config::parse(std::path::Path::new("/config.toml"), &text).unwrap());
+        let ledger = Ledger::open(&dir.path().join("ledger.db")).unwrap();
+        let backend = Backend::Exec(config.runner.exec.clone().unwrap());
+        let runner = Arc::new(Runner::new(config, ledger.clone(), Clock::System, backend));
+
+        ledger.commit(check("sha256:b1", vec![], 0)).await.unwrap();
+        ledger.commit(check("sha256:b2", vec![rebuild("c2", "sha256:b2")], 1)).await.unwrap();
+        assert_eq!(runner.run_due_once().await, 1);
+        // An action for the older builder (as a stale or replayed change would carry).
+        ledger.commit(check("sha256:b2", vec![rebuild("c1", "sha256:b1")], 2)).await.unwrap();
+        assert_eq!(runner.run_due_once().await, 1);
+
+        let actions = ledger.actions(10).await.unwrap();
+        let of = |change: &str| actions.iter().find(|a| a.change == change).unwrap().clone();
+        assert_eq!(of("c2").state, ActionState::Succeeded);
+        assert_eq!(of("c1").state, ActionState::Failed);
+        let detail = of("c1").detail.unwrap();
+        assert!(detail.contains("never goes back to an older builder"), "{detail}");
+        assert_eq!(std::fs::read_to_string(&marker).unwrap(), "c2\n", "only the newer builder's command ran");
+    }
+}

@@ -20,7 +20,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ExecSettings, RebasePath, RunnerKind};
-use crate::ledger::{ActionEnd, ActionOutcome, ClaimedAction, DeliveryKey, Hold, Ledger, LedgerError, TagMove};
+use crate::ledger::{
+    ActionEnd, ActionOutcome, ActionState, ClaimedAction, DeliveryKey, Hold, Ledger, LedgerError, TagMove,
+};
 use crate::metrics::Metrics;
 use crate::rebase::{RebaseError, RebaseRequest};
 use crate::registry::Registry;
@@ -548,10 +550,16 @@ impl Runner {
                 keep_intent: attempt.keep_intent,
             })
             .await;
-        if let Err(err) = result {
-            tracing::error!(action = %action.key, error = %err, "cannot record the action's outcome");
-            return;
-        }
+        let state = match result {
+            Ok(Some(ActionState::Superseded)) if matches!(state, ActionOutcome::Retry { .. }) => {
+                ActionOutcome::Superseded { by: "a newer change".into() }
+            }
+            Ok(_) => state,
+            Err(err) => {
+                tracing::error!(action = %action.key, error = %err, "cannot record the action's outcome");
+                return;
+            }
+        };
         events.iter().for_each(crate::event_log::log);
         match state {
             ActionOutcome::Succeeded => {

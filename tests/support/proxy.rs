@@ -74,6 +74,45 @@ impl Redirect {
     }
 }
 
+/// What a [`Trap`] does to the request it catches.
+#[derive(Clone)]
+pub enum TrapAction {
+    /// Holds the request before forwarding it: `held` is notified, then it waits for `release`.
+    Hold { held: Arc<tokio::sync::Notify>, release: Arc<tokio::sync::Notify> },
+    /// Forwards the request, then runs this before the answer goes back (a kill, a competing push).
+    After(Arc<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>),
+}
+
+/// Catches one request: the first with `method` whose path contains `path_contains`, after letting
+/// `skip` such requests through.
+#[derive(Clone)]
+pub struct Trap {
+    pub method: String,
+    pub path_contains: String,
+    pub skip: usize,
+    pub action: TrapAction,
+}
+
+impl Trap {
+    /// A trap that holds the request until the returned `release` is notified; `held` is notified
+    /// once it holds it.
+    pub fn hold(method: &str, path_contains: &str) -> (Self, Arc<tokio::sync::Notify>, Arc<tokio::sync::Notify>) {
+        let (held, release) = (Arc::new(tokio::sync::Notify::new()), Arc::new(tokio::sync::Notify::new()));
+        let action = TrapAction::Hold { held: held.clone(), release: release.clone() };
+        (Trap { method: method.into(), path_contains: path_contains.into(), skip: 0, action }, held, release)
+    }
+
+    /// A trap that runs `then` after forwarding the request, before answering it.
+    pub fn after<F, Fut>(method: &str, path_contains: &str, then: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let action = TrapAction::After(Arc::new(move || Box::pin(then())));
+        Trap { method: method.into(), path_contains: path_contains.into(), skip: 0, action }
+    }
+}
+
 struct Shared {
     upstream: String,
     client: reqwest::Client,
@@ -83,6 +122,7 @@ struct Shared {
     /// While set, every request is answered with this status (an outage).
     down: Mutex<Option<u16>>,
     hang: AtomicBool,
+    traps: Mutex<Vec<Trap>>,
     /// Forward the client's Host header, so the registry's absolute URLs and notifications name
     /// the proxy (as they would name a load balancer in front of it).
     preserve_host: AtomicBool,
@@ -108,6 +148,7 @@ impl Proxy {
             redirect: Mutex::new(None),
             down: Mutex::new(None),
             hang: AtomicBool::new(false),
+            traps: Mutex::new(Vec::new()),
             preserve_host: AtomicBool::new(false),
             closed: CancellationToken::new(),
         });
@@ -123,6 +164,11 @@ impl Proxy {
     /// Queues a fault for the next matching request.
     pub fn inject(&self, fault: Fault) {
         self.shared.faults.lock().unwrap().push_back(fault);
+    }
+
+    /// Sets a trap for one request (see [`Trap`]).
+    pub fn trap(&self, trap: Trap) {
+        self.shared.traps.lock().unwrap().push(trap);
     }
 
     /// Redirects matching requests elsewhere until called with `None`.
@@ -232,6 +278,27 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         }
         return response;
     }
+    let trap = {
+        let mut traps = shared.traps.lock().unwrap();
+        let position = traps.iter().position(|t| t.method == method && path.contains(&t.path_contains));
+        match position {
+            Some(i) if traps[i].skip > 0 => {
+                traps[i].skip -= 1;
+                None
+            }
+            Some(i) => Some(traps.remove(i).action),
+            None => None,
+        }
+    };
+    let after = match trap {
+        Some(TrapAction::Hold { held, release }) => {
+            held.notify_one();
+            release.notified().await;
+            None
+        }
+        Some(TrapAction::After(then)) => Some(then),
+        None => None,
+    };
     let mut forward = shared.client.request(request.method().clone(), format!("{}{path}", shared.upstream));
     for (name, value) in request.headers() {
         if name != "host" || shared.preserve_host.load(Ordering::SeqCst) {
@@ -254,6 +321,9 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     let headers = upstream.headers().clone();
     let bytes = upstream.bytes().await.unwrap_or_default();
     record_bytes(status.as_u16(), false, answered, sent, bytes.len());
+    if let Some(then) = after {
+        then().await;
+    }
     let mut response = Response::new(Body::from(bytes));
     *response.status_mut() = status;
     for (name, value) in &headers {

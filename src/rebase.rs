@@ -142,7 +142,7 @@ pub enum RebaseError {
     Record(#[source] crate::ledger::LedgerError),
     /// The tag PUT failed in a way that leaves open whether it landed.
     #[error("writing the tag {image} ({previous} -> {wrote}) failed and may or may not have landed: {source}")]
-    TagWriteUnknown { image: String, previous: String, wrote: String, source: RegistryError },
+    TagWriteUnknown { image: String, previous: String, wrote: String, source: Box<RegistryError> },
     /// Another writer's PUT landed right after ours (between our PUT and the HEAD after it).
     #[error(
         "tag_race: {image} holds {found} right after we wrote {wrote} over {previous}: another writer moved it at the same moment"
@@ -343,7 +343,7 @@ pub async fn rebase(
             image: app.with_tag_only(),
             previous: app_top.digest,
             wrote: top_digest,
-            source,
+            source: Box::new(source),
         });
     }
     match registry.head_manifest(&tagged).await {

@@ -257,5 +257,19 @@ pub async fn waits(
             }
         }
     }
+    // One action per image at a time: a pending one the gates let through still waits for its
+    // image's running one (the claim's rule).
+    let running: BTreeMap<&str, &str> = open
+        .iter()
+        .filter(|a| a.state == ActionState::Running)
+        .map(|a| (a.image.as_str(), a.change.as_str()))
+        .collect();
+    for a in open.iter().filter(|a| a.state == ActionState::Pending) {
+        if let Some(change) = running.get(a.image.as_str())
+            && !out.contains_key(&a.key)
+        {
+            out.insert(a.key.clone(), Wait::ImageBusy { image: a.image.clone(), change: change.to_string() });
+        }
+    }
     Ok(out)
 }

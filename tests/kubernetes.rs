@@ -639,6 +639,17 @@ async fn two_replicas_one_acts_and_the_other_takes_over() {
     });
 
     w.push_builder(&v1.clone().bump("paketo-buildpacks/java", "18.3.0")).await;
+    b.wait_for_event("builder.changed");
+    // One action per app image at a time: the newer rebuild waits for the older one's Job.
+    let jobs = w.double.list("jobs");
+    assert_eq!(jobs.len(), 1, "the newer rebuild waits while the older one runs");
+    let (namespace, name) = (jobs[0]["metadata"]["namespace"].as_str(), jobs[0]["metadata"]["name"].as_str().unwrap());
+    w.double.set_status(
+        "jobs",
+        namespace,
+        name,
+        json!({ "succeeded": 1, "conditions": [{ "type": "Complete", "status": "True" }] }),
+    );
     b.wait_for("b's Job", |v| v["message"] == "Job created");
 
     // A standby again; a SIGTERMed leader hands the lease over at once instead of letting it expire.

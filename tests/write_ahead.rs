@@ -373,6 +373,13 @@ async fn an_older_rebase_never_undoes_a_newer_one() {
         tokio::time::timeout(support::PATIENCE, held.notified()).await.expect("v2's rebase reaches the held request");
         let (run_v3, v3) = world.move_run_image().await;
         let changed_v3 = wait_event(&mut daemon, "run_image.changed", |e| e.to_string().contains(&v3));
+        if trial < 2 {
+            // v3's rebase waits for v2's, and says so.
+            let status: serde_json::Value = serde_json::from_str(&world.cli(&["status", "--json"]).stdout).unwrap();
+            let v3_action =
+                status["pending"].as_array().unwrap().iter().find(|p| p["change"] == changed_v3["id"]).cloned();
+            assert_eq!(v3_action.as_ref().map(|p| p["gate"].clone()), Some("image_busy".into()), "{status:#}");
+        }
         release.notify_one();
         wait_event(&mut daemon, "rebase.succeeded", |e| e["action"]["change"] == changed_v3["id"]);
 

@@ -4,12 +4,31 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// What a lower layer may import from this crate (everything else it needs is in the core).
-const LAYERS: &[(&str, &[&str])] =
-    &[("config", &[]), ("metrics", &[]), ("ledger", &[]), ("worker", &[]), ("registry", &["config", "metrics"])];
-
-/// Sinks read the ledger; they never reach back into the monitor that writes it.
-const SINKS: &[&str] = &["cluster", "status", "page"];
+/// Every module of the binary crate, lowest first, as the README's architecture section lists
+/// them: each may import only modules listed before it. (The core crate sits below them all.)
+const LAYERS: &[&str] = &[
+    "config",
+    "metrics",
+    "schedule",
+    "worker",
+    "event_log",
+    "registry",
+    "ledger",
+    "inspect",
+    "rebase",
+    "rollback",
+    "rollout",
+    "alert",
+    "runner",
+    "cluster",
+    "status",
+    "page",
+    "monitor",
+    "server",
+    "daemon",
+    "cli",
+    "commands",
+];
 
 /// Crates that do I/O: the core depends on none of them.
 const IO_CRATES: &[&str] = &["tokio", "reqwest", "rusqlite", "kube", "axum", "hyper", "hyper-util", "mio", "rustls"];
@@ -148,26 +167,36 @@ fn modules_import_each_other_without_a_cycle() {
 }
 
 #[test]
-fn lower_layers_import_only_what_they_may() {
+fn every_module_imports_only_the_layers_below_it() {
     let graph = module_graph();
-    for (module, allowed) in LAYERS {
+    let unlisted: Vec<&String> = graph.keys().filter(|m| !LAYERS.contains(&m.as_str())).collect();
+    assert!(unlisted.is_empty(), "modules missing from LAYERS (and the README's architecture section): {unlisted:?}");
+    for (level, module) in LAYERS.iter().enumerate() {
         let deps = graph.get(*module).unwrap_or_else(|| panic!("no module {module}"));
-        let extra: Vec<&String> = deps.iter().filter(|d| !allowed.contains(&d.as_str())).collect();
-        assert!(extra.is_empty(), "{module} imports {extra:?}; it may import only {allowed:?}\n{}", describe(&graph));
+        let above: Vec<&String> = deps.iter().filter(|d| !LAYERS[..level].contains(&d.as_str())).collect();
+        assert!(
+            above.is_empty(),
+            "{module} imports {above:?}, listed after it: an arrow may only point down the layers\n{}",
+            describe(&graph)
+        );
     }
 }
 
 #[test]
-fn sinks_do_not_import_the_monitor() {
-    let graph = module_graph();
-    for sink in SINKS {
-        let deps = graph.get(*sink).unwrap_or_else(|| panic!("no module {sink}"));
-        assert!(
-            !deps.contains("monitor"),
-            "{sink} imports monitor; sinks depend on the ledger only\n{}",
-            describe(&graph)
-        );
-    }
+fn the_layers_are_the_readme_architecture_section() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let section = readme.split("## Architecture").nth(1).expect("an architecture section");
+    let block = section.split("```").nth(1).expect("its layer list");
+    // A module's line starts with its name; indented lines go on describing the one above.
+    let listed: Vec<String> = block
+        .lines()
+        .filter(|l| !l.starts_with(char::is_whitespace))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|w| !w.starts_with("crates/"))
+        .map(|w| w.trim_end_matches('/').trim_end_matches(".rs").to_string())
+        .collect();
+    let expected: Vec<String> = LAYERS.iter().map(|l| l.to_string()).collect();
+    assert_eq!(listed, expected, "the README lists the layers in this order");
 }
 
 #[test]

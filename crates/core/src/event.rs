@@ -374,6 +374,57 @@ pub fn change_id(watch: &str, sequence: u64, previous: &str, current: &str) -> S
     stable_id(&[watch, &sequence.to_string(), previous, current])
 }
 
+/// The id of a roll-out state change's event (`rollout.frozen`, `rollout.unfrozen`): from the
+/// change's sequence number in the ledger's roll-out record (1 for the first freeze), so two
+/// requests within one clock tick get two ids, and the same change recorded again keeps its id.
+/// `since` (the freeze's start) keeps ids apart should a ledger ever be started afresh.
+pub fn rollout_event_id(event_type: EventType, sequence: u64, since: &str) -> String {
+    stable_id(&[ROLLOUT_SUBJECT, event_type.as_str(), &sequence.to_string(), since])
+}
+
+/// The subject of the roll-out's own events.
+pub const ROLLOUT_SUBJECT: &str = "rollout";
+
+/// What an event is about, as the alert outbox orders it: deliveries to one alert about one
+/// subject go out in the order their events were recorded. Keys of different kinds never meet:
+/// builder names have no `:`, and every other key but `rollout` has a prefix.
+/// - a watch's own events (`builder.*`, `run_image.changed`, `check.*`): `builder:NAME`, or the
+///   run image watch's name (`run:` + the normalised run image);
+/// - an action's (`build.*`, `rebase.*`) and the roll-out's waits (`action.*`): `image:NAME`, the
+///   `[[images]]` name (of its first action, for an `action.*` naming several);
+/// - a registry outage (`registry.*`): `registry:HOST`;
+/// - a freeze (`rollout.*`): `rollout`.
+///
+/// An event missing the part its type names (never recorded so) falls back to its builder.
+pub fn subject_key(event: &Event) -> String {
+    let builder = || format!("builder:{}", event.builder.name);
+    match event.event_type {
+        EventType::BuilderPinned
+        | EventType::BuilderChanged
+        | EventType::RunImageChanged
+        | EventType::CheckFailed
+        | EventType::CheckRecovered => match &event.run_image {
+            Some(run_image) => format!("run:{run_image}"),
+            None => builder(),
+        },
+        EventType::BuildStarted
+        | EventType::BuildSucceeded
+        | EventType::BuildFailed
+        | EventType::RebaseSucceeded
+        | EventType::RebaseFailed => event.action.as_ref().map_or_else(builder, |a| format!("image:{}", a.image)),
+        EventType::ActionAwaitingApproval | EventType::ActionHeld => event
+            .rollout
+            .as_ref()
+            .and_then(|r| r.actions.first())
+            .map_or_else(builder, |a| format!("image:{}", a.image)),
+        EventType::RegistryUnavailable | EventType::RegistryRecovered => {
+            event.outage.as_ref().map_or_else(builder, |o| format!("registry:{}", o.registry))
+        }
+        EventType::RolloutFrozen | EventType::RolloutUnfrozen => ROLLOUT_SUBJECT.to_string(),
+        EventType::AlertTest => "test".to_string(),
+    }
+}
+
 /// A typical `builder.changed` event (a buildpack bump planning one rebuild), for tests here
 /// and in the daemon crate (feature `fixtures`).
 #[cfg(any(test, feature = "fixtures"))]
@@ -421,6 +472,124 @@ mod tests {
         assert_ne!(change_id("b", 1, "sha256:a", "sha256:b"), change_id("c", 1, "sha256:a", "sha256:b"));
         // Parts are delimited: shifting text between them changes the id.
         assert_ne!(stable_id(&["ab", "c"]), stable_id(&["a", "bc"]));
+    }
+
+    #[test]
+    fn rollout_event_ids_come_from_the_sequence_not_the_clock() {
+        let since = "2026-11-30T12:00:00Z";
+        let first = rollout_event_id(EventType::RolloutFrozen, 1, since);
+        assert_eq!(first, rollout_event_id(EventType::RolloutFrozen, 1, since), "recorded again: the same id");
+        // freeze, unfreeze, freeze, unfreeze within one second: four ids.
+        let ids: std::collections::BTreeSet<String> = [
+            (EventType::RolloutFrozen, 1),
+            (EventType::RolloutUnfrozen, 2),
+            (EventType::RolloutFrozen, 3),
+            (EventType::RolloutUnfrozen, 4),
+        ]
+        .into_iter()
+        .map(|(t, n)| rollout_event_id(t, n, since))
+        .collect();
+        assert_eq!(ids.len(), 4);
+        assert_ne!(first, rollout_event_id(EventType::RolloutFrozen, 1, "2026-12-01T00:00:00Z"));
+    }
+
+    fn subject_of(t: EventType, fill: impl FnOnce(&mut Event)) -> String {
+        let mut e = Event::new("id".into(), t, "t".into(), Subject { name: "jammy".into(), image: "x".into() });
+        fill(&mut e);
+        subject_key(&e)
+    }
+
+    #[test]
+    fn each_event_type_has_the_subject_its_shape_names() {
+        for t in
+            [EventType::BuilderPinned, EventType::BuilderChanged, EventType::CheckFailed, EventType::CheckRecovered]
+        {
+            assert_eq!(subject_of(t, |_| {}), "builder:jammy", "{t}");
+        }
+        // A run image watch's events: the run image, whichever builder is named first.
+        let run = |e: &mut Event| e.run_image = Some("docker.io/paketobuildpacks/run-jammy-base:latest".into());
+        for t in [EventType::RunImageChanged, EventType::CheckFailed, EventType::CheckRecovered] {
+            assert_eq!(subject_of(t, run), "run:docker.io/paketobuildpacks/run-jammy-base:latest", "{t}");
+        }
+        let action = |e: &mut Event| {
+            e.action = Some(ActionInfo {
+                key: "bm-1".into(),
+                image: "petclinic".into(),
+                reference: "r/petclinic:latest".into(),
+                kind: "rebuild".into(),
+                change: "c".into(),
+                attempt: 1,
+                max_attempts: 3,
+                detail: None,
+                output_tail: None,
+                previous: None,
+                digest: None,
+                path: None,
+            })
+        };
+        for t in [
+            EventType::BuildStarted,
+            EventType::BuildSucceeded,
+            EventType::BuildFailed,
+            EventType::RebaseSucceeded,
+            EventType::RebaseFailed,
+        ] {
+            assert_eq!(subject_of(t, action), "image:petclinic", "{t}");
+        }
+        let waiting = |e: &mut Event| {
+            let a = |image: &str, wave| WaitingAction {
+                key: "k".into(),
+                image: image.into(),
+                kind: "rebuild".into(),
+                wave,
+            };
+            e.rollout = Some(RolloutInfo { actions: vec![a("web", 1), a("api", 1)], ..Default::default() })
+        };
+        for t in [EventType::ActionAwaitingApproval, EventType::ActionHeld] {
+            assert_eq!(subject_of(t, waiting), "image:web", "{t}");
+        }
+        let outage = |e: &mut Event| {
+            e.outage = Some(Outage {
+                registry: "docker.io".into(),
+                since: "t".into(),
+                watches: vec!["jammy".into()],
+                reason: "registry_unavailable".into(),
+                message: "503".into(),
+            })
+        };
+        for t in [EventType::RegistryUnavailable, EventType::RegistryRecovered] {
+            assert_eq!(subject_of(t, outage), "registry:docker.io", "{t}");
+        }
+        for t in [EventType::RolloutFrozen, EventType::RolloutUnfrozen] {
+            let by_name = |e: &mut Event| e.builder.name = "rollout".into();
+            assert_eq!(subject_of(t, by_name), "rollout", "{t}");
+        }
+        // Without the part its type names, the builder.
+        assert_eq!(subject_of(EventType::BuildFailed, |_| {}), "builder:jammy");
+        assert_eq!(subject_of(EventType::RegistryUnavailable, |_| {}), "builder:jammy");
+    }
+
+    #[test]
+    fn subjects_of_different_kinds_never_meet() {
+        // A builder may be named `rollout` or like an app image; its key still differs.
+        assert_ne!(subject_of(EventType::BuilderChanged, |e| e.builder.name = "rollout".into()), "rollout");
+        let image = subject_of(EventType::BuildStarted, |e| {
+            e.action = Some(ActionInfo {
+                key: "k".into(),
+                image: "jammy".into(),
+                reference: "r".into(),
+                kind: "rebuild".into(),
+                change: "c".into(),
+                attempt: 1,
+                max_attempts: 1,
+                detail: None,
+                output_tail: None,
+                previous: None,
+                digest: None,
+                path: None,
+            })
+        });
+        assert_ne!(image, subject_of(EventType::BuilderChanged, |_| {}));
     }
 
     #[test]

@@ -2,14 +2,16 @@
 //! unfreeze every action start (with their events), and why each open action waits (`status`).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
 use crate::config::Config;
 use crate::ledger::{
-    ActionRecord, Decided, DeliveryKey, Ledger, LedgerError, NewAction, OpenAction, ROLLOUT_WATCH, Verdict,
+    ActionRecord, Decided, DeliveryKey, FreezeEvents, Ledger, LedgerError, NewAction, OpenAction, ROLLOUT_WATCH,
+    Verdict,
 };
-use builder_monitor_core::event::{Event, EventType, RolloutInfo, Subject, WaitingAction, stable_id};
+use builder_monitor_core::event::{Event, EventType, RolloutInfo, Subject, WaitingAction, rollout_event_id, stable_id};
 use builder_monitor_core::rollout::{self, ActionState, Freeze, GateAction, Wait};
 use builder_monitor_core::schedule::timestamp;
 
@@ -120,14 +122,13 @@ pub async fn freeze(
     now: DateTime<Utc>,
 ) -> Result<FreezeOutcome, RolloutError> {
     let freeze = Freeze { since: now, reason, by: by.to_string() };
-    let event = freeze_event(EventType::RolloutFrozen, &freeze, by, now);
-    let deliveries = routed(config, std::slice::from_ref(&event));
-    let before =
-        ledger.set_freeze(Some(freeze.clone()), vec![event.clone()], deliveries, config.monitor.history, now).await?;
-    let changed = before.is_none();
-    if changed {
-        crate::event_log::log(&event);
-    }
+    let made = {
+        let (freeze, by) = (freeze.clone(), by.to_string());
+        freeze_events(config, move |sequence, _| freeze_event(EventType::RolloutFrozen, &freeze, &by, now, sequence))
+    };
+    let change = ledger.change_freeze(Some(freeze.clone()), made, config.monitor.history, now).await?;
+    change.events.iter().for_each(crate::event_log::log);
+    let changed = change.before.is_none();
     // As kept: a second freeze keeps the first one's time and author.
     let frozen = ledger.freeze_state().await?.or(Some(freeze));
     Ok(FreezeOutcome { frozen, changed })
@@ -140,21 +141,40 @@ pub async fn unfreeze(
     by: &str,
     now: DateTime<Utc>,
 ) -> Result<FreezeOutcome, RolloutError> {
-    let current = ledger.freeze_state().await?;
-    let Some(current) = current else { return Ok(FreezeOutcome { frozen: None, changed: false }) };
-    let event = freeze_event(EventType::RolloutUnfrozen, &current, by, now);
-    let deliveries = routed(config, std::slice::from_ref(&event));
-    let before = ledger.set_freeze(None, vec![event.clone()], deliveries, config.monitor.history, now).await?;
-    let changed = before.is_some();
-    if changed {
-        crate::event_log::log(&event);
-    }
-    Ok(FreezeOutcome { frozen: None, changed })
+    let made = {
+        let by = by.to_string();
+        freeze_events(config, move |sequence, lifted| {
+            // Called only when a freeze is lifted, so `lifted` is always there.
+            let lifted = lifted.cloned().unwrap_or(Freeze { since: now, reason: None, by: by.clone() });
+            freeze_event(EventType::RolloutUnfrozen, &lifted, &by, now, sequence)
+        })
+    };
+    let change = ledger.change_freeze(None, made, config.monitor.history, now).await?;
+    change.events.iter().for_each(crate::event_log::log);
+    Ok(FreezeOutcome { frozen: None, changed: change.before.is_some() })
 }
 
-fn freeze_event(event_type: EventType, freeze: &Freeze, by: &str, now: DateTime<Utc>) -> Event {
+/// The events of a freeze or its end, routed to the alerts that want them, made by the ledger
+/// once it has counted the change (see [`FreezeEvents`]).
+fn freeze_events(
+    config: &Config,
+    event: impl Fn(u64, Option<&Freeze>) -> Event + Send + Sync + 'static,
+) -> FreezeEvents {
+    let alerts = config.alerts.clone();
+    Arc::new(move |sequence, before| {
+        let event = event(sequence, before);
+        let deliveries = crate::config::alerts::routes(&alerts, &event)
+            .into_iter()
+            .map(|a| DeliveryKey::new(event.id.clone(), a))
+            .collect();
+        (vec![event], deliveries)
+    })
+}
+
+/// `rollout.frozen` or `rollout.unfrozen` of the roll-out's state change number `sequence`.
+fn freeze_event(event_type: EventType, freeze: &Freeze, by: &str, now: DateTime<Utc>, sequence: u64) -> Event {
     let since = timestamp(freeze.since);
-    let id = stable_id(&[event_type.as_str(), &since, &timestamp(now)]);
+    let id = rollout_event_id(event_type, sequence, &since);
     let mut e =
         Event::new(id, event_type, timestamp(now), Subject { name: ROLLOUT_WATCH.into(), image: String::new() });
     e.rollout = Some(RolloutInfo {

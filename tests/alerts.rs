@@ -1,6 +1,8 @@
 //! Alert delivery to real HTTP receivers on loopback: the documented bodies and signatures,
 //! retries, a receiver that comes up late, dead letters, routing, redirects, crashes and secrets.
 
+#[path = "alerts/ordered.rs"]
+mod ordered;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};

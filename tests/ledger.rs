@@ -1,6 +1,8 @@
 //! One suite, both ledgers: embedded SQLite and ConfigMaps on the Kubernetes API double keep the
 //! same records under the same operations, and the Kubernetes one loses no concurrent write.
 
+#[path = "ledger/outbox.rs"]
+mod outbox;
 mod support;
 
 use std::collections::BTreeMap;
@@ -153,7 +155,9 @@ async fn the_outbox_moves_deliveries_forward_only() {
     both(|ledger| async move {
         let mut r = record("b", "2026-11-30T12:00:00Z");
         r.pin = Some(pin("sha256:a"));
-        r.events = vec![event("e1", EventType::BuilderChanged, "b"), event("e2", EventType::CheckFailed, "b")];
+        // e2 is about another builder: one alert's deliveries about one subject go one at a time
+        // (`outbox`), and this is about each delivery's own moves.
+        r.events = vec![event("e1", EventType::BuilderChanged, "b"), event("e2", EventType::CheckFailed, "c")];
         r.deliveries = vec![key("e1", "hook"), key("e1", "chat"), key("e2", "hook")];
         ledger.commit(r).await.unwrap();
         let far = at("2099-01-01T00:00:00.000Z");

@@ -1,7 +1,13 @@
 //! The outbox worker: sends pending deliveries with bounded concurrency per receiver, retries with
 //! backoff and jitter, gives up into dead letters, and after a crash resumes where the ledger says.
+//!
+//! Deliveries to one alert about one subject (a lane) go out one at a time, in the order their
+//! events were recorded: the ledger answers only each lane's oldest pending delivery, and a lane
+//! with a send in flight is claimed here until the send's outcome is recorded, so a failing
+//! delivery holds back the later ones of its subject — not other subjects' — until it is sent or
+//! dead.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,13 +35,17 @@ const SHARED_IDLE: Duration = Duration::from_secs(5);
 const MAX_BACKOFF: Duration = Duration::from_secs(15 * 60);
 const GRACE: Duration = Duration::from_secs(10);
 
+/// An alert and a subject: its deliveries go out one at a time, in the order of their events.
+type Lane = (String, String);
+
 pub struct Dispatcher {
     senders: BTreeMap<String, (Arc<Sender>, Arc<Semaphore>)>,
     ledger: Ledger,
     clock: Clock,
     wake: Arc<Notify>,
-    /// Claims: every send started and not yet recorded. A scan skips them.
-    in_flight: Mutex<HashSet<DeliveryKey>>,
+    /// Claims, by lane (alert, subject): the send started and not yet recorded. A scan skips
+    /// claimed lanes, so no two sends of one lane ever overlap.
+    in_flight: Mutex<HashMap<Lane, DeliveryKey>>,
     /// Held by a scan from its read of the ledger until it has claimed what it read, and by an
     /// attempt from recording its outcome until it drops its claim: otherwise a scan could read a
     /// delivery as pending just before its send is recorded, see the claim gone, and send it again.
@@ -75,7 +85,7 @@ impl Dispatcher {
             ledger,
             clock,
             wake,
-            in_flight: Mutex::new(HashSet::new()),
+            in_flight: Mutex::new(HashMap::new()),
             scan: tokio::sync::Mutex::new(()),
             metrics,
         })
@@ -87,36 +97,58 @@ impl Dispatcher {
         worker::run(Outbox(self), shutdown, GRACE).await;
     }
 
-    /// Attempts every delivery due now, once, and waits for the attempts (`run --once`).
+    /// Attempts every delivery due now, once, and waits for the attempts (`run --once`): a lane's
+    /// next delivery is attempted once the one before it was sent or given up, so a lane goes as
+    /// far as its receiver takes it.
     pub async fn deliver_due_once(self: &Arc<Self>) -> usize {
+        let mut attempted = std::collections::HashSet::new();
         let mut tasks = JoinSet::new();
-        let started = self.start_due(&mut tasks).await;
-        while tasks.join_next().await.is_some() {}
-        started
+        loop {
+            let started = self.start_due_except(&mut tasks, &attempted).await;
+            attempted.extend(started);
+            // Each end may let its lane's next delivery go.
+            if tasks.join_next().await.is_none() {
+                return attempted.len();
+            }
+        }
     }
 
     async fn start_due(self: &Arc<Self>, tasks: &mut JoinSet<()>) -> usize {
+        self.start_due_except(tasks, &Default::default()).await.len()
+    }
+
+    /// Starts the due lane heads that are neither claimed nor in `attempted`; answers their keys.
+    async fn start_due_except(
+        self: &Arc<Self>,
+        tasks: &mut JoinSet<()>,
+        attempted: &std::collections::HashSet<DeliveryKey>,
+    ) -> Vec<DeliveryKey> {
         let _scan = self.scan.lock().await;
         let due = match self.ledger.due_deliveries(self.clock.now(), BATCH).await {
             Ok(due) => due,
             Err(err) => {
                 tracing::error!(error = %err, "cannot read pending deliveries");
-                return 0;
+                return Vec::new();
             }
         };
-        let mut started = 0;
+        let mut started = Vec::new();
         for delivery in due {
             let key = DeliveryKey::new(delivery.event.id.clone(), delivery.alert.clone());
-            if !self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).insert(key) {
+            if attempted.contains(&key) {
                 continue;
             }
-            started += 1;
+            let lane = (delivery.alert.clone(), delivery.subject.clone());
+            match self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).entry(lane) {
+                std::collections::hash_map::Entry::Occupied(_) => continue,
+                std::collections::hash_map::Entry::Vacant(v) => v.insert(key.clone()),
+            };
+            started.push(key);
             tasks.spawn(self.clone().attempt(delivery));
         }
         started
     }
 
-    /// Time until the earliest pending delivery not already in flight.
+    /// Time until the earliest pending delivery of a lane with nothing in flight.
     async fn until_next_due(&self) -> Duration {
         let idle = if self.ledger.is_shared() { SHARED_IDLE } else { IDLE };
         let at = match self.ledger.next_delivery_at(&self.in_flight_keys()).await {
@@ -127,7 +159,7 @@ impl Dispatcher {
     }
 
     fn in_flight_keys(&self) -> Vec<DeliveryKey> {
-        self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect()
+        self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
     }
 
     fn backoff(settings: &AlertSettings, attempts: u32) -> Duration {
@@ -153,10 +185,7 @@ impl Dispatcher {
             if let Err(err) = self.ledger.update_delivery(&event_id, &alert, update.clone(), self.clock.now()).await {
                 tracing::error!(alert = %alert, event_id = %event_id, error = %err, "cannot record delivery outcome; it will be sent again");
             }
-            self.in_flight
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&DeliveryKey::new(event_id.clone(), alert.clone()));
+            self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).remove(&(alert.clone(), delivery.subject.clone()));
         }
         let outcome = match &update {
             DeliveryUpdate::Sent { .. } => "sent",

@@ -3,6 +3,9 @@
 //! resourceVersion it read, so two writers can never both win, and a conflict is re-read and
 //! retried.
 
+mod freeze;
+mod outbox;
+
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -126,6 +129,14 @@ struct WatchDoc {
     /// The freeze in force (the entry of [`ROLLOUT_WATCH`] only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     freeze: Option<Freeze>,
+    /// Roll-out state changes (freezes and their ends) so far: the last one's sequence number,
+    /// which names its events (the entry of [`ROLLOUT_WATCH`] only).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    rollout_changes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl WatchDoc {
@@ -255,6 +266,16 @@ impl WatchDoc {
         }
     }
 
+    /// The sequence number of an event added to this entry now: after every row the entry holds,
+    /// whichever process wrote them (each seeds its counter from its own start), and not before
+    /// `now`'s microsecond, so the alert outbox sends one subject's events in the order written.
+    fn next_event_seq(&self, counter: &AtomicI64, now: DateTime<Utc>) -> i64 {
+        let held = self.events.iter().map(|e| e.seq).chain(self.tag_moves.iter().map(|m| m.seq)).max();
+        let floor = held.map_or(i64::MIN, |s| s + 1).max(now.timestamp_micros());
+        let before = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| Some(c.max(floor) + 1));
+        before.unwrap_or_else(|c| c).max(floor)
+    }
+
     fn add_events(
         &mut self,
         events: &[Event],
@@ -265,7 +286,8 @@ impl WatchDoc {
     ) {
         for e in events {
             if !self.events.iter().any(|x| x.event.id == e.id) {
-                self.events.push(EventRow { seq: next_seq.fetch_add(1, Ordering::Relaxed), event: e.clone() });
+                let seq = self.next_event_seq(next_seq, now);
+                self.events.push(EventRow { seq, event: e.clone() });
             }
         }
         let now = now.trunc_subsecs(3);
@@ -592,123 +614,6 @@ impl KubeLedger {
             Ok(())
         })
         .await
-    }
-
-    pub async fn due_deliveries(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<DueDelivery>, LedgerError> {
-        let now = now.trunc_subsecs(3);
-        let mut due = Vec::new();
-        for (_, doc) in self.all().await? {
-            let events: BTreeMap<&str, &EventRow> = doc.events.iter().map(|e| (e.event.id.as_str(), e)).collect();
-            for d in doc.deliveries.iter().filter(|d| d.state == DeliveryState::Pending && d.next_attempt <= now) {
-                if let Some(e) = events.get(d.event.as_str()) {
-                    due.push((
-                        d.next_attempt,
-                        e.seq,
-                        DueDelivery {
-                            event: e.event.clone(),
-                            alert: d.alert.clone(),
-                            attempts: d.attempts,
-                            created: d.created,
-                        },
-                    ));
-                }
-            }
-        }
-        due.sort_by_key(|d| (d.0, d.1));
-        Ok(due.into_iter().take(limit).map(|(_, _, d)| d).collect())
-    }
-
-    pub async fn next_delivery_at(&self, exclude: &[DeliveryKey]) -> Result<Option<DateTime<Utc>>, LedgerError> {
-        let exclude: HashSet<&DeliveryKey> = exclude.iter().collect();
-        Ok(self
-            .all()
-            .await?
-            .into_iter()
-            .flat_map(|(_, d)| d.deliveries)
-            .filter(|d| {
-                d.state == DeliveryState::Pending
-                    && !exclude.contains(&DeliveryKey { event: d.event.clone(), alert: d.alert.clone() })
-            })
-            .map(|d| d.next_attempt)
-            .min())
-    }
-
-    pub async fn update_delivery(
-        &self,
-        event: &str,
-        alert: &str,
-        update: DeliveryUpdate,
-        now: DateTime<Utc>,
-    ) -> Result<(), LedgerError> {
-        let Some(watch) = self.holder(|d| d.deliveries.iter().any(|x| x.event == event && x.alert == alert)).await?
-        else {
-            return Ok(());
-        };
-        let now = now.trunc_subsecs(3);
-        self.modify(&watch, |doc| {
-            if let Some(d) = doc
-                .deliveries
-                .iter_mut()
-                .find(|d| d.event == event && d.alert == alert && d.state == DeliveryState::Pending)
-            {
-                d.attempts += 1;
-                d.updated = now;
-                match &update {
-                    DeliveryUpdate::Sent { status } => {
-                        d.state = DeliveryState::Sent;
-                        d.last_status = Some(status.clone());
-                    }
-                    DeliveryUpdate::Retry { next_attempt, status } => {
-                        d.next_attempt = next_attempt.trunc_subsecs(3);
-                        d.last_status = Some(status.clone());
-                    }
-                    DeliveryUpdate::Dead { status } => {
-                        d.state = DeliveryState::Dead;
-                        d.last_status = Some(status.clone());
-                    }
-                }
-            }
-            Ok(())
-        })
-        .await
-    }
-
-    pub async fn pending_deliveries(&self) -> Result<Vec<PendingDelivery>, LedgerError> {
-        let mut out = Vec::new();
-        for (_, doc) in self.all().await? {
-            for d in doc.deliveries.iter().filter(|d| d.state == DeliveryState::Pending) {
-                let event_type = doc.event_type(&d.event);
-                out.push(PendingDelivery {
-                    event: d.event.clone(),
-                    event_type,
-                    alert: d.alert.clone(),
-                    attempts: d.attempts,
-                    next_attempt: d.next_attempt,
-                    last_status: d.last_status.clone(),
-                });
-            }
-        }
-        out.sort_by_key(|d| d.next_attempt);
-        Ok(out)
-    }
-
-    pub async fn dead_letters(&self) -> Result<Vec<DeadLetter>, LedgerError> {
-        let mut out = Vec::new();
-        for (_, doc) in self.all().await? {
-            for d in doc.deliveries.iter().filter(|d| d.state == DeliveryState::Dead) {
-                let event_type = doc.event_type(&d.event);
-                out.push(DeadLetter {
-                    event: d.event.clone(),
-                    event_type,
-                    alert: d.alert.clone(),
-                    attempts: d.attempts,
-                    last_status: d.last_status.clone(),
-                    time: d.updated,
-                });
-            }
-        }
-        out.sort_by_key(|d| d.time);
-        Ok(out)
     }
 
     pub async fn claim_actions(
@@ -1039,38 +944,6 @@ impl KubeLedger {
             Ok(out)
         })
         .await
-    }
-
-    pub async fn set_freeze(
-        &self,
-        freeze: Option<Freeze>,
-        events: Vec<Event>,
-        deliveries: Vec<DeliveryKey>,
-        history: usize,
-        now: DateTime<Utc>,
-    ) -> Result<Option<Freeze>, LedgerError> {
-        let seq = self.seq.clone();
-        self.modify(ROLLOUT_WATCH, |doc| {
-            let before = doc.freeze.clone();
-            doc.freeze = match (&before, &freeze) {
-                // A second freeze keeps the first one's time and author, and takes a new reason.
-                (Some(old), Some(new)) => Some(Freeze {
-                    since: old.since,
-                    by: old.by.clone(),
-                    reason: new.reason.clone().or_else(|| old.reason.clone()),
-                }),
-                (_, new) => new.clone(),
-            };
-            if before.is_some() != freeze.is_some() {
-                doc.add_events(&events, &deliveries, now, history, &seq);
-            }
-            Ok(before)
-        })
-        .await
-    }
-
-    pub async fn freeze_state(&self) -> Result<Option<Freeze>, LedgerError> {
-        Ok(self.read(ROLLOUT_WATCH).await?.and_then(|(_, d)| d.freeze))
     }
 }
 

@@ -104,6 +104,20 @@ impl Default for Signals {
     }
 }
 
+/// The events of a roll-out state change (a freeze, or its end), made inside the write that
+/// records it from the change's sequence number in the roll-out record (1 for the first freeze)
+/// and the freeze in force before it. A write that met another may be redone, so it only builds.
+pub type FreezeEvents = Arc<dyn Fn(u64, Option<&Freeze>) -> (Vec<Event>, Vec<DeliveryKey>) + Send + Sync>;
+
+/// What a freeze request did.
+#[derive(Debug, Clone)]
+pub struct FreezeChange {
+    /// The freeze in force before it.
+    pub before: Option<Freeze>,
+    /// The events it recorded: none when the state did not flip.
+    pub events: Vec<Event>,
+}
+
 /// The events of the roll-out itself (`rollout.frozen`, `rollout.unfrozen`) are kept under this
 /// name, beside the watches'.
 pub const ROLLOUT_WATCH: &str = "rollout";
@@ -529,11 +543,25 @@ impl Ledger {
         history: usize,
         now: DateTime<Utc>,
     ) -> Result<Option<Freeze>, LedgerError> {
+        let made: FreezeEvents = Arc::new(move |_, _| (events.clone(), deliveries.clone()));
+        Ok(self.change_freeze(freeze, made, history, now).await?.before)
+    }
+
+    /// Freezes (`Some`) or lifts the freeze (`None`) on action starts. When the state flips, the
+    /// flip is counted in the roll-out record and `events` makes its events from that count, in
+    /// the same write: each flip's events get their own ids, however close together they come.
+    pub async fn change_freeze(
+        &self,
+        freeze: Option<Freeze>,
+        events: FreezeEvents,
+        history: usize,
+        now: DateTime<Utc>,
+    ) -> Result<FreezeChange, LedgerError> {
         let lifted = freeze.is_none();
-        let before = dispatch!(self, set_freeze(freeze, events, deliveries, history, now))?;
-        let flipped = before.is_some() == lifted;
+        let change = dispatch!(self, set_freeze(freeze, events, history, now))?;
+        let flipped = change.before.is_some() == lifted;
         self.signal(flipped, flipped && lifted);
-        Ok(before)
+        Ok(change)
     }
 
     /// The freeze in force, if any.

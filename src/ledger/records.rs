@@ -607,6 +607,9 @@ pub struct DueDelivery {
     pub alert: String,
     pub attempts: u32,
     pub created: DateTime<Utc>,
+    /// Its lane's subject ([`subject_key`](builder_monitor_core::event::subject_key) of the event):
+    /// one send at a time per alert and subject.
+    pub subject: String,
 }
 
 /// What an attempt did to a delivery.

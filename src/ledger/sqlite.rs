@@ -9,7 +9,11 @@ use std::time::{Duration, Instant};
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params};
 
+mod freeze;
 mod intents;
+mod outbox;
+
+use freeze::read_freeze;
 
 use super::*;
 use builder_monitor_core::cnb::Change;
@@ -174,7 +178,30 @@ const MIGRATIONS: &[&str] = &[
     // 6: write-ahead tag writes (one open per app image), and each pinned digest's platform
     // manifests, so a rebase can tell an older run image from a newer one by its pin history.
     intents::MIGRATION,
+    // 7: ordered alerts. Each delivery keeps its event's subject (filled in by `outbox`, which
+    // reads the event) and place in the events' order, so a lane's head is one indexed look-up.
+    // The roll-out row stays when the freeze ends, counting state changes: their events' ids.
+    r#"
+    ALTER TABLE deliveries ADD COLUMN subject TEXT;
+    ALTER TABLE deliveries ADD COLUMN event_seq INTEGER;
+    UPDATE deliveries SET event_seq = (SELECT seq FROM events WHERE events.id = deliveries.event);
+    CREATE INDEX deliveries_by_lane ON deliveries (alert, subject, state, event_seq);
+    CREATE TABLE rollout_v6 (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        frozen_since TEXT,
+        reason TEXT,
+        frozen_by TEXT,
+        changes INTEGER NOT NULL DEFAULT 0
+    );
+    INSERT INTO rollout_v6 (id, frozen_since, reason, frozen_by, changes)
+        SELECT id, frozen_since, reason, frozen_by, 1 FROM rollout;
+    DROP TABLE rollout;
+    ALTER TABLE rollout_v6 RENAME TO rollout;
+    "#,
 ];
+
+/// The schema version whose migration is followed by [`outbox::backfill_subjects`].
+const LANES: usize = 7;
 
 /// The columns of an [`ActionRecord`], in the order [`action_record`] reads them.
 const ACTION_COLUMNS: &str = "key, change_id, image, kind, state, attempts, next_attempt, detail, output_tail, updated,
@@ -767,162 +794,6 @@ impl SqliteLedger {
         .await
     }
 
-    /// Freezes (`Some`) or unfreezes (`None`) every action start. `events` are recorded only when
-    /// the freeze state flips; a second freeze keeps the first one's time and author, and takes its
-    /// reason when it gives one.
-    /// Answers the freeze before.
-    pub async fn set_freeze(
-        &self,
-        freeze: Option<Freeze>,
-        events: Vec<Event>,
-        deliveries: Vec<DeliveryKey>,
-        history: usize,
-        now: DateTime<Utc>,
-    ) -> Result<Option<Freeze>, LedgerError> {
-        self.with(move |conn| {
-            let tx = conn.transaction()?;
-            let before = read_freeze(&tx)?;
-            match &freeze {
-                Some(f) => exec(
-                    &tx,
-                    "INSERT INTO rollout (id, frozen_since, reason, frozen_by) VALUES (1, ?1, ?2, ?3)
-                     ON CONFLICT (id) DO UPDATE SET reason = COALESCE(excluded.reason, reason)",
-                    params![timestamp(f.since), f.reason, f.by],
-                )?,
-                None => exec(&tx, "DELETE FROM rollout", [])?,
-            };
-            if before.is_some() != freeze.is_some() {
-                insert_events(&tx, ROLLOUT_WATCH, now, &events, None, &deliveries, history)?;
-            }
-            tx.commit()?;
-            Ok(before)
-        })
-        .await
-    }
-
-    /// The freeze in force, if any.
-    pub async fn freeze_state(&self) -> Result<Option<Freeze>, LedgerError> {
-        self.with(|conn| read_freeze(conn)).await
-    }
-
-    /// Deliveries that were given up on.
-    pub async fn dead_letters(&self) -> Result<Vec<DeadLetter>, LedgerError> {
-        self.with(|conn| {
-            let mut stmt = conn.prepare(
-                "SELECT d.event, e.type, d.alert, d.attempts, d.last_status, d.updated FROM deliveries d
-                 JOIN events e ON e.id = d.event WHERE d.state = 'dead' ORDER BY d.updated",
-            )?;
-            let rows = stmt.query_map([], |r| {
-                Ok(DeadLetter {
-                    event: r.get(0)?,
-                    event_type: r.get(1)?,
-                    alert: r.get(2)?,
-                    attempts: r.get(3)?,
-                    last_status: r.get(4)?,
-                    time: r.get::<_, Time>(5)?.0,
-                })
-            })?;
-            Ok(rows.collect::<Result<_, _>>()?)
-        })
-        .await
-    }
-
-    /// Deliveries due at `now`, oldest first, with their events.
-    pub async fn due_deliveries(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<DueDelivery>, LedgerError> {
-        let now = timestamp_millis(now);
-        self.with(move |conn| {
-            let mut stmt = conn.prepare(
-                "SELECT d.alert, d.attempts, d.created, e.document FROM deliveries d JOIN events e ON e.id = d.event
-                 WHERE d.state = 'pending' AND d.next_attempt <= ?1 ORDER BY d.next_attempt, e.seq LIMIT ?2",
-            )?;
-            let rows = stmt.query_map(params![now, limit as i64], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, u32>(1)?, r.get::<_, Time>(2)?.0, r.get::<_, String>(3)?))
-            })?;
-            let mut out = Vec::new();
-            for row in rows {
-                let (alert, attempts, created, document) = row?;
-                let event = serde_json::from_str(&document)
-                    .map_err(|e| LedgerError::Corrupt { what: "event", detail: e.to_string() })?;
-                out.push(DueDelivery { event, alert, attempts, created });
-            }
-            Ok(out)
-        })
-        .await
-    }
-
-    /// When the next pending delivery not in `exclude` (those in flight) is due.
-    pub async fn next_delivery_at(&self, exclude: &[DeliveryKey]) -> Result<Option<DateTime<Utc>>, LedgerError> {
-        let exclude: std::collections::HashSet<DeliveryKey> = exclude.iter().cloned().collect();
-        self.with(move |conn| {
-            let mut stmt = conn.prepare(
-                "SELECT event, alert, next_attempt FROM deliveries WHERE state = 'pending' ORDER BY next_attempt LIMIT ?1",
-            )?;
-            let rows = stmt.query_map(params![exclude.len() as i64 + 1], |r| {
-                Ok((DeliveryKey { event: r.get(0)?, alert: r.get(1)? }, r.get::<_, Time>(2)?.0))
-            })?;
-            for row in rows {
-                let (key, next) = row?;
-                if !exclude.contains(&key) {
-                    return Ok(Some(next));
-                }
-            }
-            Ok(None)
-        })
-        .await
-    }
-
-    /// Moves a delivery forward after an attempt.
-    pub async fn update_delivery(
-        &self,
-        event: &str,
-        alert: &str,
-        update: DeliveryUpdate,
-        now: DateTime<Utc>,
-    ) -> Result<(), LedgerError> {
-        let (event, alert) = (event.to_string(), alert.to_string());
-        self.with(move |conn| {
-            let now = timestamp_millis(now);
-            let (state, next, status) = match &update {
-                DeliveryUpdate::Sent { status } => (DeliveryState::Sent, None, status),
-                DeliveryUpdate::Retry { next_attempt, status } => {
-                    (DeliveryState::Pending, Some(timestamp_millis(*next_attempt)), status)
-                }
-                DeliveryUpdate::Dead { status } => (DeliveryState::Dead, None, status),
-            };
-            exec(
-                conn,
-                "UPDATE deliveries SET state = ?3, attempts = attempts + 1, next_attempt = COALESCE(?4, next_attempt),
-                     last_status = ?5, updated = ?6
-                 WHERE event = ?1 AND alert = ?2 AND state = 'pending'",
-                params![event, alert, state, next, status, now],
-            )?;
-            Ok(())
-        })
-        .await
-    }
-
-    /// Deliveries still to make (`status`).
-    pub async fn pending_deliveries(&self) -> Result<Vec<PendingDelivery>, LedgerError> {
-        self.with(|conn| {
-            let mut stmt = conn.prepare(
-                "SELECT d.event, e.type, d.alert, d.attempts, d.next_attempt, d.last_status FROM deliveries d
-                 JOIN events e ON e.id = d.event WHERE d.state = 'pending' ORDER BY d.next_attempt",
-            )?;
-            let rows = stmt.query_map([], |r| {
-                Ok(PendingDelivery {
-                    event: r.get(0)?,
-                    event_type: r.get(1)?,
-                    alert: r.get(2)?,
-                    attempts: r.get(3)?,
-                    next_attempt: r.get::<_, Time>(4)?.0,
-                    last_status: r.get(5)?,
-                })
-            })?;
-            Ok(rows.collect::<Result<_, _>>()?)
-        })
-        .await
-    }
-
     /// Events recorded after `after_seq`, oldest first.
     pub async fn events_after(&self, after_seq: i64, limit: usize) -> Result<Vec<StoredEvent>, LedgerError> {
         self.with(move |conn| {
@@ -1019,8 +890,11 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), LedgerError> {
     if found > supported {
         return Err(newer(found));
     }
-    for sql in &MIGRATIONS[found as usize..] {
+    for (version, sql) in MIGRATIONS.iter().enumerate().skip(found as usize).map(|(i, sql)| (i + 1, sql)) {
         tx.execute_batch(sql)?;
+        if version == LANES {
+            outbox::backfill_subjects(&tx)?;
+        }
     }
     tx.pragma_update(None, "user_version", supported)?;
     tx.commit()?;
@@ -1130,13 +1004,6 @@ fn change_rows(conn: &Connection, change_id: &str) -> Result<Vec<ActionRecord>, 
 fn action_kind(key: &str, kind: &str) -> Result<ActionKind, LedgerError> {
     ActionKind::parse(kind)
         .ok_or_else(|| LedgerError::Corrupt { what: "action kind", detail: format!("{key}: {kind}") })
-}
-
-fn read_freeze(conn: &Connection) -> Result<Option<Freeze>, LedgerError> {
-    Ok(row(conn, "SELECT frozen_since, reason, frozen_by FROM rollout WHERE id = 1", [], |r| {
-        Ok(Freeze { since: r.get::<_, Time>(0)?.0, reason: r.get(1)?, by: r.get(2)? })
-    })
-    .optional()?)
 }
 
 /// The verdict of the roll-out gates on every pending action (of `kind`, when given): for each,
@@ -1422,15 +1289,7 @@ fn insert_events(
             params![event.id, event.event_type.as_str(), watch, change, event.time, document],
         )?;
     }
-    let now = timestamp_millis(now);
-    for DeliveryKey { event, alert } in deliveries {
-        exec(
-            tx,
-            "INSERT INTO deliveries (event, alert, state, attempts, next_attempt, created, updated)
-             VALUES (?1, ?2, 'pending', 0, ?3, ?3, ?3) ON CONFLICT (event, alert) DO NOTHING",
-            params![event, alert, now],
-        )?;
-    }
+    outbox::insert_deliveries(tx, events, deliveries, now)?;
     if !events.is_empty() {
         exec(
             tx,

@@ -38,6 +38,8 @@ pub enum Reply {
     Delay(Duration),
     /// Like `Delay`, but only for a request whose body contains the text; others pass it by.
     DelayIfContains(String, Duration),
+    /// Like `Status`, but only for a request whose body contains the text; others pass it by.
+    StatusIfContains(String, u16),
 }
 
 struct Shared {
@@ -140,7 +142,11 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     let reply = {
         let mut script = shared.script.lock().unwrap();
         match script.front() {
-            Some(Reply::DelayIfContains(text, _)) if !String::from_utf8_lossy(&body).contains(text.as_str()) => None,
+            Some(Reply::DelayIfContains(text, _) | Reply::StatusIfContains(text, _))
+                if !String::from_utf8_lossy(&body).contains(text.as_str()) =>
+            {
+                None
+            }
             _ => script.pop_front(),
         }
     };
@@ -152,7 +158,9 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     }
     let mut response = Response::new(Body::empty());
     match reply {
-        Some(Reply::Status(code)) => *response.status_mut() = StatusCode::from_u16(code).unwrap(),
+        Some(Reply::Status(code) | Reply::StatusIfContains(_, code)) => {
+            *response.status_mut() = StatusCode::from_u16(code).unwrap()
+        }
         Some(Reply::WithHeader(code, name, value)) => {
             *response.status_mut() = StatusCode::from_u16(code).unwrap();
             response.headers_mut().insert(name, value.parse().unwrap());

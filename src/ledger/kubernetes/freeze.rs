@@ -1,0 +1,47 @@
+//! The roll-out record on Kubernetes: the freeze in force and the number of roll-out state
+//! changes so far, in the entry of [`ROLLOUT_WATCH`].
+
+use super::KubeLedger;
+use crate::ledger::{FreezeChange, FreezeEvents, LedgerError, ROLLOUT_WATCH};
+use builder_monitor_core::rollout::Freeze;
+use chrono::{DateTime, Utc};
+
+impl KubeLedger {
+    /// The same rules as the SQLite ledger's `set_freeze`, in one write of the roll-out entry: the
+    /// flip's count and its events are written together, so a conflicting writer makes this one
+    /// count again from what it wrote.
+    pub async fn set_freeze(
+        &self,
+        freeze: Option<Freeze>,
+        events: FreezeEvents,
+        history: usize,
+        now: DateTime<Utc>,
+    ) -> Result<FreezeChange, LedgerError> {
+        let seq = self.seq.clone();
+        self.modify(ROLLOUT_WATCH, |doc| {
+            let before = doc.freeze.clone();
+            doc.freeze = match (&before, &freeze) {
+                // A second freeze keeps the first one's time and author, and takes a new reason.
+                (Some(old), Some(new)) => Some(Freeze {
+                    since: old.since,
+                    by: old.by.clone(),
+                    reason: new.reason.clone().or_else(|| old.reason.clone()),
+                }),
+                (_, new) => new.clone(),
+            };
+            let mut recorded = Vec::new();
+            if before.is_some() != freeze.is_some() {
+                doc.rollout_changes += 1;
+                let (made, deliveries) = events(doc.rollout_changes, before.as_ref());
+                doc.add_events(&made, &deliveries, now, history, &seq);
+                recorded = made;
+            }
+            Ok(FreezeChange { before, events: recorded })
+        })
+        .await
+    }
+
+    pub async fn freeze_state(&self) -> Result<Option<Freeze>, LedgerError> {
+        Ok(self.read(ROLLOUT_WATCH).await?.and_then(|(_, d)| d.freeze))
+    }
+}

@@ -1,0 +1,74 @@
+//! The roll-out record in SQLite: the freeze in force and the number of roll-out state changes
+//! (freezes and their ends) so far, which names each change's events.
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::{SqliteLedger, Time, exec, insert_events, row};
+use crate::ledger::{FreezeChange, FreezeEvents, LedgerError, ROLLOUT_WATCH};
+use builder_monitor_core::rollout::Freeze;
+use builder_monitor_core::schedule::timestamp;
+use chrono::{DateTime, Utc};
+
+impl SqliteLedger {
+    /// Freezes (`Some`) or unfreezes (`None`) every action start, in one transaction. Events are
+    /// recorded only when the freeze state flips, made by `events` from the flip's sequence number
+    /// (counted in the same transaction, so two requests never share one); a second freeze keeps
+    /// the first one's time and author, and takes its reason when it gives one.
+    pub async fn set_freeze(
+        &self,
+        freeze: Option<Freeze>,
+        events: FreezeEvents,
+        history: usize,
+        now: DateTime<Utc>,
+    ) -> Result<FreezeChange, LedgerError> {
+        self.with(move |conn| {
+            let tx = conn.transaction()?;
+            let before = read_freeze(&tx)?;
+            match (&before, &freeze) {
+                (Some(_), Some(f)) => {
+                    exec(&tx, "UPDATE rollout SET reason = COALESCE(?1, reason) WHERE id = 1", params![f.reason])?
+                }
+                (None, Some(f)) => exec(
+                    &tx,
+                    "INSERT INTO rollout (id, frozen_since, reason, frozen_by) VALUES (1, ?1, ?2, ?3)
+                     ON CONFLICT (id) DO UPDATE SET frozen_since = excluded.frozen_since, reason = excluded.reason,
+                         frozen_by = excluded.frozen_by",
+                    params![timestamp(f.since), f.reason, f.by],
+                )?,
+                // The row stays: it keeps the count.
+                (_, None) => exec(
+                    &tx,
+                    "UPDATE rollout SET frozen_since = NULL, reason = NULL, frozen_by = NULL WHERE id = 1",
+                    [],
+                )?,
+            };
+            let mut recorded = Vec::new();
+            if before.is_some() != freeze.is_some() {
+                exec(&tx, "UPDATE rollout SET changes = changes + 1 WHERE id = 1", [])?;
+                let sequence: i64 = row(&tx, "SELECT changes FROM rollout WHERE id = 1", [], |r| r.get(0))?;
+                let (made, deliveries) = events(sequence.max(0) as u64, before.as_ref());
+                insert_events(&tx, ROLLOUT_WATCH, now, &made, None, &deliveries, history)?;
+                recorded = made;
+            }
+            tx.commit()?;
+            Ok(FreezeChange { before, events: recorded })
+        })
+        .await
+    }
+
+    /// The freeze in force, if any.
+    pub async fn freeze_state(&self) -> Result<Option<Freeze>, LedgerError> {
+        self.with(|conn| read_freeze(conn)).await
+    }
+}
+
+/// The freeze in force: the roll-out row while it names one (an unfrozen row keeps only the count).
+pub(super) fn read_freeze(conn: &Connection) -> Result<Option<Freeze>, LedgerError> {
+    Ok(row(
+        conn,
+        "SELECT frozen_since, reason, frozen_by FROM rollout WHERE id = 1 AND frozen_since IS NOT NULL",
+        [],
+        |r| Ok(Freeze { since: r.get::<_, Time>(0)?.0, reason: r.get(1)?, by: r.get(2)? }),
+    )
+    .optional()?)
+}

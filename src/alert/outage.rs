@@ -42,6 +42,9 @@ pub struct Failing {
     pub message: String,
     /// Alerts its own `check.failed` was sent to (they get its `check.recovered`).
     pub told: BTreeSet<String>,
+    /// The run's number (the ledger counts a watch's runs of failures): an outage's id names its
+    /// watches' runs, so two outages of the same watches within one second are two.
+    pub run: u64,
 }
 
 /// An outage announced to some alerts with `registry.unavailable` and not yet declared over.
@@ -81,7 +84,14 @@ pub struct RegistryState {
 /// How one check of a watch went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    Failed { failures: u32, since: DateTime<Utc>, reason: String, message: String },
+    /// `run`: the number of its run of failures (see [`Failing::run`]).
+    Failed {
+        failures: u32,
+        since: DateTime<Utc>,
+        reason: String,
+        message: String,
+        run: u64,
+    },
     Succeeded,
 }
 
@@ -123,7 +133,7 @@ impl RegistryState {
         let mut next = self.clone();
         let mut notices = Notices::default();
         match outcome {
-            Outcome::Failed { failures, since, reason, message } => {
+            Outcome::Failed { failures, since, reason, message, run } => {
                 // A first failure starts a new run, whatever an older one left behind.
                 let earlier = next.failing.remove(watch).filter(|_| *failures > 1);
                 let mut entry = earlier.unwrap_or_else(|| Failing {
@@ -132,8 +142,10 @@ impl RegistryState {
                     reason: reason.clone(),
                     message: message.clone(),
                     told: BTreeSet::new(),
+                    run: *run,
                 });
                 entry.failures = *failures;
+                entry.run = *run;
                 entry.reason = reason.clone();
                 entry.message = message.clone();
                 for a in audience(watch) {
@@ -160,10 +172,14 @@ impl RegistryState {
                         if !companions.is_empty() {
                             let since =
                                 companions.iter().map(|(_, f)| f.since).chain([entry.since]).min().unwrap_or(*since);
-                            let mut watches: Vec<String> =
-                                companions.iter().map(|(n, _)| n.to_string()).chain([watch.to_string()]).collect();
-                            watches.sort();
-                            let id = unavailable_id(registry, since, &watches);
+                            let mut runs: Vec<(String, u64)> = companions
+                                .iter()
+                                .map(|(n, f)| (n.to_string(), f.run))
+                                .chain([(watch.to_string(), entry.run)])
+                                .collect();
+                            runs.sort();
+                            let id = unavailable_id(registry, since, &runs);
+                            let watches: Vec<String> = runs.into_iter().map(|(name, _)| name).collect();
                             let outage = next.open.entry(id.clone()).or_insert_with(|| Outage {
                                 id: id.clone(),
                                 since,
@@ -244,11 +260,18 @@ fn covers(outage: &Outage, name: &str, f: &Failing, audience: &dyn Fn(&str) -> V
         .any(|x| !f.told.contains(x) && audience.iter().any(|a| &a.alert == x && a.registry_unavailable))
 }
 
-/// The id of a `registry.unavailable`: the same for the same registry, start and watches.
-pub fn unavailable_id(registry: &str, since: DateTime<Utc>, watches: &[String]) -> String {
+/// The id of a `registry.unavailable`: the same for the same registry, start, watches and their
+/// runs of failures (a run counted before runs were, 0, adds nothing to the id).
+pub fn unavailable_id(registry: &str, since: DateTime<Utc>, watches: &[(String, u64)]) -> String {
     let since = builder_monitor_core::schedule::timestamp_millis(since);
+    let runs: Vec<String> = watches.iter().map(|(_, run)| format!("run {run}")).collect();
     let mut parts = vec![EventType::RegistryUnavailable.as_str(), registry, since.as_str()];
-    parts.extend(watches.iter().map(String::as_str));
+    for ((name, run), text) in watches.iter().zip(&runs) {
+        parts.push(name);
+        if *run > 0 {
+            parts.push(text);
+        }
+    }
     event::stable_id(&parts)
 }
 
@@ -283,11 +306,12 @@ mod tests {
             since: at(since),
             reason: "registry_unavailable".into(),
             message: "HTTP 503".into(),
+            run: 0,
         }
     }
 
     fn missing(failures: u32, since: i64) -> Outcome {
-        Outcome::Failed { failures, since: at(since), reason: "tag_missing".into(), message: "gone".into() }
+        Outcome::Failed { failures, since: at(since), reason: "tag_missing".into(), message: "gone".into(), run: 0 }
     }
 
     /// Applies outcomes in order, collecting every notice.
@@ -482,6 +506,33 @@ mod tests {
         assert!(n[1].unavailable.is_empty());
     }
 
+    /// An outage over, and the same watches failing again within the same second: another outage,
+    /// with its own id (their runs of failures are new).
+    #[test]
+    fn an_outage_again_within_one_second_is_another_outage() {
+        let who = everyone(vec![audience("ops", 1, &["*"])]);
+        let fail = |run| Outcome::Failed {
+            failures: 1,
+            since: at(0),
+            reason: "registry_unavailable".into(),
+            message: "HTTP 503".into(),
+            run,
+        };
+        let steps = [
+            ("a", fail(1)),
+            ("b", fail(1)),
+            ("a", Outcome::Succeeded),
+            ("b", Outcome::Succeeded),
+            ("a", fail(2)),
+            ("b", fail(2)),
+        ];
+        let (n, _) = run(RegistryState::default(), &steps, &who);
+        let (first, again) = (&n[1].unavailable[0].0, &n[5].unavailable[0].0);
+        assert_eq!(n[3].ended[0].0.id, first.id, "the first is over");
+        assert_eq!((first.since, &first.watches), (again.since, &again.watches));
+        assert_ne!(first.id, again.id);
+    }
+
     #[test]
     fn ids_are_stable_and_the_decision_is_repeatable() {
         let who = everyone(vec![audience("ops", 1, &["*"])]);
@@ -489,8 +540,9 @@ mod tests {
         let (n2, s2) = run(RegistryState::default(), &[("a", failed(1, 0)), ("b", failed(1, 5))], &who);
         assert_eq!((n1.clone(), s1.clone()), (n2, s2));
         let id = &n1[1].unavailable[0].0.id;
-        assert_eq!(id, &unavailable_id("r.example", at(0), &["a".into(), "b".into()]));
-        assert_ne!(id, &unavailable_id("r.example", at(1), &["a".into(), "b".into()]));
+        let watches = [("a".to_string(), 0), ("b".to_string(), 0)];
+        assert_eq!(id, &unavailable_id("r.example", at(0), &watches));
+        assert_ne!(id, &unavailable_id("r.example", at(1), &watches));
         // Deciding the same check again on the old state (a retried commit) asks for the same event.
         let (_, after_a) = run(RegistryState::default(), &[("a", failed(1, 0))], &who);
         let (again, _) = after_a.decide("r.example", "b", &failed(1, 5), &who);

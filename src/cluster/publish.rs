@@ -309,7 +309,12 @@ impl Publisher {
 
     async fn record_failure(&self, name: &str, uid: Option<&str>, record: &WatchRecord) {
         let since = record.failing_since.map(timestamp).unwrap_or_default();
-        let id = builder_monitor_core::event::stable_id(&[name, "check.failed", &since]);
+        let id = builder_monitor_core::event::failure_event_id(
+            name,
+            builder_monitor_core::event::EventType::CheckFailed,
+            &since,
+            record.failure_runs,
+        );
         let reason = condition_reason(record.last_error_reason.as_deref().unwrap_or("check_failed"));
         let message = record.last_error.clone().unwrap_or_else(|| "the check failed".into());
         let id: String = id.chars().take(16).collect();

@@ -166,7 +166,15 @@ impl WatchDoc {
             failing_since: None,
             pending: None,
             moves: 0,
+            failure_runs: 0,
         });
+        // Failure runs are counted per image, as the check counts them (`decide`).
+        let failed = r.outcome.is_err();
+        if watch.image != r.image {
+            watch.failure_runs = u64::from(failed);
+        } else if failed && watch.consecutive_failures == 0 {
+            watch.failure_runs += 1;
+        }
         watch.kind = r.kind;
         watch.image = r.image.clone();
         watch.last_check = Some(time);

@@ -62,6 +62,14 @@ pub struct WatchRecord {
     pub pending: Option<HeldDigest>,
     /// Accepted moves so far; the next change's sequence number is this plus one.
     pub moves: u64,
+    /// Runs of failed checks of this image so far (a failure after a success starts one): the
+    /// current or last run's number, which its `check.failed` and `check.recovered` ids name.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failure_runs: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl WatchRecord {

@@ -178,25 +178,28 @@ const MIGRATIONS: &[&str] = &[
     // 6: write-ahead tag writes (one open per app image), and each pinned digest's platform
     // manifests, so a rebase can tell an older run image from a newer one by its pin history.
     intents::MIGRATION,
-    // 7: ordered alerts. Each delivery keeps its event's subject (filled in by `outbox`, which
-    // reads the event) and place in the events' order, so a lane's head is one indexed look-up.
-    // The roll-out row stays when the freeze ends, counting state changes: their events' ids.
+    // 7: ordered alerts, and event ids that two occurrences within one second never share. Each
+    // delivery keeps its event's subject (filled in by `outbox`, which reads the event) and place in
+    // the events' order, so a lane's head is one indexed look-up. Each watch counts its runs of
+    // failed checks, the roll-out row its state changes (it stays when a freeze ends): their
+    // events' ids name them.
     r#"
     ALTER TABLE deliveries ADD COLUMN subject TEXT;
     ALTER TABLE deliveries ADD COLUMN event_seq INTEGER;
     UPDATE deliveries SET event_seq = (SELECT seq FROM events WHERE events.id = deliveries.event);
     CREATE INDEX deliveries_by_lane ON deliveries (alert, subject, state, event_seq);
-    CREATE TABLE rollout_v6 (
+    ALTER TABLE watches ADD COLUMN failure_runs INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE rollout_v7 (
         id INTEGER PRIMARY KEY CHECK (id = 1),
         frozen_since TEXT,
         reason TEXT,
         frozen_by TEXT,
         changes INTEGER NOT NULL DEFAULT 0
     );
-    INSERT INTO rollout_v6 (id, frozen_since, reason, frozen_by, changes)
+    INSERT INTO rollout_v7 (id, frozen_since, reason, frozen_by, changes)
         SELECT id, frozen_since, reason, frozen_by, 1 FROM rollout;
     DROP TABLE rollout;
-    ALTER TABLE rollout_v6 RENAME TO rollout;
+    ALTER TABLE rollout_v7 RENAME TO rollout;
     "#,
 ];
 
@@ -1039,7 +1042,7 @@ fn read_watch(conn: &Connection, name: &str) -> Result<Option<WatchRecord>, Ledg
         conn,
         "SELECT name, kind, image, digest, reference, media_type, platforms, metadata, pinned_since, first_seen,
                     last_check, last_result, last_error_reason, last_error, last_change, consecutive_failures,
-                    failing_since, pending_digest, pending_since, moves
+                    failing_since, pending_digest, pending_since, moves, failure_runs
              FROM watches WHERE name = ?1",
         params![name],
         |r| {
@@ -1068,6 +1071,7 @@ fn read_watch(conn: &Connection, name: &str) -> Result<Option<WatchRecord>, Ledg
                     r.get::<_, Option<Time>>(18)?.map(|t| t.0),
                     r.get::<_, i64>(19)?,
                 ),
+                r.get::<_, i64>(20)?,
             ))
         },
     )
@@ -1086,6 +1090,7 @@ fn read_watch(conn: &Connection, name: &str) -> Result<Option<WatchRecord>, Ledg
             pending_since,
             moves,
         ),
+        failure_runs,
     )) = row
     else {
         return Ok(None);
@@ -1121,6 +1126,7 @@ fn read_watch(conn: &Connection, name: &str) -> Result<Option<WatchRecord>, Ledg
         failing_since,
         pending: pending_digest.zip(pending_since).map(|(digest, since)| HeldDigest { digest, since }),
         moves: moves.max(0) as u64,
+        failure_runs: failure_runs.max(0) as u64,
     }))
 }
 
@@ -1140,6 +1146,11 @@ fn touch_checks(tx: &Transaction<'_>, touches: &[Touch]) -> Result<(), LedgerErr
 
 fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError> {
     let time = timestamp(r.time);
+    // Failure runs are counted per image, as the check counts them (`decide`): a new entry or
+    // image starts at none.
+    let before: Option<String> =
+        row(tx, "SELECT image FROM watches WHERE name = ?1", params![r.watch], |r| r.get(0)).optional()?;
+    let new_image = before.as_deref() != Some(r.image.as_str());
     exec(
         tx,
         "INSERT INTO watches (name, kind, image, first_seen) VALUES (?1, ?2, ?3, ?4)
@@ -1154,6 +1165,8 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
         tx,
         "UPDATE watches SET last_check = ?2, last_result = ?3, last_error_reason = ?4, last_error = ?5,
              consecutive_failures = CASE WHEN ?6 THEN 0 ELSE consecutive_failures + 1 END,
+             failure_runs = CASE WHEN ?9 THEN NOT ?6 WHEN NOT ?6 AND consecutive_failures = 0 THEN failure_runs + 1
+                                 ELSE failure_runs END,
              failing_since = CASE WHEN ?6 THEN NULL ELSE COALESCE(failing_since, ?2) END,
              pending_digest = ?7, pending_since = ?8
          WHERE name = ?1",
@@ -1166,6 +1179,7 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
             ok,
             r.pending.as_ref().map(|p| &p.digest),
             r.pending.as_ref().map(|p| timestamp(p.since)),
+            new_image,
         ],
     )?;
     if let Some(pin) = &r.pin {

@@ -112,6 +112,8 @@ impl Monitor {
                 since: record.as_ref().and_then(|r| r.failing_since).unwrap_or_else(|| self.clock.now()),
                 reason: err.reason().to_string(),
                 message: err.to_string(),
+                // As `decide` numbers it: a first failure starts the next run.
+                run: record.as_ref().map_or(0, |r| r.failure_runs) + u64::from(failures == 0),
             },
             _ => outage::Outcome::Succeeded,
         };

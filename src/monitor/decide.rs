@@ -58,9 +58,9 @@ fn selected(pin: &PinRecord, filter: &[Platform]) -> BTreeMap<String, String> {
     .selected(Some(filter))
 }
 
-/// The id of a watch's `check.failed` for the run of failures that started at `since`.
-pub fn failed_event_id(watch: &str, since: &str) -> String {
-    event::stable_id(&[watch, EventType::CheckFailed.as_str(), since])
+/// The id of a watch's `check.failed` for its failure run number `run`, which started at `since`.
+pub fn failed_event_id(watch: &str, since: &str, run: u64) -> String {
+    event::failure_event_id(watch, EventType::CheckFailed, since, run)
 }
 
 pub fn pin_of(p: &PinRecord) -> Pin {
@@ -112,7 +112,9 @@ pub fn decide(
         Err(err) => {
             if record.is_none_or(|r| r.consecutive_failures == 0) {
                 let since = timestamp(record.and_then(|r| r.failing_since).unwrap_or(now));
-                let mut e = event(failed_event_id(&watch.name, &since), EventType::CheckFailed);
+                // A new run: the ledger counts it when it records this check.
+                let run = record.map_or(0, |r| r.failure_runs) + 1;
+                let mut e = event(failed_event_id(&watch.name, &since, run), EventType::CheckFailed);
                 e.current = record.and_then(|r| r.pin.as_ref()).map(pin_of);
                 e.error = Some(CheckError {
                     reason: err.reason().to_string(),
@@ -131,7 +133,7 @@ pub fn decide(
     if let Some(r) = record.filter(|r| r.consecutive_failures > 0) {
         let since = r.failing_since.map(timestamp).unwrap_or_default();
         let mut e = event(
-            event::stable_id(&[&watch.name, EventType::CheckRecovered.as_str(), &since]),
+            event::failure_event_id(&watch.name, EventType::CheckRecovered, &since, r.failure_runs),
             EventType::CheckRecovered,
         );
         e.current = r.pin.as_ref().map(pin_of);

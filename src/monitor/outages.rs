@@ -36,7 +36,7 @@ impl Monitor {
             self.ledger.failing_watches().await?.into_iter().filter(|w| of_registry(&w.image)).collect();
         let failed_ids: Vec<String> = failing
             .iter()
-            .map(|w| failed_event_id(&w.name, &w.failing_since.map(timestamp).unwrap_or_default()))
+            .map(|w| failed_event_id(&w.name, &w.failing_since.map(timestamp).unwrap_or_default(), w.failure_runs))
             .collect();
         let delivered = self.ledger.deliveries_of(failed_ids.clone()).await?;
         for (w, id) in failing.into_iter().zip(failed_ids) {
@@ -50,6 +50,7 @@ impl Monitor {
                     reason: w.last_error_reason.clone().unwrap_or_default(),
                     message: w.last_error.clone().unwrap_or_default(),
                     told,
+                    run: w.failure_runs,
                 },
             );
         }
@@ -110,7 +111,8 @@ impl Monitor {
                     // Recorded at the first failure; repeated (a no-op for the ledger) so the
                     // deliveries never name an event the ledger lacks.
                     let since = timestamp(record.and_then(|r| r.failing_since).unwrap_or(commit.time));
-                    let id = failed_event_id(&watch.name, &since);
+                    let run = record.map_or(0, |r| r.failure_runs);
+                    let id = failed_event_id(&watch.name, &since, run);
                     let mut e = new_event(watch, &self.subjects(watch), id.clone(), EventType::CheckFailed, &since);
                     e.current = record.and_then(|r| r.pin.as_ref()).map(pin_of);
                     if let Err(CheckFailure { reason, message }) = &commit.outcome {

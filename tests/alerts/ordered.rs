@@ -155,3 +155,41 @@ async fn held_back_with(ledger: Ledger) {
     assert_eq!(later, ["rollout.frozen", "rollout.unfrozen"]);
     assert!(ledger.pending_deliveries().await.unwrap().is_empty());
 }
+
+/// A builder's registry failing, answering, failing and answering again within one second (checks
+/// asked for one after another): two runs of failures, each told — failed, recovered, failed,
+/// recovered — with four ids, in that order.
+#[tokio::test]
+async fn failures_again_within_one_second_are_told_again_and_in_order() {
+    let registry = super::support::registry::TestRegistry::start();
+    let pusher = super::support::images::Pusher::new(&registry.host);
+    let image = super::support::images::Image::new("amd64").salt("1");
+    pusher.push_image("demo/b", Some("latest"), &image, super::support::images::Format::Oci).await;
+    let proxy = super::support::proxy::Proxy::start(&registry.host).await;
+    let receiver = Receiver::start().await;
+    let text = format!("[registries.\"{}\"]\nmax_attempts = 1\n\n", proxy.host)
+        + &super::builder(&proxy.host, "b", "demo/b")
+        + &alert("hook", "webhook", &receiver.url, "events = [\"check.*\"]\nfailure_threshold = 1");
+    // One instant for every check: the clock does not tick between them.
+    let s = super::setup_with_clock(&text, Clock::manual(parse_timestamp("2026-11-30T12:00:00.100Z").unwrap()));
+    s.monitor.check_builder("b").await.unwrap().unwrap();
+    for down in [Some(503), None, Some(503), None] {
+        proxy.down(down);
+        s.monitor.check_builder("b").await.unwrap().unwrap();
+    }
+    let recorded: Vec<Event> = s.ledger.events_after(0, 100).await.unwrap().into_iter().map(|e| e.event).collect();
+    let checks: Vec<&Event> = recorded.iter().filter(|e| e.event_type.as_str().starts_with("check.")).collect();
+    let ids: std::collections::BTreeSet<&str> = checks.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!((checks.len(), ids.len()), (4, 4), "{checks:#?}");
+
+    s.dispatcher.deliver_due_once().await;
+    let heard: Vec<(String, String)> = receiver
+        .received()
+        .iter()
+        .map(|r| (header(r, "x-builder-monitor-event"), header(r, "x-builder-monitor-delivery")))
+        .collect();
+    let expected: Vec<(String, String)> = checks.iter().map(|e| (e.event_type.to_string(), e.id.clone())).collect();
+    assert_eq!(heard, expected);
+    let types: Vec<&str> = heard.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(types, ["check.failed", "check.recovered", "check.failed", "check.recovered"]);
+}

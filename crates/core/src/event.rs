@@ -382,6 +382,17 @@ pub fn rollout_event_id(event_type: EventType, sequence: u64, since: &str) -> St
     stable_id(&[ROLLOUT_SUBJECT, event_type.as_str(), &sequence.to_string(), since])
 }
 
+/// The id of a watch's `check.failed` or `check.recovered`: of its failure run number `run` (the
+/// ledger counts a watch's runs of failed checks), which started at `since`. Two runs that start
+/// within one second are told apart; run 0 is one recorded before runs were counted, whose events
+/// keep the ids they were recorded with.
+pub fn failure_event_id(watch: &str, event_type: EventType, since: &str, run: u64) -> String {
+    match run {
+        0 => stable_id(&[watch, event_type.as_str(), since]),
+        run => stable_id(&[watch, event_type.as_str(), since, &format!("run {run}")]),
+    }
+}
+
 /// The subject of the roll-out's own events.
 pub const ROLLOUT_SUBJECT: &str = "rollout";
 
@@ -491,6 +502,18 @@ mod tests {
         .collect();
         assert_eq!(ids.len(), 4);
         assert_ne!(first, rollout_event_id(EventType::RolloutFrozen, 1, "2026-12-01T00:00:00Z"));
+    }
+
+    #[test]
+    fn failure_runs_within_one_second_get_their_own_ids() {
+        let since = "2026-11-30T12:00:00Z";
+        let legacy = stable_id(&["jammy", "check.failed", since]);
+        assert_eq!(failure_event_id("jammy", EventType::CheckFailed, since, 0), legacy, "ids recorded before runs");
+        let first = failure_event_id("jammy", EventType::CheckFailed, since, 1);
+        let second = failure_event_id("jammy", EventType::CheckFailed, since, 2);
+        assert!(first != second && first != legacy);
+        assert_eq!(first, failure_event_id("jammy", EventType::CheckFailed, since, 1), "repeated: the same id");
+        assert_ne!(first, failure_event_id("jammy", EventType::CheckRecovered, since, 1));
     }
 
     fn subject_of(t: EventType, fill: impl FnOnce(&mut Event)) -> String {

@@ -44,6 +44,7 @@ fn record() -> WatchRecord {
         failing_since: None,
         pending: None,
         moves: 1,
+        failure_runs: 0,
     }
 }
 

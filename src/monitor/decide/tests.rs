@@ -71,6 +71,7 @@ fn pinned(w: &Watch, digest: &str) -> WatchRecord {
         failing_since: None,
         pending: None,
         moves: 2,
+        failure_runs: 0,
     }
 }
 
@@ -254,7 +255,7 @@ fn the_first_failure_is_an_event_and_later_ones_of_the_streak_are_not() {
     assert_eq!(d.commit.pending, record.pending, "a failure keeps a held digest");
     assert_eq!(types(&d), [EventType::CheckFailed]);
     let e = &d.commit.events[0];
-    assert_eq!(e.id, failed_event_id("jammy", T1));
+    assert_eq!(e.id, failed_event_id("jammy", T1, 1), "the watch's first run of failures");
     let error = e.error.as_ref().unwrap();
     assert_eq!((error.consecutive_failures, error.since.as_str()), (1, T1));
     assert_eq!(e.current.as_ref().unwrap().digest, A, "the pin is kept");

@@ -548,6 +548,7 @@ mod tests {
                 previous: None,
                 digest: None,
                 path: None,
+                tag_race: None,
             })
         };
         for t in [
@@ -610,6 +611,7 @@ mod tests {
                 previous: None,
                 digest: None,
                 path: None,
+                tag_race: None,
             })
         });
         assert_ne!(image, subject_of(EventType::BuilderChanged, |_| {}));

@@ -234,6 +234,12 @@ pub struct Metrics {
 
 impl Metrics {
     pub fn new() -> Arc<Self> {
+        Self::with_log_drops(Counter::default())
+    }
+
+    /// With `log_lines_dropped` counting into `dropped`: the process's log stream keeps that
+    /// counter (logging is process-wide), the daemon's registry serves it.
+    pub fn with_log_drops(dropped: Counter) -> Arc<Self> {
         let mut registry = Registry::with_prefix("builder_monitor");
         let watches = WatchSeries::default();
         let check_duration = Histogram::new(exponential_buckets(0.001, 2.0, 16));
@@ -295,6 +301,11 @@ impl Metrics {
             "watches_failing",
             "Watches (builders and run images) whose last check failed, per registry",
             watches_failing.clone(),
+        );
+        registry.register(
+            "log_lines_dropped",
+            "Log lines dropped because stderr was closed, failing or not read fast enough",
+            dropped,
         );
         Arc::new(Metrics {
             registry,

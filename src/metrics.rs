@@ -49,6 +49,11 @@ pub struct ActionStateLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimiterLabels {
+    pub limiter: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HookLabels {
     pub source: String,
     pub result: String,
@@ -230,6 +235,8 @@ pub struct Metrics {
     pub actions: Family<ActionStateLabels, Gauge>,
     /// Watches whose last check failed, per registry.
     pub watches_failing: Family<RegistryLabels, Gauge>,
+    /// Client addresses each of the HTTP server's per-client limiters remembers.
+    pub http_clients_tracked: Family<LimiterLabels, Gauge>,
 }
 
 impl Metrics {
@@ -302,6 +309,12 @@ impl Metrics {
             "Watches (builders and run images) whose last check failed, per registry",
             watches_failing.clone(),
         );
+        let http_clients_tracked = Family::default();
+        registry.register(
+            "http_clients_tracked",
+            "Client addresses the HTTP server's per-client limiters remember (hooks, refusal_log), at most 10,000 each",
+            http_clients_tracked.clone(),
+        );
         registry.register(
             "log_lines_dropped",
             "Log lines dropped because stderr was closed, failing or not read fast enough",
@@ -322,6 +335,7 @@ impl Metrics {
             publishes,
             actions,
             watches_failing,
+            http_clients_tracked,
         })
     }
 

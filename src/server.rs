@@ -11,7 +11,7 @@ use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use governor::Quota;
 use serde::Deserialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -23,8 +23,10 @@ use crate::monitor::MonitorHandle;
 use crate::rollout::{self, RolloutError};
 use crate::status;
 
+mod clients;
 mod payloads;
 
+use clients::ClientLimiter;
 use payloads::{distribution_pushes, dockerhub_pushes, harbor_pushes};
 
 /// Largest request body accepted.
@@ -35,18 +37,18 @@ pub struct ServerState {
     pub settings: ServerSettings,
     pub monitor: MonitorHandle,
     pub ledger: Ledger,
-    hook_limiter: DefaultKeyedRateLimiter<IpAddr>,
+    hook_limiter: ClientLimiter,
     /// Refusal log lines per client address: a client sending wrong tokens in a loop must not
     /// flood the log (the `hooks_total{result="unauthorized"}` counter still counts every one).
-    refusal_log_limiter: DefaultKeyedRateLimiter<IpAddr>,
+    refusal_log_limiter: ClientLimiter,
     /// With leader election: whether this replica currently acts.
     leading: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl ServerState {
     pub fn new(config: Arc<Config>, settings: ServerSettings, monitor: MonitorHandle, ledger: Ledger) -> Self {
-        let hook_limiter = RateLimiter::keyed(hook_quota(settings.hooks_per_second));
-        let refusal_log_limiter = RateLimiter::keyed(Quota::per_minute(REFUSAL_LOGS_PER_MINUTE));
+        let hook_limiter = clients::limiter(hook_quota(settings.hooks_per_second));
+        let refusal_log_limiter = clients::limiter(Quota::per_minute(REFUSAL_LOGS_PER_MINUTE));
         ServerState { config, settings, monitor, ledger, hook_limiter, refusal_log_limiter, leading: None }
     }
 
@@ -58,6 +60,34 @@ impl ServerState {
 
     pub fn is_leader(&self) -> bool {
         self.leading.as_ref().is_none_or(|l| *l.borrow())
+    }
+
+    /// Forgets idle client addresses (see [`clients`]) and says how many each limiter keeps.
+    fn forget_idle_clients(&self) {
+        clients::forget_idle(&self.hook_limiter);
+        clients::forget_idle(&self.refusal_log_limiter);
+        self.count_clients();
+    }
+
+    /// `http_clients_tracked{limiter}`, brought up to date (at each sweep and scrape).
+    fn count_clients(&self) {
+        let metrics = self.monitor.metrics();
+        for (limiter, keys) in [("hooks", self.hook_limiter.len()), ("refusal_log", self.refusal_log_limiter.len())] {
+            let labels = crate::metrics::LimiterLabels { limiter: limiter.into() };
+            metrics.http_clients_tracked.get_or_create(&labels).set(i64::try_from(keys).unwrap_or(i64::MAX));
+        }
+    }
+}
+
+/// Forgets idle client addresses every [`clients::SWEEP_PERIOD`] until `shutdown`.
+async fn sweep_clients(state: Arc<ServerState>, shutdown: CancellationToken) {
+    let mut every = tokio::time::interval(clients::SWEEP_PERIOD);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = every.tick() => state.forget_idle_clients(),
+        }
     }
 }
 
@@ -199,6 +229,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let settings = state.settings.clone();
     let slots = ConnectionSlots::new(settings.max_connections, settings.max_connections_per_client);
+    tokio::spawn(sweep_clients(state.clone(), shutdown.clone()));
     let app = hyper_util::service::TowerToHyperService::new(router(state));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(settings.header_timeout);
@@ -321,6 +352,7 @@ async fn readyz(State(state): State<Arc<ServerState>>) -> Response {
 }
 
 async fn metrics(State(state): State<Arc<ServerState>>) -> Response {
+    state.count_clients();
     // Piece by piece: at 10,000 builders the whole text is ~4 MiB, a piece ~80 KiB.
     let pieces = state.monitor.metrics().exposition().map(Ok::<_, std::convert::Infallible>);
     let body = axum::body::Body::from_stream(futures::stream::iter(pieces));

@@ -79,6 +79,13 @@ impl ServerState {
     }
 }
 
+/// Every answer of the server says so: no content sniffing (a JSON error or a hook's echo is never
+/// run as HTML or script) and no `Referer` to wherever a link on the status page leads.
+fn protect(headers: &mut HeaderMap) {
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, header::HeaderValue::from_static("nosniff"));
+    headers.insert(header::REFERRER_POLICY, header::HeaderValue::from_static("no-referrer"));
+}
+
 /// Forgets idle client addresses every [`clients::SWEEP_PERIOD`] until `shutdown`.
 async fn sweep_clients(state: Arc<ServerState>, shutdown: CancellationToken) {
     let mut every = tokio::time::interval(clients::SWEEP_PERIOD);
@@ -262,10 +269,14 @@ pub async fn serve(
             request.extensions_mut().insert(ConnectInfo(peer));
             let call = hyper::service::Service::call(&app, request);
             async move {
-                match tokio::time::timeout(REQUEST_TIMEOUT, call).await {
-                    Ok(response) => response,
-                    Err(_) => Ok(error(StatusCode::REQUEST_TIMEOUT, "the request took too long")),
-                }
+                let mut response = match tokio::time::timeout(REQUEST_TIMEOUT, call).await {
+                    Ok(Ok(response)) => response,
+                    Ok(Err(never)) => match never {},
+                    Err(_) => error(StatusCode::REQUEST_TIMEOUT, "the request took too long"),
+                };
+                // Here, around the router, so the 404s, 405s, 413s and 408s get them too.
+                protect(response.headers_mut());
+                Ok::<_, std::convert::Infallible>(response)
             }
         });
         let connection = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
@@ -470,11 +481,15 @@ async fn decide(
     State(state): State<Arc<ServerState>>,
     Path((id, verdict)): Path<(String, String)>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    request: axum::extract::Request,
 ) -> Response {
     if let Err(denied) = authorize(&state, &headers, None) {
         return denied.into_response();
     }
+    let body = match read_body(request).await {
+        Ok(body) => body,
+        Err(refused) => return refused,
+    };
     let verdict = match verdict.as_str() {
         "approve" => Verdict::Approve,
         "reject" => Verdict::Reject,
@@ -501,10 +516,18 @@ async fn decide(
 }
 
 /// `POST /api/v1/freeze`.
-async fn freeze(State(state): State<Arc<ServerState>>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+async fn freeze(
+    State(state): State<Arc<ServerState>>,
+    headers: HeaderMap,
+    request: axum::extract::Request,
+) -> Response {
     if let Err(denied) = authorize(&state, &headers, None) {
         return denied.into_response();
     }
+    let body = match read_body(request).await {
+        Ok(body) => body,
+        Err(refused) => return refused,
+    };
     let body = match RolloutBody::read(&body) {
         Ok(b) => b,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
@@ -518,10 +541,18 @@ async fn freeze(State(state): State<Arc<ServerState>>, headers: HeaderMap, body:
 }
 
 /// `DELETE /api/v1/freeze`.
-async fn unfreeze(State(state): State<Arc<ServerState>>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+async fn unfreeze(
+    State(state): State<Arc<ServerState>>,
+    headers: HeaderMap,
+    request: axum::extract::Request,
+) -> Response {
     if let Err(denied) = authorize(&state, &headers, None) {
         return denied.into_response();
     }
+    let body = match read_body(request).await {
+        Ok(body) => body,
+        Err(refused) => return refused,
+    };
     let body = match RolloutBody::read(&body) {
         Ok(b) => b,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
@@ -550,7 +581,7 @@ async fn hook(
     Query(q): Query<HookQuery>,
     ConnectInfo(client): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    request: axum::extract::Request,
 ) -> Response {
     let count = |result: &str| {
         state
@@ -572,6 +603,13 @@ async fn hook(
         count("standby");
         return standby();
     }
+    let body = match read_body(request).await {
+        Ok(body) => body,
+        Err(refused) => {
+            count("invalid");
+            return refused;
+        }
+    };
     let pushed = match source.as_str() {
         "distribution" => distribution_pushes(&body),
         "dockerhub" => dockerhub_pushes(&body),
@@ -604,6 +642,13 @@ async fn hook(
     tracing::info!(source = %source, pushes = pushed.len(), checks = ?checks, "registry hook");
     count(if checks.is_empty() { "ignored" } else { "accepted" });
     (StatusCode::ACCEPTED, axum::Json(json!({ "checks": checks }))).into_response()
+}
+
+/// The request's body, read only now, once the token is checked: a client without the token can
+/// neither make the server wait for a body nor have it buffer one. Over [`BODY_LIMIT`]: 413.
+async fn read_body(request: axum::extract::Request) -> Result<axum::body::Bytes, Response> {
+    use axum::extract::FromRequest;
+    axum::body::Bytes::from_request(request, &()).await.map_err(IntoResponse::into_response)
 }
 
 fn parse<T: for<'de> Deserialize<'de>>(body: &[u8], what: &str) -> Result<T, String> {

@@ -1,5 +1,6 @@
 //! The HTTP server against hostile clients, on the real daemon over loopback (issue 23, item 5):
-//! the per-client limiters' memory is bounded.
+//! the per-client limiters' memory is bounded, every response forbids sniffing and referrers, and
+//! a token-protected endpoint refuses a wrong token before it reads (or waits for) the body.
 
 mod support;
 
@@ -112,5 +113,69 @@ async fn idle_client_addresses_are_forgotten() {
     while hook_clients_tracked(server).await != Some(0.0) {
         assert!(Instant::now() < deadline, "idle addresses still remembered after {PATIENCE:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_response_forbids_sniffing_and_referrers() {
+    let (ws, closed) = (Workspace::new(), ClosedPort::new());
+    let (_daemon, server) = start(&ws, &closed, "");
+    let base = format!("http://{server}");
+    let http = support::http();
+    let too_big = vec![b' '; (1 << 20) + 1];
+    let requests = [
+        http.get(format!("{base}/")),
+        http.get(format!("{base}/healthz")),
+        http.get(format!("{base}/readyz")),
+        http.get(format!("{base}/metrics")),
+        http.get(format!("{base}/api/v1/builders")),
+        http.get(format!("{base}/api/v1/builders/b")),
+        http.get(format!("{base}/api/v1/builders/nobody")),
+        http.get(format!("{base}/api/v1/changes")),
+        http.get(format!("{base}/no/such/page")),
+        http.delete(format!("{base}/healthz")),
+        http.post(format!("{base}/api/v1/builders/b/check")).bearer_auth(TOKEN),
+        http.post(format!("{base}/api/v1/freeze")).bearer_auth("wrong"),
+        http.post(format!("{base}/api/v1/freeze")).bearer_auth(TOKEN).body(too_big),
+        http.post(format!("{base}/api/v1/changes/nothing/approve")).bearer_auth(TOKEN),
+        http.post(format!("{base}/hooks/dockerhub")).bearer_auth(TOKEN).body("{"),
+        http.post(format!("{base}/hooks/nowhere")).bearer_auth(TOKEN).body("{}"),
+    ];
+    let mut statuses = Vec::new();
+    for request in requests {
+        let response = request.send().await.unwrap();
+        let url = response.url().clone();
+        let headers = response.headers();
+        assert_eq!(headers.get("x-content-type-options").map(|v| v.to_str().unwrap()), Some("nosniff"), "{url}");
+        assert_eq!(headers.get("referrer-policy").map(|v| v.to_str().unwrap()), Some("no-referrer"), "{url}");
+        statuses.push(response.status().as_u16());
+    }
+    // Successes, refusals and errors alike.
+    for code in [200, 202, 400, 401, 404, 405, 413] {
+        assert!(statuses.contains(&code), "{code} among {statuses:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_token_is_refused_before_the_body_is_read() {
+    let (ws, closed) = (Workspace::new(), ClosedPort::new());
+    let (_daemon, server) = start(&ws, &closed, "");
+    let endpoints = [
+        ("POST", "/api/v1/freeze", "Authorization: Bearer wrong\r\n"),
+        ("DELETE", "/api/v1/freeze", ""),
+        ("POST", "/api/v1/changes/c-1/approve", "Authorization: Bearer wrong\r\n"),
+        ("POST", "/api/v1/builders/b/check", ""),
+        ("POST", "/hooks/distribution", "Authorization: Bearer wrong\r\n"),
+        ("POST", "/hooks/dockerhub?token=wrong", ""),
+    ];
+    for (method, path, auth) in endpoints {
+        // A body under the 1 MiB limit of which 1 KiB comes, then nothing: a slow client.
+        let head = format!("{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 524288\r\n\r\n");
+        let answer = exchange(Ipv4Addr::LOCALHOST, server, &head, &[b'{'; 1024]).await;
+        assert_eq!(status(&answer), 401, "{method} {path} with half a body:\n{answer}");
+        // 100 MiB announced, none sent.
+        let head = format!("{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 104857600\r\n\r\n");
+        let answer = exchange(Ipv4Addr::LOCALHOST, server, &head, b"").await;
+        assert_eq!(status(&answer), 401, "{method} {path} with no body:\n{answer}");
     }
 }

@@ -209,7 +209,9 @@ pub struct Unread {
 }
 
 impl Unread {
-    pub fn start(config: &Path, env: &[(&str, &str)]) -> Self {
+    /// Starts the daemon and reads its log until its server has started and it has logged a line
+    /// whose message is `ready` (which may be the server's own line).
+    pub fn start(config: &Path, env: &[(&str, &str)], ready: &'static str) -> Self {
         let mut child = Command::new(BINARY)
             .args(["run", "--log-format", "json", "--config"])
             .arg(config)
@@ -223,25 +225,28 @@ impl Unread {
         // Read on a thread, so a daemon that never gets there fails the test instead of hanging it.
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
-            let mut log = Vec::new();
-            let mut line = String::new();
+            let (mut log, mut addr, mut line) = (Vec::new(), None, String::new());
+            let mut seen_ready = false;
             while stderr.read_line(&mut line).is_ok_and(|n| n > 0) {
                 let value = serde_json::from_str::<serde_json::Value>(&line).unwrap_or_default();
                 if value["message"] == "serving health, metrics, API and hooks" {
-                    let addr = value["listen"].as_str().unwrap_or_default().to_string();
-                    let _ = tx.send(Ok((addr, stderr)));
+                    addr = Some(value["listen"].as_str().unwrap_or_default().to_string());
+                }
+                seen_ready |= value["message"] == ready;
+                log.push(std::mem::take(&mut line));
+                if let (Some(addr), true) = (&addr, seen_ready) {
+                    let _ = tx.send(Ok((addr.clone(), stderr)));
                     return;
                 }
-                log.push(std::mem::take(&mut line));
             }
             let _ = tx.send(Err(log.concat()));
         });
         match rx.recv_timeout(PATIENCE) {
             Ok(Ok((addr, stderr))) => Unread { child, addr, stderr: Some(stderr) },
-            Ok(Err(log)) => panic!("the daemon's stderr ended before its server started:\n{log}"),
+            Ok(Err(log)) => panic!("the daemon's stderr ended before it served and logged {ready:?}:\n{log}"),
             Err(_) => {
                 let _ = child.kill();
-                panic!("the daemon's server did not start within {PATIENCE:?}");
+                panic!("the daemon did not serve and log {ready:?} within {PATIENCE:?}");
             }
         }
     }

@@ -16,6 +16,7 @@ pub mod daemon;
 pub mod event_log;
 pub mod inspect;
 pub mod ledger;
+pub mod log_stream;
 pub mod metrics;
 pub mod monitor;
 pub mod page;

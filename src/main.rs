@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-use builder_monitor::install_crypto_provider;
+use builder_monitor::{install_crypto_provider, log_stream};
 use builder_monitor_core::text;
 use commands::{Failure, error_text, execute};
 
@@ -23,31 +23,46 @@ fn main() -> ExitCode {
     install_crypto_provider();
     let cli = Cli::parse();
     let default_level = if matches!(cli.command, Command::Run { .. }) { "info" } else { "warn" };
-    init_logging(cli.log_format, default_level);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
+    // Everything the process writes to stderr from here on goes through the log stream, which
+    // never blocks or panics on a closed or full stderr (see `log_stream`).
+    let logs = match log_stream::init() {
+        Ok(logs) => logs,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            log_stream::line(&format!("error: cannot start the log writer thread: {e}\n"));
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(execute(cli.command)) {
-        Ok(code) => ExitCode::from(code),
-        Err(Failure { code, error }) => {
-            // Errors may carry a registry's words; the lines are ours, other controls are escaped.
-            eprintln!("error: {}", text::escape_keep_newlines(&error_text(&error)));
-            ExitCode::from(code)
+    init_logging(logs, cli.log_format, default_level);
+    let code = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => match runtime.block_on(execute(cli.command)) {
+            Ok(code) => code,
+            Err(Failure { code, error }) => {
+                // Errors may carry a registry's words; the lines are ours, other controls are escaped.
+                log_stream::line(&format!("error: {}\n", text::escape_keep_newlines(&error_text(&error))));
+                code
+            }
+        },
+        Err(e) => {
+            log_stream::line(&format!("error: cannot start the async runtime: {e}\n"));
+            1
         }
-    }
+    };
+    log_stream::flush();
+    ExitCode::from(code)
 }
 
-fn init_logging(format: LogFormat, default_level: &str) {
+fn init_logging(logs: log_stream::LogStream, format: LogFormat, default_level: &str) {
     use tracing_subscriber::field::MakeExt;
     let filter = EnvFilter::try_from_env("BUILDER_MONITOR_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
     // Colour codes are noise in a file, a pipe or a log collector (and our own would be
     // indistinguishable from injected ones); NO_COLOR (no-color.org) wins.
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(logs)
+        .with_ansi(ansi)
+        // Our writer never fails; were it to, the report would be an `eprintln!`, which panics.
+        .log_internal_errors(false);
     match format {
         // Field values can carry registry strings: a newline or escape sequence in a buildpack id
         // must not forge a log line or repaint the terminal (JSON lines escape them already).

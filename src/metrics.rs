@@ -49,6 +49,11 @@ pub struct ActionStateLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimiterLabels {
+    pub limiter: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HookLabels {
     pub source: String,
     pub result: String,
@@ -230,10 +235,18 @@ pub struct Metrics {
     pub actions: Family<ActionStateLabels, Gauge>,
     /// Watches whose last check failed, per registry.
     pub watches_failing: Family<RegistryLabels, Gauge>,
+    /// Client addresses each of the HTTP server's per-client limiters remembers.
+    pub http_clients_tracked: Family<LimiterLabels, Gauge>,
 }
 
 impl Metrics {
     pub fn new() -> Arc<Self> {
+        Self::with_log_drops(Counter::default())
+    }
+
+    /// With `log_lines_dropped` counting into `dropped`: the process's log stream keeps that
+    /// counter (logging is process-wide), the daemon's registry serves it.
+    pub fn with_log_drops(dropped: Counter) -> Arc<Self> {
         let mut registry = Registry::with_prefix("builder_monitor");
         let watches = WatchSeries::default();
         let check_duration = Histogram::new(exponential_buckets(0.001, 2.0, 16));
@@ -296,6 +309,17 @@ impl Metrics {
             "Watches (builders and run images) whose last check failed, per registry",
             watches_failing.clone(),
         );
+        let http_clients_tracked = Family::default();
+        registry.register(
+            "http_clients_tracked",
+            "Client addresses the HTTP server's per-client limiters remember (hooks, refusal_log), at most 10,000 each",
+            http_clients_tracked.clone(),
+        );
+        registry.register(
+            "log_lines_dropped",
+            "Log lines dropped because stderr was closed, failing or not read fast enough",
+            dropped,
+        );
         Arc::new(Metrics {
             registry,
             watches,
@@ -311,6 +335,7 @@ impl Metrics {
             publishes,
             actions,
             watches_failing,
+            http_clients_tracked,
         })
     }
 

@@ -11,7 +11,7 @@ use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use governor::Quota;
 use serde::Deserialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -22,7 +22,12 @@ use crate::metrics::HookLabels;
 use crate::monitor::MonitorHandle;
 use crate::rollout::{self, RolloutError};
 use crate::status;
-use builder_monitor_core::reference::ImageRef;
+
+mod clients;
+mod payloads;
+
+use clients::ClientLimiter;
+use payloads::{distribution_pushes, dockerhub_pushes, harbor_pushes};
 
 /// Largest request body accepted.
 pub const BODY_LIMIT: usize = 1 << 20;
@@ -32,18 +37,18 @@ pub struct ServerState {
     pub settings: ServerSettings,
     pub monitor: MonitorHandle,
     pub ledger: Ledger,
-    hook_limiter: DefaultKeyedRateLimiter<IpAddr>,
+    hook_limiter: ClientLimiter,
     /// Refusal log lines per client address: a client sending wrong tokens in a loop must not
     /// flood the log (the `hooks_total{result="unauthorized"}` counter still counts every one).
-    refusal_log_limiter: DefaultKeyedRateLimiter<IpAddr>,
+    refusal_log_limiter: ClientLimiter,
     /// With leader election: whether this replica currently acts.
     leading: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl ServerState {
     pub fn new(config: Arc<Config>, settings: ServerSettings, monitor: MonitorHandle, ledger: Ledger) -> Self {
-        let hook_limiter = RateLimiter::keyed(hook_quota(settings.hooks_per_second));
-        let refusal_log_limiter = RateLimiter::keyed(Quota::per_minute(REFUSAL_LOGS_PER_MINUTE));
+        let hook_limiter = clients::limiter(hook_quota(settings.hooks_per_second));
+        let refusal_log_limiter = clients::limiter(Quota::per_minute(REFUSAL_LOGS_PER_MINUTE));
         ServerState { config, settings, monitor, ledger, hook_limiter, refusal_log_limiter, leading: None }
     }
 
@@ -55,6 +60,41 @@ impl ServerState {
 
     pub fn is_leader(&self) -> bool {
         self.leading.as_ref().is_none_or(|l| *l.borrow())
+    }
+
+    /// Forgets idle client addresses (see [`clients`]) and says how many each limiter keeps.
+    fn forget_idle_clients(&self) {
+        clients::forget_idle(&self.hook_limiter);
+        clients::forget_idle(&self.refusal_log_limiter);
+        self.count_clients();
+    }
+
+    /// `http_clients_tracked{limiter}`, brought up to date (at each sweep and scrape).
+    fn count_clients(&self) {
+        let metrics = self.monitor.metrics();
+        for (limiter, keys) in [("hooks", self.hook_limiter.len()), ("refusal_log", self.refusal_log_limiter.len())] {
+            let labels = crate::metrics::LimiterLabels { limiter: limiter.into() };
+            metrics.http_clients_tracked.get_or_create(&labels).set(i64::try_from(keys).unwrap_or(i64::MAX));
+        }
+    }
+}
+
+/// Every answer of the server says so: no content sniffing (a JSON error or a hook's echo is never
+/// run as HTML or script) and no `Referer` to wherever a link on the status page leads.
+fn protect(headers: &mut HeaderMap) {
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, header::HeaderValue::from_static("nosniff"));
+    headers.insert(header::REFERRER_POLICY, header::HeaderValue::from_static("no-referrer"));
+}
+
+/// Forgets idle client addresses every [`clients::SWEEP_PERIOD`] until `shutdown`.
+async fn sweep_clients(state: Arc<ServerState>, shutdown: CancellationToken) {
+    let mut every = tokio::time::interval(clients::SWEEP_PERIOD);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = every.tick() => state.forget_idle_clients(),
+        }
     }
 }
 
@@ -196,6 +236,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let settings = state.settings.clone();
     let slots = ConnectionSlots::new(settings.max_connections, settings.max_connections_per_client);
+    tokio::spawn(sweep_clients(state.clone(), shutdown.clone()));
     let app = hyper_util::service::TowerToHyperService::new(router(state));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(settings.header_timeout);
@@ -228,10 +269,14 @@ pub async fn serve(
             request.extensions_mut().insert(ConnectInfo(peer));
             let call = hyper::service::Service::call(&app, request);
             async move {
-                match tokio::time::timeout(REQUEST_TIMEOUT, call).await {
-                    Ok(response) => response,
-                    Err(_) => Ok(error(StatusCode::REQUEST_TIMEOUT, "the request took too long")),
-                }
+                let mut response = match tokio::time::timeout(REQUEST_TIMEOUT, call).await {
+                    Ok(Ok(response)) => response,
+                    Ok(Err(never)) => match never {},
+                    Err(_) => error(StatusCode::REQUEST_TIMEOUT, "the request took too long"),
+                };
+                // Here, around the router, so the 404s, 405s, 413s and 408s get them too.
+                protect(response.headers_mut());
+                Ok::<_, std::convert::Infallible>(response)
             }
         });
         let connection = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
@@ -318,6 +363,7 @@ async fn readyz(State(state): State<Arc<ServerState>>) -> Response {
 }
 
 async fn metrics(State(state): State<Arc<ServerState>>) -> Response {
+    state.count_clients();
     // Piece by piece: at 10,000 builders the whole text is ~4 MiB, a piece ~80 KiB.
     let pieces = state.monitor.metrics().exposition().map(Ok::<_, std::convert::Infallible>);
     let body = axum::body::Body::from_stream(futures::stream::iter(pieces));
@@ -435,11 +481,15 @@ async fn decide(
     State(state): State<Arc<ServerState>>,
     Path((id, verdict)): Path<(String, String)>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    request: axum::extract::Request,
 ) -> Response {
     if let Err(denied) = authorize(&state, &headers, None) {
         return denied.into_response();
     }
+    let body = match read_body(request).await {
+        Ok(body) => body,
+        Err(refused) => return refused,
+    };
     let verdict = match verdict.as_str() {
         "approve" => Verdict::Approve,
         "reject" => Verdict::Reject,
@@ -466,10 +516,18 @@ async fn decide(
 }
 
 /// `POST /api/v1/freeze`.
-async fn freeze(State(state): State<Arc<ServerState>>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+async fn freeze(
+    State(state): State<Arc<ServerState>>,
+    headers: HeaderMap,
+    request: axum::extract::Request,
+) -> Response {
     if let Err(denied) = authorize(&state, &headers, None) {
         return denied.into_response();
     }
+    let body = match read_body(request).await {
+        Ok(body) => body,
+        Err(refused) => return refused,
+    };
     let body = match RolloutBody::read(&body) {
         Ok(b) => b,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
@@ -483,10 +541,18 @@ async fn freeze(State(state): State<Arc<ServerState>>, headers: HeaderMap, body:
 }
 
 /// `DELETE /api/v1/freeze`.
-async fn unfreeze(State(state): State<Arc<ServerState>>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+async fn unfreeze(
+    State(state): State<Arc<ServerState>>,
+    headers: HeaderMap,
+    request: axum::extract::Request,
+) -> Response {
     if let Err(denied) = authorize(&state, &headers, None) {
         return denied.into_response();
     }
+    let body = match read_body(request).await {
+        Ok(body) => body,
+        Err(refused) => return refused,
+    };
     let body = match RolloutBody::read(&body) {
         Ok(b) => b,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
@@ -509,16 +575,13 @@ struct HookQuery {
     token: Option<String>,
 }
 
-/// A pushed tag a hook told us about: (registry when known, repository, tag).
-type Pushed = (Option<String>, String, String);
-
 async fn hook(
     State(state): State<Arc<ServerState>>,
     Path(source): Path<String>,
     Query(q): Query<HookQuery>,
     ConnectInfo(client): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    request: axum::extract::Request,
 ) -> Response {
     let count = |result: &str| {
         state
@@ -540,6 +603,13 @@ async fn hook(
         count("standby");
         return standby();
     }
+    let body = match read_body(request).await {
+        Ok(body) => body,
+        Err(refused) => {
+            count("invalid");
+            return refused;
+        }
+    };
     let pushed = match source.as_str() {
         "distribution" => distribution_pushes(&body),
         "dockerhub" => dockerhub_pushes(&body),
@@ -574,174 +644,20 @@ async fn hook(
     (StatusCode::ACCEPTED, axum::Json(json!({ "checks": checks }))).into_response()
 }
 
+/// The request's body, read only now, once the token is checked: a client without the token can
+/// neither make the server wait for a body nor have it buffer one. Over [`BODY_LIMIT`]: 413.
+async fn read_body(request: axum::extract::Request) -> Result<axum::body::Bytes, Response> {
+    use axum::extract::FromRequest;
+    axum::body::Bytes::from_request(request, &()).await.map_err(IntoResponse::into_response)
+}
+
 fn parse<T: for<'de> Deserialize<'de>>(body: &[u8], what: &str) -> Result<T, String> {
     serde_json::from_slice(body).map_err(|e| format!("not a {what} payload: {e}"))
-}
-
-#[derive(Deserialize)]
-struct DistributionEnvelope {
-    #[serde(default)]
-    events: Vec<DistributionEvent>,
-}
-
-#[derive(Deserialize)]
-struct DistributionEvent {
-    #[serde(default)]
-    action: String,
-    #[serde(default)]
-    target: DistributionTarget,
-    #[serde(default)]
-    request: DistributionRequest,
-}
-
-#[derive(Deserialize, Default)]
-struct DistributionTarget {
-    #[serde(default)]
-    repository: String,
-    #[serde(default)]
-    tag: Option<String>,
-    #[serde(default)]
-    url: Option<String>,
-}
-
-#[derive(Deserialize, Default)]
-struct DistributionRequest {
-    #[serde(default)]
-    host: Option<String>,
-}
-
-fn url_host(url: &str) -> Option<String> {
-    let u = reqwest::Url::parse(url).ok()?;
-    let host = u.host_str()?;
-    Some(match u.port() {
-        Some(port) => format!("{host}:{port}"),
-        None => host.to_string(),
-    })
-}
-
-/// CNCF Distribution notifications: `push` events with a tag (a multi-arch push also sends tagless
-/// events for its children; those are ignored).
-fn distribution_pushes(body: &[u8]) -> Result<Vec<Pushed>, String> {
-    let envelope: DistributionEnvelope = parse(body, "Distribution notification")?;
-    Ok(envelope
-        .events
-        .into_iter()
-        .filter(|e| e.action == "push" && !e.target.repository.is_empty())
-        .filter_map(|e| {
-            let tag = e.target.tag.filter(|t| !t.is_empty())?;
-            let registry = e.target.url.as_deref().and_then(url_host).or(e.request.host);
-            Some((registry, e.target.repository, tag))
-        })
-        .collect())
-}
-
-#[derive(Deserialize)]
-struct DockerHubPayload {
-    push_data: DockerHubPush,
-    repository: DockerHubRepository,
-}
-
-#[derive(Deserialize)]
-struct DockerHubPush {
-    tag: String,
-}
-
-#[derive(Deserialize)]
-struct DockerHubRepository {
-    repo_name: String,
-}
-
-fn dockerhub_pushes(body: &[u8]) -> Result<Vec<Pushed>, String> {
-    let payload: DockerHubPayload = parse(body, "Docker Hub webhook")?;
-    let repo = payload.repository.repo_name;
-    let repo = if repo.contains('/') { repo } else { format!("library/{repo}") };
-    Ok(vec![(Some("docker.io".into()), repo, payload.push_data.tag)])
-}
-
-#[derive(Deserialize)]
-struct HarborPayload {
-    #[serde(rename = "type", default)]
-    kind: String,
-    event_data: HarborEventData,
-}
-
-#[derive(Deserialize)]
-struct HarborEventData {
-    #[serde(default)]
-    resources: Vec<HarborResource>,
-    #[serde(default)]
-    repository: Option<HarborRepository>,
-}
-
-#[derive(Deserialize)]
-struct HarborResource {
-    #[serde(default)]
-    tag: Option<String>,
-    #[serde(default)]
-    resource_url: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct HarborRepository {
-    #[serde(default)]
-    repo_full_name: Option<String>,
-}
-
-fn harbor_pushes(body: &[u8]) -> Result<Vec<Pushed>, String> {
-    let payload: HarborPayload = parse(body, "Harbor webhook")?;
-    if payload.kind != "PUSH_ARTIFACT" && payload.kind != "pushImage" {
-        return Ok(Vec::new());
-    }
-    let repo_name = payload.event_data.repository.and_then(|r| r.repo_full_name);
-    Ok(payload
-        .event_data
-        .resources
-        .into_iter()
-        .filter_map(|r| {
-            if let Some(image) = r.resource_url.as_deref().and_then(|u| ImageRef::parse(u).ok())
-                && let Some(tag) = image.tag().filter(|_| image.digest().is_none())
-            {
-                return Some((Some(image.registry().to_string()), image.repository().to_string(), tag.to_string()));
-            }
-            Some((None, repo_name.clone()?, r.tag.filter(|t| !t.is_empty())?))
-        })
-        .collect())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn distribution_envelope() {
-        let body = br#"{"events": [
-            {"action": "push", "target": {"repository": "demo/multi", "digest": "sha256:a", "url": "http://127.0.0.1:5001/v2/demo/multi/manifests/sha256:a"}},
-            {"action": "push", "target": {"repository": "demo/multi", "tag": "v1", "url": "http://127.0.0.1:5001/v2/demo/multi/manifests/sha256:b"}, "request": {"host": "127.0.0.1:5001"}},
-            {"action": "pull", "target": {"repository": "demo/app", "tag": "v1"}},
-            {"action": "delete", "target": {"repository": "demo/app", "tag": "v1"}}
-        ]}"#;
-        assert_eq!(
-            distribution_pushes(body).unwrap(),
-            [(Some("127.0.0.1:5001".into()), "demo/multi".into(), "v1".into())]
-        );
-        assert!(distribution_pushes(b"{").is_err());
-        assert!(distribution_pushes(b"{}").unwrap().is_empty());
-    }
-
-    #[test]
-    fn dockerhub_and_harbor_payloads() {
-        let hub = br#"{"push_data": {"tag": "24", "pusher": "x"}, "repository": {"repo_name": "heroku/builder", "namespace": "heroku"}}"#;
-        assert_eq!(dockerhub_pushes(hub).unwrap(), [(Some("docker.io".into()), "heroku/builder".into(), "24".into())]);
-        let official = br#"{"push_data": {"tag": "latest"}, "repository": {"repo_name": "ubuntu"}}"#;
-        assert_eq!(dockerhub_pushes(official).unwrap()[0].1, "library/ubuntu");
-        let harbor = br#"{"type": "PUSH_ARTIFACT", "event_data": {"resources": [{"digest": "sha256:a", "tag": "latest", "resource_url": "harbor.example.com/library/app:latest"}], "repository": {"repo_full_name": "library/app"}}}"#;
-        assert_eq!(
-            harbor_pushes(harbor).unwrap(),
-            [(Some("harbor.example.com".into()), "library/app".into(), "latest".into())]
-        );
-        let deleted = br#"{"type": "DELETE_ARTIFACT", "event_data": {"resources": []}}"#;
-        assert!(harbor_pushes(deleted).unwrap().is_empty());
-    }
 
     #[test]
     fn token_comparison() {

@@ -110,7 +110,9 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
             print!("{}", config.summary());
             // Still a valid config (for resolve, diff, alert test), but not one to run.
             if let Err(Failure { error, .. }) = watches_something(&config) {
-                eprintln!("warning: {error}");
+                // Through the log stream, in order with the log lines before it (eprintln! would
+                // also panic on a closed stderr).
+                builder_monitor::log_stream::line(&format!("warning: {error}\n"));
             }
             Ok(0)
         }

@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStderr, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -195,6 +195,82 @@ impl Daemon {
             assert!(Instant::now() < deadline, "daemon ignored SIGTERM");
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+}
+
+/// A daemon (`run --log-format json`) whose stderr the test stopped reading once the server
+/// started: drop `stderr` to close the pipe (writes then fail with `EPIPE`), or keep it unread to
+/// let the pipe fill (64 KiB).
+pub struct Unread {
+    pub child: Child,
+    /// The server's address.
+    pub addr: String,
+    pub stderr: Option<BufReader<ChildStderr>>,
+}
+
+impl Unread {
+    /// Starts the daemon and reads its log until its server has started and it has logged a line
+    /// whose message is `ready` (which may be the server's own line).
+    pub fn start(config: &Path, env: &[(&str, &str)], ready: &'static str) -> Self {
+        let mut child = Command::new(BINARY)
+            .args(["run", "--log-format", "json", "--config"])
+            .arg(config)
+            .env("BUILDER_MONITOR_LOG", "info")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start daemon");
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        // Read on a thread, so a daemon that never gets there fails the test instead of hanging it.
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let (mut log, mut addr, mut line) = (Vec::new(), None, String::new());
+            let mut seen_ready = false;
+            while stderr.read_line(&mut line).is_ok_and(|n| n > 0) {
+                let value = serde_json::from_str::<serde_json::Value>(&line).unwrap_or_default();
+                if value["message"] == "serving health, metrics, API and hooks" {
+                    addr = Some(value["listen"].as_str().unwrap_or_default().to_string());
+                }
+                seen_ready |= value["message"] == ready;
+                log.push(std::mem::take(&mut line));
+                if let (Some(addr), true) = (&addr, seen_ready) {
+                    let _ = tx.send(Ok((addr.clone(), stderr)));
+                    return;
+                }
+            }
+            let _ = tx.send(Err(log.concat()));
+        });
+        match rx.recv_timeout(PATIENCE) {
+            Ok(Ok((addr, stderr))) => Unread { child, addr, stderr: Some(stderr) },
+            Ok(Err(log)) => panic!("the daemon's stderr ended before it served and logged {ready:?}:\n{log}"),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("the daemon did not serve and log {ready:?} within {PATIENCE:?}");
+            }
+        }
+    }
+
+    /// Sends SIGTERM and awaits the exit, failing the test if the daemon is still running after
+    /// `PATIENCE` (a hang detector: its own stop deadline is 15 s).
+    pub fn terminate(&mut self) -> ExitStatus {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "the daemon ignored SIGTERM for {PATIENCE:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Unread {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

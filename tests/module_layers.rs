@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 /// Every module of the binary crate, lowest first, as the README's architecture section lists
 /// them: each may import only modules listed before it. (The core crate sits below them all.)
 const LAYERS: &[&str] = &[
+    "log_stream",
     "config",
     "metrics",
     "schedule",

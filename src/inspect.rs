@@ -5,15 +5,17 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+mod index;
 mod packages;
 
+pub use index::{IndexError, IndexPlatforms, MAX_PLATFORM_KEY, read_index};
 pub use packages::{LayerDoc, MAX_SBOM_LAYER_BYTES, platform_packages, read_sbom_layer};
 
 use crate::config::Platform;
 use crate::registry::{DOCKER_MANIFEST_LIST, MAX_CONFIG_BYTES, Manifest, OCI_INDEX, Registry, RegistryError};
-use builder_monitor_core::cnb::{self, AppMetadata, BuilderMetadata, Change, PinnedMetadata};
+use builder_monitor_core::cnb::{self, AppMetadata, BuilderMetadata, Change, MAX_PINNED_BYTES, PinnedMetadata};
 use builder_monitor_core::packages::Packages;
-use builder_monitor_core::reference::{ImageRef, is_sha256_digest};
+use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::text::escape;
 
 /// One resolved state of a tag.
@@ -28,6 +30,8 @@ pub struct Observation {
     pub single_config: Option<bytes::Bytes>,
     /// The layers of a single-manifest image (where its SBOM layer is).
     pub single_layers: Vec<LayerDoc>,
+    /// What was not read: an index's entries over `max_platforms`, its duplicates.
+    pub notes: Vec<String>,
 }
 
 impl Observation {
@@ -49,16 +53,15 @@ impl Observation {
 }
 
 #[derive(Deserialize)]
-struct IndexDoc {
+struct ImageManifestDoc {
+    config: ConfigDescriptor,
     #[serde(default)]
-    manifests: Vec<Descriptor>,
+    layers: Vec<LayerDoc>,
 }
 
 #[derive(Deserialize)]
-struct ImageManifestDoc {
-    config: Descriptor,
-    #[serde(default)]
-    layers: Vec<LayerDoc>,
+struct ConfigDescriptor {
+    digest: String,
 }
 
 fn parse_image_manifest(image: &ImageRef, manifest: &Manifest) -> Result<ImageManifestDoc, RegistryError> {
@@ -68,96 +71,53 @@ fn parse_image_manifest(image: &ImageRef, manifest: &Manifest) -> Result<ImageMa
     })
 }
 
-#[derive(Deserialize)]
-struct Descriptor {
-    digest: String,
-    #[serde(default)]
-    platform: Option<PlatformDoc>,
-    #[serde(default)]
-    annotations: BTreeMap<String, String>,
-}
-
-#[derive(Deserialize, Default)]
-struct PlatformDoc {
-    #[serde(default)]
-    os: String,
-    #[serde(default)]
-    architecture: String,
-    #[serde(default)]
-    variant: Option<String>,
-}
-
-impl PlatformDoc {
-    fn key(&self) -> Option<String> {
-        if self.os.is_empty() || self.architecture.is_empty() || self.os == "unknown" {
-            return None;
-        }
-        let mut key = format!("{}/{}", self.os, self.architecture);
-        if let Some(v) = self.variant.as_deref().filter(|v| !v.is_empty()) {
-            key.push('/');
-            key.push_str(v);
-        }
-        Some(key)
-    }
-}
-
 pub fn is_index(media_type: &str) -> bool {
     media_type == OCI_INDEX || media_type == DOCKER_MANIFEST_LIST
 }
 
-/// Fetches `digest` of `image`'s repository and lists its platforms.
-pub async fn observe(registry: &Registry, image: &ImageRef, digest: &str) -> Result<Observation, RegistryError> {
+/// Fetches `digest` of `image`'s repository and lists its platforms (at most `max_platforms`).
+pub async fn observe(
+    registry: &Registry,
+    image: &ImageRef,
+    digest: &str,
+    max_platforms: usize,
+) -> Result<Observation, RegistryError> {
     let manifest = registry.get_manifest(image, digest).await?;
-    observation_from(registry, image, manifest).await
+    observation_from(registry, image, manifest, max_platforms).await
 }
 
-/// Lists the platforms of an already fetched manifest (fetching a config blob for single images).
+/// Lists the platforms of an already fetched manifest (fetching a config blob for single images):
+/// of an index, its first `max_platforms` distinct platform entries (see [`read_index`]).
 pub async fn observation_from(
     registry: &Registry,
     image: &ImageRef,
     manifest: Manifest,
+    max_platforms: usize,
 ) -> Result<Observation, RegistryError> {
-    let invalid = |detail: String| RegistryError::InvalidResponse { registry: image.registry().to_string(), detail };
-    let mut platforms = BTreeMap::new();
-    let mut single_config = None;
-    let mut single_layers = Vec::new();
     if is_index(&manifest.media_type) {
-        let index: IndexDoc = serde_json::from_slice(&manifest.bytes)
-            .map_err(|e| invalid(format!("index {} is not valid JSON: {e}", manifest.digest)))?;
-        for entry in index.manifests {
-            // Attestations and other artifacts ride along in indexes as unknown/unknown.
-            if entry.annotations.contains_key("vnd.docker.reference.type") {
-                continue;
-            }
-            let Some(key) = entry.platform.as_ref().and_then(PlatformDoc::key) else {
-                continue;
-            };
-            if !is_sha256_digest(&entry.digest) {
-                return Err(invalid(format!("index {} lists a bad digest \"{}\"", manifest.digest, entry.digest)));
-            }
-            let mut unique = key.clone();
-            let mut n = 2;
-            while platforms.contains_key(&unique) {
-                unique = format!("{key}#{n}");
-                n += 1;
-            }
-            platforms.insert(unique, entry.digest);
-        }
-    } else {
-        let doc = parse_image_manifest(image, &manifest)?;
-        let config = registry.get_blob(image, &doc.config.digest, MAX_CONFIG_BYTES).await?;
-        let platform: PlatformDoc = serde_json::from_slice(&config).unwrap_or_default();
-        let key = platform.key().unwrap_or_else(|| "unknown".to_string());
-        platforms.insert(key, manifest.digest.clone());
-        single_config = Some(config);
-        single_layers = doc.layers;
+        let read = read_index(&manifest.bytes, max_platforms).map_err(|e| RegistryError::InvalidResponse {
+            registry: image.registry().to_string(),
+            detail: format!("index {} {e}", manifest.digest),
+        })?;
+        return Ok(Observation {
+            digest: manifest.digest,
+            media_type: manifest.media_type,
+            platforms: read.platforms,
+            single_config: None,
+            single_layers: Vec::new(),
+            notes: read.note.into_iter().collect(),
+        });
     }
+    let doc = parse_image_manifest(image, &manifest)?;
+    let config = registry.get_blob(image, &doc.config.digest, MAX_CONFIG_BYTES).await?;
+    let key = index::config_platform(&config).unwrap_or_else(|| "unknown".to_string());
     Ok(Observation {
+        platforms: [(key, manifest.digest.clone())].into(),
         digest: manifest.digest,
         media_type: manifest.media_type,
-        platforms,
-        single_config,
-        single_layers,
+        single_config: Some(config),
+        single_layers: doc.layers,
+        notes: Vec::new(),
     })
 }
 
@@ -213,63 +173,81 @@ async fn metadata_of(
         true => platform_packages(registry, image, config, layers).await,
         false => None,
     };
+    let mut metadata = PinnedMetadata { notes: observation.notes.clone(), ..PinnedMetadata::default() };
     if let Some(config) = &observation.single_config {
-        let metadata = cnb::platform_metadata(config);
+        let platform = cnb::platform_metadata(config);
         let packages = packages_of(config, &observation.single_layers).await;
-        let keys = || observation.platforms.keys().cloned();
-        return Ok(PinnedMetadata {
-            platforms: keys().map(|k| (k, metadata.clone())).collect(),
-            run_image: None,
-            packages: packages.map(|p| keys().map(|k| (k, p.clone())).collect()).unwrap_or_default(),
-        });
+        for key in observation.platforms.keys() {
+            metadata.platforms.insert(key.clone(), platform.clone());
+            metadata.packages.extend(packages.clone().map(|p| (key.clone(), p)));
+        }
+        metadata.fit(MAX_PINNED_BYTES);
+        return Ok(metadata);
     }
     // One config blob at a time, parsed and dropped: a multi-arch builder's configs (up to 8 MiB
-    // each) are never all held at once.
-    let mut metadata = PinnedMetadata::default();
+    // each) are never all held at once. A manifest listed under several platforms is read once,
+    // and the pin is cut to its budget as each platform comes, so what is held stays near it.
+    let mut read: BTreeMap<String, (cnb::PlatformMetadata, Option<Packages>)> = BTreeMap::new();
     for (platform, digest) in observation.selected(filter) {
-        let manifest = registry.get_manifest(image, &digest).await?;
-        let doc = parse_image_manifest(image, &manifest)?;
-        let config = registry.get_blob(image, &doc.config.digest, MAX_CONFIG_BYTES).await?;
-        metadata.platforms.insert(platform.clone(), cnb::platform_metadata(&config));
-        if let Some(packages) = packages_of(&config, &doc.layers).await {
-            metadata.packages.insert(platform, packages);
-        }
+        let (platform_metadata, packages) = match read.get(&digest) {
+            Some(kept) => kept.clone(),
+            None => {
+                let manifest = registry.get_manifest(image, &digest).await?;
+                let doc = parse_image_manifest(image, &manifest)?;
+                let config = registry.get_blob(image, &doc.config.digest, MAX_CONFIG_BYTES).await?;
+                (cnb::platform_metadata(&config), packages_of(&config, &doc.layers).await)
+            }
+        };
+        metadata.platforms.insert(platform.clone(), platform_metadata);
+        metadata.packages.extend(packages.map(|p| (platform.clone(), p)));
+        metadata.fit(MAX_PINNED_BYTES);
+        let kept = (metadata.platforms[&platform].clone(), metadata.packages.get(&platform).cloned());
+        read.insert(digest, kept);
     }
     Ok(metadata)
 }
 
-/// The package lists of every selected platform of an observed run image: nothing more to fetch
-/// for a single manifest carrying the Paketo label; a platform manifest and config per platform of
-/// an index; one layer blob per platform whose list is in an SBOM layer. A fetch that fails is a
-/// note in that platform's list: a run image's move is reported whatever its lists say.
+/// The package lists of every selected platform of an observed run image, as its pin keeps them
+/// (with the observation's notes, cut to the pin's budget): nothing more to fetch for a single
+/// manifest carrying the Paketo label; a platform manifest and config per platform of an index
+/// (once per digest); one layer blob per platform whose list is in an SBOM layer. A fetch that
+/// fails is a note in that platform's list: a run image's move is reported whatever its lists say.
 pub async fn run_image_packages(
     registry: &Registry,
     image: &ImageRef,
     observation: &Observation,
     filter: Option<&[Platform]>,
-) -> BTreeMap<String, Packages> {
-    let mut lists = BTreeMap::new();
+) -> PinnedMetadata {
+    let mut metadata = PinnedMetadata { notes: observation.notes.clone(), ..PinnedMetadata::default() };
     if let Some(config) = &observation.single_config {
         if let Some(packages) = platform_packages(registry, image, config, &observation.single_layers).await {
-            lists.extend(observation.platforms.keys().map(|k| (k.clone(), packages.clone())));
+            metadata.packages.extend(observation.platforms.keys().map(|k| (k.clone(), packages.clone())));
         }
-        return lists;
+        metadata.fit(MAX_PINNED_BYTES);
+        return metadata;
     }
+    let mut read: BTreeMap<String, Option<Packages>> = BTreeMap::new();
     for (platform, digest) in observation.selected(filter) {
-        let config = async {
-            let manifest = registry.get_manifest(image, &digest).await?;
-            let doc = parse_image_manifest(image, &manifest)?;
-            Ok::<_, RegistryError>((registry.get_blob(image, &doc.config.digest, MAX_CONFIG_BYTES).await?, doc.layers))
+        let packages = match read.get(&digest) {
+            Some(kept) => kept.clone(),
+            None => {
+                let config = async {
+                    let manifest = registry.get_manifest(image, &digest).await?;
+                    let doc = parse_image_manifest(image, &manifest)?;
+                    let config = registry.get_blob(image, &doc.config.digest, MAX_CONFIG_BYTES).await?;
+                    Ok::<_, RegistryError>((config, doc.layers))
+                };
+                match config.await {
+                    Ok((config, layers)) => platform_packages(registry, image, &config, &layers).await,
+                    Err(err) => Some(Packages::unreadable(format!("the image config could not be read: {err}"))),
+                }
+            }
         };
-        let packages = match config.await {
-            Ok((config, layers)) => platform_packages(registry, image, &config, &layers).await,
-            Err(err) => Some(Packages::unreadable(format!("the image config could not be read: {err}"))),
-        };
-        if let Some(packages) = packages {
-            lists.insert(platform, packages);
-        }
+        metadata.packages.extend(packages.map(|p| (platform.clone(), p)));
+        metadata.fit(MAX_PINNED_BYTES);
+        read.insert(digest, metadata.packages.get(&platform).cloned());
     }
-    lists
+    metadata
 }
 
 /// An app image as found in its registry.
@@ -291,13 +269,17 @@ pub enum AppMetadataError {
 }
 
 /// Reads an app image (its linux/amd64 platform when it is an index). `Ok(None)`: no such image.
-pub async fn app_metadata(registry: &Registry, image: &ImageRef) -> Result<Option<AppImage>, RegistryError> {
+pub async fn app_metadata(
+    registry: &Registry,
+    image: &ImageRef,
+    max_platforms: usize,
+) -> Result<Option<AppImage>, RegistryError> {
     let manifest = match registry.get_manifest(image, image.manifest_reference()).await {
         Ok(m) => m,
         Err(RegistryError::NotFound { .. }) => return Ok(None),
         Err(e) => return Err(e),
     };
-    let observation = observation_from(registry, image, manifest).await?;
+    let observation = observation_from(registry, image, manifest, max_platforms).await?;
     let preferred = observation
         .platforms
         .keys()
@@ -332,6 +314,10 @@ pub struct Resolution {
     /// CNB metadata of the preferred platform, when the image is a builder.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub builder: Option<BuilderMetadata>,
+    /// What was not read or not kept: index entries over `max_platforms` or duplicated, metadata
+    /// over the size limits.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -343,9 +329,9 @@ pub struct PlatformDigest {
 }
 
 /// Resolves a reference: one manifest GET, then the preferred platform's config for CNB metadata.
-pub async fn resolve(registry: &Registry, image: &ImageRef) -> Result<Resolution, RegistryError> {
+pub async fn resolve(registry: &Registry, image: &ImageRef, max_platforms: usize) -> Result<Resolution, RegistryError> {
     let manifest = registry.get_manifest(image, image.manifest_reference()).await?;
-    let observation = observation_from(registry, image, manifest).await?;
+    let observation = observation_from(registry, image, manifest, max_platforms).await?;
     let preferred = observation
         .platforms
         .keys()
@@ -353,8 +339,9 @@ pub async fn resolve(registry: &Registry, image: &ImageRef) -> Result<Resolution
         .or_else(|| observation.platforms.keys().next())
         .and_then(|k| Platform::parse(k.split('#').next().unwrap_or(k)));
     let filter = preferred.map(|p| vec![p]);
-    let metadata = builder_metadata(registry, image, &observation, filter.as_deref()).await?;
+    let mut metadata = builder_metadata(registry, image, &observation, filter.as_deref()).await?;
     let builder = metadata.preferred().cloned();
+    let notes = std::mem::take(&mut metadata.notes);
     let platforms = observation
         .platforms
         .iter()
@@ -375,29 +362,44 @@ pub async fn resolve(registry: &Registry, image: &ImageRef) -> Result<Resolution
         media_type: observation.media_type,
         platforms,
         builder,
+        notes,
     })
 }
 
 /// Classifies the move from one builder reference to another, as `diff` prints it. Run images are
 /// compared by name: the digests they had when each builder was published are not known. Two
 /// images that are not builders but list OS packages (run images) compare as a run image move.
-pub async fn diff(registry: &Registry, old: &ImageRef, new: &ImageRef) -> Result<Change, RegistryError> {
+/// Each side is read as a pin would be: at most `max_platforms` platforms, within the pin's budget;
+/// what was left out on either side is in the change's `notes`.
+pub async fn diff(
+    registry: &Registry,
+    old: &ImageRef,
+    new: &ImageRef,
+    max_platforms: usize,
+) -> Result<Change, RegistryError> {
     let mut sides = Vec::new();
-    for image in [old, new] {
+    let mut notes = Vec::new();
+    for (side, image) in [("old", old), ("new", new)] {
         let manifest = registry.get_manifest(image, image.manifest_reference()).await?;
-        let observation = observation_from(registry, image, manifest).await?;
-        let metadata = pin_metadata(registry, image, &observation, None).await?;
+        let observation = observation_from(registry, image, manifest, max_platforms).await?;
+        let mut metadata = pin_metadata(registry, image, &observation, None).await?;
+        notes.extend(std::mem::take(&mut metadata.notes).into_iter().map(|n| format!("{side} image: {n}")));
         sides.push((image.pinned(&observation.digest), metadata));
     }
     let base_image = |m: &PinnedMetadata| {
         !m.platforms.is_empty() && m.platforms.values().all(|p| matches!(p, cnb::PlatformMetadata::NotBuilder))
     };
     let [(old_ref, old_meta), (new_ref, new_meta)] = <[_; 2]>::try_from(sides).expect("two sides");
-    if base_image(&old_meta) && base_image(&new_meta) && !(old_meta.packages.is_empty() && new_meta.packages.is_empty())
+    let mut change = if base_image(&old_meta)
+        && base_image(&new_meta)
+        && !(old_meta.packages.is_empty() && new_meta.packages.is_empty())
     {
-        return Ok(Change::run_image_moved(old_ref, new_ref).with_packages(&old_meta.packages, &new_meta.packages));
-    }
-    Ok(cnb::classify(&old_meta, &new_meta))
+        Change::run_image_moved(old_ref, new_ref).with_packages(&old_meta.packages, &new_meta.packages)
+    } else {
+        cnb::classify(&old_meta, &new_meta)
+    };
+    change.notes = notes;
+    Ok(change)
 }
 
 impl Resolution {
@@ -419,6 +421,9 @@ impl Resolution {
         if let Some(b) = &self.builder {
             out.push_str(&cnb::describe(b));
         }
+        for note in &self.notes {
+            out.push_str(&format!("  note:       {}\n", escape(note)));
+        }
         out
     }
 }
@@ -432,6 +437,7 @@ mod tests {
         let obs = Observation {
             single_config: None,
             single_layers: Vec::new(),
+            notes: Vec::new(),
             digest: "sha256:i".into(),
             media_type: OCI_INDEX.into(),
             platforms: [

@@ -565,6 +565,7 @@ mod tests {
             run_image: None,
             builders: Vec::new(),
             changes: Vec::new(),
+            notes: Vec::new(),
         }
     }
 

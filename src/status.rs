@@ -73,6 +73,10 @@ pub struct BuilderStatus {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub builders: Vec<String>,
     pub changes: Vec<ChangeSummary>,
+    /// What the pin left out: index entries over `max_platforms` or duplicated, metadata over the
+    /// pin's ledger budget.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// An app image and the last moves of its tag.
@@ -144,11 +148,8 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
     for b in &config.builders {
         let image = b.image.to_string();
         let record = ledger.watch(&b.name).await?.filter(|r| r.image == image);
-        let run_image = record
-            .as_ref()
-            .and_then(WatchRecord::pinned_metadata)
-            .and_then(|m| m.preferred().and_then(|p| p.run_image()).map(str::to_string));
         let metadata = record.as_ref().and_then(WatchRecord::pinned_metadata);
+        let run_image = metadata.as_ref().and_then(|m| m.preferred()?.run_image().map(str::to_string));
         if let Ok(Some(run)) = run_image_watch(b, metadata.as_ref()) {
             run_images
                 .entry(run_watch_name(&run))
@@ -260,6 +261,12 @@ async fn watch_status(
     Ok(builder_status(name, image, record, changes))
 }
 
+/// The notes kept with a pin, read from its JSON without the rest of the metadata.
+fn pin_notes(record: &WatchRecord) -> Vec<String> {
+    let notes = record.metadata.as_ref().and_then(|m| m.get("notes")).and_then(|n| n.as_array());
+    notes.map(|n| n.iter().filter_map(|v| v.as_str().map(str::to_string)).collect()).unwrap_or_default()
+}
+
 fn builder_status(
     name: &str,
     image: &str,
@@ -292,6 +299,7 @@ fn builder_status(
         next_check: None,
         run_image: None,
         builders: Vec::new(),
+        notes: record.map(pin_notes).unwrap_or_default(),
         changes: changes
             .into_iter()
             .map(|c| ChangeSummary {
@@ -460,6 +468,9 @@ fn render_watch(out: &mut String, title: &str, b: &BuilderStatus) {
     }
     if let Some(s) = &b.settling {
         let _ = writeln!(out, "  settling:   {} seen since {}", short(&s.digest), s.since);
+    }
+    for note in &b.notes {
+        let _ = writeln!(out, "  note:       {}", escape(note));
     }
     if b.changes.is_empty() {
         let _ = writeln!(out, "  changes:    none");

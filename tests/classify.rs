@@ -433,7 +433,7 @@ async fn app_images_are_read_from_their_lifecycle_labels() {
     let reg = Registry::new(Vec::new(), builder_monitor::metrics::Metrics::new());
     let image =
         builder_monitor_core::reference::ImageRef::parse(&format!("{}/apps/petclinic:latest", registry.host)).unwrap();
-    let found = builder_monitor::inspect::app_metadata(&reg, &image).await.unwrap().unwrap();
+    let found = builder_monitor::inspect::app_metadata(&reg, &image, 16).await.unwrap().unwrap();
     assert_eq!(found.digest, pushed.digest);
     let metadata = found.metadata.unwrap().unwrap();
     assert_eq!(metadata.run_image_digest(), Some(run_digest.as_str()));
@@ -442,7 +442,10 @@ async fn app_images_are_read_from_their_lifecycle_labels() {
 
     let missing =
         builder_monitor_core::reference::ImageRef::parse(&format!("{}/apps/none:latest", registry.host)).unwrap();
-    assert!(builder_monitor::inspect::app_metadata(&reg, &missing).await.unwrap().is_none(), "an app not built yet");
+    assert!(
+        builder_monitor::inspect::app_metadata(&reg, &missing, 16).await.unwrap().is_none(),
+        "an app not built yet"
+    );
 }
 
 #[tokio::test]

@@ -127,8 +127,8 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
         }
         Command::Resolve { image, json, insecure, config } => {
             let image = parse_image(&image)?;
-            let registry = registry_for(config.as_deref(), insecure, &[&image])?;
-            let resolution = inspect::resolve(&registry, &image).await?;
+            let (registry, max_platforms) = reader_for(config.as_deref(), insecure, &[&image])?;
+            let resolution = inspect::resolve(&registry, &image, max_platforms).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&resolution).context("encoding JSON")?);
             } else {
@@ -138,8 +138,8 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
         }
         Command::Diff { old, new, json, insecure, config } => {
             let (old, new) = (parse_image(&old)?, parse_image(&new)?);
-            let registry = registry_for(config.as_deref(), insecure, &[&old, &new])?;
-            let change = inspect::diff(&registry, &old, &new).await?;
+            let (registry, max_platforms) = reader_for(config.as_deref(), insecure, &[&old, &new])?;
+            let change = inspect::diff(&registry, &old, &new, max_platforms).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&change).context("encoding JSON")?);
             } else {
@@ -151,6 +151,9 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
                     }
                 }
                 print!("{}", packages_text(&change));
+                for note in &change.notes {
+                    println!("note: {}", text::escape(note));
+                }
             }
             Ok(0)
         }
@@ -355,15 +358,24 @@ fn parse_image(text: &str) -> Result<ImageRef, Failure> {
 /// A registry client with the config's registry settings, or the defaults; with `insecure`, plain
 /// HTTP for the registries of `images`.
 fn registry_for(config: Option<&Path>, insecure: bool, images: &[&ImageRef]) -> Result<Registry, Failure> {
-    let mut registries = match config {
-        Some(path) => load_config(path, Secrets::Registries)?.registries,
-        None => Default::default(),
+    reader_for(config, insecure, images).map(|(registry, _)| registry)
+}
+
+/// The registry of [`registry_for`] and how many platforms of an index to read (`[monitor]
+/// max_platforms`, or its default without a config).
+fn reader_for(config: Option<&Path>, insecure: bool, images: &[&ImageRef]) -> Result<(Registry, usize), Failure> {
+    let (mut registries, max_platforms) = match config {
+        Some(path) => {
+            let config = load_config(path, Secrets::Registries)?;
+            (config.registries, config.monitor.max_platforms)
+        }
+        None => (Default::default(), builder_monitor::config::DEFAULT_MAX_PLATFORMS),
     };
     for image in images.iter().filter(|_| insecure) {
         let host = image.registry();
         registries.entry(host.to_string()).or_insert_with(|| RegistrySettings::defaults_for(host)).insecure = true;
     }
-    Ok(Registry::new(registries.into_values(), Metrics::new()))
+    Ok((Registry::new(registries.into_values(), Metrics::new()), max_platforms))
 }
 
 /// The ledger's run image pin histories a `rebase --config` answers to (never onto an older run

@@ -55,6 +55,9 @@ pub const MAX_RATE: f64 = 10_000.0;
 pub const MAX_BURST: u32 = 10_000;
 /// Largest `history` (changes kept per watch).
 pub const MAX_HISTORY: usize = 1_000_000;
+/// Distinct platforms of an index read by default, and at most (`[monitor] max_platforms`).
+pub const DEFAULT_MAX_PLATFORMS: usize = 16;
+pub const MAX_MAX_PLATFORMS: usize = 256;
 
 /// The time between two permits of a rate limiter. The rate is clamped to [`MIN_RATE`, `MAX_RATE`]
 /// (which validation enforces), so no value reaching here can overflow a `Duration`.
@@ -147,6 +150,8 @@ pub struct MonitorSettings {
     pub state: StateLocation,
     /// Changes kept per watch; older ones are pruned when a new one is recorded.
     pub history: usize,
+    /// Distinct platform entries of an index read (in index order); the rest are a note.
+    pub max_platforms: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -500,6 +505,7 @@ struct RawMonitor {
     jitter: Option<Spanned<String>>,
     state: Option<Spanned<String>>,
     history: Option<Spanned<i64>>,
+    max_platforms: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -752,19 +758,21 @@ impl<'a> Validator<'a> {
             Some(v) => Some(StateLocation::Sqlite(self.path(v.get_ref()))),
             None => Some(StateLocation::Sqlite(self.path(DEFAULT_STATE))),
         };
-        let history = match &raw.history {
-            Some(v) if !(1..=MAX_HISTORY as i64).contains(v.get_ref()) => {
-                self.error(v.span(), format!("history must be between 1 and {MAX_HISTORY}"));
+        let mut count = |value: &Option<Spanned<i64>>, what: &str, default: usize, max: usize| match value {
+            Some(v) if !(1..=max as i64).contains(v.get_ref()) => {
+                self.error(v.span(), format!("{what} must be between 1 and {max}"));
                 ok = false;
                 0
             }
             Some(v) => *v.get_ref() as usize,
-            None => DEFAULT_HISTORY,
+            None => default,
         };
+        let history = count(&raw.history, "history", DEFAULT_HISTORY, MAX_HISTORY);
+        let max_platforms = count(&raw.max_platforms, "max_platforms", DEFAULT_MAX_PLATFORMS, MAX_MAX_PLATFORMS);
         if !ok {
             return None;
         }
-        Some(MonitorSettings { interval: interval?, jitter: jitter?, state: state?, history })
+        Some(MonitorSettings { interval: interval?, jitter: jitter?, state: state?, history, max_platforms })
     }
 
     fn server(&mut self, raw: RawServer) -> Option<ServerSettings> {

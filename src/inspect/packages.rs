@@ -1,12 +1,13 @@
 //! The OS package list of one platform image: the config's Paketo label when present (no request),
-//! else the base-image SBOM layer its label names (one blob GET, capped, read in memory).
+//! else the base-image SBOM layer its label names (one blob GET, capped; unpacked and parsed as a
+//! stream, never held unpacked).
 
 use std::io::Read;
 
 use serde::Deserialize;
 
 use crate::registry::{Registry, RegistryError};
-use builder_monitor_core::packages::{self, Lookup, Packages, Source};
+use builder_monitor_core::packages::{self, Lookup, Package, Packages, Source};
 use builder_monitor_core::reference::ImageRef;
 
 /// Largest SBOM layer fetched, compressed (real ones: a few hundred KiB).
@@ -105,7 +106,7 @@ fn read_capped(blob: &[u8], cap: u64) -> Packages {
     };
     let mut archive = tar::Archive::new(Capped { inner: reader, left: cap, cap });
     let not_tar = |e: std::io::Error| Packages::unreadable(format!("the SBOM layer is not a readable tar: {e}"));
-    let mut best: Option<(Source, Vec<u8>)> = None;
+    let mut best: Option<(Source, Result<Vec<Package>, String>)> = None;
     let entries = match archive.entries() {
         Ok(entries) => entries,
         Err(e) => return not_tar(e),
@@ -126,14 +127,16 @@ fn read_capped(blob: &[u8], cap: u64) -> Packages {
         if best.as_ref().is_some_and(|(kept, _)| rank(*kept) <= rank(source)) {
             continue;
         }
-        let mut document = Vec::new();
-        if let Err(e) = entry.read_to_end(&mut document) {
-            return not_tar(e);
+        // Parsed as it is unpacked: a list over the cap stops the read at its entry 5,001, so
+        // neither the document (up to the unpacked cap) nor its entries are ever held whole.
+        best = Some((source, packages::parse_sbom_from(source, &mut entry)));
+        if rank(source) == 0 {
+            // Nothing later can be preferred: the rest of the layer is not unpacked.
+            break;
         }
-        best = Some((source, document));
     }
     match best {
-        Some((source, document)) => Packages::from_result(source, packages::parse_sbom(source, &document)),
+        Some((source, parsed)) => Packages::from_result(source, parsed),
         None => Packages::unreadable("the SBOM layer holds no cnb/sbom/bom.<cdx|spdx|syft>.json"),
     }
 }
@@ -218,10 +221,37 @@ mod tests {
         let bad_doc = tar_of(&[("cnb/sbom/bom.spdx.json", b"{")]);
         assert!(note(read_sbom_layer(&bad_doc)).contains("sbom:spdx document is malformed"));
         // A file larger than the unpacked cap: stopped there, not read whole.
-        let zeros = vec![0u8; 4 << 20];
-        let bomb = gzip(&tar_of(&[("cnb/sbom/bom.cdx.json", &zeros)]));
+        let mut spaces = br#"{"components": ["#.to_vec();
+        spaces.resize(4 << 20, b' ');
+        let bomb = gzip(&tar_of(&[("cnb/sbom/bom.cdx.json", &spaces)]));
         assert!(bomb.len() < 64 << 10);
         assert!(note(read_capped(&bomb, 1 << 20)).contains("unpacks to over 1048576 bytes"));
         assert!(!note(read_capped(&bomb, 8 << 20)).contains("unpacks to over"));
+    }
+
+    #[test]
+    fn a_list_over_the_cap_stops_the_unpacking_there() {
+        // 20 million empty components: 60 MB unpacked, ~60 KB of gzip, refused at entry 5,001.
+        // Written as it is compressed: the test never holds the document either.
+        let (open, chunk, close) = (br#"{"components":["#, "{},".repeat(100_000), b"{}]}");
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        let mut header = tar::Header::new_gnu();
+        header.set_path("cnb/sbom/bom.cdx.json").unwrap();
+        header.set_size((open.len() + 200 * chunk.len() + close.len()) as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        encoder.write_all(header.as_bytes()).unwrap();
+        encoder.write_all(open).unwrap();
+        for _ in 0..200 {
+            encoder.write_all(chunk.as_bytes()).unwrap();
+        }
+        encoder.write_all(close).unwrap();
+        let layer = encoder.finish().unwrap();
+        assert!(layer.len() < 256 << 10, "{} bytes of gzip", layer.len());
+        let note = match read_sbom_layer(&layer) {
+            Packages::Unreadable { note } => note,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(note, "sbom:cyclonedx document lists more than 5000 packages, over the 5000 kept");
     }
 }

@@ -75,7 +75,8 @@ fn is_zero(n: &u64) -> bool {
 impl WatchRecord {
     /// The CNB metadata recorded with the pin, if any could be read.
     pub fn pinned_metadata(&self) -> Option<PinnedMetadata> {
-        serde_json::from_value(self.metadata.clone()?).ok()
+        // From the value in place: no copy of it first.
+        PinnedMetadata::deserialize(self.metadata.as_ref()?).ok()
     }
 }
 

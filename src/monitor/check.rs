@@ -231,18 +231,20 @@ impl Monitor {
             return Ok(Observed::Head { digest: head.digest });
         }
         // By digest, not tag: what we fetch is exactly what the HEAD saw, even if the tag moves again.
-        let observation =
-            inspect::observe(&self.registry, &watch.image, &head.digest).await.map_err(|e| not_served(watch, e))?;
+        let max_platforms = self.config.monitor.max_platforms;
+        let observation = inspect::observe(&self.registry, &watch.image, &head.digest, max_platforms)
+            .await
+            .map_err(|e| not_served(watch, e))?;
         if decide::platforms_unchanged(watch, pin, &observation) {
             return Ok(Observed::Moved { observation, metadata: None, rollback: false });
         }
         let metadata = match watch.kind {
             // Kept with the pin so the next move diffs against it without refetching.
             WatchKind::RunImage => {
-                let packages =
+                let metadata =
                     inspect::run_image_packages(&self.registry, &watch.image, &observation, watch.platforms.as_deref())
                         .await;
-                Some(PinnedMetadata { packages, ..PinnedMetadata::default() }).filter(|m| !m.packages.is_empty())
+                Some(metadata).filter(|m| !m.packages.is_empty() || !m.notes.is_empty())
             }
             WatchKind::Builder => {
                 let mut metadata =
@@ -250,6 +252,8 @@ impl Monitor {
                         .await
                         .map_err(|e| not_served(watch, e))?;
                 metadata.run_image = self.resolve_run_image(watch, &metadata).await;
+                // The run image's lists come from its own pin: cut them too if the whole is over.
+                metadata.fit(cnb::MAX_PINNED_BYTES);
                 Some(metadata)
             }
         };

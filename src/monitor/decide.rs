@@ -54,6 +54,7 @@ fn selected(pin: &PinRecord, filter: &[Platform]) -> BTreeMap<String, String> {
         platforms: pin.platforms.clone(),
         single_config: None,
         single_layers: Vec::new(),
+        notes: Vec::new(),
     }
     .selected(Some(filter))
 }

@@ -181,7 +181,7 @@ impl Reaction<'_> {
         };
         if let Some(digest) = image.digest() {
             digests.insert(digest.to_string());
-            match inspect::observe(self.registry, &image, digest).await {
+            match inspect::observe(self.registry, &image, digest, self.config.monitor.max_platforms).await {
                 Ok(observation) => digests.extend(observation.platforms.into_values()),
                 Err(err) => {
                     tracing::warn!(run_image = %reference, error = %err, "cannot list the run image's platforms")
@@ -193,7 +193,7 @@ impl Reaction<'_> {
 
     /// What the app image's registry says about it now.
     pub async fn app_state(&self, image: &ImageRef) -> AppState {
-        match inspect::app_metadata(self.registry, image).await {
+        match inspect::app_metadata(self.registry, image, self.config.monitor.max_platforms).await {
             Ok(None) => AppState::Missing,
             Ok(Some(app)) => match app.metadata {
                 Ok(Some(m)) => AppState::Built {

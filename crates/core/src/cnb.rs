@@ -12,6 +12,11 @@ use crate::packages::{self, PackageDiff, Packages};
 use crate::reference::ImageRef;
 use crate::text::escape;
 
+mod limits;
+
+use limits::{Bounded, OVER_LIMIT, bounded, over_limit};
+pub use limits::{MAX_ENTRIES, MAX_LABEL_BYTES, MAX_PINNED_BYTES, json_size};
+
 pub const BUILDER_METADATA: &str = "io.buildpacks.builder.metadata";
 pub const STACK_ID: &str = "io.buildpacks.stack.id";
 pub const STACK_MIXINS: &str = "io.buildpacks.stack.mixins";
@@ -129,6 +134,10 @@ pub struct Change {
     /// Why a base move has no (or only a partial) package diff: a list unreadable, a side without.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub packages_note: Option<String>,
+    /// What was left unread or not kept on the new side (an index cut to `max_platforms`, parts of
+    /// a pin over its ledger budget), so the change was decided on less than the whole image.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl Change {
@@ -144,6 +153,7 @@ impl Change {
             note: None,
             packages: None,
             packages_note: None,
+            notes: Vec::new(),
         }
     }
 
@@ -383,6 +393,9 @@ pub struct PinnedMetadata {
     /// their build image's labels).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub packages: BTreeMap<String, Packages>,
+    /// What was not read or not kept (an index cut to `max_platforms`, pieces over the budget).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl PinnedMetadata {
@@ -409,93 +422,6 @@ pub enum MetadataError {
     /// Kept as this note instead of the metadata itself.
     #[error("metadata over the size limits, not kept: {0}")]
     OverLimit(String),
-}
-
-/// Largest `io.buildpacks.*` label value read (a real builder's largest is ~50 KB). A larger one
-/// makes the metadata over the limit; it is never copied out of the config blob.
-pub const MAX_LABEL_BYTES: usize = 1 << 20;
-/// Most entries any list or map in the metadata may have: buildpacks, layers, order groups and
-/// their entries, mixins, run images, API versions, env, diff ids (real builders: < 100). Parsing
-/// stops at the first entry over it.
-pub const MAX_ENTRIES: usize = 2_000;
-/// Starts every serde error raised for a limit, so it is told apart from malformed JSON.
-const OVER_LIMIT: &str = "over the limit: ";
-
-fn over_limit<E: serde::de::Error>(what: std::fmt::Arguments<'_>) -> E {
-    E::custom(format_args!("{OVER_LIMIT}{what}"))
-}
-
-/// A list of at most [`MAX_ENTRIES`] (`null` reads as empty).
-fn bounded<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    struct ListVisitor<T>(std::marker::PhantomData<T>);
-    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for ListVisitor<T> {
-        type Value = Vec<T>;
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a list")
-        }
-        fn visit_unit<E: serde::de::Error>(self) -> Result<Vec<T>, E> {
-            Ok(Vec::new())
-        }
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
-            let mut out = Vec::new();
-            while let Some(item) = seq.next_element()? {
-                if out.len() == MAX_ENTRIES {
-                    return Err(over_limit(format_args!("a list has more than {MAX_ENTRIES} entries")));
-                }
-                out.push(item);
-            }
-            Ok(out)
-        }
-    }
-    d.deserialize_any(ListVisitor(std::marker::PhantomData))
-}
-
-/// A map of at most [`MAX_ENTRIES`] (`null` reads as empty).
-fn bounded_map<'de, D, V>(d: D) -> Result<BTreeMap<String, V>, D::Error>
-where
-    D: Deserializer<'de>,
-    V: Deserialize<'de>,
-{
-    struct MapVisitor<V>(std::marker::PhantomData<V>);
-    impl<'de, V: Deserialize<'de>> serde::de::Visitor<'de> for MapVisitor<V> {
-        type Value = BTreeMap<String, V>;
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a map")
-        }
-        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-            Ok(BTreeMap::new())
-        }
-        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let mut out = BTreeMap::new();
-            while let Some((key, value)) = map.next_entry::<String, V>()? {
-                if out.len() == MAX_ENTRIES {
-                    return Err(over_limit(format_args!("a map has more than {MAX_ENTRIES} entries")));
-                }
-                out.insert(key, value);
-            }
-            Ok(out)
-        }
-    }
-    d.deserialize_any(MapVisitor(std::marker::PhantomData))
-}
-
-/// A label's top-level list or map, bounded like the fields inside it.
-struct Bounded<T>(T);
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Bounded<Vec<T>> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        bounded(d).map(Bounded)
-    }
-}
-
-impl<'de, V: Deserialize<'de>> Deserialize<'de> for Bounded<BTreeMap<String, V>> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        bounded_map(d).map(Bounded)
-    }
 }
 
 /// The `io.buildpacks.*` labels of a config; every other label is skipped without being copied,
@@ -1122,7 +1048,7 @@ pub fn classify(previous: &PinnedMetadata, current: &PinnedMetadata) -> Change {
         // images themselves; their targets differ, which is a rebuild.
         match (previous.platforms.iter().next(), current.platforms.iter().next()) {
             (Some((pk, prev)), Some((ck, cur))) => pairs.push((format!("{pk} → {ck}"), prev, cur)),
-            _ => return Change::unknown("no platform metadata to compare"),
+            _ => return Change { notes: current.notes.clone(), ..Change::unknown("no platform metadata to compare") },
         }
     }
     let base_moved = pairs.iter().any(|(_, p, c)| match (p, c) {
@@ -1179,6 +1105,7 @@ pub fn classify(previous: &PinnedMetadata, current: &PinnedMetadata) -> Change {
     if change.packages.is_none() && change.packages_note.is_none() && base_moved {
         change = change.with_packages(&previous.packages, &current.packages);
     }
+    change.notes = current.notes.clone();
     change
 }
 

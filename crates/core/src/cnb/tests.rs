@@ -94,6 +94,7 @@ fn single(m: BuilderMetadata) -> PinnedMetadata {
         platforms: [(key, PlatformMetadata::Builder(Box::new(m)))].into(),
         run_image: None,
         packages: Default::default(),
+        notes: Vec::new(),
     }
 }
 
@@ -349,6 +350,7 @@ fn classify_rules() {
         platforms: [("linux/amd64".into(), PlatformMetadata::NotBuilder)].into(),
         run_image: Option::None,
         packages: Default::default(),
+        notes: Vec::new(),
     };
     let c = case("non-CNB image", &base.pinned(), &not_builder, Unknown, &[]);
     assert!(c.note.unwrap().contains("not a CNB builder"));
@@ -357,6 +359,7 @@ fn classify_rules() {
             .into(),
         run_image: Option::None,
         packages: Default::default(),
+        notes: Vec::new(),
     };
     case("unreadable metadata", &unreadable, &base.pinned(), Unknown, &[]);
     case("nothing known", &PinnedMetadata::default(), &base.pinned(), Unknown, &[]);
@@ -380,6 +383,7 @@ fn multi_platform_changes_combine_to_the_strongest() {
             .into(),
             run_image: None,
             packages: Default::default(),
+            notes: Vec::new(),
         }
     };
     let base = Jammy::new();
@@ -447,6 +451,7 @@ fn metadata_over_the_limits_becomes_an_unknown_move_with_a_note_not_the_metadata
             platforms: [("linux/amd64".into(), over)].into(),
             run_image: None,
             packages: Default::default(),
+            notes: Vec::new(),
         },
     );
     assert_eq!(change.kind, ChangeKind::Unknown);

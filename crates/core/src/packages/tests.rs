@@ -247,3 +247,95 @@ fn kept_lists_round_trip_through_json() {
     let bad = Packages::unreadable("x");
     assert_eq!(serde_json::to_value(&bad).unwrap(), json!({"status": "unreadable", "note": "x"}));
 }
+
+/// A CycloneDX document of `entries` empty components, generated as it is read (never held
+/// whole), counting the bytes handed out.
+struct EmptyComponents {
+    entries: usize,
+    written: usize,
+    served: std::rc::Rc<std::cell::Cell<usize>>,
+    pending: Vec<u8>,
+}
+
+impl EmptyComponents {
+    fn new(entries: usize) -> (Self, std::rc::Rc<std::cell::Cell<usize>>) {
+        let served = std::rc::Rc::new(std::cell::Cell::new(0));
+        let doc =
+            EmptyComponents { entries, written: 0, served: served.clone(), pending: br#"{"components":["#.to_vec() };
+        (doc, served)
+    }
+}
+
+impl std::io::Read for EmptyComponents {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.pending.len() < buf.len() && self.written <= self.entries {
+            self.pending.extend_from_slice(match self.written {
+                n if n == self.entries => b"]}",
+                0 => b"{}",
+                _ => b",{}",
+            });
+            self.written += 1;
+        }
+        let n = buf.len().min(self.pending.len());
+        buf[..n].copy_from_slice(&self.pending[..n]);
+        self.pending.drain(..n);
+        self.served.set(self.served.get() + n);
+        Ok(n)
+    }
+}
+
+#[test]
+fn empty_components_count_as_entries_up_to_the_cap() {
+    let (at_cap, _) = EmptyComponents::new(MAX_PACKAGES);
+    assert_eq!(parse_sbom_from(Source::CycloneDx, at_cap), Ok(Vec::new()), "unnamed entries list no package");
+    let (over, _) = EmptyComponents::new(MAX_PACKAGES + 1);
+    let err = parse_sbom_from(Source::CycloneDx, over).unwrap_err();
+    assert_eq!(err, "sbom:cyclonedx document lists more than 5000 packages, over the 5000 kept");
+}
+
+#[test]
+fn a_huge_list_is_refused_after_reading_only_past_the_cap() {
+    // 20 million entries (60 MB of JSON): the read stops just after entry 5,001, so it has read
+    // about 15 KB (plus one buffer), and never holds more than 5,000 entries.
+    let (doc, served) = EmptyComponents::new(20_000_000);
+    let err = parse_sbom_from(Source::CycloneDx, doc).unwrap_err();
+    assert!(err.contains("more than 5000 packages"), "{err}");
+    assert!(served.get() < 64 << 10, "read {} bytes of a 60 MB document", served.get());
+    // The same cap on the label, and on the other formats' lists.
+    let entries = format!("[{}]", vec![r#"{"name":"p"}"#; MAX_PACKAGES + 1].join(","));
+    assert!(parse_paketo_label(&entries).unwrap_err().contains("lists more than 5000 packages"));
+    for (source, field) in [(Source::Spdx, "packages"), (Source::Syft, "artifacts")] {
+        let doc = format!(r#"{{"{field}": [{}]}}"#, vec!["{}"; MAX_PACKAGES + 1].join(","));
+        assert!(parse_sbom(source, doc.as_bytes()).unwrap_err().contains("more than 5000"), "{source:?}");
+    }
+}
+
+#[test]
+fn long_fields_are_refused_and_unused_ones_never_kept() {
+    let long = "x".repeat(MAX_FIELD_BYTES + 1);
+    let doc = json!({"components": [{"name": long, "version": "1"}]}).to_string();
+    let err = parse_sbom(Source::CycloneDx, doc.as_bytes()).unwrap_err();
+    assert_eq!(err, format!("sbom:cyclonedx document has a package field of {} bytes, over the 1024 kept", long.len()));
+    // A long purl is read for its arch only; nested lists, unknown fields and every external
+    // reference after the first purl are skipped.
+    let purl = format!("pkg:deb/ubuntu/openssl@3?arch=arm64&x={long}");
+    let refs: Vec<_> = (0..10_000)
+        .map(|i| json!({"referenceType": if i == 0 { "cpe23Type" } else { "purl" }, "referenceLocator": format!("pkg:deb/x@1?arch=a{i}")}))
+        .collect();
+    let doc = json!({"components": [{"name": "openssl", "version": "3", "purl": purl, "components": [{}, {}],
+                                     "properties": [{"name": long}]}],
+                     "packages": [{"name": "tzdata", "versionInfo": "1", "externalRefs": refs}]});
+    let cdx = parse_sbom(Source::CycloneDx, doc.to_string().as_bytes()).unwrap();
+    assert_eq!(cdx, vec![pkg("openssl", Some("arm64"), "3")]);
+    let spdx = parse_sbom(Source::Spdx, doc.to_string().as_bytes()).unwrap();
+    assert_eq!(spdx, vec![pkg("tzdata", Some("a1"), "1")]);
+}
+
+#[test]
+fn lookup_skips_other_labels_whatever_their_shape() {
+    let a = "sha256:aaaa";
+    let junk = json!({"a": [1, [2, {"b": null}]], "c": {"d": "e"}, "f": 1.5, BASE_SBOM: a});
+    assert_eq!(lookup(&config(junk, &[a])), Lookup::SbomLayer { diff_id: a.into(), position: 0 });
+    let Lookup::Found(Packages::Unreadable { note }) = lookup(&config(json!({BASE_SBOM: [a]}), &[a])) else { panic!() };
+    assert_eq!(note, format!("label {BASE_SBOM} is not a string"));
+}

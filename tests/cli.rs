@@ -356,3 +356,97 @@ fn roll_out_commands_write_the_ledger_when_no_daemon_holds_it() {
     let none = ws.run(&["unfreeze", "--config", config]);
     assert_eq!(none.stdout, "not frozen; nothing changed\n");
 }
+
+/// Every ```toml block of the manual (README.md and docs/*.md) that is a whole config passes
+/// `builder-monitor check`, so the manual cannot drift from the code. The rule: a block is a whole
+/// config when it has a `[[builders]]` table header line (`run` refuses a config without one); a
+/// block without one is a fragment (a `[runner]` or `[kubernetes]` table shown on its own) and is
+/// only parsed as TOML. Each whole config is written to its own temp dir and checked by the real
+/// binary with every variable its `*_env` keys name set (a URL for `url_env`) and every relative
+/// file its `*_file`, `docker_config` and `kubeconfig` keys name created with a stand-in.
+/// (`config.example.toml` has its own test, `example_config_is_valid`.)
+#[test]
+fn every_whole_config_in_the_manual_passes_check() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("README.md")];
+    let mut docs: Vec<_> = std::fs::read_dir(root.join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    files.extend(docs);
+    let (mut checked, mut fragments) = (Vec::new(), Vec::new());
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let name = file.strip_prefix(root).unwrap().display().to_string();
+        let mut lines = text.lines().enumerate();
+        while let Some((start, line)) = lines.next() {
+            if line.trim_end() != "```toml" {
+                continue;
+            }
+            let block: String =
+                lines.by_ref().take_while(|(_, l)| !l.starts_with("```")).map(|(_, l)| format!("{l}\n")).collect();
+            let place = format!("{name}:{}", start + 1);
+            let table: toml::Table =
+                toml::from_str(&block).unwrap_or_else(|e| panic!("{place} is not TOML: {e}\n{block}"));
+            if !block.lines().any(|l| l.trim() == "[[builders]]") {
+                fragments.push(place);
+                continue;
+            }
+            let ws = Workspace::new();
+            let (mut vars, mut stand_ins) = (Vec::new(), Vec::new());
+            collect_env_and_files(&toml::Value::Table(table), &mut vars, &mut stand_ins);
+            for (key, path) in &stand_ins {
+                let path = ws.path(path);
+                let content = match key.as_str() {
+                    "docker_config" => "{\"auths\": {}}\n".to_string(),
+                    "url_file" => "https://receiver.example/hook\n".to_string(),
+                    "ca_file" => std::fs::read_to_string(support::fixture("token-cert.pem")).unwrap(),
+                    _ => "stand-in\n".to_string(),
+                };
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(path, content).unwrap();
+            }
+            let env: Vec<(&str, &str)> = vars
+                .iter()
+                .map(|(key, var)| {
+                    (var.as_str(), if key == "url_env" { "https://receiver.example/hook" } else { "stand-in" })
+                })
+                .collect();
+            let config = ws.config(&block);
+            let out = run_with_env(&["check", "--config", config.to_str().unwrap()], &env, ws.dir.path());
+            assert_eq!(out.code, Some(0), "`check` refuses {place}:\n{}\n{block}", out.stderr);
+            checked.push(place);
+        }
+    }
+    eprintln!(
+        "checked {} whole configs: {checked:?}; skipped {} fragments: {fragments:?}",
+        checked.len(),
+        fragments.len()
+    );
+    assert!(checked.len() >= 2, "the manual's whole configs went missing: {checked:?}");
+}
+
+/// The `*_env` keys (with the variable each names) and the relative paths of the `*_file`,
+/// `docker_config` and `kubeconfig` keys, anywhere in a config.
+fn collect_env_and_files(value: &toml::Value, vars: &mut Vec<(String, String)>, files: &mut Vec<(String, String)>) {
+    match value {
+        toml::Value::Table(table) => {
+            for (key, value) in table {
+                match value.as_str() {
+                    Some(var) if key.ends_with("_env") => vars.push((key.clone(), var.to_string())),
+                    Some(path)
+                        if (key.ends_with("_file") || key == "docker_config" || key == "kubeconfig")
+                            && std::path::Path::new(path).is_relative() =>
+                    {
+                        files.push((key.clone(), path.to_string()))
+                    }
+                    _ => collect_env_and_files(value, vars, files),
+                }
+            }
+        }
+        toml::Value::Array(items) => items.iter().for_each(|item| collect_env_and_files(item, vars, files)),
+        _ => {}
+    }
+}

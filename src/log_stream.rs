@@ -162,7 +162,7 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogStream {
 /// tokio worker, then the daemon) and needs the lock a blocked write holds. Called once, first.
 pub fn init() -> std::io::Result<LogStream> {
     let started = LogStream::start(std::io::stderr())?;
-    // A second call's thread would idle on an empty queue for good; there is none.
+    // main calls this once; a second call's thread would only idle on its own empty queue.
     let stream = STREAM.get_or_init(|| started);
     let panics = stream.clone();
     std::panic::set_hook(Box::new(move |info| {

@@ -20,19 +20,7 @@ use builder_monitor_core::schedule::{parse_timestamp, timestamp};
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use support::kube::KubeDouble;
-
-/// Runs `scenario` against a fresh SQLite ledger and a fresh Kubernetes ledger.
-async fn both<F, Fut>(scenario: F)
-where
-    F: Fn(Ledger) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    let dir = tempfile::tempdir().unwrap();
-    scenario(Ledger::open(&dir.path().join("ledger.db")).unwrap()).await;
-    let double = KubeDouble::start().await;
-    double.create_namespace("bm");
-    scenario(Ledger::kubernetes(double.client(), "bm", Utc::now())).await;
-}
+use support::ledgers::both;
 
 /// The caller's clock, as the ledger is given it.
 fn at(text: &str) -> DateTime<Utc> {

@@ -516,6 +516,25 @@ mod tests {
         assert_ne!(first, failure_event_id("jammy", EventType::CheckRecovered, since, 1));
     }
 
+    /// A rebuild of the app image `image`.
+    fn action_on(image: &str) -> ActionInfo {
+        ActionInfo {
+            key: "bm-1".into(),
+            image: image.into(),
+            reference: format!("r/{image}:latest"),
+            kind: "rebuild".into(),
+            change: "c".into(),
+            attempt: 1,
+            max_attempts: 3,
+            detail: None,
+            output_tail: None,
+            previous: None,
+            digest: None,
+            path: None,
+            tag_race: None,
+        }
+    }
+
     fn subject_of(t: EventType, fill: impl FnOnce(&mut Event)) -> String {
         let mut e = Event::new("id".into(), t, "t".into(), Subject { name: "jammy".into(), image: "x".into() });
         fill(&mut e);
@@ -534,23 +553,7 @@ mod tests {
         for t in [EventType::RunImageChanged, EventType::CheckFailed, EventType::CheckRecovered] {
             assert_eq!(subject_of(t, run), "run:docker.io/paketobuildpacks/run-jammy-base:latest", "{t}");
         }
-        let action = |e: &mut Event| {
-            e.action = Some(ActionInfo {
-                key: "bm-1".into(),
-                image: "petclinic".into(),
-                reference: "r/petclinic:latest".into(),
-                kind: "rebuild".into(),
-                change: "c".into(),
-                attempt: 1,
-                max_attempts: 3,
-                detail: None,
-                output_tail: None,
-                previous: None,
-                digest: None,
-                path: None,
-                tag_race: None,
-            })
-        };
+        let action = |e: &mut Event| e.action = Some(action_on("petclinic"));
         for t in [
             EventType::BuildStarted,
             EventType::BuildSucceeded,
@@ -597,23 +600,7 @@ mod tests {
     fn subjects_of_different_kinds_never_meet() {
         // A builder may be named `rollout` or like an app image; its key still differs.
         assert_ne!(subject_of(EventType::BuilderChanged, |e| e.builder.name = "rollout".into()), "rollout");
-        let image = subject_of(EventType::BuildStarted, |e| {
-            e.action = Some(ActionInfo {
-                key: "k".into(),
-                image: "jammy".into(),
-                reference: "r".into(),
-                kind: "rebuild".into(),
-                change: "c".into(),
-                attempt: 1,
-                max_attempts: 1,
-                detail: None,
-                output_tail: None,
-                previous: None,
-                digest: None,
-                path: None,
-                tag_race: None,
-            })
-        });
+        let image = subject_of(EventType::BuildStarted, |e| e.action = Some(action_on("jammy")));
         assert_ne!(image, subject_of(EventType::BuilderChanged, |_| {}));
     }
 

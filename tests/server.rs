@@ -348,9 +348,9 @@ async fn a_hook_for_an_unchanged_tag_costs_three_heads_and_a_burst_of_hooks_no_m
     for burst in [1, 8] {
         proxy.clear();
         let before = checks(&s.monitor);
-        for _ in 0..burst {
-            hook_latest(&s.base).await;
-        }
+        // Sent together, so the burst lands while the first check runs (sent one after another
+        // on a loaded machine, a late one could land during a follow-up and start the chain over).
+        futures::future::join_all((0..burst).map(|_| hook_latest(&s.base))).await;
         wait_until(|| !handle.hook_checks_pending("b")).await;
         let heads = tag_heads(&proxy);
         assert_eq!(heads.len(), 3, "{burst} hook(s): at once, then the two follow-ups");

@@ -1,4 +1,4 @@
-//! The registry-rebase benchmark (README, "Performance: registry rebase"): `cargo bench --bench rebase`.
+//! The registry-rebase benchmark (docs/performance.md, "Registry rebase"): `cargo bench --bench rebase`.
 //!
 //! Starts two CNCF Distribution registries on loopback, each behind a counting proxy, pushes CNB
 //! run images and apps built on them, and measures in one run:

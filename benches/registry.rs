@@ -1,4 +1,4 @@
-//! The registry benchmark (README, "Performance"): `cargo bench --bench registry`.
+//! The registry benchmark (docs/performance.md): `cargo bench --bench registry`.
 //!
 //! Starts the real CNCF Distribution registry on loopback, pushes builder-like images (multi-arch
 //! OCI indexes and single Docker manifests with CNB labels) and tags them up to 10,000 times, then

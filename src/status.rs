@@ -1,5 +1,5 @@
 //! The status report: pins, last checks, recent changes, open actions and dead letters, as the
-//! stable JSON of the README (`status --json`) or as text for people.
+//! stable JSON of docs/commands.md (`status --json`) or as text for people.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

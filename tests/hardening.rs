@@ -514,7 +514,7 @@ fn status_kib(pid: u32, field: &str) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// The measurement behind the README's memory claim (a manual run, release build):
+/// The measurement behind docs/security.md's memory claim (a manual run, release build):
 /// `cargo test --release --test hardening -- --ignored --nocapture peak_rss`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: run by hand in release mode"]

@@ -282,7 +282,7 @@ builders = ["untrusted"]
     let bytes = std::fs::read(&png).expect("a screenshot");
     assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
     assert_eq!(u32::from_be_bytes(bytes[16..20].try_into().unwrap()), 1280, "IHDR width");
-    // `STATUS_PAGE_SCREENSHOT=docs/status-page.png` refreshes the README's picture.
+    // `STATUS_PAGE_SCREENSHOT=docs/status-page.png` refreshes the picture in docs/.
     if let Some(keep) = std::env::var_os("STATUS_PAGE_SCREENSHOT") {
         let keep = Path::new(env!("CARGO_MANIFEST_DIR")).join(keep);
         std::fs::copy(&png, &keep).expect("copy the screenshot");

@@ -15,7 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TOKEN: &str = "server-hardening-token-0123";
 
-/// The limiter cap the README states (`src/server/clients.rs`).
+/// The limiter cap docs/http-api.md states (`src/server/clients.rs`).
 const MAX_TRACKED_CLIENTS: usize = 10_000;
 
 /// A daemon with a server and a token; its one builder's registry refuses connections.

@@ -22,7 +22,7 @@ use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::schedule::{parse_timestamp, timestamp, timestamp_millis};
 
 const MIGRATIONS: &[&str] = &[
-    // 1: every entity of the ledger (README, "The ledger"), so later capabilities only add rows.
+    // 1: every entity of the ledger (docs/ledger.md), so later capabilities only add rows.
     r#"
     CREATE TABLE watches (
         name TEXT PRIMARY KEY,

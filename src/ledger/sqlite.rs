@@ -578,31 +578,13 @@ impl SqliteLedger {
     pub async fn tag_moves(&self, image: Option<&str>, limit: usize) -> Result<Vec<TagMove>, LedgerError> {
         let image = image.map(str::to_string);
         self.with(move |conn| {
-            let mut stmt = conn.prepare(
+            tag_rows(
+                conn,
                 "SELECT image, reference, kind, action, before, after, time FROM tag_moves
                  WHERE (?1 IS NULL OR image = ?1) ORDER BY seq DESC LIMIT ?2",
-            )?;
-            let rows = stmt.query_map(params![image, limit as i64], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, Option<String>>(3)?,
-                    r.get::<_, Option<String>>(4)?,
-                    r.get::<_, Option<String>>(5)?,
-                    r.get::<_, Time>(6)?.0,
-                ))
-            })?;
-            let mut out = Vec::new();
-            for row in rows {
-                let (image, reference, kind, action, before, after, time) = row?;
-                let kind = TagMoveKind::parse(&kind).ok_or_else(|| LedgerError::Corrupt {
-                    what: "tag move kind",
-                    detail: format!("{image}: {kind}"),
-                })?;
-                out.push(TagMove { image, reference, kind, action, before, after, time });
-            }
-            Ok(out)
+                params![image, limit as i64],
+                "tag move kind",
+            )
         })
         .await
     }
@@ -1280,6 +1262,36 @@ fn insert_tag_move(tx: &Transaction<'_>, m: &TagMove, history: usize) -> Result<
         params![m.image, history.max(1) as i64],
     )?;
     Ok(())
+}
+
+/// Rows of `tag_moves` or `tag_intents`, whose columns have one shape: image, tag, kind, action
+/// key, the digests before and after (expected and new, for an intent), time.
+fn tag_rows(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+    what: &'static str,
+) -> Result<Vec<TagMove>, LedgerError> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = stmt.query_map(params, |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, Option<String>>(3)?,
+            r.get::<_, Option<String>>(4)?,
+            r.get::<_, Option<String>>(5)?,
+            r.get::<_, Time>(6)?.0,
+        ))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (image, reference, kind, action, before, after, time) = row?;
+        let kind = TagMoveKind::parse(&kind)
+            .ok_or_else(|| LedgerError::Corrupt { what, detail: format!("{image}: {kind}") })?;
+        out.push(TagMove { image, reference, kind, action, before, after, time });
+    }
+    Ok(out)
 }
 
 /// Records events and their outbox rows, then prunes the watch's old events (never one that still

@@ -91,30 +91,24 @@ impl SqliteLedger {
     /// Every intent whose write has not been recorded as done (or as not done) yet.
     pub async fn tag_intents(&self) -> Result<Vec<TagIntent>, LedgerError> {
         self.with(|conn| {
-            let mut stmt = conn.prepare(
+            let rows = tag_rows(
+                conn,
                 "SELECT image, reference, kind, action, expected, new, time FROM tag_intents ORDER BY image",
+                [],
+                "tag intent kind",
             )?;
-            let rows = stmt.query_map([], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, Option<String>>(3)?,
-                    r.get::<_, Option<String>>(4)?,
-                    r.get::<_, Option<String>>(5)?,
-                    r.get::<_, Time>(6)?.0,
-                ))
-            })?;
-            let mut out = Vec::new();
-            for row in rows {
-                let (image, reference, kind, action, expected, new, time) = row?;
-                let kind = TagMoveKind::parse(&kind).ok_or_else(|| LedgerError::Corrupt {
-                    what: "tag intent kind",
-                    detail: format!("{image}: {kind}"),
-                })?;
-                out.push(TagIntent { image, reference, kind, action, expected, new, time });
-            }
-            Ok(out)
+            Ok(rows
+                .into_iter()
+                .map(|m| TagIntent {
+                    image: m.image,
+                    reference: m.reference,
+                    kind: m.kind,
+                    action: m.action,
+                    expected: m.before,
+                    new: m.after,
+                    time: m.time,
+                })
+                .collect())
         })
         .await
     }

@@ -1,5 +1,7 @@
 //! Docker's `config.json` as a credential source, read when the config loads: `auths` entries
-//! (base64 `auth` or username + password); credential helpers and identity tokens are refused.
+//! (base64 `auth` or username + password), or the credential helper (`credHelpers`, `credsStore`)
+//! that keeps them, found on `PATH` now and run by the registry client when it needs credentials.
+//! Identity tokens are refused.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -32,8 +34,10 @@ pub enum DockerConfigError {
     /// Never carries a value from the file: it holds credentials.
     #[error("{} is not a valid Docker config.json: {message}", path.display())]
     Invalid { path: PathBuf, message: String },
-    #[error("{} keeps the credentials for {host} in the credential helper `docker-credential-{helper}`, which builder-monitor does not run; use username + password_env instead", path.display())]
-    CredentialHelper { path: PathBuf, host: String, helper: String },
+    #[error("{} keeps the credentials for {host} in the credential helper `docker-credential-{helper}`, which is not on PATH; install it (or put its directory on the daemon's PATH), or use username + password_env instead", path.display())]
+    HelperMissing { path: PathBuf, host: String, helper: String },
+    #[error("{}: the credential helper name {helper:?} for {host} is not a plain name (letters, digits, `.`, `_`, `-`)", path.display())]
+    HelperName { path: PathBuf, host: String, helper: String },
     #[error("{} has no `auths` entry for {host}", path.display())]
     NoEntry { path: PathBuf, host: String },
     #[error("{} holds an identity token for {host}, which builder-monitor does not exchange; use username + password_env instead", path.display())]
@@ -136,13 +140,45 @@ impl DockerConfig {
         Ok(Self { path: path.to_path_buf(), auths, helpers, store })
     }
 
-    /// Username and password for a registry host (`docker.io` style), or why there are none.
-    pub fn credentials_for(&self, host: &str) -> Result<(String, Secret), DockerConfigError> {
+    /// The credentials for a registry host (`docker.io` style), or why there are none. As Docker
+    /// reads them: the host's `credHelpers` entry first, then its `auths` entry, then `credsStore`.
+    pub fn credentials_for(&self, host: &str) -> Result<DockerCredentials, DockerConfigError> {
+        if let Some(helper) = self.helpers.get(host) {
+            return self.helper(host, helper);
+        }
+        match self.auths_for(host) {
+            Err(DockerConfigError::NoEntry { .. }) if self.store.is_some() => {
+                self.helper(host, self.store.as_deref().unwrap_or_default())
+            }
+            Err(DockerConfigError::NoEntry { .. } | DockerConfigError::BadAuth { .. })
+                if self.store.is_some() && self.auths.get(host).is_some_and(AuthEntry::is_empty) =>
+            {
+                // `docker login` with a store leaves an empty `auths` entry behind: the store has it.
+                self.helper(host, self.store.as_deref().unwrap_or_default())
+            }
+            other => other.map(|(username, password)| DockerCredentials::Basic { username, password }),
+        }
+    }
+
+    /// The helper program `docker-credential-NAME`, found on `PATH`.
+    fn helper(&self, host: &str, name: &str) -> Result<DockerCredentials, DockerConfigError> {
+        let (path, host, helper) = (self.path.clone(), host.to_string(), name.to_string());
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) {
+            return Err(DockerConfigError::HelperName { path, host, helper });
+        }
+        let program = format!("docker-credential-{name}");
+        let search = std::env::var_os("PATH").unwrap_or_default();
+        let found = std::env::split_paths(&search).map(|dir| dir.join(&program)).find(|p| is_executable(p));
+        match found {
+            Some(program) => Ok(DockerCredentials::Helper { program, server: server_url(&host) }),
+            None => Err(DockerConfigError::HelperMissing { path, host, helper }),
+        }
+    }
+
+    /// Username and password from the host's `auths` entry.
+    fn auths_for(&self, host: &str) -> Result<(String, Secret), DockerConfigError> {
         let path = self.path.clone();
         let Some(entry) = self.auths.get(host) else {
-            if let Some(helper) = self.helpers.get(host).or(self.store.as_ref()) {
-                return Err(DockerConfigError::CredentialHelper { path, host: host.into(), helper: helper.clone() });
-            }
             return Err(DockerConfigError::NoEntry { path, host: host.into() });
         };
         if entry.identitytoken.is_some() && entry.auth.is_none() && entry.password.is_none() {
@@ -161,6 +197,36 @@ impl DockerConfig {
             _ => Err(DockerConfigError::BadAuth { path, host: host.into() }),
         }
     }
+}
+
+/// Where a registry's credentials come from in a Docker config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DockerCredentials {
+    Basic {
+        username: String,
+        password: Secret,
+    },
+    /// A credential helper: `program` (an absolute path) answers `get` for `server` on its stdin.
+    Helper {
+        program: PathBuf,
+        server: String,
+    },
+}
+
+impl AuthEntry {
+    fn is_empty(&self) -> bool {
+        self.auth.is_none() && self.username.is_none() && self.password.is_none() && self.identitytoken.is_none()
+    }
+}
+
+/// The server a helper is asked about: Docker Hub by its historical key, others by host.
+fn server_url(host: &str) -> String {
+    if host == "docker.io" { "https://index.docker.io/v1/".to_string() } else { host.to_string() }
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// `https://index.docker.io/v1/` → `docker.io`; `ghcr.io` → `ghcr.io`.
@@ -186,16 +252,17 @@ mod tests {
         std::fs::write(
             &path,
             format!(
-                r#"{{"auths":{{"https://index.docker.io/v1/":{{"auth":"{auth}"}},"ghcr.io":{{"username":"u","password":"p"}},"quay.io":{{"identitytoken":"t"}}}},"credHelpers":{{"gcr.io":"gcloud"}}}}"#
+                r#"{{"auths":{{"https://index.docker.io/v1/":{{"auth":"{auth}"}},"ghcr.io":{{"username":"u","password":"p"}},"quay.io":{{"identitytoken":"t"}}}},"credHelpers":{{"gcr.io":"bm-absent-helper"}}}}"#
             ),
         )
         .unwrap();
         let c = DockerConfig::load(&path).unwrap();
-        let (u, p) = c.credentials_for("docker.io").unwrap();
-        assert_eq!((u.as_str(), p.expose()), ("me", "pa:ss"));
-        assert_eq!(c.credentials_for("ghcr.io").unwrap().0, "u");
+        let basic = |u: &str, p: &str| DockerCredentials::Basic { username: u.into(), password: Secret::new(p) };
+        assert_eq!(c.credentials_for("docker.io").unwrap(), basic("me", "pa:ss"));
+        assert_eq!(c.credentials_for("ghcr.io").unwrap(), basic("u", "p"));
         assert!(c.credentials_for("quay.io").unwrap_err().to_string().contains("identity token"));
-        assert!(c.credentials_for("gcr.io").unwrap_err().to_string().contains("docker-credential-gcloud"));
+        let missing = c.credentials_for("gcr.io").unwrap_err().to_string();
+        assert!(missing.contains("docker-credential-bm-absent-helper") && missing.contains("not on PATH"), "{missing}");
         assert!(c.credentials_for("example.com").unwrap_err().to_string().contains("no `auths` entry"));
         std::fs::write(&path, "{not json").unwrap();
         assert!(DockerConfig::load(&path).unwrap_err().to_string().contains("not a valid Docker config.json"));

@@ -13,7 +13,7 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 use builder_monitor_core::rollout::Rollout;
-use docker::DockerConfig;
+use docker::{DockerConfig, DockerCredentials};
 
 pub mod alerts;
 mod docker;
@@ -253,6 +253,7 @@ impl Config {
             let auth = match &r.credentials {
                 Credentials::Anonymous => "anonymous".to_string(),
                 Credentials::Basic { username, source, .. } => format!("user {username} ({source})"),
+                Credentials::Helper { program, source, .. } => format!("{} ({source})", program.display()),
             };
             out.push_str(&format!(
                 "  {host}: {}, {rate}, {auth}, timeout {}, {} attempts{}\n",

@@ -55,7 +55,18 @@ impl RegistrySettings {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Credentials {
     Anonymous,
-    Basic { username: String, password: Secret, source: CredentialSource },
+    Basic {
+        username: String,
+        password: Secret,
+        source: CredentialSource,
+    },
+    /// A Docker credential helper (`program`, an absolute path) that answers `get` for `server`;
+    /// the registry client runs it when it needs credentials (`registry::helper`).
+    Helper {
+        program: PathBuf,
+        server: String,
+        source: CredentialSource,
+    },
 }
 
 /// Where credentials came from, for `check` output (never the value).
@@ -222,8 +233,11 @@ impl<'a> Validator<'a> {
             let path = self.path(dc.get_ref());
             return match DockerConfig::load(&path) {
                 Ok(config) => match config.credentials_for(host) {
-                    Ok((username, password)) => {
+                    Ok(DockerCredentials::Basic { username, password }) => {
                         Some(Credentials::Basic { username, password, source: CredentialSource::DockerConfig(path) })
+                    }
+                    Ok(DockerCredentials::Helper { program, server }) => {
+                        Some(Credentials::Helper { program, server, source: CredentialSource::DockerConfig(path) })
                     }
                     Err(err) => {
                         self.error(dc.span(), err.to_string());

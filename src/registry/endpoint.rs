@@ -108,6 +108,8 @@ pub struct Endpoint {
     pub(super) pulls_paused_until: Mutex<Option<Instant>>,
     pub(super) scheme: Mutex<Scheme>,
     pub(super) tokens: moka::future::Cache<String, Arc<Token>>,
+    /// The credential helper that keeps this registry's credentials, if one does.
+    pub(super) helper: Option<CredentialHelper>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) labels: RegistryLabels,
 }
@@ -156,6 +158,12 @@ impl Endpoint {
             pulls_paused_until: Mutex::new(None),
             scheme: Mutex::new(Scheme::Unknown),
             tokens: moka::future::Cache::builder().max_capacity(100_000).expire_after(TokenExpiry).build(),
+            helper: match &settings.credentials {
+                Credentials::Helper { program, server, .. } => {
+                    Some(CredentialHelper::new(program.clone(), server.clone()))
+                }
+                _ => None,
+            },
             labels: Metrics::registry_labels(&settings.host),
             metrics,
             settings,
@@ -187,10 +195,30 @@ impl Endpoint {
         RegistryError::Unauthorized { registry: self.settings.host.clone(), detail: detail.into() }
     }
 
-    pub(super) fn basic_credentials(&self) -> Option<(&str, &Secret)> {
-        match &self.settings.credentials {
-            Credentials::Basic { username, password, .. } => Some((username.as_str(), password)),
-            Credentials::Anonymous => None,
+    /// The username and password sent as basic auth (to the registry, or to its token service):
+    /// configured, or a credential helper's answer.
+    pub(super) async fn credentials(&self) -> Result<Option<(String, Secret)>, RegistryError> {
+        match (&self.settings.credentials, &self.helper) {
+            (Credentials::Basic { username, password, .. }, _) => Ok(Some((username.clone(), password.clone()))),
+            (_, Some(helper)) => helper.credentials().await.map(Some).map_err(|e| self.unauthorized(e.to_string())),
+            _ => Ok(None),
+        }
+    }
+
+    /// Whether this registry has credentials to send.
+    pub(super) fn has_credentials(&self) -> bool {
+        !matches!(self.settings.credentials, Credentials::Anonymous)
+    }
+
+    /// The registry (or its token service) refused the credentials sent: a helper's answer is
+    /// dropped so the next request asks the helper again. Answers what to tell the user.
+    pub(super) async fn credentials_refused(&self) -> String {
+        match &self.helper {
+            Some(helper) => {
+                helper.forget().await;
+                format!("; the credentials {} gave were refused (it is asked again at the next request)", helper.name())
+            }
+            None => String::new(),
         }
     }
 
@@ -274,7 +302,7 @@ impl Endpoint {
         match scheme {
             Scheme::Unknown => Ok((request, None)),
             Scheme::Basic => Ok((
-                match self.basic_credentials() {
+                match self.credentials().await? {
                     Some((user, password)) => request.basic_auth(user, Some(password.expose())),
                     None => request,
                 },
@@ -315,7 +343,7 @@ impl Endpoint {
         loop {
             self.wait_turn(false).await?;
             let mut request = self.http.get(url.clone());
-            if let Some((user, password)) = self.basic_credentials() {
+            if let Some((user, password)) = self.credentials().await? {
                 request = request.basic_auth(user, Some(password.expose()));
             }
             self.metrics.token_fetches.get_or_create(&self.labels).inc();
@@ -341,9 +369,11 @@ impl Endpoint {
                         return parse_token_response(&body).map(Arc::new).map_err(|e| self.invalid(e.to_string()));
                     }
                     StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-                        return Err(
-                            self.unauthorized(format!("token service refused {scope} (HTTP {})", response.status()))
-                        );
+                        let refused = self.credentials_refused().await;
+                        return Err(self.unauthorized(format!(
+                            "token service refused {scope} (HTTP {}){refused}",
+                            response.status()
+                        )));
                     }
                     s if s == StatusCode::TOO_MANY_REQUESTS || s.is_server_error() => {
                         let retry = retry_after(response.headers());
@@ -403,7 +433,7 @@ impl Endpoint {
                 }
                 Ok(())
             }
-            Some(Challenge::Basic) if self.basic_credentials().is_some() => {
+            Some(Challenge::Basic) if self.has_credentials() => {
                 *self.scheme.lock().unwrap_or_else(|e| e.into_inner()) = Scheme::Basic;
                 Ok(())
             }
@@ -522,9 +552,10 @@ impl Endpoint {
                             );
                         }
                         StatusCode::UNAUTHORIZED => {
-                            return Err(
-                                self.unauthorized(format!("{method} {path} answered HTTP 401 with fresh credentials"))
-                            );
+                            let refused = self.credentials_refused().await;
+                            return Err(self.unauthorized(format!(
+                                "{method} {path} answered HTTP 401 with fresh credentials{refused}"
+                            )));
                         }
                         StatusCode::FORBIDDEN => {
                             return Err(self.unauthorized(format!("{method} {path} answered HTTP 403 (access denied)")));

@@ -12,6 +12,7 @@
 mod auth;
 mod circuit;
 mod endpoint;
+pub mod helper;
 mod write;
 
 use std::collections::HashMap;
@@ -26,6 +27,7 @@ pub use auth::{Challenge, Token, TokenResponseError, parse_challenge, parse_toke
 pub use circuit::THRESHOLD as CIRCUIT_THRESHOLD;
 use endpoint::*;
 pub use endpoint::{Endpoint, rate_limiter};
+use helper::CredentialHelper;
 pub use write::{BlobTransfer, MAX_LAYER_BYTES};
 
 use builder_monitor_core::reference::{ImageRef, is_sha256_digest};

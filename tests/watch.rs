@@ -174,9 +174,24 @@ async fn basic_auth_with_htpasswd() {
     assert_eq!(seen.len(), 10, "{seen:#?}");
     assert!(seen.iter().all(|s| s.method == "HEAD" && s.status == 200 && s.authorization));
 
+    // Each refusal names the fix, with the registry's own table name.
+    let table = format!("[registries.\"{}\"]", registry.host);
     let anonymous = Setup::new(&builder_config(&registry.host, "demo/app", ""));
     match anonymous.check("b").await {
-        CheckOutcome::Failed(err) => assert_eq!(err.reason(), "unauthorized", "{err}"),
+        CheckOutcome::Failed(err) => {
+            assert_eq!(err.reason(), "unauthorized", "{err}");
+            assert!(err.to_string().contains(&format!("set them in {table}")), "{err}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("wrong"), "nope").unwrap();
+    let wrong = format!("username = \"testuser\"\npassword_file = \"{}\"\n", dir.path().join("wrong").display());
+    match Setup::new(&builder_config(&registry.host, "demo/app", &wrong)).check("b").await {
+        CheckOutcome::Failed(err) => {
+            assert!(err.to_string().contains(&format!("check the username and password in {table}")), "{err}");
+            assert!(!err.to_string().contains("nope"), "{err}");
+        }
         other => panic!("{other:?}"),
     }
 }

@@ -438,7 +438,10 @@ impl Endpoint {
                 Ok(())
             }
             Some(Challenge::Basic) => {
-                Err(self.unauthorized("registry requires a username and password; set them in [registries.\"HOST\"]"))
+                Err(self.unauthorized(format!(
+                    "registry requires a username and password; set them in [registries.\"{}\"] (username + password_env, or docker_config)",
+                    self.settings.host
+                )))
             }
             None => Err(self.unauthorized("HTTP 401 without a usable WWW-Authenticate challenge")),
         }
@@ -553,8 +556,13 @@ impl Endpoint {
                         }
                         StatusCode::UNAUTHORIZED => {
                             let refused = self.credentials_refused().await;
+                            let fix = if refused.is_empty() {
+                                format!("; check the username and password in [registries.\"{}\"]", self.settings.host)
+                            } else {
+                                refused
+                            };
                             return Err(self.unauthorized(format!(
-                                "{method} {path} answered HTTP 401 with fresh credentials{refused}"
+                                "{method} {path} answered HTTP 401 with fresh credentials{fix}"
                             )));
                         }
                         StatusCode::FORBIDDEN => {

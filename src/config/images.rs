@@ -11,6 +11,7 @@ use toml::Spanned;
 use super::kubernetes::{KubeRunnerSettings, RawKubeRunner};
 use super::{BuilderSettings, Validator};
 use builder_monitor_core::reference::ImageRef;
+use builder_monitor_core::template;
 
 use builder_monitor_core::plan::{ActionKind, PlannedImage};
 pub use builder_monitor_core::plan::{Policy, Scheduling, Source, Toleration};
@@ -198,27 +199,21 @@ fn absolute_dir(dir: PathBuf) -> PathBuf {
     dir.canonicalize().or_else(|_| std::path::absolute(&dir)).unwrap_or(dir)
 }
 
-/// The `{name}` placeholders of a template argument that are not known.
-fn unknown_placeholders(arg: &str) -> Vec<String> {
-    let mut unknown = Vec::new();
-    let mut rest = arg;
-    while let Some(open) = rest.find('{') {
-        let after = &rest[open + 1..];
-        match after.find('}') {
-            Some(close) => {
-                let name = &after[..close];
-                if !PLACEHOLDERS.contains(&name) {
-                    unknown.push(name.to_string());
-                }
-                rest = &after[close + 1..];
-            }
-            None => {
-                unknown.push(after.to_string());
-                break;
-            }
-        }
+/// What is wrong with a template argument's placeholders: each unknown one, or an unclosed `{`.
+fn placeholder_errors(arg: &str, what: &str) -> Vec<String> {
+    match template::pieces(arg) {
+        Ok(pieces) => pieces
+            .into_iter()
+            .filter_map(|piece| match piece {
+                template::Piece::Placeholder(name) if !PLACEHOLDERS.contains(&name) => Some(format!(
+                    "unknown placeholder {{{name}}} in `{what}` (known: {}; write {{{{ and }}}} for literal braces)",
+                    PLACEHOLDERS.join(", ")
+                )),
+                _ => None,
+            })
+            .collect(),
+        Err(err) => vec![format!("`{what}`: {err}")],
     }
-    unknown
 }
 
 impl<'a> Validator<'a> {
@@ -379,14 +374,8 @@ impl<'a> Validator<'a> {
                 }
                 Some(t) => {
                     for arg in t.get_ref() {
-                        for name in unknown_placeholders(arg) {
-                            v.error(
-                                t.span(),
-                                format!(
-                                    "unknown placeholder {{{name}}} in `{what}` (known: {})",
-                                    PLACEHOLDERS.join(", ")
-                                ),
-                            );
+                        for problem in placeholder_errors(arg, what) {
+                            v.error(t.span(), problem);
                         }
                     }
                     t.get_ref().clone()
@@ -430,11 +419,15 @@ mod tests {
 
     #[test]
     fn placeholders() {
-        assert!(unknown_placeholders("{image}").is_empty());
-        assert!(unknown_placeholders("--builder={builder}:{revision}").is_empty());
-        assert_eq!(unknown_placeholders("{imge}"), ["imge"]);
-        assert_eq!(unknown_placeholders("{oops"), ["oops"]);
-        assert!(unknown_placeholders("plain").is_empty());
+        let errors = |arg| placeholder_errors(arg, "rebuild");
+        assert!(errors("{image}").is_empty());
+        assert!(errors("--builder={builder}:{revision}").is_empty());
+        assert!(errors("{imge}")[0].starts_with("unknown placeholder {imge} in `rebuild` (known: image,"));
+        assert!(errors("{oops")[0].contains("`{` without a closing `}`"), "{:?}", errors("{oops"));
+        assert!(errors("plain").is_empty());
+        // Doubled braces are literal: a shell group and a shell variable need no placeholder.
+        assert!(errors("{{ make; }} && echo ${{HOME}}").is_empty());
+        assert!(errors("{ make; }")[0].starts_with("unknown placeholder { make; }"));
     }
 
     #[test]

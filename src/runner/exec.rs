@@ -10,16 +10,15 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use super::{Outcome, Secrets, group};
 use crate::config::ExecSettings;
 use crate::ledger::ProcessGroup;
+use builder_monitor_core::template;
 
 /// Output kept per action (the end of stdout and stderr, interleaved as read).
 pub const TAIL_BYTES: usize = 4096;
 
-/// Replaces every `{name}` of `values` in each argument.
+/// Each argument with its `{name}` placeholders filled from `values` and `{{`/`}}` made single
+/// braces (`core::template`).
 pub fn expand(template: &[String], values: &BTreeMap<&str, String>) -> Vec<String> {
-    template
-        .iter()
-        .map(|arg| values.iter().fold(arg.clone(), |acc, (name, value)| acc.replace(&format!("{{{name}}}"), value)))
-        .collect()
+    template.iter().map(|arg| template::expand(arg, |name| values.get(name).map(String::as_str))).collect()
 }
 
 /// A bounded tail of everything read: `TAIL_BYTES` and a margin, so a secret cut by the end of

@@ -9,4 +9,5 @@ pub mod rebase;
 pub mod reference;
 pub mod rollout;
 pub mod schedule;
+pub mod template;
 pub mod text;

@@ -12,7 +12,7 @@ use builder_monitor_core::event::{Event, EventType};
 
 /// Whether `outage` decides who gets an event of this type (failure thresholds, one message per
 /// registry outage), so routing by type and builder leaves it alone.
-pub fn outage_decides(event_type: EventType) -> bool {
+fn outage_decides(event_type: EventType) -> bool {
     matches!(
         event_type,
         EventType::CheckFailed

@@ -13,7 +13,7 @@ use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
 pub use deliver::Dispatcher;
-pub use emit::{emit, emitted, outage_decides, route};
+pub use emit::{emit, emitted, route};
 pub use render::{Rendered, cloudevent, render, short_image, slack_body, summary};
 
 use crate::config::{AlertSettings, Secret};

@@ -20,6 +20,7 @@ pub mod log_stream;
 pub mod metrics;
 pub mod monitor;
 pub mod page;
+pub mod reaction;
 pub mod rebase;
 pub mod registry;
 pub mod rollback;

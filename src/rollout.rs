@@ -8,8 +8,7 @@ use chrono::{DateTime, Utc};
 
 use crate::config::Config;
 use crate::ledger::{
-    ActionRecord, Decided, DeliveryKey, FreezeEvents, Ledger, LedgerError, NewAction, OpenAction, ROLLOUT_WATCH,
-    Verdict,
+    ActionRecord, Decided, FreezeEvents, Ledger, LedgerError, NewAction, OpenAction, ROLLOUT_WATCH, Verdict,
 };
 use builder_monitor_core::event::{Event, EventType, RolloutInfo, Subject, WaitingAction, rollout_event_id, stable_id};
 use builder_monitor_core::rollout::{self, ActionState, Freeze, GateAction, Wait};
@@ -127,7 +126,7 @@ pub async fn freeze(
         freeze_events(config, move |sequence, _| freeze_event(EventType::RolloutFrozen, &freeze, &by, now, sequence))
     };
     let change = ledger.change_freeze(Some(freeze.clone()), made, config.monitor.history, now).await?;
-    change.events.iter().for_each(crate::event_log::log);
+    crate::alert::emitted(&change.events);
     let changed = change.before.is_none();
     // As kept: a second freeze keeps the first one's time and author.
     let frozen = ledger.freeze_state().await?.or(Some(freeze));
@@ -150,7 +149,7 @@ pub async fn unfreeze(
         })
     };
     let change = ledger.change_freeze(None, made, config.monitor.history, now).await?;
-    change.events.iter().for_each(crate::event_log::log);
+    crate::alert::emitted(&change.events);
     Ok(FreezeOutcome { frozen: None, changed: change.before.is_some() })
 }
 
@@ -162,12 +161,9 @@ fn freeze_events(
 ) -> FreezeEvents {
     let alerts = config.alerts.clone();
     Arc::new(move |sequence, before| {
-        let event = event(sequence, before);
-        let deliveries = crate::config::alerts::routes(&alerts, &event)
-            .into_iter()
-            .map(|a| DeliveryKey::new(event.id.clone(), a))
-            .collect();
-        (vec![event], deliveries)
+        let events = vec![event(sequence, before)];
+        let deliveries = crate::alert::route(&alerts, &events);
+        (events, deliveries)
     })
 }
 
@@ -184,16 +180,6 @@ fn freeze_event(event_type: EventType, freeze: &Freeze, by: &str, now: DateTime<
         ..Default::default()
     });
     e
-}
-
-/// The alerts an event goes to, as outbox rows.
-pub fn routed(config: &Config, events: &[Event]) -> Vec<DeliveryKey> {
-    events
-        .iter()
-        .flat_map(|e| {
-            crate::config::alerts::routes(&config.alerts, e).into_iter().map(|a| DeliveryKey::new(e.id.clone(), a))
-        })
-        .collect()
 }
 
 /// `action.awaiting_approval` for the actions a change planned that wait for a person, if any.

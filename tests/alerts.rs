@@ -555,10 +555,7 @@ async fn wakes_while_sends_are_in_flight_never_send_a_delivery_twice() {
                         image: "127.0.0.1:9/demo/b:latest".into(),
                     },
                 );
-                let routes: Vec<DeliveryKey> = builder_monitor::config::alerts::routes(&alerts, &event)
-                    .into_iter()
-                    .map(|a| DeliveryKey::new(id.clone(), a))
-                    .collect();
+                let routes: Vec<DeliveryKey> = builder_monitor::alert::route(&alerts, std::slice::from_ref(&event));
                 assert_eq!(routes.len(), 2);
                 ledger.record_events("b", vec![event], routes, 10_000, chrono::Utc::now()).await.unwrap();
                 wake.notify_one();

@@ -200,7 +200,7 @@ async fn the_outbox_moves_deliveries_forward_only() {
 
 fn action(change: &str, image: &str) -> NewAction {
     NewAction {
-        key: builder_monitor::monitor::reaction::action_key(change, image),
+        key: builder_monitor::reaction::action_key(change, image),
         change_id: change.into(),
         image: image.into(),
         kind: ActionKind::Rebuild,

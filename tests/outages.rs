@@ -39,7 +39,7 @@ impl Daemon {
     }
 
     fn failing_metric(&self, registry: &str) -> Option<f64> {
-        let text = self.monitor.metrics().encode();
+        let text = self.monitor.handle().metrics().encode();
         let series = format!("builder_monitor_watches_failing{{registry=\"{registry}\"}} ");
         text.lines().find_map(|l| l.strip_prefix(&series)).map(|v| v.parse().unwrap())
     }

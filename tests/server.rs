@@ -253,7 +253,7 @@ async fn hooks_need_the_token_and_coalesce_into_a_normal_check() {
     let s = serve(&config(&registry.host, "")).await;
     let run = CancellationToken::new();
     tokio::spawn(s.monitor.clone().run(run.clone()));
-    let checks = |m: &Monitor| m.metrics().checks_of("b", None);
+    let checks = |m: &Monitor| m.handle().metrics().checks_of("b", None);
     wait_until(|| checks(&s.monitor) == 1).await;
 
     let hook = format!("{}/hooks/distribution", s.base);
@@ -341,7 +341,7 @@ async fn a_hook_for_an_unchanged_tag_costs_three_heads_and_a_burst_of_hooks_no_m
     let s = serve(&config(&proxy.host, "")).await;
     let run = CancellationToken::new();
     tokio::spawn(s.monitor.clone().run(run.clone()));
-    let checks = |m: &Monitor| m.metrics().checks_of("b", None);
+    let checks = |m: &Monitor| m.handle().metrics().checks_of("b", None);
     wait_until(|| checks(&s.monitor) == 1).await;
     let handle = s.monitor.handle();
 
@@ -372,7 +372,7 @@ async fn a_hook_after_a_move_finds_it_with_one_head() {
     let s = serve(&config(&proxy.host, "")).await;
     let run = CancellationToken::new();
     tokio::spawn(s.monitor.clone().run(run.clone()));
-    let checks = |m: &Monitor| m.metrics().checks_of("b", None);
+    let checks = |m: &Monitor| m.handle().metrics().checks_of("b", None);
     wait_until(|| checks(&s.monitor) == 1).await;
     let pushed = pusher.push_image("demo/b", Some("latest"), &Image::new("amd64").salt("2"), Format::Oci).await;
     proxy.clear();

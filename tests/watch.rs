@@ -338,7 +338,7 @@ async fn retry_after_and_server_errors_are_retried_without_false_changes() {
     let gap = seen[1].at - seen[0].at;
     assert!(gap >= Duration::from_secs(1), "request {gap:?} after a 429 with Retry-After: 1");
     let labels = builder_monitor::metrics::Metrics::registry_labels(&proxy.host);
-    assert_eq!(setup.monitor.metrics().rate_limited.get_or_create(&labels).get(), 1, "429 counted");
+    assert_eq!(setup.monitor.handle().metrics().rate_limited.get_or_create(&labels).get(), 1, "429 counted");
 
     proxy.clear();
     proxy.inject(Fault::status(503));
@@ -729,7 +729,7 @@ impl Scheduled {
     /// Checks `b` again, a minute later by the daemon's clock.
     async fn check_again(&mut self) {
         self.clock.advance(Duration::from_secs(60));
-        assert!(self.monitor.check_now("b"));
+        assert!(self.monitor.handle().check_now("b"));
         self.checked().await;
     }
 

@@ -1,7 +1,9 @@
-//! Alerts: which alerts want an event, what each receiver type gets (signed webhook JSON, Slack
-//! Block Kit, CloudEvents 1.0), and one send. Durable, retried delivery is in `deliver`.
+//! Alerts: how an event leaves (`emit`: routed, recorded, logged), what each receiver type gets
+//! (signed webhook JSON, Slack Block Kit, CloudEvents 1.0), and one send. Durable, retried
+//! delivery is in `deliver`; who hears of failures, in `outage`.
 
 mod deliver;
+mod emit;
 pub mod outage;
 mod render;
 
@@ -11,6 +13,7 @@ use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
 pub use deliver::Dispatcher;
+pub use emit::{emit, emitted, route};
 pub use render::{Rendered, cloudevent, render, short_image, slack_body, summary};
 
 use crate::config::{AlertSettings, Secret};

@@ -18,7 +18,7 @@ use builder_monitor::inspect;
 use builder_monitor::ledger::Verdict;
 use builder_monitor::ledger::WriterLock;
 use builder_monitor::metrics::Metrics;
-use builder_monitor::monitor::reaction::{self, Reaction};
+use builder_monitor::reaction::{self, Reaction};
 use builder_monitor::rebase::{self, RebaseError, RebaseRequest};
 use builder_monitor::registry::Registry;
 use builder_monitor::rollback;

@@ -1,20 +1,21 @@
-//! One check of one watch: `observe` asks the registry (one HEAD when nothing moved), `decide`
-//! (pure) turns that into the record to commit, the reaction plans actions for a change, and the
-//! failure bookkeeping of `alert::outage` adds its events; then one ledger commit.
+//! One check of one watch, as named steps: `observe` (the ledger's entry, and the registry: one
+//! HEAD when nothing moved), `decide::found` and `decide::decide` (pure: what that means, and the
+//! record to commit with its events whole), `react` (the actions a move plans, between the two),
+//! `outages` (the failure bookkeeping of `alert::outage`), `commit` (one ledger write; events
+//! routed, and logged once recorded) and `after_commit` (metrics, run images).
 
-use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use super::decide::{self, Observed};
-use super::reaction::Moved;
+use super::decide::{self, Decided, Found, Observed};
+use super::outages::Outages;
 use super::{CheckOutcome, Monitor, Watch};
-use crate::alert::outage;
 use crate::inspect;
-use crate::ledger::{DeliveryKey, LedgerError, WatchKind, WatchRecord};
-use crate::metrics::{ChangeLabels, RegistryLabels};
+use crate::ledger::{CheckRecord, DeliveryKey, LedgerError, WatchKind, WatchRecord};
+use crate::metrics::ChangeLabels;
+use crate::reaction::{Moved, Planned};
 use crate::registry::RegistryError;
 use builder_monitor_core::cnb::{self, PinnedMetadata, RunImagePin, run_watch_name};
-use builder_monitor_core::event::{EventType, ImageAction};
+use builder_monitor_core::event::{Event, Subject};
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::schedule::{next_check, timestamp};
 use chrono::SubsecRound;
@@ -33,165 +34,152 @@ impl Monitor {
 
     /// Checks a builder by name (tests, API).
     pub async fn check_builder(&self, name: &str) -> Option<Result<CheckOutcome, LedgerError>> {
-        let builder = self.config.builder(name)?;
+        let builder = self.handle.config.builder(name)?;
         Some(self.check(&Watch::builder(builder)).await)
     }
 
-    /// One check of one watch, committed to the ledger.
+    /// One check of one watch, committed to the ledger, in its steps.
     pub async fn check(&self, watch: &Watch) -> Result<CheckOutcome, LedgerError> {
-        let image = watch.image.to_string();
-        // A watch whose configured image changed starts over with a new pin, not a change.
-        let record = self.ledger.watch(&watch.name).await?.filter(|r| r.image == image);
-        let started = std::time::Instant::now();
-        let mut observed = self.observe(watch, record.as_ref()).await;
-        if let Ok(Observed::Moved { observation, rollback, .. }) = &mut observed
-            && record.as_ref().is_some_and(|r| r.pin.is_some())
-            && !decide::platforms_unchanged(watch, record.as_ref().and_then(|r| r.pin.as_ref()), observation)
-        {
-            *rollback = self.ledger.has_pinned(&watch.name, &observation.digest).await?;
-        }
+        let started = Instant::now();
+        let (record, observed) = self.observe(watch).await?;
+        let record = record.as_ref();
+        let now = self.handle.clock.now();
+        let found = decide::found(watch, record, observed);
+        self.log_found(watch, record, &found, now);
         let subjects = self.subjects(watch);
-        let now = self.clock.now();
-        let decide::Decided { mut commit, outcome } = decide::decide(watch, &subjects, record.as_ref(), observed, now);
-        commit.history = self.config.monitor.history;
-        let failures = record.as_ref().map_or(0, |r| r.consecutive_failures);
-        self.log_decision(watch, record.as_ref(), &outcome, now);
-        if let CheckOutcome::Changed { id, change, .. } = &outcome
-            && let Some(current) = commit.events.last().and_then(|e| e.current.clone())
-        {
-            let builders: Vec<String> = subjects.iter().map(|s| s.name.clone()).collect();
-            let metadata: Option<PinnedMetadata> =
-                commit.pin.as_ref().and_then(|p| p.metadata.clone()).and_then(|m| serde_json::from_value(m).ok());
-            let mv = Moved {
-                kind: watch.kind,
-                builders: &builders,
-                change_id: id,
-                change,
-                current: &current,
-                metadata: metadata.as_ref().filter(|_| watch.kind == WatchKind::Builder),
-            };
-            let (decisions, actions) = self.reaction().plan_actions(&mv).await?;
-            for d in &decisions {
-                tracing::info!(watch = %watch.name, image = %d.image, action = d.action.map_or("none", |a| a.as_str()), why = %d.why, "planned");
-            }
-            if let Some(e) = commit.events.iter_mut().find(|e| e.id == *id) {
-                e.images = Some(
-                    decisions
-                        .iter()
-                        .filter_map(|d| {
-                            d.action.map(|a| ImageAction { name: d.image.clone(), action: a.as_str().into() })
-                        })
-                        .collect(),
-                );
-            }
-            if let Some(subject) = subjects.first()
-                && let Some(e) = crate::rollout::awaiting_approval_event(id, subject, &subjects, &actions, now)
-            {
-                commit.events.push(e);
-            }
-            commit.actions = actions;
-        }
-        // Failure events go where `alert::outage` says (thresholds, grouping); the others by routing.
-        for event in &commit.events {
-            if matches!(event.event_type, EventType::CheckFailed | EventType::CheckRecovered) {
-                continue;
-            }
-            for alert in crate::config::alerts::routes(&self.config.alerts, event) {
-                commit.deliveries.push(DeliveryKey::new(event.id.clone(), alert));
-            }
-        }
-        let registry = watch.image.registry().to_string();
-        let slot = self.registry_slot(&registry);
-        let mut state = slot.lock().await;
-        if state.is_none() {
-            *state = Some(self.load_registry_state(&registry).await?);
-        }
-        let decided = match &outcome {
-            CheckOutcome::Failed(err) => outage::Outcome::Failed {
-                failures: failures + 1,
-                since: record.as_ref().and_then(|r| r.failing_since).unwrap_or_else(|| self.clock.now()),
-                reason: err.reason().to_string(),
-                message: err.to_string(),
-                // As `decide` numbers it: a first failure starts the next run.
-                run: record.as_ref().map_or(0, |r| r.failure_runs) + u64::from(failures == 0),
-            },
-            _ => outage::Outcome::Succeeded,
-        };
-        let audience = |name: &str| {
-            let names = self.subject_names(name);
-            crate::alert::audiences(&self.config.alerts, &names.iter().map(String::as_str).collect::<Vec<_>>())
-        };
-        let (notices, next_state) =
-            state.as_ref().map(|s| s.decide(&registry, &watch.name, &decided, &audience)).unwrap_or_default();
-        // Events recorded by an earlier check, repeated only so their new deliveries have them.
-        let mut repeated = BTreeSet::new();
-        self.add_notices(watch, record.as_ref(), &registry, &notices, &mut commit, &mut repeated);
-        let events = commit.events.clone();
-        let new_metadata = commit.pin.as_ref().and_then(|p| p.metadata.clone());
-        let pinned = commit.pin.as_ref().map(|p| p.digest.clone()).or_else(|| {
-            let failed = matches!(outcome, CheckOutcome::Failed(_));
-            record.as_ref().and_then(|r| r.pin.as_ref()).filter(|_| !failed).map(|p| p.digest.clone())
-        });
-        let change_kind = commit.change.as_ref().map(|c| c.change.kind);
-        // An unchanged check is only noted (the ledger writes such times in batches).
-        self.ledger.commit_over(commit, record.as_ref()).await?;
-        let failing = next_state.failing_count();
-        *state = Some(next_state);
-        drop(state);
-        self.metrics.watches_failing.get_or_create(&RegistryLabels { registry: registry.clone() }).set(failing as i64);
-        self.failing.lock().unwrap_or_else(|e| e.into_inner()).insert(registry, failing);
-        self.record_metrics(watch, &outcome, started.elapsed(), pinned.as_deref(), change_kind);
-        // Logged once recorded: a log line never announces an event the ledger could still lose.
-        for event in events.iter().filter(|e| !repeated.contains(&e.id)) {
-            crate::event_log::log(event);
-        }
-        if watch.kind == WatchKind::Builder
-            && let Some(metadata) = new_metadata
-            && let Some(builder) = self.config.builder(&watch.name)
-        {
-            let metadata: Option<PinnedMetadata> = serde_json::from_value(metadata).ok();
-            self.run_images.lock().unwrap_or_else(|e| e.into_inner()).note(builder, metadata.as_ref());
-        }
-        tracing::debug!(watch = %watch.name, elapsed = ?started.elapsed(), outcome = ?outcome, "check done");
+        let planned = self.react(watch, &subjects, &found).await?;
+        let history = self.handle.config.monitor.history;
+        let Decided { mut commit, outcome, metadata } =
+            decide::decide(watch, &subjects, record, found, planned, now, history);
+        let outages = self.outages(watch, record, &outcome, &mut commit).await?;
+        self.commit(commit, record, outages).await?;
+        self.after_commit(watch, record, &outcome, metadata.as_deref(), started);
         Ok(outcome)
     }
 
-    /// The log line of a decided check (events are logged once committed).
-    fn log_decision(
+    /// Observe: the ledger's entry for the watch (for its configured image: a watch whose image
+    /// changed starts over with a new pin, not a change) and what the registry shows now.
+    async fn observe(
+        &self,
+        watch: &Watch,
+    ) -> Result<(Option<WatchRecord>, Result<Observed, RegistryError>), LedgerError> {
+        let image = watch.image.to_string();
+        let record = self.ledger.watch(&watch.name).await?.filter(|r| r.image == image);
+        let mut observed = self.observe_registry(watch, record.as_ref()).await;
+        let pin = record.as_ref().and_then(|r| r.pin.as_ref());
+        if let Ok(Observed::Moved { observation, rollback, .. }) = &mut observed
+            && pin.is_some()
+            && !decide::platforms_unchanged(watch, pin, observation)
+        {
+            *rollback = self.ledger.has_pinned(&watch.name, &observation.digest).await?;
+        }
+        Ok((record, observed))
+    }
+
+    /// React: the actions a move's app images get (`crate::reaction`); nothing for anything else.
+    async fn react(&self, watch: &Watch, subjects: &[Subject], found: &Found) -> Result<Planned, LedgerError> {
+        let Found::Moved(mv) = found else { return Ok(Planned::default()) };
+        let builders: Vec<String> = subjects.iter().map(|s| s.name.clone()).collect();
+        let moved = Moved {
+            kind: watch.kind,
+            builders: &builders,
+            change_id: &mv.id,
+            change: &mv.change,
+            current: &mv.current,
+            metadata: mv.metadata.as_deref().filter(|_| watch.kind == WatchKind::Builder),
+        };
+        let planned = self.reaction().plan_actions(&moved).await?;
+        for d in &planned.decisions {
+            tracing::info!(watch = %watch.name, image = %d.image, action = d.action.map_or("none", |a| a.as_str()), why = %d.why, "planned");
+        }
+        Ok(planned)
+    }
+
+    /// Commit: one ledger write of the check, its new events routed and logged once recorded;
+    /// then the registry's outage state as committed.
+    async fn commit(
+        &self,
+        mut commit: CheckRecord,
+        record: Option<&WatchRecord>,
+        outages: Outages,
+    ) -> Result<(), LedgerError> {
+        let events: Vec<Event> = commit.events.iter().filter(|e| !outages.repeated.contains(&e.id)).cloned().collect();
+        let write = |routed: Vec<DeliveryKey>| {
+            // The routed deliveries first, then those `alert::outage` asked for.
+            commit.deliveries.splice(0..0, routed);
+            // An unchanged check is only noted (the ledger writes such times in batches).
+            self.ledger.commit_over(commit, record)
+        };
+        crate::alert::emit(&self.handle.config.alerts, &events, write).await?;
+        self.committed(outages);
+        Ok(())
+    }
+
+    /// After the commit: the check's metrics and readiness, the run image a builder names now.
+    fn after_commit(
         &self,
         watch: &Watch,
         record: Option<&WatchRecord>,
         outcome: &CheckOutcome,
+        metadata: Option<&PinnedMetadata>,
+        started: Instant,
+    ) {
+        let (pinned, change) = match outcome {
+            CheckOutcome::Pinned { digest } | CheckOutcome::PlatformsUnchanged { digest } => (Some(digest), None),
+            CheckOutcome::Changed { current, change, .. } => (Some(current), Some(change.kind)),
+            CheckOutcome::Unchanged | CheckOutcome::Held { .. } => {
+                (record.and_then(|r| r.pin.as_ref()).map(|p| &p.digest), None)
+            }
+            CheckOutcome::Failed(_) => (None, None),
+        };
+        self.record_metrics(watch, outcome, started.elapsed(), pinned.map(String::as_str), change);
+        if watch.kind == WatchKind::Builder
+            && let Some(metadata) = metadata
+            && let Some(builder) = self.handle.config.builder(&watch.name)
+        {
+            self.handle.run_images.lock().unwrap_or_else(|e| e.into_inner()).note(builder, Some(metadata));
+        }
+        tracing::debug!(watch = %watch.name, elapsed = ?started.elapsed(), outcome = ?outcome, "check done");
+    }
+
+    /// The log line of what a check found (its events are logged once committed).
+    fn log_found(
+        &self,
+        watch: &Watch,
+        record: Option<&WatchRecord>,
+        found: &Found,
         now: chrono::DateTime<chrono::Utc>,
     ) {
-        if !matches!(outcome, CheckOutcome::Failed(_))
+        if !matches!(found, Found::Failed(_))
             && let Some(r) = record.filter(|r| r.consecutive_failures > 0)
         {
             tracing::info!(watch = %watch.name, after_failures = r.consecutive_failures, "check recovered");
         }
-        match outcome {
-            CheckOutcome::Failed(err) => {
+        match found {
+            Found::Failed(err) => {
                 let failures = record.map_or(0, |r| r.consecutive_failures);
                 // From the recorded check time, so the log and `status` name the same moment.
                 let checked = now.trunc_subsecs(0);
                 let next_check = next_check(&watch.schedule, checked);
                 tracing::warn!(watch = %watch.name, image = %watch.image, reason = err.reason(), error = %err, consecutive_failures = failures + 1, next_check = next_check.as_deref().unwrap_or("when woken"), jitter = %humantime::format_duration(watch.jitter), "check failed; pin kept");
             }
-            CheckOutcome::Held { digest } => {
+            Found::Held { digest } => {
                 let since = record.and_then(|r| r.pending.as_ref()).filter(|p| p.digest == *digest).map(|p| p.since);
                 let since = timestamp(since.unwrap_or(now));
                 tracing::info!(watch = %watch.name, digest = %digest, since = %since, "new digest held back until it settles");
             }
-            CheckOutcome::PlatformsUnchanged { digest } => {
+            Found::PlatformsUnchanged { observation, .. } => {
+                let digest = &observation.digest;
                 tracing::info!(watch = %watch.name, digest = %digest, "index moved but no watched platform did; pin advanced without a change");
             }
-            CheckOutcome::Changed { change, .. } => {
-                tracing::info!(watch = %watch.name, change = %change.summary(), "moved");
+            Found::Moved(mv) => {
+                tracing::info!(watch = %watch.name, change = %mv.change.summary(), "moved");
             }
-            CheckOutcome::Unchanged | CheckOutcome::Pinned { .. } => {}
+            Found::Unchanged | Found::Pinned { .. } => {}
         }
     }
 
+    /// The check's metrics; it also counts for readiness and the heartbeat.
     fn record_metrics(
         &self,
         watch: &Watch,
@@ -204,34 +192,35 @@ impl Monitor {
             CheckOutcome::Failed(err) => Some(err.reason()),
             _ => None,
         };
-        let now = self.clock.now();
+        let now = self.handle.clock.now();
         let seconds = now.timestamp() as f64 + f64::from(now.timestamp_subsec_millis()) / 1000.0;
-        self.metrics.record_check(&watch.name, failed, seconds);
-        self.metrics.check_duration.observe(elapsed.as_secs_f64());
+        let metrics = &self.handle.metrics;
+        metrics.record_check(&watch.name, failed, seconds);
+        metrics.check_duration.observe(elapsed.as_secs_f64());
         if let Some(digest) = pinned {
-            self.metrics.set_pinned(&watch.name, digest);
+            metrics.set_pinned(&watch.name, digest);
         }
         if let Some(kind) = change {
             let labels = ChangeLabels { builder: watch.name.clone(), kind: kind.as_str().into() };
-            self.metrics.changes.get_or_create(&labels).inc();
+            metrics.changes.get_or_create(&labels).inc();
         }
-        self.unchecked.lock().unwrap_or_else(|e| e.into_inner()).remove(&watch.name);
-        self.beat();
+        self.handle.unchecked.lock().unwrap_or_else(|e| e.into_inner()).remove(&watch.name);
+        self.handle.beat();
     }
 
-    /// Registry side of a check: the HEAD, and what a new digest is when it is needed (not while
+    /// Registry side of `observe`: the HEAD, and what a new digest is when it is needed (not while
     /// the settle rule holds it, not the CNB metadata when no watched platform moved).
-    async fn observe(&self, watch: &Watch, record: Option<&WatchRecord>) -> Result<Observed, RegistryError> {
+    async fn observe_registry(&self, watch: &Watch, record: Option<&WatchRecord>) -> Result<Observed, RegistryError> {
         let head = self.registry.head_manifest(&watch.image).await?;
         let pin = record.and_then(|r| r.pin.as_ref());
         if pin.is_some_and(|p| p.digest == head.digest) {
             return Ok(Observed::Unchanged);
         }
-        if decide::holds(watch, record, &head.digest, self.clock.now()) {
+        if decide::holds(watch, record, &head.digest, self.handle.clock.now()) {
             return Ok(Observed::Head { digest: head.digest });
         }
         // By digest, not tag: what we fetch is exactly what the HEAD saw, even if the tag moves again.
-        let max_platforms = self.config.monitor.max_platforms;
+        let max_platforms = self.handle.config.monitor.max_platforms;
         let observation = inspect::observe(&self.registry, &watch.image, &head.digest, max_platforms)
             .await
             .map_err(|e| not_served(watch, e))?;
@@ -257,7 +246,7 @@ impl Monitor {
                 Some(metadata)
             }
         };
-        // `rollback` is read from the ledger by `check`, whose errors are the ledger's.
+        // `rollback` is read from the ledger by `observe`, whose errors are the ledger's.
         Ok(Observed::Moved { observation, metadata: metadata.map(Box::new), rollback: false })
     }
 

@@ -1,5 +1,7 @@
-//! The check's decision, pure: from a watch, what the ledger holds for it and what the registry
-//! showed, the record to commit (pin, pending digest, change, events) and the check's outcome.
+//! The check's decisions, pure. `found`: what the registry showed means for the watch (a failure,
+//! nothing new, a held digest, a new pin, or a move to record as a change). `decide`: from that
+//! and the reaction planned for a move, the record to commit (pin, pending digest, change, actions)
+//! with every event whole, and the check's outcome.
 
 use std::collections::BTreeMap;
 
@@ -11,9 +13,10 @@ use crate::inspect::Observation;
 use crate::ledger::{
     ChangeRecord, CheckFailure, CheckRecord, HeldDigest, PinRecord, PinUpdate, WatchKind, WatchRecord,
 };
+use crate::reaction::Planned;
 use crate::registry::RegistryError;
 use builder_monitor_core::cnb::{self, Change, PinnedMetadata};
-use builder_monitor_core::event::{self, CheckError, Event, EventType, Pin, Subject};
+use builder_monitor_core::event::{self, CheckError, Event, EventType, ImageAction, Pin, Subject};
 use builder_monitor_core::schedule::{self, Settle, timestamp};
 
 /// What the registry showed for a watch (`observe`).
@@ -27,11 +30,47 @@ pub enum Observed {
     Moved { observation: Observation, metadata: Option<Box<PinnedMetadata>>, rollback: bool },
 }
 
-/// A decided check: the record to commit and what happened.
+/// What an observation means for the watch ([`found`]), before any reaction.
+#[derive(Debug)]
+pub enum Found {
+    /// The registry could not answer; the pin is kept.
+    Failed(RegistryError),
+    /// The tag still names the pin.
+    Unchanged,
+    /// A new digest held back by `settle`.
+    Held { digest: String },
+    /// The index moved but none of the watched platforms did: the pin advances with the metadata
+    /// it had, and there is no change.
+    PlatformsUnchanged { observation: Observation, metadata: Option<Box<PinnedMetadata>> },
+    /// First sight: the tag gets its first pin.
+    Pinned { observation: Observation, metadata: Option<Box<PinnedMetadata>> },
+    /// An accepted move, recorded as a change.
+    Moved(Box<Move>),
+}
+
+/// A move a check records as a change: its id and number, the pins on either side, what changed.
+#[derive(Debug)]
+pub struct Move {
+    pub id: String,
+    /// The watch's move number (its moves so far, plus this one).
+    pub seq: u64,
+    pub event_type: EventType,
+    pub change: Change,
+    pub previous: PinRecord,
+    pub current: Pin,
+    pub media_type: String,
+    /// The new pin's metadata.
+    pub metadata: Option<Box<PinnedMetadata>>,
+    pub rollback: bool,
+}
+
+/// A decided check: the record to commit, what happened, and the new pin's metadata (typed: the
+/// record holds it as the ledger stores it).
 #[derive(Debug)]
 pub struct Decided {
     pub commit: CheckRecord,
     pub outcome: CheckOutcome,
+    pub metadata: Option<Box<PinnedMetadata>>,
 }
 
 /// Whether the settle rule holds `digest` back at `now` (for a watch with a pin).
@@ -82,14 +121,71 @@ pub fn new_event(watch: &Watch, subjects: &[Subject], id: String, event_type: Ev
     e
 }
 
-/// Decides one check. `record` is the ledger's entry for the watch (for the same image), `now` the
-/// check's time. A change's event lists no images yet: the reaction adds them with its actions.
+/// Pinned metadata as the ledger stores it: the one conversion a check makes, until the ledger's
+/// records carry `PinnedMetadata` themselves.
+fn stored(metadata: Option<&PinnedMetadata>) -> Option<serde_json::Value> {
+    metadata.and_then(|m| serde_json::to_value(m).ok())
+}
+
+/// What `observed` means for the watch that `record` is the ledger's entry of (same image).
+pub fn found(watch: &Watch, record: Option<&WatchRecord>, observed: Result<Observed, RegistryError>) -> Found {
+    let (observation, metadata, rollback) = match observed {
+        Err(err) => return Found::Failed(err),
+        Ok(Observed::Unchanged) => return Found::Unchanged,
+        Ok(Observed::Head { digest }) => return Found::Held { digest },
+        Ok(Observed::Moved { observation, metadata, rollback }) => (observation, metadata, rollback),
+    };
+    let previous = record.and_then(|r| r.pin.as_ref());
+    if platforms_unchanged(watch, previous, &observation) {
+        let metadata = record.and_then(WatchRecord::pinned_metadata).map(Box::new);
+        return Found::PlatformsUnchanged { observation, metadata };
+    }
+    let (Some(record), Some(previous)) = (record, previous) else {
+        return Found::Pinned { observation, metadata };
+    };
+    let current = Pin {
+        digest: observation.digest.clone(),
+        reference: watch.image.pinned(&observation.digest),
+        platforms: observation.platforms,
+    };
+    let seq = record.moves + 1;
+    let id = event::change_id(&watch.name, seq, &previous.digest, &current.digest);
+    let (event_type, change) = match (watch.kind, metadata.as_deref(), record.pinned_metadata()) {
+        (WatchKind::RunImage, now, before) => {
+            let moved = Change::run_image_moved(previous.reference.clone(), current.reference.clone());
+            let before = before.map(|m| m.packages).unwrap_or_default();
+            let after = now.map(|m| m.packages.clone()).unwrap_or_default();
+            (EventType::RunImageChanged, moved.with_packages(&before, &after))
+        }
+        (WatchKind::Builder, Some(now), Some(before)) => (EventType::BuilderChanged, cnb::classify(&before, now)),
+        (WatchKind::Builder, _, _) => {
+            (EventType::BuilderChanged, Change::unknown("no CNB metadata was recorded for the previous pin"))
+        }
+    };
+    Found::Moved(Box::new(Move {
+        id,
+        seq,
+        event_type,
+        change,
+        previous: previous.clone(),
+        current,
+        media_type: observation.media_type,
+        metadata,
+        rollback,
+    }))
+}
+
+/// Decides one check: the record to commit, each of its events whole, and the outcome. `record`
+/// is the ledger's entry for the watch (for the same image), `found` what the check found,
+/// `planned` the reaction to its move (nothing otherwise), `now` the check's time.
 pub fn decide(
     watch: &Watch,
     subjects: &[Subject],
     record: Option<&WatchRecord>,
-    observed: Result<Observed, RegistryError>,
+    found: Found,
+    planned: Planned,
     now: DateTime<Utc>,
+    history: usize,
 ) -> Decided {
     // To the second, as the events and `status` say it.
     let now = now.trunc_subsecs(0);
@@ -106,11 +202,36 @@ pub fn decide(
         events: Vec::new(),
         deliveries: Vec::new(),
         actions: Vec::new(),
-        history: 0,
+        history,
     };
     let event = |id: String, event_type: EventType| new_event(watch, subjects, id, event_type, &time);
-    let observed = match observed {
-        Err(err) => {
+    let decided = |commit, outcome| Decided { commit, outcome, metadata: None };
+    if !matches!(found, Found::Failed(_))
+        && let Some(r) = record.filter(|r| r.consecutive_failures > 0)
+    {
+        let since = r.failing_since.map(timestamp).unwrap_or_default();
+        let mut e = event(
+            event::failure_event_id(&watch.name, EventType::CheckRecovered, &since, r.failure_runs),
+            EventType::CheckRecovered,
+        );
+        e.current = r.pin.as_ref().map(pin_of);
+        e.error = Some(CheckError {
+            reason: r.last_error_reason.clone().unwrap_or_default(),
+            message: r.last_error.clone().unwrap_or_default(),
+            consecutive_failures: r.consecutive_failures,
+            since,
+        });
+        commit.events.push(e);
+    }
+    let pin_update = |observation: Observation, metadata: Option<serde_json::Value>| PinUpdate {
+        reference: watch.image.pinned(&observation.digest),
+        digest: observation.digest,
+        media_type: observation.media_type,
+        platforms: observation.platforms,
+        metadata,
+    };
+    let mv = match found {
+        Found::Failed(err) => {
             if record.is_none_or(|r| r.consecutive_failures == 0) {
                 let since = timestamp(record.and_then(|r| r.failing_since).unwrap_or(now));
                 // A new run: the ledger counts it when it records this check.
@@ -127,93 +248,71 @@ pub fn decide(
             }
             commit.outcome = Err(CheckFailure { reason: err.reason().to_string(), message: err.to_string() });
             commit.pending = record.and_then(|r| r.pending.clone());
-            return Decided { commit, outcome: CheckOutcome::Failed(err) };
+            return decided(commit, CheckOutcome::Failed(err));
         }
-        Ok(observed) => observed,
-    };
-    if let Some(r) = record.filter(|r| r.consecutive_failures > 0) {
-        let since = r.failing_since.map(timestamp).unwrap_or_default();
-        let mut e = event(
-            event::failure_event_id(&watch.name, EventType::CheckRecovered, &since, r.failure_runs),
-            EventType::CheckRecovered,
-        );
-        e.current = r.pin.as_ref().map(pin_of);
-        e.error = Some(CheckError {
-            reason: r.last_error_reason.clone().unwrap_or_default(),
-            message: r.last_error.clone().unwrap_or_default(),
-            consecutive_failures: r.consecutive_failures,
-            since,
-        });
-        commit.events.push(e);
-    }
-    let (observation, metadata, rollback) = match observed {
-        Observed::Unchanged => return Decided { commit, outcome: CheckOutcome::Unchanged },
-        Observed::Head { digest } => {
+        Found::Unchanged => return decided(commit, CheckOutcome::Unchanged),
+        Found::Held { digest } => {
             // Held since it was first seen, unless the tag moved on meanwhile (the clock restarts).
             let since = match record.and_then(|r| r.pending.as_ref()) {
                 Some(pending) if pending.digest == digest => pending.since,
                 _ => now,
             };
             commit.pending = Some(HeldDigest { digest: digest.clone(), since });
-            return Decided { commit, outcome: CheckOutcome::Held { digest } };
+            return decided(commit, CheckOutcome::Held { digest });
         }
-        Observed::Moved { observation, metadata, rollback } => (observation, metadata, rollback),
+        Found::PlatformsUnchanged { observation, metadata } => {
+            let digest = observation.digest.clone();
+            // The metadata as the ledger holds it, not converted back and forth.
+            commit.pin = Some(pin_update(observation, record.and_then(|r| r.metadata.clone())));
+            return Decided { commit, outcome: CheckOutcome::PlatformsUnchanged { digest }, metadata };
+        }
+        Found::Pinned { observation, metadata } => {
+            let digest = observation.digest.clone();
+            let current = Pin {
+                digest: digest.clone(),
+                reference: watch.image.pinned(&digest),
+                platforms: observation.platforms.clone(),
+            };
+            commit.pin = Some(pin_update(observation, stored(metadata.as_deref())));
+            if watch.kind == WatchKind::Builder {
+                let mut e = event(
+                    event::stable_id(&[&watch.name, EventType::BuilderPinned.as_str(), &digest]),
+                    EventType::BuilderPinned,
+                );
+                e.current = Some(current);
+                commit.events.push(e);
+            }
+            return Decided { commit, outcome: CheckOutcome::Pinned { digest }, metadata };
+        }
+        Found::Moved(mv) => *mv,
     };
-    let previous = record.and_then(|r| r.pin.as_ref());
-    if platforms_unchanged(watch, previous, &observation) {
-        commit.pin = Some(PinUpdate {
-            reference: watch.image.pinned(&observation.digest),
-            digest: observation.digest.clone(),
-            media_type: observation.media_type,
-            platforms: observation.platforms,
-            metadata: record.and_then(|r| r.metadata.clone()),
-        });
-        return Decided { commit, outcome: CheckOutcome::PlatformsUnchanged { digest: observation.digest } };
-    }
-    let current = Pin {
-        digest: observation.digest.clone(),
-        reference: watch.image.pinned(&observation.digest),
-        platforms: observation.platforms.clone(),
-    };
+    let Move { id, seq, event_type, change, previous, current, media_type, metadata, rollback } = mv;
     commit.pin = Some(PinUpdate {
         digest: current.digest.clone(),
         reference: current.reference.clone(),
-        media_type: observation.media_type.clone(),
-        platforms: observation.platforms.clone(),
-        metadata: metadata.as_ref().and_then(|m| serde_json::to_value(m).ok()),
+        media_type,
+        platforms: current.platforms.clone(),
+        metadata: stored(metadata.as_deref()),
     });
-    let (Some(record), Some(previous)) = (record, previous) else {
-        if watch.kind == WatchKind::Builder {
-            let mut e = event(
-                event::stable_id(&[&watch.name, EventType::BuilderPinned.as_str(), &current.digest]),
-                EventType::BuilderPinned,
-            );
-            e.current = Some(current.clone());
-            commit.events.push(e);
-        }
-        return Decided { commit, outcome: CheckOutcome::Pinned { digest: current.digest } };
-    };
-    let seq = record.moves + 1;
-    let id = event::change_id(&watch.name, seq, &previous.digest, &current.digest);
-    let (event_type, change) = match (watch.kind, &metadata, record.pinned_metadata()) {
-        (WatchKind::RunImage, _, before) => {
-            let moved = Change::run_image_moved(previous.reference.clone(), current.reference.clone());
-            let before = before.map(|m| m.packages).unwrap_or_default();
-            let after = metadata.as_ref().map(|m| m.packages.clone()).unwrap_or_default();
-            (EventType::RunImageChanged, moved.with_packages(&before, &after))
-        }
-        (WatchKind::Builder, Some(now), Some(before)) => (EventType::BuilderChanged, cnb::classify(&before, now)),
-        (WatchKind::Builder, _, _) => {
-            (EventType::BuilderChanged, Change::unknown("no CNB metadata was recorded for the previous pin"))
-        }
-    };
     let mut e = event(id.clone(), event_type);
-    e.previous = Some(pin_of(previous));
+    e.previous = Some(pin_of(&previous));
     e.current = Some(current.clone());
     e.change = Some(change.clone());
     e.rollback = Some(rollback);
-    e.images = Some(Vec::new());
+    e.images = Some(
+        planned
+            .decisions
+            .iter()
+            .filter_map(|d| d.action.map(|a| ImageAction { name: d.image.clone(), action: a.as_str().into() }))
+            .collect(),
+    );
     commit.events.push(e);
+    if let Some(subject) = subjects.first()
+        && let Some(e) = crate::rollout::awaiting_approval_event(&id, subject, subjects, &planned.actions, now)
+    {
+        commit.events.push(e);
+    }
+    commit.actions = planned.actions;
     commit.change = Some(ChangeRecord {
         id: id.clone(),
         watch: watch.name.clone(),
@@ -226,15 +325,9 @@ pub fn decide(
         rollback,
         detected: now,
     });
-    Decided {
-        commit,
-        outcome: CheckOutcome::Changed {
-            id,
-            previous: previous.digest.clone(),
-            current: current.digest,
-            change: Box::new(change),
-        },
-    }
+    let outcome =
+        CheckOutcome::Changed { id, previous: previous.digest, current: current.digest, change: Box::new(change) };
+    Decided { commit, outcome, metadata }
 }
 
 #[cfg(test)]

@@ -1,12 +1,12 @@
 //! The monitor: every watched tag (builders, and the run images they name) checked on its
-//! schedule. Parts: the scheduler loop, run images, the check (`observe` + pure `decide`), the
-//! failure bookkeeping of outages, and the reaction that plans app-image actions.
+//! schedule. Parts: the scheduler loop, run images, the check (named steps: `observe`, pure
+//! `decide`, `react` through `crate::reaction`, outages, commit), and the failure bookkeeping of
+//! outages.
 
 mod check;
 pub mod decide;
 mod hooks;
 mod outages;
-pub mod reaction;
 pub mod run_images;
 mod scheduler;
 
@@ -21,6 +21,7 @@ use crate::alert::outage::RegistryState;
 use crate::config::{BuilderSettings, Config, Platform};
 use crate::ledger::{Ledger, WatchKind};
 use crate::metrics::Metrics;
+use crate::reaction::Reaction;
 use crate::registry::{Registry, RegistryError};
 use crate::schedule::Clock;
 use builder_monitor_core::cnb::{Change, run_watch_name};
@@ -29,7 +30,6 @@ use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::schedule::Schedule;
 pub use hooks::HOOK_FOLLOW_UPS;
 use hooks::HookChains;
-use reaction::Reaction;
 use run_images::RunImages;
 
 /// How long running checks may take to finish after a shutdown signal.
@@ -191,22 +191,17 @@ impl MonitorHandle {
     }
 }
 
+/// The monitor: its handle (the state the HTTP server shares), and what only the checks use.
 pub struct Monitor {
-    config: Arc<Config>,
+    handle: MonitorHandle,
     registry: Arc<Registry>,
     ledger: Ledger,
-    clock: Clock,
-    metrics: Arc<Metrics>,
-    handle: MonitorHandle,
     /// Taken by `run` while it runs; wakes sent meanwhile wait here.
     wake_receiver: Mutex<Option<mpsc::UnboundedReceiver<String>>>,
-    run_images: Arc<Mutex<RunImages>>,
-    unchecked: Arc<Mutex<BTreeSet<String>>>,
     /// Per registry: its failing watches and the outages alerts were told of (`alert::outage`),
     /// read from the ledger on first use. Held from a check's decision until its commit, so the
     /// checks of one registry decide one after another, each on what the last one recorded.
     outages: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<RegistryState>>>>>,
-    failing: Arc<Mutex<BTreeMap<String, usize>>>,
     run_image_heads: run_images::RunImageHeads,
 }
 
@@ -219,62 +214,30 @@ impl Monitor {
         metrics: Arc<Metrics>,
     ) -> Self {
         let (wakes, wake_receiver) = mpsc::unbounded_channel();
-        let unchecked = Arc::new(Mutex::new(config.builders.iter().map(|b| b.name.clone()).collect()));
-        let run_images = Arc::new(Mutex::new(RunImages::default()));
-        let failing = Arc::new(Mutex::new(BTreeMap::new()));
         let handle = MonitorHandle {
-            config: config.clone(),
-            clock: clock.clone(),
-            metrics: metrics.clone(),
-            wakes,
-            run_images: run_images.clone(),
-            unchecked: unchecked.clone(),
+            unchecked: Arc::new(Mutex::new(config.builders.iter().map(|b| b.name.clone()).collect())),
             heartbeat: Arc::new(AtomicI64::new(clock.now().timestamp())),
-            hooks: HookChains::default(),
-            failing: failing.clone(),
-        };
-        Self {
             config,
-            registry,
-            ledger,
             clock,
             metrics,
+            wakes,
+            run_images: Arc::new(Mutex::new(RunImages::default())),
+            hooks: HookChains::default(),
+            failing: Arc::new(Mutex::new(BTreeMap::new())),
+        };
+        Self {
             handle,
+            registry,
+            ledger,
             wake_receiver: Mutex::new(Some(wake_receiver)),
-            run_images,
-            unchecked,
             outages: Mutex::new(HashMap::new()),
-            failing,
             run_image_heads: Default::default(),
         }
     }
 
-    /// The small handle the HTTP server holds.
+    /// The small handle the HTTP server holds: readiness, liveness, metrics and wakes.
     pub fn handle(&self) -> MonitorHandle {
         self.handle.clone()
-    }
-
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
-    }
-
-    /// Whether every builder has been checked once since start.
-    pub fn first_cycle_done(&self) -> bool {
-        self.handle.first_cycle_done()
-    }
-
-    /// Whether the scheduler showed it is alive within `HEARTBEAT_STALE`.
-    pub fn alive(&self) -> bool {
-        self.handle.alive()
-    }
-
-    /// Watches whose last check failed, per registry (registries checked since start).
-    pub fn failing_watches(&self) -> BTreeMap<String, usize> {
-        self.handle.failing_watches()
-    }
-
-    fn beat(&self) {
-        self.handle.beat();
     }
 
     /// The ledger's signal of new actions (the runner waits on it).
@@ -288,7 +251,7 @@ impl Monitor {
     }
 
     pub fn config(&self) -> &Config {
-        &self.config
+        &self.handle.config
     }
 
     pub fn registry(&self) -> &Registry {
@@ -301,32 +264,22 @@ impl Monitor {
 
     /// The reaction over this monitor's config, ledger and registries.
     pub fn reaction(&self) -> Reaction<'_> {
-        Reaction { config: &self.config, ledger: &self.ledger, registry: &self.registry }
-    }
-
-    /// Asks a builder's task to check now; false when no such builder is watched.
-    pub fn check_now(&self, builder: &str) -> bool {
-        self.handle.check_now(builder)
-    }
-
-    /// Wakes every watch of this registry, repository and tag (hook chains); returns their names.
-    pub fn check_matching(&self, registry: Option<&str>, repository: &str, tag: &str) -> Vec<String> {
-        self.handle.check_matching(registry, repository, tag)
+        Reaction { config: &self.handle.config, ledger: &self.ledger, registry: &self.registry }
     }
 
     /// The run image watches in force, with the builders naming each.
     pub fn run_image_watches(&self) -> Vec<(Watch, Vec<String>)> {
-        let run_images = self.run_images.lock().unwrap_or_else(|e| e.into_inner());
+        let run_images = self.handle.run_images.lock().unwrap_or_else(|e| e.into_inner());
         run_images.entries.values().map(|e| (e.watch.clone(), e.users.iter().cloned().collect())).collect()
     }
 
     /// Learns run images from the metadata already pinned, so they are watched from the start.
     async fn load_run_images(&self) {
-        for b in &self.config.builders {
+        for b in &self.handle.config.builders {
             match self.ledger.watch(&b.name).await {
                 Ok(Some(record)) if record.image == b.image.to_string() => {
                     let metadata = record.pinned_metadata();
-                    self.run_images.lock().unwrap_or_else(|e| e.into_inner()).note(b, metadata.as_ref());
+                    self.handle.run_images.lock().unwrap_or_else(|e| e.into_inner()).note(b, metadata.as_ref());
                 }
                 Ok(_) => {}
                 Err(err) => tracing::error!(builder = %b.name, error = %err, "cannot read the ledger"),
@@ -336,6 +289,6 @@ impl Monitor {
 
     /// Who an event about `watch` concerns: the builder itself, or the builders naming a run image.
     fn subjects(&self, watch: &Watch) -> Vec<Subject> {
-        self.run_images.lock().unwrap_or_else(|e| e.into_inner()).subjects(&self.config, watch)
+        self.handle.run_images.lock().unwrap_or_else(|e| e.into_inner()).subjects(&self.handle.config, watch)
     }
 }

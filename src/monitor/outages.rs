@@ -4,8 +4,10 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use tokio::sync::OwnedMutexGuard;
+
 use super::decide::{failed_event_id, new_event, pin_of};
-use super::{Monitor, Watch};
+use super::{CheckOutcome, Monitor, Watch};
 use crate::alert::outage::{self, RegistryState};
 use crate::ledger::{CheckFailure, CheckRecord, DeliveryKey, LedgerError, WatchRecord};
 use crate::metrics::RegistryLabels;
@@ -13,23 +15,84 @@ use builder_monitor_core::event::{self, CheckError, Event, EventType, Subject};
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::schedule::{self, timestamp};
 
+/// A check's outage bookkeeping, between its decision and its commit: the registry's failure state,
+/// locked until then, and what it becomes once the check is committed.
+pub(super) struct Outages {
+    registry: String,
+    state: OwnedMutexGuard<Option<RegistryState>>,
+    next: RegistryState,
+    /// Events recorded by an earlier check, repeated only so their new deliveries have them.
+    pub repeated: BTreeSet<String>,
+}
+
 impl Monitor {
+    /// Outage bookkeeping: what `alert::outage` makes of this check, as events and deliveries in
+    /// its commit. Holds the registry's state until [`Monitor::committed`].
+    pub(super) async fn outages(
+        &self,
+        watch: &Watch,
+        record: Option<&WatchRecord>,
+        outcome: &CheckOutcome,
+        commit: &mut CheckRecord,
+    ) -> Result<Outages, LedgerError> {
+        let registry = watch.image.registry().to_string();
+        let mut state = self.registry_slot(&registry).lock_owned().await;
+        if state.is_none() {
+            *state = Some(self.load_registry_state(&registry).await?);
+        }
+        let failures = record.map_or(0, |r| r.consecutive_failures);
+        let decided = match outcome {
+            CheckOutcome::Failed(err) => outage::Outcome::Failed {
+                failures: failures + 1,
+                since: record.and_then(|r| r.failing_since).unwrap_or_else(|| self.handle.clock.now()),
+                reason: err.reason().to_string(),
+                message: err.to_string(),
+                // As `decide` numbers it: a first failure starts the next run.
+                run: record.map_or(0, |r| r.failure_runs) + u64::from(failures == 0),
+            },
+            _ => outage::Outcome::Succeeded,
+        };
+        let audience = |name: &str| {
+            let names = self.subject_names(name);
+            crate::alert::audiences(&self.handle.config.alerts, &names.iter().map(String::as_str).collect::<Vec<_>>())
+        };
+        let (notices, next) =
+            state.as_ref().map(|s| s.decide(&registry, &watch.name, &decided, &audience)).unwrap_or_default();
+        let mut repeated = BTreeSet::new();
+        self.add_notices(watch, record, &registry, &notices, commit, &mut repeated);
+        Ok(Outages { registry, state, next, repeated })
+    }
+
+    /// The registry's failure state as the check committed it, and its count of failing watches.
+    pub(super) fn committed(&self, outages: Outages) {
+        let Outages { registry, mut state, next, .. } = outages;
+        let failing = next.failing_count();
+        *state = Some(next);
+        drop(state);
+        self.handle
+            .metrics
+            .watches_failing
+            .get_or_create(&RegistryLabels { registry: registry.clone() })
+            .set(failing as i64);
+        self.handle.failing.lock().unwrap_or_else(|e| e.into_inner()).insert(registry, failing);
+    }
+
     /// The lock and state of one registry's failures (`outages`).
-    pub(super) fn registry_slot(&self, registry: &str) -> Arc<tokio::sync::Mutex<Option<RegistryState>>> {
+    fn registry_slot(&self, registry: &str) -> Arc<tokio::sync::Mutex<Option<RegistryState>>> {
         self.outages.lock().unwrap_or_else(|e| e.into_inner()).entry(registry.to_string()).or_default().clone()
     }
 
     /// The builders an event about the watch `name` concerns: itself, or the builders naming a run image.
     pub(super) fn subject_names(&self, name: &str) -> Vec<String> {
         if name.starts_with("run:") {
-            return self.run_images.lock().unwrap_or_else(|e| e.into_inner()).users(name);
+            return self.handle.run_images.lock().unwrap_or_else(|e| e.into_inner()).users(name);
         }
         vec![name.to_string()]
     }
 
     /// What the ledger says about a registry's failures: its failing watches, which alerts got
     /// each one's `check.failed`, and the outages announced and not yet over.
-    pub(super) async fn load_registry_state(&self, registry: &str) -> Result<RegistryState, LedgerError> {
+    async fn load_registry_state(&self, registry: &str) -> Result<RegistryState, LedgerError> {
         let mut state = RegistryState::default();
         let of_registry = |image: &str| ImageRef::parse(image).is_ok_and(|i| i.registry() == registry);
         let failing: Vec<WatchRecord> =
@@ -41,7 +104,7 @@ impl Monitor {
         let delivered = self.ledger.deliveries_of(failed_ids.clone()).await?;
         for (w, id) in failing.into_iter().zip(failed_ids) {
             let told = delivered.iter().filter(|d| d.event == id).map(|d| d.alert.clone()).collect();
-            let since = w.failing_since.unwrap_or_else(|| self.clock.now());
+            let since = w.failing_since.unwrap_or_else(|| self.handle.clock.now());
             state.failing.insert(
                 w.name.clone(),
                 outage::Failing {
@@ -70,7 +133,7 @@ impl Monitor {
         let delivered = self.ledger.deliveries_of(open.iter().map(|(e, _)| e.id.clone()).collect()).await?;
         for (e, o) in open {
             let alerts = delivered.iter().filter(|d| d.event == e.id).map(|d| d.alert.clone()).collect();
-            let since = schedule::parse_timestamp(&o.since).unwrap_or_else(|| self.clock.now());
+            let since = schedule::parse_timestamp(&o.since).unwrap_or_else(|| self.handle.clock.now());
             state.open.insert(
                 e.id.clone(),
                 outage::Outage {
@@ -84,16 +147,17 @@ impl Monitor {
             );
         }
         let count = state.failing_count();
-        self.metrics
+        self.handle
+            .metrics
             .watches_failing
             .get_or_create(&RegistryLabels { registry: registry.to_string() })
             .set(count as i64);
-        self.failing.lock().unwrap_or_else(|e| e.into_inner()).insert(registry.to_string(), count);
+        self.handle.failing.lock().unwrap_or_else(|e| e.into_inner()).insert(registry.to_string(), count);
         Ok(state)
     }
 
     /// Adds the events and deliveries `notices` asks for to a check's commit.
-    pub(super) fn add_notices(
+    fn add_notices(
         &self,
         watch: &Watch,
         record: Option<&WatchRecord>,
@@ -158,7 +222,7 @@ impl Monitor {
             .iter()
             .map(|n| Subject {
                 name: n.clone(),
-                image: self.config.builder(n).map(|b| b.image.to_string()).unwrap_or_default(),
+                image: self.handle.config.builder(n).map(|b| b.image.to_string()).unwrap_or_default(),
             })
             .collect();
         let first = subjects

@@ -28,14 +28,14 @@ enum Scheduled {
 impl Monitor {
     fn watch_of(&self, scheduled: &Scheduled) -> Arc<Watch> {
         match scheduled {
-            Scheduled::Builder(index) => Arc::new(Watch::builder(&self.config.builders[*index])),
+            Scheduled::Builder(index) => Arc::new(Watch::builder(&self.handle.config.builders[*index])),
             Scheduled::RunImage { watch, .. } => watch.clone(),
         }
     }
 
     fn registry_of<'s>(&'s self, scheduled: &'s Scheduled) -> &'s str {
         match scheduled {
-            Scheduled::Builder(index) => self.config.builders[*index].image.registry(),
+            Scheduled::Builder(index) => self.handle.config.builders[*index].image.registry(),
             Scheduled::RunImage { watch, .. } => watch.image.registry(),
         }
     }
@@ -45,7 +45,7 @@ impl Monitor {
     /// Checks every builder once, then every run image they name. True when every check succeeded.
     pub async fn run_once(self: &Arc<Self>) -> bool {
         self.load_run_images().await;
-        let builders: Vec<Watch> = self.config.builders.iter().map(Watch::builder).collect();
+        let builders: Vec<Watch> = self.handle.config.builders.iter().map(Watch::builder).collect();
         let mut all_ok = self.check_all(builders).await;
         let run_images: Vec<Watch> = self.run_image_watches().into_iter().map(|(w, _)| w).collect();
         all_ok &= self.check_all(run_images).await;
@@ -121,7 +121,7 @@ impl Monitor {
         };
         let (spawner, mut spawns) = mpsc::unbounded_channel();
         {
-            let mut run_images = self.run_images.lock().unwrap_or_else(|e| e.into_inner());
+            let mut run_images = self.handle.run_images.lock().unwrap_or_else(|e| e.into_inner());
             for name in run_images.entries.keys() {
                 let _ = spawner.send(name.clone());
             }
@@ -130,7 +130,7 @@ impl Monitor {
         let mut table: Timetable<Scheduled> = Timetable::default();
         let mut slots: Slots<usize> = Slots::new(CHECK_CONCURRENCY);
         let now = tokio::time::Instant::now();
-        for (index, builder) in self.config.builders.iter().enumerate() {
+        for (index, builder) in self.handle.config.builders.iter().enumerate() {
             slots.register(builder.image.registry());
             table.add(&builder.name, Scheduled::Builder(index), builder.jitter, now);
         }
@@ -197,7 +197,7 @@ impl Monitor {
                         tracing::error!(watch = %watch.name, error = %err, "check failed unexpectedly; it runs again on schedule");
                     }
                     let now = tokio::time::Instant::now();
-                    if !table.finished(id, &watch.schedule, watch.jitter, now, self.clock.now()) {
+                    if !table.finished(id, &watch.schedule, watch.jitter, now, self.handle.clock.now()) {
                         tracing::warn!(watch = %watch.name, schedule = %watch.schedule, "schedule has no future firing; checked only when woken");
                     }
                 }
@@ -210,7 +210,7 @@ impl Monitor {
                 Some(name) = spawns.recv() => {
                     let stop = CancellationToken::new();
                     let watch = {
-                        let mut run_images = self.run_images.lock().unwrap_or_else(|e| e.into_inner());
+                        let mut run_images = self.handle.run_images.lock().unwrap_or_else(|e| e.into_inner());
                         run_images.entries.get_mut(&name).map(|entry| {
                             entry.stop = Some(stop.clone());
                             entry.watch.clone()
@@ -227,11 +227,11 @@ impl Monitor {
                         table.add(&name, scheduled, jitter, tokio::time::Instant::now());
                     }
                 }
-                _ = heartbeat.tick() => self.beat(),
+                _ = heartbeat.tick() => self.handle.beat(),
                 _ = async { match next { Some(due) => tokio::time::sleep_until(due).await, None => std::future::pending().await } } => {}
             }
         }
-        self.run_images.lock().unwrap_or_else(|e| e.into_inner()).spawner = None;
+        self.handle.run_images.lock().unwrap_or_else(|e| e.into_inner()).spawner = None;
         *self.wake_receiver.lock().unwrap_or_else(|e| e.into_inner()) = Some(wakes);
         let drained =
             tokio::time::timeout(SHUTDOWN_GRACE, async { while running.join_next().await.is_some() {} }).await;

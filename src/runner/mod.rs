@@ -20,9 +20,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ExecSettings, RebasePath, RunnerKind};
-use crate::ledger::{
-    ActionEnd, ActionOutcome, ActionState, ClaimedAction, DeliveryKey, Hold, Ledger, LedgerError, TagMove,
-};
+use crate::ledger::{ActionEnd, ActionOutcome, ActionState, ClaimedAction, Hold, Ledger, LedgerError, TagMove};
 use crate::metrics::Metrics;
 use crate::rebase::{RebaseError, RebaseRequest};
 use crate::registry::Registry;
@@ -428,10 +426,6 @@ impl Runner {
         e
     }
 
-    fn routed(&self, events: &[Event]) -> Vec<DeliveryKey> {
-        crate::rollout::routed(&self.config, events)
-    }
-
     async fn execute(self: Arc<Self>, action: ClaimedAction, _permit: OwnedSemaphorePermit) {
         let target: ActionTarget = match serde_json::from_value(action.target.clone()) {
             Ok(t) => t,
@@ -460,15 +454,11 @@ impl Runner {
         let history = self.config.monitor.history;
         if action.kind == ActionKind::Rebuild {
             let started = vec![self.event(&action, &target, EventType::BuildStarted, None, None, &Digests::default())];
-            let deliveries = self.routed(&started);
-            match self
-                .ledger
-                .record_events(&target.builder_name, started.clone(), deliveries, history, self.clock.now())
-                .await
-            {
-                // Logged once recorded, like a check's events.
-                Ok(()) => started.iter().for_each(crate::event_log::log),
-                Err(err) => tracing::error!(action = %action.key, error = %err, "cannot record build.started"),
+            let record = |deliveries| {
+                self.ledger.record_events(&target.builder_name, started.clone(), deliveries, history, self.clock.now())
+            };
+            if let Err(err) = crate::alert::emit(&self.config.alerts, &started, record).await {
+                tracing::error!(action = %action.key, error = %err, "cannot record build.started");
             }
         }
         tracing::info!(action = %action.key, image = %action.image, kind = action.kind.as_str(), attempt = action.attempt, "running action");
@@ -532,10 +522,8 @@ impl Runner {
             events.push(event);
             hold
         });
-        let deliveries = self.routed(&events);
-        let result = self
-            .ledger
-            .finish_action(ActionEnd {
+        let finish = |deliveries| {
+            self.ledger.finish_action(ActionEnd {
                 key: &action.key,
                 outcome: state.clone(),
                 detail: outcome.detail.clone(),
@@ -549,7 +537,8 @@ impl Runner {
                 hold,
                 keep_intent: attempt.keep_intent,
             })
-            .await;
+        };
+        let result = crate::alert::emit(&self.config.alerts, &events, finish).await;
         let state = match result {
             Ok(Some(ActionState::Superseded)) if matches!(state, ActionOutcome::Retry { .. }) => {
                 ActionOutcome::Superseded { by: "a newer change".into() }
@@ -560,7 +549,6 @@ impl Runner {
                 return;
             }
         };
-        events.iter().for_each(crate::event_log::log);
         match state {
             ActionOutcome::Succeeded => {
                 tracing::info!(action = %action.key, image = %action.image, kind = action.kind.as_str(), "action succeeded")

@@ -94,6 +94,17 @@ fn unavailable() -> RegistryError {
     RegistryError::Unavailable { registry: "registry.example.com".into(), detail: "connection refused".into() }
 }
 
+/// A check decided as the monitor decides it, for a move without any app image to act on.
+fn decide(
+    w: &Watch,
+    subjects: &[Subject],
+    record: Option<&WatchRecord>,
+    observed: Result<Observed, RegistryError>,
+    now: DateTime<Utc>,
+) -> Decided {
+    super::decide(w, subjects, record, found(w, record, observed), Planned::default(), now, 10)
+}
+
 fn types(d: &Decided) -> Vec<EventType> {
     d.commit.events.iter().map(|e| e.event_type).collect()
 }
@@ -291,4 +302,26 @@ fn a_success_after_failures_is_a_recovery() {
     // Recovering onto a move records both.
     let d = decide(&w, &subjects(), Some(&record), Ok(moved(B, false)), at(T1));
     assert_eq!(types(&d), [EventType::CheckRecovered, EventType::BuilderChanged]);
+}
+
+#[test]
+fn a_move_lists_the_actions_its_reaction_planned_in_its_one_event() {
+    use builder_monitor_core::plan::{ActionKind, Decision};
+    let w = watch(WatchKind::Builder);
+    let record = pinned(&w, A);
+    let planned = Planned {
+        decisions: vec![
+            Decision { image: "petclinic".into(), action: Some(ActionKind::Rebase), why: "run image moved".into() },
+            Decision { image: "manual".into(), action: None, why: "policy is manual".into() },
+        ],
+        actions: Vec::new(),
+    };
+    let found = found(&w, Some(&record), Ok(moved(B, false)));
+    assert!(matches!(&found, Found::Moved(m) if m.seq == 3 && m.current.digest == B));
+    let d = super::decide(&w, &subjects(), Some(&record), found, planned, at(T1), 10);
+    assert_eq!(types(&d), [EventType::BuilderChanged], "no approval to wait for");
+    let images = d.commit.events[0].images.as_deref().unwrap();
+    assert_eq!(images.len(), 1);
+    assert_eq!((images[0].name.as_str(), images[0].action.as_str()), ("petclinic", "rebase"));
+    assert_eq!(d.commit.history, 10);
 }

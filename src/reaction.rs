@@ -49,6 +49,13 @@ pub struct Moved<'a> {
     pub metadata: Option<&'a PinnedMetadata>,
 }
 
+/// The reaction planned for a move: a decision per app image concerned, and the actions to record.
+#[derive(Debug, Default)]
+pub struct Planned {
+    pub decisions: Vec<Decision>,
+    pub actions: Vec<NewAction>,
+}
+
 /// What a runner needs for `image`: the one place an [`ActionTarget`] is built.
 pub fn action_target(
     image: &ImageSettings,
@@ -89,12 +96,12 @@ pub fn action_key(change_id: &str, image: &str) -> String {
 
 impl Reaction<'_> {
     /// Plans the reaction of every app image the move concerns; reads the app images it needs.
-    pub async fn plan_actions(&self, mv: &Moved<'_>) -> Result<(Vec<Decision>, Vec<NewAction>), LedgerError> {
+    pub async fn plan_actions(&self, mv: &Moved<'_>) -> Result<Planned, LedgerError> {
         let (builders, change, current) = (mv.builders, mv.change, mv.current);
         let images: Vec<ImageSettings> =
             self.config.images.iter().filter(|i| builders.contains(&i.builder)).cloned().collect();
         if images.is_empty() || change.kind == cnb::ChangeKind::None {
-            return Ok((Vec::new(), Vec::new()));
+            return Ok(Planned::default());
         }
         // The run image to rebase onto: the moved run image itself, or the one the builder moved to.
         let run_reference = match mv.kind {
@@ -170,7 +177,7 @@ impl Reaction<'_> {
                 .gated(image.wave, image.needs_approval(kind, &self.config.rollout)),
             );
         }
-        Ok((decisions, actions))
+        Ok(Planned { decisions, actions })
     }
 
     /// Every digest that counts as "on" this run image reference: its own, and its platforms'.

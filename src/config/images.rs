@@ -69,6 +69,9 @@ pub enum RunnerKind {
 }
 
 impl RunnerKind {
+    /// Every runner type, as the docs list them.
+    pub const ALL: [RunnerKind; 4] = [RunnerKind::None, RunnerKind::Exec, RunnerKind::Kubernetes, RunnerKind::Kpack];
+
     pub fn as_str(self) -> &'static str {
         match self {
             RunnerKind::None => "none",

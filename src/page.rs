@@ -664,6 +664,13 @@ mod tests {
 
         let recorded = render(&status, &config(""), now());
         assert!(recorded.contains("runner <code>none</code> records actions and never runs them"));
+        // With rebases in the daemon, runner `none` still carries them out; only a rebuild waits for good.
+        let in_daemon = config("[runner]\nrebase = \"registry\"\n");
+        let html = render(&status, &in_daemon, now());
+        assert!(!html.contains("never runs them") && html.contains("runs now, for a free runner slot"), "{html}");
+        status.pending[1].action = "rebuild".into();
+        let html = render(&status, &in_daemon, now());
+        assert_eq!(html.matches("runner <code>none</code> records actions and never runs them").count(), 1);
     }
 
     #[test]

@@ -227,9 +227,10 @@ impl Runner {
         self.failures.load(Ordering::Relaxed)
     }
 
-    /// Start-up reconciliation of actions left `running`: a local command runs again (its attempt
-    /// still counts), once its process group from before is gone (stopped if it still lives); a
-    /// Job or Build lives in the cluster, so the runner follows it again (`resume`).
+    /// Start-up reconciliation of actions left `running`, as each one's backend says
+    /// (`AfterRestart`): a registry rebase or a local command runs again (its attempt still
+    /// counts), a command once its process group from before is gone (stopped if it still lives);
+    /// a Job or Build lives in the cluster, so the runner follows it again (`resume`).
     pub async fn recover(&self) -> Result<usize, RunnerError> {
         self.settle_rollbacks().await?;
         let mut keys = Vec::new();

@@ -15,7 +15,7 @@ use crate::ledger::{Ledger, LedgerError, OpenAction, WriterLock};
 use crate::metrics::Metrics;
 use crate::monitor::Monitor;
 use crate::registry::Registry;
-use crate::runner::{Backend, Runner, RunnerError};
+use crate::runner::{Backends, Runner, RunnerError};
 use crate::schedule::Clock;
 use crate::server::{self, ServerState};
 
@@ -115,8 +115,8 @@ impl Parts {
     }
 
     async fn runner(&self, stop: CancellationToken) -> Result<Arc<Runner>, DaemonError> {
-        let backend = Backend::for_config(&self.config, self.client.clone(), stop).map_err(DaemonError::Runner)?;
-        let runner = Runner::new(self.config.clone(), self.ledger.clone(), self.clock.clone(), backend);
+        let backends = Backends::for_config(&self.config, self.client.clone(), stop).map_err(DaemonError::Runner)?;
+        let runner = Runner::new(self.config.clone(), self.ledger.clone(), self.clock.clone(), backends);
         let runner = Arc::new(runner.with_registry(self.registry.clone()));
         runner.recover().await.map_err(DaemonError::Recover)?;
         Ok(runner)

@@ -1,15 +1,18 @@
 //! The status page served at `GET /`: the `status` report as one self-contained HTML document
 //! (inline CSS, no scripts, no external assets) that reloads itself every [`REFRESH_SECONDS`].
 
-use std::fmt::{self, Write as _};
+mod html;
+
+use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
 
-use crate::config::{Config, RunnerKind};
+use crate::config::Config;
 use crate::ledger::{ActionState, OpenAction};
-use crate::status::{BuilderStatus, ChangeSummary, Status};
-use builder_monitor_core::cnb::ChangeKind;
+use crate::status::{BuilderStatus, Status};
+use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::schedule::{Schedule, parse_timestamp};
+use html::{Breakable, STYLE, Text, ago, ago_at, details, kind_badge, short, span, time_element};
 
 /// How often the page reloads itself.
 pub const REFRESH_SECONDS: u32 = 30;
@@ -17,169 +20,6 @@ pub const REFRESH_SECONDS: u32 = 30;
 /// The page loads nothing and runs nothing; only its own inline style applies.
 pub const CONTENT_SECURITY_POLICY: &str =
     "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
-
-/// Text for HTML content and quoted attribute values. Names, summaries and errors come from
-/// registries and runners, so markup characters are escaped and control characters (terminal
-/// escapes, bidi overrides that reorder what is shown) are written out as codes (`\x1b`,
-/// `\u{202e}`), exactly as text output and text logs write them.
-struct Text<'a>(&'a str);
-
-impl fmt::Display for Text<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for c in self.0.chars() {
-            match c {
-                '<' => f.write_str("&lt;")?,
-                '>' => f.write_str("&gt;")?,
-                '&' => f.write_str("&amp;")?,
-                '"' => f.write_str("&quot;")?,
-                '\'' => f.write_str("&#39;")?,
-                // Line breaks in error output read as spaces in a table cell.
-                '\n' | '\t' => f.write_char(' ')?,
-                c if builder_monitor_core::text::is_unsafe(c) => builder_monitor_core::text::write_escaped(f, c)?,
-                c => f.write_char(c)?,
-            }
-        }
-        Ok(())
-    }
-}
-
-/// [`Text`] that may wrap after each `/` and before each `@`: image references and error
-/// messages are long words that would otherwise widen their column or break at random letters.
-struct Breakable<'a>(&'a str);
-
-impl fmt::Display for Breakable<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut rest = self.0;
-        while let Some(i) = rest.find(['/', '@']) {
-            let (head, tail) = rest.split_at(i);
-            if tail.starts_with('/') {
-                write!(f, "{}/<wbr>", Text(head))?;
-            } else {
-                write!(f, "{}<wbr>@", Text(head))?;
-            }
-            rest = &tail[1..];
-        }
-        write!(f, "{}", Text(rest))
-    }
-}
-
-/// `sha256:` and the first 12 hex digits, as `status` prints digests.
-fn short(digest: &str) -> &str {
-    let end = digest.char_indices().nth("sha256:".len() + 12).map_or(digest.len(), |(i, _)| i);
-    &digest[..end]
-}
-
-/// A duration in its two largest units: `45s`, `5m 10s`, `3h 5m`, `2d 4h`.
-fn span(seconds: i64) -> String {
-    let s = seconds.max(0);
-    let (d, h, m, sec) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
-    match (d, h, m) {
-        (0, 0, 0) => format!("{sec}s"),
-        (0, 0, _) if sec == 0 => format!("{m}m"),
-        (0, 0, _) => format!("{m}m {sec}s"),
-        (0, _, 0) => format!("{h}h"),
-        (0, _, _) => format!("{h}h {m}m"),
-        (_, 0, _) => format!("{d}d"),
-        _ => format!("{d}d {h}h"),
-    }
-}
-
-/// How long before `now` a ledger time was, inside a `<time>` whose tooltip is the exact time.
-fn ago(text: &str, now: DateTime<Utc>) -> String {
-    match parse_timestamp(text) {
-        Some(t) => ago_at(t, now),
-        None => format!("{}", Text(text)),
-    }
-}
-
-fn ago_at(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
-    if (now - t).num_seconds() < 5 {
-        time_element(t, "just now")
-    } else {
-        time_element(t, &format!("{} ago", span((now - t).num_seconds())))
-    }
-}
-
-fn time_element(t: DateTime<Utc>, shown: &str) -> String {
-    format!(
-        "<time datetime=\"{}\" title=\"{}\">{}</time>",
-        t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        t.format("%Y-%m-%d %H:%M:%S UTC"),
-        Text(shown)
-    )
-}
-
-fn kind_badge(kind: ChangeKind) -> String {
-    format!("<span class=\"kind kind-{0}\">{0}</span>", kind.as_str())
-}
-
-/// The summary without its leading `kind: `, which the badge beside it already says.
-fn details(change: &ChangeSummary) -> &str {
-    change
-        .summary
-        .strip_prefix(change.kind.as_str())
-        .and_then(|rest| rest.strip_prefix(": "))
-        .unwrap_or(&change.summary)
-}
-
-const STYLE: &str = r#"
-:root{color-scheme:light dark;--bg:#f5f6f8;--fg:#1c2230;--muted:#606a7b;--card:#fff;--line:#e2e5ea;--head:#fafbfc;
---ok:#1a7f37;--ok-bg:#dafbe1;--err:#b42318;--err-bg:#fee4e2;--warn:#9a6700;--warn-bg:#fff4d4;
---rebase:#0969da;--rebuild:#c2410c;--unknown:#7c3aed;--none:#6e7781}
-@media (prefers-color-scheme:dark){:root{--bg:#0e1117;--fg:#e6e9ef;--muted:#9aa4b5;--card:#161b22;--line:#2b323d;--head:#1b2129;
---ok:#3fb950;--ok-bg:#12361f;--err:#ff7b72;--err-bg:#3d1518;--warn:#d29922;--warn-bg:#3a2a0c;
---rebase:#4493f8;--rebuild:#f0883e;--unknown:#a371f7;--none:#8b949e}}
-*{box-sizing:border-box}
-body{margin:0;background:var(--bg);color:var(--fg);font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans","Helvetica Neue",Arial,sans-serif;-webkit-text-size-adjust:100%}
-main{max-width:1240px;margin:0 auto;padding:28px 20px 56px}
-header{display:flex;flex-wrap:wrap;align-items:baseline;justify-content:space-between;gap:4px 24px;margin-bottom:20px}
-h1{font-size:1.55rem;margin:0;letter-spacing:-.01em}
-h2{font-size:1.1rem;margin:34px 0 10px;display:flex;align-items:baseline;gap:10px}
-h2 .count{font-size:.8rem;font-weight:600;color:var(--muted);background:var(--line);border-radius:999px;padding:0 8px}
-h3{font-size:.95rem;margin:22px 0 8px}
-.meta{color:var(--muted);font-size:.85rem}
-.tiles{display:grid;grid-template-columns:repeat(auto-fit,minmax(150px,1fr));gap:12px}
-.tile{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:12px 16px}
-.tile b{display:block;font-size:1.6rem;line-height:1.2;font-variant-numeric:tabular-nums}
-.tile span{color:var(--muted);font-size:.8rem;text-transform:uppercase;letter-spacing:.05em}
-.tile.bad b{color:var(--err)}
-.card{background:var(--card);border:1px solid var(--line);border-radius:10px;overflow-x:auto}
-table{width:100%;border-collapse:collapse}
-th{text-align:left;font-size:.72rem;font-weight:600;text-transform:uppercase;letter-spacing:.05em;color:var(--muted);background:var(--head);padding:9px 14px;border-bottom:1px solid var(--line);white-space:nowrap}
-td{padding:10px 14px;border-top:1px solid var(--line);vertical-align:top;overflow-wrap:break-word}
-time,.nowrap,code.digest,.history code{white-space:nowrap}
-tbody tr:first-child td{border-top:0}
-code{font-family:ui-monospace,SFMono-Regular,"SF Mono",Menlo,Consolas,"Liberation Mono",monospace;font-size:.84em}
-.name{font-weight:600}
-.sub{display:block;color:var(--muted);font-size:.8rem;margin-top:2px}
-.muted{color:var(--muted)}
-.empty{padding:14px 16px;color:var(--muted)}
-.kind,.pill{display:inline-block;border-radius:999px;padding:0 9px;font-size:.75rem;font-weight:600;line-height:1.6;white-space:nowrap;vertical-align:1px}
-.kind{color:#fff;background:var(--k)}
-.kind-rebase{--k:var(--rebase)}.kind-rebuild{--k:var(--rebuild)}.kind-unknown{--k:var(--unknown)}.kind-none{--k:var(--none)}
-.ok{color:var(--ok);background:var(--ok-bg)}.err{color:var(--err);background:var(--err-bg)}.warn{color:var(--warn);background:var(--warn-bg)}
-.streak{font-weight:700;color:var(--err);font-variant-numeric:tabular-nums}
-.arrow{color:var(--muted);padding:0 4px}
-footer{margin-top:40px;color:var(--muted);font-size:.8rem}
-.quiet{color:var(--muted);font-size:.85rem;margin:14px 2px 0}
-.quiet .name{color:var(--fg);font-weight:500}
-span.name{white-space:nowrap}
-@media (max-width:760px){
-main{padding:18px 12px 40px}
-.tiles{grid-template-columns:repeat(auto-fit,minmax(105px,1fr));gap:8px}
-.tile{padding:8px 12px}
-.tile b{font-size:1.3rem}
-.tile span{font-size:.7rem}
-table,tbody,td{display:block}
-thead{display:none}
-tbody tr{display:grid;grid-template-columns:repeat(auto-fill,minmax(140px,1fr));gap:8px 14px;padding:12px 14px;border-top:1px solid var(--line)}
-tbody tr:first-child{border-top:0}
-td{border:0;padding:0}
-td:first-child{grid-column:1/-1}
-table:not(.history) td:first-child::before{display:none}
-td[data-label]::before{content:attr(data-label);display:block;font-size:.66rem;font-weight:600;text-transform:uppercase;letter-spacing:.05em;color:var(--muted)}
-}
-"#;
 
 /// The whole page for `status`, as of `now`; `config` supplies schedules and the runner.
 pub fn render(status: &Status, config: &Config, now: DateTime<Utc>) -> String {
@@ -472,8 +312,8 @@ fn why_waiting(a: &OpenAction, status: &Status, config: &Config, running: usize,
     if let Some(why) = &a.waiting_for {
         return Text(why).to_string();
     }
-    if config.runner.kind == RunnerKind::None {
-        return "runner <code>none</code> records actions and never runs them".into();
+    if ActionKind::parse(&a.action).is_some_and(|kind| !crate::runner::backend::carried_out(&config.runner, kind)) {
+        return format!("runner <code>{}</code> records actions and never runs them", config.runner.kind.as_str());
     }
     let when = match a.next_attempt {
         t if t > now => format!("at {}", time_element(t, &format!("in {}", span((t - now).num_seconds())))),
@@ -530,7 +370,8 @@ mod tests {
 
     use super::*;
     use crate::ledger::{ActionRecord, DeadLetter};
-    use crate::status::{LastCheck, PinnedStatus};
+    use crate::status::{ChangeSummary, LastCheck, PinnedStatus};
+    use builder_monitor_core::cnb::ChangeKind;
 
     const HOSTILE: &str = "<script>alert(\"x\")</script>\u{1b}[31m'&\u{202e}";
 
@@ -823,6 +664,13 @@ mod tests {
 
         let recorded = render(&status, &config(""), now());
         assert!(recorded.contains("runner <code>none</code> records actions and never runs them"));
+        // With rebases in the daemon, runner `none` still carries them out; only a rebuild waits for good.
+        let in_daemon = config("[runner]\nrebase = \"registry\"\n");
+        let html = render(&status, &in_daemon, now());
+        assert!(!html.contains("never runs them") && html.contains("runs now, for a free runner slot"), "{html}");
+        status.pending[1].action = "rebuild".into();
+        let html = render(&status, &in_daemon, now());
+        assert_eq!(html.matches("runner <code>none</code> records actions and never runs them").count(), 1);
     }
 
     #[test]

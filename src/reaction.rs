@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::config::{Config, ImageSettings, Policy, RunnerKind, run_image_watch};
+use crate::config::{Config, ImageSettings, Policy, run_image_watch};
 use crate::inspect;
 use crate::ledger::{Ledger, LedgerError, NewAction, WatchKind, WatchRecord};
 use crate::registry::Registry;
@@ -122,7 +122,7 @@ impl Reaction<'_> {
             (None, _) => None,
         };
         // App images are read for `auto` decisions, and for kpack, whose rebase names the app's digest.
-        let read_all = self.config.runner.kind == RunnerKind::Kpack;
+        let read_all = crate::runner::backend::needs_app_digest(&self.config.runner);
         let mut apps = BTreeMap::new();
         for image in images.iter().filter(|i| read_all || i.policy == Policy::Auto) {
             apps.insert(image.name.clone(), self.app_state(&image.image).await);

@@ -8,6 +8,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use builder_monitor::config::{RebasePath, RunnerKind, RunnerSettings};
+use builder_monitor::runner::backend;
+use builder_monitor_core::plan::ActionKind;
 use serde_json::Value;
 use support::daemon::{Workspace, run_with_env};
 
@@ -224,6 +227,80 @@ fn all_features_render_build_namespace_roles_secrets_by_reference_and_a_service_
     assert_eq!(container["ports"][0]["containerPort"], 8080);
 }
 
+/// runners.yaml as the runner backends declare it: each `[runner] type`'s rules in the build
+/// namespace, in the file's own layout.
+fn runners_yaml() -> String {
+    let quoted = |items: &[&str]| items.iter().map(|i| format!("{i:?}")).collect::<Vec<_>>().join(", ");
+    let mut out = String::from("runners:\n");
+    for kind in RunnerKind::ALL {
+        out += &format!("  - type: {}\n", kind.as_str());
+        let rules = backend::of(kind).permissions();
+        if rules.is_empty() {
+            out += "    rules: []\n";
+            continue;
+        }
+        out += "    rules:\n";
+        for rule in rules {
+            out += &format!(
+                "      - apiGroups: [{}]\n        resources: [{}]\n        verbs: [{}]\n",
+                quoted(&[rule.group]),
+                quoted(&[rule.resource]),
+                quoted(rule.verbs)
+            );
+        }
+    }
+    out
+}
+
+/// The chart's runner RBAC is data from the backends, so a new runner type (or a changed
+/// permission) cannot leave the chart behind.
+#[test]
+fn the_charts_runner_rules_are_what_the_backends_declare() {
+    let shipped = std::fs::read_to_string(Path::new(CHART).join("runners.yaml")).unwrap();
+    let expected = runners_yaml();
+    let parse = |text: &str| serde_saphyr::from_str::<Value>(text).unwrap();
+    assert!(
+        parse(&shipped) == parse(&expected),
+        "charts/builder-monitor/runners.yaml differs from the runner backends; below its comment it should read:\n{expected}"
+    );
+    // The chart reads `[runner] type` only: a rebase path that needed permissions would need it
+    // to read `[runner] rebase` too.
+    let settings = RunnerSettings { rebase: RebasePath::Registry, ..RunnerSettings::default() };
+    let rebases = backend::for_action(&settings, ActionKind::Rebase);
+    assert_eq!((rebases.name(), rebases.permissions()), ("registry", &[][..]));
+}
+
+/// Each runner type, rendered: the chart grants exactly what `builder-monitor rbac` says its
+/// config needs.
+#[test]
+fn every_runner_type_renders_exactly_the_rbac_the_daemon_uses() {
+    for kind in RunnerKind::ALL {
+        let settings = match kind {
+            RunnerKind::Exec => "[runner.exec]\nrebuild = [\"true\"]\nrebase = [\"true\"]\n",
+            RunnerKind::Kubernetes | RunnerKind::Kpack => "[runner.kubernetes]\nnamespace = \"builds\"\n",
+            RunnerKind::None => "",
+        };
+        // The ledger in the cluster: the daemon's own Role and service account in every render.
+        let config = format!(
+            "[server]\nlisten = \"0.0.0.0:9464\"\n[monitor]\nstate = \"kubernetes\"\n\
+             [[builders]]\nname = \"b\"\nimage = \"registry.example.com/b:latest\"\n\
+             [runner]\ntype = \"{}\"\n{settings}",
+            kind.as_str()
+        );
+        let ws = Workspace::new();
+        let path = ws.path("values.yaml");
+        let indented: String = config.lines().map(|l| format!("  {l}\n")).collect();
+        std::fs::write(&path, format!("config: |\n{indented}")).unwrap();
+        let docs = render(&["-f", path.to_str().unwrap()]);
+        assert_bound(&docs);
+        let granted = granted(&docs);
+        assert_eq!(granted, check_and_required(&docs, &[]), "runner {}", kind.as_str());
+        let in_builds = granted.iter().filter(|(namespace, ..)| namespace == "builds").count();
+        let declared: usize = backend::of(kind).permissions().iter().map(|r| r.verbs.len()).sum();
+        assert_eq!(in_builds, declared, "runner {}", kind.as_str());
+    }
+}
+
 #[test]
 fn configs_the_chart_cannot_run_fail_at_render_time_with_the_fix() {
     let refuse = |config: &str, expected: &str| {
@@ -245,6 +322,10 @@ fn configs_the_chart_cannot_run_fail_at_render_time_with_the_fix() {
     refuse(
         &format!("[server]\nlisten = \"0.0.0.0:9464\"\n[kubernetes]\nnamespace = \"x\"\n{builders}"),
         "leave [kubernetes] namespace and kubeconfig unset",
+    );
+    refuse(
+        &format!("[server]\nlisten = \"0.0.0.0:9464\"\n{builders}[runner]\ntype = \"nomad\"\n"),
+        "[runner] type = \"nomad\" is not one of none, exec, kubernetes, kpack",
     );
     let out = helm().args(["template", "bm", CHART, "--set", "secretEnv[0].name=X"]).output().unwrap();
     assert!(!out.status.success(), "values.schema.json requires secretName and key");

@@ -13,7 +13,7 @@ use builder_monitor::daemon::Parts;
 use builder_monitor::ledger::Ledger;
 use builder_monitor::monitor::Monitor;
 use builder_monitor::runner::kpack::KpackBuildSpec;
-use builder_monitor::runner::{Backend, Runner};
+use builder_monitor::runner::{Backends, Runner};
 use builder_monitor::schedule::Clock;
 use builder_monitor_core::event::EventType;
 use serde_json::{Value, json};
@@ -118,7 +118,7 @@ fn assemble(text: &str, client: kube::Client) -> InProcess {
     let ledger = Ledger::open(&dir.path().join("state.db")).unwrap();
     let monitor = Parts::new(config.clone(), ledger.clone(), Clock::System, None).unwrap().monitor;
     let stop = CancellationToken::new();
-    let backend = Backend::for_config(&config, Some(client), stop.clone()).unwrap();
+    let backend = Backends::for_config(&config, Some(client), stop.clone()).unwrap();
     let runner = Arc::new(Runner::new(config, ledger.clone(), Clock::System, backend));
     InProcess { monitor, runner, ledger, stop, _dir: dir }
 }

@@ -12,7 +12,7 @@ use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessR
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 
-use crate::config::{Config, KubernetesSettings, RunnerKind, StateLocation};
+use crate::config::{Config, KubernetesSettings, StateLocation};
 use crate::ledger::LedgerError;
 
 /// Each variant's message includes its cause, which is therefore not also exposed as `source()`
@@ -160,15 +160,10 @@ pub fn required_permissions(config: &Config) -> Vec<Permission> {
     if matches!(config.monitor.state, StateLocation::Kubernetes) {
         add(&own, "", "configmaps", &["create", "get", "list", "update"], "[monitor] state = \"kubernetes\"");
     }
-    match config.runner.kind {
-        RunnerKind::Kubernetes => {
-            add(&build, "batch", "jobs", &["create", "get", "list", "watch"], "[runner] kind = \"kubernetes\"");
-            add(&build, "", "pods", &["list"], "[runner] kind = \"kubernetes\"");
+    for backend in crate::runner::backend::in_force(&config.runner) {
+        for rule in backend.permissions() {
+            add(&build, rule.group, rule.resource, rule.verbs, backend.setting());
         }
-        RunnerKind::Kpack => {
-            add(&build, "kpack.io", "builds", &["create", "get", "list", "watch"], "[runner] kind = \"kpack\"")
-        }
-        RunnerKind::None | RunnerKind::Exec => {}
     }
     out
 }

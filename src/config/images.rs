@@ -70,6 +70,9 @@ pub enum RunnerKind {
 }
 
 impl RunnerKind {
+    /// Every runner type, as the docs list them.
+    pub const ALL: [RunnerKind; 4] = [RunnerKind::None, RunnerKind::Exec, RunnerKind::Kubernetes, RunnerKind::Kpack];
+
     pub fn as_str(self) -> &'static str {
         match self {
             RunnerKind::None => "none",
@@ -307,18 +310,18 @@ impl<'a> Validator<'a> {
     pub(super) fn runner(&mut self, raw: RawRunner) -> Option<RunnerSettings> {
         let errors_before = self.diagnostics.len();
         let mut s = RunnerSettings::default();
-        match raw.kind.as_ref().map(|k| (k.get_ref().as_str(), k.span())) {
-            None | Some(("none", _)) => {}
-            Some(("exec", _)) => s.kind = RunnerKind::Exec,
-            Some(("kubernetes", _)) => s.kind = RunnerKind::Kubernetes,
-            Some(("kpack", _)) => {
-                s.kind = RunnerKind::Kpack;
-                self.kpack = true;
-            }
-            Some((other, span)) => {
-                self.error(span, format!("unknown runner type \"{other}\", expected none, exec, kubernetes or kpack"))
+        if let Some(kind) = &raw.kind {
+            match RunnerKind::ALL.into_iter().find(|k| k.as_str() == kind.get_ref()) {
+                Some(known) => s.kind = known,
+                None => {
+                    let names: Vec<&str> = RunnerKind::ALL.iter().map(|k| k.as_str()).collect();
+                    let (last, rest) = names.split_last().expect("runner types");
+                    let expected = format!("{} or {last}", rest.join(", "));
+                    self.error(kind.span(), format!("unknown runner type \"{}\", expected {expected}", kind.get_ref()))
+                }
             }
         }
+        self.kpack = s.kind == RunnerKind::Kpack;
         match raw.rebase.as_ref().map(|r| (r.get_ref().as_str(), r.span())) {
             None | Some(("runner", _)) => {}
             Some(("registry", _)) => s.rebase = RebasePath::Registry,
@@ -438,6 +441,23 @@ mod tests {
         for bad in ["", "1A", "A-B", "A=B", "A B", "É"] {
             assert!(!is_variable_name(bad), "{bad}");
         }
+    }
+
+    /// Every runner type parses by its name; any other is refused with the list of them.
+    #[test]
+    fn runner_types_are_their_names() {
+        let parse = |kind: &str| {
+            let text = format!("[[builders]]\nname = \"b\"\nimage = \"r.example/b:1\"\n[runner]\ntype = \"{kind}\"\n");
+            crate::config::Config::parse(std::path::Path::new("/c.toml"), &text)
+        };
+        for kind in [RunnerKind::None, RunnerKind::Kubernetes, RunnerKind::Kpack] {
+            assert_eq!(parse(kind.as_str()).unwrap().runner.kind, kind);
+        }
+        let refused = parse("nomad").unwrap_err().to_string();
+        assert!(
+            refused.contains("unknown runner type \"nomad\", expected none, exec, kubernetes or kpack"),
+            "{refused}"
+        );
     }
 
     #[test]

@@ -1,9 +1,53 @@
-//! One attempt of an action, whichever carries it out: an earlier attempt's tag write settled
-//! first, a rebuild that would go back to an older builder refused, then the backend's work with
-//! the tag's digests around it.
+//! One attempt of an action, whichever backend carries it out, and what the runner records of it;
+//! for a backend that pushes the app tag itself, a rebuild that would go back to an older builder
+//! refused, then its work with the tag's digests around it.
 
 use super::*;
 use builder_monitor_core::rebase::order::{self, KnownPin};
+
+/// The app tag's digests around an attempt, as far as they are known.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Digests {
+    pub before: Option<String>,
+    pub after: Option<String>,
+}
+
+/// What follows an attempt that did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// Trying again could help.
+    Retry,
+    /// It cannot (a refusal, a command that cannot start, a tag someone else holds).
+    Final,
+    /// A newer change has an action for the image: end without writing.
+    Superseded { by: String },
+}
+
+/// One attempt as the runner records it.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub outcome: Outcome,
+    pub next: Next,
+    pub digests: Digests,
+    /// Whether the tag was written (recorded as a move even when the attempt failed: `tag_race`).
+    pub moved: bool,
+    /// The digest another writer put on the tag right behind ours.
+    pub tag_race: Option<String>,
+    /// The write's outcome is unknown (the tag could not be read): its intent stays for the next
+    /// attempt to settle.
+    pub keep_intent: bool,
+}
+
+impl Attempt {
+    pub fn new(outcome: Outcome, next: Next, digests: Digests) -> Self {
+        let moved = outcome.success;
+        Attempt { outcome, next, digests, moved, tag_race: None, keep_intent: false }
+    }
+
+    pub fn failed(detail: String, next: Next) -> Self {
+        Attempt::new(Outcome { success: false, detail, output_tail: String::new() }, next, Digests::default())
+    }
+}
 
 impl Runner {
     /// Settles the rollbacks a crash interrupted (their writes were recorded before they were
@@ -31,32 +75,27 @@ impl Runner {
         Ok(())
     }
 
-    /// Carries out one attempt of `action` and says how it went.
+    /// Carries out one attempt of `action` by its backend and says how it went.
     pub(super) async fn attempt(&self, action: &ClaimedAction, target: &ActionTarget) -> Attempt {
-        if self.in_daemon(action.kind) {
-            match self.open_intent(action).await {
-                Ok(Some(intent)) => {
-                    if let Some(settled) = self.settle_rebase(&intent).await {
-                        return settled;
-                    }
-                }
-                Ok(None) => {}
-                Err(err) => {
-                    let mut attempt =
-                        Attempt::failed(format!("cannot read the action's open tag write: {err}"), Next::Retry);
-                    attempt.keep_intent = true;
-                    return attempt;
-                }
-            }
-            return self.rebase_in_registry(action, target).await;
-        }
+        self.backends.carrier(action.kind).attempt(self, action, target).await
+    }
+
+    /// An attempt by something that pushes the app tag itself (a command, a Job, a Build): a
+    /// rebuild that would go back to an older builder refused, the tag's digest recorded before
+    /// `work` and read after it. `work` says the outcome and whether trying again could help.
+    pub(super) async fn pushed(
+        &self,
+        action: &ClaimedAction,
+        target: &ActionTarget,
+        work: impl Future<Output = (Outcome, bool)>,
+    ) -> Attempt {
         if action.kind == ActionKind::Rebuild
             && let Some(refusal) = self.older_builder(action, target).await
         {
             return Attempt::failed(refusal, Next::Final);
         }
         let before = self.announce_push(action, target).await;
-        let (outcome, retryable) = self.carry_out(action, target).await;
+        let (outcome, retryable) = work.await;
         let after = if outcome.success { self.app_digest(&target.image).await } else { None };
         Attempt::new(outcome, if retryable { Next::Retry } else { Next::Final }, Digests { before, after })
     }
@@ -88,6 +127,8 @@ impl Runner {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
     use crate::ledger::{ActionState, CheckRecord, NewAction, PinUpdate, WatchKind};
     use crate::schedule::Clock;
@@ -155,8 +196,8 @@ mod tests {
         );
         let config = Arc::new(Config::parse(std::path::Path::new("/config.toml"), &text).unwrap());
         let ledger = Ledger::open(&dir.path().join("ledger.db")).unwrap();
-        let backend = Backend::Exec(config.runner.exec.clone().unwrap());
-        let runner = Arc::new(Runner::new(config, ledger.clone(), Clock::System, backend));
+        let backends = Backends::for_config(&config, None, CancellationToken::new()).unwrap();
+        let runner = Arc::new(Runner::new(config, ledger.clone(), Clock::System, backends));
 
         ledger.commit(check("sha256:b1", vec![], 0)).await.unwrap();
         ledger.commit(check("sha256:b2", vec![rebuild("c2", "sha256:b2")], 1)).await.unwrap();

@@ -1,16 +1,144 @@
-//! The `exec` runner's process handling: argv templates expanded without a shell, a clean
-//! environment, a process group killed whole, and the scrubbed tail of the output for the ledger.
+//! The `exec` runner: a local command per action, its argv template filled without a shell, a
+//! clean environment, a process group killed whole (and stopped before it runs again after a
+//! restart), and the scrubbed tail of the output for the ledger.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio_util::sync::CancellationToken;
 
-use super::{Outcome, Secrets, group};
-use crate::config::ExecSettings;
-use crate::ledger::ProcessGroup;
+use super::attempt::Attempt;
+use super::backend::{AfterRestart, Backend, Carrier, Rule};
+use super::kubernetes::ActionRef;
+use super::{Outcome, PreviewError, Runner, RunnerError, Secrets, group};
+use crate::config::{Config, ExecSettings, RebasePath};
+use crate::ledger::{ClaimedAction, ProcessGroup};
+use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::template;
+
+/// The `exec` runner's answers.
+pub struct Commands;
+
+impl Backend for Commands {
+    fn name(&self) -> &'static str {
+        "exec"
+    }
+
+    fn setting(&self) -> &'static str {
+        "[runner] kind = \"exec\""
+    }
+
+    fn permissions(&self) -> &'static [Rule] {
+        &[]
+    }
+
+    fn takes(&self, _kind: ActionKind) -> bool {
+        true
+    }
+
+    fn retries(&self) -> bool {
+        true
+    }
+
+    /// Its process group is stopped first if it still lives (`Runner::recover`).
+    fn after_restart(&self) -> AfterRestart {
+        AfterRestart::RunAgain
+    }
+
+    fn needs_app_digest(&self) -> bool {
+        false
+    }
+
+    fn path(&self) -> RebasePath {
+        RebasePath::Runner
+    }
+
+    fn preview(&self, config: &Config, action: &ActionRef<'_>, target: &ActionTarget) -> Result<Value, PreviewError> {
+        Ok(command_preview(config, action, target))
+    }
+
+    fn start(
+        &self,
+        config: &Config,
+        _: Option<kube::Client>,
+        _: CancellationToken,
+    ) -> Result<Arc<dyn Carrier>, RunnerError> {
+        let settings = config.runner.exec.clone().ok_or(RunnerError::MissingSettings("runner.exec"))?;
+        Ok(Arc::new(Started { settings }))
+    }
+}
+
+/// The `exec` runner, started: its settings.
+struct Started {
+    settings: ExecSettings,
+}
+
+impl Carrier for Started {
+    fn attempt<'a>(
+        &'a self,
+        runner: &'a Runner,
+        action: &'a ClaimedAction,
+        target: &'a ActionTarget,
+    ) -> BoxFuture<'a, Attempt> {
+        Box::pin(runner.pushed(action, target, self.carry_out(runner, action, target)))
+    }
+}
+
+impl Started {
+    /// The command's outcome, and whether trying again could help (not for a command that cannot
+    /// be started).
+    async fn carry_out(&self, runner: &Runner, action: &ClaimedAction, target: &ActionTarget) -> (Outcome, bool) {
+        let argv = command(&self.settings, &super::reference(action), target);
+        let record = |process| async move {
+            // Without the record a restart cannot stop this command before running it again.
+            match runner.ledger.record_process(&action.key, process).await {
+                Ok(()) => tracing::info!(action = %action.key, process_group = process.id, "command started"),
+                Err(err) => {
+                    tracing::error!(action = %action.key, error = %err, "cannot record the command's process group")
+                }
+            }
+        };
+        match run(&self.settings, &argv, &target.env, &runner.secrets, record).await {
+            Ok(outcome) => (outcome, true),
+            Err(err) => (Outcome { success: false, detail: err.to_string(), output_tail: String::new() }, false),
+        }
+    }
+}
+
+/// The `exec` runner's command for an action: its argv template with every placeholder filled.
+pub fn command(settings: &ExecSettings, action: &ActionRef<'_>, target: &ActionTarget) -> Vec<String> {
+    let template = match action.kind {
+        ActionKind::Rebuild => &settings.rebuild,
+        ActionKind::Rebase => &settings.rebase,
+    };
+    let source = target.source.as_ref();
+    let values: BTreeMap<&str, String> = [
+        ("image", target.image.clone()),
+        ("builder", target.builder.clone()),
+        ("run_image", target.run_image.clone().unwrap_or_default()),
+        ("source", source.map(|s| s.git.clone()).unwrap_or_default()),
+        ("revision", source.map(|s| s.revision.clone()).unwrap_or_default()),
+        ("sub_path", source.and_then(|s| s.sub_path.clone()).unwrap_or_default()),
+        ("change_id", action.change_id.to_string()),
+        ("action", action.kind.as_str().to_string()),
+        ("name", action.image.to_string()),
+    ]
+    .into();
+    expand(template, &values)
+}
+
+/// `build-spec` for a runner that creates no object: the target, and the command a
+/// `[runner.exec]` table fills for it (none without one).
+pub fn command_preview(config: &Config, action: &ActionRef<'_>, target: &ActionTarget) -> Value {
+    let argv = config.runner.exec.as_ref().map(|e| command(e, action, target));
+    let path = (action.kind == ActionKind::Rebase).then_some(RebasePath::Runner.as_str());
+    serde_json::json!({ "runner": config.runner.kind.as_str(), "path": path, "target": target, "command": argv })
+}
 
 /// Output kept per action (the end of stdout and stderr, interleaved as read).
 pub const TAIL_BYTES: usize = 4096;

@@ -5,15 +5,75 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use super::attempt::Attempt;
+use super::backend::{AfterRestart, Backend, Carrier, Rule};
 use super::kubernetes::{ActionRef, Watched, annotations, labels, merged, scheduling_fields};
-use super::{Outcome, RunnerError};
-use crate::config::KubeRunnerSettings;
+use super::{Outcome, PreviewError, Runner, RunnerError};
+use crate::config::{Config, KubeRunnerSettings, RebasePath};
+use crate::ledger::ClaimedAction;
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
+
+/// The `kpack` runner's answers.
+pub struct Builds;
+
+impl Backend for Builds {
+    fn name(&self) -> &'static str {
+        "kpack"
+    }
+
+    fn setting(&self) -> &'static str {
+        "[runner] kind = \"kpack\""
+    }
+
+    fn permissions(&self) -> &'static [Rule] {
+        &[Rule { group: "kpack.io", resource: "builds", verbs: &["create", "get", "list", "watch"] }]
+    }
+
+    fn takes(&self, _kind: ActionKind) -> bool {
+        true
+    }
+
+    /// A Build is one attempt: its failure is final.
+    fn retries(&self) -> bool {
+        false
+    }
+
+    fn after_restart(&self) -> AfterRestart {
+        AfterRestart::Follow
+    }
+
+    /// A rebase Build names the app by digest (`lastBuild`).
+    fn needs_app_digest(&self) -> bool {
+        true
+    }
+
+    fn path(&self) -> RebasePath {
+        RebasePath::Runner
+    }
+
+    fn preview(&self, config: &Config, action: &ActionRef<'_>, target: &ActionTarget) -> Result<Value, PreviewError> {
+        match &config.runner.kubernetes {
+            Some(settings) => Ok(build(action, target, settings)?),
+            None => Ok(super::exec::command_preview(config, action, target)),
+        }
+    }
+
+    fn start(
+        &self,
+        config: &Config,
+        client: Option<kube::Client>,
+        stop: CancellationToken,
+    ) -> Result<Arc<dyn Carrier>, RunnerError> {
+        let (client, settings) = super::cluster_settings(config, client, self.name())?;
+        Ok(Arc::new(BuildBackend::start(client, settings, stop)))
+    }
+}
 
 /// The fields of a kpack Build that builder-monitor writes, typed (unknown fields are refused, so
 /// the tests catch a Build kpack would not understand).
@@ -162,6 +222,23 @@ pub struct BuildBackend {
     pub client: kube::Client,
     pub settings: KubeRunnerSettings,
     watched: Arc<Watched>,
+}
+
+impl Carrier for BuildBackend {
+    fn attempt<'a>(
+        &'a self,
+        runner: &'a Runner,
+        action: &'a ClaimedAction,
+        target: &'a ActionTarget,
+    ) -> BoxFuture<'a, Attempt> {
+        Box::pin(
+            runner.pushed(
+                action,
+                target,
+                async move { (self.carry_out(&super::reference(action), target).await, true) },
+            ),
+        )
+    }
 }
 
 impl BuildBackend {

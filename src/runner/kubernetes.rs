@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
@@ -16,13 +17,76 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::{Outcome, RunnerError};
-use crate::config::{KubeRunnerSettings, Scheduling};
+use super::attempt::Attempt;
+use super::backend::{AfterRestart, Backend, Carrier, Rule};
+use super::{Outcome, PreviewError, Runner, RunnerError};
+use crate::config::{Config, KubeRunnerSettings, RebasePath, Scheduling};
+use crate::ledger::ClaimedAction;
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY: &str = "builder-monitor";
 pub const SELECTOR: &str = "app.kubernetes.io/managed-by=builder-monitor";
+
+/// The `kubernetes` runner's answers.
+pub struct Jobs;
+
+impl Backend for Jobs {
+    fn name(&self) -> &'static str {
+        "kubernetes"
+    }
+
+    fn setting(&self) -> &'static str {
+        "[runner] kind = \"kubernetes\""
+    }
+
+    /// Jobs made and watched; their pods listed for the termination message.
+    fn permissions(&self) -> &'static [Rule] {
+        &[
+            Rule { group: "batch", resource: "jobs", verbs: &["create", "get", "list", "watch"] },
+            Rule { group: "", resource: "pods", verbs: &["list"] },
+        ]
+    }
+
+    fn takes(&self, _kind: ActionKind) -> bool {
+        true
+    }
+
+    /// A Job retries its own pods (`backoffLimit`): its failure is final.
+    fn retries(&self) -> bool {
+        false
+    }
+
+    fn after_restart(&self) -> AfterRestart {
+        AfterRestart::Follow
+    }
+
+    fn needs_app_digest(&self) -> bool {
+        false
+    }
+
+    fn path(&self) -> RebasePath {
+        RebasePath::Runner
+    }
+
+    fn preview(&self, config: &Config, action: &ActionRef<'_>, target: &ActionTarget) -> Result<Value, PreviewError> {
+        let Some(settings) = &config.runner.kubernetes else {
+            return Ok(super::exec::command_preview(config, action, target));
+        };
+        let job = job(action, target, settings, config.runner.max_attempts)?;
+        serde_json::to_value(job).map_err(|source| PreviewError::Encode { what: "Job", source })
+    }
+
+    fn start(
+        &self,
+        config: &Config,
+        client: Option<kube::Client>,
+        stop: CancellationToken,
+    ) -> Result<Arc<dyn Carrier>, RunnerError> {
+        let (client, settings) = super::cluster_settings(config, client, self.name())?;
+        Ok(Arc::new(JobBackend::start(client, settings, config.runner.max_attempts, stop)))
+    }
+}
 
 /// What names and describes an action in the objects made for it.
 #[derive(Debug, Clone)]
@@ -333,6 +397,23 @@ pub struct JobBackend {
     pub settings: KubeRunnerSettings,
     pub max_attempts: u32,
     watched: Arc<Watched>,
+}
+
+impl Carrier for JobBackend {
+    fn attempt<'a>(
+        &'a self,
+        runner: &'a Runner,
+        action: &'a ClaimedAction,
+        target: &'a ActionTarget,
+    ) -> BoxFuture<'a, Attempt> {
+        Box::pin(
+            runner.pushed(
+                action,
+                target,
+                async move { (self.carry_out(&super::reference(action), target).await, true) },
+            ),
+        )
+    }
 }
 
 impl JobBackend {

@@ -1,16 +1,18 @@
-//! The runner: carries out recorded rebases and rebuilds (local commands for `exec`, a `batch/v1`
-//! Job for `kubernetes`, a kpack Build for `kpack`; nothing for `none`; with `rebase = "registry"`,
-//! rebases in the daemon by registry writes), at most `max_concurrent` at once, retrying failures
-//! and recording every outcome with the app tag's digests before and after.
+//! The runner: carries out recorded rebases and rebuilds, each by its backend (`runner::backend`:
+//! local commands for `exec`, a `batch/v1` Job for `kubernetes`, a kpack Build for `kpack`;
+//! nothing for `none`; with `rebase = "registry"`, rebases in the daemon by registry writes), at
+//! most `max_concurrent` at once, retrying failures its backend leaves to it and recording every
+//! outcome with the app tag's digests before and after.
 
 mod attempt;
+pub mod backend;
 pub mod exec;
 pub mod group;
 pub mod kpack;
 pub mod kubernetes;
+mod none;
 mod registry_rebase;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -19,19 +21,22 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, ExecSettings, RebasePath, RunnerKind};
+use crate::config::{Config, RebasePath};
 use crate::ledger::{ActionEnd, ActionOutcome, ActionState, ClaimedAction, Hold, Ledger, LedgerError, TagMove};
 use crate::metrics::Metrics;
 use crate::rebase::{RebaseError, RebaseRequest};
 use crate::registry::Registry;
 use crate::schedule::Clock;
 use crate::worker::{self, Work};
+use attempt::{Attempt, Digests, Next};
+use backend::AfterRestart;
+pub use backend::Backends;
 use builder_monitor_core::event::{self, ActionInfo, Event, EventType, Subject};
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::schedule::{timestamp, timestamp_millis};
 use kubernetes::ActionRef;
-use registry_rebase::{Attempt, Digests, Next, tag_move};
+use registry_rebase::tag_move;
 
 /// Why the runner cannot be set up or start, or cannot make or submit the object that carries out
 /// an action. Each message says its cause, which is also the `source()`.
@@ -134,48 +139,20 @@ impl Secrets {
     }
 }
 
-/// What carries out actions.
-pub enum Backend {
-    /// Nothing: actions are recorded only.
-    None,
-    Exec(crate::config::ExecSettings),
-    Jobs(kubernetes::JobBackend),
-    Kpack(kpack::BuildBackend),
+/// How the runner names an action to the objects it makes for it.
+fn reference(action: &ClaimedAction) -> ActionRef<'_> {
+    ActionRef { key: &action.key, change_id: &action.change_id, image: &action.image, kind: action.kind }
 }
 
-impl Backend {
-    /// The backend the config asks for; the Kubernetes ones need a client and watch until `stop`.
-    pub fn for_config(
-        config: &Config,
-        client: Option<kube::Client>,
-        stop: CancellationToken,
-    ) -> Result<Self, RunnerError> {
-        let kube = |what: &'static str| {
-            let client = client.clone().ok_or(RunnerError::NoClient(what))?;
-            let settings = config.runner.kubernetes.clone().ok_or(RunnerError::MissingSettings("runner.kubernetes"))?;
-            Ok::<_, RunnerError>((client, settings))
-        };
-        Ok(match config.runner.kind {
-            RunnerKind::None => Backend::None,
-            RunnerKind::Exec => {
-                Backend::Exec(config.runner.exec.clone().ok_or(RunnerError::MissingSettings("runner.exec"))?)
-            }
-            RunnerKind::Kubernetes => {
-                let (client, settings) = kube("kubernetes")?;
-                Backend::Jobs(kubernetes::JobBackend::start(client, settings, config.runner.max_attempts, stop))
-            }
-            RunnerKind::Kpack => {
-                let (client, settings) = kube("kpack")?;
-                Backend::Kpack(kpack::BuildBackend::start(client, settings, stop))
-            }
-        })
-    }
-
-    /// Whether the daemon retries a failed attempt itself (a Job retries its pods, a kpack Build
-    /// is one attempt: their failures are final).
-    fn retries(&self) -> bool {
-        matches!(self, Backend::Exec(_))
-    }
+/// A Kubernetes backend's client and `[runner.kubernetes]` settings, or why it has none.
+fn cluster_settings(
+    config: &Config,
+    client: Option<kube::Client>,
+    runner: &'static str,
+) -> Result<(kube::Client, crate::config::KubeRunnerSettings), RunnerError> {
+    let client = client.ok_or(RunnerError::NoClient(runner))?;
+    let settings = config.runner.kubernetes.clone().ok_or(RunnerError::MissingSettings("runner.kubernetes"))?;
+    Ok((client, settings))
 }
 
 /// The runner as the worker loop runs it.
@@ -204,7 +181,8 @@ pub struct Runner {
     config: Arc<Config>,
     ledger: Ledger,
     clock: Clock,
-    backend: Backend,
+    /// What carries out each kind of action.
+    backends: Backends,
     /// Reads app tags' digests, and writes registry rebases.
     registry: Arc<Registry>,
     /// The ledger's signal of new actions.
@@ -216,12 +194,12 @@ pub struct Runner {
 }
 
 impl Runner {
-    pub fn new(config: Arc<Config>, ledger: Ledger, clock: Clock, backend: Backend) -> Self {
+    pub fn new(config: Arc<Config>, ledger: Ledger, clock: Clock, backends: Backends) -> Self {
         let permits = Arc::new(Semaphore::new(config.runner.max_concurrent));
         let secrets = Secrets::of(&config);
         let wake = ledger.new_actions();
         let registry = Arc::new(Registry::new(config.registries.values().cloned(), Metrics::new()));
-        Runner { config, ledger, clock, backend, registry, wake, permits, secrets, failures: AtomicUsize::new(0) }
+        Runner { config, ledger, clock, backends, registry, wake, permits, secrets, failures: AtomicUsize::new(0) }
     }
 
     /// The same runner over the daemon's registry client (its limits, tokens and metrics).
@@ -230,20 +208,16 @@ impl Runner {
         self
     }
 
-    /// Whether this action runs in the daemon by registry writes (`[runner] rebase = "registry"`).
-    fn in_daemon(&self, kind: ActionKind) -> bool {
-        kind == ActionKind::Rebase && self.config.runner.rebase == RebasePath::Registry
-    }
-
-    /// The kinds of action this runner takes on: every kind, or only rebases when the runner is
-    /// `none` but rebases run in the daemon (rebuilds stay recorded, never run).
+    /// The kinds of action this runner takes on: every kind (`None`), or the one its backends
+    /// take (only rebases when the runner is `none` but rebases run in the daemon: rebuilds stay
+    /// recorded, never run).
     fn claims(&self) -> Option<ActionKind> {
-        matches!(self.backend, Backend::None).then_some(ActionKind::Rebase)
+        self.backends.claims()
     }
 
     /// Whether it runs anything at all.
     fn acts(&self) -> bool {
-        !matches!(self.backend, Backend::None) || self.in_daemon(ActionKind::Rebase)
+        self.backends.act()
     }
 
     /// Attempts that failed in this process so far.
@@ -251,29 +225,18 @@ impl Runner {
         self.failures.load(Ordering::Relaxed)
     }
 
-    /// Start-up reconciliation of actions left `running`: a local command runs again (its attempt
-    /// still counts), once its process group from before is gone (stopped if it still lives); a
-    /// Job or Build lives in the cluster, so the runner follows it again (`resume`).
+    /// Start-up reconciliation of actions left `running`, as each one's backend says
+    /// (`AfterRestart`): a registry rebase or a local command runs again (its attempt still
+    /// counts), a command once its process group from before is gone (stopped if it still lives);
+    /// a Job or Build lives in the cluster, so the runner follows it again (`resume`).
     pub async fn recover(&self) -> Result<usize, RunnerError> {
         self.settle_rollbacks().await?;
-        // A registry rebase lived in the dead process only, and is idempotent: it runs again.
-        let in_daemon: Vec<String> = if self.in_daemon(ActionKind::Rebase) {
-            let running = self.ledger.running_actions().await?;
-            running.into_iter().filter(|a| self.in_daemon(a.kind)).map(|a| a.key).collect()
-        } else {
-            Vec::new()
-        };
-        if !in_daemon.is_empty() {
-            self.ledger.requeue_actions(in_daemon.clone()).await?;
-            for key in &in_daemon {
-                tracing::warn!(action = %key, "registry rebase was running when the daemon stopped; it runs again");
-            }
-        }
-        if !matches!(self.backend, Backend::Exec(_)) {
-            return Ok(in_daemon.len());
-        }
         let mut keys = Vec::new();
         for action in self.ledger.running_actions().await? {
+            let backend = self.backends.backend(action.kind);
+            if backend.after_restart() != AfterRestart::RunAgain {
+                continue;
+            }
             if let Some(process) = action.process {
                 if let Some(owner) = group::owner(process) {
                     tracing::warn!(action = %action.key, process_group = process.id, owner, "action is running in another live builder-monitor process; left to it");
@@ -286,18 +249,21 @@ impl Runner {
                     .await
                     .map_err(|source| RunnerError::Alive { key: action.key.clone(), source })?;
             }
-            keys.push(action.key);
+            keys.push((action.key, backend.name()));
         }
-        self.ledger.requeue_actions(keys.clone()).await?;
-        for key in &keys {
-            tracing::warn!(action = %key, "action was running when the daemon stopped; it runs again");
+        if keys.is_empty() {
+            return Ok(0);
         }
-        Ok(keys.len() + in_daemon.len())
+        self.ledger.requeue_actions(keys.iter().map(|(key, _)| key.clone()).collect()).await?;
+        for (key, runner) in &keys {
+            tracing::warn!(action = %key, runner, "action was running when the daemon stopped; it runs again");
+        }
+        Ok(keys.len())
     }
 
     /// Follows the actions the cluster runs for us that are still `running` in the ledger.
     async fn resume(self: &Arc<Self>, tasks: &mut JoinSet<()>) {
-        if !matches!(self.backend, Backend::Jobs(_) | Backend::Kpack(_)) {
+        if !self.backends.follow() {
             return;
         }
         let running = match self.ledger.running_actions().await {
@@ -307,7 +273,9 @@ impl Runner {
                 return;
             }
         };
-        for action in running.into_iter().filter(|a| !self.in_daemon(a.kind)) {
+        for action in
+            running.into_iter().filter(|a| self.backends.backend(a.kind).after_restart() == AfterRestart::Follow)
+        {
             tracing::info!(action = %action.key, "following an action started before the restart");
             match self.permits.clone().acquire_owned().await {
                 Ok(permit) => {
@@ -321,12 +289,15 @@ impl Runner {
     /// Carries out actions until `shutdown`; commands still running then get a grace period, after
     /// which they are killed and run again after the next start.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let kind = self.config.runner.kind.as_str();
         if !self.acts() {
-            tracing::info!("runner \"none\": actions are planned and recorded, never run (see `status`)");
+            tracing::info!("runner \"{kind}\": actions are planned and recorded, never run (see `status`)");
             return;
         }
-        if matches!(self.backend, Backend::None) {
-            tracing::info!("runner \"none\": rebuilds are planned and recorded, never run; rebases run in the daemon");
+        if self.claims() == Some(ActionKind::Rebase) {
+            tracing::info!(
+                "runner \"{kind}\": rebuilds are planned and recorded, never run; rebases run in the daemon"
+            );
         }
         // An aborted task ends once its future is dropped, and with it the command's group.
         worker::run(Actions { runner: self, resumed: false }, shutdown, GRACE).await;
@@ -420,7 +391,7 @@ impl Runner {
             previous: digests.before.clone(),
             digest: digests.after.clone(),
             path: (action.kind == ActionKind::Rebase)
-                .then(|| if self.in_daemon(action.kind) { "registry" } else { "runner" }.to_string()),
+                .then(|| self.backends.backend(action.kind).path().as_str().into()),
             tag_race: None,
         });
         e
@@ -483,8 +454,7 @@ impl Runner {
             }
             Next::Superseded { by } => (ActionOutcome::Superseded { by: by.clone() }, None),
             Next::Retry
-                if (self.backend.retries() || self.in_daemon(action.kind))
-                    && action.attempt < self.config.runner.max_attempts =>
+                if self.backends.backend(action.kind).retries() && action.attempt < self.config.runner.max_attempts =>
             {
                 let wait = self
                     .config
@@ -588,63 +558,6 @@ impl Runner {
         let keys = held.into_iter().map(|a| a.key).collect();
         Some((Hold { keys, detail: format!("held: {reason}") }, event))
     }
-
-    /// The attempt's outcome, and whether trying again could help (not for a command that cannot
-    /// be started).
-    async fn carry_out(&self, action: &ClaimedAction, target: &ActionTarget) -> (Outcome, bool) {
-        let reference = kubernetes::ActionRef {
-            key: &action.key,
-            change_id: &action.change_id,
-            image: &action.image,
-            kind: action.kind,
-        };
-        let settings = match &self.backend {
-            Backend::Exec(settings) => settings,
-            Backend::Jobs(jobs) => return (jobs.carry_out(&reference, target).await, true),
-            Backend::Kpack(builds) => return (builds.carry_out(&reference, target).await, true),
-            Backend::None => {
-                let outcome =
-                    Outcome { success: false, detail: "runner none runs nothing".into(), output_tail: String::new() };
-                return (outcome, false);
-            }
-        };
-        let argv = command(settings, &reference, target);
-        let record = |process| async move {
-            // Without the record a restart cannot stop this command before running it again.
-            match self.ledger.record_process(&action.key, process).await {
-                Ok(()) => tracing::info!(action = %action.key, process_group = process.id, "command started"),
-                Err(err) => {
-                    tracing::error!(action = %action.key, error = %err, "cannot record the command's process group")
-                }
-            }
-        };
-        match exec::run(settings, &argv, &target.env, &self.secrets, record).await {
-            Ok(outcome) => (outcome, true),
-            Err(err) => (Outcome { success: false, detail: err.to_string(), output_tail: String::new() }, false),
-        }
-    }
-}
-
-/// The `exec` runner's command for an action: its argv template with every placeholder filled.
-pub fn command(settings: &ExecSettings, action: &ActionRef<'_>, target: &ActionTarget) -> Vec<String> {
-    let template = match action.kind {
-        ActionKind::Rebuild => &settings.rebuild,
-        ActionKind::Rebase => &settings.rebase,
-    };
-    let source = target.source.as_ref();
-    let values: BTreeMap<&str, String> = [
-        ("image", target.image.clone()),
-        ("builder", target.builder.clone()),
-        ("run_image", target.run_image.clone().unwrap_or_default()),
-        ("source", source.map(|s| s.git.clone()).unwrap_or_default()),
-        ("revision", source.map(|s| s.revision.clone()).unwrap_or_default()),
-        ("sub_path", source.and_then(|s| s.sub_path.clone()).unwrap_or_default()),
-        ("change_id", action.change_id.to_string()),
-        ("action", action.kind.as_str().to_string()),
-        ("name", action.image.to_string()),
-    ]
-    .into();
-    exec::expand(template, &values)
 }
 
 /// Why `build-spec` cannot show an action.
@@ -657,40 +570,20 @@ pub enum PreviewError {
     Encode { what: &'static str, source: serde_json::Error },
 }
 
-/// What the configured runner would create for an action now (`build-spec`): the Job, the kpack
-/// Build, or the command with its arguments filled as the runner fills them.
+/// What the runner would create for an action now (`build-spec`): the Job, the kpack Build, the
+/// command with its arguments filled as the runner fills them, or the rebase the daemon would write.
 pub fn preview(
     config: &Config,
     action: &ActionRef<'_>,
     target: &ActionTarget,
 ) -> Result<serde_json::Value, PreviewError> {
-    if action.kind == ActionKind::Rebase && config.runner.rebase == RebasePath::Registry {
-        // No object: the daemon writes the rebased image itself.
-        return Ok(serde_json::json!({
-            "runner": config.runner.kind.as_str(),
-            "path": RebasePath::Registry.as_str(),
-            "rebase": { "image": target.image, "run_image": target.run_image },
-            "target": target,
-        }));
-    }
-    match (config.runner.kind, &config.runner.kubernetes) {
-        (RunnerKind::Kubernetes, Some(settings)) => {
-            let job = kubernetes::job(action, target, settings, config.runner.max_attempts)?;
-            serde_json::to_value(job).map_err(|source| PreviewError::Encode { what: "Job", source })
-        }
-        (RunnerKind::Kpack, Some(settings)) => Ok(kpack::build(action, target, settings)?),
-        _ => {
-            let argv = config.runner.exec.as_ref().map(|e| command(e, action, target));
-            let path = (action.kind == ActionKind::Rebase).then_some(RebasePath::Runner.as_str());
-            Ok(
-                serde_json::json!({ "runner": config.runner.kind.as_str(), "path": path, "target": target, "command": argv }),
-            )
-        }
-    }
+    backend::for_action(&config.runner, action.kind).preview(config, action, target)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
     use crate::ledger::{ActionState, CheckRecord, NewAction, WatchKind};
 
@@ -746,7 +639,8 @@ mod tests {
             })
             .await
             .unwrap();
-        let runner = Arc::new(Runner::new(config, ledger.clone(), Clock::System, Backend::None));
+        let backends = Backends::for_config(&config, None, CancellationToken::new()).unwrap();
+        let runner = Arc::new(Runner::new(config, ledger.clone(), Clock::System, backends));
         assert_eq!(runner.run_due_once().await, 1);
         let actions = ledger.actions(10).await.unwrap();
         let state = |image: &str| actions.iter().find(|a| a.image == image).map(|a| (a.state, a.attempts)).unwrap();

@@ -1,53 +1,103 @@
-//! Registry rebases in the daemon (`[runner] rebase = "registry"`), the app tag's digests around
-//! any action (the ledger keeps them as tag moves, what `rollback` goes back by), and the
-//! write-ahead intents that make a tag write survive a crash: recorded before the write, found
-//! again by the next attempt, and completed, retried or failed by what the tag holds then.
+//! Registry rebases in the daemon (`[runner] rebase = "registry"`: a backend that takes only
+//! rebases, whatever the runner type), the app tag's digests around any action (the ledger keeps
+//! them as tag moves, what `rollback` goes back by), and the write-ahead intents that make a tag
+//! write survive a crash: recorded before the write, found again by the next attempt, and
+//! completed, retried or failed by what the tag holds then.
 
+use futures::future::BoxFuture;
+
+use super::backend::{AfterRestart, Backend, Carrier, Rule};
 use super::*;
 use crate::ledger::{TagIntent, TagMoveKind, WriteGrant};
 use crate::rebase::TagGuard;
 
-/// The app tag's digests around an attempt, as far as they are known.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(super) struct Digests {
-    pub(super) before: Option<String>,
-    pub(super) after: Option<String>,
-}
+/// Registry rebases' answers: rebases only, in the daemon, retried by it.
+pub struct RegistryRebase;
 
-/// What follows an attempt that did not succeed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Next {
-    /// Trying again could help.
-    Retry,
-    /// It cannot (a refusal, a command that cannot start, a tag someone else holds).
-    Final,
-    /// A newer change has an action for the image: end without writing.
-    Superseded { by: String },
-}
-
-/// One attempt as the runner records it.
-#[derive(Debug, Clone)]
-pub(super) struct Attempt {
-    pub(super) outcome: Outcome,
-    pub(super) next: Next,
-    pub(super) digests: Digests,
-    /// Whether the tag was written (recorded as a move even when the attempt failed: `tag_race`).
-    pub(super) moved: bool,
-    /// The digest another writer put on the tag right behind ours.
-    pub(super) tag_race: Option<String>,
-    /// The write's outcome is unknown (the tag could not be read): its intent stays for the next
-    /// attempt to settle.
-    pub(super) keep_intent: bool,
-}
-
-impl Attempt {
-    pub(super) fn new(outcome: Outcome, next: Next, digests: Digests) -> Self {
-        let moved = outcome.success;
-        Attempt { outcome, next, digests, moved, tag_race: None, keep_intent: false }
+impl Backend for RegistryRebase {
+    fn name(&self) -> &'static str {
+        "registry"
     }
 
-    pub(super) fn failed(detail: String, next: Next) -> Self {
-        Attempt::new(Outcome { success: false, detail, output_tail: String::new() }, next, Digests::default())
+    fn setting(&self) -> &'static str {
+        "[runner] rebase = \"registry\""
+    }
+
+    fn permissions(&self) -> &'static [Rule] {
+        &[]
+    }
+
+    fn takes(&self, kind: ActionKind) -> bool {
+        kind == ActionKind::Rebase
+    }
+
+    fn retries(&self) -> bool {
+        true
+    }
+
+    /// It lived in the dead process only, and is idempotent.
+    fn after_restart(&self) -> AfterRestart {
+        AfterRestart::RunAgain
+    }
+
+    fn needs_app_digest(&self) -> bool {
+        false
+    }
+
+    fn path(&self) -> RebasePath {
+        RebasePath::Registry
+    }
+
+    /// No object: the daemon writes the rebased image itself.
+    fn preview(
+        &self,
+        config: &Config,
+        _action: &ActionRef<'_>,
+        target: &ActionTarget,
+    ) -> Result<serde_json::Value, PreviewError> {
+        Ok(serde_json::json!({
+            "runner": config.runner.kind.as_str(),
+            "path": RebasePath::Registry.as_str(),
+            "rebase": { "image": target.image, "run_image": target.run_image },
+            "target": target,
+        }))
+    }
+
+    fn start(
+        &self,
+        _: &Config,
+        _: Option<kube::Client>,
+        _: CancellationToken,
+    ) -> Result<Arc<dyn Carrier>, RunnerError> {
+        Ok(Arc::new(RegistryRebase))
+    }
+}
+
+impl Carrier for RegistryRebase {
+    /// An earlier attempt's tag write settled first; then the rebase.
+    fn attempt<'a>(
+        &'a self,
+        runner: &'a Runner,
+        action: &'a ClaimedAction,
+        target: &'a ActionTarget,
+    ) -> BoxFuture<'a, Attempt> {
+        Box::pin(async move {
+            match runner.open_intent(action).await {
+                Ok(Some(intent)) => {
+                    if let Some(settled) = runner.settle_rebase(&intent).await {
+                        return settled;
+                    }
+                }
+                Ok(None) => {}
+                Err(err) => {
+                    let mut attempt =
+                        Attempt::failed(format!("cannot read the action's open tag write: {err}"), Next::Retry);
+                    attempt.keep_intent = true;
+                    return attempt;
+                }
+            }
+            runner.rebase_in_registry(action, target).await
+        })
     }
 }
 

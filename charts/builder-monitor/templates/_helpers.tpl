@@ -95,7 +95,11 @@ What the config asks of the cluster, as JSON: the keys the chart shapes the rele
 {{- if and $f.leaderElection (gt (int .Values.replicaCount) 1) (not $f.clusterState) -}}
 {{- fail "values.config: several replicas share one ledger only with [monitor] state = \"kubernetes\" (or set replicaCount: 1)" -}}
 {{- end -}}
-{{- if not (has $f.runner (list "none" "exec" "kubernetes" "kpack")) -}}
-{{- fail (printf "values.config: [runner] type = %q is not one of none, exec, kubernetes, kpack" $f.runner) -}}
+{{- $runnerTypes := list -}}
+{{- range (.Files.Get "runners.yaml" | fromYaml).runners -}}
+{{- $runnerTypes = append $runnerTypes .type -}}
+{{- end -}}
+{{- if not (has $f.runner $runnerTypes) -}}
+{{- fail (printf "values.config: [runner] type = %q is not one of %s" $f.runner (join ", " $runnerTypes)) -}}
 {{- end -}}
 {{- end -}}

@@ -1,0 +1,319 @@
+//! One place per runner kind for everything the rest of the daemon asks of what carries out
+//! actions. A [`Backend`] answers: the Kubernetes permissions it needs (`rbac`, the Helm chart,
+//! the start-up check), which kinds of action it takes, whether the daemon retries a failed
+//! attempt, what a restart does to its running actions, whether planning must read the app's
+//! digest, which path a rebase takes, and what it would create for an action (`build-spec`).
+//! Started, it carries actions out ([`Carrier`]). Each kind answers in its own file — `none`,
+//! `exec`, `kubernetes`, `kpack` — and so do registry rebases (`registry_rebase`, `[runner]
+//! rebase = "registry"`), one backend among the others; [`for_action`] says which one an action
+//! goes to. `cluster`, `reaction`, `page` and the runner ask here instead of matching on
+//! [`RunnerKind`].
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::attempt::Attempt;
+use super::kubernetes::ActionRef;
+use super::{PreviewError, Runner, RunnerError};
+use crate::config::{Config, RebasePath, RunnerKind, RunnerSettings};
+use crate::ledger::ClaimedAction;
+use builder_monitor_core::plan::{ActionKind, ActionTarget};
+
+/// A Kubernetes RBAC rule a backend needs in the build namespace (`[runner.kubernetes]
+/// namespace`): verbs on one resource of one API group (`""`: the core group).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rule {
+    pub group: &'static str,
+    pub resource: &'static str,
+    pub verbs: &'static [&'static str],
+}
+
+/// What a restart does to an action the backend was running when the daemon stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterRestart {
+    /// It runs again, its attempt still counted: it lived in the dead process (a registry
+    /// rebase), or what outlived it is stopped first (a command's process group).
+    RunAgain,
+    /// It lives in the cluster (a Job, a Build): the runner follows it again.
+    Follow,
+    /// Left as it is: this backend runs nothing.
+    Leave,
+}
+
+/// A runner kind's answers; one implementation per kind, each in its kind's file.
+pub trait Backend: Send + Sync {
+    /// Its name in logs and errors (`[runner] type`, or `registry` for registry rebases).
+    fn name(&self) -> &'static str;
+    /// The setting that puts it in force, as a permission's reason names it.
+    fn setting(&self) -> &'static str;
+    /// The permissions its objects need in the build namespace.
+    fn permissions(&self) -> &'static [Rule];
+    /// Whether it carries out actions of `kind` (runner `none`: none).
+    fn takes(&self, kind: ActionKind) -> bool;
+    /// Whether the daemon retries a failed attempt (after `[runner] backoff`, up to
+    /// `max_attempts`); a backend that retries on its own (a Job's pods) or whose attempt is final
+    /// (a kpack Build) says no.
+    fn retries(&self) -> bool;
+    fn after_restart(&self) -> AfterRestart;
+    /// Whether planning reads every app image's digest (not only `auto` ones): the object it
+    /// creates names the app by digest (kpack's rebase `lastBuild`).
+    fn needs_app_digest(&self) -> bool;
+    /// The path a rebase it carries out takes, as events and `build-spec` say it.
+    fn path(&self) -> RebasePath;
+    /// What it would create for `action` now (`build-spec`).
+    fn preview(&self, config: &Config, action: &ActionRef<'_>, target: &ActionTarget) -> Result<Value, PreviewError>;
+    /// Started for `config`: what carries out its actions. A Kubernetes backend needs `client`
+    /// and watches until `stop`.
+    fn start(
+        &self,
+        config: &Config,
+        client: Option<kube::Client>,
+        stop: CancellationToken,
+    ) -> Result<Arc<dyn Carrier>, RunnerError>;
+}
+
+/// A started backend: carries out one attempt of an action and says how it went.
+pub trait Carrier: Send + Sync {
+    fn attempt<'a>(
+        &'a self,
+        runner: &'a Runner,
+        action: &'a ClaimedAction,
+        target: &'a ActionTarget,
+    ) -> BoxFuture<'a, Attempt>;
+}
+
+/// The backend of a runner kind (`[runner] type`).
+pub fn of(kind: RunnerKind) -> &'static dyn Backend {
+    match kind {
+        RunnerKind::None => &super::none::RecordOnly,
+        RunnerKind::Exec => &super::exec::Commands,
+        RunnerKind::Kubernetes => &super::kubernetes::Jobs,
+        RunnerKind::Kpack => &super::kpack::Builds,
+    }
+}
+
+/// The backend that carries out actions of `kind`: rebases with `rebase = "registry"` run in the
+/// daemon; everything else goes to the configured kind's.
+pub fn for_action(runner: &RunnerSettings, kind: ActionKind) -> &'static dyn Backend {
+    match (kind, runner.rebase) {
+        (ActionKind::Rebase, RebasePath::Registry) => &super::registry_rebase::RegistryRebase,
+        _ => of(runner.kind),
+    }
+}
+
+/// Every kind of action, in the order the runner routes them.
+const ACTION_KINDS: [ActionKind; 2] = [ActionKind::Rebuild, ActionKind::Rebase];
+
+/// The backends `runner` puts in force, each once: the configured kind's first.
+pub fn in_force(runner: &RunnerSettings) -> Vec<&'static dyn Backend> {
+    let mut out: Vec<&'static dyn Backend> = Vec::new();
+    for backend in ACTION_KINDS.map(|kind| for_action(runner, kind)) {
+        if !out.iter().any(|b| b.name() == backend.name()) {
+            out.push(backend);
+        }
+    }
+    out
+}
+
+/// Whether planning reads every app image's digest under `runner`.
+pub fn needs_app_digest(runner: &RunnerSettings) -> bool {
+    in_force(runner).iter().any(|b| b.needs_app_digest())
+}
+
+/// Whether an action of `kind` is ever carried out under `runner` (not with runner `none`, unless
+/// it is a rebase in the daemon).
+pub fn carried_out(runner: &RunnerSettings, kind: ActionKind) -> bool {
+    for_action(runner, kind).takes(kind)
+}
+
+/// One kind of action's backend, started.
+struct Route {
+    kind: ActionKind,
+    backend: &'static dyn Backend,
+    carrier: Arc<dyn Carrier>,
+}
+
+/// The backends in force, started: where the runner sends each kind of action.
+pub struct Backends {
+    routes: Vec<Route>,
+}
+
+impl Backends {
+    /// The backends `config` asks for, each started once; the Kubernetes ones need `client` and
+    /// watch until `stop`.
+    pub fn for_config(
+        config: &Config,
+        client: Option<kube::Client>,
+        stop: CancellationToken,
+    ) -> Result<Self, RunnerError> {
+        let mut started: Vec<(&'static str, Arc<dyn Carrier>)> = Vec::new();
+        let mut routes = Vec::new();
+        for kind in ACTION_KINDS {
+            let backend = for_action(&config.runner, kind);
+            let carrier = match started.iter().find(|(name, _)| *name == backend.name()) {
+                Some((_, carrier)) => carrier.clone(),
+                None => {
+                    let carrier = backend.start(config, client.clone(), stop.clone())?;
+                    started.push((backend.name(), carrier.clone()));
+                    carrier
+                }
+            };
+            routes.push(Route { kind, backend, carrier });
+        }
+        Ok(Backends { routes })
+    }
+
+    fn route(&self, kind: ActionKind) -> &Route {
+        self.routes.iter().find(|r| r.kind == kind).expect("a route for every kind of action")
+    }
+
+    /// The backend that answers for actions of `kind`.
+    pub(super) fn backend(&self, kind: ActionKind) -> &'static dyn Backend {
+        self.route(kind).backend
+    }
+
+    pub(super) fn carrier(&self, kind: ActionKind) -> &dyn Carrier {
+        self.route(kind).carrier.as_ref()
+    }
+
+    fn taken(&self) -> impl Iterator<Item = ActionKind> + '_ {
+        self.routes.iter().filter(|r| r.backend.takes(r.kind)).map(|r| r.kind)
+    }
+
+    /// Whether any action is carried out at all.
+    pub(super) fn act(&self) -> bool {
+        self.taken().next().is_some()
+    }
+
+    /// The one kind of action the runner claims when its backends take only that kind; `None`
+    /// when they take every kind.
+    pub(super) fn claims(&self) -> Option<ActionKind> {
+        let taken: Vec<ActionKind> = self.taken().collect();
+        if taken.len() == self.routes.len() { None } else { taken.first().copied() }
+    }
+
+    /// Whether any backend follows actions again after a restart.
+    pub(super) fn follow(&self) -> bool {
+        self.routes.iter().any(|r| r.backend.after_restart() == AfterRestart::Follow)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(kind: RunnerKind, rebase: RebasePath) -> RunnerSettings {
+        RunnerSettings { kind, rebase, ..RunnerSettings::default() }
+    }
+
+    /// One backend's answers, as data.
+    #[derive(Debug, PartialEq)]
+    struct Answers {
+        permissions: Vec<(&'static str, &'static str, Vec<&'static str>)>,
+        /// (rebuilds, rebases)
+        takes: (bool, bool),
+        retries: bool,
+        after_restart: AfterRestart,
+        needs_app_digest: bool,
+        path: RebasePath,
+    }
+
+    fn answers(b: &dyn Backend) -> Answers {
+        Answers {
+            permissions: b.permissions().iter().map(|r| (r.group, r.resource, r.verbs.to_vec())).collect(),
+            takes: (b.takes(ActionKind::Rebuild), b.takes(ActionKind::Rebase)),
+            retries: b.retries(),
+            after_restart: b.after_restart(),
+            needs_app_digest: b.needs_app_digest(),
+            path: b.path(),
+        }
+    }
+
+    /// The table every other module reads: a changed answer fails here first.
+    #[test]
+    fn each_kind_answers_for_itself() {
+        let watch = || vec!["create", "get", "list", "watch"];
+        let command = |permissions, retries, after_restart, needs_app_digest| Answers {
+            permissions,
+            takes: (true, true),
+            retries,
+            after_restart,
+            needs_app_digest,
+            path: RebasePath::Runner,
+        };
+        assert_eq!(
+            answers(of(RunnerKind::None)),
+            Answers { takes: (false, false), ..command(vec![], false, AfterRestart::Leave, false) }
+        );
+        assert_eq!(answers(of(RunnerKind::Exec)), command(vec![], true, AfterRestart::RunAgain, false));
+        assert_eq!(
+            answers(of(RunnerKind::Kubernetes)),
+            command(vec![("batch", "jobs", watch()), ("", "pods", vec!["list"])], false, AfterRestart::Follow, false)
+        );
+        assert_eq!(
+            answers(of(RunnerKind::Kpack)),
+            command(vec![("kpack.io", "builds", watch())], false, AfterRestart::Follow, true)
+        );
+        assert_eq!(
+            answers(&crate::runner::registry_rebase::RegistryRebase),
+            Answers {
+                takes: (false, true),
+                path: RebasePath::Registry,
+                ..command(vec![], true, AfterRestart::RunAgain, false)
+            }
+        );
+        assert_eq!(of(RunnerKind::Kubernetes).setting(), "[runner] kind = \"kubernetes\"");
+        assert_eq!(of(RunnerKind::Kpack).setting(), "[runner] kind = \"kpack\"");
+        for kind in RunnerKind::ALL {
+            assert_eq!(of(kind).name(), kind.as_str());
+        }
+    }
+
+    #[test]
+    fn rebases_in_the_daemon_are_one_backend_that_takes_only_rebases() {
+        for kind in RunnerKind::ALL {
+            let runner = settings(kind, RebasePath::Registry);
+            let rebase = for_action(&runner, ActionKind::Rebase);
+            assert_eq!((rebase.name(), rebase.path()), ("registry", RebasePath::Registry));
+            assert!(rebase.takes(ActionKind::Rebase) && !rebase.takes(ActionKind::Rebuild));
+            assert_eq!(for_action(&runner, ActionKind::Rebuild).name(), kind.as_str());
+            assert!(carried_out(&runner, ActionKind::Rebase));
+            assert_eq!(carried_out(&runner, ActionKind::Rebuild), kind != RunnerKind::None);
+
+            let runner = settings(kind, RebasePath::Runner);
+            assert_eq!(for_action(&runner, ActionKind::Rebase).name(), kind.as_str());
+            assert_eq!(for_action(&runner, ActionKind::Rebase).path(), RebasePath::Runner);
+            assert_eq!(in_force(&runner).len(), 1);
+            assert_eq!(carried_out(&runner, ActionKind::Rebase), kind != RunnerKind::None);
+        }
+        let names = |r: &RunnerSettings| in_force(r).iter().map(|b| b.name()).collect::<Vec<_>>();
+        assert_eq!(names(&settings(RunnerKind::Kpack, RebasePath::Registry)), ["kpack", "registry"]);
+        // kpack's rebuilds keep planning reading every app, whatever path rebases take.
+        assert!(needs_app_digest(&settings(RunnerKind::Kpack, RebasePath::Registry)));
+        assert!(!needs_app_digest(&settings(RunnerKind::Kubernetes, RebasePath::Runner)));
+    }
+
+    /// What the runner claims from the ledger: every kind, only rebases (runner `none` with
+    /// rebases in the daemon), or nothing.
+    #[test]
+    fn the_runner_claims_what_its_backends_take() {
+        let backends = |runner: &str| {
+            let text = format!("[[builders]]\nname = \"b\"\nimage = \"registry.example.com/b:1\"\n[runner]\n{runner}");
+            let config = Config::parse(std::path::Path::new("/config.toml"), &text).unwrap();
+            Backends::for_config(&config, None, CancellationToken::new()).unwrap()
+        };
+        let none = backends("");
+        assert!(!none.act());
+        let none = backends("rebase = \"registry\"");
+        assert!(none.act());
+        assert_eq!(none.claims(), Some(ActionKind::Rebase));
+        assert!(!none.follow());
+        let exec = backends("type = \"exec\"\nrebase = \"registry\"\n[runner.exec]\nrebuild = [\"true\"]");
+        assert_eq!((exec.act(), exec.claims()), (true, None));
+        assert_eq!(exec.backend(ActionKind::Rebuild).name(), "exec");
+        assert_eq!(exec.backend(ActionKind::Rebase).name(), "registry");
+    }
+}

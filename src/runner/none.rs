@@ -1,0 +1,74 @@
+//! The `none` runner: actions are planned and recorded, never run (a dry run); `status` and the
+//! page show them waiting.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::attempt::{Attempt, Next};
+use super::backend::{AfterRestart, Backend, Carrier, Rule};
+use super::kubernetes::ActionRef;
+use super::{PreviewError, Runner, RunnerError};
+use crate::config::{Config, RebasePath};
+use crate::ledger::ClaimedAction;
+use builder_monitor_core::plan::{ActionKind, ActionTarget};
+
+/// Runner `none`'s answers: it takes nothing, so it needs nothing.
+pub struct RecordOnly;
+
+impl Backend for RecordOnly {
+    fn name(&self) -> &'static str {
+        "none"
+    }
+
+    fn setting(&self) -> &'static str {
+        "[runner] kind = \"none\""
+    }
+
+    fn permissions(&self) -> &'static [Rule] {
+        &[]
+    }
+
+    fn takes(&self, _kind: ActionKind) -> bool {
+        false
+    }
+
+    fn retries(&self) -> bool {
+        false
+    }
+
+    fn after_restart(&self) -> AfterRestart {
+        AfterRestart::Leave
+    }
+
+    fn needs_app_digest(&self) -> bool {
+        false
+    }
+
+    fn path(&self) -> RebasePath {
+        RebasePath::Runner
+    }
+
+    /// The command a `[runner.exec]` table would give it, if the config has one.
+    fn preview(&self, config: &Config, action: &ActionRef<'_>, target: &ActionTarget) -> Result<Value, PreviewError> {
+        Ok(super::exec::command_preview(config, action, target))
+    }
+
+    fn start(
+        &self,
+        _: &Config,
+        _: Option<kube::Client>,
+        _: CancellationToken,
+    ) -> Result<Arc<dyn Carrier>, RunnerError> {
+        Ok(Arc::new(RecordOnly))
+    }
+}
+
+impl Carrier for RecordOnly {
+    /// Never called (it takes nothing); an action sent here anyway ends for good.
+    fn attempt<'a>(&'a self, _: &'a Runner, _: &'a ClaimedAction, _: &'a ActionTarget) -> BoxFuture<'a, Attempt> {
+        Box::pin(async { Attempt::failed("runner none runs nothing".into(), Next::Final) })
+    }
+}

@@ -27,8 +27,21 @@ pub enum RolloutError {
 
 /// Who a command-line request comes from: `user@host (cli)`.
 pub fn cli_user() -> String {
-    let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".into());
+    let named = |var| std::env::var(var).ok().filter(|v: &String| !v.trim().is_empty());
+    let user = named("USER").or_else(|| named("LOGNAME"));
+    // The owner of our own /proc entry is our uid: no unsafe call, and no passwd database needed.
+    let uid = {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata("/proc/self").ok().map(|m| m.uid())
+    };
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+    requester(user, uid, &host)
+}
+
+/// `user@host (cli)`, the user named by the environment or else by uid (a container or cron job
+/// often sets no `USER`): a decision always says whose it was.
+fn requester(user: Option<String>, uid: Option<u32>, host: &str) -> String {
+    let user = user.or_else(|| uid.map(|uid| format!("uid {uid}"))).unwrap_or_else(|| "unknown".into());
     if host.is_empty() { format!("{user} (cli)") } else { format!("{user}@{host} (cli)") }
 }
 
@@ -278,4 +291,17 @@ pub async fn waits(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_without_a_user_name_says_its_uid() {
+        assert_eq!(requester(Some("ana".into()), Some(1000), "ci-7"), "ana@ci-7 (cli)");
+        assert_eq!(requester(None, Some(1000), "ci-7"), "uid 1000@ci-7 (cli)");
+        assert_eq!(requester(None, Some(0), ""), "uid 0 (cli)");
+        assert_eq!(requester(None, None, ""), "unknown (cli)");
+    }
 }

@@ -321,6 +321,21 @@ async fn secrets_never_reach_logs_or_output() {
     }
 }
 
+/// A request from an environment without a user name (a container, a cron job) says whose it is
+/// by uid, not `unknown`.
+#[test]
+fn a_decision_without_a_user_name_is_recorded_by_uid() {
+    let ws = Workspace::new();
+    let config = ws.config(
+        "[monitor]\nstate = \"state.db\"\n\n[[builders]]\nname = \"b\"\nimage = \"127.0.0.1:1/demo/b:latest\"\n",
+    );
+    let env = [("USER", ""), ("LOGNAME", "")];
+    let frozen = run_with_env(&["freeze", "--config", config.to_str().unwrap()], &env, ws.dir.path());
+    assert_eq!(frozen.code, Some(0), "{}", frozen.stderr);
+    assert!(frozen.stdout.contains(" by uid "), "{}", frozen.stdout);
+    assert!(!frozen.stdout.contains("unknown"), "{}", frozen.stdout);
+}
+
 /// Without a daemon, the roll-out commands write the ledger themselves: the freeze is kept and
 /// shown by `status`, lifted by `unfreeze`; an unknown change is a usage error that names it.
 #[test]

@@ -187,3 +187,70 @@ async fn a_watch_failing_alone_reaches_its_alert_after_the_threshold_and_recover
         BTreeMap::from([("check.failed".to_string(), 1), ("check.recovered".to_string(), 1)])
     );
 }
+
+/// An alert with the default events hears of a failure's end as it heard of its start: a watch's
+/// `check.recovered` after its `check.failed`, an outage's `registry.recovered` after its
+/// `registry.unavailable`; a blip below the threshold was never told, so its end is not either.
+#[tokio::test]
+async fn default_alerts_hear_each_told_failure_end_and_no_other() {
+    let registry = TestRegistry::start();
+    let proxy = Proxy::start(&registry.host).await;
+    let pusher = Pusher::new(&registry.host);
+    let mut text = format!(
+        "[monitor]\nstate = \"state.db\"\njitter = \"0s\"\n\n[registries.\"{}\"]\nbackoff = \"10ms\"\nmax_attempts = 2\n\n",
+        proxy.host
+    );
+    for name in ["a", "b"] {
+        pusher.push_image(&format!("demo/{name}"), Some("latest"), &Image::new("amd64").salt(name), Format::Oci).await;
+        text += &format!(
+            "[[builders]]\nname = \"{name}\"\nimage = \"{}/demo/{name}:latest\"\nwatch_run_image = false\n",
+            proxy.host
+        );
+    }
+    let receiver = Receiver::start().await;
+    text +=
+        &format!("[[alerts]]\nname = \"ops\"\ntype = \"webhook\"\nurl = \"{}\"\nfailure_threshold = 2\n", receiver.url);
+    let dir = tempfile::tempdir().unwrap();
+    let config = Arc::new(Config::parse(&dir.path().join("config.toml"), &text).unwrap());
+    let ledger = Ledger::open(&dir.path().join("state.db")).unwrap();
+    let clock = Clock::manual(chrono::Utc::now());
+    let daemon = Daemon::start(&config, &ledger, &clock);
+    assert!(daemon.tick().await);
+    let step = Duration::from_secs(60);
+
+    // A blip: one failed round, below the threshold of 2, then fine. Nobody hears of either.
+    proxy.down(Some(503));
+    clock.advance(step);
+    assert!(!daemon.tick().await);
+    proxy.down(None);
+    clock.advance(step);
+    assert!(daemon.tick().await);
+    assert!(receiver.received().is_empty(), "{:?}", count_by_type(&receiver));
+
+    // An outage of both watches: one registry.unavailable, then its registry.recovered.
+    proxy.down(Some(503));
+    for _ in 0..2 {
+        clock.advance(step);
+        assert!(!daemon.tick().await);
+    }
+    assert_eq!(count_by_type(&receiver), BTreeMap::from([("registry.unavailable".to_string(), 1)]));
+    proxy.down(None);
+    clock.advance(step);
+    assert!(daemon.tick().await);
+    let want = [("registry.unavailable", 1), ("registry.recovered", 1)];
+    assert_eq!(count_by_type(&receiver), want.map(|(t, n)| (t.to_string(), n)).into());
+
+    // One watch's tag goes missing (its own problem): its check.failed, then its check.recovered.
+    let a = ledger.watch("a").await.unwrap().unwrap().pin.unwrap();
+    pusher.delete("demo/a", &a.digest).await;
+    for _ in 0..2 {
+        clock.advance(step);
+        daemon.tick().await;
+    }
+    assert_eq!(count_by_type(&receiver).get("check.failed"), Some(&1));
+    pusher.push_image("demo/a", Some("latest"), &Image::new("amd64").salt("a2"), Format::Oci).await;
+    clock.advance(step);
+    daemon.tick().await;
+    let counts = count_by_type(&receiver);
+    assert_eq!((counts.get("check.failed"), counts.get("check.recovered")), (Some(&1), Some(&1)), "{counts:?}");
+}

@@ -17,6 +17,9 @@ pub const DEFAULT_EVENTS: &[&str] = &[
     "run_image.changed",
     "check.failed",
     "registry.unavailable",
+    // An outage's end, to the alerts told of its start only (`alert::outage`): never on its own.
+    "check.recovered",
+    "registry.recovered",
     // A person has to act on these.
     "action.awaiting_approval",
     "action.held",

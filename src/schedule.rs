@@ -43,7 +43,14 @@ struct Entry<T> {
     item: T,
     state: State,
     generation: u64,
+    /// Checks that failed in a row: the next one comes sooner ([`Timetable::failed`]).
+    failures: u32,
 }
+
+/// The first retry of a failed check comes this soon; each further failure doubles it, and a
+/// watch's own schedule is never exceeded: a registry back after a blip is seen within a minute,
+/// not an hour later, while a long outage costs a watch ~one request per interval again.
+pub const FIRST_RETRY: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -71,7 +78,7 @@ impl<T> Timetable<T> {
             return id;
         }
         let id = self.entries.len();
-        self.entries.push(Entry { item, state: State::Waiting, generation: 0 });
+        self.entries.push(Entry { item, state: State::Waiting, generation: 0, failures: 0 });
         self.by_name.insert(name.to_string(), id);
         self.queue.push(Reverse((later(now, jitter(jitter_max, &mut rand::rng())), id, 0)));
         id
@@ -138,10 +145,44 @@ impl<T> Timetable<T> {
         now: Instant,
         wall: DateTime<Utc>,
     ) -> bool {
+        self.entries[id].failures = 0;
+        self.schedule_next(id, schedule, jitter_max, now, wall, None)
+    }
+
+    /// Its check failed: the next one after [`FIRST_RETRY`], doubled for each failure in a row
+    /// before it (with up to a quarter of it as jitter), or on its schedule if that is sooner.
+    /// False when the schedule has no future firing.
+    pub fn failed(
+        &mut self,
+        id: usize,
+        schedule: &Schedule,
+        jitter_max: Duration,
+        now: Instant,
+        wall: DateTime<Utc>,
+    ) -> bool {
+        let entry = &mut self.entries[id];
+        entry.failures = entry.failures.saturating_add(1);
+        let retry = FIRST_RETRY.saturating_mul(1 << (entry.failures - 1).min(16));
+        let retry = retry.saturating_add(jitter(retry / 4, &mut rand::rng()));
+        self.schedule_next(id, schedule, jitter_max, now, wall, Some(retry))
+    }
+
+    fn schedule_next(
+        &mut self,
+        id: usize,
+        schedule: &Schedule,
+        jitter_max: Duration,
+        now: Instant,
+        wall: DateTime<Utc>,
+        retry: Option<Duration>,
+    ) -> bool {
         match self.entries[id].state {
             State::Running { woken: true } => self.requeue(id, now),
             State::Running { woken: false } => match schedule.delay_after(wall) {
-                Some(delay) => self.requeue(id, later(now, delay.saturating_add(jitter(jitter_max, &mut rand::rng())))),
+                Some(delay) => {
+                    let scheduled = delay.saturating_add(jitter(jitter_max, &mut rand::rng()));
+                    self.requeue(id, later(now, retry.map_or(scheduled, |r| r.min(scheduled))))
+                }
                 None => {
                     self.entries[id].state = State::Idle;
                     return false;
@@ -367,6 +408,35 @@ mod tests {
         let t = ticks(s, Duration::ZERO, "2026-11-30T12:07:30Z", Duration::from_secs(40 * 60));
         // At start, then 12:15:00, 12:30:00, 12:45:00.
         assert_eq!(t, [0, 450, 1350, 2250].map(Duration::from_secs));
+    }
+
+    /// Failed checks come back after 30 s, then 60, 120, … (plus up to a quarter as jitter), never
+    /// later than the schedule; a success goes back to the schedule.
+    #[test]
+    fn failed_checks_retry_sooner_doubling_up_to_the_schedule() {
+        let wall = at("2026-11-30T12:00:00Z");
+        let schedule = Schedule::Interval(Duration::from_secs(200));
+        let mut table = Timetable::default();
+        let t0 = Instant::now();
+        let id = table.add("w", (), Duration::ZERO, t0);
+        let mut now = t0;
+        let mut gaps = Vec::new();
+        for round in 0..6 {
+            let due = table.next_due().unwrap();
+            let ran = table.pop_due(due).unwrap();
+            assert_eq!(ran, id);
+            if round < 4 {
+                assert!(table.failed(id, &schedule, Duration::ZERO, now, wall));
+            } else {
+                assert!(table.finished(id, &schedule, Duration::ZERO, now, wall));
+            }
+            let due = table.next_due().unwrap();
+            gaps.push((due - now).as_secs());
+            now = due;
+        }
+        let within = |gap: u64, base: u64| gap >= base && gap <= base + base / 4;
+        assert!(within(gaps[0], 30) && within(gaps[1], 60) && within(gaps[2], 120), "{gaps:?}");
+        assert_eq!(&gaps[3..], [200, 200, 200], "capped by the schedule, then the schedule again: {gaps:?}");
     }
 
     #[test]

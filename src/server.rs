@@ -126,6 +126,7 @@ pub fn router(state: Arc<ServerState>) -> Router {
         .route("/api/v1/builders", get(builders))
         .route("/api/v1/builders/{name}", get(builder))
         .route("/api/v1/builders/{name}/check", post(check))
+        .route("/api/v1/watches/{name}/check", post(check))
         .route("/api/v1/changes", get(changes))
         .route("/api/v1/changes/{id}/{verdict}", post(decide))
         .route("/api/v1/freeze", post(freeze).delete(unfreeze))
@@ -439,7 +440,7 @@ async fn check(State(state): State<Arc<ServerState>>, Path(name): Path<String>, 
     if state.monitor.check_now(&name) {
         (StatusCode::ACCEPTED, axum::Json(json!({ "checks": [name] }))).into_response()
     } else {
-        error(StatusCode::NOT_FOUND, format!("no builder named \"{name}\""))
+        error(StatusCode::NOT_FOUND, format!("no builder or run image watch named \"{name}\""))
     }
 }
 

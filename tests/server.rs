@@ -313,6 +313,39 @@ async fn hooks_need_the_token_and_coalesce_into_a_normal_check() {
     run.cancel();
 }
 
+/// A run image watch can be checked on demand like a builder, by its `run:…` name (its slashes
+/// percent-encoded in the path), at `/api/v1/watches/{name}/check`.
+#[tokio::test]
+async fn a_run_image_watch_is_checked_on_demand() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    let run_image = format!("{}/demo/run:latest", registry.host);
+    pusher.push_image("demo/run", Some("latest"), &Image::new("amd64").salt("run"), Format::Oci).await;
+    let spec = support::cnb::BuilderSpec::jammy(&run_image);
+    pusher.push_image("demo/b", Some("latest"), &spec.image(), Format::Oci).await;
+    let text = config(&registry.host, "").replace("watch_run_image = false\n", "");
+    let s = serve(&text).await;
+    let run = CancellationToken::new();
+    tokio::spawn(s.monitor.clone().run(run.clone()));
+    let watch = format!("run:{run_image}");
+    let checks = |m: &Monitor| m.handle().metrics().checks_of(&watch, None);
+    wait_until(|| checks(&s.monitor) == 1).await;
+
+    let encoded = watch.replace('/', "%2F");
+    for path in [format!("watches/{encoded}/check"), format!("builders/{encoded}/check")] {
+        let before = checks(&s.monitor);
+        let url = format!("{}/api/v1/{path}", s.base);
+        let response = support::http().post(&url).bearer_auth(TOKEN).send().await.unwrap();
+        assert_eq!(response.status(), 202, "{path}");
+        assert_eq!(response.json::<Value>().await.unwrap()["checks"], json!([watch]));
+        wait_until(|| checks(&s.monitor) == before + 1).await;
+    }
+    let url = format!("{}/api/v1/watches/run:nope/check", s.base);
+    let response = support::http().post(&url).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(response.status(), 404);
+    run.cancel();
+}
+
 /// A Distribution hook for `demo/b:latest`, sent with the token.
 async fn hook_latest(base: &str) {
     let body = json!({ "events": [{ "action": "push", "target": { "repository": "demo/b", "tag": "latest" } }] });

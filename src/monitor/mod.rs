@@ -152,12 +152,15 @@ impl MonitorHandle {
             .collect()
     }
 
-    /// Asks a builder's task to check now; false when no such builder is watched.
-    pub fn check_now(&self, builder: &str) -> bool {
-        if self.config.builder(builder).is_none() {
+    /// Wakes a watch (a builder, or a run image watch by its `run:…` name) for a check now; false
+    /// when there is no such watch.
+    pub fn check_now(&self, watch: &str) -> bool {
+        let known = self.config.builder(watch).is_some()
+            || self.run_images.lock().unwrap_or_else(|e| e.into_inner()).entries.contains_key(watch);
+        if !known {
             return false;
         }
-        let _ = self.wakes.send(builder.to_string());
+        let _ = self.wakes.send(watch.to_string());
         true
     }
 

@@ -134,7 +134,8 @@ impl Monitor {
             slots.register(builder.image.registry());
             table.add(&builder.name, Scheduled::Builder(index), builder.jitter, now);
         }
-        let mut running: JoinSet<()> = JoinSet::new();
+        // Each check's task answers whether it failed (a failed check comes back sooner).
+        let mut running: JoinSet<bool> = JoinSet::new();
         // The watch each running check was made for, so its end needs no second copy.
         let mut running_ids: HashMap<tokio::task::Id, (usize, Arc<Watch>)> = HashMap::new();
         let mut heartbeat = tokio::time::interval(HEARTBEAT);
@@ -178,6 +179,7 @@ impl Monitor {
                     if hooked {
                         monitor.handle.hooks.done(&watch.name, outcome.as_ref(), &monitor.handle.wakes);
                     }
+                    matches!(outcome, Some(CheckOutcome::Failed(_)))
                 });
                 running_ids.insert(task.id(), (id, checked));
             }
@@ -186,9 +188,9 @@ impl Monitor {
                 biased;
                 _ = shutdown.cancelled() => break,
                 Some(done) = running.join_next_with_id(), if !running.is_empty() => {
-                    let task = match &done {
-                        Ok((task, ())) => *task,
-                        Err(err) => err.id(),
+                    let (task, failed) = match &done {
+                        Ok((task, failed)) => (*task, *failed),
+                        Err(err) => (err.id(), false),
                     };
                     let Some((id, watch)) = running_ids.remove(&task) else { continue };
                     slots.finished(watch.image.registry());
@@ -197,7 +199,13 @@ impl Monitor {
                         tracing::error!(watch = %watch.name, error = %err, "check failed unexpectedly; it runs again on schedule");
                     }
                     let now = tokio::time::Instant::now();
-                    if !table.finished(id, &watch.schedule, watch.jitter, now, self.handle.clock.now()) {
+                    let wall = self.handle.clock.now();
+                    let next = if failed {
+                        table.failed(id, &watch.schedule, watch.jitter, now, wall)
+                    } else {
+                        table.finished(id, &watch.schedule, watch.jitter, now, wall)
+                    };
+                    if !next {
                         tracing::warn!(watch = %watch.name, schedule = %watch.schedule, "schedule has no future firing; checked only when woken");
                     }
                 }

@@ -332,6 +332,29 @@ pub async fn run(config: Arc<Config>, once: bool, shutdown: CancellationToken) -
     Ok(0)
 }
 
+/// One `()` per SIGHUP (the config is read again); none where signals cannot be listened for.
+pub fn hangups() -> tokio::sync::mpsc::UnboundedReceiver<()> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::hangup()) {
+            Ok(mut hangup) => {
+                tokio::spawn(async move {
+                    while hangup.recv().await.is_some() {
+                        tracing::info!("SIGHUP received, reading the config again");
+                        if tx.send(()).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            Err(e) => tracing::error!(error = %e, "cannot listen for SIGHUP; the config is read at start only"),
+        }
+    }
+    rx
+}
+
 /// Cancels `shutdown` on SIGINT or SIGTERM.
 pub async fn stop_on_signal(shutdown: CancellationToken) {
     #[cfg(unix)]

@@ -116,14 +116,15 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
             }
             Ok(0)
         }
-        Command::Run { config, once } => {
-            let config = Arc::new(load_config(&config, Secrets::Resolve)?);
+        Command::Run { config: path, once } => {
+            let config = Arc::new(load_config(&path, Secrets::Resolve)?);
             watches_something(&config)?;
             let shutdown = CancellationToken::new();
-            if !once {
-                tokio::spawn(daemon::stop_on_signal(shutdown.clone()));
+            if once {
+                return Ok(daemon::run(config, once, shutdown).await?);
             }
-            Ok(daemon::run(config, once, shutdown).await?)
+            tokio::spawn(daemon::stop_on_signal(shutdown.clone()));
+            run_reloading(&path, config, shutdown).await
         }
         Command::Resolve { image, json, insecure, config } => {
             let image = parse_image(&image)?;
@@ -348,6 +349,44 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
             }
             Ok(0)
         }
+    }
+}
+
+/// Runs the daemon until it stops; on SIGHUP reads the config again and, when it is valid, stops
+/// the daemon's parts and starts them with it (a restart within the process: running commands
+/// get their grace period and run again, as after a restart). An invalid config is refused with
+/// its errors, and the running daemon goes on with the config it has.
+async fn run_reloading(path: &Path, mut config: Arc<Config>, shutdown: CancellationToken) -> Result<u8, Failure> {
+    let mut hangups = daemon::hangups();
+    loop {
+        let term = shutdown.child_token();
+        let running = daemon::run(config.clone(), false, term.clone());
+        tokio::pin!(running);
+        let next = loop {
+            tokio::select! {
+                code = &mut running => return Ok(code?),
+                Some(()) = hangups.recv() => {
+                    let loaded = load_config(path, Secrets::Resolve).and_then(|c| watches_something(&c).map(|()| c));
+                    match loaded {
+                        Ok(next) => {
+                            tracing::info!(config = %path.display(), "SIGHUP: the config is valid; restarting with it");
+                            term.cancel();
+                            break next;
+                        }
+                        Err(failure) => tracing::error!(
+                            config = %path.display(),
+                            error = %error_text(&failure.error),
+                            "SIGHUP: the config is not valid; still running with the one loaded before (fix it and send SIGHUP again)"
+                        ),
+                    }
+                }
+            }
+        };
+        running.await?;
+        if shutdown.is_cancelled() {
+            return Ok(0);
+        }
+        config = Arc::new(next);
     }
 }
 

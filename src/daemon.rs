@@ -270,7 +270,8 @@ pub async fn run(config: Arc<Config>, once: bool, shutdown: CancellationToken) -
             );
         }
         let state = ServerState::new(config.clone(), settings.clone(), parts.monitor.handle(), ledger)
-            .with_leadership(leading.clone());
+            .with_leadership(leading.clone())
+            .with_registry(parts.registry.clone());
         let stop = shutdown.clone();
         serving.spawn("HTTP server", async move {
             if let Err(err) = server::serve(Arc::new(state), listener, stop).await {

@@ -45,7 +45,7 @@ pub enum RollbackError {
 }
 
 /// What a rollback did.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Rollback {
     /// The `[[images]]` name.
     pub image: String,

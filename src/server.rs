@@ -25,6 +25,7 @@ use crate::status;
 
 mod clients;
 mod payloads;
+mod rollback;
 
 use clients::ClientLimiter;
 use payloads::{distribution_pushes, dockerhub_pushes, harbor_pushes};
@@ -43,13 +44,30 @@ pub struct ServerState {
     refusal_log_limiter: ClientLimiter,
     /// With leader election: whether this replica currently acts.
     leading: Option<tokio::sync::watch::Receiver<bool>>,
+    /// The daemon's registry client (its push credentials), for rollbacks.
+    registry: Option<Arc<crate::registry::Registry>>,
 }
 
 impl ServerState {
     pub fn new(config: Arc<Config>, settings: ServerSettings, monitor: MonitorHandle, ledger: Ledger) -> Self {
         let hook_limiter = clients::limiter(hook_quota(settings.hooks_per_second));
         let refusal_log_limiter = clients::limiter(Quota::per_minute(REFUSAL_LOGS_PER_MINUTE));
-        ServerState { config, settings, monitor, ledger, hook_limiter, refusal_log_limiter, leading: None }
+        ServerState {
+            config,
+            settings,
+            monitor,
+            ledger,
+            hook_limiter,
+            refusal_log_limiter,
+            leading: None,
+            registry: None,
+        }
+    }
+
+    /// Serves rollbacks too, writing through the daemon's registry client.
+    pub fn with_registry(mut self, registry: Arc<crate::registry::Registry>) -> Self {
+        self.registry = Some(registry);
+        self
     }
 
     /// Serves as one of several replicas, acting only while `leading` says so.
@@ -130,6 +148,7 @@ pub fn router(state: Arc<ServerState>) -> Router {
         .route("/api/v1/changes", get(changes))
         .route("/api/v1/changes/{id}/{verdict}", post(decide))
         .route("/api/v1/freeze", post(freeze).delete(unfreeze))
+        .route("/api/v1/images/{name}/rollback", post(rollback::rollback))
         .route("/hooks/{source}", post(hook))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn(move |request, next| log_refusals(logging.clone(), request, next)))

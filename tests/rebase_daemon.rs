@@ -15,7 +15,7 @@ use builder_monitor::registry::Registry;
 use builder_monitor_core::reference::ImageRef;
 use support::app::{self, App, RunImage};
 use support::cnb::BuilderSpec;
-use support::daemon::{Output, Workspace};
+use support::daemon::{Daemon, Output, Workspace, run_with_env};
 use support::images::{Format, Pusher};
 use support::registry::TestRegistry;
 
@@ -210,6 +210,42 @@ async fn rollback_restores_the_previous_digest() {
     let forward = w.cli(&["rollback", "web", "--to", &rebased]);
     assert_eq!(forward.code, Some(0), "{}", forward.stderr);
     assert_eq!(w.app_digest().await, rebased);
+}
+
+/// `rollback` while the daemon runs goes to the daemon's API: the daemon holds the ledger and the
+/// registry credentials, so nobody has to stop it to roll an app back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_goes_through_the_running_daemon() {
+    const TOKEN: &str = "rollback-token-0123456789abcdef";
+    let w = World::new().await;
+    let rebased = rebase_through_the_daemon(&w).await;
+    let text = std::fs::read_to_string(&w.config).unwrap()
+        + "\n[server]\nlisten = \"127.0.0.1:0\"\napi_token_env = \"BM_ROLLBACK_TOKEN\"\n";
+    std::fs::write(&w.config, &text).unwrap();
+    let env = [("BM_ROLLBACK_TOKEN", TOKEN)];
+    let mut daemon = Daemon::start_with_env(&w.config, &env);
+    // The command line reaches the daemon at the address it picked.
+    let addr = daemon.server_addr();
+    let cli = w.ws.path("cli.toml");
+    std::fs::write(&cli, text.replace("127.0.0.1:0", &addr)).unwrap();
+    let rollback = |args: &[&str]| {
+        let mut all = vec!["rollback", "web", "--config", cli.to_str().unwrap()];
+        all.extend(args);
+        run_with_env(&all, &env, w.ws.dir.path())
+    };
+
+    let stranger = format!("sha256:{}", "0".repeat(64));
+    let refused = rollback(&["--to", &stranger]);
+    assert_eq!(refused.code, Some(1), "as without a daemon: {}", refused.stderr);
+    assert!(refused.stderr.contains(&format!("{stranger} is not a digest recorded for web")), "{}", refused.stderr);
+
+    let out = rollback(&[]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains(&format!("moved {} from {rebased} to {}", w.app_tag, w.app_v1)), "{}", out.stdout);
+    assert_eq!(w.app_digest().await, w.app_v1, "the tag is back where it was before the rebase");
+    let (status, _) = daemon.terminate();
+    assert!(status.success(), "{status}");
+    assert_eq!(w.status()["images"][0]["moves"][0]["kind"], "rollback");
 }
 
 /// A two-platform app (an index over amd64 and arm64, each built on the run image's child of that

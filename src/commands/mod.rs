@@ -15,8 +15,8 @@ use builder_monitor::cluster;
 use builder_monitor::config::{Config, RegistrySettings, Secrets, StateLocation};
 use builder_monitor::daemon::{self, Access};
 use builder_monitor::inspect;
-use builder_monitor::ledger::Verdict;
 use builder_monitor::ledger::WriterLock;
+use builder_monitor::ledger::{LedgerError, Verdict};
 use builder_monitor::metrics::Metrics;
 use builder_monitor::reaction::{self, Reaction};
 use builder_monitor::rebase::{self, RebaseError, RebaseRequest};
@@ -283,38 +283,37 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
             }
             Ok(0)
         }
-        Command::Rollback { image, to, config } => {
-            let config = load_config(&config, Secrets::Registries)?;
-            let settings = rollback::configured_image(&config, &image).map_err(usage)?;
+        Command::Rollback { image, to, config: path } => {
+            let config = load_config(&path, Secrets::Skip)?;
+            rollback::configured_image(&config, &image).map_err(usage)?;
             if let Some(to) = to.as_deref().filter(|d| !is_sha256_digest(d)) {
                 return Err(usage(rollback::RollbackError::InvalidDigest(to.to_string())));
             }
-            // A write to the ledger: one writer at a time, as for `run`.
+            // A write to the ledger: one writer at a time, as for `run`; while a daemon holds it,
+            // the rollback goes to that daemon (its credentials, its ledger).
             let clock = Clock::System;
             let _writer = match &config.monitor.state {
-                StateLocation::Sqlite(path) => Some(WriterLock::acquire(path, clock.now())?),
+                StateLocation::Sqlite(ledger) => match WriterLock::acquire(ledger, clock.now()) {
+                    Ok(writer) => Some(writer),
+                    Err(LedgerError::Locked { holder, .. }) => {
+                        let path = format!("images/{}/rollback", rollout::encode_segment(&image));
+                        let body = serde_json::json!({ "to": to });
+                        let text = rollout::call_daemon(&config, &holder, reqwest::Method::POST, &path, body).await?;
+                        let done: rollback::Rollback =
+                            serde_json::from_str(&text).context("reading the daemon's answer")?;
+                        print_rollback(&done);
+                        return Ok(0);
+                    }
+                    Err(e) => return Err(e.into()),
+                },
                 StateLocation::Kubernetes => None,
             };
+            let config = load_config(&path, Secrets::Registries)?;
+            let settings = rollback::configured_image(&config, &image).map_err(usage)?;
             let ledger = daemon::open_ledger(&config, Access::Write, &clock).await?;
             let registry = Registry::new(config.registries.values().cloned(), Metrics::new());
             let done = rollback::rollback(&config, &ledger, &registry, settings, to.as_deref(), clock.now()).await?;
-            let why = match &done.undone {
-                Some(m) => format!(
-                    "the digest before its last {}{}",
-                    m.kind.as_str(),
-                    m.action.as_deref().map(|a| format!(" (action {a})")).unwrap_or_default()
-                ),
-                None => "as asked with --to".to_string(),
-            };
-            if done.moved {
-                let from = done.from.as_deref().unwrap_or("nothing (the tag did not exist)");
-                println!(
-                    "{}: moved {} from {from} to {}, {why}; recorded in the ledger",
-                    done.image, done.reference, done.to
-                );
-            } else {
-                println!("{}: {} already points at {} ({why}); nothing changed", done.image, done.reference, done.to);
-            }
+            print_rollback(&done);
             Ok(0)
         }
         Command::Approve(v) => {
@@ -349,6 +348,24 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
             }
             Ok(0)
         }
+    }
+}
+
+/// What a rollback did, for people.
+fn print_rollback(done: &rollback::Rollback) {
+    let why = match &done.undone {
+        Some(m) => format!(
+            "the digest before its last {}{}",
+            m.kind.as_str(),
+            m.action.as_deref().map(|a| format!(" (action {a})")).unwrap_or_default()
+        ),
+        None => "as asked with --to".to_string(),
+    };
+    if done.moved {
+        let from = done.from.as_deref().unwrap_or("nothing (the tag did not exist)");
+        println!("{}: moved {} from {from} to {}, {why}; recorded in the ledger", done.image, done.reference, done.to);
+    } else {
+        println!("{}: {} already points at {} ({why}); nothing changed", done.image, done.reference, done.to);
     }
 }
 

@@ -96,6 +96,35 @@ fn failure(e: RolloutError) -> Failure {
 
 /// Sends the request to the daemon that holds the ledger, at its `[server] listen` address.
 async fn through_api(config: &Config, request: &Request, by: &str, holder: &str) -> Result<Answer, Failure> {
+    let (method, path, body) = match request {
+        Request::Decide { change, image, verdict } => (
+            reqwest::Method::POST,
+            format!("changes/{}/{}", encode_segment(change), verdict.as_str()),
+            serde_json::json!({ "image": image, "by": by }),
+        ),
+        Request::Freeze { reason } => {
+            (reqwest::Method::POST, "freeze".to_string(), serde_json::json!({ "reason": reason, "by": by }))
+        }
+        Request::Unfreeze => (reqwest::Method::DELETE, "freeze".to_string(), serde_json::json!({ "by": by })),
+    };
+    let text = call_daemon(config, holder, method, &path, body).await?;
+    let answer = match request {
+        Request::Decide { .. } => Answer::Decision(serde_json::from_str(&text).context("reading the daemon's answer")?),
+        _ => Answer::Freeze(serde_json::from_str(&text).context("reading the daemon's answer")?),
+    };
+    Ok(answer)
+}
+
+/// Sends one request (`path` under `/api/v1/`) to the daemon that holds the ledger (`holder`), at
+/// its `[server] listen` address, with the API token from `[server] api_token_env`; answers the
+/// body of a success. A 4xx but 401, 403 and 409 is the caller's mistake (exit 2).
+pub(super) async fn call_daemon(
+    config: &Config,
+    holder: &str,
+    method: reqwest::Method,
+    path: &str,
+    body: serde_json::Value,
+) -> Result<String, Failure> {
     let Some(server) = &config.server else {
         return Err(anyhow::anyhow!(
             "the daemon ({holder}) holds the ledger, and this config has no [server] to reach it through; \
@@ -117,18 +146,7 @@ async fn through_api(config: &Config, request: &Request, by: &str, holder: &str)
     if addr.ip().is_unspecified() {
         addr.set_ip(if addr.is_ipv4() { [127, 0, 0, 1].into() } else { std::net::Ipv6Addr::LOCALHOST.into() });
     }
-    let base = format!("http://{addr}/api/v1");
-    let (method, url, body) = match request {
-        Request::Decide { change, image, verdict } => (
-            reqwest::Method::POST,
-            format!("{base}/changes/{}/{}", encode_segment(change), verdict.as_str()),
-            serde_json::json!({ "image": image, "by": by }),
-        ),
-        Request::Freeze { reason } => {
-            (reqwest::Method::POST, format!("{base}/freeze"), serde_json::json!({ "reason": reason, "by": by }))
-        }
-        Request::Unfreeze => (reqwest::Method::DELETE, format!("{base}/freeze"), serde_json::json!({ "by": by })),
-    };
+    let url = format!("http://{addr}/api/v1/{path}");
     let http = reqwest::Client::builder().timeout(API_TIMEOUT).build().context("setting up the HTTP client")?;
     let response = http
         .request(method, &url)
@@ -146,21 +164,18 @@ async fn through_api(config: &Config, request: &Request, by: &str, holder: &str)
             .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
             .unwrap_or_else(|| text.chars().take(300).collect());
         let error = anyhow::anyhow!("the daemon at {addr} answered HTTP {}: {message}", status.as_u16());
-        return Err(if status.is_client_error() && status.as_u16() != 401 && status.as_u16() != 403 {
+        // 409: the request was fine, the ledger's state refused it (as a direct write fails).
+        return Err(if status.is_client_error() && ![401, 403, 409].contains(&status.as_u16()) {
             usage(error)
         } else {
             error.into()
         });
     }
-    let answer = match request {
-        Request::Decide { .. } => Answer::Decision(serde_json::from_str(&text).context("reading the daemon's answer")?),
-        _ => Answer::Freeze(serde_json::from_str(&text).context("reading the daemon's answer")?),
-    };
-    Ok(answer)
+    Ok(text)
 }
 
-/// A change id as one URL path segment.
-fn encode_segment(text: &str) -> String {
+/// A change id (or an image name) as one URL path segment.
+pub(super) fn encode_segment(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),

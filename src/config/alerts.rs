@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use toml::Spanned;
+
+use super::DurationText;
 use toml::de::DeValue;
 
 use super::{Secret, Secrets, Validator};
@@ -154,10 +156,10 @@ pub(super) struct RawAlert {
     builders: Option<Vec<Spanned<String>>>,
     packages: Option<Vec<Spanned<String>>>,
     headers: Option<Spanned<std::collections::BTreeMap<String, String>>>,
-    timeout: Option<Spanned<String>>,
+    timeout: Option<Spanned<DurationText>>,
     insecure: Option<bool>,
-    backoff: Option<Spanned<String>>,
-    give_up_after: Option<Spanned<String>>,
+    backoff: Option<Spanned<DurationText>>,
+    give_up_after: Option<Spanned<DurationText>>,
     failure_threshold: Option<Spanned<i64>>,
 }
 
@@ -317,7 +319,8 @@ impl<'a> Validator<'a> {
                 }
             }
         }
-        let duration = |v: &mut Self, value: &Option<Spanned<String>>, what: &str, default: Duration| match value {
+        let duration = |v: &mut Self, value: &Option<Spanned<DurationText>>, what: &str, default: Duration| match value
+        {
             Some(d) => v.positive_duration(d, what).unwrap_or(default),
             None => default,
         };

@@ -93,11 +93,11 @@ impl fmt::Display for Platform {
 pub(super) struct RawBuilder {
     name: Spanned<String>,
     image: Spanned<String>,
-    interval: Option<Spanned<String>>,
+    interval: Option<Spanned<DurationText>>,
     schedule: Option<Spanned<String>>,
-    jitter: Option<Spanned<String>>,
+    jitter: Option<Spanned<DurationText>>,
     platforms: Option<Vec<Spanned<String>>>,
-    settle: Option<Spanned<String>>,
+    settle: Option<Spanned<DurationText>>,
     watch_run_image: Option<bool>,
 }
 

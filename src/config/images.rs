@@ -8,6 +8,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::DurationText;
+
 use super::kubernetes::{KubeRunnerSettings, RawKubeRunner};
 use super::{BuilderSettings, Validator};
 use builder_monitor_core::reference::ImageRef;
@@ -171,7 +173,7 @@ pub(super) struct RawRunner {
     rebase: Option<Spanned<String>>,
     max_concurrent: Option<Spanned<i64>>,
     max_attempts: Option<Spanned<i64>>,
-    backoff: Option<Spanned<String>>,
+    backoff: Option<Spanned<DurationText>>,
     exec: Option<Spanned<RawExec>>,
     kubernetes: Option<RawKubeRunner>,
 }
@@ -181,7 +183,7 @@ pub(super) struct RawRunner {
 struct RawExec {
     rebuild: Option<Spanned<Vec<String>>>,
     rebase: Option<Spanned<Vec<String>>>,
-    timeout: Option<Spanned<String>>,
+    timeout: Option<Spanned<DurationText>>,
     working_dir: Option<Spanned<String>>,
     #[serde(default)]
     env: BTreeMap<String, String>,

@@ -10,6 +10,8 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use toml::Spanned;
 
+use super::DurationText;
+
 use super::images::{Scheduling, Toleration};
 use super::{Validator, is_dns_label};
 
@@ -91,9 +93,9 @@ pub(super) struct RawKubernetes {
     leader_election: Option<bool>,
     lease_name: Option<Spanned<String>>,
     identity: Option<String>,
-    lease_duration: Option<Spanned<String>>,
-    renew_deadline: Option<Spanned<String>>,
-    retry_period: Option<Spanned<String>>,
+    lease_duration: Option<Spanned<DurationText>>,
+    renew_deadline: Option<Spanned<DurationText>>,
+    retry_period: Option<Spanned<DurationText>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -110,8 +112,8 @@ pub(super) struct RawKubeRunner {
     #[serde(default)]
     image_pull_secrets: Vec<String>,
     resources: Option<Spanned<serde_json::Value>>,
-    active_deadline: Option<Spanned<String>>,
-    ttl_after_finished: Option<Spanned<String>>,
+    active_deadline: Option<Spanned<DurationText>>,
+    ttl_after_finished: Option<Spanned<DurationText>>,
     backoff_limit: Option<Spanned<i64>>,
     docker_config_secret: Option<String>,
     git_image: Option<String>,
@@ -236,7 +238,7 @@ impl<'a> Validator<'a> {
         {
             self.error(selector.span(), "kpack rejects a nodeSelector with kubernetes.io/os (it sets the os itself)");
         }
-        let duration = |v: &mut Self, d: &Option<Spanned<String>>, what: &str| {
+        let duration = |v: &mut Self, d: &Option<Spanned<DurationText>>, what: &str| {
             d.as_ref().and_then(|d| v.positive_duration(d, what))
         };
         let active_deadline = duration(self, &raw.active_deadline, "active_deadline");

@@ -344,8 +344,8 @@ pub fn is_loopback_host(host: &str) -> bool {
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawMonitor {
-    interval: Option<Spanned<String>>,
-    jitter: Option<Spanned<String>>,
+    interval: Option<Spanned<DurationText>>,
+    jitter: Option<Spanned<DurationText>>,
     state: Option<Spanned<String>>,
     history: Option<Spanned<i64>>,
     max_platforms: Option<Spanned<i64>>,
@@ -499,8 +499,8 @@ impl<'a> Validator<'a> {
         })())
     }
 
-    fn duration(&mut self, value: &Spanned<String>, what: &str) -> Option<Duration> {
-        let parsed = humantime::parse_duration(value.get_ref());
+    fn duration(&mut self, value: &Spanned<DurationText>, what: &str) -> Option<Duration> {
+        let parsed = humantime::parse_duration(value.get_ref().as_str());
         if matches!(parsed, Ok(d) if d > MAX_DURATION)
             || matches!(parsed, Err(humantime::DurationError::NumberOverflow))
         {
@@ -522,7 +522,7 @@ impl<'a> Validator<'a> {
         }
     }
 
-    fn positive_duration(&mut self, value: &Spanned<String>, what: &str) -> Option<Duration> {
+    fn positive_duration(&mut self, value: &Spanned<DurationText>, what: &str) -> Option<Duration> {
         let d = self.duration(value, what)?;
         if d.is_zero() {
             self.error(value.span(), format!("{what} must be greater than zero"));
@@ -630,6 +630,56 @@ fn is_dns_label(name: &str) -> bool {
         && bytes[0] != b'-'
         && bytes[bytes.len() - 1] != b'-'
 }
+/// A duration as written: a string (`"10m"`), or a bare number kept as its text, so that
+/// `interval = 10` is one error that asks for a unit (not a type error that hides the table's
+/// other problems).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DurationText(String);
+
+impl DurationText {
+    fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for DurationText {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for DurationText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for DurationText {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl serde::de::Visitor<'_> for Text {
+            type Value = DurationText;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration with a unit, e.g. \"30s\", \"10m\", \"1h\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<DurationText, E> {
+                Ok(DurationText(v.to_string()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<DurationText, E> {
+                Ok(DurationText(v.to_string()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<DurationText, E> {
+                Ok(DurationText(v.to_string()))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<DurationText, E> {
+                Ok(DurationText(v.to_string()))
+            }
+        }
+        deserializer.deserialize_any(Text)
+    }
+}
+
 /// 1-based line and column (in characters) of a byte offset.
 fn line_column(text: &str, offset: usize) -> (usize, usize) {
     let offset = offset.min(text.len());

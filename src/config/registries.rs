@@ -98,10 +98,10 @@ pub(super) struct RawRegistry {
     docker_config: Option<Spanned<String>>,
     insecure: Option<bool>,
     ca_file: Option<Spanned<String>>,
-    timeout: Option<Spanned<String>>,
+    timeout: Option<Spanned<DurationText>>,
     max_attempts: Option<Spanned<i64>>,
-    backoff: Option<Spanned<String>>,
-    max_retry_after: Option<Spanned<String>>,
+    backoff: Option<Spanned<DurationText>>,
+    max_retry_after: Option<Spanned<DurationText>>,
 }
 
 /// Normalises a `[registries."HOST"]` key to the host used in references.

@@ -39,7 +39,7 @@ pub(super) struct RawServer {
     api_token_env: Option<Spanned<String>>,
     public_read: Option<bool>,
     hooks_per_second: Option<Spanned<f64>>,
-    header_timeout: Option<Spanned<String>>,
+    header_timeout: Option<Spanned<DurationText>>,
     max_connections: Option<Spanned<i64>>,
     max_connections_per_client: Option<Spanned<i64>>,
 }

@@ -403,3 +403,23 @@ fn line_column_counts_characters() {
     assert_eq!(line_column("ab\ncd", 4), (2, 2));
     assert_eq!(line_column("é = 1", 3), (1, 3));
 }
+
+/// A duration written as a bare number is one error that asks for a unit, and the table's other
+/// problems are still reported beside it (a type error used to hide them).
+#[test]
+fn a_duration_without_a_unit_asks_for_one_and_hides_nothing() {
+    let errors = parse(
+        "[monitor]\ninterval = 10\njitter = \"x\"\nhistory = -1\n\n[[builders]]\nname = \"b\"\nimage = \"ghcr.io/a/b:1\"\nsettle = 2.5\n",
+    )
+    .unwrap_err();
+    let expect = [
+        "2:12: invalid interval \"10\" (a unit is required, e.g. \"30s\", \"10m\", \"1h\")",
+        "3:10: invalid jitter \"x\"",
+        "4:11: history must be between 1 and 1000000",
+        "9:10: invalid settle \"2.5\" (a unit is required",
+    ];
+    assert_eq!(errors.len(), expect.len(), "{errors:#?}");
+    for (got, want) in errors.iter().zip(expect) {
+        assert!(got.contains(want), "got {got:?}, want {want:?}\nall: {errors:#?}");
+    }
+}

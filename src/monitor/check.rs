@@ -10,7 +10,7 @@ use super::reaction::Moved;
 use super::{CheckOutcome, Monitor, Watch};
 use crate::alert::outage;
 use crate::inspect;
-use crate::ledger::{DeliveryKey, LedgerError, WatchKind, WatchRecord};
+use crate::ledger::{DeliveryKey, LedgerError, PinMetadata, WatchKind, WatchRecord};
 use crate::metrics::{ChangeLabels, RegistryLabels};
 use crate::registry::RegistryError;
 use builder_monitor_core::cnb::{self, PinnedMetadata, RunImagePin, run_watch_name};
@@ -60,15 +60,14 @@ impl Monitor {
             && let Some(current) = commit.events.last().and_then(|e| e.current.clone())
         {
             let builders: Vec<String> = subjects.iter().map(|s| s.name.clone()).collect();
-            let metadata: Option<PinnedMetadata> =
-                commit.pin.as_ref().and_then(|p| p.metadata.clone()).and_then(|m| serde_json::from_value(m).ok());
+            let metadata = commit.pin.as_ref().and_then(|p| p.metadata.as_ref()).and_then(PinMetadata::read);
             let mv = Moved {
                 kind: watch.kind,
                 builders: &builders,
                 change_id: id,
                 change,
                 current: &current,
-                metadata: metadata.as_ref().filter(|_| watch.kind == WatchKind::Builder),
+                metadata: metadata.as_deref().filter(|_| watch.kind == WatchKind::Builder),
             };
             let (decisions, actions) = self.reaction().plan_actions(&mv).await?;
             for d in &decisions {
@@ -149,8 +148,8 @@ impl Monitor {
             && let Some(metadata) = new_metadata
             && let Some(builder) = self.config.builder(&watch.name)
         {
-            let metadata: Option<PinnedMetadata> = serde_json::from_value(metadata).ok();
-            self.run_images.lock().unwrap_or_else(|e| e.into_inner()).note(builder, metadata.as_ref());
+            let metadata = metadata.read();
+            self.run_images.lock().unwrap_or_else(|e| e.into_inner()).note(builder, metadata.as_deref());
         }
         tracing::debug!(watch = %watch.name, elapsed = ?started.elapsed(), outcome = ?outcome, "check done");
         Ok(outcome)

@@ -9,7 +9,7 @@ use super::{CheckOutcome, Watch};
 use crate::config::Platform;
 use crate::inspect::Observation;
 use crate::ledger::{
-    ChangeRecord, CheckFailure, CheckRecord, HeldDigest, PinRecord, PinUpdate, WatchKind, WatchRecord,
+    ChangeRecord, CheckFailure, CheckRecord, HeldDigest, PinMetadata, PinRecord, PinUpdate, WatchKind, WatchRecord,
 };
 use crate::registry::RegistryError;
 use builder_monitor_core::cnb::{self, Change, PinnedMetadata};
@@ -180,7 +180,7 @@ pub fn decide(
         reference: current.reference.clone(),
         media_type: observation.media_type.clone(),
         platforms: observation.platforms.clone(),
-        metadata: metadata.as_ref().and_then(|m| serde_json::to_value(m).ok()),
+        metadata: metadata.as_deref().cloned().map(PinMetadata::from),
     });
     let (Some(record), Some(previous)) = (record, previous) else {
         if watch.kind == WatchKind::Builder {

@@ -49,3 +49,23 @@ fn an_unreadable_time_is_refused_not_guessed() {
     let err = serde_json::from_str::<WatchDoc>(text).unwrap_err();
     assert!(err.to_string().contains("not an RFC 3339 time: \"yesterday\""), "{err}");
 }
+
+/// A watch's metadata is kept in its entry as the text it was written as, not decoded on read;
+/// new metadata is written with its keys sorted, as it always was.
+#[test]
+fn pin_metadata_is_kept_in_the_entry_as_written() {
+    let text = concat!(
+        r#"{"watch":{"name":"b","kind":"builder","image":"r/b:latest","pin":null,"#,
+        r#""metadata":{"notes":["cut"],"platforms":{"linux/amd64":{"status":"not_builder"}},"zz":[1,2]},"#,
+        r#""first_seen":"2026-11-30T12:00:00Z","last_check":null,"last_ok":null,"last_error_reason":null,"#,
+        r#""last_error":null,"last_change":null,"consecutive_failures":0,"failing_since":null,"pending":null,"#,
+        r#""moves":0},"digests":[],"changes":[],"events":[],"deliveries":[],"actions":[]}"#
+    );
+    let mut doc: WatchDoc = serde_json::from_str(text).unwrap();
+    assert_eq!(serde_json::to_string(&doc).unwrap(), text, "an unknown field is kept too");
+    let watch = doc.watch.as_mut().unwrap();
+    let metadata = watch.pinned_metadata().unwrap();
+    assert_eq!(metadata.notes, ["cut"]);
+    watch.metadata = Some(metadata.into());
+    assert_eq!(serde_json::to_string(&doc).unwrap(), text.replace(r#","zz":[1,2]"#, ""));
+}

@@ -317,38 +317,38 @@ pub(super) fn insert_actions(tx: &Transaction<'_>, actions: &[NewAction], now: S
 /// An [`ActionRecord`] from a row of [`ACTION_COLUMNS`].
 fn action_record(r: &Row<'_>) -> Result<ActionRecord, LedgerError> {
     Ok(ActionRecord {
-        key: r.get("key")?,
-        change: r.get("change_id")?,
-        image: r.get("image")?,
-        action: r.get("kind")?,
-        state: r.get::<_, State>("state")?.0,
-        attempts: r.get("attempts")?,
-        next_attempt: r.get::<_, Time>("next_attempt")?.0,
-        detail: r.get("detail")?,
-        output_tail: r.get("output_tail")?,
-        updated: r.get::<_, Time>("updated")?.0,
-        wave: r.get("wave")?,
-        needs_approval: r.get("needs_approval")?,
-        released: r.get("released")?,
-        decided_by: r.get("decided_by")?,
-        decided_at: r.get::<_, Option<Time>>("decided_at")?.map(|t| t.0),
-        created: r.get::<_, Time>("created")?.0,
+        key: r.get(col!(ACTION_COLUMNS, "key"))?,
+        change: r.get(col!(ACTION_COLUMNS, "change_id"))?,
+        image: r.get(col!(ACTION_COLUMNS, "image"))?,
+        action: r.get(col!(ACTION_COLUMNS, "kind"))?,
+        state: r.get::<_, State>(col!(ACTION_COLUMNS, "state"))?.0,
+        attempts: r.get(col!(ACTION_COLUMNS, "attempts"))?,
+        next_attempt: r.get::<_, Time>(col!(ACTION_COLUMNS, "next_attempt"))?.0,
+        detail: r.get(col!(ACTION_COLUMNS, "detail"))?,
+        output_tail: r.get(col!(ACTION_COLUMNS, "output_tail"))?,
+        updated: r.get::<_, Time>(col!(ACTION_COLUMNS, "updated"))?.0,
+        wave: r.get(col!(ACTION_COLUMNS, "wave"))?,
+        needs_approval: r.get(col!(ACTION_COLUMNS, "needs_approval"))?,
+        released: r.get(col!(ACTION_COLUMNS, "released"))?,
+        decided_by: r.get(col!(ACTION_COLUMNS, "decided_by"))?,
+        decided_at: r.get::<_, Option<Time>>(col!(ACTION_COLUMNS, "decided_at"))?.map(|t| t.0),
+        created: r.get::<_, Time>(col!(ACTION_COLUMNS, "created"))?.0,
     })
 }
 
 /// A [`ClaimedAction`] from a row of [`CLAIMED_COLUMNS`]: a target that is not JSON is
 /// [`LedgerError::Corrupt`], one that is JSON but no target is the runner's to fail.
 fn claimed_action(r: &Row<'_>) -> Result<ClaimedAction, LedgerError> {
-    let key: String = r.get("key")?;
-    let kind: String = r.get("kind")?;
-    let target: String = r.get("target")?;
-    let group: Option<u32> = r.get("process_group")?;
-    let started: Option<i64> = r.get("process_started")?;
+    let key: String = r.get(col!(CLAIMED_COLUMNS, "key"))?;
+    let kind: String = r.get(col!(CLAIMED_COLUMNS, "kind"))?;
+    let target: String = r.get(col!(CLAIMED_COLUMNS, "target"))?;
+    let group: Option<u32> = r.get(col!(CLAIMED_COLUMNS, "process_group"))?;
+    let started: Option<i64> = r.get(col!(CLAIMED_COLUMNS, "process_started"))?;
     Ok(ClaimedAction {
-        change_id: r.get("change_id")?,
-        image: r.get("image")?,
+        change_id: r.get(col!(CLAIMED_COLUMNS, "change_id"))?,
+        image: r.get(col!(CLAIMED_COLUMNS, "image"))?,
         kind: action_kind(&key, &kind)?,
-        attempt: r.get("attempts")?,
+        attempt: r.get(col!(CLAIMED_COLUMNS, "attempts"))?,
         target: read_target(target_value(&key, &target)?),
         process: group.zip(started).map(|(id, started)| ProcessGroup { id, started: started.max(0) as u64 }),
         key,

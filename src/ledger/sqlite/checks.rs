@@ -111,44 +111,53 @@ impl Checks for SqliteLedger {
 /// A [`WatchRecord`] from a row of [`WATCH_COLUMNS`]. Its metadata is checked to be JSON, not
 /// decoded (see [`PinMetadata`]).
 fn watch_record(r: &Row<'_>) -> Result<WatchRecord, LedgerError> {
-    let name: String = r.get("name")?;
+    let name: String = r.get(col!(WATCH_COLUMNS, "name"))?;
     let corrupt = |what, detail: String| LedgerError::Corrupt { what, detail: format!("watch {name}: {detail}") };
-    let platforms: String = r.get("platforms")?;
+    let platforms: String = r.get(col!(WATCH_COLUMNS, "platforms"))?;
     let platforms: BTreeMap<String, String> =
         serde_json::from_str(&platforms).map_err(|e| corrupt("platform map", e.to_string()))?;
     let metadata = r
-        .get::<_, Option<String>>("metadata")?
+        .get::<_, Option<String>>(col!(WATCH_COLUMNS, "metadata"))?
         .map(PinMetadata::stored)
         .transpose()
         .map_err(|e| corrupt("metadata", e.to_string()))?;
-    let first_seen = r.get::<_, Time>("first_seen")?.0;
-    let pin = match (r.get::<_, Option<String>>("digest")?, r.get::<_, Option<String>>("reference")?) {
+    let first_seen = r.get::<_, Time>(col!(WATCH_COLUMNS, "first_seen"))?.0;
+    let pin = match (
+        r.get::<_, Option<String>>(col!(WATCH_COLUMNS, "digest"))?,
+        r.get::<_, Option<String>>(col!(WATCH_COLUMNS, "reference"))?,
+    ) {
         (Some(digest), Some(reference)) => Some(PinRecord {
             digest,
             reference,
-            media_type: r.get::<_, Option<String>>("media_type")?.unwrap_or_default(),
+            media_type: r.get::<_, Option<String>>(col!(WATCH_COLUMNS, "media_type"))?.unwrap_or_default(),
             platforms,
-            since: r.get::<_, Option<Time>>("pinned_since")?.map_or(first_seen, |t| t.0),
+            since: r.get::<_, Option<Time>>(col!(WATCH_COLUMNS, "pinned_since"))?.map_or(first_seen, |t| t.0),
         }),
         _ => None,
     };
-    let pending = r.get::<_, Option<String>>("pending_digest")?.zip(r.get::<_, Option<Time>>("pending_since")?);
+    let pending = r
+        .get::<_, Option<String>>(col!(WATCH_COLUMNS, "pending_digest"))?
+        .zip(r.get::<_, Option<Time>>(col!(WATCH_COLUMNS, "pending_since"))?);
     Ok(WatchRecord {
-        kind: if r.get::<_, String>("kind")? == "run_image" { WatchKind::RunImage } else { WatchKind::Builder },
-        image: r.get("image")?,
+        kind: if r.get::<_, String>(col!(WATCH_COLUMNS, "kind"))? == "run_image" {
+            WatchKind::RunImage
+        } else {
+            WatchKind::Builder
+        },
+        image: r.get(col!(WATCH_COLUMNS, "image"))?,
         pin,
         metadata,
         first_seen,
-        last_check: r.get::<_, Option<Time>>("last_check")?.map(|t| t.0),
-        last_ok: r.get::<_, Option<String>>("last_result")?.map(|r| r == "ok"),
-        last_error_reason: r.get("last_error_reason")?,
-        last_error: r.get("last_error")?,
-        last_change: r.get::<_, Option<Time>>("last_change")?.map(|t| t.0),
-        consecutive_failures: r.get::<_, i64>("consecutive_failures")?.max(0) as u32,
-        failing_since: r.get::<_, Option<Time>>("failing_since")?.map(|t| t.0),
+        last_check: r.get::<_, Option<Time>>(col!(WATCH_COLUMNS, "last_check"))?.map(|t| t.0),
+        last_ok: r.get::<_, Option<String>>(col!(WATCH_COLUMNS, "last_result"))?.map(|r| r == "ok"),
+        last_error_reason: r.get(col!(WATCH_COLUMNS, "last_error_reason"))?,
+        last_error: r.get(col!(WATCH_COLUMNS, "last_error"))?,
+        last_change: r.get::<_, Option<Time>>(col!(WATCH_COLUMNS, "last_change"))?.map(|t| t.0),
+        consecutive_failures: r.get::<_, i64>(col!(WATCH_COLUMNS, "consecutive_failures"))?.max(0) as u32,
+        failing_since: r.get::<_, Option<Time>>(col!(WATCH_COLUMNS, "failing_since"))?.map(|t| t.0),
         pending: pending.map(|(digest, since)| HeldDigest { digest, since: since.0 }),
-        moves: r.get::<_, i64>("moves")?.max(0) as u64,
-        failure_runs: r.get::<_, i64>("failure_runs")?.max(0) as u64,
+        moves: r.get::<_, i64>(col!(WATCH_COLUMNS, "moves"))?.max(0) as u64,
+        failure_runs: r.get::<_, i64>(col!(WATCH_COLUMNS, "failure_runs"))?.max(0) as u64,
         name,
     })
 }

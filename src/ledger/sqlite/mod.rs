@@ -11,6 +11,16 @@ use chrono::{DateTime, Utc};
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
+/// The position of column `$name` in the SELECT list `$columns`, found at compile time (see
+/// [`column`]).
+macro_rules! col {
+    ($columns:expr, $name:literal) => {{
+        // An item, not an inline `const` block: `cargo check` evaluates it too.
+        const AT: usize = $crate::ledger::sqlite::column($columns, $name);
+        AT
+    }};
+}
+
 mod actions;
 mod checks;
 mod outbox;
@@ -417,6 +427,43 @@ fn all<T>(
         out.push(read(r)?);
     }
     Ok(out)
+}
+
+/// The position of column `name` in `columns` (a SELECT list: names separated by commas). Rows are
+/// read by column name: by `row.get("name")`, or, for the row shapes whose SELECT list is a
+/// constant (the entry a check reads each time among them), through [`col!`], which asks this at
+/// compile time. So a reader names each column it reads, a name the list lacks fails the build,
+/// and the read costs no look-up of names.
+const fn column(columns: &str, name: &str) -> usize {
+    let (list, name) = (columns.as_bytes(), name.as_bytes());
+    let (mut i, mut index) = (0, 0);
+    loop {
+        while i < list.len() && list[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        let start = i;
+        while i < list.len() && list[i] != b',' {
+            i += 1;
+        }
+        let mut end = i;
+        while end > start && list[end - 1].is_ascii_whitespace() {
+            end -= 1;
+        }
+        if end - start == name.len() {
+            let mut k = 0;
+            while k < name.len() && list[start + k] == name[k] {
+                k += 1;
+            }
+            if k == name.len() {
+                return index;
+            }
+        }
+        if i >= list.len() {
+            panic!("a column that is not in the SELECT list");
+        }
+        i += 1;
+        index += 1;
+    }
 }
 
 /// A time column, read back as written (`timestamp` or `timestamp_millis`, by what the column is for).

@@ -6,7 +6,7 @@ use super::*;
 use crate::ledger::Actions;
 use crate::ledger::{
     ActionEnd, ActionOutcome, ChangeRecord, CheckFailure, CheckRecord, Checks, DeliveryKey, DeliveryUpdate, HeldDigest,
-    NewAction, Outbox, PinUpdate, WatchKind,
+    LedgerError, NewAction, Outbox, PinUpdate, WatchKind,
 };
 use builder_monitor_core::cnb::Change;
 use builder_monitor_core::event::{Event, EventType, Subject};
@@ -233,4 +233,88 @@ async fn reopening_keeps_state_and_refuses_newer_schemas() {
     let err = SqliteLedger::open(&path).err().unwrap();
     assert!(err.to_string().contains("schema version 99"), "{err}");
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+fn new_action(key: &str, change: &str) -> NewAction {
+    let target = serde_json::json!({"image": "r/app", "builder_name": "b", "builder": "r/b@sha256:x", "why": "test"});
+    NewAction::new(
+        key.into(),
+        change.into(),
+        "app".into(),
+        ActionKind::Rebuild,
+        serde_json::from_value(target).unwrap(),
+    )
+}
+
+/// A stored target that is JSON but no target is taken on with its error as its target (the
+/// runner fails it, as it always has); one that is not JSON is corrupt, and so is the last
+/// succeeded target when it does not read.
+#[tokio::test]
+async fn an_unreadable_target_is_claimed_with_its_error() {
+    let (ledger, dir) = temp_ledger();
+    let mut r = record("2026-11-30T12:00:00Z");
+    r.actions.push(new_action("k1", "c1"));
+    ledger.commit(r, &[]).await.unwrap();
+    let conn = Connection::open(ledger.path()).unwrap();
+    conn.execute("UPDATE actions SET target = '{\"image\": 1}' WHERE key = 'k1'", []).unwrap();
+    let far = parse_timestamp("2099-01-01T00:00:00Z").unwrap();
+    let claimed = ledger.claim_actions(far, 1, None, &Default::default()).await.unwrap();
+    let err = claimed[0].target.clone().unwrap_err();
+    assert!(err.to_string().starts_with("invalid type: integer `1`, expected a string"), "{err}");
+    assert_eq!(ledger.running_actions().await.unwrap()[0].target, Err(err));
+
+    conn.execute("UPDATE actions SET state = 'succeeded' WHERE key = 'k1'", []).unwrap();
+    let err = ledger.last_succeeded_target("app", ActionKind::Rebuild).await.unwrap_err();
+    assert!(matches!(err, LedgerError::Corrupt { what: "action target", .. }), "{err}");
+    conn.execute("UPDATE actions SET target = 'not json', state = 'pending' WHERE key = 'k1'", []).unwrap();
+    let err = ledger.claim_actions(far, 1, None, &Default::default()).await.unwrap_err();
+    assert!(matches!(err, LedgerError::Corrupt { what: "action target", .. }), "{err}");
+    drop((conn, ledger));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Pin metadata is stored as the ledger has always written it (a JSON object, keys sorted), read
+/// back without being decoded, and written back unchanged when a pin keeps it.
+#[tokio::test]
+async fn pin_metadata_is_stored_as_always_and_kept_as_stored() {
+    let (ledger, dir) = temp_ledger();
+    let metadata = builder_monitor_core::cnb::PinnedMetadata {
+        notes: vec!["cut".into()],
+        ..serde_json::from_value(serde_json::json!({"platforms": {"linux/amd64": {"status": "not_builder"}}})).unwrap()
+    };
+    let mut r = record("2026-11-30T12:00:00Z");
+    r.pin = Some(PinUpdate { metadata: Some(metadata.clone().into()), ..pin("sha256:a") });
+    ledger.commit(r, &[]).await.unwrap();
+    let conn = Connection::open(ledger.path()).unwrap();
+    let stored = || -> String { conn.query_row("SELECT metadata FROM watches", [], |r| r.get(0)).unwrap() };
+    let text = stored();
+    assert_eq!(text, serde_json::to_value(&metadata).unwrap().to_string());
+    assert_eq!(text, r#"{"notes":["cut"],"platforms":{"linux/amd64":{"status":"not_builder"}}}"#);
+
+    let w = ledger.watch("b").await.unwrap().unwrap();
+    assert_eq!(w.pinned_metadata(), Some(metadata));
+    assert_eq!(w.metadata.as_ref().unwrap().notes(), ["cut"]);
+    // Re-pinned with the metadata it holds (a move whose platforms are unchanged): the same text.
+    let mut r = record("2026-11-30T12:01:00Z");
+    r.pin = Some(PinUpdate { metadata: w.metadata.clone(), ..pin("sha256:b") });
+    ledger.commit(r, &[]).await.unwrap();
+    assert_eq!(stored(), text);
+
+    // Text that is not JSON is corrupt; JSON of another shape reads as no metadata.
+    conn.execute("UPDATE watches SET metadata = '{\"platforms\": 1, \"notes\": [\"kept\", 2]}'", []).unwrap();
+    let w = ledger.watch("b").await.unwrap().unwrap();
+    assert_eq!(w.pinned_metadata(), None);
+    assert_eq!(w.metadata.as_ref().unwrap().notes(), ["kept"]);
+    conn.execute("UPDATE watches SET metadata = '{'", []).unwrap();
+    let err = ledger.watch("b").await.unwrap_err();
+    assert!(matches!(err, LedgerError::Corrupt { what: "metadata", .. }), "{err}");
+    drop((conn, ledger));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn columns_are_found_by_name_in_a_select_list() {
+    let list = "key, change_id,
+         image";
+    assert_eq!([column(list, "key"), column(list, "change_id"), column(list, "image")], [0, 1, 2]);
 }

@@ -215,7 +215,7 @@ impl Actions for KubeLedger {
                     }
                     if let Some(a) = doc.actions.iter_mut().find(|a| a.key == key && a.state == ActionState::Running) {
                         a.detail = Some(detail.clone());
-                        // A retry re-checks first (see the SQLite ledger's `finish_action`).
+                        // A retry re-checks first (see `Actions::finish_action`).
                         let superseded = match &outcome {
                             ActionOutcome::Retry { .. } => newer.clone(),
                             ActionOutcome::Superseded { by } => Some(by.clone()),

@@ -147,7 +147,7 @@ impl Checks for KubeLedger {
         for t in touches {
             let time = t.time.trunc_subsecs(0);
             self.modify(&t.watch, |doc| {
-                // The same rule as the SQLite ledger's `touch_checks`.
+                // The rule of `Checks::touch`.
                 if let Some(w) = doc.watch.as_mut()
                     && w.image == t.image
                     && w.last_ok == Some(true)

@@ -24,7 +24,7 @@ pub(super) struct TagMoveRow {
 }
 
 impl WatchDoc {
-    /// The same rules as the SQLite ledger's `insert_tag_move`.
+    /// Adds a tag move, keeping the image's newest `history` (at least one).
     pub(super) fn add_tag_move(&mut self, m: &TagMove, history: usize, next_seq: &AtomicI64) {
         let mut tag_move = m.clone();
         tag_move.time = tag_move.time.trunc_subsecs(3);

@@ -294,7 +294,7 @@ impl Serialize for OpenAction {
 
 /// The actions contract: how actions are taken on, ended, requeued and decided, and what readers
 /// see of them. The roll-out gates (the freeze, windows, waves, approval, one action per app image
-/// at a time) are the core's, applied to the rows by [`gate_rows`].
+/// at a time) are the core's, applied to the rows by `gate_rows`.
 pub trait Actions {
     /// Takes up to `limit` due pending actions (of `kind` only, when given) that the roll-out gates
     /// let start, with the gates read in the same write where the backend has one: each becomes

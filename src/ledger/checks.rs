@@ -11,7 +11,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
 
 use super::{DeliveryKey, LedgerError, NewAction, time};
-use builder_monitor_core::cnb::{Change, ChangeKind, PinnedMetadata};
+use builder_monitor_core::cnb::{Change, PinnedMetadata};
 use builder_monitor_core::event::Event;
 
 /// What a watch follows: a builder's tag, or a run image's.
@@ -132,7 +132,7 @@ impl PinMetadata {
         }
     }
 
-    /// Metadata a backend holds as this JSON text; `None` when the text is not JSON.
+    /// Metadata a backend holds as this JSON text; an error when the text is not JSON.
     pub(super) fn stored(text: String) -> Result<Self, serde_json::Error> {
         RawValue::from_string(text).map(|raw| PinMetadata(Form::Stored(raw)))
     }
@@ -301,11 +301,6 @@ pub struct Touch {
     /// The watch's image when checked: a touch never lands on an entry of another image.
     pub image: String,
     pub time: DateTime<Utc>,
-}
-
-/// Parses a change kind read back from the ledger.
-pub fn parse_kind(text: &str) -> ChangeKind {
-    ChangeKind::parse(text).unwrap_or(ChangeKind::Unknown)
 }
 
 /// The checks-and-pins contract: what both backends do with watches' entries, their pin history

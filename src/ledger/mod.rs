@@ -7,7 +7,10 @@
 //! Each backend keeps the same families in files of the same names (`sqlite/`, `kubernetes/`).
 //! [`Ledger`] is the front the daemon uses: it passes most operations straight to its backend and
 //! adds what is not the store's (signals of new work, the unchanged checks kept in memory).
-//! Payloads are types here (`ActionTarget`, `PinnedMetadata`); their JSON stays in the backends.
+//! Payloads are types at this boundary: an action's `ActionTarget`, a pin's `PinnedMetadata`
+//! (through [`PinMetadata`], decoded only when read). Both backends keep them as JSON, which is
+//! written and read only here; an unreadable one is [`LedgerError::Corrupt`], except where a
+//! reader has always gone on without it (see [`ClaimedAction::target`], [`PinMetadata::read`]).
 
 mod actions;
 mod checks;

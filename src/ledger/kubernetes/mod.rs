@@ -53,11 +53,11 @@ struct WatchDoc {
     /// Tag writes announced and not yet recorded as done (see `tags`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     tag_intents: Vec<TagIntent>,
-    /// The freeze in force (the entry of [`ROLLOUT_WATCH`] only).
+    /// The freeze in force (the entry of [`ROLLOUT_WATCH`](crate::ledger::ROLLOUT_WATCH) only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     freeze: Option<Freeze>,
     /// Roll-out state changes (freezes and their ends) so far: the last one's sequence number,
-    /// which names its events (the entry of [`ROLLOUT_WATCH`] only).
+    /// which names its events (the entry of [`ROLLOUT_WATCH`](crate::ledger::ROLLOUT_WATCH) only).
     #[serde(default, skip_serializing_if = "is_zero")]
     rollout_changes: u64,
 }

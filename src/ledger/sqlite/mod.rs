@@ -12,7 +12,7 @@ use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, 
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 /// The position of column `$name` in the SELECT list `$columns`, found at compile time (see
-/// [`column`]).
+/// [`column()`]).
 macro_rules! col {
     ($columns:expr, $name:literal) => {{
         // An item, not an inline `const` block: `cargo check` evaluates it too.

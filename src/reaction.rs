@@ -172,8 +172,8 @@ impl Reaction<'_> {
                     mv.change_id.to_string(),
                     image.name.clone(),
                     kind,
-                    &target,
-                )?
+                    target,
+                )
                 .gated(image.wave, image.needs_approval(kind, &self.config.rollout)),
             );
         }

@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use crate::config::{Config, run_image_watch};
 use crate::ledger::{
-    ActionRecord, ActionState, DeadLetter, Ledger, LedgerError, OpenAction, PendingDelivery, TagMove, TagMoveKind,
-    WatchRecord,
+    ActionRecord, ActionState, DeadLetter, Ledger, LedgerError, OpenAction, PendingDelivery, PinMetadata, TagMove,
+    TagMoveKind, WatchRecord,
 };
 use builder_monitor_core::cnb::{ChangeKind, Reason, run_watch_name};
 use builder_monitor_core::packages::PackageDiff;
@@ -261,10 +261,9 @@ async fn watch_status(
     Ok(builder_status(name, image, record, changes))
 }
 
-/// The notes kept with a pin, read from its JSON without the rest of the metadata.
+/// The notes kept with a pin, read without the rest of the metadata.
 fn pin_notes(record: &WatchRecord) -> Vec<String> {
-    let notes = record.metadata.as_ref().and_then(|m| m.get("notes")).and_then(|n| n.as_array());
-    notes.map(|n| n.iter().filter_map(|v| v.as_str().map(str::to_string)).collect()).unwrap_or_default()
+    record.metadata.as_ref().map(PinMetadata::notes).unwrap_or_default()
 }
 
 fn builder_status(

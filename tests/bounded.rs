@@ -172,7 +172,7 @@ async fn an_index_listing_one_manifest_200_times_is_read_once_and_kept_small() {
     assert!(entry < LEDGER_ENTRY_BYTES, "the watch's ledger entry is {entry} bytes");
     let pin = record.pin.as_ref().unwrap();
     assert_eq!(pin.platforms.len(), 16);
-    let metadata = record.metadata.as_ref().unwrap();
+    let metadata = serde_json::to_value(record.metadata.as_ref().unwrap()).unwrap();
     assert_eq!(metadata["notes"][0], CUT, "{}", metadata["notes"]);
     // The preferred platform's metadata is kept; what did not fit the pin's budget is a note.
     assert_eq!(metadata["platforms"]["linux/amd64"]["status"], "builder");
@@ -280,7 +280,7 @@ async fn an_sbom_of_20_million_empty_components_is_refused_at_the_cap() {
     let ledger = Ledger::open_read_only(&ws.path("state.db")).unwrap();
     let watch = format!("run:{}", ImageRef::parse(&run("2")).unwrap());
     let record = ledger.watch(&watch).await.unwrap().unwrap();
-    let kept = &record.metadata.as_ref().unwrap()["packages"]["linux/amd64"];
+    let kept = &serde_json::to_value(record.metadata.as_ref().unwrap()).unwrap()["packages"]["linux/amd64"];
     assert_eq!(kept["note"], "sbom:cyclonedx document lists more than 5000 packages, over the 5000 kept", "{kept}");
     println!("run --once: peak {peak} KiB");
 }

@@ -50,7 +50,7 @@ fn pin(d: &str) -> PinUpdate {
         reference: format!("docker.io/x/y@{d}"),
         media_type: "application/vnd.oci.image.index.v1+json".into(),
         platforms: [("linux/amd64".to_string(), format!("{d}-amd64"))].into(),
-        metadata: Some(json!({ "platforms": {} })),
+        metadata: Some(PinnedMetadata::default().into()),
     }
 }
 
@@ -92,7 +92,7 @@ async fn pins_failures_moves_and_history() {
         let w = ledger.watch("b").await.unwrap().unwrap();
         assert_eq!(w.pin.as_ref().unwrap().digest, "sha256:a");
         assert_eq!(w.pin.as_ref().unwrap().platforms["linux/amd64"], "sha256:a-amd64");
-        assert_eq!(w.metadata, Some(json!({ "platforms": {} })));
+        assert_eq!(serde_json::to_value(&w.metadata).unwrap(), json!({ "platforms": {} }));
 
         for t in ["2026-11-30T12:01:00Z", "2026-11-30T12:02:00Z"] {
             let mut r = record("b", t);
@@ -204,7 +204,7 @@ fn action(change: &str, image: &str) -> NewAction {
         change_id: change.into(),
         image: image.into(),
         kind: ActionKind::Rebuild,
-        target: json!({ "image": format!("r/{image}"), "builder_name": "b", "builder": "r/b@sha256:x", "run_image": null, "source": null, "why": "test" }),
+        target: serde_json::from_value(json!({ "image": format!("r/{image}"), "builder_name": "b", "builder": "r/b@sha256:x", "run_image": null, "source": null, "why": "test" })).unwrap(),
         wave: 1,
         needs_approval: false,
     }
@@ -677,7 +677,7 @@ fn pin_with_packages() -> (PinUpdate, BTreeMap<String, Packages>) {
     let packages: BTreeMap<String, Packages> =
         [("linux/amd64".to_string(), list("amd64")), ("linux/arm64".to_string(), list("arm64"))].into();
     let metadata = PinnedMetadata { packages: packages.clone(), ..PinnedMetadata::default() };
-    (PinUpdate { metadata: Some(serde_json::to_value(metadata).unwrap()), ..pin("sha256:a") }, packages)
+    (PinUpdate { metadata: Some(metadata.into()), ..pin("sha256:a") }, packages)
 }
 
 #[tokio::test]

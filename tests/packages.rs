@@ -187,7 +187,7 @@ async fn a_run_image_move_names_the_packages_its_label_says_moved() {
     assert_eq!(s.blob_gets(), 1, "{:#?}", s.proxy.seen());
     // Each pin keeps its list, so the next move diffs against it without refetching the old side.
     let run = s.ledger.watch(&format!("run:{}/{REPO}:latest", s.proxy.host)).await.unwrap().unwrap();
-    let kept = &run.metadata.unwrap()["packages"]["linux/amd64"];
+    let kept = &serde_json::to_value(run.metadata.unwrap()).unwrap()["packages"]["linux/amd64"];
     assert_eq!(kept["source"], "io.paketo.stack.packages");
     assert_eq!(kept["packages"].as_array().unwrap().len(), 4);
     assert_eq!(kept["packages"][0], json!({"name": "libnew2", "arch": "amd64", "version": "2.1-1"}));

@@ -636,7 +636,7 @@ async fn readyz_stays_ready_in_a_registry_outage_and_says_degraded() {
 async fn roll_out_requests_need_the_token_and_do_what_they_say() {
     use builder_monitor::ledger::{ActionState, CheckRecord, NewAction, WatchKind};
     let s = serve(&config("127.0.0.1:1", "")).await;
-    let target = json!({ "image": "r/app", "builder_name": "b", "builder": "r/b@sha256:x", "run_image": null, "source": null, "why": "test" });
+    let target: builder_monitor_core::plan::ActionTarget = serde_json::from_value(json!({ "image": "r/app", "builder_name": "b", "builder": "r/b@sha256:x", "run_image": null, "source": null, "why": "test" })).unwrap();
     let action = |image: &str| NewAction {
         key: format!("k-{image}"),
         change_id: "c1".into(),

@@ -51,9 +51,10 @@ fn action(change: &str, image: &str) -> NewAction {
         change_id: change.into(),
         image: image.into(),
         kind: ActionKind::Rebase,
-        target: json!({ "image": format!("r.test/apps/{image}:latest"), "builder_name": "b",
+        target: serde_json::from_value(json!({ "image": format!("r.test/apps/{image}:latest"), "builder_name": "b",
                         "builder": format!("r.test/cnb/builder@sha256:{change}"), "run_image": null,
-                        "source": null, "why": "test" }),
+                        "source": null, "why": "test" }))
+        .unwrap(),
         wave: 1,
         needs_approval: false,
     }
@@ -176,7 +177,7 @@ async fn a_newer_change_supersedes_a_running_action_at_its_write_and_at_its_retr
         let claimed = ledger.claim_actions(far, 5).await.unwrap();
         ledger.finish_action(end(&claimed[0].key, ActionOutcome::Succeeded, false)).await.unwrap();
         let last = ledger.last_succeeded_target("app", ActionKind::Rebase).await.unwrap().unwrap();
-        assert_eq!(last["builder"], "r.test/cnb/builder@sha256:c2");
+        assert_eq!(last.builder, "r.test/cnb/builder@sha256:c2");
     })
     .await;
 }

@@ -1,27 +1,47 @@
 //! The ledger: pins, digest history, changes, events, deliveries and actions. Two backends keep it
 //! — embedded SQLite, or ConfigMaps on Kubernetes — with the same operations and guarantees.
+//!
+//! Each record family is one module with its records and its contract, a trait both backends
+//! implement: checks and pins ([`Checks`]), events and the alert outbox ([`Outbox`]), actions
+//! ([`Actions`]) and their tag writes ([`TagWrites`]), the roll-out record ([`RolloutControl`]).
+//! Each backend keeps the same families in files of the same names (`sqlite/`, `kubernetes/`).
+//! [`Ledger`] is the front the daemon uses: it passes most operations straight to its backend and
+//! adds what is not the store's (signals of new work, the unchanged checks kept in memory).
+//! Payloads are types at this boundary: an action's `ActionTarget`, a pin's `PinnedMetadata`
+//! (through [`PinMetadata`], decoded only when read). Both backends keep them as JSON, which is
+//! written and read only here; an unreadable one is [`LedgerError::Corrupt`], except where a
+//! reader has always gone on without it (see [`ClaimedAction::target`], [`PinMetadata::read`]).
 
+mod actions;
+mod checks;
 mod kubernetes;
 mod lock;
-mod records;
+mod outbox;
+mod rollout;
 mod sqlite;
+mod tags;
 pub mod time;
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio::sync::{Notify, broadcast};
 
+pub use actions::*;
+pub use checks::*;
 pub use kubernetes::KubeLedger;
 pub use lock::WriterLock;
-pub use records::*;
+pub use outbox::*;
+pub use rollout::*;
 pub use sqlite::SqliteLedger;
+pub use tags::*;
 
 use builder_monitor_core::event::Event;
-use builder_monitor_core::plan::ActionKind;
-use builder_monitor_core::rollout::{self, Freeze, GateAction, Rollout, Wait};
+use builder_monitor_core::plan::{ActionKind, ActionTarget};
+use builder_monitor_core::rollout::{Freeze, Rollout};
 
 /// Each variant's message includes its cause, which is therefore not also exposed as `source()`:
 /// the daemon logs these with `Display`, and a chain printer would show the cause twice.
@@ -57,6 +77,17 @@ impl From<rusqlite::Error> for LedgerError {
     fn from(error: rusqlite::Error) -> Self {
         LedgerError::Sqlite(error)
     }
+}
+
+/// A store that keeps the whole ledger: every family's contract, and what the store itself
+/// answers. The contract is split by family, not written as one trait, so each backend's file of
+/// a family implements exactly that family's trait (and its docs are the family's contract).
+pub trait LedgerBackend: Checks + Outbox + Actions + TagWrites + RolloutControl {
+    /// A trivial read: the store answers (readiness).
+    fn ping(&self) -> impl Future<Output = Result<(), LedgerError>> + Send;
+
+    /// Where the ledger lives, for people.
+    fn location(&self) -> String;
 }
 
 /// The ledger the daemon writes to: embedded SQLite, or ConfigMaps on Kubernetes. Clones share
@@ -104,32 +135,71 @@ impl Default for Signals {
     }
 }
 
-/// The events of a roll-out state change (a freeze, or its end), made inside the write that
-/// records it from the change's sequence number in the roll-out record (1 for the first freeze)
-/// and the freeze in force before it. A write that met another may be redone, so it only builds.
-pub type FreezeEvents = Arc<dyn Fn(u64, Option<&Freeze>) -> (Vec<Event>, Vec<DeliveryKey>) + Send + Sync>;
-
-/// What a freeze request did.
-#[derive(Debug, Clone)]
-pub struct FreezeChange {
-    /// The freeze in force before it.
-    pub before: Option<Freeze>,
-    /// The events it recorded: none when the state did not flip.
-    pub events: Vec<Event>,
-}
-
-/// The events of the roll-out itself (`rollout.frozen`, `rollout.unfrozen`) are kept under this
-/// name, beside the watches'.
-pub const ROLLOUT_WATCH: &str = "rollout";
-
-/// Calls the same method on whichever backend this is.
+/// Runs `$call` with `$backend` bound to whichever backend this is.
 macro_rules! dispatch {
-    ($self:ident, $method:ident ( $($arg:expr),* )) => {
+    ($self:ident, |$backend:ident| $call:expr) => {
         match &$self.backend {
-            Backend::Sqlite(l) => l.$method($($arg),*).await,
-            Backend::Kubernetes(l) => l.$method($($arg),*).await,
+            Backend::Sqlite($backend) => $call.await,
+            Backend::Kubernetes($backend) => $call.await,
         }
     };
+}
+
+/// The operations the front passes straight to its backend, listed once by family: each is
+/// documented on its trait, the contract.
+macro_rules! forward {
+    ($($family:ident { $(fn $name:ident($($arg:ident: $ty:ty),*) -> $out:ty;)* })*) => {
+        impl Ledger {
+            $($(
+                #[doc = concat!("See [`", stringify!($family), "::", stringify!($name), "`].")]
+                pub async fn $name(&self, $($arg: $ty),*) -> Result<$out, LedgerError> {
+                    dispatch!(self, |backend| $family::$name(backend, $($arg),*))
+                }
+            )*)*
+        }
+    };
+}
+
+forward! {
+    LedgerBackend {
+        fn ping() -> ();
+    }
+    Checks {
+        fn failing_watches() -> Vec<WatchRecord>;
+        fn has_pinned(watch: &str, digest: &str) -> bool;
+        fn history(watch: &str, limit: usize) -> Vec<PinnedDigest>;
+        fn changes(watch: Option<&str>, limit: usize) -> Vec<ChangeRecord>;
+    }
+    Outbox {
+        fn events_after(after_seq: i64, limit: usize) -> Vec<StoredEvent>;
+        fn deliveries_of(events: Vec<String>) -> Vec<DeliveryKey>;
+        fn latest_events(types: Vec<String>, limit: usize) -> Vec<StoredEvent>;
+        fn due_deliveries(now: DateTime<Utc>, limit: usize) -> Vec<DueDelivery>;
+        fn next_delivery_at(exclude: &[DeliveryKey]) -> Option<DateTime<Utc>>;
+        fn update_delivery(event: &str, alert: &str, update: DeliveryUpdate, now: DateTime<Utc>) -> ();
+        fn pending_deliveries() -> Vec<PendingDelivery>;
+        fn dead_letters() -> Vec<DeadLetter>;
+    }
+    Actions {
+        fn record_process(key: &str, group: ProcessGroup) -> ();
+        fn running_actions() -> Vec<ClaimedAction>;
+        fn requeue_running() -> Vec<String>;
+        fn requeue_actions(keys: Vec<String>) -> ();
+        fn actions(limit: usize) -> Vec<ActionRecord>;
+        fn open_actions() -> Vec<OpenAction>;
+        fn change_actions(change_id: &str) -> Vec<ActionRecord>;
+        fn last_succeeded_target(image: &str, kind: ActionKind) -> Option<ActionTarget>;
+    }
+    TagWrites {
+        fn begin_tag_write(watch: &str, intent: TagIntent) -> WriteGrant;
+        fn tag_intents() -> Vec<TagIntent>;
+        fn end_tag_write(image: &str, action: Option<&str>) -> ();
+        fn record_tag_move(watch: &str, tag_move: TagMove, history: usize) -> ();
+        fn tag_moves(image: Option<&str>, limit: usize) -> Vec<TagMove>;
+    }
+    RolloutControl {
+        fn freeze_state() -> Option<Freeze>;
+    }
 }
 
 impl Ledger {
@@ -158,8 +228,8 @@ impl Ledger {
         SqliteLedger::open_read_only(path).map(|l| Ledger::with(Backend::Sqlite(l)))
     }
 
-    /// The ledger in ConfigMaps of `namespace`.
-    /// The ledger in ConfigMaps; `now` (the caller's clock) seeds the event sequence numbers.
+    /// The ledger in ConfigMaps of `namespace`; `now` (the caller's clock) seeds the event
+    /// sequence numbers.
     pub fn kubernetes(client: kube::Client, namespace: &str, now: DateTime<Utc>) -> Self {
         Ledger::with(Backend::Kubernetes(KubeLedger::new(client, namespace, now)))
     }
@@ -170,10 +240,10 @@ impl Ledger {
         matches!(self.backend, Backend::Kubernetes(_))
     }
 
-    /// Where the ledger lives, for people.
+    /// See [`LedgerBackend::location`].
     pub fn location(&self) -> String {
         match &self.backend {
-            Backend::Sqlite(l) => l.path().display().to_string(),
+            Backend::Sqlite(l) => l.location(),
             Backend::Kubernetes(l) => l.location(),
         }
     }
@@ -204,13 +274,10 @@ impl Ledger {
         }
     }
 
-    pub async fn ping(&self) -> Result<(), LedgerError> {
-        dispatch!(self, ping())
-    }
-
-    /// A watch's entry, with the time of its latest check even when that is not written yet.
+    /// A watch's entry ([`Checks::watch`]), with the time of its latest check even when that is
+    /// not written yet.
     pub async fn watch(&self, name: &str) -> Result<Option<WatchRecord>, LedgerError> {
-        let mut record = dispatch!(self, watch(name))?;
+        let mut record = dispatch!(self, |backend| backend.watch(name))?;
         if let Some(r) = record.as_mut() {
             self.overlay(r);
         }
@@ -219,16 +286,9 @@ impl Ledger {
 
     /// Every watch's entry, as [`Ledger::watch`] reads it.
     pub async fn watches(&self) -> Result<Vec<WatchRecord>, LedgerError> {
-        let mut records = dispatch!(self, watches())?;
+        let mut records = dispatch!(self, |backend| backend.watches())?;
         records.iter_mut().for_each(|r| self.overlay(r));
         Ok(records)
-    }
-
-    /// The entries of the watches whose last check failed (what a registry's outage state starts
-    /// from), without reading the others: reading every entry of 10,000 pinned builders, metadata
-    /// and all, held ~250 MiB at the first check after a restart.
-    pub async fn failing_watches(&self) -> Result<Vec<WatchRecord>, LedgerError> {
-        dispatch!(self, failing_watches())
     }
 
     /// Shows an unwritten touch's time on the entry it would be written to.
@@ -280,7 +340,7 @@ impl Ledger {
             };
             let Some(last) = batch.last() else { return Ok(written) };
             after = Some(last.watch.clone());
-            dispatch!(self, touch(&batch))?;
+            dispatch!(self, |backend| backend.touch(&batch))?;
             self.forget_touches(&batch);
             written += batch.len();
             if batch.len() < TOUCH_BATCH {
@@ -289,19 +349,8 @@ impl Ledger {
         }
     }
 
-    /// Whether `digest` was ever pinned for this watch (within the kept history).
-    pub async fn has_pinned(&self, watch: &str, digest: &str) -> Result<bool, LedgerError> {
-        dispatch!(self, has_pinned(watch, digest))
-    }
-
-    /// The most recently pinned digests of a watch and when each was first seen, newest first.
-    pub async fn history(&self, watch: &str, limit: usize) -> Result<Vec<PinnedDigest>, LedgerError> {
-        dispatch!(self, history(watch, limit))
-    }
-
-    /// Commits a check's outcome — watch state, pin, history, change, events, deliveries and
-    /// actions — in one write, with the touches kept so far; a check that changed nothing but its
-    /// time is kept as a touch instead (see [`CheckRecord::only_moves_time`]).
+    /// Commits a check's outcome ([`Checks::commit`]) with the touches kept so far; a check that
+    /// changed nothing but its time is kept as a touch instead (see [`CheckRecord::only_moves_time`]).
     pub async fn commit(&self, record: CheckRecord) -> Result<(), LedgerError> {
         // Only a quiet record can be a touch, so only it needs the entry to compare with.
         let before = if record.is_quiet() { self.watch(&record.watch).await? } else { None };
@@ -322,7 +371,7 @@ impl Ledger {
         let own = Touch { watch: watch.clone(), image: record.image.clone(), time: record.time };
         // The record supersedes its own watch's touch; the others ride along in the same write.
         let touches = self.pending_touches(Some(&watch));
-        dispatch!(self, commit_touching(record, &touches))?;
+        dispatch!(self, |backend| backend.commit(record, &touches))?;
         self.forget_touches(touches.iter().chain([&own]));
         self.signal(deliveries, actions);
         // No receiver (no publisher) is no error.
@@ -330,27 +379,8 @@ impl Ledger {
         Ok(())
     }
 
-    /// Most recent changes first; all watches when `watch` is `None`.
-    pub async fn changes(&self, watch: Option<&str>, limit: usize) -> Result<Vec<ChangeRecord>, LedgerError> {
-        dispatch!(self, changes(watch, limit))
-    }
-
-    /// Events recorded after `after_seq`, oldest first.
-    pub async fn events_after(&self, after_seq: i64, limit: usize) -> Result<Vec<StoredEvent>, LedgerError> {
-        dispatch!(self, events_after(after_seq, limit))
-    }
-
-    /// The alerts each of these events has a delivery for, in any state.
-    pub async fn deliveries_of(&self, events: Vec<String>) -> Result<Vec<DeliveryKey>, LedgerError> {
-        dispatch!(self, deliveries_of(events))
-    }
-
-    /// The newest events of these types (`check.failed`, …), newest first.
-    pub async fn latest_events(&self, types: Vec<String>, limit: usize) -> Result<Vec<StoredEvent>, LedgerError> {
-        dispatch!(self, latest_events(types, limit))
-    }
-
-    /// Records events (and their outbox rows) outside a check, e.g. `build.started`, at `now`.
+    /// Records events (and their outbox rows) outside a check, e.g. `build.started`, at `now`
+    /// ([`Outbox::record_events`]); wakes the alert dispatcher.
     pub async fn record_events(
         &self,
         watch: &str,
@@ -360,50 +390,18 @@ impl Ledger {
         now: DateTime<Utc>,
     ) -> Result<(), LedgerError> {
         let added = !deliveries.is_empty();
-        dispatch!(self, record_events(watch, events, deliveries, history, now))?;
+        dispatch!(self, |backend| backend.record_events(watch, events, deliveries, history, now))?;
         self.signal(added, false);
         Ok(())
-    }
-
-    /// Deliveries due at `now`, oldest first, with their events.
-    pub async fn due_deliveries(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<DueDelivery>, LedgerError> {
-        dispatch!(self, due_deliveries(now, limit))
-    }
-
-    /// When the next pending delivery not in `exclude` (those in flight) is due.
-    pub async fn next_delivery_at(&self, exclude: &[DeliveryKey]) -> Result<Option<DateTime<Utc>>, LedgerError> {
-        dispatch!(self, next_delivery_at(exclude))
-    }
-
-    /// Moves a delivery forward after an attempt that ended at `now`.
-    pub async fn update_delivery(
-        &self,
-        event: &str,
-        alert: &str,
-        update: DeliveryUpdate,
-        now: DateTime<Utc>,
-    ) -> Result<(), LedgerError> {
-        dispatch!(self, update_delivery(event, alert, update, now))
-    }
-
-    /// Deliveries still to make (`status`).
-    pub async fn pending_deliveries(&self) -> Result<Vec<PendingDelivery>, LedgerError> {
-        dispatch!(self, pending_deliveries())
-    }
-
-    /// Deliveries that were given up on.
-    pub async fn dead_letters(&self) -> Result<Vec<DeadLetter>, LedgerError> {
-        dispatch!(self, dead_letters())
     }
 
     /// Takes due pending actions (no roll-out gates but a freeze): each becomes `running` with one
     /// more attempt.
     pub async fn claim_actions(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<ClaimedAction>, LedgerError> {
-        dispatch!(self, claim_actions(now, limit, None, &Rollout::default()))
+        dispatch!(self, |backend| backend.claim_actions(now, limit, None, &Rollout::default()))
     }
 
-    /// Takes due pending actions that the roll-out gates let start (of one kind only when `kind` is
-    /// given; the others stay pending): each becomes `running` with one more attempt.
+    /// Takes due pending actions that the roll-out gates let start (see [`Actions::claim_actions`]).
     pub async fn claim_actions_of(
         &self,
         now: DateTime<Utc>,
@@ -411,115 +409,34 @@ impl Ledger {
         kind: Option<ActionKind>,
         rollout: &Rollout,
     ) -> Result<Vec<ClaimedAction>, LedgerError> {
-        dispatch!(self, claim_actions(now, limit, kind, rollout))
+        dispatch!(self, |backend| backend.claim_actions(now, limit, kind, rollout))
     }
 
-    /// Records the process group a `running` action's command runs in.
-    pub async fn record_process(&self, key: &str, group: ProcessGroup) -> Result<(), LedgerError> {
-        dispatch!(self, record_process(key, group))
-    }
-
-    /// Records an attempt's end and its events (with their outbox rows) in one write. Answers the
-    /// state recorded (`None`: the action was not running): a retry that a newer change
-    /// superseded meanwhile ends `superseded`, not `pending`.
+    /// Records an attempt's end ([`Actions::finish_action`]); wakes the alert dispatcher.
     pub async fn finish_action(&self, end: ActionEnd<'_>) -> Result<Option<ActionState>, LedgerError> {
         let added = !end.deliveries.is_empty();
-        let ended = dispatch!(self, finish_action(end))?;
+        let ended = dispatch!(self, |backend| backend.finish_action(end))?;
         self.signal(added, false);
         Ok(ended)
     }
 
     /// When the next pending action is due (no roll-out gates).
     pub async fn next_action_at(&self, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>, LedgerError> {
-        dispatch!(self, next_action_at(None, &Rollout::default(), now))
+        dispatch!(self, |backend| backend.next_action_at(None, &Rollout::default(), now))
     }
 
-    /// When the next pending action of `kind` (any kind when `None`) may start, by the roll-out
-    /// gates: none while frozen or while every action waits for a lower wave, the next window's
-    /// opening while all windows are closed.
+    /// When the next pending action may start by the roll-out gates (see [`Actions::next_action_at`]).
     pub async fn next_action_of(
         &self,
         kind: Option<ActionKind>,
         rollout: &Rollout,
         now: DateTime<Utc>,
     ) -> Result<Option<DateTime<Utc>>, LedgerError> {
-        dispatch!(self, next_action_at(kind, rollout, now))
+        dispatch!(self, |backend| backend.next_action_at(kind, rollout, now))
     }
 
-    /// Actions `running` now (a cluster may be carrying them out for us).
-    pub async fn running_actions(&self) -> Result<Vec<ClaimedAction>, LedgerError> {
-        dispatch!(self, running_actions())
-    }
-
-    /// Actions left `running` by a process that died: back to `pending` (the attempt is counted).
-    pub async fn requeue_running(&self) -> Result<Vec<String>, LedgerError> {
-        dispatch!(self, requeue_running())
-    }
-
-    /// These actions, if still `running`, back to `pending` (the attempt is counted).
-    pub async fn requeue_actions(&self, keys: Vec<String>) -> Result<(), LedgerError> {
-        dispatch!(self, requeue_actions(keys))
-    }
-
-    /// Records a tag move made outside an action (`rollback`), under `watch` (the image's builder),
-    /// keeping the newest `history` moves of the image.
-    pub async fn record_tag_move(&self, watch: &str, tag_move: TagMove, history: usize) -> Result<(), LedgerError> {
-        dispatch!(self, record_tag_move(watch, tag_move, history))
-    }
-
-    /// Records a tag write before it happens (write-ahead), under `watch` when it has no action
-    /// (`rollback`: the image's builder). Refused, writing nothing, when its action is no longer
-    /// running or a newer change has an action for the same image.
-    pub async fn begin_tag_write(&self, watch: &str, intent: TagIntent) -> Result<WriteGrant, LedgerError> {
-        match &self.backend {
-            Backend::Sqlite(l) => l.begin_tag_write(intent).await,
-            Backend::Kubernetes(l) => l.begin_tag_write(watch, intent).await,
-        }
-    }
-
-    /// The tag writes announced and not recorded as done or as not done: after a crash, each is
-    /// completed (the tag holds its digest), retried (it holds the one expected) or failed.
-    pub async fn tag_intents(&self) -> Result<Vec<TagIntent>, LedgerError> {
-        dispatch!(self, tag_intents())
-    }
-
-    /// Forgets the open intent on `image` (of `action`, or a rollback's with `None`): its write
-    /// did not happen. An action's ends with `finish_action`, a rollback's with `record_tag_move`.
-    pub async fn end_tag_write(&self, image: &str, action: Option<&str>) -> Result<(), LedgerError> {
-        dispatch!(self, end_tag_write(image, action))
-    }
-
-    /// The target of the newest succeeded action of `kind` for `image`.
-    pub async fn last_succeeded_target(
-        &self,
-        image: &str,
-        kind: ActionKind,
-    ) -> Result<Option<serde_json::Value>, LedgerError> {
-        dispatch!(self, last_succeeded_target(image, kind))
-    }
-
-    /// The newest tag moves first, of one `[[images]]` name or of all.
-    pub async fn tag_moves(&self, image: Option<&str>, limit: usize) -> Result<Vec<TagMove>, LedgerError> {
-        dispatch!(self, tag_moves(image, limit))
-    }
-
-    /// The most recently updated actions, any state.
-    pub async fn actions(&self, limit: usize) -> Result<Vec<ActionRecord>, LedgerError> {
-        dispatch!(self, actions(limit))
-    }
-
-    /// Actions not finished yet (pending, running, held, awaiting approval), oldest first.
-    pub async fn open_actions(&self) -> Result<Vec<OpenAction>, LedgerError> {
-        dispatch!(self, open_actions())
-    }
-
-    /// Every action of one change, any state, by wave.
-    pub async fn change_actions(&self, change_id: &str) -> Result<Vec<ActionRecord>, LedgerError> {
-        dispatch!(self, change_actions(change_id))
-    }
-
-    /// Approves, rejects or releases a change's actions (one image's only, with `image`); answers
-    /// the actions it moved. Wakes the runner when one may start now.
+    /// Approves, rejects or releases a change's actions ([`Actions::decide`]). Wakes the runner
+    /// when one may start now.
     pub async fn decide(
         &self,
         change_id: &str,
@@ -528,7 +445,7 @@ impl Ledger {
         by: &str,
         now: DateTime<Utc>,
     ) -> Result<Vec<Decided>, LedgerError> {
-        let decided = dispatch!(self, decide(change_id, image, verdict, by, now))?;
+        let decided = dispatch!(self, |backend| backend.decide(change_id, image, verdict, by, now))?;
         self.signal(false, decided.iter().any(|d| d.state == ActionState::Pending));
         Ok(decided)
     }
@@ -547,9 +464,8 @@ impl Ledger {
         Ok(self.change_freeze(freeze, made, history, now).await?.before)
     }
 
-    /// Freezes (`Some`) or lifts the freeze (`None`) on action starts. When the state flips, the
-    /// flip is counted in the roll-out record and `events` makes its events from that count, in
-    /// the same write: each flip's events get their own ids, however close together they come.
+    /// Freezes or lifts the freeze ([`RolloutControl::set_freeze`]); wakes the alert dispatcher
+    /// when the state flips, and the runner when the freeze is lifted.
     pub async fn change_freeze(
         &self,
         freeze: Option<Freeze>,
@@ -558,89 +474,9 @@ impl Ledger {
         now: DateTime<Utc>,
     ) -> Result<FreezeChange, LedgerError> {
         let lifted = freeze.is_none();
-        let change = dispatch!(self, set_freeze(freeze, events, history, now))?;
+        let change = dispatch!(self, |backend| backend.set_freeze(freeze, events, history, now))?;
         let flipped = change.before.is_some() == lifted;
         self.signal(flipped, flipped && lifted);
         Ok(change)
     }
-
-    /// The freeze in force, if any.
-    pub async fn freeze_state(&self) -> Result<Option<Freeze>, LedgerError> {
-        dispatch!(self, freeze_state())
-    }
-}
-
-/// A pending action as the roll-out gates see it: when it is due, and whether it may start.
-struct Gated {
-    key: String,
-    due: DateTime<Utc>,
-    verdict: Result<(), Wait>,
-}
-
-/// The pending actions (of `kind`, when given) among `rows` — every action of the changes
-/// concerned — each with when it is due and the roll-out gates' verdict, soonest due first. An
-/// action whose image has another action running (`running`: image → its change, any change)
-/// waits for it, and so does every later one of an image already let through: one action per app
-/// image at a time, so an older change's action can never write after a newer one's.
-fn gate_rows(
-    rows: &[ActionRecord],
-    kind: Option<ActionKind>,
-    rollout: &Rollout,
-    freeze: Option<&Freeze>,
-    now: DateTime<Utc>,
-    running: &BTreeMap<String, String>,
-) -> Vec<Gated> {
-    let mut by_change: std::collections::BTreeMap<&str, Vec<&ActionRecord>> = Default::default();
-    for r in rows {
-        by_change.entry(r.change.as_str()).or_default().push(r);
-    }
-    let mut out = Vec::new();
-    for actions in by_change.values() {
-        let view: Vec<GateAction> = actions.iter().map(|a| a.gate_action()).collect();
-        let mut verdicts = rollout::gate(&view, rollout, freeze, now);
-        for a in actions
-            .iter()
-            .filter(|a| a.state == ActionState::Pending && kind.is_none_or(|k| ActionKind::parse(&a.action) == Some(k)))
-        {
-            let verdict = verdicts.remove(&a.key).unwrap_or(Ok(()));
-            out.push((a.created, a.key.clone(), a.next_attempt, verdict, a.image.clone(), a.change.clone()));
-        }
-    }
-    out.sort_by(|a, b| (a.2, a.0, &a.1).cmp(&(b.2, b.0, &b.1)));
-    let mut busy = running.clone();
-    out.into_iter()
-        .map(|(_, key, due, verdict, image, change)| {
-            let verdict = match busy.get(&image) {
-                Some(other) if verdict.is_ok() => Err(Wait::ImageBusy { image, change: other.clone() }),
-                _ => {
-                    if verdict.is_ok() {
-                        busy.insert(image, change);
-                    }
-                    verdict
-                }
-            };
-            Gated { key, due, verdict }
-        })
-        .collect()
-}
-
-/// The running actions among `rows`: image → its change.
-fn running_images(rows: &[ActionRecord]) -> BTreeMap<String, String> {
-    rows.iter().filter(|a| a.state == ActionState::Running).map(|a| (a.image.clone(), a.change.clone())).collect()
-}
-
-/// When the next of the `gated` pending actions may start.
-fn next_start(
-    gated: Vec<Gated>,
-    rollout: &Rollout,
-    freeze: Option<&Freeze>,
-    now: DateTime<Utc>,
-) -> Option<DateTime<Utc>> {
-    if freeze.is_some() || gated.is_empty() {
-        return None;
-    }
-    if !rollout.windows.is_open(now) {
-        return rollout.windows.next_open(now);
-    }
-    gated.into_iter().filter(|g| g.verdict.is_ok()).map(|g| g.due).min()
 }

@@ -11,7 +11,7 @@ use super::{CheckOutcome, Watch};
 use crate::config::Platform;
 use crate::inspect::Observation;
 use crate::ledger::{
-    ChangeRecord, CheckFailure, CheckRecord, HeldDigest, PinRecord, PinUpdate, WatchKind, WatchRecord,
+    ChangeRecord, CheckFailure, CheckRecord, HeldDigest, PinMetadata, PinRecord, PinUpdate, WatchKind, WatchRecord,
 };
 use crate::reaction::Planned;
 use crate::registry::RegistryError;
@@ -121,12 +121,6 @@ pub fn new_event(watch: &Watch, subjects: &[Subject], id: String, event_type: Ev
     e
 }
 
-/// Pinned metadata as the ledger stores it: the one conversion a check makes, until the ledger's
-/// records carry `PinnedMetadata` themselves.
-fn stored(metadata: Option<&PinnedMetadata>) -> Option<serde_json::Value> {
-    metadata.and_then(|m| serde_json::to_value(m).ok())
-}
-
 /// What `observed` means for the watch that `record` is the ledger's entry of (same image).
 pub fn found(watch: &Watch, record: Option<&WatchRecord>, observed: Result<Observed, RegistryError>) -> Found {
     let (observation, metadata, rollback) = match observed {
@@ -223,7 +217,7 @@ pub fn decide(
         });
         commit.events.push(e);
     }
-    let pin_update = |observation: Observation, metadata: Option<serde_json::Value>| PinUpdate {
+    let pin_update = |observation: Observation, metadata: Option<PinMetadata>| PinUpdate {
         reference: watch.image.pinned(&observation.digest),
         digest: observation.digest,
         media_type: observation.media_type,
@@ -273,7 +267,7 @@ pub fn decide(
                 reference: watch.image.pinned(&digest),
                 platforms: observation.platforms.clone(),
             };
-            commit.pin = Some(pin_update(observation, stored(metadata.as_deref())));
+            commit.pin = Some(pin_update(observation, metadata.as_deref().cloned().map(PinMetadata::from)));
             if watch.kind == WatchKind::Builder {
                 let mut e = event(
                     event::stable_id(&[&watch.name, EventType::BuilderPinned.as_str(), &digest]),
@@ -292,7 +286,7 @@ pub fn decide(
         reference: current.reference.clone(),
         media_type,
         platforms: current.platforms.clone(),
-        metadata: stored(metadata.as_deref()),
+        metadata: metadata.as_deref().cloned().map(PinMetadata::from),
     });
     let mut e = event(id.clone(), event_type);
     e.previous = Some(pin_of(&previous));

@@ -110,7 +110,7 @@ impl Runner {
                 return None;
             }
         };
-        let last_builder = last.get("builder")?.as_str()?.to_string();
+        let last_builder = last.builder;
         let digest = |reference: &str| reference.rsplit_once('@').map(|(_, d)| d.to_string());
         let (on, wanted) = (digest(&last_builder)?, digest(&target.builder)?);
         let pins = self.ledger.history(&target.builder_name, self.config.monitor.history.max(1) + 1).await.ok()?;
@@ -177,7 +177,7 @@ mod tests {
             reasons: vec![],
             scheduling: Default::default(),
         };
-        NewAction::new(format!("k-{change}"), change.into(), "app".into(), ActionKind::Rebuild, &target).unwrap()
+        NewAction::new(format!("k-{change}"), change.into(), "app".into(), ActionKind::Rebuild, target)
     }
 
     /// A rebuild whose builder the watch pinned before the one the app was last built with is

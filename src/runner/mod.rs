@@ -398,7 +398,7 @@ impl Runner {
     }
 
     async fn execute(self: Arc<Self>, action: ClaimedAction, _permit: OwnedSemaphorePermit) {
-        let target: ActionTarget = match serde_json::from_value(action.target.clone()) {
+        let target: ActionTarget = match action.target.clone() {
             Ok(t) => t,
             Err(err) => {
                 tracing::error!(action = %action.key, error = %err, "unreadable action target");
@@ -620,7 +620,7 @@ mod tests {
         let new = |image: &str, kind| {
             let reference =
                 if kind == ActionKind::Rebase { "Not A Reference" } else { "registry.example.com/apps/a:1" };
-            NewAction::new(format!("k-{image}"), "c1".into(), image.into(), kind, &target(reference)).unwrap()
+            NewAction::new(format!("k-{image}"), "c1".into(), image.into(), kind, target(reference))
         };
         ledger
             .commit(CheckRecord {

@@ -1,12 +1,16 @@
 use serde_json::json;
 
 use super::*;
-use crate::ledger::{HeldDigest, PinRecord, WatchKind};
+use crate::ledger::{HeldDigest, PinMetadata, PinRecord, WatchKind};
 use builder_monitor_core::cnb::Change;
 use builder_monitor_core::schedule::parse_timestamp;
 
 fn at(text: &str) -> chrono::DateTime<chrono::Utc> {
     parse_timestamp(text).unwrap()
+}
+
+fn pinned(metadata: serde_json::Value) -> PinMetadata {
+    serde_json::from_value::<builder_monitor_core::cnb::PinnedMetadata>(metadata).unwrap().into()
 }
 
 fn record() -> WatchRecord {
@@ -21,7 +25,7 @@ fn record() -> WatchRecord {
             platforms: Default::default(),
             since: at("2026-11-30T10:00:00Z"),
         }),
-        metadata: Some(json!({
+        metadata: Some(pinned(json!({
             "platforms": {
                 "linux/amd64": {
                     "status": "builder",
@@ -33,7 +37,7 @@ fn record() -> WatchRecord {
                 }
             },
             "run_image": { "image": "registry.test/run:base", "reference": "registry.test/run@sha256:r1" }
-        })),
+        }))),
         first_seen: at("2026-11-30T09:00:00Z"),
         last_check: Some(at("2026-11-30T10:05:00Z")),
         last_ok: Some(true),

@@ -1,86 +1,121 @@
-//! The alert outbox in SQLite: one row per (event, alert), in lanes — the deliveries to one alert
-//! about one subject ([`subject_key`]) — each sent in the order its events were recorded.
+//! Events and the alert outbox in SQLite: the `events` of each watch, and one `deliveries` row
+//! per (event, alert), in lanes — the deliveries to one alert about one subject ([`subject_key`])
+//! — each sent in the order its events were recorded.
 //!
 //! A delivery row keeps its lane's subject and its event's `seq` (the events table's order), so
 //! the head of every lane — its oldest pending delivery — is one indexed look-up.
 
 use std::collections::HashSet;
 
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use chrono::{DateTime, Utc};
+use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 
-use super::{SqliteLedger, Time, exec, row};
+use super::{SqliteLedger, Time, all, exec, row};
 use crate::ledger::{
-    DeadLetter, DeliveryKey, DeliveryState, DeliveryUpdate, DueDelivery, LedgerError, PendingDelivery,
+    DeadLetter, DeliveryKey, DeliveryState, DeliveryUpdate, DueDelivery, LedgerError, Outbox, PendingDelivery,
+    StoredEvent,
 };
 use builder_monitor_core::event::{Event, subject_key};
 use builder_monitor_core::schedule::timestamp_millis;
-use chrono::{DateTime, Utc};
 
 /// Whether delivery `d` heads its lane: no pending delivery to the same alert about the same
 /// subject has an older event.
 const HEADS: &str = "NOT EXISTS (SELECT 1 FROM deliveries o WHERE o.alert = d.alert AND o.subject = d.subject
                          AND o.state = 'pending' AND o.event_seq < d.event_seq)";
 
-impl SqliteLedger {
-    /// Deliveries that were given up on.
-    pub async fn dead_letters(&self) -> Result<Vec<DeadLetter>, LedgerError> {
-        self.with(|conn| {
-            let mut stmt = conn.prepare(
-                "SELECT d.event, e.type, d.alert, d.attempts, d.last_status, d.updated FROM deliveries d
-                 JOIN events e ON e.id = d.event WHERE d.state = 'dead' ORDER BY d.updated",
-            )?;
-            let rows = stmt.query_map([], |r| {
-                Ok(DeadLetter {
-                    event: r.get(0)?,
-                    event_type: r.get(1)?,
-                    alert: r.get(2)?,
-                    attempts: r.get(3)?,
-                    last_status: r.get(4)?,
-                    time: r.get::<_, Time>(5)?.0,
-                })
-            })?;
-            Ok(rows.collect::<Result<_, _>>()?)
+impl Outbox for SqliteLedger {
+    async fn record_events(
+        &self,
+        watch: &str,
+        events: Vec<Event>,
+        deliveries: Vec<DeliveryKey>,
+        history: usize,
+        now: DateTime<Utc>,
+    ) -> Result<(), LedgerError> {
+        let watch = watch.to_string();
+        self.with(move |conn| {
+            let tx = conn.transaction()?;
+            insert_events(&tx, &watch, now, &events, None, &deliveries, history)?;
+            tx.commit()?;
+            Ok(())
         })
         .await
     }
 
-    /// The deliveries due at `now` that head their lanes, soonest due first, with their events:
-    /// a later delivery of a lane waits until the one before it is sent or dead.
-    pub async fn due_deliveries(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<DueDelivery>, LedgerError> {
-        let now = timestamp_millis(now);
+    async fn events_after(&self, after_seq: i64, limit: usize) -> Result<Vec<StoredEvent>, LedgerError> {
         self.with(move |conn| {
-            let sql = format!(
-                "SELECT d.alert, d.attempts, d.created, d.subject, e.document FROM deliveries d
-                 JOIN events e ON e.id = d.event
-                 WHERE d.state = 'pending' AND d.next_attempt <= ?1 AND {HEADS}
-                 ORDER BY d.next_attempt, d.event_seq LIMIT ?2"
-            );
-            let mut stmt = conn.prepare_cached(&sql)?;
-            let rows = stmt.query_map(params![now, limit as i64], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, u32>(1)?,
-                    r.get::<_, Time>(2)?.0,
-                    r.get::<_, Option<String>>(3)?,
-                    r.get::<_, String>(4)?,
-                ))
-            })?;
+            all(
+                conn,
+                "SELECT seq, document FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+                params![after_seq, limit as i64],
+                stored_event,
+            )
+        })
+        .await
+    }
+
+    async fn latest_events(&self, types: Vec<String>, limit: usize) -> Result<Vec<StoredEvent>, LedgerError> {
+        self.with(move |conn| {
             let mut out = Vec::new();
-            for row in rows {
-                let (alert, attempts, created, subject, document) = row?;
-                let event: Event = serde_json::from_str(&document)
-                    .map_err(|e| LedgerError::Corrupt { what: "event", detail: e.to_string() })?;
-                let subject = subject.unwrap_or_else(|| subject_key(&event));
-                out.push(DueDelivery { event, alert, attempts, created, subject });
+            for t in &types {
+                out.extend(all(
+                    conn,
+                    "SELECT seq, document FROM events WHERE type = ?1 ORDER BY seq DESC LIMIT ?2",
+                    params![t, limit as i64],
+                    stored_event,
+                )?);
+            }
+            out.sort_by_key(|e| std::cmp::Reverse(e.seq));
+            out.truncate(limit);
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn deliveries_of(&self, events: Vec<String>) -> Result<Vec<DeliveryKey>, LedgerError> {
+        self.with(move |conn| {
+            let mut out = Vec::new();
+            for event in &events {
+                out.extend(all(
+                    conn,
+                    "SELECT event, alert FROM deliveries WHERE event = ?1 ORDER BY alert",
+                    [event],
+                    |r| Ok(DeliveryKey { event: r.get("event")?, alert: r.get("alert")? }),
+                )?);
             }
             Ok(out)
         })
         .await
     }
 
-    /// When the next lane head is due, of the lanes none of `exclude` (those in flight) is in:
-    /// a lane with a send in flight has nothing due until that send is recorded.
-    pub async fn next_delivery_at(&self, exclude: &[DeliveryKey]) -> Result<Option<DateTime<Utc>>, LedgerError> {
+    async fn due_deliveries(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<DueDelivery>, LedgerError> {
+        let now = timestamp_millis(now);
+        self.with(move |conn| {
+            let sql = format!(
+                "SELECT d.alert AS alert, d.attempts AS attempts, d.created AS created, d.subject AS subject,
+                        e.document AS document
+                 FROM deliveries d JOIN events e ON e.id = d.event
+                 WHERE d.state = 'pending' AND d.next_attempt <= ?1 AND {HEADS}
+                 ORDER BY d.next_attempt, d.event_seq LIMIT ?2"
+            );
+            all(conn, &sql, params![now, limit as i64], |r| {
+                let document: String = r.get("document")?;
+                let event: Event = serde_json::from_str(&document)
+                    .map_err(|e| LedgerError::Corrupt { what: "event", detail: e.to_string() })?;
+                let subject = r.get::<_, Option<String>>("subject")?.unwrap_or_else(|| subject_key(&event));
+                Ok(DueDelivery {
+                    event,
+                    alert: r.get("alert")?,
+                    attempts: r.get("attempts")?,
+                    created: r.get::<_, Time>("created")?.0,
+                    subject,
+                })
+            })
+        })
+        .await
+    }
+
+    async fn next_delivery_at(&self, exclude: &[DeliveryKey]) -> Result<Option<DateTime<Utc>>, LedgerError> {
         let exclude = exclude.to_vec();
         self.with(move |conn| {
             let mut busy = HashSet::new();
@@ -89,23 +124,21 @@ impl SqliteLedger {
                     conn,
                     "SELECT subject FROM deliveries WHERE event = ?1 AND alert = ?2",
                     params![key.event, key.alert],
-                    |r| r.get(0),
+                    |r| r.get("subject"),
                 )
                 .optional()?;
                 busy.insert((key.alert.clone(), subject.flatten()));
             }
             let sql = format!(
-                "SELECT d.alert, d.subject, d.next_attempt FROM deliveries d
+                "SELECT d.alert AS alert, d.subject AS subject, d.next_attempt AS next_attempt FROM deliveries d
                  WHERE d.state = 'pending' AND {HEADS} ORDER BY d.next_attempt"
             );
             let mut stmt = conn.prepare_cached(&sql)?;
-            let rows = stmt.query_map([], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?, r.get::<_, Time>(2)?.0))
-            })?;
-            for row in rows {
-                let (alert, subject, next) = row?;
-                if !busy.contains(&(alert, subject)) {
-                    return Ok(Some(next));
+            let mut rows = stmt.query([])?;
+            while let Some(r) = rows.next()? {
+                let lane = (r.get::<_, String>("alert")?, r.get::<_, Option<String>>("subject")?);
+                if !busy.contains(&lane) {
+                    return Ok(Some(r.get::<_, Time>("next_attempt")?.0));
                 }
             }
             Ok(None)
@@ -113,8 +146,7 @@ impl SqliteLedger {
         .await
     }
 
-    /// Moves a delivery forward after an attempt.
-    pub async fn update_delivery(
+    async fn update_delivery(
         &self,
         event: &str,
         alert: &str,
@@ -143,33 +175,102 @@ impl SqliteLedger {
         .await
     }
 
-    /// Deliveries still to make (`status`).
-    pub async fn pending_deliveries(&self) -> Result<Vec<PendingDelivery>, LedgerError> {
+    async fn pending_deliveries(&self) -> Result<Vec<PendingDelivery>, LedgerError> {
         self.with(|conn| {
-            let mut stmt = conn.prepare(
-                "SELECT d.event, e.type, d.alert, d.attempts, d.next_attempt, d.last_status FROM deliveries d
-                 JOIN events e ON e.id = d.event WHERE d.state = 'pending' ORDER BY d.next_attempt, d.event_seq",
-            )?;
-            let rows = stmt.query_map([], |r| {
-                Ok(PendingDelivery {
-                    event: r.get(0)?,
-                    event_type: r.get(1)?,
-                    alert: r.get(2)?,
-                    attempts: r.get(3)?,
-                    next_attempt: r.get::<_, Time>(4)?.0,
-                    last_status: r.get(5)?,
-                })
-            })?;
-            Ok(rows.collect::<Result<_, _>>()?)
+            all(
+                conn,
+                "SELECT d.event AS event, e.type AS type, d.alert AS alert, d.attempts AS attempts,
+                        d.next_attempt AS next_attempt, d.last_status AS last_status
+                 FROM deliveries d JOIN events e ON e.id = d.event
+                 WHERE d.state = 'pending' ORDER BY d.next_attempt, d.event_seq",
+                [],
+                |r| {
+                    Ok(PendingDelivery {
+                        event: r.get("event")?,
+                        event_type: r.get("type")?,
+                        alert: r.get("alert")?,
+                        attempts: r.get("attempts")?,
+                        next_attempt: r.get::<_, Time>("next_attempt")?.0,
+                        last_status: r.get("last_status")?,
+                    })
+                },
+            )
+        })
+        .await
+    }
+
+    async fn dead_letters(&self) -> Result<Vec<DeadLetter>, LedgerError> {
+        self.with(|conn| {
+            all(
+                conn,
+                "SELECT d.event AS event, e.type AS type, d.alert AS alert, d.attempts AS attempts,
+                        d.last_status AS last_status, d.updated AS updated
+                 FROM deliveries d JOIN events e ON e.id = d.event
+                 WHERE d.state = 'dead' ORDER BY d.updated",
+                [],
+                |r| {
+                    Ok(DeadLetter {
+                        event: r.get("event")?,
+                        event_type: r.get("type")?,
+                        alert: r.get("alert")?,
+                        attempts: r.get("attempts")?,
+                        last_status: r.get("last_status")?,
+                        time: r.get::<_, Time>("updated")?.0,
+                    })
+                },
+            )
         })
         .await
     }
 }
 
+/// A [`StoredEvent`] from a row of `events` (its `seq` and `document`).
+fn stored_event(r: &Row<'_>) -> Result<StoredEvent, LedgerError> {
+    let seq: i64 = r.get("seq")?;
+    let document: String = r.get("document")?;
+    let event = serde_json::from_str(&document)
+        .map_err(|e| LedgerError::Corrupt { what: "event", detail: format!("#{seq}: {e}") })?;
+    Ok(StoredEvent { seq, event })
+}
+
+/// Records events and their outbox rows, then prunes the watch's old events (never one that still
+/// has a delivery to make).
+pub(super) fn insert_events(
+    tx: &Transaction<'_>,
+    watch: &str,
+    now: DateTime<Utc>,
+    events: &[Event],
+    change_id: Option<&str>,
+    deliveries: &[DeliveryKey],
+    history: usize,
+) -> Result<(), LedgerError> {
+    for event in events {
+        let document = serde_json::to_string(event).unwrap_or_default();
+        let change = change_id.filter(|c| *c == event.id);
+        exec(
+            tx,
+            "INSERT INTO events (id, type, watch, change_id, time, document) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (id) DO NOTHING",
+            params![event.id, event.event_type.as_str(), watch, change, event.time, document],
+        )?;
+    }
+    insert_deliveries(tx, events, deliveries, now)?;
+    if !events.is_empty() {
+        exec(
+            tx,
+            "DELETE FROM events WHERE watch = ?1
+               AND seq NOT IN (SELECT seq FROM events WHERE watch = ?1 ORDER BY seq DESC LIMIT ?2)
+               AND id NOT IN (SELECT event FROM deliveries WHERE state = 'pending')",
+            params![watch, (history * 2) as i64],
+        )?;
+    }
+    Ok(())
+}
+
 /// Adds outbox rows (`events` are the ones just recorded; a delivery may also name an event
 /// recorded before, e.g. a `check.failed` an alert hears of at its threshold). Each row takes its
 /// event's subject and place in the events' order.
-pub(super) fn insert_deliveries(
+fn insert_deliveries(
     tx: &Transaction<'_>,
     events: &[Event],
     deliveries: &[DeliveryKey],
@@ -196,7 +297,7 @@ pub(super) fn insert_deliveries(
 /// The subject of a recorded event, from its document.
 fn stored_subject(conn: &Connection, event: &str) -> Result<Option<String>, LedgerError> {
     let document: Option<String> =
-        row(conn, "SELECT document FROM events WHERE id = ?1", params![event], |r| r.get(0)).optional()?;
+        row(conn, "SELECT document FROM events WHERE id = ?1", params![event], |r| r.get("document")).optional()?;
     document
         .map(|d| {
             serde_json::from_str::<Event>(&d)
@@ -209,10 +310,10 @@ fn stored_subject(conn: &Connection, event: &str) -> Result<Option<String>, Ledg
 /// Schema 7: the subject of every pending delivery written before lanes existed (finished ones
 /// head no lane and keep none), inside the migration's transaction.
 pub(super) fn backfill_subjects(tx: &Transaction<'_>) -> Result<(), LedgerError> {
-    let events: Vec<String> = tx
-        .prepare("SELECT DISTINCT event FROM deliveries WHERE state = 'pending' AND subject IS NULL")?
-        .query_map([], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
+    let events: Vec<String> =
+        all(tx, "SELECT DISTINCT event FROM deliveries WHERE state = 'pending' AND subject IS NULL", [], |r| {
+            Ok(r.get("event")?)
+        })?;
     for event in events {
         let subject = stored_subject(tx, &event)?;
         exec(tx, "UPDATE deliveries SET subject = ?2 WHERE event = ?1 AND subject IS NULL", params![event, subject])?;
@@ -226,7 +327,7 @@ mod tests {
 
     use super::super::{LANES, MIGRATIONS};
     use super::*;
-    use crate::ledger::FreezeEvents;
+    use crate::ledger::{FreezeEvents, RolloutControl};
     use builder_monitor_core::event::{EventType, Subject};
     use builder_monitor_core::schedule::parse_timestamp;
 

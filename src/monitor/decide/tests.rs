@@ -60,7 +60,7 @@ fn pinned(w: &Watch, digest: &str) -> WatchRecord {
             platforms: platforms("sha256:amd64-1", "sha256:arm64-1"),
             since: at(T0),
         }),
-        metadata: Some(serde_json::json!({"platforms": {}})),
+        metadata: Some(PinnedMetadata::default().into()),
         first_seen: at(T0),
         last_check: Some(at(T0)),
         last_ok: Some(true),

@@ -1,20 +1,17 @@
 //! The roll-out record in SQLite: the freeze in force and the number of roll-out state changes
 //! (freezes and their ends) so far, which names each change's events.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 
-use super::{SqliteLedger, Time, exec, insert_events, row};
-use crate::ledger::{FreezeChange, FreezeEvents, LedgerError, ROLLOUT_WATCH};
+use super::outbox::insert_events;
+use super::{SqliteLedger, Time, exec, first, row};
+use crate::ledger::{FreezeChange, FreezeEvents, LedgerError, ROLLOUT_WATCH, RolloutControl};
 use builder_monitor_core::rollout::Freeze;
 use builder_monitor_core::schedule::timestamp;
 use chrono::{DateTime, Utc};
 
-impl SqliteLedger {
-    /// Freezes (`Some`) or unfreezes (`None`) every action start, in one transaction. Events are
-    /// recorded only when the freeze state flips, made by `events` from the flip's sequence number
-    /// (counted in the same transaction, so two requests never share one); a second freeze keeps
-    /// the first one's time and author, and takes its reason when it gives one.
-    pub async fn set_freeze(
+impl RolloutControl for SqliteLedger {
+    async fn set_freeze(
         &self,
         freeze: Option<Freeze>,
         events: FreezeEvents,
@@ -45,7 +42,7 @@ impl SqliteLedger {
             let mut recorded = Vec::new();
             if before.is_some() != freeze.is_some() {
                 exec(&tx, "UPDATE rollout SET changes = changes + 1 WHERE id = 1", [])?;
-                let sequence: i64 = row(&tx, "SELECT changes FROM rollout WHERE id = 1", [], |r| r.get(0))?;
+                let sequence: i64 = row(&tx, "SELECT changes FROM rollout WHERE id = 1", [], |r| r.get("changes"))?;
                 let (made, deliveries) = events(sequence.max(0) as u64, before.as_ref());
                 insert_events(&tx, ROLLOUT_WATCH, now, &made, None, &deliveries, history)?;
                 recorded = made;
@@ -56,19 +53,19 @@ impl SqliteLedger {
         .await
     }
 
-    /// The freeze in force, if any.
-    pub async fn freeze_state(&self) -> Result<Option<Freeze>, LedgerError> {
+    async fn freeze_state(&self) -> Result<Option<Freeze>, LedgerError> {
         self.with(|conn| read_freeze(conn)).await
     }
 }
 
 /// The freeze in force: the roll-out row while it names one (an unfrozen row keeps only the count).
 pub(super) fn read_freeze(conn: &Connection) -> Result<Option<Freeze>, LedgerError> {
-    Ok(row(
+    first(
         conn,
         "SELECT frozen_since, reason, frozen_by FROM rollout WHERE id = 1 AND frozen_since IS NOT NULL",
         [],
-        |r| Ok(Freeze { since: r.get::<_, Time>(0)?.0, reason: r.get(1)?, by: r.get(2)? }),
+        |r| {
+            Ok(Freeze { since: r.get::<_, Time>("frozen_since")?.0, reason: r.get("reason")?, by: r.get("frozen_by")? })
+        },
     )
-    .optional()?)
 }

@@ -2,15 +2,14 @@
 //! changes so far, in the entry of [`ROLLOUT_WATCH`].
 
 use super::KubeLedger;
-use crate::ledger::{FreezeChange, FreezeEvents, LedgerError, ROLLOUT_WATCH};
+use crate::ledger::{FreezeChange, FreezeEvents, LedgerError, ROLLOUT_WATCH, RolloutControl};
 use builder_monitor_core::rollout::Freeze;
 use chrono::{DateTime, Utc};
 
-impl KubeLedger {
-    /// The same rules as the SQLite ledger's `set_freeze`, in one write of the roll-out entry: the
-    /// flip's count and its events are written together, so a conflicting writer makes this one
-    /// count again from what it wrote.
-    pub async fn set_freeze(
+impl RolloutControl for KubeLedger {
+    // One write of the roll-out entry: the flip's count and its events are written together, so a
+    // conflicting writer makes this one count again from what it wrote.
+    async fn set_freeze(
         &self,
         freeze: Option<Freeze>,
         events: FreezeEvents,
@@ -41,7 +40,7 @@ impl KubeLedger {
         .await
     }
 
-    pub async fn freeze_state(&self) -> Result<Option<Freeze>, LedgerError> {
+    async fn freeze_state(&self) -> Result<Option<Freeze>, LedgerError> {
         Ok(self.read(ROLLOUT_WATCH).await?.and_then(|(_, d)| d.freeze))
     }
 }

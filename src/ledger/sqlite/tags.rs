@@ -1,8 +1,12 @@
-//! Write-ahead tag writes in the SQLite ledger: the intent recorded before a tag PUT (or before a
-//! runner's command that pushes), found again after a crash, and the supersession check an action
-//! makes before it writes.
+//! Tag writes in the SQLite ledger: the `tag_moves` of app images, and the write-ahead
+//! `tag_intents` — the intent recorded before a tag PUT (or before a runner's command that pushes),
+//! found again after a crash — with the supersession check an action makes before it writes.
 
-use super::*;
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+
+use super::{SqliteLedger, Time, all, exec, row};
+use crate::ledger::{ActionState, LedgerError, TagIntent, TagMove, TagMoveKind, TagWrites, WriteGrant};
+use builder_monitor_core::schedule::timestamp_millis;
 
 /// Migration 6 (see `MIGRATIONS`).
 pub(super) const MIGRATION: &str = r#"
@@ -18,14 +22,6 @@ pub(super) const MIGRATION: &str = r#"
     );
     "#;
 
-/// A pin's platform manifest digests, as the `digests.platforms` column keeps them (a JSON list).
-pub(super) fn platform_digests(platforms: &BTreeMap<String, String>) -> String {
-    let mut digests: Vec<&String> = platforms.values().collect();
-    digests.sort();
-    digests.dedup();
-    serde_json::to_string(&digests).unwrap_or_else(|_| "[]".into())
-}
-
 /// The change of the newest action recorded for the same image after action `key`, if any: the
 /// change that supersedes it.
 pub(super) fn newer_change(conn: &Connection, key: &str) -> Result<Option<String>, LedgerError> {
@@ -34,7 +30,7 @@ pub(super) fn newer_change(conn: &Connection, key: &str) -> Result<Option<String
         "SELECT change_id FROM actions WHERE image = (SELECT image FROM actions WHERE key = ?1)
              AND rowid > (SELECT rowid FROM actions WHERE key = ?1) ORDER BY rowid DESC LIMIT 1",
         params![key],
-        |r| r.get(0),
+        |r| r.get("change_id"),
     )
     .optional()?)
 }
@@ -51,14 +47,14 @@ pub(super) fn clear_image_intent(tx: &Transaction<'_>, image: &str) -> Result<()
     Ok(())
 }
 
-impl SqliteLedger {
-    /// Records `intent` before its write, unless its action was superseded or is not running.
-    pub async fn begin_tag_write(&self, intent: TagIntent) -> Result<WriteGrant, LedgerError> {
+impl TagWrites for SqliteLedger {
+    async fn begin_tag_write(&self, _watch: &str, intent: TagIntent) -> Result<WriteGrant, LedgerError> {
         self.with(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             if let Some(key) = &intent.action {
                 let state: Option<String> =
-                    row(&tx, "SELECT state FROM actions WHERE key = ?1", params![key], |r| r.get(0)).optional()?;
+                    row(&tx, "SELECT state FROM actions WHERE key = ?1", params![key], |r| r.get("state"))
+                        .optional()?;
                 if state.as_deref() != Some(ActionState::Running.as_str()) {
                     return Ok(WriteGrant::NotRunning);
                 }
@@ -88,12 +84,13 @@ impl SqliteLedger {
         .await
     }
 
-    /// Every intent whose write has not been recorded as done (or as not done) yet.
-    pub async fn tag_intents(&self) -> Result<Vec<TagIntent>, LedgerError> {
+    async fn tag_intents(&self) -> Result<Vec<TagIntent>, LedgerError> {
         self.with(|conn| {
+            // Read as the moves they become: the digest expected is the one before, the new one after.
             let rows = tag_rows(
                 conn,
-                "SELECT image, reference, kind, action, expected, new, time FROM tag_intents ORDER BY image",
+                "SELECT image, reference, kind, action, expected AS before, new AS after, time FROM tag_intents
+                 ORDER BY image",
                 [],
                 "tag intent kind",
             )?;
@@ -113,9 +110,7 @@ impl SqliteLedger {
         .await
     }
 
-    /// Forgets the open intent on `image` (of action `action`, or of a rollback when `None`): its
-    /// write did not happen.
-    pub async fn end_tag_write(&self, image: &str, action: Option<&str>) -> Result<(), LedgerError> {
+    async fn end_tag_write(&self, image: &str, action: Option<&str>) -> Result<(), LedgerError> {
         let (image, action) = (image.to_string(), action.map(str::to_string));
         self.with(move |conn| {
             exec(conn, "DELETE FROM tag_intents WHERE image = ?1 AND action IS ?2", params![image, action])?;
@@ -124,29 +119,69 @@ impl SqliteLedger {
         .await
     }
 
-    /// The target of the newest succeeded action of `kind` for `image` (what the app was last
-    /// built or rebased with).
-    pub async fn last_succeeded_target(
-        &self,
-        image: &str,
-        kind: ActionKind,
-    ) -> Result<Option<serde_json::Value>, LedgerError> {
-        let image = image.to_string();
+    async fn record_tag_move(&self, _watch: &str, tag_move: TagMove, history: usize) -> Result<(), LedgerError> {
         self.with(move |conn| {
-            let text: Option<String> = row(
-                conn,
-                "SELECT target FROM actions WHERE image = ?1 AND kind = ?2 AND state = 'succeeded'
-                 ORDER BY updated DESC, rowid DESC LIMIT 1",
-                params![image, kind.as_str()],
-                |r| r.get(0),
-            )
-            .optional()?;
-            text.map(|t| {
-                serde_json::from_str(&t)
-                    .map_err(|e| LedgerError::Corrupt { what: "action target", detail: format!("{image}: {e}") })
-            })
-            .transpose()
+            let tx = conn.transaction()?;
+            insert_tag_move(&tx, &tag_move, history)?;
+            clear_image_intent(&tx, &tag_move.image)?;
+            tx.commit()?;
+            Ok(())
         })
         .await
     }
+
+    async fn tag_moves(&self, image: Option<&str>, limit: usize) -> Result<Vec<TagMove>, LedgerError> {
+        let image = image.map(str::to_string);
+        self.with(move |conn| {
+            tag_rows(
+                conn,
+                "SELECT image, reference, kind, action, before, after, time FROM tag_moves
+                 WHERE (?1 IS NULL OR image = ?1) ORDER BY seq DESC LIMIT ?2",
+                params![image, limit as i64],
+                "tag move kind",
+            )
+        })
+        .await
+    }
+}
+
+/// Records a tag move and prunes the image's moves to the newest `history`.
+pub(super) fn insert_tag_move(tx: &Transaction<'_>, m: &TagMove, history: usize) -> Result<(), LedgerError> {
+    exec(
+        tx,
+        "INSERT INTO tag_moves (image, reference, kind, action, before, after, time) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![m.image, m.reference, m.kind.as_str(), m.action, m.before, m.after, timestamp_millis(m.time)],
+    )?;
+    exec(
+        tx,
+        "DELETE FROM tag_moves WHERE image = ?1 AND seq NOT IN
+             (SELECT seq FROM tag_moves WHERE image = ?1 ORDER BY seq DESC LIMIT ?2)",
+        params![m.image, history.max(1) as i64],
+    )?;
+    Ok(())
+}
+
+/// Rows of `tag_moves`, or of `tag_intents` with their digests as `before` and `after`: image,
+/// tag, kind, action key, the digests before and after, time.
+fn tag_rows(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+    what: &'static str,
+) -> Result<Vec<TagMove>, LedgerError> {
+    all(conn, sql, params, |r| {
+        let image: String = r.get("image")?;
+        let kind: String = r.get("kind")?;
+        let kind = TagMoveKind::parse(&kind)
+            .ok_or_else(|| LedgerError::Corrupt { what, detail: format!("{image}: {kind}") })?;
+        Ok(TagMove {
+            reference: r.get("reference")?,
+            kind,
+            action: r.get("action")?,
+            before: r.get("before")?,
+            after: r.get("after")?,
+            time: r.get::<_, Time>("time")?.0,
+            image,
+        })
+    })
 }

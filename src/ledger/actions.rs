@@ -1,0 +1,513 @@
+//! Actions: the rebases and rebuilds planned with a change, as runners take them on and finish
+//! them and as people approve, reject and release them; the roll-out gates over their rows; and
+//! the contract both backends keep for them ([`Actions`]).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::{DeliveryKey, LedgerError, TagMove, time};
+use builder_monitor_core::event::Event;
+use builder_monitor_core::plan::{ActionKind, ActionTarget};
+use builder_monitor_core::rollout::{Freeze, GateAction, Rollout, Wait, gate};
+
+/// Where an action is; it lives in the core, where the roll-out gate reads it.
+pub use builder_monitor_core::rollout::ActionState;
+
+/// An action planned with a change.
+#[derive(Debug, Clone)]
+pub struct NewAction {
+    /// Idempotency key, derived from the change id and the image name; names runner objects.
+    pub key: String,
+    pub change_id: String,
+    /// The `[[images]]` name.
+    pub image: String,
+    pub kind: ActionKind,
+    /// What to build: references, source, environment (the runner's input).
+    pub target: ActionTarget,
+    /// Its roll-out wave (`[[images]] wave`): it starts once the change's lower waves succeeded.
+    pub wave: u32,
+    /// Recorded as `awaiting_approval`: it starts only once a person approves it.
+    pub needs_approval: bool,
+}
+
+impl NewAction {
+    /// An action to record for `target`, in wave 1, not waiting for a person.
+    pub fn new(key: String, change_id: String, image: String, kind: ActionKind, target: ActionTarget) -> Self {
+        NewAction { key, change_id, image, kind, target, wave: 1, needs_approval: false }
+    }
+
+    /// The same action in roll-out `wave`, waiting for a person when `needs_approval`.
+    pub fn gated(self, wave: u32, needs_approval: bool) -> Self {
+        NewAction { wave, needs_approval, ..self }
+    }
+}
+
+/// The JSON a backend stores for an action's target: through a value, whose maps are sorted, as
+/// the ledger has always written it.
+pub(super) fn target_json(target: &ActionTarget) -> Result<serde_json::Value, LedgerError> {
+    serde_json::to_value(target).map_err(|error| LedgerError::Encode { what: "action target", error })
+}
+
+/// A stored target that does not read as an [`ActionTarget`]: what reading it said.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unreadable(pub String);
+
+/// An action's target from the JSON a backend stored; a value that is not a target is the
+/// runner's to fail (see [`ClaimedAction::target`]).
+pub(super) fn read_target(json: serde_json::Value) -> Result<ActionTarget, Unreadable> {
+    serde_json::from_value(json).map_err(|e| Unreadable(e.to_string()))
+}
+
+/// The end of an action's attempt, as `finish_action` records it.
+#[derive(Debug, Clone)]
+pub struct ActionEnd<'a> {
+    pub key: &'a str,
+    pub outcome: ActionOutcome,
+    pub detail: String,
+    /// The end of the command's output, scrubbed.
+    pub output_tail: String,
+    /// The watch the attempt's events are recorded under (the builder).
+    pub watch: &'a str,
+    pub events: Vec<Event>,
+    /// The outbox rows of the events above.
+    pub deliveries: Vec<DeliveryKey>,
+    /// Events kept for the watch.
+    pub history: usize,
+    /// When the attempt ended (the caller's clock).
+    pub now: DateTime<Utc>,
+    /// How the attempt moved the app image's tag, when it did (recorded in the same write).
+    pub tag_move: Option<TagMove>,
+    /// The later waves of the change this failure holds (recorded in the same write).
+    pub hold: Option<Hold>,
+    /// The attempt could not tell whether its tag write landed: its intent stays open for the next
+    /// attempt to settle (otherwise the attempt's end closes it).
+    pub keep_intent: bool,
+}
+
+/// Actions a failure in a lower wave holds: each goes from `pending` or `awaiting_approval` to
+/// `held` (a row already in another state is left as it is).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    pub keys: Vec<String>,
+    /// Why, for `status` (`held: canary petclinic failed`).
+    pub detail: String,
+}
+
+/// What a person (or the API on one's behalf) decides about a change's actions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// `awaiting_approval` → `pending` (a held one stays held, approved).
+    Approve,
+    /// `awaiting_approval` (or held and not approved yet) → `rejected`.
+    Reject,
+    /// `held` → `pending` (or `awaiting_approval` when not approved yet); the change's later waves
+    /// no longer wait for its lower ones.
+    Release,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Approve => "approve",
+            Verdict::Reject => "reject",
+            Verdict::Release => "release",
+        }
+    }
+
+    /// The state the verdict moves `action` to; `None`: it does not concern that action.
+    pub fn next_state(self, action: &ActionRecord) -> Option<ActionState> {
+        let undecided = action.needs_approval && action.decided_by.is_none();
+        match (self, action.state) {
+            (Verdict::Approve, ActionState::AwaitingApproval) => Some(ActionState::Pending),
+            (Verdict::Approve, ActionState::Held) if undecided => Some(ActionState::Held),
+            (Verdict::Reject, ActionState::AwaitingApproval) => Some(ActionState::Rejected),
+            (Verdict::Reject, ActionState::Held) if undecided => Some(ActionState::Rejected),
+            (Verdict::Release, ActionState::Held) if undecided => Some(ActionState::AwaitingApproval),
+            (Verdict::Release, ActionState::Held) => Some(ActionState::Pending),
+            _ => None,
+        }
+    }
+}
+
+/// An action a verdict moved, and the state it is in now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decided {
+    pub key: String,
+    pub image: String,
+    pub kind: ActionKind,
+    pub state: ActionState,
+}
+
+/// An action a runner took on (now `running`).
+#[derive(Debug, Clone)]
+pub struct ClaimedAction {
+    pub key: String,
+    pub change_id: String,
+    pub image: String,
+    pub kind: ActionKind,
+    /// 1 for the first try.
+    pub attempt: u32,
+    /// What to build; an error when the stored target does not read as one (the runner fails
+    /// such an action rather than leave it running).
+    pub target: Result<ActionTarget, Unreadable>,
+    /// The local command's process group, once the exec runner started it.
+    pub process: Option<ProcessGroup>,
+}
+
+/// A local command's process group: its id (the leader's pid) and the leader's start time, so a
+/// later process can tell that group from a new one that reuses the number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ProcessGroup {
+    pub id: u32,
+    /// Clock ticks after boot (`/proc/PID/stat` field 22).
+    pub started: u64,
+}
+
+/// Where an attempt leaves an action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ActionOutcome {
+    Succeeded,
+    /// Failed; tried again at this time (kept to the millisecond).
+    Retry {
+        next_attempt: DateTime<Utc>,
+    },
+    /// Failed for good.
+    Failed,
+    /// A newer change has an action for the same image: this one ended without writing (the
+    /// newer change's id).
+    Superseded {
+        by: String,
+    },
+}
+
+/// An action as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ActionRecord {
+    pub key: String,
+    pub change: String,
+    pub image: String,
+    pub action: String,
+    pub state: ActionState,
+    pub attempts: u32,
+    #[serde(with = "time::millis")]
+    pub next_attempt: DateTime<Utc>,
+    pub detail: Option<String>,
+    pub output_tail: Option<String>,
+    #[serde(with = "time::millis")]
+    pub updated: DateTime<Utc>,
+    pub wave: u32,
+    pub needs_approval: bool,
+    /// `release` let it go regardless of its change's lower waves.
+    pub released: bool,
+    /// Who approved or rejected it (`user@host (cli)`, `api`), and when.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+    #[serde(with = "time::seconds_opt", skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<DateTime<Utc>>,
+    #[serde(with = "time::millis")]
+    pub created: DateTime<Utc>,
+}
+
+impl ActionRecord {
+    /// As the roll-out gates see it.
+    pub fn gate_action(&self) -> GateAction {
+        GateAction {
+            key: self.key.clone(),
+            image: self.image.clone(),
+            wave: self.wave,
+            state: self.state,
+            released: self.released,
+            created: self.created,
+        }
+    }
+}
+
+/// An action still to run or running (`status`'s `pending`). Shown with the state `waiting` when
+/// it is pending and a roll-out gate keeps it back, with the reason in `waiting_for`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenAction {
+    pub key: String,
+    pub change: String,
+    pub image: String,
+    pub action: String,
+    pub state: ActionState,
+    pub attempts: u32,
+    pub next_attempt: DateTime<Utc>,
+    pub wave: u32,
+    /// Why it is held (`held: …`), when it is.
+    pub detail: Option<String>,
+    /// Why it does not start now (`wave 1 waits for wave 0: petclinic running`); set by `status`.
+    pub waiting_for: Option<String>,
+    /// What keeps it: `frozen`, `window`, `wave`, `in_flight`, `approval` or `held`; set by `status`.
+    pub gate: Option<&'static str>,
+}
+
+impl OpenAction {
+    /// The state people see: `waiting` for a pending action a gate keeps back.
+    pub fn shown_state(&self) -> &'static str {
+        match (self.state, &self.gate) {
+            (ActionState::Pending, Some(_)) => "waiting",
+            (state, _) => state.as_str(),
+        }
+    }
+}
+
+impl Serialize for OpenAction {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Shown<'a> {
+            key: &'a str,
+            change: &'a str,
+            image: &'a str,
+            action: &'a str,
+            state: &'a str,
+            attempts: u32,
+            next_attempt: String,
+            wave: u32,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            detail: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            waiting_for: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            gate: Option<&'a str>,
+        }
+        Shown {
+            key: &self.key,
+            change: &self.change,
+            image: &self.image,
+            action: &self.action,
+            state: self.shown_state(),
+            attempts: self.attempts,
+            next_attempt: builder_monitor_core::schedule::timestamp_millis(self.next_attempt),
+            wave: self.wave,
+            detail: self.detail.as_deref(),
+            waiting_for: self.waiting_for.as_deref(),
+            gate: self.gate,
+        }
+        .serialize(s)
+    }
+}
+
+/// The actions contract: how actions are taken on, ended, requeued and decided, and what readers
+/// see of them. The roll-out gates (the freeze, windows, waves, approval, one action per app image
+/// at a time) are the core's, applied to the rows by `gate_rows`.
+pub trait Actions {
+    /// Takes up to `limit` due pending actions (of `kind` only, when given) that the roll-out gates
+    /// let start, with the gates read in the same write where the backend has one: each becomes
+    /// `running` with one more attempt, its process group forgotten. A stored target that does not
+    /// read is taken on all the same, with the error as its target (see [`ClaimedAction::target`]).
+    fn claim_actions(
+        &self,
+        now: DateTime<Utc>,
+        limit: usize,
+        kind: Option<ActionKind>,
+        rollout: &Rollout,
+    ) -> impl Future<Output = Result<Vec<ClaimedAction>, LedgerError>> + Send;
+
+    /// Records the process group a `running` action's command runs in (nothing otherwise).
+    fn record_process(&self, key: &str, group: ProcessGroup) -> impl Future<Output = Result<(), LedgerError>> + Send;
+
+    /// Records an attempt's end in one write, if the action is still `running`: its state, detail
+    /// and output tail (a retry also its next attempt), its events and their outbox rows, its tag
+    /// move, and the hold of the change's later waves; its tag intent is closed unless
+    /// `keep_intent`. A retry re-checks first: once a newer change has an action for the image,
+    /// it ends `superseded` (`superseded by change …: detail`), not `pending`. Answers the state
+    /// recorded; `None`: the action was not running (its events and tag move are still recorded).
+    fn finish_action(
+        &self,
+        end: ActionEnd<'_>,
+    ) -> impl Future<Output = Result<Option<ActionState>, LedgerError>> + Send;
+
+    /// When the next pending action (of `kind`, when given) may start by the roll-out gates: none
+    /// while frozen or while every action waits for a lower wave, the next window's opening while
+    /// all windows are closed.
+    fn next_action_at(
+        &self,
+        kind: Option<ActionKind>,
+        rollout: &Rollout,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Option<DateTime<Utc>>, LedgerError>> + Send;
+
+    /// Actions `running` now (a cluster may be carrying them out for us), with their targets (as
+    /// [`Actions::claim_actions`] reads them) and process groups.
+    fn running_actions(&self) -> impl Future<Output = Result<Vec<ClaimedAction>, LedgerError>> + Send;
+
+    /// Every `running` action back to `pending` (its attempt stays counted): those a process that
+    /// died left. Answers their keys.
+    fn requeue_running(&self) -> impl Future<Output = Result<Vec<String>, LedgerError>> + Send;
+
+    /// These actions, if still `running`, back to `pending` (their attempts stay counted).
+    fn requeue_actions(&self, keys: Vec<String>) -> impl Future<Output = Result<(), LedgerError>> + Send;
+
+    /// The most recently updated actions, any state, at most `limit`.
+    fn actions(&self, limit: usize) -> impl Future<Output = Result<Vec<ActionRecord>, LedgerError>> + Send;
+
+    /// Actions not finished yet (pending, running, held, awaiting approval), oldest first (then by
+    /// wave and key); `detail` only on held ones.
+    fn open_actions(&self) -> impl Future<Output = Result<Vec<OpenAction>, LedgerError>> + Send;
+
+    /// Every action of one change, any state, by wave (then age and key).
+    fn change_actions(&self, change_id: &str) -> impl Future<Output = Result<Vec<ActionRecord>, LedgerError>> + Send;
+
+    /// Applies `verdict` to a change's actions (one image's only, with `image`) in one write: each
+    /// it concerns moves to [`Verdict::next_state`]; an approval or rejection records `by` and when
+    /// (to the second); a release marks every action of the change released, whatever its state,
+    /// so the later waves stop waiting for them. Answers the actions it moved.
+    fn decide(
+        &self,
+        change_id: &str,
+        image: Option<&str>,
+        verdict: Verdict,
+        by: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Vec<Decided>, LedgerError>> + Send;
+
+    /// The target of the newest succeeded action of `kind` for `image` (what the app was last built
+    /// or rebased with); one that does not read is [`LedgerError::Corrupt`].
+    fn last_succeeded_target(
+        &self,
+        image: &str,
+        kind: ActionKind,
+    ) -> impl Future<Output = Result<Option<ActionTarget>, LedgerError>> + Send;
+}
+
+/// A pending action as the roll-out gates see it: when it is due, and whether it may start.
+pub(super) struct Gated {
+    pub key: String,
+    pub due: DateTime<Utc>,
+    pub verdict: Result<(), Wait>,
+}
+
+/// The pending actions (of `kind`, when given) among `rows` — every action of the changes
+/// concerned — each with when it is due and the roll-out gates' verdict, soonest due first. An
+/// action whose image has another action running (`running`: image → its change, any change)
+/// waits for it, and so does every later one of an image already let through: one action per app
+/// image at a time, so an older change's action can never write after a newer one's.
+pub(super) fn gate_rows(
+    rows: &[ActionRecord],
+    kind: Option<ActionKind>,
+    rollout: &Rollout,
+    freeze: Option<&Freeze>,
+    now: DateTime<Utc>,
+    running: &BTreeMap<String, String>,
+) -> Vec<Gated> {
+    let mut by_change: BTreeMap<&str, Vec<&ActionRecord>> = Default::default();
+    for r in rows {
+        by_change.entry(r.change.as_str()).or_default().push(r);
+    }
+    let mut out = Vec::new();
+    for actions in by_change.values() {
+        let view: Vec<GateAction> = actions.iter().map(|a| a.gate_action()).collect();
+        let mut verdicts = gate(&view, rollout, freeze, now);
+        for a in actions
+            .iter()
+            .filter(|a| a.state == ActionState::Pending && kind.is_none_or(|k| ActionKind::parse(&a.action) == Some(k)))
+        {
+            let verdict = verdicts.remove(&a.key).unwrap_or(Ok(()));
+            out.push((a.created, a.key.clone(), a.next_attempt, verdict, a.image.clone(), a.change.clone()));
+        }
+    }
+    out.sort_by(|a, b| (a.2, a.0, &a.1).cmp(&(b.2, b.0, &b.1)));
+    let mut busy = running.clone();
+    out.into_iter()
+        .map(|(_, key, due, verdict, image, change)| {
+            let verdict = match busy.get(&image) {
+                Some(other) if verdict.is_ok() => Err(Wait::ImageBusy { image, change: other.clone() }),
+                _ => {
+                    if verdict.is_ok() {
+                        busy.insert(image, change);
+                    }
+                    verdict
+                }
+            };
+            Gated { key, due, verdict }
+        })
+        .collect()
+}
+
+/// The running actions among `rows`: image → its change.
+pub(super) fn running_images(rows: &[ActionRecord]) -> BTreeMap<String, String> {
+    rows.iter().filter(|a| a.state == ActionState::Running).map(|a| (a.image.clone(), a.change.clone())).collect()
+}
+
+/// When the next of the `gated` pending actions may start.
+pub(super) fn next_start(
+    gated: Vec<Gated>,
+    rollout: &Rollout,
+    freeze: Option<&Freeze>,
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    if freeze.is_some() || gated.is_empty() {
+        return None;
+    }
+    if !rollout.windows.is_open(now) {
+        return rollout.windows.next_open(now);
+    }
+    gated.into_iter().filter(|g| g.verdict.is_ok()).map(|g| g.due).min()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn action(state: ActionState, needs_approval: bool, decided_by: Option<&str>) -> ActionRecord {
+        let t = builder_monitor_core::schedule::parse_timestamp("2026-12-01T09:00:00Z").unwrap();
+        ActionRecord {
+            key: "k".into(),
+            change: "c".into(),
+            image: "app".into(),
+            action: "rebuild".into(),
+            state,
+            attempts: 0,
+            next_attempt: t,
+            detail: None,
+            output_tail: None,
+            updated: t,
+            wave: 1,
+            needs_approval,
+            released: false,
+            decided_by: decided_by.map(str::to_string),
+            decided_at: None,
+            created: t,
+        }
+    }
+
+    /// Each verdict moves only the states it is about; a held action keeps its approval question.
+    #[test]
+    fn verdicts_move_only_the_states_they_concern() {
+        use ActionState::*;
+        use Verdict::*;
+        let cases = [
+            (Approve, action(AwaitingApproval, true, None), Some(Pending)),
+            (Approve, action(Held, true, None), Some(Held)),
+            (Approve, action(Held, true, Some("bob")), None),
+            (Approve, action(Held, false, None), None),
+            (Approve, action(Pending, false, None), None),
+            (Approve, action(Rejected, true, Some("bob")), None),
+            (Reject, action(AwaitingApproval, true, None), Some(Rejected)),
+            (Reject, action(Held, true, None), Some(Rejected)),
+            (Reject, action(Held, false, None), None),
+            (Reject, action(Running, false, None), None),
+            (Release, action(Held, false, None), Some(Pending)),
+            (Release, action(Held, true, None), Some(AwaitingApproval)),
+            (Release, action(Held, true, Some("bob")), Some(Pending)),
+            (Release, action(AwaitingApproval, true, None), None),
+            (Release, action(Failed, false, None), None),
+        ];
+        for (verdict, a, expected) in cases {
+            assert_eq!(
+                verdict.next_state(&a),
+                expected,
+                "{} on {} (approval {}, decided {:?})",
+                verdict.as_str(),
+                a.state,
+                a.needs_approval,
+                a.decided_by
+            );
+        }
+    }
+}

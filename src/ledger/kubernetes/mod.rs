@@ -1,0 +1,199 @@
+//! The ledger on Kubernetes: one ConfigMap per watch holds its whole entry (pin, history, changes,
+//! events, deliveries, actions), so a check outcome is one write; every write carries the
+//! resourceVersion it read, so two writers can never both win, and a conflict is re-read and
+//! retried. Each record family's rows and operations are in the file of its name.
+
+mod actions;
+mod checks;
+mod outbox;
+mod rollout;
+mod tags;
+#[cfg(test)]
+mod tests;
+
+use std::sync::atomic::AtomicI64;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use serde::{Deserialize, Serialize};
+
+use super::checks::is_zero;
+use super::{ChangeRecord, LedgerBackend, LedgerError, TagIntent, WatchRecord};
+use actions::ActionRow;
+use builder_monitor_core::event::stable_id;
+use builder_monitor_core::rollout::Freeze;
+use checks::Digest;
+use outbox::{DeliveryRow, EventRow};
+use tags::TagMoveRow;
+
+const LABEL: &str = "buildermonitor.dev/ledger";
+const KEY: &str = "ledger.json";
+/// Conflicting writes tolerated before a write gives up (the next check or attempt tries again);
+/// between tries a random pause that doubles, so contending writers fall out of step.
+const ATTEMPTS: u32 = 12;
+
+/// One watch's entry of the ledger: its rows of every family.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct WatchDoc {
+    watch: Option<WatchRecord>,
+    #[serde(default)]
+    digests: Vec<Digest>,
+    #[serde(default)]
+    changes: Vec<ChangeRecord>,
+    #[serde(default)]
+    events: Vec<EventRow>,
+    #[serde(default)]
+    deliveries: Vec<DeliveryRow>,
+    #[serde(default)]
+    actions: Vec<ActionRow>,
+    /// Moves of app image tags by this entry's actions (or, for a builder, by `rollback`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    tag_moves: Vec<TagMoveRow>,
+    /// Tag writes announced and not yet recorded as done (see `tags`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    tag_intents: Vec<TagIntent>,
+    /// The freeze in force (the entry of [`ROLLOUT_WATCH`](crate::ledger::ROLLOUT_WATCH) only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    freeze: Option<Freeze>,
+    /// Roll-out state changes (freezes and their ends) so far: the last one's sequence number,
+    /// which names its events (the entry of [`ROLLOUT_WATCH`](crate::ledger::ROLLOUT_WATCH) only).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    rollout_changes: u64,
+}
+
+/// The ledger in ConfigMaps of one namespace.
+#[derive(Clone)]
+pub struct KubeLedger {
+    api: Api<ConfigMap>,
+    namespace: String,
+    seq: std::sync::Arc<AtomicI64>,
+}
+
+fn api_error(e: kube::Error) -> LedgerError {
+    LedgerError::Kubernetes(e)
+}
+
+fn corrupt(name: &str, e: impl std::fmt::Display) -> LedgerError {
+    LedgerError::Corrupt { what: "ConfigMap", detail: format!("{name}: {e}") }
+}
+
+fn object_name(watch: &str) -> String {
+    format!("bm-ledger-{}", &stable_id(&[watch])[..20])
+}
+
+impl KubeLedger {
+    pub fn new(client: kube::Client, namespace: &str, now: DateTime<Utc>) -> Self {
+        // Sequence numbers order events across writers well enough: microseconds since the epoch.
+        let start = now.timestamp_micros();
+        KubeLedger {
+            api: Api::namespaced(client, namespace),
+            namespace: namespace.to_string(),
+            seq: std::sync::Arc::new(AtomicI64::new(start)),
+        }
+    }
+
+    fn parse(cm: &ConfigMap) -> Result<WatchDoc, LedgerError> {
+        let name = cm.metadata.name.clone().unwrap_or_default();
+        match cm.data.as_ref().and_then(|d| d.get(KEY)) {
+            Some(text) => serde_json::from_str(text).map_err(|e| corrupt(&name, e)),
+            None => Ok(WatchDoc::default()),
+        }
+    }
+
+    async fn read(&self, watch: &str) -> Result<Option<(ConfigMap, WatchDoc)>, LedgerError> {
+        match self.api.get_opt(&object_name(watch)).await.map_err(api_error)? {
+            Some(cm) => {
+                let doc = Self::parse(&cm)?;
+                Ok(Some((cm, doc)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    async fn all(&self) -> Result<Vec<(ConfigMap, WatchDoc)>, LedgerError> {
+        let list = self.api.list(&ListParams::default().labels(&format!("{LABEL}=watch"))).await.map_err(api_error)?;
+        list.items.into_iter().map(|cm| Self::parse(&cm).map(|d| (cm, d))).collect()
+    }
+
+    /// Reads, changes and writes one watch's entry, re-reading on a conflicting write.
+    async fn modify<T>(
+        &self,
+        watch: &str,
+        mut change: impl FnMut(&mut WatchDoc) -> Result<T, LedgerError>,
+    ) -> Result<T, LedgerError> {
+        let name = object_name(watch);
+        for attempt in 0..ATTEMPTS {
+            let existing = self.api.get_opt(&name).await.map_err(api_error)?;
+            let mut doc = match &existing {
+                Some(cm) => Self::parse(cm)?,
+                None => WatchDoc::default(),
+            };
+            let result = change(&mut doc)?;
+            let text = serde_json::to_string(&doc).map_err(|e| corrupt(&name, e))?;
+            // Nothing changed (a touch older than the entry's check, or of an entry that is not
+            // there, a repeated commit): no write.
+            let unchanged = match &existing {
+                Some(cm) => cm.data.as_ref().and_then(|d| d.get(KEY)) == Some(&text),
+                None => serde_json::to_string(&WatchDoc::default()).is_ok_and(|empty| empty == text),
+            };
+            if unchanged {
+                return Ok(result);
+            }
+            let written = match existing {
+                Some(mut cm) => {
+                    cm.data = Some([(KEY.to_string(), text)].into());
+                    self.api.replace(&name, &PostParams::default(), &cm).await
+                }
+                None => {
+                    let cm = ConfigMap {
+                        metadata: ObjectMeta {
+                            name: Some(name.clone()),
+                            labels: Some(
+                                [
+                                    (LABEL.to_string(), "watch".to_string()),
+                                    ("app.kubernetes.io/managed-by".to_string(), "builder-monitor".to_string()),
+                                ]
+                                .into(),
+                            ),
+                            annotations: Some([("buildermonitor.dev/watch".to_string(), watch.to_string())].into()),
+                            ..Default::default()
+                        },
+                        data: Some([(KEY.to_string(), text)].into()),
+                        ..Default::default()
+                    };
+                    self.api.create(&PostParams::default(), &cm).await
+                }
+            };
+            match written {
+                Ok(_) => return Ok(result),
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    let ceiling = 10u64 << attempt.min(6);
+                    tokio::time::sleep(std::time::Duration::from_millis(rand::random_range(1..=ceiling))).await;
+                    continue;
+                }
+                Err(e) => return Err(api_error(e)),
+            }
+        }
+        Err(LedgerError::Contended(name, ATTEMPTS))
+    }
+
+    /// The watch whose entry holds a row matching `find`.
+    async fn holder(&self, find: impl Fn(&WatchDoc) -> bool) -> Result<Option<String>, LedgerError> {
+        Ok(self.all().await?.into_iter().find(|(_, d)| find(d)).and_then(|(cm, d)| {
+            d.watch
+                .map(|w| w.name)
+                .or_else(|| cm.metadata.annotations.and_then(|a| a.get("buildermonitor.dev/watch").cloned()))
+        }))
+    }
+}
+
+impl LedgerBackend for KubeLedger {
+    async fn ping(&self) -> Result<(), LedgerError> {
+        self.api.list(&ListParams::default().limit(1)).await.map(|_| ()).map_err(api_error)
+    }
+
+    fn location(&self) -> String {
+        format!("ConfigMaps in namespace {}", self.namespace)
+    }
+}

@@ -1,0 +1,393 @@
+//! Actions in SQLite: one `actions` row per (change, image), moved forward in transactions that
+//! read the roll-out gates' inputs (every action of the changes concerned, the freeze) themselves.
+
+use chrono::{DateTime, Utc};
+use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
+
+use super::{SqliteLedger, State, Time, all, exec, first, outbox, row, tags};
+use crate::ledger::actions::{Gated, gate_rows, next_start, read_target, target_json};
+use crate::ledger::{
+    ActionEnd, ActionOutcome, ActionRecord, ActionState, Actions, ClaimedAction, Decided, LedgerError, NewAction,
+    OpenAction, ProcessGroup, Verdict,
+};
+use builder_monitor_core::plan::{ActionKind, ActionTarget};
+use builder_monitor_core::rollout::{Freeze, Rollout};
+use builder_monitor_core::schedule::{timestamp, timestamp_millis};
+
+/// The columns [`action_record`] reads.
+const ACTION_COLUMNS: &str = "key, change_id, image, kind, state, attempts, next_attempt, detail, output_tail, updated,
+     wave, needs_approval, released, decided_by, decided_at, created";
+
+/// The columns [`claimed_action`] reads.
+const CLAIMED_COLUMNS: &str = "key, change_id, image, kind, attempts, target, process_group, process_started";
+
+impl Actions for SqliteLedger {
+    async fn claim_actions(
+        &self,
+        now: DateTime<Utc>,
+        limit: usize,
+        kind: Option<ActionKind>,
+        rollout: &Rollout,
+    ) -> Result<Vec<ClaimedAction>, LedgerError> {
+        let rollout = rollout.clone();
+        self.with(move |conn| {
+            let tx = conn.transaction()?;
+            let freeze = super::rollout::read_freeze(&tx)?;
+            let keys: Vec<String> = gated_pending(&tx, kind, &rollout, freeze.as_ref(), now)?
+                .into_iter()
+                .filter(|g| g.verdict.is_ok() && g.due <= now)
+                .take(limit)
+                .map(|g| g.key)
+                .collect();
+            let at = timestamp_millis(now);
+            let mut claimed = Vec::new();
+            for key in keys {
+                exec(
+                    &tx,
+                    "UPDATE actions SET state = 'running', attempts = attempts + 1, updated = ?2,
+                         process_group = NULL, process_started = NULL WHERE key = ?1",
+                    params![key, at],
+                )?;
+                let sql = format!("SELECT {CLAIMED_COLUMNS} FROM actions WHERE key = ?1");
+                claimed.extend(first(&tx, &sql, params![key], claimed_action)?);
+            }
+            tx.commit()?;
+            Ok(claimed)
+        })
+        .await
+    }
+
+    async fn record_process(&self, key: &str, group: ProcessGroup) -> Result<(), LedgerError> {
+        let key = key.to_string();
+        self.with(move |conn| {
+            exec(
+                conn,
+                "UPDATE actions SET process_group = ?2, process_started = ?3 WHERE key = ?1 AND state = 'running'",
+                params![key, group.id, group.started as i64],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn finish_action(&self, end: ActionEnd<'_>) -> Result<Option<ActionState>, LedgerError> {
+        let ActionEnd {
+            key,
+            outcome,
+            detail,
+            output_tail,
+            watch,
+            events,
+            deliveries,
+            history,
+            now,
+            tag_move,
+            hold,
+            keep_intent,
+        } = end;
+        let (key, watch) = (key.to_string(), watch.to_string());
+        self.with(move |conn| {
+            let updated = timestamp_millis(now);
+            let tx = conn.transaction()?;
+            let outcome = match outcome {
+                ActionOutcome::Retry { .. } => match tags::newer_change(&tx, &key)? {
+                    Some(by) => ActionOutcome::Superseded { by },
+                    None => outcome,
+                },
+                other => other,
+            };
+            let (state, next, detail) = match outcome {
+                ActionOutcome::Succeeded => (ActionState::Succeeded, None, detail),
+                ActionOutcome::Retry { next_attempt } => {
+                    (ActionState::Pending, Some(timestamp_millis(next_attempt)), detail)
+                }
+                ActionOutcome::Failed => (ActionState::Failed, None, detail),
+                ActionOutcome::Superseded { by } => {
+                    (ActionState::Superseded, None, format!("superseded by change {by}: {detail}"))
+                }
+            };
+            if !keep_intent {
+                tags::clear_action_intent(&tx, &key)?;
+            }
+            let ended = exec(&tx,
+                "UPDATE actions SET state = ?2, next_attempt = COALESCE(?3, next_attempt), detail = ?4, output_tail = ?5,
+                     updated = ?6 WHERE key = ?1 AND state = 'running'",
+                params![key, state.as_str(), next, detail, output_tail, updated],
+            )?;
+            outbox::insert_events(&tx, &watch, now, &events, None, &deliveries, history)?;
+            if let Some(m) = &tag_move {
+                tags::insert_tag_move(&tx, m, history)?;
+            }
+            for held in hold.iter().flat_map(|h| h.keys.iter().map(move |k| (k, &h.detail))) {
+                exec(
+                    &tx,
+                    "UPDATE actions SET state = 'held', detail = ?2, updated = ?3
+                     WHERE key = ?1 AND state IN ('pending', 'awaiting_approval')",
+                    params![held.0, held.1, updated],
+                )?;
+            }
+            tx.commit()?;
+            Ok((ended == 1).then_some(state))
+        })
+        .await
+    }
+
+    async fn next_action_at(
+        &self,
+        kind: Option<ActionKind>,
+        rollout: &Rollout,
+        now: DateTime<Utc>,
+    ) -> Result<Option<DateTime<Utc>>, LedgerError> {
+        let rollout = rollout.clone();
+        self.with(move |conn| {
+            let freeze = super::rollout::read_freeze(conn)?;
+            Ok(next_start(gated_pending(conn, kind, &rollout, freeze.as_ref(), now)?, &rollout, freeze.as_ref(), now))
+        })
+        .await
+    }
+
+    async fn running_actions(&self) -> Result<Vec<ClaimedAction>, LedgerError> {
+        self.with(|conn| {
+            let sql = format!("SELECT {CLAIMED_COLUMNS} FROM actions WHERE state = 'running' ORDER BY updated");
+            all(conn, &sql, [], claimed_action)
+        })
+        .await
+    }
+
+    async fn requeue_running(&self) -> Result<Vec<String>, LedgerError> {
+        self.with(|conn| {
+            let keys = all(conn, "SELECT key FROM actions WHERE state = 'running'", [], |r| Ok(r.get("key")?))?;
+            exec(conn, "UPDATE actions SET state = 'pending' WHERE state = 'running'", [])?;
+            Ok(keys)
+        })
+        .await
+    }
+
+    async fn requeue_actions(&self, keys: Vec<String>) -> Result<(), LedgerError> {
+        self.with(move |conn| {
+            let tx = conn.transaction()?;
+            for key in &keys {
+                exec(&tx, "UPDATE actions SET state = 'pending' WHERE key = ?1 AND state = 'running'", params![key])?;
+            }
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn actions(&self, limit: usize) -> Result<Vec<ActionRecord>, LedgerError> {
+        self.with(move |conn| {
+            let sql = format!("SELECT {ACTION_COLUMNS} FROM actions ORDER BY updated DESC, key LIMIT ?1");
+            all(conn, &sql, params![limit as i64], action_record)
+        })
+        .await
+    }
+
+    async fn open_actions(&self) -> Result<Vec<OpenAction>, LedgerError> {
+        self.with(|conn| {
+            all(
+                conn,
+                "SELECT key, change_id, image, kind, state, attempts, next_attempt, wave, detail FROM actions
+                 WHERE state IN ('pending', 'running', 'held', 'awaiting_approval') ORDER BY created, wave, key",
+                [],
+                |r| {
+                    let state = r.get::<_, State>("state")?.0;
+                    Ok(OpenAction {
+                        key: r.get("key")?,
+                        change: r.get("change_id")?,
+                        image: r.get("image")?,
+                        action: r.get("kind")?,
+                        state,
+                        attempts: r.get("attempts")?,
+                        next_attempt: r.get::<_, Time>("next_attempt")?.0,
+                        wave: r.get("wave")?,
+                        detail: if state == ActionState::Held { r.get("detail")? } else { None },
+                        waiting_for: None,
+                        gate: None,
+                    })
+                },
+            )
+        })
+        .await
+    }
+
+    async fn change_actions(&self, change_id: &str) -> Result<Vec<ActionRecord>, LedgerError> {
+        let change_id = change_id.to_string();
+        self.with(move |conn| change_rows(conn, &change_id)).await
+    }
+
+    async fn decide(
+        &self,
+        change_id: &str,
+        image: Option<&str>,
+        verdict: Verdict,
+        by: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Decided>, LedgerError> {
+        let (change_id, image, by) = (change_id.to_string(), image.map(str::to_string), by.to_string());
+        self.with(move |conn| {
+            let tx = conn.transaction()?;
+            let rows = change_rows(&tx, &change_id)?;
+            let at = timestamp_millis(now);
+            let decided_at = timestamp(now);
+            let mut out = Vec::new();
+            for a in rows.iter().filter(|a| image.as_deref().is_none_or(|i| a.image == i)) {
+                let Some(state) = verdict.next_state(a) else { continue };
+                let decided = matches!(verdict, Verdict::Approve | Verdict::Reject);
+                exec(
+                    &tx,
+                    "UPDATE actions SET state = ?2, updated = ?3,
+                         decided_by = CASE WHEN ?4 THEN ?5 ELSE decided_by END,
+                         decided_at = CASE WHEN ?4 THEN ?6 ELSE decided_at END,
+                         released = CASE WHEN ?7 THEN 1 ELSE released END
+                     WHERE key = ?1",
+                    params![a.key, state.as_str(), at, decided, by, decided_at, verdict == Verdict::Release],
+                )?;
+                out.push(Decided {
+                    key: a.key.clone(),
+                    image: a.image.clone(),
+                    kind: action_kind(&a.key, &a.action)?,
+                    state,
+                });
+            }
+            if verdict == Verdict::Release {
+                // Rows that stay as they are (running, finished) are marked released too, so the
+                // change's later waves stop waiting for them.
+                exec(&tx, "UPDATE actions SET released = 1 WHERE change_id = ?1", params![change_id])?;
+            }
+            tx.commit()?;
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn last_succeeded_target(&self, image: &str, kind: ActionKind) -> Result<Option<ActionTarget>, LedgerError> {
+        let image = image.to_string();
+        self.with(move |conn| {
+            let text: Option<String> = row(
+                conn,
+                "SELECT target FROM actions WHERE image = ?1 AND kind = ?2 AND state = 'succeeded'
+                 ORDER BY updated DESC, rowid DESC LIMIT 1",
+                params![image, kind.as_str()],
+                |r| r.get("target"),
+            )
+            .optional()?;
+            let Some(text) = text else { return Ok(None) };
+            let target = read_target(target_value(&image, &text)?)
+                .map_err(|e| LedgerError::Corrupt { what: "action target", detail: format!("{image}: {e}") })?;
+            Ok(Some(target))
+        })
+        .await
+    }
+}
+
+/// Records the actions planned with a change at `now`: only the newest target of an image is
+/// built, so older actions for it that have not started yield (waiting, held or awaiting approval
+/// alike).
+pub(super) fn insert_actions(tx: &Transaction<'_>, actions: &[NewAction], now: String) -> Result<(), LedgerError> {
+    for a in actions {
+        exec(
+            tx,
+            "UPDATE actions SET state = 'superseded', detail = ?3, updated = ?4
+             WHERE image = ?1 AND state IN ('pending', 'held', 'awaiting_approval') AND change_id != ?2",
+            params![a.image, a.change_id, format!("superseded by change {}", a.change_id), now],
+        )?;
+        let state = if a.needs_approval { ActionState::AwaitingApproval } else { ActionState::Pending };
+        exec(
+            tx,
+            "INSERT INTO actions (change_id, image, key, kind, state, attempts, next_attempt, target, created, updated,
+                                  wave, needs_approval)
+             VALUES (?1, ?2, ?3, ?4, ?7, 0, ?5, ?6, ?5, ?5, ?8, ?9) ON CONFLICT (change_id, image) DO NOTHING",
+            params![
+                a.change_id,
+                a.image,
+                a.key,
+                a.kind.as_str(),
+                now,
+                target_json(&a.target)?.to_string(),
+                state.as_str(),
+                a.wave,
+                a.needs_approval
+            ],
+        )?;
+    }
+    Ok(())
+}
+
+/// An [`ActionRecord`] from a row of [`ACTION_COLUMNS`].
+fn action_record(r: &Row<'_>) -> Result<ActionRecord, LedgerError> {
+    Ok(ActionRecord {
+        key: r.get(col!(ACTION_COLUMNS, "key"))?,
+        change: r.get(col!(ACTION_COLUMNS, "change_id"))?,
+        image: r.get(col!(ACTION_COLUMNS, "image"))?,
+        action: r.get(col!(ACTION_COLUMNS, "kind"))?,
+        state: r.get::<_, State>(col!(ACTION_COLUMNS, "state"))?.0,
+        attempts: r.get(col!(ACTION_COLUMNS, "attempts"))?,
+        next_attempt: r.get::<_, Time>(col!(ACTION_COLUMNS, "next_attempt"))?.0,
+        detail: r.get(col!(ACTION_COLUMNS, "detail"))?,
+        output_tail: r.get(col!(ACTION_COLUMNS, "output_tail"))?,
+        updated: r.get::<_, Time>(col!(ACTION_COLUMNS, "updated"))?.0,
+        wave: r.get(col!(ACTION_COLUMNS, "wave"))?,
+        needs_approval: r.get(col!(ACTION_COLUMNS, "needs_approval"))?,
+        released: r.get(col!(ACTION_COLUMNS, "released"))?,
+        decided_by: r.get(col!(ACTION_COLUMNS, "decided_by"))?,
+        decided_at: r.get::<_, Option<Time>>(col!(ACTION_COLUMNS, "decided_at"))?.map(|t| t.0),
+        created: r.get::<_, Time>(col!(ACTION_COLUMNS, "created"))?.0,
+    })
+}
+
+/// A [`ClaimedAction`] from a row of [`CLAIMED_COLUMNS`]: a target that is not JSON is
+/// [`LedgerError::Corrupt`], one that is JSON but no target is the runner's to fail.
+fn claimed_action(r: &Row<'_>) -> Result<ClaimedAction, LedgerError> {
+    let key: String = r.get(col!(CLAIMED_COLUMNS, "key"))?;
+    let kind: String = r.get(col!(CLAIMED_COLUMNS, "kind"))?;
+    let target: String = r.get(col!(CLAIMED_COLUMNS, "target"))?;
+    let group: Option<u32> = r.get(col!(CLAIMED_COLUMNS, "process_group"))?;
+    let started: Option<i64> = r.get(col!(CLAIMED_COLUMNS, "process_started"))?;
+    Ok(ClaimedAction {
+        change_id: r.get(col!(CLAIMED_COLUMNS, "change_id"))?,
+        image: r.get(col!(CLAIMED_COLUMNS, "image"))?,
+        kind: action_kind(&key, &kind)?,
+        attempt: r.get(col!(CLAIMED_COLUMNS, "attempts"))?,
+        target: read_target(target_value(&key, &target)?),
+        process: group.zip(started).map(|(id, started)| ProcessGroup { id, started: started.max(0) as u64 }),
+        key,
+    })
+}
+
+/// A stored target as JSON (`of`: its action's key or image, for the error).
+fn target_value(of: &str, text: &str) -> Result<serde_json::Value, LedgerError> {
+    serde_json::from_str(text).map_err(|e| LedgerError::Corrupt { what: "action target", detail: format!("{of}: {e}") })
+}
+
+fn change_rows(conn: &Connection, change_id: &str) -> Result<Vec<ActionRecord>, LedgerError> {
+    let sql = format!("SELECT {ACTION_COLUMNS} FROM actions WHERE change_id = ?1 ORDER BY wave, created, key");
+    all(conn, &sql, params![change_id], action_record)
+}
+
+fn action_kind(key: &str, kind: &str) -> Result<ActionKind, LedgerError> {
+    ActionKind::parse(kind)
+        .ok_or_else(|| LedgerError::Corrupt { what: "action kind", detail: format!("{key}: {kind}") })
+}
+
+/// The verdict of the roll-out gates on every pending action (of `kind`, when given): for each,
+/// its key, when it is due and whether it may start now.
+fn gated_pending(
+    conn: &Connection,
+    kind: Option<ActionKind>,
+    rollout: &Rollout,
+    freeze: Option<&Freeze>,
+    now: DateTime<Utc>,
+) -> Result<Vec<Gated>, LedgerError> {
+    let only = kind.map(ActionKind::as_str);
+    let sql = format!(
+        "SELECT {ACTION_COLUMNS} FROM actions WHERE change_id IN
+             (SELECT change_id FROM actions WHERE state = 'pending' AND (?1 IS NULL OR kind = ?1))
+         ORDER BY change_id, wave, created, key"
+    );
+    let rows = all(conn, &sql, params![only], action_record)?;
+    let running = all(conn, "SELECT image, change_id FROM actions WHERE state = 'running'", [], |r| {
+        Ok((r.get("image")?, r.get("change_id")?))
+    })?;
+    Ok(gate_rows(&rows, kind, rollout, freeze, now, &running.into_iter().collect()))
+}

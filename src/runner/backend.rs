@@ -265,8 +265,8 @@ mod tests {
                 ..command(vec![], true, AfterRestart::RunAgain, false)
             }
         );
-        assert_eq!(of(RunnerKind::Kubernetes).setting(), "[runner] kind = \"kubernetes\"");
-        assert_eq!(of(RunnerKind::Kpack).setting(), "[runner] kind = \"kpack\"");
+        assert_eq!(of(RunnerKind::Kubernetes).setting(), "[runner] type = \"kubernetes\"");
+        assert_eq!(of(RunnerKind::Kpack).setting(), "[runner] type = \"kpack\"");
         for kind in RunnerKind::ALL {
             assert_eq!(of(kind).name(), kind.as_str());
         }

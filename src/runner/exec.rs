@@ -30,7 +30,7 @@ impl Backend for Commands {
     }
 
     fn setting(&self) -> &'static str {
-        "[runner] kind = \"exec\""
+        "[runner] type = \"exec\""
     }
 
     fn permissions(&self) -> &'static [Rule] {

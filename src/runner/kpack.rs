@@ -28,7 +28,7 @@ impl Backend for Builds {
     }
 
     fn setting(&self) -> &'static str {
-        "[runner] kind = \"kpack\""
+        "[runner] type = \"kpack\""
     }
 
     fn permissions(&self) -> &'static [Rule] {

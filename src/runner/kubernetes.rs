@@ -37,7 +37,7 @@ impl Backend for Jobs {
     }
 
     fn setting(&self) -> &'static str {
-        "[runner] kind = \"kubernetes\""
+        "[runner] type = \"kubernetes\""
     }
 
     /// Jobs made and watched; their pods listed for the termination message.

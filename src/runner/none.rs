@@ -24,7 +24,7 @@ impl Backend for RecordOnly {
     }
 
     fn setting(&self) -> &'static str {
-        "[runner] kind = \"none\""
+        "[runner] type = \"none\""
     }
 
     fn permissions(&self) -> &'static [Rule] {

@@ -80,6 +80,7 @@ pub fn action_target(
         stack_id: meta.and_then(|m| m.stack_id.clone()),
         app_reference,
         reasons,
+        deploy: None,
         scheduling: image.scheduling.clone(),
     }
 }

@@ -138,6 +138,9 @@ pub struct ExecSettings {
     /// argv templates, run without a shell.
     pub rebuild: Vec<String>,
     pub rebase: Vec<String>,
+    /// A deploy's command (`{digest}`, `{reference}` besides the others); empty: deploys go to
+    /// Kubernetes workloads.
+    pub deploy: Vec<String>,
     pub timeout: Duration,
     /// Absolute: a relative one would depend on where the daemon was started from.
     pub working_dir: PathBuf,
@@ -410,6 +413,7 @@ impl<'a> Validator<'a> {
         (self.diagnostics.len() == errors_before).then_some(ExecSettings {
             rebuild,
             rebase,
+            deploy: Vec::new(),
             timeout,
             working_dir: absolute_dir(working_dir),
             env: raw.env,

@@ -38,6 +38,8 @@ impl From<ActionKind> for TagMoveKind {
         match kind {
             ActionKind::Rebase => TagMoveKind::Rebase,
             ActionKind::Rebuild => TagMoveKind::Rebuild,
+            // A deploy's only tag move is its undo, which puts the tag back as `rollback` does.
+            ActionKind::Deploy => TagMoveKind::Rollback,
         }
     }
 }

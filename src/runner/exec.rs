@@ -115,6 +115,7 @@ pub fn command(settings: &ExecSettings, action: &ActionRef<'_>, target: &ActionT
     let template = match action.kind {
         ActionKind::Rebuild => &settings.rebuild,
         ActionKind::Rebase => &settings.rebase,
+        ActionKind::Deploy => &settings.deploy,
     };
     let source = target.source.as_ref();
     let values: BTreeMap<&str, String> = [

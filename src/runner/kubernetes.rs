@@ -268,6 +268,7 @@ pub fn job(
                     "args": [format!("{flag}={run}"), "-report=/layers/report.toml", target.image],
                     "env": env, "volumeMounts": mounts })
         }
+        ActionKind::Deploy => return Err(RunnerError::NotABuild("deploy")),
     };
     let mut container = container;
     container["securityContext"] = restricted.clone();

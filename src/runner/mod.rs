@@ -55,6 +55,8 @@ pub enum RunnerError {
     NoSource { image: String },
     #[error("a rebase needs the new run image")]
     NoRunImage,
+    #[error("a {0} action is not carried out by a build Job")]
+    NotABuild(&'static str),
     #[error("a kpack rebase needs the current digest of {image}, which could not be read")]
     NoAppDigest { image: String },
     #[error("the generated Job is not valid: {source}")]

@@ -2,6 +2,7 @@
 //! package diffs and the roll-out gate. No I/O crate is a dependency, so none can creep in.
 
 pub mod cnb;
+pub mod deploy;
 pub mod event;
 pub mod packages;
 pub mod plan;

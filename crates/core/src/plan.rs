@@ -95,6 +95,8 @@ pub trait PlannedImage {
 pub enum ActionKind {
     Rebase,
     Rebuild,
+    /// The app's new digest into its workloads (after an action that moved the tag, or by hand).
+    Deploy,
 }
 
 impl ActionKind {
@@ -102,6 +104,7 @@ impl ActionKind {
         match self {
             ActionKind::Rebase => "rebase",
             ActionKind::Rebuild => "rebuild",
+            ActionKind::Deploy => "deploy",
         }
     }
 
@@ -109,8 +112,14 @@ impl ActionKind {
         match text {
             "rebase" => Some(ActionKind::Rebase),
             "rebuild" => Some(ActionKind::Rebuild),
+            "deploy" => Some(ActionKind::Deploy),
             _ => None,
         }
+    }
+
+    /// Whether it moves the app tag (a rebase or a rebuild; a deploy moves workloads).
+    pub fn moves_tag(self) -> bool {
+        self != ActionKind::Deploy
     }
 }
 
@@ -184,6 +193,9 @@ pub struct ActionTarget {
     /// Per-image placement for the Kubernetes runners.
     #[serde(default)]
     pub scheduling: Scheduling,
+    /// For a deploy: the digest and the workloads it goes to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deploy: Option<crate::deploy::DeployTarget>,
 }
 
 /// What one app image gets, and why, in words for people.

@@ -335,13 +335,35 @@ impl Windows {
 }
 
 /// The `[rollout]` settings.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Rollout {
     pub windows: Windows,
     /// Actions of one change running at once; `None`: no cap.
     pub max_in_flight: Option<usize>,
     /// Kinds of action that wait for a person's approval.
     pub approve: BTreeSet<ActionKind>,
+    /// How long every deploy of a change's lower waves stays healthy before the next wave starts.
+    pub soak: std::time::Duration,
+    /// What a failed deploy puts back, unless its image says otherwise.
+    pub undo: crate::deploy::Undo,
+    /// How long a pod of the new template may wait in a bad state before its deploy fails.
+    pub fail_after: std::time::Duration,
+    /// How long a deploy may wait for health at most.
+    pub deploy_timeout: std::time::Duration,
+}
+
+impl Default for Rollout {
+    fn default() -> Self {
+        Rollout {
+            windows: Windows::default(),
+            max_in_flight: None,
+            approve: BTreeSet::new(),
+            soak: std::time::Duration::ZERO,
+            undo: crate::deploy::Undo::default(),
+            fail_after: std::time::Duration::from_secs(120),
+            deploy_timeout: std::time::Duration::from_secs(600),
+        }
+    }
 }
 
 /// A freeze: no action starts while it lasts.

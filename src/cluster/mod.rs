@@ -135,6 +135,9 @@ impl Permission {
     }
 }
 
+/// The setting deploys' permissions are needed for; their Roles are `ACCOUNT-deploys`.
+const DEPLOYS: &str = "[[images]] deploy";
+
 /// Every permission this config makes the daemon use — the single list the start-up check, the
 /// `rbac` command and the Helm chart's tests work from.
 pub fn required_permissions(config: &Config) -> Vec<Permission> {
@@ -163,6 +166,16 @@ pub fn required_permissions(config: &Config) -> Vec<Permission> {
     for backend in crate::runner::backend::in_force(&config.runner) {
         for rule in backend.permissions() {
             add(&build, rule.group, rule.resource, rule.verbs, backend.setting());
+        }
+    }
+    let deploys = crate::runner::backend::for_action(&config.runner, builder_monitor_core::plan::ActionKind::Deploy);
+    if deploys.name() == "deploy" {
+        let namespaces: std::collections::BTreeSet<&String> =
+            config.images.iter().flat_map(|i| i.deploy.iter().map(|w| &w.namespace)).collect();
+        for namespace in namespaces {
+            for rule in crate::runner::deploy::PERMISSIONS {
+                add(&Some(namespace.clone()), rule.group, rule.resource, rule.verbs, DEPLOYS);
+            }
         }
     }
     out
@@ -241,7 +254,13 @@ pub fn rbac_objects(permissions: &[Permission], account: &str, namespace: &str) 
     // (namespace, role name) → rules; `None` sorts first, so the ClusterRole leads.
     let mut roles: std::collections::BTreeMap<(Option<String>, String), Vec<serde_json::Value>> = Default::default();
     for p in permissions {
-        let name = if p.for_runner() { format!("{account}-builds") } else { account.to_string() };
+        let name = if p.for_runner() {
+            format!("{account}-builds")
+        } else if p.needed_for == DEPLOYS {
+            format!("{account}-deploys")
+        } else {
+            account.to_string()
+        };
         roles.entry((p.namespace.clone(), name)).or_default().push(json!({
             "apiGroups": [p.group],
             "resources": [p.resource],

@@ -35,12 +35,21 @@ pub struct ImageSettings {
     pub wave: u32,
     /// Its actions wait for a person's approval, whatever their kind.
     pub approve: bool,
+    /// The workloads its new digests are deployed to.
+    pub deploy: Vec<builder_monitor_core::deploy::Workload>,
+    /// What a failed deploy puts back; none: `[rollout] undo`.
+    pub undo: Option<builder_monitor_core::deploy::Undo>,
 }
 
 /// The wave of an `[[images]]` entry without one; 0 is left for canaries.
 pub const DEFAULT_WAVE: u32 = 1;
 
 impl ImageSettings {
+    /// What a failed deploy of it puts back.
+    pub fn undo(&self, rollout: &Rollout) -> builder_monitor_core::deploy::Undo {
+        self.undo.unwrap_or(rollout.undo)
+    }
+
     /// Whether an action of `kind` for this image waits for approval.
     pub fn needs_approval(&self, kind: ActionKind, rollout: &Rollout) -> bool {
         self.approve || rollout.approve.contains(&kind)
@@ -309,6 +318,8 @@ impl<'a> Validator<'a> {
             scheduling: raw.scheduling.map(Spanned::into_inner).unwrap_or_default(),
             wave,
             approve: raw.approve.unwrap_or(false),
+            deploy: Vec::new(),
+            undo: None,
         })
     }
 

@@ -220,6 +220,17 @@ impl Config {
         self.images.iter().find(|i| i.name == name)
     }
 
+    /// Whether any deploy is configured: an image's workloads or `[runner.exec] deploy`.
+    pub fn deploys(&self) -> bool {
+        self.images.iter().any(|i| !i.deploy.is_empty())
+            || self.runner.exec.as_ref().is_some_and(|e| !e.deploy.is_empty())
+    }
+
+    /// Whether `image` gets a deploy after an action moves its tag.
+    pub fn deploys_image(&self, image: &ImageSettings) -> bool {
+        !image.deploy.is_empty() || self.runner.exec.as_ref().is_some_and(|e| !e.deploy.is_empty())
+    }
+
     /// The `[[images]]` names, for messages that list what is configured.
     pub fn image_names(&self) -> Vec<String> {
         self.images.iter().map(|i| i.name.clone()).collect()

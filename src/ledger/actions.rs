@@ -16,6 +16,53 @@ use builder_monitor_core::rollout::{Freeze, GateAction, Rollout, Wait, gate};
 /// Where an action is; it lives in the core, where the roll-out gate reads it.
 pub use builder_monitor_core::rollout::ActionState;
 
+/// A set of action kinds: those a runner claims (the kinds its backends take).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kinds(u8);
+
+impl Kinds {
+    pub const ALL: Kinds = Kinds(0b111);
+    pub const NONE: Kinds = Kinds(0);
+
+    fn bit(kind: ActionKind) -> u8 {
+        match kind {
+            ActionKind::Rebase => 1,
+            ActionKind::Rebuild => 2,
+            ActionKind::Deploy => 4,
+        }
+    }
+
+    pub fn with(self, kind: ActionKind) -> Kinds {
+        Kinds(self.0 | Self::bit(kind))
+    }
+
+    pub fn contains(self, kind: ActionKind) -> bool {
+        self.0 & Self::bit(kind) != 0
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The one kind in the set, when it holds exactly one.
+    pub fn single(self) -> Option<ActionKind> {
+        [ActionKind::Rebase, ActionKind::Rebuild, ActionKind::Deploy].into_iter().find(|k| Self::bit(*k) == self.0)
+    }
+}
+
+impl From<Option<ActionKind>> for Kinds {
+    /// `None`: every kind.
+    fn from(kind: Option<ActionKind>) -> Self {
+        kind.map_or(Kinds::ALL, |k| Kinds::NONE.with(k))
+    }
+}
+
+impl From<ActionKind> for Kinds {
+    fn from(kind: ActionKind) -> Self {
+        Kinds::NONE.with(kind)
+    }
+}
+
 /// An action planned with a change.
 #[derive(Debug, Clone)]
 pub struct NewAction {
@@ -86,6 +133,27 @@ pub struct ActionEnd<'a> {
     /// The attempt could not tell whether its tag write landed: its intent stays open for the next
     /// attempt to settle (otherwise the attempt's end closes it).
     pub keep_intent: bool,
+    /// Actions that follow a success (the deploy after a rebase or rebuild that moved the tag),
+    /// recorded in the same write when the action ends `succeeded` and no newer change has an
+    /// action for its image.
+    pub follow: Vec<NewAction>,
+    /// The action holds its image from now on (a failed deploy): no action of the image recorded
+    /// before it starts until a newer change or `release`.
+    pub hold_image: bool,
+}
+
+/// A finished deploy found overridden (its workload's image changed by someone else): it holds
+/// its image from now on, with `detail` as the reason, and its events are recorded in the same
+/// write.
+#[derive(Debug, Clone)]
+pub struct ImageHold<'a> {
+    pub key: &'a str,
+    pub detail: String,
+    pub watch: &'a str,
+    pub events: Vec<Event>,
+    pub deliveries: Vec<DeliveryKey>,
+    pub history: usize,
+    pub now: DateTime<Utc>,
 }
 
 /// Actions a failure in a lower wave holds: each goes from `pending` or `awaiting_approval` to
@@ -156,6 +224,8 @@ pub struct ClaimedAction {
     pub target: Result<ActionTarget, Unreadable>,
     /// The local command's process group, once the exec runner started it.
     pub process: Option<ProcessGroup>,
+    /// What an earlier attempt recorded of its progress (a deploy's previous images and writes).
+    pub progress: Option<serde_json::Value>,
 }
 
 /// A local command's process group: its id (the leader's pid) and the leader's start time, so a
@@ -177,6 +247,8 @@ pub enum ActionOutcome {
     },
     /// Failed for good.
     Failed,
+    /// Nothing to do (a deploy to workloads a GitOps tool owns).
+    Skipped,
     /// A newer change has an action for the same image: this one ended without writing (the
     /// newer change's id).
     Superseded {
@@ -210,6 +282,13 @@ pub struct ActionRecord {
     pub decided_at: Option<DateTime<Utc>>,
     #[serde(with = "time::millis")]
     pub created: DateTime<Utc>,
+    /// What the action recorded of its progress (a deploy: each workload's previous and written
+    /// images, and its health).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<serde_json::Value>,
+    /// It holds its image (a failed or overridden deploy) until a newer change or `release`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub holds: bool,
 }
 
 impl ActionRecord {
@@ -222,6 +301,8 @@ impl ActionRecord {
             state: self.state,
             released: self.released,
             created: self.created,
+            deploy: self.action == ActionKind::Deploy.as_str(),
+            updated: self.updated,
         }
     }
 }
@@ -296,7 +377,7 @@ impl Serialize for OpenAction {
 /// see of them. The roll-out gates (the freeze, windows, waves, approval, one action per app image
 /// at a time) are the core's, applied to the rows by `gate_rows`.
 pub trait Actions {
-    /// Takes up to `limit` due pending actions (of `kind` only, when given) that the roll-out gates
+    /// Takes up to `limit` due pending actions (of `kinds` only) that the roll-out gates
     /// let start, with the gates read in the same write where the backend has one: each becomes
     /// `running` with one more attempt, its process group forgotten. A stored target that does not
     /// read is taken on all the same, with the error as its target (see [`ClaimedAction::target`]).
@@ -304,12 +385,32 @@ pub trait Actions {
         &self,
         now: DateTime<Utc>,
         limit: usize,
-        kind: Option<ActionKind>,
+        kinds: Kinds,
         rollout: &Rollout,
     ) -> impl Future<Output = Result<Vec<ClaimedAction>, LedgerError>> + Send;
 
     /// Records the process group a `running` action's command runs in (nothing otherwise).
     fn record_process(&self, key: &str, group: ProcessGroup) -> impl Future<Output = Result<(), LedgerError>> + Send;
+
+    /// Records a `running` action's progress (nothing otherwise): what a deploy is about to write
+    /// and what the fields held before, before it writes. Answers whether it was recorded.
+    fn record_progress(
+        &self,
+        key: &str,
+        progress: serde_json::Value,
+    ) -> impl Future<Output = Result<bool, LedgerError>> + Send;
+
+    /// Marks a finished action as holding its image ([`ImageHold`]), with its events, in one
+    /// write. Answers whether it did (not when the action is unknown or released).
+    fn hold_image(&self, hold: ImageHold<'_>) -> impl Future<Output = Result<bool, LedgerError>> + Send;
+
+    /// Records actions asked for by hand (a `deploy` of a chosen digest), as a change's are: older
+    /// actions of the image that have not started yield.
+    fn record_actions(
+        &self,
+        actions: Vec<NewAction>,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<(), LedgerError>> + Send;
 
     /// Records an attempt's end in one write, if the action is still `running`: its state, detail
     /// and output tail (a retry also its next attempt), its events and their outbox rows, its tag
@@ -322,12 +423,12 @@ pub trait Actions {
         end: ActionEnd<'_>,
     ) -> impl Future<Output = Result<Option<ActionState>, LedgerError>> + Send;
 
-    /// When the next pending action (of `kind`, when given) may start by the roll-out gates: none
+    /// When the next pending action (of `kinds`) may start by the roll-out gates: none
     /// while frozen or while every action waits for a lower wave, the next window's opening while
     /// all windows are closed.
     fn next_action_at(
         &self,
-        kind: Option<ActionKind>,
+        kinds: Kinds,
         rollout: &Rollout,
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<Option<DateTime<Utc>>, LedgerError>> + Send;
@@ -382,18 +483,53 @@ pub(super) struct Gated {
     pub verdict: Result<(), Wait>,
 }
 
-/// The pending actions (of `kind`, when given) among `rows` — every action of the changes
-/// concerned — each with when it is due and the roll-out gates' verdict, soonest due first. An
-/// action whose image has another action running (`running`: image → its change, any change)
-/// waits for it, and so does every later one of an image already let through: one action per app
-/// image at a time, so an older change's action can never write after a newer one's.
+/// What keeps a pending action back whatever its change: another action of its image running
+/// (image → its change), or a hold on its image (image → the holding change and since when).
+#[derive(Debug, Clone, Default)]
+pub(super) struct ImageLocks {
+    pub running: BTreeMap<String, String>,
+    pub held: BTreeMap<String, (String, DateTime<Utc>)>,
+}
+
+impl ImageLocks {
+    /// From `rows`: every running action and every unreleased hold among them.
+    pub fn of(rows: &[ActionRecord]) -> Self {
+        let mut locks = ImageLocks::default();
+        for a in rows {
+            if a.state == ActionState::Running {
+                locks.running.insert(a.image.clone(), a.change.clone());
+            }
+            if a.holds && !a.released {
+                locks.hold(a.image.clone(), a.change.clone(), a.updated);
+            }
+        }
+        locks
+    }
+
+    /// Adds a hold; of two on one image, the later one counts.
+    pub fn hold(&mut self, image: String, change: String, since: DateTime<Utc>) {
+        match self.held.get(&image) {
+            Some((_, at)) if *at >= since => {}
+            _ => {
+                self.held.insert(image, (change, since));
+            }
+        }
+    }
+}
+
+/// The pending actions (of `kinds`) among `rows` — every action of the changes concerned — each
+/// with when it is due and the roll-out gates' verdict, soonest due first. An action whose image
+/// has another action running waits for it, and so does every later one of an image already let
+/// through: one action per app image at a time, so an older change's action can never write after
+/// a newer one's. An action recorded before its image was held waits for `release` (a newer
+/// change's actions are recorded after the hold, and go).
 pub(super) fn gate_rows(
     rows: &[ActionRecord],
-    kind: Option<ActionKind>,
+    kinds: Kinds,
     rollout: &Rollout,
     freeze: Option<&Freeze>,
     now: DateTime<Utc>,
-    running: &BTreeMap<String, String>,
+    locks: &ImageLocks,
 ) -> Vec<Gated> {
     let mut by_change: BTreeMap<&str, Vec<&ActionRecord>> = Default::default();
     for r in rows {
@@ -403,16 +539,22 @@ pub(super) fn gate_rows(
     for actions in by_change.values() {
         let view: Vec<GateAction> = actions.iter().map(|a| a.gate_action()).collect();
         let mut verdicts = gate(&view, rollout, freeze, now);
-        for a in actions
-            .iter()
-            .filter(|a| a.state == ActionState::Pending && kind.is_none_or(|k| ActionKind::parse(&a.action) == Some(k)))
-        {
-            let verdict = verdicts.remove(&a.key).unwrap_or(Ok(()));
+        for a in actions.iter().filter(|a| {
+            a.state == ActionState::Pending && ActionKind::parse(&a.action).is_some_and(|k| kinds.contains(k))
+        }) {
+            let mut verdict = verdicts.remove(&a.key).unwrap_or(Ok(()));
+            if let Some((change, since)) = locks.held.get(&a.image)
+                && verdict.is_ok()
+                && a.created <= *since
+                && !a.released
+            {
+                verdict = Err(Wait::ImageHeld { image: a.image.clone(), change: change.clone() });
+            }
             out.push((a.created, a.key.clone(), a.next_attempt, verdict, a.image.clone(), a.change.clone()));
         }
     }
     out.sort_by(|a, b| (a.2, a.0, &a.1).cmp(&(b.2, b.0, &b.1)));
-    let mut busy = running.clone();
+    let mut busy = locks.running.clone();
     out.into_iter()
         .map(|(_, key, due, verdict, image, change)| {
             let verdict = match busy.get(&image) {
@@ -429,11 +571,6 @@ pub(super) fn gate_rows(
         .collect()
 }
 
-/// The running actions among `rows`: image → its change.
-pub(super) fn running_images(rows: &[ActionRecord]) -> BTreeMap<String, String> {
-    rows.iter().filter(|a| a.state == ActionState::Running).map(|a| (a.image.clone(), a.change.clone())).collect()
-}
-
 /// When the next of the `gated` pending actions may start.
 pub(super) fn next_start(
     gated: Vec<Gated>,
@@ -447,7 +584,15 @@ pub(super) fn next_start(
     if !rollout.windows.is_open(now) {
         return rollout.windows.next_open(now);
     }
-    gated.into_iter().filter(|g| g.verdict.is_ok()).map(|g| g.due).min()
+    gated
+        .into_iter()
+        .filter_map(|g| match g.verdict {
+            Ok(()) => Some(g.due),
+            // A soak ends on its own: the action is due when it does.
+            Err(Wait::Soak { until, .. }) => Some(g.due.max(until)),
+            Err(_) => None,
+        })
+        .min()
 }
 
 #[cfg(test)]
@@ -473,6 +618,8 @@ mod tests {
             decided_by: decided_by.map(str::to_string),
             decided_at: None,
             created: t,
+            progress: None,
+            holds: false,
         }
     }
 

@@ -182,6 +182,7 @@ forward! {
     }
     Actions {
         fn record_process(key: &str, group: ProcessGroup) -> ();
+        fn record_progress(key: &str, progress: serde_json::Value) -> bool;
         fn running_actions() -> Vec<ClaimedAction>;
         fn requeue_running() -> Vec<String>;
         fn requeue_actions(keys: Vec<String>) -> ();
@@ -398,7 +399,7 @@ impl Ledger {
     /// Takes due pending actions (no roll-out gates but a freeze): each becomes `running` with one
     /// more attempt.
     pub async fn claim_actions(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<ClaimedAction>, LedgerError> {
-        dispatch!(self, |backend| backend.claim_actions(now, limit, None, &Rollout::default()))
+        dispatch!(self, |backend| backend.claim_actions(now, limit, Kinds::ALL, &Rollout::default()))
     }
 
     /// Takes due pending actions that the roll-out gates let start (see [`Actions::claim_actions`]).
@@ -406,33 +407,53 @@ impl Ledger {
         &self,
         now: DateTime<Utc>,
         limit: usize,
-        kind: Option<ActionKind>,
+        kinds: impl Into<Kinds>,
         rollout: &Rollout,
     ) -> Result<Vec<ClaimedAction>, LedgerError> {
-        dispatch!(self, |backend| backend.claim_actions(now, limit, kind, rollout))
+        let kinds = kinds.into();
+        dispatch!(self, |backend| backend.claim_actions(now, limit, kinds, rollout))
     }
 
-    /// Records an attempt's end ([`Actions::finish_action`]); wakes the alert dispatcher.
+    /// Records an attempt's end ([`Actions::finish_action`]); wakes the alert dispatcher, and the
+    /// runner when it recorded actions that follow.
     pub async fn finish_action(&self, end: ActionEnd<'_>) -> Result<Option<ActionState>, LedgerError> {
         let added = !end.deliveries.is_empty();
+        let follow = !end.follow.is_empty();
         let ended = dispatch!(self, |backend| backend.finish_action(end))?;
-        self.signal(added, false);
+        self.signal(added, follow && ended == Some(ActionState::Succeeded));
         Ok(ended)
+    }
+
+    /// Marks a finished action as holding its image ([`Actions::hold_image`]); wakes the alert
+    /// dispatcher.
+    pub async fn hold_image(&self, hold: ImageHold<'_>) -> Result<bool, LedgerError> {
+        let added = !hold.deliveries.is_empty();
+        let held = dispatch!(self, |backend| backend.hold_image(hold))?;
+        self.signal(added && held, false);
+        Ok(held)
+    }
+
+    /// Records actions asked for by hand ([`Actions::record_actions`]); wakes the runner.
+    pub async fn record_actions(&self, actions: Vec<NewAction>, now: DateTime<Utc>) -> Result<(), LedgerError> {
+        dispatch!(self, |backend| backend.record_actions(actions, now))?;
+        self.signal(false, true);
+        Ok(())
     }
 
     /// When the next pending action is due (no roll-out gates).
     pub async fn next_action_at(&self, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>, LedgerError> {
-        dispatch!(self, |backend| backend.next_action_at(None, &Rollout::default(), now))
+        dispatch!(self, |backend| backend.next_action_at(Kinds::ALL, &Rollout::default(), now))
     }
 
     /// When the next pending action may start by the roll-out gates (see [`Actions::next_action_at`]).
     pub async fn next_action_of(
         &self,
-        kind: Option<ActionKind>,
+        kinds: impl Into<Kinds>,
         rollout: &Rollout,
         now: DateTime<Utc>,
     ) -> Result<Option<DateTime<Utc>>, LedgerError> {
-        dispatch!(self, |backend| backend.next_action_at(kind, rollout, now))
+        let kinds = kinds.into();
+        dispatch!(self, |backend| backend.next_action_at(kinds, rollout, now))
     }
 
     /// Approves, rejects or releases a change's actions ([`Actions::decide`]). Wakes the runner

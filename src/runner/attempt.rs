@@ -36,12 +36,31 @@ pub struct Attempt {
     /// The write's outcome is unknown (the tag could not be read): its intent stays for the next
     /// attempt to settle.
     pub keep_intent: bool,
+    /// A deploy found nothing to write (its workloads are GitOps-owned): it ends `skipped`.
+    pub skipped: bool,
+    /// A failed deploy holds its image.
+    pub hold_image: bool,
+    /// A failed deploy put its workloads back.
+    pub rolled_back: bool,
+    /// A deploy's record of its workloads, for its events.
+    pub workloads: Vec<builder_monitor_core::deploy::WorkloadProgress>,
 }
 
 impl Attempt {
     pub fn new(outcome: Outcome, next: Next, digests: Digests) -> Self {
         let moved = outcome.success;
-        Attempt { outcome, next, digests, moved, tag_race: None, keep_intent: false }
+        Attempt {
+            outcome,
+            next,
+            digests,
+            moved,
+            tag_race: None,
+            keep_intent: false,
+            skipped: false,
+            hold_image: false,
+            rolled_back: false,
+            workloads: Vec::new(),
+        }
     }
 
     pub fn failed(detail: String, next: Next) -> Self {

@@ -19,7 +19,7 @@ use super::attempt::Attempt;
 use super::kubernetes::ActionRef;
 use super::{PreviewError, Runner, RunnerError};
 use crate::config::{Config, RebasePath, RunnerKind, RunnerSettings};
-use crate::ledger::ClaimedAction;
+use crate::ledger::{ClaimedAction, Kinds};
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 
 /// A Kubernetes RBAC rule a backend needs in the build namespace (`[runner.kubernetes]
@@ -96,15 +96,18 @@ pub fn of(kind: RunnerKind) -> &'static dyn Backend {
 }
 
 /// The backend that carries out actions of `kind`: rebases with `rebase = "registry"` run in the
-/// daemon; everything else goes to the configured kind's.
+/// daemon; deploys run `[runner.exec] deploy` when it is set and go to the workloads otherwise;
+/// everything else goes to the configured kind's.
 pub fn for_action(runner: &RunnerSettings, kind: ActionKind) -> &'static dyn Backend {
     match (kind, runner.rebase) {
         (ActionKind::Rebase, RebasePath::Registry) => &super::registry_rebase::RegistryRebase,
+        (ActionKind::Deploy, _) if runner.exec.as_ref().is_some_and(|e| !e.deploy.is_empty()) => &super::exec::Commands,
+        (ActionKind::Deploy, _) => &super::deploy::Workloads,
         _ => of(runner.kind),
     }
 }
 
-/// Every kind of action, in the order the runner routes them.
+/// The kinds of action that build (move the app tag), in the order the runner routes them.
 const ACTION_KINDS: [ActionKind; 2] = [ActionKind::Rebuild, ActionKind::Rebase];
 
 /// The backends `runner` puts in force, each once: the configured kind's first.
@@ -151,8 +154,12 @@ impl Backends {
     ) -> Result<Self, RunnerError> {
         let mut started: Vec<(&'static str, Arc<dyn Carrier>)> = Vec::new();
         let mut routes = Vec::new();
-        for kind in ACTION_KINDS {
-            let backend = for_action(&config.runner, kind);
+        for kind in ACTION_KINDS.into_iter().chain([ActionKind::Deploy]) {
+            // Without deploys configured none is ever recorded: nothing to start (or to connect).
+            let backend = match kind {
+                ActionKind::Deploy if !config.deploys() => &super::none::RecordOnly,
+                _ => for_action(&config.runner, kind),
+            };
             let carrier = match started.iter().find(|(name, _)| *name == backend.name()) {
                 Some((_, carrier)) => carrier.clone(),
                 None => {
@@ -188,11 +195,9 @@ impl Backends {
         self.taken().next().is_some()
     }
 
-    /// The one kind of action the runner claims when its backends take only that kind; `None`
-    /// when they take every kind.
-    pub(super) fn claims(&self) -> Option<ActionKind> {
-        let taken: Vec<ActionKind> = self.taken().collect();
-        if taken.len() == self.routes.len() { None } else { taken.first().copied() }
+    /// The kinds of action the runner claims: those its backends take.
+    pub(super) fn claims(&self) -> Kinds {
+        self.taken().fold(Kinds::NONE, Kinds::with)
     }
 
     /// Whether any backend follows actions again after a restart.
@@ -309,10 +314,11 @@ mod tests {
         assert!(!none.act());
         let none = backends("rebase = \"registry\"");
         assert!(none.act());
-        assert_eq!(none.claims(), Some(ActionKind::Rebase));
+        assert_eq!(none.claims(), Kinds::from(ActionKind::Rebase));
         assert!(!none.follow());
         let exec = backends("type = \"exec\"\nrebase = \"registry\"\n[runner.exec]\nrebuild = [\"true\"]");
-        assert_eq!((exec.act(), exec.claims()), (true, None));
+        let builds = Kinds::from(ActionKind::Rebase).with(ActionKind::Rebuild);
+        assert_eq!((exec.act(), exec.claims()), (true, builds));
         assert_eq!(exec.backend(ActionKind::Rebuild).name(), "exec");
         assert_eq!(exec.backend(ActionKind::Rebase).name(), "registry");
     }

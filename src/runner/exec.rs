@@ -12,7 +12,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio_util::sync::CancellationToken;
 
-use super::attempt::Attempt;
+use super::attempt::{Attempt, Next};
 use super::backend::{AfterRestart, Backend, Carrier, Rule};
 use super::kubernetes::ActionRef;
 use super::{Outcome, PreviewError, Runner, RunnerError, Secrets, group};
@@ -85,6 +85,16 @@ impl Carrier for Started {
         action: &'a ClaimedAction,
         target: &'a ActionTarget,
     ) -> BoxFuture<'a, Attempt> {
+        if action.kind == ActionKind::Deploy {
+            // A deploy command moves workloads, not the tag: nothing to announce or read after.
+            return Box::pin(async move {
+                let (outcome, retryable) = self.carry_out(runner, action, target).await;
+                let next = if retryable { Next::Retry } else { Next::Final };
+                let mut attempt = Attempt::new(outcome, next, Default::default());
+                attempt.moved = false;
+                attempt
+            });
+        }
         Box::pin(runner.pushed(action, target, self.carry_out(runner, action, target)))
     }
 }
@@ -128,6 +138,8 @@ pub fn command(settings: &ExecSettings, action: &ActionRef<'_>, target: &ActionT
         ("change_id", action.change_id.to_string()),
         ("action", action.kind.as_str().to_string()),
         ("name", action.image.to_string()),
+        ("digest", target.deploy.as_ref().map(|d| d.digest.clone()).unwrap_or_default()),
+        ("reference", target.deploy.as_ref().map(|d| d.reference.clone()).unwrap_or_default()),
     ]
     .into();
     expand(template, &values)

@@ -6,6 +6,7 @@
 
 mod attempt;
 pub mod backend;
+pub mod deploy;
 pub mod exec;
 pub mod group;
 pub mod kpack;
@@ -22,7 +23,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, RebasePath};
-use crate::ledger::{ActionEnd, ActionOutcome, ActionState, ClaimedAction, Hold, Ledger, LedgerError, TagMove};
+use crate::ledger::{
+    ActionEnd, ActionOutcome, ActionState, ClaimedAction, Hold, Kinds, Ledger, LedgerError, NewAction, TagMove,
+};
 use crate::metrics::Metrics;
 use crate::rebase::{RebaseError, RebaseRequest};
 use crate::registry::Registry;
@@ -210,10 +213,9 @@ impl Runner {
         self
     }
 
-    /// The kinds of action this runner takes on: every kind (`None`), or the one its backends
-    /// take (only rebases when the runner is `none` but rebases run in the daemon: rebuilds stay
-    /// recorded, never run).
-    fn claims(&self) -> Option<ActionKind> {
+    /// The kinds of action this runner takes on: those its backends take (only rebases when the
+    /// runner is `none` but rebases run in the daemon: rebuilds stay recorded, never run).
+    fn claims(&self) -> Kinds {
         self.backends.claims()
     }
 
@@ -296,7 +298,7 @@ impl Runner {
             tracing::info!("runner \"{kind}\": actions are planned and recorded, never run (see `status`)");
             return;
         }
-        if self.claims() == Some(ActionKind::Rebase) {
+        if !self.claims().contains(ActionKind::Rebuild) {
             tracing::info!(
                 "runner \"{kind}\": rebuilds are planned and recorded, never run; rebases run in the daemon"
             );
@@ -395,6 +397,7 @@ impl Runner {
             path: (action.kind == ActionKind::Rebase)
                 .then(|| self.backends.backend(action.kind).path().as_str().into()),
             tag_race: None,
+            workloads: Vec::new(),
         });
         e
     }
@@ -419,6 +422,8 @@ impl Runner {
                         tag_move: None,
                         hold: None,
                         keep_intent: false,
+                        follow: Vec::new(),
+                        hold_image: false,
                     })
                     .await;
                 return;
@@ -443,17 +448,15 @@ impl Runner {
         if !outcome.success {
             self.failures.fetch_add(1, Ordering::Relaxed);
         }
-        let failed_event =
-            || if action.kind == ActionKind::Rebuild { EventType::BuildFailed } else { EventType::RebaseFailed };
+        let (succeeded_event, failed_event) = match action.kind {
+            ActionKind::Rebuild => (EventType::BuildSucceeded, EventType::BuildFailed),
+            ActionKind::Rebase => (EventType::RebaseSucceeded, EventType::RebaseFailed),
+            ActionKind::Deploy => (EventType::DeploySucceeded, EventType::DeployFailed),
+        };
+        let failed_event = || failed_event;
         let (state, event_type) = match &attempt.next {
-            _ if outcome.success => {
-                let t = if action.kind == ActionKind::Rebuild {
-                    EventType::BuildSucceeded
-                } else {
-                    EventType::RebaseSucceeded
-                };
-                (ActionOutcome::Succeeded, Some(t))
-            }
+            _ if outcome.success && attempt.skipped => (ActionOutcome::Skipped, None),
+            _ if outcome.success => (ActionOutcome::Succeeded, Some(succeeded_event)),
             Next::Superseded { by } => (ActionOutcome::Superseded { by: by.clone() }, None),
             Next::Retry
                 if self.backends.backend(action.kind).retries() && action.attempt < self.config.runner.max_attempts =>
@@ -481,11 +484,25 @@ impl Runner {
                 );
                 if let Some(info) = e.action.as_mut() {
                     info.tag_race = attempt.tag_race.clone();
+                    info.workloads = attempt.workloads.clone();
                 }
                 e
             })
             .into_iter()
             .collect();
+        if attempt.rolled_back && matches!(state, ActionOutcome::Failed) {
+            let mut e =
+                self.event(&action, &target, EventType::DeployRolledBack, Some(outcome.detail.clone()), None, &digests);
+            if let Some(info) = e.action.as_mut() {
+                info.workloads = attempt.workloads.clone();
+            }
+            events.push(e);
+        }
+        let follow = match state {
+            ActionOutcome::Succeeded => self.follow(&action, &target, &digests),
+            _ => Vec::new(),
+        };
+        let hold_image = attempt.hold_image && matches!(state, ActionOutcome::Failed);
         let hold = match state {
             ActionOutcome::Failed => self.hold(&action, &target).await,
             _ => None,
@@ -508,6 +525,8 @@ impl Runner {
                 tag_move: tag_move(&action, &target, &attempt, self.clock.now()),
                 hold,
                 keep_intent: attempt.keep_intent,
+                follow: follow.clone(),
+                hold_image,
             })
         };
         let result = crate::alert::emit(&self.config.alerts, &events, finish).await;
@@ -534,6 +553,67 @@ impl Runner {
             ActionOutcome::Superseded { by } => {
                 tracing::warn!(action = %action.key, image = %action.image, change = %by, detail = %outcome.detail, "action superseded by a newer change; it wrote nothing")
             }
+            ActionOutcome::Skipped => {
+                tracing::info!(action = %action.key, image = %action.image, detail = %outcome.detail, "action skipped")
+            }
+        }
+    }
+
+    /// The deploy that follows an action which moved the app tag to a new digest, when the image
+    /// deploys: of that digest, in the action's wave, with the tag's digest before for an undo.
+    fn follow(&self, action: &ClaimedAction, target: &ActionTarget, digests: &Digests) -> Vec<NewAction> {
+        let Some(image) = self.config.image(&action.image) else { return Vec::new() };
+        if !action.kind.moves_tag() || !self.config.deploys_image(image) {
+            return Vec::new();
+        }
+        let Some(after) = digests.after.clone() else {
+            tracing::warn!(action = %action.key, image = %action.image, "the app tag's digest after the action is not known; no deploy (run `builder-monitor deploy`)");
+            return Vec::new();
+        };
+        if digests.before.as_deref() == Some(after.as_str()) {
+            return Vec::new();
+        }
+        let reference = match ImageRef::parse(&target.image) {
+            Ok(r) => r.pinned(&after),
+            Err(_) => return Vec::new(),
+        };
+        let rollout = &self.config.rollout;
+        let deploy = builder_monitor_core::deploy::DeployTarget {
+            digest: after.clone(),
+            reference,
+            workloads: image.deploy.clone(),
+            undo: image.undo(rollout),
+            tag_before: digests.before.clone(),
+        };
+        let mut t = target.clone();
+        t.why = format!("the {} moved {} to {after}", action.kind.as_str(), target.image);
+        t.deploy = Some(deploy);
+        let key = builder_monitor_core::deploy::action_key(&action.change_id, &action.image);
+        vec![
+            NewAction::new(key, action.change_id.clone(), action.image.clone(), ActionKind::Deploy, t)
+                .gated(image.wave, image.needs_approval(ActionKind::Deploy, rollout)),
+        ]
+    }
+
+    /// Records `deploy.started`: the deploy wrote its workloads.
+    async fn deploy_started(
+        &self,
+        action: &ClaimedAction,
+        target: &ActionTarget,
+        progress: &builder_monitor_core::deploy::DeployProgress,
+    ) {
+        let mut e = self.event(action, target, EventType::DeployStarted, None, None, &Digests::default());
+        if let Some(info) = e.action.as_mut() {
+            info.workloads = progress.workloads.clone();
+            info.digest = target.deploy.as_ref().map(|d| d.digest.clone());
+        }
+        let events = vec![e];
+        let history = self.config.monitor.history;
+        let record = |deliveries| {
+            self.ledger.record_events(&target.builder_name, events.clone(), deliveries, history, self.clock.now())
+        };
+        if let Err(err) = crate::alert::emit(&self.config.alerts, &events, record).await {
+            tracing::error!(action = %action.key, error = %err, "cannot record deploy.started");
         }
     }
 

@@ -28,6 +28,12 @@ pub const GITOPS_MARKS: [&str; 4] = [
 /// Container waiting reasons that fail a deploy once a new pod stays in them for `fail_after`.
 pub const BAD_WAITING: [&str; 3] = ["ImagePullBackOff", "ErrImagePull", "CrashLoopBackOff"];
 
+/// A deploy's idempotency key: stable for (change, image), beside the change's rebase or rebuild
+/// of the image.
+pub fn action_key(change_id: &str, image: &str) -> String {
+    format!("bm-{}", crate::event::stable_id(&[change_id, image, "deploy"]))
+}
+
 /// The kinds of workload a deploy writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum WorkloadKind {
@@ -183,6 +189,82 @@ pub struct DeployTarget {
     /// none for a deploy asked for by hand, or a tag that did not exist.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tag_before: Option<String>,
+}
+
+/// One container a deploy writes: its image before and the one written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerWrite {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub init: bool,
+    pub previous: String,
+    pub image: String,
+}
+
+/// Where a deploy is with one workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkloadState {
+    /// Its previous images are recorded; the write may or may not have landed.
+    Writing,
+    /// Written; its roll-out not healthy yet.
+    Written,
+    Healthy,
+    Failed,
+    /// A GitOps tool owns it: not written.
+    Skipped,
+    /// Put back to its previous images after a failure.
+    Undone,
+}
+
+impl WorkloadState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkloadState::Writing => "writing",
+            WorkloadState::Written => "written",
+            WorkloadState::Healthy => "healthy",
+            WorkloadState::Failed => "failed",
+            WorkloadState::Skipped => "skipped",
+            WorkloadState::Undone => "undone",
+        }
+    }
+}
+
+/// What a deploy records of one workload, before it writes and as it goes: the record an undo
+/// and a restart read, and what `status` shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkloadProgress {
+    #[serde(flatten)]
+    pub workload: Workload,
+    pub containers: Vec<ContainerWrite>,
+    /// The pod template's [`CHANGE_ANNOTATION`] before the write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_change: Option<String>,
+    pub state: WorkloadState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// When it was written (RFC 3339): `deploy_timeout` counts from here, across restarts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_at: Option<String>,
+}
+
+/// A deploy's record ([`WorkloadProgress`] per workload), kept with its action.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct DeployProgress {
+    pub workloads: Vec<WorkloadProgress>,
+}
+
+/// Whether a workload's current containers still run what a deploy wrote: `Some(false)` when a
+/// written container now names another image (someone else changed it), `None` when a written
+/// container is gone.
+pub fn still_written(kind: WorkloadKind, object: &Value, writes: &[ContainerWrite]) -> Option<bool> {
+    let now = containers(kind, object)?;
+    let mut all = true;
+    for w in writes {
+        let (_, c) = now.iter().find(|(init, c)| *init == w.init && c.name == w.name)?;
+        all &= c.image == w.image;
+    }
+    Some(all)
 }
 
 /// Why a workload cannot be deployed to as it is.

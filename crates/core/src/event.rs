@@ -49,6 +49,21 @@ pub enum EventType {
     RolloutFrozen,
     #[serde(rename = "rollout.unfrozen")]
     RolloutUnfrozen,
+    /// A deploy wrote a new digest into its workloads.
+    #[serde(rename = "deploy.started")]
+    DeployStarted,
+    /// Its workloads became healthy.
+    #[serde(rename = "deploy.succeeded")]
+    DeploySucceeded,
+    /// Its workloads failed (the deadline, a condition, a pod's waiting reason).
+    #[serde(rename = "deploy.failed")]
+    DeployFailed,
+    /// A failed deploy's workloads (and, with `undo = "workload-and-tag"`, the app tag) put back.
+    #[serde(rename = "deploy.rolled_back")]
+    DeployRolledBack,
+    /// Someone else changed a deployed workload's image: the image is held.
+    #[serde(rename = "deploy.overridden")]
+    DeployOverridden,
     /// Sent by `alert test` only.
     #[serde(rename = "alert.test")]
     AlertTest,
@@ -56,7 +71,7 @@ pub enum EventType {
 
 impl EventType {
     /// Every type an alert can ask for (`alert.test` is sent to one alert on request only).
-    pub const ALL: [EventType; 16] = [
+    pub const ALL: [EventType; 21] = [
         EventType::BuilderPinned,
         EventType::BuilderChanged,
         EventType::RunImageChanged,
@@ -73,6 +88,11 @@ impl EventType {
         EventType::ActionHeld,
         EventType::RolloutFrozen,
         EventType::RolloutUnfrozen,
+        EventType::DeployStarted,
+        EventType::DeploySucceeded,
+        EventType::DeployFailed,
+        EventType::DeployRolledBack,
+        EventType::DeployOverridden,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -93,6 +113,11 @@ impl EventType {
             EventType::ActionHeld => "action.held",
             EventType::RolloutFrozen => "rollout.frozen",
             EventType::RolloutUnfrozen => "rollout.unfrozen",
+            EventType::DeployStarted => "deploy.started",
+            EventType::DeploySucceeded => "deploy.succeeded",
+            EventType::DeployFailed => "deploy.failed",
+            EventType::DeployRolledBack => "deploy.rolled_back",
+            EventType::DeployOverridden => "deploy.overridden",
             EventType::AlertTest => "alert.test",
         }
     }
@@ -181,6 +206,9 @@ pub struct ActionInfo {
     /// (found by the HEAD after the PUT); the action failed and the tag holds that digest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tag_race: Option<String>,
+    /// A deploy's workloads: each one's containers, the images before and written, its state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workloads: Vec<crate::deploy::WorkloadProgress>,
 }
 
 /// What a roll-out event is about: the actions of one change that wait (`action.*`), or the
@@ -321,7 +349,12 @@ impl Event {
             | EventType::BuildSucceeded
             | EventType::BuildFailed
             | EventType::RebaseSucceeded
-            | EventType::RebaseFailed => self.action.as_ref().map(|a| {
+            | EventType::RebaseFailed
+            | EventType::DeployStarted
+            | EventType::DeploySucceeded
+            | EventType::DeployFailed
+            | EventType::DeployRolledBack
+            | EventType::DeployOverridden => self.action.as_ref().map(|a| {
                 let mut text = format!("{} of {}, attempt {}/{}", a.kind, a.image, a.attempt, a.max_attempts);
                 if let Some(detail) = &a.detail {
                     let _ = write!(text, " — {}", clipped(detail));
@@ -401,7 +434,7 @@ pub const ROLLOUT_SUBJECT: &str = "rollout";
 /// builder names have no `:`, and every other key but `rollout` has a prefix.
 /// - a watch's own events (`builder.*`, `run_image.changed`, `check.*`): `builder:NAME`, or the
 ///   run image watch's name (`run:` + the normalised run image);
-/// - an action's (`build.*`, `rebase.*`) and the roll-out's waits (`action.*`): `image:NAME`, the
+/// - an action's (`build.*`, `rebase.*`, `deploy.*`) and the roll-out's waits (`action.*`): `image:NAME`, the
 ///   `[[images]]` name (of its first action, for an `action.*` naming several);
 /// - a registry outage (`registry.*`): `registry:HOST`;
 /// - a freeze (`rollout.*`): `rollout`.
@@ -422,7 +455,12 @@ pub fn subject_key(event: &Event) -> String {
         | EventType::BuildSucceeded
         | EventType::BuildFailed
         | EventType::RebaseSucceeded
-        | EventType::RebaseFailed => event.action.as_ref().map_or_else(builder, |a| format!("image:{}", a.image)),
+        | EventType::RebaseFailed
+        | EventType::DeployStarted
+        | EventType::DeploySucceeded
+        | EventType::DeployFailed
+        | EventType::DeployRolledBack
+        | EventType::DeployOverridden => event.action.as_ref().map_or_else(builder, |a| format!("image:{}", a.image)),
         EventType::ActionAwaitingApproval | EventType::ActionHeld => event
             .rollout
             .as_ref()

@@ -28,10 +28,12 @@ pub enum ActionState {
     AwaitingApproval,
     /// A person refused it; it never runs.
     Rejected,
+    /// Nothing to do, for a reason it records (a deploy whose workloads a GitOps tool owns).
+    Skipped,
 }
 
 impl ActionState {
-    const ALL: [ActionState; 8] = [
+    const ALL: [ActionState; 9] = [
         ActionState::Pending,
         ActionState::Running,
         ActionState::Succeeded,
@@ -40,6 +42,7 @@ impl ActionState {
         ActionState::Held,
         ActionState::AwaitingApproval,
         ActionState::Rejected,
+        ActionState::Skipped,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -52,6 +55,7 @@ impl ActionState {
             ActionState::Held => "held",
             ActionState::AwaitingApproval => "awaiting_approval",
             ActionState::Rejected => "rejected",
+            ActionState::Skipped => "skipped",
         }
     }
 
@@ -385,6 +389,10 @@ pub struct GateAction {
     /// Let go by `release`: lower waves no longer hold it back.
     pub released: bool,
     pub created: DateTime<Utc>,
+    /// A deploy: once succeeded, the next wave waits for its soak.
+    pub deploy: bool,
+    /// Its last state change (a deploy's success: when its workloads became healthy).
+    pub updated: DateTime<Utc>,
 }
 
 /// Why a pending action does not start yet.
@@ -413,6 +421,18 @@ pub enum Wait {
         image: String,
         change: String,
     },
+    /// The lower waves' deploys succeeded, and soak until `until` (`[rollout] soak`).
+    Soak {
+        wave: u32,
+        lower: u32,
+        until: DateTime<Utc>,
+    },
+    /// The image is held by `change` (a failed or overridden deploy) until `release` or a newer
+    /// change.
+    ImageHeld {
+        image: String,
+        change: String,
+    },
 }
 
 impl Wait {
@@ -424,6 +444,8 @@ impl Wait {
             Wait::Wave { .. } => "wave",
             Wait::InFlight { .. } => "in_flight",
             Wait::ImageBusy { .. } => "image_busy",
+            Wait::Soak { .. } => "soak",
+            Wait::ImageHeld { .. } => "image_held",
         }
     }
 }
@@ -450,6 +472,14 @@ impl fmt::Display for Wait {
             Wait::InFlight { max } => write!(f, "max_in_flight {max} reached for this change"),
             Wait::ImageBusy { image, change } => {
                 write!(f, "waits for the running action of change {change} on {image} (one action per image at a time)")
+            }
+            Wait::Soak { wave, lower, until } => write!(
+                f,
+                "wave {wave} waits for wave {lower}'s deploys to soak until {}",
+                crate::schedule::timestamp(*until)
+            ),
+            Wait::ImageHeld { image, change } => {
+                write!(f, "{image} is held by change {change}: run `builder-monitor release {change}` to let it go")
             }
         }
     }
@@ -478,6 +508,8 @@ pub fn gate(
             Err(wait.clone())
         } else if let Some(wait) = wave_wait(actions, action) {
             Err(wait)
+        } else if let Some(wait) = soak_wait(actions, action, rollout.soak, now) {
+            Err(wait)
         } else if let Some(max) = rollout.max_in_flight
             && in_flight >= max
         {
@@ -496,13 +528,36 @@ fn wave_wait(actions: &[GateAction], action: &GateAction) -> Option<Wait> {
     if action.released {
         return None;
     }
-    let not_done =
-        |a: &&GateAction| a.wave < action.wave && !matches!(a.state, ActionState::Succeeded | ActionState::Superseded);
+    let not_done = |a: &&GateAction| {
+        a.wave < action.wave
+            && !matches!(a.state, ActionState::Succeeded | ActionState::Superseded | ActionState::Skipped)
+    };
     let lower = actions.iter().filter(not_done).map(|a| a.wave).min()?;
     let mut blocking: Vec<(String, ActionState)> =
         actions.iter().filter(not_done).filter(|a| a.wave == lower).map(|a| (a.image.clone(), a.state)).collect();
     blocking.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.as_str().cmp(b.1.as_str())));
     Some(Wait::Wave { wave: action.wave, lower, blocking })
+}
+
+/// The soak of the lower waves' deploys that has not ended yet, unless `action` was released: the
+/// latest end of `soak` after a lower-wave deploy succeeded.
+fn soak_wait(
+    actions: &[GateAction],
+    action: &GateAction,
+    soak: std::time::Duration,
+    now: DateTime<Utc>,
+) -> Option<Wait> {
+    if action.released || soak.is_zero() {
+        return None;
+    }
+    let soak = chrono::Duration::from_std(soak).unwrap_or(chrono::Duration::MAX);
+    let (lower, until) = actions
+        .iter()
+        .filter(|a| a.wave < action.wave && a.deploy && a.state == ActionState::Succeeded)
+        .map(|a| (a.wave, a.updated.checked_add_signed(soak).unwrap_or(DateTime::<Utc>::MAX_UTC)))
+        .filter(|(_, until)| *until > now)
+        .max_by_key(|(_, until)| *until)?;
+    Some(Wait::Soak { wave: action.wave, lower, until })
 }
 
 /// The keys, sorted, of the actions a failure of `failed_key` holds: those of the change in a

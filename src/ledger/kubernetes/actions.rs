@@ -9,11 +9,11 @@ use chrono::SubsecRound;
 use serde::{Deserialize, Serialize};
 
 use super::{KubeLedger, WatchDoc};
-use crate::ledger::actions::{gate_rows, next_start, read_target, running_images, target_json};
+use crate::ledger::actions::{ImageLocks, Kinds, gate_rows, next_start, read_target, target_json};
 use crate::ledger::time;
 use crate::ledger::{
-    ActionEnd, ActionOutcome, ActionRecord, ActionState, Actions, ClaimedAction, Decided, LedgerError, NewAction,
-    OpenAction, Outbox, ProcessGroup, TagWrites, Verdict,
+    ActionEnd, ActionOutcome, ActionRecord, ActionState, Actions, ClaimedAction, Decided, ImageHold, LedgerError,
+    NewAction, OpenAction, Outbox, ProcessGroup, TagWrites, Verdict,
 };
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::rollout::Rollout;
@@ -50,6 +50,12 @@ pub(super) struct ActionRow {
     pub(super) decided_by: Option<String>,
     #[serde(default, with = "time::seconds_opt", skip_serializing_if = "Option::is_none")]
     pub(super) decided_at: Option<DateTime<Utc>>,
+    /// What the action recorded of its progress (a deploy's previous and written images).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) progress: Option<serde_json::Value>,
+    /// It holds its image (a failed or overridden deploy).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(super) holds: bool,
 }
 
 /// The wave of an action written before waves existed.
@@ -77,7 +83,7 @@ impl WatchDoc {
                 old.detail = Some(format!("superseded by change {}", a.change_id));
                 old.updated = now;
             }
-            if !self.actions.iter().any(|o| o.change_id == a.change_id && o.image == a.image) {
+            if !self.actions.iter().any(|o| o.change_id == a.change_id && o.image == a.image && o.kind == a.kind) {
                 self.actions.push(ActionRow {
                     key: a.key.clone(),
                     change_id: a.change_id.clone(),
@@ -97,6 +103,8 @@ impl WatchDoc {
                     released: false,
                     decided_by: None,
                     decided_at: None,
+                    progress: None,
+                    holds: false,
                 });
             }
         }
@@ -109,7 +117,7 @@ impl Actions for KubeLedger {
         &self,
         now: DateTime<Utc>,
         limit: usize,
-        kind: Option<ActionKind>,
+        kinds: Kinds,
         rollout: &Rollout,
     ) -> Result<Vec<ClaimedAction>, LedgerError> {
         let now = now.trunc_subsecs(3);
@@ -124,8 +132,8 @@ impl Actions for KubeLedger {
                 rows.push(record(a));
             }
         }
-        let running = running_images(&rows);
-        let due: Vec<String> = gate_rows(&rows, kind, rollout, freeze.as_ref(), now, &running)
+        let locks = ImageLocks::of(&rows);
+        let due: Vec<String> = gate_rows(&rows, kinds, rollout, freeze.as_ref(), now, &locks)
             .into_iter()
             .filter(|g| g.verdict.is_ok() && g.due <= now)
             .take(limit)
@@ -142,7 +150,7 @@ impl Actions for KubeLedger {
                     };
                     let view: Vec<ActionRecord> =
                         doc.actions.iter().filter(|a| a.change_id == change).cloned().map(record).collect();
-                    let open = gate_rows(&view, kind, rollout, freeze.as_ref(), now, &running)
+                    let open = gate_rows(&view, kinds, rollout, freeze.as_ref(), now, &locks)
                         .into_iter()
                         .any(|g| g.key == key && g.verdict.is_ok());
                     Ok(doc.actions.iter_mut().find(|a| open && a.key == key && a.state == ActionState::Pending).map(
@@ -159,6 +167,7 @@ impl Actions for KubeLedger {
                                 attempt: a.attempts,
                                 target: read_target(a.target.clone()),
                                 process: None,
+                                progress: a.progress.clone(),
                             }
                         },
                     ))
@@ -182,6 +191,60 @@ impl Actions for KubeLedger {
         .await
     }
 
+    async fn record_progress(&self, key: &str, progress: serde_json::Value) -> Result<bool, LedgerError> {
+        let Some(holder) = self.holder(|d| d.actions.iter().any(|a| a.key == key)).await? else {
+            return Ok(false);
+        };
+        self.modify(&holder, |doc| {
+            Ok(doc
+                .actions
+                .iter_mut()
+                .find(|a| a.key == key && a.state == ActionState::Running)
+                .map(|a| a.progress = Some(progress.clone()))
+                .is_some())
+        })
+        .await
+    }
+
+    async fn hold_image(&self, hold: ImageHold<'_>) -> Result<bool, LedgerError> {
+        let ImageHold { key, detail, watch, events, deliveries, history, now } = hold;
+        let Some(holder) = self.holder(|d| d.actions.iter().any(|a| a.key == key)).await? else {
+            return Ok(false);
+        };
+        let now = now.trunc_subsecs(3);
+        let seq = self.seq.clone();
+        let same = holder == watch;
+        let held = self
+            .modify(&holder, |doc| {
+                let Some(a) = doc.actions.iter_mut().find(|a| a.key == key && !a.released) else { return Ok(false) };
+                a.holds = true;
+                a.detail = Some(detail.clone());
+                a.updated = now;
+                if same {
+                    doc.add_events(&events, &deliveries, now, history, &seq);
+                }
+                Ok(true)
+            })
+            .await?;
+        if held && !same {
+            self.record_events(watch, events, deliveries, history, now).await?;
+        }
+        Ok(held)
+    }
+
+    async fn record_actions(&self, actions: Vec<NewAction>, now: DateTime<Utc>) -> Result<(), LedgerError> {
+        // A change's rows live in one entry: those asked for by hand go to their builder's.
+        let now = now.trunc_subsecs(3);
+        let mut by_watch: BTreeMap<String, Vec<NewAction>> = BTreeMap::new();
+        for a in actions {
+            by_watch.entry(a.target.builder_name.clone()).or_default().push(a);
+        }
+        for (watch, actions) in by_watch {
+            self.modify(&watch, |doc| doc.add_actions(&actions, now)).await?;
+        }
+        Ok(())
+    }
+
     async fn finish_action(&self, end: ActionEnd<'_>) -> Result<Option<ActionState>, LedgerError> {
         let ActionEnd {
             key,
@@ -196,10 +259,13 @@ impl Actions for KubeLedger {
             tag_move,
             hold,
             keep_intent,
+            follow,
+            hold_image,
         } = end;
         let holder = self.holder(|d| d.actions.iter().any(|a| a.key == key)).await?;
         let newer = match &outcome {
             ActionOutcome::Retry { .. } => self.newer_change(key).await?,
+            ActionOutcome::Succeeded if !follow.is_empty() => self.newer_change(key).await?,
             _ => None,
         };
         let now = at.trunc_subsecs(3);
@@ -218,6 +284,7 @@ impl Actions for KubeLedger {
                         // A retry re-checks first (see `Actions::finish_action`).
                         let superseded = match &outcome {
                             ActionOutcome::Retry { .. } => newer.clone(),
+                            ActionOutcome::Succeeded => None,
                             ActionOutcome::Superseded { by } => Some(by.clone()),
                             _ => None,
                         };
@@ -227,6 +294,7 @@ impl Actions for KubeLedger {
                                 a.detail = Some(format!("superseded by change {by}: {detail}"));
                             }
                             (ActionOutcome::Succeeded, None) => a.state = ActionState::Succeeded,
+                            (ActionOutcome::Skipped, None) => a.state = ActionState::Skipped,
                             (ActionOutcome::Retry { next_attempt }, None) => {
                                 a.state = ActionState::Pending;
                                 a.next_attempt = next_attempt.trunc_subsecs(3);
@@ -235,7 +303,11 @@ impl Actions for KubeLedger {
                         }
                         a.output_tail = Some(output_tail.clone());
                         a.updated = now;
+                        a.holds |= hold_image;
                         ended = Some(a.state);
+                    }
+                    if ended == Some(ActionState::Succeeded) && newer.is_none() && !follow.is_empty() {
+                        doc.add_actions(&follow, now)?;
                     }
                     for held in hold.iter().flat_map(|h| h.keys.iter().map(move |k| (k, &h.detail))) {
                         // The change's rows all live in this entry.
@@ -268,15 +340,15 @@ impl Actions for KubeLedger {
 
     async fn next_action_at(
         &self,
-        kind: Option<ActionKind>,
+        kinds: Kinds,
         rollout: &Rollout,
         now: DateTime<Utc>,
     ) -> Result<Option<DateTime<Utc>>, LedgerError> {
         let docs = self.all().await?;
         let freeze = docs.iter().find_map(|(_, d)| d.freeze.clone());
         let rows: Vec<ActionRecord> = docs.into_iter().flat_map(|(_, d)| d.actions).map(record).collect();
-        let running = running_images(&rows);
-        Ok(next_start(gate_rows(&rows, kind, rollout, freeze.as_ref(), now, &running), rollout, freeze.as_ref(), now))
+        let locks = ImageLocks::of(&rows);
+        Ok(next_start(gate_rows(&rows, kinds, rollout, freeze.as_ref(), now, &locks), rollout, freeze.as_ref(), now))
     }
 
     async fn running_actions(&self) -> Result<Vec<ClaimedAction>, LedgerError> {
@@ -291,6 +363,7 @@ impl Actions for KubeLedger {
                     attempt: a.attempts,
                     target: read_target(a.target),
                     process: a.process,
+                    progress: a.progress,
                 });
             }
         }
@@ -443,5 +516,7 @@ pub(super) fn record(a: ActionRow) -> ActionRecord {
         decided_by: a.decided_by,
         decided_at: a.decided_at,
         created: a.created,
+        progress: a.progress,
+        holds: a.holds,
     }
 }

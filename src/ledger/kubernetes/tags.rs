@@ -131,7 +131,7 @@ impl TagWrites for KubeLedger {
 fn newer_in(rows: &[ActionRow], key: &str) -> Option<String> {
     let mine = rows.iter().find(|a| a.key == key)?;
     rows.iter()
-        .filter(|a| a.image == mine.image && a.key != mine.key && a.created > mine.created)
+        .filter(|a| a.image == mine.image && a.change_id != mine.change_id && a.created > mine.created)
         .max_by_key(|a| a.created)
         .map(|a| a.change_id.clone())
 }

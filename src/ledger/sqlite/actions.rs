@@ -1,14 +1,14 @@
-//! Actions in SQLite: one `actions` row per (change, image), moved forward in transactions that
+//! Actions in SQLite: one `actions` row per (change, image, kind), moved forward in transactions that
 //! read the roll-out gates' inputs (every action of the changes concerned, the freeze) themselves.
 
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 
 use super::{SqliteLedger, State, Time, all, exec, first, outbox, row, tags};
-use crate::ledger::actions::{Gated, gate_rows, next_start, read_target, target_json};
+use crate::ledger::actions::{Gated, ImageLocks, Kinds, gate_rows, next_start, read_target, target_json};
 use crate::ledger::{
-    ActionEnd, ActionOutcome, ActionRecord, ActionState, Actions, ClaimedAction, Decided, LedgerError, NewAction,
-    OpenAction, ProcessGroup, Verdict,
+    ActionEnd, ActionOutcome, ActionRecord, ActionState, Actions, ClaimedAction, Decided, ImageHold, LedgerError,
+    NewAction, OpenAction, ProcessGroup, Verdict,
 };
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::rollout::{Freeze, Rollout};
@@ -16,24 +16,24 @@ use builder_monitor_core::schedule::{timestamp, timestamp_millis};
 
 /// The columns [`action_record`] reads.
 const ACTION_COLUMNS: &str = "key, change_id, image, kind, state, attempts, next_attempt, detail, output_tail, updated,
-     wave, needs_approval, released, decided_by, decided_at, created";
+     wave, needs_approval, released, decided_by, decided_at, created, progress, holds";
 
 /// The columns [`claimed_action`] reads.
-const CLAIMED_COLUMNS: &str = "key, change_id, image, kind, attempts, target, process_group, process_started";
+const CLAIMED_COLUMNS: &str = "key, change_id, image, kind, attempts, target, process_group, process_started, progress";
 
 impl Actions for SqliteLedger {
     async fn claim_actions(
         &self,
         now: DateTime<Utc>,
         limit: usize,
-        kind: Option<ActionKind>,
+        kinds: Kinds,
         rollout: &Rollout,
     ) -> Result<Vec<ClaimedAction>, LedgerError> {
         let rollout = rollout.clone();
         self.with(move |conn| {
             let tx = conn.transaction()?;
             let freeze = super::rollout::read_freeze(&tx)?;
-            let keys: Vec<String> = gated_pending(&tx, kind, &rollout, freeze.as_ref(), now)?
+            let keys: Vec<String> = gated_pending(&tx, kinds, &rollout, freeze.as_ref(), now)?
                 .into_iter()
                 .filter(|g| g.verdict.is_ok() && g.due <= now)
                 .take(limit)
@@ -70,6 +70,48 @@ impl Actions for SqliteLedger {
         .await
     }
 
+    async fn record_progress(&self, key: &str, progress: serde_json::Value) -> Result<bool, LedgerError> {
+        let key = key.to_string();
+        self.with(move |conn| {
+            let n = exec(
+                conn,
+                "UPDATE actions SET progress = ?2 WHERE key = ?1 AND state = 'running'",
+                params![key, progress.to_string()],
+            )?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
+    async fn hold_image(&self, hold: ImageHold<'_>) -> Result<bool, LedgerError> {
+        let ImageHold { key, detail, watch, events, deliveries, history, now } = hold;
+        let (key, watch) = (key.to_string(), watch.to_string());
+        self.with(move |conn| {
+            let tx = conn.transaction()?;
+            let n = exec(
+                &tx,
+                "UPDATE actions SET holds = 1, detail = ?2, updated = ?3 WHERE key = ?1 AND released = 0",
+                params![key, detail, timestamp_millis(now)],
+            )?;
+            if n == 1 {
+                outbox::insert_events(&tx, &watch, now, &events, None, &deliveries, history)?;
+            }
+            tx.commit()?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
+    async fn record_actions(&self, actions: Vec<NewAction>, now: DateTime<Utc>) -> Result<(), LedgerError> {
+        self.with(move |conn| {
+            let tx = conn.transaction()?;
+            insert_actions(&tx, &actions, timestamp_millis(now))?;
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
     async fn finish_action(&self, end: ActionEnd<'_>) -> Result<Option<ActionState>, LedgerError> {
         let ActionEnd {
             key,
@@ -84,6 +126,8 @@ impl Actions for SqliteLedger {
             tag_move,
             hold,
             keep_intent,
+            follow,
+            hold_image,
         } = end;
         let (key, watch) = (key.to_string(), watch.to_string());
         self.with(move |conn| {
@@ -102,6 +146,7 @@ impl Actions for SqliteLedger {
                     (ActionState::Pending, Some(timestamp_millis(next_attempt)), detail)
                 }
                 ActionOutcome::Failed => (ActionState::Failed, None, detail),
+                ActionOutcome::Skipped => (ActionState::Skipped, None, detail),
                 ActionOutcome::Superseded { by } => {
                     (ActionState::Superseded, None, format!("superseded by change {by}: {detail}"))
                 }
@@ -111,9 +156,12 @@ impl Actions for SqliteLedger {
             }
             let ended = exec(&tx,
                 "UPDATE actions SET state = ?2, next_attempt = COALESCE(?3, next_attempt), detail = ?4, output_tail = ?5,
-                     updated = ?6 WHERE key = ?1 AND state = 'running'",
-                params![key, state.as_str(), next, detail, output_tail, updated],
+                     updated = ?6, holds = CASE WHEN ?7 THEN 1 ELSE holds END WHERE key = ?1 AND state = 'running'",
+                params![key, state.as_str(), next, detail, output_tail, updated, hold_image],
             )?;
+            if ended == 1 && state == ActionState::Succeeded && !follow.is_empty() && tags::newer_change(&tx, &key)?.is_none() {
+                insert_actions(&tx, &follow, updated.clone())?;
+            }
             outbox::insert_events(&tx, &watch, now, &events, None, &deliveries, history)?;
             if let Some(m) = &tag_move {
                 tags::insert_tag_move(&tx, m, history)?;
@@ -134,14 +182,14 @@ impl Actions for SqliteLedger {
 
     async fn next_action_at(
         &self,
-        kind: Option<ActionKind>,
+        kinds: Kinds,
         rollout: &Rollout,
         now: DateTime<Utc>,
     ) -> Result<Option<DateTime<Utc>>, LedgerError> {
         let rollout = rollout.clone();
         self.with(move |conn| {
             let freeze = super::rollout::read_freeze(conn)?;
-            Ok(next_start(gated_pending(conn, kind, &rollout, freeze.as_ref(), now)?, &rollout, freeze.as_ref(), now))
+            Ok(next_start(gated_pending(conn, kinds, &rollout, freeze.as_ref(), now)?, &rollout, freeze.as_ref(), now))
         })
         .await
     }
@@ -297,7 +345,7 @@ pub(super) fn insert_actions(tx: &Transaction<'_>, actions: &[NewAction], now: S
             tx,
             "INSERT INTO actions (change_id, image, key, kind, state, attempts, next_attempt, target, created, updated,
                                   wave, needs_approval)
-             VALUES (?1, ?2, ?3, ?4, ?7, 0, ?5, ?6, ?5, ?5, ?8, ?9) ON CONFLICT (change_id, image) DO NOTHING",
+             VALUES (?1, ?2, ?3, ?4, ?7, 0, ?5, ?6, ?5, ?5, ?8, ?9) ON CONFLICT (change_id, image, kind) DO NOTHING",
             params![
                 a.change_id,
                 a.image,
@@ -333,6 +381,8 @@ fn action_record(r: &Row<'_>) -> Result<ActionRecord, LedgerError> {
         decided_by: r.get(col!(ACTION_COLUMNS, "decided_by"))?,
         decided_at: r.get::<_, Option<Time>>(col!(ACTION_COLUMNS, "decided_at"))?.map(|t| t.0),
         created: r.get::<_, Time>(col!(ACTION_COLUMNS, "created"))?.0,
+        progress: progress(r.get(col!(ACTION_COLUMNS, "progress"))?),
+        holds: r.get(col!(ACTION_COLUMNS, "holds"))?,
     })
 }
 
@@ -351,8 +401,15 @@ fn claimed_action(r: &Row<'_>) -> Result<ClaimedAction, LedgerError> {
         attempt: r.get(col!(CLAIMED_COLUMNS, "attempts"))?,
         target: read_target(target_value(&key, &target)?),
         process: group.zip(started).map(|(id, started)| ProcessGroup { id, started: started.max(0) as u64 }),
+        progress: progress(r.get(col!(CLAIMED_COLUMNS, "progress"))?),
         key,
     })
+}
+
+/// A stored progress record; one that is not JSON is read as none (it is a record of what was
+/// written, never a reason to stop an action: the action reads the workloads again).
+fn progress(text: Option<String>) -> Option<serde_json::Value> {
+    text.and_then(|t| serde_json::from_str(&t).ok())
 }
 
 /// A stored target as JSON (`of`: its action's key or image, for the error).
@@ -374,20 +431,21 @@ fn action_kind(key: &str, kind: &str) -> Result<ActionKind, LedgerError> {
 /// its key, when it is due and whether it may start now.
 fn gated_pending(
     conn: &Connection,
-    kind: Option<ActionKind>,
+    kinds: Kinds,
     rollout: &Rollout,
     freeze: Option<&Freeze>,
     now: DateTime<Utc>,
 ) -> Result<Vec<Gated>, LedgerError> {
-    let only = kind.map(ActionKind::as_str);
+    // One kind is filtered here; several are filtered by `gate_rows`.
+    let only = kinds.single().map(ActionKind::as_str);
     let sql = format!(
         "SELECT {ACTION_COLUMNS} FROM actions WHERE change_id IN
              (SELECT change_id FROM actions WHERE state = 'pending' AND (?1 IS NULL OR kind = ?1))
          ORDER BY change_id, wave, created, key"
     );
     let rows = all(conn, &sql, params![only], action_record)?;
-    let running = all(conn, "SELECT image, change_id FROM actions WHERE state = 'running'", [], |r| {
-        Ok((r.get("image")?, r.get("change_id")?))
-    })?;
-    Ok(gate_rows(&rows, kind, rollout, freeze, now, &running.into_iter().collect()))
+    let locking =
+        format!("SELECT {ACTION_COLUMNS} FROM actions WHERE state = 'running' OR (holds = 1 AND released = 0)");
+    let locks = ImageLocks::of(&all(conn, &locking, [], action_record)?);
+    Ok(gate_rows(&rows, kinds, rollout, freeze, now, &locks))
 }

@@ -213,6 +213,51 @@ const MIGRATIONS: &[&str] = &[
     DROP TABLE rollout;
     ALTER TABLE rollout_v7 RENAME TO rollout;
     "#,
+    // 8: deploys. The actions table is rebuilt (SQLite cannot widen a CHECK or change a primary
+    // key) with the kind deploy and the state skipped, keyed by (change, image, kind) so a change's deploy of an image
+    // sits beside its rebase or rebuild; each action's recorded progress (a deploy's previous and
+    // written images, before it writes), and whether it holds its image (a failed or overridden
+    // deploy). Rows keep their order (rowid), which tells a newer action from an older one.
+    r#"
+    CREATE TABLE actions_v8 (
+        change_id TEXT NOT NULL,
+        image TEXT NOT NULL,
+        key TEXT NOT NULL UNIQUE,
+        kind TEXT NOT NULL CHECK (kind IN ('rebase', 'rebuild', 'deploy')),
+        state TEXT NOT NULL CHECK (state IN ('pending', 'running', 'succeeded', 'failed', 'superseded',
+                                             'held', 'awaiting_approval', 'rejected', 'skipped')),
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_attempt TEXT NOT NULL,
+        object_name TEXT,
+        output_tail TEXT,
+        target TEXT NOT NULL,
+        created TEXT NOT NULL,
+        updated TEXT NOT NULL,
+        detail TEXT,
+        process_group INTEGER,
+        process_started INTEGER,
+        wave INTEGER NOT NULL DEFAULT 1,
+        needs_approval INTEGER NOT NULL DEFAULT 0,
+        released INTEGER NOT NULL DEFAULT 0,
+        decided_by TEXT,
+        decided_at TEXT,
+        progress TEXT,
+        holds INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (change_id, image, kind)
+    );
+    INSERT INTO actions_v8 (change_id, image, key, kind, state, attempts, next_attempt, object_name, output_tail,
+                            target, created, updated, detail, process_group, process_started, wave,
+                            needs_approval, released, decided_by, decided_at)
+        SELECT change_id, image, key, kind, state, attempts, next_attempt, object_name, output_tail,
+               target, created, updated, detail, process_group, process_started, wave,
+               needs_approval, released, decided_by, decided_at FROM actions ORDER BY rowid;
+    DROP TABLE actions;
+    ALTER TABLE actions_v8 RENAME TO actions;
+    CREATE INDEX actions_due ON actions (state, next_attempt);
+    CREATE INDEX actions_by_image ON actions (image, state);
+    CREATE INDEX actions_by_change ON actions (change_id);
+    CREATE INDEX actions_holding ON actions (holds) WHERE holds = 1;
+    "#,
 ];
 
 /// The schema version whose migration is followed by [`outbox::backfill_subjects`].

@@ -22,12 +22,13 @@ pub(super) const MIGRATION: &str = r#"
     );
     "#;
 
-/// The change of the newest action recorded for the same image after action `key`, if any: the
-/// change that supersedes it.
+/// The change of the newest action of another change recorded for the same image after action
+/// `key`, if any: the change that supersedes it (its own change's deploy follows it, and does not).
 pub(super) fn newer_change(conn: &Connection, key: &str) -> Result<Option<String>, LedgerError> {
     Ok(row(
         conn,
         "SELECT change_id FROM actions WHERE image = (SELECT image FROM actions WHERE key = ?1)
+             AND change_id != (SELECT change_id FROM actions WHERE key = ?1)
              AND rowid > (SELECT rowid FROM actions WHERE key = ?1) ORDER BY rowid DESC LIMIT 1",
         params![key],
         |r| r.get("change_id"),

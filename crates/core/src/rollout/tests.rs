@@ -285,6 +285,8 @@ fn action(key: &str, image: &str, wave: u32, state: ActionState) -> GateAction {
         state,
         released: false,
         created: utc("2026-12-07T09:00:00Z"),
+        deploy: false,
+        updated: utc("2026-12-07T09:00:00Z"),
     }
 }
 
@@ -491,4 +493,34 @@ fn freeze_serializes_with_rfc3339_times() {
     let json = serde_json::to_value(&freeze).unwrap();
     assert_eq!(json, serde_json::json!({"since": "2026-12-01T09:00:00Z", "reason": "audit", "by": "ops"}));
     assert_eq!(serde_json::from_value::<Freeze>(json).unwrap(), freeze);
+}
+
+/// The next wave waits until every lower-wave deploy has stayed healthy for `soak`; a rebase of
+/// the lower wave does not soak, a released action does not wait, and no soak means no wait.
+#[test]
+fn the_next_wave_waits_for_the_lower_waves_deploys_to_soak() {
+    use ActionState::*;
+    let deploy = |key: &str, wave: u32, healthy_at: &str| GateAction {
+        deploy: true,
+        updated: utc(healthy_at),
+        ..action(key, key, wave, Succeeded)
+    };
+    let soaked = Rollout { soak: std::time::Duration::from_secs(600), ..Rollout::default() };
+    let actions = [
+        action("canary-rebase", "canary", 0, Succeeded),
+        deploy("canary-deploy", 0, "2026-12-07T09:55:00Z"),
+        deploy("early-deploy", 0, "2026-12-07T09:40:00Z"),
+        action("app", "app", 1, Pending),
+    ];
+    let soaking = "wave 1 waits for wave 0's deploys to soak until 2026-12-07T10:05:00Z";
+    assert_eq!(gate_now(&actions, &soaked, None), pairs(&[("app", soaking)]));
+    assert_eq!(gate_now(&actions, &Rollout::default(), None), pairs(&[("app", "go")]));
+    let later = gate(&actions, &soaked, None, utc("2026-12-07T10:05:00Z"));
+    assert_eq!(later["app"], Ok(()));
+    let mut released = actions.clone();
+    released[3].released = true;
+    assert_eq!(gate_now(&released, &soaked, None), pairs(&[("app", "go")]));
+    // Only deploys soak: a rebase that just succeeded holds nothing back.
+    let rebase_only = [action("canary-rebase", "canary", 0, Succeeded), action("app", "app", 1, Pending)];
+    assert_eq!(gate_now(&rebase_only, &soaked, None), pairs(&[("app", "go")]));
 }

@@ -142,6 +142,9 @@ struct Route {
 /// The backends in force, started: where the runner sends each kind of action.
 pub struct Backends {
     routes: Vec<Route>,
+    /// The cluster client deploys write through, when deploys go to workloads (the guard of
+    /// deployed workloads watches through it too).
+    pub(super) deploy_client: Option<kube::Client>,
 }
 
 impl Backends {
@@ -170,7 +173,12 @@ impl Backends {
             };
             routes.push(Route { kind, backend, carrier });
         }
-        Ok(Backends { routes })
+        let deploy_client = routes
+            .iter()
+            .any(|r| r.kind == ActionKind::Deploy && r.backend.name() == "deploy")
+            .then_some(client)
+            .flatten();
+        Ok(Backends { routes, deploy_client })
     }
 
     fn route(&self, kind: ActionKind) -> &Route {

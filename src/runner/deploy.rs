@@ -17,6 +17,7 @@ use super::attempt::{Attempt, Digests, Next};
 use super::backend::{AfterRestart, Backend, Carrier, Rule};
 use super::kubernetes::ActionRef;
 use super::{Outcome, PreviewError, Runner, RunnerError};
+use builder_monitor_core::event::EventType;
 use crate::config::{Config, RebasePath};
 use crate::ledger::ClaimedAction;
 use builder_monitor_core::deploy::{
@@ -523,3 +524,166 @@ impl Runner {
         }
     }
 }
+
+/// Watches the deployed workloads until `stop`: when one's container no longer runs what the
+/// newest succeeded deploy of its image wrote — a person's rollback, or another tool's write — the
+/// image is held (`deploy.overridden`), so nothing rolls it forward again until a newer change or
+/// `release`. A deploy still running is its own business: its writes are not an override.
+pub async fn guard(runner: std::sync::Arc<Runner>, client: kube::Client, stop: tokio_util::sync::CancellationToken) {
+    let mut scopes: std::collections::BTreeSet<(core::WorkloadKind, String)> = Default::default();
+    for image in &runner.config.images {
+        for w in &image.deploy {
+            scopes.insert((w.kind, w.namespace.clone()));
+        }
+    }
+    let streams = scopes.into_iter().map(|(kind, namespace)| {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource(kind));
+        watcher(api, watcher::Config::default()).map(move |e| (kind, e)).boxed()
+    });
+    let mut events = futures::stream::select_all(streams);
+    loop {
+        let event = tokio::select! {
+            _ = stop.cancelled() => return,
+            e = events.next() => e,
+        };
+        let (kind, object) = match event {
+            Some((kind, Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)))) => (kind, o),
+            Some((_, Ok(_))) => continue,
+            Some((_, Err(err))) => {
+                tracing::debug!(error = %err, "watch of deployed workloads failed; retrying");
+                continue;
+            }
+            None => return,
+        };
+        let (Some(namespace), Some(name)) = (object.metadata.namespace.clone(), object.metadata.name.clone()) else {
+            continue;
+        };
+        let Ok(object) = serde_json::to_value(&object) else { continue };
+        if let Err(err) = runner.check_override(kind, &namespace, &name, &object).await {
+            tracing::warn!(workload = %format!("{kind} {namespace}/{name}"), error = %err, "cannot check a deployed workload");
+        }
+    }
+}
+
+impl Runner {
+    /// Holds the image whose newest deploy wrote `object` when its containers now run something
+    /// else (see [`guard`]).
+    async fn check_override(
+        &self,
+        kind: core::WorkloadKind,
+        namespace: &str,
+        name: &str,
+        object: &Value,
+    ) -> Result<(), crate::ledger::LedgerError> {
+        let images: Vec<&crate::config::ImageSettings> = self
+            .config
+            .images
+            .iter()
+            .filter(|i| i.deploy.iter().any(|w| w.kind == kind && w.namespace == namespace && w.name == name))
+            .collect();
+        if images.is_empty() {
+            return Ok(());
+        }
+        let actions = self.ledger.actions(OVERRIDE_LOOKBACK).await?;
+        for image in images {
+            let Some(newest) = actions
+                .iter()
+                .filter(|a| a.image == image.name && a.action == ActionKind::Deploy.as_str())
+                .max_by_key(|a| a.created)
+            else {
+                continue;
+            };
+            if newest.state != crate::ledger::ActionState::Succeeded || newest.holds {
+                continue;
+            }
+            let Some(progress) =
+                newest.progress.clone().and_then(|p| serde_json::from_value::<DeployProgress>(p).ok())
+            else {
+                continue;
+            };
+            let Some(record) = progress.workloads.iter().find(|w| {
+                w.workload.kind == kind && w.workload.namespace == namespace && w.workload.name == name
+            }) else {
+                continue;
+            };
+            if record.state != WorkloadState::Healthy || core::still_written(kind, object, &record.containers) != Some(false) {
+                continue;
+            }
+            let now_running: Vec<String> = core::containers(kind, object)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(_, c)| record.containers.iter().any(|w| w.name == c.name))
+                .map(|(_, c)| format!("{} runs {}", c.name, c.image))
+                .collect();
+            let detail = format!(
+                "held: workload {namespace}/{name} changed by someone else ({}); run `builder-monitor release {}` to let deploys go again",
+                now_running.join(", "),
+                newest.change
+            );
+            self.hold_overridden(newest, image, &progress, detail).await?;
+        }
+        Ok(())
+    }
+
+    async fn hold_overridden(
+        &self,
+        action: &crate::ledger::ActionRecord,
+        image: &crate::config::ImageSettings,
+        progress: &DeployProgress,
+        detail: String,
+    ) -> Result<(), crate::ledger::LedgerError> {
+        let claimed = ClaimedAction {
+            key: action.key.clone(),
+            change_id: action.change.clone(),
+            image: action.image.clone(),
+            kind: ActionKind::Deploy,
+            attempt: action.attempts,
+            target: Err(crate::ledger::Unreadable(String::new())),
+            process: None,
+            progress: None,
+        };
+        let target = ActionTarget {
+            image: image.image.to_string(),
+            builder_name: image.builder.clone(),
+            builder: String::new(),
+            run_image: None,
+            source: None,
+            env: Default::default(),
+            why: String::new(),
+            user_id: None,
+            group_id: None,
+            platform_apis: Vec::new(),
+            stack_id: None,
+            app_reference: None,
+            reasons: Vec::new(),
+            scheduling: Default::default(),
+            deploy: None,
+        };
+        let mut event = self.event(&claimed, &target, EventType::DeployOverridden, Some(detail.clone()), None, &Digests::default());
+        if let Some(info) = event.action.as_mut() {
+            info.workloads = progress.workloads.clone();
+        }
+        let events = vec![event];
+        let history = self.config.monitor.history;
+        let key = action.key.clone();
+        let record = |deliveries| {
+            self.ledger.hold_image(crate::ledger::ImageHold {
+                key: &key,
+                detail: detail.clone(),
+                watch: &image.builder,
+                events: events.clone(),
+                deliveries,
+                history,
+                now: self.clock.now(),
+            })
+        };
+        let held = crate::alert::emit(&self.config.alerts, &events, record).await?;
+        if held {
+            tracing::warn!(image = %image.name, change = %action.change, "{detail}");
+        }
+        Ok(())
+    }
+}
+
+/// How many recent actions the guard reads to find an image's newest deploy.
+const OVERRIDE_LOOKBACK: usize = 1000;

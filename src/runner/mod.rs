@@ -303,6 +303,9 @@ impl Runner {
                 "runner \"{kind}\": rebuilds are planned and recorded, never run; rebases run in the daemon"
             );
         }
+        if let Some(client) = self.backends.deploy_client.clone() {
+            tokio::spawn(deploy::guard(self.clone(), client, shutdown.clone()));
+        }
         // An aborted task ends once its future is dropped, and with it the command's group.
         worker::run(Actions { runner: self, resumed: false }, shutdown, GRACE).await;
     }

@@ -1,6 +1,8 @@
 //! One suite, both ledgers: embedded SQLite and ConfigMaps on the Kubernetes API double keep the
 //! same records under the same operations, and the Kubernetes one loses no concurrent write.
 
+#[path = "ledger/deploys.rs"]
+mod deploys;
 #[path = "ledger/outbox.rs"]
 mod outbox;
 #[path = "ledger/rollout.rs"]
@@ -248,6 +250,8 @@ async fn actions_are_claimed_finished_requeued_and_superseded() {
                 tag_move: None,
                 hold: None,
                 keep_intent: false,
+                follow: vec![],
+                hold_image: false,
             })
             .await
             .unwrap();
@@ -265,6 +269,8 @@ async fn actions_are_claimed_finished_requeued_and_superseded() {
                 tag_move: None,
                 hold: None,
                 keep_intent: false,
+                follow: vec![],
+                hold_image: false,
             })
             .await
             .unwrap();
@@ -335,6 +341,8 @@ async fn tag_moves_keep_the_digests_before_and_after() {
                 tag_move: Some(rebased.clone()),
                 hold: None,
                 keep_intent: false,
+                follow: vec![],
+                hold_image: false,
             })
             .await
             .unwrap();

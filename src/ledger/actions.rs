@@ -623,6 +623,37 @@ mod tests {
         }
     }
 
+    /// A hold keeps back the image's actions recorded before it (unless released), not newer ones,
+    /// and not other images'.
+    #[test]
+    fn an_image_hold_keeps_back_only_the_images_older_actions() {
+        let t = |s: &str| builder_monitor_core::schedule::parse_timestamp(s).unwrap();
+        let pending = |key: &str, image: &str, created: &str| ActionRecord {
+            key: key.into(),
+            image: image.into(),
+            change: key.into(),
+            created: t(created),
+            ..action(ActionState::Pending, false, None)
+        };
+        let rows = [
+            pending("older", "app", "2026-12-01T09:00:00Z"),
+            pending("newer", "app", "2026-12-01T11:00:00Z"),
+            pending("other", "api", "2026-12-01T09:00:00Z"),
+        ];
+        let mut locks = ImageLocks::default();
+        locks.hold("app".into(), "c0".into(), t("2026-12-01T10:00:00Z"));
+        let gated = gate_rows(&rows, Kinds::ALL, &Rollout::default(), None, t("2026-12-01T12:00:00Z"), &locks);
+        let verdict = |key: &str| gated.iter().find(|g| g.key == key).map(|g| g.verdict.clone()).unwrap();
+        assert_eq!(verdict("older"), Err(Wait::ImageHeld { image: "app".into(), change: "c0".into() }));
+        assert_eq!(verdict("newer"), Ok(()));
+        assert_eq!(verdict("other"), Ok(()));
+        let mut released = rows.clone();
+        released[0].released = true;
+        let gated = gate_rows(&released, Kinds::ALL, &Rollout::default(), None, t("2026-12-01T12:00:00Z"), &locks);
+        // Released: it goes (and the newer one of the same image waits its turn behind it).
+        assert_eq!(gated.iter().find(|g| g.key == "older").unwrap().verdict, Ok(()));
+    }
+
     /// Each verdict moves only the states it is about; a held action keeps its approval question.
     #[test]
     fn verdicts_move_only_the_states_they_concern() {

@@ -688,6 +688,7 @@ mod tests {
             app_reference: None,
             reasons: vec![],
             scheduling: Default::default(),
+            deploy: None,
         }
     }
 

@@ -222,7 +222,7 @@ fn example_images_are_valid_once_uncommented() {
     assert_eq!(out.code, Some(0), "{}\n{block}", out.stderr);
     assert!(
         out.stdout
-            .contains("petclinic: registry.example.com/apps/petclinic:latest (builder paketo-jammy-base, policy auto)"),
+            .contains("petclinic: registry.example.com/apps/petclinic:latest (builder paketo-jammy-base, policy auto, deploys to Deployment shop/petclinic, undo workload)"),
         "{}",
         out.stdout
     );
@@ -248,7 +248,7 @@ fn example_rollout_is_valid_once_uncommented() {
     assert_eq!(out.code, Some(0), "{}\n{block}", out.stderr);
     for line in [
         "canary: registry.example.com/apps/canary:latest (builder paketo-jammy-base, policy auto, wave 0)",
-        "rollout: windows Mon-Fri 09:00-17:00 Europe/Berlin, at most 5 actions of a change at once, approval for rebuild",
+        "rollout: windows Mon-Fri 09:00-17:00 Europe/Berlin, at most 5 actions of a change at once, approval for rebuild, deploys: soak 10m\n",
     ] {
         assert!(out.stdout.contains(line), "{line} missing from:\n{}", out.stdout);
     }

@@ -15,6 +15,7 @@ use super::{BuilderSettings, Validator};
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::template;
 
+use builder_monitor_core::deploy::{GitopsOwned, Undo, Workload, WorkloadKind};
 use builder_monitor_core::plan::{ActionKind, PlannedImage};
 pub use builder_monitor_core::plan::{Policy, Scheduling, Source, Toleration};
 use builder_monitor_core::rollout::Rollout;
@@ -35,24 +36,24 @@ pub struct ImageSettings {
     pub wave: u32,
     /// Its actions wait for a person's approval, whatever their kind.
     pub approve: bool,
-    /// The workloads its new digests are deployed to.
-    pub deploy: Vec<builder_monitor_core::deploy::Workload>,
-    /// What a failed deploy puts back; none: `[rollout] undo`.
-    pub undo: Option<builder_monitor_core::deploy::Undo>,
+    /// The workloads its new digest is deployed to (none: it is not deployed).
+    pub deploy: Vec<Workload>,
+    /// What a failed deploy puts back; `None`: `[rollout] undo`.
+    pub undo: Option<Undo>,
 }
 
 /// The wave of an `[[images]]` entry without one; 0 is left for canaries.
 pub const DEFAULT_WAVE: u32 = 1;
 
 impl ImageSettings {
-    /// What a failed deploy of it puts back.
-    pub fn undo(&self, rollout: &Rollout) -> builder_monitor_core::deploy::Undo {
-        self.undo.unwrap_or(rollout.undo)
-    }
-
     /// Whether an action of `kind` for this image waits for approval.
     pub fn needs_approval(&self, kind: ActionKind, rollout: &Rollout) -> bool {
         self.approve || rollout.approve.contains(&kind)
+    }
+
+    /// What a failed deploy of this image puts back: its own `undo`, else `[rollout] undo`.
+    pub fn undo(&self, rollout: &Rollout) -> Undo {
+        self.undo.unwrap_or(rollout.undo)
     }
 }
 
@@ -162,6 +163,38 @@ pub struct ExecSettings {
 pub const PLACEHOLDERS: &[&str] =
     &["image", "builder", "run_image", "source", "revision", "sub_path", "change_id", "action", "name"];
 
+/// Placeholders the `deploy` template may use: [`PLACEHOLDERS`], then the digest deployed
+/// (`sha256:…`) and its reference (`repo@sha256:…`).
+pub const DEPLOY_PLACEHOLDERS: &[&str] = &[
+    "image",
+    "builder",
+    "run_image",
+    "source",
+    "revision",
+    "sub_path",
+    "change_id",
+    "action",
+    "name",
+    "digest",
+    "reference",
+];
+
+/// Longest CronJob name: its Jobs' names add 11 characters and must stay a 63-character label.
+const CRONJOB_NAME_MAX: usize = 52;
+/// Longest object name (a DNS-1123 subdomain).
+const SUBDOMAIN_MAX: usize = 253;
+
+/// The rule a namespace or container name breaks, for its message.
+const LABEL: &str =
+    "a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit";
+/// The rule a workload name breaks.
+const SUBDOMAIN: &str = "a DNS-1123 subdomain: at most 253 characters, lowercase letters, digits and '-' in parts joined by '.', each starting and ending with a letter or digit";
+
+/// The message for an `undo` value that is none of the three.
+pub(super) fn unknown_undo(value: &str) -> String {
+    format!("unknown undo \"{value}\", expected workload-and-tag, workload or none")
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawImage {
@@ -175,7 +208,24 @@ pub(super) struct RawImage {
     scheduling: Option<Spanned<Scheduling>>,
     wave: Option<Spanned<i64>>,
     approve: Option<bool>,
+    deploy: Option<Vec<Spanned<RawWorkload>>>,
+    undo: Option<Spanned<String>>,
 }
+
+/// One `deploy = [{ … }]` entry, as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWorkload {
+    kind: Spanned<String>,
+    namespace: Spanned<String>,
+    name: Spanned<String>,
+    container: Option<Spanned<String>>,
+    gitops_owned: Option<Spanned<String>>,
+}
+
+/// The workloads deployed to so far, by (kind, namespace, name): each image that names it, the
+/// container it names, and where in the text.
+pub(super) type Deployed = BTreeMap<(WorkloadKind, String, String), Vec<(String, Option<String>, usize)>>;
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -195,6 +245,7 @@ pub(super) struct RawRunner {
 struct RawExec {
     rebuild: Option<Spanned<Vec<String>>>,
     rebase: Option<Spanned<Vec<String>>>,
+    deploy: Option<Spanned<Vec<String>>>,
     timeout: Option<Spanned<DurationText>>,
     working_dir: Option<Spanned<String>>,
     #[serde(default)]
@@ -216,15 +267,29 @@ fn absolute_dir(dir: PathBuf) -> PathBuf {
     dir.canonicalize().or_else(|_| std::path::absolute(&dir)).unwrap_or(dir)
 }
 
-/// What is wrong with a template argument's placeholders: each unknown one, or an unclosed `{`.
-fn placeholder_errors(arg: &str, what: &str) -> Vec<String> {
+/// Whether `name` is a DNS-1123 subdomain of at most `max` characters: dot-separated labels of
+/// lowercase letters, digits and `-`, each starting and ending with a letter or digit.
+fn is_dns_subdomain(name: &str, max: usize) -> bool {
+    name.len() <= max
+        && name.split('.').all(|label| {
+            let b = label.as_bytes();
+            !b.is_empty()
+                && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                && b[0] != b'-'
+                && b[b.len() - 1] != b'-'
+        })
+}
+
+/// What is wrong with a template argument's placeholders (`known` being the ones the template may
+/// use): each unknown one, or an unclosed `{`.
+fn placeholder_errors(arg: &str, what: &str, known: &[&str]) -> Vec<String> {
     match template::pieces(arg) {
         Ok(pieces) => pieces
             .into_iter()
             .filter_map(|piece| match piece {
-                template::Piece::Placeholder(name) if !PLACEHOLDERS.contains(&name) => Some(format!(
+                template::Piece::Placeholder(name) if !known.contains(&name) => Some(format!(
                     "unknown placeholder {{{name}}} in `{what}` (known: {}; write {{{{ and }}}} for literal braces)",
-                    PLACEHOLDERS.join(", ")
+                    known.join(", ")
                 )),
                 _ => None,
             })
@@ -240,10 +305,11 @@ impl<'a> Validator<'a> {
         builders: Option<&[BuilderSettings]>,
     ) -> Result<Option<Vec<ImageSettings>>, super::NotAlone> {
         let mut names = super::Names::default();
+        let mut deployed = Deployed::default();
         let mut out = Vec::new();
         let ok = self.each_element(elements, "images", |v, raw: RawImage| {
             let unique = v.unique_name(&mut names, &raw.name, "image");
-            match v.image(raw, builders) {
+            match v.image(raw, builders, &mut deployed) {
                 Some(i) => out.push(i),
                 None => return false,
             }
@@ -253,7 +319,12 @@ impl<'a> Validator<'a> {
         Ok(ok.then_some(out))
     }
 
-    fn image(&mut self, raw: RawImage, builders: Option<&[BuilderSettings]>) -> Option<ImageSettings> {
+    fn image(
+        &mut self,
+        raw: RawImage,
+        builders: Option<&[BuilderSettings]>,
+        deployed: &mut Deployed,
+    ) -> Option<ImageSettings> {
         let errors_before = self.diagnostics.len();
         if let Some(builders) = builders
             && !builders.iter().any(|b| &b.name == raw.builder.get_ref())
@@ -305,6 +376,14 @@ impl<'a> Validator<'a> {
                 DEFAULT_WAVE
             }),
         };
+        let deploy = self.workloads(raw.deploy.as_deref().unwrap_or_default(), raw.name.get_ref(), deployed);
+        let undo = raw.undo.as_ref().and_then(|u| {
+            let undo = Undo::parse(u.get_ref());
+            if undo.is_none() {
+                self.error(u.span(), unknown_undo(u.get_ref()));
+            }
+            undo
+        });
         if self.diagnostics.len() != errors_before {
             return None;
         }
@@ -318,8 +397,98 @@ impl<'a> Validator<'a> {
             scheduling: raw.scheduling.map(Spanned::into_inner).unwrap_or_default(),
             wave,
             approve: raw.approve.unwrap_or(false),
-            deploy: Vec::new(),
-            undo: None,
+            deploy,
+            undo,
+        })
+    }
+
+    /// An image's `deploy` entries, each checked as Kubernetes would check the object's names, and
+    /// against the entries before it in this image and in the images before it (`deployed`).
+    fn workloads(&mut self, raw: &[Spanned<RawWorkload>], image: &str, deployed: &mut Deployed) -> Vec<Workload> {
+        let mut here = BTreeMap::new();
+        let mut out = Vec::new();
+        for entry in raw {
+            let Some(w) = self.workload(entry.get_ref()) else { continue };
+            let key = (w.kind, w.namespace.clone(), w.name.clone());
+            let at = self.offset + entry.span().start;
+            if let Some(first) = here.get(&key) {
+                let (line, _) = super::line_column(self.text, *first);
+                let message =
+                    format!("{w} is listed twice in this image's deploy (first on line {line}): list it once");
+                self.error(entry.span(), message);
+                continue;
+            }
+            here.insert(key.clone(), at);
+            let others = deployed.entry(key).or_default();
+            // Two images may share a workload only when each names its own container.
+            let fights =
+                |c: &Option<String>| !matches!((c, &w.container), (Some(theirs), Some(ours)) if theirs != ours);
+            let fight = others.iter().find(|(_, c, _)| fights(c)).map(|(other, _, first)| (other.clone(), *first));
+            others.push((image.to_string(), w.container.clone(), at));
+            if let Some((other, first)) = fight {
+                let (line, _) = super::line_column(self.text, first);
+                let message = format!(
+                    "{w} is also deployed by image \"{other}\" (line {line}): two images would fight over it; \
+                     deploy it from one image, or name a different container in each"
+                );
+                self.error(entry.span(), message);
+                continue;
+            }
+            out.push(w);
+        }
+        out
+    }
+
+    fn workload(&mut self, raw: &RawWorkload) -> Option<Workload> {
+        let errors_before = self.diagnostics.len();
+        let kind = WorkloadKind::parse(raw.kind.get_ref());
+        if kind.is_none() {
+            let message = format!(
+                "unknown workload kind \"{}\", expected Deployment, StatefulSet, DaemonSet or CronJob",
+                raw.kind.get_ref()
+            );
+            self.error(raw.kind.span(), message);
+        }
+        let namespace = raw.namespace.get_ref();
+        if !super::is_dns_label(namespace) {
+            self.error(
+                raw.namespace.span(),
+                format!("namespace \"{namespace}\" is not a valid namespace name ({LABEL})"),
+            );
+        }
+        let name = raw.name.get_ref();
+        if !is_dns_subdomain(name, SUBDOMAIN_MAX) {
+            let what = kind.map(WorkloadKind::as_str).unwrap_or("workload");
+            self.error(raw.name.span(), format!("name \"{name}\" is not a valid {what} name ({SUBDOMAIN})"));
+        } else if kind == Some(WorkloadKind::CronJob) && name.len() > CRONJOB_NAME_MAX {
+            let message = format!(
+                "CronJob name \"{name}\" is {} characters, at most {CRONJOB_NAME_MAX} (its Jobs' names add 11)",
+                name.len()
+            );
+            self.error(raw.name.span(), message);
+        }
+        if let Some(c) = &raw.container
+            && !super::is_dns_label(c.get_ref())
+        {
+            self.error(c.span(), format!("container \"{}\" is not a valid container name ({LABEL})", c.get_ref()));
+        }
+        let gitops_owned = match raw.gitops_owned.as_ref().map(|g| (g.get_ref().as_str(), g.span())) {
+            None | Some(("skip", _)) => GitopsOwned::Skip,
+            Some(("patch", _)) => GitopsOwned::Patch,
+            Some((other, span)) => {
+                self.error(span, format!("unknown gitops_owned \"{other}\", expected skip or patch"));
+                GitopsOwned::Skip
+            }
+        };
+        if self.diagnostics.len() != errors_before {
+            return None;
+        }
+        Some(Workload {
+            kind: kind?,
+            namespace: namespace.clone(),
+            name: name.clone(),
+            container: raw.container.as_ref().map(|c| c.get_ref().clone()),
+            gitops_owned,
         })
     }
 
@@ -364,7 +533,7 @@ impl<'a> Validator<'a> {
         }
         if let Some(exec) = raw.exec {
             let span = exec.span();
-            s.exec = self.exec(exec.into_inner(), span, s.rebase);
+            s.exec = self.exec(exec.into_inner(), span, s.rebase, s.kind);
         }
         let kube = matches!(s.kind, RunnerKind::Kubernetes | RunnerKind::Kpack);
         s.kubernetes = match raw.kubernetes {
@@ -379,9 +548,15 @@ impl<'a> Validator<'a> {
         (self.diagnostics.len() == errors_before).then_some(s)
     }
 
-    fn exec(&mut self, raw: RawExec, span: std::ops::Range<usize>, rebase_path: RebasePath) -> Option<ExecSettings> {
+    fn exec(
+        &mut self,
+        raw: RawExec,
+        span: std::ops::Range<usize>,
+        rebase_path: RebasePath,
+        kind: RunnerKind,
+    ) -> Option<ExecSettings> {
         let errors_before = self.diagnostics.len();
-        let argv = |v: &mut Self, template: &Option<Spanned<Vec<String>>>, what: &str| -> Vec<String> {
+        let argv = |v: &mut Self, template: &Option<Spanned<Vec<String>>>, what: &str, known: &[&str]| -> Vec<String> {
             match template {
                 None => {
                     v.error(span.clone(), format!("[runner.exec] needs `{what}` (an argv array)"));
@@ -393,7 +568,7 @@ impl<'a> Validator<'a> {
                 }
                 Some(t) => {
                     for arg in t.get_ref() {
-                        for problem in placeholder_errors(arg, what) {
+                        for problem in placeholder_errors(arg, what, known) {
                             v.error(t.span(), problem);
                         }
                     }
@@ -401,11 +576,21 @@ impl<'a> Validator<'a> {
                 }
             }
         };
-        let rebuild = argv(self, &raw.rebuild, "rebuild");
+        // A table for deploys alone needs no build commands, unless the runner runs them.
+        let builds = raw.deploy.is_none() || kind == RunnerKind::Exec;
+        let rebuild = match &raw.rebuild {
+            None if !builds => Vec::new(),
+            template => argv(self, template, "rebuild", PLACEHOLDERS),
+        };
         // Rebases done in the daemon need no command.
         let rebase = match (&raw.rebase, rebase_path) {
             (None, RebasePath::Registry) => Vec::new(),
-            (template, _) => argv(self, template, "rebase"),
+            (None, _) if !builds => Vec::new(),
+            (template, _) => argv(self, template, "rebase", PLACEHOLDERS),
+        };
+        let deploy = match &raw.deploy {
+            None => Vec::new(),
+            template => argv(self, template, "deploy", DEPLOY_PLACEHOLDERS),
         };
         let timeout = match &raw.timeout {
             Some(t) => self.positive_duration(t, "timeout").unwrap_or_default(),
@@ -424,7 +609,7 @@ impl<'a> Validator<'a> {
         (self.diagnostics.len() == errors_before).then_some(ExecSettings {
             rebuild,
             rebase,
-            deploy: Vec::new(),
+            deploy,
             timeout,
             working_dir: absolute_dir(working_dir),
             env: raw.env,
@@ -439,7 +624,7 @@ mod tests {
 
     #[test]
     fn placeholders() {
-        let errors = |arg| placeholder_errors(arg, "rebuild");
+        let errors = |arg| placeholder_errors(arg, "rebuild", PLACEHOLDERS);
         assert!(errors("{image}").is_empty());
         assert!(errors("--builder={builder}:{revision}").is_empty());
         assert!(errors("{imge}")[0].starts_with("unknown placeholder {imge} in `rebuild` (known: image,"));
@@ -448,6 +633,21 @@ mod tests {
         // Doubled braces are literal: a shell group and a shell variable need no placeholder.
         assert!(errors("{{ make; }} && echo ${{HOME}}").is_empty());
         assert!(errors("{ make; }")[0].starts_with("unknown placeholder { make; }"));
+        assert!(errors("{digest}")[0].starts_with("unknown placeholder {digest} in `rebuild`"));
+        let deploy = |arg| placeholder_errors(arg, "deploy", DEPLOY_PLACEHOLDERS);
+        assert!(deploy("{image}={reference} ({digest}, {{x}})").is_empty());
+        assert!(deploy("{ref}")[0].ends_with("(known: image, builder, run_image, source, revision, sub_path, change_id, action, name, digest, reference; write {{ and }} for literal braces)"));
+        assert_eq!(&DEPLOY_PLACEHOLDERS[..PLACEHOLDERS.len()], PLACEHOLDERS, "the others' placeholders, then its own");
+    }
+
+    #[test]
+    fn dns_subdomains() {
+        for ok in ["a", "petclinic", "web-1.shop", "0.a-b.c", &"a".repeat(253)] {
+            assert!(is_dns_subdomain(ok, SUBDOMAIN_MAX), "{ok}");
+        }
+        for bad in ["", "-a", "a-", "A", "a..b", ".a", "a.", "a_b", "a.-b", &"a".repeat(254)] {
+            assert!(!is_dns_subdomain(bad, SUBDOMAIN_MAX), "{bad}");
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The TOML configuration: schema, defaults and validation.
 //! Every problem in a file is reported at once, each as `FILE:LINE:COL: message`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -28,8 +28,8 @@ mod server;
 pub use alerts::{AlertKind, AlertSettings, AlertUrl, DEFAULT_EVENTS, redact_url};
 pub use builders::{BuilderSettings, Platform, run_image_watch};
 pub use images::{
-    DEFAULT_WAVE, ExecSettings, ImageSettings, PLACEHOLDERS, Policy, RebasePath, RunnerKind, RunnerSettings,
-    Scheduling, Source, Toleration,
+    DEFAULT_WAVE, DEPLOY_PLACEHOLDERS, ExecSettings, ImageSettings, PLACEHOLDERS, Policy, RebasePath, RunnerKind,
+    RunnerSettings, Scheduling, Source, Toleration,
 };
 pub use kubernetes::{DEFAULT_GIT_IMAGE, KubeRunnerSettings, KubeValueError, KubernetesSettings, k8s_typed};
 pub use registries::{CredentialSource, Credentials, RegistrySettings};
@@ -220,12 +220,6 @@ impl Config {
         self.images.iter().find(|i| i.name == name)
     }
 
-    /// Whether any deploy is configured: an image's workloads or `[runner.exec] deploy`.
-    pub fn deploys(&self) -> bool {
-        self.images.iter().any(|i| !i.deploy.is_empty())
-            || self.runner.exec.as_ref().is_some_and(|e| !e.deploy.is_empty())
-    }
-
     /// Whether `image` gets a deploy after an action moves its tag.
     pub fn deploys_image(&self, image: &ImageSettings) -> bool {
         !image.deploy.is_empty() || self.runner.exec.as_ref().is_some_and(|e| !e.deploy.is_empty())
@@ -234,6 +228,18 @@ impl Config {
     /// The `[[images]]` names, for messages that list what is configured.
     pub fn image_names(&self) -> Vec<String> {
         self.images.iter().map(|i| i.name.clone()).collect()
+    }
+
+    /// Whether anything is deployed: an image has `deploy` workloads, or `[runner.exec]` has a
+    /// `deploy` command.
+    pub fn deploys(&self) -> bool {
+        self.images.iter().any(|i| !i.deploy.is_empty())
+            || self.runner.exec.as_ref().is_some_and(|e| !e.deploy.is_empty())
+    }
+
+    /// The namespaces of every image's `deploy` workloads.
+    pub fn deploy_namespaces(&self) -> BTreeSet<String> {
+        self.images.iter().flat_map(|i| &i.deploy).map(|w| w.namespace.clone()).collect()
     }
 }
 
@@ -302,8 +308,16 @@ impl Config {
         for i in &self.images {
             let wave = if i.wave == images::DEFAULT_WAVE { String::new() } else { format!(", wave {}", i.wave) };
             let approve = if i.approve { ", approval" } else { "" };
+            let deploy = match i.deploy.as_slice() {
+                [] => String::new(),
+                workloads => {
+                    let each: Vec<String> = workloads.iter().map(ToString::to_string).collect();
+                    let undo = i.undo.map(|u| format!(", undo {}", u.as_str())).unwrap_or_default();
+                    format!(", deploys to {}{undo}", each.join(", "))
+                }
+            };
             out.push_str(&format!(
-                "  {}: {} (builder {}, policy {}{wave}{approve})\n",
+                "  {}: {} (builder {}, policy {}{wave}{approve}{deploy})\n",
                 i.name,
                 i.image,
                 i.builder,

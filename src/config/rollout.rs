@@ -1,4 +1,5 @@
-//! `[rollout]`: the windows actions start in, the kinds that wait for approval and `max_in_flight`.
+//! `[rollout]`: the windows actions start in, the kinds that wait for approval, `max_in_flight`,
+//! and how deploys are judged (`soak`, `undo`, `fail_after`, `deploy_timeout`).
 //! Time zone names are resolved here (the system database) so the core's gate stays I/O free.
 
 use std::collections::BTreeSet;
@@ -7,7 +8,8 @@ use jiff::tz::TimeZone;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::Validator;
+use super::{DurationText, Validator};
+use builder_monitor_core::deploy::Undo;
 use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::rollout::{Rollout, Window};
 
@@ -17,6 +19,10 @@ pub(super) struct RawRollout {
     windows: Option<Vec<RawWindow>>,
     approve: Option<Vec<Spanned<String>>>,
     max_in_flight: Option<Spanned<i64>>,
+    soak: Option<Spanned<DurationText>>,
+    undo: Option<Spanned<String>>,
+    fail_after: Option<Spanned<DurationText>>,
+    deploy_timeout: Option<Spanned<DurationText>>,
 }
 
 #[derive(Deserialize)]
@@ -60,7 +66,10 @@ impl Validator<'_> {
                 }
                 None => self.error(
                     kind.span(),
-                    format!("unknown action kind \"{}\" in approve, expected rebuild or rebase", kind.get_ref()),
+                    format!(
+                        "unknown action kind \"{}\" in approve, expected rebuild, rebase or deploy",
+                        kind.get_ref()
+                    ),
                 ),
             }
         }
@@ -68,6 +77,42 @@ impl Validator<'_> {
             match usize::try_from(*m.get_ref()) {
                 Ok(n) if n >= 1 => rollout.max_in_flight = Some(n),
                 _ => self.error(m.span(), "max_in_flight must be at least 1"),
+            }
+        }
+        if let Some(soak) = &raw.soak
+            && let Some(d) = self.duration(soak, "soak")
+        {
+            rollout.soak = d;
+        }
+        if let Some(undo) = &raw.undo {
+            match Undo::parse(undo.get_ref()) {
+                Some(u) => rollout.undo = u,
+                None => self.error(undo.span(), super::images::unknown_undo(undo.get_ref())),
+            }
+        }
+        let fail_after = raw.fail_after.as_ref().and_then(|f| self.positive_duration(f, "fail_after"));
+        let deploy_timeout = raw.deploy_timeout.as_ref().and_then(|t| self.positive_duration(t, "deploy_timeout"));
+        // Compared only when each one written is valid (a bad one has its own message).
+        let comparable = raw.fail_after.is_none() == fail_after.is_none()
+            && raw.deploy_timeout.is_none() == deploy_timeout.is_none();
+        rollout.fail_after = fail_after.unwrap_or(rollout.fail_after);
+        rollout.deploy_timeout = deploy_timeout.unwrap_or(rollout.deploy_timeout);
+        if comparable && rollout.fail_after > rollout.deploy_timeout {
+            let text = |d| humantime::format_duration(d).to_string();
+            let (fail, timeout) = (text(rollout.fail_after), text(rollout.deploy_timeout));
+            // At the key written: fail_after when it is, else the deploy_timeout below the default.
+            match (&raw.fail_after, &raw.deploy_timeout) {
+                (Some(f), _) => self.error(
+                    f.span(),
+                    format!("fail_after {fail} is longer than deploy_timeout {timeout}: make it at most that"),
+                ),
+                (None, Some(t)) => self.error(
+                    t.span(),
+                    format!(
+                        "deploy_timeout {timeout} is shorter than fail_after {fail} (its default): make it longer, or set fail_after"
+                    ),
+                ),
+                (None, None) => {}
             }
         }
         (self.diagnostics.len() == errors_before).then_some(rollout)
@@ -116,13 +161,28 @@ pub(super) fn summary(rollout: &Rollout) -> Option<String> {
         format!("windows {}", each.join("; "))
     };
     let cap = rollout.max_in_flight.map(|n| format!(", at most {n} actions of a change at once")).unwrap_or_default();
-    let approve: BTreeSet<&str> = rollout.approve.iter().map(|k| k.as_str()).collect();
-    let approve = if approve.is_empty() {
-        String::new()
-    } else {
-        format!(", approval for {}", approve.into_iter().collect::<Vec<_>>().join(" and "))
+    let approve: Vec<&str> = rollout.approve.iter().map(|k| k.as_str()).collect::<BTreeSet<_>>().into_iter().collect();
+    let approve = match approve.split_last() {
+        None => String::new(),
+        Some((last, [])) => format!(", approval for {last}"),
+        Some((last, rest)) => format!(", approval for {} and {last}", rest.join(", ")),
     };
-    Some(format!("rollout: {windows}{cap}{approve}\n"))
+    let defaults = Rollout::default();
+    let mut deploys = Vec::new();
+    if rollout.soak != defaults.soak {
+        deploys.push(format!("soak {}", humantime::format_duration(rollout.soak)));
+    }
+    if rollout.undo != defaults.undo {
+        deploys.push(format!("undo {}", rollout.undo.as_str()));
+    }
+    if rollout.fail_after != defaults.fail_after {
+        deploys.push(format!("fail after {}", humantime::format_duration(rollout.fail_after)));
+    }
+    if rollout.deploy_timeout != defaults.deploy_timeout {
+        deploys.push(format!("deploy timeout {}", humantime::format_duration(rollout.deploy_timeout)));
+    }
+    let deploys = if deploys.is_empty() { String::new() } else { format!(", deploys: {}", deploys.join(", ")) };
+    Some(format!("rollout: {windows}{cap}{approve}{deploys}\n"))
 }
 
 fn clock(minutes: u16) -> String {
@@ -233,7 +293,7 @@ windows = [
   { days = "Mon", start = "09:00", end = "25:00", timezone = "UTC" },
   { days = "Mon", start = "09:00", end = "09:00", timezone = "UTC" },
 ]
-approve = ["rebuild", "deploy"]
+approve = ["rebuild", "build"]
 max_in_flight = 0
 "#
         );
@@ -246,7 +306,7 @@ max_in_flight = 0
             "15:60: unknown time zone \"Europe/Berln\" (an IANA name such as \"Europe/Berlin\" or \"UTC\")",
             "16:42: end \"25:00\" is not a time of day HH:MM (00:00 to 24:00)",
             "17:42: end \"09:00\" is the same as start: a window needs a length",
-            "19:23: unknown action kind \"deploy\" in approve, expected rebuild or rebase",
+            "19:23: unknown action kind \"build\" in approve, expected rebuild, rebase or deploy",
             "20:17: max_in_flight must be at least 1",
         ];
         for (got, want) in errors.iter().zip(expect.iter()) {

@@ -423,3 +423,5 @@ fn a_duration_without_a_unit_asks_for_one_and_hides_nothing() {
         assert!(got.contains(want), "got {got:?}, want {want:?}\nall: {errors:#?}");
     }
 }
+
+mod deploy;

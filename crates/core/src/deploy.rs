@@ -409,15 +409,17 @@ pub fn health(kind: WorkloadKind, object: &Value) -> Health {
     match kind {
         WorkloadKind::CronJob => Health::Healthy,
         WorkloadKind::Deployment => {
+            // First: until the controller has seen the new template, its conditions (a deadline
+            // exceeded by the previous roll-out among them) say nothing about this one.
+            if observed < generation {
+                return Health::Progressing(format!("the controller has not seen generation {generation} yet"));
+            }
             let conditions = object.pointer("/status/conditions").and_then(Value::as_array);
             if let Some(c) = conditions.into_iter().flatten().find(|c| {
                 c["type"] == "Progressing" && c["status"] == "False" && c["reason"] == "ProgressDeadlineExceeded"
             }) {
                 let message = c["message"].as_str().unwrap_or("the progress deadline passed");
                 return Health::Failed(format!("ProgressDeadlineExceeded: {message}"));
-            }
-            if observed < generation {
-                return Health::Progressing(format!("the controller has not seen generation {generation} yet"));
             }
             let (updated, available, total) = (count("updatedReplicas"), count("availableReplicas"), count("replicas"));
             if updated == wanted && available == wanted && total == wanted {
@@ -434,6 +436,19 @@ pub fn health(kind: WorkloadKind, object: &Value) -> Health {
             }
             let revision = |f: &str| object.pointer(&format!("/status/{f}")).and_then(Value::as_str);
             let ready = count("readyReplicas");
+            // A partitioned roll-out updates the pods from ordinal `partition` up only, so the
+            // current revision never becomes the update revision: done when those are updated.
+            let partition = int(object, "/spec/updateStrategy/rollingUpdate/partition").unwrap_or(0);
+            if partition > 0 {
+                let (updated, due) = (count("updatedReplicas"), (wanted - partition).max(0));
+                return if updated >= due && ready == wanted {
+                    Health::Healthy
+                } else {
+                    Health::Progressing(format!(
+                        "{updated} of {due} replicas from ordinal {partition} updated, {ready} of {wanted} ready"
+                    ))
+                };
+            }
             match (revision("updateRevision"), revision("currentRevision")) {
                 (Some(u), Some(c)) if u == c && ready == wanted => Health::Healthy,
                 (u, c) => Health::Progressing(format!(

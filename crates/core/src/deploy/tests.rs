@@ -1,1 +1,441 @@
 use super::*;
+
+const DIGEST: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+
+fn workload(kind: WorkloadKind, name: &str, container: Option<&str>) -> Workload {
+    Workload {
+        kind,
+        namespace: "shop".into(),
+        name: name.into(),
+        container: container.map(Into::into),
+        gitops_owned: GitopsOwned::Skip,
+    }
+}
+
+fn app(text: &str) -> ImageRef {
+    ImageRef::parse(text).unwrap()
+}
+
+/// A Deployment whose pod template has these init containers and containers (name, image).
+fn deployment(init: &[(&str, &str)], main: &[(&str, &str)]) -> Value {
+    let list = |cs: &[(&str, &str)]| -> Vec<Value> {
+        cs.iter().map(|(n, i)| json!({"name": n, "image": i, "ports": [{"containerPort": 8080}]})).collect()
+    };
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "petclinic", "namespace": "shop"},
+        "spec": {"template": {"spec": {"initContainers": list(init), "containers": list(main)}}},
+    })
+}
+
+fn names(containers: &[Container]) -> Vec<&str> {
+    containers.iter().map(|c| c.name.as_str()).collect()
+}
+
+// ---- kinds and settings ------------------------------------------------------------------------
+
+#[test]
+fn kinds_and_undo_parse_by_their_names() {
+    for kind in WorkloadKind::ALL {
+        assert_eq!(WorkloadKind::parse(kind.as_str()), Some(kind));
+    }
+    assert_eq!(WorkloadKind::parse("deployment"), None, "kinds are case-sensitive, as in a manifest");
+    assert_eq!(WorkloadKind::parse("Job"), None);
+    assert_eq!((WorkloadKind::CronJob.group(), WorkloadKind::CronJob.api_version()), ("batch", "batch/v1"));
+    assert_eq!((WorkloadKind::DaemonSet.plural(), WorkloadKind::DaemonSet.api_version()), ("daemonsets", "apps/v1"));
+    assert!(!WorkloadKind::CronJob.has_health() && WorkloadKind::StatefulSet.has_health());
+    for undo in [Undo::WorkloadAndTag, Undo::Workload, Undo::None] {
+        assert_eq!(Undo::parse(undo.as_str()), Some(undo));
+    }
+    assert_eq!(Undo::parse("tag"), None);
+    assert_eq!(Undo::default(), Undo::WorkloadAndTag);
+    assert!(Undo::WorkloadAndTag.tag() && !Undo::Workload.tag() && !Undo::None.workloads());
+}
+
+#[test]
+fn a_workload_reads_and_prints_as_configured() {
+    let w: Workload = serde_json::from_value(
+        json!({"kind": "CronJob", "namespace": "shop", "name": "nightly", "gitops_owned": "patch"}),
+    )
+    .unwrap();
+    assert_eq!((w.kind, w.gitops_owned, w.container.as_deref()), (WorkloadKind::CronJob, GitopsOwned::Patch, None));
+    assert_eq!(w.to_string(), "CronJob shop/nightly");
+    let skip = workload(WorkloadKind::Deployment, "petclinic", None);
+    assert_eq!(
+        serde_json::to_value(&skip).unwrap(),
+        json!({"kind": "Deployment", "namespace": "shop", "name": "petclinic"}),
+        "the defaults are left out"
+    );
+}
+
+// ---- targets ----------------------------------------------------------------------------------
+
+#[test]
+fn a_named_container_is_the_target_whatever_it_runs() {
+    let object = deployment(&[], &[("app", "r.example/apps/petclinic:1"), ("proxy", "envoyproxy/envoy:v1")]);
+    let w = workload(WorkloadKind::Deployment, "petclinic", Some("proxy"));
+    let chosen = targets(&w, &object, &app("r.example/apps/petclinic")).unwrap();
+    assert_eq!(chosen, [Container { name: "proxy".into(), image: "envoyproxy/envoy:v1".into() }]);
+}
+
+#[test]
+fn without_a_name_every_container_of_the_repository_is_a_target_at_any_tag_or_digest() {
+    let object = deployment(
+        &[],
+        &[
+            ("tagged", "r.example/apps/petclinic:1.2"),
+            ("pinned", &format!("r.example/apps/petclinic@{DIGEST}")),
+            ("both", &format!("r.example/apps/petclinic:1.2@{DIGEST}")),
+            ("bare", "r.example/apps/petclinic"),
+            ("other-repo", "r.example/apps/petclinic-worker:1.2"),
+            ("other-registry", "ghcr.io/apps/petclinic:1.2"),
+        ],
+    );
+    let w = workload(WorkloadKind::Deployment, "petclinic", None);
+    let chosen = targets(&w, &object, &app("r.example/apps/petclinic:latest")).unwrap();
+    assert_eq!(names(&chosen), ["tagged", "pinned", "both", "bare"]);
+}
+
+#[test]
+fn docker_hub_names_match_however_they_are_written() {
+    let object = deployment(
+        &[],
+        &[
+            ("short", "nginx:1.27"),
+            ("library", "library/nginx"),
+            ("long", "docker.io/library/nginx:1.27"),
+            ("legacy", &format!("index.docker.io/library/nginx@{DIGEST}")),
+            ("user", "someone/nginx:1.27"),
+        ],
+    );
+    let w = workload(WorkloadKind::Deployment, "petclinic", None);
+    for written in ["nginx", "docker.io/library/nginx:stable", "library/nginx:1"] {
+        let chosen = targets(&w, &object, &app(written)).unwrap();
+        assert_eq!(names(&chosen), ["short", "library", "long", "legacy"], "{written}");
+    }
+    assert!(names_repository("docker.io/library/nginx", &app("nginx")));
+    assert!(!names_repository("not a reference", &app("nginx")));
+}
+
+#[test]
+fn init_containers_are_targets_too() {
+    let object = deployment(
+        &[("migrate", "r.example/apps/petclinic:1"), ("wait", "busybox")],
+        &[("app", "r.example/apps/petclinic:1")],
+    );
+    let w = workload(WorkloadKind::Deployment, "petclinic", None);
+    let chosen = targets(&w, &object, &app("r.example/apps/petclinic")).unwrap();
+    assert_eq!(names(&chosen), ["migrate", "app"]);
+    let by_name = workload(WorkloadKind::Deployment, "petclinic", Some("wait"));
+    assert_eq!(names(&targets(&by_name, &object, &app("r.example/apps/petclinic")).unwrap()), ["wait"]);
+    // `containers` tells them apart, for `apply_body`.
+    let all = containers(WorkloadKind::Deployment, &object).unwrap();
+    let init: Vec<(bool, &str)> = all.iter().map(|(i, c)| (*i, c.name.as_str())).collect();
+    assert_eq!(init, [(true, "migrate"), (true, "wait"), (false, "app")]);
+}
+
+#[test]
+fn a_cronjob_s_containers_are_in_its_job_template() {
+    let object = json!({"spec": {"jobTemplate": {"spec": {"template": {"spec": {
+        "containers": [{"name": "job", "image": "r.example/apps/report:3"}]}}}}}});
+    let w = workload(WorkloadKind::CronJob, "nightly", None);
+    assert_eq!(names(&targets(&w, &object, &app("r.example/apps/report")).unwrap()), ["job"]);
+}
+
+#[test]
+fn why_no_target_is_found_names_what_there_is() {
+    let repo = app("r.example/apps/petclinic");
+    let object = deployment(&[("migrate", "busybox")], &[("app", "r.example/apps/other:1")]);
+
+    let named = workload(WorkloadKind::Deployment, "petclinic", Some("api"));
+    assert_eq!(
+        targets(&named, &object, &repo).unwrap_err().to_string(),
+        "Deployment shop/petclinic has no container \"api\" (it has: migrate, app)"
+    );
+
+    let any = workload(WorkloadKind::Deployment, "petclinic", None);
+    assert_eq!(
+        targets(&any, &object, &repo).unwrap_err().to_string(),
+        "no container of Deployment shop/petclinic runs r.example/apps/petclinic (its images: busybox, \
+         r.example/apps/other:1); name one with container = \"…\""
+    );
+
+    let empty = deployment(&[], &[]);
+    assert_eq!(
+        targets(&any, &empty, &repo).unwrap_err().to_string(),
+        "no container of Deployment shop/petclinic runs r.example/apps/petclinic (its images: none); name one \
+         with container = \"…\""
+    );
+    assert_eq!(
+        targets(&named, &empty, &repo).unwrap_err().to_string(),
+        "Deployment shop/petclinic has no container \"api\" (it has: none)"
+    );
+
+    // A CronJob read as if it were a Deployment has no template where the kind says.
+    let cron = workload(WorkloadKind::CronJob, "nightly", None);
+    let err = targets(&cron, &object, &repo).unwrap_err();
+    assert_eq!(
+        err,
+        DeployError::NoTemplate { workload: "CronJob shop/nightly".into(), pointer: "/spec/jobTemplate/spec/template" }
+    );
+    assert_eq!(err.to_string(), "CronJob shop/nightly has no pod template at /spec/jobTemplate/spec/template");
+}
+
+// ---- GitOps marks -----------------------------------------------------------------------------
+
+#[test]
+fn every_gitops_mark_is_found_in_labels_and_in_annotations() {
+    for mark in GITOPS_MARKS {
+        for field in ["labels", "annotations"] {
+            let object = json!({"metadata": {"name": "x", field: {"app": "petclinic", mark: "shop"}}});
+            assert_eq!(gitops_owner(&object), Some(mark), "{mark} in {field}");
+        }
+    }
+}
+
+#[test]
+fn an_object_without_a_mark_has_no_gitops_owner() {
+    let plain = json!({"metadata": {
+        "labels": {"app.kubernetes.io/instance": "petclinic", "app.kubernetes.io/managed-by": "Helm"},
+        "annotations": {"deployment.kubernetes.io/revision": "3"},
+    }});
+    assert_eq!(gitops_owner(&plain), None);
+    assert_eq!(gitops_owner(&json!({"metadata": {"name": "x"}})), None);
+    assert_eq!(gitops_owner(&json!({})), None);
+    // A mark's key as a value is no mark.
+    assert_eq!(gitops_owner(&json!({"metadata": {"labels": {"owner": "argocd.argoproj.io/instance"}}})), None);
+}
+
+// ---- apply bodies -----------------------------------------------------------------------------
+
+#[test]
+fn a_deployment_s_apply_body_holds_only_names_images_and_the_annotation() {
+    let object = deployment(
+        &[("migrate", "r.example/apps/petclinic:1")],
+        &[("app", "r.example/apps/petclinic:1"), ("proxy", "envoyproxy/envoy:v1")],
+    );
+    let reference = format!("r.example/apps/petclinic@{DIGEST}");
+    let images: Vec<(bool, Container)> = containers(WorkloadKind::Deployment, &object)
+        .unwrap()
+        .into_iter()
+        .filter(|(_, c)| c.name != "proxy")
+        .map(|(init, c)| (init, Container { image: reference.clone(), ..c }))
+        .collect();
+    let w = workload(WorkloadKind::Deployment, "petclinic", None);
+    assert_eq!(
+        apply_body(&w, &images, Some("3f2a")),
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "petclinic", "namespace": "shop"},
+            "spec": {"template": {
+                "metadata": {"annotations": {"buildermonitor.dev/change": "3f2a"}},
+                "spec": {
+                    "initContainers": [{"name": "migrate", "image": reference}],
+                    "containers": [{"name": "app", "image": reference}],
+                },
+            }},
+        })
+    );
+    // An undo writes no annotation; a list without entries is left out.
+    let main = [(false, Container { name: "app".into(), image: "r.example/apps/petclinic:1".into() })];
+    assert_eq!(
+        apply_body(&w, &main, None)["spec"],
+        json!({"template": {"spec": {"containers": [{"name": "app", "image": "r.example/apps/petclinic:1"}]}}})
+    );
+}
+
+#[test]
+fn a_cronjob_s_apply_body_nests_the_template_in_its_job_template() {
+    let w = workload(WorkloadKind::CronJob, "nightly", None);
+    let images = [(false, Container { name: "job".into(), image: format!("r.example/apps/report@{DIGEST}") })];
+    assert_eq!(
+        apply_body(&w, &images, Some("3f2a")),
+        json!({
+            "apiVersion": "batch/v1",
+            "kind": "CronJob",
+            "metadata": {"name": "nightly", "namespace": "shop"},
+            "spec": {"jobTemplate": {"spec": {"template": {
+                "metadata": {"annotations": {"buildermonitor.dev/change": "3f2a"}},
+                "spec": {"containers": [{"name": "job", "image": format!("r.example/apps/report@{DIGEST}")}]},
+            }}}},
+        })
+    );
+    for kind in [WorkloadKind::StatefulSet, WorkloadKind::DaemonSet] {
+        let body = apply_body(&workload(kind, "x", None), &images, None);
+        assert_eq!((body["apiVersion"].as_str(), body["kind"].as_str()), (Some("apps/v1"), Some(kind.as_str())));
+        assert!(body.pointer("/spec/template/spec/containers/0/image").is_some(), "{body}");
+    }
+}
+
+// ---- health -----------------------------------------------------------------------------------
+
+fn object(generation: i64, replicas: i64, status: Value) -> Value {
+    json!({"metadata": {"generation": generation}, "spec": {"replicas": replicas}, "status": status})
+}
+
+fn progressing(health: Health) -> String {
+    match health {
+        Health::Progressing(why) => why,
+        other => panic!("not progressing: {other:?}"),
+    }
+}
+
+#[test]
+fn deployment_health() {
+    let d = WorkloadKind::Deployment;
+    let done = json!({"observedGeneration": 4, "replicas": 3, "updatedReplicas": 3, "availableReplicas": 3});
+    assert_eq!(health(d, &object(4, 3, done.clone())), Health::Healthy);
+    assert_eq!(health(d, &object(4, 0, json!({"observedGeneration": 4}))), Health::Healthy, "scaled to zero");
+
+    let surging = json!({"observedGeneration": 4, "replicas": 4, "updatedReplicas": 2, "availableReplicas": 3});
+    assert_eq!(progressing(health(d, &object(4, 3, surging))), "2 of 3 replicas updated, 3 available, 4 in all");
+    let old_pod_left = json!({"observedGeneration": 4, "replicas": 4, "updatedReplicas": 3, "availableReplicas": 3});
+    assert!(matches!(health(d, &object(4, 3, old_pod_left)), Health::Progressing(_)));
+
+    let deadline = json!({"observedGeneration": 4, "replicas": 3, "updatedReplicas": 1, "conditions": [
+        {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+        {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
+         "message": "ReplicaSet \"petclinic-7d9\" has timed out progressing."},
+    ]});
+    assert_eq!(
+        health(d, &object(4, 3, deadline.clone())),
+        Health::Failed("ProgressDeadlineExceeded: ReplicaSet \"petclinic-7d9\" has timed out progressing.".into())
+    );
+
+    let behind = json!({"observedGeneration": 3, "replicas": 3, "updatedReplicas": 3, "availableReplicas": 3});
+    assert_eq!(progressing(health(d, &object(4, 3, behind))), "the controller has not seen generation 4 yet");
+    // The previous roll-out's exceeded deadline does not fail the new one before the controller saw it.
+    let mut stale = deadline;
+    stale["observedGeneration"] = json!(3);
+    assert_eq!(progressing(health(d, &object(4, 3, stale))), "the controller has not seen generation 4 yet");
+}
+
+#[test]
+fn statefulset_health() {
+    let s = WorkloadKind::StatefulSet;
+    let status = |current: &str, ready: i64| json!({"observedGeneration": 2, "readyReplicas": ready, "currentRevision": current, "updateRevision": "web-2"});
+    assert_eq!(health(s, &object(2, 3, status("web-2", 3))), Health::Healthy);
+    assert_eq!(
+        progressing(health(s, &object(2, 3, status("web-1", 3)))),
+        "revision web-1 of web-2 current, 3 of 3 ready"
+    );
+    assert!(matches!(health(s, &object(2, 3, status("web-2", 2))), Health::Progressing(_)));
+    assert_eq!(
+        progressing(health(s, &object(2, 3, json!({"observedGeneration": 2})))),
+        "revision ? of ? current, 0 of 3 ready"
+    );
+    let mut behind = status("web-2", 3);
+    behind["observedGeneration"] = json!(1);
+    assert_eq!(progressing(health(s, &object(2, 3, behind))), "the controller has not seen generation 2 yet");
+
+    // A partitioned roll-out is done when the pods from the partition up run the new revision.
+    let mut partitioned = object(
+        2,
+        4,
+        json!({"observedGeneration": 2, "readyReplicas": 4, "updatedReplicas": 1, "currentRevision": "web-1",
+               "updateRevision": "web-2"}),
+    );
+    partitioned["spec"]["updateStrategy"] = json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 3}});
+    assert_eq!(health(s, &partitioned), Health::Healthy);
+    partitioned["status"]["updatedReplicas"] = json!(0);
+    assert_eq!(progressing(health(s, &partitioned)), "0 of 1 replicas from ordinal 3 updated, 4 of 4 ready");
+}
+
+#[test]
+fn daemonset_health() {
+    let ds = WorkloadKind::DaemonSet;
+    let status = |updated: i64, available: i64| {
+        json!({"metadata": {"generation": 7}, "status": {"observedGeneration": 7, "desiredNumberScheduled": 5,
+               "updatedNumberScheduled": updated, "numberAvailable": available}})
+    };
+    assert_eq!(health(ds, &status(5, 5)), Health::Healthy);
+    assert_eq!(progressing(health(ds, &status(3, 5))), "3 of 5 nodes updated, 5 available");
+    assert_eq!(progressing(health(ds, &status(5, 4))), "5 of 5 nodes updated, 4 available");
+    let mut behind = status(5, 5);
+    behind["status"]["observedGeneration"] = json!(6);
+    assert_eq!(progressing(health(ds, &behind)), "the controller has not seen generation 7 yet");
+}
+
+#[test]
+fn a_cronjob_has_nothing_to_wait_for() {
+    assert_eq!(health(WorkloadKind::CronJob, &json!({"metadata": {"generation": 9}})), Health::Healthy);
+}
+
+// ---- pods of the new template -----------------------------------------------------------------
+
+fn pod(name: &str, change: Option<&str>, statuses: Value) -> Value {
+    let annotations = match change {
+        Some(change) => json!({CHANGE_ANNOTATION: change}),
+        None => json!({}),
+    };
+    json!({"metadata": {"name": name, "annotations": annotations}, "status": statuses})
+}
+
+fn waiting(container: &str, reason: &str) -> Value {
+    json!([{"name": container, "state": {"waiting": {"reason": reason, "message": format!("{reason} here")}}}])
+}
+
+#[test]
+fn each_bad_waiting_reason_of_a_new_pod_is_trouble() {
+    for reason in BAD_WAITING {
+        let pods = [pod("web-1", Some("3f2a"), json!({"containerStatuses": waiting("app", reason)}))];
+        let trouble = pod_trouble(&pods, "3f2a").unwrap_or_else(|| panic!("{reason}"));
+        assert_eq!(
+            trouble,
+            PodTrouble {
+                pod: "web-1".into(),
+                container: "app".into(),
+                reason: reason.into(),
+                message: format!("{reason} here")
+            }
+        );
+        assert_eq!(trouble.to_string(), format!("pod web-1 container app: {reason}: {reason} here"));
+    }
+    let init = [pod("web-1", Some("3f2a"), json!({"initContainerStatuses": waiting("migrate", "CrashLoopBackOff")}))];
+    assert_eq!(pod_trouble(&init, "3f2a").unwrap().container, "migrate");
+    let bare = PodTrouble { pod: "p".into(), container: "c".into(), reason: "ErrImagePull".into(), message: "".into() };
+    assert_eq!(bare.to_string(), "pod p container c: ErrImagePull");
+}
+
+#[test]
+fn only_pods_of_the_change_count_and_good_ones_are_no_trouble() {
+    let crashing = json!({"containerStatuses": waiting("app", "CrashLoopBackOff")});
+    let old = [pod("old-unmarked", None, crashing.clone()), pod("old-change", Some("1111"), crashing.clone())];
+    assert_eq!(pod_trouble(&old, "3f2a"), None);
+
+    let good = pod(
+        "web-2",
+        Some("3f2a"),
+        json!({"containerStatuses": [
+            {"name": "app", "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}},
+            {"name": "proxy", "state": {"waiting": {"reason": "ContainerCreating"}}},
+        ]}),
+    );
+    assert_eq!(pod_trouble(std::slice::from_ref(&good), "3f2a"), None);
+    assert_eq!(pod_trouble(&[pod("pending", Some("3f2a"), json!({}))], "3f2a"), None);
+
+    let mixed = [good, pod("old", Some("1111"), crashing.clone()), pod("web-3", Some("3f2a"), crashing)];
+    assert_eq!(pod_trouble(&mixed, "3f2a").unwrap().pod, "web-3");
+}
+
+// ---- selectors --------------------------------------------------------------------------------
+
+#[test]
+fn a_selector_is_its_match_labels_in_order() {
+    let with = |selector: Value| json!({"spec": {"selector": selector}});
+    assert_eq!(
+        selector(&with(json!({"matchLabels": {"tier": "web", "app": "petclinic"}}))).as_deref(),
+        Some("app=petclinic,tier=web")
+    );
+    assert_eq!(
+        selector(&with(json!({"matchLabels": {"app": "petclinic"}, "matchExpressions": []}))).as_deref(),
+        Some("app=petclinic")
+    );
+    let expression = json!([{"key": "tier", "operator": "In", "values": ["web"]}]);
+    assert_eq!(selector(&with(json!({"matchLabels": {"app": "x"}, "matchExpressions": expression}))), None);
+    assert_eq!(selector(&with(json!({"matchLabels": {}}))), None);
+    assert_eq!(selector(&with(json!({}))), None);
+    assert_eq!(selector(&json!({"spec": {}})), None, "a CronJob has none");
+}

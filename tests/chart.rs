@@ -231,24 +231,29 @@ fn all_features_render_build_namespace_roles_secrets_by_reference_and_a_service_
 /// namespace, in the file's own layout.
 fn runners_yaml() -> String {
     let quoted = |items: &[&str]| items.iter().map(|i| format!("{i:?}")).collect::<Vec<_>>().join(", ");
-    let mut out = String::from("runners:\n");
-    for kind in RunnerKind::ALL {
-        out += &format!("  - type: {}\n", kind.as_str());
-        let rules = backend::of(kind).permissions();
+    let rules_yaml = |rules: &[backend::Rule], indent: &str| {
         if rules.is_empty() {
-            out += "    rules: []\n";
-            continue;
+            return format!("{indent}rules: []\n");
         }
-        out += "    rules:\n";
+        let mut out = format!("{indent}rules:\n");
         for rule in rules {
             out += &format!(
-                "      - apiGroups: [{}]\n        resources: [{}]\n        verbs: [{}]\n",
+                "{indent}  - apiGroups: [{}]\n{indent}    resources: [{}]\n{indent}    verbs: [{}]\n",
                 quoted(&[rule.group]),
                 quoted(&[rule.resource]),
                 quoted(rule.verbs)
             );
         }
+        out
+    };
+    let mut out = String::from("runners:\n");
+    for kind in RunnerKind::ALL {
+        out += &format!("  - type: {}\n", kind.as_str());
+        out += &rules_yaml(backend::of(kind).permissions(), "    ");
     }
+    out += "# What deploys to workloads need in each namespace of `deployNamespaces` (the `-deploys` Role).\n";
+    out += "deploys:\n";
+    out += &rules_yaml(builder_monitor::runner::deploy::PERMISSIONS, "  ");
     out
 }
 
@@ -268,6 +273,31 @@ fn the_charts_runner_rules_are_what_the_backends_declare() {
     let settings = RunnerSettings { rebase: RebasePath::Registry, ..RunnerSettings::default() };
     let rebases = backend::for_action(&settings, ActionKind::Rebase);
     assert_eq!((rebases.name(), rebases.permissions()), ("registry", &[][..]));
+}
+
+/// Deploys to workloads: with `deployNamespaces` naming the namespaces of the config's `deploy`
+/// workloads, the chart grants exactly what `builder-monitor rbac` says the config needs there.
+#[test]
+fn deploy_namespaces_render_exactly_the_rbac_deploys_use() {
+    let config = "[server]\nlisten = \"0.0.0.0:9464\"\n[monitor]\nstate = \"kubernetes\"\n\
+                  [[builders]]\nname = \"b\"\nimage = \"registry.example.com/b:latest\"\n\
+                  [[images]]\nname = \"web\"\nbuilder = \"b\"\nimage = \"registry.example.com/web:latest\"\n\
+                  deploy = [{ kind = \"Deployment\", namespace = \"shop\", name = \"web\" },\
+                            { kind = \"CronJob\", namespace = \"jobs\", name = \"report\" }]\n";
+    let ws = Workspace::new();
+    let path = ws.path("values.yaml");
+    let indented: String = config.lines().map(|l| format!("  {l}\n")).collect();
+    std::fs::write(&path, format!("deployNamespaces: [shop, jobs]\nconfig: |\n{indented}")).unwrap();
+    let docs = render(&["-f", path.to_str().unwrap()]);
+    assert_bound(&docs);
+    let granted = granted(&docs);
+    assert_eq!(granted, check_and_required(&docs, &[]));
+    for namespace in ["shop", "jobs"] {
+        let patch = granted.iter().filter(|(ns, group, resource, verb)| {
+            ns == namespace && group == "apps" && resource == "deployments" && verb == "patch"
+        });
+        assert_eq!(patch.count(), 1, "{namespace}: {granted:?}");
+    }
 }
 
 /// Each runner type, rendered: the chart grants exactly what `builder-monitor rbac` says its

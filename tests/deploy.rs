@@ -56,7 +56,8 @@ impl World {
         let mut built = Vec::new();
         for (name, wave) in APPS {
             let app = App::on(&run_v1, &run_tag, &format!("{host}/demo/run@{}", pushed.digest)).label("app", name);
-            let digest = app::push_app(&pusher, &format!("apps/{name}"), Some("latest"), &app, Format::Oci).await.digest;
+            let digest =
+                app::push_app(&pusher, &format!("apps/{name}"), Some("latest"), &app, Format::Oci).await.digest;
             kube.create_workload(
                 "Deployment",
                 "shop",
@@ -79,7 +80,8 @@ impl World {
              [kubernetes]\nkubeconfig = \"{}\"\nnamespace = \"shop\"\n\n{extra}",
             kubeconfig.display()
         ));
-        let world = World { _registry: registry, kube, pusher, ws, config, host, built, run_v2: RunImage::jammy("2", 4) };
+        let world =
+            World { _registry: registry, kube, pusher, ws, config, host, built, run_v2: RunImage::jammy("2", 4) };
         let first = world.cli(&["run", "--once"]);
         assert_eq!(first.code, Some(0), "{}", first.stderr);
         world
@@ -299,12 +301,15 @@ async fn a_daemon_killed_while_a_deploy_waits_for_health_resumes_it_without_writ
     w.kube.pause_rollouts();
     let mut daemon = Daemon::start(&w.config);
     daemon.wait_for_event("deploy.started");
-    let generation = |w: &World| w.kube.get("deployments", Some("shop"), "canary").unwrap()["metadata"]["generation"].clone();
+    let generation =
+        |w: &World| w.kube.get("deployments", Some("shop"), "canary").unwrap()["metadata"]["generation"].clone();
     let written = generation(&w);
     daemon.kill();
     let mut daemon = Daemon::start(&w.config);
     w.kube.resume_rollouts();
-    daemon.wait_for("api's deploy", |v| v["message"] == "action succeeded" && v["image"] == "api" && v["kind"] == "deploy");
+    daemon.wait_for("api's deploy", |v| {
+        v["message"] == "action succeeded" && v["image"] == "api" && v["kind"] == "deploy"
+    });
     let _ = daemon.terminate();
     assert_eq!(generation(&w), written, "the canary's template was written once");
     let actions = w.actions().await;

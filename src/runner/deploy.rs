@@ -17,13 +17,13 @@ use super::attempt::{Attempt, Digests, Next};
 use super::backend::{AfterRestart, Backend, Carrier, Rule};
 use super::kubernetes::ActionRef;
 use super::{Outcome, PreviewError, Runner, RunnerError};
-use builder_monitor_core::event::EventType;
 use crate::config::{Config, RebasePath};
 use crate::ledger::ClaimedAction;
 use builder_monitor_core::deploy::{
     self as core, CHANGE_ANNOTATION, ContainerWrite, DeployProgress, DeployTarget, FIELD_MANAGER, Health,
     WorkloadProgress, WorkloadState,
 };
+use builder_monitor_core::event::EventType;
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::schedule::{parse_timestamp, timestamp};
@@ -596,17 +596,20 @@ impl Runner {
             if newest.state != crate::ledger::ActionState::Succeeded || newest.holds {
                 continue;
             }
-            let Some(progress) =
-                newest.progress.clone().and_then(|p| serde_json::from_value::<DeployProgress>(p).ok())
+            let Some(progress) = newest.progress.clone().and_then(|p| serde_json::from_value::<DeployProgress>(p).ok())
             else {
                 continue;
             };
-            let Some(record) = progress.workloads.iter().find(|w| {
-                w.workload.kind == kind && w.workload.namespace == namespace && w.workload.name == name
-            }) else {
+            let Some(record) = progress
+                .workloads
+                .iter()
+                .find(|w| w.workload.kind == kind && w.workload.namespace == namespace && w.workload.name == name)
+            else {
                 continue;
             };
-            if record.state != WorkloadState::Healthy || core::still_written(kind, object, &record.containers) != Some(false) {
+            if record.state != WorkloadState::Healthy
+                || core::still_written(kind, object, &record.containers) != Some(false)
+            {
                 continue;
             }
             let now_running: Vec<String> = core::containers(kind, object)
@@ -659,7 +662,8 @@ impl Runner {
             scheduling: Default::default(),
             deploy: None,
         };
-        let mut event = self.event(&claimed, &target, EventType::DeployOverridden, Some(detail.clone()), None, &Digests::default());
+        let mut event =
+            self.event(&claimed, &target, EventType::DeployOverridden, Some(detail.clone()), None, &Digests::default());
         if let Some(info) = event.action.as_mut() {
             info.workloads = progress.workloads.clone();
         }

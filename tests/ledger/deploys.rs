@@ -147,16 +147,31 @@ async fn a_skipped_deploy_lets_the_next_wave_go_and_a_newer_action_passes_a_hold
         let app = ledger.claim_actions_of(at("2026-11-30T12:01:00Z"), 1, Kinds::ALL, &none).await.unwrap();
         assert_eq!(app[0].image, "app");
         let follow = vec![deploy_of("c1", "app", 0)];
-        ledger.finish_action(end(&app[0].key, ActionOutcome::Succeeded, "2026-11-30T12:02:00Z", follow, false)).await.unwrap();
-        let deploy = ledger.claim_actions_of(at("2026-11-30T12:03:00Z"), 1, Kinds::from(ActionKind::Deploy), &none).await.unwrap();
+        ledger
+            .finish_action(end(&app[0].key, ActionOutcome::Succeeded, "2026-11-30T12:02:00Z", follow, false))
+            .await
+            .unwrap();
+        let deploy = ledger
+            .claim_actions_of(at("2026-11-30T12:03:00Z"), 1, Kinds::from(ActionKind::Deploy), &none)
+            .await
+            .unwrap();
         assert_eq!(deploy[0].image, "app");
-        ledger.finish_action(end(&deploy[0].key, ActionOutcome::Skipped, "2026-11-30T12:04:00Z", vec![], false)).await.unwrap();
+        ledger
+            .finish_action(end(&deploy[0].key, ActionOutcome::Skipped, "2026-11-30T12:04:00Z", vec![], false))
+            .await
+            .unwrap();
         let actions = ledger.change_actions("c1").await.unwrap();
         assert_eq!(state_of(&actions, "app", "deploy"), ActionState::Skipped);
         // Wave 1 goes after a skipped deploy; api's rebuild runs and fails, holding api.
-        let api = ledger.claim_actions_of(at("2026-11-30T12:05:00Z"), 1, Kinds::from(ActionKind::Rebuild), &none).await.unwrap();
+        let api = ledger
+            .claim_actions_of(at("2026-11-30T12:05:00Z"), 1, Kinds::from(ActionKind::Rebuild), &none)
+            .await
+            .unwrap();
         assert_eq!(api[0].image, "api");
-        ledger.finish_action(end(&api[0].key, ActionOutcome::Failed, "2026-11-30T12:06:00Z", vec![], true)).await.unwrap();
+        ledger
+            .finish_action(end(&api[0].key, ActionOutcome::Failed, "2026-11-30T12:06:00Z", vec![], true))
+            .await
+            .unwrap();
         // A deploy of api asked for by hand after the hold goes.
         ledger.record_actions(vec![deploy_of("manual-2", "api", 1)], at("2026-11-30T12:08:00Z")).await.unwrap();
         let newer = ledger.claim_actions_of(at("2026-11-30T12:09:00Z"), 5, Kinds::ALL, &none).await.unwrap();

@@ -3,11 +3,11 @@
 use rusqlite::Connection;
 
 use super::*;
-use crate::ledger::{Actions, Kinds};
 use crate::ledger::{
     ActionEnd, ActionOutcome, ChangeRecord, CheckFailure, CheckRecord, Checks, DeliveryKey, DeliveryUpdate, HeldDigest,
     LedgerError, NewAction, Outbox, PinUpdate, WatchKind,
 };
+use crate::ledger::{Actions, Kinds};
 use builder_monitor_core::cnb::Change;
 use builder_monitor_core::event::{Event, EventType, Subject};
 use builder_monitor_core::plan::ActionKind;

@@ -20,7 +20,8 @@ use support::app::{self, App, RunImage};
 use support::cnb::BuilderSpec;
 use support::daemon::{Daemon, Output, Workspace};
 use support::images::{Format, Pusher};
-use support::kube::{Failure, KubeDouble};
+use support::kube::KubeDouble;
+use support::kube::controllers::Failure;
 use support::registry::TestRegistry;
 
 /// The apps, in roll-out order: the canary in wave 0, then one app per wave.
@@ -58,13 +59,15 @@ impl World {
             let app = App::on(&run_v1, &run_tag, &format!("{host}/demo/run@{}", pushed.digest)).label("app", name);
             let digest =
                 app::push_app(&pusher, &format!("apps/{name}"), Some("latest"), &app, Format::Oci).await.digest;
+            let running = format!("{host}/apps/{name}@{digest}");
             kube.create_workload(
                 "Deployment",
                 "shop",
                 name,
-                &[("app", &format!("{host}/apps/{name}@{digest}")), ("sidecar", "registry.example/proxy:1")],
+                &[("app", running.as_str()), ("sidecar", "registry.example/proxy:1")],
                 2,
-            );
+            )
+            .await;
             built.push(digest);
             images += &format!(
                 "[[images]]\nname = \"{name}\"\nbuilder = \"jammy\"\nimage = \"{host}/apps/{name}:latest\"\nwave = {wave}\n\
@@ -213,12 +216,21 @@ async fn a_run_image_push_rolls_out_to_three_apps_in_waves_each_after_the_one_be
 async fn a_failing_canary_is_undone_and_holds_the_later_waves_until_release() {
     let w = World::new("[rollout]\nfail_after = \"1s\"\ndeploy_timeout = \"2m\"\n", &|_| String::new()).await;
     let before: Vec<String> = APPS.iter().map(|(name, _)| w.running(name)).collect();
+    // The canary's controller waits, so the digest the deploy writes can be made to fail.
+    w.kube.hold_rollout("Deployment", "shop", "canary");
     w.move_run_image().await;
-    // The canary's rebase is deterministic: the same layers give the same digest, so the failure
-    // can be set up for exactly the reference the deploy will write.
-    w.kube.fail_repository(&format!("{}/apps/canary", w.host), Failure::ImagePullBackOff);
-    let out = w.cli(&["run", "--once"]);
-    assert_eq!(out.code, Some(1), "a failed deploy fails the run: {}", out.stderr);
+    let mut daemon = Daemon::start(&w.config);
+    daemon.wait_for_event("deploy.started");
+    let written = w.running("canary");
+    assert_ne!(written, before[0]);
+    w.kube.fail_image(&written, Failure::ImagePullBackOff);
+    w.kube.release_rollout("Deployment", "shop", "canary");
+    let failed = daemon.wait_for_event("deploy.failed");
+    daemon.wait_for_event("deploy.rolled_back");
+    let (status, _) = daemon.terminate();
+    assert!(status.success());
+    let detail = failed["action"]["detail"].as_str().unwrap();
+    assert!(detail.contains("ImagePullBackOff"), "{detail}");
 
     assert_eq!(w.running("canary"), before[0], "the canary's Deployment is back to what it ran");
     assert_eq!(w.tag("canary").await, w.built[0], "and its tag too");
@@ -226,18 +238,14 @@ async fn a_failing_canary_is_undone_and_holds_the_later_waves_until_release() {
         assert_eq!(w.running(name), before[i + 1], "{name} was never deployed");
         assert_eq!(w.tag(name).await, w.built[i + 1], "{name} was never rebased");
     }
-    let events = w.events().await;
-    let failed = events.iter().find(|(t, _, _)| t == "deploy.failed").map(|(_, _, e)| e).expect("deploy.failed");
-    let detail = failed["action"]["detail"].as_str().unwrap();
-    assert!(detail.contains("ImagePullBackOff"), "{detail}");
-    assert!(events.iter().any(|(t, i, _)| t == "deploy.rolled_back" && i == "canary"));
     let actions = w.actions().await;
     let held: Vec<_> = actions.iter().filter(|a| a.state == ActionState::Held).collect();
     assert_eq!(held.len(), 2, "web and api wait: {actions:?}");
+    let canary = actions.iter().find(|a| a.image == "canary" && a.action == "deploy").unwrap();
+    assert!(canary.holds && canary.state == ActionState::Failed, "{canary:?}");
     let change = held[0].change.clone();
 
     // Release: the later waves go (the canary stays as it is), and deploy.
-    w.kube.heal_repository(&format!("{}/apps/canary", w.host));
     let out = w.cli(&["release", &change]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let out = w.cli(&["run", "--once"]);
@@ -246,6 +254,7 @@ async fn a_failing_canary_is_undone_and_holds_the_later_waves_until_release() {
         let tag = w.tag(name).await;
         assert_eq!(w.running(name), w.reference(name, &tag), "{name} deployed after the release");
     }
+    assert_eq!(w.running("canary"), before[0], "the canary stays where the undo put it");
 }
 
 /// A person who sets the image of a deployed Deployment back by hand wins: the image is held, with
@@ -277,7 +286,7 @@ async fn a_persons_change_to_a_deployed_image_holds_the_image() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gitops_owned_deployment_is_skipped() {
     let w = World::new("", &|_| String::new()).await;
-    w.kube.label_workload("Deployment", "shop", "web", "argocd.argoproj.io/instance", "shop-web");
+    w.kube.label_workload("Deployment", "shop", "web", &[("argocd.argoproj.io/instance", "shop-web")], &[]);
     let before = w.running("web");
     w.move_run_image().await;
     let out = w.cli(&["run", "--once"]);

@@ -534,6 +534,8 @@ mod tests {
                 decided_by: None,
                 decided_at: None,
                 created: parse_timestamp("2025-03-04T11:00:00Z").unwrap(),
+                progress: None,
+                holds: false,
             }],
             deliveries: vec![PendingDelivery {
                 event: "e1".into(),

@@ -248,6 +248,8 @@ async fn actions_are_claimed_finished_requeued_and_superseded() {
                 tag_move: None,
                 hold: None,
                 keep_intent: false,
+                follow: vec![],
+                hold_image: false,
             })
             .await
             .unwrap();
@@ -265,6 +267,8 @@ async fn actions_are_claimed_finished_requeued_and_superseded() {
                 tag_move: None,
                 hold: None,
                 keep_intent: false,
+                follow: vec![],
+                hold_image: false,
             })
             .await
             .unwrap();
@@ -335,6 +339,8 @@ async fn tag_moves_keep_the_digests_before_and_after() {
                 tag_move: Some(rebased.clone()),
                 hold: None,
                 keep_intent: false,
+                follow: vec![],
+                hold_image: false,
             })
             .await
             .unwrap();

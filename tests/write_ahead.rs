@@ -86,6 +86,8 @@ fn end(key: &str, outcome: ActionOutcome, keep_intent: bool) -> ActionEnd<'_> {
         tag_move: None,
         hold: None,
         keep_intent,
+        follow: vec![],
+        hold_image: false,
     }
 }
 

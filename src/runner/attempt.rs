@@ -195,6 +195,7 @@ mod tests {
             app_reference: None,
             reasons: vec![],
             scheduling: Default::default(),
+            deploy: None,
         };
         NewAction::new(format!("k-{change}"), change.into(), "app".into(), ActionKind::Rebuild, target)
     }

@@ -308,6 +308,7 @@ mod tests {
         ExecSettings {
             rebuild: vec![],
             rebase: vec![],
+            deploy: vec![],
             timeout,
             working_dir: std::env::temp_dir(),
             env: BTreeMap::new(),

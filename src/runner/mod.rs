@@ -685,6 +685,7 @@ mod tests {
             app_reference: None,
             reasons: vec![],
             scheduling: Default::default(),
+            deploy: None,
         }
     }
 

@@ -27,6 +27,8 @@ fn end<'a>(key: &'a str, outcome: ActionOutcome, hold: Option<Hold>) -> ActionEn
         tag_move: None,
         hold,
         keep_intent: false,
+        follow: vec![],
+        hold_image: false,
     }
 }
 

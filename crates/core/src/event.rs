@@ -570,6 +570,7 @@ mod tests {
             digest: None,
             path: None,
             tag_race: None,
+            workloads: Vec::new(),
         }
     }
 

@@ -157,7 +157,10 @@ async fn times_are_stored_as_they_always_were() {
     });
     ledger.commit(r, &[]).await.unwrap();
     let at = |t: &str| parse_timestamp(t).unwrap();
-    ledger.claim_actions(at("2026-11-30T12:10:01.5009Z"), 1, None, &Default::default()).await.unwrap();
+    ledger
+        .claim_actions(at("2026-11-30T12:10:01.5009Z"), 1, crate::ledger::Kinds::ALL, &Default::default())
+        .await
+        .unwrap();
     ledger
         .finish_action(ActionEnd {
             key: "k1",
@@ -172,6 +175,8 @@ async fn times_are_stored_as_they_always_were() {
             tag_move: None,
             hold: None,
             keep_intent: false,
+            follow: vec![],
+            hold_image: false,
         })
         .await
         .unwrap();
@@ -258,7 +263,7 @@ async fn an_unreadable_target_is_claimed_with_its_error() {
     let conn = Connection::open(ledger.path()).unwrap();
     conn.execute("UPDATE actions SET target = '{\"image\": 1}' WHERE key = 'k1'", []).unwrap();
     let far = parse_timestamp("2099-01-01T00:00:00Z").unwrap();
-    let claimed = ledger.claim_actions(far, 1, None, &Default::default()).await.unwrap();
+    let claimed = ledger.claim_actions(far, 1, crate::ledger::Kinds::ALL, &Default::default()).await.unwrap();
     let err = claimed[0].target.clone().unwrap_err();
     assert!(err.to_string().starts_with("invalid type: integer `1`, expected a string"), "{err}");
     assert_eq!(ledger.running_actions().await.unwrap()[0].target, Err(err));
@@ -267,7 +272,7 @@ async fn an_unreadable_target_is_claimed_with_its_error() {
     let err = ledger.last_succeeded_target("app", ActionKind::Rebuild).await.unwrap_err();
     assert!(matches!(err, LedgerError::Corrupt { what: "action target", .. }), "{err}");
     conn.execute("UPDATE actions SET target = 'not json', state = 'pending' WHERE key = 'k1'", []).unwrap();
-    let err = ledger.claim_actions(far, 1, None, &Default::default()).await.unwrap_err();
+    let err = ledger.claim_actions(far, 1, crate::ledger::Kinds::ALL, &Default::default()).await.unwrap_err();
     assert!(matches!(err, LedgerError::Corrupt { what: "action target", .. }), "{err}");
     drop((conn, ledger));
     std::fs::remove_dir_all(dir).unwrap();

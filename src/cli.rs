@@ -136,6 +136,23 @@ pub enum Command {
         #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
         config: PathBuf,
     },
+    /// Deploy an app image by hand to its workloads (`[[images]] deploy`) or through `[runner.exec]
+    /// deploy`: the digest its tag holds now, or --to. Recorded as a deploy action, which the
+    /// daemon carries out (through its API while it holds the ledger).
+    Deploy {
+        /// The `[[images]]` name.
+        image: String,
+        /// The digest to deploy (sha256:<64 hex digits>); without it, the one the tag holds now.
+        #[arg(long)]
+        to: Option<String>,
+        /// Print what would be written where, and record nothing (the cluster is not read).
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        json: bool,
+        #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
+        config: PathBuf,
+    },
     /// Approve a change's rebases and rebuilds that wait for a person (`[rollout] approve`,
     /// `[[images]] approve`): they start, in their waves and windows.
     Approve(Verdict),

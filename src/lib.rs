@@ -13,6 +13,7 @@ pub mod alert;
 pub mod cluster;
 pub mod config;
 pub mod daemon;
+pub mod deploy;
 pub mod event_log;
 pub mod inspect;
 pub mod ledger;

@@ -1,6 +1,7 @@
 //! The status page served at `GET /`: the `status` report as one self-contained HTML document
 //! (inline CSS, no scripts, no external assets) that reloads itself every [`REFRESH_SECONDS`].
 
+mod deploys;
 mod html;
 
 use std::fmt::Write as _;
@@ -61,6 +62,11 @@ pub fn render(status: &Status, config: &Config, now: DateTime<Utc>) -> String {
 
     section(&mut out, "actions", "Open actions", Some(status.pending.len()));
     actions(&mut out, status, config, now);
+
+    if !status.deploys.is_empty() {
+        section(&mut out, "deploys", "Deploys", Some(status.deploys.len()));
+        deploys::table(&mut out, &status.deploys, now);
+    }
 
     section(&mut out, "dead-letters", "Dead letters", Some(status.dead_letters.len()));
     dead_letters(&mut out, status, now);
@@ -434,6 +440,7 @@ mod tests {
             actions: Vec::new(),
             deliveries: Vec::new(),
             dead_letters: Vec::new(),
+            deploys: Vec::new(),
         }
     }
 

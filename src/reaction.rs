@@ -1,6 +1,7 @@
 //! The reaction to a move: which app images get a rebase or rebuild (planning, with the app images
-//! read from their registry), how far each app image is from its builder's pin (`plan`), and the
-//! action an image would get now (`build-spec`). Reads the config, the ledger and registries.
+//! read from their registry), how far each app image is from its builder's pin and where the
+//! deploy after its action goes (`plan`), and the action an image would get now (`build-spec`).
+//! Reads the config, the ledger and registries.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -9,6 +10,7 @@ use crate::inspect;
 use crate::ledger::{Ledger, LedgerError, NewAction, WatchKind, WatchRecord};
 use crate::registry::Registry;
 use builder_monitor_core::cnb::{self, BuilderMetadata, Change, PinnedMetadata, run_watch_name};
+use builder_monitor_core::deploy::Workload;
 use builder_monitor_core::event::{self, Pin};
 use builder_monitor_core::plan::{self, ActionKind, ActionTarget, AppState, Decision, Move, RunImageTarget};
 use builder_monitor_core::reference::ImageRef;
@@ -35,6 +37,41 @@ pub struct Assessment {
     /// The image's open action (newest), with its state and why it waits; set by `plan`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub open: Option<crate::ledger::OpenAction>,
+    /// What follows the rebase or rebuild once it moved the tag: a deploy of the new digest.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub deploy: Vec<PlannedDeploy>,
+}
+
+/// Where a deploy after an image's rebase or rebuild goes.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(untagged)]
+pub enum PlannedDeploy {
+    /// A workload of `[[images]] deploy` (`{"kind", "namespace", "name", "container"}`).
+    Workload(Workload),
+    /// The `[runner.exec] deploy` command, which takes every deploy (`{"exec": [argv]}`).
+    Exec { exec: Vec<String> },
+}
+
+impl std::fmt::Display for PlannedDeploy {
+    /// `Deployment shop/petclinic (container app)`, `[runner.exec] deploy`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PlannedDeploy::Workload(w) => match &w.container {
+                Some(c) => write!(f, "{w} (container {c})"),
+                None => write!(f, "{w}"),
+            },
+            PlannedDeploy::Exec { .. } => f.write_str("[runner.exec] deploy"),
+        }
+    }
+}
+
+/// The deploy that follows an action of `image` that moves its tag: the exec command when
+/// `[runner.exec] deploy` is set (it takes every deploy), else each of its workloads.
+pub fn deploys_after(config: &Config, image: &ImageSettings) -> Vec<PlannedDeploy> {
+    match config.runner.exec.as_ref().filter(|e| !e.deploy.is_empty()) {
+        Some(exec) => vec![PlannedDeploy::Exec { exec: exec.deploy.clone() }],
+        None => image.deploy.iter().cloned().map(PlannedDeploy::Workload).collect(),
+    }
 }
 
 /// The move a check accepted, as planning needs it.
@@ -236,6 +273,10 @@ impl Reaction<'_> {
                 policy: image.policy,
                 action: decision.action,
                 path: (decision.action == Some(ActionKind::Rebase)).then(|| self.config.runner.rebase.as_str()),
+                deploy: match decision.action {
+                    Some(kind) if kind.moves_tag() => deploys_after(self.config, image),
+                    _ => Vec::new(),
+                },
                 why: decision.why,
                 open: None,
             });
@@ -332,6 +373,45 @@ name = "petclinic"
 builder = "jammy"
 image = "127.0.0.1:1/apps/petclinic:latest"
 "#;
+
+    /// A rebase or rebuild of an image is followed by a deploy to its workloads, or by the exec
+    /// command when `[runner.exec] deploy` takes every deploy; `plan --json` shows either.
+    #[test]
+    fn a_planned_action_names_the_deploy_after_it() {
+        use builder_monitor_core::deploy::WorkloadKind;
+        let mut config = Config::parse(std::path::Path::new("/config.toml"), CONFIG).unwrap();
+        assert!(deploys_after(&config, &config.images[0]).is_empty());
+        // Set in code until the `[[images]] deploy` parser lands.
+        config.images[0].deploy = vec![Workload {
+            kind: WorkloadKind::Deployment,
+            namespace: "shop".into(),
+            name: "petclinic".into(),
+            container: Some("app".into()),
+            gitops_owned: Default::default(),
+        }];
+        let after = deploys_after(&config, &config.images[0]);
+        assert_eq!(
+            after.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            ["Deployment shop/petclinic (container app)"]
+        );
+        assert_eq!(
+            serde_json::to_value(&after).unwrap(),
+            serde_json::json!([{ "kind": "Deployment", "namespace": "shop", "name": "petclinic", "container": "app" }])
+        );
+        let exec =
+            format!("{CONFIG}\n[runner]\ntype = \"exec\"\n[runner.exec]\nrebuild = [\"true\"]\nrebase = [\"true\"]\n");
+        let mut config = Config::parse(std::path::Path::new("/config.toml"), &exec).unwrap();
+        // Set in code until `[runner.exec] deploy` is parsed.
+        if let Some(e) = config.runner.exec.as_mut() {
+            e.deploy = vec!["deploy.sh".into(), "{reference}".into()];
+        }
+        let after = deploys_after(&config, &config.images[0]);
+        assert_eq!(after[0].to_string(), "[runner.exec] deploy");
+        assert_eq!(
+            serde_json::to_value(&after).unwrap(),
+            serde_json::json!([{ "exec": ["deploy.sh", "{reference}"] }])
+        );
+    }
 
     #[tokio::test]
     async fn a_preview_says_why_there_is_no_action_to_show() {

@@ -24,6 +24,7 @@ use crate::rollout::{self, RolloutError};
 use crate::status;
 
 mod clients;
+mod deploy;
 mod payloads;
 mod rollback;
 
@@ -44,7 +45,8 @@ pub struct ServerState {
     refusal_log_limiter: ClientLimiter,
     /// With leader election: whether this replica currently acts.
     leading: Option<tokio::sync::watch::Receiver<bool>>,
-    /// The daemon's registry client (its push credentials), for rollbacks.
+    /// The daemon's registry client (its push credentials), for rollbacks and for the tag a
+    /// deploy by hand reads.
     registry: Option<Arc<crate::registry::Registry>>,
 }
 
@@ -149,6 +151,7 @@ pub fn router(state: Arc<ServerState>) -> Router {
         .route("/api/v1/changes/{id}/{verdict}", post(decide))
         .route("/api/v1/freeze", post(freeze).delete(unfreeze))
         .route("/api/v1/images/{name}/rollback", post(rollback::rollback))
+        .route("/api/v1/images/{name}/deploy", post(deploy::deploy))
         .route("/hooks/{source}", post(hook))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn(move |request, next| log_refusals(logging.clone(), request, next)))

@@ -1,5 +1,8 @@
-//! The status report: pins, last checks, recent changes, open actions and dead letters, as the
-//! stable JSON of docs/commands.md (`status --json`) or as text for people.
+//! The status report: pins, last checks, recent changes, open actions, dead letters and where
+//! each deploy workload stands (`deploys`), as the stable JSON of docs/commands.md
+//! (`status --json`) or as text for people.
+
+mod deploys;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -16,6 +19,7 @@ use builder_monitor_core::packages::PackageDiff;
 use builder_monitor_core::rollout::Freeze;
 use builder_monitor_core::schedule::{timestamp, timestamp_millis};
 use builder_monitor_core::text::escape;
+pub use deploys::DeployStatus;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
@@ -33,6 +37,9 @@ pub struct Status {
     /// Alert deliveries not made yet (retrying or not yet attempted).
     pub deliveries: Vec<PendingDelivery>,
     pub dead_letters: Vec<DeadLetter>,
+    /// Each configured workload of the `[[images]]` with `deploy` workloads, as the image's newest
+    /// deploy left it (one entry per container written).
+    pub deploys: Vec<DeployStatus>,
 }
 
 /// The roll-out gates that hold for every action now.
@@ -188,6 +195,7 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
         actions: ledger.actions(50).await?,
         deliveries: ledger.pending_deliveries().await?,
         dead_letters: ledger.dead_letters().await?,
+        deploys: deploys::collect(config, ledger).await?,
     })
 }
 
@@ -353,6 +361,7 @@ pub fn render_text(status: &Status) -> String {
             }
         }
     }
+    deploys::render_text(&mut out, &status.deploys);
     if let Some(f) = &status.rollout.frozen {
         let reason = f.reason.as_deref().map(|r| format!(": {}", escape(r))).unwrap_or_default();
         let _ = writeln!(
@@ -553,6 +562,7 @@ mod tests {
                 last_status: None,
                 time: at("2026-11-30T11:00:00Z"),
             }],
+            deploys: vec![],
         };
         assert_eq!(
             serde_json::to_string(&status).unwrap(),
@@ -567,7 +577,7 @@ mod tests {
                 r#""deliveries":[{"event":"e1","type":"builder.changed","alert":"hook","attempts":2,"#,
                 r#""next_attempt":"2026-11-30T12:20:00.125Z","last_status":"HTTP 503"}],"#,
                 r#""dead_letters":[{"event":"e0","type":"check.failed","alert":"pager","attempts":5,"#,
-                r#""last_status":null,"time":"2026-11-30T11:00:00.000Z"}]}"#
+                r#""last_status":null,"time":"2026-11-30T11:00:00.000Z"}],"deploys":[]}"#
             )
         );
         let text = render_text(&status);
@@ -627,6 +637,7 @@ mod tests {
             actions: vec![],
             deliveries: vec![],
             dead_letters: vec![],
+            deploys: vec![],
         };
         let text = render_text(&status);
         assert!(

@@ -1,6 +1,8 @@
 //! One suite, both ledgers: embedded SQLite and ConfigMaps on the Kubernetes API double keep the
 //! same records under the same operations, and the Kubernetes one loses no concurrent write.
 
+#[path = "ledger/deploy_reads.rs"]
+mod deploy_reads;
 #[path = "ledger/deploys.rs"]
 mod deploys;
 #[path = "ledger/outbox.rs"]

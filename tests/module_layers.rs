@@ -22,6 +22,7 @@ const LAYERS: &[&str] = &[
     "rollout",
     "runner",
     "reaction",
+    "deploy",
     "cluster",
     "status",
     "page",

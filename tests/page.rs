@@ -340,3 +340,137 @@ async fn refused_calls_log_the_endpoint_client_and_reason_never_the_token() {
     assert!(!daemon.log.iter().any(|l| l.contains(wrong)), "the token reached the log:\n{}", daemon.log.join("\n"));
     daemon.kill();
 }
+
+/// A deploy of `digest` to `image`'s Deployment `shop/{image}` by hand, under change `change`.
+fn deploy_action(change: &str, image: &str, digest: &str) -> builder_monitor::ledger::NewAction {
+    let target = serde_json::json!({
+        "image": format!("127.0.0.1:9/apps/{image}:latest"), "builder_name": "jammy", "builder": "b", "run_image": null,
+        "source": null, "why": "by hand",
+        "deploy": { "digest": digest, "reference": format!("127.0.0.1:9/apps/{image}@{digest}"), "undo": "workload",
+                    "workloads": [{ "kind": "Deployment", "namespace": "shop", "name": image, "container": "app" }] },
+    });
+    builder_monitor::ledger::NewAction::new(
+        builder_monitor_core::deploy::action_key(change, image),
+        change.into(),
+        image.into(),
+        builder_monitor_core::plan::ActionKind::Deploy,
+        serde_json::from_value(target).unwrap(),
+    )
+}
+
+/// Takes the one pending deploy, records that it wrote `image`'s container `app` (now in
+/// `state`), and ends it with `outcome`, holding the image when `hold`.
+async fn carry_out(
+    ledger: &builder_monitor::ledger::Ledger,
+    image: &str,
+    digest: &str,
+    state: &str,
+    outcome: builder_monitor::ledger::ActionOutcome,
+    hold: bool,
+) {
+    use builder_monitor::ledger::ActionEnd;
+    let now = chrono::Utc::now();
+    let kind = builder_monitor_core::plan::ActionKind::Deploy;
+    let claimed = ledger.claim_actions_of(now, 1, kind, &Default::default()).await.unwrap();
+    assert_eq!(claimed.len(), 1, "one deploy of {image} to carry out");
+    let progress = serde_json::json!({ "workloads": [{ "kind": "Deployment", "namespace": "shop", "name": image,
+        "container": "app", "state": state, "detail": (state == "failed").then_some("ProgressDeadlineExceeded: no progress in 600s"),
+        "containers": [{ "name": "app", "previous": format!("127.0.0.1:9/apps/{image}:old"),
+                         "image": format!("127.0.0.1:9/apps/{image}@{digest}") }] }] });
+    assert!(ledger.record_progress(&claimed[0].key, progress).await.unwrap());
+    let end = ActionEnd {
+        key: &claimed[0].key,
+        outcome,
+        detail: format!("Deployment shop/{image}: {state}"),
+        output_tail: String::new(),
+        watch: "jammy",
+        events: vec![],
+        deliveries: vec![],
+        history: 10,
+        now,
+        tag_move: None,
+        hold: None,
+        keep_intent: false,
+        follow: vec![],
+        hold_image: hold,
+    };
+    ledger.finish_action(end).await.unwrap();
+}
+
+/// The Deploys section, rendered by Chromium from a server in process over a ledger holding a
+/// deploy that succeeded and one that failed and holds its image; an image never deployed says so.
+#[tokio::test]
+async fn the_deploys_section_shows_each_workload_in_chromium() {
+    use builder_monitor::ledger::{ActionOutcome, Ledger};
+    use builder_monitor_core::deploy::{Workload, WorkloadKind};
+    let Some(chromium) = chromium() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    let images: String = ["petclinic", "orders", "billing"]
+        .iter()
+        .map(|n| {
+            format!("[[images]]\nname = \"{n}\"\nbuilder = \"jammy\"\nimage = \"127.0.0.1:9/apps/{n}:latest\"\n\n")
+        })
+        .collect();
+    let text = format!(
+        "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\n\n[server]\nlisten = \"127.0.0.1:0\"\npublic_read = true\n\n\
+         [[builders]]\nname = \"jammy\"\nimage = \"127.0.0.1:9/cnb/builder:latest\"\n\n{images}"
+    );
+    let mut config = builder_monitor::config::Config::parse(&path, &text).unwrap();
+    // In code until the `[[images]] deploy` parser lands.
+    for image in &mut config.images {
+        image.deploy = vec![Workload {
+            kind: WorkloadKind::Deployment,
+            namespace: "shop".into(),
+            name: image.name.clone(),
+            container: Some("app".into()),
+            gitops_owned: Default::default(),
+        }];
+    }
+    let config = std::sync::Arc::new(config);
+    let ledger = Ledger::open(&dir.path().join("state.db")).unwrap();
+    let (good, bad) = (format!("sha256:{}", "a".repeat(64)), format!("sha256:{}", "b".repeat(64)));
+    ledger.record_actions(vec![deploy_action("manual-1", "petclinic", &good)], chrono::Utc::now()).await.unwrap();
+    carry_out(&ledger, "petclinic", &good, "healthy", ActionOutcome::Succeeded, false).await;
+    ledger.record_actions(vec![deploy_action("manual-2", "orders", &bad)], chrono::Utc::now()).await.unwrap();
+    carry_out(&ledger, "orders", &bad, "failed", ActionOutcome::Failed, true).await;
+
+    let parts = builder_monitor::daemon::Parts::new(
+        config.clone(),
+        ledger.clone(),
+        builder_monitor::schedule::Clock::System,
+        None,
+    )
+    .unwrap();
+    let settings = config.server.clone().unwrap();
+    let state = builder_monitor::server::ServerState::new(config.clone(), settings, parts.monitor.handle(), ledger);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(builder_monitor::server::serve(std::sync::Arc::new(state), listener, stop.clone()));
+
+    let dom = tokio::task::spawn_blocking(move || browse(&chromium, &url, &["--dump-dom"])).await.unwrap();
+    stop.cancel();
+    assert!(dom.contains("<h2 id=\"deploys\">Deploys <span class=\"count\">3</span></h2>"), "{dom}");
+    let row = |image: &str| {
+        let start = dom
+            .find(&format!("<tr class=\"deploy\" data-image=\"{image}\" data-workload=\"shop/{image}\">"))
+            .unwrap_or_else(|| panic!("no deploy row for {image} in:\n{dom}"));
+        &dom[start..start + dom[start..].find("</tr>").unwrap()]
+    };
+    let petclinic = row("petclinic");
+    assert!(petclinic.contains("Deployment <code>shop/petclinic</code>"), "{petclinic}");
+    assert!(petclinic.contains(&format!("title=\"{good}\">{}</code>", short(&good))), "{petclinic}");
+    assert!(petclinic.contains("<span class=\"pill ok healthy\">healthy</span>"), "{petclinic}");
+    assert!(petclinic.contains("<time datetime="), "{petclinic}");
+    let orders = row("orders");
+    assert!(orders.contains(&format!(">{}</code>", short(&bad))), "{orders}");
+    assert!(orders.contains("<span class=\"pill err failed held\">failed</span>"), "{orders}");
+    assert!(orders.contains("ProgressDeadlineExceeded: no progress in 600s"), "{orders}");
+    assert!(orders.contains("<span class=\"sub held\">Deployment shop/<wbr>orders: failed</span>"), "{orders}");
+    let billing = row("billing");
+    assert!(
+        billing.contains("<span class=\"pill muted none\">none</span>") && billing.contains("no deploy yet"),
+        "{billing}"
+    );
+}

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
+mod deploy;
 mod rollout;
 
 use crate::cli::{AlertCommand, Command, SpecAction, SpecOutput};
@@ -268,6 +269,15 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
                         (action, _) => action.map_or("nothing", |k| k.as_str()),
                     };
                     println!("{} (builder {}, policy {}): {action} — {}", a.image, a.builder, a.policy.as_str(), a.why);
+                    match a.deploy.first() {
+                        Some(reaction::PlannedDeploy::Exec { .. }) => println!("  then run [runner.exec] deploy"),
+                        Some(_) => {
+                            let to: Vec<String> =
+                                a.deploy.iter().map(|d| text::escape(&d.to_string()).into_owned()).collect();
+                            println!("  then deploy to {}", to.join(", "));
+                        }
+                        None => {}
+                    }
                     if let Some(o) = &a.open {
                         let why =
                             o.waiting_for.as_deref().map(|w| format!(": {}", text::escape(w))).unwrap_or_default();
@@ -315,6 +325,10 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
             let done = rollback::rollback(&config, &ledger, &registry, settings, to.as_deref(), clock.now()).await?;
             print_rollback(&done);
             Ok(0)
+        }
+        Command::Deploy { image, to, dry_run, json, config } => {
+            let args = deploy::Args { image: &image, to: to.as_deref(), dry_run, json, config: &config };
+            deploy::run(args).await
         }
         Command::Approve(v) => {
             rollout::run(

@@ -307,6 +307,15 @@ impl ActionRecord {
     }
 }
 
+/// An image's newest action of a kind ([`Actions::latest_actions`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatestAction {
+    pub record: ActionRecord,
+    /// What it carries out; none when the stored target does not read (`status` shows the action
+    /// all the same, without its digest).
+    pub target: Option<ActionTarget>,
+}
+
 /// An action still to run or running (`status`'s `pending`). Shown with the state `waiting` when
 /// it is pending and a roll-out gate keeps it back, with the reason in `waiting_for`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -446,6 +455,10 @@ pub trait Actions {
 
     /// The most recently updated actions, any state, at most `limit`.
     fn actions(&self, limit: usize) -> impl Future<Output = Result<Vec<ActionRecord>, LedgerError>> + Send;
+
+    /// The newest action (by creation) of `kind` of each image, any state, with its target: what
+    /// `status` shows of each image's deploys, however long ago the last one was. By image.
+    fn latest_actions(&self, kind: ActionKind) -> impl Future<Output = Result<Vec<LatestAction>, LedgerError>> + Send;
 
     /// Actions not finished yet (pending, running, held, awaiting approval), oldest first (then by
     /// wave and key); `detail` only on held ones.

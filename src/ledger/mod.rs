@@ -187,6 +187,7 @@ forward! {
         fn requeue_running() -> Vec<String>;
         fn requeue_actions(keys: Vec<String>) -> ();
         fn actions(limit: usize) -> Vec<ActionRecord>;
+        fn latest_actions(kind: ActionKind) -> Vec<LatestAction>;
         fn open_actions() -> Vec<OpenAction>;
         fn change_actions(change_id: &str) -> Vec<ActionRecord>;
         fn last_succeeded_target(image: &str, kind: ActionKind) -> Option<ActionTarget>;

@@ -12,8 +12,8 @@ use super::{KubeLedger, WatchDoc};
 use crate::ledger::actions::{ImageLocks, Kinds, gate_rows, next_start, read_target, target_json};
 use crate::ledger::time;
 use crate::ledger::{
-    ActionEnd, ActionOutcome, ActionRecord, ActionState, Actions, ClaimedAction, Decided, ImageHold, LedgerError,
-    NewAction, OpenAction, Outbox, ProcessGroup, TagWrites, Verdict,
+    ActionEnd, ActionOutcome, ActionRecord, ActionState, Actions, ClaimedAction, Decided, ImageHold, LatestAction,
+    LedgerError, NewAction, OpenAction, Outbox, ProcessGroup, TagWrites, Verdict,
 };
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::rollout::Rollout;
@@ -413,6 +413,24 @@ impl Actions for KubeLedger {
         out.sort_by(|a, b| b.updated.cmp(&a.updated).then(a.key.cmp(&b.key)));
         out.truncate(limit);
         Ok(out)
+    }
+
+    async fn latest_actions(&self, kind: ActionKind) -> Result<Vec<LatestAction>, LedgerError> {
+        let mut newest: BTreeMap<String, ActionRow> = BTreeMap::new();
+        for a in self.all().await?.into_iter().flat_map(|(_, d)| d.actions).filter(|a| a.kind == kind) {
+            // Of two created in the same millisecond, the one updated last.
+            let newer = |b: &ActionRow| (a.created, a.updated, &a.key) > (b.created, b.updated, &b.key);
+            if newest.get(&a.image).is_none_or(newer) {
+                newest.insert(a.image.clone(), a);
+            }
+        }
+        Ok(newest
+            .into_values()
+            .map(|a| {
+                let target = read_target(a.target.clone()).ok();
+                LatestAction { record: record(a), target }
+            })
+            .collect())
     }
 
     async fn open_actions(&self) -> Result<Vec<OpenAction>, LedgerError> {

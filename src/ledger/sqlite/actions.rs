@@ -7,8 +7,8 @@ use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 use super::{SqliteLedger, State, Time, all, exec, first, outbox, row, tags};
 use crate::ledger::actions::{Gated, ImageLocks, Kinds, gate_rows, next_start, read_target, target_json};
 use crate::ledger::{
-    ActionEnd, ActionOutcome, ActionRecord, ActionState, Actions, ClaimedAction, Decided, ImageHold, LedgerError,
-    NewAction, OpenAction, ProcessGroup, Verdict,
+    ActionEnd, ActionOutcome, ActionRecord, ActionState, Actions, ClaimedAction, Decided, ImageHold, LatestAction,
+    LedgerError, NewAction, OpenAction, ProcessGroup, Verdict,
 };
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::rollout::{Freeze, Rollout};
@@ -227,6 +227,25 @@ impl Actions for SqliteLedger {
         self.with(move |conn| {
             let sql = format!("SELECT {ACTION_COLUMNS} FROM actions ORDER BY updated DESC, key LIMIT ?1");
             all(conn, &sql, params![limit as i64], action_record)
+        })
+        .await
+    }
+
+    async fn latest_actions(&self, kind: ActionKind) -> Result<Vec<LatestAction>, LedgerError> {
+        self.with(move |conn| {
+            // Of two created in the same millisecond, the one inserted last.
+            let sql = format!(
+                "SELECT {ACTION_COLUMNS}, target FROM actions a WHERE kind = ?1 AND NOT EXISTS
+                     (SELECT 1 FROM actions b WHERE b.image = a.image AND b.kind = a.kind
+                      AND (b.created > a.created OR (b.created = a.created AND b.rowid > a.rowid)))
+                 ORDER BY image"
+            );
+            all(conn, &sql, params![kind.as_str()], |r| {
+                let record = action_record(r)?;
+                let text: String = r.get("target")?;
+                let target = serde_json::from_str(&text).ok().and_then(|v| read_target(v).ok());
+                Ok(LatestAction { record, target })
+            })
         })
         .await
     }

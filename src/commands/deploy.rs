@@ -1,0 +1,94 @@
+//! `deploy`: a deploy by hand, written to the ledger directly when no daemon holds it, else sent to
+//! the running daemon's API (the ledger has one writer); `--dry-run` reads the tag at most and
+//! records nothing.
+
+use std::path::Path;
+
+use anyhow::Context;
+
+use super::rollout::{call_daemon, encode_segment};
+use super::{Failure, load_config, usage};
+use builder_monitor::config::{Config, Secrets, StateLocation};
+use builder_monitor::daemon::{self, Access};
+use builder_monitor::deploy::{self, Deploy, DeployError};
+use builder_monitor::ledger::{LedgerError, WriterLock};
+use builder_monitor::metrics::Metrics;
+use builder_monitor::registry::Registry;
+use builder_monitor::schedule::Clock;
+
+/// The command's arguments.
+pub struct Args<'a> {
+    pub image: &'a str,
+    pub to: Option<&'a str>,
+    pub dry_run: bool,
+    pub json: bool,
+    pub config: &'a Path,
+}
+
+pub async fn run(args: Args<'_>) -> Result<u8, Failure> {
+    let Args { image, to, dry_run, json, config: path } = args;
+    let config = load_config(path, Secrets::Skip)?;
+    // Before any lock, registry or ledger: a wrong name or digest is a usage error, whatever they say.
+    deploy::check(&config, image, to).map_err(usage)?;
+    let clock = Clock::System;
+    if dry_run {
+        let config = with_registries(path, to, config)?;
+        let settings = deploy::check(&config, image, to).map_err(usage)?;
+        let digest = digest(&config, settings, to).await?;
+        let (_, plan) = deploy::prepare(&config, settings, &digest, clock.now());
+        return print(&plan, to.is_some(), json);
+    }
+    // A write to the ledger: one writer at a time, as for `run`; while a daemon holds it, the
+    // deploy goes to that daemon (its ledger, its registry client).
+    let _writer = match &config.monitor.state {
+        StateLocation::Sqlite(ledger) => match WriterLock::acquire(ledger, clock.now()) {
+            Ok(writer) => Some(writer),
+            Err(LedgerError::Locked { holder, .. }) => {
+                let path = format!("images/{}/deploy", encode_segment(image));
+                let body = serde_json::json!({ "to": to });
+                let text = call_daemon(&config, &holder, reqwest::Method::POST, &path, body).await?;
+                let done: Deploy = serde_json::from_str(&text).context("reading the daemon's answer")?;
+                return print(&done, to.is_some(), json);
+            }
+            Err(e) => return Err(e.into()),
+        },
+        StateLocation::Kubernetes => None,
+    };
+    let config = with_registries(path, to, config)?;
+    let settings = deploy::check(&config, image, to).map_err(usage)?;
+    let digest = digest(&config, settings, to).await?;
+    let ledger = daemon::open_ledger(&config, Access::Write, &clock).await?;
+    let done = deploy::record(&config, &ledger, settings, &digest, clock.now()).await.map_err(failure)?;
+    print(&done, to.is_some(), json)
+}
+
+/// The config again with its registry credentials when the tag is to be read (no `--to`).
+fn with_registries(path: &Path, to: Option<&str>, config: Config) -> Result<Config, Failure> {
+    if to.is_some() { Ok(config) } else { load_config(path, Secrets::Registries) }
+}
+
+/// `to`, or the digest the image's tag holds now.
+async fn digest(
+    config: &Config,
+    image: &builder_monitor::config::ImageSettings,
+    to: Option<&str>,
+) -> Result<String, Failure> {
+    if let Some(to) = to {
+        return Ok(to.to_string());
+    }
+    let registry = Registry::new(config.registries.values().cloned(), Metrics::new());
+    deploy::tag_digest(&registry, image).await.map_err(failure)
+}
+
+fn failure(e: DeployError) -> Failure {
+    if e.is_usage() { usage(e) } else { e.into() }
+}
+
+fn print(deploy: &Deploy, asked: bool, json: bool) -> Result<u8, Failure> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(deploy).context("encoding JSON")?);
+    } else {
+        print!("{}", deploy.render_text(asked));
+    }
+    Ok(0)
+}

@@ -105,6 +105,7 @@ async fn deploys_follow_successes_keep_progress_hold_images_and_soak() {
         assert!(ledger.pending_deliveries().await.unwrap().iter().any(|d| d.event == "overridden"));
 
         // Release lifts the holds: nothing of the change holds its images any more.
+        // (And what follows a released action is released with it: checked after the release.)
         ledger.decide("c1", None, Verdict::Release, "alice (cli)", at("2026-11-30T12:20:00Z")).await.unwrap();
         let hold = ImageHold {
             key: &canary_deploy,
@@ -176,6 +177,38 @@ async fn a_skipped_deploy_lets_the_next_wave_go_and_a_newer_action_passes_a_hold
         ledger.record_actions(vec![deploy_of("manual-2", "api", 1)], at("2026-11-30T12:08:00Z")).await.unwrap();
         let newer = ledger.claim_actions_of(at("2026-11-30T12:09:00Z"), 5, Kinds::ALL, &none).await.unwrap();
         assert_eq!(newer.iter().map(|a| a.change_id.as_str()).collect::<Vec<_>>(), ["manual-2"]);
+    })
+    .await;
+}
+
+/// After `release`, the deploy that follows a released action goes too: the failed lower wave
+/// holds it no more than it held the action it follows.
+#[tokio::test]
+async fn the_deploy_that_follows_a_released_action_is_released_with_it() {
+    both(|ledger| async move {
+        let none = Rollout::default();
+        let mut r = record("b", "2026-11-30T12:00:00Z");
+        r.change = Some(change("b", 1, "sha256:a", "sha256:b"));
+        r.actions = vec![action("c1", "canary").gated(0, false), action("c1", "web").gated(1, false)];
+        ledger.commit(r).await.unwrap();
+        let canary = ledger.claim_actions_of(at("2026-11-30T12:01:00Z"), 1, Kinds::ALL, &none).await.unwrap();
+        ledger
+            .finish_action(end(&canary[0].key, ActionOutcome::Failed, "2026-11-30T12:02:00Z", vec![], true))
+            .await
+            .unwrap();
+        ledger.decide("c1", None, Verdict::Release, "alice (cli)", at("2026-11-30T12:03:00Z")).await.unwrap();
+        let web = ledger.claim_actions_of(at("2026-11-30T12:04:00Z"), 1, Kinds::ALL, &none).await.unwrap();
+        assert_eq!(web[0].image, "web");
+        let follow = vec![deploy_of("c1", "web", 1)];
+        ledger
+            .finish_action(end(&web[0].key, ActionOutcome::Succeeded, "2026-11-30T12:05:00Z", follow, false))
+            .await
+            .unwrap();
+        let deploy = ledger.claim_actions_of(at("2026-11-30T12:06:00Z"), 1, Kinds::ALL, &none).await.unwrap();
+        assert_eq!(
+            deploy.iter().map(|a| (a.image.as_str(), a.kind)).collect::<Vec<_>>(),
+            [("web", ActionKind::Deploy)]
+        );
     })
     .await;
 }

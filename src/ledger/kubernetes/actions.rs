@@ -308,6 +308,11 @@ impl Actions for KubeLedger {
                     }
                     if ended == Some(ActionState::Succeeded) && newer.is_none() && !follow.is_empty() {
                         doc.add_actions(&follow, now)?;
+                        // What follows a released action is released with it.
+                        let released = doc.actions.iter().any(|a| a.key == key && a.released);
+                        for a in doc.actions.iter_mut().filter(|a| follow.iter().any(|f| f.key == a.key)) {
+                            a.released |= released;
+                        }
                     }
                     for held in hold.iter().flat_map(|h| h.keys.iter().map(move |k| (k, &h.detail))) {
                         // The change's rows all live in this entry.

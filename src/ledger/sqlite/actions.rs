@@ -161,6 +161,15 @@ impl Actions for SqliteLedger {
             )?;
             if ended == 1 && state == ActionState::Succeeded && !follow.is_empty() && tags::newer_change(&tx, &key)?.is_none() {
                 insert_actions(&tx, &follow, updated.clone())?;
+                // What follows a released action is released with it: its change's lower waves
+                // were let go for it too.
+                for f in &follow {
+                    exec(
+                        &tx,
+                        "UPDATE actions SET released = (SELECT released FROM actions WHERE key = ?2) WHERE key = ?1",
+                        params![f.key, key],
+                    )?;
+                }
             }
             outbox::insert_events(&tx, &watch, now, &events, None, &deliveries, history)?;
             if let Some(m) = &tag_move {

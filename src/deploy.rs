@@ -239,7 +239,7 @@ image = "r.example/apps/orders:latest"
 
     fn config(extra: &str) -> Config {
         let mut config = Config::parse(std::path::Path::new("/config.toml"), &format!("{CONFIG}{extra}")).unwrap();
-        // Set in code until the `[[images]] deploy` parser lands.
+        // Set in code (the parser has its own tests).
         config.images[0].deploy = vec![
             Workload {
                 kind: WorkloadKind::Deployment,

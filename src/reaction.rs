@@ -381,7 +381,7 @@ image = "127.0.0.1:1/apps/petclinic:latest"
         use builder_monitor_core::deploy::WorkloadKind;
         let mut config = Config::parse(std::path::Path::new("/config.toml"), CONFIG).unwrap();
         assert!(deploys_after(&config, &config.images[0]).is_empty());
-        // Set in code until the `[[images]] deploy` parser lands.
+        // Set in code (the parser has its own tests).
         config.images[0].deploy = vec![Workload {
             kind: WorkloadKind::Deployment,
             namespace: "shop".into(),

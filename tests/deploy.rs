@@ -348,3 +348,32 @@ async fn the_exec_deploy_template_runs_with_the_new_digest() {
         assert_eq!(lines[i], format!("{name} {tag} {}", w.reference(name, &tag)));
     }
 }
+
+/// The deploy namespaces' permissions are checked at start, naming what is missing and what needs
+/// it; `rbac` prints the `-deploys` Role that grants them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_deploy_permissions_are_a_clear_start_up_error_and_rbac_prints_them() {
+    let w = World::new("", &|_| String::new()).await;
+    w.kube.deny("patch", "apps", "deployments");
+    let out = w.cli(&["run", "--once"]);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("missing permission in namespace \"shop\": patch deployments.apps (for [[images]] deploy)"),
+        "{}",
+        out.stderr
+    );
+    let out = w.cli(&["rbac", "--output", "json"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let objects: Vec<Value> = serde_json::from_str(&out.stdout).unwrap();
+    let role = objects
+        .iter()
+        .find(|o| o["kind"] == "Role" && o["metadata"]["name"].as_str().is_some_and(|n| n.ends_with("-deploys")))
+        .unwrap_or_else(|| panic!("no -deploys Role in {objects:?}"));
+    assert_eq!(role["metadata"]["namespace"], "shop");
+    let rules = role["rules"].as_array().unwrap();
+    assert!(
+        rules
+            .iter()
+            .any(|r| r["resources"][0] == "deployments" && r["verbs"].as_array().unwrap().contains(&"patch".into()))
+    );
+}

@@ -417,7 +417,7 @@ async fn the_deploys_section_shows_each_workload_in_chromium() {
          [[builders]]\nname = \"jammy\"\nimage = \"127.0.0.1:9/cnb/builder:latest\"\n\n{images}"
     );
     let mut config = builder_monitor::config::Config::parse(&path, &text).unwrap();
-    // In code until the `[[images]] deploy` parser lands.
+    // Set in code (the parser has its own tests).
     for image in &mut config.images {
         image.deploy = vec![Workload {
             kind: WorkloadKind::Deployment,

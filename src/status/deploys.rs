@@ -191,7 +191,7 @@ mod tests {
         format!("sha256:{}", fill.to_string().repeat(64))
     }
 
-    // Deploy workloads are set in code until the `[[images]] deploy` parser lands.
+    // Deploy workloads are set in code (the parser has its own tests).
     fn images() -> Vec<ImageSettings> {
         let text = ["petclinic", "orders", "billing", "api"]
             .map(|n| {

@@ -12,6 +12,7 @@ pub mod proxy;
 pub mod receiver;
 pub mod registry;
 pub mod token;
+pub mod tour;
 
 use std::time::Duration;
 

@@ -1,0 +1,22 @@
+//! The offline tour runs as a newcomer runs it (`scripts/tour`): from a fresh directory, against a
+//! local registry, the daemon pins the builder, classifies the run image's move, rebases both apps
+//! in the registry (canary first), plans rebuilds for the builder's move and alerts a webhook.
+
+mod support;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tour_shows_a_pin_a_move_rebases_alerts_and_the_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = std::path::Path::new(support::daemon::BINARY);
+    let seen = support::tour::run(bin, dir.path(), false).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(seen.rebased, ["storefront", "orders"], "canary first");
+    let mut planned = seen.rebuilds_planned.clone();
+    planned.sort();
+    assert_eq!(planned, ["orders", "storefront"]);
+    for event in ["builder.pinned", "run_image.changed", "rebase.succeeded", "builder.changed"] {
+        assert!(seen.alerts.iter().any(|a| a == event), "no {event} alert in {:?}", seen.alerts);
+    }
+    assert!(seen.page.starts_with("http://127.0.0.1:"), "{}", seen.page);
+    let config = std::fs::read_to_string(dir.path().join("config.toml")).unwrap();
+    assert!(config.contains("rebase = \"registry\""), "{config}");
+}

@@ -390,11 +390,15 @@ pub async fn diff(
         !m.platforms.is_empty() && m.platforms.values().all(|p| matches!(p, cnb::PlatformMetadata::NotBuilder))
     };
     let [(old_ref, old_meta), (new_ref, new_meta)] = <[_; 2]>::try_from(sides).expect("two sides");
-    let mut change = if base_image(&old_meta)
-        && base_image(&new_meta)
-        && !(old_meta.packages.is_empty() && new_meta.packages.is_empty())
-    {
+    let both_base = base_image(&old_meta) && base_image(&new_meta);
+    let mut change = if both_base && !(old_meta.packages.is_empty() && new_meta.packages.is_empty()) {
         Change::run_image_moved(old_ref, new_ref).with_packages(&old_meta.packages, &new_meta.packages)
+    } else if both_base {
+        // Two run images (or any two base images) that list no packages: all there is to say.
+        Change::unknown(
+            "neither image is a CNB builder, and neither lists its OS packages (no io.paketo.stack.packages \
+             label, no SBOM layer): only their digests can be compared",
+        )
     } else {
         cnb::classify(&old_meta, &new_meta)
     };

@@ -250,6 +250,25 @@ async fn diff_classifies_a_corpus_of_builder_pairs() {
     );
 }
 
+/// Two run images without package lists: the diff says what it can and cannot compare, not that
+/// they are no builders one side at a time.
+#[tokio::test]
+async fn diff_of_two_run_images_without_package_lists_says_what_is_missing() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    pusher.push_image("run/plain", Some("1"), &Image::new("amd64").salt("run-1"), Format::Oci).await;
+    pusher.push_image("run/plain", Some("2"), &Image::new("amd64").salt("run-2"), Format::Oci).await;
+    let ws = Workspace::new();
+    let (old, new) = (format!("{}/run/plain:1", registry.host), format!("{}/run/plain:2", registry.host));
+    let out = ws.run(&["diff", &old, &new, "--json"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let change: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(change["kind"], "unknown", "{change:#}");
+    let note = change["note"].as_str().unwrap();
+    assert!(note.contains("neither lists its OS packages"), "{note}");
+    assert!(!note.contains("the previous image is not a CNB builder"), "{note}");
+}
+
 #[tokio::test]
 async fn resolve_describes_a_builder() {
     let registry = TestRegistry::start();

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 
 use super::attempt::{Attempt, Digests, Next};
@@ -357,10 +357,10 @@ impl Deploying<'_> {
         let selector = core::selector(&object);
         let mut current = object;
         let config = watcher::Config::default().fields(&format!("metadata.name={}", w.name));
-        let mut objects = watcher(self.api(w), config).boxed();
+        let mut objects = watcher(self.api(w), config).default_backoff().boxed();
         let pod_api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &w.namespace, &pods());
         let mut pod_events = match &selector {
-            Some(s) => watcher(pod_api, watcher::Config::default().labels(s)).boxed(),
+            Some(s) => watcher(pod_api, watcher::Config::default().labels(s)).default_backoff().boxed(),
             None => futures::stream::pending().boxed(),
         };
         let mut pods: BTreeMap<String, Value> = BTreeMap::new();
@@ -538,7 +538,7 @@ pub async fn guard(runner: std::sync::Arc<Runner>, client: kube::Client, stop: t
     }
     let streams = scopes.into_iter().map(|(kind, namespace)| {
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource(kind));
-        watcher(api, watcher::Config::default()).map(move |e| (kind, e)).boxed()
+        watcher(api, watcher::Config::default()).default_backoff().map(move |e| (kind, e)).boxed()
     });
     let mut events = futures::stream::select_all(streams);
     loop {

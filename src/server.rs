@@ -669,6 +669,35 @@ async fn hook(
 
 /// The request's body, read only now, once the token is checked: a client without the token can
 /// neither make the server wait for a body nor have it buffer one. Over [`BODY_LIMIT`]: 413.
+/// The body of a request about one image's digest (`rollback`, `deploy`): `{"to": "sha256:…"}`,
+/// or none.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct DigestBody {
+    to: Option<String>,
+}
+
+/// A write request about one image's digest, authorized, on the leader, its body read: the
+/// digest it names (`to`), if any; otherwise the answer that refuses it.
+async fn digest_request(
+    state: &ServerState,
+    headers: &HeaderMap,
+    request: axum::extract::Request,
+) -> Result<Option<String>, Response> {
+    authorize(state, headers, None).map_err(IntoResponse::into_response)?;
+    if !state.is_leader() {
+        return Err(standby());
+    }
+    let body = read_body(request).await?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    match serde_json::from_slice::<DigestBody>(&body) {
+        Ok(b) => Ok(b.to),
+        Err(e) => Err(error(StatusCode::BAD_REQUEST, format!("expected {{\"to\": \"sha256:…\"}} or no body: {e}"))),
+    }
+}
+
 async fn read_body(request: axum::extract::Request) -> Result<axum::body::Bytes, Response> {
     use axum::extract::FromRequest;
     axum::body::Bytes::from_request(request, &()).await.map_err(IntoResponse::into_response)

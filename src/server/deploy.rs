@@ -6,17 +6,9 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
 
-use super::{ServerState, authorize, error, read_body, standby};
+use super::{ServerState, error};
 use crate::deploy::{self, DeployError};
-
-/// The body: the digest to deploy (`--to`), or none for the one the tag holds now.
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct DeployBody {
-    to: Option<String>,
-}
 
 pub(super) async fn deploy(
     State(state): State<Arc<ServerState>>,
@@ -24,27 +16,11 @@ pub(super) async fn deploy(
     headers: HeaderMap,
     request: axum::extract::Request,
 ) -> Response {
-    if let Err(denied) = authorize(&state, &headers, None) {
-        return denied.into_response();
-    }
-    if !state.is_leader() {
-        return standby();
-    }
-    let body = match read_body(request).await {
-        Ok(body) => body,
+    let to = match super::digest_request(&state, &headers, request).await {
+        Ok(to) => to,
         Err(refused) => return refused,
     };
-    let body: DeployBody = if body.iter().all(u8::is_ascii_whitespace) {
-        DeployBody::default()
-    } else {
-        match serde_json::from_slice(&body) {
-            Ok(b) => b,
-            Err(e) => {
-                return error(StatusCode::BAD_REQUEST, format!("expected {{\"to\": \"sha256:…\"}} or no body: {e}"));
-            }
-        }
-    };
-    let to = body.to.as_deref();
+    let to = to.as_deref();
     let image = match deploy::check(&state.config, &name, to) {
         Ok(image) => image,
         Err(e @ DeployError::UnknownImage { .. }) => return error(StatusCode::NOT_FOUND, e.to_string()),

@@ -6,17 +6,9 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
 
-use super::{ServerState, authorize, error, read_body, standby};
+use super::{ServerState, error};
 use crate::rollback::{self, RollbackError};
-
-/// The body: the digest to go back to (`--to`), or none for the one before the last move.
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RollbackBody {
-    to: Option<String>,
-}
 
 pub(super) async fn rollback(
     State(state): State<Arc<ServerState>>,
@@ -24,25 +16,9 @@ pub(super) async fn rollback(
     headers: HeaderMap,
     request: axum::extract::Request,
 ) -> Response {
-    if let Err(denied) = authorize(&state, &headers, None) {
-        return denied.into_response();
-    }
-    if !state.is_leader() {
-        return standby();
-    }
-    let body = match read_body(request).await {
-        Ok(body) => body,
+    let to = match super::digest_request(&state, &headers, request).await {
+        Ok(to) => to,
         Err(refused) => return refused,
-    };
-    let body: RollbackBody = if body.iter().all(u8::is_ascii_whitespace) {
-        RollbackBody::default()
-    } else {
-        match serde_json::from_slice(&body) {
-            Ok(b) => b,
-            Err(e) => {
-                return error(StatusCode::BAD_REQUEST, format!("expected {{\"to\": \"sha256:…\"}} or no body: {e}"));
-            }
-        }
     };
     let Some(registry) = &state.registry else {
         return error(StatusCode::SERVICE_UNAVAILABLE, "this server has no registry client to write with");
@@ -51,11 +27,11 @@ pub(super) async fn rollback(
         Ok(image) => image,
         Err(e) => return error(StatusCode::NOT_FOUND, e.to_string()),
     };
-    if let Some(to) = body.to.as_deref().filter(|d| !builder_monitor_core::reference::is_sha256_digest(d)) {
+    if let Some(to) = to.as_deref().filter(|d| !builder_monitor_core::reference::is_sha256_digest(d)) {
         return error(StatusCode::BAD_REQUEST, RollbackError::InvalidDigest(to.to_string()).to_string());
     }
     let now = state.monitor.now();
-    match rollback::rollback(&state.config, &state.ledger, registry, image, body.to.as_deref(), now).await {
+    match rollback::rollback(&state.config, &state.ledger, registry, image, to.as_deref(), now).await {
         Ok(done) => (StatusCode::OK, axum::Json(done)).into_response(),
         Err(
             e @ (RollbackError::NothingRecorded { .. }

@@ -38,6 +38,13 @@ pub enum Command {
     Check {
         #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
         config: PathBuf,
+        /// What the deployment expects of the config (repeatable), e.g. `listen-port=9464`,
+        /// `publish=true`, `state=kubernetes`: any disagreement fails the check, naming the key to
+        /// change. Keys: listen-port, namespace, in-cluster, publish, prune, leader-election, state
+        /// (`kubernetes` or the SQLite ledger's directory), runner, runner-namespace,
+        /// deploy-namespaces (comma-separated). The Helm chart's init container passes its values.
+        #[arg(long, value_name = "KEY=VALUE")]
+        expect: Vec<builder_monitor::cluster::expect::Expectation>,
     },
     /// Print the immutable reference and per-platform digests an image reference points at now.
     Resolve {

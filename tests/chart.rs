@@ -1,6 +1,7 @@
 //! The Helm chart, rendered by a real Helm (`HELM`, installed by `scripts/test`): it lints, its CRD
 //! is the binary's, its RBAC is exactly what the daemon checks for, its pods are locked down, and
-//! the config it mounts passes `builder-monitor check`.
+//! the config it mounts passes its init container's `builder-monitor check --expect …`, run here
+//! as the pod would run it.
 
 mod support;
 
@@ -15,6 +16,9 @@ use serde_json::Value;
 use support::daemon::{Workspace, run_with_env};
 
 const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/builder-monitor");
+/// Where the chart mounts the config (read-only) and the data directory (writable).
+const CONFIG_PATH: &str = "/etc/builder-monitor/config.toml";
+const DATA_DIR: &str = "/var/lib/builder-monitor";
 
 fn helm() -> Command {
     let helm = std::env::var_os("HELM").unwrap_or_else(|| {
@@ -62,6 +66,68 @@ fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
     found[0]
 }
 
+/// A values file in a workspace: `head` (YAML) and then `config` as the `config: |` block.
+fn values_with(ws: &Workspace, head: &str, config: &str) -> PathBuf {
+    let path = ws.path("values.yaml");
+    let indented: String = config.lines().map(|l| format!("  {l}\n")).collect();
+    std::fs::write(&path, format!("{head}\nconfig: |\n{indented}")).unwrap();
+    path
+}
+
+/// `helm template` with a values file of `head` and `config`.
+fn render_with(head: &str, config: &str) -> Vec<Value> {
+    let ws = Workspace::new();
+    render(&["-f", values_with(&ws, head, config).to_str().unwrap()])
+}
+
+/// `helm template`'s error for values of `head` and `config` (it must fail).
+fn render_error(head: &str, config: &str) -> String {
+    let ws = Workspace::new();
+    let path = values_with(&ws, head, config);
+    let out = helm().args(["template", "bm", CHART, "-f", path.to_str().unwrap()]).output().unwrap();
+    assert!(!out.status.success(), "rendered:\n{head}\n{config}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn pod(docs: &[Value]) -> &Value {
+    &one(docs, "Deployment")["spec"]["template"]["spec"]
+}
+
+/// The container `name` of the pod's `containers` or `initContainers`.
+fn container<'a>(docs: &'a [Value], list: &str, name: &str) -> &'a Value {
+    let found = pod(docs)[list].as_array().unwrap().iter().find(|c| c["name"] == name);
+    found.unwrap_or_else(|| panic!("no {list} {name}"))
+}
+
+/// Runs the init container's command on the rendered ConfigMap's config, as the pod would: its
+/// arguments (the config at a workspace path instead of the mount), its plain environment, the
+/// namespace from the downward API, and `secrets` for what the pod takes from Secrets.
+fn init_check(docs: &[Value], secrets: &[(&str, &str)]) -> support::daemon::Output {
+    let ws = Workspace::new();
+    let text = one(docs, "ConfigMap")["data"]["config.toml"].as_str().unwrap();
+    let path = ws.config(text);
+    let check = container(docs, "initContainers", "check");
+    let args: Vec<&str> = check["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .map(|a| if a == CONFIG_PATH { path.to_str().unwrap() } else { a })
+        .collect();
+    let mut env: Vec<(&str, &str)> = secrets.to_vec();
+    for var in check["env"].as_array().unwrap() {
+        let name = var["name"].as_str().unwrap();
+        if let Some(value) = var["value"].as_str() {
+            env.push((name, value));
+        } else if var["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace" {
+            env.push((name, "monitoring"));
+        } else if var["valueFrom"]["secretKeyRef"].is_object() {
+            assert!(secrets.iter().any(|(n, _)| *n == name), "a value for secret variable {name}");
+        }
+    }
+    run_with_env(&args, &env, ws.dir.path())
+}
+
 /// (namespace or "", apiGroup, resource, verb) for every rule of the rendered Roles and ClusterRoles.
 fn granted(docs: &[Value]) -> BTreeSet<(String, String, String, String)> {
     let mut out = BTreeSet::new();
@@ -107,6 +173,8 @@ fn assert_bound(docs: &[Value]) {
 /// Writes the ConfigMap's config to a workspace, checks it with the binary, and returns the
 /// permissions `builder-monitor rbac` says it needs, in the shape of `granted`.
 fn check_and_required(docs: &[Value], env: &[(&str, &str)]) -> BTreeSet<(String, String, String, String)> {
+    let check = init_check(docs, env);
+    assert_eq!(check.code, Some(0), "the chart's config fails its init container's `check`:\n{}", check.stderr);
     let ws = Workspace::new();
     let text = one(docs, "ConfigMap")["data"]["config.toml"].as_str().unwrap().to_string();
     let path = ws.config(&text);
@@ -114,8 +182,6 @@ fn check_and_required(docs: &[Value], env: &[(&str, &str)]) -> BTreeSet<(String,
     // As in the pod: the namespace from the downward API.
     let mut env = env.to_vec();
     env.push(("POD_NAMESPACE", "monitoring"));
-    let check = run_with_env(&["check", "--config", path], &env, ws.dir.path());
-    assert_eq!(check.code, Some(0), "the chart's config fails `check`:\n{}", check.stderr);
     // The chart's service account for release `bm` is the release's full name.
     let account = one(docs, "ServiceAccount")["metadata"]["name"].as_str().unwrap().to_string();
     let args = ["rbac", "--output", "json", "--service-account", &account, "--config", path];
@@ -143,13 +209,15 @@ fn assert_locked_down(docs: &[Value]) {
     let pod = &one(docs, "Deployment")["spec"]["template"]["spec"];
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+    for container in [&pod["containers"][0], &pod["initContainers"][0]] {
+        let sc = &container["securityContext"];
+        assert_eq!(sc["runAsNonRoot"], true);
+        assert_eq!(sc["readOnlyRootFilesystem"], true);
+        assert_eq!(sc["allowPrivilegeEscalation"], false);
+        assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
+        assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+    }
     let container = &pod["containers"][0];
-    let sc = &container["securityContext"];
-    assert_eq!(sc["runAsNonRoot"], true);
-    assert_eq!(sc["readOnlyRootFilesystem"], true);
-    assert_eq!(sc["allowPrivilegeEscalation"], false);
-    assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
-    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert!(container["resources"]["limits"]["memory"].is_string());
@@ -175,6 +243,7 @@ fn the_chart_ships_the_binarys_crd() {
     let crd: Value = serde_saphyr::from_str(&shipped).unwrap();
     assert_eq!(crd["spec"]["scope"], "Cluster");
     assert_eq!(crd["metadata"]["name"], "clusterbuilders.buildermonitor.dev");
+    assert_eq!(crd["spec"]["names"]["shortNames"], serde_json::json!(["bmcb"]), "not kpack's `clusterbuilders`");
     let columns: Vec<&str> = crd["spec"]["versions"][0]["additionalPrinterColumns"]
         .as_array()
         .unwrap()
@@ -284,11 +353,8 @@ fn deploy_namespaces_render_exactly_the_rbac_deploys_use() {
                   [[images]]\nname = \"web\"\nbuilder = \"b\"\nimage = \"registry.example.com/web:latest\"\n\
                   deploy = [{ kind = \"Deployment\", namespace = \"shop\", name = \"web\" },\
                             { kind = \"CronJob\", namespace = \"jobs\", name = \"report\" }]\n";
-    let ws = Workspace::new();
-    let path = ws.path("values.yaml");
-    let indented: String = config.lines().map(|l| format!("  {l}\n")).collect();
-    std::fs::write(&path, format!("deployNamespaces: [shop, jobs]\nconfig: |\n{indented}")).unwrap();
-    let docs = render(&["-f", path.to_str().unwrap()]);
+    let head = "deployNamespaces: [shop, jobs]\nfeatures: {publish: false, leaderElection: false}";
+    let docs = render_with(head, config);
     assert_bound(&docs);
     let granted = granted(&docs);
     assert_eq!(granted, check_and_required(&docs, &[]));
@@ -317,11 +383,11 @@ fn every_runner_type_renders_exactly_the_rbac_the_daemon_uses() {
              [runner]\ntype = \"{}\"\n{settings}",
             kind.as_str()
         );
-        let ws = Workspace::new();
-        let path = ws.path("values.yaml");
-        let indented: String = config.lines().map(|l| format!("  {l}\n")).collect();
-        std::fs::write(&path, format!("config: |\n{indented}")).unwrap();
-        let docs = render(&["-f", path.to_str().unwrap()]);
+        let head = format!(
+            "features: {{publish: false, leaderElection: false, runner: {{type: {}, namespace: builds}}}}",
+            kind.as_str()
+        );
+        let docs = render_with(&head, &config);
         assert_bound(&docs);
         let granted = granted(&docs);
         assert_eq!(granted, check_and_required(&docs, &[]), "runner {}", kind.as_str());
@@ -331,34 +397,194 @@ fn every_runner_type_renders_exactly_the_rbac_the_daemon_uses() {
     }
 }
 
+/// Values the chart cannot run fail `helm template`; a config that is invalid, or says other than
+/// the values the chart shaped the release by, fails the pod's init container — each naming the fix.
 #[test]
 fn configs_the_chart_cannot_run_fail_at_render_time_with_the_fix() {
-    let refuse = |config: &str, expected: &str| {
-        let ws = Workspace::new();
-        let path = ws.path("values.yaml");
-        let indented: String = config.lines().map(|l| format!("  {l}\n")).collect();
-        std::fs::write(&path, format!("config: |\n{indented}")).unwrap();
-        let out = helm().args(["template", "bm", CHART, "-f", path.to_str().unwrap()]).output().unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && stderr.contains(expected), "{config}\n→ {stderr}");
-    };
     let builders = "[[builders]]\nname = \"b\"\nimage = \"x/y:latest\"\n";
-    refuse(&format!("[monitor]\nstate = \"kubernetes\"\n{builders}"), "needs a [server] table");
-    refuse(&format!("[server]\nlisten = \"127.0.0.1:9464\"\n{builders}"), "use \"0.0.0.0:9464\"");
+    let fits = format!("[server]\nlisten = \"0.0.0.0:9464\"\n[monitor]\nstate = \"kubernetes\"\n{builders}");
+    let sqlite = "features: {clusterState: false}";
+    let refuse = |head: &str, config: &str, expected: &str| {
+        let stderr = render_error(head, config);
+        assert!(stderr.contains(expected), "{head}\n{config}\n→ {stderr}");
+    };
+    refuse(sqlite, &fits, "replicaCount: 2 with a SQLite ledger: each replica would keep its own. Set replicaCount: 1");
     refuse(
-        &format!("[server]\nlisten = \"0.0.0.0:9464\"\n[kubernetes]\nleader_election = true\n{builders}"),
-        "several replicas share one ledger only with [monitor] state = \"kubernetes\"",
+        "features: {runner: {type: nomad, namespace: builds}}",
+        &fits,
+        "features.runner.type = \"nomad\" is not one of none, exec, kubernetes, kpack",
     );
-    refuse(
-        &format!("[server]\nlisten = \"0.0.0.0:9464\"\n[kubernetes]\nnamespace = \"x\"\n{builders}"),
-        "leave [kubernetes] namespace and kubeconfig unset",
+    refuse("features: {port: 0}", &fits, "port");
+    refuse("secretEnv: [{name: X}]", &fits, "secretName");
+
+    let head = "features: {publish: false, leaderElection: false}";
+    let stopped = |head: &str, config: &str, expected: &str| {
+        let docs = render_with(head, config);
+        let check = init_check(&docs, &[]);
+        assert!(check.code == Some(2) && check.stderr.contains(expected), "{config}\n→ {}", check.stderr);
+    };
+    assert_eq!(init_check(&render_with(head, &fits), &[]).code, Some(0), "the config that fits");
+    let state = "[monitor]\nstate = \"kubernetes\"\n";
+    stopped(
+        head,
+        &format!("{state}{builders}"),
+        "no [server] table: the deployment's probes, Service and metrics need [server] listen = \"0.0.0.0:9464\"",
     );
-    refuse(
-        &format!("[server]\nlisten = \"0.0.0.0:9464\"\n{builders}[runner]\ntype = \"nomad\"\n"),
-        "[runner] type = \"nomad\" is not one of none, exec, kubernetes, kpack",
+    stopped(head, &format!("[server]\nlisten = \"127.0.0.1:9464\"\n{state}{builders}"), "use \"0.0.0.0:9464\"");
+    stopped(head, &format!("{fits}[kubernetes]\nnamespace = \"x\"\n"), "leave [kubernetes] namespace unset");
+    stopped(head, &format!("{fits}[kubernetes]\nkubeconfig = \"/k\"\n"), "leave [kubernetes] kubeconfig");
+    stopped(head, &format!("{fits}[kubernetes]\nleader_election = true\n"), "set leader_election = false");
+    stopped("", &fits, "[kubernetes] publish is false, but the deployment expects publish=true");
+    stopped(head, &format!("[server]\nlisten = \"0.0.0.0:9464\"\n{builders}"), "set [monitor] state = \"kubernetes\"");
+    stopped(
+        head,
+        &format!("{fits}[runner]\ntype = \"kpack\"\n"),
+        "[runner] type = \"kpack\", but the deployment expects runner=none",
     );
-    let out = helm().args(["template", "bm", CHART, "--set", "secretEnv[0].name=X"]).output().unwrap();
-    assert!(!out.status.success(), "values.schema.json requires secretName and key");
+    stopped(
+        head,
+        &format!(
+            "{fits}[[images]]\nname = \"w\"\nbuilder = \"b\"\nimage = \"x/w:1\"\ndeploy = [{{ kind = \"Deployment\", namespace = \"shop\", name = \"w\" }}]\n"
+        ),
+        "grant exactly \"shop\"",
+    );
+    // The text itself is the binary's to judge: an invalid config stops the pod with its line.
+    stopped(head, &fits.replace("[monitor]\n", "[monitor]\ninterval = \"10\"\n"), "a unit is required");
+}
+
+/// Issue 28: a config without `[monitor] state` put the SQLite ledger beside the config, on the
+/// read-only ConfigMap mount. The pod now points relative state at a writable data volume.
+#[test]
+fn a_config_without_state_keeps_its_sqlite_ledger_on_the_writable_data_volume() {
+    let head = "features: {publish: false, leaderElection: false, clusterState: false}";
+    let listen = "[server]\nlisten = \"0.0.0.0:9464\"\n";
+    let builders = "[[builders]]\nname = \"b\"\nimage = \"registry.example.com/b:latest\"\n";
+    for (state, file) in [("", "builder-monitor.db"), ("[monitor]\nstate = \"ledger/state.db\"\n", "ledger/state.db")] {
+        let docs = render_with(head, &format!("{listen}{state}{builders}"));
+        let deployment = one(&docs, "Deployment");
+        assert_eq!(deployment["spec"]["replicas"], 1);
+        assert_eq!(deployment["spec"]["strategy"]["type"], "Recreate", "never two writers of one ledger");
+        assert_locked_down(&docs);
+        assert!(granted(&docs).is_empty(), "a SQLite ledger needs no RBAC");
+        let daemon = container(&docs, "containers", "builder-monitor");
+        let state_dir = daemon["env"].as_array().unwrap().iter().find(|e| e["name"] == "BUILDER_MONITOR_STATE_DIR");
+        assert_eq!(state_dir.unwrap()["value"], DATA_DIR);
+        let mount = |path: &str| {
+            let mounts = daemon["volumeMounts"].as_array().unwrap();
+            mounts.iter().find(|m| m["mountPath"] == path).unwrap_or_else(|| panic!("nothing at {path}")).clone()
+        };
+        assert_eq!(mount("/etc/builder-monitor")["readOnly"], true);
+        let data = mount(DATA_DIR);
+        assert!(data["readOnly"].is_null() || data["readOnly"] == false, "writable: {data}");
+        let volume = pod(&docs)["volumes"].as_array().unwrap().iter().find(|v| v["name"] == data["name"]).unwrap();
+        assert!(volume["emptyDir"].is_object(), "an emptyDir without persistence: {volume}");
+        // Where the binary, given the pod's environment, puts the ledger: on that volume.
+        let check = init_check(&docs, &[]);
+        assert_eq!(check.code, Some(0), "{}", check.stderr);
+        assert!(check.stdout.contains(&format!("state:  {DATA_DIR}/{file} (SQLite)")), "{}", check.stdout);
+    }
+    // An absolute state elsewhere would be on the read-only root filesystem: the pod says so.
+    let docs = render_with(head, &format!("{listen}[monitor]\nstate = \"/etc/builder-monitor/x.db\"\n{builders}"));
+    let check = init_check(&docs, &[]);
+    assert!(check.code == Some(2) && check.stderr.contains("outside the writable data directory"), "{}", check.stderr);
+}
+
+#[test]
+fn persistence_gives_the_data_directory_a_claim_for_one_replica() {
+    let config =
+        "[server]\nlisten = \"0.0.0.0:9464\"\n[[builders]]\nname = \"b\"\nimage = \"registry.example.com/b:latest\"\n";
+    let sqlite = "features: {publish: false, leaderElection: false, clusterState: false}\n";
+    assert!(render_with(sqlite, config).iter().all(|d| d["kind"] != "PersistentVolumeClaim"), "off by default");
+    let docs = render_with(
+        &format!(
+            "{sqlite}persistence: {{enabled: true, size: 5Gi, storageClass: fast, accessModes: [ReadWriteOncePod]}}"
+        ),
+        config,
+    );
+    let claim = one(&docs, "PersistentVolumeClaim");
+    assert_eq!(claim["metadata"]["namespace"], "monitoring");
+    assert_eq!(claim["spec"]["resources"]["requests"]["storage"], "5Gi");
+    assert_eq!(claim["spec"]["storageClassName"], "fast");
+    assert_eq!(claim["spec"]["accessModes"], serde_json::json!(["ReadWriteOncePod"]));
+    let data = pod(&docs)["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "data").unwrap();
+    assert_eq!(data["persistentVolumeClaim"]["claimName"], claim["metadata"]["name"]);
+    assert!(data["emptyDir"].is_null());
+    assert_eq!(one(&docs, "Deployment")["spec"]["strategy"]["type"], "Recreate");
+    assert!(granted(&docs).is_empty());
+    assert_eq!(init_check(&docs, &[]).code, Some(0));
+    let class = |set: &str| {
+        let docs = render_with(&format!("{sqlite}persistence: {{enabled: true{set}}}"), config);
+        one(&docs, "PersistentVolumeClaim")["spec"].get("storageClassName").cloned()
+    };
+    assert_eq!(class(""), None, "the cluster's default class");
+    assert_eq!(class(", storageClass: \"-\""), Some(Value::from("")), "no class");
+    // Two replicas cannot share one claim's SQLite file, even with the ledger in the cluster.
+    let two = "persistence: {enabled: true}\nreplicaCount: 2\n";
+    let clustered =
+        format!("{config}[monitor]\nstate = \"kubernetes\"\n[kubernetes]\npublish = true\nleader_election = true\n");
+    let stderr = render_error(two, &clustered);
+    assert!(
+        stderr.contains("persistence.enabled with replicaCount: 2") && stderr.contains("Set replicaCount: 1"),
+        "{stderr}"
+    );
+    for bad in ["persistence.size=lots", "persistence.accessModes[0]=ReadOnlyMany", "persistence.sise=1Gi"] {
+        let out = helm().args(["template", "bm", CHART, "--set", bad]).output().unwrap();
+        assert!(!out.status.success(), "values.schema.json refuses {bad}");
+    }
+}
+
+/// Issue 28: the chart read the config with regular expressions and refused valid TOML such as an
+/// inline `[server]` table. It reads no TOML now; the port is `features.port`, checked in the pod.
+#[test]
+fn an_inline_table_config_renders_with_its_port_and_probes() {
+    for port in [9464, 8080] {
+        let config = format!(
+            "server = {{ listen = \"0.0.0.0:{port}\" }}\nmonitor = {{ state = \"kubernetes\" }}\n\
+             kubernetes = {{ publish = true, leader_election = true }}\n\
+             [[builders]]\nname = \"b\"\nimage = \"registry.example.com/b:latest\"\n"
+        );
+        let docs = render_with(&format!("features: {{port: {port}}}"), &config);
+        let daemon = container(&docs, "containers", "builder-monitor");
+        assert_eq!(daemon["ports"][0], serde_json::json!({"name": "http", "containerPort": port, "protocol": "TCP"}));
+        for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+            assert_eq!(daemon[probe]["httpGet"]["port"], "http", "{probe}");
+        }
+        assert_eq!(one(&docs, "Service")["spec"]["ports"][0]["targetPort"], "http");
+        assert_eq!(granted(&docs), check_and_required(&docs, &[]), "port {port}");
+    }
+}
+
+/// `kubectl get clusterbuilders` is ambiguous where kpack is installed: hints give the full name or
+/// the short name the CRD declares.
+#[test]
+fn hints_name_clusterbuilders_unambiguously() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("README.md"), Path::new(CHART).join("templates/NOTES.txt")];
+    let mut dirs = vec![root.join("docs"), root.join("src"), Path::new(CHART).to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "md" || e == "rs" || e == "txt" || e == "yaml") {
+                files.push(path);
+            }
+        }
+    }
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (at, _) in text.match_indices("get clusterbuilder") {
+            let rest = text[at + "get clusterbuilder".len()..].trim_start_matches('s');
+            assert!(
+                rest.starts_with(".buildermonitor.dev"),
+                "{}: {}",
+                file.display(),
+                &text[at..(at + 40).min(text.len())]
+            );
+        }
+    }
+    let notes = std::fs::read_to_string(Path::new(CHART).join("templates/NOTES.txt")).unwrap();
+    assert!(notes.contains("kubectl get clusterbuilders.buildermonitor.dev") && notes.contains("kubectl get bmcb"));
 }
 
 #[test]
@@ -385,8 +611,74 @@ fn the_grafana_dashboard_ships_off_by_default_with_the_sidecar_label() {
     let shipped = std::fs::read_to_string(Path::new(CHART).join("dashboards/builder-monitor.json")).unwrap();
     let rendered: Value = serde_json::from_str(map["data"]["builder-monitor.json"].as_str().unwrap()).unwrap();
     assert_eq!(rendered, serde_json::from_str::<Value>(&shipped).unwrap(), "the dashboard file, unchanged");
+    dashboard_panels_read_the_binarys_metrics(&rendered);
     let elsewhere = render(&["--set", "grafanaDashboard.enabled=true", "--set", "grafanaDashboard.namespace=grafana"]);
     assert_eq!(dashboards(&elsewhere)[0]["metadata"]["namespace"], "grafana");
     let out = helm().args(["template", "bm", CHART, "--set", "grafanaDashboard.enabld=true"]).output().unwrap();
     assert!(!out.status.success(), "values.schema.json refuses unknown keys");
+}
+
+/// The dashboard's metrics are the binary's; failing watches per registry and the pins have
+/// panels; a `builder` variable filters every series that has a builder label.
+fn dashboard_panels_read_the_binarys_metrics(dashboard: &Value) {
+    use builder_monitor::metrics::{ChangeLabels, DeliveryLabels, Metrics, RequestLabels};
+    // A series in every family (an empty family writes nothing).
+    let metrics = Metrics::new();
+    metrics.record_check("w", None, 1.0);
+    metrics.set_pinned("w", "sha256:aa");
+    metrics.set_open_actions(["pending"]);
+    let registry = Metrics::registry_labels("r");
+    let (r, s) = (String::from("r"), String::from("x"));
+    metrics.changes.get_or_create(&ChangeLabels { builder: "w".into(), kind: s.clone() }).inc();
+    metrics.deliveries.get_or_create(&DeliveryLabels { alert: s.clone(), outcome: s.clone() }).inc();
+    metrics.registry_requests.get_or_create(&RequestLabels { registry: r, method: s.clone(), status: s }).inc();
+    metrics.rate_limited.get_or_create(&registry).inc();
+    metrics.rate_limit_wait.get_or_create(&registry).inc();
+    metrics.watches_failing.get_or_create(&registry).set(1);
+    let exposition = metrics.encode();
+    let families: Vec<&str> = exposition.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next()).collect();
+    let per_builder: BTreeSet<&str> =
+        exposition.lines().filter(|l| l.contains("builder=\"w\"")).map(|l| l.split('{').next().unwrap()).collect();
+    assert!(per_builder.len() >= 4, "{exposition}");
+    let text = dashboard.to_string();
+    for (at, _) in text.match_indices("builder_monitor_") {
+        let name: String = text[at..].chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect();
+        let known = families
+            .iter()
+            .any(|f| ["", "_total", "_bucket", "_sum", "_count"].iter().any(|suffix| name == format!("{f}{suffix}")));
+        assert!(known, "the dashboard reads {name}, which the binary does not expose");
+    }
+    let variable = dashboard["templating"]["list"].as_array().unwrap().iter().find(|v| v["name"] == "builder");
+    let variable = variable.expect("a `builder` template variable");
+    assert_eq!(
+        (&variable["type"], &variable["includeAll"], &variable["multi"]),
+        (&"query".into(), &true.into(), &true.into())
+    );
+    assert!(variable["definition"].as_str().unwrap().contains("builder_monitor_checks_total, builder"));
+    let panels = dashboard["panels"].as_array().unwrap();
+    let exprs = |panel: &Value| -> Vec<String> {
+        panel["targets"].as_array().unwrap().iter().map(|t| t["expr"].as_str().unwrap().to_string()).collect()
+    };
+    let panel_reading = |metric: &str| panels.iter().find(|p| exprs(p).iter().any(|e| e.contains(metric)));
+    let failing = panel_reading("builder_monitor_watches_failing").expect("a panel of failing watches");
+    assert!(exprs(failing)[0].contains("by (registry)") && failing["targets"][0]["legendFormat"] == "{{registry}}");
+    let pins = panel_reading("builder_monitor_pinned_info").expect("a panel of the pins");
+    assert!(exprs(pins)[0].contains("by (builder, digest)"), "{pins}");
+    let mut filtered = 0;
+    for panel in panels {
+        for expr in exprs(panel) {
+            for series in &per_builder {
+                for selector in expr.split(series).skip(1) {
+                    assert!(
+                        selector.starts_with('{')
+                            && selector[..selector.find('}').unwrap()].contains("builder=~\"$builder\""),
+                        "panel {}: {series} without the builder variable: {expr}",
+                        panel["title"]
+                    );
+                    filtered += 1;
+                }
+            }
+        }
+    }
+    assert!(filtered >= 6, "the per-builder panels use the variable");
 }

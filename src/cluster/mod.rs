@@ -2,6 +2,7 @@
 //! YAML for printed objects, and the ClusterBuilder resource.
 
 pub mod crd;
+pub mod expect;
 pub mod lease;
 pub mod publish;
 

@@ -106,9 +106,17 @@ pub fn use_one_malloc_arena() {}
 
 pub async fn execute(command: Command) -> Result<u8, Failure> {
     match command {
-        Command::Check { config } => {
+        Command::Check { config, expect } => {
             let config = load_config(&config, Secrets::Resolve)?;
             print!("{}", config.summary());
+            let unmet = cluster::expect::unmet(&config, &expect);
+            if !unmet.is_empty() {
+                return Err(usage(anyhow::anyhow!(
+                    "{}: the config does not fit its deployment (--expect):\n  {}",
+                    config.source.display(),
+                    unmet.join("\n  ")
+                )));
+            }
             // Still a valid config (for resolve, diff, alert test), but not one to run.
             if let Err(Failure { error, .. }) = watches_something(&config) {
                 // Through the log stream, in order with the log lines before it (eprintln! would

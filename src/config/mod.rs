@@ -47,8 +47,12 @@ const MAX_RETRY_AFTER_LIMIT: Duration = Duration::from_secs(24 * 3600);
 pub const DEFAULT_JITTER: Duration = Duration::from_secs(30);
 /// Default number of changes kept per watch.
 pub const DEFAULT_HISTORY: usize = 100;
-/// Default state file, relative to the config file's directory.
+/// Default state file, relative to the config file's directory (or to [`STATE_DIR_ENV`]).
 pub const DEFAULT_STATE: &str = "builder-monitor.db";
+/// The environment variable naming the directory a relative (or absent) `[monitor] state`
+/// resolves against instead of the config file's: a writable data directory when the config sits
+/// on a read-only mount (the Helm chart sets it to its data volume, `/var/lib/builder-monitor`).
+pub const STATE_DIR_ENV: &str = "BUILDER_MONITOR_STATE_DIR";
 
 /// The longest duration any key accepts (humantime's `1y`). The daemon adds durations to instants
 /// and timestamps, and multiplies backoffs; nothing up to this bound can overflow there.
@@ -186,10 +190,22 @@ impl Config {
         Self::parse_with(path, text, Secrets::Resolve)
     }
 
-    /// [`Config::parse`], resolving the `secrets` asked for.
+    /// [`Config::parse`], resolving the `secrets` asked for; a relative `[monitor] state` resolves
+    /// against `$BUILDER_MONITOR_STATE_DIR` when it is set and not empty.
     pub fn parse_with(path: &Path, text: &str, secrets: Secrets) -> Result<Self, ConfigError> {
+        let state_dir = std::env::var_os(STATE_DIR_ENV).filter(|dir| !dir.is_empty()).map(PathBuf::from);
+        Self::parse_in(path, text, secrets, state_dir)
+    }
+
+    /// [`Config::parse_with`] with the state directory given rather than read from the environment.
+    pub fn parse_in(
+        path: &Path,
+        text: &str,
+        secrets: Secrets,
+        state_dir: Option<PathBuf>,
+    ) -> Result<Self, ConfigError> {
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let mut v = Validator { text, offset: 0, base, diagnostics: Vec::new(), kpack: false, secrets };
+        let mut v = Validator { text, offset: 0, base, state_dir, diagnostics: Vec::new(), kpack: false, secrets };
         let config = v.document(path);
         if v.diagnostics.is_empty()
             && let Some(config) = config
@@ -383,6 +399,8 @@ struct Validator<'a> {
     /// Where in `text` the piece whose spans are being read starts (0 for the whole document).
     offset: usize,
     base: PathBuf,
+    /// What a relative `[monitor] state` resolves against instead of `base` ([`STATE_DIR_ENV`]).
+    state_dir: Option<PathBuf>,
     diagnostics: Vec<Diagnostic>,
     /// The runner is kpack (which restricts node selectors).
     kpack: bool,
@@ -565,6 +583,15 @@ impl<'a> Validator<'a> {
         if path.is_absolute() { path } else { self.base.join(path) }
     }
 
+    /// `[monitor] state`'s file: relative to the state directory when one is set, else a path
+    /// like any other.
+    fn state_path(&self, text: &str) -> PathBuf {
+        match &self.state_dir {
+            Some(dir) if Path::new(text).is_relative() && !text.starts_with("~/") => dir.join(text),
+            _ => self.path(text),
+        }
+    }
+
     fn monitor(&mut self, raw: RawMonitor) -> Option<MonitorSettings> {
         let mut ok = true;
         let interval = match &raw.interval {
@@ -581,8 +608,8 @@ impl<'a> Validator<'a> {
                 None
             }
             Some(v) if v.get_ref() == "kubernetes" => Some(StateLocation::Kubernetes),
-            Some(v) => Some(StateLocation::Sqlite(self.path(v.get_ref()))),
-            None => Some(StateLocation::Sqlite(self.path(DEFAULT_STATE))),
+            Some(v) => Some(StateLocation::Sqlite(self.state_path(v.get_ref()))),
+            None => Some(StateLocation::Sqlite(self.state_path(DEFAULT_STATE))),
         };
         let mut count = |value: &Option<Spanned<i64>>, what: &str, default: usize, max: usize| match value {
             Some(v) if !(1..=max as i64).contains(v.get_ref()) => {
@@ -647,7 +674,8 @@ impl<'a> Validator<'a> {
     }
 }
 
-fn is_dns_label(name: &str) -> bool {
+/// A Kubernetes DNS label (RFC 1123): a namespace name.
+pub(crate) fn is_dns_label(name: &str) -> bool {
     let bytes = name.as_bytes();
     !bytes.is_empty()
         && bytes.len() <= 63

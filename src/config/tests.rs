@@ -76,6 +76,28 @@ colour = "blue"
 }
 
 #[test]
+fn a_relative_state_resolves_against_the_state_directory_when_one_is_set() {
+    let at = |state: Option<&str>, dir: Option<&str>| {
+        let monitor = state.map(|s| format!("[monitor]\nstate = \"{s}\"\n")).unwrap_or_default();
+        let text = format!("{monitor}[[builders]]\nname = \"b\"\nimage = \"ubuntu\"\n");
+        let config =
+            Config::parse_in(Path::new("/etc/bm/config.toml"), &text, Secrets::Resolve, dir.map(PathBuf::from));
+        config.unwrap().monitor.state
+    };
+    let sqlite = |path: &str| StateLocation::Sqlite(PathBuf::from(path));
+    let data = Some("/var/lib/bm");
+    // Absent or relative: in the state directory, not beside the (read-only) config.
+    assert_eq!(at(None, data), sqlite("/var/lib/bm/builder-monitor.db"));
+    assert_eq!(at(Some("ledger/state.db"), data), sqlite("/var/lib/bm/ledger/state.db"));
+    // Absolute, or the ledger in the cluster: as written.
+    assert_eq!(at(Some("/srv/state.db"), data), sqlite("/srv/state.db"));
+    assert_eq!(at(Some("kubernetes"), data), StateLocation::Kubernetes);
+    // Without one: beside the config, as every relative path.
+    assert_eq!(at(None, None), sqlite("/etc/bm/builder-monitor.db"));
+    assert_eq!(at(Some("state.db"), None), sqlite("/etc/bm/state.db"));
+}
+
+#[test]
 fn unknown_top_level_key_and_bad_types() {
     let errors = parse("[monitr]\ninterval = \"1m\"\n[[builders]]\nname = 5\nimage = \"x\"\n").unwrap_err();
     assert_eq!(errors.len(), 2, "{errors:?}");

@@ -27,79 +27,79 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end -}}
 
-{{/*
-The body of one TOML table of the config: the lines after its `[name]` header up to the next
-header, trimmed, comments kept. Called with (list configText "name").
-*/}}
-{{- define "builder-monitor.table" -}}
-{{- $name := index . 1 -}}
-{{- $current := "" -}}
-{{- $lines := list -}}
-{{- range splitList "\n" (index . 0) -}}
-{{- $line := trim . -}}
-{{- if regexMatch "^\\[\\[?\\s*[A-Za-z0-9_.\"-]+\\s*\\]\\]?\\s*(#.*)?$" $line -}}
-{{- $current = regexReplaceAll "^\\[\\[?\\s*([A-Za-z0-9_.\"-]+)\\s*\\]\\]?.*$" $line "${1}" -}}
-{{- else if eq $current $name -}}
-{{- $lines = append $lines $line -}}
-{{- end -}}
-{{- end -}}
-{{- join "\n" $lines -}}
+{{/* The data directory: the SQLite ledger's, BUILDER_MONITOR_STATE_DIR in the pod. */}}
+{{- define "builder-monitor.dataDir" -}}
+/var/lib/builder-monitor
 {{- end -}}
 
-{{/* A key's value in a table body, unquoted; empty when unset. Called with (list tableText "key"). */}}
-{{- define "builder-monitor.key" -}}
-{{- $key := index . 1 -}}
-{{- $line := regexFind (printf "(?m)^%s\\s*=\\s*[^#\\n]*" $key) (index . 0) -}}
-{{- regexReplaceAll (printf "^%s\\s*=\\s*" $key) $line "" | trim | trimAll "\"" -}}
+{{/* Replicas: `replicaCount` with leader election, else 1. */}}
+{{- define "builder-monitor.replicas" -}}
+{{- ternary (int .Values.replicaCount) 1 .Values.features.leaderElection -}}
 {{- end -}}
 
 {{/*
-What the config asks of the cluster, as JSON: the keys the chart shapes the release by.
+The init container's `builder-monitor check` arguments: one `--expect` per value the chart shaped
+the release by, so a config that disagrees with them stops the pod with the key to change.
 */}}
-{{- define "builder-monitor.features" -}}
-{{- $config := .Values.config -}}
-{{- $kube := include "builder-monitor.table" (list $config "kubernetes") -}}
-{{- $monitor := include "builder-monitor.table" (list $config "monitor") -}}
-{{- $runner := include "builder-monitor.table" (list $config "runner") -}}
-{{- $kubeRunner := include "builder-monitor.table" (list $config "runner.kubernetes") -}}
-{{- $server := include "builder-monitor.table" (list $config "server") -}}
-{{- $listen := include "builder-monitor.key" (list $server "listen") -}}
-{{- $runnerType := include "builder-monitor.key" (list $runner "type") | default "none" -}}
-{{- $publish := eq (include "builder-monitor.key" (list $kube "publish")) "true" -}}
-{{- dict
-  "publish" $publish
-  "prune" (and $publish (eq (include "builder-monitor.key" (list $kube "prune")) "true"))
-  "leaderElection" (eq (include "builder-monitor.key" (list $kube "leader_election")) "true")
-  "clusterState" (eq (include "builder-monitor.key" (list $monitor "state")) "kubernetes")
-  "runner" $runnerType
-  "buildNamespace" (include "builder-monitor.key" (list $kubeRunner "namespace") | default "default")
-  "listen" $listen
-  "port" (regexReplaceAll "^.*:" $listen "" | int)
-  "kubeNamespaceSet" (ne (include "builder-monitor.key" (list $kube "namespace")) "")
-  "kubeconfigSet" (ne (include "builder-monitor.key" (list $kube "kubeconfig")) "")
-  | toJson -}}
+{{- define "builder-monitor.checkArgs" -}}
+{{- $f := .Values.features -}}
+{{- $args := list "check" "--config" "/etc/builder-monitor/config.toml" -}}
+{{- $expect := list
+  (printf "listen-port=%d" (int $f.port))
+  (printf "namespace=%s" .Release.Namespace)
+  "in-cluster=true"
+  (printf "publish=%t" $f.publish)
+  (printf "prune=%t" (and $f.publish $f.prune))
+  (printf "leader-election=%t" $f.leaderElection)
+  (printf "state=%s" (ternary "kubernetes" (include "builder-monitor.dataDir" .) $f.clusterState))
+  (printf "runner=%s" $f.runner.type)
+  (printf "runner-namespace=%s" $f.runner.namespace)
+  (printf "deploy-namespaces=%s" (join "," .Values.deployNamespaces)) -}}
+{{- range $expect -}}
+{{- $args = append (append $args "--expect") . -}}
+{{- end -}}
+{{- toYaml $args -}}
 {{- end -}}
 
-{{/* Refuses configs the chart cannot run, saying what to change. */}}
+{{/* The environment of both containers: the pod's identity, the data directory, secrets by reference. */}}
+{{- define "builder-monitor.env" -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: BUILDER_MONITOR_STATE_DIR
+  value: {{ include "builder-monitor.dataDir" . }}
+{{- range .Values.secretEnv }}
+- name: {{ .name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .secretName }}
+      key: {{ .key }}
+{{- end }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Refuses values the chart cannot run, saying what to change (the config itself is checked in the pod). */}}
 {{- define "builder-monitor.validate" -}}
-{{- $f := include "builder-monitor.features" . | fromJson -}}
-{{- if not $f.listen -}}
-{{- fail "values.config needs a [server] table with listen = \"0.0.0.0:<port>\": the probes, Service and metrics use it" -}}
+{{- $f := .Values.features -}}
+{{- $replicas := include "builder-monitor.replicas" . | int -}}
+{{- if and (gt $replicas 1) (not $f.clusterState) -}}
+{{- fail (printf "replicaCount: %d with a SQLite ledger: each replica would keep its own. Set replicaCount: 1, or keep the ledger in the cluster: [monitor] state = \"kubernetes\" in config and features.clusterState: true" $replicas) -}}
 {{- end -}}
-{{- if or (hasPrefix "127." $f.listen) (hasPrefix "localhost" $f.listen) (hasPrefix "[::1]" $f.listen) -}}
-{{- fail (printf "values.config [server] listen = %q only accepts connections from inside the pod; use \"0.0.0.0:%d\"" $f.listen (int $f.port)) -}}
-{{- end -}}
-{{- if or $f.kubeNamespaceSet $f.kubeconfigSet -}}
-{{- fail "values.config: leave [kubernetes] namespace and kubeconfig unset; the daemon runs in the release namespace with its service account" -}}
-{{- end -}}
-{{- if and $f.leaderElection (gt (int .Values.replicaCount) 1) (not $f.clusterState) -}}
-{{- fail "values.config: several replicas share one ledger only with [monitor] state = \"kubernetes\" (or set replicaCount: 1)" -}}
+{{- if and (gt $replicas 1) .Values.persistence.enabled -}}
+{{- fail (printf "persistence.enabled with replicaCount: %d: the claim holds one replica's SQLite ledger. Set replicaCount: 1, or persistence.enabled: false (with features.clusterState the ledger is in the cluster)" $replicas) -}}
 {{- end -}}
 {{- $runnerTypes := list -}}
 {{- range (.Files.Get "runners.yaml" | fromYaml).runners -}}
 {{- $runnerTypes = append $runnerTypes .type -}}
 {{- end -}}
-{{- if not (has $f.runner $runnerTypes) -}}
-{{- fail (printf "values.config: [runner] type = %q is not one of %s" $f.runner (join ", " $runnerTypes)) -}}
+{{- if not (has $f.runner.type $runnerTypes) -}}
+{{- fail (printf "features.runner.type = %q is not one of %s (the config's [runner] type)" $f.runner.type (join ", " $runnerTypes)) -}}
 {{- end -}}
 {{- end -}}

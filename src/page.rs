@@ -1,8 +1,13 @@
 //! The status page served at `GET /`: the `status` report as one self-contained HTML document
-//! (inline CSS, no scripts, no external assets) that reloads itself every [`REFRESH_SECONDS`].
+//! (inline CSS, no scripts, no external assets) that reloads itself every [`REFRESH_SECONDS`]:
+//! a freeze banner and tiles on top (`summary`), then the watches (`watches`), app images
+//! (`images`), open actions, deploys (`deploys`), each watch's folded history, and dead letters.
 
 mod deploys;
 mod html;
+mod images;
+mod summary;
+mod watches;
 
 use std::fmt::Write as _;
 
@@ -12,8 +17,7 @@ use crate::config::Config;
 use crate::ledger::{ActionState, OpenAction};
 use crate::status::{BuilderStatus, Status};
 use builder_monitor_core::plan::ActionKind;
-use builder_monitor_core::schedule::{Schedule, parse_timestamp};
-use html::{Breakable, STYLE, Text, ago, ago_at, details, kind_badge, short, span, time_element};
+use html::{STYLE, Shortened, Text, ago_at, span, time_element};
 
 /// How often the page reloads itself.
 pub const REFRESH_SECONDS: u32 = 30;
@@ -36,28 +40,19 @@ pub fn render(status: &Status, config: &Config, now: DateTime<Utc>) -> String {
         if failing > 0 { format!(" ({failing} failing)") } else { String::new() },
         time_element(now, &now.format("%Y-%m-%d %H:%M:%S UTC").to_string()),
     );
-    tiles(&mut out, status, failing);
+    summary::banner(&mut out, status, now);
+    summary::tiles(&mut out, status, failing);
 
     section(&mut out, "builders", "Builders", Some(status.builders.len()));
-    watch_table(&mut out, &status.builders, config, now, false);
+    watches::table(&mut out, &status.builders, config, now, false);
     if !status.run_images.is_empty() {
         section(&mut out, "run-images", "Run images", Some(status.run_images.len()));
-        watch_table(&mut out, &status.run_images, config, now, true);
+        watches::table(&mut out, &status.run_images, config, now, true);
     }
 
-    section(&mut out, "history", "History", None);
-    let (moved, quiet): (Vec<&BuilderStatus>, Vec<&BuilderStatus>) =
-        status.builders.iter().chain(&status.run_images).partition(|w| !w.changes.is_empty());
-    for w in &moved {
-        history(&mut out, w, now);
-    }
-    if moved.is_empty() {
-        out.push_str("<div class=\"card\"><p class=\"empty\">No changes recorded yet.</p></div>\n");
-    }
-    if !quiet.is_empty() && !moved.is_empty() {
-        let names: Vec<String> =
-            quiet.iter().map(|w| format!("<span class=\"name\">{}</span>", Text(title(w)))).collect();
-        let _ = writeln!(out, "<p class=\"quiet\">No changes recorded for {}.</p>", names.join(", "));
+    if !status.images.is_empty() {
+        section(&mut out, "images", "App images", Some(status.images.len()));
+        images::table(&mut out, status, config, now);
     }
 
     section(&mut out, "actions", "Open actions", Some(status.pending.len()));
@@ -67,6 +62,10 @@ pub fn render(status: &Status, config: &Config, now: DateTime<Utc>) -> String {
         section(&mut out, "deploys", "Deploys", Some(status.deploys.len()));
         deploys::table(&mut out, &status.deploys, now);
     }
+
+    section(&mut out, "history", "History", None);
+    let watched: Vec<&BuilderStatus> = status.builders.iter().chain(&status.run_images).collect();
+    watches::history(&mut out, &watched, now);
 
     section(&mut out, "dead-letters", "Dead letters", Some(status.dead_letters.len()));
     dead_letters(&mut out, status, now);
@@ -79,188 +78,9 @@ pub fn render(status: &Status, config: &Config, now: DateTime<Utc>) -> String {
     out
 }
 
-fn tiles(out: &mut String, status: &Status, failing: usize) {
-    let tile = |out: &mut String, n: usize, label: &str, bad: bool| {
-        let class = if bad && n > 0 { "tile bad" } else { "tile" };
-        let _ = write!(out, "<div class=\"{class}\"><b>{n}</b><span>{label}</span></div>");
-    };
-    out.push_str("<div class=\"tiles\">");
-    tile(out, status.builders.len(), "builders", false);
-    tile(out, status.run_images.len(), "run images", false);
-    tile(out, failing, "failing", true);
-    tile(out, status.pending.len(), "open actions", false);
-    tile(out, status.dead_letters.len(), "dead letters", true);
-    out.push_str("</div>\n");
-}
-
 fn section(out: &mut String, id: &str, title: &str, count: Option<usize>) {
     let count = count.map(|n| format!(" <span class=\"count\">{n}</span>")).unwrap_or_default();
     let _ = writeln!(out, "<h2 id=\"{id}\">{title}{count}</h2>");
-}
-
-fn watch_table(out: &mut String, watches: &[BuilderStatus], config: &Config, now: DateTime<Utc>, run_images: bool) {
-    out.push_str("<div class=\"card\">");
-    if watches.is_empty() {
-        out.push_str("<p class=\"empty\">No builders configured.</p></div>\n");
-        return;
-    }
-    let first = if run_images { "Run image" } else { "Builder" };
-    let _ = writeln!(
-        out,
-        "<table><thead><tr><th>{first}</th><th>Pinned</th><th>Last check</th><th>Next check</th>\
-         <th>Failing</th><th>Last change</th></tr></thead><tbody>"
-    );
-    for w in watches {
-        let id = if run_images { "run" } else { "builder" };
-        let _ = write!(out, "<tr class=\"{id}\" data-name=\"{}\">", Text(&w.name));
-        // Name and image.
-        if run_images {
-            let _ = write!(
-                out,
-                "<td data-label=\"{first}\"><code class=\"name\">{}</code><span class=\"sub\">for {}</span></td>",
-                Breakable(&w.image),
-                Text(&w.builders.join(", "))
-            );
-        } else {
-            let _ = write!(
-                out,
-                "<td data-label=\"{first}\"><span class=\"name\">{}</span><span class=\"sub\"><code>{}</code></span></td>",
-                Text(&w.name),
-                Breakable(&w.image)
-            );
-        }
-        // Pin.
-        out.push_str("<td data-label=\"Pinned\">");
-        match &w.pinned {
-            Some(p) => {
-                let _ = write!(
-                    out,
-                    "<code class=\"digest\" title=\"{}\">{}</code><span class=\"sub\">since {}</span>",
-                    Text(&p.reference),
-                    Text(short(&p.digest)),
-                    ago(&p.since, now)
-                );
-            }
-            None => out.push_str("<span class=\"muted\">not pinned yet</span>"),
-        }
-        if let Some(s) = &w.settling {
-            let _ = write!(
-                out,
-                "<span class=\"sub\"><span class=\"pill warn\">settling</span> <code>{}</code> seen {}</span>",
-                Text(short(&s.digest)),
-                ago(&s.since, now)
-            );
-        }
-        out.push_str("</td>");
-        // Last check.
-        out.push_str("<td data-label=\"Last check\">");
-        match &w.last_check {
-            Some(c) if c.result == "ok" => {
-                let _ = write!(out, "<span class=\"pill ok\">ok</span> {}", ago(&c.time, now));
-            }
-            Some(c) => {
-                let _ = write!(
-                    out,
-                    "<span class=\"pill err\">{}</span> {}<span class=\"sub\">{}</span>",
-                    Text(c.reason.as_deref().unwrap_or("error")),
-                    ago(&c.time, now),
-                    Breakable(c.error.as_deref().unwrap_or(""))
-                );
-            }
-            None => out.push_str("<span class=\"muted\">never</span>"),
-        }
-        out.push_str("</td>");
-        let _ = write!(out, "<td data-label=\"Next check\">{}</td>", next_check(w, config, now, run_images));
-        // Failing streak.
-        if w.consecutive_failures > 0 {
-            let _ = write!(
-                out,
-                "<td data-label=\"Failing\" class=\"nowrap\"><span class=\"streak\">{}</span> <span class=\"muted\">in a row</span></td>",
-                w.consecutive_failures
-            );
-        } else {
-            out.push_str("<td data-label=\"Failing\"><span class=\"muted\">–</span></td>");
-        }
-        // Last change.
-        out.push_str("<td data-label=\"Last change\">");
-        match w.changes.first() {
-            Some(c) => {
-                let _ = write!(
-                    out,
-                    "{} {}<span class=\"sub\">{}</span>",
-                    kind_badge(c.kind),
-                    ago(&c.time, now),
-                    Text(details(c))
-                );
-            }
-            None => out.push_str("<span class=\"muted\">none recorded</span>"),
-        }
-        out.push_str("</td></tr>\n");
-    }
-    out.push_str("</tbody></table></div>\n");
-}
-
-/// When the watch is next checked: its schedule after the last check (a run image follows the
-/// schedule of the first builder naming it, as the monitor does), before jitter.
-fn next_check(w: &BuilderStatus, config: &Config, now: DateTime<Utc>, run_image: bool) -> String {
-    let owner = if run_image { w.builders.first().map(String::as_str) } else { Some(w.name.as_str()) };
-    let Some(settings) = owner.and_then(|name| config.builder(name)) else {
-        return "<span class=\"muted\">–</span>".into();
-    };
-    // Already escaped: the cron expression stays on one line.
-    let how = match &settings.schedule {
-        Schedule::Interval(_) => Text(&settings.schedule.to_string()).to_string(),
-        Schedule::Cron { expression, .. } => format!("cron <code class=\"nowrap\">{}</code>", Text(expression)),
-    };
-    let jitter = if settings.jitter.is_zero() {
-        String::new()
-    } else {
-        format!(" + up to {} jitter", humantime::format_duration(settings.jitter))
-    };
-    let Some(last) = w.last_check.as_ref().and_then(|c| parse_timestamp(&c.time)) else {
-        return format!("soon<span class=\"sub\">first check; {how}</span>");
-    };
-    let Some(delay) = settings.schedule.delay_after(last) else {
-        return format!(
-            "<span class=\"muted\">only when woken</span><span class=\"sub\">{how} never fires again</span>"
-        );
-    };
-    let Some(next) = chrono::Duration::from_std(delay).ok().and_then(|d| last.checked_add_signed(d)) else {
-        return format!("<span class=\"muted\">not in this era</span><span class=\"sub\">{how}</span>");
-    };
-    let shown = if next <= now { "due now".to_string() } else { format!("in {}", span((next - now).num_seconds())) };
-    format!("{}<span class=\"sub\">{how}{jitter}</span>", time_element(next, &shown))
-}
-
-/// A builder by its name, a run image by its reference.
-fn title(w: &BuilderStatus) -> &str {
-    if w.builders.is_empty() { &w.name } else { &w.image }
-}
-
-fn history(out: &mut String, w: &BuilderStatus, now: DateTime<Utc>) {
-    let _ = writeln!(out, "<h3>{}</h3>", Text(title(w)));
-    out.push_str("<div class=\"card\">");
-    out.push_str(
-        "<table class=\"history\"><thead><tr><th>Detected</th><th>Kind</th><th>Digests</th><th>What moved</th></tr></thead><tbody>\n",
-    );
-    for c in &w.changes {
-        let _ = writeln!(
-            out,
-            "<tr class=\"change\"><td data-label=\"Detected\">{}</td><td data-label=\"Kind\">{}{}</td>\
-             <td data-label=\"Digests\"><code title=\"{}\">{}</code><span class=\"arrow\">→</span><code title=\"{}\">{}</code></td>\
-             <td data-label=\"What moved\">{}<span class=\"sub\">id <code>{}</code></span></td></tr>",
-            ago(&c.time, now),
-            kind_badge(c.kind),
-            if c.rollback { " <span class=\"pill warn\">rollback</span>" } else { "" },
-            Text(&c.previous),
-            Text(short(&c.previous)),
-            Text(&c.current),
-            Text(short(&c.current)),
-            Text(details(c)),
-            Text(&c.id)
-        );
-    }
-    out.push_str("</tbody></table></div>\n");
 }
 
 fn actions(out: &mut String, status: &Status, config: &Config, now: DateTime<Utc>) {
@@ -268,11 +88,13 @@ fn actions(out: &mut String, status: &Status, config: &Config, now: DateTime<Utc
     // The gates that hold every action, above the list they hold.
     if let Some(f) = &status.rollout.frozen {
         let reason = f.reason.as_deref().map(|r| format!(": {}", Text(r))).unwrap_or_default();
+        // `ago_at` is already a `<time>` element: it goes in as markup, not as text.
         let _ = writeln!(
             out,
-            "<p class=\"empty\" id=\"frozen\"><span class=\"pill warn\">frozen</span> since {} by {}{reason}; \
-             no rebase or rebuild starts until <code>builder-monitor unfreeze</code>.</p>",
-            time_element(f.since, &ago_at(f.since, now)),
+            "<p class=\"empty\"><span class=\"pill warn\">frozen</span> since {} by {}{reason}; \
+             no rebase, rebuild or deploy starts until <code>builder-monitor unfreeze</code> \
+             (<a href=\"#frozen\">the freeze</a>).</p>",
+            ago_at(f.since, now),
             Text(&f.by)
         );
     }
@@ -316,7 +138,7 @@ fn why_waiting(a: &OpenAction, status: &Status, config: &Config, running: usize,
         return format!("running attempt {} of {max_attempts}", a.attempts);
     }
     if let Some(why) = &a.waiting_for {
-        return Text(why).to_string();
+        return Shortened(why).to_string();
     }
     if ActionKind::parse(&a.action).is_some_and(|kind| !crate::runner::backend::carried_out(&config.runner, kind)) {
         return format!("runner <code>{}</code> records actions and never runs them", config.runner.kind.as_str());
@@ -336,7 +158,7 @@ fn why_waiting(a: &OpenAction, status: &Status, config: &Config, running: usize,
     format!(
         "attempt {} of {max_attempts} failed{}; retries {when}",
         a.attempts,
-        detail.map(|d| format!(": {}", Text(d))).unwrap_or_default()
+        detail.map(|d| format!(": {}", Shortened(d))).unwrap_or_default()
     )
 }
 
@@ -364,7 +186,7 @@ fn dead_letters(out: &mut String, status: &Status, now: DateTime<Utc>) {
             Text(&d.alert),
             ago_at(d.time, now),
             attempts(d.attempts),
-            Text(d.last_status.as_deref().unwrap_or("no response"))
+            Shortened(d.last_status.as_deref().unwrap_or("no response"))
         );
     }
     out.push_str("</tbody></table></div>\n");
@@ -377,11 +199,14 @@ mod tests {
     use super::*;
     use crate::ledger::{ActionRecord, DeadLetter};
     use crate::status::{ChangeSummary, LastCheck, PinnedStatus};
+    use crate::status::{ImageAction, ImageStatus};
     use builder_monitor_core::cnb::ChangeKind;
+    use builder_monitor_core::schedule::parse_timestamp;
+    use html::{Breakable, short, span};
 
-    const HOSTILE: &str = "<script>alert(\"x\")</script>\u{1b}[31m'&\u{202e}";
+    pub(super) const HOSTILE: &str = "<script>alert(\"x\")</script>\u{1b}[31m'&\u{202e}";
 
-    fn config(runner: &str) -> Config {
+    pub(super) fn config(runner: &str) -> Config {
         let text = format!(
             "[monitor]\nstate = \"x.db\"\ninterval = \"10m\"\njitter = \"30s\"\n\n[[builders]]\nname = \"jammy\"\n\
              image = \"registry.example.com/paketo/builder:latest\"\n\n[[builders]]\nname = \"heroku\"\n\
@@ -390,15 +215,15 @@ mod tests {
         Config::parse(std::path::Path::new("/config.toml"), &text).unwrap()
     }
 
-    fn now() -> DateTime<Utc> {
+    pub(super) fn now() -> DateTime<Utc> {
         parse_timestamp("2025-03-04T12:00:00Z").unwrap()
     }
 
-    fn digest(fill: char) -> String {
+    pub(super) fn digest(fill: char) -> String {
         format!("sha256:{}", fill.to_string().repeat(64))
     }
 
-    fn watch(name: &str, image: &str) -> BuilderStatus {
+    pub(super) fn watch(name: &str, image: &str) -> BuilderStatus {
         BuilderStatus {
             name: name.into(),
             image: image.into(),
@@ -416,7 +241,14 @@ mod tests {
         }
     }
 
-    fn change(id: &str, time: &str, previous: char, current: char, kind: ChangeKind, details: &str) -> ChangeSummary {
+    pub(super) fn change(
+        id: &str,
+        time: &str,
+        previous: char,
+        current: char,
+        kind: ChangeKind,
+        details: &str,
+    ) -> ChangeSummary {
         ChangeSummary {
             id: id.into(),
             time: time.into(),
@@ -430,7 +262,7 @@ mod tests {
         }
     }
 
-    fn empty(builders: Vec<BuilderStatus>) -> Status {
+    pub(super) fn empty(builders: Vec<BuilderStatus>) -> Status {
         Status {
             builders,
             run_images: Vec::new(),
@@ -511,6 +343,28 @@ mod tests {
             last_status: Some(HOSTILE.into()),
             time: parse_timestamp("2025-03-04T11:30:00Z").unwrap(),
         });
+        status.rollout.frozen = Some(builder_monitor_core::rollout::Freeze {
+            since: parse_timestamp("2025-03-04T11:00:00Z").unwrap(),
+            reason: Some(HOSTILE.into()),
+            by: HOSTILE.into(),
+        });
+        status.images.push(ImageStatus {
+            name: HOSTILE.into(),
+            image: format!("registry.example.com/{HOSTILE}:latest"),
+            digest: Some(digest('c')),
+            previous: None,
+            moves: Vec::new(),
+            last_action: Some(ImageAction {
+                key: "k2".into(),
+                change: HOSTILE.into(),
+                action: "deploy".into(),
+                state: ActionState::Rejected,
+                updated: parse_timestamp("2025-03-04T11:30:00Z").unwrap(),
+                detail: Some(format!("{HOSTILE}@{}", digest('d'))),
+                decided_by: Some(HOSTILE.into()),
+                holds: true,
+            }),
+        });
         let html = render(
             &status,
             &config("[runner]\ntype = \"exec\"\n[runner.exec]\nrebuild = [\"true\"]\nrebase = [\"true\"]\n"),
@@ -520,7 +374,8 @@ mod tests {
         // Only the page's own elements: nothing the registry sent became markup.
         let allowed = [
             "html", "head", "meta", "title", "style", "body", "main", "header", "h1", "h2", "h3", "div", "b", "span",
-            "p", "table", "thead", "tbody", "tr", "th", "td", "code", "time", "footer", "wbr",
+            "p", "table", "thead", "tbody", "tr", "th", "td", "code", "time", "footer", "wbr", "details", "summary",
+            "a",
         ];
         for tag in tags(&html) {
             assert!(allowed.contains(&tag.as_str()), "unexpected <{tag}> in:\n{html}");
@@ -532,6 +387,24 @@ mod tests {
         assert!(html.contains(&format!("data-name=\"{escaped}\"")), "attribute values stay quoted");
         assert!(!html.chars().any(|c| c != '\n' && builder_monitor_core::text::is_unsafe(c)), "raw control characters");
         assert!(html.contains(&format!("exit 1: {escaped}; retries at")), "{html}");
+        // The banner (who froze and why), the app image row (name, tag, change, detail, who
+        // rejected it), and ids and links made of names, with every other byte written out.
+        assert!(html.contains(&format!("<b>Frozen</b> by <span class=\"name\">{escaped}</span>")), "{html}");
+        assert!(html.contains(&format!("<span class=\"reason\">{escaped}</span>")), "{html}");
+        assert!(
+            html.contains(&format!("<tr class=\"image\" data-name=\"{escaped}\" data-state=\"rejected\">")),
+            "{html}"
+        );
+        assert!(html.contains(&format!("rejected by {escaped}")), "{html}");
+        // The digest in the detail is cut short; the word around it is its tooltip.
+        let shortened = format!(
+            "<span class=\"digest\" title=\"&amp;\\u{{202e}}@{}\">&amp;\\u{{202e}}<wbr>@sha256:dddddddddddd</span>",
+            digest('d')
+        );
+        assert!(html.contains(&shortened), "{html}");
+        let id = "watch-_3cscript_3ealert_28_22x_22_29_3c/script_3e_1b_5b31m_27_26_e2_80_ae";
+        assert!(html.contains(&format!("id=\"{id}\"")), "{html}");
+        assert!(html.contains(&format!("href=\"#{id}\"")), "the failing tile links the row:\n{html}");
     }
 
     #[test]
@@ -569,9 +442,34 @@ mod tests {
         });
         status.rollout.next_window = Some("Mon 09:00 Europe/Berlin".into());
         let html = render(&status, &config(""), now());
-        assert!(html.contains("<span class=\"pill warn\">frozen</span> since"), "{html}");
+        assert!(
+            html.contains("<span class=\"pill warn\">frozen</span> since <time datetime=\"2025-03-04T11:00:00Z\""),
+            "{html}"
+        );
+        assert!(!html.contains("&lt;time"), "a <time> element went in as text:\n{html}");
         assert!(html.contains("the next opens Mon 09:00 Europe/Berlin."), "{html}");
         assert!(!html.contains(HOSTILE), "the reason is escaped");
+        // Above everything: the banner says who, since when, why and how to lift it; a tile too.
+        let banner = &html[html.find("<div class=\"banner\" id=\"frozen\"").expect("a banner")..];
+        assert!(html.find("id=\"frozen\"") < html.find("<div class=\"tiles\">"), "{html}");
+        assert!(
+            banner.contains(
+                "since <time datetime=\"2025-03-04T11:00:00Z\" title=\"2025-03-04 11:00:00 UTC\">1h ago</time>"
+            ),
+            "{banner}"
+        );
+        assert!(banner.contains("until <code>builder-monitor unfreeze</code> lifts it"), "{banner}");
+        assert!(
+            html.contains(
+                "<a class=\"tile warn\" data-tile=\"frozen\" href=\"#frozen\"><b>yes</b><span>frozen</span></a>"
+            ),
+            "{html}"
+        );
+
+        status.rollout.frozen = None;
+        let html = render(&status, &config(""), now());
+        assert!(html.contains("<div class=\"tile\" data-tile=\"frozen\"><b>no</b><span>frozen</span></div>"), "{html}");
+        assert!(!html.contains("class=\"banner\""), "{html}");
     }
 
     #[test]

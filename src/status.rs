@@ -1,8 +1,9 @@
-//! The status report: pins, last checks, recent changes, open actions, dead letters and where
-//! each deploy workload stands (`deploys`), as the stable JSON of docs/commands.md
-//! (`status --json`) or as text for people.
+//! The status report: pins, last checks, recent changes, each app image's tag moves and newest
+//! action, open actions, dead letters and where each deploy workload stands (`deploys`), as the
+//! stable JSON of docs/commands.md (`status --json`) or as text for people.
 
 mod deploys;
+mod images;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -11,8 +12,7 @@ use serde::Serialize;
 
 use crate::config::{Config, run_image_watch};
 use crate::ledger::{
-    ActionRecord, ActionState, DeadLetter, Ledger, LedgerError, OpenAction, PendingDelivery, PinMetadata, TagMove,
-    TagMoveKind, WatchRecord,
+    ActionRecord, ActionState, DeadLetter, Ledger, LedgerError, OpenAction, PendingDelivery, PinMetadata, WatchRecord,
 };
 use builder_monitor_core::cnb::{ChangeKind, Reason, run_watch_name};
 use builder_monitor_core::packages::PackageDiff;
@@ -20,6 +20,7 @@ use builder_monitor_core::rollout::Freeze;
 use builder_monitor_core::schedule::{timestamp, timestamp_millis};
 use builder_monitor_core::text::escape;
 pub use deploys::DeployStatus;
+pub use images::{ImageAction, ImageStatus, TagMoveStatus};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
@@ -85,31 +86,6 @@ pub struct BuilderStatus {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
 }
-
-/// An app image and the last moves of its tag.
-#[derive(Debug, Clone, Serialize)]
-pub struct ImageStatus {
-    pub name: String,
-    pub image: String,
-    /// Where the last recorded move left the tag (`null`: none recorded, or not read).
-    pub digest: Option<String>,
-    /// Where it pointed before that move (what `rollback` returns to after a rebase or rebuild).
-    pub previous: Option<String>,
-    /// Newest first.
-    pub moves: Vec<TagMoveStatus>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct TagMoveStatus {
-    pub time: String,
-    pub kind: TagMoveKind,
-    pub action: Option<String>,
-    pub previous: Option<String>,
-    pub digest: Option<String>,
-}
-
-/// Tag moves shown per app image.
-const MOVES_SHOWN: usize = 5;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PinnedStatus {
@@ -179,11 +155,8 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
         status.builders = users;
         runs.push(status);
     }
-    let mut images = Vec::new();
-    for i in &config.images {
-        let moves = ledger.tag_moves(Some(&i.name), MOVES_SHOWN).await?;
-        images.push(image_status(&i.name, &i.image.to_string(), moves));
-    }
+    let latest = images::latest_actions(config, ledger).await?;
+    let images = images::collect(config, ledger, &latest).await?;
     let now = chrono::Utc::now();
     let (pending, rollout) = open_actions(config, ledger, now).await?;
     Ok(Status {
@@ -195,7 +168,7 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
         actions: ledger.actions(50).await?,
         deliveries: ledger.pending_deliveries().await?,
         dead_letters: ledger.dead_letters().await?,
-        deploys: deploys::collect(config, ledger).await?,
+        deploys: deploys::deploys(&config.images, &latest),
     })
 }
 
@@ -229,26 +202,6 @@ pub async fn open_actions(
     let windows = &config.rollout.windows;
     let rollout = RolloutStatus { frozen, window_open: windows.is_open(now), next_window: windows.describe_next(now) };
     Ok((open, rollout))
-}
-
-fn image_status(name: &str, image: &str, moves: Vec<TagMove>) -> ImageStatus {
-    let last = moves.first();
-    ImageStatus {
-        name: name.to_string(),
-        image: image.to_string(),
-        digest: last.and_then(|m| m.after.clone()),
-        previous: last.and_then(|m| m.before.clone()),
-        moves: moves
-            .into_iter()
-            .map(|m| TagMoveStatus {
-                time: timestamp_millis(m.time),
-                kind: m.kind,
-                action: m.action,
-                previous: m.before,
-                digest: m.after,
-            })
-            .collect(),
-    }
 }
 
 fn next_check(schedule: &builder_monitor_core::schedule::Schedule, record: Option<&WatchRecord>) -> Option<String> {
@@ -341,26 +294,7 @@ pub fn render_text(status: &Status) -> String {
     if status.builders.is_empty() {
         let _ = writeln!(out, "no builders configured");
     }
-    if !status.images.is_empty() {
-        let _ = writeln!(out, "app images:");
-        for i in &status.images {
-            let _ = writeln!(out, "  {}  {}", i.name, i.image);
-            if i.moves.is_empty() {
-                let _ = writeln!(out, "    no tag moves recorded");
-            }
-            for m in &i.moves {
-                let _ = writeln!(
-                    out,
-                    "    {} {:<8} {} → {}{}",
-                    m.time,
-                    m.kind.as_str(),
-                    m.previous.as_deref().map_or("-", short),
-                    m.digest.as_deref().map_or("?", short),
-                    m.action.as_deref().map(|a| format!("  action {a}")).unwrap_or_default()
-                );
-            }
-        }
-    }
+    images::render_text(&mut out, &status.images);
     deploys::render_text(&mut out, &status.deploys);
     if let Some(f) = &status.rollout.frozen {
         let reason = f.reason.as_deref().map(|r| format!(": {}", escape(r))).unwrap_or_default();
@@ -595,56 +529,5 @@ mod tests {
             text.contains("  builder.changed e1 to hook: 2 attempts, next 2026-11-30T12:20:00.125Z (last: HTTP 503)\n"),
             "{text}"
         );
-    }
-
-    /// Each app image shows where its tag's last move left it and where it was before.
-    #[test]
-    fn app_images_show_their_last_digests() {
-        let at = |t: &str| parse_timestamp(t).unwrap();
-        let a = format!("sha256:{}", "a".repeat(64));
-        let b = format!("sha256:{}", "b".repeat(64));
-        let moves = vec![
-            TagMove {
-                image: "app".into(),
-                reference: "r.example/apps/app:latest".into(),
-                kind: TagMoveKind::Rollback,
-                action: None,
-                before: Some(b.clone()),
-                after: Some(a.clone()),
-                time: at("2026-11-30T12:10:00Z"),
-            },
-            TagMove {
-                image: "app".into(),
-                reference: "r.example/apps/app:latest".into(),
-                kind: TagMoveKind::Rebase,
-                action: Some("bm-1".into()),
-                before: Some(a.clone()),
-                after: Some(b.clone()),
-                time: at("2026-11-30T12:00:00Z"),
-            },
-        ];
-        let image = image_status("app", "r.example/apps/app:latest", moves);
-        let json = serde_json::to_value(&image).unwrap();
-        assert_eq!((json["digest"].as_str(), json["previous"].as_str()), (Some(a.as_str()), Some(b.as_str())));
-        assert_eq!(json["moves"][1]["kind"], "rebase");
-        assert_eq!(json["moves"][1]["action"], "bm-1");
-        let status = Status {
-            builders: vec![],
-            run_images: vec![],
-            images: vec![image, image_status("api", "r.example/apps/api:latest", vec![])],
-            pending: vec![],
-            rollout: Default::default(),
-            actions: vec![],
-            deliveries: vec![],
-            dead_letters: vec![],
-            deploys: vec![],
-        };
-        let text = render_text(&status);
-        assert!(
-            text.contains("  app  r.example/apps/app:latest\n    2026-11-30T12:10:00.000Z rollback sha256:bbbbbbbbbbbb → sha256:aaaaaaaaaaaa\n"),
-            "{text}"
-        );
-        assert!(text.contains("rebase   sha256:aaaaaaaaaaaa → sha256:bbbbbbbbbbbb  action bm-1\n"), "{text}");
-        assert!(text.contains("  api  r.example/apps/api:latest\n    no tag moves recorded\n"), "{text}");
     }
 }

@@ -1,15 +1,14 @@
-//! The status page at `GET /` against the real daemon and registry, rendered by a real headless
-//! Chromium: its DOM holds the expected rows, registry text stays text, and read access applies.
+//! The status page at `GET /` against the real daemon and registry (or a server over a ledger
+//! written here), rendered by a real headless Chromium: its DOM holds the expected rows, registry
+//! text stays text, the text it shows and its width at 1280 px are right, and read access applies.
 
 mod support;
 
-use std::io::{Read, Write as _};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
 
 use builder_monitor_core::cnb::run_watch_name;
 use builder_monitor_core::reference::ImageRef;
+use support::browser::{browse, chromium, evaluate};
 use support::cnb::BuilderSpec;
 use support::daemon::{Daemon, Workspace};
 use support::images::{Format, Image, Pusher};
@@ -22,77 +21,8 @@ const HOSTILE: &str = "<script>document.title='pwned'</script>\u{1b}[31m";
 /// How the page shows it, as Chromium serialises the text back out of its DOM.
 const HOSTILE_SHOWN: &str = "&lt;script&gt;document.title='pwned'&lt;/script&gt;\\x1b[31m";
 
-/// Chromium, or `None` (with a message) when it is missing outside CI; in CI it must be there.
-fn chromium() -> Option<PathBuf> {
-    let path = PathBuf::from(std::env::var_os("CHROMIUM").unwrap_or_else(|| "/usr/bin/chromium".into()));
-    if path.exists() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{} is missing and CI is set: install Debian's chromium (scripts/test does)",
-        path.display()
-    );
-    // Straight to stderr: the harness would swallow eprintln! of a passing test.
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIPPED: the status page browser test needs {} (apt-get install chromium; scripts/test installs it)",
-        path.display()
-    );
-    None
-}
-
-/// Runs headless Chromium on `url` with `args`, in a fresh profile, returning its stdout.
-fn browse(chromium: &Path, url: &str, args: &[&str]) -> String {
-    let profile = tempfile::tempdir().expect("profile dir");
-    let mut child = Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--no-default-browser-check",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-extensions",
-            "--hide-scrollbars",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .args(args)
-        .arg(url)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start chromium");
-    let mut stdout = child.stdout.take().unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let out = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stdout.read_to_string(&mut text);
-        text
-    });
-    let err = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
-        text
-    });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for chromium") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("chromium {args:?} did not finish within 60s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let (out, err) = (out.join().unwrap(), err.join().unwrap());
-    assert!(status.success(), "chromium {args:?} failed ({status}):\n{err}");
-    out
-}
+/// A freeze reason (and author) that would run script were it markup.
+const HOSTILE_FREEZE: &str = "<img src=x onerror=\"document.title='pwned'\">";
 
 /// `sha256:` and 12 hex digits, as the page shows digests.
 fn short(digest: &str) -> &str {
@@ -271,6 +201,15 @@ builders = ["untrusted"]
     assert!(!dom.to_ascii_lowercase().contains("<script"), "an element was injected:\n{dom}");
     assert!(!dom.contains("pwned</title>") && !dom.contains('\u{1b}'));
 
+    // The failing builder leads its table; the app image shows its planned rebuild; each history
+    // is folded.
+    assert!(dom.find("data-name=\"gone\"") < dom.find("data-name=\"paketo-jammy-base\""), "{dom}");
+    assert!(dom.contains("<td data-label=\"Builder\" id=\"watch-gone\">") && dom.contains("href=\"#watch-gone\""));
+    let image = &dom[dom.find("<tr class=\"image\" data-name=\"petclinic\"").expect("the app image")..];
+    assert!(image.contains("rebuild <span class=\"pill warn pending\">pending</span>"), "{image}");
+    assert!(image.contains("<a href=\"#watch-paketo-jammy-base\">"), "{image}");
+    assert_eq!(dom.matches("<details class=\"history\"").count(), 2, "{dom}");
+
     let shot = tempfile::tempdir().unwrap();
     let png = shot.path().join("status-page.png");
     tokio::task::spawn_blocking({
@@ -287,6 +226,32 @@ builders = ["untrusted"]
         let keep = Path::new(env!("CARGO_MANIFEST_DIR")).join(keep);
         std::fs::copy(&png, &keep).expect("copy the screenshot");
     }
+
+    // A freeze whose reason and author are markup: a banner and a tile, all of it text.
+    let freeze = format!("http://{server}/api/v1/freeze");
+    let body = serde_json::json!({ "reason": HOSTILE_FREEZE, "by": HOSTILE_FREEZE });
+    assert_eq!(http.post(freeze).bearer_auth(TOKEN).body(body.to_string()).send().await.unwrap().status(), 200);
+    let page = tokio::task::spawn_blocking({
+        let (chromium, url) = (chromium.clone(), url.clone());
+        move || {
+            let shown = "({ text: document.body.innerText, html: document.documentElement.outerHTML, \
+                          title: document.title, width: document.documentElement.scrollWidth })";
+            evaluate(&chromium, &url, (1280, 900), shown)
+        }
+    })
+    .await
+    .unwrap();
+    let (text, html) = (page["text"].as_str().unwrap(), page["html"].as_str().unwrap());
+    assert!(text.contains(&format!("Frozen by {HOSTILE_FREEZE} (api) since ")), "{text}");
+    let actions = &text[text.find("Open actions").unwrap()..];
+    let since = &actions[actions.find("frozen since ").expect("the freeze in Open actions")..];
+    let since = &since[..since.find(&format!(" by {HOSTILE_FREEZE} (api): {HOSTILE_FREEZE};")).expect("who and why")];
+    assert!(since == "frozen since just now" || since.ends_with(" ago"), "{since}");
+    assert!(!text.contains("<time") && !html.contains("<img"), "{html}");
+    assert_eq!(page["title"], "builder-monitor (1 failing)");
+    assert!(html.contains("data-tile=\"frozen\" href=\"#frozen\"><b>yes</b>"), "{html}");
+    assert!(page["width"].as_u64().unwrap() <= 1280, "the page is {} px wide", page["width"]);
+
     let (status, _) = daemon.terminate();
     assert!(status.success());
 }
@@ -473,4 +438,268 @@ async fn the_deploys_section_shows_each_workload_in_chromium() {
         billing.contains("<span class=\"pill muted none\">none</span>") && billing.contains("no deploy yet"),
         "{billing}"
     );
+}
+
+/// A rebuild of `image` for `change`, in roll-out `wave`, waiting for approval when `approve`.
+fn rebuild_action(change: &str, image: &str, wave: u32, approve: bool) -> builder_monitor::ledger::NewAction {
+    let target = serde_json::json!({
+        "image": format!("127.0.0.1:9/apps/{image}:latest"), "builder_name": "jammy", "builder": "b", "run_image": null,
+        "source": null, "why": "a buildpack moved",
+    });
+    builder_monitor::ledger::NewAction::new(
+        format!("bm-{change}-{image}"),
+        change.into(),
+        image.into(),
+        builder_monitor_core::plan::ActionKind::Rebuild,
+        serde_json::from_value(target).unwrap(),
+    )
+    .gated(wave, approve)
+}
+
+/// Whether `text` holds a run of 64 hex digits: a digest shown in full.
+fn full_digest_in(text: &str) -> bool {
+    let mut run = 0;
+    text.chars().any(|c| {
+        run = if c.is_ascii_hexdigit() { run + 1 } else { 0 };
+        run >= 64
+    })
+}
+
+/// What the page's later parts show, in Chromium at 1280 px, from a server in process over a
+/// ledger holding a freeze in force (set ten minutes ago), app images whose last actions failed,
+/// were rejected and are held, a failing builder configured after a healthy one, a history of two
+/// changes, and references (and 64-hex digests in an error and a detail) long enough to widen any
+/// column that does not wrap them.
+#[tokio::test]
+async fn the_page_shows_the_freeze_and_app_images_and_fits_1280px_in_chromium() {
+    use builder_monitor::ledger::{
+        ActionEnd, ActionOutcome, ChangeRecord, CheckFailure, CheckRecord, Hold, Ledger, PinUpdate, TagMove,
+        TagMoveKind, Verdict, WatchKind,
+    };
+    use builder_monitor_core::cnb::{BuilderMetadata, Change, PinnedMetadata, PlatformMetadata, RunImage};
+    use builder_monitor_core::plan::ActionKind;
+    use builder_monitor_core::rollout::Freeze;
+    let Some(chromium) = chromium() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let org = "127.0.0.1:9/platform-engineering-shared-services/cloud-native-buildpacks";
+    let builder = format!("{org}/builder-jammy-base-with-the-java-and-node-toolchains:latest");
+    let failing = format!("{org}/builder-heroku-24-with-every-buildpack-the-platform-supports:24");
+    let run = format!("{org}/run-jammy-base-with-extra-ca-certificates-and-locales:latest");
+    let app = |n: &str| format!("{org}/applications/{n}-service-with-a-long-descriptive-name:latest");
+    let images: String = ["petclinic", "billing", "orders"]
+        .map(|n| format!("[[images]]\nname = \"{n}\"\nbuilder = \"jammy\"\nimage = \"{}\"\n", app(n)))
+        .join("\n");
+    let text = format!(
+        "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\n\n[server]\nlisten = \"127.0.0.1:0\"\npublic_read = true\n\n\
+         [[builders]]\nname = \"jammy\"\nimage = \"{builder}\"\n\n[[builders]]\nname = \"heroku\"\nimage = \"{failing}\"\n\n{images}"
+    );
+    let config =
+        std::sync::Arc::new(builder_monitor::config::Config::parse(&dir.path().join("config.toml"), &text).unwrap());
+    let ledger = Ledger::open(&dir.path().join("state.db")).unwrap();
+    let hex = |c: char| format!("sha256:{}", c.to_string().repeat(64));
+    let now = chrono::Utc::now();
+    let ago = |minutes: i64| now - chrono::Duration::minutes(minutes);
+    let normal = |r: &str| ImageRef::parse(r).unwrap().to_string();
+    let repository = |r: &str| r.rsplit_once(':').unwrap().0.to_string();
+
+    // jammy: pinned three times (two changes), naming the run image; heroku: its check failed.
+    let metadata = PinnedMetadata {
+        platforms: [(
+            "linux/amd64".to_string(),
+            PlatformMetadata::Builder(Box::new(BuilderMetadata {
+                run_images: vec![RunImage { image: run.clone(), mirrors: vec![] }],
+                ..Default::default()
+            })),
+        )]
+        .into(),
+        ..Default::default()
+    };
+    let check = |watch: &str, kind, image: &str, minutes: i64| CheckRecord {
+        watch: watch.into(),
+        kind,
+        image: normal(image),
+        time: ago(minutes),
+        outcome: Ok(()),
+        pin: None,
+        pending: None,
+        change: None,
+        events: vec![],
+        deliveries: vec![],
+        actions: vec![],
+        history: 10,
+    };
+    let pin = |image: &str, digest: &str, builder: bool| PinUpdate {
+        digest: digest.into(),
+        reference: format!("{}@{digest}", repository(image)),
+        media_type: "application/vnd.oci.image.index.v1+json".into(),
+        platforms: [("linux/amd64".to_string(), digest.to_string())].into(),
+        metadata: builder.then(|| metadata.clone().into()),
+    };
+    let (a, b, c) = (hex('a'), hex('b'), hex('c'));
+    for (seq, previous, current, minutes) in [(0, "", &a, 180), (1, &a, &b, 120), (2, &b, &c, 60)] {
+        let mut record = check("jammy", WatchKind::Builder, &builder, minutes);
+        record.pin = Some(pin(&builder, current, true));
+        if seq > 0 {
+            record.change = Some(ChangeRecord {
+                id: builder_monitor_core::event::change_id("jammy", seq, previous, current),
+                watch: "jammy".into(),
+                seq,
+                previous: previous.into(),
+                current: current.into(),
+                previous_reference: format!("{}@{previous}", repository(&builder)),
+                current_reference: format!("{}@{current}", repository(&builder)),
+                change: Change::unknown("a buildpack moved"),
+                rollback: false,
+                detected: ago(minutes),
+            });
+        }
+        ledger.commit(record).await.unwrap();
+    }
+    let mut broken = check("heroku", WatchKind::Builder, &failing, 5);
+    broken.outcome = Err(CheckFailure {
+        reason: "not_found".into(),
+        message: format!(
+            "manifest unknown: {}@{} (index {}@{})",
+            repository(&failing),
+            hex('f'),
+            repository(&failing),
+            hex('e')
+        ),
+    });
+    ledger.commit(broken).await.unwrap();
+    let run_watch = run_watch_name(&ImageRef::parse(&run).unwrap());
+    let mut run_check = check(&run_watch, WatchKind::RunImage, &run, 60);
+    run_check.pin = Some(pin(&run, &hex('d'), false));
+    ledger.commit(run_check).await.unwrap();
+
+    // petclinic's rebuild failed and holds billing's (the next wave); orders' was rejected.
+    ledger.record_actions(vec![rebuild_action("c1", "petclinic", 1, false)], now).await.unwrap();
+    let claimed = ledger.claim_actions_of(now, 1, ActionKind::Rebuild, &Default::default()).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    ledger.record_actions(vec![rebuild_action("c1", "billing", 2, false)], now).await.unwrap();
+    let end = ActionEnd {
+        key: &claimed[0].key,
+        outcome: ActionOutcome::Failed,
+        detail: format!("exit 1: ERROR: failed to fetch {}@{}", repository(&builder), hex('c')),
+        output_tail: String::new(),
+        watch: "jammy",
+        events: vec![],
+        deliveries: vec![],
+        history: 10,
+        now,
+        tag_move: None,
+        hold: Some(Hold { keys: vec!["bm-c1-billing".into()], detail: "held: wave 1 petclinic failed".into() }),
+        keep_intent: false,
+        follow: vec![],
+        hold_image: false,
+    };
+    ledger.finish_action(end).await.unwrap();
+    ledger.record_actions(vec![rebuild_action("c2", "orders", 1, true)], now).await.unwrap();
+    ledger.decide("c2", None, Verdict::Reject, "alice (cli)", now).await.unwrap();
+    let moved = TagMove {
+        image: "petclinic".into(),
+        reference: normal(&app("petclinic")),
+        kind: TagMoveKind::Rebase,
+        action: Some("bm-c0-petclinic".into()),
+        before: Some(hex('7')),
+        after: Some(hex('8')),
+        time: ago(300),
+    };
+    ledger.record_tag_move("jammy", moved, 10).await.unwrap();
+    let freeze = Freeze { since: ago(10), reason: Some("release day".into()), by: "alice (cli)".into() };
+    ledger.set_freeze(Some(freeze), vec![], vec![], 10, now).await.unwrap();
+
+    let parts = builder_monitor::daemon::Parts::new(
+        config.clone(),
+        ledger.clone(),
+        builder_monitor::schedule::Clock::System,
+        None,
+    )
+    .unwrap();
+    let settings = config.server.clone().unwrap();
+    let state = builder_monitor::server::ServerState::new(config.clone(), settings, parts.monitor.handle(), ledger);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(builder_monitor::server::serve(std::sync::Arc::new(state), listener, stop.clone()));
+
+    let page = tokio::task::spawn_blocking(move || {
+        evaluate(
+            &chromium,
+            &url,
+            (1280, 900),
+            "({ text: document.body.innerText, html: document.documentElement.outerHTML, \
+                width: document.documentElement.scrollWidth, open: document.querySelectorAll('details[open]').length, \
+                scrolling: [...document.querySelectorAll('.card, details, .banner')] \
+                    .filter(e => e.scrollWidth > e.clientWidth).map(e => e.firstElementChild?.className || e.className) })",
+        )
+    })
+    .await
+    .unwrap();
+    stop.cancel();
+    let (text, html) = (page["text"].as_str().unwrap(), page["html"].as_str().unwrap());
+
+    // The freeze: its time is an element, not markup shown as text; a banner above all; a tile.
+    assert!(!text.contains("<time"), "markup shown as text:\n{text}");
+    let actions = &text[text.find("Open actions").unwrap()..];
+    let since = &actions[actions.find("frozen since ").expect("the freeze in Open actions")..];
+    let since = &since[..since.find(" by alice (cli): release day;").expect("who and why")];
+    assert!(since.starts_with("frozen since 10m") && since.ends_with(" ago"), "{since}");
+    let banner = text.find("Frozen by alice (cli) since 10m").expect("a banner");
+    assert!(banner < text.find("Builders").unwrap(), "{text}");
+    assert!(
+        text.contains("ago: release day. No rebase, rebuild or deploy starts until builder-monitor unfreeze lifts it"),
+        "{text}"
+    );
+    assert!(html.contains("<a class=\"tile warn\" data-tile=\"frozen\" href=\"#frozen\"><b>yes</b>"), "{html}");
+
+    // Failing rows first; ids on rows, and the tiles link their sections and the failing row.
+    let at = |needle: &str| html.find(needle).unwrap_or_else(|| panic!("no {needle} in:\n{html}"));
+    assert!(at("data-name=\"heroku\"") < at("data-name=\"jammy\""), "the failing builder leads");
+    assert!(html.contains("data-tile=\"failing\" href=\"#watch-heroku\""), "{html}");
+    for (tile, section) in
+        [("builders", "builders"), ("run-images", "run-images"), ("images", "images"), ("actions", "actions")]
+    {
+        assert!(html.contains(&format!("data-tile=\"{tile}\" href=\"#{section}\"")), "{tile}");
+        at(&format!("<h2 id=\"{section}\">"));
+    }
+    at("id=\"watch-jammy\"");
+    at(&format!("id=\"watch-{run_watch}\""));
+
+    // Every app image with its last action; failed, held and rejected ones in the error colour.
+    let row = |name: &str| {
+        let start = at(&format!("<tr class=\"image\" data-name=\"{name}\""));
+        &html[start..start + html[start..].find("</tr>").unwrap()]
+    };
+    let petclinic = row("petclinic");
+    assert!(petclinic.contains("<span class=\"pill err failed\">failed</span>"), "{petclinic}");
+    let tag = format!("{}@{}", repository(&normal(&app("petclinic"))), hex('8'));
+    assert!(petclinic.contains(&format!("title=\"{tag}\">sha256:888888888888</code>")), "{petclinic}");
+    assert!(
+        petclinic.contains("<a href=\"#watch-jammy\">") && petclinic.contains(&format!("href=\"#watch-{run_watch}\"")),
+        "{petclinic}"
+    );
+    assert!(petclinic.contains("exit 1: ERROR: failed to fetch"), "{petclinic}");
+    let billing = row("billing");
+    assert!(
+        billing.contains("<span class=\"pill err held\">held</span>")
+            && billing.contains("held: wave 1 petclinic failed"),
+        "{billing}"
+    );
+    let orders = row("orders");
+    assert!(
+        orders.contains("<span class=\"pill err rejected\">rejected</span>")
+            && orders.contains("rejected by alice (cli)"),
+        "{orders}"
+    );
+
+    // The history folded, the newest change in its summary.
+    at("<details class=\"history\" id=\"history-jammy\"><summary>");
+    assert_eq!(page["open"], 0, "history starts closed");
+    assert!(text.contains("jammy · 2 changes, the newest unknown"), "{text}");
+
+    // No digest in full on screen, and nothing wider than the window.
+    assert!(!full_digest_in(text), "a digest in full:\n{text}");
+    assert!(page["width"].as_u64().unwrap() <= 1280, "the page is {} px wide", page["width"]);
+    assert_eq!(page["scrolling"], serde_json::json!([]), "these scroll sideways at 1280 px");
 }

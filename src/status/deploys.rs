@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::config::{Config, ImageSettings};
-use crate::ledger::{ActionState, LatestAction, Ledger, LedgerError};
+use crate::config::ImageSettings;
+use crate::ledger::{ActionState, LatestAction};
 use builder_monitor_core::deploy::{DeployProgress, Workload, WorkloadKind, WorkloadProgress, WorkloadState};
 use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::schedule::timestamp_millis;
@@ -55,21 +55,14 @@ impl DeployStatus {
     }
 }
 
-/// The deploys of every image with `deploy` workloads; no ledger read when none has any.
-pub async fn collect(config: &Config, ledger: &Ledger) -> Result<Vec<DeployStatus>, LedgerError> {
-    if config.images.iter().all(|i| i.deploy.is_empty()) {
-        return Ok(Vec::new());
-    }
-    let latest = ledger.latest_actions(ActionKind::Deploy).await?;
-    Ok(deploys(&config.images, &latest))
-}
-
 /// One entry per configured workload (per container written) of each of `images`, in config
-/// order, from the newest deploy action of each image among `latest`.
+/// order, from the newest deploy action of each image among `latest` (which may hold the newest
+/// actions of other kinds too).
 pub fn deploys(images: &[ImageSettings], latest: &[LatestAction]) -> Vec<DeployStatus> {
     let mut out = Vec::new();
     for image in images {
-        let action = latest.iter().find(|l| l.record.image == image.name);
+        let action =
+            latest.iter().find(|l| l.record.image == image.name && l.record.action == ActionKind::Deploy.as_str());
         for workload in &image.deploy {
             entries(&image.name, workload, action, &mut out);
         }
@@ -183,6 +176,7 @@ pub fn render_text(out: &mut String, deploys: &[DeployStatus]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
     use crate::ledger::ActionRecord;
     use builder_monitor_core::schedule::parse_timestamp;
     use serde_json::json;

@@ -1,8 +1,10 @@
 //! Real servers for integration tests: the CNCF Distribution registry, a bearer-token server, a
-//! counting and fault-injecting proxy, an image pusher (and layered CNB app images), and a runner for the daemon binary.
+//! counting and fault-injecting proxy, an image pusher (and layered CNB app images), a runner for
+//! the daemon binary, and headless Chromium.
 #![allow(dead_code)]
 
 pub mod app;
+pub mod browser;
 pub mod cnb;
 pub mod daemon;
 pub mod images;

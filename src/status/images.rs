@@ -1,0 +1,292 @@
+//! `status`'s app images: each `[[images]]` entry with the last moves of its tag and its newest
+//! action of any kind (rebase, rebuild or deploy), whatever state it ended in.
+
+use std::fmt::Write as _;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::short;
+use crate::config::Config;
+use crate::ledger::{ActionRecord, ActionState, LatestAction, Ledger, LedgerError, TagMove, TagMoveKind};
+use builder_monitor_core::plan::ActionKind;
+use builder_monitor_core::schedule::timestamp_millis;
+use builder_monitor_core::text::escape;
+
+/// An app image and the last moves of its tag.
+#[derive(Debug, Clone, Serialize)]
+pub struct ImageStatus {
+    pub name: String,
+    pub image: String,
+    /// Where the last recorded move left the tag (`null`: none recorded, or not read).
+    pub digest: Option<String>,
+    /// Where it pointed before that move (what `rollback` returns to after a rebase or rebuild).
+    pub previous: Option<String>,
+    /// Newest first.
+    pub moves: Vec<TagMoveStatus>,
+    /// Its newest rebase, rebuild or deploy, in whatever state (`null`: none recorded).
+    pub last_action: Option<ImageAction>,
+}
+
+/// An app image's newest action, as much of it as says where the image stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ImageAction {
+    pub key: String,
+    pub change: String,
+    /// `rebase`, `rebuild` or `deploy`.
+    pub action: String,
+    pub state: ActionState,
+    /// When it last moved.
+    #[serde(with = "crate::ledger::time::millis")]
+    pub updated: DateTime<Utc>,
+    /// Why it failed, was held, superseded or skipped.
+    pub detail: Option<String>,
+    /// Who approved or rejected it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+    /// It holds its image (a failed or overridden deploy) until a newer change or `release`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub holds: bool,
+}
+
+impl ImageAction {
+    fn of(r: &ActionRecord) -> Self {
+        ImageAction {
+            key: r.key.clone(),
+            change: r.change.clone(),
+            action: r.action.clone(),
+            state: r.state,
+            updated: r.updated,
+            detail: r.detail.clone(),
+            decided_by: r.decided_by.clone(),
+            holds: r.holds,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TagMoveStatus {
+    pub time: String,
+    pub kind: TagMoveKind,
+    pub action: Option<String>,
+    pub previous: Option<String>,
+    pub digest: Option<String>,
+}
+
+/// Tag moves shown per app image.
+const MOVES_SHOWN: usize = 5;
+
+/// Each `[[images]]` entry in config order, with its newest action among `latest`.
+pub(super) async fn collect(
+    config: &Config,
+    ledger: &Ledger,
+    latest: &[LatestAction],
+) -> Result<Vec<ImageStatus>, LedgerError> {
+    let mut images = Vec::new();
+    for i in &config.images {
+        let moves = ledger.tag_moves(Some(&i.name), MOVES_SHOWN).await?;
+        let mut status = image_status(&i.name, &i.image.to_string(), moves);
+        status.last_action = last_action(latest, &i.name);
+        images.push(status);
+    }
+    Ok(images)
+}
+
+/// The newest action of each kind of each app image; no ledger read without `[[images]]`.
+pub(super) async fn latest_actions(config: &Config, ledger: &Ledger) -> Result<Vec<LatestAction>, LedgerError> {
+    let mut latest = Vec::new();
+    if config.images.is_empty() {
+        return Ok(latest);
+    }
+    for kind in [ActionKind::Rebase, ActionKind::Rebuild, ActionKind::Deploy] {
+        latest.extend(ledger.latest_actions(kind).await?);
+    }
+    Ok(latest)
+}
+
+/// `image`'s newest action of any kind among `latest`: the one created last (a deploy that
+/// follows a rebuild is newer than the rebuild, however long the rebuild's record kept moving).
+fn last_action(latest: &[LatestAction], image: &str) -> Option<ImageAction> {
+    latest
+        .iter()
+        .map(|l| &l.record)
+        .filter(|r| r.image == image)
+        .max_by(|a, b| (a.created, a.updated, &a.key).cmp(&(b.created, b.updated, &b.key)))
+        .map(ImageAction::of)
+}
+
+fn image_status(name: &str, image: &str, moves: Vec<TagMove>) -> ImageStatus {
+    let last = moves.first();
+    ImageStatus {
+        name: name.to_string(),
+        image: image.to_string(),
+        digest: last.and_then(|m| m.after.clone()),
+        previous: last.and_then(|m| m.before.clone()),
+        moves: moves
+            .into_iter()
+            .map(|m| TagMoveStatus {
+                time: timestamp_millis(m.time),
+                kind: m.kind,
+                action: m.action,
+                previous: m.before,
+                digest: m.after,
+            })
+            .collect(),
+        last_action: None,
+    }
+}
+
+/// The `app images:` part of the text report.
+pub(super) fn render_text(out: &mut String, images: &[ImageStatus]) {
+    if images.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "app images:");
+    for i in images {
+        let _ = writeln!(out, "  {}  {}", i.name, i.image);
+        if i.moves.is_empty() {
+            let _ = writeln!(out, "    no tag moves recorded");
+        }
+        for m in &i.moves {
+            let _ = writeln!(
+                out,
+                "    {} {:<8} {} → {}{}",
+                m.time,
+                m.kind.as_str(),
+                m.previous.as_deref().map_or("-", short),
+                m.digest.as_deref().map_or("?", short),
+                m.action.as_deref().map(|a| format!("  action {a}")).unwrap_or_default()
+            );
+        }
+        if let Some(a) = &i.last_action {
+            let _ = writeln!(
+                out,
+                "    last action: {} {} {}{}",
+                a.action,
+                a.state,
+                timestamp_millis(a.updated),
+                a.detail.as_deref().map(|d| format!(": {}", escape(d))).unwrap_or_default()
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::{Status, render_text as render_status};
+    use builder_monitor_core::schedule::parse_timestamp;
+
+    /// Each app image shows where its tag's last move left it and where it was before.
+    #[test]
+    fn app_images_show_their_last_digests() {
+        let at = |t: &str| parse_timestamp(t).unwrap();
+        let a = format!("sha256:{}", "a".repeat(64));
+        let b = format!("sha256:{}", "b".repeat(64));
+        let moves = vec![
+            TagMove {
+                image: "app".into(),
+                reference: "r.example/apps/app:latest".into(),
+                kind: TagMoveKind::Rollback,
+                action: None,
+                before: Some(b.clone()),
+                after: Some(a.clone()),
+                time: at("2026-11-30T12:10:00Z"),
+            },
+            TagMove {
+                image: "app".into(),
+                reference: "r.example/apps/app:latest".into(),
+                kind: TagMoveKind::Rebase,
+                action: Some("bm-1".into()),
+                before: Some(a.clone()),
+                after: Some(b.clone()),
+                time: at("2026-11-30T12:00:00Z"),
+            },
+        ];
+        let image = image_status("app", "r.example/apps/app:latest", moves);
+        let json = serde_json::to_value(&image).unwrap();
+        assert_eq!((json["digest"].as_str(), json["previous"].as_str()), (Some(a.as_str()), Some(b.as_str())));
+        assert_eq!(json["moves"][1]["kind"], "rebase");
+        assert_eq!(json["moves"][1]["action"], "bm-1");
+        let status = Status {
+            builders: vec![],
+            run_images: vec![],
+            images: vec![image, image_status("api", "r.example/apps/api:latest", vec![])],
+            pending: vec![],
+            rollout: Default::default(),
+            actions: vec![],
+            deliveries: vec![],
+            dead_letters: vec![],
+            deploys: vec![],
+        };
+        let text = render_status(&status);
+        assert!(
+            text.contains("  app  r.example/apps/app:latest\n    2026-11-30T12:10:00.000Z rollback sha256:bbbbbbbbbbbb → sha256:aaaaaaaaaaaa\n"),
+            "{text}"
+        );
+        assert!(text.contains("rebase   sha256:aaaaaaaaaaaa → sha256:bbbbbbbbbbbb  action bm-1\n"), "{text}");
+        assert!(text.contains("  api  r.example/apps/api:latest\n    no tag moves recorded\n"), "{text}");
+    }
+
+    /// An image's last action is its newest by creation, whatever its kind; other images' do
+    /// not count.
+    #[test]
+    fn the_last_action_of_an_image_is_its_newest_of_any_kind() {
+        let at = |t: &str| parse_timestamp(t).unwrap();
+        let record = |image: &str, action: &str, state, created: &str, updated: &str| LatestAction {
+            record: ActionRecord {
+                key: format!("bm-{image}-{action}"),
+                change: "c1".into(),
+                image: image.into(),
+                action: action.into(),
+                state,
+                attempts: 1,
+                next_attempt: at(created),
+                detail: Some(format!("{action} {state}")),
+                output_tail: None,
+                updated: at(updated),
+                wave: 1,
+                needs_approval: false,
+                released: false,
+                decided_by: None,
+                decided_at: None,
+                created: at(created),
+                progress: None,
+                holds: state == ActionState::Failed,
+            },
+            target: None,
+        };
+        let latest = vec![
+            // The rebuild's record moved last, but the deploy that followed it is newer.
+            record("app", "rebuild", ActionState::Succeeded, "2026-11-30T12:00:00Z", "2026-11-30T12:30:00Z"),
+            record("app", "deploy", ActionState::Failed, "2026-11-30T12:20:00Z", "2026-11-30T12:25:00Z"),
+            record("api", "rebase", ActionState::Rejected, "2026-11-30T13:00:00Z", "2026-11-30T13:00:00Z"),
+        ];
+        let app = last_action(&latest, "app").unwrap();
+        assert_eq!((app.action.as_str(), app.state, app.holds), ("deploy", ActionState::Failed, true));
+        assert_eq!(last_action(&latest, "api").unwrap().state, ActionState::Rejected);
+        assert_eq!(last_action(&latest, "web"), None);
+
+        let mut image = image_status("app", "r.example/apps/app:latest", vec![]);
+        image.last_action = Some(app);
+        let json = serde_json::to_value(&image).unwrap();
+        assert_eq!(json["last_action"]["updated"], "2026-11-30T12:25:00.000Z", "{json}");
+        assert_eq!(
+            (json["last_action"]["state"].as_str(), json["last_action"]["holds"].as_bool()),
+            (Some("failed"), Some(true))
+        );
+        let status = Status {
+            builders: vec![],
+            run_images: vec![],
+            images: vec![image],
+            pending: vec![],
+            rollout: Default::default(),
+            actions: vec![],
+            deliveries: vec![],
+            dead_letters: vec![],
+            deploys: vec![],
+        };
+        let text = render_status(&status);
+        assert!(text.contains("    last action: deploy failed 2026-11-30T12:25:00.000Z: deploy failed\n"), "{text}");
+    }
+}

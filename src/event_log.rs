@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use builder_monitor_core::event::Event;
+use builder_monitor_core::event::{Event, EventType};
 
 /// Whether logged events carry their whole document at INFO (set once at start for
 /// `--log-format json`, whose readers are machines).
@@ -14,16 +14,32 @@ pub fn log_documents(on: bool) {
     LOG_DOCUMENTS.store(on, Ordering::Relaxed);
 }
 
-/// Logs the event once it is recorded: its [`Event::summary`] and id at INFO; the whole
-/// document too with [`log_documents`] or when debug is on for `builder_monitor_core::event`.
+/// Whether an event's line is DEBUG: a watch's `check.failed` and `check.recovered`, whose
+/// failure and recovery the monitor's own lines say (one WARN and one INFO for a watch failing
+/// alone, one pair for a registry's outage: `monitor::failure_log`). Every other event is INFO.
+fn quiet(event_type: EventType) -> bool {
+    matches!(event_type, EventType::CheckFailed | EventType::CheckRecovered)
+}
+
+/// Logs the event once it is recorded: its [`Event::summary`] and id at INFO (DEBUG for
+/// [`quiet`] types); the whole document too with [`log_documents`] or when debug is on for
+/// `builder_monitor_core::event`.
 pub fn log(event: &Event) {
+    macro_rules! line {
+        ($($arg:tt)+) => {
+            if quiet(event.event_type) {
+                tracing::debug!(target: "builder_monitor_core::event", $($arg)+)
+            } else {
+                tracing::info!(target: "builder_monitor_core::event", $($arg)+)
+            }
+        };
+    }
     let summary = event.summary();
     if LOG_DOCUMENTS.load(Ordering::Relaxed)
         || tracing::enabled!(target: "builder_monitor_core::event", tracing::Level::DEBUG)
     {
         let document = serde_json::to_string(event).unwrap_or_default();
-        tracing::info!(
-            target: "builder_monitor_core::event",
+        line!(
             event_type = event.event_type.as_str(),
             event_id = %event.id,
             builder = %event.builder.name,
@@ -31,7 +47,7 @@ pub fn log(event: &Event) {
             "{summary}"
         );
     } else {
-        tracing::info!(target: "builder_monitor_core::event", event_id = %event.id, "{summary}");
+        line!(event_id = %event.id, "{summary}");
     }
 }
 
@@ -77,12 +93,12 @@ mod tests {
         assert!(document.len() > 500);
         let text = logged(tracing::Level::INFO, false, &e);
         assert_eq!(text.lines().count(), 1, "{text}");
-        assert!(text.contains(" INFO builder_monitor_core::event: builder.changed paketo-jammy-base: rebuild — paketo-buildpacks/java 18.1.0 → 18.2.0"), "{text}");
+        assert!(text.contains(" INFO builder_monitor_core::event: builder.changed paketo-jammy-base: rebuild — paketo-buildpacks/java 18.1.0 → 18.2.0; planned: rebuild petclinic"), "{text}");
         assert!(text.contains(&format!("event_id={}", e.id)), "{text}");
-        assert!(!text.contains("petclinic") && text.len() < 250, "no document at INFO: {text}");
+        assert!(!text.contains("\"previous\"") && text.len() < 250, "no document at INFO: {text}");
 
         let debug = logged(tracing::Level::DEBUG, false, &e);
-        assert!(debug.contains("petclinic"), "the document at debug: {debug}");
+        assert!(debug.contains("\"previous\""), "the document at debug: {debug}");
 
         let json = logged(tracing::Level::INFO, true, &e);
         let line: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
@@ -91,5 +107,21 @@ mod tests {
         assert_eq!(line["event_id"], e.id);
         let back: Event = serde_json::from_str(line["event"].as_str().unwrap()).unwrap();
         assert_eq!(back, e);
+    }
+
+    #[test]
+    fn check_failed_and_recovered_are_debug_every_other_event_info() {
+        let mut e = changed();
+        for t in EventType::ALL {
+            e.event_type = t;
+            let text = logged(tracing::Level::INFO, false, &e);
+            let debug = logged(tracing::Level::DEBUG, false, &e);
+            if matches!(t, EventType::CheckFailed | EventType::CheckRecovered) {
+                assert!(text.is_empty(), "{t}: {text}");
+                assert!(debug.contains(" DEBUG builder_monitor_core::event: "), "{t}: {debug}");
+            } else {
+                assert!(text.contains(" INFO builder_monitor_core::event: "), "{t}: {text}");
+            }
+        }
     }
 }

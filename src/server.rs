@@ -490,7 +490,7 @@ impl RolloutBody {
     /// The API token stands for whoever holds it; a name given in the body is recorded with it.
     fn by(&self) -> String {
         let Some(by) = self.by.as_deref().map(str::trim).filter(|b| !b.is_empty()) else { return "api".into() };
-        let by = builder_monitor_core::text::escape(&by.chars().take(120).collect::<String>()).into_owned();
+        let by = builder_monitor_core::text::escape(&builder_monitor_core::text::clip(by, 120)).into_owned();
         // The command line sends `user@host (cli)` when the daemon holds the ledger.
         match by.strip_suffix(" (cli)") {
             Some(user) => format!("{user} (cli, through the api)"),

@@ -3,7 +3,7 @@
 
 mod support;
 
-use support::daemon::Workspace;
+use support::daemon::{Workspace, run_with_env};
 use support::images::{Format, Image, Pusher};
 use support::proxy::Proxy;
 use support::registry::TestRegistry;
@@ -28,16 +28,25 @@ async fn a_failed_check_logs_its_attempts_and_next_check_and_status_shows_it() {
     assert_eq!(ws.run(&["run", "--once", "--config", config]).code, Some(0));
 
     proxy.down(Some(503));
-    let out = ws.run(&["run", "--once", "--log-format", "json", "--config", config]);
+    let args = ["run", "--once", "--log-format", "json", "--config", config];
+    let out = run_with_env(&args, &[("BUILDER_MONITOR_LOG", "debug")], ws.dir.path());
     assert_eq!(out.code, Some(1), "{}", out.stderr);
     let lines: Vec<serde_json::Value> = out.stderr.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
     let retries: Vec<&serde_json::Value> =
         lines.iter().filter(|l| l["message"] == "request failed; retrying").collect();
-    assert_eq!(retries.len(), 2, "two retries after the first attempt, at INFO: {}", out.stderr);
-    assert!(retries.iter().all(|l| l["level"] == "INFO" && l["max_attempts"] == 3), "{retries:?}");
-    let warn = lines.iter().find(|l| l["message"] == "check failed; pin kept").expect("the failure is logged");
-    assert_eq!(warn["level"], "WARN", "{warn}");
+    assert_eq!(retries.len(), 2, "two retries after the first attempt, at DEBUG: {}", out.stderr);
+    assert!(retries.iter().all(|l| l["level"] == "DEBUG" && l["max_attempts"] == 3), "{retries:?}");
+    // A 503 concerns the whole registry: one WARN says its outage started (with this watch's
+    // failure, which made it known); the watch's own line is DEBUG.
+    let warns: Vec<&serde_json::Value> = lines.iter().filter(|l| l["level"] == "WARN").collect();
+    assert_eq!(warns.len(), 1, "{}", out.stderr);
+    let warn = warns[0];
+    assert!(warn["message"].as_str().unwrap().starts_with("registry unavailable"), "{warn}");
+    assert_eq!((&warn["watch"], &warn["reason"]), (&"b".into(), &"registry_unavailable".into()), "{warn}");
     assert!(warn["error"].as_str().unwrap().contains("gave up after 3 attempts"), "{warn}");
+    let own = lines.iter().find(|l| l["message"] == "check failed; pin kept").expect("the failure is logged");
+    assert_eq!(own["level"], "DEBUG", "{own}");
+    assert_eq!(own["next_check"], warn["next_check"], "{own}");
 
     let out = ws.run(&["status", "--json", "--config", config]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);

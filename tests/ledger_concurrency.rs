@@ -161,7 +161,7 @@ fn a_second_writer_is_refused_naming_the_holder() {
     let out = run(&ws, &["run", "--once", "--config", config]);
     assert_eq!(out.code, Some(1), "{}", out.stderr);
     assert!(!out.stderr.contains("in use by another"), "{}", out.stderr);
-    assert!(out.stderr.contains("check failed"), "{}", out.stderr);
+    assert!(out.stderr.contains("registry unavailable"), "{}", out.stderr);
 }
 
 // 7 ----------------------------------------------------------------------------------------------

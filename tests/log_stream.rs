@@ -8,6 +8,9 @@ use support::daemon::{Unread, Workspace};
 use support::receiver::ClosedPort;
 
 const TOKEN: &str = "log-stream-test-token-0123";
+/// The WARN of a registry that does not answer (the first check's failure, here).
+const REGISTRY_UNAVAILABLE: &str =
+    "registry unavailable; its watches' failed checks are logged at debug until it answers again";
 
 /// A daemon with a server, a token and the highest hook rate; its one builder's registry refuses
 /// connections (nothing here needs a check to succeed).
@@ -55,7 +58,7 @@ async fn with_its_log_reader_gone_the_daemon_serves_counts_dropped_lines_and_sto
     let (ws, closed) = (Workspace::new(), ClosedPort::new());
     // Once its first check is over, the daemon logs nothing by itself for an hour: what it logs
     // next is the hook's line and the SIGTERM's.
-    let mut daemon = start(&ws, &closed, "info", "check failed; pin kept");
+    let mut daemon = start(&ws, &closed, "info", REGISTRY_UNAVAILABLE);
     // As `run 2>&1 | head -1`: the reader exits, and every write to the pipe fails with EPIPE.
     drop(daemon.stderr.take());
     let client = client();

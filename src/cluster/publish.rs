@@ -352,7 +352,7 @@ impl Publisher {
             type_: Some(type_.into()),
             reason: Some(reason.into()),
             // The API server refuses messages over 1 KiB.
-            message: Some(message.chars().take(1000).collect()),
+            message: Some(builder_monitor_core::text::clip(message, 1000).into_owned()),
             first_timestamp: Some(Time(time)),
             last_timestamp: Some(Time(time)),
             event_time: Some(MicroTime(time)),

@@ -162,7 +162,7 @@ pub(super) async fn call_daemon(
         let message = serde_json::from_str::<serde_json::Value>(&text)
             .ok()
             .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
-            .unwrap_or_else(|| text.chars().take(300).collect());
+            .unwrap_or_else(|| builder_monitor_core::text::clip(&text, 300).into_owned());
         let error = anyhow::anyhow!("the daemon at {addr} answered HTTP {}: {message}", status.as_u16());
         // 409: the request was fine, the ledger's state refused it (as a direct write fails).
         return Err(if status.is_client_error() && ![401, 403, 409].contains(&status.as_u16()) {

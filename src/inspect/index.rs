@@ -136,7 +136,7 @@ impl<'de> Deserialize<'de> for Entries {
                     };
                     if !is_sha256_digest(&entry.digest) {
                         if out.bad_digest.is_none() {
-                            out.bad_digest = Some(entry.digest.chars().take(100).collect());
+                            out.bad_digest = Some(builder_monitor_core::text::clip(&entry.digest, 100).into_owned());
                         }
                         continue;
                     }

@@ -17,8 +17,7 @@ use crate::registry::RegistryError;
 use builder_monitor_core::cnb::{self, PinnedMetadata, RunImagePin, run_watch_name};
 use builder_monitor_core::event::{Event, Subject};
 use builder_monitor_core::reference::ImageRef;
-use builder_monitor_core::schedule::{next_check, timestamp};
-use chrono::SubsecRound;
+use builder_monitor_core::schedule::timestamp;
 
 impl Monitor {
     /// A check whose ledger failure is logged rather than returned.
@@ -90,7 +89,7 @@ impl Monitor {
         };
         let planned = self.reaction().plan_actions(&moved).await?;
         for d in &planned.decisions {
-            tracing::info!(watch = %watch.name, image = %d.image, action = d.action.map_or("none", |a| a.as_str()), why = %d.why, "planned");
+            tracing::debug!(watch = %watch.name, image = %d.image, action = d.action.map_or("none", |a| a.as_str()), why = %d.why, "planned");
         }
         Ok(planned)
     }
@@ -142,7 +141,8 @@ impl Monitor {
         tracing::debug!(watch = %watch.name, elapsed = ?started.elapsed(), outcome = ?outcome, "check done");
     }
 
-    /// The log line of what a check found (its events are logged once committed).
+    /// The log line of what a check found (its events are logged once committed): a failure or
+    /// recovery as `failure_log` decides.
     fn log_found(
         &self,
         watch: &Watch,
@@ -150,19 +150,9 @@ impl Monitor {
         found: &Found,
         now: chrono::DateTime<chrono::Utc>,
     ) {
-        if !matches!(found, Found::Failed(_))
-            && let Some(r) = record.filter(|r| r.consecutive_failures > 0)
-        {
-            tracing::info!(watch = %watch.name, after_failures = r.consecutive_failures, "check recovered");
-        }
+        self.log_failure(watch, record, found, now);
         match found {
-            Found::Failed(err) => {
-                let failures = record.map_or(0, |r| r.consecutive_failures);
-                // From the recorded check time, so the log and `status` name the same moment.
-                let checked = now.trunc_subsecs(0);
-                let next_check = next_check(&watch.schedule, checked);
-                tracing::warn!(watch = %watch.name, image = %watch.image, reason = err.reason(), error = %err, consecutive_failures = failures + 1, next_check = next_check.as_deref().unwrap_or("when woken"), jitter = %humantime::format_duration(watch.jitter), "check failed; pin kept");
-            }
+            Found::Failed(_) => {}
             Found::Held { digest } => {
                 let since = record.and_then(|r| r.pending.as_ref()).filter(|p| p.digest == *digest).map(|p| p.since);
                 let since = timestamp(since.unwrap_or(now));
@@ -173,7 +163,8 @@ impl Monitor {
                 tracing::info!(watch = %watch.name, digest = %digest, "index moved but no watched platform did; pin advanced without a change");
             }
             Found::Moved(mv) => {
-                tracing::info!(watch = %watch.name, change = %mv.change.summary(), "moved");
+                // The recorded event's line says it at INFO, with the actions planned.
+                tracing::debug!(watch = %watch.name, change = %mv.change.summary(), "moved");
             }
             Found::Unchanged | Found::Pinned { .. } => {}
         }

@@ -1,10 +1,11 @@
 //! The monitor: every watched tag (builders, and the run images they name) checked on its
 //! schedule. Parts: the scheduler loop, run images, the check (named steps: `observe`, pure
-//! `decide`, `react` through `crate::reaction`, outages, commit), and the failure bookkeeping of
-//! outages.
+//! `decide`, `react` through `crate::reaction`, outages, commit), the failure bookkeeping of
+//! outages, and what failures and recoveries log (`failure_log`).
 
 mod check;
 pub mod decide;
+mod failure_log;
 mod hooks;
 mod outages;
 pub mod run_images;
@@ -205,6 +206,8 @@ pub struct Monitor {
     /// read from the ledger on first use. Held from a check's decision until its commit, so the
     /// checks of one registry decide one after another, each on what the last one recorded.
     outages: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<RegistryState>>>>>,
+    /// What failed checks and recoveries log (`failure_log`): registries in an outage, failing watches.
+    failure_log: Mutex<failure_log::FailureLog>,
     run_image_heads: run_images::RunImageHeads,
 }
 
@@ -234,6 +237,7 @@ impl Monitor {
             ledger,
             wake_receiver: Mutex::new(Some(wake_receiver)),
             outages: Mutex::new(HashMap::new()),
+            failure_log: Mutex::default(),
             run_image_heads: Default::default(),
         }
     }

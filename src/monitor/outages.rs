@@ -200,14 +200,15 @@ impl Monitor {
         for (o, alerts) in &notices.unavailable {
             let e =
                 self.outage_event(registry, o, o.id.clone(), EventType::RegistryUnavailable, &timestamp(commit.time));
-            tracing::warn!(registry, watches = o.watches.len(), since = %timestamp(o.since), reason = %o.reason, "registry unavailable: several watches fail together; alerts get one message for them");
+            // DEBUG: its event logs it, and `failure_log` the outage whether alerts hear of it or not.
+            tracing::debug!(registry, watches = o.watches.len(), since = %timestamp(o.since), reason = %o.reason, "registry unavailable: several watches fail together; alerts get one message for them");
             commit.deliveries.extend(alerts.iter().map(|a| DeliveryKey::new(e.id.clone(), a.clone())));
             commit.events.push(e);
         }
         for (o, alerts) in &notices.ended {
             let e =
                 self.outage_event(registry, o, o.recovered_id(), EventType::RegistryRecovered, &timestamp(commit.time));
-            tracing::info!(registry, since = %timestamp(o.since), "registry outage over: none of its watches fails any more");
+            tracing::debug!(registry, since = %timestamp(o.since), "registry outage over: none of its watches fails any more");
             commit.deliveries.extend(alerts.iter().map(|a| DeliveryKey::new(e.id.clone(), a.clone())));
             commit.events.push(e);
         }

@@ -1,5 +1,7 @@
 //! A per-registry circuit breaker: after `THRESHOLD` consecutive requests that got no answer
-//! (connection failures, timeouts), requests fail at once, except one probe at a time.
+//! (connection failures, timeouts), requests fail at once, except one probe at a time. Opening and
+//! closing are logged at DEBUG: the checks that fail meanwhile make the monitor log the registry's
+//! outage (`monitor::failure_log`).
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -64,7 +66,8 @@ impl Pass<'_> {
         self.reported = true;
         let mut state = self.circuit.state.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(since) = state.open_since.take() {
-            tracing::info!(registry, after = ?since.elapsed(), "registry answers again; circuit closed");
+            // DEBUG: the monitor logs the outage of a registry whose checks fail (`monitor::failure_log`).
+            tracing::debug!(registry, after = ?since.elapsed(), "registry answers again; circuit closed");
         }
         *state = State::default();
     }
@@ -79,7 +82,7 @@ impl Pass<'_> {
         }
         if state.open_since.is_none() && state.failures >= THRESHOLD {
             state.open_since = Some(Instant::now());
-            tracing::warn!(
+            tracing::debug!(
                 registry,
                 failures = state.failures,
                 "registry does not answer; circuit open: its checks fail fast, one probe at a time"

@@ -584,7 +584,8 @@ impl Endpoint {
                                 )));
                             }
                             let wait = retry.unwrap_or_else(|| self.backoff(attempt));
-                            tracing::warn!(registry = %self.settings.host, wait = %whole_seconds(wait), "HTTP 429, pausing requests to this registry");
+                            // DEBUG: a check that fails for it logs it (`rate_limited`), once per outage.
+                            tracing::debug!(registry = %self.settings.host, wait = %whole_seconds(wait), "HTTP 429, pausing requests to this registry");
                             self.pause(wait);
                             attempt += 1;
                             if attempt >= self.settings.max_attempts || once {
@@ -625,7 +626,7 @@ impl Endpoint {
                 return Err(failure.after_attempts(attempt));
             }
             let wait = self.backoff(attempt - 1);
-            tracing::info!(registry = %self.settings.host, attempt, max_attempts = self.settings.max_attempts, wait = ?wait, error = %failure, "request failed; retrying");
+            tracing::debug!(registry = %self.settings.host, attempt, max_attempts = self.settings.max_attempts, wait = ?wait, error = %failure, "request failed; retrying");
             tokio::time::sleep(wait).await;
         }
     }

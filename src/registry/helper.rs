@@ -185,7 +185,7 @@ fn parse_answer(bytes: &[u8]) -> Result<(String, Secret), NotAnswer> {
 fn first_line(bytes: &[u8]) -> Option<String> {
     let text = String::from_utf8_lossy(bytes);
     let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
-    Some(line.chars().take(200).collect())
+    Some(builder_monitor_core::text::clip(line, 200).into_owned())
 }
 
 #[cfg(test)]

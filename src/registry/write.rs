@@ -331,8 +331,8 @@ fn error_reason(body: &[u8]) -> Option<String> {
     let first = value.get("errors")?.as_array()?.first()?;
     let code = first.get("code").and_then(|c| c.as_str()).unwrap_or("UNKNOWN");
     let message = first.get("message").and_then(|m| m.as_str()).unwrap_or_default();
-    let text: String = format!("{code}: {message}").chars().take(300).collect();
-    Some(builder_monitor_core::text::escape(&text).to_string())
+    let text = format!("{code}: {message}");
+    Some(builder_monitor_core::text::escape(&builder_monitor_core::text::clip(&text, 300)).to_string())
 }
 
 /// A layer on its way from one registry to another: hashed and counted as it passes. More bytes

@@ -308,13 +308,32 @@ impl Event {
 /// The longest free text (an error message, an action's detail) a summary line quotes.
 const SUMMARY_TEXT_MAX: usize = 160;
 
+/// The first line of `text`, cut after a whole word (`crate::text::clip`); ` …` marks what is left out.
 fn clipped(text: &str) -> String {
     let line = text.lines().next().unwrap_or_default().trim();
-    match line.char_indices().nth(SUMMARY_TEXT_MAX) {
-        Some((end, _)) => format!("{}…", &line[..end]),
-        None if line.len() < text.trim().len() => format!("{line} …"),
-        None => line.to_string(),
+    match crate::text::clip(line, SUMMARY_TEXT_MAX) {
+        std::borrow::Cow::Owned(cut) => cut,
+        std::borrow::Cow::Borrowed(line) if line.len() < text.trim().len() => format!("{line} …"),
+        std::borrow::Cow::Borrowed(line) => line.to_string(),
     }
+}
+
+/// App images a summary names before it counts the rest.
+const SUMMARY_IMAGES_MAX: usize = 5;
+
+/// `; planned: rebuild petclinic, rebase shop, and 3 more`: the actions a move planned, or nothing
+/// when it planned none.
+fn planned_actions(images: &[ImageAction]) -> String {
+    if images.is_empty() {
+        return String::new();
+    }
+    let named: Vec<String> =
+        images.iter().take(SUMMARY_IMAGES_MAX).map(|i| format!("{} {}", i.action, i.name)).collect();
+    let mut out = format!("; planned: {}", named.join(", "));
+    if images.len() > SUMMARY_IMAGES_MAX {
+        let _ = write!(out, ", and {} more", images.len() - SUMMARY_IMAGES_MAX);
+    }
+    out
 }
 
 /// `sha256:0123456789ab`, enough to tell pins apart in a log line.
@@ -334,7 +353,8 @@ impl Event {
         let detail = match self.event_type {
             EventType::BuilderChanged | EventType::RunImageChanged => self.change.as_ref().map(|c| {
                 let rollback = if self.rollback == Some(true) { " (rollback)" } else { "" };
-                format!("{} — {}{rollback}", c.kind.as_str(), c.details())
+                let planned = self.images.as_deref().map(planned_actions).unwrap_or_default();
+                format!("{} — {}{rollback}{planned}", c.kind.as_str(), c.details())
             }),
             EventType::BuilderPinned => self.current.as_ref().map(|p| format!("pinned to {}", short_digest(&p.digest))),
             EventType::CheckFailed => self
@@ -673,7 +693,28 @@ mod tests {
     #[test]
     fn summaries_are_one_short_line() {
         let e = changed();
-        assert_eq!(e.summary(), "builder.changed paketo-jammy-base: rebuild — paketo-buildpacks/java 18.1.0 → 18.2.0");
+        assert_eq!(
+            e.summary(),
+            "builder.changed paketo-jammy-base: rebuild — paketo-buildpacks/java 18.1.0 → 18.2.0; planned: rebuild petclinic"
+        );
+        let mut many = e.clone();
+        many.images = Some(
+            (1..=7)
+                .map(|n| ImageAction {
+                    name: format!("app-{n}"),
+                    action: if n == 3 { "rebase" } else { "rebuild" }.into(),
+                })
+                .collect(),
+        );
+        assert!(
+            many.summary().ends_with(
+                "; planned: rebuild app-1, rebuild app-2, rebase app-3, rebuild app-4, rebuild app-5, and 2 more"
+            ),
+            "{}",
+            many.summary()
+        );
+        many.images = Some(vec![]);
+        assert!(!many.summary().contains("planned"), "{}", many.summary());
         let mut failed = Event::new("id".into(), EventType::CheckFailed, "t".into(), e.builder.clone());
         failed.error = Some(CheckError {
             reason: "registry_unavailable".into(),
@@ -691,5 +732,12 @@ mod tests {
         let long = "x".repeat(1000);
         failed.error.as_mut().unwrap().message = long;
         assert!(failed.summary().chars().count() < 250, "{}", failed.summary());
+        // A long error is cut after a whole word.
+        let words = "manifest unknown to the registry, which answered with a body that goes on ".repeat(5);
+        failed.error.as_mut().unwrap().message = words.clone();
+        let summary = failed.summary();
+        let quoted = summary.split(" — ").nth(1).unwrap().strip_suffix(" (3 in a row)").unwrap();
+        let kept = quoted.strip_suffix(" …").expect("marked as cut");
+        assert!(words.starts_with(kept) && words[kept.len()..].starts_with(' '), "{summary}");
     }
 }

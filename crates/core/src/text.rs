@@ -47,6 +47,23 @@ pub fn escape_keep_newlines(text: &str) -> Cow<'_, str> {
     escape_where(text, |c| c != '\n' && is_unsafe(c))
 }
 
+/// At most `max` characters of `text`, cut at a word boundary and marked with ` …`, so a log line
+/// or summary never ends inside a word. A word is cut (marked `…`) only when it is overlong: when
+/// it alone runs past half of `max` (a URL, a digest, text without spaces).
+pub fn clip(text: &str, max: usize) -> Cow<'_, str> {
+    let Some((end, next)) = text.char_indices().nth(max) else { return Cow::Borrowed(text) };
+    let head = &text[..end];
+    let kept = if next.is_whitespace() {
+        Some(head.trim_end())
+    } else {
+        head.rfind(char::is_whitespace).map(|i| head[..i].trim_end())
+    };
+    match kept {
+        Some(kept) if !kept.is_empty() && kept.chars().count() >= max / 2 => Cow::Owned(format!("{kept} …")),
+        _ => Cow::Owned(format!("{head}…")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -57,5 +74,51 @@ mod tests {
         assert_eq!(escape("a\u{1b}[31mred\nFORGED\r\t\u{7f}\u{85}"), "a\\x1b[31mred\\nFORGED\\r\\t\\x7f\\x85");
         assert_eq!(escape("abc\u{202e}fed"), "abc\\u{202e}fed");
         assert_eq!(escape_keep_newlines("one\ntwo\u{1b}"), "one\ntwo\\x1b");
+    }
+
+    #[test]
+    fn clip_cuts_after_a_whole_word() {
+        assert!(matches!(clip("short text", 160), Cow::Borrowed("short text")));
+        let error = "GET /v2/demo/b/manifests/latest: error sending request: connection refused by the peer";
+        let cut = clip(error, 60);
+        assert_eq!(cut, "GET /v2/demo/b/manifests/latest: error sending request: …");
+        // Every word kept is whole: the text before the mark is a prefix ending at a word's end.
+        let kept = cut.strip_suffix(" …").unwrap();
+        assert!(error.starts_with(kept) && error[kept.len()..].starts_with(' '), "{cut}");
+        assert!(kept.chars().count() <= 60);
+        // The limit falling right after a word keeps that word.
+        assert_eq!(clip("alpha beta gamma", 10), "alpha beta …");
+        assert_eq!(clip("alpha beta gamma", 11), "alpha beta …");
+        // Never inside a word, at any limit of at least twice its longest word (11).
+        let words = "the registry answered HTTP 503 Service Unavailable for every request";
+        for max in 22..words.len() {
+            let cut = clip(words, max);
+            let kept = cut.strip_suffix(" …").unwrap_or(&cut);
+            assert!(kept.chars().count() <= max, "{max}: {cut}");
+            if kept.len() < words.len() {
+                assert!(cut.ends_with(" …") && words[kept.len()..].starts_with(' '), "{max}: {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn clip_cuts_an_overlong_word_with_the_mark() {
+        let word = "x".repeat(300);
+        assert_eq!(clip(&word, 100), format!("{}…", "x".repeat(100)));
+        // A word running past half the limit is cut rather than dropped whole.
+        let text = format!("error: {}", "y".repeat(300));
+        let cut = clip(&text, 100);
+        assert!(cut.starts_with("error: yyy") && cut.ends_with("y…") && cut.chars().count() == 101, "{cut}");
+    }
+
+    #[test]
+    fn clip_never_splits_a_character() {
+        let text = "Größe überschritten: 名前空間の容量が不足しています 🚫🚫🚫 ".repeat(10);
+        for max in 0..text.chars().count() + 2 {
+            let cut = clip(&text, max);
+            assert!(cut.chars().count() <= max + 2, "{max}: {cut}");
+        }
+        assert_eq!(clip("🚫🚫🚫", 2), "🚫🚫…");
+        assert_eq!(clip("", 0), "");
     }
 }

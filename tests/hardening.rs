@@ -515,7 +515,7 @@ fn status_kib(pid: u32, field: &str) -> Option<u64> {
 }
 
 /// The measurement behind docs/security.md's memory claim (a manual run, release build):
-/// `cargo test --release --test hardening -- --ignored --nocapture peak_rss`
+/// `cargo test --profile dist --test hardening -- --ignored --nocapture peak_rss`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: run by hand in release mode"]
 async fn peak_rss_with_four_huge_builders_moving_at_once() {

@@ -236,6 +236,11 @@ impl Deploying<'_> {
     async fn run(self) -> Attempt {
         let mut progress: DeployProgress =
             self.action.progress.clone().and_then(|p| serde_json::from_value(p).ok()).unwrap_or_default();
+        // An earlier attempt failed and began its undo (a crash cut it short): finish the undo,
+        // never write the failed digest again.
+        if progress.workloads.iter().any(|w| matches!(w.state, WorkloadState::Failed | WorkloadState::Undone)) {
+            return self.fail(progress, "an earlier attempt failed; its undo is completed now".into()).await;
+        }
         if progress.workloads.is_empty() {
             progress = match self.plan().await {
                 Ok(p) => p,
@@ -427,11 +432,19 @@ impl Deploying<'_> {
     /// Ends a failed deploy: its written workloads put back (unless `undo = "none"`), then the app
     /// tag (`workload-and-tag`). The image is held.
     async fn fail(&self, mut progress: DeployProgress, why: String) -> Attempt {
-        let mut undone = Vec::new();
         let mut problems = Vec::new();
+        // Recorded before the undo writes: a restart after a crash finishes the undo (see `run`).
+        for wp in progress.workloads.iter_mut() {
+            if matches!(wp.state, WorkloadState::Written | WorkloadState::Healthy) {
+                wp.state = WorkloadState::Failed;
+            }
+        }
+        if let Err(why) = self.record(&progress).await {
+            problems.push(why);
+        }
         if self.deploy.undo.workloads() {
             for wp in progress.workloads.iter_mut() {
-                if !matches!(wp.state, WorkloadState::Written | WorkloadState::Healthy | WorkloadState::Failed) {
+                if wp.state != WorkloadState::Failed {
                     continue;
                 }
                 let images: Vec<(bool, core::Container)> = wp
@@ -440,15 +453,19 @@ impl Deploying<'_> {
                     .map(|c| (c.init, core::Container { name: c.name.clone(), image: c.previous.clone() }))
                     .collect();
                 match self.apply(&wp.workload, &images, wp.previous_change.as_deref()).await {
-                    Ok(()) => {
-                        wp.state = WorkloadState::Undone;
-                        undone.push(wp.workload.to_string());
-                    }
+                    Ok(()) => wp.state = WorkloadState::Undone,
                     Err(e) => problems.push(e),
                 }
             }
         }
         let _ = self.record(&progress).await;
+        // Those an earlier attempt put back count too: the tag goes back after them.
+        let undone: Vec<String> = progress
+            .workloads
+            .iter()
+            .filter(|w| w.state == WorkloadState::Undone)
+            .map(|w| w.workload.to_string())
+            .collect();
         let mut tag = None;
         if self.deploy.undo.tag()
             && !undone.is_empty()

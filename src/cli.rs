@@ -109,6 +109,10 @@ pub enum Command {
         image: String,
         #[arg(long, value_enum)]
         action: SpecAction,
+        /// The `[[runner.pools]]` entry to show it in (default: the pool it would go to now, by
+        /// its `pool` or the app image's platforms).
+        #[arg(long)]
+        pool: Option<String>,
         #[arg(long, value_enum, default_value_t = SpecOutput::Yaml)]
         output: SpecOutput,
     },
@@ -124,6 +128,10 @@ pub enum Command {
         /// names them for a release called builder-monitor).
         #[arg(long, default_value = "builder-monitor")]
         service_account: String,
+        /// What the `[[runner.pools]]` entry NAME needs in its own cluster (the Roles there, bound
+        /// to the ServiceAccount its kubeconfig's credentials belong to) instead.
+        #[arg(long)]
+        pool: Option<String>,
         #[arg(long, value_enum, default_value_t = SpecOutput::Yaml)]
         output: SpecOutput,
     },

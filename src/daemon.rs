@@ -15,7 +15,7 @@ use crate::ledger::{Ledger, LedgerError, OpenAction, WriterLock};
 use crate::metrics::Metrics;
 use crate::monitor::Monitor;
 use crate::registry::Registry;
-use crate::runner::{Backends, Runner, RunnerError};
+use crate::runner::{Backends, Clusters, Runner, RunnerError};
 use crate::schedule::Clock;
 use crate::server::{self, ServerState};
 
@@ -73,6 +73,8 @@ pub struct Parts {
     pub monitor: Arc<Monitor>,
     pub dispatcher: Arc<Dispatcher>,
     pub client: Option<kube::Client>,
+    /// The clients of pools with clusters of their own, by pool name.
+    pub pool_clients: std::collections::BTreeMap<String, kube::Client>,
     pub metrics: Arc<Metrics>,
     /// The one registry client: checks, planning and registry rebases share its limits and tokens.
     pub registry: Arc<Registry>,
@@ -90,7 +92,10 @@ impl Parts {
             cluster::check_access(&client, &permissions).await?;
             Some(client)
         };
-        Self::new(config, ledger, clock, client)
+        let pool_clients = cluster::pool_clients(&config).await?;
+        let mut parts = Self::new(config, ledger, clock, client)?;
+        parts.pool_clients = pool_clients;
+        Ok(parts)
     }
 
     /// The registry client, monitor and alert dispatcher for `config` over `ledger` (the one
@@ -106,7 +111,7 @@ impl Parts {
         let monitor =
             Arc::new(Monitor::new(config.clone(), registry.clone(), ledger.clone(), clock.clone(), metrics.clone()));
         let dispatcher = Arc::new(Dispatcher::new(&config.alerts, ledger.clone(), clock.clone(), metrics.clone())?);
-        Ok(Parts { config, ledger, clock, monitor, dispatcher, client, metrics, registry })
+        Ok(Parts { config, ledger, clock, monitor, dispatcher, client, pool_clients: Default::default(), metrics, registry })
     }
 
     fn publisher(&self) -> Option<Publisher> {
@@ -115,7 +120,8 @@ impl Parts {
     }
 
     async fn runner(&self, stop: CancellationToken) -> Result<Arc<Runner>, DaemonError> {
-        let backends = Backends::for_config(&self.config, self.client.clone(), stop).map_err(DaemonError::Runner)?;
+        let clusters = Clusters { default: self.client.clone(), pools: self.pool_clients.clone() };
+        let backends = Backends::for_config(&self.config, clusters, stop).map_err(DaemonError::Runner)?;
         let runner = Runner::new(self.config.clone(), self.ledger.clone(), self.clock.clone(), backends);
         let runner = Arc::new(runner.with_registry(self.registry.clone()));
         runner.recover().await.map_err(DaemonError::Recover)?;

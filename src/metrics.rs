@@ -300,7 +300,7 @@ impl Metrics {
         let actions = Family::default();
         registry.register(
             "actions",
-            "Rebuilds and rebases not finished yet, by state (pending, waiting, running, held, awaiting_approval)",
+            "Rebuilds and rebases not finished yet, by state (pending, waiting, queued, running, held, awaiting_approval)",
             actions.clone(),
         );
         let watches_failing = Family::default();
@@ -386,7 +386,7 @@ impl Metrics {
     /// reads 0.
     pub fn set_open_actions<'a>(&self, open_states: impl IntoIterator<Item = &'a str>) {
         let open: Vec<&str> = open_states.into_iter().collect();
-        for state in ["pending", "waiting", "running", "held", "awaiting_approval"] {
+        for state in ["pending", "waiting", "queued", "running", "held", "awaiting_approval"] {
             let count = open.iter().filter(|s| **s == state).count();
             self.actions.get_or_create(&ActionStateLabels { state: state.to_string() }).set(count as i64);
         }

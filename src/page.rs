@@ -135,7 +135,11 @@ fn actions(out: &mut String, status: &Status, config: &Config, now: DateTime<Utc
 fn why_waiting(a: &OpenAction, status: &Status, config: &Config, running: usize, now: DateTime<Utc>) -> String {
     let max_attempts = config.runner.max_attempts;
     if a.state == ActionState::Running {
-        return format!("running attempt {} of {max_attempts}", a.attempts);
+        let pool = a.placed.as_ref().map(|p| format!(" in pool <code>{}</code>", Text(&p.pool))).unwrap_or_default();
+        if a.placed.as_ref().is_some_and(|p| p.queued) {
+            return format!("queued{pool}: Kueue admits it when the queue has quota (attempt {} of {max_attempts})", a.attempts);
+        }
+        return format!("running attempt {} of {max_attempts}{pool}", a.attempts);
     }
     if let Some(why) = &a.waiting_for {
         return Shortened(why).to_string();
@@ -314,6 +318,7 @@ mod tests {
             detail: None,
             waiting_for: None,
             gate: None,
+            placed: None,
         });
         status.actions.push(ActionRecord {
             key: "k".into(),
@@ -363,6 +368,7 @@ mod tests {
                 detail: Some(format!("{HOSTILE}@{}", digest('d'))),
                 decided_by: Some(HOSTILE.into()),
                 holds: true,
+                pool: None,
             }),
         });
         let html = render(
@@ -519,6 +525,7 @@ mod tests {
             detail: None,
             waiting_for: None,
             gate: None,
+            placed: None,
         };
         status.pending = vec![
             open("petclinic", ActionState::Running, 1, "2025-03-04T11:00:00.000Z"),

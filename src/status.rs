@@ -312,9 +312,10 @@ pub fn render_text(status: &Status) -> String {
         let _ = writeln!(out, "pending actions:");
         for a in &status.pending {
             let why = a.waiting_for.as_deref().map(|w| format!(": {}", escape(w))).unwrap_or_default();
+            let pool = a.placed.as_ref().map(|p| format!(" in pool {}", escape(&p.pool))).unwrap_or_default();
             let _ = writeln!(
                 out,
-                "  {} {} for change {} (wave {}, {}, {} attempts, next {}){why}",
+                "  {} {} for change {} (wave {}, {}{pool}, {} attempts, next {}){why}",
                 a.action,
                 a.image,
                 a.change,
@@ -458,6 +459,7 @@ mod tests {
                 detail: None,
                 waiting_for: None,
                 gate: None,
+                placed: None,
             }],
             rollout: Default::default(),
             actions: vec![ActionRecord {

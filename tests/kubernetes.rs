@@ -118,7 +118,7 @@ fn assemble(text: &str, client: kube::Client) -> InProcess {
     let ledger = Ledger::open(&dir.path().join("state.db")).unwrap();
     let monitor = Parts::new(config.clone(), ledger.clone(), Clock::System, None).unwrap().monitor;
     let stop = CancellationToken::new();
-    let backend = Backends::for_config(&config, Some(client), stop.clone()).unwrap();
+    let backend = Backends::for_config(&config, Some(client).into(), stop.clone()).unwrap();
     let runner = Arc::new(Runner::new(config, ledger.clone(), Clock::System, backend));
     InProcess { monitor, runner, ledger, stop, _dir: dir }
 }

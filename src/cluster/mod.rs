@@ -54,6 +54,9 @@ pub enum ClusterError {
     NoNamespace(String, &'static str),
     #[error("{0}")]
     Forbidden(String),
+    /// A pool's own cluster: its client or its permissions.
+    #[error("pool \"{pool}\": {error}")]
+    Pool { pool: String, error: Box<ClusterError> },
     #[error(
         "not a Kubernetes object name (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 246 characters)"
     )]
@@ -143,7 +146,6 @@ const DEPLOYS: &str = "[[images]] deploy";
 /// `rbac` command and the Helm chart's tests work from.
 pub fn required_permissions(config: &Config) -> Vec<Permission> {
     let own = Some(config.kubernetes.namespace.clone());
-    let build = config.runner.kubernetes.as_ref().map(|k| k.namespace.clone());
     let mut out = Vec::new();
     let mut add = |namespace: &Option<String>, group, resource, verbs, needed_for| {
         out.push(Permission { namespace: namespace.clone(), group, resource, verbs, needed_for })
@@ -165,8 +167,17 @@ pub fn required_permissions(config: &Config) -> Vec<Permission> {
         add(&own, "", "configmaps", &["create", "get", "list", "update"], "[monitor] state = \"kubernetes\"");
     }
     for backend in crate::runner::backend::in_force(&config.runner) {
+        if matches!(backend.name(), "kubernetes" | "kpack") {
+            // The pools on this cluster; a pool with a cluster of its own is checked there.
+            for pool in config.runner.pools.iter().filter(|p| p.cluster.is_none()) {
+                for p in pool_permissions(pool) {
+                    add(&p.namespace, p.group, p.resource, p.verbs, p.needed_for);
+                }
+            }
+            continue;
+        }
         for rule in backend.permissions() {
-            add(&build, rule.group, rule.resource, rule.verbs, backend.setting());
+            add(&None, rule.group, rule.resource, rule.verbs, backend.setting());
         }
     }
     let deploys = crate::runner::backend::for_action(&config.runner, builder_monitor_core::plan::ActionKind::Deploy);
@@ -181,6 +192,54 @@ pub fn required_permissions(config: &Config) -> Vec<Permission> {
     }
     out
 }
+
+/// The client of every pool with a cluster of its own, each pool's permissions checked there. A
+/// cluster that does not answer now is no reason to stop: its builds go to other pools until it
+/// does (logged); one that answers without a permission the pool needs is, named per pool.
+pub async fn pool_clients(
+    config: &Config,
+) -> Result<std::collections::BTreeMap<String, kube::Client>, ClusterError> {
+    let mut out = std::collections::BTreeMap::new();
+    for pool in &config.runner.pools {
+        let Some(cluster) = &pool.cluster else { continue };
+        let settings = KubernetesSettings {
+            kubeconfig: cluster.kubeconfig.clone(),
+            context: cluster.context.clone(),
+            ..Default::default()
+        };
+        let client = client(&settings)
+            .await
+            .map_err(|e| ClusterError::Pool { pool: pool.name.clone(), error: Box::new(e) })?;
+        match check_access(&client, &pool_permissions(pool)).await {
+            Ok(()) => {}
+            Err(ClusterError::Api(err)) if crate::runner::pool::unanswered(&err) => {
+                tracing::warn!(pool = %pool.name, error = %err, "the pool's cluster does not answer; its permissions are checked when it does, and its builds go to other pools meanwhile");
+            }
+            Err(e) => return Err(ClusterError::Pool { pool: pool.name.clone(), error: Box::new(e) }),
+        }
+        out.insert(pool.name.clone(), client);
+    }
+    Ok(out)
+}
+
+/// What a pool needs in its namespace of its cluster: its Jobs (and their pods) or kpack Builds.
+pub fn pool_permissions(pool: &crate::config::Pool) -> Vec<Permission> {
+    let backend = crate::runner::backend::of(pool.kind);
+    backend
+        .permissions()
+        .iter()
+        .map(|rule| Permission {
+            namespace: Some(pool.settings.namespace.clone()),
+            group: rule.group,
+            resource: rule.resource,
+            verbs: rule.verbs,
+            needed_for: if pool.name == crate::config::DEFAULT_POOL { backend.setting() } else { POOLS },
+        })
+        .collect()
+}
+
+/// The setting a pool's permissions are needed for (`[runner.kubernetes]` names its own).
+pub const POOLS: &str = "[runner] [[runner.pools]]";
 
 /// Checks that every namespace named exists and that every permission is granted
 /// (SelfSubjectAccessReview), naming what is missing and what needs it.

@@ -104,6 +104,50 @@ pub fn use_one_malloc_arena() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub fn use_one_malloc_arena() {}
 
+/// The configured pools' names, for an error.
+fn pool_names(config: &Config) -> String {
+    let names: Vec<&str> = config.runner.pools.iter().map(|p| p.name.as_str()).collect();
+    if names.is_empty() { "no pools are configured".into() } else { format!("configured: {}", names.join(", ")) }
+}
+
+/// `config` with `image` building in `pool` (`build-spec --pool`).
+fn in_pool(config: &mut Config, image: &str, pool: &str) -> anyhow::Result<()> {
+    if config.runner.pool(pool).is_none() {
+        anyhow::bail!("no pool named \"{pool}\" ({})", pool_names(config));
+    }
+    if let Some(i) = config.images.iter_mut().find(|i| i.name == image) {
+        i.pool = Some(pool.to_string());
+    }
+    Ok(())
+}
+
+/// The app images no pool builds, by the platforms their tags have now (read from the registry;
+/// an image that cannot be read is left out: its first build may go to any pool). Only when some
+/// pool lists its platforms.
+async fn unserved_apps(config: &Config) -> Vec<String> {
+    if !uses_pools(config, ActionKind::Rebuild) || config.runner.pools.iter().all(|p| p.platforms.is_none()) {
+        return Vec::new();
+    }
+    let registry = Registry::new(config.registries.values().cloned(), Metrics::new());
+    let mut out = Vec::new();
+    for image in config.images.iter().filter(|i| i.pool.is_none()) {
+        let reference = image.image.to_string();
+        let Some(platforms) = runner::pool::platforms_of(&registry, &reference, config.monitor.max_platforms).await
+        else {
+            continue;
+        };
+        if let Err(why) = runner::pool::choose(config, &image.name, Some(&platforms)) {
+            out.push(format!("image \"{}\" ({reference}): {why}; its builds will fail until a pool lists its platform or it names one with `pool`", image.name));
+        }
+    }
+    out
+}
+
+/// Whether an action of `kind` goes to the pools (the `kubernetes` and `kpack` runners).
+fn uses_pools(config: &Config, kind: ActionKind) -> bool {
+    matches!(runner::backend::for_action(&config.runner, kind).name(), "kubernetes" | "kpack")
+}
+
 pub async fn execute(command: Command) -> Result<u8, Failure> {
     match command {
         Command::Check { config, expect } => {
@@ -122,6 +166,9 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
                 // Through the log stream, in order with the log lines before it (eprintln! would
                 // also panic on a closed stderr).
                 builder_monitor::log_stream::line(&format!("warning: {error}\n"));
+            }
+            for warning in unserved_apps(&config).await {
+                builder_monitor::log_stream::line(&format!("warning: {warning}\n"));
             }
             Ok(0)
         }
@@ -212,10 +259,14 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
                 }),
             }
         }
-        Command::BuildSpec { config, image, action, output } => {
-            let config = Arc::new(load_config(&config, Secrets::Skip)?);
+        Command::BuildSpec { config, image, action, pool, output } => {
+            let mut config = load_config(&config, Secrets::Skip)?;
             // Before the ledger is opened: a misspelt name is a usage error, whatever the ledger.
             reaction::configured_image(&config, &image).map_err(usage)?;
+            if let Some(pool) = &pool {
+                in_pool(&mut config, &image, pool).map_err(usage)?;
+            }
+            let config = Arc::new(config);
             let ledger = daemon::open_ledger(&config, Access::Read, &Clock::System).await?;
             let metrics = Metrics::new();
             let registry = Registry::new(config.registries.values().cloned(), metrics);
@@ -225,6 +276,21 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
                 SpecAction::Rebase => ActionKind::Rebase,
             };
             let preview = reaction.preview(&image, kind).await?;
+            let config = match pool {
+                None if uses_pools(&config, kind) => {
+                    // The pool the runner would pick now: the image's, or by the app's platforms.
+                    let platforms =
+                        runner::pool::platforms_of(&registry, &preview.target.image, config.monitor.max_platforms).await;
+                    let chosen = runner::pool::choose(&config, &image, platforms.as_deref())
+                        .map_err(|e| anyhow::anyhow!("{image}: {e}"))?
+                        .name
+                        .clone();
+                    let mut config = (*config).clone();
+                    in_pool(&mut config, &image, &chosen).map_err(usage)?;
+                    Arc::new(config)
+                }
+                _ => config,
+            };
             let reference = ActionRef { key: &preview.key, change_id: &preview.change_id, image: &image, kind };
             let object = runner::preview(&config, &reference, &preview.target)?;
             match output {
@@ -237,13 +303,21 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
             print!("{}", cluster::crd::crd_yaml());
             Ok(0)
         }
-        Command::Rbac { config, service_account, output } => {
+        Command::Rbac { config, service_account, pool, output } => {
             let config = load_config(&config, Secrets::Skip)?;
             if let Err(problem) = cluster::check_object_name(&service_account) {
                 return Err(usage(anyhow::anyhow!("--service-account \"{service_account}\": {problem}")));
             }
-            let permissions = cluster::required_permissions(&config);
-            let objects = cluster::rbac_objects(&permissions, &service_account, &config.kubernetes.namespace);
+            let (permissions, namespace) = match &pool {
+                None => (cluster::required_permissions(&config), config.kubernetes.namespace.clone()),
+                Some(name) => {
+                    let Some(pool) = config.runner.pool(name) else {
+                        return Err(usage(anyhow::anyhow!("no pool named \"{name}\" ({})", pool_names(&config))));
+                    };
+                    (cluster::pool_permissions(pool), pool.settings.namespace.clone())
+                }
+            };
+            let objects = cluster::rbac_objects(&permissions, &service_account, &namespace);
             match output {
                 SpecOutput::Json => println!("{}", serde_json::to_string_pretty(&objects).context("encoding JSON")?),
                 SpecOutput::Yaml if objects.is_empty() => println!("# this config uses no Kubernetes permissions"),

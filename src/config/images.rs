@@ -10,7 +10,8 @@ use toml::Spanned;
 
 use super::DurationText;
 
-use super::kubernetes::{KubeRunnerSettings, RawKubeRunner};
+use super::kubernetes::RawKubeRunner;
+use super::pools::{Pool, PodTemplate};
 use super::{BuilderSettings, Validator};
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::template;
@@ -40,6 +41,10 @@ pub struct ImageSettings {
     pub deploy: Vec<Workload>,
     /// What a failed deploy puts back; `None`: `[rollout] undo`.
     pub undo: Option<Undo>,
+    /// The `[[runner.pools]]` entry it builds in; `None`: the first pool serving its platform.
+    pub pool: Option<String>,
+    /// Merged into its build pod over its pool's.
+    pub pod_template: Option<PodTemplate>,
 }
 
 /// The wave of an `[[images]]` entry without one; 0 is left for canaries.
@@ -125,8 +130,16 @@ pub struct RunnerSettings {
     pub max_attempts: u32,
     pub backoff: Duration,
     pub exec: Option<ExecSettings>,
-    /// For the `kubernetes` and `kpack` runners.
-    pub kubernetes: Option<KubeRunnerSettings>,
+    /// Where builds run with the `kubernetes` and `kpack` runners: `[runner.kubernetes]` (pool
+    /// `default`) first, then `[[runner.pools]]` in order.
+    pub pools: Vec<Pool>,
+}
+
+impl RunnerSettings {
+    /// The pool named `name`.
+    pub fn pool(&self, name: &str) -> Option<&Pool> {
+        self.pools.iter().find(|p| p.name == name)
+    }
 }
 
 impl Default for RunnerSettings {
@@ -138,7 +151,7 @@ impl Default for RunnerSettings {
             max_attempts: 3,
             backoff: Duration::from_secs(30),
             exec: None,
-            kubernetes: None,
+            pools: Vec::new(),
         }
     }
 }
@@ -210,6 +223,8 @@ pub(super) struct RawImage {
     approve: Option<bool>,
     deploy: Option<Vec<Spanned<RawWorkload>>>,
     undo: Option<Spanned<String>>,
+    pool: Option<Spanned<String>>,
+    pod_template: Option<Spanned<String>>,
 }
 
 /// One `deploy = [{ … }]` entry, as written.
@@ -238,6 +253,7 @@ pub(super) struct RawRunner {
     backoff: Option<Spanned<DurationText>>,
     exec: Option<Spanned<RawExec>>,
     kubernetes: Option<RawKubeRunner>,
+    pools: Option<Vec<Spanned<RawKubeRunner>>>,
 }
 
 #[derive(Deserialize)]
@@ -365,7 +381,8 @@ impl<'a> Validator<'a> {
             if let Some(affinity) = &s.get_ref().affinity {
                 self.affinity(&Spanned::new(s.span(), affinity.clone()));
             }
-            if self.kpack && s.get_ref().node_selector.contains_key("kubernetes.io/os") {
+            let kpack = self.pools.iter().any(|p| p.kind == RunnerKind::Kpack);
+            if kpack && s.get_ref().node_selector.contains_key("kubernetes.io/os") {
                 self.error(s.span(), "kpack rejects a nodeSelector with kubernetes.io/os (it sets the os itself)");
             }
         }
@@ -384,6 +401,18 @@ impl<'a> Validator<'a> {
             }
             undo
         });
+        let pool = self.image_pool(&raw);
+        let pod_template = raw.pod_template.as_ref().and_then(|t| {
+            // Privileged fields only through a pool that allows them; kpack's limits wherever the
+            // image may build.
+            let named = raw.pool.as_ref().and_then(|p| self.pools.iter().find(|s| &s.name == p.get_ref()));
+            let allow = named.is_some_and(|p| p.allow_privileged);
+            let kpack = match named {
+                Some(p) => p.kind == RunnerKind::Kpack,
+                None => self.pools.iter().any(|p| p.kind == RunnerKind::Kpack),
+            };
+            self.pod_template(t, kpack, allow)
+        });
         if self.diagnostics.len() != errors_before {
             return None;
         }
@@ -399,7 +428,25 @@ impl<'a> Validator<'a> {
             approve: raw.approve.unwrap_or(false),
             deploy,
             undo,
+            pool,
+            pod_template,
         })
+    }
+
+    /// An image's `pool`, which must name a configured one.
+    fn image_pool(&mut self, raw: &RawImage) -> Option<String> {
+        let pool = raw.pool.as_ref()?;
+        if self.pools.iter().any(|p| &p.name == pool.get_ref()) {
+            return Some(pool.get_ref().clone());
+        }
+        let message = if self.pools.is_empty() {
+            format!("pool \"{}\": no pools are configured ([[runner.pools]] with [runner] type = \"kubernetes\" or \"kpack\")", pool.get_ref())
+        } else {
+            let known: Vec<&str> = self.pools.iter().map(|p| p.name.as_str()).collect();
+            format!("unknown pool \"{}\" (configured: {})", pool.get_ref(), known.join(", "))
+        };
+        self.error(pool.span(), message);
+        None
     }
 
     /// An image's `deploy` entries, each checked as Kubernetes would check the object's names, and
@@ -506,7 +553,6 @@ impl<'a> Validator<'a> {
                 }
             }
         }
-        self.kpack = s.kind == RunnerKind::Kpack;
         match raw.rebase.as_ref().map(|r| (r.get_ref().as_str(), r.span())) {
             None | Some(("runner", _)) => {}
             Some(("registry", _)) => s.rebase = RebasePath::Registry,
@@ -535,12 +581,8 @@ impl<'a> Validator<'a> {
             let span = exec.span();
             s.exec = self.exec(exec.into_inner(), span, s.rebase, s.kind);
         }
-        let kube = matches!(s.kind, RunnerKind::Kubernetes | RunnerKind::Kpack);
-        s.kubernetes = match raw.kubernetes {
-            Some(k) => self.kube_runner(k, s.kind == RunnerKind::Kpack),
-            None if kube => self.kube_runner(RawKubeRunner::default(), false),
-            None => None,
-        };
+        let kind_span = raw.kind.as_ref().map(|k| k.span());
+        s.pools = self.pools(s.kind, kind_span, raw.kubernetes, raw.pools.unwrap_or_default());
         if s.kind == RunnerKind::Exec && s.exec.is_none() && self.diagnostics.len() == errors_before {
             let span = raw.kind.as_ref().map(|k| k.span()).unwrap_or(0..0);
             self.error(span, "runner type \"exec\" needs a [runner.exec] table with rebuild and rebase commands");

@@ -80,6 +80,24 @@ pub struct KubeRunnerSettings {
     pub cache_pvc: Option<String>,
 }
 
+impl Default for KubeRunnerSettings {
+    fn default() -> Self {
+        KubeRunnerSettings {
+            namespace: "default".to_string(),
+            service_account: None,
+            scheduling: Scheduling::default(),
+            image_pull_secrets: Vec::new(),
+            resources: None,
+            active_deadline: None,
+            ttl_after_finished: None,
+            backoff_limit: None,
+            docker_config_secret: None,
+            git_image: DEFAULT_GIT_IMAGE.to_string(),
+            cache_pvc: None,
+        }
+    }
+}
+
 pub const DEFAULT_GIT_IMAGE: &str = "docker.io/alpine/git:2.47.2";
 
 #[derive(Deserialize)]
@@ -101,6 +119,19 @@ pub(super) struct RawKubernetes {
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawKubeRunner {
+    // A pool's own keys (`super::pools`); the rest is what every pool has.
+    pub(super) name: Option<Spanned<String>>,
+    #[serde(rename = "type")]
+    pub(super) kind: Option<Spanned<String>>,
+    pub(super) kubeconfig: Option<Spanned<String>>,
+    pub(super) context: Option<String>,
+    pub(super) platforms: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(super) max_in_flight: Option<Spanned<i64>>,
+    pub(super) queue: Option<Spanned<String>>,
+    pub(super) priority_class: Option<Spanned<String>>,
+    pub(super) managed_by: Option<Spanned<String>>,
+    pub(super) pod_template: Option<Spanned<String>>,
+    pub(super) allow_privileged: Option<bool>,
     namespace: Option<Spanned<String>>,
     service_account: Option<Spanned<String>>,
     node_selector: Option<Spanned<BTreeMap<String, String>>>,
@@ -111,7 +142,7 @@ pub(super) struct RawKubeRunner {
     scheduler_name: Option<String>,
     #[serde(default)]
     image_pull_secrets: Vec<String>,
-    resources: Option<Spanned<serde_json::Value>>,
+    pub(super) resources: Option<Spanned<serde_json::Value>>,
     active_deadline: Option<Spanned<DurationText>>,
     ttl_after_finished: Option<Spanned<DurationText>>,
     backoff_limit: Option<Spanned<i64>>,
@@ -214,7 +245,7 @@ impl<'a> Validator<'a> {
         }
     }
 
-    pub(super) fn kube_runner(&mut self, raw: RawKubeRunner, kpack: bool) -> Option<KubeRunnerSettings> {
+    pub(super) fn kube_runner(&mut self, raw: &RawKubeRunner, kpack: bool) -> Option<KubeRunnerSettings> {
         let errors_before = self.diagnostics.len();
         let namespace = match &raw.namespace {
             Some(ns) if !is_dns_label(ns.get_ref()) => {
@@ -258,23 +289,23 @@ impl<'a> Validator<'a> {
         }
         Some(KubeRunnerSettings {
             namespace,
-            service_account: raw.service_account.map(Spanned::into_inner),
+            service_account: raw.service_account.as_ref().map(|s| s.get_ref().clone()),
             scheduling: Scheduling {
-                node_selector: raw.node_selector.map(Spanned::into_inner).unwrap_or_default(),
-                tolerations: raw.tolerations.map(Spanned::into_inner),
-                affinity: raw.affinity.map(Spanned::into_inner),
-                priority_class_name: raw.priority_class_name,
-                runtime_class_name: raw.runtime_class_name,
-                scheduler_name: raw.scheduler_name,
+                node_selector: raw.node_selector.as_ref().map(|s| s.get_ref().clone()).unwrap_or_default(),
+                tolerations: raw.tolerations.as_ref().map(|s| s.get_ref().clone()),
+                affinity: raw.affinity.as_ref().map(|s| s.get_ref().clone()),
+                priority_class_name: raw.priority_class_name.clone(),
+                runtime_class_name: raw.runtime_class_name.clone(),
+                scheduler_name: raw.scheduler_name.clone(),
             },
-            image_pull_secrets: raw.image_pull_secrets,
-            resources: raw.resources.map(Spanned::into_inner),
+            image_pull_secrets: raw.image_pull_secrets.clone(),
+            resources: raw.resources.as_ref().map(|s| s.get_ref().clone()),
             active_deadline,
             ttl_after_finished,
             backoff_limit,
-            docker_config_secret: raw.docker_config_secret,
-            git_image: raw.git_image.unwrap_or_else(|| DEFAULT_GIT_IMAGE.to_string()),
-            cache_pvc: raw.cache_pvc,
+            docker_config_secret: raw.docker_config_secret.clone(),
+            git_image: raw.git_image.clone().unwrap_or_else(|| DEFAULT_GIT_IMAGE.to_string()),
+            cache_pvc: raw.cache_pvc.clone(),
         })
     }
 }

@@ -20,6 +20,7 @@ mod docker;
 mod images;
 mod kubernetes;
 mod pieces;
+mod pools;
 use pieces::{Elements, NotAlone, Sections};
 mod builders;
 mod registries;
@@ -32,6 +33,7 @@ pub use images::{
     RunnerSettings, Scheduling, Source, Toleration,
 };
 pub use kubernetes::{DEFAULT_GIT_IMAGE, KubeRunnerSettings, KubeValueError, KubernetesSettings, k8s_typed};
+pub use pools::{Cluster, DEFAULT_PLATFORM, DEFAULT_POOL, PRIORITY_LABEL, Pool, PodTemplate, QUEUE_LABEL};
 pub use registries::{CredentialSource, Credentials, RegistrySettings};
 use server::RawServer;
 pub use server::{
@@ -205,7 +207,7 @@ impl Config {
         state_dir: Option<PathBuf>,
     ) -> Result<Self, ConfigError> {
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let mut v = Validator { text, offset: 0, base, state_dir, diagnostics: Vec::new(), kpack: false, secrets };
+        let mut v = Validator { text, offset: 0, base, state_dir, diagnostics: Vec::new(), pools: Vec::new(), secrets };
         let config = v.document(path);
         if v.diagnostics.is_empty()
             && let Some(config) = config
@@ -402,8 +404,8 @@ struct Validator<'a> {
     /// What a relative `[monitor] state` resolves against instead of `base` ([`STATE_DIR_ENV`]).
     state_dir: Option<PathBuf>,
     diagnostics: Vec<Diagnostic>,
-    /// The runner is kpack (which restricts node selectors).
-    kpack: bool,
+    /// The pools read so far (`[runner]` comes before `[[images]]`, which name them).
+    pools: Vec<pools::PoolSummary>,
     secrets: Secrets,
 }
 

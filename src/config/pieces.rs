@@ -234,7 +234,7 @@ mod tests {
             base: PathBuf::from("/etc/bm"),
             state_dir: None,
             diagnostics: Vec::new(),
-            kpack: false,
+            pools: Vec::new(),
             secrets: Secrets::Resolve,
         };
         let outcome = |v: &Validator, config: Option<Config>| format!("{config:?}\n{:?}", v.diagnostics);
@@ -319,7 +319,7 @@ type = "exec"
                 base: "/etc/bm".into(),
                 state_dir: None,
                 diagnostics: vec![],
-                kpack: false,
+                pools: Vec::new(),
                 secrets: Secrets::Resolve,
             };
             let config = v.document(Path::new("/etc/bm/config.toml"));

@@ -343,7 +343,8 @@ backoff_limit = -1
     }
     assert_eq!(errors.len(), expect.len(), "{errors:#?}");
     let ok = parse("[runner]\ntype = \"kubernetes\"\n").unwrap();
-    let k = ok.runner.kubernetes.unwrap();
+    let k = &ok.runner.pools[0].settings;
+    assert_eq!(ok.runner.pools[0].name, "default");
     assert_eq!((k.namespace.as_str(), k.git_image.as_str()), ("default", DEFAULT_GIT_IMAGE));
 }
 
@@ -447,3 +448,4 @@ fn a_duration_without_a_unit_asks_for_one_and_hides_nothing() {
 }
 
 mod deploy;
+mod pools;

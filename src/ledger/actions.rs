@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::{DeliveryKey, LedgerError, TagMove, time};
 use builder_monitor_core::event::Event;
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
+use builder_monitor_core::pool::BuildProgress;
 use builder_monitor_core::rollout::{Freeze, GateAction, Rollout, Wait, gate};
 
 /// Where an action is; it lives in the core, where the roll-out gate reads it.
@@ -334,16 +335,25 @@ pub struct OpenAction {
     pub waiting_for: Option<String>,
     /// What keeps it: `frozen`, `window`, `wave`, `in_flight`, `approval` or `held`; set by `status`.
     pub gate: Option<&'static str>,
+    /// Where a build runs (its pool) and whether Kueue holds it, as the runner recorded.
+    pub placed: Option<BuildProgress>,
 }
 
 impl OpenAction {
-    /// The state people see: `waiting` for a pending action a gate keeps back.
+    /// The state people see: `waiting` for a pending action a gate keeps back, `queued` for a
+    /// running build whose Job Kueue holds.
     pub fn shown_state(&self) -> &'static str {
         match (self.state, &self.gate) {
             (ActionState::Pending, Some(_)) => "waiting",
+            (ActionState::Running, _) if self.placed.as_ref().is_some_and(|p| p.queued) => "queued",
             (state, _) => state.as_str(),
         }
     }
+}
+
+/// A build's recorded placement, from its action's `progress` (a deploy's progress is not one).
+pub fn placed(progress: Option<&serde_json::Value>) -> Option<BuildProgress> {
+    progress.filter(|p| p.get("pool").is_some()).and_then(|p| serde_json::from_value(p.clone()).ok())
 }
 
 impl Serialize for OpenAction {
@@ -364,6 +374,8 @@ impl Serialize for OpenAction {
             waiting_for: Option<&'a str>,
             #[serde(skip_serializing_if = "Option::is_none")]
             gate: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            pool: Option<&'a str>,
         }
         Shown {
             key: &self.key,
@@ -377,6 +389,7 @@ impl Serialize for OpenAction {
             detail: self.detail.as_deref(),
             waiting_for: self.waiting_for.as_deref(),
             gate: self.gate,
+            pool: self.placed.as_ref().map(|p| p.pool.as_str()),
         }
         .serialize(s)
     }

@@ -170,6 +170,7 @@ mod tests {
                 detail: (!detail.is_empty()).then(|| detail.into()),
                 decided_by: (state == ActionState::Rejected).then(|| "alice (cli)".into()),
                 holds: false,
+                pool: None,
             }),
         }
     }
@@ -224,6 +225,7 @@ mod tests {
             detail: Some("held: canary petclinic failed".into()),
             waiting_for: Some("held: canary petclinic failed; `builder-monitor release c7` lets it go".into()),
             gate: Some("held"),
+            placed: None,
         });
         let mut web = image("web", Some(("deploy", ActionState::Failed, "Deployment shop/web: failed")));
         web.last_action.as_mut().unwrap().holds = true;

@@ -44,6 +44,8 @@ pub struct Attempt {
     pub rolled_back: bool,
     /// A deploy's record of its workloads, for its events.
     pub workloads: Vec<builder_monitor_core::deploy::WorkloadProgress>,
+    /// The pool a build ran in.
+    pub pool: Option<String>,
 }
 
 impl Attempt {
@@ -60,6 +62,7 @@ impl Attempt {
             hold_image: false,
             rolled_back: false,
             workloads: Vec::new(),
+            pool: None,
         }
     }
 
@@ -216,7 +219,7 @@ mod tests {
         );
         let config = Arc::new(Config::parse(std::path::Path::new("/config.toml"), &text).unwrap());
         let ledger = Ledger::open(&dir.path().join("ledger.db")).unwrap();
-        let backends = Backends::for_config(&config, None, CancellationToken::new()).unwrap();
+        let backends = Backends::for_config(&config, Clusters::default(), CancellationToken::new()).unwrap();
         let runner = Arc::new(Runner::new(config, ledger.clone(), Clock::System, backends));
 
         ledger.commit(check("sha256:b1", vec![], 0)).await.unwrap();

@@ -65,14 +65,38 @@ pub trait Backend: Send + Sync {
     fn path(&self) -> RebasePath;
     /// What it would create for `action` now (`build-spec`).
     fn preview(&self, config: &Config, action: &ActionRef<'_>, target: &ActionTarget) -> Result<Value, PreviewError>;
-    /// Started for `config`: what carries out its actions. A Kubernetes backend needs `client`
-    /// and watches until `stop`.
+    /// Started for `config`: what carries out its actions. A Kubernetes backend needs the
+    /// clients of its `clusters` and watches until `stop`.
     fn start(
         &self,
         config: &Config,
-        client: Option<kube::Client>,
+        clusters: &Clusters,
         stop: CancellationToken,
     ) -> Result<Arc<dyn Carrier>, RunnerError>;
+}
+
+/// The Kubernetes clients the daemon has: `[kubernetes]`'s, and one per pool with a cluster of
+/// its own (by pool name).
+#[derive(Clone, Default)]
+pub struct Clusters {
+    pub default: Option<kube::Client>,
+    pub pools: std::collections::BTreeMap<String, kube::Client>,
+}
+
+impl Clusters {
+    /// The client of `pool`'s cluster.
+    pub fn of(&self, pool: &crate::config::Pool) -> Option<kube::Client> {
+        match &pool.cluster {
+            Some(_) => self.pools.get(&pool.name).cloned(),
+            None => self.default.clone(),
+        }
+    }
+}
+
+impl From<Option<kube::Client>> for Clusters {
+    fn from(default: Option<kube::Client>) -> Self {
+        Clusters { default, pools: Default::default() }
+    }
 }
 
 /// A started backend: carries out one attempt of an action and says how it went.
@@ -123,7 +147,8 @@ pub fn in_force(runner: &RunnerSettings) -> Vec<&'static dyn Backend> {
 
 /// Whether planning reads every app image's digest under `runner`.
 pub fn needs_app_digest(runner: &RunnerSettings) -> bool {
-    in_force(runner).iter().any(|b| b.needs_app_digest())
+    let kpack_pool = || runner.pools.iter().any(|p| p.kind == RunnerKind::Kpack);
+    in_force(runner).iter().any(|b| b.needs_app_digest() || (matches!(b.name(), "kubernetes" | "kpack") && kpack_pool()))
 }
 
 /// Whether an action of `kind` is ever carried out under `runner` (not with runner `none`, unless
@@ -150,11 +175,8 @@ pub struct Backends {
 impl Backends {
     /// The backends `config` asks for, each started once; the Kubernetes ones need `client` and
     /// watch until `stop`.
-    pub fn for_config(
-        config: &Config,
-        client: Option<kube::Client>,
-        stop: CancellationToken,
-    ) -> Result<Self, RunnerError> {
+    pub fn for_config(config: &Config, clusters: Clusters, stop: CancellationToken) -> Result<Self, RunnerError> {
+        let client = clusters.default.clone();
         let mut started: Vec<(&'static str, Arc<dyn Carrier>)> = Vec::new();
         let mut routes = Vec::new();
         for kind in ACTION_KINDS.into_iter().chain([ActionKind::Deploy]) {
@@ -166,7 +188,7 @@ impl Backends {
             let carrier = match started.iter().find(|(name, _)| *name == backend.name()) {
                 Some((_, carrier)) => carrier.clone(),
                 None => {
-                    let carrier = backend.start(config, client.clone(), stop.clone())?;
+                    let carrier = backend.start(config, &clusters, stop.clone())?;
                     started.push((backend.name(), carrier.clone()));
                     carrier
                 }
@@ -316,7 +338,7 @@ mod tests {
         let backends = |runner: &str| {
             let text = format!("[[builders]]\nname = \"b\"\nimage = \"registry.example.com/b:1\"\n[runner]\n{runner}");
             let config = Config::parse(std::path::Path::new("/config.toml"), &text).unwrap();
-            Backends::for_config(&config, None, CancellationToken::new()).unwrap()
+            Backends::for_config(&config, Clusters::default(), CancellationToken::new()).unwrap()
         };
         let none = backends("");
         assert!(!none.act());

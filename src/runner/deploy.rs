@@ -91,10 +91,10 @@ impl Backend for Workloads {
     fn start(
         &self,
         _: &Config,
-        client: Option<kube::Client>,
+        clusters: &super::backend::Clusters,
         _: tokio_util::sync::CancellationToken,
     ) -> Result<std::sync::Arc<dyn Carrier>, RunnerError> {
-        let client = client.ok_or(RunnerError::NoClient("deploy"))?;
+        let client = clusters.default.clone().ok_or(RunnerError::NoClient("deploy"))?;
         Ok(std::sync::Arc::new(Started { client }))
     }
 }

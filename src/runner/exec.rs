@@ -65,7 +65,7 @@ impl Backend for Commands {
     fn start(
         &self,
         config: &Config,
-        _: Option<kube::Client>,
+        _: &super::backend::Clusters,
         _: CancellationToken,
     ) -> Result<Arc<dyn Carrier>, RunnerError> {
         let settings = config.runner.exec.clone().ok_or(RunnerError::MissingSettings("runner.exec"))?;

@@ -5,18 +5,15 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::{ApiResource, GroupVersionKind};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::attempt::Attempt;
-use super::backend::{AfterRestart, Backend, Carrier, Rule};
-use super::kubernetes::{ActionRef, Watched, annotations, labels, merged, scheduling_fields};
-use super::{Outcome, PreviewError, Runner, RunnerError};
-use crate::config::{Config, KubeRunnerSettings, RebasePath};
-use crate::ledger::ClaimedAction;
+use super::backend::{AfterRestart, Backend, Carrier, Clusters, Rule};
+use super::kubernetes::{ActionRef, Placement, annotations, labels, scheduling_fields};
+use super::{PreviewError, RunnerError};
+use crate::config::{Config, RebasePath};
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 
 /// The `kpack` runner's answers.
@@ -58,20 +55,16 @@ impl Backend for Builds {
     }
 
     fn preview(&self, config: &Config, action: &ActionRef<'_>, target: &ActionTarget) -> Result<Value, PreviewError> {
-        match &config.runner.kubernetes {
-            Some(settings) => Ok(build(action, target, settings)?),
-            None => Ok(super::exec::command_preview(config, action, target)),
-        }
+        super::pool::preview(config, action, target)
     }
 
     fn start(
         &self,
         config: &Config,
-        client: Option<kube::Client>,
+        clusters: &Clusters,
         stop: CancellationToken,
     ) -> Result<Arc<dyn Carrier>, RunnerError> {
-        let (client, settings) = super::cluster_settings(config, client, self.name())?;
-        Ok(Arc::new(BuildBackend::start(client, settings, stop)))
+        Ok(Arc::new(super::pool::Pools::start(config, clusters, stop)?))
     }
 }
 
@@ -146,13 +139,12 @@ pub fn api_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("kpack.io", "v1alpha2", "Build"), "builds")
 }
 
-/// The kpack Build that carries out an action.
-pub fn build(
-    action: &ActionRef<'_>,
-    target: &ActionTarget,
-    settings: &KubeRunnerSettings,
-) -> Result<Value, RunnerError> {
-    let scheduling = merged(&settings.scheduling, &target.scheduling);
+/// The kpack Build that carries out an action in its pool: the pool's settings and the image's
+/// scheduling first, then what the pool's and the image's pod templates add (they were checked
+/// at load to hold only what a Build carries).
+pub fn build(action: &ActionRef<'_>, target: &ActionTarget, place: &Placement<'_>) -> Result<Value, RunnerError> {
+    let settings = &place.pool.settings;
+    let scheduling = place.scheduling(target, false);
     let mut spec = json!({
         "tags": [target.image],
         "builder": { "image": target.builder },
@@ -188,7 +180,13 @@ pub fn build(
     if let Some(m) = spec.as_object_mut() {
         m.extend(scheduling_fields(&scheduling));
     }
+    for template in place.templates() {
+        let fields = crate::pod_template::kpack_fields(template)
+            .map_err(|fields| RunnerError::KpackTemplate { fields: fields.join(", ") })?;
+        with_template(&mut spec, fields);
+    }
     let mut annotations = annotations(target);
+    annotations.insert(super::kubernetes::POOL_ANNOTATION.into(), place.pool.name.clone());
     if action.kind == ActionKind::Rebase {
         let app =
             target.app_reference.clone().ok_or_else(|| RunnerError::NoAppDigest { image: target.image.clone() })?;
@@ -205,6 +203,56 @@ pub fn build(
     }))
 }
 
+/// A template's fields added to a Build spec: node selector keys and env names the spec does not
+/// set, its tolerations appended, and each single field the spec leaves empty.
+fn with_template(spec: &mut Value, fields: crate::pod_template::KpackFields) {
+    let crate::pod_template::KpackFields {
+        node_selector,
+        tolerations,
+        affinity,
+        runtime_class_name,
+        scheduler_name,
+        priority_class_name,
+        service_account_name,
+        env,
+        resources,
+    } = fields;
+    for (key, value) in node_selector {
+        if spec["nodeSelector"].get(&key).is_none() {
+            spec["nodeSelector"][key] = json!(value);
+        }
+    }
+    if !tolerations.is_empty() {
+        let mut all = tolerations;
+        for t in spec["tolerations"].as_array().cloned().unwrap_or_default() {
+            if !all.contains(&t) {
+                all.push(t);
+            }
+        }
+        spec["tolerations"] = json!(all);
+    }
+    let mut own_env = spec["env"].as_array().cloned().unwrap_or_default();
+    let mut merged_env: Vec<Value> = env.into_iter().filter(|e| !own_env.iter().any(|o| o["name"] == e["name"])).collect();
+    merged_env.append(&mut own_env);
+    if !merged_env.is_empty() {
+        spec["env"] = json!(merged_env);
+    }
+    for (key, value) in [
+        ("affinity", affinity),
+        ("runtimeClassName", runtime_class_name.map(Value::from)),
+        ("schedulerName", scheduler_name.map(Value::from)),
+        ("priorityClassName", priority_class_name.map(Value::from)),
+        ("serviceAccountName", service_account_name.map(Value::from)),
+        ("resources", resources),
+    ] {
+        if let Some(value) = value
+            && spec.get(key).is_none_or(Value::is_null)
+        {
+            spec[key] = value;
+        }
+    }
+}
+
 /// Whether a Build finished: its `Succeeded` condition.
 pub fn build_outcome(build: &Value) -> Option<(bool, String)> {
     let condition = build["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == "Succeeded")?;
@@ -215,61 +263,5 @@ pub fn build_outcome(build: &Value) -> Option<(bool, String)> {
             Some((false, if message.is_empty() { "Build failed".into() } else { format!("Build failed: {message}") }))
         }
         _ => None,
-    }
-}
-
-pub struct BuildBackend {
-    pub client: kube::Client,
-    pub settings: KubeRunnerSettings,
-    watched: Arc<Watched>,
-}
-
-impl Carrier for BuildBackend {
-    fn attempt<'a>(
-        &'a self,
-        runner: &'a Runner,
-        action: &'a ClaimedAction,
-        target: &'a ActionTarget,
-    ) -> BoxFuture<'a, Attempt> {
-        Box::pin(
-            runner.pushed(
-                action,
-                target,
-                async move { (self.carry_out(&super::reference(action), target).await, true) },
-            ),
-        )
-    }
-}
-
-impl BuildBackend {
-    pub fn start(client: kube::Client, settings: KubeRunnerSettings, stop: CancellationToken) -> Self {
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &settings.namespace, &api_resource());
-        let watched = Watched::start(api, stop);
-        BuildBackend { client, settings, watched }
-    }
-
-    pub async fn carry_out(&self, action: &ActionRef<'_>, target: &ActionTarget) -> Outcome {
-        if let Err(err) = self.create(action, target).await {
-            return Outcome { success: false, detail: err.to_string(), output_tail: String::new() };
-        }
-        let (success, detail) = self.watched.wait(action.key, build_outcome).await;
-        Outcome { success, detail, output_tail: String::new() }
-    }
-
-    /// Creates the action's Build, or finds it made already (a retry or a restart).
-    async fn create(&self, action: &ActionRef<'_>, target: &ActionTarget) -> Result<(), RunnerError> {
-        let object = build(action, target, &self.settings)?;
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), &self.settings.namespace, &api_resource());
-        let object: DynamicObject =
-            serde_json::from_value(object).map_err(|source| RunnerError::BuildObject { source })?;
-        match api.create(&PostParams::default(), &object).await {
-            Ok(_) => tracing::info!(build = %action.key, namespace = %self.settings.namespace, "kpack Build created"),
-            Err(kube::Error::Api(e)) if e.code == 409 => {
-                tracing::info!(build = %action.key, "kpack Build exists already; following it")
-            }
-            Err(source) => return Err(RunnerError::Create { kind: "Build", name: action.key.to_string(), source }),
-        }
-        Ok(())
     }
 }

@@ -6,10 +6,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use futures::future::BoxFuture;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -17,15 +16,15 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::attempt::Attempt;
-use super::backend::{AfterRestart, Backend, Carrier, Rule};
-use super::{Outcome, PreviewError, Runner, RunnerError};
-use crate::config::{Config, KubeRunnerSettings, RebasePath, Scheduling};
-use crate::ledger::ClaimedAction;
+use super::backend::{AfterRestart, Backend, Carrier, Clusters, Rule};
+use super::{PreviewError, RunnerError};
+use crate::config::{Config, PRIORITY_LABEL, Pool, QUEUE_LABEL, RebasePath, Scheduling};
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY: &str = "builder-monitor";
+/// The annotation naming the pool a Job or Build was made in.
+pub const POOL_ANNOTATION: &str = "buildermonitor.dev/pool";
 pub const SELECTOR: &str = "app.kubernetes.io/managed-by=builder-monitor";
 
 /// The `kubernetes` runner's answers.
@@ -70,21 +69,46 @@ impl Backend for Jobs {
     }
 
     fn preview(&self, config: &Config, action: &ActionRef<'_>, target: &ActionTarget) -> Result<Value, PreviewError> {
-        let Some(settings) = &config.runner.kubernetes else {
-            return Ok(super::exec::command_preview(config, action, target));
-        };
-        let job = job(action, target, settings, config.runner.max_attempts)?;
-        serde_json::to_value(job).map_err(|source| PreviewError::Encode { what: "Job", source })
+        super::pool::preview(config, action, target)
     }
 
     fn start(
         &self,
         config: &Config,
-        client: Option<kube::Client>,
+        clusters: &Clusters,
         stop: CancellationToken,
     ) -> Result<Arc<dyn Carrier>, RunnerError> {
-        let (client, settings) = super::cluster_settings(config, client, self.name())?;
-        Ok(Arc::new(JobBackend::start(client, settings, config.runner.max_attempts, stop)))
+        Ok(Arc::new(super::pool::Pools::start(config, clusters, stop)?))
+    }
+}
+
+/// Where one action's build runs: its pool, the image's pod template, and the app's platform
+/// when it is one (the build pod is placed on a node of that os and architecture).
+#[derive(Debug, Clone, Copy)]
+pub struct Placement<'a> {
+    pub pool: &'a Pool,
+    pub image_template: Option<&'a Value>,
+    pub platform: Option<&'a str>,
+}
+
+impl Placement<'_> {
+    /// The pool's scheduling with the image's over it, and the node's os and architecture for a
+    /// known platform unless either already names them (`os` left out for kpack, which sets it).
+    pub fn scheduling(&self, target: &ActionTarget, os: bool) -> Scheduling {
+        let mut scheduling = merged(&self.pool.settings.scheduling, &target.scheduling);
+        if let Some((platform_os, arch)) = self.platform.and_then(|p| p.split_once('/')) {
+            let arch = arch.split('/').next().unwrap_or(arch);
+            if os {
+                scheduling.node_selector.entry("kubernetes.io/os".into()).or_insert_with(|| platform_os.to_string());
+            }
+            scheduling.node_selector.entry("kubernetes.io/arch".into()).or_insert_with(|| arch.to_string());
+        }
+        scheduling
+    }
+
+    /// The pool's template, then the image's.
+    pub fn templates(&self) -> Vec<&Value> {
+        self.pool.pod_template.as_ref().map(|t| &t.value).into_iter().chain(self.image_template).collect()
     }
 }
 
@@ -178,14 +202,16 @@ pub fn scheduling_fields(s: &Scheduling) -> serde_json::Map<String, Value> {
 
 const SOURCE_SCRIPT: &str = "set -e; git clone --quiet -- \"$1\" /workspace/app; git -C /workspace/app checkout --quiet \"$2\"; shift 2; mkdir -p /platform/env; while [ $# -gt 1 ]; do printf %s \"$2\" > \"/platform/env/$1\"; shift 2; done";
 
-/// The Job that carries out an action.
+/// The Job that carries out an action in its pool: the build pod merged over the pool's and the
+/// image's pod templates, Kueue's labels when the pool has a queue.
 pub fn job(
     action: &ActionRef<'_>,
     target: &ActionTarget,
-    settings: &KubeRunnerSettings,
+    place: &Placement<'_>,
     max_attempts: u32,
 ) -> Result<Job, RunnerError> {
-    let scheduling = merged(&settings.scheduling, &target.scheduling);
+    let settings = &place.pool.settings;
+    let scheduling = place.scheduling(target, true);
     let uid = target.user_id.unwrap_or(1000);
     let gid = target.group_id.unwrap_or(1000);
     let api = platform_api(&target.platform_apis);
@@ -295,21 +321,39 @@ pub fn job(
     }
     pod.insert("containers".into(), json!([container]));
     pod.insert("volumes".into(), json!(volumes));
-    let labels = labels(action);
+    let mut labels = labels(action);
+    if let Some(queue) = &place.pool.queue {
+        labels.insert(QUEUE_LABEL.into(), queue.clone());
+    }
+    if let Some(class) = &place.pool.priority_class {
+        labels.insert(PRIORITY_LABEL.into(), class.clone());
+    }
+    let build = json!({ "metadata": { "labels": labels }, "spec": pod });
+    let templates = place.templates();
+    let template = if templates.is_empty() {
+        build
+    } else {
+        crate::pod_template::merge(&templates, &build).map_err(|source| RunnerError::Template { source })?
+    };
     let mut spec = json!({
         "backoffLimit": settings.backoff_limit.unwrap_or(max_attempts.saturating_sub(1) as i32),
-        "template": { "metadata": { "labels": labels }, "spec": pod },
+        "template": template,
     });
+    if let Some(managed_by) = &place.pool.managed_by {
+        spec["managedBy"] = json!(managed_by);
+    }
     if let Some(d) = settings.active_deadline {
         spec["activeDeadlineSeconds"] = json!(d.as_secs());
     }
     if let Some(d) = settings.ttl_after_finished {
         spec["ttlSecondsAfterFinished"] = json!(d.as_secs());
     }
+    let mut annotations = annotations(target);
+    annotations.insert(POOL_ANNOTATION.into(), place.pool.name.clone());
     let value = json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": { "name": action.key, "namespace": settings.namespace, "labels": labels, "annotations": annotations(target) },
+        "metadata": { "name": action.key, "namespace": settings.namespace, "labels": labels, "annotations": annotations },
         "spec": spec,
     });
     crate::config::k8s_typed::<Job>(&value).map_err(|source| RunnerError::InvalidJob { source })
@@ -322,8 +366,9 @@ pub struct Watched {
 }
 
 impl Watched {
-    /// Starts watching `api` until `stop`.
-    pub fn start<K>(api: Api<K>, stop: CancellationToken) -> Arc<Self>
+    /// Starts watching `api` until `stop`; what the watch hears (or not) of the cluster goes to
+    /// `health`.
+    pub fn start<K>(api: Api<K>, health: Arc<super::pool::Health>, stop: CancellationToken) -> Arc<Self>
     where
         K: kube::Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug + Send + 'static,
     {
@@ -336,6 +381,11 @@ impl Watched {
                     _ = stop.cancelled() => break,
                     e = events.next() => e,
                 };
+                match &event {
+                    Some(Ok(_)) => health.answered(),
+                    Some(Err(err)) if super::pool::unanswered_watch(err) => health.unanswered(&err.to_string()),
+                    _ => {}
+                }
                 match event {
                     Some(Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o))) => {
                         if let (Some(name), Ok(v)) = (o.meta().name.clone(), serde_json::to_value(&o)) {
@@ -348,6 +398,10 @@ impl Watched {
                         }
                     }
                     Some(Ok(_)) => {}
+                    // A cluster that does not answer is logged by its health, once per outage.
+                    Some(Err(err)) if super::pool::unanswered_watch(&err) => {
+                        tracing::debug!(error = %err, "watch of build objects failed; retrying")
+                    }
                     Some(Err(err)) => tracing::warn!(error = %err, "watch of build objects failed; retrying"),
                     None => break,
                 }
@@ -357,13 +411,13 @@ impl Watched {
         watched
     }
 
-    /// Waits until the object `name` reaches a terminal state, as `terminal` reads it.
-    pub async fn wait(&self, name: &str, terminal: impl Fn(&Value) -> Option<(bool, String)>) -> (bool, String) {
+    /// Waits until `seen` finds what it waits for in the object `name`.
+    pub async fn wait<T>(&self, name: &str, seen: impl Fn(&Value) -> Option<T>) -> T {
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(result) = self.objects.lock().unwrap_or_else(|e| e.into_inner()).get(name).and_then(&terminal) {
+            if let Some(result) = self.objects.lock().unwrap_or_else(|e| e.into_inner()).get(name).and_then(&seen) {
                 return result;
             }
             notified.await;
@@ -392,82 +446,26 @@ pub fn job_outcome(job: &Value) -> Option<(bool, String)> {
     })
 }
 
-/// Creates (or finds) an action's Job and waits for it to finish.
-pub struct JobBackend {
-    pub client: kube::Client,
-    pub settings: KubeRunnerSettings,
-    pub max_attempts: u32,
-    watched: Arc<Watched>,
+/// Whether Kueue holds the Job (suspended, not finished): it waits for quota, not running.
+pub fn job_queued(job: &Value) -> bool {
+    job["spec"]["suspend"] == json!(true)
 }
 
-impl Carrier for JobBackend {
-    fn attempt<'a>(
-        &'a self,
-        runner: &'a Runner,
-        action: &'a ClaimedAction,
-        target: &'a ActionTarget,
-    ) -> BoxFuture<'a, Attempt> {
-        Box::pin(
-            runner.pushed(
-                action,
-                target,
-                async move { (self.carry_out(&super::reference(action), target).await, true) },
-            ),
-        )
-    }
-}
-
-impl JobBackend {
-    pub fn start(
-        client: kube::Client,
-        settings: KubeRunnerSettings,
-        max_attempts: u32,
-        stop: CancellationToken,
-    ) -> Self {
-        let api: Api<Job> = Api::namespaced(client.clone(), &settings.namespace);
-        let watched = Watched::start(api, stop);
-        JobBackend { client, settings, max_attempts, watched }
-    }
-
-    pub async fn carry_out(&self, action: &ActionRef<'_>, target: &ActionTarget) -> Outcome {
-        if let Err(err) = self.create(action, target).await {
-            return Outcome { success: false, detail: err.to_string(), output_tail: String::new() };
-        }
-        let (success, detail) = self.watched.wait(action.key, job_outcome).await;
-        let output_tail = if success { String::new() } else { self.termination_message(action.key).await };
-        Outcome { success, detail, output_tail }
-    }
-
-    /// Creates the action's Job, or finds it made already (a retry or a restart).
-    async fn create(&self, action: &ActionRef<'_>, target: &ActionTarget) -> Result<(), RunnerError> {
-        let job = job(action, target, &self.settings, self.max_attempts)?;
-        let api: Api<Job> = Api::namespaced(self.client.clone(), &self.settings.namespace);
-        match api.create(&PostParams::default(), &job).await {
-            Ok(_) => tracing::info!(job = %action.key, namespace = %self.settings.namespace, "Job created"),
-            Err(kube::Error::Api(e)) if e.code == 409 => {
-                tracing::info!(job = %action.key, "Job exists already (a retry or restart); following it");
-            }
-            Err(source) => return Err(RunnerError::Create { kind: "Job", name: action.key.to_string(), source }),
-        }
-        Ok(())
-    }
-
-    /// The termination message of the Job's pod (the end of its log, with FallbackToLogsOnError).
-    async fn termination_message(&self, job: &str) -> String {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.settings.namespace);
-        let Ok(list) = pods.list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}"))).await
-        else {
-            return String::new();
-        };
-        list.items
-            .iter()
-            .filter_map(|p| p.status.as_ref())
-            .flat_map(|s| s.init_container_statuses.iter().flatten().chain(s.container_statuses.iter().flatten()))
-            .filter_map(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())
-            .filter(|m| !m.is_empty())
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
+/// The termination messages of a Job's pods (the end of their log, with FallbackToLogsOnError).
+pub async fn termination_message(client: &kube::Client, namespace: &str, job: &str) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let Ok(list) = pods.list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}"))).await
+    else {
+        return String::new();
+    };
+    list.items
+        .iter()
+        .filter_map(|p| p.status.as_ref())
+        .flat_map(|s| s.init_container_statuses.iter().flatten().chain(s.container_statuses.iter().flatten()))
+        .filter_map(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())
+        .filter(|m| !m.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[cfg(test)]

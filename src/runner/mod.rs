@@ -12,6 +12,7 @@ pub mod group;
 pub mod kpack;
 pub mod kubernetes;
 mod none;
+pub mod pool;
 mod registry_rebase;
 
 use std::sync::Arc;
@@ -33,7 +34,7 @@ use crate::schedule::Clock;
 use crate::worker::{self, Work};
 use attempt::{Attempt, Digests, Next};
 use backend::AfterRestart;
-pub use backend::Backends;
+pub use backend::{Backends, Clusters};
 use builder_monitor_core::event::{self, ActionInfo, Event, EventType, Subject};
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::reference::ImageRef;
@@ -62,6 +63,12 @@ pub enum RunnerError {
     NotABuild(&'static str),
     #[error("a kpack rebase needs the current digest of {image}, which could not be read")]
     NoAppDigest { image: String },
+    #[error("the build pod's template cannot be merged: {source}")]
+    Template { source: crate::pod_template::TemplateError },
+    #[error("a kpack Build cannot carry the pod template's {fields}")]
+    KpackTemplate { fields: String },
+    #[error("{0}")]
+    Pool(String),
     #[error("the generated Job is not valid: {source}")]
     InvalidJob { source: crate::config::KubeValueError },
     #[error("the generated Build is not valid: {source}")]
@@ -147,17 +154,6 @@ impl Secrets {
 /// How the runner names an action to the objects it makes for it.
 fn reference(action: &ClaimedAction) -> ActionRef<'_> {
     ActionRef { key: &action.key, change_id: &action.change_id, image: &action.image, kind: action.kind }
-}
-
-/// A Kubernetes backend's client and `[runner.kubernetes]` settings, or why it has none.
-fn cluster_settings(
-    config: &Config,
-    client: Option<kube::Client>,
-    runner: &'static str,
-) -> Result<(kube::Client, crate::config::KubeRunnerSettings), RunnerError> {
-    let client = client.ok_or(RunnerError::NoClient(runner))?;
-    let settings = config.runner.kubernetes.clone().ok_or(RunnerError::MissingSettings("runner.kubernetes"))?;
-    Ok((client, settings))
 }
 
 /// The runner as the worker loop runs it.
@@ -401,6 +397,7 @@ impl Runner {
                 .then(|| self.backends.backend(action.kind).path().as_str().into()),
             tag_race: None,
             workloads: Vec::new(),
+            pool: None,
         });
         e
     }
@@ -488,6 +485,7 @@ impl Runner {
                 if let Some(info) = e.action.as_mut() {
                     info.tag_race = attempt.tag_race.clone();
                     info.workloads = attempt.workloads.clone();
+                    info.pool = attempt.pool.clone();
                 }
                 e
             })
@@ -725,7 +723,7 @@ mod tests {
             })
             .await
             .unwrap();
-        let backends = Backends::for_config(&config, None, CancellationToken::new()).unwrap();
+        let backends = Backends::for_config(&config, backend::Clusters::default(), CancellationToken::new()).unwrap();
         let runner = Arc::new(Runner::new(config, ledger.clone(), Clock::System, backends));
         assert_eq!(runner.run_due_once().await, 1);
         let actions = ledger.actions(10).await.unwrap();

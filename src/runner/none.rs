@@ -59,7 +59,7 @@ impl Backend for RecordOnly {
     fn start(
         &self,
         _: &Config,
-        _: Option<kube::Client>,
+        _: &super::backend::Clusters,
         _: CancellationToken,
     ) -> Result<Arc<dyn Carrier>, RunnerError> {
         Ok(Arc::new(RecordOnly))

@@ -66,7 +66,7 @@ impl Backend for RegistryRebase {
     fn start(
         &self,
         _: &Config,
-        _: Option<kube::Client>,
+        _: &super::backend::Clusters,
         _: CancellationToken,
     ) -> Result<Arc<dyn Carrier>, RunnerError> {
         Ok(Arc::new(RegistryRebase))

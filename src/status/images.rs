@@ -47,6 +47,9 @@ pub struct ImageAction {
     /// It holds its image (a failed or overridden deploy) until a newer change or `release`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub holds: bool,
+    /// The pool a build ran (or runs) in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
 }
 
 impl ImageAction {
@@ -60,6 +63,7 @@ impl ImageAction {
             detail: r.detail.clone(),
             decided_by: r.decided_by.clone(),
             holds: r.holds,
+            pool: crate::ledger::placed(r.progress.as_ref()).map(|p| p.pool),
         }
     }
 }

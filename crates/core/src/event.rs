@@ -209,6 +209,9 @@ pub struct ActionInfo {
     /// A deploy's workloads: each one's containers, the images before and written, its state.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workloads: Vec<crate::deploy::WorkloadProgress>,
+    /// The pool a build ran in (the `kubernetes` and `kpack` runners).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
 }
 
 /// What a roll-out event is about: the actions of one change that wait (`action.*`), or the
@@ -591,6 +594,7 @@ mod tests {
             path: None,
             tag_race: None,
             workloads: Vec::new(),
+            pool: None,
         }
     }
 

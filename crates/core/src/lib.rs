@@ -6,6 +6,7 @@ pub mod deploy;
 pub mod event;
 pub mod packages;
 pub mod plan;
+pub mod pool;
 pub mod rebase;
 pub mod reference;
 pub mod rollout;

@@ -453,6 +453,7 @@ impl Actions for KubeLedger {
                 attempts: a.attempts,
                 next_attempt: a.next_attempt,
                 wave: a.wave,
+                placed: crate::ledger::placed(a.progress.as_ref()),
                 detail: if a.state == ActionState::Held { a.detail } else { None },
                 waiting_for: None,
                 gate: None,

@@ -263,7 +263,7 @@ impl Actions for SqliteLedger {
         self.with(|conn| {
             all(
                 conn,
-                "SELECT key, change_id, image, kind, state, attempts, next_attempt, wave, detail FROM actions
+                "SELECT key, change_id, image, kind, state, attempts, next_attempt, wave, detail, progress FROM actions
                  WHERE state IN ('pending', 'running', 'held', 'awaiting_approval') ORDER BY created, wave, key",
                 [],
                 |r| {
@@ -280,6 +280,11 @@ impl Actions for SqliteLedger {
                         detail: if state == ActionState::Held { r.get("detail")? } else { None },
                         waiting_for: None,
                         gate: None,
+                        placed: {
+                            let progress: Option<String> = r.get("progress")?;
+                            let value = progress.and_then(|p| serde_json::from_str(&p).ok());
+                            crate::ledger::placed(value.as_ref())
+                        },
                     })
                 },
             )

@@ -1,0 +1,410 @@
+//! Pools: where the `kubernetes` and `kpack` runners build. Each pool is started once — its
+//! cluster's client, a watch on the Jobs (or kpack Builds) it made, a health kept from what that
+//! client hears, and at most `max_in_flight` builds. An action goes to the pool its image names,
+//! or to the first pool serving every platform of the app image whose cluster answers
+//! (`builder_monitor_core::pool`); the pool is recorded with the action before anything is
+//! created there, so a restart follows the build in that pool instead of starting another. A pool
+//! whose cluster does not answer is passed over for the next one, within the same attempt.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, DynamicObject, PostParams};
+use serde_json::Value;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use super::attempt::Attempt;
+use super::backend::{Carrier, Clusters};
+use super::kubernetes::{ActionRef, Placement, Watched, job, job_outcome, job_queued, termination_message};
+use super::kpack::{api_resource, build, build_outcome};
+use super::{Outcome, PreviewError, Runner, RunnerError};
+use crate::config::{Config, Pool, RunnerKind};
+use crate::ledger::ClaimedAction;
+use builder_monitor_core::plan::ActionTarget;
+use builder_monitor_core::pool::{BuildProgress, PoolView, candidates};
+use builder_monitor_core::reference::ImageRef;
+
+/// Requests in a row that got no answer before a pool counts as down.
+const DOWN_AFTER: u32 = 2;
+/// The longest wait between tries to reach the pool of a build started before a restart.
+const MAX_REACH_BACKOFF: Duration = Duration::from_secs(60);
+
+/// What a pool's client hears of its cluster: down after [`DOWN_AFTER`] unanswered requests in a
+/// row, up again at the first answer (the watch keeps trying with backoff). Each edge is logged
+/// once.
+#[derive(Debug, Default)]
+pub struct Health {
+    pool: String,
+    unanswered: AtomicU32,
+}
+
+impl Health {
+    fn new(pool: &str) -> Self {
+        Health { pool: pool.to_string(), unanswered: AtomicU32::new(0) }
+    }
+
+    pub fn answered(&self) {
+        if self.unanswered.swap(0, Ordering::Relaxed) >= DOWN_AFTER {
+            tracing::info!(pool = %self.pool, "the pool's cluster answers again; builds go to it");
+        }
+    }
+
+    pub fn unanswered(&self, error: &str) {
+        if self.unanswered.fetch_add(1, Ordering::Relaxed) + 1 == DOWN_AFTER {
+            tracing::warn!(pool = %self.pool, error, "the pool's cluster does not answer; its builds go to the next pool serving their platform");
+        }
+    }
+
+    pub fn answers(&self) -> bool {
+        self.unanswered.load(Ordering::Relaxed) < DOWN_AFTER
+    }
+}
+
+/// Whether a request got no answer from the API server (a connection refused or reset, a
+/// timeout): any HTTP status is an answer.
+pub fn unanswered(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::HyperError(_) | kube::Error::Service(_))
+}
+
+/// [`unanswered`] for a watch's errors.
+pub fn unanswered_watch(err: &kube::runtime::watcher::Error) -> bool {
+    use kube::runtime::watcher::Error;
+    match err {
+        Error::InitialListFailed(e) | Error::WatchStartFailed(e) | Error::WatchFailed(e) => unanswered(e),
+        _ => false,
+    }
+}
+
+/// One pool, started.
+struct Site {
+    pool: Pool,
+    client: kube::Client,
+    health: Arc<Health>,
+    slots: Option<Arc<Semaphore>>,
+    watched: Arc<Watched>,
+}
+
+/// Why a build could not be created in a pool.
+enum CreateError {
+    /// The cluster did not answer: another pool may take the build.
+    Unanswered(String),
+    Failed(RunnerError),
+}
+
+impl Site {
+    fn start(pool: &Pool, client: kube::Client, stop: CancellationToken) -> Self {
+        let health = Arc::new(Health::new(&pool.name));
+        let namespace = &pool.settings.namespace;
+        let watched = match pool.kind {
+            RunnerKind::Kpack => {
+                let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &api_resource());
+                Watched::start(api, health.clone(), stop)
+            }
+            _ => Watched::start(Api::<Job>::namespaced(client.clone(), namespace), health.clone(), stop),
+        };
+        let slots = pool.max_in_flight.map(|n| Arc::new(Semaphore::new(n)));
+        Site { pool: pool.clone(), client, health, slots, watched }
+    }
+
+    async fn slot(&self) -> Option<OwnedSemaphorePermit> {
+        self.slots.clone()?.acquire_owned().await.ok()
+    }
+
+    /// Creates the action's Job or Build here, or finds it made already (a retry or a restart).
+    async fn create(
+        &self,
+        action: &ActionRef<'_>,
+        target: &ActionTarget,
+        place: &Placement<'_>,
+        max_attempts: u32,
+    ) -> Result<(), CreateError> {
+        let namespace = &self.pool.settings.namespace;
+        let (kind, result) = match self.pool.kind {
+            RunnerKind::Kpack => {
+                let object = build(action, target, place).map_err(CreateError::Failed)?;
+                let object: DynamicObject = serde_json::from_value(object)
+                    .map_err(|source| CreateError::Failed(RunnerError::BuildObject { source }))?;
+                let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, &api_resource());
+                ("Build", api.create(&PostParams::default(), &object).await.map(|_| ()))
+            }
+            _ => {
+                let object = job(action, target, place, max_attempts).map_err(CreateError::Failed)?;
+                let api: Api<Job> = Api::namespaced(self.client.clone(), namespace);
+                ("Job", api.create(&PostParams::default(), &object).await.map(|_| ()))
+            }
+        };
+        match result {
+            Ok(()) => {
+                self.health.answered();
+                tracing::info!(name = %action.key, pool = %self.pool.name, namespace = %namespace, "{kind} created");
+                Ok(())
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                self.health.answered();
+                tracing::info!(name = %action.key, pool = %self.pool.name, "{kind} exists already (a retry or restart); following it");
+                Ok(())
+            }
+            Err(err) if unanswered(&err) => {
+                self.health.unanswered(&err.to_string());
+                Err(CreateError::Unanswered(err.to_string()))
+            }
+            Err(source) => {
+                self.health.answered();
+                Err(CreateError::Failed(RunnerError::Create { kind, name: action.key.to_string(), source }))
+            }
+        }
+    }
+
+    /// Waits for the build to finish, recording each time Kueue holds or admits its Job.
+    async fn follow(&self, runner: &Runner, action: &ClaimedAction, progress: &mut BuildProgress) -> Outcome {
+        if self.pool.kind == RunnerKind::Kpack {
+            let (success, detail) = self.watched.wait(&action.key, build_outcome).await;
+            return Outcome { success, detail, output_tail: String::new() };
+        }
+        let (success, detail) = loop {
+            let queued = progress.queued;
+            let seen = self
+                .watched
+                .wait(&action.key, |job| match job_outcome(job) {
+                    Some(done) => Some(Err(done)),
+                    None if job_queued(job) != queued => Some(Ok(!queued)),
+                    None => None,
+                })
+                .await;
+            match seen {
+                Err(done) => break done,
+                Ok(now_queued) => {
+                    progress.queued = now_queued;
+                    if now_queued {
+                        tracing::info!(action = %action.key, pool = %self.pool.name, "the Job waits in its Kueue queue");
+                    } else {
+                        tracing::info!(action = %action.key, pool = %self.pool.name, "Kueue admitted the Job; it runs");
+                    }
+                    record(runner, action, progress).await;
+                }
+            }
+        };
+        let output_tail =
+            if success { String::new() } else { termination_message(&self.client, &self.pool.settings.namespace, &action.key).await };
+        Outcome { success, detail, output_tail }
+    }
+}
+
+async fn record(runner: &Runner, action: &ClaimedAction, progress: &BuildProgress) -> bool {
+    let value = serde_json::to_value(progress).unwrap_or(Value::Null);
+    match runner.ledger.record_progress(&action.key, value).await {
+        Ok(recorded) => recorded,
+        Err(err) => {
+            tracing::error!(action = %action.key, error = %err, "cannot record the build's pool");
+            false
+        }
+    }
+}
+
+fn failed(detail: String) -> Outcome {
+    Outcome { success: false, detail, output_tail: String::new() }
+}
+
+/// Every pool, started: the carrier of the `kubernetes` and `kpack` runners.
+pub struct Pools {
+    sites: Vec<Site>,
+    max_attempts: u32,
+}
+
+impl Pools {
+    pub fn start(config: &Config, clusters: &Clusters, stop: CancellationToken) -> Result<Self, RunnerError> {
+        let mut sites = Vec::new();
+        for pool in &config.runner.pools {
+            let client = clusters.of(pool).ok_or_else(|| match &pool.cluster {
+                Some(_) => RunnerError::Pool(format!("pool \"{}\" has no client for its cluster", pool.name)),
+                None => RunnerError::NoClient(pool.kind.as_str()),
+            })?;
+            sites.push(Site::start(pool, client, stop.clone()));
+        }
+        if sites.is_empty() {
+            return Err(RunnerError::MissingSettings("runner.kubernetes] or [[runner.pools]"));
+        }
+        Ok(Pools { sites, max_attempts: config.runner.max_attempts })
+    }
+
+    fn site(&self, name: &str) -> Option<&Site> {
+        self.sites.iter().find(|s| s.pool.name == name)
+    }
+
+    /// One attempt; `used` is the pool it ran in (or last tried).
+    async fn carry_out(
+        &self,
+        runner: &Runner,
+        action: &ClaimedAction,
+        target: &ActionTarget,
+        used: &std::sync::Mutex<Option<String>>,
+    ) -> Outcome {
+        let set_used = |name: &str| *used.lock().unwrap_or_else(|e| e.into_inner()) = Some(name.to_string());
+        let reference = super::reference(action);
+        let image = runner.config.image(&action.image);
+        let image_template = image.and_then(|i| i.pod_template.as_ref()).map(|t| &t.value);
+        let recorded = action.progress.clone().and_then(|p| serde_json::from_value::<BuildProgress>(p).ok());
+        if let Some(mut progress) = recorded {
+            let Some(site) = self.site(&progress.pool) else {
+                return failed(format!(
+                    "the build was started in pool \"{}\", which is no longer configured; it is not followed",
+                    progress.pool
+                ));
+            };
+            set_used(&progress.pool);
+            let platform = progress.platform.clone();
+            let place = Placement { pool: &site.pool, image_template, platform: platform.as_deref() };
+            let _slot = site.slot().await;
+            return self.reach(runner, site, &reference, target, &place, action, &mut progress).await;
+        }
+        let platforms = app_platforms(runner, target).await;
+        let views: Vec<PoolView<'_>> = self
+            .sites
+            .iter()
+            .map(|s| PoolView { name: &s.pool.name, platforms: s.pool.platforms.as_deref(), answers: s.health.answers() })
+            .collect();
+        let named = image.and_then(|i| i.pool.as_deref());
+        let order = match candidates(&views, named, platforms.as_deref()) {
+            Ok(order) => order,
+            Err(err) => {
+                return failed(format!(
+                    "{err}: add the platform to a pool's platforms, or name the pool with [[images]] pool"
+                ));
+            }
+        };
+        // One platform places the pod on a node of it; an index's build runs where the pool puts it.
+        let platform = match platforms.as_deref() {
+            Some([one]) => Some(one.clone()),
+            _ => None,
+        };
+        let mut passed = Vec::new();
+        for name in order {
+            let Some(site) = self.site(name) else { continue };
+            set_used(name);
+            let place = Placement { pool: &site.pool, image_template, platform: platform.as_deref() };
+            let mut progress = BuildProgress { pool: name.to_string(), queued: false, platform: platform.clone() };
+            let _slot = site.slot().await;
+            // Recorded before anything is created: a restart follows the build in this pool.
+            if !record(runner, action, &progress).await {
+                return failed("cannot record the pool the build runs in; nothing was created".into());
+            }
+            match site.create(&reference, target, &place, self.max_attempts).await {
+                Ok(()) => return site.follow(runner, action, &mut progress).await,
+                Err(CreateError::Unanswered(error)) => {
+                    tracing::warn!(action = %action.key, pool = name, error = %error, "the pool's cluster does not answer; trying the next pool");
+                    passed.push(format!("{name}: {error}"));
+                }
+                Err(CreateError::Failed(err)) => return failed(err.to_string()),
+            }
+        }
+        failed(format!("no pool that builds {} answers ({})", describe(platforms.as_deref()), passed.join("; ")))
+    }
+
+    /// Follows a build recorded in `site` before a restart: creating it there (found if it was
+    /// made), trying again with backoff while the cluster does not answer — the build may be
+    /// running there, so it never moves to another pool.
+    #[allow(clippy::too_many_arguments)]
+    async fn reach(
+        &self,
+        runner: &Runner,
+        site: &Site,
+        reference: &ActionRef<'_>,
+        target: &ActionTarget,
+        place: &Placement<'_>,
+        action: &ClaimedAction,
+        progress: &mut BuildProgress,
+    ) -> Outcome {
+        let mut wait = Duration::from_secs(1);
+        loop {
+            match site.create(reference, target, place, self.max_attempts).await {
+                Ok(()) => return site.follow(runner, action, progress).await,
+                Err(CreateError::Failed(err)) => return failed(err.to_string()),
+                Err(CreateError::Unanswered(error)) => {
+                    tracing::warn!(action = %action.key, pool = %site.pool.name, error = %error, retry_in = ?wait, "the build's pool does not answer; it started there, so it is followed there");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(MAX_REACH_BACKOFF);
+                }
+            }
+        }
+    }
+}
+
+fn describe(platforms: Option<&[String]>) -> String {
+    platforms.map(|p| p.join(" and ")).unwrap_or_else(|| "the app (its platform is not known)".into())
+}
+
+async fn app_platforms(runner: &Runner, target: &ActionTarget) -> Option<Vec<String>> {
+    platforms_of(&runner.registry, &target.image, runner.config.monitor.max_platforms).await
+}
+
+/// The platforms of an app image as its tag has them now; `None` when it cannot be read (a
+/// first build): then every pool may take it.
+pub async fn platforms_of(registry: &crate::registry::Registry, image: &str, max: usize) -> Option<Vec<String>> {
+    let reference = ImageRef::parse(image).ok()?;
+    match crate::inspect::observe(registry, &reference, reference.manifest_reference(), max).await {
+        Ok(observation) => {
+            let platforms: Vec<String> = observation.platforms.into_keys().filter(|p| p != "unknown").collect();
+            (!platforms.is_empty()).then_some(platforms)
+        }
+        Err(err) => {
+            tracing::info!(image, error = %err, "the app image's platform cannot be read; any pool may build it");
+            None
+        }
+    }
+}
+
+impl Carrier for Pools {
+    fn attempt<'a>(
+        &'a self,
+        runner: &'a Runner,
+        action: &'a ClaimedAction,
+        target: &'a ActionTarget,
+    ) -> BoxFuture<'a, Attempt> {
+        Box::pin(async move {
+            let used = std::sync::Mutex::new(None);
+            let work = async { (self.carry_out(runner, action, target, &used).await, true) };
+            let mut attempt = runner.pushed(action, target, work).await;
+            attempt.pool = used.into_inner().unwrap_or_else(|e| e.into_inner());
+            attempt
+        })
+    }
+}
+
+/// The pool an app's build would go to now, every cluster taken to answer (`build-spec`).
+pub fn choose<'a>(config: &'a Config, image: &str, platforms: Option<&[String]>) -> Result<&'a Pool, String> {
+    let views: Vec<PoolView<'_>> = config
+        .runner
+        .pools
+        .iter()
+        .map(|p| PoolView { name: &p.name, platforms: p.platforms.as_deref(), answers: true })
+        .collect();
+    let named = config.image(image).and_then(|i| i.pool.as_deref());
+    let order = candidates(&views, named, platforms).map_err(|e| e.to_string())?;
+    order.first().and_then(|name| config.runner.pool(name)).ok_or_else(|| "no pools are configured".to_string())
+}
+
+/// What the pool an action would go to now would create (`build-spec`): the image's pool, else
+/// the first pool (`build-spec` names the pool by the app's platforms first).
+pub fn preview(config: &Config, action: &ActionRef<'_>, target: &ActionTarget) -> Result<Value, PreviewError> {
+    let image = config.image(action.image);
+    let named = image.and_then(|i| i.pool.as_deref());
+    let pool = match named {
+        Some(name) => config.runner.pool(name),
+        None => config.runner.pools.first(),
+    };
+    let Some(pool) = pool else {
+        return Ok(super::exec::command_preview(config, action, target));
+    };
+    let image_template = image.and_then(|i| i.pod_template.as_ref()).map(|t| &t.value);
+    let platform = pool.platforms.as_ref().filter(|p| p.len() == 1).map(|p| p[0].as_str());
+    let place = Placement { pool, image_template, platform };
+    match pool.kind {
+        RunnerKind::Kpack => Ok(build(action, target, &place)?),
+        _ => serde_json::to_value(job(action, target, &place, config.runner.max_attempts)?)
+            .map_err(|source| PreviewError::Encode { what: "Job", source }),
+    }
+}

@@ -7,7 +7,8 @@
 //! healthy status. A failure set for an image ([`Failure`]) stops the roll-out of a template
 //! running it where the real controllers would stop. Roll-outs can be paused, for everything or
 //! one workload. No timers: a progress deadline "passes" one step after the new pod appeared.
-//! CronJobs have no controller (their status is a subresource all the same).
+//! CronJobs have no controller (their status is a subresource all the same). The same task runs
+//! the Job controller ([`super::jobs`]), which pausing roll-outs does not pause.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -115,10 +116,11 @@ pub(super) async fn run(shared: Arc<Shared>) {
     }
 }
 
-/// One pass over the workloads; whether anything was written.
+/// One pass over the Jobs and the workloads; whether anything was written.
 fn step(store: &mut Store) -> bool {
+    let jobs = super::jobs::step(store);
     if store.controllers.paused {
-        return false;
+        return jobs;
     }
     let keys: Vec<Key> = store
         .objects
@@ -133,7 +135,7 @@ fn step(store: &mut Store) -> bool {
         }
     }
     store.controllers.rollouts.retain(|k, _| keys.contains(k));
-    collect_garbage(store) || wrote
+    collect_garbage(store) || wrote || jobs
 }
 
 /// A workload as its controller reads it.
@@ -554,7 +556,7 @@ impl KubeDouble {
     }
 
     /// Stops every workload controller until [`Self::resume_rollouts`]: writes are taken, nothing
-    /// is rolled out.
+    /// is rolled out (the Job controller goes on).
     pub fn pause_rollouts(&self) {
         self.shared.store.lock().unwrap().controllers.paused = true;
         self.notify();
@@ -591,8 +593,9 @@ impl KubeDouble {
             && template_hash(&object["spec"]["template"]) == rollout.hash
     }
 
-    /// Waits until the controllers have nothing left to do with what the store holds (at once
-    /// while roll-outs are paused; a held workload counts as nothing to do).
+    /// Waits until the controllers have nothing left to do with what the store holds (the Job
+    /// controller's writes included; a paused roll-out or a held workload counts as nothing to
+    /// do).
     pub async fn settle(&self) {
         let mut idle = self.shared.idle.subscribe();
         let deadline = tokio::time::Instant::now() + super::super::PATIENCE;

@@ -257,6 +257,7 @@ pub(super) fn create(shared: &Shared, target: &Target, mut body: Value, manager:
     if target.with_status() {
         drop_status(&mut body);
     }
+    super::jobs::on_create(&store, &key, &mut body);
     let id = ManagerId::update(manager, &target.api_version(), "");
     (201, store.write_update(&key, body, Some(id)))
 }
@@ -365,7 +366,11 @@ pub(super) fn patch(
             Ok(next) => {
                 store.managed.insert(key.clone(), managed);
                 match existing {
-                    None => (201, store.insert(&key, next)),
+                    None => {
+                        let mut next = next;
+                        super::jobs::on_create(&store, &key, &mut next);
+                        (201, store.insert(&key, next))
+                    }
                     Some(existing) => {
                         let next = confine(target, &existing, next);
                         (200, store.update(&key, next, "MODIFIED"))

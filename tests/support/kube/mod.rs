@@ -18,13 +18,30 @@
 //! ([`workloads`]) create workloads as `kubectl apply` would, change images as `kubectl set image`
 //! does and label them. Tests assert on the state the double holds, never on the calls made.
 //!
+//! Jobs ([`jobs`]): a minimal Job controller keeps `status.startTime`, `status.active` and the
+//! `Suspended` condition of the Jobs it manages (not those whose `spec.managedBy` names another
+//! controller, such as MultiKueue), merged into whatever status a test wrote; it never completes
+//! or fails a Job (a test does, with [`KubeDouble::set_status`]) and makes no pods. Kueue can be
+//! enabled ([`KubeDouble::enable_kueue`]): its webhook suspends the Jobs created with a queue
+//! name, and [`KubeDouble::admit_job`] admits one as Kueue does (unsuspended, the flavor's node
+//! labels in its `nodeSelector`).
+//!
+//! Several doubles are several clusters: each has its own port and store, and
+//! [`KubeDouble::kubeconfig_named`] writes kubeconfigs that live side by side, one context per
+//! cluster. A cluster can be lost for good ([`KubeDouble::go_down`]): its listener closed, its
+//! connections (watch streams included) dropped without an answer; it never comes back.
+//!
 //! Not modelled: a write that changes nothing still takes a resourceVersion (the API server skips
 //! it); `managedFields` sent in a request are ignored rather than taken; no defaulting of fields;
-//! no ReplicaSet or ControllerRevision objects (pods belong to their workload directly).
+//! no ReplicaSet or ControllerRevision objects (pods belong to their workload directly); no pods
+//! for Jobs, no Job completion, backoff or deadline of its own; no Kueue objects (Workloads,
+//! queues, flavors), quota or preemption; no TLS, authentication (any token is accepted) or
+//! HTTP/2; a cluster that is down cannot come back up (make another double).
 
 pub mod controllers;
 pub mod fields;
 mod http;
+pub mod jobs;
 mod workloads;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -102,6 +119,8 @@ struct Store {
     /// (verb, group, resource) the access review denies.
     denied: BTreeSet<(String, String, String)>,
     controllers: controllers::Controllers,
+    /// Whether Kueue's webhook suspends the Jobs created with a queue name ([`jobs`]).
+    kueue: bool,
 }
 
 struct Shared {
@@ -109,6 +128,8 @@ struct Shared {
     changed: tokio::sync::watch::Sender<u64>,
     /// The resourceVersion at which the controllers last found nothing to do.
     idle: tokio::sync::watch::Sender<u64>,
+    /// Set once, by [`KubeDouble::go_down`]: the API server goes away.
+    down: tokio::sync::watch::Sender<bool>,
 }
 
 impl Shared {
@@ -121,7 +142,10 @@ impl Shared {
 pub struct KubeDouble {
     pub url: String,
     shared: Arc<Shared>,
+    /// The server: its listener and, in a `JoinSet`, its connections (aborting it drops them all).
     task: tokio::task::JoinHandle<()>,
+    /// Closed (its sender dropped) when the server has stopped: listener and connections gone.
+    served: tokio::sync::watch::Receiver<()>,
     controllers: tokio::task::JoinHandle<()>,
 }
 
@@ -130,6 +154,44 @@ impl Drop for KubeDouble {
         self.task.abort();
         self.controllers.abort();
     }
+}
+
+/// Returns once the double is down.
+async fn gone(down: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = down.wait_for(|down| *down).await;
+}
+
+/// Serves `app` on `listener`, one task per connection, until the double goes down: then the
+/// listener is closed (new connections are refused) and every connection dropped where it is (a
+/// request in flight gets no answer, a watch stream breaks off), as when an API server dies.
+/// Dropping `_served` at the end tells [`KubeDouble::go_down`] it is over.
+async fn serve(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    mut down: tokio::sync::watch::Receiver<bool>,
+    _served: tokio::sync::watch::Sender<()>,
+) {
+    let service = hyper_util::service::TowerToHyperService::new(app);
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            () = gone(&mut down) => break,
+            accepted = listener.accept() => accepted,
+        };
+        let Ok((stream, _)) = accepted else {
+            tokio::task::yield_now().await;
+            continue;
+        };
+        while connections.try_join_next().is_some() {}
+        let service = service.clone();
+        connections.spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
+        });
+    }
+    drop(listener);
+    connections.shutdown().await;
 }
 
 fn now() -> String {
@@ -156,15 +218,26 @@ impl KubeDouble {
     pub async fn start() -> Self {
         let (changed, _) = tokio::sync::watch::channel(0);
         let (idle, _) = tokio::sync::watch::channel(0);
-        let shared = Arc::new(Shared { store: Mutex::new(Store::default()), changed, idle });
+        let (down, down_seen) = tokio::sync::watch::channel(false);
+        let shared = Arc::new(Shared { store: Mutex::new(Store::default()), changed, idle, down });
         let app = axum::Router::new().fallback(handle).with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind kube double");
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let (serving, served) = tokio::sync::watch::channel(());
+        let task = tokio::spawn(serve(listener, app, down_seen, serving));
         let controllers = tokio::spawn(controllers::run(shared.clone()));
-        KubeDouble { url, shared, task, controllers }
+        KubeDouble { url, shared, task, served, controllers }
+    }
+
+    /// The API server goes away for good, as when a cluster's control plane is lost: once this
+    /// returns its listener is closed (a connection is refused) and every open connection has been
+    /// dropped without an answer (a watch stream breaks off, a pooled connection is gone). It
+    /// never comes back; the store stays readable for assertions ([`Self::get`], [`Self::list`])
+    /// and the controllers keep running on it.
+    pub async fn go_down(&self) {
+        self.shared.down.send_replace(true);
+        let mut served = self.served.clone();
+        while served.changed().await.is_ok() {}
     }
 
     /// A `kube::Client` for this double.
@@ -174,11 +247,22 @@ impl KubeDouble {
         kube::Client::try_from(config).expect("kube client")
     }
 
-    /// A kubeconfig file pointing at this double, for the daemon binary.
+    /// A kubeconfig file pointing at this double, for the daemon binary: `dir/kubeconfig`, its
+    /// cluster and context `double`.
     pub fn kubeconfig(&self, dir: &std::path::Path) -> std::path::PathBuf {
-        let path = dir.join("kubeconfig");
+        self.write_kubeconfig(dir.join("kubeconfig"), "double")
+    }
+
+    /// A kubeconfig file `dir/kubeconfig-NAME` whose cluster, context and current context are
+    /// `name` (the user `tester`, namespace `default`): several doubles' files side by side, each
+    /// context naming its own cluster.
+    pub fn kubeconfig_named(&self, dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+        self.write_kubeconfig(dir.join(format!("kubeconfig-{name}")), name)
+    }
+
+    fn write_kubeconfig(&self, path: std::path::PathBuf, name: &str) -> std::path::PathBuf {
         let text = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: double\n  cluster:\n    server: {}\ncontexts:\n- name: double\n  context:\n    cluster: double\n    user: tester\n    namespace: default\ncurrent-context: double\nusers:\n- name: tester\n  user:\n    token: test-token\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: {}\ncontexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: tester\n    namespace: default\ncurrent-context: {name}\nusers:\n- name: tester\n  user:\n    token: test-token\n",
             self.url
         );
         std::fs::write(&path, text).unwrap();

@@ -214,7 +214,7 @@ async fn builds_go_to_the_pool_of_their_platform_pass_over_a_down_cluster_and_wa
     assert!(pools.contains(&("web".into(), Some("a".into()))) && pools.contains(&("desktop".into(), Some("b".into()))), "{pools:?}");
 
     // Pool a's API server goes away: web's next build goes to pool c, which serves amd64 too.
-    fleet.a.go_down();
+    fleet.a.go_down().await;
     fleet.push_builder(&v2.bump("paketo-buildpacks/java", "18.3.0")).await;
     assert!(p.monitor.run_once().await);
     let queued = until("web's Job in pool c", async || fleet.c.list("jobs").into_iter().next()).await;
@@ -335,11 +335,14 @@ async fn build_spec_and_rbac_show_each_pool() {
     fleet.push_apps().await;
     let ws = Workspace::new();
     let config = ws.path("config.toml");
-    std::fs::write(&config, fleet.config().replace("type = \"kubernetes\"\nmax_concurrent = 4", "type = \"none\"")).unwrap();
+    let full = fleet.config();
+    let no_pools = full[..full.find("[runner]").unwrap()].to_string();
+    std::fs::write(&config, no_pools).unwrap();
     let config = config.to_str().unwrap();
     // Pins first, with no runner, so nothing is created.
-    assert_eq!(run_with_env(&["run", "--once", "--config", config], &[], ws.dir.path()).code, Some(0));
-    std::fs::write(config, fleet.config()).unwrap();
+    let out = run_with_env(&["run", "--once", "--config", config], &[], ws.dir.path());
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    std::fs::write(config, full).unwrap();
 
     let spec = |image: &str, pool: Option<&str>| {
         let mut args = vec!["build-spec", "--config", config, "--image", image, "--action", "rebuild", "--output", "json"];

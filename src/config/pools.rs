@@ -292,6 +292,12 @@ impl<'a> Validator<'a> {
                 format!("pod_template {}: {}: {} (allow_privileged = true on the pool allows it)", file.display(), refusal.field, refusal.why),
             );
         }
+        if !kpack {
+            for problem in template_names(&value) {
+                ok = false;
+                self.error(path.span(), format!("pod_template {}: {problem}", file.display()));
+            }
+        }
         if kpack && let Err(fields) = crate::pod_template::kpack_fields(&value) {
             ok = false;
             self.error(
@@ -307,9 +313,56 @@ impl<'a> Validator<'a> {
     }
 }
 
+/// The containers a build pod has: a template's container by another name runs beside them (and
+/// needs an image); one by these names tunes them.
+const BUILD_CONTAINERS: &[&str] = &["build", "rebase", "source"];
+/// The build's registry credentials: a template's container may not mount them.
+const CREDENTIALS_VOLUME: &str = "docker-config";
+
+/// What is wrong with a Job pool template's container names: a container without an image that
+/// tunes no build container (a misspelt `build` would be dropped without a word), and a mount of
+/// the build's credentials volume.
+fn template_names(template: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for list in ["containers", "initContainers"] {
+        for c in template["spec"][list].as_array().into_iter().flatten() {
+            let name = c["name"].as_str().unwrap_or_default();
+            if c.get("image").is_none_or(serde_json::Value::is_null) && !BUILD_CONTAINERS.contains(&name) {
+                out.push(format!(
+                    "spec.{list}[name={name}] has no image and tunes no build container ({}): name one of them, or give it an image to run beside them",
+                    BUILD_CONTAINERS.join(", ")
+                ));
+            }
+            let mounts = c["volumeMounts"].as_array().into_iter().flatten();
+            if mounts.into_iter().any(|m| m["name"] == CREDENTIALS_VOLUME) {
+                out.push(format!(
+                    "spec.{list}[name={name}].volumeMounts[name={CREDENTIALS_VOLUME}]: the registry credentials are mounted into the build's containers only"
+                ));
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn template_containers_tune_build_containers_or_run_their_own_image() {
+        let template = serde_json::json!({ "spec": {
+            "containers": [
+                { "name": "build", "resources": { "limits": { "memory": "8Gi" } } },
+                { "name": "biuld", "env": [{ "name": "A", "value": "1" }] },
+                { "name": "sidecar", "image": "proxy:1", "volumeMounts": [{ "name": "docker-config", "mountPath": "/x" }] },
+            ],
+            "initContainers": [{ "name": "source", "env": [] }],
+        } });
+        let problems = template_names(&template);
+        assert_eq!(problems.len(), 2, "{problems:#?}");
+        assert!(problems[0].starts_with("spec.containers[name=biuld] has no image and tunes no build container"));
+        assert!(problems[1].starts_with("spec.containers[name=sidecar].volumeMounts[name=docker-config]"));
+    }
 
     #[test]
     fn platforms_and_label_values() {

@@ -21,7 +21,6 @@ pub mod log_stream;
 pub mod metrics;
 pub mod monitor;
 pub mod page;
-pub mod pod_template;
 pub mod reaction;
 pub mod rebase;
 pub mod registry;

@@ -20,6 +20,7 @@ mod docker;
 mod images;
 mod kubernetes;
 mod pieces;
+pub mod pod_template;
 mod pools;
 use pieces::{Elements, NotAlone, Sections};
 mod builders;

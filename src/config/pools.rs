@@ -131,10 +131,6 @@ impl<'a> Validator<'a> {
                     self.error(span, message);
                 }
             }
-            if !kube {
-                let span = kind_span.clone().unwrap_or(0..0);
-                self.error(span, "[runner.kubernetes] needs [runner] type = \"kubernetes\" or \"kpack\"");
-            }
             let effective = if kube { kind } else { RunnerKind::Kubernetes };
             summaries.push(PoolSummary {
                 name: DEFAULT_POOL.into(),
@@ -143,9 +139,10 @@ impl<'a> Validator<'a> {
             });
             out.extend(self.pool(raw, DEFAULT_POOL.to_string(), effective, true));
         }
-        if !pools.is_empty() && !kube {
+        // With runner `none` (a dry run) the pools stay configured, unused; `exec` runs commands.
+        if !pools.is_empty() && kind == RunnerKind::Exec {
             let span = kind_span.unwrap_or_else(|| pools[0].span());
-            self.error(span, "[[runner.pools]] build on Kubernetes: set [runner] type = \"kubernetes\" or \"kpack\" (the pools' default type)");
+            self.error(span, "[[runner.pools]] build on Kubernetes, runner type \"exec\" runs local commands: set [runner] type = \"kubernetes\" or \"kpack\" (the pools' default type)");
         }
         let mut names: super::Names = out.iter().map(|p: &Pool| (p.name.clone(), 0)).collect();
         for entry in pools {
@@ -277,7 +274,7 @@ impl<'a> Validator<'a> {
     /// refused (privileged unless allowed; for kpack, what a Build cannot carry) is an error here.
     pub(super) fn pod_template(&mut self, path: &Spanned<String>, kpack: bool, allow_privileged: bool) -> Option<PodTemplate> {
         let file = self.path(path.get_ref());
-        let value = match crate::pod_template::read(&file) {
+        let value = match super::pod_template::read(&file) {
             Ok(v) => v,
             Err(err) => {
                 self.error(path.span(), format!("pod_template: {err}"));
@@ -285,7 +282,7 @@ impl<'a> Validator<'a> {
             }
         };
         let mut ok = true;
-        for refusal in crate::pod_template::refusals(&value, allow_privileged) {
+        for refusal in super::pod_template::refusals(&value, allow_privileged) {
             ok = false;
             self.error(
                 path.span(),
@@ -298,7 +295,7 @@ impl<'a> Validator<'a> {
                 self.error(path.span(), format!("pod_template {}: {problem}", file.display()));
             }
         }
-        if kpack && let Err(fields) = crate::pod_template::kpack_fields(&value) {
+        if kpack && let Err(fields) = super::pod_template::kpack_fields(&value) {
             ok = false;
             self.error(
                 path.span(),

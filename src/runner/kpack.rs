@@ -181,7 +181,7 @@ pub fn build(action: &ActionRef<'_>, target: &ActionTarget, place: &Placement<'_
         m.extend(scheduling_fields(&scheduling));
     }
     for template in place.templates() {
-        let fields = crate::pod_template::kpack_fields(template)
+        let fields = crate::config::pod_template::kpack_fields(template)
             .map_err(|fields| RunnerError::KpackTemplate { fields: fields.join(", ") })?;
         with_template(&mut spec, fields);
     }
@@ -205,8 +205,8 @@ pub fn build(action: &ActionRef<'_>, target: &ActionTarget, place: &Placement<'_
 
 /// A template's fields added to a Build spec: node selector keys and env names the spec does not
 /// set, its tolerations appended, and each single field the spec leaves empty.
-fn with_template(spec: &mut Value, fields: crate::pod_template::KpackFields) {
-    let crate::pod_template::KpackFields {
+fn with_template(spec: &mut Value, fields: crate::config::pod_template::KpackFields) {
+    let crate::config::pod_template::KpackFields {
         node_selector,
         tolerations,
         affinity,

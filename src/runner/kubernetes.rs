@@ -333,7 +333,7 @@ pub fn job(
     let template = if templates.is_empty() {
         build
     } else {
-        crate::pod_template::merge(&templates, &build).map_err(|source| RunnerError::Template { source })?
+        crate::config::pod_template::merge(&templates, &build).map_err(|source| RunnerError::Template { source })?
     };
     let mut spec = json!({
         "backoffLimit": settings.backoff_limit.unwrap_or(max_attempts.saturating_sub(1) as i32),

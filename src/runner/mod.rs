@@ -64,7 +64,7 @@ pub enum RunnerError {
     #[error("a kpack rebase needs the current digest of {image}, which could not be read")]
     NoAppDigest { image: String },
     #[error("the build pod's template cannot be merged: {source}")]
-    Template { source: crate::pod_template::TemplateError },
+    Template { source: crate::config::pod_template::TemplateError },
     #[error("a kpack Build cannot carry the pod template's {fields}")]
     KpackTemplate { fields: String },
     #[error("{0}")]

@@ -148,7 +148,7 @@ fn pools_need_a_kubernetes_runner_and_images_name_known_pools() {
     let errors = parse(&format!("{BUILDER}{}[runner]\ntype = \"exec\"\n[runner.exec]\nrebuild = [\"true\"]\nrebase = [\"true\"]\n[[runner.pools]]\nname = \"a\"\n", image("app", "pool = \"a\"\n"))).unwrap_err();
     assert_errors(
         &errors,
-        &["10:8: [[runner.pools]] build on Kubernetes: set [runner] type = \"kubernetes\" or \"kpack\""],
+        &["10:8: [[runner.pools]] build on Kubernetes, runner type \"exec\" runs local commands"],
     );
     let errors = parse(&format!("{BUILDER}{}", image("app", "pool = \"a\"\n"))).unwrap_err();
     assert_errors(&errors, &["8:8: pool \"a\": no pools are configured"]);

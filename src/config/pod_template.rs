@@ -15,7 +15,7 @@ use k8s_openapi::DeepMerge as _;
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec, Toleration};
 use serde_json::Value;
 
-use crate::config::{KubeValueError, k8s_typed};
+use super::{KubeValueError, k8s_typed};
 
 /// A template is a page of YAML: anything this big is a wrong path (a log, an image), not a template.
 pub const MAX_BYTES: usize = 1 << 20;

@@ -111,7 +111,17 @@ impl Parts {
         let monitor =
             Arc::new(Monitor::new(config.clone(), registry.clone(), ledger.clone(), clock.clone(), metrics.clone()));
         let dispatcher = Arc::new(Dispatcher::new(&config.alerts, ledger.clone(), clock.clone(), metrics.clone())?);
-        Ok(Parts { config, ledger, clock, monitor, dispatcher, client, pool_clients: Default::default(), metrics, registry })
+        Ok(Parts {
+            config,
+            ledger,
+            clock,
+            monitor,
+            dispatcher,
+            client,
+            pool_clients: Default::default(),
+            metrics,
+            registry,
+        })
     }
 
     fn publisher(&self) -> Option<Publisher> {

@@ -114,7 +114,7 @@ fn actions(out: &mut String, status: &Status, config: &Config, now: DateTime<Utc
         "<table class=\"actions\"><thead><tr><th>Image</th><th>Action</th><th>State</th><th>Why it waits</th><th>Change</th></tr></thead><tbody>\n",
     );
     for a in &status.pending {
-        let state = if a.state == ActionState::Running { "ok" } else { "warn" };
+        let state = if a.shown_state() == "running" { "ok" } else { "warn" };
         let _ = writeln!(
             out,
             "<tr class=\"action\"><td data-label=\"Image\"><span class=\"name\">{}</span></td><td data-label=\"Action\">{}</td>\
@@ -137,7 +137,10 @@ fn why_waiting(a: &OpenAction, status: &Status, config: &Config, running: usize,
     if a.state == ActionState::Running {
         let pool = a.placed.as_ref().map(|p| format!(" in pool <code>{}</code>", Text(&p.pool))).unwrap_or_default();
         if a.placed.as_ref().is_some_and(|p| p.queued) {
-            return format!("queued{pool}: Kueue admits it when the queue has quota (attempt {} of {max_attempts})", a.attempts);
+            return format!(
+                "queued{pool}: Kueue admits it when the queue has quota (attempt {} of {max_attempts})",
+                a.attempts
+            );
         }
         return format!("running attempt {} of {max_attempts}{pool}", a.attempts);
     }
@@ -527,6 +530,10 @@ mod tests {
             gate: None,
             placed: None,
         };
+        let in_pool = |mut a: OpenAction, queued| {
+            a.placed = Some(builder_monitor_core::pool::BuildProgress { pool: "linux".into(), queued, platform: None });
+            a
+        };
         status.pending = vec![
             open("petclinic", ActionState::Running, 1, "2025-03-04T11:00:00.000Z"),
             open("orders", ActionState::Pending, 0, "2025-03-04T11:00:00.000Z"),
@@ -575,6 +582,23 @@ mod tests {
         assert_eq!(html.matches("<tr class=\"dead-letter\"").count(), 1);
         assert!(html.contains("HTTP 400"));
         assert!(html.contains("<title>builder-monitor (1 failing)</title>"));
+
+        // A build Kueue holds is queued, in its pool; one it admitted runs there.
+        let mut pools = status.clone();
+        pools.pending = vec![
+            in_pool(open("web", ActionState::Running, 1, "2025-03-04T11:00:00.000Z"), true),
+            in_pool(open("api", ActionState::Running, 1, "2025-03-04T11:00:00.000Z"), false),
+        ];
+        let html = render(&pools, &config(runner), now());
+        assert!(html.contains("<span class=\"pill warn\">queued</span>"), "{html}");
+        assert!(
+            html.contains(
+                "queued in pool <code>linux</code>: Kueue admits it when the queue has quota (attempt 1 of 3)"
+            ),
+            "{html}"
+        );
+        assert!(html.contains("<span class=\"pill ok\">running</span>"), "{html}");
+        assert!(html.contains("running attempt 1 of 3 in pool <code>linux</code>"), "{html}");
 
         let recorded = render(&status, &config(""), now());
         assert!(recorded.contains("runner <code>none</code> records actions and never runs them"));

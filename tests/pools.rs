@@ -60,7 +60,14 @@ impl Fleet {
 
     fn config(&self) -> String {
         let dir = self.dir.path();
-        let (a, b, c) = (self.a.kubeconfig_named(dir, "a"), self.b.kubeconfig_named(dir, "b"), self.c.kubeconfig_named(dir, "c"));
+        // A registry mirror beside the build, more memory for it, and the spot nodes' toleration.
+        std::fs::write(
+            dir.join("linux.yaml"),
+            "spec:\n  tolerations:\n  - key: spot\n    operator: Exists\n  containers:\n  - name: build\n    resources:\n      limits:\n        memory: 8Gi\n  - name: mirror\n    image: registry.example.com/mirror:2\n",
+        )
+        .unwrap();
+        let (a, b, c) =
+            (self.a.kubeconfig_named(dir, "a"), self.b.kubeconfig_named(dir, "b"), self.c.kubeconfig_named(dir, "c"));
         format!(
             r#"[monitor]
 state = "state.db"
@@ -94,6 +101,8 @@ name = "a"
 kubeconfig = "{a}"
 namespace = "builds"
 platforms = ["linux/amd64"]
+tolerations = [{{ key = "builds", operator = "Exists" }}]
+pod_template = "{template}"
 
 [[runner.pools]]
 name = "b"
@@ -116,6 +125,7 @@ resources = {{ requests = {{ cpu = "1", memory = "2Gi" }} }}
             a = a.display(),
             b = b.display(),
             c = c.display(),
+            template = dir.join("linux.yaml").display(),
         )
     }
 }
@@ -197,21 +207,53 @@ async fn builds_go_to_the_pool_of_their_platform_pass_over_a_down_cluster_and_wa
     assert_eq!(job["metadata"]["annotations"]["buildermonitor.dev/pool"], "a");
     let pod = &job["spec"]["template"]["spec"];
     assert_eq!(pod["nodeSelector"], json!({ "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64" }));
+    // The pool's pod template under the build pod: tolerations appended, the sidecar beside it,
+    // the build container tuned but still running the pinned builder's creator.
+    assert_eq!(
+        pod["tolerations"],
+        json!([{ "key": "spot", "operator": "Exists" }, { "key": "builds", "operator": "Exists" }])
+    );
+    let names: Vec<&str> = pod["containers"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["build", "mirror"]);
+    assert_eq!(pod["containers"][0]["resources"]["limits"]["memory"], "8Gi");
+    assert_eq!(pod["containers"][0]["command"], json!(["/cnb/lifecycle/creator"]));
+    assert_eq!(pod["containers"][0]["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
     assert_eq!(build["spec"]["nodeSelector"], json!({ "kubernetes.io/arch": "amd64" }), "kpack sets the os itself");
     assert!(fleet.c.list("jobs").is_empty() && fleet.a.list("builds").is_empty() && fleet.b.list("jobs").is_empty());
     assert_eq!((pool_of(&web).as_deref(), pool_of(&desktop).as_deref()), (Some("a"), Some("b")));
 
-    fleet.a.set_status("jobs", Some("builds"), &web.key, json!({ "succeeded": 1, "conditions": [{ "type": "Complete", "status": "True" }] }));
-    fleet.b.set_status("builds", Some("builds"), &desktop.key, json!({ "conditions": [{ "type": "Succeeded", "status": "True" }] }));
+    fleet.a.set_status(
+        "jobs",
+        Some("builds"),
+        &web.key,
+        json!({ "succeeded": 1, "conditions": [{ "type": "Complete", "status": "True" }] }),
+    );
+    fleet.b.set_status(
+        "builds",
+        Some("builds"),
+        &desktop.key,
+        json!({ "conditions": [{ "type": "Succeeded", "status": "True" }] }),
+    );
     until("both builds recorded", async || {
         let done = |a: Option<ActionRecord>| a.is_some_and(|a| a.state == ActionState::Succeeded);
         (done(action(&p.ledger, "web", 0).await) && done(action(&p.ledger, "desktop", 0).await)).then_some(())
     })
     .await;
-    let succeeded: Vec<_> = p.ledger.events_after(0, 1000).await.unwrap().into_iter().map(|e| e.event).filter(|e| e.event_type == EventType::BuildSucceeded).collect();
+    let succeeded: Vec<_> = p
+        .ledger
+        .events_after(0, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.event)
+        .filter(|e| e.event_type == EventType::BuildSucceeded)
+        .collect();
     let pools: Vec<(String, Option<String>)> =
         succeeded.iter().map(|e| e.action.as_ref().unwrap()).map(|a| (a.image.clone(), a.pool.clone())).collect();
-    assert!(pools.contains(&("web".into(), Some("a".into()))) && pools.contains(&("desktop".into(), Some("b".into()))), "{pools:?}");
+    assert!(
+        pools.contains(&("web".into(), Some("a".into()))) && pools.contains(&("desktop".into(), Some("b".into()))),
+        "{pools:?}"
+    );
 
     // Pool a's API server goes away: web's next build goes to pool c, which serves amd64 too.
     fleet.a.go_down().await;
@@ -244,9 +286,19 @@ async fn builds_go_to_the_pool_of_their_platform_pass_over_a_down_cluster_and_wa
     .await;
     assert!(fleet.c.list("builds").is_empty());
 
-    fleet.c.set_status("jobs", Some("builds"), &web.key, json!({ "succeeded": 1, "conditions": [{ "type": "Complete", "status": "True" }] }));
+    fleet.c.set_status(
+        "jobs",
+        Some("builds"),
+        &web.key,
+        json!({ "succeeded": 1, "conditions": [{ "type": "Complete", "status": "True" }] }),
+    );
     let name = desktop_build["metadata"]["name"].as_str().unwrap().to_string();
-    fleet.b.set_status("builds", Some("builds"), &name, json!({ "conditions": [{ "type": "Succeeded", "status": "True" }] }));
+    fleet.b.set_status(
+        "builds",
+        Some("builds"),
+        &name,
+        json!({ "conditions": [{ "type": "Succeeded", "status": "True" }] }),
+    );
     let web = until("web's second build recorded", async || {
         action(&p.ledger, "web", 1).await.filter(|a| a.state == ActionState::Succeeded)
     })
@@ -315,14 +367,26 @@ async fn a_job_in_a_second_cluster_is_found_there_after_a_sigkill() {
     daemon.wait_for("the Job found again", |v| {
         v["message"] == "Job exists already (a retry or restart); following it" && v["pool"] == "remote"
     });
-    fleet.b.set_status("jobs", Some("builds"), &name, json!({ "succeeded": 1, "conditions": [{ "type": "Complete", "status": "True" }] }));
+    fleet.b.set_status(
+        "jobs",
+        Some("builds"),
+        &name,
+        json!({ "succeeded": 1, "conditions": [{ "type": "Complete", "status": "True" }] }),
+    );
     daemon.wait_for("the outcome", |v| v["message"] == "action succeeded");
     let (status, _) = daemon.terminate();
     assert!(status.success());
     assert_eq!(only(&fleet.b, "jobs")["metadata"]["uid"], uid, "found, not created again");
     assert!(fleet.a.list("jobs").is_empty() && fleet.c.list("jobs").is_empty());
     let ledger = Ledger::open(&ws.dir.path().join("state.db")).unwrap();
-    let succeeded: Vec<_> = ledger.events_after(0, 1000).await.unwrap().into_iter().map(|e| e.event).filter(|e| e.event_type == EventType::BuildSucceeded).collect();
+    let succeeded: Vec<_> = ledger
+        .events_after(0, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.event)
+        .filter(|e| e.event_type == EventType::BuildSucceeded)
+        .collect();
     assert_eq!(succeeded.len(), 1);
     assert_eq!(succeeded[0].action.as_ref().unwrap().pool.as_deref(), Some("remote"));
 }
@@ -345,7 +409,8 @@ async fn build_spec_and_rbac_show_each_pool() {
     std::fs::write(config, full).unwrap();
 
     let spec = |image: &str, pool: Option<&str>| {
-        let mut args = vec!["build-spec", "--config", config, "--image", image, "--action", "rebuild", "--output", "json"];
+        let mut args =
+            vec!["build-spec", "--config", config, "--image", image, "--action", "rebuild", "--output", "json"];
         if let Some(pool) = pool {
             args.extend(["--pool", pool]);
         }
@@ -354,13 +419,27 @@ async fn build_spec_and_rbac_show_each_pool() {
         serde_json::from_str::<Value>(&out.stdout).unwrap()
     };
     let web = spec("web", None);
-    assert_eq!((web["kind"].as_str(), web["metadata"]["annotations"]["buildermonitor.dev/pool"].as_str()), (Some("Job"), Some("a")));
+    assert_eq!(
+        (web["kind"].as_str(), web["metadata"]["annotations"]["buildermonitor.dev/pool"].as_str()),
+        (Some("Job"), Some("a"))
+    );
     let desktop = spec("desktop", None);
-    assert_eq!((desktop["kind"].as_str(), desktop["metadata"]["annotations"]["buildermonitor.dev/pool"].as_str()), (Some("Build"), Some("b")));
+    assert_eq!(
+        (desktop["kind"].as_str(), desktop["metadata"]["annotations"]["buildermonitor.dev/pool"].as_str()),
+        (Some("Build"), Some("b"))
+    );
     let queued = spec("web", Some("c"));
     assert_eq!(queued["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "builds");
     assert_eq!(queued["spec"]["managedBy"], "kueue.x-k8s.io/multikueue");
-    let out = run_with_env(&["build-spec", "--config", config, "--image", "web", "--action", "rebuild", "--pool", "z"], &[], ws.dir.path());
+    assert_eq!(
+        queued["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/arch"], "amd64",
+        "by the app's platform"
+    );
+    let out = run_with_env(
+        &["build-spec", "--config", config, "--image", "web", "--action", "rebuild", "--pool", "z"],
+        &[],
+        ws.dir.path(),
+    );
     assert_eq!(out.code, Some(2));
     assert!(out.stderr.contains("no pool named \"z\" (configured: a, b, c)"), "{}", out.stderr);
 
@@ -373,4 +452,39 @@ async fn build_spec_and_rbac_show_each_pool() {
     // The pools have clusters of their own: the default one needs nothing of them.
     let out = run_with_env(&["rbac", "--config", config], &[], ws.dir.path());
     assert!(!out.stdout.contains("jobs") && !out.stdout.contains("kpack"), "{}", out.stdout);
+
+    // Without pool b, no pool builds the Windows app: `check` says so before any build fails.
+    let text = std::fs::read_to_string(config).unwrap();
+    let start = text.find("[[runner.pools]]\nname = \"b\"").unwrap();
+    let end = start + text[start..].find("\n\n").unwrap();
+    let without_b = ws.path("without-b.toml");
+    std::fs::write(&without_b, format!("{}{}", &text[..start], &text[end..])).unwrap();
+    let out = run_with_env(&["check", "--config", without_b.to_str().unwrap()], &[], ws.dir.path());
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("warning: image \"desktop\"")
+            && out
+                .stderr
+                .contains("no pool builds windows/amd64 (pools: a [linux/amd64], c [linux/amd64, linux/arm64])"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("image \"web\""), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_missing_a_permission_in_its_cluster_stops_the_start_naming_it() {
+    let fleet = Fleet::new().await;
+    fleet.pusher.push_index("demo/run", "latest", &[Image::new("amd64")], Format::Oci).await;
+    fleet.push_builder(&BuilderSpec::jammy(&fleet.run)).await;
+    fleet.b.deny("create", "batch", "jobs");
+    let ws = Workspace::new();
+    let config = daemon_config(&fleet, ws.dir.path());
+    let out = run_with_env(&["run", "--once", "--config", config.to_str().unwrap()], &[], ws.dir.path());
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("pool \"remote\": missing permission in namespace \"builds\": create jobs.batch"),
+        "{}",
+        out.stderr
+    );
 }

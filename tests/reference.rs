@@ -18,6 +18,7 @@ const PROBES: &[(&str, &str)] = &[
     ("[runner]", "[runner]\nzzz = 1\n"),
     ("[runner.exec]", "[runner.exec]\nzzz = 1\n"),
     ("[runner.kubernetes]", "[runner.kubernetes]\nzzz = 1\n"),
+    ("[[runner.pools]]", "[runner]\ntype = \"kubernetes\"\n[[runner.pools]]\nname = \"a\"\nzzz = 1\n"),
     ("[kubernetes]", "[kubernetes]\nzzz = 1\n"),
     ("[[alerts]]", "[[alerts]]\nzzz = 1\n"),
     ("[rollout]", "[rollout]\nzzz = 1\n"),

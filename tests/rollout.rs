@@ -251,7 +251,8 @@ fn assemble(dir: &Path, text: &str, clock: Clock) -> InProcess {
     let config = Arc::new(Config::parse(&dir.join("config.toml"), text).unwrap_or_else(|e| panic!("{e}")));
     let ledger = Ledger::open(&dir.join("state.db")).unwrap();
     let monitor = Parts::new(config.clone(), ledger.clone(), clock.clone(), None).unwrap().monitor;
-    let backend = builder_monitor::runner::Backends::for_config(&config, None.into(), CancellationToken::new()).unwrap();
+    let backend =
+        builder_monitor::runner::Backends::for_config(&config, None.into(), CancellationToken::new()).unwrap();
     let runner = Arc::new(Runner::new(config.clone(), ledger.clone(), clock, backend));
     InProcess { monitor, runner, ledger, config }
 }

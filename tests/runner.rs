@@ -133,7 +133,8 @@ fn assemble(dir: &Path, text: &str) -> Daemonless {
     std::fs::write(dir.join("config.toml"), text).unwrap();
     let ledger = Ledger::open(&dir.join("state.db")).unwrap();
     let monitor = Parts::new(config.clone(), ledger.clone(), Clock::System, None).unwrap().monitor;
-    let backend = builder_monitor::runner::Backends::for_config(&config, None.into(), CancellationToken::new()).unwrap();
+    let backend =
+        builder_monitor::runner::Backends::for_config(&config, None.into(), CancellationToken::new()).unwrap();
     let runner = Arc::new(Runner::new(config.clone(), ledger.clone(), Clock::System, backend));
     Daemonless { monitor, runner, ledger, config }
 }

@@ -196,9 +196,7 @@ pub fn required_permissions(config: &Config) -> Vec<Permission> {
 /// The client of every pool with a cluster of its own, each pool's permissions checked there. A
 /// cluster that does not answer now is no reason to stop: its builds go to other pools until it
 /// does (logged); one that answers without a permission the pool needs is, named per pool.
-pub async fn pool_clients(
-    config: &Config,
-) -> Result<std::collections::BTreeMap<String, kube::Client>, ClusterError> {
+pub async fn pool_clients(config: &Config) -> Result<std::collections::BTreeMap<String, kube::Client>, ClusterError> {
     let mut out = std::collections::BTreeMap::new();
     for pool in &config.runner.pools {
         let Some(cluster) = &pool.cluster else { continue };
@@ -207,9 +205,8 @@ pub async fn pool_clients(
             context: cluster.context.clone(),
             ..Default::default()
         };
-        let client = client(&settings)
-            .await
-            .map_err(|e| ClusterError::Pool { pool: pool.name.clone(), error: Box::new(e) })?;
+        let client =
+            client(&settings).await.map_err(|e| ClusterError::Pool { pool: pool.name.clone(), error: Box::new(e) })?;
         match check_access(&client, &pool_permissions(pool)).await {
             Ok(()) => {}
             Err(ClusterError::Api(err)) if crate::runner::pool::unanswered(&err) => {

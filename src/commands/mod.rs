@@ -276,23 +276,23 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
                 SpecAction::Rebase => ActionKind::Rebase,
             };
             let preview = reaction.preview(&image, kind).await?;
-            let config = match pool {
-                None if uses_pools(&config, kind) => {
-                    // The pool the runner would pick now: the image's, or by the app's platforms.
-                    let platforms =
-                        runner::pool::platforms_of(&registry, &preview.target.image, config.monitor.max_platforms).await;
+            let reference = ActionRef { key: &preview.key, change_id: &preview.change_id, image: &image, kind };
+            let object = if uses_pools(&config, kind) {
+                // The pool the runner would pick now: the image's (or --pool), or by the app's platforms.
+                let platforms =
+                    runner::pool::platforms_of(&registry, &preview.target.image, config.monitor.max_platforms).await;
+                let mut config = (*config).clone();
+                if pool.is_none() {
                     let chosen = runner::pool::choose(&config, &image, platforms.as_deref())
                         .map_err(|e| anyhow::anyhow!("{image}: {e}"))?
                         .name
                         .clone();
-                    let mut config = (*config).clone();
                     in_pool(&mut config, &image, &chosen).map_err(usage)?;
-                    Arc::new(config)
                 }
-                _ => config,
+                runner::pool::preview_on(&config, &reference, &preview.target, platforms.as_deref())?
+            } else {
+                runner::preview(&config, &reference, &preview.target)?
             };
-            let reference = ActionRef { key: &preview.key, change_id: &preview.change_id, image: &image, kind };
-            let object = runner::preview(&config, &reference, &preview.target)?;
             match output {
                 SpecOutput::Json => println!("{}", serde_json::to_string_pretty(&object).context("encoding JSON")?),
                 SpecOutput::Yaml => print!("{}", cluster::to_yaml(&object)),

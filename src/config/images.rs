@@ -11,7 +11,7 @@ use toml::Spanned;
 use super::DurationText;
 
 use super::kubernetes::RawKubeRunner;
-use super::pools::{Pool, PodTemplate};
+use super::pools::{PodTemplate, Pool};
 use super::{BuilderSettings, Validator};
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::template;
@@ -440,7 +440,10 @@ impl<'a> Validator<'a> {
             return Some(pool.get_ref().clone());
         }
         let message = if self.pools.is_empty() {
-            format!("pool \"{}\": no pools are configured ([[runner.pools]] with [runner] type = \"kubernetes\" or \"kpack\")", pool.get_ref())
+            format!(
+                "pool \"{}\": no pools are configured ([[runner.pools]] with [runner] type = \"kubernetes\" or \"kpack\")",
+                pool.get_ref()
+            )
         } else {
             let known: Vec<&str> = self.pools.iter().map(|p| p.name.as_str()).collect();
             format!("unknown pool \"{}\" (configured: {})", pool.get_ref(), known.join(", "))

@@ -34,7 +34,7 @@ pub use images::{
     RunnerSettings, Scheduling, Source, Toleration,
 };
 pub use kubernetes::{DEFAULT_GIT_IMAGE, KubeRunnerSettings, KubeValueError, KubernetesSettings, k8s_typed};
-pub use pools::{Cluster, DEFAULT_PLATFORM, DEFAULT_POOL, PRIORITY_LABEL, Pool, PodTemplate, QUEUE_LABEL};
+pub use pools::{Cluster, DEFAULT_PLATFORM, DEFAULT_POOL, PRIORITY_LABEL, PodTemplate, Pool, QUEUE_LABEL};
 pub use registries::{CredentialSource, Credentials, RegistrySettings};
 use server::RawServer;
 pub use server::{

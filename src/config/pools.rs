@@ -122,7 +122,8 @@ impl<'a> Validator<'a> {
             None => None,
         };
         if let Some(raw) = default {
-            for (key, span) in [("name", raw.name.as_ref().map(|n| n.span())), ("type", raw.kind.as_ref().map(|k| k.span()))]
+            for (key, span) in
+                [("name", raw.name.as_ref().map(|n| n.span())), ("type", raw.kind.as_ref().map(|k| k.span()))]
             {
                 if let Some(span) = span {
                     let message = format!(
@@ -153,7 +154,10 @@ impl<'a> Validator<'a> {
                 continue;
             };
             if !is_dns_label(name.get_ref()) {
-                self.error(name.span(), format!("pool name \"{}\" is not a DNS label (lowercase letters, digits and '-')", name.get_ref()));
+                self.error(
+                    name.span(),
+                    format!("pool name \"{}\" is not a DNS label (lowercase letters, digits and '-')", name.get_ref()),
+                );
                 continue;
             }
             if name.get_ref() == DEFAULT_POOL && out.iter().any(|p: &Pool| p.name == DEFAULT_POOL) {
@@ -164,7 +168,13 @@ impl<'a> Validator<'a> {
                 continue;
             }
             let pool_kind = match raw.kind.as_ref().map(|k| (k.get_ref().as_str(), k.span())) {
-                None => if kube { kind } else { RunnerKind::Kubernetes },
+                None => {
+                    if kube {
+                        kind
+                    } else {
+                        RunnerKind::Kubernetes
+                    }
+                }
                 Some(("kubernetes", _)) => RunnerKind::Kubernetes,
                 Some(("kpack", _)) => RunnerKind::Kpack,
                 Some((other, span)) => {
@@ -183,13 +193,7 @@ impl<'a> Validator<'a> {
         out
     }
 
-    fn pool(
-        &mut self,
-        raw: RawKubeRunner,
-        name: String,
-        kind: RunnerKind,
-        legacy: bool,
-    ) -> Option<Pool> {
+    fn pool(&mut self, raw: RawKubeRunner, name: String, kind: RunnerKind, legacy: bool) -> Option<Pool> {
         let errors_before = self.diagnostics.len();
         let kpack = kind == RunnerKind::Kpack;
         let settings = self.kube_runner(&raw, kpack);
@@ -208,7 +212,10 @@ impl<'a> Validator<'a> {
                 let mut out = Vec::new();
                 for p in list.get_ref() {
                     if !is_platform(p.get_ref()) {
-                        self.error(p.span(), format!("platform \"{}\" is not os/arch[/variant] (e.g. \"linux/arm64\")", p.get_ref()));
+                        self.error(
+                            p.span(),
+                            format!("platform \"{}\" is not os/arch[/variant] (e.g. \"linux/arm64\")", p.get_ref()),
+                        );
                     } else if p.get_ref().starts_with("windows/") && !kpack {
                         self.error(p.span(), "a Job pool builds Linux images only (its build pod runs the lifecycle under sh); build Windows apps in a pool with type = \"kpack\", which runs Windows build pods");
                     } else if !out.contains(p.get_ref()) {
@@ -228,9 +235,18 @@ impl<'a> Validator<'a> {
         for (value, what) in [(&raw.queue, "queue"), (&raw.priority_class, "priority_class")] {
             if let Some(v) = value {
                 if !is_label_value(v.get_ref()) {
-                    self.error(v.span(), format!("{what} \"{}\" is not a Kubernetes label value (at most 63 letters, digits, '-', '_', '.')", v.get_ref()));
+                    self.error(
+                        v.span(),
+                        format!(
+                            "{what} \"{}\" is not a Kubernetes label value (at most 63 letters, digits, '-', '_', '.')",
+                            v.get_ref()
+                        ),
+                    );
                 } else if kpack {
-                    self.error(v.span(), format!("{what} is for Job pools: Kueue admits Jobs, and kpack makes its build pods itself"));
+                    self.error(
+                        v.span(),
+                        format!("{what} is for Job pools: Kueue admits Jobs, and kpack makes its build pods itself"),
+                    );
                 }
             }
         }
@@ -246,7 +262,9 @@ impl<'a> Validator<'a> {
         }
         if let Some(queue) = &raw.queue
             && !kpack
-            && !raw.resources.as_ref().is_some_and(|r| r.get_ref().get("requests").is_some_and(|q| q.as_object().is_some_and(|q| !q.is_empty())))
+            && !raw.resources.as_ref().is_some_and(|r| {
+                r.get_ref().get("requests").is_some_and(|q| q.as_object().is_some_and(|q| !q.is_empty()))
+            })
         {
             self.error(queue.span(), "a pool with a queue needs resources.requests (Kueue admits builds by their requests), e.g. resources = { requests = { cpu = \"1\", memory = \"2Gi\" } }");
         }
@@ -272,7 +290,12 @@ impl<'a> Validator<'a> {
 
     /// A `pod_template` file, read relative to the config and checked: every field that is
     /// refused (privileged unless allowed; for kpack, what a Build cannot carry) is an error here.
-    pub(super) fn pod_template(&mut self, path: &Spanned<String>, kpack: bool, allow_privileged: bool) -> Option<PodTemplate> {
+    pub(super) fn pod_template(
+        &mut self,
+        path: &Spanned<String>,
+        kpack: bool,
+        allow_privileged: bool,
+    ) -> Option<PodTemplate> {
         let file = self.path(path.get_ref());
         let value = match super::pod_template::read(&file) {
             Ok(v) => v,
@@ -286,7 +309,12 @@ impl<'a> Validator<'a> {
             ok = false;
             self.error(
                 path.span(),
-                format!("pod_template {}: {}: {} (allow_privileged = true on the pool allows it)", file.display(), refusal.field, refusal.why),
+                format!(
+                    "pod_template {}: {}: {} (allow_privileged = true on the pool allows it)",
+                    file.display(),
+                    refusal.field,
+                    refusal.why
+                ),
             );
         }
         if !kpack {

@@ -148,7 +148,9 @@ pub fn in_force(runner: &RunnerSettings) -> Vec<&'static dyn Backend> {
 /// Whether planning reads every app image's digest under `runner`.
 pub fn needs_app_digest(runner: &RunnerSettings) -> bool {
     let kpack_pool = || runner.pools.iter().any(|p| p.kind == RunnerKind::Kpack);
-    in_force(runner).iter().any(|b| b.needs_app_digest() || (matches!(b.name(), "kubernetes" | "kpack") && kpack_pool()))
+    in_force(runner)
+        .iter()
+        .any(|b| b.needs_app_digest() || (matches!(b.name(), "kubernetes" | "kpack") && kpack_pool()))
 }
 
 /// Whether an action of `kind` is ever carried out under `runner` (not with runner `none`, unless

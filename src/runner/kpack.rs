@@ -232,7 +232,8 @@ fn with_template(spec: &mut Value, fields: crate::config::pod_template::KpackFie
         spec["tolerations"] = json!(all);
     }
     let mut own_env = spec["env"].as_array().cloned().unwrap_or_default();
-    let mut merged_env: Vec<Value> = env.into_iter().filter(|e| !own_env.iter().any(|o| o["name"] == e["name"])).collect();
+    let mut merged_env: Vec<Value> =
+        env.into_iter().filter(|e| !own_env.iter().any(|o| o["name"] == e["name"])).collect();
     merged_env.append(&mut own_env);
     if !merged_env.is_empty() {
         spec["env"] = json!(merged_env);

@@ -19,8 +19,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::attempt::Attempt;
 use super::backend::{Carrier, Clusters};
-use super::kubernetes::{ActionRef, Placement, Watched, job, job_outcome, job_queued, termination_message};
 use super::kpack::{api_resource, build, build_outcome};
+use super::kubernetes::{ActionRef, Placement, Watched, job, job_outcome, job_queued, termination_message};
 use super::{Outcome, PreviewError, Runner, RunnerError};
 use crate::config::{Config, Pool, RunnerKind};
 use crate::ledger::ClaimedAction;
@@ -188,8 +188,11 @@ impl Site {
                 }
             }
         };
-        let output_tail =
-            if success { String::new() } else { termination_message(&self.client, &self.pool.settings.namespace, &action.key).await };
+        let output_tail = if success {
+            String::new()
+        } else {
+            termination_message(&self.client, &self.pool.settings.namespace, &action.key).await
+        };
         Outcome { success, detail, output_tail }
     }
 }
@@ -265,7 +268,11 @@ impl Pools {
         let views: Vec<PoolView<'_>> = self
             .sites
             .iter()
-            .map(|s| PoolView { name: &s.pool.name, platforms: s.pool.platforms.as_deref(), answers: s.health.answers() })
+            .map(|s| PoolView {
+                name: &s.pool.name,
+                platforms: s.pool.platforms.as_deref(),
+                answers: s.health.answers(),
+            })
             .collect();
         let named = image.and_then(|i| i.pool.as_deref());
         let order = match candidates(&views, named, platforms.as_deref()) {
@@ -390,6 +397,16 @@ pub fn choose<'a>(config: &'a Config, image: &str, platforms: Option<&[String]>)
 /// What the pool an action would go to now would create (`build-spec`): the image's pool, else
 /// the first pool (`build-spec` names the pool by the app's platforms first).
 pub fn preview(config: &Config, action: &ActionRef<'_>, target: &ActionTarget) -> Result<Value, PreviewError> {
+    preview_on(config, action, target, None)
+}
+
+/// [`preview`] for an app of known `platforms` (one of them places the pod, as the runner does).
+pub fn preview_on(
+    config: &Config,
+    action: &ActionRef<'_>,
+    target: &ActionTarget,
+    platforms: Option<&[String]>,
+) -> Result<Value, PreviewError> {
     let image = config.image(action.image);
     let named = image.and_then(|i| i.pool.as_deref());
     let pool = match named {
@@ -400,7 +417,11 @@ pub fn preview(config: &Config, action: &ActionRef<'_>, target: &ActionTarget) -
         return Ok(super::exec::command_preview(config, action, target));
     };
     let image_template = image.and_then(|i| i.pod_template.as_ref()).map(|t| &t.value);
-    let platform = pool.platforms.as_ref().filter(|p| p.len() == 1).map(|p| p[0].as_str());
+    let platform = match platforms {
+        Some([one]) => Some(one.as_str()),
+        Some(_) => None,
+        None => pool.platforms.as_ref().filter(|p| p.len() == 1).map(|p| p[0].as_str()),
+    };
     let place = Placement { pool, image_template, platform };
     match pool.kind {
         RunnerKind::Kpack => Ok(build(action, target, &place)?),

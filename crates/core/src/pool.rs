@@ -60,7 +60,9 @@ pub fn candidates<'a>(
         let platforms = app_platforms.map(|p| p.join(" and ")).unwrap_or_default();
         let pools = pools
             .iter()
-            .map(|p| format!("{} [{}]", p.name, p.platforms.map(|l| l.join(", ")).unwrap_or_else(|| "every platform".into())))
+            .map(|p| {
+                format!("{} [{}]", p.name, p.platforms.map(|l| l.join(", ")).unwrap_or_else(|| "every platform".into()))
+            })
             .collect::<Vec<_>>()
             .join(", ");
         return Err(NoPool::Platform { platforms, pools });
@@ -89,7 +91,8 @@ mod tests {
 
     #[test]
     fn the_first_answering_pool_serving_every_platform() {
-        let (amd, win, both) = (list(&["linux/amd64"]), list(&["windows/amd64"]), list(&["linux/amd64", "linux/arm64"]));
+        let (amd, win, both) =
+            (list(&["linux/amd64"]), list(&["windows/amd64"]), list(&["linux/amd64", "linux/arm64"]));
         let pools = |a_up| {
             vec![
                 PoolView { name: "a", platforms: Some(&amd), answers: a_up },

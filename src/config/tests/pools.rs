@@ -52,7 +52,10 @@ platforms = ["windows/amd64"]
     let names: Vec<&str> = c.runner.pools.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, ["default", "arm", "win"]);
     let default = &c.runner.pools[0];
-    assert_eq!((default.kind, default.platforms.as_ref(), default.cluster.as_ref()), (RunnerKind::Kubernetes, None, None));
+    assert_eq!(
+        (default.kind, default.platforms.as_ref(), default.cluster.as_ref()),
+        (RunnerKind::Kubernetes, None, None)
+    );
     assert_eq!(default.settings.namespace, "builds");
     let arm = c.runner.pool("arm").unwrap();
     assert_eq!(arm.kind, RunnerKind::Kubernetes, "a pool's type defaults to [runner] type");
@@ -146,15 +149,14 @@ name = "d"
 #[test]
 fn pools_need_a_kubernetes_runner_and_images_name_known_pools() {
     let errors = parse(&format!("{BUILDER}{}[runner]\ntype = \"exec\"\n[runner.exec]\nrebuild = [\"true\"]\nrebase = [\"true\"]\n[[runner.pools]]\nname = \"a\"\n", image("app", "pool = \"a\"\n"))).unwrap_err();
-    assert_errors(
-        &errors,
-        &["10:8: [[runner.pools]] build on Kubernetes, runner type \"exec\" runs local commands"],
-    );
+    assert_errors(&errors, &["10:8: [[runner.pools]] build on Kubernetes, runner type \"exec\" runs local commands"]);
     let errors = parse(&format!("{BUILDER}{}", image("app", "pool = \"a\"\n"))).unwrap_err();
     assert_errors(&errors, &["8:8: pool \"a\": no pools are configured"]);
-    let errors =
-        parse(&format!("{BUILDER}{}[runner]\ntype = \"kubernetes\"\n[[runner.pools]]\nname = \"b\"\n", image("app", "pool = \"a\"\n")))
-            .unwrap_err();
+    let errors = parse(&format!(
+        "{BUILDER}{}[runner]\ntype = \"kubernetes\"\n[[runner.pools]]\nname = \"b\"\n",
+        image("app", "pool = \"a\"\n")
+    ))
+    .unwrap_err();
     assert_errors(&errors, &["8:8: unknown pool \"a\" (configured: b)"]);
 }
 

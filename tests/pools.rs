@@ -56,6 +56,8 @@ impl Fleet {
         self.pusher.push_image("apps/web", Some("latest"), &Image::new("amd64").salt("web"), Format::Oci).await;
         let windows = Image { os: "windows".into(), ..Image::new("amd64").salt("desktop") };
         self.pusher.push_image("apps/desktop", Some("latest"), &windows, Format::Oci).await;
+        let arm32 = Image { variant: Some("v7".into()), ..Image::new("arm").salt("kiosk") };
+        self.pusher.push_image("apps/kiosk", Some("latest"), &arm32, Format::Oci).await;
     }
 
     fn config(&self) -> String {
@@ -92,9 +94,17 @@ image = "{host}/apps/desktop:latest"
 policy = "rebuild"
 source = {{ git = "https://example.com/desktop.git", revision = "main" }}
 
+[[images]]
+name = "kiosk"
+builder = "jammy"
+image = "{host}/apps/kiosk:latest"
+policy = "rebuild"
+source = {{ git = "https://example.com/kiosk.git", revision = "main" }}
+
 [runner]
 type = "kubernetes"
 max_concurrent = 4
+max_attempts = 1
 
 [[runner.pools]]
 name = "a"
@@ -221,6 +231,16 @@ async fn builds_go_to_the_pool_of_their_platform_pass_over_a_down_cluster_and_wa
     assert_eq!(build["spec"]["nodeSelector"], json!({ "kubernetes.io/arch": "amd64" }), "kpack sets the os itself");
     assert!(fleet.c.list("jobs").is_empty() && fleet.a.list("builds").is_empty() && fleet.b.list("jobs").is_empty());
     assert_eq!((pool_of(&web).as_deref(), pool_of(&desktop).as_deref()), (Some("a"), Some("b")));
+    // No pool builds linux/arm/v7: the action fails naming the platform, and nothing is created.
+    let kiosk = until("kiosk's failure", async || {
+        action(&p.ledger, "kiosk", 0).await.filter(|a| a.state == ActionState::Failed)
+    })
+    .await;
+    assert_eq!(
+        kiosk.detail.as_deref(),
+        Some("no pool builds linux/arm/v7 (pools: a [linux/amd64], b [windows/amd64], c [linux/amd64, linux/arm64]): add the platform to a pool's platforms, or name the pool with [[images]] pool")
+    );
+    assert_eq!(pool_of(&kiosk), None);
 
     fleet.a.set_status(
         "jobs",

@@ -118,6 +118,7 @@ pub fn action_target(
         app_reference,
         reasons,
         deploy: None,
+        gitops: None,
         scheduling: image.scheduling.clone(),
     }
 }
@@ -135,6 +136,73 @@ pub fn action_key(change_id: &str, image: &str) -> String {
 impl Reaction<'_> {
     /// Plans the reaction of every app image the move concerns; reads the app images it needs.
     pub async fn plan_actions(&self, mv: &Moved<'_>) -> Result<Planned, LedgerError> {
+        let mut planned = self.plan_app_actions(mv).await?;
+        let gitops = self.gitops_actions(mv, &planned.actions).await?;
+        planned.actions.extend(gitops);
+        Ok(planned)
+    }
+
+    /// The gitops actions of a move: one per `[[gitops]]` target that has a file of an image with
+    /// an action in it, or a marker file (which may name any image, or the builder: a builder move
+    /// alone gives those one). Each runs after the change's other actions (one wave above the
+    /// highest), and writes what the ledger holds newest then (`runner::gitops`).
+    async fn gitops_actions(&self, mv: &Moved<'_>, apps: &[NewAction]) -> Result<Vec<NewAction>, LedgerError> {
+        let mut out = Vec::new();
+        let wave = apps.iter().map(|a| a.wave.saturating_add(1)).max().unwrap_or(0);
+        let builder_moved = mv.kind == WatchKind::Builder;
+        for target in &self.config.gitops {
+            let has_app = target.files.iter().any(|f| f.image().is_some_and(|i| apps.iter().any(|a| a.image == i)));
+            let markers = target.files.iter().any(|f| f.format == crate::config::FileFormat::Marker);
+            if !(has_app || (markers && (builder_moved || !apps.is_empty()))) {
+                continue;
+            }
+            // The builder the commit names: the moved builder, or (a run image move) the first one
+            // of the move's builders that is pinned.
+            let mut builder = None;
+            for name in mv.builders {
+                let reference = match mv.kind {
+                    WatchKind::Builder => Some(mv.current.reference.clone()),
+                    WatchKind::RunImage => self.ledger.watch(name).await?.and_then(|r| r.pin).map(|p| p.reference),
+                };
+                if let Some(reference) = reference {
+                    builder = Some((name.clone(), reference));
+                    break;
+                }
+            }
+            let Some((builder_name, builder_ref)) = builder else { continue };
+            let subject = crate::config::gitops_subject(&target.name);
+            let summary = match mv.kind {
+                WatchKind::Builder => format!("{builder_name}: {}", mv.change.summary()),
+                WatchKind::RunImage => format!("run image of {builder_name}: {}", mv.change.summary()),
+            };
+            let target_of = ActionTarget {
+                image: target.repo.clone(),
+                builder_name,
+                builder: builder_ref,
+                run_image: None,
+                source: None,
+                env: Default::default(),
+                why: format!("commit change {} to {}", mv.change_id, target.name),
+                user_id: None,
+                group_id: None,
+                platform_apis: Vec::new(),
+                stack_id: None,
+                app_reference: None,
+                reasons: reason_names(mv.change),
+                scheduling: Default::default(),
+                deploy: None,
+                gitops: Some(builder_monitor_core::plan::GitopsPlan { target: target.name.clone(), summary }),
+            };
+            let needs_approval = self.config.rollout.approve.contains(&ActionKind::Gitops);
+            out.push(
+                NewAction::new(action_key(mv.change_id, &subject), mv.change_id.to_string(), subject, ActionKind::Gitops, target_of)
+                    .gated(wave, needs_approval),
+            );
+        }
+        Ok(out)
+    }
+
+    async fn plan_app_actions(&self, mv: &Moved<'_>) -> Result<Planned, LedgerError> {
         let (builders, change, current) = (mv.builders, mv.change, mv.current);
         let images: Vec<ImageSettings> =
             self.config.images.iter().filter(|i| builders.contains(&i.builder)).cloned().collect();

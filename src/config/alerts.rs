@@ -178,7 +178,7 @@ impl<'a> Validator<'a> {
     }
 
     /// A secret named by `*_env` or `*_file` (exactly one of them, or neither).
-    fn secret_source(
+    pub(super) fn secret_source(
         &mut self,
         env: Option<&Spanned<String>>,
         file: Option<&Spanned<String>>,

@@ -19,6 +19,7 @@ pub mod alerts;
 mod docker;
 mod images;
 mod kubernetes;
+mod gitops;
 mod pieces;
 pub mod pod_template;
 mod pools;
@@ -34,6 +35,7 @@ pub use images::{
     RunnerSettings, Scheduling, Source, Toleration,
 };
 pub use kubernetes::{DEFAULT_GIT_IMAGE, KubeRunnerSettings, KubeValueError, KubernetesSettings, k8s_typed};
+pub use gitops::{Author, FileFormat, GitAuth, GitopsFile, GitopsTarget, action_subject as gitops_subject};
 pub use pools::{Cluster, DEFAULT_PLATFORM, DEFAULT_POOL, PRIORITY_LABEL, PodTemplate, Pool, QUEUE_LABEL};
 pub use registries::{CredentialSource, Credentials, RegistrySettings};
 use server::RawServer;
@@ -129,6 +131,8 @@ pub struct Config {
     pub rollout: Rollout,
     /// `None` when the config has no `[server]` table: no HTTP server.
     pub server: Option<ServerSettings>,
+    /// `[[gitops]]`: repositories each change's digests are committed to.
+    pub gitops: Vec<GitopsTarget>,
 }
 
 #[derive(Debug, Clone)]
@@ -235,6 +239,18 @@ impl Config {
     }
 
     /// The `[[images]]` entry named `name`.
+    /// Where the daemon keeps working files (the gitops targets' clones): beside a SQLite ledger,
+    /// else in `$BUILDER_MONITOR_STATE_DIR`, else in the temporary directory.
+    pub fn work_dir(&self) -> PathBuf {
+        match &self.monitor.state {
+            StateLocation::Sqlite(path) => path.parent().map(Path::to_path_buf).unwrap_or_default(),
+            StateLocation::Kubernetes => std::env::var_os(STATE_DIR_ENV)
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from)
+                .unwrap_or_else(|| std::env::temp_dir().join("builder-monitor")),
+        }
+    }
+
     pub fn image(&self, name: &str) -> Option<&ImageSettings> {
         self.images.iter().find(|i| i.name == name)
     }
@@ -414,7 +430,7 @@ struct Validator<'a> {
 type Names = std::collections::HashMap<String, usize>;
 
 const SECTIONS: &[&str] =
-    &["monitor", "server", "registries", "builders", "alerts", "images", "runner", "kubernetes", "rollout"];
+    &["monitor", "server", "registries", "builders", "alerts", "images", "runner", "kubernetes", "rollout", "gitops"];
 
 impl<'a> Validator<'a> {
     fn error(&mut self, span: Range<usize>, message: impl Into<String>) {
@@ -475,6 +491,7 @@ impl<'a> Validator<'a> {
         let mut raw_runner = None;
         let mut raw_kubernetes = None;
         let mut raw_rollout = None;
+        let mut raw_gitops = None;
         for (offset, key, value) in sections.values {
             let located = Some((offset, value));
             match key.get_ref().as_ref() {
@@ -487,6 +504,7 @@ impl<'a> Validator<'a> {
                 "runner" => raw_runner = located,
                 "kubernetes" => raw_kubernetes = located,
                 "rollout" => raw_rollout = located,
+                "gitops" => raw_gitops = located,
                 other => {
                     let message = format!(
                         "unknown key `{other}`, expected one of {}",
@@ -524,6 +542,7 @@ impl<'a> Validator<'a> {
             Some(value) => v.entry::<rollout::RawRollout>(value).and_then(|raw| v.rollout(raw)),
             None => Some(Rollout::default()),
         });
+        let gitops = self.at(raw_gitops, |v, value| v.gitops(value, images.as_deref()));
         let server = self.at(raw_server, |v, value| match value {
             Some(value) => v.entry::<RawServer>(value).and_then(|raw| v.server(raw)).map(Some),
             None => Some(None),
@@ -541,6 +560,7 @@ impl<'a> Validator<'a> {
                 kubernetes: kubernetes?,
                 rollout: rollout?,
                 server: server?,
+                gitops: gitops?,
             })
         })())
     }

@@ -22,7 +22,7 @@ pub use builder_monitor_core::rollout::ActionState;
 pub struct Kinds(u8);
 
 impl Kinds {
-    pub const ALL: Kinds = Kinds(0b111);
+    pub const ALL: Kinds = Kinds(0b1111);
     pub const NONE: Kinds = Kinds(0);
 
     fn bit(kind: ActionKind) -> u8 {
@@ -30,6 +30,7 @@ impl Kinds {
             ActionKind::Rebase => 1,
             ActionKind::Rebuild => 2,
             ActionKind::Deploy => 4,
+            ActionKind::Gitops => 8,
         }
     }
 
@@ -47,7 +48,7 @@ impl Kinds {
 
     /// The one kind in the set, when it holds exactly one.
     pub fn single(self) -> Option<ActionKind> {
-        [ActionKind::Rebase, ActionKind::Rebuild, ActionKind::Deploy].into_iter().find(|k| Self::bit(*k) == self.0)
+        ActionKind::ALL.into_iter().find(|k| Self::bit(*k) == self.0)
     }
 }
 

@@ -38,8 +38,9 @@ impl From<ActionKind> for TagMoveKind {
         match kind {
             ActionKind::Rebase => TagMoveKind::Rebase,
             ActionKind::Rebuild => TagMoveKind::Rebuild,
-            // A deploy's only tag move is its undo, which puts the tag back as `rollback` does.
-            ActionKind::Deploy => TagMoveKind::Rollback,
+            // A deploy's only tag move is its undo, which puts the tag back as `rollback` does; a
+            // gitops action moves none.
+            ActionKind::Deploy | ActionKind::Gitops => TagMoveKind::Rollback,
         }
     }
 }

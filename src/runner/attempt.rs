@@ -46,6 +46,8 @@ pub struct Attempt {
     pub workloads: Vec<builder_monitor_core::deploy::WorkloadProgress>,
     /// The pool a build ran in.
     pub pool: Option<String>,
+    /// A gitops action's commit.
+    pub commit: Option<builder_monitor_core::event::CommitInfo>,
 }
 
 impl Attempt {
@@ -63,6 +65,7 @@ impl Attempt {
             rolled_back: false,
             workloads: Vec::new(),
             pool: None,
+            commit: None,
         }
     }
 
@@ -199,6 +202,7 @@ mod tests {
             reasons: vec![],
             scheduling: Default::default(),
             deploy: None,
+            gitops: None,
         };
         NewAction::new(format!("k-{change}"), change.into(), "app".into(), ActionKind::Rebuild, target)
     }

@@ -127,6 +127,7 @@ pub fn for_action(runner: &RunnerSettings, kind: ActionKind) -> &'static dyn Bac
         (ActionKind::Rebase, RebasePath::Registry) => &super::registry_rebase::RegistryRebase,
         (ActionKind::Deploy, _) if runner.exec.as_ref().is_some_and(|e| !e.deploy.is_empty()) => &super::exec::Commands,
         (ActionKind::Deploy, _) => &super::deploy::Workloads,
+        (ActionKind::Gitops, _) => &super::gitops::Commits,
         _ => of(runner.kind),
     }
 }
@@ -181,10 +182,12 @@ impl Backends {
         let client = clusters.default.clone();
         let mut started: Vec<(&'static str, Arc<dyn Carrier>)> = Vec::new();
         let mut routes = Vec::new();
-        for kind in ACTION_KINDS.into_iter().chain([ActionKind::Deploy]) {
-            // Without deploys configured none is ever recorded: nothing to start (or to connect).
+        for kind in ACTION_KINDS.into_iter().chain([ActionKind::Deploy, ActionKind::Gitops]) {
+            // Without deploys (or gitops targets) configured none is ever recorded: nothing to
+            // start (or to connect).
             let backend = match kind {
                 ActionKind::Deploy if !config.deploys() => &super::none::RecordOnly,
+                ActionKind::Gitops if config.gitops.is_empty() => &super::none::RecordOnly,
                 _ => for_action(&config.runner, kind),
             };
             let carrier = match started.iter().find(|(name, _)| *name == backend.name()) {

@@ -678,6 +678,7 @@ impl Runner {
             reasons: Vec::new(),
             scheduling: Default::default(),
             deploy: None,
+            gitops: None,
         };
         let mut event =
             self.event(&claimed, &target, EventType::DeployOverridden, Some(detail.clone()), None, &Digests::default());

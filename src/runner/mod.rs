@@ -11,6 +11,8 @@ pub mod exec;
 pub mod group;
 pub mod kpack;
 pub mod kubernetes;
+mod git;
+pub mod gitops;
 mod none;
 pub mod pool;
 mod registry_rebase;
@@ -120,6 +122,13 @@ impl Secrets {
                 // How a Docker config file spells them: a command that prints one leaks both.
                 let auth = format!("{username}:{}", password.expose());
                 values.push(base64::engine::general_purpose::STANDARD.encode(auth));
+            }
+        }
+        for target in &config.gitops {
+            if let crate::config::GitAuth::Token { username, token, .. } = &target.auth {
+                values.push(token.expose().to_string());
+                // How it travels: HTTP basic auth.
+                values.push(base64::engine::general_purpose::STANDARD.encode(format!("{username}:{}", token.expose())));
             }
         }
         if let Some(token) = config.server.as_ref().and_then(|s| s.api_token.as_ref()) {
@@ -398,6 +407,7 @@ impl Runner {
             tag_race: None,
             workloads: Vec::new(),
             pool: None,
+            commit: None,
         });
         e
     }
@@ -452,6 +462,7 @@ impl Runner {
             ActionKind::Rebuild => (EventType::BuildSucceeded, EventType::BuildFailed),
             ActionKind::Rebase => (EventType::RebaseSucceeded, EventType::RebaseFailed),
             ActionKind::Deploy => (EventType::DeploySucceeded, EventType::DeployFailed),
+            ActionKind::Gitops => (EventType::GitopsCommitted, EventType::GitopsFailed),
         };
         let failed_event = || failed_event;
         let (state, event_type) = match &attempt.next {
@@ -486,6 +497,7 @@ impl Runner {
                     info.tag_race = attempt.tag_race.clone();
                     info.workloads = attempt.workloads.clone();
                     info.pool = attempt.pool.clone();
+                    info.commit = attempt.commit.clone();
                 }
                 e
             })
@@ -687,6 +699,7 @@ mod tests {
             reasons: vec![],
             scheduling: Default::default(),
             deploy: None,
+            gitops: None,
         }
     }
 

@@ -7,6 +7,7 @@ pub mod app;
 pub mod browser;
 pub mod cnb;
 pub mod daemon;
+pub mod git;
 pub mod images;
 pub mod kube;
 pub mod ledgers;

@@ -64,6 +64,15 @@ pub enum EventType {
     /// Someone else changed a deployed workload's image: the image is held.
     #[serde(rename = "deploy.overridden")]
     DeployOverridden,
+    /// A change's digests committed and pushed to a `[[gitops]]` repository.
+    #[serde(rename = "gitops.committed")]
+    GitopsCommitted,
+    /// A gitops action failed for good (a push rejected five times, a file it cannot edit).
+    #[serde(rename = "gitops.failed")]
+    GitopsFailed,
+    /// Someone put another digest into a file builder-monitor writes: the image is held.
+    #[serde(rename = "gitops.overridden")]
+    GitopsOverridden,
     /// Sent by `alert test` only.
     #[serde(rename = "alert.test")]
     AlertTest,
@@ -71,7 +80,7 @@ pub enum EventType {
 
 impl EventType {
     /// Every type an alert can ask for (`alert.test` is sent to one alert on request only).
-    pub const ALL: [EventType; 21] = [
+    pub const ALL: [EventType; 24] = [
         EventType::BuilderPinned,
         EventType::BuilderChanged,
         EventType::RunImageChanged,
@@ -93,6 +102,9 @@ impl EventType {
         EventType::DeployFailed,
         EventType::DeployRolledBack,
         EventType::DeployOverridden,
+        EventType::GitopsCommitted,
+        EventType::GitopsFailed,
+        EventType::GitopsOverridden,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -118,6 +130,9 @@ impl EventType {
             EventType::DeployFailed => "deploy.failed",
             EventType::DeployRolledBack => "deploy.rolled_back",
             EventType::DeployOverridden => "deploy.overridden",
+            EventType::GitopsCommitted => "gitops.committed",
+            EventType::GitopsFailed => "gitops.failed",
+            EventType::GitopsOverridden => "gitops.overridden",
             EventType::AlertTest => "alert.test",
         }
     }
@@ -212,6 +227,24 @@ pub struct ActionInfo {
     /// The pool a build ran in (the `kubernetes` and `kpack` runners).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<String>,
+    /// A gitops action's commit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<CommitInfo>,
+}
+
+/// What a gitops action committed (or, failing, would have): where, and which files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitInfo {
+    /// The `[[gitops]]` name.
+    pub target: String,
+    /// The commit id; `None` when nothing was pushed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The branch pushed to.
+    pub branch: String,
+    /// The files written, relative to the repository.
+    #[serde(default)]
+    pub files: Vec<String>,
 }
 
 /// What a roll-out event is about: the actions of one change that wait (`action.*`), or the
@@ -377,7 +410,10 @@ impl Event {
             | EventType::DeploySucceeded
             | EventType::DeployFailed
             | EventType::DeployRolledBack
-            | EventType::DeployOverridden => self.action.as_ref().map(|a| {
+            | EventType::DeployOverridden
+            | EventType::GitopsCommitted
+            | EventType::GitopsFailed
+            | EventType::GitopsOverridden => self.action.as_ref().map(|a| {
                 let mut text = format!("{} of {}, attempt {}/{}", a.kind, a.image, a.attempt, a.max_attempts);
                 if let Some(detail) = &a.detail {
                     let _ = write!(text, " — {}", clipped(detail));
@@ -483,7 +519,10 @@ pub fn subject_key(event: &Event) -> String {
         | EventType::DeploySucceeded
         | EventType::DeployFailed
         | EventType::DeployRolledBack
-        | EventType::DeployOverridden => event.action.as_ref().map_or_else(builder, |a| format!("image:{}", a.image)),
+        | EventType::DeployOverridden
+        | EventType::GitopsCommitted
+        | EventType::GitopsFailed
+        | EventType::GitopsOverridden => event.action.as_ref().map_or_else(builder, |a| format!("image:{}", a.image)),
         EventType::ActionAwaitingApproval | EventType::ActionHeld => event
             .rollout
             .as_ref()
@@ -595,6 +634,7 @@ mod tests {
             tag_race: None,
             workloads: Vec::new(),
             pool: None,
+            commit: None,
         }
     }
 

@@ -97,6 +97,8 @@ pub enum ActionKind {
     Rebuild,
     /// The app's new digest into its workloads (after an action that moved the tag, or by hand).
     Deploy,
+    /// A change's new digests (and builder pin) committed to a Git repository (`[[gitops]]`).
+    Gitops,
 }
 
 impl ActionKind {
@@ -105,21 +107,27 @@ impl ActionKind {
             ActionKind::Rebase => "rebase",
             ActionKind::Rebuild => "rebuild",
             ActionKind::Deploy => "deploy",
+            ActionKind::Gitops => "gitops",
         }
     }
+
+    /// Every kind, in the order the runner routes them.
+    pub const ALL: [ActionKind; 4] = [ActionKind::Rebase, ActionKind::Rebuild, ActionKind::Deploy, ActionKind::Gitops];
 
     pub fn parse(text: &str) -> Option<Self> {
         match text {
             "rebase" => Some(ActionKind::Rebase),
             "rebuild" => Some(ActionKind::Rebuild),
             "deploy" => Some(ActionKind::Deploy),
+            "gitops" => Some(ActionKind::Gitops),
             _ => None,
         }
     }
 
-    /// Whether it moves the app tag (a rebase or a rebuild; a deploy moves workloads).
+    /// Whether it moves the app tag (a rebase or a rebuild; a deploy moves workloads, a gitops
+    /// action writes Git).
     pub fn moves_tag(self) -> bool {
-        self != ActionKind::Deploy
+        matches!(self, ActionKind::Rebase | ActionKind::Rebuild)
     }
 }
 
@@ -196,6 +204,18 @@ pub struct ActionTarget {
     /// For a deploy: the digest and the workloads it goes to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deploy: Option<crate::deploy::DeployTarget>,
+    /// For a gitops action: the `[[gitops]]` target and the change's one-line summary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gitops: Option<GitopsPlan>,
+}
+
+/// What a gitops action commits for its change: every app image's newest digest and the builder's
+/// pin, into the target's files, with the change's summary as the commit's first line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GitopsPlan {
+    /// The `[[gitops]]` name.
+    pub target: String,
+    pub summary: String,
 }
 
 /// What one app image gets, and why, in words for people.

@@ -258,6 +258,44 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX actions_by_change ON actions (change_id);
     CREATE INDEX actions_holding ON actions (holds) WHERE holds = 1;
     "#,
+    // 9: gitops actions. The actions table is rebuilt once more, this time without a CHECK on
+    // `kind`: the kinds are the Rust enum's, checked where rows are read (an unknown kind reads as
+    // an unreadable target), so the next kind of action needs no table rebuild.
+    r#"
+    CREATE TABLE actions_v9 (
+        change_id TEXT NOT NULL,
+        image TEXT NOT NULL,
+        key TEXT NOT NULL UNIQUE,
+        kind TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('pending', 'running', 'succeeded', 'failed', 'superseded',
+                                             'held', 'awaiting_approval', 'rejected', 'skipped')),
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_attempt TEXT NOT NULL,
+        object_name TEXT,
+        output_tail TEXT,
+        target TEXT NOT NULL,
+        created TEXT NOT NULL,
+        updated TEXT NOT NULL,
+        detail TEXT,
+        process_group INTEGER,
+        process_started INTEGER,
+        wave INTEGER NOT NULL DEFAULT 1,
+        needs_approval INTEGER NOT NULL DEFAULT 0,
+        released INTEGER NOT NULL DEFAULT 0,
+        decided_by TEXT,
+        decided_at TEXT,
+        progress TEXT,
+        holds INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (change_id, image, kind)
+    );
+    INSERT INTO actions_v9 SELECT * FROM actions ORDER BY rowid;
+    DROP TABLE actions;
+    ALTER TABLE actions_v9 RENAME TO actions;
+    CREATE INDEX actions_due ON actions (state, next_attempt);
+    CREATE INDEX actions_by_image ON actions (image, state);
+    CREATE INDEX actions_by_change ON actions (change_id);
+    CREATE INDEX actions_holding ON actions (holds) WHERE holds = 1;
+    "#,
 ];
 
 /// The schema version whose migration is followed by [`outbox::backfill_subjects`].

@@ -1,0 +1,378 @@
+//! Gitops actions (`[[gitops]]`): a change's new app digests, and its builder's pin, committed to
+//! a Git repository in one commit, in the daemon. An attempt fetches the branch, looks at the head
+//! commit's trailers (this change already there: done, as after a crash between the push and its
+//! record), edits the files in place (`builder_monitor_core::gitops`), records the commit before
+//! it pushes, and pushes without force; a push someone beat is fetched and re-applied, up to
+//! [`PUSH_ROUNDS`] times. What it writes is what the ledger holds newest when it runs — each
+//! image's last tag move, each builder's pin — so a commit of a later change also carries what an
+//! earlier, superseded one did not get to write. A file whose value someone else changed since
+//! the last commit is left as they made it: the image is held (`gitops.overridden`).
+
+use std::collections::BTreeMap;
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+use super::backend::{AfterRestart, Backend, Carrier, Rule};
+use super::git::{GitError, Push, Repo};
+use super::*;
+use crate::config::{FileFormat, GitopsTarget};
+use builder_monitor_core::event::CommitInfo;
+use builder_monitor_core::gitops::{self as edit, Edit, EditError};
+
+/// Pushes tried per attempt before it fails: each one lost to someone who pushed first.
+pub const PUSH_ROUNDS: usize = 5;
+/// Recent actions read to find a target's last commit and an image's holding action.
+const RECENT: usize = 500;
+
+/// Gitops actions' answers: in the daemon, retried by it, idempotent after a restart.
+pub struct Commits;
+
+impl Backend for Commits {
+    fn name(&self) -> &'static str {
+        "gitops"
+    }
+
+    fn setting(&self) -> &'static str {
+        "[[gitops]]"
+    }
+
+    fn permissions(&self) -> &'static [Rule] {
+        &[]
+    }
+
+    fn takes(&self, kind: ActionKind) -> bool {
+        kind == ActionKind::Gitops
+    }
+
+    fn retries(&self) -> bool {
+        true
+    }
+
+    /// The head commit's trailer tells whether the push landed.
+    fn after_restart(&self) -> AfterRestart {
+        AfterRestart::RunAgain
+    }
+
+    fn needs_app_digest(&self) -> bool {
+        false
+    }
+
+    fn path(&self) -> RebasePath {
+        RebasePath::Runner
+    }
+
+    fn preview(&self, _: &Config, _: &ActionRef<'_>, target: &ActionTarget) -> Result<serde_json::Value, PreviewError> {
+        Ok(serde_json::json!({ "gitops": target.gitops, "target": target }))
+    }
+
+    fn start(&self, _: &Config, _: &super::backend::Clusters, _: CancellationToken) -> Result<Arc<dyn Carrier>, RunnerError> {
+        Ok(Arc::new(Commits))
+    }
+}
+
+/// What a gitops action records, before it pushes (and keeps after): the commit, where it goes,
+/// and the value it wrote for each name (an image, or `builder:NAME`), which the next action
+/// compares the files with to see a person's change.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitProgress {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    pub branch: String,
+    #[serde(default)]
+    pub files: Vec<String>,
+    /// Name → what the files hold for it after this commit.
+    #[serde(default)]
+    pub written: BTreeMap<String, String>,
+}
+
+/// What one attempt found or did, for the runner's record.
+struct Done {
+    outcome: Outcome,
+    next: Next,
+    skipped: bool,
+    commit: Option<CommitInfo>,
+}
+
+impl Done {
+    fn failed(detail: String, next: Next) -> Self {
+        Done { outcome: Outcome { success: false, detail, output_tail: String::new() }, next, skipped: false, commit: None }
+    }
+}
+
+impl From<GitError> for Done {
+    fn from(err: GitError) -> Self {
+        Done::failed(err.to_string(), Next::Retry)
+    }
+}
+
+impl Carrier for Commits {
+    fn attempt<'a>(
+        &'a self,
+        runner: &'a Runner,
+        action: &'a ClaimedAction,
+        target: &'a ActionTarget,
+    ) -> BoxFuture<'a, Attempt> {
+        Box::pin(async move {
+            let done = match commit(runner, action, target).await {
+                Ok(done) | Err(done) => done,
+            };
+            let mut attempt = Attempt::new(done.outcome, done.next, Digests::default());
+            attempt.moved = false;
+            attempt.skipped = done.skipped;
+            attempt.commit = done.commit;
+            attempt
+        })
+    }
+}
+
+/// One value to write: into which name's places, and what.
+struct Value {
+    /// An `[[images]]` name, or `builder:NAME`.
+    name: String,
+    /// `sha256:…` (kustomize, helm-values).
+    digest: String,
+    /// `repo:tag@sha256:…` (markers).
+    reference: String,
+    /// The repository, as manifests and kustomizations name it (`registry/path`).
+    repository: String,
+    /// The action whose tag move it comes from (an image's), to hold on a person's change.
+    action: Option<String>,
+    /// That action holds its image (a person's change was kept): not written until a newer
+    /// change or `release`.
+    held: bool,
+}
+
+async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) -> Result<Done, Done> {
+    let plan = target.gitops.as_ref().ok_or_else(|| Done::failed("not a gitops action".into(), Next::Final))?;
+    let config = &runner.config;
+    let t = config
+        .gitops
+        .iter()
+        .find(|t| t.name == plan.target)
+        .ok_or_else(|| Done::failed(format!("[[gitops]] \"{}\" is no longer configured", plan.target), Next::Final))?;
+    let repo = Repo::new(config.work_dir().join("gitops").join(&t.name), t);
+    repo.init().await?;
+    let values = values(runner, t).await.map_err(|e| Done::failed(format!("cannot read the ledger: {e}"), Next::Retry))?;
+    let last = last_written(runner, action).await;
+    let mut lost = Vec::new();
+    for _ in 0..PUSH_ROUNDS {
+        // On the push branch when it exists (earlier commits waiting for review), else on `branch`.
+        let base = match repo.fetch(&t.push_branch).await? {
+            Some(base) => base,
+            None if t.push_branch != t.branch => match repo.fetch(&t.branch).await? {
+                Some(base) => base,
+                None => return Err(Done::failed(format!("{}: no branch {} (nor {})", t.repo, t.branch, t.push_branch), Next::Final)),
+            },
+            None => return Err(Done::failed(format!("{}: no branch {}", t.repo, t.branch), Next::Final)),
+        };
+        repo.checkout(&base).await?;
+        let info = |id: Option<String>, files: Vec<String>| CommitInfo {
+            target: t.name.clone(),
+            id,
+            branch: t.push_branch.clone(),
+            files,
+        };
+        if edit::changes_in(&repo.head_message().await?).iter().any(|c| c == &action.change_id) {
+            let detail = format!("{} holds this change already: commit {base} on {}", t.name, t.push_branch);
+            return Ok(Done { outcome: ok(detail), next: Next::Final, skipped: false, commit: Some(info(Some(base), Vec::new())) });
+        }
+        let applied = apply(&repo, t, &values, &last).map_err(|e| Done::failed(e, Next::Final))?;
+        hold_overridden(runner, action, target, t, &applied.overridden).await;
+        if applied.files.is_empty() {
+            let detail = format!("nothing to commit: {}'s files hold these digests already", t.name);
+            return Ok(Done { outcome: ok(detail), next: Next::Final, skipped: true, commit: Some(info(None, Vec::new())) });
+        }
+        for (path, text) in &applied.files {
+            repo.write(path, text)?;
+        }
+        let images: Vec<(String, String)> =
+            applied.changed.iter().map(|name| (name.clone(), values.iter().find(|v| &v.name == name).map(|v| v.reference.clone()).unwrap_or_default())).collect();
+        let message = edit::commit_message(&plan.summary, &images, &action.change_id, &target.reasons);
+        let paths: Vec<&str> = applied.files.iter().map(|(p, _)| p.as_str()).collect();
+        let id = repo.commit(&message, &paths).await?;
+        let files: Vec<String> = paths.iter().map(|p| p.to_string()).collect();
+        let progress = CommitProgress { commit: Some(id.clone()), branch: t.push_branch.clone(), files: files.clone(), written: applied.written.clone() };
+        // Recorded before the push: a crash after it finds the commit by its trailer.
+        let recorded = serde_json::to_value(&progress).unwrap_or_default();
+        if !runner.ledger.record_progress(&action.key, recorded).await.unwrap_or(false) {
+            return Err(Done::failed("cannot record the commit before pushing it; nothing was pushed".into(), Next::Retry));
+        }
+        match repo.push(&t.push_branch).await? {
+            Push::Pushed => {
+                tracing::info!(action = %action.key, target = %t.name, commit = %id, branch = %t.push_branch, files = ?files, "gitops commit pushed");
+                let detail = format!("commit {id} on {} of {}: {}", t.push_branch, t.repo, files.join(", "));
+                return Ok(Done { outcome: ok(detail), next: Next::Final, skipped: false, commit: Some(info(Some(id), files)) });
+            }
+            Push::Rejected(why) => {
+                tracing::info!(action = %action.key, target = %t.name, why = %why, "push rejected: someone pushed first; fetching again");
+                lost.push(why);
+            }
+        }
+    }
+    Err(Done::failed(
+        format!("push to {} rejected {PUSH_ROUNDS} times, someone pushed first each time ({}); never forced", t.push_branch, lost.join("; ")),
+        Next::Retry,
+    ))
+}
+
+fn ok(detail: String) -> Outcome {
+    Outcome { success: true, detail, output_tail: String::new() }
+}
+
+/// Every name's newest value: each configured image's last recorded tag move, each builder's pin.
+async fn values(runner: &Runner, t: &GitopsTarget) -> Result<Vec<Value>, crate::ledger::LedgerError> {
+    let mut out = Vec::new();
+    let recent = runner.ledger.actions(RECENT).await?;
+    let held = |key: &Option<String>| {
+        key.as_ref().is_some_and(|k| recent.iter().any(|a| &a.key == k && a.holds && !a.released))
+    };
+    let markers = t.files.iter().any(|f| f.format == FileFormat::Marker);
+    for image in &runner.config.images {
+        if !markers && !t.files.iter().any(|f| f.image() == Some(image.name.as_str())) {
+            continue;
+        }
+        let Some(moved) = runner.ledger.tag_moves(Some(&image.name), 1).await?.into_iter().next() else { continue };
+        let Some(digest) = moved.after else { continue };
+        out.push(Value {
+            name: image.name.clone(),
+            reference: format!("{}@{digest}", image.image),
+            repository: format!("{}/{}", image.image.registry(), image.image.repository()),
+            digest,
+            held: held(&moved.action),
+            action: moved.action,
+        });
+    }
+    if markers {
+        for builder in &runner.config.builders {
+            let Some(pin) = runner.ledger.watch(&builder.name).await?.and_then(|r| r.pin) else { continue };
+            out.push(Value {
+                name: format!("builder:{}", builder.name),
+                reference: format!("{}@{}", builder.image, pin.digest),
+                repository: format!("{}/{}", builder.image.registry(), builder.image.repository()),
+                digest: pin.digest,
+                action: None,
+                held: false,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// What this target's last pushed commit wrote for each name.
+async fn last_written(runner: &Runner, action: &ClaimedAction) -> BTreeMap<String, String> {
+    let Ok(actions) = runner.ledger.actions(RECENT).await else { return BTreeMap::new() };
+    actions
+        .into_iter()
+        .filter(|a| a.image == action.image && a.key != action.key && a.state == ActionState::Succeeded)
+        .max_by_key(|a| a.updated)
+        .and_then(|a| a.progress)
+        .and_then(|p| serde_json::from_value::<CommitProgress>(p).ok())
+        .map(|p| p.written)
+        .unwrap_or_default()
+}
+
+/// The files' new texts, the names whose places changed, what the files hold for each name now,
+/// and the names someone else changed.
+struct Applied {
+    files: Vec<(String, String)>,
+    changed: Vec<String>,
+    written: BTreeMap<String, String>,
+    overridden: Vec<(String, String, Option<String>)>,
+}
+
+fn apply(repo: &Repo, t: &GitopsTarget, values: &[Value], last: &BTreeMap<String, String>) -> Result<Applied, String> {
+    let mut applied = Applied { files: Vec::new(), changed: Vec::new(), written: last.clone(), overridden: Vec::new() };
+    for file in &t.files {
+        let text = match applied.files.iter().find(|(p, _)| p == &file.path) {
+            Some((_, text)) => text.clone(),
+            None => repo.read(&file.path).map_err(|e| e.to_string())?.ok_or_else(|| format!("{}: no file {} on the branch", t.name, file.path))?,
+        };
+        let mut text_now = text.clone();
+        let names: Vec<&Value> = match file.image() {
+            Some(image) => values.iter().filter(|v| v.name == image && !v.held).collect(),
+            None => values.iter().filter(|v| !v.held).collect(),
+        };
+        for value in names {
+            let new = match &file.format {
+                FileFormat::Kustomize { .. } => value.digest.clone(),
+                FileFormat::HelmValues { .. } => value.digest.clone(),
+                FileFormat::Marker => value.reference.clone(),
+            };
+            let result = match &file.format {
+                FileFormat::Kustomize { .. } => edit::kustomize(&text_now, &value.repository, &value.digest),
+                FileFormat::HelmValues { key, .. } => edit::helm_values(&text_now, key, &value.digest),
+                FileFormat::Marker => edit::marker(&text_now, &value.name, &value.reference),
+            };
+            let Edit { text: edited, changed, previous } = match result {
+                Ok(e) => e,
+                Err(EditError::NoMarker { .. }) => continue,
+                Err(e) => return Err(format!("{}: {}: {e}", t.name, file.path)),
+            };
+            // A person put something else here since the last commit: theirs stays.
+            if let (Some(was), Some(now)) = (last.get(&value.name), previous.as_ref())
+                && was != now
+                && now != &new
+                && changed
+            {
+                if !applied.overridden.iter().any(|(n, _, _)| n == &value.name) {
+                    applied.overridden.push((value.name.clone(), now.clone(), value.action.clone()));
+                }
+                applied.written.insert(value.name.clone(), now.clone());
+                continue;
+            }
+            applied.written.insert(value.name.clone(), new);
+            if changed {
+                text_now = edited;
+                if !applied.changed.contains(&value.name) {
+                    applied.changed.push(value.name.clone());
+                }
+            }
+        }
+        if text_now != text {
+            match applied.files.iter_mut().find(|(p, _)| p == &file.path) {
+                Some(entry) => entry.1 = text_now,
+                None => applied.files.push((file.path.clone(), text_now)),
+            }
+        }
+    }
+    Ok(applied)
+}
+
+/// Holds each image a person changed in the files, with `gitops.overridden`.
+async fn hold_overridden(
+    runner: &Runner,
+    action: &ClaimedAction,
+    target: &ActionTarget,
+    t: &GitopsTarget,
+    overridden: &[(String, String, Option<String>)],
+) {
+    for (name, theirs, holder) in overridden {
+        let detail = format!("{name} in {} was set to {theirs} by someone else; it is kept, and {name} is held until a newer change or `release`", t.name);
+        let mut event = runner.event(action, target, EventType::GitopsOverridden, Some(detail.clone()), None, &Digests::default());
+        if let Some(info) = event.action.as_mut() {
+            info.image = name.clone();
+            info.commit = Some(CommitInfo { target: t.name.clone(), id: None, branch: t.push_branch.clone(), files: Vec::new() });
+        }
+        let events = vec![event];
+        let Some(key) = holder else {
+            tracing::warn!(target = %t.name, name = %name, "{detail}");
+            continue;
+        };
+        let record = |deliveries| {
+            runner.ledger.hold_image(crate::ledger::ImageHold {
+                key,
+                detail: detail.clone(),
+                watch: &target.builder_name,
+                events: events.clone(),
+                deliveries,
+                history: runner.config.monitor.history,
+                now: runner.clock.now(),
+            })
+        };
+        match crate::alert::emit(&runner.config.alerts, &events, record).await {
+            Ok(_) => tracing::warn!(target = %t.name, image = %name, "{detail}"),
+            Err(err) => tracing::error!(target = %t.name, image = %name, error = %err, "cannot record gitops.overridden"),
+        }
+    }
+}

@@ -42,7 +42,9 @@ pub enum Command {
         /// `publish=true`, `state=kubernetes`: any disagreement fails the check, naming the key to
         /// change. Keys: listen-port, namespace, in-cluster, publish, prune, leader-election, state
         /// (`kubernetes` or the SQLite ledger's directory), runner, runner-namespace,
-        /// deploy-namespaces (comma-separated). The Helm chart's init container passes its values.
+        /// deploy-namespaces (comma-separated), pools (the kubeconfigs mounted at
+        /// /etc/builder-monitor/pools/NAME/kubeconfig, comma-separated). The Helm chart's init
+        /// container passes its values.
         #[arg(long, value_name = "KEY=VALUE")]
         expect: Vec<builder_monitor::cluster::expect::Expectation>,
     },

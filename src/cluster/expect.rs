@@ -37,7 +37,14 @@ pub enum Expectation {
     RunnerNamespace(String),
     /// `deploy-namespaces=NS,NS`: the namespaces deploys to workloads are granted in (may be empty).
     DeployNamespaces(BTreeSet<String>),
+    /// `pools=NAME,NAME`: the kubeconfigs mounted at `POOL_KUBECONFIGS/NAME/kubeconfig` (may be
+    /// empty): the pools' kubeconfigs in that directory are exactly these files.
+    Pools(BTreeSet<String>),
 }
+
+/// Where the chart mounts each pool's kubeconfig: `POOL_KUBECONFIGS/NAME/kubeconfig`, NAME being an
+/// entry of its `pools` value.
+pub const POOL_KUBECONFIGS: &str = "/etc/builder-monitor/pools";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExpectedState {
@@ -46,7 +53,7 @@ pub enum ExpectedState {
 }
 
 /// The keys, as `--help` and errors list them.
-pub const KEYS: &str = "listen-port, namespace, in-cluster, publish, prune, leader-election, state, runner, runner-namespace, deploy-namespaces";
+pub const KEYS: &str = "listen-port, namespace, in-cluster, publish, prune, leader-election, state, runner, runner-namespace, deploy-namespaces, pools";
 
 #[derive(Debug, PartialEq, Eq)]
 pub struct ParseError(String);
@@ -72,13 +79,14 @@ impl FromStr for Expectation {
             "false" => Ok(false),
             _ => Err(ParseError(format!("\"{text}\": {key} is true or false"))),
         };
-        let name = |value: &str| {
+        let label = |value: &str, what: &str| {
             if crate::config::is_dns_label(value) {
                 Ok(value.to_string())
             } else {
-                Err(ParseError(format!("\"{text}\": \"{value}\" is not a namespace name")))
+                Err(ParseError(format!("\"{text}\": \"{value}\" is not a {what} name")))
             }
         };
+        let name = |value: &str| label(value, "namespace");
         Ok(match key {
             "listen-port" => match value.parse::<u16>() {
                 Ok(port) if port > 0 => Expectation::ListenPort(port),
@@ -104,6 +112,9 @@ impl FromStr for Expectation {
             "deploy-namespaces" => Expectation::DeployNamespaces(
                 value.split(',').filter(|n| !n.is_empty()).map(name).collect::<Result<_, _>>()?,
             ),
+            "pools" => Expectation::Pools(
+                value.split(',').filter(|n| !n.is_empty()).map(|n| label(n, "pool")).collect::<Result<_, _>>()?,
+            ),
             _ => return fail(format!("unknown key {key} (keys: {KEYS})")),
         })
     }
@@ -111,7 +122,13 @@ impl FromStr for Expectation {
 
 /// What in `config` is not as `expected`, one sentence each, naming the config's side of the fix.
 pub fn unmet(config: &Config, expected: &[Expectation]) -> Vec<String> {
-    expected.iter().filter_map(|e| problem(config, e)).collect()
+    expected
+        .iter()
+        .flat_map(|e| match e {
+            Expectation::Pools(mounted) => pool_problems(config, mounted),
+            _ => problem(config, e).into_iter().collect(),
+        })
+        .collect()
 }
 
 fn problem(config: &Config, expected: &Expectation) -> Option<String> {
@@ -192,7 +209,53 @@ fn problem(config: &Config, expected: &Expectation) -> Option<String> {
                 )
             })
         }
+        // Several at once, each its own line: `pool_problems`.
+        Expectation::Pools(_) => None,
     }
+}
+
+/// The pools' kubeconfigs in `POOL_KUBECONFIGS` against the ones mounted there: each pool's file
+/// mounted, each mounted file some pool's. Kubeconfigs elsewhere (mounted by other means) are not
+/// this expectation's business.
+fn pool_problems(config: &Config, mounted: &BTreeSet<String>) -> Vec<String> {
+    let dir = Path::new(POOL_KUBECONFIGS);
+    let file = |name: &str| format!("{POOL_KUBECONFIGS}/{name}/kubeconfig");
+    let mut out = Vec::new();
+    let mut used = BTreeSet::new();
+    for pool in &config.runner.pools {
+        let Some(path) = pool.cluster.as_ref().and_then(|c| c.kubeconfig.as_deref()) else { continue };
+        let Ok(rest) = path.strip_prefix(dir) else { continue };
+        let parts: Vec<Component> = rest.components().collect();
+        let name = match parts[..] {
+            [Component::Normal(name), Component::Normal(leaf)] if leaf == "kubeconfig" => name.to_str(),
+            _ => None,
+        };
+        match name {
+            Some(name) if mounted.contains(name) => {
+                used.insert(name.to_string());
+            }
+            Some(name) => out.push(format!(
+                "pool \"{}\": kubeconfig = \"{}\" is not mounted (the deployment mounts kubeconfigs for {}): use one it mounts (or expect pools with \"{name}\")",
+                pool.name,
+                path.display(),
+                listed(mounted)
+            )),
+            None => out.push(format!(
+                "pool \"{}\": kubeconfig = \"{}\" is not where the deployment mounts a pool's kubeconfig: use \"{}\"",
+                pool.name,
+                path.display(),
+                file("NAME")
+            )),
+        }
+    }
+    for name in mounted.difference(&used) {
+        out.push(format!(
+            "the deployment mounts the kubeconfig {}, but no pool reads it: set kubeconfig = \"{}\" on the pool that builds in that cluster (or expect pools without \"{name}\")",
+            file(name),
+            file(name)
+        ));
+    }
+    out
 }
 
 fn state_problem(state: &StateLocation, wanted: &ExpectedState) -> Option<String> {
@@ -254,6 +317,8 @@ mod tests {
             [Expectation::DeployNamespaces(["jobs".to_string(), "shop".to_string()].into())]
         );
         assert_eq!(expect(&["state=/data"]), [Expectation::State(ExpectedState::SqliteIn("/data".into()))]);
+        assert_eq!(expect(&["pools="]), [Expectation::Pools(BTreeSet::new())]);
+        assert_eq!(expect(&["pools=win,arm"]), [Expectation::Pools(["arm".to_string(), "win".to_string()].into())]);
         for (bad, why) in [
             ("publish", "not KEY=VALUE"),
             ("publish=yes", "publish is true or false"),
@@ -261,6 +326,7 @@ mod tests {
             ("state=data", "absolute directory"),
             ("runner=nomad", "one of none, exec, kubernetes, kpack"),
             ("namespace=Shop", "not a namespace name"),
+            ("pools=arm,Win", "\"Win\" is not a pool name"),
             ("colour=blue", "unknown key colour"),
         ] {
             let error = bad.parse::<Expectation>().unwrap_err().to_string();
@@ -286,6 +352,7 @@ mod tests {
             "runner=kubernetes",
             "runner-namespace=builds",
             "deploy-namespaces=",
+            "pools=",
         ]);
         assert_eq!(unmet(&fits, &all), Vec::<String>::new());
         // A SQLite ledger given relative (or not at all) lands in the state directory.
@@ -351,6 +418,65 @@ mod tests {
         for (text, expectation, message) in cases {
             let problems = unmet(&config(text), &expect(&[expectation]));
             assert!(problems.len() == 1 && problems[0].contains(message), "{text} / {expectation}: {problems:?}");
+        }
+    }
+
+    /// Pools whose kubeconfigs `arm` and `win` name, and one elsewhere (mounted by other means),
+    /// which the expectation leaves alone.
+    fn pooled(arm: &str, win: &str) -> Config {
+        config(&format!(
+            "[runner]\ntype = \"kubernetes\"\n[runner.kubernetes]\nnamespace = \"builds\"\n\
+             [[runner.pools]]\nname = \"arm\"\nplatforms = [\"linux/arm64\"]\nkubeconfig = \"{arm}\"\n\
+             [[runner.pools]]\nname = \"win\"\ntype = \"kpack\"\nplatforms = [\"windows/amd64\"]\nkubeconfig = \"{win}\"\ncontext = \"win\"\n\
+             [[runner.pools]]\nname = \"site\"\nkubeconfig = \"/var/run/site/kubeconfig\"\n"
+        ))
+    }
+
+    #[test]
+    fn the_pools_kubeconfigs_are_exactly_the_mounted_ones() {
+        let fits = pooled("/etc/builder-monitor/pools/arm/kubeconfig", "/etc/builder-monitor/pools/windows/kubeconfig");
+        assert_eq!(
+            unmet(&fits, &expect(&["pools=arm,windows"])),
+            Vec::<String>::new(),
+            "any pool may read any mounted file"
+        );
+        // Two pools of one cluster share its kubeconfig; the default pool may have one too.
+        let shared = config(
+            "[runner]\ntype = \"kubernetes\"\n[runner.kubernetes]\nkubeconfig = \"/etc/builder-monitor/pools/arm/kubeconfig\"\n\
+             [[runner.pools]]\nname = \"arm2\"\nnamespace = \"b2\"\nkubeconfig = \"/etc/builder-monitor/pools/arm/kubeconfig\"\n",
+        );
+        assert_eq!(unmet(&shared, &expect(&["pools=arm"])), Vec::<String>::new());
+        assert_eq!(
+            unmet(&shared, &expect(&["pools="])),
+            [
+                "pool \"default\": kubeconfig = \"/etc/builder-monitor/pools/arm/kubeconfig\" is not mounted (the deployment mounts kubeconfigs for none): use one it mounts (or expect pools with \"arm\")",
+                "pool \"arm2\": kubeconfig = \"/etc/builder-monitor/pools/arm/kubeconfig\" is not mounted (the deployment mounts kubeconfigs for none): use one it mounts (or expect pools with \"arm\")",
+            ]
+        );
+        // No pools at all, nothing mounted: met.
+        assert_eq!(unmet(&config(""), &expect(&["pools="])), Vec::<String>::new());
+        let problems = unmet(&fits, &expect(&["pools=arm,linux"]));
+        assert_eq!(
+            problems,
+            [
+                "pool \"win\": kubeconfig = \"/etc/builder-monitor/pools/windows/kubeconfig\" is not mounted (the deployment mounts kubeconfigs for \"arm\", \"linux\"): use one it mounts (or expect pools with \"windows\")",
+                "the deployment mounts the kubeconfig /etc/builder-monitor/pools/linux/kubeconfig, but no pool reads it: set kubeconfig = \"/etc/builder-monitor/pools/linux/kubeconfig\" on the pool that builds in that cluster (or expect pools without \"linux\")",
+            ]
+        );
+        for wrong in [
+            "/etc/builder-monitor/pools/arm/config",
+            "/etc/builder-monitor/pools/arm",
+            "/etc/builder-monitor/pools/x/../arm/kubeconfig",
+        ] {
+            let problems =
+                unmet(&pooled(wrong, "/etc/builder-monitor/pools/windows/kubeconfig"), &expect(&["pools=windows"]));
+            assert_eq!(
+                problems,
+                [format!(
+                    "pool \"arm\": kubeconfig = \"{wrong}\" is not where the deployment mounts a pool's kubeconfig: use \"/etc/builder-monitor/pools/NAME/kubeconfig\""
+                )],
+                "{wrong}"
+            );
         }
     }
 }

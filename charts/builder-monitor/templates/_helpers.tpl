@@ -44,6 +44,10 @@ the release by, so a config that disagrees with them stops the pod with the key 
 {{- define "builder-monitor.checkArgs" -}}
 {{- $f := .Values.features -}}
 {{- $args := list "check" "--config" "/etc/builder-monitor/config.toml" -}}
+{{- $pools := list -}}
+{{- range .Values.pools -}}
+{{- $pools = append $pools .name -}}
+{{- end -}}
 {{- $expect := list
   (printf "listen-port=%d" (int $f.port))
   (printf "namespace=%s" .Release.Namespace)
@@ -54,11 +58,31 @@ the release by, so a config that disagrees with them stops the pod with the key 
   (printf "state=%s" (ternary "kubernetes" (include "builder-monitor.dataDir" .) $f.clusterState))
   (printf "runner=%s" $f.runner.type)
   (printf "runner-namespace=%s" $f.runner.namespace)
-  (printf "deploy-namespaces=%s" (join "," .Values.deployNamespaces)) -}}
+  (printf "deploy-namespaces=%s" (join "," .Values.deployNamespaces))
+  (printf "pools=%s" (join "," $pools)) -}}
 {{- range $expect -}}
 {{- $args = append (append $args "--expect") . -}}
 {{- end -}}
 {{- toYaml $args -}}
+{{- end -}}
+
+{{/* Where pool NAME's kubeconfig is mounted: the directory; the file is `kubeconfig` in it. */}}
+{{- define "builder-monitor.poolDir" -}}
+/etc/builder-monitor/pools/{{ . }}
+{{- end -}}
+
+{{/* The ConfigMap of `podTemplates`, mounted at /etc/builder-monitor/templates. */}}
+{{- define "builder-monitor.podTemplatesName" -}}
+{{- printf "%s-pod-templates" (include "builder-monitor.fullname" .) -}}
+{{- end -}}
+
+{{/* Both containers' mount of `podTemplates`: `check` reads the templates when it loads the config. */}}
+{{- define "builder-monitor.podTemplatesMount" -}}
+{{- if .Values.podTemplates -}}
+- name: pod-templates
+  mountPath: /etc/builder-monitor/templates
+  readOnly: true
+{{- end -}}
 {{- end -}}
 
 {{/* The environment of both containers: the pod's identity, the data directory, secrets by reference. */}}
@@ -101,5 +125,15 @@ the release by, so a config that disagrees with them stops the pod with the key 
 {{- end -}}
 {{- if not (has $f.runner.type $runnerTypes) -}}
 {{- fail (printf "features.runner.type = %q is not one of %s (the config's [runner] type)" $f.runner.type (join ", " $runnerTypes)) -}}
+{{- end -}}
+{{- $pools := list -}}
+{{- range .Values.pools -}}
+{{- if has .name $pools -}}
+{{- fail (printf "pools: %q is listed twice (one entry per kubeconfig; pools of one cluster may share it)" .name) -}}
+{{- end -}}
+{{- $pools = append $pools .name -}}
+{{- end -}}
+{{- if and $pools (not .Values.podSecurityContext.fsGroup) -}}
+{{- fail "pools: the kubeconfigs are mounted with mode 0400, readable by the container only through the pod's fsGroup: set podSecurityContext.fsGroup (65532 by default)" -}}
 {{- end -}}
 {{- end -}}

@@ -1,9 +1,10 @@
 //! builder-monitor's pure core: image references, CNB metadata and `classify`, `plan`, events, schedules,
-//! package diffs and the roll-out gate. No I/O crate is a dependency, so none can creep in.
+//! package diffs, the roll-out gate and GitOps file edits. No I/O crate is a dependency, so none can creep in.
 
 pub mod cnb;
 pub mod deploy;
 pub mod event;
+pub mod gitops;
 pub mod packages;
 pub mod plan;
 pub mod pool;

@@ -17,8 +17,9 @@ RUN cargo build --profile dist --locked --bin builder-monitor \
  && strip --strip-debug target/dist/builder-monitor
 
 FROM debian:bookworm-slim
+# git (and ssh for ssh:// remotes): [[gitops]] targets commit and push with the git program.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates tzdata \
+ && apt-get install -y --no-install-recommends ca-certificates tzdata git openssh-client \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/dist/builder-monitor /usr/local/bin/builder-monitor
 # The chart's securityContext runs as this user too (runAsNonRoot needs a numeric UID).

@@ -195,8 +195,14 @@ impl Reaction<'_> {
             };
             let needs_approval = self.config.rollout.approve.contains(&ActionKind::Gitops);
             out.push(
-                NewAction::new(action_key(mv.change_id, &subject), mv.change_id.to_string(), subject, ActionKind::Gitops, target_of)
-                    .gated(wave, needs_approval),
+                NewAction::new(
+                    action_key(mv.change_id, &subject),
+                    mv.change_id.to_string(),
+                    subject,
+                    ActionKind::Gitops,
+                    target_of,
+                )
+                .gated(wave, needs_approval),
             );
         }
         Ok(out)

@@ -238,7 +238,9 @@ async fn builds_go_to_the_pool_of_their_platform_pass_over_a_down_cluster_and_wa
     .await;
     assert_eq!(
         kiosk.detail.as_deref(),
-        Some("no pool builds linux/arm/v7 (pools: a [linux/amd64], b [windows/amd64], c [linux/amd64, linux/arm64]): add the platform to a pool's platforms, or name the pool with [[images]] pool")
+        Some(
+            "no pool builds linux/arm/v7 (pools: a [linux/amd64], b [windows/amd64], c [linux/amd64, linux/arm64]): add the platform to a pool's platforms, or name the pool with [[images]] pool"
+        )
     );
     assert_eq!(pool_of(&kiosk), None);
 

@@ -37,7 +37,11 @@ pub struct Author {
 pub enum GitAuth {
     None,
     /// An https token, sent as HTTP basic auth (never in a URL).
-    Token { username: String, token: Secret, env: String },
+    Token {
+        username: String,
+        token: Secret,
+        env: String,
+    },
     /// An ssh private key file.
     SshKey(PathBuf),
 }
@@ -115,7 +119,9 @@ fn is_branch(name: &str) -> bool {
 fn is_loopback(url: &str) -> bool {
     let Some((_, rest)) = url.split_once("://") else { return false };
     let authority = rest.split('/').next().unwrap_or_default();
-    let host = authority.rsplit_once(':').map_or(authority, |(h, port)| if port.bytes().all(|b| b.is_ascii_digit()) { h } else { authority });
+    let host = authority
+        .rsplit_once(':')
+        .map_or(authority, |(h, port)| if port.bytes().all(|b| b.is_ascii_digit()) { h } else { authority });
     matches!(host, "localhost" | "127.0.0.1" | "[::1]")
 }
 
@@ -148,7 +154,13 @@ impl<'a> Validator<'a> {
     fn gitops_target(&mut self, raw: RawGitops, images: Option<&[super::ImageSettings]>) -> Option<GitopsTarget> {
         let errors_before = self.diagnostics.len();
         if !is_dns_label(raw.name.get_ref()) {
-            self.error(raw.name.span(), format!("gitops name \"{}\" is not a DNS label (lowercase letters, digits and '-')", raw.name.get_ref()));
+            self.error(
+                raw.name.span(),
+                format!(
+                    "gitops name \"{}\" is not a DNS label (lowercase letters, digits and '-')",
+                    raw.name.get_ref()
+                ),
+            );
         }
         let repo = raw.repo.get_ref();
         let mut scheme = repo.split_once("://").map(|(s, _)| s);
@@ -158,7 +170,10 @@ impl<'a> Validator<'a> {
         }
         match scheme {
             Some("file" | "https" | "ssh") => {}
-            Some("http") => self.error(raw.repo.span(), "repo over plain http would send the token in the clear: use https:// (http:// only to localhost)"),
+            Some("http") => self.error(
+                raw.repo.span(),
+                "repo over plain http would send the token in the clear: use https:// (http:// only to localhost)",
+            ),
             _ => self.error(raw.repo.span(), format!("repo \"{repo}\" is not a file://, https:// or ssh:// URL")),
         }
         // A URL with credentials in it would end up in logs and `git remote -v`.
@@ -195,7 +210,8 @@ impl<'a> Validator<'a> {
                 if scheme != Some("https") {
                     self.error(env.span(), "credentials_env is an https token: the repo must be https://");
                 }
-                let username = raw.username.as_ref().map(|u| u.get_ref().clone()).unwrap_or_else(|| "x-access-token".into());
+                let username =
+                    raw.username.as_ref().map(|u| u.get_ref().clone()).unwrap_or_else(|| "x-access-token".into());
                 match self.secret_source(Some(env), None, "credentials") {
                     Ok(Some(token)) => Some(GitAuth::Token { username, token, env: env.get_ref().clone() }),
                     // Not resolved for this command (`status`, `plan`): never used.
@@ -243,18 +259,27 @@ impl<'a> Validator<'a> {
     fn gitops_file(&mut self, raw: &RawFile, images: Option<&[super::ImageSettings]>) -> Option<GitopsFile> {
         let errors_before = self.diagnostics.len();
         if !is_repo_path(raw.path.get_ref()) {
-            self.error(raw.path.span(), format!("path \"{}\" must be relative to the repository, without `..` or `.git`", raw.path.get_ref()));
+            self.error(
+                raw.path.span(),
+                format!("path \"{}\" must be relative to the repository, without `..` or `.git`", raw.path.get_ref()),
+            );
         }
         let image = |v: &mut Self| -> Option<String> {
             let Some(image) = &raw.image else {
-                v.error(raw.format.span(), format!("format \"{}\" needs `image` (an [[images]] name)", raw.format.get_ref()));
+                v.error(
+                    raw.format.span(),
+                    format!("format \"{}\" needs `image` (an [[images]] name)", raw.format.get_ref()),
+                );
                 return None;
             };
             if let Some(images) = images
                 && !images.iter().any(|i| &i.name == image.get_ref())
             {
                 let known: Vec<&str> = images.iter().map(|i| i.name.as_str()).collect();
-                v.error(image.span(), format!("unknown image \"{}\" (configured: {})", image.get_ref(), known.join(", ")));
+                v.error(
+                    image.span(),
+                    format!("unknown image \"{}\" (configured: {})", image.get_ref(), known.join(", ")),
+                );
                 return None;
             }
             Some(image.get_ref().clone())
@@ -266,11 +291,17 @@ impl<'a> Validator<'a> {
                 let key = match &raw.key {
                     Some(k) if k.get_ref().split('.').all(|part| !part.is_empty()) => Some(k.get_ref().clone()),
                     Some(k) => {
-                        self.error(k.span(), format!("key \"{}\" is not a dotted path (e.g. \"image.digest\")", k.get_ref()));
+                        self.error(
+                            k.span(),
+                            format!("key \"{}\" is not a dotted path (e.g. \"image.digest\")", k.get_ref()),
+                        );
                         None
                     }
                     None => {
-                        self.error(raw.format.span(), "format \"helm-values\" needs `key`, the dotted path of the value (e.g. \"image.digest\")");
+                        self.error(
+                            raw.format.span(),
+                            "format \"helm-values\" needs `key`, the dotted path of the value (e.g. \"image.digest\")",
+                        );
                         None
                     }
                 };
@@ -283,7 +314,10 @@ impl<'a> Validator<'a> {
                 Some(FileFormat::Marker)
             }
             other => {
-                self.error(raw.format.span(), format!("unknown format \"{other}\", expected kustomize, helm-values or marker"));
+                self.error(
+                    raw.format.span(),
+                    format!("unknown format \"{other}\", expected kustomize, helm-values or marker"),
+                );
                 None
             }
         };

@@ -17,9 +17,9 @@ use docker::{DockerConfig, DockerCredentials};
 
 pub mod alerts;
 mod docker;
+mod gitops;
 mod images;
 mod kubernetes;
-mod gitops;
 mod pieces;
 pub mod pod_template;
 mod pools;
@@ -30,12 +30,12 @@ mod rollout;
 mod server;
 pub use alerts::{AlertKind, AlertSettings, AlertUrl, DEFAULT_EVENTS, redact_url};
 pub use builders::{BuilderSettings, Platform, run_image_watch};
+pub use gitops::{Author, FileFormat, GitAuth, GitopsFile, GitopsTarget, action_subject as gitops_subject};
 pub use images::{
     DEFAULT_WAVE, DEPLOY_PLACEHOLDERS, ExecSettings, ImageSettings, PLACEHOLDERS, Policy, RebasePath, RunnerKind,
     RunnerSettings, Scheduling, Source, Toleration,
 };
 pub use kubernetes::{DEFAULT_GIT_IMAGE, KubeRunnerSettings, KubeValueError, KubernetesSettings, k8s_typed};
-pub use gitops::{Author, FileFormat, GitAuth, GitopsFile, GitopsTarget, action_subject as gitops_subject};
 pub use pools::{Cluster, DEFAULT_PLATFORM, DEFAULT_POOL, PRIORITY_LABEL, PodTemplate, Pool, QUEUE_LABEL};
 pub use registries::{CredentialSource, Credentials, RegistrySettings};
 use server::RawServer;

@@ -6,7 +6,7 @@
 //! only what it needs, the credentials as an HTTP header in `GIT_CONFIG_*` variables, never in a URL
 //! or an argument another process could read.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -29,6 +29,9 @@ pub enum GitError {
     Timeout { what: &'static str },
     #[error("git {what} failed: {stderr}")]
     Failed { what: &'static str, stderr: String },
+    /// The remote asked for credentials and did not take the ones sent (or none were sent).
+    #[error("git {what}: {url} refused the credentials ({hint})")]
+    Refused { what: &'static str, url: String, hint: String },
     #[error("{path}: {error}")]
     File { path: String, error: std::io::Error },
     #[error("{0} is not UTF-8 text")]
@@ -111,7 +114,30 @@ impl Repo {
         if output.status.success() {
             return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
         }
-        Err(GitError::Failed { what, stderr: tail(&output.stderr) })
+        Err(self.failed(what, &output.stderr))
+    }
+
+    /// A failed command's error: a refusal of the credentials said as such.
+    fn failed(&self, what: &'static str, stderr: &[u8]) -> GitError {
+        let stderr = tail(stderr);
+        // Git asks for a user name (and cannot: no prompt) when the server answers 401.
+        let refused = [
+            "could not read Username",
+            "Authentication failed",
+            "terminal prompts disabled",
+            "Permission denied (publickey",
+        ]
+        .iter()
+        .any(|m| stderr.contains(m));
+        if !refused {
+            return GitError::Failed { what, stderr };
+        }
+        let hint = match &self.auth {
+            GitAuth::Token { env, username, .. } => format!("check the token in ${env} and the username {username:?}"),
+            GitAuth::SshKey(key) => format!("check that the key {} may push there", key.display()),
+            GitAuth::None => "it needs credentials: set credentials_env or ssh_key_file".into(),
+        };
+        GitError::Refused { what, url: self.url.clone(), hint }
     }
 
     /// Creates the working clone's directory and repository once.
@@ -129,13 +155,14 @@ impl Repo {
         let refspec = format!("+refs/heads/{branch}:refs/remotes/origin/{branch}");
         let output = self.git("fetch", &["fetch", "--quiet", "--no-tags", "--", &self.url, &refspec]).await?;
         if !output.status.success() {
-            let stderr = tail(&output.stderr);
-            if stderr.contains("couldn't find remote ref") {
+            if tail(&output.stderr).contains("couldn't find remote ref") {
                 return Ok(None);
             }
-            return Err(GitError::Failed { what: "fetch", stderr });
+            return Err(self.failed("fetch", &output.stderr));
         }
-        let commit = self.ok("rev-parse", &["rev-parse", "--verify", &format!("refs/remotes/origin/{branch}^{{commit}}")]).await?;
+        let commit = self
+            .ok("rev-parse", &["rev-parse", "--verify", &format!("refs/remotes/origin/{branch}^{{commit}}")])
+            .await?;
         Ok(Some(commit.trim().to_string()))
     }
 
@@ -175,8 +202,11 @@ impl Repo {
         let file = self.dir.join(".git").join("BUILDER_MONITOR_MSG");
         std::fs::write(&file, message).map_err(|error| GitError::File { path: file.display().to_string(), error })?;
         let file_arg = format!("--file={}", file.display());
-        self.ok("commit", &["-c", &name, "-c", &email, "commit", "--quiet", "--no-verify", "--cleanup=verbatim", &file_arg])
-            .await?;
+        self.ok(
+            "commit",
+            &["-c", &name, "-c", &email, "commit", "--quiet", "--no-verify", "--cleanup=verbatim", &file_arg],
+        )
+        .await?;
         Ok(self.ok("rev-parse", &["rev-parse", "HEAD"]).await?.trim().to_string())
     }
 
@@ -193,15 +223,13 @@ impl Repo {
         if let Some(line) = stdout.lines().find(|l| l.starts_with('!') && l.contains("[rejected]")) {
             return Ok(Push::Rejected(line.rsplit('\t').next().unwrap_or(line).to_string()));
         }
-        let mut stderr = tail(&output.stderr);
-        if let Some(line) = stdout.lines().find(|l| l.starts_with('!')) {
-            stderr = format!("{}: {stderr}", line.rsplit('\t').next().unwrap_or(line));
+        match (self.failed("push", &output.stderr), stdout.lines().find(|l| l.starts_with('!'))) {
+            (GitError::Failed { what, stderr }, Some(line)) => Err(GitError::Failed {
+                what,
+                stderr: format!("{}: {stderr}", line.rsplit('\t').next().unwrap_or(line)),
+            }),
+            (err, _) => Err(err),
         }
-        Err(GitError::Failed { what: "push", stderr })
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 }
 

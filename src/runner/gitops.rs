@@ -66,7 +66,12 @@ impl Backend for Commits {
         Ok(serde_json::json!({ "gitops": target.gitops, "target": target }))
     }
 
-    fn start(&self, _: &Config, _: &super::backend::Clusters, _: CancellationToken) -> Result<Arc<dyn Carrier>, RunnerError> {
+    fn start(
+        &self,
+        _: &Config,
+        _: &super::backend::Clusters,
+        _: CancellationToken,
+    ) -> Result<Arc<dyn Carrier>, RunnerError> {
         Ok(Arc::new(Commits))
     }
 }
@@ -96,7 +101,12 @@ struct Done {
 
 impl Done {
     fn failed(detail: String, next: Next) -> Self {
-        Done { outcome: Outcome { success: false, detail, output_tail: String::new() }, next, skipped: false, commit: None }
+        Done {
+            outcome: Outcome { success: false, detail, output_tail: String::new() },
+            next,
+            skipped: false,
+            commit: None,
+        }
     }
 }
 
@@ -146,14 +156,14 @@ struct Value {
 async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) -> Result<Done, Done> {
     let plan = target.gitops.as_ref().ok_or_else(|| Done::failed("not a gitops action".into(), Next::Final))?;
     let config = &runner.config;
-    let t = config
-        .gitops
-        .iter()
-        .find(|t| t.name == plan.target)
-        .ok_or_else(|| Done::failed(format!("[[gitops]] \"{}\" is no longer configured", plan.target), Next::Final))?;
+    let t =
+        config.gitops.iter().find(|t| t.name == plan.target).ok_or_else(|| {
+            Done::failed(format!("[[gitops]] \"{}\" is no longer configured", plan.target), Next::Final)
+        })?;
     let repo = Repo::new(config.work_dir().join("gitops").join(&t.name), t);
     repo.init().await?;
-    let values = values(runner, t).await.map_err(|e| Done::failed(format!("cannot read the ledger: {e}"), Next::Retry))?;
+    let values =
+        values(runner, t).await.map_err(|e| Done::failed(format!("cannot read the ledger: {e}"), Next::Retry))?;
     let last = last_written(runner, action).await;
     let mut lost = Vec::new();
     for _ in 0..PUSH_ROUNDS {
@@ -162,7 +172,12 @@ async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) 
             Some(base) => base,
             None if t.push_branch != t.branch => match repo.fetch(&t.branch).await? {
                 Some(base) => base,
-                None => return Err(Done::failed(format!("{}: no branch {} (nor {})", t.repo, t.branch, t.push_branch), Next::Final)),
+                None => {
+                    return Err(Done::failed(
+                        format!("{}: no branch {} (nor {})", t.repo, t.branch, t.push_branch),
+                        Next::Final,
+                    ));
+                }
             },
             None => return Err(Done::failed(format!("{}: no branch {}", t.repo, t.branch), Next::Final)),
         };
@@ -175,34 +190,62 @@ async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) 
         };
         if edit::changes_in(&repo.head_message().await?).iter().any(|c| c == &action.change_id) {
             let detail = format!("{} holds this change already: commit {base} on {}", t.name, t.push_branch);
-            return Ok(Done { outcome: ok(detail), next: Next::Final, skipped: false, commit: Some(info(Some(base), Vec::new())) });
+            return Ok(Done {
+                outcome: ok(detail),
+                next: Next::Final,
+                skipped: false,
+                commit: Some(info(Some(base), Vec::new())),
+            });
         }
         let applied = apply(&repo, t, &values, &last).map_err(|e| Done::failed(e, Next::Final))?;
         hold_overridden(runner, action, target, t, &applied.overridden).await;
         if applied.files.is_empty() {
             let detail = format!("nothing to commit: {}'s files hold these digests already", t.name);
-            return Ok(Done { outcome: ok(detail), next: Next::Final, skipped: true, commit: Some(info(None, Vec::new())) });
+            return Ok(Done {
+                outcome: ok(detail),
+                next: Next::Final,
+                skipped: true,
+                commit: Some(info(None, Vec::new())),
+            });
         }
         for (path, text) in &applied.files {
             repo.write(path, text)?;
         }
-        let images: Vec<(String, String)> =
-            applied.changed.iter().map(|name| (name.clone(), values.iter().find(|v| &v.name == name).map(|v| v.reference.clone()).unwrap_or_default())).collect();
+        let images: Vec<(String, String)> = applied
+            .changed
+            .iter()
+            .map(|name| {
+                (name.clone(), values.iter().find(|v| &v.name == name).map(|v| v.reference.clone()).unwrap_or_default())
+            })
+            .collect();
         let message = edit::commit_message(&plan.summary, &images, &action.change_id, &target.reasons);
         let paths: Vec<&str> = applied.files.iter().map(|(p, _)| p.as_str()).collect();
         let id = repo.commit(&message, &paths).await?;
         let files: Vec<String> = paths.iter().map(|p| p.to_string()).collect();
-        let progress = CommitProgress { commit: Some(id.clone()), branch: t.push_branch.clone(), files: files.clone(), written: applied.written.clone() };
+        let progress = CommitProgress {
+            commit: Some(id.clone()),
+            branch: t.push_branch.clone(),
+            files: files.clone(),
+            written: applied.written.clone(),
+        };
         // Recorded before the push: a crash after it finds the commit by its trailer.
         let recorded = serde_json::to_value(&progress).unwrap_or_default();
         if !runner.ledger.record_progress(&action.key, recorded).await.unwrap_or(false) {
-            return Err(Done::failed("cannot record the commit before pushing it; nothing was pushed".into(), Next::Retry));
+            return Err(Done::failed(
+                "cannot record the commit before pushing it; nothing was pushed".into(),
+                Next::Retry,
+            ));
         }
         match repo.push(&t.push_branch).await? {
             Push::Pushed => {
                 tracing::info!(action = %action.key, target = %t.name, commit = %id, branch = %t.push_branch, files = ?files, "gitops commit pushed");
                 let detail = format!("commit {id} on {} of {}: {}", t.push_branch, t.repo, files.join(", "));
-                return Ok(Done { outcome: ok(detail), next: Next::Final, skipped: false, commit: Some(info(Some(id), files)) });
+                return Ok(Done {
+                    outcome: ok(detail),
+                    next: Next::Final,
+                    skipped: false,
+                    commit: Some(info(Some(id), files)),
+                });
             }
             Push::Rejected(why) => {
                 tracing::info!(action = %action.key, target = %t.name, why = %why, "push rejected: someone pushed first; fetching again");
@@ -211,7 +254,11 @@ async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) 
         }
     }
     Err(Done::failed(
-        format!("push to {} rejected {PUSH_ROUNDS} times, someone pushed first each time ({}); never forced", t.push_branch, lost.join("; ")),
+        format!(
+            "push to {} rejected {PUSH_ROUNDS} times, someone pushed first each time ({}); never forced",
+            t.push_branch,
+            lost.join("; ")
+        ),
         Next::Retry,
     ))
 }
@@ -286,7 +333,10 @@ fn apply(repo: &Repo, t: &GitopsTarget, values: &[Value], last: &BTreeMap<String
     for file in &t.files {
         let text = match applied.files.iter().find(|(p, _)| p == &file.path) {
             Some((_, text)) => text.clone(),
-            None => repo.read(&file.path).map_err(|e| e.to_string())?.ok_or_else(|| format!("{}: no file {} on the branch", t.name, file.path))?,
+            None => repo
+                .read(&file.path)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("{}: no file {} on the branch", t.name, file.path))?,
         };
         let mut text_now = text.clone();
         let names: Vec<&Value> = match file.image() {
@@ -348,11 +398,16 @@ async fn hold_overridden(
     overridden: &[(String, String, Option<String>)],
 ) {
     for (name, theirs, holder) in overridden {
-        let detail = format!("{name} in {} was set to {theirs} by someone else; it is kept, and {name} is held until a newer change or `release`", t.name);
-        let mut event = runner.event(action, target, EventType::GitopsOverridden, Some(detail.clone()), None, &Digests::default());
+        let detail = format!(
+            "{name} in {} was set to {theirs} by someone else; it is kept, and {name} is held until a newer change or `release`",
+            t.name
+        );
+        let mut event =
+            runner.event(action, target, EventType::GitopsOverridden, Some(detail.clone()), None, &Digests::default());
         if let Some(info) = event.action.as_mut() {
             info.image = name.clone();
-            info.commit = Some(CommitInfo { target: t.name.clone(), id: None, branch: t.push_branch.clone(), files: Vec::new() });
+            info.commit =
+                Some(CommitInfo { target: t.name.clone(), id: None, branch: t.push_branch.clone(), files: Vec::new() });
         }
         let events = vec![event];
         let Some(key) = holder else {
@@ -372,7 +427,9 @@ async fn hold_overridden(
         };
         match crate::alert::emit(&runner.config.alerts, &events, record).await {
             Ok(_) => tracing::warn!(target = %t.name, image = %name, "{detail}"),
-            Err(err) => tracing::error!(target = %t.name, image = %name, error = %err, "cannot record gitops.overridden"),
+            Err(err) => {
+                tracing::error!(target = %t.name, image = %name, error = %err, "cannot record gitops.overridden")
+            }
         }
     }
 }

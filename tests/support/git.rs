@@ -133,11 +133,10 @@ impl HttpGit {
 }
 
 async fn serve(State(served): State<Arc<Served>>, request: Request) -> Response<Body> {
-    let expected = format!(
-        "Basic {}",
-        base64::engine::general_purpose::STANDARD.encode(format!("bot:{}", served.password))
-    );
-    let authorized = request.headers().get("authorization").and_then(|v| v.to_str().ok()) == Some(expected.as_str());
+    let expected =
+        format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("bot:{}", served.password)));
+    let (parts, body) = request.into_parts();
+    let authorized = parts.headers.get("authorization").and_then(|v| v.to_str().ok()) == Some(expected.as_str());
     if !authorized {
         return Response::builder()
             .status(StatusCode::UNAUTHORIZED)
@@ -145,12 +144,12 @@ async fn serve(State(served): State<Arc<Served>>, request: Request) -> Response<
             .body(Body::from("authentication required"))
             .unwrap();
     }
-    let method = request.method().to_string();
-    let path = request.uri().path().to_string();
-    let query = request.uri().query().unwrap_or_default().to_string();
-    let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    let method = parts.method.to_string();
+    let path = parts.uri.path().to_string();
+    let query = parts.uri.query().unwrap_or_default().to_string();
+    let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
     let (content_type, encoding) = (header("content-type"), header("content-encoding"));
-    let body = to_bytes(request.into_body(), 64 << 20).await.unwrap();
+    let body = to_bytes(body, 64 << 20).await.unwrap();
     let mut child = tokio::process::Command::new("git")
         .arg("http-backend")
         .env_clear()
@@ -178,9 +177,12 @@ async fn serve(State(served): State<Arc<Served>>, request: Request) -> Response<
     let out = child.wait_with_output().await.unwrap();
     let _ = writer.await;
     // CGI: headers, a blank line, the body.
-    let split = out.stdout.windows(4).position(|w| w == b"\r\n\r\n").map(|i| (i, 4)).or_else(|| {
-        out.stdout.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2))
-    });
+    let split = out
+        .stdout
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| (i, 4))
+        .or_else(|| out.stdout.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2)));
     let Some((at, gap)) = split else {
         return Response::builder()
             .status(StatusCode::INTERNAL_SERVER_ERROR)

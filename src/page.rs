@@ -4,6 +4,7 @@
 //! (`images`), open actions, deploys (`deploys`), each watch's folded history, and dead letters.
 
 mod deploys;
+mod gitops;
 mod html;
 mod images;
 mod summary;
@@ -61,6 +62,11 @@ pub fn render(status: &Status, config: &Config, now: DateTime<Utc>) -> String {
     if !status.deploys.is_empty() {
         section(&mut out, "deploys", "Deploys", Some(status.deploys.len()));
         deploys::table(&mut out, &status.deploys, now);
+    }
+
+    if !status.gitops.is_empty() {
+        section(&mut out, "gitops", "Git write-back", Some(status.gitops.len()));
+        gitops::table(&mut out, &status.gitops, now);
     }
 
     section(&mut out, "history", "History", None);
@@ -280,6 +286,7 @@ mod tests {
             deliveries: Vec::new(),
             dead_letters: Vec::new(),
             deploys: Vec::new(),
+            gitops: Vec::new(),
         }
     }
 

@@ -3,6 +3,7 @@
 //! stable JSON of docs/commands.md (`status --json`) or as text for people.
 
 mod deploys;
+mod gitops;
 mod images;
 
 use std::collections::BTreeMap;
@@ -20,6 +21,7 @@ use builder_monitor_core::rollout::Freeze;
 use builder_monitor_core::schedule::{timestamp, timestamp_millis};
 use builder_monitor_core::text::escape;
 pub use deploys::DeployStatus;
+pub use gitops::{GitopsStatus, targets as gitops_targets};
 pub use images::{ImageAction, ImageStatus, TagMoveStatus};
 
 #[derive(Debug, Clone, Serialize)]
@@ -41,6 +43,8 @@ pub struct Status {
     /// Each configured workload of the `[[images]]` with `deploy` workloads, as the image's newest
     /// deploy left it (one entry per container written).
     pub deploys: Vec<DeployStatus>,
+    /// Each `[[gitops]]` target's last pushed commit and its newest action.
+    pub gitops: Vec<GitopsStatus>,
 }
 
 /// The roll-out gates that hold for every action now.
@@ -169,8 +173,16 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
         deliveries: ledger.pending_deliveries().await?,
         dead_letters: ledger.dead_letters().await?,
         deploys: deploys::deploys(&config.images, &latest),
+        gitops: if config.gitops.is_empty() {
+            Vec::new()
+        } else {
+            gitops::targets(config, &ledger.actions(GITOPS_RECENT).await?)
+        },
     })
 }
+
+/// Recent actions read for the gitops targets' last commits.
+const GITOPS_RECENT: usize = 500;
 
 /// The open actions, each pending one with why it waits, and the gates that hold for all.
 pub async fn open_actions(
@@ -296,6 +308,7 @@ pub fn render_text(status: &Status) -> String {
     }
     images::render_text(&mut out, &status.images);
     deploys::render_text(&mut out, &status.deploys);
+    gitops::render_text(&mut out, &status.gitops);
     if let Some(f) = &status.rollout.frozen {
         let reason = f.reason.as_deref().map(|r| format!(": {}", escape(r))).unwrap_or_default();
         let _ = writeln!(
@@ -499,6 +512,7 @@ mod tests {
                 time: at("2026-11-30T11:00:00Z"),
             }],
             deploys: vec![],
+            gitops: vec![],
         };
         assert_eq!(
             serde_json::to_string(&status).unwrap(),
@@ -513,7 +527,7 @@ mod tests {
                 r#""deliveries":[{"event":"e1","type":"builder.changed","alert":"hook","attempts":2,"#,
                 r#""next_attempt":"2026-11-30T12:20:00.125Z","last_status":"HTTP 503"}],"#,
                 r#""dead_letters":[{"event":"e0","type":"check.failed","alert":"pager","attempts":5,"#,
-                r#""last_status":null,"time":"2026-11-30T11:00:00.000Z"}],"deploys":[]}"#
+                r#""last_status":null,"time":"2026-11-30T11:00:00.000Z"}],"deploys":[],"gitops":[]}"#
             )
         );
         let text = render_text(&status);

@@ -214,6 +214,25 @@ async fn a_run_image_push_is_one_commit_of_every_new_digest_and_a_persons_rollba
     assert_eq!(committed[0]["action"]["commit"]["id"], id.as_str());
     assert_eq!(committed[0]["action"]["commit"]["branch"], "main");
 
+    // `status` and `plan` show the target's last commit.
+    let status = w.ws.run(&["status", "--json", "--config", w.config().to_str().unwrap()]);
+    let status: Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(status["gitops"][0]["commit"], id.as_str(), "{:#}", status["gitops"]);
+    assert_eq!(
+        (status["gitops"][0]["change"].as_str(), status["gitops"][0]["state"].as_str()),
+        (Some(change.as_str()), Some("succeeded"))
+    );
+    let plan = w.ws.run(&["plan", "--config", w.config().to_str().unwrap()]);
+    assert!(
+        plan.stdout.contains(&format!(
+            "gitops fleet ({} main): then commit the new digests; last commit {} (change {change})",
+            w.remote.url(),
+            &id[..12]
+        )),
+        "{}",
+        plan.stdout
+    );
+
     // Nothing moved: nothing to commit.
     assert_eq!(w.once(&[]).code, Some(0));
     assert_eq!(w.commits().len(), 1);

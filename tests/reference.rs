@@ -20,6 +20,8 @@ const PROBES: &[(&str, &str)] = &[
     ("[runner.kubernetes]", "[runner.kubernetes]\nzzz = 1\n"),
     ("[[runner.pools]]", "[runner]\ntype = \"kubernetes\"\n[[runner.pools]]\nname = \"a\"\nzzz = 1\n"),
     ("[kubernetes]", "[kubernetes]\nzzz = 1\n"),
+    ("[[gitops]]", "[[gitops]]\nzzz = 1\n"),
+    ("[[gitops]] files", "[[gitops]]\nname = \"g\"\nrepo = \"file:///r\"\nfiles = [{ zzz = 1 }]\n"),
     ("[[alerts]]", "[[alerts]]\nzzz = 1\n"),
     ("[rollout]", "[rollout]\nzzz = 1\n"),
     ("[rollout] windows", "[rollout]\nwindows = [{ zzz = 1 }]\n"),

@@ -373,6 +373,22 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
                     }
                 }
             }
+            if !json && !config.gitops.is_empty() {
+                // After the changes' other actions, each target gets one commit of what moved.
+                let recent = ledger.actions(500).await?;
+                for t in status::gitops_targets(&config, &recent) {
+                    let last = match (&t.commit, &t.change) {
+                        (Some(c), Some(change)) => format!("last commit {} (change {change})", &c[..c.len().min(12)]),
+                        _ => "no commit yet".into(),
+                    };
+                    println!(
+                        "gitops {} ({} {}): then commit the new digests; {last}",
+                        t.name,
+                        text::escape(&t.repo),
+                        t.branch
+                    );
+                }
+            }
             Ok(0)
         }
         Command::Rollback { image, to, config: path } => {

@@ -368,7 +368,28 @@ impl Config {
             r.max_attempts,
             humantime::format_duration(r.backoff)
         ));
+        for p in &r.pools {
+            let cluster =
+                p.cluster.as_ref().and_then(|c| c.kubeconfig.as_ref()).map(|k| format!(", cluster {}", k.display()));
+            let queue = p.queue.as_ref().map(|q| format!(", Kueue queue {q}")).unwrap_or_default();
+            out.push_str(&format!(
+                "  pool {}: {} in namespace {}{}, {}{queue}\n",
+                p.name,
+                p.kind.as_str(),
+                p.settings.namespace,
+                cluster.unwrap_or_default(),
+                p.platforms_text()
+            ));
+        }
         out.push_str(&rollout::summary(&self.rollout).unwrap_or_default());
+        for g in &self.gitops {
+            let branch = if g.push_branch == g.branch {
+                g.branch.clone()
+            } else {
+                format!("{} → {}", g.branch, g.push_branch)
+            };
+            out.push_str(&format!("gitops {}: {} ({branch}), {} files\n", g.name, g.repo, g.files.len()));
+        }
         out.push_str(&format!("alerts ({}):\n", self.alerts.len()));
         for a in &self.alerts {
             let builders = if a.builders.is_empty() { "all builders".to_string() } else { a.builders.join(", ") };

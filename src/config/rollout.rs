@@ -67,7 +67,7 @@ impl Validator<'_> {
                 None => self.error(
                     kind.span(),
                     format!(
-                        "unknown action kind \"{}\" in approve, expected rebuild, rebase or deploy",
+                        "unknown action kind \"{}\" in approve, expected rebuild, rebase, deploy or gitops",
                         kind.get_ref()
                     ),
                 ),
@@ -306,7 +306,7 @@ max_in_flight = 0
             "15:60: unknown time zone \"Europe/Berln\" (an IANA name such as \"Europe/Berlin\" or \"UTC\")",
             "16:42: end \"25:00\" is not a time of day HH:MM (00:00 to 24:00)",
             "17:42: end \"09:00\" is the same as start: a window needs a length",
-            "19:23: unknown action kind \"build\" in approve, expected rebuild, rebase or deploy",
+            "19:23: unknown action kind \"build\" in approve, expected rebuild, rebase, deploy or gitops",
             "20:17: max_in_flight must be at least 1",
         ];
         for (got, want) in errors.iter().zip(expect.iter()) {

@@ -448,4 +448,5 @@ fn a_duration_without_a_unit_asks_for_one_and_hides_nothing() {
 }
 
 mod deploy;
+mod gitops;
 mod pools;

@@ -222,6 +222,7 @@ mod tests {
             deliveries: vec![],
             dead_letters: vec![],
             deploys: vec![],
+            gitops: Vec::new(),
         };
         let text = render_status(&status);
         assert!(
@@ -289,6 +290,7 @@ mod tests {
             deliveries: vec![],
             dead_letters: vec![],
             deploys: vec![],
+            gitops: Vec::new(),
         };
         let text = render_status(&status);
         assert!(text.contains("    last action: deploy failed 2026-11-30T12:25:00.000Z: deploy failed\n"), "{text}");

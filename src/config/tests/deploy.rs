@@ -293,7 +293,7 @@ fn every_bad_rollout_deploy_value_is_reported_at_its_position() {
             "3:8: unknown undo \"never\", expected workload-and-tag, workload or none",
             "4:14: fail_after must be greater than zero",
             "5:18: invalid deploy_timeout \"soon\"",
-            "6:22: unknown action kind \"roll\" in approve, expected rebuild, rebase or deploy",
+            "6:22: unknown action kind \"roll\" in approve, expected rebuild, rebase, deploy or gitops",
         ],
     );
     let errors = parse_after_builder("[rollout]\ndeploy_timeout = \"0s\"\nsoak = \"2y\"\n").unwrap_err();

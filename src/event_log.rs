@@ -71,7 +71,12 @@ mod tests {
         }
     }
 
+    /// `LOG_DOCUMENTS` is one flag for the process: tests that set it take turns, or one test's
+    /// `false` lands in the middle of another's JSON line.
+    static LOG_DOCUMENTS_TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     fn logged(level: tracing::Level, json: bool, event: &Event) -> String {
+        let _turn = LOG_DOCUMENTS_TURN.lock().unwrap_or_else(|e| e.into_inner());
         let sink = Captured::default();
         let writer = sink.clone();
         let builder =

@@ -200,6 +200,15 @@ async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) 
         let applied = apply(&repo, t, &values, &last).map_err(|e| Done::failed(e, Next::Final))?;
         hold_overridden(runner, action, target, t, &applied.overridden).await;
         if applied.files.is_empty() {
+            // What the files hold is the next action's baseline, as after a commit.
+            let progress = CommitProgress {
+                commit: None,
+                branch: t.push_branch.clone(),
+                files: Vec::new(),
+                written: applied.written.clone(),
+            };
+            let _ =
+                runner.ledger.record_progress(&action.key, serde_json::to_value(&progress).unwrap_or_default()).await;
             let detail = format!("nothing to commit: {}'s files hold these digests already", t.name);
             return Ok(Done {
                 outcome: ok(detail),
@@ -306,12 +315,17 @@ async fn values(runner: &Runner, t: &GitopsTarget) -> Result<Vec<Value>, crate::
     Ok(out)
 }
 
-/// What this target's last pushed commit wrote for each name.
+/// What the files held for each name after this target's last action: what its commit wrote, or
+/// what it found when there was nothing to commit.
 async fn last_written(runner: &Runner, action: &ClaimedAction) -> BTreeMap<String, String> {
     let Ok(actions) = runner.ledger.actions(RECENT).await else { return BTreeMap::new() };
     actions
         .into_iter()
-        .filter(|a| a.image == action.image && a.key != action.key && a.state == ActionState::Succeeded)
+        .filter(|a| {
+            a.image == action.image
+                && a.key != action.key
+                && matches!(a.state, ActionState::Succeeded | ActionState::Skipped)
+        })
         .max_by_key(|a| a.updated)
         .and_then(|a| a.progress)
         .and_then(|p| serde_json::from_value::<CommitProgress>(p).ok())

@@ -12,7 +12,9 @@ use crate::registry::Registry;
 use builder_monitor_core::cnb::{self, BuilderMetadata, Change, PinnedMetadata, run_watch_name};
 use builder_monitor_core::deploy::Workload;
 use builder_monitor_core::event::{self, Pin};
-use builder_monitor_core::plan::{self, ActionKind, ActionTarget, AppState, Decision, Move, RunImageTarget};
+use builder_monitor_core::plan::{
+    self, ActionKind, ActionTarget, AppState, Decision, GitopsPlan, Move, RunImageTarget,
+};
 use builder_monitor_core::reference::ImageRef;
 
 /// The parts a reaction reads.
@@ -170,42 +172,79 @@ impl Reaction<'_> {
                 }
             }
             let Some((builder_name, builder_ref)) = builder else { continue };
-            let subject = crate::config::gitops_subject(&target.name);
             let summary = match mv.kind {
                 WatchKind::Builder => format!("{builder_name}: {}", mv.change.summary()),
                 WatchKind::RunImage => format!("run image of {builder_name}: {}", mv.change.summary()),
             };
-            let target_of = ActionTarget {
-                image: target.repo.clone(),
+            let why = format!("commit change {} to {}", mv.change_id, target.name);
+            let plan = GitopsPlan { target: target.name.clone(), summary };
+            out.push(self.gitops_action(
+                mv.change_id,
+                plan,
                 builder_name,
-                builder: builder_ref,
-                run_image: None,
-                source: None,
-                env: Default::default(),
-                why: format!("commit change {} to {}", mv.change_id, target.name),
-                user_id: None,
-                group_id: None,
-                platform_apis: Vec::new(),
-                stack_id: None,
-                app_reference: None,
-                reasons: reason_names(mv.change),
-                scheduling: Default::default(),
-                deploy: None,
-                gitops: Some(builder_monitor_core::plan::GitopsPlan { target: target.name.clone(), summary }),
-            };
-            let needs_approval = self.config.rollout.approve.contains(&ActionKind::Gitops);
-            out.push(
-                NewAction::new(
-                    action_key(mv.change_id, &subject),
-                    mv.change_id.to_string(),
-                    subject,
-                    ActionKind::Gitops,
-                    target_of,
-                )
-                .gated(wave, needs_approval),
-            );
+                builder_ref,
+                why,
+                reason_names(mv.change),
+                wave,
+            ));
         }
         Ok(out)
+    }
+
+    /// A builder's pin without a change (its first, or an index whose watched platforms stayed):
+    /// the targets with marker files get it all the same, under a change id of the pin's own.
+    pub fn pin_gitops_actions(&self, builder: &str, reference: &str, digest: &str) -> Vec<NewAction> {
+        let change_id = format!("pin-{}", event::stable_id(&[builder, digest]));
+        let short = digest.strip_prefix("sha256:").map_or(digest, |d| &d[..d.len().min(12)]);
+        self.config
+            .gitops
+            .iter()
+            .filter(|t| t.files.iter().any(|f| f.format == crate::config::FileFormat::Marker))
+            .map(|t| {
+                let plan =
+                    GitopsPlan { target: t.name.clone(), summary: format!("{builder}: pinned to sha256:{short}") };
+                let why = format!("commit the pin of {builder} to {}", t.name);
+                self.gitops_action(&change_id, plan, builder.to_string(), reference.to_string(), why, Vec::new(), 0)
+            })
+            .collect()
+    }
+
+    /// One target's gitops action of a change.
+    #[allow(clippy::too_many_arguments)]
+    fn gitops_action(
+        &self,
+        change_id: &str,
+        plan: GitopsPlan,
+        builder_name: String,
+        builder: String,
+        why: String,
+        reasons: Vec<String>,
+        wave: u32,
+    ) -> NewAction {
+        let subject = crate::config::gitops_subject(&plan.target);
+        let image =
+            self.config.gitops.iter().find(|t| t.name == plan.target).map(|t| t.repo.clone()).unwrap_or_default();
+        let target = ActionTarget {
+            image,
+            builder_name,
+            builder,
+            run_image: None,
+            source: None,
+            env: Default::default(),
+            why,
+            user_id: None,
+            group_id: None,
+            platform_apis: Vec::new(),
+            stack_id: None,
+            app_reference: None,
+            reasons,
+            scheduling: Default::default(),
+            deploy: None,
+            gitops: Some(plan),
+        };
+        let needs_approval = self.config.rollout.approve.contains(&ActionKind::Gitops);
+        NewAction::new(action_key(change_id, &subject), change_id.to_string(), subject, ActionKind::Gitops, target)
+            .gated(wave, needs_approval)
     }
 
     async fn plan_app_actions(&self, mv: &Moved<'_>) -> Result<Planned, LedgerError> {

@@ -31,6 +31,8 @@ struct World {
     host: String,
     remote: Remote,
     run: u32,
+    /// `main` after the first run (which commits the builder's first pin into its marker).
+    start: String,
 }
 
 /// The GitOps repository's files, naming the apps and the builder in `host`.
@@ -52,6 +54,13 @@ fn manifests(host: &str) -> Vec<(String, String)> {
             "platform/builder.yaml".into(),
             format!(
                 "apiVersion: kpack.io/v1alpha2\nkind: ClusterBuilder\nmetadata:\n  name: jammy\nspec:\n  image: {host}/demo/builder:latest@sha256:{} # {{\"builder-monitor\": \"builder:jammy\"}}\n",
+                "0".repeat(64)
+            ),
+        ),
+        (
+            "apps/web/report-cronjob.yaml".into(),
+            format!(
+                "apiVersion: batch/v1\nkind: CronJob\nspec:\n  jobTemplate:\n    spec:\n      template:\n        spec:\n          containers:\n          - name: report\n            image: {host}/apps/web:latest@sha256:{} # {{\"builder-monitor\": \"web\"}}\n",
                 "0".repeat(64)
             ),
         ),
@@ -90,12 +99,14 @@ impl World {
              author = {{ name = \"builder-monitor\", email = \"bm@example.com\" }}\n\
              files = [\n  {{ path = \"apps/web/kustomization.yaml\", format = \"kustomize\", image = \"web\" }},\n  \
              {{ path = \"apps/api/values.yaml\", format = \"helm-values\", image = \"api\", key = \"image.digest\" }},\n  \
-             {{ path = \"platform/builder.yaml\", format = \"marker\" }},\n]\n",
+             {{ path = \"platform/builder.yaml\", format = \"marker\" }},\n  \
+             {{ path = \"apps/web/report-cronjob.yaml\", format = \"marker\" }},\n]\n",
             gitops(&remote)
         ));
-        let world = World { _registry: registry, pusher, ws, host, remote, run: 1 };
+        let mut world = World { _registry: registry, pusher, ws, host, remote, run: 1, start: String::new() };
         let first = world.once(env);
         assert_eq!(first.code, Some(0), "{}", first.stderr);
+        world.start = world.remote.head("main");
         world
     }
 
@@ -137,13 +148,20 @@ impl World {
     async fn gitops_actions(&self) -> Vec<builder_monitor::ledger::ActionRecord> {
         let mut actions: Vec<_> =
             self.ledger().actions(100).await.unwrap().into_iter().filter(|a| a.action == "gitops").collect();
+        // The changes' actions, not the first pin's (the same second: `created` cannot order them).
+        actions.retain(|a| !a.change.starts_with("pin-"));
         actions.sort_by_key(|a| a.created);
         actions
     }
 
-    /// The commits builder-monitor made on `main` (with its trailer), newest first.
+    /// The commits builder-monitor made on `main` (with its trailer) since the first run, newest
+    /// first.
     fn commits(&self) -> Vec<(String, String)> {
-        self.remote.log("main").into_iter().filter(|(_, m)| m.contains("Builder-Monitor-Change:")).collect()
+        self.remote
+            .log(&format!("{}..main", self.start))
+            .into_iter()
+            .filter(|(_, m)| m.contains("Builder-Monitor-Change:"))
+            .collect()
     }
 }
 
@@ -172,6 +190,15 @@ fn wrapped_git(dir: &Path, before_push: &str, after_push: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_image_push_is_one_commit_of_every_new_digest_and_a_persons_rollback_is_kept() {
     let mut w = World::new("auto", &[], |r| format!("repo = \"{}\"", r.url())).await;
+    // The first run committed the builder's first pin into its marker.
+    let builder_pin = w.ledger().watch("jammy").await.unwrap().unwrap().pin.unwrap().digest;
+    let pinned = w.remote.log("main");
+    assert!(pinned[0].1.starts_with("jammy: pinned to sha256:"), "{pinned:#?}");
+    assert!(pinned[0].1.contains("Builder-Monitor-Change: pin-"), "{pinned:#?}");
+    assert_eq!(w.remote.changed_files(&pinned[0].0), ["platform/builder.yaml"], "no app moved yet");
+    assert!(
+        w.remote.file("main", "platform/builder.yaml").contains(&format!("demo/builder:latest@{builder_pin} # {{"))
+    );
     let before = w.remote.head("main");
     w.move_run_image().await;
     let out = w.once(&[]);
@@ -180,7 +207,7 @@ async fn a_run_image_push_is_one_commit_of_every_new_digest_and_a_persons_rollba
 
     // One commit, on top of what was there, with all three files and the change's trailers.
     let commits = w.commits();
-    assert_eq!(commits.len(), 1, "{commits:#?}");
+    assert_eq!(commits.len(), 1, "{commits:#?}\n{:#?}", w.remote.log("main"));
     let (id, message) = &commits[0];
     assert_eq!(git(&w.remote.bare, &["rev-parse", &format!("{id}^")]).trim(), before);
     let change = w.ledger().changes(None, 10).await.unwrap()[0].id.clone();
@@ -190,7 +217,7 @@ async fn a_run_image_push_is_one_commit_of_every_new_digest_and_a_persons_rollba
     assert!(message.contains(&format!("api: {}/apps/api:latest@{api}", w.host)), "{message}");
     let mut files = w.remote.changed_files(id);
     files.sort();
-    assert_eq!(files, ["apps/api/values.yaml", "apps/web/kustomization.yaml", "platform/builder.yaml"]);
+    assert_eq!(files, ["apps/api/values.yaml", "apps/web/kustomization.yaml", "apps/web/report-cronjob.yaml"]);
     let kustomization = w.remote.file("main", "apps/web/kustomization.yaml");
     assert_eq!(
         kustomization,
@@ -210,9 +237,9 @@ async fn a_run_image_push_is_one_commit_of_every_new_digest_and_a_persons_rollba
         w.remote.file("main", "platform/builder.yaml").contains(&format!("demo/builder:latest@{builder_pin} # {{"))
     );
     let committed = w.events("gitops.committed").await;
-    assert_eq!(committed.len(), 1);
-    assert_eq!(committed[0]["action"]["commit"]["id"], id.as_str());
-    assert_eq!(committed[0]["action"]["commit"]["branch"], "main");
+    assert_eq!(committed.len(), 2, "the first pin's and the change's");
+    assert_eq!(committed[1]["action"]["commit"]["id"], id.as_str());
+    assert_eq!(committed[1]["action"]["commit"]["branch"], "main");
 
     // `status` and `plan` show the target's last commit.
     let status = w.ws.run(&["status", "--json", "--config", w.config().to_str().unwrap()]);
@@ -249,6 +276,10 @@ async fn a_run_image_push_is_one_commit_of_every_new_digest_and_a_persons_rollba
     let api = w.tag("api").await;
     assert_eq!(w.commits().len(), 2);
     assert_eq!(w.remote.file("main", "apps/web/kustomization.yaml"), rolled_back, "the person's digest stays");
+    assert!(
+        w.remote.file("main", "apps/web/report-cronjob.yaml").contains(&format!("@{web} # ")),
+        "held: web is written nowhere, its marker keeps the last commit's digest"
+    );
     assert!(w.remote.file("main", "apps/api/values.yaml").contains(&api));
     let overridden = w.events("gitops.overridden").await;
     assert_eq!(overridden.len(), 1, "{overridden:#?}");
@@ -276,7 +307,7 @@ async fn a_push_someone_beat_is_built_on_top_never_forced() {
     assert!(log[0].1.contains("Builder-Monitor-Change:"), "ours on top: {log:#?}");
     assert_eq!(log[1].1, "docs by a person", "theirs kept, under ours: {log:#?}");
     assert!(w.remote.file("main", "README.md").ends_with("more\n"));
-    assert_eq!(w.gitops_actions().await[0].state, ActionState::Succeeded);
+    assert_eq!(w.gitops_actions().await.last().unwrap().state, ActionState::Succeeded);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -288,12 +319,13 @@ async fn a_crash_right_after_the_push_makes_no_second_commit() {
     let out = w.once(&[("PATH", &path)]);
     assert_ne!(out.code, Some(0), "killed: {}", out.stderr);
     assert_eq!(w.commits().len(), 1);
-    assert_eq!(w.gitops_actions().await[0].state, ActionState::Running);
+    let actions = w.gitops_actions().await;
+    assert_eq!(actions.last().unwrap().state, ActionState::Running, "{actions:#?}");
 
     let out = w.once(&[]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(w.commits().len(), 1, "the trailer said the change was there");
-    let action = &w.gitops_actions().await[0];
+    let action = w.gitops_actions().await.last().unwrap().clone();
     assert_eq!(action.state, ActionState::Succeeded);
     assert!(action.detail.as_deref().unwrap_or_default().contains("holds this change already"), "{action:?}");
 }
@@ -311,7 +343,7 @@ async fn over_http_a_token_is_basic_auth_and_a_wrong_one_fails_without_showing_i
     w.move_run_image().await;
     let out = w.once(&[("BM_GIT_TOKEN", "wrong-token-0815")]);
     assert_eq!(out.code, Some(1), "{}", out.stderr);
-    let action = &w.gitops_actions().await[0];
+    let action = w.gitops_actions().await.last().unwrap().clone();
     assert_eq!(action.state, ActionState::Failed);
     let detail = action.detail.clone().unwrap_or_default();
     assert_eq!(
@@ -350,6 +382,7 @@ async fn a_builder_move_rewrites_the_builders_marker() {
     assert!(w.commits().is_empty());
     let log = w.remote.log("builder-monitor/updates");
     assert!(log[0].1.contains("Builder-Monitor-Change:"), "{log:#?}");
+    assert!(log[1].1.starts_with("jammy: pinned to sha256:"), "the first pin's commit under it: {log:#?}");
     let manifest = w.remote.file("builder-monitor/updates", "platform/builder.yaml");
     assert!(
         manifest.contains(&format!(

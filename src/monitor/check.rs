@@ -77,7 +77,18 @@ impl Monitor {
 
     /// React: the actions a move's app images get (`crate::reaction`); nothing for anything else.
     async fn react(&self, watch: &Watch, subjects: &[Subject], found: &Found) -> Result<Planned, LedgerError> {
-        let Found::Moved(mv) = found else { return Ok(Planned::default()) };
+        let mv = match found {
+            Found::Moved(mv) => mv,
+            // A builder's pin without a change still goes to the files that mark the builder.
+            Found::Pinned { observation, .. } | Found::PlatformsUnchanged { observation, .. }
+                if watch.kind == WatchKind::Builder =>
+            {
+                let reference = watch.image.pinned(&observation.digest);
+                let actions = self.reaction().pin_gitops_actions(&watch.name, &reference, &observation.digest);
+                return Ok(Planned { decisions: Vec::new(), actions });
+            }
+            _ => return Ok(Planned::default()),
+        };
         let builders: Vec<String> = subjects.iter().map(|s| s.name.clone()).collect();
         let moved = Moved {
             kind: watch.kind,

@@ -258,6 +258,8 @@ pub fn decide(
             let digest = observation.digest.clone();
             // The metadata as the ledger holds it, not converted back and forth.
             commit.pin = Some(pin_update(observation, record.and_then(|r| r.metadata.clone())));
+            // Only the gitops targets' commits of the pin: no change, no app action.
+            commit.actions = planned.actions;
             return Decided { commit, outcome: CheckOutcome::PlatformsUnchanged { digest }, metadata };
         }
         Found::Pinned { observation, metadata } => {
@@ -276,6 +278,7 @@ pub fn decide(
                 e.current = Some(current);
                 commit.events.push(e);
             }
+            commit.actions = planned.actions;
             return Decided { commit, outcome: CheckOutcome::Pinned { digest }, metadata };
         }
         Found::Moved(mv) => *mv,

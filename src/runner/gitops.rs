@@ -86,7 +86,8 @@ pub struct CommitProgress {
     pub branch: String,
     #[serde(default)]
     pub files: Vec<String>,
-    /// Name → what the files hold for it after this commit.
+    /// `path#name` → what that file holds for the name after this commit (a digest, or a marker's
+    /// whole reference).
     #[serde(default)]
     pub written: BTreeMap<String, String>,
 }
@@ -340,10 +341,40 @@ struct Applied {
     changed: Vec<String>,
     written: BTreeMap<String, String>,
     overridden: Vec<(String, String, Option<String>)>,
+    /// `path#name` → the value a person put there.
+    changed_by_others: Vec<(String, String)>,
 }
 
+/// The edits of every file, an image a person changed in any file left as it is in all of them.
 fn apply(repo: &Repo, t: &GitopsTarget, values: &[Value], last: &BTreeMap<String, String>) -> Result<Applied, String> {
-    let mut applied = Applied { files: Vec::new(), changed: Vec::new(), written: last.clone(), overridden: Vec::new() };
+    let first = apply_skipping(repo, t, values, last, &[])?;
+    if first.overridden.is_empty() {
+        return Ok(first);
+    }
+    let skip: Vec<String> = first.overridden.iter().map(|(name, _, _)| name.clone()).collect();
+    let mut again = apply_skipping(repo, t, values, last, &skip)?;
+    // Where a person changed it, theirs is the next baseline; elsewhere the file keeps ours.
+    for (place, theirs) in &first.changed_by_others {
+        again.written.insert(place.clone(), theirs.clone());
+    }
+    again.overridden = first.overridden;
+    Ok(again)
+}
+
+fn apply_skipping(
+    repo: &Repo,
+    t: &GitopsTarget,
+    values: &[Value],
+    last: &BTreeMap<String, String>,
+    skip: &[String],
+) -> Result<Applied, String> {
+    let mut applied = Applied {
+        files: Vec::new(),
+        changed: Vec::new(),
+        written: last.clone(),
+        overridden: Vec::new(),
+        changed_by_others: Vec::new(),
+    };
     for file in &t.files {
         let text = match applied.files.iter().find(|(p, _)| p == &file.path) {
             Some((_, text)) => text.clone(),
@@ -353,9 +384,10 @@ fn apply(repo: &Repo, t: &GitopsTarget, values: &[Value], last: &BTreeMap<String
                 .ok_or_else(|| format!("{}: no file {} on the branch", t.name, file.path))?,
         };
         let mut text_now = text.clone();
+        let wanted = |v: &&Value| !v.held && !skip.contains(&v.name);
         let names: Vec<&Value> = match file.image() {
-            Some(image) => values.iter().filter(|v| v.name == image && !v.held).collect(),
-            None => values.iter().filter(|v| !v.held).collect(),
+            Some(image) => values.iter().filter(|v| v.name == image).filter(wanted).collect(),
+            None => values.iter().filter(wanted).collect(),
         };
         for value in names {
             let new = match &file.format {
@@ -374,7 +406,8 @@ fn apply(repo: &Repo, t: &GitopsTarget, values: &[Value], last: &BTreeMap<String
                 Err(e) => return Err(format!("{}: {}: {e}", t.name, file.path)),
             };
             // A person put something else here since the last commit: theirs stays.
-            if let (Some(was), Some(now)) = (last.get(&value.name), previous.as_ref())
+            let place = format!("{}#{}", file.path, value.name);
+            if let (Some(was), Some(now)) = (last.get(&place), previous.as_ref())
                 && was != now
                 && now != &new
                 && changed
@@ -382,10 +415,11 @@ fn apply(repo: &Repo, t: &GitopsTarget, values: &[Value], last: &BTreeMap<String
                 if !applied.overridden.iter().any(|(n, _, _)| n == &value.name) {
                     applied.overridden.push((value.name.clone(), now.clone(), value.action.clone()));
                 }
-                applied.written.insert(value.name.clone(), now.clone());
+                applied.changed_by_others.push((place.clone(), now.clone()));
+                applied.written.insert(place, now.clone());
                 continue;
             }
-            applied.written.insert(value.name.clone(), new);
+            applied.written.insert(place, new);
             if changed {
                 text_now = edited;
                 if !applied.changed.contains(&value.name) {

@@ -61,12 +61,6 @@ pub struct PodTemplate {
 }
 
 impl Pool {
-    /// Whether it builds `platform` (`os/arch[/variant]`): a pool platform without a variant
-    /// serves every variant of its os/arch.
-    pub fn serves(&self, platform: &str) -> bool {
-        builder_monitor_core::pool::serves(self.platforms.as_deref(), platform)
-    }
-
     /// Its platforms as `status` and errors name them.
     pub fn platforms_text(&self) -> String {
         match &self.platforms {

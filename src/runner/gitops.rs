@@ -163,9 +163,12 @@ async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) 
         })?;
     let repo = Repo::new(config.work_dir().join("gitops").join(&t.name), t);
     repo.init().await?;
-    let values =
-        values(runner, t).await.map_err(|e| Done::failed(format!("cannot read the ledger: {e}"), Next::Retry))?;
-    let last = last_written(runner, action).await;
+    // One read of the recent actions serves both: the images' holds and the target's baseline.
+    let ledger_error =
+        |e: crate::ledger::LedgerError| Done::failed(format!("cannot read the ledger: {e}"), Next::Retry);
+    let recent = runner.ledger.actions(RECENT).await.map_err(ledger_error)?;
+    let values = values(runner, t, &recent).await.map_err(ledger_error)?;
+    let last = last_written(&recent, action);
     let mut lost = Vec::new();
     for _ in 0..PUSH_ROUNDS {
         // On the push branch when it exists (earlier commits waiting for review), else on `branch`.
@@ -278,9 +281,12 @@ fn ok(detail: String) -> Outcome {
 }
 
 /// Every name's newest value: each configured image's last recorded tag move, each builder's pin.
-async fn values(runner: &Runner, t: &GitopsTarget) -> Result<Vec<Value>, crate::ledger::LedgerError> {
+async fn values(
+    runner: &Runner,
+    t: &GitopsTarget,
+    recent: &[crate::ledger::ActionRecord],
+) -> Result<Vec<Value>, crate::ledger::LedgerError> {
     let mut out = Vec::new();
-    let recent = runner.ledger.actions(RECENT).await?;
     let held = |key: &Option<String>| {
         key.as_ref().is_some_and(|k| recent.iter().any(|a| &a.key == k && a.holds && !a.released))
     };
@@ -318,17 +324,16 @@ async fn values(runner: &Runner, t: &GitopsTarget) -> Result<Vec<Value>, crate::
 
 /// What the files held for each name after this target's last action: what its commit wrote, or
 /// what it found when there was nothing to commit.
-async fn last_written(runner: &Runner, action: &ClaimedAction) -> BTreeMap<String, String> {
-    let Ok(actions) = runner.ledger.actions(RECENT).await else { return BTreeMap::new() };
-    actions
-        .into_iter()
+fn last_written(recent: &[crate::ledger::ActionRecord], action: &ClaimedAction) -> BTreeMap<String, String> {
+    recent
+        .iter()
         .filter(|a| {
             a.image == action.image
                 && a.key != action.key
                 && matches!(a.state, ActionState::Succeeded | ActionState::Skipped)
         })
         .max_by_key(|a| a.updated)
-        .and_then(|a| a.progress)
+        .and_then(|a| a.progress.clone())
         .and_then(|p| serde_json::from_value::<CommitProgress>(p).ok())
         .map(|p| p.written)
         .unwrap_or_default()

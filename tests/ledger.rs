@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use builder_monitor::ledger::{
     ActionEnd, ActionOutcome, ActionState, ChangeRecord, CheckFailure, CheckRecord, DeliveryKey, DeliveryUpdate,
-    HeldDigest, Ledger, NewAction, PinUpdate, TagMove, TagMoveKind, WatchKind,
+    HeldDigest, Ledger, NewAction, PinSummary, PinUpdate, TagMove, TagMoveKind, WatchKind, WatchRecord,
 };
 use builder_monitor_core::cnb::{Change, PinnedMetadata};
 use builder_monitor_core::event::{Event, EventType, Subject, change_id};

@@ -1,6 +1,8 @@
 //! Watching and pinning against a real Distribution registry: request counts, auth, moves,
 //! platform filters, rollbacks, vanished tags, retries and settle.
 
+#[path = "watch/in_memory.rs"]
+mod in_memory;
 mod support;
 
 use std::sync::Arc;

@@ -35,7 +35,15 @@ pub fn run_image_watch(
     builder: &BuilderSettings,
     metadata: Option<&PinnedMetadata>,
 ) -> Result<Option<ImageRef>, (String, ReferenceError)> {
-    let Some(name) = metadata.filter(|_| builder.watch_run_image).and_then(|m| m.preferred()?.run_image()) else {
+    run_image_watch_named(builder, metadata.and_then(|m| m.preferred()?.run_image()))
+}
+
+/// [`run_image_watch`] given the run image name the metadata holds (the ledger keeps it apart).
+pub fn run_image_watch_named(
+    builder: &BuilderSettings,
+    name: Option<&str>,
+) -> Result<Option<ImageRef>, (String, ReferenceError)> {
+    let Some(name) = name.filter(|_| builder.watch_run_image) else {
         return Ok(None);
     };
     match ImageRef::parse(name) {

@@ -29,7 +29,7 @@ mod registries;
 mod rollout;
 mod server;
 pub use alerts::{AlertKind, AlertSettings, AlertUrl, DEFAULT_EVENTS, redact_url};
-pub use builders::{BuilderSettings, Platform, run_image_watch};
+pub use builders::{BuilderSettings, Platform, run_image_watch, run_image_watch_named};
 pub use gitops::{Author, FileFormat, GitAuth, GitopsFile, GitopsTarget, action_subject as gitops_subject};
 pub use images::{
     DEFAULT_WAVE, DEPLOY_PLACEHOLDERS, ExecSettings, ImageSettings, PLACEHOLDERS, Policy, RebasePath, RunnerKind,

@@ -78,6 +78,30 @@ pub(super) fn is_zero(n: &u64) -> bool {
 }
 
 impl WatchRecord {
+    /// Its last check succeeded and left nothing behind (no failure, no held digest): the next
+    /// check that finds the pin again only moves its time ([`CheckRecord::only_moves_time`]).
+    pub fn is_steady(&self) -> bool {
+        self.last_check.is_some()
+            && self.last_ok == Some(true)
+            && self.consecutive_failures == 0
+            && self.failing_since.is_none()
+            && self.last_error_reason.is_none()
+            && self.last_error.is_none()
+            && self.pending.is_none()
+    }
+
+    /// What start-up needs of this entry ([`Checks::pins`]); decodes the metadata.
+    pub fn summary(&self) -> PinSummary {
+        PinSummary {
+            name: self.name.clone(),
+            kind: self.kind,
+            image: self.image.clone(),
+            digest: self.pin.as_ref().map(|p| p.digest.clone()),
+            steady: self.is_steady(),
+            run_image: self.metadata.as_ref().and_then(PinMetadata::run_image),
+        }
+    }
+
     /// The CNB metadata recorded with the pin, if any could be read.
     pub fn pinned_metadata(&self) -> Option<PinnedMetadata> {
         self.metadata.as_ref()?.read().map(Cow::into_owned)
@@ -133,6 +157,12 @@ impl PinMetadata {
     }
 
     /// Metadata a backend holds as this JSON text; an error when the text is not JSON.
+    /// The run image the builder metadata names ([`PinnedMetadata::preferred`]'s first), as
+    /// [`PinSummary::run_image`] keeps it.
+    pub fn run_image(&self) -> Option<String> {
+        self.read()?.preferred()?.run_image().map(str::to_string)
+    }
+
     pub(super) fn stored(text: String) -> Result<Self, serde_json::Error> {
         RawValue::from_string(text).map(|raw| PinMetadata(Form::Stored(raw)))
     }
@@ -174,6 +204,21 @@ impl<'de> Deserialize<'de> for PinMetadata {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         Box::<RawValue>::deserialize(d).map(|raw| PinMetadata(Form::Stored(raw)))
     }
+}
+
+/// What start-up needs of a watch's entry, without its metadata ([`Checks::pins`]): the daemon
+/// keeps each pin in memory from it, and learns which run images to watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinSummary {
+    pub name: String,
+    pub kind: WatchKind,
+    pub image: String,
+    /// The pinned digest, if any.
+    pub digest: Option<String>,
+    /// As [`WatchRecord::is_steady`].
+    pub steady: bool,
+    /// As [`PinMetadata::run_image`] of the pinned metadata.
+    pub run_image: Option<String>,
 }
 
 /// A new pin to record.
@@ -317,6 +362,11 @@ pub trait Checks {
     /// from), by name, without reading the others where the backend can: reading every entry of
     /// 10,000 pinned builders, metadata and all, held ~250 MiB at the first check after a restart.
     fn failing_watches(&self) -> impl Future<Output = Result<Vec<WatchRecord>, LedgerError>> + Send;
+
+    /// Every watch's [`PinSummary`], by name, in one read that decodes no metadata where the
+    /// backend can (SQLite keeps the run image's name in a column of its own): what the daemon
+    /// reads at start-up, 10,000 builders' entries in one query.
+    fn pins(&self) -> impl Future<Output = Result<Vec<PinSummary>, LedgerError>> + Send;
 
     /// Whether `digest` was ever pinned for this watch, within the kept history (the newest
     /// `history + 1` pins).

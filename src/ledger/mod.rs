@@ -165,6 +165,7 @@ forward! {
         fn ping() -> ();
     }
     Checks {
+        fn pins() -> Vec<PinSummary>;
         fn failing_watches() -> Vec<WatchRecord>;
         fn has_pinned(watch: &str, digest: &str) -> bool;
         fn history(watch: &str, limit: usize) -> Vec<PinnedDigest>;
@@ -362,13 +363,11 @@ impl Ledger {
     /// [`Ledger::commit`] for a caller that read the watch's entry (`before`, as [`Ledger::watch`]
     /// answered it) since its last commit: the check's own read, not another one.
     pub async fn commit_over(&self, record: CheckRecord, before: Option<&WatchRecord>) -> Result<(), LedgerError> {
-        let watch = record.watch.clone();
         if record.only_moves_time(before) {
-            let touch = Touch { watch: watch.clone(), image: record.image.clone(), time: record.time };
-            self.touches.lock().unwrap_or_else(|e| e.into_inner()).insert(watch.clone(), touch);
-            let _ = self.signals.commits.send(watch);
+            self.note_unchanged(&record.watch, &record.image, record.time);
             return Ok(());
         }
+        let watch = record.watch.clone();
         let (deliveries, actions) = (!record.deliveries.is_empty(), !record.actions.is_empty());
         let own = Touch { watch: watch.clone(), image: record.image.clone(), time: record.time };
         // The record supersedes its own watch's touch; the others ride along in the same write.
@@ -379,6 +378,27 @@ impl Ledger {
         // No receiver (no publisher) is no error.
         let _ = self.signals.commits.send(watch);
         Ok(())
+    }
+
+    /// Keeps the time of a successful check that found what a steady entry holds
+    /// ([`CheckRecord::only_moves_time`]) as a touch, written with the next batch: the daemon's
+    /// unchanged checks come here straight, with no read of the entry (`monitor::pins`).
+    pub fn note_unchanged(&self, watch: &str, image: &str, time: DateTime<Utc>) {
+        {
+            let mut touches = self.touches.lock().unwrap_or_else(|e| e.into_inner());
+            match touches.get_mut(watch) {
+                // The common case, every check of a steady watch: no allocation.
+                Some(t) if t.image == image => t.time = t.time.max(time),
+                _ => {
+                    let touch = Touch { watch: watch.to_string(), image: image.to_string(), time };
+                    touches.insert(watch.to_string(), touch);
+                }
+            }
+        }
+        // Only the publisher listens; without it, no name is copied.
+        if self.signals.commits.receiver_count() > 0 {
+            let _ = self.signals.commits.send(watch.to_string());
+        }
     }
 
     /// Records events (and their outbox rows) outside a check, e.g. `build.started`, at `now`

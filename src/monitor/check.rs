@@ -6,6 +6,8 @@
 
 use std::time::{Duration, Instant};
 
+use chrono::SubsecRound;
+
 use super::decide::{self, Decided, Found, Observed};
 use super::outages::Outages;
 use super::{CheckOutcome, Monitor, Watch};
@@ -13,7 +15,7 @@ use crate::inspect;
 use crate::ledger::{CheckRecord, DeliveryKey, LedgerError, WatchKind, WatchRecord};
 use crate::metrics::ChangeLabels;
 use crate::reaction::{Moved, Planned};
-use crate::registry::RegistryError;
+use crate::registry::{ManifestHead, RegistryError};
 use builder_monitor_core::cnb::{self, PinnedMetadata, RunImagePin, run_watch_name};
 use builder_monitor_core::event::{Event, Subject};
 use builder_monitor_core::reference::ImageRef;
@@ -37,10 +39,18 @@ impl Monitor {
         Some(self.check(&Watch::builder(builder)).await)
     }
 
-    /// One check of one watch, committed to the ledger, in its steps.
+    /// One check of one watch, committed to the ledger, in its steps. A steady watch whose tag
+    /// still names its pin is done in memory (`unchanged`).
     pub async fn check(&self, watch: &Watch) -> Result<CheckOutcome, LedgerError> {
         let started = Instant::now();
-        let (record, observed) = self.observe(watch).await?;
+        let head = self.registry.head_manifest(&watch.image).await;
+        if let Ok(head) = &head
+            && let Some(image) = self.pins.unchanged(watch, &head.digest)
+            && self.registry_quiet(watch.image.registry())
+        {
+            return Ok(self.unchanged(watch, &image, &head.digest, started));
+        }
+        let (record, observed) = self.observe(watch, head).await?;
         let record = record.as_ref();
         let now = self.handle.clock.now();
         let found = decide::found(watch, record, observed);
@@ -51,20 +61,42 @@ impl Monitor {
         let Decided { mut commit, outcome, metadata } =
             decide::decide(watch, &subjects, record, found, planned, now, history);
         let outages = self.outages(watch, record, &outcome, &mut commit).await?;
-        self.commit(commit, record, outages).await?;
+        let steady = steady_pin(&commit, record);
+        let image = commit.image.clone();
+        let committed = self.commit(commit, record, outages).await;
+        self.pins.committed(watch, &image, steady.as_deref().filter(|_| committed.is_ok()));
+        committed?;
         self.after_commit(watch, record, &outcome, metadata.as_deref(), started);
         Ok(outcome)
     }
 
+    /// An unchanged check of a steady watch, in memory: the ledger keeps its time with the next
+    /// batch, as it would have kept the full check's ([`CheckRecord::only_moves_time`]).
+    fn unchanged(&self, watch: &Watch, image: &str, digest: &str, started: Instant) -> CheckOutcome {
+        let now = self.handle.clock.now();
+        // What the full check would log of a success: the end of a registry's outage, say.
+        self.log_found(watch, None, &Found::Unchanged, now);
+        self.ledger.note_unchanged(&watch.name, image, now.trunc_subsecs(0));
+        let outcome = CheckOutcome::Unchanged;
+        self.record_metrics(watch, &outcome, started.elapsed(), Some(digest), None);
+        tracing::debug!(watch = %watch.name, elapsed = ?started.elapsed(), outcome = ?outcome, "check done");
+        outcome
+    }
+
     /// Observe: the ledger's entry for the watch (for its configured image: a watch whose image
-    /// changed starts over with a new pin, not a change) and what the registry shows now.
+    /// changed starts over with a new pin, not a change) and what the registry shows now (the
+    /// tag's `head`, already asked).
     async fn observe(
         &self,
         watch: &Watch,
+        head: Result<ManifestHead, RegistryError>,
     ) -> Result<(Option<WatchRecord>, Result<Observed, RegistryError>), LedgerError> {
         let image = watch.image.to_string();
         let record = self.ledger.watch(&watch.name).await?.filter(|r| r.image == image);
-        let mut observed = self.observe_registry(watch, record.as_ref()).await;
+        let mut observed = match head {
+            Ok(head) => self.observe_registry(watch, record.as_ref(), head).await,
+            Err(err) => Err(err),
+        };
         let pin = record.as_ref().and_then(|r| r.pin.as_ref());
         if let Ok(Observed::Moved { observation, rollback, .. }) = &mut observed
             && pin.is_some()
@@ -212,8 +244,12 @@ impl Monitor {
 
     /// Registry side of `observe`: the HEAD, and what a new digest is when it is needed (not while
     /// the settle rule holds it, not the CNB metadata when no watched platform moved).
-    async fn observe_registry(&self, watch: &Watch, record: Option<&WatchRecord>) -> Result<Observed, RegistryError> {
-        let head = self.registry.head_manifest(&watch.image).await?;
+    async fn observe_registry(
+        &self,
+        watch: &Watch,
+        record: Option<&WatchRecord>,
+        head: ManifestHead,
+    ) -> Result<Observed, RegistryError> {
         let pin = record.and_then(|r| r.pin.as_ref());
         if pin.is_some_and(|p| p.digest == head.digest) {
             return Ok(Observed::Unchanged);
@@ -284,6 +320,18 @@ impl Monitor {
             },
         };
         Some(RunImagePin { image: name, reference, packages })
+    }
+}
+
+/// The pin a watch's entry holds once `commit` is written over `record`, when that entry is then
+/// steady ([`WatchRecord::is_steady`]): a success that holds no digest back.
+fn steady_pin(commit: &CheckRecord, record: Option<&WatchRecord>) -> Option<String> {
+    if commit.outcome.is_err() || commit.pending.is_some() {
+        return None;
+    }
+    match &commit.pin {
+        Some(pin) => Some(pin.digest.clone()),
+        None => record.and_then(|r| r.pin.as_ref()).map(|p| p.digest.clone()),
     }
 }
 

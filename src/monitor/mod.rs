@@ -8,6 +8,7 @@ pub mod decide;
 mod failure_log;
 mod hooks;
 mod outages;
+mod pins;
 pub mod run_images;
 mod scheduler;
 
@@ -209,6 +210,8 @@ pub struct Monitor {
     /// What failed checks and recoveries log (`failure_log`): registries in an outage, failing watches.
     failure_log: Mutex<failure_log::FailureLog>,
     run_image_heads: run_images::RunImageHeads,
+    /// Each steady watch's pin, so an unchanged check stays in memory.
+    pins: pins::Pins,
 }
 
 impl Monitor {
@@ -239,6 +242,7 @@ impl Monitor {
             outages: Mutex::new(HashMap::new()),
             failure_log: Mutex::default(),
             run_image_heads: Default::default(),
+            pins: Default::default(),
         }
     }
 
@@ -280,18 +284,46 @@ impl Monitor {
         run_images.entries.values().map(|e| (e.watch.clone(), e.users.iter().cloned().collect())).collect()
     }
 
-    /// Learns run images from the metadata already pinned, so they are watched from the start.
-    async fn load_run_images(&self) {
-        for b in &self.handle.config.builders {
-            match self.ledger.watch(&b.name).await {
-                Ok(Some(record)) if record.image == b.image.to_string() => {
-                    let metadata = record.pinned_metadata();
-                    self.handle.run_images.lock().unwrap_or_else(|e| e.into_inner()).note(b, metadata.as_ref());
+    /// Reads every watch's pin in one query (`Checks::pins`): the steady ones are kept in memory,
+    /// and the run images the builders' pins name are watched from the start.
+    async fn load_pins(&self) {
+        let summaries = match self.ledger.pins().await {
+            Ok(summaries) => summaries,
+            Err(err) => {
+                // Every check then reads the ledger, and run images are learned as builders move.
+                tracing::error!(error = %err, "cannot read the ledger's pins");
+                Vec::new()
+            }
+        };
+        self.pins.load(&summaries);
+        let by_name: HashMap<&str, &crate::ledger::PinSummary> =
+            summaries.iter().map(|s| (s.name.as_str(), s)).collect();
+        {
+            let mut run_images = self.handle.run_images.lock().unwrap_or_else(|e| e.into_inner());
+            for b in &self.handle.config.builders {
+                if let Some(summary) = by_name.get(b.name.as_str())
+                    && summary.image == b.image.to_string()
+                {
+                    run_images.note_named(b, summary.run_image.as_deref());
                 }
-                Ok(_) => {}
-                Err(err) => tracing::error!(builder = %b.name, error = %err, "cannot read the ledger"),
             }
         }
+        // Each registry's outage state as the ledger has it now (another replica may have led
+        // meanwhile), so a registry's first checks can stay in memory too.
+        let registries: BTreeSet<&str> = self.handle.config.builders.iter().map(|b| b.image.registry()).collect();
+        for registry in registries {
+            self.reload_registry_state(registry).await;
+        }
+    }
+
+    /// Whether the registry's outage state is known and holds nothing: no failing watch, no open
+    /// outage. Only then may a check skip the outage bookkeeping, which would find nothing to do.
+    fn registry_quiet(&self, registry: &str) -> bool {
+        let Some(slot) = self.outages.lock().unwrap_or_else(|e| e.into_inner()).get(registry).cloned() else {
+            return false;
+        };
+        let Ok(state) = slot.try_lock() else { return false };
+        state.as_ref().is_some_and(|s| s.failing.is_empty() && s.open.is_empty())
     }
 
     /// Who an event about `watch` concerns: the builder itself, or the builders naming a run image.

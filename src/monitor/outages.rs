@@ -77,6 +77,20 @@ impl Monitor {
         self.handle.failing.lock().unwrap_or_else(|e| e.into_inner()).insert(registry, failing);
     }
 
+    /// Reads a registry's outage state from the ledger again (a new term); on a ledger error it is
+    /// left to be read by the registry's next check.
+    pub(super) async fn reload_registry_state(&self, registry: &str) {
+        let slot = self.registry_slot(registry);
+        let mut state = slot.lock().await;
+        match self.load_registry_state(registry).await {
+            Ok(loaded) => *state = Some(loaded),
+            Err(err) => {
+                tracing::error!(registry, error = %err, "cannot read the registry's failing watches; read at its next check");
+                *state = None;
+            }
+        }
+    }
+
     /// The lock and state of one registry's failures (`outages`).
     fn registry_slot(&self, registry: &str) -> Arc<tokio::sync::Mutex<Option<RegistryState>>> {
         self.outages.lock().unwrap_or_else(|e| e.into_inner()).entry(registry.to_string()).or_default().clone()

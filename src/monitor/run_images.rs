@@ -9,7 +9,7 @@ use tokio::sync::{OnceCell, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::Watch;
-use crate::config::{BuilderSettings, Config, run_image_watch};
+use crate::config::{BuilderSettings, Config, run_image_watch_named};
 use crate::registry::{Registry, RegistryError};
 use builder_monitor_core::cnb::{PinnedMetadata, run_watch_name};
 use builder_monitor_core::event::Subject;
@@ -74,7 +74,12 @@ impl RunImages {
     /// Records which run image a builder names now (moving it off any other), starting a watch
     /// for a run image no builder named before.
     pub(super) fn note(&mut self, builder: &BuilderSettings, metadata: Option<&PinnedMetadata>) {
-        let image = run_image_watch(builder, metadata).unwrap_or_else(|(name, err)| {
+        self.note_named(builder, metadata.and_then(|m| m.preferred()?.run_image()));
+    }
+
+    /// [`RunImages::note`] given the run image name the pinned metadata holds.
+    pub(super) fn note_named(&mut self, builder: &BuilderSettings, run_image: Option<&str>) {
+        let image = run_image_watch_named(builder, run_image).unwrap_or_else(|(name, err)| {
             tracing::warn!(builder = %builder.name, run_image = name, error = %err, "run image name is not a reference; not watched");
             None
         });

@@ -44,7 +44,7 @@ impl Monitor {
 impl Monitor {
     /// Checks every builder once, then every run image they name. True when every check succeeded.
     pub async fn run_once(self: &Arc<Self>) -> bool {
-        self.load_run_images().await;
+        self.load_pins().await;
         let builders: Vec<Watch> = self.handle.config.builders.iter().map(Watch::builder).collect();
         let mut all_ok = self.check_all(builders).await;
         let run_images: Vec<Watch> = self.run_image_watches().into_iter().map(|(w, _)| w).collect();
@@ -114,7 +114,7 @@ impl Monitor {
     /// earliest due first, each registry within its share (`Slots`): a due check of a registry
     /// that used its share waits for that registry, not for everyone.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        self.load_run_images().await;
+        self.load_pins().await;
         let Some(mut wakes) = self.wake_receiver.lock().unwrap_or_else(|e| e.into_inner()).take() else {
             tracing::error!("the monitor is running already");
             return;

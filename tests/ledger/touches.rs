@@ -181,3 +181,59 @@ async fn a_real_change_is_written_at_once_with_the_kept_times() {
     })
     .await;
 }
+
+/// Start-up's one read of every pin: the digest, whether the entry is steady (what the daemon
+/// keeps in memory), and the run image the metadata names, without the metadata. It agrees with
+/// the entries read whole.
+#[tokio::test]
+async fn pins_are_read_with_their_run_image_and_whether_they_are_steady() {
+    use builder_monitor_core::cnb::{BuilderMetadata, PlatformMetadata, RunImage};
+    both_beside(|ledger, _| async move {
+        let builder = |run: &str| BuilderMetadata {
+            run_images: vec![RunImage { image: run.into(), mirrors: vec![] }],
+            ..Default::default()
+        };
+        let metadata = PinnedMetadata {
+            platforms: [
+                ("linux/amd64".to_string(), PlatformMetadata::Builder(Box::new(builder("reg.test/run:amd")))),
+                ("linux/arm64".to_string(), PlatformMetadata::Builder(Box::new(builder("reg.test/run:arm")))),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        for w in ["steady", "failing", "held", "bare"] {
+            let mut r = record(w, "2026-11-30T12:00:00Z");
+            r.pin = Some(PinUpdate { metadata: Some(metadata.clone().into()), ..pin("sha256:a") });
+            if w == "bare" {
+                r.pin = Some(PinUpdate { metadata: None, ..pin("sha256:b") });
+            }
+            ledger.commit(r).await.unwrap();
+        }
+        let mut r = record("failing", "2026-11-30T12:01:00Z");
+        r.outcome = failed("tag_missing", "gone");
+        ledger.commit(r).await.unwrap();
+        let mut r = record("held", "2026-11-30T12:01:00Z");
+        r.pending = Some(HeldDigest { digest: "sha256:c".into(), since: at("2026-11-30T12:01:00Z") });
+        ledger.commit(r).await.unwrap();
+        let mut r = record("never", "2026-11-30T12:01:00Z");
+        r.outcome = failed("tag_missing", "gone");
+        ledger.commit(r).await.unwrap();
+
+        let pins = ledger.pins().await.unwrap();
+        let seen: Vec<(&str, Option<&str>, bool, Option<&str>)> =
+            pins.iter().map(|p| (p.name.as_str(), p.digest.as_deref(), p.steady, p.run_image.as_deref())).collect();
+        assert_eq!(
+            seen,
+            [
+                ("bare", Some("sha256:b"), true, None),
+                ("failing", Some("sha256:a"), false, Some("reg.test/run:amd")),
+                ("held", Some("sha256:a"), false, Some("reg.test/run:amd")),
+                ("never", None, false, None),
+                ("steady", Some("sha256:a"), true, Some("reg.test/run:amd")),
+            ]
+        );
+        let whole: Vec<PinSummary> = ledger.watches().await.unwrap().iter().map(WatchRecord::summary).collect();
+        assert_eq!(pins, whole, "the one read says what the entries say");
+    })
+    .await;
+}

@@ -10,8 +10,8 @@ use super::actions::supersedable;
 use super::{KubeLedger, WatchDoc};
 use crate::ledger::time;
 use crate::ledger::{
-    ActionState, ChangeRecord, CheckFailure, CheckRecord, Checks, LedgerError, PinRecord, PinnedDigest, Touch,
-    WatchRecord,
+    ActionState, ChangeRecord, CheckFailure, CheckRecord, Checks, LedgerError, PinRecord, PinSummary, PinnedDigest,
+    Touch, WatchRecord,
 };
 use chrono::{DateTime, Utc};
 
@@ -128,6 +128,11 @@ impl Checks for KubeLedger {
 
     async fn failing_watches(&self) -> Result<Vec<WatchRecord>, LedgerError> {
         Ok(self.watches().await?.into_iter().filter(|w| w.consecutive_failures > 0).collect())
+    }
+
+    /// Every entry is an object read whole here, metadata and all.
+    async fn pins(&self) -> Result<Vec<PinSummary>, LedgerError> {
+        Ok(self.watches().await?.iter().map(WatchRecord::summary).collect())
     }
 
     async fn has_pinned(&self, watch: &str, digest: &str) -> Result<bool, LedgerError> {

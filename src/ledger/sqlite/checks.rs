@@ -7,8 +7,8 @@ use rusqlite::{OptionalExtension, Row, Transaction, params};
 
 use super::{SqliteLedger, Time, actions, all, exec, first, outbox, row};
 use crate::ledger::{
-    ChangeRecord, CheckFailure, CheckRecord, Checks, HeldDigest, LedgerError, PinMetadata, PinRecord, PinnedDigest,
-    Touch, WatchKind, WatchRecord,
+    ChangeRecord, CheckFailure, CheckRecord, Checks, HeldDigest, LedgerError, PinMetadata, PinRecord, PinSummary,
+    PinnedDigest, Touch, WatchKind, WatchRecord,
 };
 use builder_monitor_core::schedule::{timestamp, timestamp_millis};
 
@@ -35,6 +35,27 @@ impl Checks for SqliteLedger {
         self.with(|conn| {
             let sql = format!("SELECT {WATCH_COLUMNS} FROM watches WHERE consecutive_failures > 0 ORDER BY name");
             all(conn, &sql, [], watch_record)
+        })
+        .await
+    }
+
+    async fn pins(&self) -> Result<Vec<PinSummary>, LedgerError> {
+        self.with(|conn| {
+            let sql = "SELECT name, kind, image, digest, run_image,
+                    last_check IS NOT NULL AND last_result = 'ok' AND consecutive_failures = 0
+                    AND failing_since IS NULL AND last_error_reason IS NULL AND last_error IS NULL
+                    AND pending_digest IS NULL AS steady
+                FROM watches ORDER BY name";
+            all(conn, sql, [], |r| {
+                Ok(PinSummary {
+                    name: r.get("name")?,
+                    kind: watch_kind(&r.get::<_, String>("kind")?),
+                    image: r.get("image")?,
+                    digest: r.get("digest")?,
+                    steady: r.get("steady")?,
+                    run_image: r.get("run_image")?,
+                })
+            })
         })
         .await
     }
@@ -108,6 +129,10 @@ impl Checks for SqliteLedger {
     }
 }
 
+fn watch_kind(kind: &str) -> WatchKind {
+    if kind == "run_image" { WatchKind::RunImage } else { WatchKind::Builder }
+}
+
 /// A [`WatchRecord`] from a row of [`WATCH_COLUMNS`]. Its metadata is checked to be JSON, not
 /// decoded (see [`PinMetadata`]).
 fn watch_record(r: &Row<'_>) -> Result<WatchRecord, LedgerError> {
@@ -139,11 +164,7 @@ fn watch_record(r: &Row<'_>) -> Result<WatchRecord, LedgerError> {
         .get::<_, Option<String>>(col!(WATCH_COLUMNS, "pending_digest"))?
         .zip(r.get::<_, Option<Time>>(col!(WATCH_COLUMNS, "pending_since"))?);
     Ok(WatchRecord {
-        kind: if r.get::<_, String>(col!(WATCH_COLUMNS, "kind"))? == "run_image" {
-            WatchKind::RunImage
-        } else {
-            WatchKind::Builder
-        },
+        kind: watch_kind(&r.get::<_, String>(col!(WATCH_COLUMNS, "kind"))?),
         image: r.get(col!(WATCH_COLUMNS, "image"))?,
         pin,
         metadata,
@@ -245,10 +266,12 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
     if let Some(pin) = &r.pin {
         let platforms = serde_json::to_string(&pin.platforms).unwrap_or_else(|_| "{}".into());
         let metadata = pin.metadata.as_ref().and_then(PinMetadata::to_json);
+        let run_image = metadata.as_ref().and(pin.metadata.as_ref()).and_then(PinMetadata::run_image);
         exec(tx,
-            "UPDATE watches SET digest = ?2, reference = ?3, media_type = ?4, platforms = ?5, metadata = ?6, pinned_since = ?7
+            "UPDATE watches SET digest = ?2, reference = ?3, media_type = ?4, platforms = ?5, metadata = ?6, pinned_since = ?7,
+                 run_image = ?8
              WHERE name = ?1",
-            params![r.watch, pin.digest, pin.reference, pin.media_type, platforms, metadata.as_deref(), time],
+            params![r.watch, pin.digest, pin.reference, pin.media_type, platforms, metadata.as_deref(), time, run_image],
         )?;
         exec(
             tx,
@@ -296,4 +319,21 @@ fn commit_check(tx: &Transaction<'_>, r: &CheckRecord) -> Result<(), LedgerError
     actions::insert_actions(tx, &r.actions, timestamp_millis(r.time))?;
     let change_id = r.change.as_ref().map(|c| c.id.as_str());
     outbox::insert_events(tx, &r.watch, r.time, &r.events, change_id, &r.deliveries, r.history)
+}
+
+/// Migration 10's step: each entry's run image name from its metadata, decoded once here so
+/// start-up never decodes it again. Metadata that does not read leaves the name unknown, as it
+/// leaves the run image unwatched.
+pub(super) fn backfill_run_images(tx: &Transaction<'_>) -> Result<(), LedgerError> {
+    let rows: Vec<(String, String)> =
+        all(tx, "SELECT name, metadata FROM watches WHERE metadata IS NOT NULL", [], |r| {
+            Ok((r.get("name")?, r.get("metadata")?))
+        })?;
+    for (name, metadata) in rows {
+        let run_image = PinMetadata::stored(metadata).ok().and_then(|m| m.run_image());
+        if run_image.is_some() {
+            exec(tx, "UPDATE watches SET run_image = ?2 WHERE name = ?1", params![name, run_image])?;
+        }
+    }
+    Ok(())
 }

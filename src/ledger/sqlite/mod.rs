@@ -296,10 +296,16 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX actions_by_change ON actions (change_id);
     CREATE INDEX actions_holding ON actions (holds) WHERE holds = 1;
     "#,
+    // 10: each entry's run image name beside its metadata (filled in from the metadata by
+    // `checks::backfill_run_images`), so start-up reads every pin and the run images to watch in
+    // one query without decoding any metadata (`Checks::pins`).
+    "ALTER TABLE watches ADD COLUMN run_image TEXT;",
 ];
 
 /// The schema version whose migration is followed by [`outbox::backfill_subjects`].
 const LANES: usize = 7;
+/// The schema version whose migration is followed by [`checks::backfill_run_images`].
+const RUN_IMAGES: usize = 10;
 
 /// The ledger handle; cheap to clone. SQLite calls run on the blocking pool.
 #[derive(Clone)]
@@ -442,6 +448,9 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), LedgerError> {
         tx.execute_batch(sql)?;
         if version == LANES {
             outbox::backfill_subjects(&tx)?;
+        }
+        if version == RUN_IMAGES {
+            checks::backfill_run_images(&tx)?;
         }
     }
     tx.pragma_update(None, "user_version", supported)?;

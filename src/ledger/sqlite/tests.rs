@@ -320,3 +320,45 @@ fn columns_are_found_by_name_in_a_select_list() {
          image";
     assert_eq!([column(list, "key"), column(list, "change_id"), column(list, "image")], [0, 1, 2]);
 }
+
+/// A ledger from before the run image column: opening it fills the column in from each entry's
+/// metadata, so the first start-up after the upgrade already reads no metadata.
+#[tokio::test]
+async fn a_ledger_from_before_the_run_image_column_gets_it_filled_in() {
+    use builder_monitor_core::cnb::{BuilderMetadata, PinnedMetadata, PlatformMetadata, RunImage};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let builder = BuilderMetadata {
+        run_images: vec![RunImage { image: "reg.test/run:1".into(), mirrors: vec![] }],
+        ..Default::default()
+    };
+    let metadata = PinnedMetadata {
+        platforms: [("linux/amd64".to_string(), PlatformMetadata::Builder(Box::new(builder)))].into(),
+        ..Default::default()
+    };
+    {
+        let conn = Connection::open(&path).unwrap();
+        for sql in &MIGRATIONS[..RUN_IMAGES - 1] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", RUN_IMAGES as i64 - 1).unwrap();
+        for (name, metadata) in [
+            ("named", Some(serde_json::to_string(&metadata).unwrap())),
+            ("unreadable", Some("{\"platforms\": 7}".to_string())),
+            ("none", None),
+        ] {
+            conn.execute(
+                "INSERT INTO watches (name, kind, image, digest, reference, metadata, first_seen, last_check, last_result)
+                 VALUES (?1, 'builder', 'reg.test/b:1', 'sha256:a', 'reg.test/b@sha256:a', ?2, '2026-11-30T12:00:00Z',
+                         '2026-11-30T12:00:00Z', 'ok')",
+                rusqlite::params![name, metadata],
+            )
+            .unwrap();
+        }
+    }
+    let ledger = SqliteLedger::open(&path).unwrap();
+    let pins = ledger.pins().await.unwrap();
+    let seen: Vec<(&str, Option<&str>, bool)> =
+        pins.iter().map(|p| (p.name.as_str(), p.run_image.as_deref(), p.steady)).collect();
+    assert_eq!(seen, [("named", Some("reg.test/run:1"), true), ("none", None, true), ("unreadable", None, true)]);
+}

@@ -20,7 +20,9 @@
 //! `$CARGO_TARGET_DIR/bench/registry.{md,json}` (`./target` without the variable).
 //!
 //! Environment: `BENCH_SOAK_SECS` (default 1800, the 30 minutes of issue 19), `BENCH_WINDOW_SECS` (throughput windows, default
-//! 15), `BENCH_SIZES` (default `100,1000,10000`).
+//! 15), `BENCH_SIZES` (default `100,1000,10000`), `BENCH_DAEMON` (another build's binary for the
+//! daemon runs), `BENCH_PIN=0` (no core pinning; by default the registry runs on core 0 and
+//! everything else on core 1, see `fleet::pinned`).
 
 #[path = "registry/daemon.rs"]
 mod daemon;
@@ -162,6 +164,8 @@ fn machine() -> Value {
         "registry": tool_version("/usr/bin/docker-registry", &["--version"]),
         "wrk": tool_version("wrk", &["-v"]), "ab": tool_version("ab", &["-V"]), "skopeo": tool_version("skopeo", &["--version"]),
         "commit": commit,
+        "daemon": daemon_binary().display().to_string(),
+        "pinning": pinned().then_some(PINNING),
         "date": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
     })
 }
@@ -169,6 +173,12 @@ fn machine() -> Value {
 /// `$CARGO_TARGET_DIR/bench`, or `target/bench`.
 fn report_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("target")).join("bench")
+}
+
+/// The daemon the benchmark runs: this build's (`cargo bench`: the `bench` profile), or another
+/// build's named by `BENCH_DAEMON` (the `release` or `dist` binary, for their memory).
+fn daemon_binary() -> PathBuf {
+    std::env::var_os("BENCH_DAEMON").map_or_else(|| PathBuf::from(BINARY), PathBuf::from)
 }
 
 /// Whether a part of the benchmark runs (`BENCH_ONLY=1,2,3,4,5,6,soak` picks parts; all by default).

@@ -20,7 +20,7 @@ impl Running {
         let stderr = std::fs::File::create(&log).expect("log file");
         let spawned_wall = SystemTime::now();
         let spawned = Instant::now();
-        let mut command = Command::new(BINARY);
+        let mut command = Command::new(daemon_binary());
         command
             .args(["run", "--log-format", "json", "--config"])
             .arg(&config)

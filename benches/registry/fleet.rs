@@ -64,7 +64,35 @@ pub(crate) fn start_registry(start: impl FnOnce() -> TestRegistry) -> (TestRegis
     let before = registry_children();
     let registry = start();
     let pid = registry_children().difference(&before).next().copied();
+    pin_to_cores(pid);
     (registry, pid)
+}
+
+/// How the benchmark shares the cores when [`pinned`].
+pub(crate) const PINNING: &str =
+    "the registry on core 0; the benchmark, the daemon, ab, wrk and skopeo on core 1 (taskset)";
+
+/// The fair split, on with two cores or more unless `BENCH_PIN=0`: each registry on core 0; the
+/// benchmark itself on core 1, and with it everything it starts from then on (the daemon, `ab`,
+/// `wrk`, `skopeo`), so the HEAD ceiling is one core's registry and the daemon's cost comes out of
+/// the other core, not out of the registry's.
+pub(crate) fn pinned() -> bool {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    cores >= 2 && std::env::var("BENCH_PIN").map_or(true, |v| v != "0")
+}
+
+fn pin_to_cores(registry: Option<u32>) {
+    if !pinned() {
+        return;
+    }
+    let pin = |core: &str, pid: String| {
+        let status = Command::new("taskset").args(["-a", "-cp", core, &pid]).stdout(Stdio::null()).status();
+        assert!(status.is_ok_and(|s| s.success()), "taskset -a -cp {core} {pid} failed (BENCH_PIN=0 runs unpinned)");
+    };
+    if let Some(pid) = registry {
+        pin("0", pid.to_string());
+    }
+    pin("1", std::process::id().to_string());
 }
 
 pub(crate) fn builder_images(run: &str, version: usize) -> Vec<support::images::Image> {

@@ -25,7 +25,7 @@ pub(crate) struct Streaming {
 
 impl Streaming {
     pub(crate) fn spawn(config: &Path) -> Self {
-        let mut child = Command::new(BINARY)
+        let mut child = Command::new(daemon_binary())
             .args(["run", "--log-format", "json", "--config"])
             .arg(config)
             .env("BUILDER_MONITOR_LOG", "info")

@@ -412,7 +412,7 @@ pub(crate) async fn daemon_rates(fleet: &Fleet, window: Duration) -> Value {
     std::fs::write(&config, &text).expect("write config");
     let once = || {
         let started = Instant::now();
-        let status = Command::new(BINARY)
+        let status = Command::new(daemon_binary())
             .args(["run", "--once", "--config"])
             .arg(&config)
             .env("BUILDER_MONITOR_LOG", "warn")

@@ -291,8 +291,8 @@ impl Reaction<'_> {
         let apps: BTreeMap<String, AppState> = futures::stream::iter(wanted)
             .map(|(name, image)| async move { (name, self.app_state(&image).await) })
             .buffer_unordered(PLAN_READS)
-        .collect()
-        .await;
+            .collect()
+            .await;
         let decisions = plan::plan(&Move { change, builders, run_image: run_target.as_ref() }, &images, &apps);
         // Each builder's pin and metadata (user, platform APIs, stack) for the runners, read once
         // per builder, not once per app image.

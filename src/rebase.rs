@@ -63,7 +63,12 @@ impl RunImageDocs {
     }
 
     /// The config blob a run image `manifest` names (its digest checked by `get_blob`).
-    async fn config(&self, registry: &Registry, run: &ImageRef, manifest: &Manifest) -> Result<bytes::Bytes, RebaseError> {
+    async fn config(
+        &self,
+        registry: &Registry,
+        run: &ImageRef,
+        manifest: &Manifest,
+    ) -> Result<bytes::Bytes, RebaseError> {
         let doc: ManifestDoc = parse(&manifest.bytes, run, "run image manifest")?;
         let digest = doc.config.digest;
         if !is_sha256_digest(&digest) {

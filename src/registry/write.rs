@@ -151,15 +151,14 @@ impl Registry {
         Ok(BlobTransfer::Copied { bytes })
     }
 
-    /// Uploads a small blob (an image config) in one PUT, unless the repository has it.
+    /// Uploads a small blob (an image config) in one POST and one PUT, with no HEAD before: a
+    /// rebased config is new content but after a failed attempt, and uploading a blob the
+    /// repository has again is harmless (the same bytes under the same digest).
     pub async fn put_blob(&self, image: &ImageRef, bytes: Bytes) -> Result<BlobTransfer, RegistryError> {
         let endpoint = self.endpoint(image)?;
         let digest = sha256_digest(&bytes);
         let repository = image.repository();
         let scope = push_scope(repository);
-        if endpoint.blob_present(repository, &scope, &digest).await? {
-            return Ok(BlobTransfer::Present);
-        }
         let session = endpoint.start_upload(repository, &scope).await?;
         let length = bytes.len() as u64;
         let payload = Payload::Bytes { bytes, content_type: "application/octet-stream".to_string() };

@@ -392,13 +392,16 @@ fn render(report: &Value) -> String {
         let t = &fleet["traffic"];
         let _ = writeln!(
             md,
-            "| 3 | fleet patch: {} apps, push of a new run image → last app tag rebased (push hook) | {:.1} s, {} requests ({}), {} sent, {} received (goal < 60 s, no layer bytes) |",
+            "| 3 | fleet patch: {} apps, push of a new run image → last app tag rebased (push hook) | {:.1} s (first app after {:.2} s), {} requests ({:.1} per app: {}), {} sent, {} received, daemon peak RSS {} MiB (no layer bytes) |",
             fleet["apps"],
             fleet["seconds"].as_f64().unwrap_or(f64::NAN),
+            fleet["first_seconds"].as_f64().unwrap_or(f64::NAN),
             t["requests"],
+            t["requests_per_app"].as_f64().unwrap_or(f64::NAN),
             t["by_method"],
             kib(&t["bytes_sent"]),
             kib(&t["bytes_received"]),
+            fleet["peak_rss_kib"].as_u64().map_or("?".to_string(), |k| format!("{:.1}", k as f64 / 1024.0)),
         );
     }
     md
@@ -499,17 +502,24 @@ async fn fleet_patch(n: usize) -> Value {
             rebased += 1;
         }
     }
+    // The daemon's peak resident memory over its whole life (start-up, pins and the patch).
+    let peak_rss_kib = std::fs::read_to_string(format!("/proc/{}/status", daemon.pid())).ok().and_then(|s| {
+        s.lines().find_map(|l| l.strip_prefix("VmHWM:")?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
+    });
     tokio::task::block_in_place(|| daemon.terminate());
     let requests: usize = by_method.values().sum();
+    let per_app = requests as f64 / n.max(1) as f64;
     say(format!(
-        "fleet: {rebased}/{n} rebased {seconds:.1} s after the push (first after {:.2} s); {requests} requests, {sent} B sent, {received} B received",
-        first.map_or(f64::NAN, |f| f.as_secs_f64())
+        "fleet: {rebased}/{n} rebased {seconds:.1} s after the push (first after {:.2} s); {requests} requests ({per_app:.1} per app, {by_method:?}), {sent} B sent, {received} B received; peak RSS {} KiB",
+        first.map_or(f64::NAN, |f| f.as_secs_f64()),
+        peak_rss_kib.map_or("?".to_string(), |k| k.to_string())
     ));
     let _ = pushed_v2;
     json!({
         "apps": n, "rebased": rebased, "seconds": seconds,
         "first_seconds": first.map(|f| f.as_secs_f64()),
-        "traffic": { "requests": requests, "by_method": by_method, "bytes_sent": sent, "bytes_received": received },
+        "traffic": { "requests": requests, "requests_per_app": per_app, "by_method": by_method, "bytes_sent": sent, "bytes_received": received },
+        "peak_rss_kib": peak_rss_kib,
         "concurrency": CONCURRENCY,
     })
 }

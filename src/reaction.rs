@@ -5,6 +5,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use futures::StreamExt;
+
 use crate::config::{Config, ImageSettings, Policy, run_image_watch};
 use crate::inspect;
 use crate::ledger::{Ledger, LedgerError, NewAction, WatchKind, WatchRecord};
@@ -16,6 +18,9 @@ use builder_monitor_core::plan::{
     self, ActionKind, ActionTarget, AppState, Decision, GitopsPlan, Move, RunImageTarget,
 };
 use builder_monitor_core::reference::ImageRef;
+
+/// App images planning reads at once.
+const PLAN_READS: usize = 16;
 
 /// The parts a reaction reads.
 #[derive(Clone, Copy)]
@@ -274,36 +279,46 @@ impl Reaction<'_> {
         };
         // App images are read for `auto` decisions, and for kpack, whose rebase names the app's digest.
         let read_all = crate::runner::backend::needs_app_digest(&self.config.runner);
-        let mut apps = BTreeMap::new();
-        for image in images.iter().filter(|i| read_all || i.policy == Policy::Auto) {
-            apps.insert(image.name.clone(), self.app_state(&image.image).await);
-        }
-        // The builder's own metadata (user, platform APIs, stack) for the runners.
-        let builder_metadata = |name: &str| {
-            let name = name.to_string();
-            async move {
-                if mv.kind == WatchKind::Builder {
-                    return mv.metadata.and_then(|m| m.preferred()).cloned();
-                }
-                let record = self.ledger.watch(&name).await.ok().flatten();
-                record.as_ref().and_then(WatchRecord::pinned_metadata).and_then(|m| m.preferred().cloned())
-            }
-        };
+        // Read a few at a time: a fleet of a thousand apps is read in a fraction of a second, not
+        // one after the other, and never with a burst of a thousand requests.
+        // Owned items: a closure taking `&ImageSettings` makes a future that is not `Send` for every
+        // lifetime, and checks run on spawned tasks.
+        let wanted: Vec<(String, ImageRef)> = images
+            .iter()
+            .filter(|i| read_all || i.policy == Policy::Auto)
+            .map(|i| (i.name.clone(), i.image.clone()))
+            .collect();
+        let apps: BTreeMap<String, AppState> = futures::stream::iter(wanted)
+            .map(|(name, image)| async move { (name, self.app_state(&image).await) })
+            .buffer_unordered(PLAN_READS)
+            .collect()
+            .await;
         let decisions = plan::plan(&Move { change, builders, run_image: run_target.as_ref() }, &images, &apps);
+        // Each builder's pin and metadata (user, platform APIs, stack) for the runners, read once
+        // per builder, not once per app image.
+        let mut builder_pins: BTreeMap<&str, (Option<String>, Option<BuilderMetadata>)> = BTreeMap::new();
         let mut actions = Vec::new();
         for d in &decisions {
             let (Some(kind), Some(image)) = (d.action, images.iter().find(|i| i.name == d.image)) else { continue };
-            let builder_ref = match mv.kind {
-                WatchKind::Builder => Some(current.reference.clone()),
-                WatchKind::RunImage => {
-                    self.ledger.watch(&image.builder).await?.and_then(|r| r.pin).map(|p| p.reference)
-                }
-            };
-            let Some(builder_ref) = builder_ref else {
+            if !builder_pins.contains_key(image.builder.as_str()) {
+                let pin = match mv.kind {
+                    WatchKind::Builder => {
+                        (Some(current.reference.clone()), mv.metadata.and_then(|m| m.preferred()).cloned())
+                    }
+                    WatchKind::RunImage => {
+                        let record = self.ledger.watch(&image.builder).await?;
+                        let meta =
+                            record.as_ref().and_then(WatchRecord::pinned_metadata).and_then(|m| m.preferred().cloned());
+                        (record.and_then(|r| r.pin).map(|p| p.reference), meta)
+                    }
+                };
+                builder_pins.insert(image.builder.as_str(), pin);
+            }
+            let (builder_ref, meta) = &builder_pins[image.builder.as_str()];
+            let Some(builder_ref) = builder_ref.clone() else {
                 tracing::warn!(image = %image.name, builder = %image.builder, "builder not pinned yet; no action");
                 continue;
             };
-            let meta = builder_metadata(&image.builder).await;
             let app_reference = match apps.get(&image.name) {
                 Some(AppState::Built { digest: Some(digest), .. }) => Some(image.image.pinned(digest)),
                 _ => None,

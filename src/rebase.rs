@@ -22,6 +22,66 @@ use builder_monitor_core::text::escape;
 
 /// Blobs of one platform ensured at once: a few HEADs or mounts in flight, not a burst.
 const BLOB_CONCURRENCY: usize = 4;
+/// Bytes of run image manifests and configs a [`RunImageDocs`] keeps: a handful of run images
+/// (an index, its platforms' manifests and configs each), however many apps rebase onto them.
+const RUN_IMAGE_DOCS_BYTES: u64 = 16 << 20;
+/// Documents it keeps at most, whatever their size.
+const RUN_IMAGE_DOCS_ENTRIES: usize = 64;
+
+/// The run image's manifests and configs a rebase reads, kept by digest for the next rebase onto
+/// the same run image: a fleet patch reads them once, not once per app. Content-addressed (and
+/// keyed by registry and repository too, so a read proves access to that repository only), hence
+/// never stale; a run image named by tag is read every time. Concurrent first reads of one
+/// document are one request. Bounded by bytes and entries; errors are not kept.
+#[derive(Clone)]
+pub struct RunImageDocs {
+    docs: moka::future::Cache<String, Manifest>,
+}
+
+impl Default for RunImageDocs {
+    fn default() -> Self {
+        let docs = moka::future::Cache::builder()
+            .max_capacity(RUN_IMAGE_DOCS_BYTES)
+            .weigher(|_: &String, m: &Manifest| {
+                // Weighed by size, with a floor that bounds the number of entries too.
+                let floor = RUN_IMAGE_DOCS_BYTES / RUN_IMAGE_DOCS_ENTRIES as u64;
+                u32::try_from((m.bytes.len() as u64).max(floor)).unwrap_or(u32::MAX)
+            })
+            .build();
+        RunImageDocs { docs }
+    }
+}
+
+impl RunImageDocs {
+    /// The manifest `reference` of `run`: kept when `reference` is a digest.
+    async fn manifest(&self, registry: &Registry, run: &ImageRef, reference: &str) -> Result<Manifest, RegistryError> {
+        if !is_sha256_digest(reference) {
+            return registry.get_manifest(run, reference).await;
+        }
+        let key = format!("manifest {}/{}@{reference}", run.registry(), run.repository());
+        self.docs.try_get_with(key, registry.get_manifest(run, reference)).await.map_err(|e| (*e).clone())
+    }
+
+    /// The config blob a run image `manifest` names (its digest checked by `get_blob`).
+    async fn config(
+        &self,
+        registry: &Registry,
+        run: &ImageRef,
+        manifest: &Manifest,
+    ) -> Result<bytes::Bytes, RebaseError> {
+        let doc: ManifestDoc = parse(&manifest.bytes, run, "run image manifest")?;
+        let digest = doc.config.digest;
+        if !is_sha256_digest(&digest) {
+            return Err(unusable(run, format!("its manifest names a bad config digest \"{}\"", escape(&digest))));
+        }
+        let key = format!("blob {}/{}@{digest}", run.registry(), run.repository());
+        let fetch = async {
+            let bytes = registry.get_blob(run, &digest, MAX_CONFIG_BYTES).await?;
+            Ok::<_, RegistryError>(Manifest { digest: digest.clone(), media_type: String::new(), bytes })
+        };
+        Ok(self.docs.try_get_with(key, fetch).await.map_err(|e| (*e).clone())?.bytes)
+    }
+}
 
 /// What to rebase onto what.
 #[derive(Debug, Clone)]
@@ -200,6 +260,17 @@ pub async fn rebase(
     request: &RebaseRequest,
     guard: &impl TagGuard,
 ) -> Result<RebaseReport, RebaseError> {
+    rebase_with(registry, request, guard, &RunImageDocs::default()).await
+}
+
+/// [`rebase`], with the run image's documents read through `run_docs` (the daemon keeps one for
+/// every rebase it makes).
+pub async fn rebase_with(
+    registry: &Registry,
+    request: &RebaseRequest,
+    guard: &impl TagGuard,
+    run_docs: &RunImageDocs,
+) -> Result<RebaseReport, RebaseError> {
     let app = &request.image;
     let Some(tag) = app.tag() else {
         return Err(RebaseError::Unusable(format!(
@@ -217,7 +288,7 @@ pub async fn rebase(
             found: app_top.digest.clone(),
         });
     }
-    let run_top = registry.get_manifest(run, run.manifest_reference()).await?;
+    let run_top = run_docs.manifest(registry, run, run.manifest_reference()).await?;
     let run_name = run.with_tag_only();
 
     let app_children = if is_index(&app_top.media_type) {
@@ -243,11 +314,11 @@ pub async fn rebase(
         let platform = decide::config_platform(&app_config)?;
         let base = if is_index(&run_top.media_type) {
             let digest = decide::select_platform(&run_top.bytes, &platform)?;
-            registry.get_manifest(run, &digest).await?
+            run_docs.manifest(registry, run, &digest).await?
         } else {
             run_top.clone()
         };
-        let base_config = config_of(registry, run, &base, "run image manifest").await?;
+        let base_config = run_docs.config(registry, run, &base).await?;
         let options = RebaseOptions {
             force: request.force,
             run_image_name: run_name.clone(),

@@ -103,7 +103,8 @@ async fn writes_with_push_tokens_mount_within_a_registry_and_put_manifests() {
     assert!(!writer.blob_exists(&target, &layer.digest).await.unwrap());
     let size = layer.blob.len() as u64;
     assert_eq!(writer.ensure_blob(&target, &source, &layer.digest, size).await.unwrap(), BlobTransfer::Mounted);
-    assert_eq!(writer.ensure_blob(&target, &source, &layer.digest, size).await.unwrap(), BlobTransfer::Present);
+    // No HEAD before a mount: the registry's 201 says "there" for a blob it had as well.
+    assert_eq!(writer.ensure_blob(&target, &source, &layer.digest, size).await.unwrap(), BlobTransfer::Mounted);
     assert!(writer.blob_exists(&target, &layer.digest).await.unwrap());
 
     let config =
@@ -113,7 +114,11 @@ async fn writes_with_push_tokens_mount_within_a_registry_and_put_manifests() {
         writer.put_blob(&target, config.clone()).await.unwrap(),
         BlobTransfer::Copied { bytes: config.len() as u64 }
     );
-    assert_eq!(writer.put_blob(&target, config.clone()).await.unwrap(), BlobTransfer::Present);
+    // No HEAD first: the same bytes uploaded again, harmlessly.
+    assert_eq!(
+        writer.put_blob(&target, config.clone()).await.unwrap(),
+        BlobTransfer::Copied { bytes: config.len() as u64 }
+    );
     assert_eq!(writer.get_blob(&target, &config_digest, 1 << 20).await.unwrap(), config);
 
     let manifest = serde_json::to_vec(&json!({
@@ -294,6 +299,55 @@ async fn rebase_replaces_the_run_image_layers_keeps_the_rest_and_moves_the_tag_l
     assert_eq!(writes(&scene.proxy), Vec::<String>::new());
 }
 
+/// Within one registry each layer is mounted with no HEAD before it; a mount the registry refuses
+/// with `202` and an upload session falls back to a HEAD and a copy into that session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mount_needs_no_head_and_a_refused_one_is_copied_into_its_session() {
+    let scene = Scene::new(|a| a).await;
+    let v2 = RunImage::jammy("v2", 3);
+    scene.push_run("run:latest", &v2).await;
+    // A real upload session of the app's repository, opened here, is what the refusal hands over
+    // (as Distribution does when it cannot mount).
+    let opened = reqwest::Client::new()
+        .post(format!("http://{}/v2/apps/web/blobs/uploads/", scene._registry.host))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(opened.status(), 202);
+    let location = opened.headers()["location"].to_str().unwrap().to_string();
+    let session = reqwest::Url::parse(&format!("http://{}", scene._registry.host)).unwrap().join(&location).unwrap();
+    let session = format!("{}?{}", session.path(), session.query().unwrap_or_default());
+    scene.proxy.inject(Fault::status(202).on("POST").header("Location", &session));
+    scene.proxy.clear();
+
+    let report = scene.rebase("run:latest", false, false).await.unwrap();
+    let copied = scene.proxy.seen().into_iter().find(|s| s.method == "PATCH").expect("one layer copied");
+    let layer =
+        v2.layers.iter().find(|l| scene.proxy.seen().iter().any(|s| s.method == "GET" && s.path.ends_with(&l.digest)));
+    let layer = layer.expect("the refused layer read from the run image");
+    assert_eq!(
+        (report.blobs.present, report.blobs.mounted, report.blobs.copied, report.blobs.bytes_copied),
+        (0, 2, 1, layer.blob.len() as u64)
+    );
+    assert!(
+        copied.path.starts_with(session.split('?').next().unwrap()),
+        "into the session handed over: {}",
+        copied.path
+    );
+    let heads: Vec<String> = scene
+        .proxy
+        .seen()
+        .into_iter()
+        .filter(|s| s.method == "HEAD" && v2.layers.iter().any(|l| s.path.ends_with(&l.digest)))
+        .map(|s| s.path)
+        .collect();
+    assert_eq!(heads, [format!("/v2/apps/web/blobs/{}", layer.digest)], "a HEAD only before the copy");
+    for l in &v2.layers {
+        scene.registry.get_blob(&image(&scene.app_ref()), &l.digest, 1 << 20).await.unwrap();
+    }
+    assert_eq!(tag_digest(&scene.registry, &scene.app_ref()).await, report.digest.unwrap());
+}
+
 /// Each refusal: the reason, no write, the tag where it was.
 async fn assert_refused(scene: &Scene, run: &str, reason: &str) {
     scene.proxy.clear();
@@ -368,7 +422,7 @@ async fn a_refused_manifest_put_leaves_the_tag_and_a_retry_completes() {
     assert_eq!(tag_digest(&scene.registry, &scene.app_ref()).await, scene.app_pushed.digest);
 
     let report = scene.rebase("run:latest", false, false).await.unwrap();
-    assert_eq!(report.blobs.present, 2, "the blobs the failed run mounted are there");
+    assert_eq!(report.blobs.mounted, 2, "the blobs the failed run mounted are mounted again (a 201, no bytes)");
     assert_eq!(tag_digest(&scene.registry, &scene.app_ref()).await, report.digest.unwrap());
 }
 

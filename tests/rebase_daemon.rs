@@ -323,3 +323,78 @@ async fn a_two_platform_app_is_rebased_per_platform_and_rolled_back() {
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(client.head_manifest(&tag).await.unwrap().digest, app_v1, "the index is back");
 }
+
+/// A fleet on one run image, through a counting proxy: the daemon reads the new run image's
+/// manifest and config once for all its apps (the check's own reads aside), and mounts every layer
+/// with no HEAD before it; every app is rebased exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_reads_the_new_run_image_once_and_mounts_without_a_head() {
+    const APPS: usize = 5;
+    let registry = TestRegistry::start_relative(support::registry::Auth::Anonymous);
+    let proxy = support::proxy::Proxy::start(&registry.host).await;
+    let host = proxy.host.clone();
+    let pusher = Pusher::new(&host);
+    let run_tag = format!("{host}/demo/run:latest");
+    let run_v1 = RunImage::jammy("1", 3);
+    let pushed = app::push_run(&pusher, "demo/run", Some("latest"), &run_v1, Format::Oci).await;
+    pusher.push_image("demo/builder", Some("latest"), &BuilderSpec::jammy(&run_tag).image(), Format::Oci).await;
+    let app = App::on(&run_v1, &run_tag, &format!("{host}/demo/run@{}", pushed.digest));
+    let ws = Workspace::new();
+    let mut text = format!(
+        "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\njitter = \"0s\"\n\n\
+         [[builders]]\nname = \"jammy\"\nimage = \"{host}/demo/builder:latest\"\n\n\
+         [runner]\ntype = \"none\"\nrebase = \"registry\"\n\n"
+    );
+    for i in 0..APPS {
+        app::push_app(&pusher, &format!("apps/web-{i}"), Some("latest"), &app, Format::Oci).await;
+        text.push_str(&format!(
+            "[[images]]\nname = \"web-{i}\"\nbuilder = \"jammy\"\nimage = \"{host}/apps/web-{i}:latest\"\npolicy = \"auto\"\n\n"
+        ));
+    }
+    let config = ws.config(&text);
+    let config = config.to_str().unwrap();
+    let first = ws.run(&["run", "--once", "--config", config]);
+    assert_eq!(first.code, Some(0), "{}", first.stderr);
+
+    let run_v2 = RunImage::jammy("2", 4);
+    let v2 = app::push_run(&pusher, "demo/run", Some("latest"), &run_v2, Format::Oci).await;
+    let v2_config = support::images::sha256(&serde_json::to_vec(&v2.config).unwrap());
+    proxy.clear();
+    let out = ws.run(&["run", "--once", "--config", config]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+
+    let seen = proxy.seen();
+    let gets = |path: &str| seen.iter().filter(|s| s.method == "GET" && s.path.ends_with(path)).count();
+    // The run image check reads each once too; without the shared documents every rebase would add
+    // one more of each.
+    let manifest_reads = gets(&format!("/v2/demo/run/manifests/{}", v2.digest));
+    let config_reads = gets(&format!("/v2/demo/run/blobs/{v2_config}"));
+    assert!(manifest_reads <= 2, "the run image manifest read {manifest_reads} times for {APPS} apps");
+    assert!(config_reads <= 2, "the run image config read {config_reads} times for {APPS} apps");
+    let layer_heads: Vec<&String> = seen
+        .iter()
+        .filter(|s| {
+            s.method == "HEAD"
+                && s.path.starts_with("/v2/apps/")
+                && s.path.contains("/blobs/")
+                && run_v2.layers.iter().any(|l| s.path.ends_with(&l.digest))
+        })
+        .map(|s| &s.path)
+        .collect();
+    assert_eq!(layer_heads, Vec::<&String>::new(), "a mount needs no HEAD before it");
+    let mounts = seen.iter().filter(|s| s.method == "POST" && s.path.contains("mount=")).count();
+    assert_eq!(mounts, APPS * run_v2.layers.len());
+
+    let client = Registry::new([], Metrics::new());
+    for i in 0..APPS {
+        let tag = ImageRef::parse(&format!("{host}/apps/web-{i}:latest")).unwrap();
+        let manifest = client.get_manifest(&tag, "latest").await.unwrap();
+        let manifest: Value = serde_json::from_slice(&manifest.bytes).unwrap();
+        let layers = manifest["layers"].as_array().unwrap();
+        assert_eq!(layers[3]["digest"].as_str(), Some(run_v2.layers[3].digest.as_str()), "web-{i} is on v2");
+    }
+    let ledger = Ledger::open_read_only(&ws.path("state.db")).unwrap();
+    let actions = ledger.actions(100).await.unwrap();
+    assert_eq!(actions.len(), APPS, "{actions:?}");
+    assert!(actions.iter().all(|a| a.action == "rebase" && a.attempts == 1), "{actions:?}");
+}

@@ -47,9 +47,12 @@ impl Registry {
         endpoint.blob_present(image.repository(), &pull_scope(image.repository()), digest).await
     }
 
-    /// Makes `digest` (of `size` bytes) a blob of `target`'s repository: HEAD there; else mount it
-    /// from `source`'s repository (same registry host); else stream a copy from `source` (any
-    /// registry), digest and size verified on the way, never held whole.
+    /// Makes `digest` (of `size` bytes) a blob of `target`'s repository. Within one registry host:
+    /// a mount from `source`'s repository first, with no HEAD before it (a `201` answers both
+    /// "mounted" and "was there already", so both count as [`BlobTransfer::Mounted`]); a mount the
+    /// registry refuses (`202`, with an upload session) or denies (401/403) falls back to a HEAD
+    /// and a copy. Across registries: a HEAD, then a copy. A copy streams the blob from `source`,
+    /// digest and size verified on the way, never held whole.
     pub async fn ensure_blob(
         &self,
         target: &ImageRef,
@@ -66,9 +69,6 @@ impl Registry {
         }
         let repository = target.repository();
         let scope = push_scope(repository);
-        if endpoint.blob_present(repository, &scope, digest).await? {
-            return Ok(BlobTransfer::Present);
-        }
         let mut session = None;
         if target.registry() == source.registry() {
             match endpoint.mount(repository, &scope, source.repository(), digest).await {
@@ -81,6 +81,11 @@ impl Registry {
                 }
                 Err(e) => return Err(e),
             }
+        }
+        // Only now, before bytes would go over the wire: the target may have it already. (A
+        // refused mount's session is left to the registry to expire.)
+        if endpoint.blob_present(repository, &scope, digest).await? {
+            return Ok(BlobTransfer::Present);
         }
         let session = match session {
             Some(url) => url,
@@ -146,15 +151,14 @@ impl Registry {
         Ok(BlobTransfer::Copied { bytes })
     }
 
-    /// Uploads a small blob (an image config) in one PUT, unless the repository has it.
+    /// Uploads a small blob (an image config) in one POST and one PUT, with no HEAD before: a
+    /// rebased config is new content but after a failed attempt, and uploading a blob the
+    /// repository has again is harmless (the same bytes under the same digest).
     pub async fn put_blob(&self, image: &ImageRef, bytes: Bytes) -> Result<BlobTransfer, RegistryError> {
         let endpoint = self.endpoint(image)?;
         let digest = sha256_digest(&bytes);
         let repository = image.repository();
         let scope = push_scope(repository);
-        if endpoint.blob_present(repository, &scope, &digest).await? {
-            return Ok(BlobTransfer::Present);
-        }
         let session = endpoint.start_upload(repository, &scope).await?;
         let length = bytes.len() as u64;
         let payload = Payload::Bytes { bytes, content_type: "application/octet-stream".to_string() };

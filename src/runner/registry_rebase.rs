@@ -9,10 +9,16 @@ use futures::future::BoxFuture;
 use super::backend::{AfterRestart, Backend, Carrier, Rule};
 use super::*;
 use crate::ledger::{TagIntent, TagMoveKind, WriteGrant};
-use crate::rebase::TagGuard;
+use crate::rebase::{RunImageDocs, TagGuard};
 
 /// Registry rebases' answers: rebases only, in the daemon, retried by it.
 pub struct RegistryRebase;
+
+/// What carries registry rebases out: the run image documents every rebase of this runner reads
+/// through (a fleet patch reads the new run image once, not once per app).
+struct Rebaser {
+    run_docs: RunImageDocs,
+}
 
 impl Backend for RegistryRebase {
     fn name(&self) -> &'static str {
@@ -69,11 +75,11 @@ impl Backend for RegistryRebase {
         _: &super::backend::Clusters,
         _: CancellationToken,
     ) -> Result<Arc<dyn Carrier>, RunnerError> {
-        Ok(Arc::new(RegistryRebase))
+        Ok(Arc::new(Rebaser { run_docs: RunImageDocs::default() }))
     }
 }
 
-impl Carrier for RegistryRebase {
+impl Carrier for Rebaser {
     /// An earlier attempt's tag write settled first; then the rebase.
     fn attempt<'a>(
         &'a self,
@@ -96,7 +102,7 @@ impl Carrier for RegistryRebase {
                     return attempt;
                 }
             }
-            runner.rebase_in_registry(action, target).await
+            runner.rebase_in_registry(action, target, &self.run_docs).await
         })
     }
 }
@@ -214,7 +220,12 @@ impl Runner {
     }
 
     /// A rebase by registry writes (`crate::rebase`), its tag write recorded first.
-    pub(super) async fn rebase_in_registry(&self, action: &ClaimedAction, target: &ActionTarget) -> Attempt {
+    pub(super) async fn rebase_in_registry(
+        &self,
+        action: &ClaimedAction,
+        target: &ActionTarget,
+        run_docs: &RunImageDocs,
+    ) -> Attempt {
         let image = match ImageRef::parse(&target.image) {
             Ok(i) => i,
             Err(err) => return Attempt::failed(format!("invalid app image {}: {err}", target.image), Next::Final),
@@ -237,7 +248,7 @@ impl Runner {
             };
         let request = RebaseRequest { image, run_image, force: false, dry_run: false, known_run_images };
         let guard = LedgerGuard { runner: self, action, target };
-        match crate::rebase::rebase(&self.registry, &request, &guard).await {
+        match crate::rebase::rebase_with(&self.registry, &request, &guard, run_docs).await {
             Ok(report) => {
                 let detail = match report.digest.as_deref() {
                     Some(d) if d == report.previous => {

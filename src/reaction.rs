@@ -21,6 +21,39 @@ use builder_monitor_core::reference::ImageRef;
 
 /// App images planning reads at once.
 const PLAN_READS: usize = 16;
+/// App images in planning's first batch; each next one is twice as large, up to [`MAX_BATCH`].
+const FIRST_BATCH: usize = PLAN_READS;
+const MAX_BATCH: usize = 1024;
+
+/// Each builder's pin and metadata (user, platform APIs, stack) for the runners, read once per
+/// builder in a planning, not once per app image.
+#[derive(Default)]
+struct BuilderPins(BTreeMap<String, (Option<String>, Option<BuilderMetadata>)>);
+
+impl BuilderPins {
+    async fn of(
+        &mut self,
+        reaction: &Reaction<'_>,
+        mv: &Moved<'_>,
+        builder: &str,
+    ) -> Result<&(Option<String>, Option<BuilderMetadata>), LedgerError> {
+        if !self.0.contains_key(builder) {
+            let pin = match mv.kind {
+                WatchKind::Builder => {
+                    (Some(mv.current.reference.clone()), mv.metadata.and_then(|m| m.preferred()).cloned())
+                }
+                WatchKind::RunImage => {
+                    let record = reaction.ledger.watch(builder).await?;
+                    let meta =
+                        record.as_ref().and_then(WatchRecord::pinned_metadata).and_then(|m| m.preferred().cloned());
+                    (record.and_then(|r| r.pin).map(|p| p.reference), meta)
+                }
+            };
+            self.0.insert(builder.to_string(), pin);
+        }
+        Ok(&self.0[builder])
+    }
+}
 
 /// The parts a reaction reads.
 #[derive(Clone, Copy)]
@@ -83,6 +116,8 @@ pub fn deploys_after(config: &Config, image: &ImageSettings) -> Vec<PlannedDeplo
 
 /// The move a check accepted, as planning needs it.
 pub struct Moved<'a> {
+    /// The moved watch, whose change the actions belong to.
+    pub watch: &'a str,
     pub kind: WatchKind,
     /// The builders whose app images the move concerns.
     pub builders: &'a [String],
@@ -91,6 +126,8 @@ pub struct Moved<'a> {
     pub current: &'a Pin,
     /// The builder's new metadata (builder moves).
     pub metadata: Option<&'a PinnedMetadata>,
+    /// The check's time: the actions' creation.
+    pub now: chrono::DateTime<chrono::Utc>,
 }
 
 /// The reaction planned for a move: a decision per app image concerned, and the actions to record.
@@ -252,10 +289,15 @@ impl Reaction<'_> {
             .gated(wave, needs_approval)
     }
 
+    /// The actions of a move's app images, planned in batches of images in wave order: every
+    /// batch's but the last is recorded as soon as it is planned (`Ledger::record_planned`), so a
+    /// fleet's first actions start while the rest of it is read, and a lower wave is always
+    /// recorded whole before a higher one (the roll-out gate holds a wave back by the lower ones
+    /// it sees). The check's commit records them all again, with the change: by key, so nothing
+    /// twice.
     async fn plan_app_actions(&self, mv: &Moved<'_>) -> Result<Planned, LedgerError> {
         let (builders, change, current) = (mv.builders, mv.change, mv.current);
-        let images: Vec<ImageSettings> =
-            self.config.images.iter().filter(|i| builders.contains(&i.builder)).cloned().collect();
+        let images: Vec<&ImageSettings> = self.config.images.iter().filter(|i| builders.contains(&i.builder)).collect();
         if images.is_empty() || change.kind == cnb::ChangeKind::None {
             return Ok(Planned::default());
         }
@@ -277,6 +319,38 @@ impl Reaction<'_> {
             (Some(reference), WatchKind::Builder) => Some(self.run_image_target(reference).await),
             (None, _) => None,
         };
+        // Images in wave order; the config's order within a wave.
+        let mut order: Vec<usize> = (0..images.len()).collect();
+        order.sort_by_key(|&i| images[i].wave);
+        let mut decisions: Vec<Option<Decision>> = vec![None; images.len()];
+        let mut builder_pins = BuilderPins::default();
+        let mut actions = Vec::new();
+        let (mut start, mut size) = (0, FIRST_BATCH);
+        while start < order.len() {
+            let end = (start + size).min(order.len());
+            let batch: Vec<&ImageSettings> = order[start..end].iter().map(|&i| images[i]).collect();
+            let planned = self.plan_batch(mv, &batch, run_target.as_ref(), &mut builder_pins).await?;
+            if end < order.len() && !planned.actions.is_empty() {
+                self.ledger.record_planned(mv.watch, planned.actions.clone(), mv.now).await?;
+            }
+            for (&i, d) in order[start..end].iter().zip(planned.decisions) {
+                decisions[i] = Some(d);
+            }
+            actions.extend(planned.actions);
+            (start, size) = (end, (size * 2).min(MAX_BATCH));
+        }
+        Ok(Planned { decisions: decisions.into_iter().flatten().collect(), actions })
+    }
+
+    /// One batch of [`Self::plan_app_actions`]: its app images read (a few at a time), a decision
+    /// for each, in `images`' order, and the actions.
+    async fn plan_batch(
+        &self,
+        mv: &Moved<'_>,
+        images: &[&ImageSettings],
+        run_target: Option<&RunImageTarget>,
+        builder_pins: &mut BuilderPins,
+    ) -> Result<Planned, LedgerError> {
         // App images are read for `auto` decisions, and for kpack, whose rebase names the app's digest.
         let read_all = crate::runner::backend::needs_app_digest(&self.config.runner);
         // Read a few at a time: a fleet of a thousand apps is read in a fraction of a second, not
@@ -293,28 +367,13 @@ impl Reaction<'_> {
             .buffer_unordered(PLAN_READS)
             .collect()
             .await;
-        let decisions = plan::plan(&Move { change, builders, run_image: run_target.as_ref() }, &images, &apps);
-        // Each builder's pin and metadata (user, platform APIs, stack) for the runners, read once
-        // per builder, not once per app image.
-        let mut builder_pins: BTreeMap<&str, (Option<String>, Option<BuilderMetadata>)> = BTreeMap::new();
+        let decisions =
+            plan::plan(&Move { change: mv.change, builders: mv.builders, run_image: run_target }, images, &apps);
         let mut actions = Vec::new();
-        for d in &decisions {
-            let (Some(kind), Some(image)) = (d.action, images.iter().find(|i| i.name == d.image)) else { continue };
-            if !builder_pins.contains_key(image.builder.as_str()) {
-                let pin = match mv.kind {
-                    WatchKind::Builder => {
-                        (Some(current.reference.clone()), mv.metadata.and_then(|m| m.preferred()).cloned())
-                    }
-                    WatchKind::RunImage => {
-                        let record = self.ledger.watch(&image.builder).await?;
-                        let meta =
-                            record.as_ref().and_then(WatchRecord::pinned_metadata).and_then(|m| m.preferred().cloned());
-                        (record.and_then(|r| r.pin).map(|p| p.reference), meta)
-                    }
-                };
-                builder_pins.insert(image.builder.as_str(), pin);
-            }
-            let (builder_ref, meta) = &builder_pins[image.builder.as_str()];
+        // `plan` answers one decision per image, in order (all of them are the move's builders').
+        for (d, image) in decisions.iter().zip(images) {
+            let Some(kind) = d.action else { continue };
+            let (builder_ref, meta) = builder_pins.of(self, mv, &image.builder).await?;
             let Some(builder_ref) = builder_ref.clone() else {
                 tracing::warn!(image = %image.name, builder = %image.builder, "builder not pinned yet; no action");
                 continue;
@@ -326,11 +385,11 @@ impl Reaction<'_> {
             let target = action_target(
                 image,
                 builder_ref,
-                run_target.as_ref().map(|t| t.reference.clone()),
+                run_target.map(|t| t.reference.clone()),
                 d.why.clone(),
                 meta.as_ref(),
                 app_reference,
-                reason_names(change),
+                reason_names(mv.change),
             );
             actions.push(
                 NewAction::new(

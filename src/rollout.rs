@@ -223,17 +223,12 @@ pub fn awaiting_approval_event(
     Some(e)
 }
 
-/// The label of a wave in people's words: wave 0 is the canary.
-pub fn wave_label(wave: u32) -> String {
-    if wave == 0 { "canary".into() } else { format!("wave {wave}") }
-}
-
 /// The actions a failed action holds (its change's later waves not started yet), and why.
 pub fn held_by(actions: &[ActionRecord], failed: &ActionRecord) -> (Vec<ActionRecord>, String) {
     let view: Vec<GateAction> = actions.iter().map(ActionRecord::gate_action).collect();
     let keys = rollout::held_by_failure(&view, &failed.key);
     let held = actions.iter().filter(|a| keys.contains(&a.key)).cloned().collect();
-    (held, format!("{} {} failed", wave_label(failed.wave), failed.image))
+    (held, rollout::failure_reason(failed.wave, &failed.image))
 }
 
 /// `action.held` for `held`, the later waves a failure holds.

@@ -303,6 +303,44 @@ async fn actions_are_claimed_finished_requeued_and_superseded() {
     .await;
 }
 
+/// A change's first actions, recorded ahead of its commit (planning in batches): a newer change's
+/// action for one of its images, recorded in between, stays the newest when the commit records the
+/// planned actions again; nothing is recorded twice, and the rest are added.
+#[tokio::test]
+async fn actions_recorded_ahead_of_their_commit_are_kept_and_never_outrank_a_newer_change() {
+    both(|ledger| async move {
+        ledger.commit(record("b", "2026-11-30T12:00:00Z")).await.unwrap();
+        ledger.commit(record("r", "2026-11-30T12:00:00Z")).await.unwrap();
+        let planned = vec![action("c1", "app"), action("c1", "api")];
+        ledger.record_planned("r", planned, at("2026-11-30T12:01:00Z")).await.unwrap();
+        // The builder moves meanwhile: its change's action for `app` supersedes c1's.
+        let mut newer = record("b", "2026-11-30T12:02:00Z");
+        newer.change = Some(change("b", 1, "sha256:a", "sha256:b"));
+        newer.actions = vec![action("c2", "app")];
+        ledger.commit(newer).await.unwrap();
+        // c1's check commits, with every action it planned.
+        let mut c1 = record("r", "2026-11-30T12:01:00Z");
+        c1.change = Some(change("r", 1, "sha256:r1", "sha256:r2"));
+        c1.actions = vec![action("c1", "app"), action("c1", "api"), action("c1", "web")];
+        ledger.commit(c1).await.unwrap();
+
+        let actions = ledger.actions(10).await.unwrap();
+        let states: BTreeMap<(&str, &str), ActionState> =
+            actions.iter().map(|a| ((a.change.as_str(), a.image.as_str()), a.state)).collect();
+        assert_eq!(actions.len(), 4, "{actions:#?}");
+        assert_eq!(
+            states,
+            BTreeMap::from([
+                (("c1", "api"), ActionState::Pending),
+                (("c1", "app"), ActionState::Superseded),
+                (("c1", "web"), ActionState::Pending),
+                (("c2", "app"), ActionState::Pending),
+            ])
+        );
+    })
+    .await;
+}
+
 fn tag_move(image: &str, kind: TagMoveKind, action: Option<&str>, digests: (&str, &str), time: &str) -> TagMove {
     TagMove {
         image: image.into(),

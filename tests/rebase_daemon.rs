@@ -324,46 +324,114 @@ async fn a_two_platform_app_is_rebased_per_platform_and_rolled_back() {
     assert_eq!(client.head_manifest(&tag).await.unwrap().digest, app_v1, "the index is back");
 }
 
+/// A fleet of `apps` app images on one run image (v1), behind a counting proxy, pinned by one
+/// `run --once`.
+struct Fleet {
+    _registry: TestRegistry,
+    proxy: support::proxy::Proxy,
+    host: String,
+    pusher: Pusher,
+    ws: Workspace,
+    config: PathBuf,
+    apps: usize,
+}
+
+impl Fleet {
+    async fn new(apps: usize) -> Self {
+        let registry = TestRegistry::start_relative(support::registry::Auth::Anonymous);
+        let proxy = support::proxy::Proxy::start(&registry.host).await;
+        let host = proxy.host.clone();
+        let pusher = Pusher::new(&host);
+        let run_tag = format!("{host}/demo/run:latest");
+        let run_v1 = RunImage::jammy("1", 3);
+        let pushed = app::push_run(&pusher, "demo/run", Some("latest"), &run_v1, Format::Oci).await;
+        pusher.push_image("demo/builder", Some("latest"), &BuilderSpec::jammy(&run_tag).image(), Format::Oci).await;
+        let app = App::on(&run_v1, &run_tag, &format!("{host}/demo/run@{}", pushed.digest));
+        let ws = Workspace::new();
+        let mut text = format!(
+            "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\njitter = \"0s\"\n\n\
+             [[builders]]\nname = \"jammy\"\nimage = \"{host}/demo/builder:latest\"\n\n\
+             [registries.\"{host}\"]\nrequests_per_second = 0\n\n\
+             [runner]\ntype = \"none\"\nrebase = \"registry\"\nmax_concurrent = 16\n\n"
+        );
+        for i in 0..apps {
+            app::push_app(&pusher, &format!("apps/web-{i}"), Some("latest"), &app, Format::Oci).await;
+            text.push_str(&format!(
+                "[[images]]\nname = \"web-{i}\"\nbuilder = \"jammy\"\nimage = \"{host}/apps/web-{i}:latest\"\npolicy = \"auto\"\n\n"
+            ));
+        }
+        let config = ws.config(&text);
+        let fleet = Fleet { _registry: registry, proxy, host, pusher, ws, config, apps };
+        let first = fleet.run_once();
+        assert_eq!(first.code, Some(0), "{}", first.stderr);
+        fleet
+    }
+
+    fn run_once(&self) -> Output {
+        self.ws.run(&["run", "--once", "--config", self.config.to_str().unwrap()])
+    }
+
+    fn ledger(&self) -> Ledger {
+        Ledger::open_read_only(&self.ws.path("state.db")).unwrap()
+    }
+
+    /// Asserts every app tag shows `run`'s layers under the app's.
+    async fn assert_all_on(&self, run: &RunImage) {
+        let client = Registry::new([], Metrics::new());
+        let top = run.layers.len() - 1;
+        for i in 0..self.apps {
+            let tag = ImageRef::parse(&format!("{}/apps/web-{i}:latest", self.host)).unwrap();
+            let manifest = client.get_manifest(&tag, "latest").await.unwrap();
+            let manifest: Value = serde_json::from_slice(&manifest.bytes).unwrap();
+            let layers = manifest["layers"].as_array().unwrap();
+            assert_eq!(
+                layers[top]["digest"].as_str(),
+                Some(run.layers[top].digest.as_str()),
+                "web-{i} is on the run image"
+            );
+        }
+    }
+
+    /// Asserts the ledger holds one rebase per app, all of one change, and that change's event once.
+    async fn assert_one_rebase_each(&self) {
+        let ledger = self.ledger();
+        let actions = ledger.actions(1000).await.unwrap();
+        assert_eq!(actions.len(), self.apps, "{actions:?}");
+        assert!(actions.iter().all(|a| a.action == "rebase" && a.change == actions[0].change), "{actions:?}");
+        let mut images: Vec<&str> = actions.iter().map(|a| a.image.as_str()).collect();
+        images.sort();
+        images.dedup();
+        assert_eq!(images.len(), self.apps, "one action per app");
+        let changed = changed_events(&ledger).await;
+        assert_eq!(changed, vec![actions[0].change.clone()], "the change, recorded once");
+    }
+}
+
+/// The ids of the `run_image.changed` events recorded.
+async fn changed_events(ledger: &Ledger) -> Vec<String> {
+    let events = ledger.events_after(0, 1000).await.unwrap();
+    events
+        .into_iter()
+        .filter(|e| e.event.event_type.to_string() == "run_image.changed")
+        .map(|e| e.event.id.clone())
+        .collect()
+}
+
 /// A fleet on one run image, through a counting proxy: the daemon reads the new run image's
 /// manifest and config once for all its apps (the check's own reads aside), and mounts every layer
 /// with no HEAD before it; every app is rebased exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_reads_the_new_run_image_once_and_mounts_without_a_head() {
     const APPS: usize = 5;
-    let registry = TestRegistry::start_relative(support::registry::Auth::Anonymous);
-    let proxy = support::proxy::Proxy::start(&registry.host).await;
-    let host = proxy.host.clone();
-    let pusher = Pusher::new(&host);
-    let run_tag = format!("{host}/demo/run:latest");
-    let run_v1 = RunImage::jammy("1", 3);
-    let pushed = app::push_run(&pusher, "demo/run", Some("latest"), &run_v1, Format::Oci).await;
-    pusher.push_image("demo/builder", Some("latest"), &BuilderSpec::jammy(&run_tag).image(), Format::Oci).await;
-    let app = App::on(&run_v1, &run_tag, &format!("{host}/demo/run@{}", pushed.digest));
-    let ws = Workspace::new();
-    let mut text = format!(
-        "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\njitter = \"0s\"\n\n\
-         [[builders]]\nname = \"jammy\"\nimage = \"{host}/demo/builder:latest\"\n\n\
-         [runner]\ntype = \"none\"\nrebase = \"registry\"\n\n"
-    );
-    for i in 0..APPS {
-        app::push_app(&pusher, &format!("apps/web-{i}"), Some("latest"), &app, Format::Oci).await;
-        text.push_str(&format!(
-            "[[images]]\nname = \"web-{i}\"\nbuilder = \"jammy\"\nimage = \"{host}/apps/web-{i}:latest\"\npolicy = \"auto\"\n\n"
-        ));
-    }
-    let config = ws.config(&text);
-    let config = config.to_str().unwrap();
-    let first = ws.run(&["run", "--once", "--config", config]);
-    assert_eq!(first.code, Some(0), "{}", first.stderr);
-
+    let fleet = Fleet::new(APPS).await;
     let run_v2 = RunImage::jammy("2", 4);
-    let v2 = app::push_run(&pusher, "demo/run", Some("latest"), &run_v2, Format::Oci).await;
+    let v2 = app::push_run(&fleet.pusher, "demo/run", Some("latest"), &run_v2, Format::Oci).await;
     let v2_config = support::images::sha256(&serde_json::to_vec(&v2.config).unwrap());
-    proxy.clear();
-    let out = ws.run(&["run", "--once", "--config", config]);
+    fleet.proxy.clear();
+    let out = fleet.run_once();
     assert_eq!(out.code, Some(0), "{}", out.stderr);
 
-    let seen = proxy.seen();
+    let seen = fleet.proxy.seen();
     let gets = |path: &str| seen.iter().filter(|s| s.method == "GET" && s.path.ends_with(path)).count();
     // The run image check reads each once too; without the shared documents every rebase would add
     // one more of each.
@@ -385,16 +453,80 @@ async fn a_fleet_reads_the_new_run_image_once_and_mounts_without_a_head() {
     let mounts = seen.iter().filter(|s| s.method == "POST" && s.path.contains("mount=")).count();
     assert_eq!(mounts, APPS * run_v2.layers.len());
 
-    let client = Registry::new([], Metrics::new());
-    for i in 0..APPS {
-        let tag = ImageRef::parse(&format!("{host}/apps/web-{i}:latest")).unwrap();
-        let manifest = client.get_manifest(&tag, "latest").await.unwrap();
-        let manifest: Value = serde_json::from_slice(&manifest.bytes).unwrap();
-        let layers = manifest["layers"].as_array().unwrap();
-        assert_eq!(layers[3]["digest"].as_str(), Some(run_v2.layers[3].digest.as_str()), "web-{i} is on v2");
-    }
-    let ledger = Ledger::open_read_only(&ws.path("state.db")).unwrap();
-    let actions = ledger.actions(100).await.unwrap();
-    assert_eq!(actions.len(), APPS, "{actions:?}");
-    assert!(actions.iter().all(|a| a.action == "rebase" && a.attempts == 1), "{actions:?}");
+    fleet.assert_all_on(&run_v2).await;
+    let actions = fleet.ledger().actions(100).await.unwrap();
+    assert!(actions.iter().all(|a| a.attempts == 1), "{actions:?}");
+    fleet.assert_one_rebase_each().await;
+}
+
+/// Apps in planning's first batch (`reaction::FIRST_BATCH`), and a fleet with a second batch.
+const FIRST_BATCH: usize = 16;
+const TWO_BATCHES: usize = FIRST_BATCH + 4;
+
+/// Planning in batches: while the last app of a fleet is still being read, the first batch's
+/// rebases already run and succeed; the change is recorded once planning ends, with every app's
+/// action once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_starts_rebasing_before_its_last_app_is_read() {
+    let fleet = Fleet::new(TWO_BATCHES).await;
+    let last = format!("/v2/apps/web-{}/manifests/latest", TWO_BATCHES - 1);
+    let (trap, held, release) = support::proxy::Trap::hold("GET", &last);
+    fleet.proxy.trap(trap);
+    let run_v2 = RunImage::jammy("2", 4);
+    app::push_run(&fleet.pusher, "demo/run", Some("latest"), &run_v2, Format::Oci).await;
+    // Its first check finds the move.
+    let mut daemon = Daemon::start(&fleet.config);
+    tokio::time::timeout(support::PATIENCE, held.notified()).await.expect("planning reads the last app");
+    let first = tokio::task::block_in_place(|| daemon.wait_for_event("rebase.succeeded"));
+    assert!(changed_events(&fleet.ledger()).await.is_empty(), "the change is not recorded while planning reads");
+    release.notify_one();
+    let change = first["action"]["change"].as_str().unwrap().to_string();
+    // The change and the other rebases, in whichever order they come.
+    let (rebased, changed) = (std::cell::Cell::new(1), std::cell::Cell::new(false));
+    tokio::task::block_in_place(|| {
+        daemon.wait_for("the change and every rebase", |v| {
+            match v["event_type"].as_str() {
+                Some("rebase.succeeded") => rebased.set(rebased.get() + 1),
+                Some("run_image.changed") => changed.set(true),
+                _ => {}
+            }
+            rebased.get() == TWO_BATCHES && changed.get()
+        })
+    });
+    daemon.kill();
+    fleet.assert_all_on(&run_v2).await;
+    fleet.assert_one_rebase_each().await;
+    assert_eq!(fleet.ledger().actions(1000).await.unwrap()[0].change, change);
+}
+
+/// A daemon killed between recording a fleet's first actions and its commit: the next run finds
+/// the same move, plans it again under the same change id, keeps what it recorded (and did)
+/// already, and ends with every app rebased by one action each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_killed_while_planning_finishes_the_fleet_on_the_next_run() {
+    let fleet = Fleet::new(TWO_BATCHES).await;
+    let last = format!("/v2/apps/web-{}/manifests/latest", TWO_BATCHES - 1);
+    let (trap, held, release) = support::proxy::Trap::hold("GET", &last);
+    fleet.proxy.trap(trap);
+    let run_v2 = RunImage::jammy("2", 4);
+    app::push_run(&fleet.pusher, "demo/run", Some("latest"), &run_v2, Format::Oci).await;
+    let mut daemon = Daemon::start(&fleet.config);
+    tokio::time::timeout(support::PATIENCE, held.notified()).await.expect("planning reads the last app");
+    let first = tokio::task::block_in_place(|| daemon.wait_for_event("rebase.succeeded"));
+    daemon.kill();
+    release.notify_one();
+    let early = fleet.ledger().actions(1000).await.unwrap();
+    assert!(
+        !early.is_empty() && early.len() < TWO_BATCHES,
+        "only the first batch was recorded: {} actions",
+        early.len()
+    );
+    assert!(changed_events(&fleet.ledger()).await.is_empty(), "no change recorded");
+
+    let out = fleet.run_once();
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    fleet.assert_all_on(&run_v2).await;
+    fleet.assert_one_rebase_each().await;
+    let actions = fleet.ledger().actions(1000).await.unwrap();
+    assert_eq!(actions[0].change, first["action"]["change"].as_str().unwrap(), "the same change id");
 }

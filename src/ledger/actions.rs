@@ -427,10 +427,14 @@ pub trait Actions {
     /// write. Answers whether it did (not when the action is unknown or released).
     fn hold_image(&self, hold: ImageHold<'_>) -> impl Future<Output = Result<bool, LedgerError>> + Send;
 
-    /// Records actions asked for by hand (a `deploy` of a chosen digest), as a change's are: older
-    /// actions of the image that have not started yield.
+    /// Records actions outside a check's commit, as a change's are (older actions of the image
+    /// that have not started yield; one recorded already stays as it is): the first of a change's
+    /// planned actions, ahead of its commit, and those asked for by hand (a `deploy` of a chosen
+    /// digest). A ledger that keeps actions per watch puts them in `entry`'s (the moved watch's,
+    /// with the rest of its change), or by hand in their builder's.
     fn record_actions(
         &self,
+        entry: Option<&str>,
         actions: Vec<NewAction>,
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<(), LedgerError>> + Send;

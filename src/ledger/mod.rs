@@ -456,7 +456,22 @@ impl Ledger {
 
     /// Records actions asked for by hand ([`Actions::record_actions`]); wakes the runner.
     pub async fn record_actions(&self, actions: Vec<NewAction>, now: DateTime<Utc>) -> Result<(), LedgerError> {
-        dispatch!(self, |backend| backend.record_actions(actions, now))?;
+        dispatch!(self, |backend| backend.record_actions(None, actions, now))?;
+        self.signal(false, true);
+        Ok(())
+    }
+
+    /// Records the first of the actions planned for a move of `watch` ahead of the check's commit
+    /// (which records the rest, the change and the pin), so they can start while the rest are
+    /// planned; wakes the runner. Recording is by key: a check that stops before its commit finds
+    /// the same move again under the same change id, and what it recorded already stays.
+    pub async fn record_planned(
+        &self,
+        watch: &str,
+        actions: Vec<NewAction>,
+        now: DateTime<Utc>,
+    ) -> Result<(), LedgerError> {
+        dispatch!(self, |backend| backend.record_actions(Some(watch), actions, now))?;
         self.signal(false, true);
         Ok(())
     }

@@ -56,7 +56,7 @@ impl Monitor {
         let found = decide::found(watch, record, observed);
         self.log_found(watch, record, &found, now);
         let subjects = self.subjects(watch);
-        let planned = self.react(watch, &subjects, &found).await?;
+        let planned = self.react(watch, &subjects, &found, now).await?;
         let history = self.handle.config.monitor.history;
         let Decided { mut commit, outcome, metadata } =
             decide::decide(watch, &subjects, record, found, planned, now, history);
@@ -108,7 +108,13 @@ impl Monitor {
     }
 
     /// React: the actions a move's app images get (`crate::reaction`); nothing for anything else.
-    async fn react(&self, watch: &Watch, subjects: &[Subject], found: &Found) -> Result<Planned, LedgerError> {
+    async fn react(
+        &self,
+        watch: &Watch,
+        subjects: &[Subject],
+        found: &Found,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Planned, LedgerError> {
         let mv = match found {
             Found::Moved(mv) => mv,
             // A builder's pin without a change still goes to the files that mark the builder.
@@ -123,12 +129,14 @@ impl Monitor {
         };
         let builders: Vec<String> = subjects.iter().map(|s| s.name.clone()).collect();
         let moved = Moved {
+            watch: &watch.name,
             kind: watch.kind,
             builders: &builders,
             change_id: &mv.id,
             change: &mv.change,
             current: &mv.current,
             metadata: mv.metadata.as_deref().filter(|_| watch.kind == WatchKind::Builder),
+            now,
         };
         let planned = self.reaction().plan_actions(&moved).await?;
         for d in &planned.decisions {

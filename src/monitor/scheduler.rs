@@ -244,7 +244,7 @@ impl Monitor {
         let drained =
             tokio::time::timeout(SHUTDOWN_GRACE, async { while running.join_next().await.is_some() {} }).await;
         if drained.is_err() {
-            tracing::warn!(grace = ?SHUTDOWN_GRACE, "checks still running after the grace period; aborting them (the ledger is transactional, nothing is half-written)");
+            tracing::warn!(grace = ?SHUTDOWN_GRACE, "checks still running after the grace period; aborting them (a check writes its change last, so the next one finds the move again)");
             running.abort_all();
         }
         flushing.cancel();

@@ -176,3 +176,45 @@ async fn roll_out_gates_holds_approvals_and_the_freeze() {
     })
     .await;
 }
+
+/// A change planned in batches: a later wave's action that arrives after a lower wave's action
+/// failed is recorded held, as the failure held the ones recorded before it; once the change is
+/// released, one that arrives then is released too and starts.
+#[tokio::test]
+async fn a_later_wave_arriving_after_a_failure_is_held_and_after_a_release_goes() {
+    both(|ledger| async move {
+        let now = at("2026-11-30T12:30:00Z");
+        ledger.commit(record("r", "2026-11-30T12:00:00Z")).await.unwrap();
+        ledger.record_planned("r", vec![gated("c1", "canary", 0, false)], now).await.unwrap();
+        let claimed = ledger.claim_actions_of(now, 10, None, &Rollout::default()).await.unwrap();
+        assert_eq!(claimed.len(), 1);
+        // Nothing later is recorded yet: the failure holds nothing.
+        let failed = ledger.finish_action(end(&claimed[0].key, ActionOutcome::Failed, None)).await.unwrap();
+        assert_eq!(failed, Some(ActionState::Failed));
+
+        let mut r = record("r", "2026-11-30T12:00:00Z");
+        r.change = Some(change("r", 1, "sha256:a", "sha256:b"));
+        r.actions = vec![gated("c1", "canary", 0, false), gated("c1", "orders", 1, false)];
+        ledger.commit(r).await.unwrap();
+        let actions = ledger.actions(10).await.unwrap();
+        assert_eq!(
+            states(&actions),
+            BTreeMap::from([("canary".into(), ActionState::Failed), ("orders".into(), ActionState::Held)])
+        );
+        let orders = actions.iter().find(|a| a.image == "orders").unwrap();
+        assert_eq!(orders.detail.as_deref(), Some("held: canary canary failed"));
+
+        ledger.decide("c1", None, Verdict::Release, "alice (cli)", now).await.unwrap();
+        ledger.record_planned("r", vec![gated("c1", "billing", 1, false)], now).await.unwrap();
+        let mut claimed: Vec<String> = ledger
+            .claim_actions_of(now, 10, None, &Rollout::default())
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|a| a.image)
+            .collect();
+        claimed.sort();
+        assert_eq!(claimed, ["billing", "orders"], "both released");
+    })
+    .await;
+}

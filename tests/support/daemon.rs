@@ -61,7 +61,9 @@ pub fn run_with_env(args: &[&str], env: &[(&str, &str)], cwd: &Path) -> Output {
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            panic!("builder-monitor {args:?} did not finish within {PATIENCE:?}");
+            let _ = child.wait();
+            let stderr = stderr.join().unwrap_or_default();
+            panic!("builder-monitor {args:?} did not finish within {PATIENCE:?}; its log:\n{stderr}");
         }
         std::thread::sleep(Duration::from_millis(5));
     };

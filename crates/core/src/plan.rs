@@ -90,6 +90,18 @@ pub trait PlannedImage {
     fn policy(&self) -> Policy;
 }
 
+impl<T: PlannedImage + ?Sized> PlannedImage for &T {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn builder(&self) -> &str {
+        (**self).builder()
+    }
+    fn policy(&self) -> Policy {
+        (**self).policy()
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ActionKind {

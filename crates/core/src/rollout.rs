@@ -406,11 +406,13 @@ pub enum Wait {
     Window {
         next: Option<String>,
     },
-    /// The lowest `lower` wave not done yet, and its images that are not.
+    /// The lowest `lower` wave not done yet, and its images that are not: the first
+    /// [`BLOCKING_NAMED`] by name, and how many `more`.
     Wave {
         wave: u32,
         lower: u32,
         blocking: Vec<(String, ActionState)>,
+        more: usize,
     },
     InFlight {
         max: usize,
@@ -462,12 +464,16 @@ impl fmt::Display for Wait {
             }
             Wait::Window { next: Some(next) } => write!(f, "outside windows: next opens {next}"),
             Wait::Window { next: None } => f.write_str("outside windows: none opens again"),
-            Wait::Wave { wave, lower, blocking } => {
+            Wait::Wave { wave, lower, blocking, more } => {
                 let blocking: Vec<String> = blocking
                     .iter()
                     .map(|(image, state)| format!("{image} {}", state.as_str().replace('_', " ")))
                     .collect();
-                write!(f, "wave {wave} waits for wave {lower}: {}", blocking.join(", "))
+                write!(f, "wave {wave} waits for wave {lower}: {}", blocking.join(", "))?;
+                match more {
+                    0 => Ok(()),
+                    more => write!(f, " and {more} more"),
+                }
             }
             Wait::InFlight { max } => write!(f, "max_in_flight {max} reached for this change"),
             Wait::ImageBusy { image, change } => {
@@ -485,10 +491,14 @@ impl fmt::Display for Wait {
     }
 }
 
+/// Images a wave's wait names; the rest are counted (`and 4990 more`).
+pub const BLOCKING_NAMED: usize = 10;
+
 /// Which of a change's pending actions may start now (`Ok`) and why the others wait. `actions` are
 /// all of one change's actions, in any state; one entry per pending one. The rules apply in order:
 /// the freeze, the windows, lower waves not yet done (unless released), then `max_in_flight`,
 /// counting running actions and those let through here in order of wave, creation and key.
+/// In O(n log n): a claim gates a fleet's whole change each time.
 pub fn gate(
     actions: &[GateAction],
     rollout: &Rollout,
@@ -500,15 +510,17 @@ pub fn gate(
     let window_wait =
         (!rollout.windows.is_open(now)).then(|| Wait::Window { next: rollout.windows.describe_next(now) });
     let mut in_flight = actions.iter().filter(|a| a.state == ActionState::Running).count();
+    let mut waves = Waves::of(actions);
+    let soaks = Soaks::of(actions, rollout.soak, now);
     let mut out = BTreeMap::new();
     for action in pending {
         let verdict = if let Some(freeze) = freeze {
             Err(Wait::Frozen { since: freeze.since, reason: freeze.reason.clone() })
         } else if let Some(wait) = &window_wait {
             Err(wait.clone())
-        } else if let Some(wait) = wave_wait(actions, action) {
+        } else if let Some(wait) = waves.wait(action) {
             Err(wait)
-        } else if let Some(wait) = soak_wait(actions, action, rollout.soak, now) {
+        } else if let Some(wait) = soaks.wait(action) {
             Err(wait)
         } else if let Some(max) = rollout.max_in_flight
             && in_flight >= max
@@ -523,41 +535,87 @@ pub fn gate(
     out
 }
 
-/// The lowest wave below `action`'s with an action not done, unless `action` was released.
-fn wave_wait(actions: &[GateAction], action: &GateAction) -> Option<Wait> {
-    if action.released {
-        return None;
-    }
-    let not_done = |a: &&GateAction| {
-        a.wave < action.wave
-            && !matches!(a.state, ActionState::Succeeded | ActionState::Superseded | ActionState::Skipped)
-    };
-    let lower = actions.iter().filter(not_done).map(|a| a.wave).min()?;
-    let mut blocking: Vec<(String, ActionState)> =
-        actions.iter().filter(not_done).filter(|a| a.wave == lower).map(|a| (a.image.clone(), a.state)).collect();
-    blocking.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.as_str().cmp(b.1.as_str())));
-    Some(Wait::Wave { wave: action.wave, lower, blocking })
+/// A change's actions not done (neither succeeded, superseded nor skipped), by wave; each wave's
+/// blocking images sorted once, when a wait first names them.
+struct Waves<'a> {
+    not_done: BTreeMap<u32, Vec<&'a GateAction>>,
+    named: BTreeMap<u32, (Vec<(String, ActionState)>, usize)>,
 }
 
-/// The soak of the lower waves' deploys that has not ended yet, unless `action` was released: the
-/// latest end of `soak` after a lower-wave deploy succeeded.
-fn soak_wait(
-    actions: &[GateAction],
-    action: &GateAction,
-    soak: std::time::Duration,
-    now: DateTime<Utc>,
-) -> Option<Wait> {
-    if action.released || soak.is_zero() {
-        return None;
+impl<'a> Waves<'a> {
+    fn of(actions: &'a [GateAction]) -> Self {
+        let mut not_done: BTreeMap<u32, Vec<&GateAction>> = BTreeMap::new();
+        for a in actions {
+            if !matches!(a.state, ActionState::Succeeded | ActionState::Superseded | ActionState::Skipped) {
+                not_done.entry(a.wave).or_default().push(a);
+            }
+        }
+        Waves { not_done, named: BTreeMap::new() }
     }
-    let soak = chrono::Duration::from_std(soak).unwrap_or(chrono::Duration::MAX);
-    let (lower, until) = actions
-        .iter()
-        .filter(|a| a.wave < action.wave && a.deploy && a.state == ActionState::Succeeded)
-        .map(|a| (a.wave, a.updated.checked_add_signed(soak).unwrap_or(DateTime::<Utc>::MAX_UTC)))
-        .filter(|(_, until)| *until > now)
-        .max_by_key(|(_, until)| *until)?;
-    Some(Wait::Soak { wave: action.wave, lower, until })
+
+    /// The lowest wave below `action`'s with an action not done, unless `action` was released.
+    fn wait(&mut self, action: &GateAction) -> Option<Wait> {
+        if action.released {
+            return None;
+        }
+        let (&lower, blocking) = self.not_done.range(..action.wave).next()?;
+        let (named, more) = self.named.entry(lower).or_insert_with(|| {
+            let mut all: Vec<(&str, ActionState)> = blocking.iter().map(|a| (a.image.as_str(), a.state)).collect();
+            all.sort_by(|a, b| a.0.cmp(b.0).then_with(|| a.1.as_str().cmp(b.1.as_str())));
+            let more = all.len().saturating_sub(BLOCKING_NAMED);
+            (all.into_iter().take(BLOCKING_NAMED).map(|(image, state)| (image.to_string(), state)).collect(), more)
+        });
+        Some(Wait::Wave { wave: action.wave, lower, blocking: named.clone(), more: *more })
+    }
+}
+
+/// The soaks of a change's succeeded deploys that have not ended (`[rollout] soak`), by wave,
+/// with the latest end at or below each wave.
+struct Soaks {
+    /// `(wave, the latest soak end in it or a lower wave, the wave that soak is in)`, by wave.
+    latest: Vec<(u32, DateTime<Utc>, u32)>,
+}
+
+impl Soaks {
+    fn of(actions: &[GateAction], soak: std::time::Duration, now: DateTime<Utc>) -> Self {
+        if soak.is_zero() {
+            return Soaks { latest: Vec::new() };
+        }
+        let soak = chrono::Duration::from_std(soak).unwrap_or(chrono::Duration::MAX);
+        let mut ends: Vec<(u32, DateTime<Utc>)> = actions
+            .iter()
+            .filter(|a| a.deploy && a.state == ActionState::Succeeded)
+            .map(|a| (a.wave, a.updated.checked_add_signed(soak).unwrap_or(DateTime::<Utc>::MAX_UTC)))
+            .filter(|(_, until)| *until > now)
+            .collect();
+        ends.sort();
+        let mut latest: Vec<(u32, DateTime<Utc>, u32)> = Vec::with_capacity(ends.len());
+        for (wave, until) in ends {
+            let (best, from) = match latest.last() {
+                Some(&(_, best, from)) if best > until => (best, from),
+                _ => (until, wave),
+            };
+            latest.push((wave, best, from));
+        }
+        Soaks { latest }
+    }
+
+    /// The soak of the lower waves' deploys that has not ended yet, unless `action` was released:
+    /// the latest end of a soak after a lower-wave deploy succeeded.
+    fn wait(&self, action: &GateAction) -> Option<Wait> {
+        if action.released {
+            return None;
+        }
+        let below = self.latest.partition_point(|(wave, _, _)| *wave < action.wave);
+        let &(_, until, lower) = self.latest.get(below.checked_sub(1)?)?;
+        Some(Wait::Soak { wave: action.wave, lower, until })
+    }
+}
+
+/// What a change's later waves are held by: `wave 1 petclinic failed`, `canary web failed`.
+pub fn failure_reason(wave: u32, image: &str) -> String {
+    let wave = if wave == 0 { "canary".into() } else { format!("wave {wave}") };
+    format!("{wave} {image} failed")
 }
 
 /// The keys, sorted, of the actions a failure of `failed_key` holds: those of the change in a

@@ -16,7 +16,7 @@ use crate::ledger::{
     LedgerError, NewAction, OpenAction, Outbox, ProcessGroup, TagWrites, Verdict,
 };
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
-use builder_monitor_core::rollout::Rollout;
+use builder_monitor_core::rollout::{Rollout, failure_reason};
 use chrono::{DateTime, Utc};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -75,38 +75,101 @@ pub(super) fn supersedable(action: &ActionRow, newer_change: &str) -> bool {
 
 impl WatchDoc {
     /// Records the actions planned with a change at `now`: only the newest target of an image is
-    /// built, so this entry's older actions for it that have not started yield.
-    pub(super) fn add_actions(&mut self, actions: &[NewAction], now: DateTime<Utc>) -> Result<(), LedgerError> {
+    /// built, so this entry's older actions for it that have not started yield. An action recorded
+    /// already stays as it is, and nothing yields to it: a check that stopped after recording its
+    /// first actions plans the same move again, and an action of a newer change recorded since is
+    /// the newer one. Answers the `(image, change)` of each action added.
+    pub(super) fn add_actions(
+        &mut self,
+        actions: &[NewAction],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<(String, String)>, LedgerError> {
+        let mut added = Vec::new();
         for a in actions {
+            if self.actions.iter().any(|o| o.change_id == a.change_id && o.image == a.image && o.kind == a.kind) {
+                continue;
+            }
             for old in self.actions.iter_mut().filter(|o| o.image == a.image && supersedable(o, &a.change_id)) {
                 old.state = ActionState::Superseded;
                 old.detail = Some(format!("superseded by change {}", a.change_id));
                 old.updated = now;
             }
-            if !self.actions.iter().any(|o| o.change_id == a.change_id && o.image == a.image && o.kind == a.kind) {
+            // The change as its first actions left it (the rule of the SQLite ledger's `arrival`).
+            let change: Vec<&ActionRow> = self.actions.iter().filter(|o| o.change_id == a.change_id).collect();
+            let released = change.iter().any(|o| o.released);
+            let held = change
+                .iter()
+                .filter(|o| !released && o.wave < a.wave && o.state == ActionState::Failed)
+                .min_by(|x, y| (x.wave, &x.image).cmp(&(y.wave, &y.image)))
+                .map(|o| format!("held: {}", failure_reason(o.wave, &o.image)));
+            let state = match (&held, a.needs_approval) {
+                (Some(_), _) => ActionState::Held,
+                (None, true) => ActionState::AwaitingApproval,
+                (None, false) => ActionState::Pending,
+            };
+            {
                 self.actions.push(ActionRow {
                     key: a.key.clone(),
                     change_id: a.change_id.clone(),
                     image: a.image.clone(),
                     kind: a.kind,
-                    state: if a.needs_approval { ActionState::AwaitingApproval } else { ActionState::Pending },
+                    state,
                     attempts: 0,
                     next_attempt: now,
                     target: target_json(&a.target)?,
-                    detail: None,
+                    detail: held,
                     output_tail: None,
                     process: None,
                     created: now,
                     updated: now,
                     wave: a.wave,
                     needs_approval: a.needs_approval,
-                    released: false,
+                    released,
                     decided_by: None,
                     decided_at: None,
                     progress: None,
                     holds: false,
                 });
+                added.push((a.image.clone(), a.change_id.clone()));
             }
+        }
+        Ok(added)
+    }
+}
+
+impl KubeLedger {
+    /// Actions for an image may sit in another watch's entry (a rebuild from the builder, a
+    /// rebase from its run image): those that have not started yield to the ones `added` to
+    /// `watch`'s too. A crash between the writes leaves an older action pending; it runs before
+    /// the newer one, which still runs last.
+    pub(super) async fn supersede_elsewhere(
+        &self,
+        watch: &str,
+        added: &[(String, String)],
+        now: DateTime<Utc>,
+    ) -> Result<(), LedgerError> {
+        if added.is_empty() {
+            return Ok(());
+        }
+        let yields = |doc: &WatchDoc| {
+            added.iter().any(|(image, change)| doc.actions.iter().any(|o| &o.image == image && supersedable(o, change)))
+        };
+        for (_, doc) in self.all().await? {
+            let Some(other) = doc.watch.as_ref().map(|w| w.name.clone()).filter(|n| n != watch) else { continue };
+            if !yields(&doc) {
+                continue;
+            }
+            self.modify(&other, |d| {
+                for (image, change) in added {
+                    for old in d.actions.iter_mut().filter(|o| &o.image == image && supersedable(o, change)) {
+                        old.state = ActionState::Superseded;
+                        old.detail = Some(format!("superseded by change {change}"));
+                        old.updated = now;
+                    }
+                }
+                Ok(())
+            })
+            .await?;
         }
         Ok(())
     }
@@ -232,15 +295,23 @@ impl Actions for KubeLedger {
         Ok(held)
     }
 
-    async fn record_actions(&self, actions: Vec<NewAction>, now: DateTime<Utc>) -> Result<(), LedgerError> {
-        // A change's rows live in one entry: those asked for by hand go to their builder's.
+    async fn record_actions(
+        &self,
+        entry: Option<&str>,
+        actions: Vec<NewAction>,
+        now: DateTime<Utc>,
+    ) -> Result<(), LedgerError> {
+        // A change's rows live in one entry, its watch's: those asked for by hand go to their
+        // builder's.
         let now = now.trunc_subsecs(3);
         let mut by_watch: BTreeMap<String, Vec<NewAction>> = BTreeMap::new();
         for a in actions {
-            by_watch.entry(a.target.builder_name.clone()).or_default().push(a);
+            let watch = entry.map_or_else(|| a.target.builder_name.clone(), str::to_string);
+            by_watch.entry(watch).or_default().push(a);
         }
         for (watch, actions) in by_watch {
-            self.modify(&watch, |doc| doc.add_actions(&actions, now)).await?;
+            let added = self.modify(&watch, |doc| doc.add_actions(&actions, now)).await?;
+            self.supersede_elsewhere(&watch, &added, now).await?;
         }
         Ok(())
     }

@@ -6,12 +6,11 @@ use std::sync::atomic::AtomicI64;
 use chrono::SubsecRound;
 use serde::{Deserialize, Serialize};
 
-use super::actions::supersedable;
 use super::{KubeLedger, WatchDoc};
 use crate::ledger::time;
 use crate::ledger::{
-    ActionState, ChangeRecord, CheckFailure, CheckRecord, Checks, LedgerError, PinRecord, PinSummary, PinnedDigest,
-    Touch, WatchRecord,
+    ChangeRecord, CheckFailure, CheckRecord, Checks, LedgerError, PinRecord, PinSummary, PinnedDigest, Touch,
+    WatchRecord,
 };
 use chrono::{DateTime, Utc};
 
@@ -29,7 +28,8 @@ pub(super) struct Digest {
 
 impl WatchDoc {
     /// [`Checks::commit`] on one document (its actions' supersessions in other entries aside).
-    fn commit(&mut self, r: &CheckRecord, next_seq: &AtomicI64) -> Result<(), LedgerError> {
+    /// Answers the `(image, change)` of each action it added (`WatchDoc::add_actions`).
+    fn commit(&mut self, r: &CheckRecord, next_seq: &AtomicI64) -> Result<Vec<(String, String)>, LedgerError> {
         // Times kept to the second (`time`) or the millisecond (`now`), as they are written.
         let time = r.time.trunc_subsecs(0);
         let now = r.time.trunc_subsecs(3);
@@ -109,9 +109,9 @@ impl WatchDoc {
             self.changes.retain(|x| x.seq as i64 > floor);
             self.changes.sort_by_key(|x| x.seq);
         }
-        self.add_actions(&r.actions, now)?;
+        let added = self.add_actions(&r.actions, now)?;
         self.add_events(&r.events, &r.deliveries, now, r.history, next_seq);
-        Ok(())
+        Ok(added)
     }
 }
 
@@ -169,30 +169,8 @@ impl Checks for KubeLedger {
 
     async fn commit(&self, record: CheckRecord, touches: &[Touch]) -> Result<(), LedgerError> {
         let seq = self.seq.clone();
-        self.modify(&record.watch.clone(), |doc| doc.commit(&record, &seq)).await?;
-        // Actions for an image may sit in another watch's entry (a rebuild from the builder, a
-        // rebase from its run image): supersede those too. A crash between the writes leaves an
-        // older action pending; it runs before the newer one, which still runs last.
-        for a in &record.actions {
-            for (_, doc) in self.all().await? {
-                let Some(w) = doc.watch.as_ref().map(|w| w.name.clone()).filter(|n| n != &record.watch) else {
-                    continue;
-                };
-                if doc.actions.iter().any(|o| o.image == a.image && supersedable(o, &a.change_id)) {
-                    let (image, change) = (a.image.clone(), a.change_id.clone());
-                    self.modify(&w, |d| {
-                        let now = record.time.trunc_subsecs(3);
-                        for old in d.actions.iter_mut().filter(|o| o.image == image && supersedable(o, &change)) {
-                            old.state = ActionState::Superseded;
-                            old.detail = Some(format!("superseded by change {change}"));
-                            old.updated = now;
-                        }
-                        Ok(())
-                    })
-                    .await?;
-                }
-            }
-        }
+        let added = self.modify(&record.watch.clone(), |doc| doc.commit(&record, &seq)).await?;
+        self.supersede_elsewhere(&record.watch, &added, record.time.trunc_subsecs(3)).await?;
         self.touch(touches).await
     }
 

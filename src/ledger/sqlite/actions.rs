@@ -11,7 +11,7 @@ use crate::ledger::{
     LedgerError, NewAction, OpenAction, ProcessGroup, Verdict,
 };
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
-use builder_monitor_core::rollout::{Freeze, Rollout};
+use builder_monitor_core::rollout::{Freeze, Rollout, failure_reason};
 use builder_monitor_core::schedule::{timestamp, timestamp_millis};
 
 /// The columns [`action_record`] reads.
@@ -102,7 +102,12 @@ impl Actions for SqliteLedger {
         .await
     }
 
-    async fn record_actions(&self, actions: Vec<NewAction>, now: DateTime<Utc>) -> Result<(), LedgerError> {
+    async fn record_actions(
+        &self,
+        _entry: Option<&str>,
+        actions: Vec<NewAction>,
+        now: DateTime<Utc>,
+    ) -> Result<(), LedgerError> {
         self.with(move |conn| {
             let tx = conn.transaction()?;
             insert_actions(&tx, &actions, timestamp_millis(now))?;
@@ -365,20 +370,25 @@ impl Actions for SqliteLedger {
 /// Records the actions planned with a change at `now`: only the newest target of an image is
 /// built, so older actions for it that have not started yield (waiting, held or awaiting approval
 /// alike).
+/// Records `actions`; the image's older actions that have not started yield to each one added. An
+/// action recorded already stays as it is, and nothing yields to it: a check that stopped after
+/// recording its first actions plans the same move again, and an action of a newer change
+/// recorded since is the newer one. An action that arrives after its change's first ones (planning
+/// in batches) finds the change as they left it: held by a lower wave's failure, or released.
 pub(super) fn insert_actions(tx: &Transaction<'_>, actions: &[NewAction], now: String) -> Result<(), LedgerError> {
     for a in actions {
-        exec(
-            tx,
-            "UPDATE actions SET state = 'superseded', detail = ?3, updated = ?4
-             WHERE image = ?1 AND state IN ('pending', 'held', 'awaiting_approval') AND change_id != ?2",
-            params![a.image, a.change_id, format!("superseded by change {}", a.change_id), now],
-        )?;
-        let state = if a.needs_approval { ActionState::AwaitingApproval } else { ActionState::Pending };
-        exec(
+        let (held, released) = arrival(tx, a)?;
+        let state = match (&held, a.needs_approval) {
+            (Some(_), _) => ActionState::Held,
+            (None, true) => ActionState::AwaitingApproval,
+            (None, false) => ActionState::Pending,
+        };
+        let added = exec(
             tx,
             "INSERT INTO actions (change_id, image, key, kind, state, attempts, next_attempt, target, created, updated,
-                                  wave, needs_approval)
-             VALUES (?1, ?2, ?3, ?4, ?7, 0, ?5, ?6, ?5, ?5, ?8, ?9) ON CONFLICT (change_id, image, kind) DO NOTHING",
+                                  wave, needs_approval, detail, released)
+             VALUES (?1, ?2, ?3, ?4, ?7, 0, ?5, ?6, ?5, ?5, ?8, ?9, ?10, ?11)
+             ON CONFLICT (change_id, image, kind) DO NOTHING",
             params![
                 a.change_id,
                 a.image,
@@ -388,11 +398,44 @@ pub(super) fn insert_actions(tx: &Transaction<'_>, actions: &[NewAction], now: S
                 target_json(&a.target)?.to_string(),
                 state.as_str(),
                 a.wave,
-                a.needs_approval
+                a.needs_approval,
+                held,
+                released
             ],
         )?;
+        if added == 1 {
+            exec(
+                tx,
+                "UPDATE actions SET state = 'superseded', detail = ?3, updated = ?4
+                 WHERE image = ?1 AND state IN ('pending', 'held', 'awaiting_approval') AND change_id != ?2",
+                params![a.image, a.change_id, format!("superseded by change {}", a.change_id), now],
+            )?;
+        }
     }
     Ok(())
+}
+
+/// How the change of `a` stands for an action arriving now: the hold a lower wave's failure put on
+/// its later waves (`held: wave 1 petclinic failed`), unless the change was released.
+fn arrival(tx: &Transaction<'_>, a: &NewAction) -> Result<(Option<String>, bool), LedgerError> {
+    let released = row(
+        tx,
+        "SELECT EXISTS (SELECT 1 FROM actions WHERE change_id = ?1 AND released = 1)",
+        params![a.change_id],
+        |r| r.get::<_, bool>(0),
+    )?;
+    if released {
+        return Ok((None, true));
+    }
+    let failed = row(
+        tx,
+        "SELECT wave, image FROM actions WHERE change_id = ?1 AND wave < ?2 AND state = 'failed'
+         ORDER BY wave, image LIMIT 1",
+        params![a.change_id, a.wave],
+        |r| Ok((r.get::<_, u32>("wave")?, r.get::<_, String>("image")?)),
+    )
+    .optional()?;
+    Ok((failed.map(|(wave, image)| format!("held: {}", failure_reason(wave, &image))), false))
 }
 
 /// An [`ActionRecord`] from a row of [`ACTION_COLUMNS`].

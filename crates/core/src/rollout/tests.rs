@@ -247,7 +247,7 @@ fn waits_read_as_the_issue_shows_them() {
         ),
         (Wait::Window { next: None }, "outside windows: none opens again", "window"),
         (
-            Wait::Wave { wave: 1, lower: 0, blocking: vec![("petclinic".into(), ActionState::Running)] },
+            Wait::Wave { wave: 1, lower: 0, blocking: vec![("petclinic".into(), ActionState::Running)], more: 0 },
             "wave 1 waits for wave 0: petclinic running",
             "wave",
         ),
@@ -261,6 +261,7 @@ fn waits_read_as_the_issue_shows_them() {
                     ("c".into(), ActionState::Held),
                     ("d".into(), ActionState::AwaitingApproval),
                 ],
+                more: 0,
             },
             "wave 2 waits for wave 0: a running, b failed, c held, d awaiting approval",
             "wave",
@@ -396,10 +397,28 @@ fn the_lowest_blocking_wave_is_named_with_all_its_blocking_images() {
     let verdicts = gate(&actions, &Rollout::default(), None, utc(NOW));
     assert_eq!(
         verdicts["w3"],
-        Err(Wait::Wave { wave: 3, lower: 1, blocking: vec![("alpha".into(), Running), ("beta".into(), Failed)] })
+        Err(Wait::Wave {
+            wave: 3,
+            lower: 1,
+            blocking: vec![("alpha".into(), Running), ("beta".into(), Failed)],
+            more: 0
+        })
     );
     assert_eq!(verdicts.len(), 1);
     assert_eq!(verdicts["w3"].as_ref().unwrap_err().to_string(), "wave 3 waits for wave 1: alpha running, beta failed");
+}
+
+#[test]
+fn a_wave_of_thousands_is_named_by_its_first_ten_and_counted() {
+    use ActionState::*;
+    let mut actions: Vec<GateAction> =
+        (0..5000).map(|i| action(&format!("w1-{i:04}"), &format!("app-{i:04}"), 1, Running)).collect();
+    actions.extend((0..5000).map(|i| action(&format!("w2-{i:04}"), &format!("late-{i:04}"), 2, Pending)));
+    let verdicts = gate(&actions, &Rollout::default(), None, utc(NOW));
+    assert_eq!(verdicts.len(), 5000);
+    let names: Vec<String> = (0..10).map(|i| format!("app-{i:04} running")).collect();
+    let text = format!("wave 2 waits for wave 1: {} and 4990 more", names.join(", "));
+    assert!(verdicts.values().all(|v| v.as_ref().unwrap_err().to_string() == text), "{:?}", verdicts["w2-0000"]);
 }
 
 #[test]

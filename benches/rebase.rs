@@ -11,10 +11,16 @@
 //!    "registry"` and the registry's push hook; a new run image is pushed; time from the push until
 //!    the last app tag points at its rebased image, with the daemon's requests and bytes.
 //!
+//! 4. the runner's claims over one change of 1,000 and of 10,000 pending rebases, on the SQLite
+//!    ledger in-process (`claims.rs`): what planning and claiming cost the daemon per app as a
+//!    fleet grows, without the registry's share.
+//!
 //! Results go to `$CARGO_TARGET_DIR/bench/rebase.{md,json}` (`./target` without the variable).
 //! Environment: `BENCH_APPS` (item 2, default 100), `BENCH_FLEET` (item 3, default 1000),
-//! `BENCH_ONLY=1,2,3` picks parts.
+//! `BENCH_CLAIMS` (item 4, default `1000,10000`), `BENCH_ONLY=1,2,3,4` picks parts.
 
+#[path = "rebase/claims.rs"]
+mod claims;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -310,19 +316,30 @@ fn main() {
 }
 
 async fn run() {
-    say("setting up two registries");
-    let setup = setup().await;
     let mut report = serde_json::Map::new();
-    if selected("1") {
-        report.insert("one".into(), one_rebase(&setup).await);
-    }
-    if selected("2") {
-        let n = env_number("BENCH_APPS", 100);
-        report.insert("many".into(), many_rebases(&setup, n).await);
+    if selected("1") || selected("2") {
+        say("setting up two registries");
+        let setup = setup().await;
+        if selected("1") {
+            report.insert("one".into(), one_rebase(&setup).await);
+        }
+        if selected("2") {
+            let n = env_number("BENCH_APPS", 100);
+            report.insert("many".into(), many_rebases(&setup, n).await);
+        }
     }
     if selected("3") {
         let n = env_number("BENCH_FLEET", 1000);
         report.insert("fleet".into(), fleet_patch(n).await);
+    }
+    if selected("4") {
+        let sizes = std::env::var("BENCH_CLAIMS").unwrap_or_else(|_| "1000,10000".into());
+        let mut runs = Vec::new();
+        for n in sizes.split(',').filter_map(|n| n.trim().parse::<usize>().ok()) {
+            say(format!("claims: {n} actions"));
+            runs.push(claims::claims(n).await);
+        }
+        report.insert("claims".into(), Value::Array(runs));
     }
     write_report(Value::Object(report));
 }
@@ -402,6 +419,19 @@ fn render(report: &Value) -> String {
             kib(&t["bytes_sent"]),
             kib(&t["bytes_received"]),
             fleet["peak_rss_kib"].as_u64().map_or("?".to_string(), |k| format!("{:.1}", k as f64 / 1024.0)),
+        );
+    }
+    for run in report.get("claims").and_then(Value::as_array).into_iter().flatten() {
+        let _ = writeln!(
+            md,
+            "| 4 | claims over one change of {} pending rebases, 16 slots (SQLite, in-process) | {} claims in {:.2} s ({} per claim in the first tenth, {} in the last); {:.2} s to record them, {:.2} s to finish them |",
+            run["actions"],
+            run["claims"],
+            run["claim_seconds"].as_f64().unwrap_or(f64::NAN),
+            ms(&run["first_tenth_mean_seconds"]),
+            ms(&run["last_tenth_mean_seconds"]),
+            run["record_seconds"].as_f64().unwrap_or(f64::NAN),
+            run["finish_seconds"].as_f64().unwrap_or(f64::NAN),
         );
     }
     md

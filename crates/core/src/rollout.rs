@@ -33,7 +33,7 @@ pub enum ActionState {
 }
 
 impl ActionState {
-    const ALL: [ActionState; 9] = [
+    pub const ALL: [ActionState; 9] = [
         ActionState::Pending,
         ActionState::Running,
         ActionState::Succeeded,

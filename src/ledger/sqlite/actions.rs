@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 
-use super::{SqliteLedger, State, Time, all, exec, first, outbox, row, tags};
+use super::{SqliteLedger, State, Time, all, claims, exec, first, outbox, row, tags};
 use crate::ledger::actions::{Gated, ImageLocks, Kinds, gate_rows, next_start, read_target, target_json};
 use crate::ledger::{
     ActionEnd, ActionOutcome, ActionRecord, ActionState, Actions, ClaimedAction, Decided, ImageHold, LatestAction,
@@ -33,12 +33,19 @@ impl Actions for SqliteLedger {
         self.with(move |conn| {
             let tx = conn.transaction()?;
             let freeze = super::rollout::read_freeze(&tx)?;
-            let keys: Vec<String> = gated_pending(&tx, kinds, &rollout, freeze.as_ref(), now)?
-                .into_iter()
-                .filter(|g| g.verdict.is_ok() && g.due <= now)
-                .take(limit)
-                .map(|g| g.key)
-                .collect();
+            let keys: Vec<String> = if !claims::streams(&rollout) {
+                gated_pending(&tx, kinds, &rollout, freeze.as_ref(), now)?
+                    .into_iter()
+                    .filter(|g| g.verdict.is_ok() && g.due <= now)
+                    .take(limit)
+                    .map(|g| g.key)
+                    .collect()
+            } else if freeze.is_some() || !rollout.windows.is_open(now) {
+                Vec::new()
+            } else {
+                let locks = image_locks(&tx)?;
+                claims::first_startable(&tx, kinds, &locks, Some(now), limit)?.into_iter().map(|(key, _)| key).collect()
+            };
             let at = timestamp_millis(now);
             let mut claimed = Vec::new();
             for key in keys {
@@ -203,7 +210,19 @@ impl Actions for SqliteLedger {
         let rollout = rollout.clone();
         self.with(move |conn| {
             let freeze = super::rollout::read_freeze(conn)?;
-            Ok(next_start(gated_pending(conn, kinds, &rollout, freeze.as_ref(), now)?, &rollout, freeze.as_ref(), now))
+            if !claims::streams(&rollout) {
+                let gated = gated_pending(conn, kinds, &rollout, freeze.as_ref(), now)?;
+                return Ok(next_start(gated, &rollout, freeze.as_ref(), now));
+            }
+            // `next_start`'s rules, on the first action that may start.
+            if freeze.is_some() {
+                return Ok(None);
+            }
+            if !rollout.windows.is_open(now) {
+                return Ok(if claims::any_pending(conn, kinds)? { rollout.windows.next_open(now) } else { None });
+            }
+            let locks = image_locks(conn)?;
+            Ok(claims::first_startable(conn, kinds, &locks, None, 1)?.first().map(|(_, due)| *due))
         })
         .await
     }
@@ -376,8 +395,23 @@ impl Actions for SqliteLedger {
 /// recorded since is the newer one. An action that arrives after its change's first ones (planning
 /// in batches) finds the change as they left it: held by a lower wave's failure, or released.
 pub(super) fn insert_actions(tx: &Transaction<'_>, actions: &[NewAction], now: String) -> Result<(), LedgerError> {
+    // Whether each change was released, read once per change: a fleet's change has thousands.
+    let mut released_changes: std::collections::HashMap<&str, bool> = Default::default();
     for a in actions {
-        let (held, released) = arrival(tx, a)?;
+        let released = match released_changes.get(a.change_id.as_str()) {
+            Some(r) => *r,
+            None => {
+                let r = row(
+                    tx,
+                    "SELECT EXISTS (SELECT 1 FROM actions WHERE change_id = ?1 AND released = 1)",
+                    params![a.change_id],
+                    |r| r.get::<_, bool>(0),
+                )?;
+                released_changes.insert(&a.change_id, r);
+                r
+            }
+        };
+        let held = if released { None } else { held_on_arrival(tx, a)? };
         let state = match (&held, a.needs_approval) {
             (Some(_), _) => ActionState::Held,
             (None, true) => ActionState::AwaitingApproval,
@@ -415,27 +449,18 @@ pub(super) fn insert_actions(tx: &Transaction<'_>, actions: &[NewAction], now: S
     Ok(())
 }
 
-/// How the change of `a` stands for an action arriving now: the hold a lower wave's failure put on
-/// its later waves (`held: wave 1 petclinic failed`), unless the change was released.
-fn arrival(tx: &Transaction<'_>, a: &NewAction) -> Result<(Option<String>, bool), LedgerError> {
-    let released = row(
-        tx,
-        "SELECT EXISTS (SELECT 1 FROM actions WHERE change_id = ?1 AND released = 1)",
-        params![a.change_id],
-        |r| r.get::<_, bool>(0),
-    )?;
-    if released {
-        return Ok((None, true));
-    }
+/// The hold a lower wave's failure put on the later waves of `a`'s change, for an action arriving
+/// now (`held: wave 1 petclinic failed`).
+fn held_on_arrival(tx: &Transaction<'_>, a: &NewAction) -> Result<Option<String>, LedgerError> {
     let failed = row(
         tx,
-        "SELECT wave, image FROM actions WHERE change_id = ?1 AND wave < ?2 AND state = 'failed'
+        "SELECT wave, image FROM actions WHERE change_id = ?1 AND state = 'failed' AND wave < ?2
          ORDER BY wave, image LIMIT 1",
         params![a.change_id, a.wave],
         |r| Ok((r.get::<_, u32>("wave")?, r.get::<_, String>("image")?)),
     )
     .optional()?;
-    Ok((failed.map(|(wave, image)| format!("held: {}", failure_reason(wave, &image))), false))
+    Ok(failed.map(|(wave, image)| format!("held: {}", failure_reason(wave, &image))))
 }
 
 /// An [`ActionRecord`] from a row of [`ACTION_COLUMNS`].
@@ -505,7 +530,7 @@ fn action_kind(key: &str, kind: &str) -> Result<ActionKind, LedgerError> {
 
 /// The verdict of the roll-out gates on every pending action (of `kind`, when given): for each,
 /// its key, when it is due and whether it may start now.
-fn gated_pending(
+pub(super) fn gated_pending(
     conn: &Connection,
     kinds: Kinds,
     rollout: &Rollout,
@@ -520,8 +545,12 @@ fn gated_pending(
          ORDER BY change_id, wave, created, key"
     );
     let rows = all(conn, &sql, params![only], action_record)?;
+    Ok(gate_rows(&rows, kinds, rollout, freeze, now, &image_locks(conn)?))
+}
+
+/// Every running action's image, and every unreleased hold on one.
+pub(super) fn image_locks(conn: &Connection) -> Result<ImageLocks, LedgerError> {
     let locking =
         format!("SELECT {ACTION_COLUMNS} FROM actions WHERE state = 'running' OR (holds = 1 AND released = 0)");
-    let locks = ImageLocks::of(&all(conn, &locking, [], action_record)?);
-    Ok(gate_rows(&rows, kinds, rollout, freeze, now, &locks))
+    Ok(ImageLocks::of(&all(conn, &locking, [], action_record)?))
 }

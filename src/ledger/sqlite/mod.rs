@@ -23,6 +23,7 @@ macro_rules! col {
 
 mod actions;
 mod checks;
+mod claims;
 mod outbox;
 mod rollout;
 mod tags;
@@ -300,6 +301,12 @@ const MIGRATIONS: &[&str] = &[
     // `checks::backfill_run_images`), so start-up reads every pin and the run images to watch in
     // one query without decoding any metadata (`Checks::pins`).
     "ALTER TABLE watches ADD COLUMN run_image TEXT;",
+    // 11: claims walk the pending actions in claim order and seek each change's lowest wave not
+    // done (`claims`), rather than read every action of every open change.
+    r#"
+    CREATE INDEX actions_pending ON actions (next_attempt, created, key) WHERE state = 'pending';
+    CREATE INDEX actions_by_change_state ON actions (change_id, state, wave);
+    "#,
 ];
 
 /// The schema version whose migration is followed by [`outbox::backfill_subjects`].

@@ -17,6 +17,14 @@ const WATCH_COLUMNS: &str = "name, kind, image, digest, reference, media_type, p
      first_seen, last_check, last_result, last_error_reason, last_error, last_change, consecutive_failures,
      failing_since, pending_digest, pending_since, moves, failure_runs";
 
+/// Every pin, whether it is steady, and its run image: every column is in `watches_pins`, so no
+/// row (nor its metadata) is read.
+pub(super) const PINS_SQL: &str = "SELECT name, kind, image, digest, run_image,
+        last_check IS NOT NULL AND last_result = 'ok' AND consecutive_failures = 0
+        AND failing_since IS NULL AND last_error_reason IS NULL AND last_error IS NULL
+        AND pending_digest IS NULL AS steady
+    FROM watches ORDER BY name";
+
 impl Checks for SqliteLedger {
     async fn watch(&self, name: &str) -> Result<Option<WatchRecord>, LedgerError> {
         let name = name.to_string();
@@ -41,11 +49,7 @@ impl Checks for SqliteLedger {
 
     async fn pins(&self) -> Result<Vec<PinSummary>, LedgerError> {
         self.with(|conn| {
-            let sql = "SELECT name, kind, image, digest, run_image,
-                    last_check IS NOT NULL AND last_result = 'ok' AND consecutive_failures = 0
-                    AND failing_since IS NULL AND last_error_reason IS NULL AND last_error IS NULL
-                    AND pending_digest IS NULL AS steady
-                FROM watches ORDER BY name";
+            let sql = PINS_SQL;
             all(conn, sql, [], |r| {
                 Ok(PinSummary {
                     name: r.get("name")?,

@@ -302,10 +302,14 @@ const MIGRATIONS: &[&str] = &[
     // one query without decoding any metadata (`Checks::pins`).
     "ALTER TABLE watches ADD COLUMN run_image TEXT;",
     // 11: claims walk the pending actions in claim order and seek each change's lowest wave not
-    // done (`claims`), rather than read every action of every open change.
+    // done (`claims`), rather than read every action of every open change; start-up reads every
+    // pin from an index alone (`Checks::pins`): the columns after `metadata` sit behind each row's
+    // overflow pages, a walk per row.
     r#"
     CREATE INDEX actions_pending ON actions (next_attempt, created, key) WHERE state = 'pending';
     CREATE INDEX actions_by_change_state ON actions (change_id, state, wave);
+    CREATE INDEX watches_pins ON watches (name, kind, image, digest, run_image, last_check, last_result,
+        consecutive_failures, failing_since, last_error_reason, last_error, pending_digest);
     "#,
 ];
 

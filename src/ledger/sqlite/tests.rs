@@ -321,6 +321,23 @@ fn columns_are_found_by_name_in_a_select_list() {
     assert_eq!([column(list, "key"), column(list, "change_id"), column(list, "image")], [0, 1, 2]);
 }
 
+/// Start-up's one query reads an index alone, never a row: each row's columns after its metadata
+/// sit behind that row's overflow pages.
+#[test]
+fn pins_are_read_from_an_index_alone() {
+    let (_ledger, dir) = temp_ledger();
+    let conn = Connection::open(dir.join("state").join("ledger.db")).unwrap();
+    let plan: Vec<String> = conn
+        .prepare(&format!("EXPLAIN QUERY PLAN {}", checks::PINS_SQL))
+        .unwrap()
+        .query_map([], |r| r.get::<_, String>(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(plan, ["SCAN watches USING COVERING INDEX watches_pins"]);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// A ledger from before the run image column: opening it fills the column in from each entry's
 /// metadata, so the first start-up after the upgrade already reads no metadata.
 #[tokio::test]

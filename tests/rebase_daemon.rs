@@ -375,6 +375,21 @@ impl Fleet {
         Ledger::open_read_only(&self.ws.path("state.db")).unwrap()
     }
 
+    /// Run image v2 pushed and a daemon started (its first check finds the move) with planning's
+    /// read of the last app held: once a first-batch rebase succeeded, the daemon, that rebase's
+    /// event, the held read's release, and v2.
+    async fn moved_with_the_last_read_held(&self) -> (Daemon, Value, std::sync::Arc<tokio::sync::Notify>, RunImage) {
+        let last = format!("/v2/apps/web-{}/manifests/latest", self.apps - 1);
+        let (trap, held, release) = support::proxy::Trap::hold("GET", &last);
+        self.proxy.trap(trap);
+        let run_v2 = RunImage::jammy("2", 4);
+        app::push_run(&self.pusher, "demo/run", Some("latest"), &run_v2, Format::Oci).await;
+        let mut daemon = Daemon::start(&self.config);
+        tokio::time::timeout(support::PATIENCE, held.notified()).await.expect("planning reads the last app");
+        let first = tokio::task::block_in_place(|| daemon.wait_for_event("rebase.succeeded"));
+        (daemon, first, release, run_v2)
+    }
+
     /// Asserts every app tag shows `run`'s layers under the app's.
     async fn assert_all_on(&self, run: &RunImage) {
         let client = Registry::new([], Metrics::new());
@@ -469,15 +484,7 @@ const TWO_BATCHES: usize = FIRST_BATCH + 4;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_starts_rebasing_before_its_last_app_is_read() {
     let fleet = Fleet::new(TWO_BATCHES).await;
-    let last = format!("/v2/apps/web-{}/manifests/latest", TWO_BATCHES - 1);
-    let (trap, held, release) = support::proxy::Trap::hold("GET", &last);
-    fleet.proxy.trap(trap);
-    let run_v2 = RunImage::jammy("2", 4);
-    app::push_run(&fleet.pusher, "demo/run", Some("latest"), &run_v2, Format::Oci).await;
-    // Its first check finds the move.
-    let mut daemon = Daemon::start(&fleet.config);
-    tokio::time::timeout(support::PATIENCE, held.notified()).await.expect("planning reads the last app");
-    let first = tokio::task::block_in_place(|| daemon.wait_for_event("rebase.succeeded"));
+    let (mut daemon, first, release, run_v2) = fleet.moved_with_the_last_read_held().await;
     assert!(changed_events(&fleet.ledger()).await.is_empty(), "the change is not recorded while planning reads");
     release.notify_one();
     let change = first["action"]["change"].as_str().unwrap().to_string();
@@ -505,14 +512,7 @@ async fn a_fleet_starts_rebasing_before_its_last_app_is_read() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daemon_killed_while_planning_finishes_the_fleet_on_the_next_run() {
     let fleet = Fleet::new(TWO_BATCHES).await;
-    let last = format!("/v2/apps/web-{}/manifests/latest", TWO_BATCHES - 1);
-    let (trap, held, release) = support::proxy::Trap::hold("GET", &last);
-    fleet.proxy.trap(trap);
-    let run_v2 = RunImage::jammy("2", 4);
-    app::push_run(&fleet.pusher, "demo/run", Some("latest"), &run_v2, Format::Oci).await;
-    let mut daemon = Daemon::start(&fleet.config);
-    tokio::time::timeout(support::PATIENCE, held.notified()).await.expect("planning reads the last app");
-    let first = tokio::task::block_in_place(|| daemon.wait_for_event("rebase.succeeded"));
+    let (daemon, first, release, run_v2) = fleet.moved_with_the_last_read_held().await;
     daemon.kill();
     release.notify_one();
     let early = fleet.ledger().actions(1000).await.unwrap();

@@ -88,6 +88,16 @@ impl NewAction {
         NewAction { key, change_id, image, kind, target, wave: 1, needs_approval: false }
     }
 
+    /// The state it is recorded in: `held` when its change's lower wave failed before it arrived,
+    /// else waiting for a person or pending.
+    pub(super) fn arrival_state(&self, held: bool) -> ActionState {
+        match (held, self.needs_approval) {
+            (true, _) => ActionState::Held,
+            (false, true) => ActionState::AwaitingApproval,
+            (false, false) => ActionState::Pending,
+        }
+    }
+
     /// The same action in roll-out `wave`, waiting for a person when `needs_approval`.
     pub fn gated(self, wave: u32, needs_approval: bool) -> Self {
         NewAction { wave, needs_approval, ..self }

@@ -102,11 +102,7 @@ impl WatchDoc {
                 .filter(|o| !released && o.wave < a.wave && o.state == ActionState::Failed)
                 .min_by(|x, y| (x.wave, &x.image).cmp(&(y.wave, &y.image)))
                 .map(|o| format!("held: {}", failure_reason(o.wave, &o.image)));
-            let state = match (&held, a.needs_approval) {
-                (Some(_), _) => ActionState::Held,
-                (None, true) => ActionState::AwaitingApproval,
-                (None, false) => ActionState::Pending,
-            };
+            let state = a.arrival_state(held.is_some());
             {
                 self.actions.push(ActionRow {
                     key: a.key.clone(),

@@ -412,11 +412,7 @@ pub(super) fn insert_actions(tx: &Transaction<'_>, actions: &[NewAction], now: S
             }
         };
         let held = if released { None } else { held_on_arrival(tx, a)? };
-        let state = match (&held, a.needs_approval) {
-            (Some(_), _) => ActionState::Held,
-            (None, true) => ActionState::AwaitingApproval,
-            (None, false) => ActionState::Pending,
-        };
+        let state = a.arrival_state(held.is_some());
         let added = exec(
             tx,
             "INSERT INTO actions (change_id, image, key, kind, state, attempts, next_attempt, target, created, updated,

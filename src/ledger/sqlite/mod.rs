@@ -310,6 +310,7 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX actions_by_change_state ON actions (change_id, state, wave);
     CREATE INDEX watches_pins ON watches (name, kind, image, digest, run_image, last_check, last_result,
         consecutive_failures, failing_since, last_error_reason, last_error, pending_digest);
+    CREATE INDEX watches_failing ON watches (name) WHERE consecutive_failures > 0;
     "#,
 ];
 

@@ -321,8 +321,8 @@ fn columns_are_found_by_name_in_a_select_list() {
     assert_eq!([column(list, "key"), column(list, "change_id"), column(list, "image")], [0, 1, 2]);
 }
 
-/// Start-up's one query reads an index alone, never a row: each row's columns after its metadata
-/// sit behind that row's overflow pages.
+/// Start-up's one query reads an index alone, never a row, and its read of the failing watches
+/// reads their rows only: each row's columns after its metadata sit behind its overflow pages.
 #[test]
 fn pins_are_read_from_an_index_alone() {
     let (_ledger, dir) = temp_ledger();
@@ -335,6 +335,9 @@ fn pins_are_read_from_an_index_alone() {
         .collect::<Result<_, _>>()
         .unwrap();
     assert_eq!(plan, ["SCAN watches USING COVERING INDEX watches_pins"]);
+    let plan: String =
+        conn.query_row(&format!("EXPLAIN QUERY PLAN SELECT * {}", checks::FAILING), [], |r| r.get(3)).unwrap();
+    assert_eq!(plan, "SCAN watches USING INDEX watches_failing", "the failing watches' rows only");
     let _ = std::fs::remove_dir_all(dir);
 }
 

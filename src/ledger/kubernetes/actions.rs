@@ -94,7 +94,7 @@ impl WatchDoc {
                 old.detail = Some(format!("superseded by change {}", a.change_id));
                 old.updated = now;
             }
-            // The change as its first actions left it (the rule of the SQLite ledger's `arrival`).
+            // The change as its first actions left it (the SQLite ledger's `insert_actions` rule).
             let change: Vec<&ActionRow> = self.actions.iter().filter(|o| o.change_id == a.change_id).collect();
             let released = change.iter().any(|o| o.released);
             let held = change

@@ -33,18 +33,16 @@ impl Actions for SqliteLedger {
         self.with(move |conn| {
             let tx = conn.transaction()?;
             let freeze = super::rollout::read_freeze(&tx)?;
-            let keys: Vec<String> = if !claims::streams(&rollout) {
+            let keys: Vec<String> = if claims::streams(&rollout, freeze.as_ref(), now) {
+                let locks = image_locks(&tx)?;
+                claims::first_startable(&tx, kinds, &locks, Some(now), limit)?.into_iter().map(|(key, _)| key).collect()
+            } else {
                 gated_pending(&tx, kinds, &rollout, freeze.as_ref(), now)?
                     .into_iter()
                     .filter(|g| g.verdict.is_ok() && g.due <= now)
                     .take(limit)
                     .map(|g| g.key)
                     .collect()
-            } else if freeze.is_some() || !rollout.windows.is_open(now) {
-                Vec::new()
-            } else {
-                let locks = image_locks(&tx)?;
-                claims::first_startable(&tx, kinds, &locks, Some(now), limit)?.into_iter().map(|(key, _)| key).collect()
             };
             let at = timestamp_millis(now);
             let mut claimed = Vec::new();
@@ -210,19 +208,13 @@ impl Actions for SqliteLedger {
         let rollout = rollout.clone();
         self.with(move |conn| {
             let freeze = super::rollout::read_freeze(conn)?;
-            if !claims::streams(&rollout) {
-                let gated = gated_pending(conn, kinds, &rollout, freeze.as_ref(), now)?;
-                return Ok(next_start(gated, &rollout, freeze.as_ref(), now));
+            if claims::streams(&rollout, freeze.as_ref(), now) {
+                // `next_start` with nothing frozen, a window open and no soak: the first that may start.
+                let locks = image_locks(conn)?;
+                return Ok(claims::first_startable(conn, kinds, &locks, None, 1)?.first().map(|(_, due)| *due));
             }
-            // `next_start`'s rules, on the first action that may start.
-            if freeze.is_some() {
-                return Ok(None);
-            }
-            if !rollout.windows.is_open(now) {
-                return Ok(if claims::any_pending(conn, kinds)? { rollout.windows.next_open(now) } else { None });
-            }
-            let locks = image_locks(conn)?;
-            Ok(claims::first_startable(conn, kinds, &locks, None, 1)?.first().map(|(_, due)| *due))
+            let gated = gated_pending(conn, kinds, &rollout, freeze.as_ref(), now)?;
+            Ok(next_start(gated, &rollout, freeze.as_ref(), now))
         })
         .await
     }

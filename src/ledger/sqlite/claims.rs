@@ -1,10 +1,10 @@
-//! Claims that read what they take, not every action of every open change. When no roll-out rule
-//! needs a change's whole picture (no `max_in_flight`, no soak), a pending action's gate is its
-//! change's lowest wave not done, which an index answers; so a claim walks the pending actions in
-//! the order `gate_rows` gives them (due, created, key) and stops at its limit. For a fleet's change
-//! of 10,000 actions that is a few rows per claim instead of all of them. The verdicts are
-//! `gate_rows`' (the tests below compare the two on random ledgers); any other roll-out takes the
-//! whole picture (`actions::gated_pending`).
+//! Claims that read what they take, not every action of every open change. When nothing holds
+//! every action back (no freeze, a window open) and no roll-out rule needs a change's whole picture
+//! (no `max_in_flight`, no soak), a pending action's gate is its change's lowest wave not done,
+//! which an index answers; so a claim walks the pending actions in the order `gate_rows` gives them
+//! (due, created, key) and stops at its limit. For a fleet's change of 10,000 actions that is a few
+//! rows per claim instead of all of them. The verdicts are `gate_rows`' (the tests below compare
+//! the two on random ledgers); anything else takes the whole picture (`actions::gated_pending`).
 
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, params};
@@ -13,16 +13,17 @@ use super::{Time, row};
 use crate::ledger::LedgerError;
 use crate::ledger::actions::{ImageLocks, Kinds};
 use builder_monitor_core::plan::ActionKind;
-use builder_monitor_core::rollout::{ActionState, Rollout};
+use builder_monitor_core::rollout::{ActionState, Freeze, Rollout};
 
-/// Whether a claim under `rollout` may go by each change's lowest wave not done alone.
-pub(super) fn streams(rollout: &Rollout) -> bool {
-    rollout.max_in_flight.is_none() && rollout.soak.is_zero()
+/// Whether a claim at `now` under `rollout` and `freeze` may go by each change's lowest wave not
+/// done alone.
+pub(super) fn streams(rollout: &Rollout, freeze: Option<&Freeze>, now: DateTime<Utc>) -> bool {
+    freeze.is_none() && rollout.windows.is_open(now) && rollout.max_in_flight.is_none() && rollout.soak.is_zero()
 }
 
 /// The first `limit` pending actions of `kinds` that may start by their change's waves, their
 /// image's hold and the one action per image at a time, in claim order, each with when it is due;
-/// `due_by`: only those due by then. The freeze and the windows are the caller's.
+/// `due_by`: only those due by then. Only where [`streams`] says so.
 pub(super) fn first_startable(
     conn: &Connection,
     kinds: Kinds,
@@ -83,13 +84,6 @@ pub(super) fn first_startable(
         }
     }
     Ok(out)
-}
-
-/// Whether any action of `kinds` is pending.
-pub(super) fn any_pending(conn: &Connection, kinds: Kinds) -> Result<bool, LedgerError> {
-    let mut stmt = conn.prepare_cached("SELECT DISTINCT kind FROM actions WHERE state = 'pending'")?;
-    let found: Vec<String> = stmt.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
-    Ok(found.iter().any(|k| ActionKind::parse(k).is_some_and(|k| kinds.contains(k))))
 }
 
 /// The lowest wave of `change` with an action not done (neither succeeded, superseded nor

@@ -62,7 +62,7 @@ fn streamed_claims_match_the_whole_gate_on_random_ledgers() {
     let conn = Connection::open(&path).unwrap();
     let now = parse_timestamp("2026-12-02T09:00:00.000Z").unwrap();
     let rollout = Rollout::default();
-    assert!(streams(&rollout));
+    assert!(streams(&rollout, None, now));
     let mut random = Random(0x9e37_79b9_7f4a_7c15);
     let mut claimed_some = 0;
     for _ in 0..400 {

@@ -302,7 +302,7 @@ impl Monitor {
             let mut run_images = self.handle.run_images.lock().unwrap_or_else(|e| e.into_inner());
             for b in &self.handle.config.builders {
                 if let Some(summary) = by_name.get(b.name.as_str())
-                    && summary.image == b.image.to_string()
+                    && pins::displays_as(&b.image, &summary.image)
                 {
                     run_images.note_named(b, summary.run_image.as_deref());
                 }

@@ -65,8 +65,8 @@ impl Pins {
 }
 
 /// Whether `value` displays as exactly `text`, without building the string: every check compares
-/// its image this way.
-fn displays_as(value: &impl fmt::Display, text: &str) -> bool {
+/// its image this way, and start-up every builder's.
+pub(super) fn displays_as(value: &impl fmt::Display, text: &str) -> bool {
     struct Rest<'a>(&'a str);
     impl fmt::Write for Rest<'_> {
         fn write_str(&mut self, s: &str) -> fmt::Result {

@@ -271,7 +271,7 @@ fn the_chart_ships_the_binarys_crd() {
     let shipped = std::fs::read_to_string(Path::new(CHART).join("crds/clusterbuilders.yaml")).unwrap();
     assert!(
         shipped == out.stdout,
-        "charts/builder-monitor/crds/clusterbuilders.yaml differs from `builder-monitor crd`; regenerate it with\n  cargo run -- crd > charts/builder-monitor/crds/clusterbuilders.yaml"
+        "charts/builder-monitor/crds/clusterbuilders.yaml differs from `builder-monitor crd` (src/cluster/clusterbuilders.yaml); copy it with\n  cargo run -- crd > charts/builder-monitor/crds/clusterbuilders.yaml"
     );
     let crd: Value = serde_saphyr::from_str(&shipped).unwrap();
     assert_eq!(crd["spec"]["scope"], "Cluster");

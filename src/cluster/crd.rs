@@ -1,24 +1,70 @@
 //! The `ClusterBuilder` resource (`buildermonitor.dev/v1alpha1`, cluster-scoped): a watched
 //! builder tag and, in its status, the immutable reference it is pinned to — shaped like kpack's
 //! builder status where the meaning is the same, so the same tools read it.
+//!
+//! The CRD is written by hand (`clusterbuilders.yaml`) rather than derived: kube's derive and
+//! schemars cost a first build about a minute for one small schema, and the tests below hold the
+//! schema to these types field by field.
 
-use kube::CustomResource;
-use schemars::JsonSchema;
+use std::borrow::Cow;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::ClusterResourceScope;
 use serde::{Deserialize, Serialize};
 
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
-#[kube(
-    group = "buildermonitor.dev",
-    version = "v1alpha1",
-    kind = "ClusterBuilder",
-    status = "ClusterBuilderStatus",
-    shortname = "bmcb",
-    category = "builder-monitor",
-    printcolumn = r#"{"name":"Image","type":"string","jsonPath":".spec.image"}"#,
-    printcolumn = r#"{"name":"Latest","type":"string","jsonPath":".status.latestImage"}"#,
-    printcolumn = r#"{"name":"Kind of last change","type":"string","jsonPath":".status.lastChange.kind"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
-)]
+const GROUP: &str = "buildermonitor.dev";
+const VERSION: &str = "v1alpha1";
+pub const API_VERSION: &str = "buildermonitor.dev/v1alpha1";
+pub const KIND: &str = "ClusterBuilder";
+const PLURAL: &str = "clusterbuilders";
+
+/// The CRD (`builder-monitor crd`; the Helm chart ships the same text).
+pub const CRD_YAML: &str = include_str!("clusterbuilders.yaml");
+
+/// One `ClusterBuilder` object as the API server returns it.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq)]
+pub struct ClusterBuilder {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    pub spec: ClusterBuilderSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ClusterBuilderStatus>,
+}
+
+impl ClusterBuilder {
+    pub fn status(&self) -> Option<&ClusterBuilderStatus> {
+        self.status.as_ref()
+    }
+}
+
+impl kube::Resource for ClusterBuilder {
+    type DynamicType = ();
+    type Scope = ClusterResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        KIND.into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        GROUP.into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        VERSION.into()
+    }
+    fn api_version(_: &()) -> Cow<'_, str> {
+        API_VERSION.into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        PLURAL.into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterBuilderSpec {
     /// The floating tag watched, e.g. `docker.io/paketobuildpacks/builder-jammy-base:latest`.
@@ -34,7 +80,7 @@ pub struct ClusterBuilderSpec {
     pub platforms: Vec<String>,
 }
 
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterBuilderStatus {
     /// The immutable reference the tag points at: `repo@sha256:…`.
@@ -63,7 +109,7 @@ pub struct ClusterBuilderStatus {
     pub history: Vec<HistoryEntry>,
 }
 
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct BuilderStack {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -73,14 +119,14 @@ pub struct BuilderStack {
     pub run_image: Option<String>,
 }
 
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct BuilderLifecycle {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
 }
 
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct BuildpackMetadata {
     pub id: String,
@@ -90,7 +136,7 @@ pub struct BuildpackMetadata {
     pub homepage: Option<String>,
 }
 
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
     #[serde(rename = "type")]
@@ -105,7 +151,7 @@ pub struct Condition {
     pub last_transition_time: Option<String>,
 }
 
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct LastChange {
     pub id: String,
@@ -119,16 +165,12 @@ pub struct LastChange {
     pub packages: Option<String>,
 }
 
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct HistoryEntry {
     pub digest: String,
     pub first_seen: String,
 }
 
-/// The CRD as YAML (`builder-monitor crd`; the Helm chart ships the same text).
-pub fn crd_yaml() -> String {
-    use kube::CustomResourceExt;
-    let crd = serde_json::to_value(ClusterBuilder::crd()).unwrap_or_default();
-    format!("# Generated by `builder-monitor crd`; do not edit.\n---\n{}", super::to_yaml(&crd))
-}
+#[cfg(test)]
+mod tests;

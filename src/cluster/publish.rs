@@ -12,7 +12,6 @@ use k8s_openapi::api::core::v1::{Event as KubeEvent, EventSource, ObjectReferenc
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::core::object::HasStatus;
 use serde_json::json;
 use tokio::sync::broadcast;
 use tokio::task::JoinSet;
@@ -20,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::ClusterError;
 use super::crd::{
-    BuilderLifecycle, BuilderStack, BuildpackMetadata, ClusterBuilder, ClusterBuilderSpec, ClusterBuilderStatus,
+    self, BuilderLifecycle, BuilderStack, BuildpackMetadata, ClusterBuilder, ClusterBuilderSpec, ClusterBuilderStatus,
     Condition, HistoryEntry, LastChange,
 };
 use crate::config::{BuilderSettings, Config, run_image_watch};
@@ -215,8 +214,8 @@ impl Publisher {
         let params = PatchParams::apply(FIELD_MANAGER).force();
         for builder in &self.config.builders {
             let object = json!({
-                "apiVersion": "buildermonitor.dev/v1alpha1",
-                "kind": "ClusterBuilder",
+                "apiVersion": crd::API_VERSION,
+                "kind": crd::KIND,
                 "metadata": { "name": builder.name, "labels": { MANAGED_BY: FIELD_MANAGER } },
                 "spec": spec_of(builder),
             });
@@ -269,8 +268,8 @@ impl Publisher {
             now: &now,
         });
         let object = json!({
-            "apiVersion": "buildermonitor.dev/v1alpha1",
-            "kind": "ClusterBuilder",
+            "apiVersion": crd::API_VERSION,
+            "kind": crd::KIND,
             "metadata": { "name": name },
             "status": status,
         });
@@ -343,8 +342,8 @@ impl Publisher {
                 ..Default::default()
             },
             involved_object: ObjectReference {
-                api_version: Some("buildermonitor.dev/v1alpha1".into()),
-                kind: Some("ClusterBuilder".into()),
+                api_version: Some(crd::API_VERSION.into()),
+                kind: Some(crd::KIND.into()),
                 name: Some(name.to_string()),
                 uid: uid.map(str::to_string),
                 ..Default::default()

@@ -300,7 +300,7 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
             Ok(0)
         }
         Command::Crd => {
-            print!("{}", cluster::crd::crd_yaml());
+            print!("{}", cluster::crd::CRD_YAML);
             Ok(0)
         }
         Command::Rbac { config, service_account, pool, output } => {

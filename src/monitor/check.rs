@@ -50,6 +50,18 @@ impl Monitor {
         {
             return Ok(self.unchanged(watch, &image, &head.digest, started));
         }
+        // Boxed: the full check's future is ~14 KiB, which every check's task would otherwise
+        // carry and copy (at spawn and at completion) for the few that need it.
+        Box::pin(self.check_fully(watch, head, started)).await
+    }
+
+    /// The rest of a check that `unchanged` did not settle: observe, decide, react, commit.
+    async fn check_fully(
+        &self,
+        watch: &Watch,
+        head: Result<ManifestHead, RegistryError>,
+        started: Instant,
+    ) -> Result<CheckOutcome, LedgerError> {
         let (record, observed) = self.observe(watch, head).await?;
         let record = record.as_ref();
         let now = self.handle.clock.now();

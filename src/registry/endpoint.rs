@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use super::*;
 use crate::config::{Credentials, RegistrySettings, Secret};
 use crate::metrics::{Metrics, RegistryLabels, RequestLabels};
+use prometheus_client::metrics::counter::Counter;
 
 /// `scheme://host:port` of a URL, for messages: never its path or query (signed URLs carry secrets).
 pub(super) fn origin_of(url: &Url) -> String {
@@ -112,6 +113,9 @@ pub struct Endpoint {
     pub(super) helper: Option<CredentialHelper>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) labels: RegistryLabels,
+    /// This registry's request counters by method and status, so counting a request allocates no
+    /// labels (a handful of pairs, kept for the process's life as the metric family keeps them).
+    pub(super) request_counters: Mutex<Vec<((String, Option<u16>), Counter)>>,
 }
 
 pub(super) struct TokenExpiry;
@@ -166,17 +170,26 @@ impl Endpoint {
             },
             labels: Metrics::registry_labels(&settings.host),
             metrics,
+            request_counters: Mutex::default(),
             settings,
         })
     }
 
     pub(super) fn record_request(&self, method: &str, status: Option<StatusCode>) {
+        let status = status.map(|s| s.as_u16());
+        let mut counters = self.request_counters.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, counter)) = counters.iter().find(|((m, s), _)| m == method && *s == status) {
+            counter.inc();
+            return;
+        }
         let labels = RequestLabels {
             registry: self.settings.host.clone(),
             method: method.to_string(),
-            status: status.map_or_else(|| "error".to_string(), |s| s.as_u16().to_string()),
+            status: status.map_or_else(|| "error".to_string(), |s| s.to_string()),
         };
-        self.metrics.registry_requests.get_or_create(&labels).inc();
+        let counter = self.metrics.registry_requests.get_or_create(&labels).clone();
+        counter.inc();
+        counters.push(((method.to_string(), status), counter));
     }
 
     pub(super) fn invalid(&self, detail: String) -> RegistryError {
@@ -302,18 +315,23 @@ impl Endpoint {
         match scheme {
             Scheme::Unknown => Ok((request, None)),
             Scheme::Basic => Ok((
-                match self.credentials().await? {
+                match Box::pin(self.credentials()).await? {
                     Some((user, password)) => request.basic_auth(user, Some(password.expose())),
                     None => request,
                 },
                 None,
             )),
             Scheme::Bearer { realm, service } => {
-                let token = self
-                    .tokens
-                    .try_get_with(scope.to_string(), self.fetch_token(&realm, service.as_deref(), scope))
-                    .await
-                    .map_err(|e: Arc<RegistryError>| (*e).clone())?;
+                // A cached token first: the fetch's future, which `try_get_with` holds inline, is
+                // built (boxed) only on a miss, and a hit allocates no key.
+                let token = match self.tokens.get(scope).await {
+                    Some(token) => token,
+                    None => self
+                        .tokens
+                        .try_get_with(scope.to_string(), Box::pin(self.fetch_token(&realm, service.as_deref(), scope)))
+                        .await
+                        .map_err(|e: Arc<RegistryError>| (*e).clone())?,
+                };
                 Ok((request.bearer_auth(token.value.expose()), Some(token)))
             }
         }
@@ -369,7 +387,7 @@ impl Endpoint {
                         return parse_token_response(&body).map(Arc::new).map_err(|e| self.invalid(e.to_string()));
                     }
                     StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-                        let refused = self.credentials_refused().await;
+                        let refused = Box::pin(self.credentials_refused()).await;
                         return Err(self.unauthorized(format!(
                             "token service refused {scope} (HTTP {}){refused}",
                             response.status()
@@ -526,7 +544,7 @@ impl Endpoint {
                             let target = self.redirect_target(&response, &mut hops, &format!("{method} {path}"))?;
                             if target.origin() != self.base.origin() {
                                 if fetch == Fetch::Blob {
-                                    return self.fetch_from_storage(target, hops, timeout).await;
+                                    return Box::pin(self.fetch_from_storage(target, hops, timeout)).await;
                                 }
                                 return Err(self.invalid(format!(
                                     "{method} {path} redirected to another host, {}; manifest requests follow redirects only within {}",
@@ -546,7 +564,7 @@ impl Endpoint {
                         }
                         StatusCode::UNAUTHORIZED if !reauthorized && !once => {
                             reauthorized = true;
-                            self.learn_challenge(response.headers(), scope, sent).await?;
+                            Box::pin(self.learn_challenge(response.headers(), scope, sent)).await?;
                             continue;
                         }
                         StatusCode::UNAUTHORIZED if once => {
@@ -555,7 +573,7 @@ impl Endpoint {
                             );
                         }
                         StatusCode::UNAUTHORIZED => {
-                            let refused = self.credentials_refused().await;
+                            let refused = Box::pin(self.credentials_refused()).await;
                             let fix = if refused.is_empty() {
                                 format!("; check the username and password in [registries.\"{}\"]", self.settings.host)
                             } else {

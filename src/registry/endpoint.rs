@@ -115,7 +115,14 @@ pub struct Endpoint {
     pub(super) labels: RegistryLabels,
     /// This registry's request counters by method and status, so counting a request allocates no
     /// labels (a handful of pairs, kept for the process's life as the metric family keeps them).
-    pub(super) request_counters: Mutex<Vec<((String, Option<u16>), Counter)>>,
+    pub(super) request_counters: Mutex<Vec<RequestCounter>>,
+}
+
+/// One (method, status) pair's counter of this registry's requests; `None` is no answer.
+pub(super) struct RequestCounter {
+    method: String,
+    status: Option<u16>,
+    counter: Counter,
 }
 
 pub(super) struct TokenExpiry;
@@ -178,8 +185,8 @@ impl Endpoint {
     pub(super) fn record_request(&self, method: &str, status: Option<StatusCode>) {
         let status = status.map(|s| s.as_u16());
         let mut counters = self.request_counters.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, counter)) = counters.iter().find(|((m, s), _)| m == method && *s == status) {
-            counter.inc();
+        if let Some(known) = counters.iter().find(|c| c.method == method && c.status == status) {
+            known.counter.inc();
             return;
         }
         let labels = RequestLabels {
@@ -189,7 +196,7 @@ impl Endpoint {
         };
         let counter = self.metrics.registry_requests.get_or_create(&labels).clone();
         counter.inc();
-        counters.push(((method.to_string(), status), counter));
+        counters.push(RequestCounter { method: method.to_string(), status, counter });
     }
 
     pub(super) fn invalid(&self, detail: String) -> RegistryError {

@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use base64::Engine as _;
 
+use builder_monitor_core::gitops::MAX_TEXT;
+
 use crate::config::{GitAuth, GitopsTarget};
 
 /// The longest one Git command may take (a fetch or push of a small repository).
@@ -36,6 +38,12 @@ pub enum GitError {
     File { path: String, error: std::io::Error },
     #[error("{0} is not UTF-8 text")]
     NotText(String),
+    #[error(
+        "{0} is a symbolic link or not a regular file in the repository: builder-monitor edits only regular files; point the target at the file itself"
+    )]
+    NotRegular(String),
+    #[error("{path} is {bytes} bytes, over the {} MiB builder-monitor edits: point the target at the file that holds the image", MAX_TEXT >> 20)]
+    TooLarge { path: String, bytes: u64 },
 }
 
 /// How a push went.
@@ -179,12 +187,35 @@ impl Repo {
     }
 
     /// A file of the work tree, `None` when it does not exist.
+    /// A file of the checked-out branch, if it is there. Only a regular file inside the clone is
+    /// read: the remote's content is not trusted, and a symbolic link (at the end of the path or in
+    /// it) could point anywhere the daemon may read and then write, a FIFO would block the read for
+    /// ever. At most `MAX_TEXT` bytes are read, whatever the file's size.
     pub fn read(&self, path: &str) -> Result<Option<String>, GitError> {
-        match std::fs::read(self.dir.join(path)) {
-            Ok(bytes) => String::from_utf8(bytes).map(Some).map_err(|_| GitError::NotText(path.to_string())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(error) => Err(GitError::File { path: path.to_string(), error }),
+        use std::io::Read as _;
+        let file_error = |error| GitError::File { path: path.to_string(), error };
+        let full = self.dir.join(path);
+        let meta = match std::fs::symlink_metadata(&full) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(error) => return Err(file_error(error)),
+        };
+        let clone = std::fs::canonicalize(&self.dir).map_err(file_error)?;
+        let parent = full.parent().map(std::fs::canonicalize).transpose().map_err(file_error)?;
+        if !meta.is_file() || !parent.is_some_and(|p| p.starts_with(&clone)) {
+            return Err(GitError::NotRegular(path.to_string()));
         }
+        let limit = MAX_TEXT as u64;
+        let too_large = |bytes: u64| GitError::TooLarge { path: path.to_string(), bytes };
+        if meta.len() > limit {
+            return Err(too_large(meta.len()));
+        }
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        std::fs::File::open(&full).and_then(|f| f.take(limit + 1).read_to_end(&mut bytes)).map_err(file_error)?;
+        if bytes.len() as u64 > limit {
+            return Err(too_large(bytes.len() as u64));
+        }
+        String::from_utf8(bytes).map(Some).map_err(|_| GitError::NotText(path.to_string()))
     }
 
     pub fn write(&self, path: &str, text: &str) -> Result<(), GitError> {
@@ -242,3 +273,6 @@ fn tail(stderr: &[u8]) -> String {
         None => text,
     }
 }
+
+#[cfg(test)]
+mod tests;

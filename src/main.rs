@@ -47,6 +47,8 @@ fn main() -> ExitCode {
             1
         }
     };
+    // Output lost to a full disk is a failure, though the command's work succeeded.
+    let code = if code == 0 && commands::out::failed() { 1 } else { code };
     log_stream::flush();
     ExitCode::from(code)
 }

@@ -290,6 +290,34 @@ fn example_config_is_valid() {
     }
 }
 
+/// `check | head -0`: the reader is gone before the first byte. The command ends as it would
+/// have, without a panic or an error; a stdout that cannot be written (`/dev/full`) is an error
+/// that exits 1.
+#[test]
+fn a_closed_stdout_ends_quietly_and_a_full_one_fails() {
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml");
+    let check = |stdout: std::process::Stdio| {
+        std::process::Command::new(support::daemon::BINARY)
+            .args(["check", "--config", example.to_str().unwrap()])
+            .env_remove("BUILDER_MONITOR_CONFIG")
+            .stdout(stdout)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("run builder-monitor")
+    };
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let closed = check(writer.into());
+    let stderr = String::from_utf8_lossy(&closed.stderr);
+    assert_eq!(closed.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked") && !stderr.contains("error"), "{stderr}");
+
+    let full = check(std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap().into());
+    let stderr = String::from_utf8_lossy(&full.stderr);
+    assert_eq!(full.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("error: cannot write to standard output") && !stderr.contains("panicked"), "{stderr}");
+}
+
 #[tokio::test]
 async fn secrets_never_reach_logs_or_output() {
     use base64::Engine;

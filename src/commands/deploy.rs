@@ -86,9 +86,9 @@ fn failure(e: DeployError) -> Failure {
 
 fn print(deploy: &Deploy, asked: bool, json: bool) -> Result<u8, Failure> {
     if json {
-        println!("{}", serde_json::to_string_pretty(deploy).context("encoding JSON")?);
+        outln!("{}", serde_json::to_string_pretty(deploy).context("encoding JSON")?);
     } else {
-        print!("{}", deploy.render_text(asked));
+        out!("{}", deploy.render_text(asked));
     }
     Ok(0)
 }

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
+#[macro_use]
+pub mod out;
 mod deploy;
 mod rollout;
 
@@ -152,7 +154,7 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
     match command {
         Command::Check { config, expect } => {
             let config = load_config(&config, Secrets::Resolve)?;
-            print!("{}", config.summary());
+            out!("{}", config.summary());
             let unmet = cluster::expect::unmet(&config, &expect);
             if !unmet.is_empty() {
                 return Err(usage(anyhow::anyhow!(
@@ -187,9 +189,9 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
             let (registry, max_platforms) = reader_for(config.as_deref(), insecure, &[&image])?;
             let resolution = inspect::resolve(&registry, &image, max_platforms).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&resolution).context("encoding JSON")?);
+                outln!("{}", serde_json::to_string_pretty(&resolution).context("encoding JSON")?);
             } else {
-                print!("{}", resolution.render_text());
+                out!("{}", resolution.render_text());
             }
             Ok(0)
         }
@@ -198,18 +200,18 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
             let (registry, max_platforms) = reader_for(config.as_deref(), insecure, &[&old, &new])?;
             let change = inspect::diff(&registry, &old, &new, max_platforms).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&change).context("encoding JSON")?);
+                outln!("{}", serde_json::to_string_pretty(&change).context("encoding JSON")?);
             } else {
-                println!("{}", change.summary());
+                outln!("{}", change.summary());
                 if change.platforms.len() > 1 {
                     for (platform, p) in &change.platforms {
                         let reasons = serde_json::to_string(&p.reasons).context("encoding JSON")?;
-                        println!("  {}: {} {reasons}", text::escape(platform), p.kind.as_str());
+                        outln!("  {}: {} {reasons}", text::escape(platform), p.kind.as_str());
                     }
                 }
-                print!("{}", packages_text(&change));
+                out!("{}", packages_text(&change));
                 for note in &change.notes {
-                    println!("note: {}", text::escape(note));
+                    outln!("note: {}", text::escape(note));
                 }
             }
             Ok(0)
@@ -230,9 +232,9 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
                 Err(e) => return Err(e.into()),
             };
             if json {
-                println!("{}", serde_json::to_string_pretty(&report).context("encoding JSON")?);
+                outln!("{}", serde_json::to_string_pretty(&report).context("encoding JSON")?);
             } else {
-                print!("{}", report.render_text(dry_run));
+                out!("{}", report.render_text(dry_run));
             }
             Ok(0)
         }
@@ -247,7 +249,7 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
             let target = format!("{name} ({} {})", settings.kind.as_str(), settings.url);
             match sent.outcome {
                 SendOutcome::Delivered { status } => {
-                    println!("{target}: delivered test event {}, HTTP {status} in {elapsed} ms", sent.event_id);
+                    outln!("{target}: delivered test event {}, HTTP {status} in {elapsed} ms", sent.event_id);
                     Ok(0)
                 }
                 other => Err(Failure {
@@ -294,13 +296,13 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
                 runner::preview(&config, &reference, &preview.target)?
             };
             match output {
-                SpecOutput::Json => println!("{}", serde_json::to_string_pretty(&object).context("encoding JSON")?),
-                SpecOutput::Yaml => print!("{}", cluster::to_yaml(&object)),
+                SpecOutput::Json => outln!("{}", serde_json::to_string_pretty(&object).context("encoding JSON")?),
+                SpecOutput::Yaml => out!("{}", cluster::to_yaml(&object)),
             }
             Ok(0)
         }
         Command::Crd => {
-            print!("{}", cluster::crd::CRD_YAML);
+            out!("{}", cluster::crd::CRD_YAML);
             Ok(0)
         }
         Command::Rbac { config, service_account, pool, output } => {
@@ -319,11 +321,11 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
             };
             let objects = cluster::rbac_objects(&permissions, &service_account, &namespace);
             match output {
-                SpecOutput::Json => println!("{}", serde_json::to_string_pretty(&objects).context("encoding JSON")?),
-                SpecOutput::Yaml if objects.is_empty() => println!("# this config uses no Kubernetes permissions"),
+                SpecOutput::Json => outln!("{}", serde_json::to_string_pretty(&objects).context("encoding JSON")?),
+                SpecOutput::Yaml if objects.is_empty() => outln!("# this config uses no Kubernetes permissions"),
                 SpecOutput::Yaml => {
                     for object in &objects {
-                        print!("---\n{}", cluster::to_yaml(object));
+                        out!("---\n{}", cluster::to_yaml(object));
                     }
                 }
             }
@@ -340,9 +342,9 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
                 a.open = open.iter().rev().find(|o| o.image == a.image).cloned();
             }
             if json {
-                println!("{}", serde_json::to_string_pretty(&assessments).context("encoding JSON")?);
+                outln!("{}", serde_json::to_string_pretty(&assessments).context("encoding JSON")?);
             } else if assessments.is_empty() {
-                println!("no [[images]] configured");
+                outln!("no [[images]] configured");
             } else {
                 for a in &assessments {
                     let action = match (a.action, a.path) {
@@ -350,20 +352,20 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
                         (Some(ActionKind::Rebase), _) => "rebase (by the runner)",
                         (action, _) => action.map_or("nothing", |k| k.as_str()),
                     };
-                    println!("{} (builder {}, policy {}): {action} — {}", a.image, a.builder, a.policy.as_str(), a.why);
+                    outln!("{} (builder {}, policy {}): {action} — {}", a.image, a.builder, a.policy.as_str(), a.why);
                     match a.deploy.first() {
-                        Some(reaction::PlannedDeploy::Exec { .. }) => println!("  then run [runner.exec] deploy"),
+                        Some(reaction::PlannedDeploy::Exec { .. }) => outln!("  then run [runner.exec] deploy"),
                         Some(_) => {
                             let to: Vec<String> =
                                 a.deploy.iter().map(|d| text::escape(&d.to_string()).into_owned()).collect();
-                            println!("  then deploy to {}", to.join(", "));
+                            outln!("  then deploy to {}", to.join(", "));
                         }
                         None => {}
                     }
                     if let Some(o) = &a.open {
                         let why =
                             o.waiting_for.as_deref().map(|w| format!(": {}", text::escape(w))).unwrap_or_default();
-                        println!(
+                        outln!(
                             "  open: {} for change {} (wave {}, {}){why}",
                             o.action,
                             o.change,
@@ -381,7 +383,7 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
                         (Some(c), Some(change)) => format!("last commit {} (change {change})", &c[..c.len().min(12)]),
                         _ => "no commit yet".into(),
                     };
-                    println!(
+                    outln!(
                         "gitops {} ({} {}): then commit the new digests; {last}",
                         t.name,
                         text::escape(&t.repo),
@@ -454,9 +456,9 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
             let ledger = daemon::open_ledger(&config, Access::Read, &Clock::System).await?;
             let report = status::collect(&config, &ledger, changes).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&report).context("encoding JSON")?);
+                outln!("{}", serde_json::to_string_pretty(&report).context("encoding JSON")?);
             } else {
-                print!("{}", status::render_text(&report));
+                out!("{}", status::render_text(&report));
             }
             Ok(0)
         }
@@ -475,9 +477,9 @@ fn print_rollback(done: &rollback::Rollback) {
     };
     if done.moved {
         let from = done.from.as_deref().unwrap_or("nothing (the tag did not exist)");
-        println!("{}: moved {} from {from} to {}, {why}; recorded in the ledger", done.image, done.reference, done.to);
+        outln!("{}: moved {} from {from} to {}, {why}; recorded in the ledger", done.image, done.reference, done.to);
     } else {
-        println!("{}: {} already points at {} ({why}); nothing changed", done.image, done.reference, done.to);
+        outln!("{}: {} already points at {} ({why}); nothing changed", done.image, done.reference, done.to);
     }
 }
 

@@ -42,10 +42,10 @@ pub async fn run(config: &Path, request: Request, json: bool) -> Result<u8, Fail
         StateLocation::Kubernetes => direct(&config, &request, &by, &clock).await?,
     };
     match answer {
-        Answer::Decision(d) if json => println!("{}", serde_json::to_string_pretty(&d).context("encoding JSON")?),
-        Answer::Decision(d) => print!("{}", d.render_text()),
-        Answer::Freeze(f) if json => println!("{}", serde_json::to_string_pretty(&f).context("encoding JSON")?),
-        Answer::Freeze(f) => print!("{}", render_freeze(&f)),
+        Answer::Decision(d) if json => outln!("{}", serde_json::to_string_pretty(&d).context("encoding JSON")?),
+        Answer::Decision(d) => out!("{}", d.render_text()),
+        Answer::Freeze(f) if json => outln!("{}", serde_json::to_string_pretty(&f).context("encoding JSON")?),
+        Answer::Freeze(f) => out!("{}", render_freeze(&f)),
     }
     Ok(0)
 }

@@ -275,15 +275,15 @@ pub struct PushedImage {
     pub config: Value,
 }
 
-/// Pushes layers, config and manifest; tagged when `tag` is given, else by digest.
-pub async fn push(
-    pusher: &Pusher,
-    repo: &str,
-    tag: Option<&str>,
-    layers: &[&Layer],
-    config: &Value,
-    format: Format,
-) -> PushedImage {
+/// An image as `push` sends it: its blobs (the layers, then the config) and its manifest.
+pub struct Built {
+    pub blobs: Vec<Vec<u8>>,
+    pub manifest: Vec<u8>,
+    pub digest: String,
+}
+
+/// The manifest and blobs of an image of `layers` and `config`, titled `repo`.
+pub fn build(repo: &str, layers: &[&Layer], config: &Value, format: Format) -> Built {
     let config_bytes = serde_json::to_vec(config).unwrap();
     let manifest = json!({
         "schemaVersion": 2,
@@ -296,8 +296,22 @@ pub async fn push(
     let digest = sha256(&manifest);
     let mut blobs: Vec<Vec<u8>> = layers.iter().map(|l| l.blob.clone()).collect();
     blobs.push(config_bytes);
-    pusher.push_raw(repo, tag.unwrap_or(&digest), blobs, manifest.clone(), format.manifest()).await;
-    PushedImage { digest, media_type: format.manifest().into(), size: manifest.len(), config: config.clone() }
+    Built { blobs, manifest, digest }
+}
+
+/// Pushes layers, config and manifest; tagged when `tag` is given, else by digest.
+pub async fn push(
+    pusher: &Pusher,
+    repo: &str,
+    tag: Option<&str>,
+    layers: &[&Layer],
+    config: &Value,
+    format: Format,
+) -> PushedImage {
+    let Built { blobs, manifest, digest } = build(repo, layers, config, format);
+    let size = manifest.len();
+    pusher.push_raw(repo, tag.unwrap_or(&digest), blobs, manifest, format.manifest()).await;
+    PushedImage { digest, media_type: format.manifest().into(), size, config: config.clone() }
 }
 
 pub async fn push_run(pusher: &Pusher, repo: &str, tag: Option<&str>, run: &RunImage, format: Format) -> PushedImage {

@@ -430,6 +430,17 @@ pub fn health(kind: WorkloadKind, object: &Value) -> Health {
                 ))
             }
         }
+        // With `OnDelete`, the controller replaces a pod only when someone deletes it, so waiting
+        // for the pods would run into `deploy_timeout` and undo a good deploy (`kubectl rollout
+        // status` refuses such a workload for the same reason): done once the controller has the
+        // new template, and each pod takes it when it is next deleted.
+        WorkloadKind::StatefulSet | WorkloadKind::DaemonSet if on_delete(object) => {
+            if observed < generation {
+                Health::Progressing(format!("the controller has not seen generation {generation} yet"))
+            } else {
+                Health::Healthy
+            }
+        }
         WorkloadKind::StatefulSet => {
             if observed < generation {
                 return Health::Progressing(format!("the controller has not seen generation {generation} yet"));
@@ -471,6 +482,11 @@ pub fn health(kind: WorkloadKind, object: &Value) -> Health {
             }
         }
     }
+}
+
+/// Whether a StatefulSet's or DaemonSet's pods are replaced only when deleted.
+fn on_delete(object: &Value) -> bool {
+    object.pointer("/spec/updateStrategy/type").and_then(Value::as_str) == Some("OnDelete")
 }
 
 /// A pod of the new template stuck in a bad waiting state.

@@ -482,3 +482,30 @@ fn a_deploy_key_is_stable_and_its_own() {
     assert_ne!(action_key("c1", "app"), format!("bm-{}", crate::event::stable_id(&["c1", "app"])));
     assert_ne!(action_key("c1", "app"), action_key("c2", "app"));
 }
+
+#[test]
+fn on_delete_workloads_are_done_once_their_controller_has_the_template() {
+    // Pods on the old revision and nothing updated: with OnDelete that is what a good deploy looks
+    // like until someone deletes the pods.
+    let mut set = object(
+        5,
+        3,
+        json!({"observedGeneration": 5, "readyReplicas": 3, "updatedReplicas": 0, "currentRevision": "db-1",
+               "updateRevision": "db-2"}),
+    );
+    set["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
+    assert_eq!(health(WorkloadKind::StatefulSet, &set), Health::Healthy);
+    set["status"]["observedGeneration"] = json!(4);
+    assert_eq!(progressing(health(WorkloadKind::StatefulSet, &set)), "the controller has not seen generation 5 yet");
+
+    let mut daemons = json!({"metadata": {"generation": 2}, "spec": {"updateStrategy": {"type": "OnDelete"}},
+        "status": {"observedGeneration": 2, "desiredNumberScheduled": 4, "updatedNumberScheduled": 0, "numberAvailable": 4}});
+    assert_eq!(health(WorkloadKind::DaemonSet, &daemons), Health::Healthy);
+    // RollingUpdate (the default) still waits for the nodes.
+    daemons["spec"]["updateStrategy"] = json!({"type": "RollingUpdate"});
+    assert_eq!(progressing(health(WorkloadKind::DaemonSet, &daemons)), "0 of 4 nodes updated, 4 available");
+    // OnDelete says nothing for a Deployment (it has no such strategy): the replicas still count.
+    let mut deployment = object(1, 2, json!({"observedGeneration": 1, "replicas": 2, "updatedReplicas": 0}));
+    deployment["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
+    assert!(matches!(health(WorkloadKind::Deployment, &deployment), Health::Progressing(_)));
+}

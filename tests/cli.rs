@@ -205,15 +205,7 @@ fn config_errors_are_positioned_and_exit_2() {
 
 #[test]
 fn example_images_are_valid_once_uncommented() {
-    let example =
-        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml")).unwrap();
-    let block: String = example
-        .lines()
-        .skip_while(|l| *l != "# BEGIN images example")
-        .skip(1)
-        .take_while(|l| *l != "# END images example")
-        .map(|l| format!("{}\n", l.strip_prefix("# ").unwrap_or(l.trim_start_matches('#'))))
-        .collect();
+    let block = example_block("images");
     let ws = Workspace::new();
     let config = ws.config(&format!(
         "[[builders]]\nname = \"paketo-jammy-base\"\nimage = \"paketobuildpacks/builder-jammy-base\"\n{block}"
@@ -230,15 +222,7 @@ fn example_images_are_valid_once_uncommented() {
 
 #[test]
 fn example_rollout_is_valid_once_uncommented() {
-    let example =
-        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml")).unwrap();
-    let block: String = example
-        .lines()
-        .skip_while(|l| *l != "# BEGIN rollout example")
-        .skip(1)
-        .take_while(|l| *l != "# END rollout example")
-        .map(|l| format!("{}\n", l.strip_prefix("# ").unwrap_or(l.trim_start_matches('#'))))
-        .collect();
+    let block = example_block("rollout");
     assert!(block.contains("[rollout]"), "{block}");
     let ws = Workspace::new();
     let config = ws.config(&format!(
@@ -254,17 +238,62 @@ fn example_rollout_is_valid_once_uncommented() {
     }
 }
 
-#[test]
-fn example_alerts_are_valid_once_uncommented() {
+/// The lines between `# BEGIN {name} example` and `# END {name} example` in config.example.toml,
+/// uncommented.
+fn example_block(name: &str) -> String {
     let example =
         std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml")).unwrap();
+    let (begin, end) = (format!("# BEGIN {name} example"), format!("# END {name} example"));
     let block: String = example
         .lines()
-        .skip_while(|l| *l != "# BEGIN alerts example")
+        .skip_while(|l| *l != begin)
         .skip(1)
-        .take_while(|l| *l != "# END alerts example")
+        .take_while(|l| *l != end)
         .map(|l| format!("{}\n", l.strip_prefix("# ").unwrap_or(l.trim_start_matches('#'))))
         .collect();
+    assert!(!block.is_empty(), "no {begin} block in config.example.toml");
+    block
+}
+
+#[test]
+fn example_pools_are_valid_once_uncommented() {
+    let block = example_block("pools");
+    let ws = Workspace::new();
+    let config = ws.config(&format!(
+        "[[builders]]\nname = \"paketo-jammy-base\"\nimage = \"paketobuildpacks/builder-jammy-base\"\n\n[runner]\ntype = \"kubernetes\"\n\n{block}"
+    ));
+    let out = ws.run(&["check", "--config", config.to_str().unwrap()]);
+    assert_eq!(out.code, Some(0), "{}\n{block}", out.stderr);
+    for pool in ["linux", "windows"] {
+        assert!(out.stdout.contains(pool), "pool {pool} missing from:\n{}", out.stdout);
+    }
+}
+
+#[test]
+fn example_gitops_is_valid_once_uncommented() {
+    let block = example_block("gitops");
+    let ws = Workspace::new();
+    let mut text =
+        "[[builders]]\nname = \"paketo-jammy-base\"\nimage = \"paketobuildpacks/builder-jammy-base\"\n\n".to_string();
+    for app in ["petclinic", "orders"] {
+        text += &format!(
+            "[[images]]\nname = \"{app}\"\nbuilder = \"paketo-jammy-base\"\nimage = \"registry.example.com/apps/{app}:latest\"\n\n"
+        );
+    }
+    let config = ws.config(&format!("{text}{block}"));
+    let out = run_with_env(
+        &["check", "--config", config.to_str().unwrap()],
+        &[("FLEET_GIT_TOKEN", "example-token")],
+        ws.dir.path(),
+    );
+    assert_eq!(out.code, Some(0), "{}\n{block}", out.stderr);
+    assert!(out.stdout.contains("fleet"), "the gitops target missing from:\n{}", out.stdout);
+    assert!(!out.stdout.contains("example-token") && !out.stderr.contains("example-token"));
+}
+
+#[test]
+fn example_alerts_are_valid_once_uncommented() {
+    let block = example_block("alerts");
     assert!(block.contains("[[alerts]]"), "{block}");
     let ws = Workspace::new();
     let config = ws.config(&block);

@@ -13,7 +13,7 @@ use crate::ledger::{Ledger, LedgerError, NewAction, WatchKind, WatchRecord};
 use crate::registry::Registry;
 use builder_monitor_core::cnb::{self, BuilderMetadata, Change, PinnedMetadata, run_watch_name};
 use builder_monitor_core::deploy::Workload;
-use builder_monitor_core::event::{self, Pin};
+use builder_monitor_core::event::{self, Pin, WaitingAction};
 use builder_monitor_core::plan::{
     self, ActionKind, ActionTarget, AppState, Decision, GitopsPlan, Move, RunImageTarget,
 };
@@ -134,7 +134,48 @@ pub struct Moved<'a> {
 #[derive(Debug, Default)]
 pub struct Planned {
     pub decisions: Vec<Decision>,
+    /// The actions the check's commit records.
     pub actions: Vec<NewAction>,
+    /// The actions an earlier batch recorded already (`Ledger::record_planned`), as much of them
+    /// as the commit's events and the gitops actions need: a fleet's actions are not all held in
+    /// memory until the commit, nor written a second time by it.
+    pub recorded: Vec<RecordedAction>,
+}
+
+/// What the check's commit still needs of an action an earlier batch recorded.
+#[derive(Debug, Clone)]
+pub struct RecordedAction {
+    pub summary: WaitingAction,
+    pub needs_approval: bool,
+}
+
+impl RecordedAction {
+    fn of(action: &NewAction) -> Self {
+        RecordedAction { summary: waiting(action), needs_approval: action.needs_approval }
+    }
+}
+
+fn waiting(action: &NewAction) -> WaitingAction {
+    WaitingAction {
+        key: action.key.clone(),
+        image: action.image.clone(),
+        kind: action.kind.as_str().into(),
+        wave: action.wave,
+    }
+}
+
+impl Planned {
+    /// Every action's image and wave, recorded already or not.
+    fn images_and_waves(&self) -> impl Iterator<Item = (&str, u32)> {
+        let recorded = self.recorded.iter().map(|a| (a.summary.image.as_str(), a.summary.wave));
+        recorded.chain(self.actions.iter().map(|a| (a.image.as_str(), a.wave)))
+    }
+
+    /// The actions waiting for a person, recorded already or not, in the order they were planned.
+    pub fn awaiting_approval(&self) -> Vec<WaitingAction> {
+        let recorded = self.recorded.iter().filter(|a| a.needs_approval).map(|a| a.summary.clone());
+        recorded.chain(self.actions.iter().filter(|a| a.needs_approval).map(waiting)).collect()
+    }
 }
 
 /// What a runner needs for `image`: the one place an [`ActionTarget`] is built.
@@ -181,7 +222,7 @@ impl Reaction<'_> {
     /// Plans the reaction of every app image the move concerns; reads the app images it needs.
     pub async fn plan_actions(&self, mv: &Moved<'_>) -> Result<Planned, LedgerError> {
         let mut planned = self.plan_app_actions(mv).await?;
-        let gitops = self.gitops_actions(mv, &planned.actions).await?;
+        let gitops = self.gitops_actions(mv, &planned).await?;
         planned.actions.extend(gitops);
         Ok(planned)
     }
@@ -190,14 +231,18 @@ impl Reaction<'_> {
     /// an action in it, or a marker file (which may name any image, or the builder: a builder move
     /// alone gives those one). Each runs after the change's other actions (one wave above the
     /// highest), and writes what the ledger holds newest then (`runner::gitops`).
-    async fn gitops_actions(&self, mv: &Moved<'_>, apps: &[NewAction]) -> Result<Vec<NewAction>, LedgerError> {
+    async fn gitops_actions(&self, mv: &Moved<'_>, apps: &Planned) -> Result<Vec<NewAction>, LedgerError> {
         let mut out = Vec::new();
-        let wave = apps.iter().map(|a| a.wave.saturating_add(1)).max().unwrap_or(0);
+        if self.config.gitops.is_empty() {
+            return Ok(out);
+        }
+        let wave = apps.images_and_waves().map(|(_, w)| w.saturating_add(1)).max().unwrap_or(0);
+        let images: BTreeSet<&str> = apps.images_and_waves().map(|(image, _)| image).collect();
         let builder_moved = mv.kind == WatchKind::Builder;
         for target in &self.config.gitops {
-            let has_app = target.files.iter().any(|f| f.image().is_some_and(|i| apps.iter().any(|a| a.image == i)));
+            let has_app = target.files.iter().any(|f| f.image().is_some_and(|i| images.contains(i)));
             let markers = target.files.iter().any(|f| f.format == crate::config::FileFormat::Marker);
-            if !(has_app || (markers && (builder_moved || !apps.is_empty()))) {
+            if !(has_app || (markers && (builder_moved || !images.is_empty()))) {
                 continue;
             }
             // The builder the commit names: the moved builder, or (a run image move) the first one
@@ -324,22 +369,24 @@ impl Reaction<'_> {
         order.sort_by_key(|&i| images[i].wave);
         let mut decisions: Vec<Option<Decision>> = vec![None; images.len()];
         let mut builder_pins = BuilderPins::default();
-        let mut actions = Vec::new();
+        let (mut actions, mut recorded) = (Vec::new(), Vec::new());
         let (mut start, mut size) = (0, FIRST_BATCH);
         while start < order.len() {
             let end = (start + size).min(order.len());
             let batch: Vec<&ImageSettings> = order[start..end].iter().map(|&i| images[i]).collect();
             let planned = self.plan_batch(mv, &batch, run_target.as_ref(), &mut builder_pins).await?;
-            if end < order.len() && !planned.actions.is_empty() {
-                self.ledger.record_planned(mv.watch, planned.actions.clone(), mv.now).await?;
-            }
             for (&i, d) in order[start..end].iter().zip(planned.decisions) {
                 decisions[i] = Some(d);
             }
-            actions.extend(planned.actions);
+            if end < order.len() && !planned.actions.is_empty() {
+                recorded.extend(planned.actions.iter().map(RecordedAction::of));
+                self.ledger.record_planned(mv.watch, planned.actions, mv.now).await?;
+            } else {
+                actions.extend(planned.actions);
+            }
             (start, size) = (end, (size * 2).min(MAX_BATCH));
         }
-        Ok(Planned { decisions: decisions.into_iter().flatten().collect(), actions })
+        Ok(Planned { decisions: decisions.into_iter().flatten().collect(), actions, recorded })
     }
 
     /// One batch of [`Self::plan_app_actions`]: its app images read (a few at a time), a decision
@@ -402,7 +449,7 @@ impl Reaction<'_> {
                 .gated(image.wave, image.needs_approval(kind, &self.config.rollout)),
             );
         }
-        Ok(Planned { decisions, actions })
+        Ok(Planned { decisions, actions, recorded: Vec::new() })
     }
 
     /// Every digest that counts as "on" this run image reference: its own, and its platforms'.
@@ -546,74 +593,4 @@ pub fn configured_image<'a>(config: &'a Config, name: &str) -> Result<&'a ImageS
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::metrics::Metrics;
-
-    const CONFIG: &str = r#"
-[[builders]]
-name = "jammy"
-image = "127.0.0.1:1/cnb/builder:latest"
-
-[[images]]
-name = "petclinic"
-builder = "jammy"
-image = "127.0.0.1:1/apps/petclinic:latest"
-"#;
-
-    /// A rebase or rebuild of an image is followed by a deploy to its workloads, or by the exec
-    /// command when `[runner.exec] deploy` takes every deploy; `plan --json` shows either.
-    #[test]
-    fn a_planned_action_names_the_deploy_after_it() {
-        use builder_monitor_core::deploy::WorkloadKind;
-        let mut config = Config::parse(std::path::Path::new("/config.toml"), CONFIG).unwrap();
-        assert!(deploys_after(&config, &config.images[0]).is_empty());
-        // Set in code (the parser has its own tests).
-        config.images[0].deploy = vec![Workload {
-            kind: WorkloadKind::Deployment,
-            namespace: "shop".into(),
-            name: "petclinic".into(),
-            container: Some("app".into()),
-            gitops_owned: Default::default(),
-        }];
-        let after = deploys_after(&config, &config.images[0]);
-        assert_eq!(
-            after.iter().map(ToString::to_string).collect::<Vec<_>>(),
-            ["Deployment shop/petclinic (container app)"]
-        );
-        assert_eq!(
-            serde_json::to_value(&after).unwrap(),
-            serde_json::json!([{ "kind": "Deployment", "namespace": "shop", "name": "petclinic", "container": "app" }])
-        );
-        let exec =
-            format!("{CONFIG}\n[runner]\ntype = \"exec\"\n[runner.exec]\nrebuild = [\"true\"]\nrebase = [\"true\"]\n");
-        let mut config = Config::parse(std::path::Path::new("/config.toml"), &exec).unwrap();
-        // Set in code until `[runner.exec] deploy` is parsed.
-        if let Some(e) = config.runner.exec.as_mut() {
-            e.deploy = vec!["deploy.sh".into(), "{reference}".into()];
-        }
-        let after = deploys_after(&config, &config.images[0]);
-        assert_eq!(after[0].to_string(), "[runner.exec] deploy");
-        assert_eq!(
-            serde_json::to_value(&after).unwrap(),
-            serde_json::json!([{ "exec": ["deploy.sh", "{reference}"] }])
-        );
-    }
-
-    #[tokio::test]
-    async fn a_preview_says_why_there_is_no_action_to_show() {
-        let config = Config::parse(std::path::Path::new("/config.toml"), CONFIG).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let ledger = Ledger::open(&dir.path().join("ledger.db")).unwrap();
-        let registry = Registry::new(config.registries.values().cloned(), Metrics::new());
-        let reaction = Reaction { config: &config, ledger: &ledger, registry: &registry };
-
-        let unknown = reaction.preview("nope", ActionKind::Rebuild).await.unwrap_err();
-        assert!(matches!(&unknown, PreviewError::UnknownImage { image, .. } if image == "nope"), "{unknown:?}");
-        assert_eq!(unknown.to_string(), "no image named \"nope\" (configured: petclinic)");
-
-        let unpinned = reaction.preview("petclinic", ActionKind::Rebase).await.unwrap_err();
-        assert!(matches!(&unpinned, PreviewError::NotPinned { builder } if builder == "jammy"), "{unpinned:?}");
-        assert_eq!(unpinned.to_string(), "builder \"jammy\" is not pinned yet; run `builder-monitor run --once` first");
-    }
-}
+mod tests;

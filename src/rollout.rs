@@ -7,9 +7,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use crate::config::Config;
-use crate::ledger::{
-    ActionRecord, Decided, FreezeEvents, Ledger, LedgerError, NewAction, OpenAction, ROLLOUT_WATCH, Verdict,
-};
+use crate::ledger::{ActionRecord, Decided, FreezeEvents, Ledger, LedgerError, OpenAction, ROLLOUT_WATCH, Verdict};
 use builder_monitor_core::event::{Event, EventType, RolloutInfo, Subject, WaitingAction, rollout_event_id, stable_id};
 use builder_monitor_core::rollout::{self, ActionState, Freeze, GateAction, Wait};
 use builder_monitor_core::schedule::timestamp;
@@ -200,19 +198,9 @@ pub fn awaiting_approval_event(
     change: &str,
     subject: &Subject,
     builders: &[Subject],
-    actions: &[NewAction],
+    waiting: Vec<WaitingAction>,
     now: DateTime<Utc>,
 ) -> Option<Event> {
-    let waiting: Vec<WaitingAction> = actions
-        .iter()
-        .filter(|a| a.needs_approval)
-        .map(|a| WaitingAction {
-            key: a.key.clone(),
-            image: a.image.clone(),
-            kind: a.kind.as_str().into(),
-            wave: a.wave,
-        })
-        .collect();
     if waiting.is_empty() {
         return None;
     }

@@ -305,7 +305,8 @@ pub fn decide(
     );
     commit.events.push(e);
     if let Some(subject) = subjects.first()
-        && let Some(e) = crate::rollout::awaiting_approval_event(&id, subject, subjects, &planned.actions, now)
+        && let Some(e) =
+            crate::rollout::awaiting_approval_event(&id, subject, subjects, planned.awaiting_approval(), now)
     {
         commit.events.push(e);
     }

@@ -503,7 +503,15 @@ async fn fleet_patch(n: usize) -> Value {
         );
     }
     let config = ws.config(&text);
-    let mut daemon = Daemon::start_with_env(&config, &[("BENCH_API_TOKEN", API_TOKEN)]);
+    let mut env = vec![("BENCH_API_TOKEN".to_string(), API_TOKEN.to_string())];
+    // Diagnostics: BENCH_HEAPTRACK=DIR records the daemon's allocations with heaptrack's preload
+    // library (a raw file: `heaptrack_interpret < F | gzip > F.gz`, then `heaptrack_print`).
+    if let Ok(dir) = std::env::var("BENCH_HEAPTRACK") {
+        env.push(("LD_PRELOAD".into(), "/usr/lib/heaptrack/libheaptrack_preload.so".into()));
+        env.push(("DUMP_HEAPTRACK_OUTPUT".into(), format!("{dir}/fleet-daemon.raw")));
+    }
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut daemon = Daemon::start_with_env(&config, &env);
     // Pinned: the builder, then its run image (whose first check records no event).
     tokio::task::block_in_place(|| {
         daemon.wait_for_event("builder.pinned");

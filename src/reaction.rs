@@ -338,8 +338,9 @@ impl Reaction<'_> {
     /// batch's but the last is recorded as soon as it is planned (`Ledger::record_planned`), so a
     /// fleet's first actions start while the rest of it is read, and a lower wave is always
     /// recorded whole before a higher one (the roll-out gate holds a wave back by the lower ones
-    /// it sees). The check's commit records them all again, with the change: by key, so nothing
-    /// twice.
+    /// it sees). The check's commit records the last batch's, with the change; of the others,
+    /// `Planned::recorded` keeps what the commit's events need. A crash before the commit finds
+    /// the same move again and records what is missing, by key.
     async fn plan_app_actions(&self, mv: &Moved<'_>) -> Result<Planned, LedgerError> {
         let (builders, change, current) = (mv.builders, mv.change, mv.current);
         let images: Vec<&ImageSettings> = self.config.images.iter().filter(|i| builders.contains(&i.builder)).collect();

@@ -203,41 +203,6 @@ fn config_errors_are_positioned_and_exit_2() {
     assert_eq!(ws.run(&["frobnicate"]).code, Some(2), "usage errors exit 2");
 }
 
-#[test]
-fn example_images_are_valid_once_uncommented() {
-    let block = example_block("images");
-    let ws = Workspace::new();
-    let config = ws.config(&format!(
-        "[[builders]]\nname = \"paketo-jammy-base\"\nimage = \"paketobuildpacks/builder-jammy-base\"\n{block}"
-    ));
-    let out = ws.run(&["check", "--config", config.to_str().unwrap()]);
-    assert_eq!(out.code, Some(0), "{}\n{block}", out.stderr);
-    assert!(
-        out.stdout
-            .contains("petclinic: registry.example.com/apps/petclinic:latest (builder paketo-jammy-base, policy auto, deploys to Deployment shop/petclinic, undo workload)"),
-        "{}",
-        out.stdout
-    );
-}
-
-#[test]
-fn example_rollout_is_valid_once_uncommented() {
-    let block = example_block("rollout");
-    assert!(block.contains("[rollout]"), "{block}");
-    let ws = Workspace::new();
-    let config = ws.config(&format!(
-        "[[builders]]\nname = \"paketo-jammy-base\"\nimage = \"paketobuildpacks/builder-jammy-base\"\n{block}"
-    ));
-    let out = ws.run(&["check", "--config", config.to_str().unwrap()]);
-    assert_eq!(out.code, Some(0), "{}\n{block}", out.stderr);
-    for line in [
-        "canary: registry.example.com/apps/canary:latest (builder paketo-jammy-base, policy auto, wave 0)",
-        "rollout: windows Mon-Fri 09:00-17:00 Europe/Berlin, at most 5 actions of a change at once, approval for rebuild, deploys: soak 10m\n",
-    ] {
-        assert!(out.stdout.contains(line), "{line} missing from:\n{}", out.stdout);
-    }
-}
-
 /// The lines between `# BEGIN {name} example` and `# END {name} example` in config.example.toml,
 /// uncommented.
 fn example_block(name: &str) -> String {
@@ -255,52 +220,67 @@ fn example_block(name: &str) -> String {
     block
 }
 
+/// `check` of the example block `name` after `before` (a builder named `paketo-jammy-base`
+/// unless `before` is given), with `env`; asserts it passes and returns its stdout.
+fn check_example(name: &str, before: Option<&str>, env: &[(&str, &str)]) -> String {
+    let block = example_block(name);
+    let before = before
+        .unwrap_or("[[builders]]\nname = \"paketo-jammy-base\"\nimage = \"paketobuildpacks/builder-jammy-base\"\n\n");
+    let ws = Workspace::new();
+    let config = ws.config(&format!("{before}{block}"));
+    let out = run_with_env(&["check", "--config", config.to_str().unwrap()], env, ws.dir.path());
+    assert_eq!(out.code, Some(0), "{}\n{block}", out.stderr);
+    for (_, secret) in env {
+        assert!(!out.stdout.contains(secret) && !out.stderr.contains(secret), "{secret} shown");
+    }
+    out.stdout
+}
+
+#[test]
+fn example_images_are_valid_once_uncommented() {
+    let out = check_example("images", None, &[]);
+    let line = "petclinic: registry.example.com/apps/petclinic:latest (builder paketo-jammy-base, policy auto, deploys to Deployment shop/petclinic, undo workload)";
+    assert!(out.contains(line), "{out}");
+}
+
+#[test]
+fn example_rollout_is_valid_once_uncommented() {
+    let out = check_example("rollout", None, &[]);
+    for line in [
+        "canary: registry.example.com/apps/canary:latest (builder paketo-jammy-base, policy auto, wave 0)",
+        "rollout: windows Mon-Fri 09:00-17:00 Europe/Berlin, at most 5 actions of a change at once, approval for rebuild, deploys: soak 10m\n",
+    ] {
+        assert!(out.contains(line), "{line} missing from:\n{out}");
+    }
+}
+
 #[test]
 fn example_pools_are_valid_once_uncommented() {
-    let block = example_block("pools");
-    let ws = Workspace::new();
-    let config = ws.config(&format!(
-        "[[builders]]\nname = \"paketo-jammy-base\"\nimage = \"paketobuildpacks/builder-jammy-base\"\n\n[runner]\ntype = \"kubernetes\"\n\n{block}"
-    ));
-    let out = ws.run(&["check", "--config", config.to_str().unwrap()]);
-    assert_eq!(out.code, Some(0), "{}\n{block}", out.stderr);
+    let before = "[[builders]]\nname = \"jammy\"\nimage = \"paketobuildpacks/builder-jammy-base\"\n\n[runner]\ntype = \"kubernetes\"\n\n";
+    let out = check_example("pools", Some(before), &[]);
     for pool in ["linux", "windows"] {
-        assert!(out.stdout.contains(pool), "pool {pool} missing from:\n{}", out.stdout);
+        assert!(out.contains(pool), "pool {pool} missing from:\n{out}");
     }
 }
 
 #[test]
 fn example_gitops_is_valid_once_uncommented() {
-    let block = example_block("gitops");
-    let ws = Workspace::new();
-    let mut text =
-        "[[builders]]\nname = \"paketo-jammy-base\"\nimage = \"paketobuildpacks/builder-jammy-base\"\n\n".to_string();
+    let mut before = "[[builders]]\nname = \"jammy\"\nimage = \"paketobuildpacks/builder-jammy-base\"\n\n".to_string();
     for app in ["petclinic", "orders"] {
-        text += &format!(
-            "[[images]]\nname = \"{app}\"\nbuilder = \"paketo-jammy-base\"\nimage = \"registry.example.com/apps/{app}:latest\"\n\n"
+        before += &format!(
+            "[[images]]\nname = \"{app}\"\nbuilder = \"jammy\"\nimage = \"registry.example.com/apps/{app}:latest\"\n\n"
         );
     }
-    let config = ws.config(&format!("{text}{block}"));
-    let out = run_with_env(
-        &["check", "--config", config.to_str().unwrap()],
-        &[("FLEET_GIT_TOKEN", "example-token")],
-        ws.dir.path(),
-    );
-    assert_eq!(out.code, Some(0), "{}\n{block}", out.stderr);
-    assert!(out.stdout.contains("fleet"), "the gitops target missing from:\n{}", out.stdout);
-    assert!(!out.stdout.contains("example-token") && !out.stderr.contains("example-token"));
+    let out = check_example("gitops", Some(&before), &[("FLEET_GIT_TOKEN", "example-token")]);
+    assert!(out.contains("fleet"), "the gitops target missing from:\n{out}");
 }
 
 #[test]
 fn example_alerts_are_valid_once_uncommented() {
-    let block = example_block("alerts");
-    assert!(block.contains("[[alerts]]"), "{block}");
-    let ws = Workspace::new();
-    let config = ws.config(&block);
-    let env = [("WEBHOOK_SECRET", "x"), ("SLACK_WEBHOOK_URL", "https://hooks.slack.com/services/T/B/X")];
-    let out = run_with_env(&["check", "--config", config.to_str().unwrap()], &env, ws.dir.path());
-    assert_eq!(out.code, Some(0), "{}\n{block}", out.stderr);
-    assert!(out.stdout.contains("alerts (2):"), "{}", out.stdout);
+    let env =
+        [("WEBHOOK_SECRET", "webhook-secret-0123"), ("SLACK_WEBHOOK_URL", "https://hooks.slack.com/services/T/B/X")];
+    let out = check_example("alerts", Some(""), &env);
+    assert!(out.contains("alerts (2):"), "{out}");
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 
-use builder_monitor_core::gitops::MAX_TEXT;
+use builder_monitor_core::gitops::{EditError, MAX_TEXT};
 
 use crate::config::{GitAuth, GitopsTarget};
 
@@ -42,8 +42,9 @@ pub enum GitError {
         "{0} is a symbolic link or not a regular file in the repository: builder-monitor edits only regular files; point the target at the file itself"
     )]
     NotRegular(String),
-    #[error("{path} is {bytes} bytes, over the {} MiB builder-monitor edits: point the target at the file that holds the image", MAX_TEXT >> 20)]
-    TooLarge { path: String, bytes: u64 },
+    /// The edit's own limit (`EditError::TooLarge`), found from the file's size before reading it.
+    #[error("{path}: {source}")]
+    TooLarge { path: String, source: EditError },
 }
 
 /// How a push went.
@@ -186,7 +187,6 @@ impl Repo {
         self.ok("log", &["log", "-1", "--format=%B", "HEAD"]).await
     }
 
-    /// A file of the work tree, `None` when it does not exist.
     /// A file of the checked-out branch, if it is there. Only a regular file inside the clone is
     /// read: the remote's content is not trusted, and a symbolic link (at the end of the path or in
     /// it) could point anywhere the daemon may read and then write, a FIFO would block the read for
@@ -206,7 +206,10 @@ impl Repo {
             return Err(GitError::NotRegular(path.to_string()));
         }
         let limit = MAX_TEXT as u64;
-        let too_large = |bytes: u64| GitError::TooLarge { path: path.to_string(), bytes };
+        let too_large = |bytes: u64| GitError::TooLarge {
+            path: path.to_string(),
+            source: EditError::TooLarge { bytes: usize::try_from(bytes).unwrap_or(usize::MAX) },
+        };
         if meta.len() > limit {
             return Err(too_large(meta.len()));
         }

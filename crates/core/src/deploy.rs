@@ -406,14 +406,14 @@ pub fn health(kind: WorkloadKind, object: &Value) -> Health {
     let observed = int(object, "/status/observedGeneration").unwrap_or(0);
     let wanted = int(object, "/spec/replicas").unwrap_or(1);
     let count = |field: &str| int(object, &format!("/status/{field}")).unwrap_or(0);
+    // First: until the controller has seen the new template, its status and conditions (a
+    // deadline exceeded by the previous roll-out among them) say nothing about this one.
+    if kind.has_health() && observed < generation {
+        return Health::Progressing(format!("the controller has not seen generation {generation} yet"));
+    }
     match kind {
         WorkloadKind::CronJob => Health::Healthy,
         WorkloadKind::Deployment => {
-            // First: until the controller has seen the new template, its conditions (a deadline
-            // exceeded by the previous roll-out among them) say nothing about this one.
-            if observed < generation {
-                return Health::Progressing(format!("the controller has not seen generation {generation} yet"));
-            }
             let conditions = object.pointer("/status/conditions").and_then(Value::as_array);
             if let Some(c) = conditions.into_iter().flatten().find(|c| {
                 c["type"] == "Progressing" && c["status"] == "False" && c["reason"] == "ProgressDeadlineExceeded"
@@ -433,18 +433,9 @@ pub fn health(kind: WorkloadKind, object: &Value) -> Health {
         // With `OnDelete`, the controller replaces a pod only when someone deletes it, so waiting
         // for the pods would run into `deploy_timeout` and undo a good deploy (`kubectl rollout
         // status` refuses such a workload for the same reason): done once the controller has the
-        // new template, and each pod takes it when it is next deleted.
-        WorkloadKind::StatefulSet | WorkloadKind::DaemonSet if on_delete(object) => {
-            if observed < generation {
-                Health::Progressing(format!("the controller has not seen generation {generation} yet"))
-            } else {
-                Health::Healthy
-            }
-        }
+        // new template (above), and each pod takes it when it is next deleted.
+        WorkloadKind::StatefulSet | WorkloadKind::DaemonSet if on_delete(object) => Health::Healthy,
         WorkloadKind::StatefulSet => {
-            if observed < generation {
-                return Health::Progressing(format!("the controller has not seen generation {generation} yet"));
-            }
             let revision = |f: &str| object.pointer(&format!("/status/{f}")).and_then(Value::as_str);
             let ready = count("readyReplicas");
             // A partitioned roll-out updates the pods from ordinal `partition` up only, so the
@@ -470,9 +461,6 @@ pub fn health(kind: WorkloadKind, object: &Value) -> Health {
             }
         }
         WorkloadKind::DaemonSet => {
-            if observed < generation {
-                return Health::Progressing(format!("the controller has not seen generation {generation} yet"));
-            }
             let desired = count("desiredNumberScheduled");
             let (updated, available) = (count("updatedNumberScheduled"), count("numberAvailable"));
             if updated == desired && available == desired {

@@ -69,7 +69,10 @@ fn a_file_over_the_limit_is_refused_by_its_size_and_non_utf8_is_named() {
     std::fs::write(dir.path().join("binary.yaml"), [0xff, 0xfe, 0x00]).unwrap();
     let repo = repo(dir.path());
     let error = repo.read("big.yaml").unwrap_err();
-    assert!(matches!(error, GitError::TooLarge { bytes, .. } if bytes == MAX_TEXT as u64 + 1), "{error:?}");
+    assert!(
+        matches!(&error, GitError::TooLarge { source: EditError::TooLarge { bytes }, .. } if *bytes == MAX_TEXT + 1),
+        "{error:?}"
+    );
     assert!(error.to_string().contains("big.yaml") && error.to_string().contains("4 MiB"), "{error}");
     assert_eq!(repo.read("exact.yaml").unwrap().map(|t| t.len()), Some(MAX_TEXT));
     assert!(matches!(repo.read("binary.yaml"), Err(GitError::NotText(p)) if p == "binary.yaml"));

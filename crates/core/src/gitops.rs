@@ -83,6 +83,14 @@ pub enum EditError {
     NotAScalar { key: String, line: usize, holds: String },
     #[error("line {line}: {what}")]
     Unsupported { line: usize, what: String },
+    #[error("the file starts with a UTF-8 byte order mark (U+FEFF): save it without one")]
+    ByteOrderMark,
+    #[error("line {line} is indented with a tab: YAML indents with spaces only; replace the tabs with spaces")]
+    TabIndent { line: usize },
+    #[error(
+        "the file holds more than one YAML document (another begins with the --- on line {line}): builder-monitor edits files of one document; put each document in a file of its own"
+    )]
+    SeveralDocuments { line: usize },
     #[error("no line marks {{\"builder-monitor\": {}}}", serde_json::Value::from(.name.as_str()))]
     NoMarker { name: String },
     #[error("line {line} marks {name} but holds no image reference")]

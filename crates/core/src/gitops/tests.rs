@@ -270,6 +270,35 @@ fn helm_values_refuses_what_it_cannot_edit_in_place() {
 
 // marker
 
+#[test]
+fn a_byte_order_mark_tabs_or_a_second_document_are_named_not_misread() {
+    let values = "image:\n  digest: \"\"\n";
+    let bom = format!("\u{feff}{KUSTOMIZATION}");
+    assert_eq!(kustomize(&bom, APP, &d('a')).unwrap_err(), EditError::ByteOrderMark);
+    assert_eq!(helm_values(&format!("\u{feff}{values}"), "image.digest", &d('a')).unwrap_err(), EditError::ByteOrderMark);
+    assert!(EditError::ByteOrderMark.to_string().contains("byte order mark"));
+
+    let tabs = "image:\n\tdigest: \"\"\n";
+    assert_eq!(helm_values(tabs, "image.digest", &d('a')).unwrap_err(), EditError::TabIndent { line: 2 });
+    let tabbed = KUSTOMIZATION.replace("    newTag: \"1.2\"", "\tnewTag: \"1.2\"");
+    let error = kustomize(&tabbed, APP, &d('a')).unwrap_err();
+    assert_eq!(error, EditError::TabIndent { line: 7 });
+    assert!(error.to_string().contains("line 7 is indented with a tab"), "{error}");
+
+    let two = format!("{values}---\n{values}");
+    let error = helm_values(&two, "image.digest", &d('a')).unwrap_err();
+    assert_eq!(error, EditError::SeveralDocuments { line: 3 });
+    assert!(error.to_string().contains("more than one YAML document"), "{error}");
+    let two = format!("---\n{KUSTOMIZATION}...\n---\n{KUSTOMIZATION}");
+    assert!(matches!(kustomize(&two, APP, &d('a')), Err(EditError::SeveralDocuments { line: 12 })));
+
+    // One document, however it is marked, and tabs inside values or comments, are fine.
+    let one = format!("---\n# a\tcomment\n{values}...\n");
+    let edit = helm_values(&one, "image.digest", &d('a')).unwrap();
+    assert_eq!(edit.text, one.replace("\"\"", &format!("\"{}\"", d('a'))));
+    assert!(kustomize(&format!("---\n{KUSTOMIZATION}---\n"), APP, &d('a')).unwrap().changed);
+}
+
 fn r(tag: &str, c: char) -> String {
     format!("{APP}{tag}@{}", d(c))
 }

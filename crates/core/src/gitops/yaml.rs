@@ -40,6 +40,42 @@ fn is_content(line: &str) -> bool {
     !(t.is_empty() || t.starts_with('#') || marker("---") || marker("..."))
 }
 
+/// A `---` (a document starts) or `...` (one ends) line.
+fn is_document_marker(line: &str) -> bool {
+    ["---", "..."].iter().any(|m| line.strip_prefix(m).is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t'])))
+}
+
+/// What this reader does not take at all, said before it would mislead: a byte order mark (the
+/// first key would not be `images`), a tab before a line's text (no key would be found at any
+/// indentation), a second document (its keys would read as duplicates of the first's).
+fn check_stream(text: &str, lines: &[Line]) -> Result<(), EditError> {
+    if text.starts_with('\u{feff}') {
+        return Err(EditError::ByteOrderMark);
+    }
+    let mut content = false;
+    let mut ended = None;
+    for (i, line) in lines.iter().enumerate() {
+        let t = line.text;
+        if is_document_marker(t) {
+            if content {
+                ended = Some(i);
+            }
+            continue;
+        }
+        if !is_content(t) {
+            continue;
+        }
+        if t.starts_with('\t') {
+            return Err(EditError::TabIndent { line: i + 1 });
+        }
+        if let Some(marker) = ended {
+            return Err(EditError::SeveralDocuments { line: marker + 1 });
+        }
+        content = true;
+    }
+    Ok(())
+}
+
 /// A list item at column `col`: `-` then a space or the end of the line.
 fn is_dash(line: &str, col: usize) -> bool {
     line[col..].strip_prefix('-').is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t']))
@@ -284,6 +320,7 @@ fn finish(text: &str, edits: Edits, previous: Option<String>) -> Edit {
 pub(super) fn helm_values(text: &str, path: &str, value: &str) -> Result<Edit, EditError> {
     let segments: Vec<&str> = path.split('.').collect();
     let lines = split(text);
+    check_stream(text, &lines)?;
     let (mut from, mut to) = (0, lines.len());
     let mut parent = String::from("the top level");
     for (depth, segment) in segments.iter().enumerate() {
@@ -412,6 +449,7 @@ fn entries(lines: &[Line], from: usize, to: usize) -> Result<Vec<Entry>, EditErr
 
 pub(super) fn kustomize(text: &str, repository: &str, digest: &str) -> Result<Edit, EditError> {
     let lines = split(text);
+    check_stream(text, &lines)?;
     let top = match shape(&lines, 0, lines.len()) {
         Shape::Mapping(keys) => keys,
         _ => Vec::new(),

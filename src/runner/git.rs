@@ -4,7 +4,9 @@
 //! stacks; the program is in every image that builds apps (the Dockerfile and the chart's image
 //! carry it). Each call runs with a cleared environment (no user or system Git config, no prompt):
 //! only what it needs, the credentials as an HTTP header in `GIT_CONFIG_*` variables, never in a URL
-//! or an argument another process could read.
+//! or an argument another process could read. Redirects are never followed (the header would go to
+//! wherever the remote points): a remote that redirects is an error that names where it points. A
+//! command runs in its own process group, ended whole when it takes too long.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -12,14 +14,19 @@ use std::time::Duration;
 
 use base64::Engine as _;
 
-use builder_monitor_core::gitops::{EditError, MAX_TEXT};
+use builder_monitor_core::gitops::{self as edit, EditError, MAX_TEXT};
 
+use super::group;
 use crate::config::{GitAuth, GitopsTarget};
 
 /// The longest one Git command may take (a fetch or push of a small repository).
 const TIMEOUT: Duration = Duration::from_secs(120);
 /// The most of a command's stderr kept for its error.
 const STDERR_KEPT: usize = 2000;
+/// The most of a redirect's target shown in its error.
+const LOCATION_KEPT: usize = 300;
+/// The most commits read back from the fetched head to find a change of ours.
+pub const HISTORY_SEARCHED: usize = 1000;
 
 /// Why a Git command failed. Messages carry `git`'s own words (which never hold the token: it is
 /// not in any argument or URL), cut to their end.
@@ -27,13 +34,27 @@ const STDERR_KEPT: usize = 2000;
 pub enum GitError {
     #[error("cannot run git ({0}): install git, or put it on PATH")]
     Spawn(std::io::Error),
-    #[error("git {what} did not finish in {}s", TIMEOUT.as_secs())]
-    Timeout { what: &'static str },
+    #[error(
+        "git {what} did not finish in {}: it and every process it started were ended",
+        humantime::format_duration(*after)
+    )]
+    Timeout { what: &'static str, after: Duration },
     #[error("git {what} failed: {stderr}")]
     Failed { what: &'static str, stderr: String },
     /// The remote asked for credentials and did not take the ones sent (or none were sent).
     #[error("git {what}: {url} refused the credentials ({hint})")]
     Refused { what: &'static str, url: String, hint: String },
+    /// The remote answered with a redirect, which is not followed: the credentials would go with it.
+    #[error(
+        "git {what}: {url} redirects to {location}; builder-monitor follows no redirect (its credentials would go along): configure the final URL as repo"
+    )]
+    Redirected { what: &'static str, url: String, location: String },
+    /// The remote refused the push itself (a pre-receive hook, a protected branch): final, trying
+    /// again does not change it.
+    #[error(
+        "push to {branch} of {url} refused by the remote: {why}; let builder-monitor's author push there, or set push_branch to a branch it may push to"
+    )]
+    Declined { branch: String, url: String, why: String },
     #[error("{path}: {error}")]
     File { path: String, error: std::io::Error },
     #[error("{0} is not UTF-8 text")]
@@ -47,11 +68,19 @@ pub enum GitError {
     TooLarge { path: String, source: EditError },
 }
 
+impl GitError {
+    /// Whether trying again cannot help until someone changes the remote or the configuration.
+    pub fn is_final(&self) -> bool {
+        matches!(self, GitError::Redirected { .. } | GitError::Declined { .. })
+    }
+}
+
 /// How a push went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Push {
     Pushed,
-    /// Someone pushed first (not a fast-forward): fetch again and re-apply.
+    /// Someone pushed first (not a fast-forward, or their push took the branch while ours was
+    /// landing): fetch again and re-apply.
     Rejected(String),
 }
 
@@ -61,6 +90,7 @@ pub struct Repo {
     url: String,
     auth: GitAuth,
     author: (String, String),
+    timeout: Duration,
 }
 
 impl Repo {
@@ -70,10 +100,22 @@ impl Repo {
             url: target.repo.clone(),
             auth: target.auth.clone(),
             author: (target.author.name.clone(), target.author.email.clone()),
+            timeout: TIMEOUT,
         }
     }
 
+    /// The same clone with another limit per command (tests of a remote that never answers).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
     async fn git(&self, what: &'static str, args: &[&str]) -> Result<std::process::Output, GitError> {
+        self.run(what, self.command(args)).await
+    }
+
+    /// `git args` in the clone, with only the environment it needs.
+    fn command(&self, args: &[&str]) -> tokio::process::Command {
         let mut command = tokio::process::Command::new("git");
         command
             .args(args)
@@ -88,15 +130,21 @@ impl Repo {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true);
+            .kill_on_drop(true)
+            // git sends an extraHeader on every request of a command, also to the host a redirect
+            // names (and keeps using that host): so none is followed, with credentials or without.
+            .env("GIT_CONFIG_KEY_0", "http.followRedirects")
+            .env("GIT_CONFIG_VALUE_0", "false")
+            .env("GIT_CONFIG_COUNT", "1");
+        #[cfg(unix)]
+        command.process_group(0);
+        group::die_with_daemon(&mut command);
         match &self.auth {
-            GitAuth::Token { username, token, .. } => {
-                let basic = base64::engine::general_purpose::STANDARD.encode(format!("{username}:{}", token.expose()));
-                // Scoped to this remote: a redirect elsewhere does not get it.
+            GitAuth::Token { .. } => {
                 command
-                    .env("GIT_CONFIG_COUNT", "1")
-                    .env("GIT_CONFIG_KEY_0", format!("http.{}.extraHeader", self.url))
-                    .env("GIT_CONFIG_VALUE_0", format!("Authorization: Basic {basic}"));
+                    .env("GIT_CONFIG_COUNT", "2")
+                    .env("GIT_CONFIG_KEY_1", format!("http.{}.extraHeader", self.url))
+                    .env("GIT_CONFIG_VALUE_1", format!("Authorization: Basic {}", self.basic().unwrap_or_default()));
             }
             GitAuth::SshKey(key) => {
                 let known = self.dir.join(".known_hosts");
@@ -111,11 +159,45 @@ impl Repo {
             }
             GitAuth::None => {}
         }
-        let output = match tokio::time::timeout(TIMEOUT, command.output()).await {
-            Ok(result) => result.map_err(GitError::Spawn)?,
-            Err(_) => return Err(GitError::Timeout { what }),
-        };
-        Ok(output)
+        command
+    }
+
+    /// The basic-auth credentials of a token, as they travel.
+    fn basic(&self) -> Option<String> {
+        match &self.auth {
+            GitAuth::Token { username, token, .. } => {
+                Some(base64::engine::general_purpose::STANDARD.encode(format!("{username}:{}", token.expose())))
+            }
+            _ => None,
+        }
+    }
+
+    /// Runs `command` to its end or the timeout; on the timeout its whole process group is ended
+    /// (git's `git-remote-http` or `ssh` holds the hung connection, not git itself) before the
+    /// error returns.
+    async fn run(
+        &self,
+        what: &'static str,
+        mut command: tokio::process::Command,
+    ) -> Result<std::process::Output, GitError> {
+        let child = command.spawn().map_err(GitError::Spawn)?;
+        // `id` is `None` only once the child was reaped, which nothing has done yet.
+        let leader = child.id().unwrap_or_default();
+        let members = group::of_leader(leader);
+        // Should this future be dropped mid-wait (shutdown), the group goes with it.
+        let guard = group::KillOnDrop(leader);
+        let finished = tokio::time::timeout(self.timeout, child.wait_with_output()).await;
+        // git waits for its own helpers: once it exited, the number is not ours to signal.
+        std::mem::forget(guard);
+        match finished {
+            Ok(result) => result.map_err(GitError::Spawn),
+            Err(_) => {
+                if let Err(err) = group::stop(members, Duration::ZERO).await {
+                    tracing::warn!(error = %err, "git {what} timed out and its processes could not all be ended");
+                }
+                Err(GitError::Timeout { what, after: self.timeout })
+            }
+        }
     }
 
     async fn ok(&self, what: &'static str, args: &[&str]) -> Result<String, GitError> {
@@ -123,12 +205,17 @@ impl Repo {
         if output.status.success() {
             return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
         }
-        Err(self.failed(what, &output.stderr))
+        Err(self.failed(what, &output.stderr).await)
     }
 
-    /// A failed command's error: a refusal of the credentials said as such.
-    fn failed(&self, what: &'static str, stderr: &[u8]) -> GitError {
+    /// A failed command's error: a redirect or a refusal of the credentials said as such.
+    async fn failed(&self, what: &'static str, stderr: &[u8]) -> GitError {
         let stderr = tail(stderr);
+        // With http.followRedirects=false, curl hands git the 30x and git reports its code.
+        if ["301", "302", "303", "307", "308"].iter().any(|c| stderr.contains(&format!("returned error: {c}"))) {
+            let location = self.redirect_location().await.unwrap_or_else(|| "an address it did not name".into());
+            return GitError::Redirected { what, url: self.url.clone(), location };
+        }
         // Git asks for a user name (and cannot: no prompt) when the server answers 401.
         let refused = [
             "could not read Username",
@@ -149,6 +236,30 @@ impl Repo {
         GitError::Refused { what, url: self.url.clone(), hint }
     }
 
+    /// Where the remote redirects to: one `ls-remote` again, with curl's headers traced (git
+    /// redacts the Authorization header in the trace; the trace is read here and dropped).
+    async fn redirect_location(&self) -> Option<String> {
+        let mut command = self.command(&["ls-remote", "--heads", "--", &self.url]);
+        command.env("GIT_TRACE_CURL", "2").env("GIT_TRACE_CURL_NO_DATA", "1").env("GIT_TRACE_REDACT", "1");
+        let output = self.run("ls-remote", command).await.ok()?;
+        let trace = String::from_utf8_lossy(&output.stderr);
+        let location = trace.lines().find_map(|line| {
+            let header = line.split_once("<= Recv header: ")?.1;
+            let (name, value) = header.split_once(':')?;
+            name.eq_ignore_ascii_case("location").then(|| value.trim().to_string())
+        })?;
+        // A hostile remote may echo what it was sent.
+        let mut location = location;
+        if let GitAuth::Token { token, .. } = &self.auth {
+            location = location.replace(token.expose(), "[redacted]");
+        }
+        if let Some(basic) = self.basic() {
+            location = location.replace(&basic, "[redacted]");
+        }
+        let shown = builder_monitor_core::text::escape(&location).into_owned();
+        Some(builder_monitor_core::text::clip(&shown, LOCATION_KEPT).into_owned())
+    }
+
     /// Creates the working clone's directory and repository once.
     pub async fn init(&self) -> Result<(), GitError> {
         std::fs::create_dir_all(&self.dir)
@@ -167,7 +278,7 @@ impl Repo {
             if tail(&output.stderr).contains("couldn't find remote ref") {
                 return Ok(None);
             }
-            return Err(self.failed("fetch", &output.stderr));
+            return Err(self.failed("fetch", &output.stderr).await);
         }
         let commit = self
             .ok("rev-parse", &["rev-parse", "--verify", &format!("refs/remotes/origin/{branch}^{{commit}}")])
@@ -182,9 +293,26 @@ impl Repo {
         Ok(())
     }
 
-    /// The message of the commit checked out.
-    pub async fn head_message(&self) -> Result<String, GitError> {
-        self.ok("log", &["log", "-1", "--format=%B", "HEAD"]).await
+    /// The newest commit of the one checked out (itself included, at most [`HISTORY_SEARCHED`] of
+    /// them, none at or before `since` when that commit is known here) whose trailers name
+    /// `change`: a push of ours that landed, whatever came after it.
+    pub async fn find_change(&self, change: &str, since: Option<&str>) -> Result<Option<String>, GitError> {
+        let max = format!("--max-count={HISTORY_SEARCHED}");
+        let mut args = vec!["log", "--format=%H%x00%B%x01", max.as_str(), "HEAD"];
+        let exclude;
+        if let Some(since) = since {
+            let known =
+                self.git("rev-parse", &["rev-parse", "--quiet", "--verify", &format!("{since}^{{commit}}")]).await?;
+            if known.status.success() {
+                exclude = format!("^{since}");
+                args.push(&exclude);
+            }
+        }
+        let log = self.ok("log", &args).await?;
+        Ok(log.split('\u{1}').find_map(|entry| {
+            let (id, message) = entry.trim_start_matches('\n').split_once('\0')?;
+            edit::changes_in(message).iter().any(|c| c == change).then(|| id.to_string())
+        }))
     }
 
     /// A file of the checked-out branch, if it is there. Only a regular file inside the clone is
@@ -252,12 +380,23 @@ impl Repo {
         if output.status.success() {
             return Ok(Push::Pushed);
         }
-        // `!<tab>ref<tab>[rejected] (fetch first)`: someone was first; `[remote rejected]` is a
-        // refusal (a protected branch, a hook), which trying again does not change.
-        if let Some(line) = stdout.lines().find(|l| l.starts_with('!') && l.contains("[rejected]")) {
-            return Ok(Push::Rejected(line.rsplit('\t').next().unwrap_or(line).to_string()));
+        // `!<tab>ref<tab>[rejected] (fetch first)`: someone was first. `[remote rejected]` with a
+        // ref lock that was not at the commit our push expected: someone's push landed while ours
+        // did, the same race. Any other `[remote rejected]` is a refusal (a hook, a protected
+        // branch), which trying again does not change.
+        if let Some(line) = stdout.lines().find(|l| l.starts_with('!')) {
+            let why = line.rsplit('\t').next().unwrap_or(line).to_string();
+            // The porcelain line may say only "failed to update ref"; receive-pack's own words for
+            // the ref lock come on stderr.
+            let race = is_race(&why) || is_race(&String::from_utf8_lossy(&output.stderr));
+            if why.contains("[rejected]") || (why.contains("[remote rejected]") && race) {
+                return Ok(Push::Rejected(why));
+            }
+            if why.contains("[remote rejected]") {
+                return Err(GitError::Declined { branch: branch.to_string(), url: self.url.clone(), why });
+            }
         }
-        match (self.failed("push", &output.stderr), stdout.lines().find(|l| l.starts_with('!'))) {
+        match (self.failed("push", &output.stderr).await, stdout.lines().find(|l| l.starts_with('!'))) {
             (GitError::Failed { what, stderr }, Some(line)) => Err(GitError::Failed {
                 what,
                 stderr: format!("{}: {stderr}", line.rsplit('\t').next().unwrap_or(line)),
@@ -265,6 +404,11 @@ impl Repo {
             (err, _) => Err(err),
         }
     }
+}
+
+/// receive-pack's words for a ref that moved between its advertisement and its update.
+fn is_race(why: &str) -> bool {
+    ["cannot lock ref", "failed to update ref", "but expected", "incorrect old value"].iter().any(|m| why.contains(m))
 }
 
 /// The end of a command's stderr, one line.

@@ -1,12 +1,15 @@
 //! Gitops actions (`[[gitops]]`): a change's new app digests, and its builder's pin, committed to
-//! a Git repository in one commit, in the daemon. An attempt fetches the branch, looks at the head
-//! commit's trailers (this change already there: done, as after a crash between the push and its
-//! record), edits the files in place (`builder_monitor_core::gitops`), records the commit before
-//! it pushes, and pushes without force; a push someone beat is fetched and re-applied, up to
-//! [`PUSH_ROUNDS`] times. What it writes is what the ledger holds newest when it runs — each
-//! image's last tag move, each builder's pin — so a commit of a later change also carries what an
-//! earlier, superseded one did not get to write. A file whose value someone else changed since
-//! the last commit is left as they made it: the image is held (`gitops.overridden`).
+//! a Git repository in one commit, in the daemon. An attempt fetches the branch, looks for this
+//! change's trailer in the commits since the base an earlier attempt recorded (there: done, as
+//! after a crash between the push and its record — and what a person undid of it since stays
+//! undone), edits the files in place (`builder_monitor_core::gitops`), records the commit before
+//! it pushes, and pushes without force; a push someone beat, or whose ref someone else's push took
+//! while ours landed, is fetched and re-applied, up to [`PUSH_ROUNDS`] times; a push the remote
+//! refuses (a hook, a protected branch) fails at once. What it writes is what the ledger holds
+//! newest when it runs — each image's last tag move, each builder's pin — so a commit of a later
+//! change also carries what an earlier, superseded one did not get to write. A file whose value
+//! someone else changed since the last commit (or, for a place no commit wrote yet, since the
+//! attempt first fetched it) is left as they made it: the image is held (`gitops.overridden`).
 
 use std::collections::BTreeMap;
 
@@ -83,6 +86,9 @@ impl Backend for Commits {
 pub struct CommitProgress {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
+    /// The commit `commit` was made on: where a later attempt's search for it starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
     pub branch: String,
     #[serde(default)]
     pub files: Vec<String>,
@@ -113,7 +119,8 @@ impl Done {
 
 impl From<GitError> for Done {
     fn from(err: GitError) -> Self {
-        Done::failed(err.to_string(), Next::Retry)
+        let next = if err.is_final() { Next::Final } else { Next::Retry };
+        Done::failed(err.to_string(), next)
     }
 }
 
@@ -169,8 +176,11 @@ async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) 
     let recent = runner.ledger.actions(RECENT).await.map_err(ledger_error)?;
     let values = values(runner, t, &recent).await.map_err(ledger_error)?;
     let last = last_written(&recent, action);
+    let mut baseline = BTreeMap::new();
+    // What an earlier attempt of this action recorded before its push (which may have landed).
+    let earlier = action.progress.clone().and_then(|p| serde_json::from_value::<CommitProgress>(p).ok());
     let mut lost = Vec::new();
-    for _ in 0..PUSH_ROUNDS {
+    for round in 0..PUSH_ROUNDS {
         // On the push branch when it exists (earlier commits waiting for review), else on `branch`.
         let base = match repo.fetch(&t.push_branch).await? {
             Some(base) => base,
@@ -192,21 +202,38 @@ async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) 
             branch: t.push_branch.clone(),
             files,
         };
-        if edit::changes_in(&repo.head_message().await?).iter().any(|c| c == &action.change_id) {
-            let detail = format!("{} holds this change already: commit {base} on {}", t.name, t.push_branch);
+        let since = earlier.as_ref().and_then(|e| e.base.as_deref());
+        if let Some(found) = repo.find_change(&action.change_id, since).await? {
+            let reverted = match earlier.as_ref() {
+                Some(ours) if found != base => undone(runner, action, target, t, &repo, &values, ours, &found).await?,
+                _ => Vec::new(),
+            };
+            let mut detail = format!("{} holds this change already: commit {found} on {}", t.name, t.push_branch);
+            if !reverted.is_empty() {
+                detail += &format!(
+                    "; a later commit undid it for {}: kept, and held (gitops.overridden)",
+                    reverted.join(", ")
+                );
+            }
             return Ok(Done {
                 outcome: ok(detail),
                 next: Next::Final,
                 skipped: false,
-                commit: Some(info(Some(base), Vec::new())),
+                commit: Some(info(Some(found), Vec::new())),
             });
         }
-        let applied = apply(&repo, t, &values, &last).map_err(|e| Done::failed(e, Next::Final))?;
+        let applied = apply(&repo, t, &values, &last, &baseline).map_err(|e| Done::failed(e, Next::Final))?;
+        if round == 0 {
+            // A place no commit wrote yet: what this attempt first fetched is its baseline, so a
+            // person's edit that lands while we push is theirs, not overwritten.
+            baseline = applied.found.clone();
+        }
         hold_overridden(runner, action, target, t, &applied.overridden).await;
         if applied.files.is_empty() {
             // What the files hold is the next action's baseline, as after a commit.
             let progress = CommitProgress {
                 commit: None,
+                base: None,
                 branch: t.push_branch.clone(),
                 files: Vec::new(),
                 written: applied.written.clone(),
@@ -237,6 +264,7 @@ async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) 
         let files: Vec<String> = paths.iter().map(|p| p.to_string()).collect();
         let progress = CommitProgress {
             commit: Some(id.clone()),
+            base: Some(base.clone()),
             branch: t.push_branch.clone(),
             files: files.clone(),
             written: applied.written.clone(),
@@ -274,6 +302,32 @@ async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) 
         ),
         Next::Retry,
     ))
+}
+
+/// A change of ours found under later commits: the names whose places no longer hold what our
+/// commit wrote (a person reverted it, or set another value) are a person's decision: kept and
+/// held, like any other override, and their values are the next action's baseline.
+#[allow(clippy::too_many_arguments)]
+async fn undone(
+    runner: &Runner,
+    action: &ClaimedAction,
+    target: &ActionTarget,
+    t: &GitopsTarget,
+    repo: &Repo,
+    values: &[Value],
+    ours: &CommitProgress,
+    found: &str,
+) -> Result<Vec<String>, Done> {
+    let applied = apply(repo, t, values, &ours.written, &BTreeMap::new()).map_err(|e| Done::failed(e, Next::Final))?;
+    if applied.overridden.is_empty() {
+        return Ok(Vec::new());
+    }
+    hold_overridden(runner, action, target, t, &applied.overridden).await;
+    let mut written = ours.written.clone();
+    written.extend(applied.changed_by_others.iter().cloned());
+    let progress = CommitProgress { commit: Some(found.to_string()), written, ..ours.clone() };
+    let _ = runner.ledger.record_progress(&action.key, serde_json::to_value(&progress).unwrap_or_default()).await;
+    Ok(applied.overridden.into_iter().map(|(name, _, _)| name).collect())
 }
 
 fn ok(detail: String) -> Outcome {
@@ -348,21 +402,31 @@ struct Applied {
     overridden: Vec<(String, String, Option<String>)>,
     /// `path#name` → the value a person put there.
     changed_by_others: Vec<(String, String)>,
+    /// `path#name` → what the file held there before the edit (empty: nothing).
+    found: BTreeMap<String, String>,
 }
 
 /// The edits of every file, an image a person changed in any file left as it is in all of them.
-fn apply(repo: &Repo, t: &GitopsTarget, values: &[Value], last: &BTreeMap<String, String>) -> Result<Applied, String> {
-    let first = apply_skipping(repo, t, values, last, &[])?;
+/// `last` is what the last commit wrote; `baseline` what the files held where it wrote nothing.
+fn apply(
+    repo: &Repo,
+    t: &GitopsTarget,
+    values: &[Value],
+    last: &BTreeMap<String, String>,
+    baseline: &BTreeMap<String, String>,
+) -> Result<Applied, String> {
+    let first = apply_skipping(repo, t, values, last, baseline, &[])?;
     if first.overridden.is_empty() {
         return Ok(first);
     }
     let skip: Vec<String> = first.overridden.iter().map(|(name, _, _)| name.clone()).collect();
-    let mut again = apply_skipping(repo, t, values, last, &skip)?;
+    let mut again = apply_skipping(repo, t, values, last, baseline, &skip)?;
     // Where a person changed it, theirs is the next baseline; elsewhere the file keeps ours.
     for (place, theirs) in &first.changed_by_others {
         again.written.insert(place.clone(), theirs.clone());
     }
     again.overridden = first.overridden;
+    again.found = first.found;
     Ok(again)
 }
 
@@ -371,6 +435,7 @@ fn apply_skipping(
     t: &GitopsTarget,
     values: &[Value],
     last: &BTreeMap<String, String>,
+    baseline: &BTreeMap<String, String>,
     skip: &[String],
 ) -> Result<Applied, String> {
     let mut applied = Applied {
@@ -379,6 +444,7 @@ fn apply_skipping(
         written: last.clone(),
         overridden: Vec::new(),
         changed_by_others: Vec::new(),
+        found: BTreeMap::new(),
     };
     for file in &t.files {
         let text = match applied.files.iter().find(|(p, _)| p == &file.path) {
@@ -412,9 +478,12 @@ fn apply_skipping(
             };
             // A person put something else here since the last commit: theirs stays.
             let place = format!("{}#{}", file.path, value.name);
-            if let (Some(was), Some(now)) = (last.get(&place), previous.as_ref())
-                && was != now
-                && now != &new
+            // Empty: the place holds nothing (a person removed the value, or it never had one).
+            let now = previous.clone().unwrap_or_default();
+            applied.found.entry(place.clone()).or_insert_with(|| now.clone());
+            if let Some(was) = last.get(&place).or_else(|| baseline.get(&place))
+                && was != &now
+                && now != new
                 && changed
             {
                 if !applied.overridden.iter().any(|(n, _, _)| n == &value.name) {
@@ -451,8 +520,9 @@ async fn hold_overridden(
     overridden: &[(String, String, Option<String>)],
 ) {
     for (name, theirs, holder) in overridden {
+        let set_to = if theirs.is_empty() { "nothing (its value removed)" } else { theirs.as_str() };
         let detail = format!(
-            "{name} in {} was set to {theirs} by someone else; it is kept, and {name} is held until a newer change or `release`",
+            "{name} in {} was set to {set_to} by someone else; it is kept, and {name} is held until a newer change or `release`",
             t.name
         );
         let mut event =

@@ -275,7 +275,10 @@ fn a_byte_order_mark_tabs_or_a_second_document_are_named_not_misread() {
     let values = "image:\n  digest: \"\"\n";
     let bom = format!("\u{feff}{KUSTOMIZATION}");
     assert_eq!(kustomize(&bom, APP, &d('a')).unwrap_err(), EditError::ByteOrderMark);
-    assert_eq!(helm_values(&format!("\u{feff}{values}"), "image.digest", &d('a')).unwrap_err(), EditError::ByteOrderMark);
+    assert_eq!(
+        helm_values(&format!("\u{feff}{values}"), "image.digest", &d('a')).unwrap_err(),
+        EditError::ByteOrderMark
+    );
     assert!(EditError::ByteOrderMark.to_string().contains("byte order mark"));
 
     let tabs = "image:\n\tdigest: \"\"\n";

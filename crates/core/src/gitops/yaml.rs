@@ -42,7 +42,9 @@ fn is_content(line: &str) -> bool {
 
 /// A `---` (a document starts) or `...` (one ends) line.
 fn is_document_marker(line: &str) -> bool {
-    ["---", "..."].iter().any(|m| line.strip_prefix(m).is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t'])))
+    ["---", "..."]
+        .iter()
+        .any(|m| line.strip_prefix(m).is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t'])))
 }
 
 /// What this reader does not take at all, said before it would mislead: a byte order mark (the

@@ -393,3 +393,120 @@ async fn a_builder_move_rewrites_the_builders_marker() {
     );
     assert_eq!(w.remote.changed_files(&log[0].0), ["platform/builder.yaml"], "notify: no app moved");
 }
+
+/// The web marker line of the report CronJob as `w`'s repository has it now, with its digest
+/// set to a person's `sha256:1…1`; the whole file and that reference.
+fn persons_web_marker(w: &World) -> (String, String) {
+    let cronjob = w.remote.file("main", "apps/web/report-cronjob.yaml");
+    let zeros = format!("{}/apps/web:latest@sha256:{}", w.host, "0".repeat(64));
+    let theirs = format!("{}/apps/web:latest@sha256:{}", w.host, "1".repeat(64));
+    assert!(cronjob.contains(&zeros), "web's marker is not written before the change: {cronjob}");
+    (cronjob.replace(&zeros, &theirs), theirs)
+}
+
+/// After a person's same-line edit of web's marker raced our push: theirs kept, ours built on it
+/// with api's digest, web held with `gitops.overridden`, and the action succeeded.
+async fn theirs_kept_ours_on_top(w: &World, cronjob: &str, out: &Output) {
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stderr.contains("push rejected: someone pushed first; fetching again"), "{}", out.stderr);
+    let log = w.remote.log("main");
+    assert!(log[0].1.contains("Builder-Monitor-Change:"), "ours on top: {log:#?}");
+    assert_eq!(log[1].1, "web pinned by hand", "theirs kept, under ours: {log:#?}");
+    assert_eq!(w.remote.file("main", "apps/web/report-cronjob.yaml"), cronjob, "their digest stays");
+    assert!(w.remote.file("main", "apps/web/kustomization.yaml").contains("newTag: latest"), "web is held everywhere");
+    assert!(w.remote.file("main", "apps/api/values.yaml").contains(&w.tag("api").await), "api is written");
+    let overridden = w.events("gitops.overridden").await;
+    assert_eq!(overridden.len(), 1, "{overridden:#?}");
+    assert_eq!(overridden[0]["action"]["image"], "web");
+    let action = w.gitops_actions().await.last().unwrap().clone();
+    assert_eq!((action.state, action.attempts), (ActionState::Succeeded, 1), "{action:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persons_same_line_edit_pushed_first_is_kept_with_no_commit_before_ours() {
+    let mut w = World::new("auto", &[], |r| format!("repo = \"{}\"", r.url())).await;
+    w.move_run_image().await;
+    // No commit of ours wrote web's marker yet: the file as the attempt first fetched it is the
+    // baseline that tells their edit from ours.
+    let (cronjob, _) = persons_web_marker(&w);
+    let prepared = w.ws.path("persons-cronjob.yaml");
+    std::fs::write(&prepared, &cronjob).unwrap();
+    let work = w.remote.work.display().to_string();
+    let person = format!(
+        "(cd '{work}' && export GIT_AUTHOR_NAME=Pat GIT_AUTHOR_EMAIL=pat@example.com GIT_COMMITTER_NAME=Pat GIT_COMMITTER_EMAIL=pat@example.com GIT_CONFIG_GLOBAL=/dev/null && git pull --quiet --rebase=false origin main && cp '{}' apps/web/report-cronjob.yaml && git commit --quiet -am 'web pinned by hand' && git push --quiet origin HEAD:main)",
+        prepared.display()
+    );
+    let path = wrapped_git(w.ws.dir.path(), &person, "");
+    let out = w.once(&[("PATH", &path)]);
+    theirs_kept_ours_on_top(&w, &cronjob, &out).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_whose_branch_a_concurrent_push_took_is_fetched_again_not_failed() {
+    let mut w = World::new("auto", &[], |r| format!("repo = \"{}\"", r.url())).await;
+    w.move_run_image().await;
+    let (cronjob, _) = persons_web_marker(&w);
+    let work = &w.remote.work;
+    git(work, &["fetch", "--quiet", "origin"]);
+    git(work, &["checkout", "--quiet", "-B", "person", "origin/main"]);
+    std::fs::write(work.join("apps/web/report-cronjob.yaml"), &cronjob).unwrap();
+    git(work, &["commit", "--quiet", "-am", "web pinned by hand"]);
+    git(work, &["push", "--quiet", "origin", "person"]);
+    // Their push lands while ours is in receive-pack, after main was advertised to us: main is
+    // not where our push expects it any more ("cannot lock ref … expected").
+    let hook = w.remote.bare.join("hooks/pre-receive");
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\nif [ ! -e raced ]; then touch raced; env -u GIT_QUARANTINE_PATH -u GIT_OBJECT_DIRECTORY -u GIT_ALTERNATE_OBJECT_DIRECTORIES git update-ref refs/heads/main refs/heads/person; fi\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = w.once(&[]);
+    theirs_kept_ours_on_top(&w, &cronjob, &out).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revert_of_our_pushed_commit_before_the_restart_is_kept_and_holds_the_images() {
+    let mut w = World::new("auto", &[], |r| format!("repo = \"{}\"", r.url())).await;
+    w.move_run_image().await;
+    // The push lands, the daemon dies before it records it, and a person reverts the commit.
+    let path = wrapped_git(w.ws.dir.path(), "", "kill -9 $PPID");
+    let out = w.once(&[("PATH", &path)]);
+    assert_ne!(out.code, Some(0), "killed: {}", out.stderr);
+    let (ours, _) = w.commits()[0].clone();
+    let work = &w.remote.work;
+    git(work, &["fetch", "--quiet", "origin"]);
+    git(work, &["checkout", "--quiet", "-B", "main", "origin/main"]);
+    git(work, &["revert", "--no-edit", "HEAD"]);
+    git(work, &["push", "--quiet", "origin", "main"]);
+
+    let out = w.once(&[]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(w.commits().len(), 1, "not committed again over the revert: {:#?}", w.remote.log("main"));
+    for file in ["apps/web/kustomization.yaml", "apps/api/values.yaml", "apps/web/report-cronjob.yaml"] {
+        assert_eq!(w.remote.file("main", file), w.remote.file(&format!("{ours}^"), file), "{file} as reverted");
+    }
+    let action = w.gitops_actions().await.last().unwrap().clone();
+    assert_eq!(action.state, ActionState::Succeeded, "{action:?}");
+    let detail = action.detail.unwrap_or_default();
+    assert!(detail.contains(&format!("holds this change already: commit {ours}")), "{detail}");
+    assert!(detail.contains("a later commit undid it for web, api"), "{detail}");
+    let mut held: Vec<String> = w
+        .events("gitops.overridden")
+        .await
+        .iter()
+        .map(|e| e["action"]["image"].as_str().unwrap_or_default().to_string())
+        .collect();
+    held.sort();
+    assert_eq!(held, ["api", "web"], "{}", out.stderr);
+    let status = w.ws.run(&["status", "--json", "--config", w.config().to_str().unwrap()]);
+    let status: Value = serde_json::from_str(&status.stdout).unwrap();
+    for image in status["images"].as_array().unwrap() {
+        assert_eq!(image["last_action"]["holds"], true, "{image:#}");
+    }
+
+    // And a restart after that commits nothing either.
+    assert_eq!(w.once(&[]).code, Some(0));
+    assert_eq!(w.commits().len(), 1);
+}

@@ -105,6 +105,7 @@ impl Repo {
     }
 
     /// The same clone with another limit per command (tests of a remote that never answers).
+    #[cfg(test)]
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self

@@ -527,6 +527,14 @@ async fn hold_overridden(
         );
         let mut event =
             runner.event(action, target, EventType::GitopsOverridden, Some(detail.clone()), None, &Digests::default());
+        // One per image: the action's own id would make a second image's event a duplicate of
+        // the first's, and drop it.
+        event.id = builder_monitor_core::event::stable_id(&[
+            &action.key,
+            EventType::GitopsOverridden.as_str(),
+            &action.attempt.to_string(),
+            name,
+        ]);
         if let Some(info) = event.action.as_mut() {
             info.image = name.clone();
             info.commit =

@@ -1,9 +1,12 @@
 //! Git write-back end to end, through the built binary against the real registry and real Git: a
 //! run image push rebases two apps in the registry and ends as one commit of their new digests
 //! (a kustomization, a Helm values file, a marked ClusterBuilder manifest) with the change's
-//! trailers; a person's push between fetch and push is built on, never overwritten; a crash right
-//! after the push makes no second commit; a person's older digest is kept and the image held; a
-//! wrong token fails clearly without showing it; a builder move rewrites the builder's marker.
+//! trailers; a person's push between fetch and push is built on, never overwritten, and so is one
+//! that takes the branch inside receive-pack (a race, not a refusal), a same-line edit in either
+//! kept; a crash right after the push makes no second commit, even when a person reverted the
+//! commit before the restart (that revert is kept, the images held); a person's older digest is
+//! kept and the image held; a wrong token fails clearly without showing it; a builder move
+//! rewrites the builder's marker.
 
 mod support;
 

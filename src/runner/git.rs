@@ -294,11 +294,13 @@ impl Repo {
         Ok(())
     }
 
-    /// The newest commit of the one checked out (itself included, at most [`HISTORY_SEARCHED`] of
-    /// them, none at or before `since` when that commit is known here) whose trailers name
-    /// `change`: a push of ours that landed, whatever came after it.
+    /// The newest commit whose trailers name `change`: a push of ours that landed, whatever came
+    /// after it. With `since` (the base an earlier push of ours was made on), the commits after it
+    /// up to the one checked out, at most [`HISTORY_SEARCHED`] of them (that many back from the
+    /// head when `since` is not known here); without, the head alone — another target's commit
+    /// of the same change in the same repository, further down, is not ours.
     pub async fn find_change(&self, change: &str, since: Option<&str>) -> Result<Option<String>, GitError> {
-        let max = format!("--max-count={HISTORY_SEARCHED}");
+        let max = format!("--max-count={}", if since.is_some() { HISTORY_SEARCHED } else { 1 });
         let mut args = vec!["log", "--format=%H%x00%B%x01", max.as_str(), "HEAD"];
         let exclude;
         if let Some(since) = since {

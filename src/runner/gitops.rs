@@ -202,7 +202,8 @@ async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) 
             branch: t.push_branch.clone(),
             files,
         };
-        let since = earlier.as_ref().and_then(|e| e.base.as_deref());
+        // Only an earlier attempt's push may have landed under later commits.
+        let since = earlier.as_ref().filter(|e| e.commit.is_some()).and_then(|e| e.base.as_deref());
         if let Some(found) = repo.find_change(&action.change_id, since).await? {
             let reverted = match earlier.as_ref() {
                 Some(ours) if found != base => undone(runner, action, target, t, &repo, &values, ours, &found).await?,

@@ -94,6 +94,7 @@ fn single(m: BuilderMetadata) -> PinnedMetadata {
         platforms: [(key, PlatformMetadata::Builder(Box::new(m)))].into(),
         run_image: None,
         packages: Default::default(),
+        releases: Default::default(),
         notes: Vec::new(),
     }
 }
@@ -350,6 +351,7 @@ fn classify_rules() {
         platforms: [("linux/amd64".into(), PlatformMetadata::NotBuilder)].into(),
         run_image: Option::None,
         packages: Default::default(),
+        releases: Default::default(),
         notes: Vec::new(),
     };
     let c = case("non-CNB image", &base.pinned(), &not_builder, Unknown, &[]);
@@ -359,6 +361,7 @@ fn classify_rules() {
             .into(),
         run_image: Option::None,
         packages: Default::default(),
+        releases: Default::default(),
         notes: Vec::new(),
     };
     case("unreadable metadata", &unreadable, &base.pinned(), Unknown, &[]);
@@ -383,6 +386,7 @@ fn multi_platform_changes_combine_to_the_strongest() {
             .into(),
             run_image: None,
             packages: Default::default(),
+            releases: Default::default(),
             notes: Vec::new(),
         }
     };
@@ -451,6 +455,7 @@ fn metadata_over_the_limits_becomes_an_unknown_move_with_a_note_not_the_metadata
             platforms: [("linux/amd64".into(), over)].into(),
             run_image: None,
             packages: Default::default(),
+            releases: Default::default(),
             notes: Vec::new(),
         },
     );

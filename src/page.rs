@@ -176,7 +176,7 @@ fn why_waiting(a: &OpenAction, status: &Status, config: &Config, running: usize,
 }
 
 fn attempts(n: u32) -> String {
-    format!("{n} attempt{}", if n == 1 { "" } else { "s" })
+    builder_monitor_core::text::count(n, "attempt")
 }
 
 fn dead_letters(out: &mut String, status: &Status, now: DateTime<Utc>) {

@@ -19,7 +19,7 @@ use builder_monitor_core::cnb::{ChangeKind, Reason, run_watch_name};
 use builder_monitor_core::packages::PackageDiff;
 use builder_monitor_core::rollout::Freeze;
 use builder_monitor_core::schedule::{timestamp, timestamp_millis};
-use builder_monitor_core::text::escape;
+use builder_monitor_core::text::{count, escape};
 pub use deploys::DeployStatus;
 pub use gitops::{GitopsStatus, targets as gitops_targets};
 pub use images::{ImageAction, ImageStatus, TagMoveStatus};
@@ -415,13 +415,13 @@ pub fn render_text(status: &Status) -> String {
             let pool = a.placed.as_ref().map(|p| format!(" in pool {}", escape(&p.pool))).unwrap_or_default();
             let _ = writeln!(
                 out,
-                "  {} {} for change {} (wave {}, {}{pool}, {} attempts, next {}){why}",
+                "  {} {} for change {} (wave {}, {}{pool}, {}, next {}){why}",
                 a.action,
                 a.image,
                 a.change,
                 a.wave,
                 a.shown_state(),
-                a.attempts,
+                count(a.attempts, "attempt"),
                 timestamp_millis(a.next_attempt)
             );
         }
@@ -432,11 +432,11 @@ pub fn render_text(status: &Status) -> String {
         for a in finished.iter().take(10) {
             let _ = writeln!(
                 out,
-                "  {} {} {} after {} attempts ({}){}",
+                "  {} {} {} after {} ({}){}",
                 timestamp_millis(a.updated),
                 a.action,
                 a.image,
-                a.attempts,
+                count(a.attempts, "attempt"),
                 a.state,
                 a.detail.as_deref().map(|d| format!(": {}", escape(d))).unwrap_or_default()
             );
@@ -447,11 +447,11 @@ pub fn render_text(status: &Status) -> String {
         for d in &status.deliveries {
             let _ = writeln!(
                 out,
-                "  {} {} to {}: {} attempts, next {}{}",
+                "  {} {} to {}: {}, next {}{}",
                 d.event_type,
                 d.event,
                 d.alert,
-                d.attempts,
+                count(d.attempts, "attempt"),
                 timestamp_millis(d.next_attempt),
                 d.last_status.as_deref().map(|s| format!(" (last: {})", escape(s))).unwrap_or_default()
             );
@@ -462,11 +462,11 @@ pub fn render_text(status: &Status) -> String {
         for d in &status.dead_letters {
             let _ = writeln!(
                 out,
-                "  {} {} to {}: gave up after {} attempts ({})",
+                "  {} {} to {}: gave up after {} ({})",
                 d.event_type,
                 d.event,
                 d.alert,
-                d.attempts,
+                count(d.attempts, "attempt"),
                 escape(d.last_status.as_deref().unwrap_or("no response"))
             );
         }
@@ -659,7 +659,7 @@ mod tests {
         );
         let text = render_text(&status);
         assert!(
-            text.contains("  rebuild app for change c1 (wave 1, pending, 1 attempts, next 2026-11-30T12:15:00.000Z)\n"),
+            text.contains("  rebuild app for change c1 (wave 1, pending, 1 attempt, next 2026-11-30T12:15:00.000Z)\n"),
             "{text}"
         );
         assert!(

@@ -622,7 +622,10 @@ impl ApiSetDoc {
     fn all(self) -> Vec<String> {
         let mut all = self.supported;
         all.extend(self.deprecated);
-        all.sort();
+        // As versions (0.7 before 0.14), not as text.
+        all.sort_by_cached_key(|v| {
+            (v.split('.').map(|part| part.parse::<u64>().unwrap_or(u64::MAX)).collect::<Vec<_>>(), v.clone())
+        });
         all.dedup();
         all
     }

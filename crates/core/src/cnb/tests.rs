@@ -113,7 +113,7 @@ fn parses_a_paketo_jammy_builder() {
     let m = Jammy::new().metadata();
     assert_eq!(m.stack_id.as_deref(), Some("io.buildpacks.stacks.jammy"));
     assert_eq!(m.lifecycle.version.as_deref(), Some("0.21.13"));
-    assert_eq!(m.lifecycle.platform_apis, ["0.12", "0.13", "0.14", "0.7"]);
+    assert_eq!(m.lifecycle.platform_apis, ["0.7", "0.12", "0.13", "0.14"], "in version order");
     assert_eq!(m.run_image(), Some("index.docker.io/paketobuildpacks/run-jammy-base:latest"));
     assert_eq!(m.buildpacks.len(), 3);
     assert_eq!(m.buildpacks[0].id, "paketo-buildpacks/go");

@@ -230,9 +230,9 @@ pub enum AlertCommand {
     Test {
         #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
         config: PathBuf,
-        /// The `[[alerts]]` name.
+        /// The `[[alerts]]` name (without it, the configured alerts are listed).
         #[arg(long)]
-        name: String,
+        name: Option<String>,
     },
 }
 

@@ -176,10 +176,12 @@ async fn metadata_of(
     let mut metadata = PinnedMetadata { notes: observation.notes.clone(), ..PinnedMetadata::default() };
     if let Some(config) = &observation.single_config {
         let platform = cnb::platform_metadata(config);
+        let release = base_release(&platform, config);
         let packages = packages_of(config, &observation.single_layers).await;
         for key in observation.platforms.keys() {
             metadata.platforms.insert(key.clone(), platform.clone());
             metadata.packages.extend(packages.clone().map(|p| (key.clone(), p)));
+            metadata.releases.extend(release.clone().map(|r| (key.clone(), r)));
         }
         metadata.fit(MAX_PINNED_BYTES);
         return Ok(metadata);
@@ -187,27 +189,36 @@ async fn metadata_of(
     // One config blob at a time, parsed and dropped: a multi-arch builder's configs (up to 8 MiB
     // each) are never all held at once. A manifest listed under several platforms is read once,
     // and the pin is cut to its budget as each platform comes, so what is held stays near it.
-    let mut read: BTreeMap<String, (cnb::PlatformMetadata, Option<Packages>)> = BTreeMap::new();
+    type Read = (cnb::PlatformMetadata, Option<Packages>, Option<cnb::BaseRelease>);
+    let mut read: BTreeMap<String, Read> = BTreeMap::new();
     for (platform, digest) in observation.selected(filter) {
-        let (platform_metadata, packages) = match read.get(&digest) {
+        let (platform_metadata, packages, release) = match read.get(&digest) {
             Some(kept) => kept.clone(),
             None => {
                 let manifest = registry.get_manifest(image, &digest).await?;
                 let doc = parse_image_manifest(image, &manifest)?;
                 let config = registry.get_blob(image, &doc.config.digest, MAX_CONFIG_BYTES).await?;
-                (cnb::platform_metadata(&config), packages_of(&config, &doc.layers).await)
+                let platform_metadata = cnb::platform_metadata(&config);
+                let release = base_release(&platform_metadata, &config);
+                (platform_metadata, packages_of(&config, &doc.layers).await, release)
             }
         };
         metadata.platforms.insert(platform.clone(), platform_metadata);
         metadata.packages.extend(packages.map(|p| (platform.clone(), p)));
+        metadata.releases.extend(release.clone().map(|r| (platform.clone(), r)));
         metadata.fit(MAX_PINNED_BYTES);
-        let kept = (metadata.platforms[&platform].clone(), metadata.packages.get(&platform).cloned());
+        let kept = (metadata.platforms[&platform].clone(), metadata.packages.get(&platform).cloned(), release);
         read.insert(digest, kept);
     }
     Ok(metadata)
 }
 
-/// The package lists of every selected platform of an observed run image, as its pin keeps them
+/// The OS release a platform that is not a builder says it is (a builder's is in its metadata).
+fn base_release(platform: &cnb::PlatformMetadata, config: &[u8]) -> Option<cnb::BaseRelease> {
+    matches!(platform, cnb::PlatformMetadata::NotBuilder).then(|| cnb::base_release(config)).flatten()
+}
+
+/// The package lists and OS releases of every selected platform of an observed run image, as its pin keeps them
 /// (with the observation's notes, cut to the pin's budget): nothing more to fetch for a single
 /// manifest carrying the Paketo label; a platform manifest and config per platform of an index
 /// (once per digest); one layer blob per platform whose list is in an SBOM layer. A fetch that
@@ -223,12 +234,15 @@ pub async fn run_image_packages(
         if let Some(packages) = platform_packages(registry, image, config, &observation.single_layers).await {
             metadata.packages.extend(observation.platforms.keys().map(|k| (k.clone(), packages.clone())));
         }
+        if let Some(release) = cnb::base_release(config) {
+            metadata.releases.extend(observation.platforms.keys().map(|k| (k.clone(), release.clone())));
+        }
         metadata.fit(MAX_PINNED_BYTES);
         return metadata;
     }
-    let mut read: BTreeMap<String, Option<Packages>> = BTreeMap::new();
+    let mut read: BTreeMap<String, (Option<Packages>, Option<cnb::BaseRelease>)> = BTreeMap::new();
     for (platform, digest) in observation.selected(filter) {
-        let packages = match read.get(&digest) {
+        let (packages, release) = match read.get(&digest) {
             Some(kept) => kept.clone(),
             None => {
                 let config = async {
@@ -238,14 +252,19 @@ pub async fn run_image_packages(
                     Ok::<_, RegistryError>((config, doc.layers))
                 };
                 match config.await {
-                    Ok((config, layers)) => platform_packages(registry, image, &config, &layers).await,
-                    Err(err) => Some(Packages::unreadable(format!("the image config could not be read: {err}"))),
+                    Ok((config, layers)) => {
+                        (platform_packages(registry, image, &config, &layers).await, cnb::base_release(&config))
+                    }
+                    Err(err) => {
+                        (Some(Packages::unreadable(format!("the image config could not be read: {err}"))), None)
+                    }
                 }
             }
         };
         metadata.packages.extend(packages.map(|p| (platform.clone(), p)));
+        metadata.releases.extend(release.clone().map(|r| (platform.clone(), r)));
         metadata.fit(MAX_PINNED_BYTES);
-        read.insert(digest, metadata.packages.get(&platform).cloned());
+        read.insert(digest, (metadata.packages.get(&platform).cloned(), release));
     }
     metadata
 }
@@ -386,17 +405,19 @@ pub async fn diff(
         notes.extend(std::mem::take(&mut metadata.notes).into_iter().map(|n| format!("{side} image: {n}")));
         sides.push((image.pinned(&observation.digest), metadata));
     }
-    let base_image = |m: &PinnedMetadata| {
+    let not_builder = |m: &PinnedMetadata| {
         !m.platforms.is_empty() && m.platforms.values().all(|p| matches!(p, cnb::PlatformMetadata::NotBuilder))
     };
     let [(old_ref, old_meta), (new_ref, new_meta)] = <[_; 2]>::try_from(sides).expect("two sides");
-    let both_base = base_image(&old_meta) && base_image(&new_meta);
-    let mut change = if both_base && !(old_meta.packages.is_empty() && new_meta.packages.is_empty()) {
-        Change::run_image_moved(old_ref, new_ref).with_packages(&old_meta.packages, &new_meta.packages)
+    let both_base = not_builder(&old_meta) && not_builder(&new_meta);
+    let mut change = if both_base && (cnb::is_base_image(&old_meta) || cnb::is_base_image(&new_meta)) {
+        // What the daemon says of the same move of a watched run image.
+        cnb::classify_run_image(old_ref, new_ref, &old_meta, &new_meta)
     } else if both_base {
         // Two run images (or any two base images) that list no packages: all there is to say.
         Change::unknown(
-            "neither image is a CNB builder, and neither lists its OS packages (no io.paketo.stack.packages \
+            "neither image is a CNB builder or run image (no io.buildpacks.stack.id or \
+             io.buildpacks.base.distro.* label), and neither lists its OS packages (no io.paketo.stack.packages \
              label, no SBOM layer): only their digests can be compared",
         )
     } else {

@@ -18,10 +18,25 @@ mod commands;
 
 use cli::{Cli, Command, LogFormat};
 
+/// A usage error (or `--help`, `--version`) as clap prints it; a missing `--config` also names
+/// the variable that can stand for it.
+fn usage(err: clap::Error) -> ExitCode {
+    let config_missing =
+        err.kind() == clap::error::ErrorKind::MissingRequiredArgument && err.render().to_string().contains("--config");
+    let _ = err.print();
+    if config_missing {
+        log_stream::line("\ntip: pass --config FILE, or set BUILDER_MONITOR_CONFIG to the config file's path\n");
+    }
+    ExitCode::from(u8::try_from(err.exit_code()).unwrap_or(2))
+}
+
 fn main() -> ExitCode {
     commands::use_one_malloc_arena();
     install_crypto_provider();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return usage(err),
+    };
     let default_level = if matches!(cli.command, Command::Run { .. }) { "info" } else { "warn" };
     // Everything the process writes to stderr from here on goes through the log stream, which
     // never blocks or panics on a closed or full stderr (see `log_stream`).

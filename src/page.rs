@@ -176,7 +176,7 @@ fn why_waiting(a: &OpenAction, status: &Status, config: &Config, running: usize,
 }
 
 fn attempts(n: u32) -> String {
-    format!("{n} attempt{}", if n == 1 { "" } else { "s" })
+    builder_monitor_core::text::count(n, "attempt")
 }
 
 fn dead_letters(out: &mut String, status: &Status, now: DateTime<Utc>) {
@@ -330,26 +330,29 @@ mod tests {
             gate: None,
             placed: None,
         });
-        status.actions.push(ActionRecord {
-            key: "k".into(),
-            change: HOSTILE.into(),
-            image: HOSTILE.into(),
-            action: "rebuild".into(),
-            state: ActionState::Pending,
-            attempts: 1,
-            next_attempt: parse_timestamp("2025-03-04T12:05:00.000Z").unwrap(),
-            detail: Some(format!("exit 1: {HOSTILE}")),
-            output_tail: None,
-            updated: parse_timestamp("2025-03-04T11:59:00Z").unwrap(),
-            wave: 1,
-            needs_approval: false,
-            released: false,
-            decided_by: None,
-            decided_at: None,
-            created: parse_timestamp("2025-03-04T11:00:00Z").unwrap(),
-            progress: None,
-            holds: false,
-        });
+        status.actions.push(
+            ActionRecord {
+                key: "k".into(),
+                change: HOSTILE.into(),
+                image: HOSTILE.into(),
+                action: "rebuild".into(),
+                state: ActionState::Pending,
+                attempts: 1,
+                next_attempt: parse_timestamp("2025-03-04T12:05:00.000Z").unwrap(),
+                detail: Some(format!("exit 1: {HOSTILE}")),
+                output_tail: None,
+                updated: parse_timestamp("2025-03-04T11:59:00Z").unwrap(),
+                wave: 1,
+                needs_approval: false,
+                released: false,
+                decided_by: None,
+                decided_at: None,
+                created: parse_timestamp("2025-03-04T11:00:00Z").unwrap(),
+                progress: None,
+                holds: false,
+            }
+            .into(),
+        );
         status.dead_letters.push(DeadLetter {
             event: HOSTILE.into(),
             event_type: "builder.changed".into(),
@@ -374,6 +377,7 @@ mod tests {
                 change: HOSTILE.into(),
                 action: "deploy".into(),
                 state: ActionState::Rejected,
+                shown: "rejected",
                 updated: parse_timestamp("2025-03-04T11:30:00Z").unwrap(),
                 detail: Some(format!("{HOSTILE}@{}", digest('d'))),
                 decided_by: Some(HOSTILE.into()),

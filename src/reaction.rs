@@ -501,7 +501,8 @@ impl Reaction<'_> {
                 None => None,
             };
             let app = self.app_state(&image.image).await;
-            let decision = plan::assess(image, &app, builder.as_ref(), run_target.as_ref());
+            let last_move = self.ledger.changes(Some(&image.builder), 1).await?.into_iter().next().map(|c| c.change);
+            let decision = plan::assess(image, &app, builder.as_ref(), run_target.as_ref(), last_move.as_ref());
             out.push(Assessment {
                 image: image.name.clone(),
                 builder: image.builder.clone(),

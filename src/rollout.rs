@@ -53,6 +53,10 @@ pub struct Decision {
     pub actions: Vec<Decided>,
     /// The change's actions it left as they were, with their state (why nothing happened to them).
     pub unchanged: Vec<(String, ActionState)>,
+    /// Of the actions it moved, those a roll-out gate still keeps back (key → why): shown
+    /// `waiting`, as `status` and `plan` show them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub waiting: BTreeMap<String, String>,
 }
 
 impl Decision {
@@ -72,14 +76,21 @@ impl Decision {
                 states.join(", ")
             );
         }
-        let list: Vec<String> =
-            self.actions.iter().map(|a| format!("{} of {} (now {})", a.kind.as_str(), a.image, a.state)).collect();
+        let list: Vec<String> = self
+            .actions
+            .iter()
+            .map(|a| match self.waiting.get(&a.key) {
+                Some(why) => format!("{} of {} (now waiting: {why})", a.kind.as_str(), a.image),
+                None => format!("{} of {} (now {})", a.kind.as_str(), a.image, a.state),
+            })
+            .collect();
         format!("{done} {} action(s) of change {}: {}\n", self.actions.len(), self.change, list.join(", "))
     }
 }
 
 /// Approves, rejects or releases the actions of `change` (one image's only, with `image`).
 pub async fn decide(
+    config: &Config,
     ledger: &Ledger,
     change: &str,
     image: Option<&str>,
@@ -106,12 +117,25 @@ pub async fn decide(
     for a in &actions {
         tracing::info!(change, image = %a.image, action = a.kind.as_str(), state = %a.state, by, verdict = verdict.as_str(), "roll-out decision");
     }
+    // What still keeps them back (a freeze, a window, a lower wave): said as `status` says it.
+    let mut waiting = BTreeMap::new();
+    if actions.iter().any(|a| a.state == ActionState::Pending) {
+        let open = ledger.open_actions().await?;
+        let frozen = ledger.freeze_state().await?;
+        let mut waits = waits(config, ledger, &open, frozen.as_ref(), now).await?;
+        for a in &actions {
+            if let Some(wait) = waits.remove(&a.key) {
+                waiting.insert(a.key.clone(), wait.to_string());
+            }
+        }
+    }
     Ok(Decision {
         change: change.to_string(),
         verdict: verdict.as_str().into(),
         by: by.to_string(),
         actions,
         unchanged,
+        waiting,
     })
 }
 

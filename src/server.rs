@@ -527,7 +527,7 @@ async fn decide(
         return error(StatusCode::BAD_REQUEST, "release lets a whole change go; it takes no image");
     }
     let now = state.monitor.now();
-    match rollout::decide(&state.ledger, &id, body.image.as_deref(), verdict, &body.by(), now).await {
+    match rollout::decide(&state.config, &state.ledger, &id, body.image.as_deref(), verdict, &body.by(), now).await {
         Ok(decision) => (StatusCode::OK, axum::Json(decision)).into_response(),
         Err(e @ RolloutError::UnknownChange(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
         Err(e @ RolloutError::UnknownImage { .. }) => error(StatusCode::BAD_REQUEST, e.to_string()),

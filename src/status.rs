@@ -6,7 +6,7 @@ mod deploys;
 mod gitops;
 mod images;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use serde::Serialize;
@@ -19,7 +19,7 @@ use builder_monitor_core::cnb::{ChangeKind, Reason, run_watch_name};
 use builder_monitor_core::packages::PackageDiff;
 use builder_monitor_core::rollout::Freeze;
 use builder_monitor_core::schedule::{timestamp, timestamp_millis};
-use builder_monitor_core::text::escape;
+use builder_monitor_core::text::{count, escape};
 pub use deploys::DeployStatus;
 pub use gitops::{GitopsStatus, targets as gitops_targets};
 pub use images::{ImageAction, ImageStatus, TagMoveStatus};
@@ -35,8 +35,9 @@ pub struct Status {
     /// held, awaiting approval.
     pub pending: Vec<OpenAction>,
     pub rollout: RolloutStatus,
-    /// The most recent rebases and rebuilds, any state (running, failed, succeeded, superseded).
-    pub actions: Vec<ActionRecord>,
+    /// The most recent rebases and rebuilds, any state (running, failed, succeeded, superseded),
+    /// each in the state `pending` shows it in (`queued`, `waiting`).
+    pub actions: Vec<ShownAction>,
     /// Alert deliveries not made yet (retrying or not yet attempted).
     pub deliveries: Vec<PendingDelivery>,
     pub dead_letters: Vec<DeadLetter>,
@@ -45,6 +46,89 @@ pub struct Status {
     pub deploys: Vec<DeployStatus>,
     /// Each `[[gitops]]` target's last pushed commit and its newest action.
     pub gitops: Vec<GitopsStatus>,
+}
+
+/// A recent action with the state every view shows it in ([`crate::ledger::shown_state`]); the
+/// record's own fields read through it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShownAction {
+    pub record: ActionRecord,
+    pub state: &'static str,
+}
+
+impl ShownAction {
+    /// `record`, where `gated` are the keys of the pending actions a roll-out gate keeps back.
+    pub fn new(record: ActionRecord, gated: &BTreeSet<&str>) -> Self {
+        let state = record.shown_state(gated.contains(record.key.as_str()));
+        ShownAction { record, state }
+    }
+}
+
+impl From<ActionRecord> for ShownAction {
+    fn from(record: ActionRecord) -> Self {
+        ShownAction::new(record, &BTreeSet::new())
+    }
+}
+
+impl std::ops::Deref for ShownAction {
+    type Target = ActionRecord;
+    fn deref(&self) -> &ActionRecord {
+        &self.record
+    }
+}
+
+impl Serialize for ShownAction {
+    /// The record's fields, in its order, with `state` as shown.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use crate::ledger::time;
+        #[derive(Serialize)]
+        struct Shown<'a> {
+            key: &'a str,
+            change: &'a str,
+            image: &'a str,
+            action: &'a str,
+            state: &'a str,
+            attempts: u32,
+            next_attempt: String,
+            detail: Option<&'a str>,
+            output_tail: Option<&'a str>,
+            updated: String,
+            wave: u32,
+            needs_approval: bool,
+            released: bool,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            decided_by: Option<&'a str>,
+            #[serde(with = "time::seconds_opt", skip_serializing_if = "Option::is_none")]
+            decided_at: Option<chrono::DateTime<chrono::Utc>>,
+            created: String,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            progress: Option<&'a serde_json::Value>,
+            #[serde(skip_serializing_if = "std::ops::Not::not")]
+            holds: bool,
+        }
+        let r = &self.record;
+        Shown {
+            key: &r.key,
+            change: &r.change,
+            image: &r.image,
+            action: &r.action,
+            state: self.state,
+            attempts: r.attempts,
+            next_attempt: timestamp_millis(r.next_attempt),
+            detail: r.detail.as_deref(),
+            output_tail: r.output_tail.as_deref(),
+            updated: timestamp_millis(r.updated),
+            wave: r.wave,
+            needs_approval: r.needs_approval,
+            released: r.released,
+            decided_by: r.decided_by.as_deref(),
+            decided_at: r.decided_at,
+            created: timestamp_millis(r.created),
+            progress: r.progress.as_ref(),
+            holds: r.holds,
+        }
+        .serialize(s)
+    }
 }
 
 /// The roll-out gates that hold for every action now.
@@ -159,17 +243,20 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
         status.builders = users;
         runs.push(status);
     }
-    let latest = images::latest_actions(config, ledger).await?;
-    let images = images::collect(config, ledger, &latest).await?;
     let now = chrono::Utc::now();
     let (pending, rollout) = open_actions(config, ledger, now).await?;
+    // One state per action wherever it is listed: as `pending` shows it.
+    let gated: BTreeSet<&str> = pending.iter().filter(|a| a.gate.is_some()).map(|a| a.key.as_str()).collect();
+    let latest = images::latest_actions(config, ledger).await?;
+    let images = images::collect(config, ledger, &latest, &gated).await?;
+    let actions = ledger.actions(50).await?.into_iter().map(|r| ShownAction::new(r, &gated)).collect();
     Ok(Status {
         builders,
         run_images: runs,
         images,
         pending,
         rollout,
-        actions: ledger.actions(50).await?,
+        actions,
         deliveries: ledger.pending_deliveries().await?,
         dead_letters: ledger.dead_letters().await?,
         deploys: deploys::deploys(&config.images, &latest),
@@ -328,28 +415,28 @@ pub fn render_text(status: &Status) -> String {
             let pool = a.placed.as_ref().map(|p| format!(" in pool {}", escape(&p.pool))).unwrap_or_default();
             let _ = writeln!(
                 out,
-                "  {} {} for change {} (wave {}, {}{pool}, {} attempts, next {}){why}",
+                "  {} {} for change {} (wave {}, {}{pool}, {}, next {}){why}",
                 a.action,
                 a.image,
                 a.change,
                 a.wave,
                 a.shown_state(),
-                a.attempts,
+                count(a.attempts, "attempt"),
                 timestamp_millis(a.next_attempt)
             );
         }
     }
-    let finished: Vec<&ActionRecord> = status.actions.iter().filter(|a| !a.state.is_open()).collect();
+    let finished: Vec<&ShownAction> = status.actions.iter().filter(|a| !a.record.state.is_open()).collect();
     if !finished.is_empty() {
         let _ = writeln!(out, "recent actions:");
         for a in finished.iter().take(10) {
             let _ = writeln!(
                 out,
-                "  {} {} {} after {} attempts ({}){}",
+                "  {} {} {} after {} ({}){}",
                 timestamp_millis(a.updated),
                 a.action,
                 a.image,
-                a.attempts,
+                count(a.attempts, "attempt"),
                 a.state,
                 a.detail.as_deref().map(|d| format!(": {}", escape(d))).unwrap_or_default()
             );
@@ -360,11 +447,11 @@ pub fn render_text(status: &Status) -> String {
         for d in &status.deliveries {
             let _ = writeln!(
                 out,
-                "  {} {} to {}: {} attempts, next {}{}",
+                "  {} {} to {}: {}, next {}{}",
                 d.event_type,
                 d.event,
                 d.alert,
-                d.attempts,
+                count(d.attempts, "attempt"),
                 timestamp_millis(d.next_attempt),
                 d.last_status.as_deref().map(|s| format!(" (last: {})", escape(s))).unwrap_or_default()
             );
@@ -375,11 +462,11 @@ pub fn render_text(status: &Status) -> String {
         for d in &status.dead_letters {
             let _ = writeln!(
                 out,
-                "  {} {} to {}: gave up after {} attempts ({})",
+                "  {} {} to {}: gave up after {} ({})",
                 d.event_type,
                 d.event,
                 d.alert,
-                d.attempts,
+                count(d.attempts, "attempt"),
                 escape(d.last_status.as_deref().unwrap_or("no response"))
             );
         }
@@ -452,6 +539,43 @@ mod tests {
     use super::*;
     use builder_monitor_core::schedule::parse_timestamp;
 
+    /// A recent action's JSON is its record's, field for field, but for the state as shown: a
+    /// build Kueue holds is `queued`, a pending action a gate keeps back `waiting`, as in `pending`.
+    #[test]
+    fn recent_actions_show_the_state_pending_shows() {
+        let at = |t: &str| parse_timestamp(t).unwrap();
+        let record = ActionRecord {
+            key: "k".into(),
+            change: "c".into(),
+            image: "app".into(),
+            action: "rebuild".into(),
+            state: ActionState::Running,
+            attempts: 2,
+            next_attempt: at("2026-11-30T12:00:00.250Z"),
+            detail: Some("d".into()),
+            output_tail: Some("t".into()),
+            updated: at("2026-11-30T12:01:00Z"),
+            wave: 2,
+            needs_approval: true,
+            released: true,
+            decided_by: Some("alice (cli)".into()),
+            decided_at: Some(at("2026-11-30T11:00:00Z")),
+            created: at("2026-11-30T10:00:00Z"),
+            progress: Some(serde_json::json!({"pool": "linux", "queued": false})),
+            holds: true,
+        };
+        let shown = |r: &ActionRecord, gated: &[&str]| {
+            serde_json::to_value(ShownAction::new(r.clone(), &gated.iter().copied().collect())).unwrap()
+        };
+        assert_eq!(shown(&record, &[]), serde_json::to_value(&record).unwrap(), "every field as the record's");
+        let queued = ActionRecord { progress: Some(serde_json::json!({"pool": "linux", "queued": true})), ..record };
+        assert_eq!(shown(&queued, &[])["state"], "queued");
+        let pending = ActionRecord { state: ActionState::Pending, progress: None, ..queued };
+        assert_eq!(shown(&pending, &[])["state"], "pending");
+        assert_eq!(shown(&pending, &["k"])["state"], "waiting");
+        assert_eq!(shown(&pending, &["other"])["state"], "pending");
+    }
+
     /// The ledger's times and states, typed inside, show as the text `status` has always shown.
     #[test]
     fn actions_and_deliveries_show_their_times_and_states_as_text() {
@@ -475,26 +599,29 @@ mod tests {
                 placed: None,
             }],
             rollout: Default::default(),
-            actions: vec![ActionRecord {
-                key: "k0".into(),
-                change: "c0".into(),
-                image: "app".into(),
-                action: "rebase".into(),
-                state: ActionState::Superseded,
-                attempts: 0,
-                next_attempt: at("2026-11-30T12:00:00Z"),
-                detail: Some("superseded by change c1".into()),
-                output_tail: None,
-                updated: at("2026-11-30T12:10:00.5Z"),
-                wave: 1,
-                needs_approval: false,
-                released: false,
-                decided_by: None,
-                decided_at: None,
-                created: parse_timestamp("2025-03-04T11:00:00Z").unwrap(),
-                progress: None,
-                holds: false,
-            }],
+            actions: vec![
+                ActionRecord {
+                    key: "k0".into(),
+                    change: "c0".into(),
+                    image: "app".into(),
+                    action: "rebase".into(),
+                    state: ActionState::Superseded,
+                    attempts: 0,
+                    next_attempt: at("2026-11-30T12:00:00Z"),
+                    detail: Some("superseded by change c1".into()),
+                    output_tail: None,
+                    updated: at("2026-11-30T12:10:00.5Z"),
+                    wave: 1,
+                    needs_approval: false,
+                    released: false,
+                    decided_by: None,
+                    decided_at: None,
+                    created: parse_timestamp("2025-03-04T11:00:00Z").unwrap(),
+                    progress: None,
+                    holds: false,
+                }
+                .into(),
+            ],
             deliveries: vec![PendingDelivery {
                 event: "e1".into(),
                 event_type: "builder.changed".into(),
@@ -532,7 +659,7 @@ mod tests {
         );
         let text = render_text(&status);
         assert!(
-            text.contains("  rebuild app for change c1 (wave 1, pending, 1 attempts, next 2026-11-30T12:15:00.000Z)\n"),
+            text.contains("  rebuild app for change c1 (wave 1, pending, 1 attempt, next 2026-11-30T12:15:00.000Z)\n"),
             "{text}"
         );
         assert!(

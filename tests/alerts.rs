@@ -492,6 +492,11 @@ async fn alert_test_sends_a_marked_event_and_reports_the_outcome() {
     let out = ws.run(&["alert", "test", "--config", config, "--name", "nope"]);
     assert_eq!(out.code, Some(2));
     assert!(out.stderr.contains("no alert named \"nope\""), "{}", out.stderr);
+    // Without --name: which alerts there are, and nothing sent.
+    let out = ws.run(&["alert", "test", "--config", config]);
+    assert_eq!(out.code, Some(2));
+    assert!(out.stderr.contains("pass --name NAME; configured: ok (slack), broken (webhook)"), "{}", out.stderr);
+    assert_eq!(ok.received().len(), 1, "nothing more sent");
 }
 
 #[tokio::test]

@@ -13,6 +13,7 @@ use builder_monitor::registry::Registry;
 use builder_monitor::schedule::Clock;
 use builder_monitor_core::event::EventType;
 use serde_json::Value;
+use support::app::{self, RunImage};
 use support::cnb::BuilderSpec;
 use support::daemon::Workspace;
 use support::images::{Format, Image, Pusher};
@@ -351,6 +352,58 @@ async fn builder_changed_events_carry_the_classification() {
     let pinned_run = pinned.run_image.unwrap();
     assert_eq!(pinned_run.image, run);
     assert!(pinned_run.reference.unwrap().starts_with(&format!("{}/paketo/run-jammy-base@sha256:", registry.host)));
+}
+
+/// `diff` of two CNB run images and the daemon's move of a watched run image between the same two
+/// say the same: a rebase within one release, a rebuild onto another, with the same summary.
+#[tokio::test]
+async fn diff_and_the_daemon_classify_a_run_image_move_alike() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    let mut noble = RunImage::jammy("3", 2);
+    for (label, value) in [
+        ("io.buildpacks.stack.id", "io.buildpacks.stacks.noble"),
+        ("io.buildpacks.base.id", "io.buildpacks.stacks.noble"),
+        ("io.buildpacks.base.distro.version", "24.04"),
+    ] {
+        noble.labels.insert(label.into(), value.into());
+    }
+    let runs = [("1", RunImage::jammy("1", 2)), ("2", RunImage::jammy("2", 2)), ("3", noble)];
+    for (tag, run) in &runs {
+        app::push_run(&pusher, "cnb/run", Some(tag), run, Format::Oci).await;
+    }
+    let run = format!("{}/cnb/run:latest", registry.host);
+    app::push_run(&pusher, "cnb/run", Some("latest"), &runs[0].1, Format::Oci).await;
+    push(&pusher, "cnb/builder", "latest", &[BuilderSpec::jammy(&run)]).await;
+    let s = setup(&format!(
+        "[monitor]\nstate = \"x.db\"\n[[builders]]\nname = \"jammy\"\nimage = \"{}/cnb/builder:latest\"\n",
+        registry.host
+    ));
+    assert!(s.monitor.run_once().await);
+    let ws = Workspace::new();
+    for ((from, _), (to, image), kind) in [(&runs[0], &runs[1], "rebase"), (&runs[1], &runs[2], "rebuild")] {
+        app::push_run(&pusher, "cnb/run", Some("latest"), image, Format::Oci).await;
+        assert!(s.monitor.run_once().await);
+        let event = events(&s.ledger).await.into_iter().rfind(|e| e.event_type == EventType::RunImageChanged).unwrap();
+        let daemon = event.change.unwrap();
+        let (old, new) = (format!("{}/cnb/run:{from}", registry.host), format!("{}/cnb/run:{to}", registry.host));
+        let out = ws.run(&["diff", &old, &new, "--json"]);
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+        let diffed: builder_monitor_core::cnb::Change = serde_json::from_str(&out.stdout).unwrap();
+        assert_eq!(diffed.kind.as_str(), kind, "{}", out.stdout);
+        assert_eq!(daemon.kind.as_str(), kind, "{daemon:#?}");
+        // The same references on both sides: the tags :N and :latest point at the same digests.
+        assert_eq!(diffed.summary(), daemon.summary());
+        assert_eq!(diffed.reasons, daemon.reasons);
+        let text = ws.run(&["diff", &old, &new]);
+        assert_eq!(text.stdout.lines().next(), Some(daemon.summary().as_str()), "{}", text.stdout);
+    }
+    let rebuild = events(&s.ledger).await.into_iter().rfind(|e| e.event_type == EventType::RunImageChanged).unwrap();
+    let summary = rebuild.change.unwrap().summary();
+    assert!(
+        summary.starts_with("rebuild: stack io.buildpacks.stacks.jammy → io.buildpacks.stacks.noble; distro ubuntu 22.04 → ubuntu 24.04; run image "),
+        "{summary}"
+    );
 }
 
 #[tokio::test]

@@ -197,10 +197,26 @@ fn config_errors_are_positioned_and_exit_2() {
     ] {
         assert_eq!(ws.run(args).code, Some(2));
     }
+    // An invalid cron expression (not the five-field kind): one line, the parser's words included.
+    let cron = ws.path("cron.toml");
+    std::fs::write(&cron, "[[builders]]\nname = \"a\"\nimage = \"x:1\"\nschedule = \"0 0 25 * * Mun\"\n").unwrap();
+    let out = ws.run(&["check", "--config", cron.to_str().unwrap()]);
+    assert_eq!(out.code, Some(2));
+    assert_eq!(out.stderr.trim_end().lines().count(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains("invalid cron expression \"0 0 25 * * Mun\""), "{}", out.stderr);
+
     let missing = ws.run(&["check", "--config", "/nonexistent/config.toml"]);
     assert_eq!(missing.code, Some(2));
     assert!(missing.stderr.contains("cannot read config file"), "{}", missing.stderr);
     assert_eq!(ws.run(&["frobnicate"]).code, Some(2), "usage errors exit 2");
+    // No --config and no BUILDER_MONITOR_CONFIG: the error names both ways to give it.
+    let unset = ws.run(&["check"]);
+    assert_eq!(unset.code, Some(2));
+    assert!(unset.stderr.contains("--config"), "{}", unset.stderr);
+    assert!(unset.stderr.contains("BUILDER_MONITOR_CONFIG"), "{}", unset.stderr);
+    let help = ws.run(&["--help"]);
+    assert_eq!(help.code, Some(0), "{}", help.stderr);
+    assert!(!help.stderr.contains("BUILDER_MONITOR_CONFIG"), "help is no error: {}", help.stderr);
 }
 
 /// The lines between `# BEGIN {name} example` and `# END {name} example` in config.example.toml,
@@ -500,5 +516,20 @@ fn collect_env_and_files(value: &toml::Value, vars: &mut Vec<(String, String)>, 
         }
         toml::Value::Array(items) => items.iter().for_each(|item| collect_env_and_files(item, vars, files)),
         _ => {}
+    }
+}
+
+/// A ledger next to the config in a checkout (the README's `state = "builder-monitor.db"`) leaves
+/// nothing for `git status` to show: the database, its WAL files and its lock.
+#[test]
+fn the_ledgers_files_are_ignored_by_git() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    for file in ["builder-monitor.db", "builder-monitor.db-wal", "builder-monitor.db-shm", "builder-monitor.db.lock"] {
+        let ignored = std::process::Command::new("git")
+            .args(["check-ignore", "--quiet", "--no-index", file])
+            .current_dir(root)
+            .status()
+            .expect("run git");
+        assert!(ignored.success(), "{file} is not ignored by .gitignore");
     }
 }

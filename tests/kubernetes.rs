@@ -406,6 +406,27 @@ async fn build_spec_prints_what_the_runner_would_create() {
     std::fs::write(&none, std::fs::read_to_string(config).unwrap().replace("type = \"kubernetes\"", "type = \"none\""))
         .unwrap();
     assert_eq!(run_with_env(&["run", "--once", "--config", none.to_str().unwrap()], &[], ws.dir.path()).code, Some(0));
+    // Runner none: what would be recorded, and that nothing would run (no `command: null`).
+    let out = run_with_env(
+        &[
+            "build-spec",
+            "--config",
+            none.to_str().unwrap(),
+            "--image",
+            "petclinic",
+            "--action",
+            "rebuild",
+            "--output",
+            "json",
+        ],
+        &[],
+        ws.dir.path(),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let recorded: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(recorded["runner"], "none");
+    assert!(recorded.get("command").is_none(), "{recorded:#}");
+    assert!(recorded["note"].as_str().unwrap().contains("nothing to run"), "{recorded:#}");
 
     let host = &w.registry.host;
     let out = run_with_env(

@@ -299,6 +299,15 @@ async fn builds_go_to_the_pool_of_their_platform_pass_over_a_down_cluster_and_wa
     };
     let seen = until("web shown queued", async || shown("queued").await).await;
     assert_eq!(seen["pool"], "c");
+    // One state wherever the action is listed: recent actions and the image's last action too.
+    let status = builder_monitor::status::collect(&p.config, &p.ledger, 10).await.unwrap();
+    let status = serde_json::to_value(&status).unwrap();
+    let listed: Vec<&Value> =
+        status["actions"].as_array().unwrap().iter().filter(|a| a["key"] == web.key.as_str()).collect();
+    assert_eq!(listed.len(), 1, "{listed:#?}");
+    assert_eq!(listed[0]["state"], "queued", "{:#}", listed[0]);
+    let image = status["images"].as_array().unwrap().iter().find(|i| i["name"] == "web").unwrap();
+    assert_eq!(image["last_action"]["state"], "queued", "{image:#}");
     fleet.c.admit_job("builds", &web.key, &[("cloud.google.com/gke-spot", "true")]);
     until("web shown running", async || shown("running").await).await;
     assert_eq!(pool_of(&action(&p.ledger, "web", 1).await.unwrap()).as_deref(), Some("c"), "recorded as such");

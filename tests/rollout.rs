@@ -611,6 +611,9 @@ async fn sigkill_in_each_waiting_state_with(ledger_in: impl Fn(&str) -> String) 
     receiver.wait_for_body("rollout.frozen").await;
     let out = w.cli_with(&cli, &["release", &change]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
+    // Said as status says it: released, but still waiting on the freeze.
+    assert!(out.stdout.contains("rebuild of web (now waiting: "), "{}", out.stdout);
+    assert!(!out.stdout.contains("now pending"), "{}", out.stdout);
     let expected = states(&[("web", "waiting"), ("api", "waiting")]);
     assert_eq!(pending(&w.status()), expected);
     let (mut daemon, addr) = restart(daemon);

@@ -217,8 +217,8 @@ impl Dispatcher {
                 if age >= settings.give_up_after {
                     return DeliveryUpdate::Dead {
                         status: format!(
-                            "{status}; gave up after {} attempts over {}",
-                            delivery.attempts + 1,
+                            "{status}; gave up after {} over {}",
+                            builder_monitor_core::text::count(delivery.attempts + 1, "attempt"),
                             humantime::format_duration(Duration::from_secs(age.as_secs()))
                         ),
                     };

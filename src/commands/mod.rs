@@ -239,6 +239,15 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
             Ok(0)
         }
         Command::Alert { command: AlertCommand::Test { config, name } } => {
+            let Some(name) = name else {
+                let config = load_config(&config, Secrets::Skip)?;
+                let known: Vec<String> =
+                    config.alerts.iter().map(|a| format!("{} ({})", a.name, a.kind.as_str())).collect();
+                return Err(usage(match known.is_empty() {
+                    true => anyhow::anyhow!("no [[alerts]] configured: add one to send a test event to"),
+                    false => anyhow::anyhow!("which alert? pass --name NAME; configured: {}", known.join(", ")),
+                }));
+            };
             let config = load_config(&config, Secrets::Resolve)?;
             let Some(settings) = config.alert(&name) else {
                 let known: Vec<&str> = config.alerts.iter().map(|a| a.name.as_str()).collect();

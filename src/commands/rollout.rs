@@ -76,7 +76,7 @@ async fn direct(config: &Config, request: &Request, by: &str, clock: &Clock) -> 
     let now = clock.now();
     let answer = match request {
         Request::Decide { change, image, verdict } => Answer::Decision(
-            rollout::decide(&ledger, change, image.as_deref(), *verdict, by, now).await.map_err(failure)?,
+            rollout::decide(config, &ledger, change, image.as_deref(), *verdict, by, now).await.map_err(failure)?,
         ),
         Request::Freeze { reason } => {
             Answer::Freeze(rollout::freeze(config, &ledger, reason.clone(), by, now).await.map_err(failure)?)

@@ -308,10 +308,10 @@ impl Config {
                 Credentials::Helper { program, source, .. } => format!("{} ({source})", program.display()),
             };
             out.push_str(&format!(
-                "  {host}: {}, {rate}, {auth}, timeout {}, {} attempts{}\n",
+                "  {host}: {}, {rate}, {auth}, timeout {}, {}{}\n",
                 if r.insecure { "http" } else { "https" },
                 humantime::format_duration(r.timeout),
-                r.max_attempts,
+                builder_monitor_core::text::count(r.max_attempts, "attempt"),
                 if r.ca_pem.is_some() { ", extra CA" } else { "" },
             ));
         }
@@ -361,11 +361,11 @@ impl Config {
         }
         let r = &self.runner;
         out.push_str(&format!(
-            "runner: {}, rebases by {}, {} at a time, {} attempts, backoff {}\n",
+            "runner: {}, rebases by {}, {} at a time, {}, backoff {}\n",
             r.kind.as_str(),
             r.rebase.as_str(),
             r.max_concurrent,
-            r.max_attempts,
+            builder_monitor_core::text::count(r.max_attempts, "attempt"),
             humantime::format_duration(r.backoff)
         ));
         for p in &r.pools {

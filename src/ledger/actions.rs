@@ -354,11 +354,25 @@ impl OpenAction {
     /// The state people see: `waiting` for a pending action a gate keeps back, `queued` for a
     /// running build whose Job Kueue holds.
     pub fn shown_state(&self) -> &'static str {
-        match (self.state, &self.gate) {
-            (ActionState::Pending, Some(_)) => "waiting",
-            (ActionState::Running, _) if self.placed.as_ref().is_some_and(|p| p.queued) => "queued",
-            (state, _) => state.as_str(),
-        }
+        shown_state(self.state, self.gate.is_some(), self.placed.as_ref().is_some_and(|p| p.queued))
+    }
+}
+
+/// The one state people see of an action, in every view (`status` text and JSON, the page, the
+/// metrics): `waiting` for a pending action a roll-out gate keeps back, `queued` for a running
+/// build whose Job Kueue holds, else the ledger's state.
+pub fn shown_state(state: ActionState, gated: bool, queued: bool) -> &'static str {
+    match state {
+        ActionState::Pending if gated => "waiting",
+        ActionState::Running if queued => "queued",
+        state => state.as_str(),
+    }
+}
+
+impl ActionRecord {
+    /// Its state as shown ([`shown_state`]), where `gated` says whether a gate keeps it back now.
+    pub fn shown_state(&self, gated: bool) -> &'static str {
+        shown_state(self.state, gated, placed(self.progress.as_ref()).is_some_and(|p| p.queued))
     }
 }
 

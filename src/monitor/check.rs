@@ -286,12 +286,13 @@ impl Monitor {
             return Ok(Observed::Moved { observation, metadata: None, rollback: false });
         }
         let metadata = match watch.kind {
-            // Kept with the pin so the next move diffs against it without refetching.
+            // Kept with the pin so the next move diffs (and compares releases) against it without
+            // refetching.
             WatchKind::RunImage => {
                 let metadata =
                     inspect::run_image_packages(&self.registry, &watch.image, &observation, watch.platforms.as_deref())
                         .await;
-                Some(metadata).filter(|m| !m.packages.is_empty() || !m.notes.is_empty())
+                Some(metadata).filter(|m| !m.packages.is_empty() || !m.releases.is_empty() || !m.notes.is_empty())
             }
             WatchKind::Builder => {
                 let mut metadata =

@@ -146,10 +146,10 @@ pub fn found(watch: &Watch, record: Option<&WatchRecord>, observed: Result<Obser
     let id = event::change_id(&watch.name, seq, &previous.digest, &current.digest);
     let (event_type, change) = match (watch.kind, metadata.as_deref(), record.pinned_metadata()) {
         (WatchKind::RunImage, now, before) => {
-            let moved = Change::run_image_moved(previous.reference.clone(), current.reference.clone());
-            let before = before.map(|m| m.packages).unwrap_or_default();
-            let after = now.map(|m| m.packages.clone()).unwrap_or_default();
-            (EventType::RunImageChanged, moved.with_packages(&before, &after))
+            // As `diff` classifies the same two images.
+            let (before, after) = (before.unwrap_or_default(), now.cloned().unwrap_or_default());
+            let moved = cnb::classify_run_image(previous.reference.clone(), current.reference.clone(), &before, &after);
+            (EventType::RunImageChanged, moved)
         }
         (WatchKind::Builder, Some(now), Some(before)) => (EventType::BuilderChanged, cnb::classify(&before, now)),
         (WatchKind::Builder, _, _) => {

@@ -17,6 +17,8 @@ use crate::status::{ImageAction, ImageStatus, Status};
 pub(super) fn tone(a: &ImageAction) -> &'static str {
     match a.state {
         _ if a.holds => "err",
+        // Kueue holds it, or a gate: not running yet.
+        _ if a.shown != a.state.as_str() => "warn",
         ActionState::Failed | ActionState::Rejected | ActionState::Held => "err",
         ActionState::Pending | ActionState::AwaitingApproval => "warn",
         ActionState::Running | ActionState::Succeeded => "ok",
@@ -32,7 +34,7 @@ pub(super) fn table(out: &mut String, status: &Status, config: &Config, now: Dat
          <th>Last action</th><th>Detail</th></tr></thead><tbody>\n",
     );
     for i in &status.images {
-        let state = i.last_action.as_ref().map_or("none", |a| a.state.as_str());
+        let state = i.last_action.as_ref().map_or("none", |a| a.shown);
         let _ = write!(
             out,
             "<tr class=\"image\" data-name=\"{}\" data-state=\"{state}\"><td data-label=\"Image\" id=\"{}\">\
@@ -54,8 +56,8 @@ pub(super) fn table(out: &mut String, status: &Status, config: &Config, now: Dat
                      <span class=\"sub\">{} · change <code>{}</code></span></td><td data-label=\"Detail\">{}</td>",
                     Text(&a.action),
                     tone(a),
-                    a.state.as_str(),
-                    a.state.as_str().replace('_', " "),
+                    a.shown,
+                    a.shown.replace('_', " "),
                     ago_at(a.updated, now),
                     Text(&a.change),
                     detail(a, status)
@@ -166,6 +168,7 @@ mod tests {
                 change: "c7".into(),
                 action: kind.into(),
                 state,
+                shown: state.as_str(),
                 updated: parse_timestamp("2025-03-04T11:00:00Z").unwrap(),
                 detail: (!detail.is_empty()).then(|| detail.into()),
                 decided_by: (state == ActionState::Rejected).then(|| "alice (cli)".into()),

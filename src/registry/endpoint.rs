@@ -616,7 +616,10 @@ impl Endpoint {
                             if attempt >= self.settings.max_attempts || once {
                                 return Err(self.rate_limited(match retry {
                                     Some(wait) => format!("HTTP 429, retry after {}", whole_seconds(wait)),
-                                    None => format!("HTTP 429 on all {} attempts", self.settings.max_attempts),
+                                    None => format!(
+                                        "HTTP 429 on all {}",
+                                        builder_monitor_core::text::count(self.settings.max_attempts, "attempt")
+                                    ),
                                 }));
                             }
                             // wait_turn sleeps until the pause ends.

@@ -52,8 +52,15 @@ impl Backend for RecordOnly {
     }
 
     /// The command a `[runner.exec]` table would give it, if the config has one.
-    fn preview(&self, config: &Config, action: &ActionRef<'_>, target: &ActionTarget) -> Result<Value, PreviewError> {
-        Ok(super::exec::command_preview(config, action, target))
+    /// What would be recorded, and that nothing would run (no `command`).
+    fn preview(&self, _: &Config, action: &ActionRef<'_>, target: &ActionTarget) -> Result<Value, PreviewError> {
+        let path = (action.kind == ActionKind::Rebase).then_some(RebasePath::Runner.as_str());
+        Ok(serde_json::json!({
+            "runner": "none",
+            "path": path,
+            "target": target,
+            "note": NOTHING_TO_RUN,
+        }))
     }
 
     fn start(
@@ -72,3 +79,7 @@ impl Carrier for RecordOnly {
         Box::pin(async { Attempt::failed("runner none runs nothing".into(), Next::Final) })
     }
 }
+
+/// What `build-spec` says for runner `none`.
+pub const NOTHING_TO_RUN: &str = "runner type \"none\" records actions and never runs them: nothing to run. Set \
+     [runner] type = \"exec\", \"kubernetes\" or \"kpack\" to run them";

@@ -1,6 +1,7 @@
 //! `status`'s app images: each `[[images]]` entry with the last moves of its tag and its newest
 //! action of any kind (rebase, rebuild or deploy), whatever state it ended in.
 
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
@@ -35,7 +36,12 @@ pub struct ImageAction {
     pub change: String,
     /// `rebase`, `rebuild` or `deploy`.
     pub action: String,
+    /// The ledger's state (what the page's colours follow).
+    #[serde(skip)]
     pub state: ActionState,
+    /// The state as every view shows it (`queued`, `waiting`, …: [`crate::ledger::shown_state`]).
+    #[serde(rename = "state")]
+    pub shown: &'static str,
     /// When it last moved.
     #[serde(with = "crate::ledger::time::millis")]
     pub updated: DateTime<Utc>,
@@ -53,12 +59,13 @@ pub struct ImageAction {
 }
 
 impl ImageAction {
-    fn of(r: &ActionRecord) -> Self {
+    fn of(r: &ActionRecord, gated: &BTreeSet<&str>) -> Self {
         ImageAction {
             key: r.key.clone(),
             change: r.change.clone(),
             action: r.action.clone(),
             state: r.state,
+            shown: r.shown_state(gated.contains(r.key.as_str())),
             updated: r.updated,
             detail: r.detail.clone(),
             decided_by: r.decided_by.clone(),
@@ -80,17 +87,19 @@ pub struct TagMoveStatus {
 /// Tag moves shown per app image.
 const MOVES_SHOWN: usize = 5;
 
-/// Each `[[images]]` entry in config order, with its newest action among `latest`.
+/// Each `[[images]]` entry in config order, with its newest action among `latest`; `gated` are the
+/// keys of the pending actions a roll-out gate keeps back.
 pub(super) async fn collect(
     config: &Config,
     ledger: &Ledger,
     latest: &[LatestAction],
+    gated: &BTreeSet<&str>,
 ) -> Result<Vec<ImageStatus>, LedgerError> {
     let mut images = Vec::new();
     for i in &config.images {
         let moves = ledger.tag_moves(Some(&i.name), MOVES_SHOWN).await?;
         let mut status = image_status(&i.name, &i.image.to_string(), moves);
-        status.last_action = last_action(latest, &i.name);
+        status.last_action = last_action(latest, &i.name, gated);
         images.push(status);
     }
     Ok(images)
@@ -110,13 +119,13 @@ pub(super) async fn latest_actions(config: &Config, ledger: &Ledger) -> Result<V
 
 /// `image`'s newest action of any kind among `latest`: the one created last (a deploy that
 /// follows a rebuild is newer than the rebuild, however long the rebuild's record kept moving).
-fn last_action(latest: &[LatestAction], image: &str) -> Option<ImageAction> {
+fn last_action(latest: &[LatestAction], image: &str, gated: &BTreeSet<&str>) -> Option<ImageAction> {
     latest
         .iter()
         .map(|l| &l.record)
         .filter(|r| r.image == image)
         .max_by(|a, b| (a.created, a.updated, &a.key).cmp(&(b.created, b.updated, &b.key)))
-        .map(ImageAction::of)
+        .map(|r| ImageAction::of(r, gated))
 }
 
 fn image_status(name: &str, image: &str, moves: Vec<TagMove>) -> ImageStatus {
@@ -267,10 +276,10 @@ mod tests {
             record("app", "deploy", ActionState::Failed, "2026-11-30T12:20:00Z", "2026-11-30T12:25:00Z"),
             record("api", "rebase", ActionState::Rejected, "2026-11-30T13:00:00Z", "2026-11-30T13:00:00Z"),
         ];
-        let app = last_action(&latest, "app").unwrap();
+        let app = last_action(&latest, "app", &BTreeSet::new()).unwrap();
         assert_eq!((app.action.as_str(), app.state, app.holds), ("deploy", ActionState::Failed, true));
-        assert_eq!(last_action(&latest, "api").unwrap().state, ActionState::Rejected);
-        assert_eq!(last_action(&latest, "web"), None);
+        assert_eq!(last_action(&latest, "api", &BTreeSet::new()).unwrap().state, ActionState::Rejected);
+        assert_eq!(last_action(&latest, "web", &BTreeSet::new()), None);
 
         let mut image = image_status("app", "r.example/apps/app:latest", vec![]);
         image.last_action = Some(app);

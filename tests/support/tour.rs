@@ -27,7 +27,14 @@ pub struct Seen {
     pub alerts: Vec<String>,
     pub rebased: Vec<String>,
     pub rebuilds_planned: Vec<String>,
+    /// `rollback storefront` through the running daemon: the tag's move back, from → to.
+    pub rolled_back: Option<(String, String)>,
+    /// `freeze` then `unfreeze` through the running daemon: the freeze `status` showed between.
+    pub frozen_reason: Option<String>,
 }
+
+/// The variable the tour's config names for the daemon's API token, and what the tour sets it to.
+const TOKEN_ENV: &str = "BUILDER_MONITOR_API_TOKEN";
 
 /// The daemon, stopped when dropped.
 struct Running(Child);
@@ -46,7 +53,17 @@ fn say(text: &str) {
 
 /// Runs `bin` (the builder-monitor binary) with `args`, its output as text.
 fn cli(bin: &Path, dir: &Path, args: &[&str]) -> Result<String, String> {
-    let out = Command::new(bin).args(args).current_dir(dir).output().map_err(|e| format!("{}: {e}", bin.display()))?;
+    cli_with(bin, dir, args, &[])
+}
+
+/// [`cli`] with environment variables (the API token a write through the daemon needs).
+fn cli_with(bin: &Path, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<String, String> {
+    let mut command = Command::new(bin);
+    command.args(args).current_dir(dir).env_remove(TOKEN_ENV);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let out = command.output().map_err(|e| format!("{}: {e}", bin.display()))?;
     if !out.status.success() {
         return Err(format!("builder-monitor {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr)));
     }
@@ -132,7 +149,7 @@ pub async fn run(bin: &Path, dir: &Path, stay: bool) -> Result<Seen, String> {
     let config = format!(
         "# Written by the builder-monitor tour.\n\
          [monitor]\nstate = \"state.db\"\ninterval = \"2s\"\njitter = \"0s\"\n\n\
-         [server]\nlisten = \"127.0.0.1:0\"\n\n\
+         [server]\nlisten = \"127.0.0.1:0\"\napi_token_env = \"{TOKEN_ENV}\"\n\n\
 \
          [[builders]]\nname = \"jammy\"\nimage = \"{host}/cnb/builder:latest\"\n\n{images}\
          [runner]\nrebase = \"registry\"\n\n\
@@ -141,8 +158,11 @@ pub async fn run(bin: &Path, dir: &Path, stay: bool) -> Result<Seen, String> {
     );
     std::fs::write(dir.join("config.toml"), &config).map_err(|e| e.to_string())?;
     let log = std::fs::File::create(dir.join("daemon.log")).map_err(|e| e.to_string())?;
+    // A token of this run's own: the write half (rollback, freeze, approve) goes through the API.
+    let token = format!("tour-{:016x}", rand::random::<u64>());
     let child = Command::new(bin)
         .args(["run", "--config", "config.toml", "--log-format", "json"])
+        .env(TOKEN_ENV, &token)
         .current_dir(dir)
         .stdout(Stdio::null())
         .stderr(log)
@@ -150,6 +170,10 @@ pub async fn run(bin: &Path, dir: &Path, stay: bool) -> Result<Seen, String> {
         .map_err(|e| format!("{}: {e}", bin.display()))?;
     let daemon = Running(child);
     let addr = server_addr(dir).await?;
+    // The commands reach the running daemon at the config's `listen`: the port the system chose
+    // goes into the file (the daemon keeps what it bound; nothing races for a port).
+    let bound = config.replace("listen = \"127.0.0.1:0\"", &format!("listen = \"{addr}\""));
+    std::fs::write(dir.join("config.toml"), bound).map_err(|e| e.to_string())?;
     let page = format!("http://{addr}/");
     say(&format!("2. The daemon watches them: config {}/config.toml, page {page},", dir.display()));
     say(&format!("   alerts to a webhook at {}.", receiver.url));
@@ -208,10 +232,37 @@ pub async fn run(bin: &Path, dir: &Path, stay: bool) -> Result<Seen, String> {
     seen.alerts =
         receiver.received().iter().filter_map(|r| r.header("x-builder-monitor-event").map(str::to_string)).collect();
     say(&format!("\n5. The webhook received {} alerts: {}.", seen.alerts.len(), seen.alerts.join(", ")));
-    say(&format!("   The page shows all of it: {page}"));
-    say(&format!("   `builder-monitor status --config {}/config.toml` says the same in text.", dir.display()));
+
+    say("\n6. Undo, through the running daemon: storefront's tag goes back to its digest before the rebase.");
+    let auth = [(TOKEN_ENV, token.as_str())];
+    cli_with(bin, dir, &["rollback", "storefront", "--config", "config.toml"], &auth)?;
+    let back = until(bin, dir, "storefront's rollback", |s| {
+        let image = s["images"].as_array()?.iter().find(|i| i["name"] == "storefront")?;
+        let mv = image["moves"].as_array()?.first().filter(|m| m["kind"] == "rollback")?;
+        Some((mv["previous"].as_str()?.to_string(), mv["digest"].as_str()?.to_string()))
+    })
+    .await?;
+    say(&format!("   ✔ builder-monitor rollback storefront: {} → {}", short(&back.0), short(&back.1)));
+    seen.rolled_back = Some(back);
+    cli_with(bin, dir, &["freeze", "--reason", "tour: a change window", "--config", "config.toml"], &auth)?;
+    let reason =
+        until(bin, dir, "the freeze", |s| s["rollout"]["frozen"]["reason"].as_str().map(str::to_string)).await?;
+    say(&format!("   ✔ builder-monitor freeze: nothing starts until unfreeze (\"{reason}\" on the page)"));
+    seen.frozen_reason = Some(reason);
+    cli_with(bin, dir, &["unfreeze", "--config", "config.toml"], &auth)?;
+    until(bin, dir, "the unfreeze", |s| s["rollout"]["frozen"].is_null().then_some(())).await?;
+    say("   ✔ builder-monitor unfreeze");
+
+    say(&format!("\nThe page shows all of it: {page}"));
+    say(&format!("`builder-monitor status --config {}/config.toml` says the same in text.", dir.display()));
     if stay {
-        say("\nThe daemon keeps running for you to look around; Ctrl-C ends the tour.");
+        say("\nTry the write half yourself while the tour runs (the daemon's API needs its token):");
+        say(&format!("   export {TOKEN_ENV}={token}"));
+        let config = format!("--config {}/config.toml", dir.display());
+        say(&format!("   builder-monitor rollback orders {config}"));
+        say(&format!("   builder-monitor freeze --reason 'my change window' {config}   # then: unfreeze"));
+        say(&format!("   builder-monitor approve CHANGE_ID {config}   # a change's id is in `status`"));
+        say("The registry and the daemon keep running for you to look around; Ctrl-C ends the tour.");
         let _ = tokio::signal::ctrl_c().await;
     }
     drop(daemon);

@@ -14,9 +14,11 @@ use crate::text::escape;
 mod app;
 mod classify;
 mod limits;
+mod run_image;
 
 pub use app::*;
 pub use classify::{classify, describe};
+pub use run_image::{BaseRelease, base_release, classify_run_image, is_base_image};
 
 use limits::{Bounded, OVER_LIMIT, bounded, over_limit};
 pub use limits::{MAX_ENTRIES, MAX_LABEL_BYTES, MAX_PINNED_BYTES, json_size};
@@ -126,6 +128,10 @@ pub struct Change {
     pub run_image: Option<FromTo>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack_id: Option<FromTo>,
+    /// The OS release a run image moved between (`ubuntu 22.04` → `ubuntu 24.04`), from its
+    /// `io.buildpacks.base.distro.*` labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distro: Option<FromTo>,
     /// Per-platform kinds and reasons, when the builder has platforms.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub platforms: BTreeMap<String, PlatformChange>,
@@ -153,6 +159,7 @@ impl Change {
             lifecycle: None,
             run_image: None,
             stack_id: None,
+            distro: None,
             platforms: BTreeMap::new(),
             note: None,
             packages: None,
@@ -205,8 +212,11 @@ impl Change {
         }
         if let Some(s) = &self.stack_id {
             parts.push(format!("stack {} → {}", v(&s.from), v(&s.to)));
-        } else if self.reasons.contains(&Reason::StackId) {
+        } else if self.reasons.contains(&Reason::StackId) && self.distro.is_none() {
             parts.push("target, mixins or CNB user changed".into());
+        }
+        if let Some(d) = &self.distro {
+            parts.push(format!("distro {} → {}", v(&d.from), v(&d.to)));
         }
         if self.reasons.contains(&Reason::Order) {
             parts.push("detection order changed".into());
@@ -397,6 +407,10 @@ pub struct PinnedMetadata {
     /// their build image's labels).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub packages: BTreeMap<String, Packages>,
+    /// Platform → the OS release a base (run) image's labels name; builders say theirs in their
+    /// metadata.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub releases: BTreeMap<String, BaseRelease>,
     /// What was not read or not kept (an index cut to `max_platforms`, pieces over the budget).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -608,7 +622,10 @@ impl ApiSetDoc {
     fn all(self) -> Vec<String> {
         let mut all = self.supported;
         all.extend(self.deprecated);
-        all.sort();
+        // As versions (0.7 before 0.14), not as text.
+        all.sort_by_cached_key(|v| {
+            (v.split('.').map(|part| part.parse::<u64>().unwrap_or(u64::MAX)).collect::<Vec<_>>(), v.clone())
+        });
         all.dedup();
         all
     }

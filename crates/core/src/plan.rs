@@ -309,11 +309,15 @@ fn decide(mv: &Move<'_>, policy: Policy, app: &AppState) -> (Option<ActionKind>,
 }
 
 /// How far an app image is from its builder's current pin (the `plan` command).
+///
+/// `last_move` is the builder's newest change: a rebuild whose reason is not itself a move (a
+/// buildpack the builder does not list) names it, so the reason says what moved.
 pub fn assess(
     image: &impl PlannedImage,
     app: &AppState,
     builder: Option<&BuilderMetadata>,
     run_image: Option<&RunImageTarget>,
+    last_move: Option<&Change>,
 ) -> Decision {
     let decision = |action, why: String| Decision { image: image.name().to_string(), action, why };
     if image.policy() == Policy::Notify {
@@ -324,7 +328,15 @@ pub fn assess(
         AppState::NotCnb => Some((ActionKind::Rebuild, "not a CNB app image".to_string())),
         AppState::Unreachable(why) => return decision(None, format!("cannot read the app image: {why}")),
         AppState::Built { run_image_digest, buildpacks, launcher_version, .. } => {
-            let rebuild = builder.and_then(|b| rebuild_reason(b, buildpacks, launcher_version.as_deref()));
+            let rebuild =
+                builder.and_then(|b| rebuild_reason(b, buildpacks, launcher_version.as_deref())).map(|(why, moved)| {
+                    match last_move {
+                        Some(change) if !moved && matches!(change.kind, ChangeKind::Rebuild | ChangeKind::Unknown) => {
+                            format!("the builder moved ({}); {why}", change.details())
+                        }
+                        _ => why,
+                    }
+                });
             let rebase = run_image.and_then(|target| match run_image_digest {
                 Some(d) if target.digests.contains(d) => None,
                 Some(d) => {
@@ -352,8 +364,13 @@ pub fn assess(
     }
 }
 
-/// Why an app built with these buildpacks and launcher needs a rebuild on this builder, if it does.
-fn rebuild_reason(builder: &BuilderMetadata, buildpacks: &[Buildpack], launcher: Option<&str>) -> Option<String> {
+/// Why an app built with these buildpacks and launcher needs a rebuild on this builder, if it does,
+/// and whether that reason is a move (a version the builder no longer has).
+fn rebuild_reason(
+    builder: &BuilderMetadata,
+    buildpacks: &[Buildpack],
+    launcher: Option<&str>,
+) -> Option<(String, bool)> {
     let available: BTreeMap<&str, BTreeSet<&str>> = builder
         .layers
         .iter()
@@ -363,21 +380,26 @@ fn rebuild_reason(builder: &BuilderMetadata, buildpacks: &[Buildpack], launcher:
             acc.entry(id).or_insert_with(BTreeSet::new).extend(versions);
             acc
         });
-    for bp in buildpacks {
-        let Some(version) = bp.version.as_deref() else { continue };
-        match available.get(bp.id.as_str()) {
-            None => return Some(format!("built with {} {version}, which the builder no longer has", bp.id)),
-            Some(versions) if !versions.contains(version) => {
-                let now: Vec<&str> = versions.iter().copied().collect();
-                return Some(format!("built with {} {version}; the builder has {}", bp.id, now.join(", ")));
-            }
-            _ => {}
+    // What moved first: a buildpack the builder has at another version, then the lifecycle. A
+    // buildpack the builder does not list at all is said last: it is often a composite's part
+    // (`node-engine` of `nodejs`) that the builder's labels never named, not what moved.
+    let versioned = || buildpacks.iter().filter_map(|bp| bp.version.as_deref().map(|v| (bp.id.as_str(), v)));
+    for (id, version) in versioned() {
+        if let Some(versions) = available.get(id)
+            && !versions.contains(version)
+        {
+            let now: Vec<&str> = versions.iter().copied().collect();
+            return Some((format!("built with {id} {version}; the builder has {}", now.join(", ")), true));
         }
     }
-    match (launcher, builder.lifecycle.version.as_deref()) {
-        (Some(app), Some(now)) if app != now => Some(format!("built with lifecycle {app}; the builder has {now}")),
-        _ => None,
+    if let (Some(app), Some(now)) = (launcher, builder.lifecycle.version.as_deref())
+        && app != now
+    {
+        return Some((format!("built with lifecycle {app}; the builder has {now}"), true));
     }
+    versioned()
+        .find(|(id, _)| !available.contains_key(id))
+        .map(|(id, version)| (format!("built with {id} {version}, which the builder does not list"), false))
 }
 
 #[cfg(test)]
@@ -525,22 +547,57 @@ mod tests {
         };
         let t = target();
         let i = image("app", "jammy", Policy::Auto);
-        let d = assess(&i, &app("18.1.0", "0.21.14", "sha256:new"), Some(&builder), Some(&t));
+        let d = assess(&i, &app("18.1.0", "0.21.14", "sha256:new"), Some(&builder), Some(&t), None);
         assert_eq!(d.action, Some(ActionKind::Rebuild));
         assert_eq!(d.why, "built with paketo-buildpacks/java 18.1.0; the builder has 18.2.0");
-        let d = assess(&i, &app("18.2.0", "0.21.13", "sha256:new"), Some(&builder), Some(&t));
+        let d = assess(&i, &app("18.2.0", "0.21.13", "sha256:new"), Some(&builder), Some(&t), None);
         assert_eq!(d.why, "built with lifecycle 0.21.13; the builder has 0.21.14");
-        let d = assess(&i, &app("18.2.0", "0.21.14", "sha256:old"), Some(&builder), Some(&t));
+        let d = assess(&i, &app("18.2.0", "0.21.14", "sha256:old"), Some(&builder), Some(&t), None);
         assert_eq!(d.action, Some(ActionKind::Rebase));
-        let d = assess(&i, &app("18.2.0", "0.21.14", "sha256:new-amd64"), Some(&builder), Some(&t));
+        let d = assess(&i, &app("18.2.0", "0.21.14", "sha256:new-amd64"), Some(&builder), Some(&t), None);
         assert_eq!((d.action, d.why.as_str()), (None, "up to date with the builder's pin"));
-        let d = assess(&i, &AppState::Missing, Some(&builder), Some(&t));
+        let d = assess(&i, &AppState::Missing, Some(&builder), Some(&t), None);
         assert_eq!(d.action, Some(ActionKind::Rebuild));
         let forced = image("app", "jammy", Policy::Rebuild);
-        let d = assess(&forced, &app("18.2.0", "0.21.14", "sha256:old"), Some(&builder), Some(&t));
+        let d = assess(&forced, &app("18.2.0", "0.21.14", "sha256:old"), Some(&builder), Some(&t), None);
         assert_eq!(d.action, Some(ActionKind::Rebuild));
         let notify = image("app", "jammy", Policy::Notify);
-        assert_eq!(assess(&notify, &AppState::Missing, Some(&builder), Some(&t)).action, None);
+        assert_eq!(assess(&notify, &AppState::Missing, Some(&builder), Some(&t), None).action, None);
+
+        // Built with a part the builder's labels never listed (a composite's `node-engine`): the
+        // builder's own move is what the reason names first.
+        let node = AppState::Built {
+            run_image_digest: Some("sha256:new".into()),
+            buildpacks: vec![Buildpack {
+                id: "paketo-buildpacks/node-engine".into(),
+                version: Some("3.2.1".into()),
+                homepage: None,
+            }],
+            launcher_version: Some("0.21.14".into()),
+            digest: None,
+        };
+        let d = assess(&i, &node, Some(&builder), Some(&t), None);
+        assert_eq!(d.why, "built with paketo-buildpacks/node-engine 3.2.1, which the builder does not list");
+        let mut java = Change::unknown("x");
+        java.note = None;
+        java.kind = ChangeKind::Rebuild;
+        java.reasons = vec![Reason::Buildpack];
+        java.buildpacks = vec![crate::cnb::BuildpackChange {
+            id: "paketo-buildpacks/java".into(),
+            from: Some("18.1.0".into()),
+            to: Some("18.2.0".into()),
+            republished: false,
+        }];
+        let d = assess(&i, &node, Some(&builder), Some(&t), Some(&java));
+        assert_eq!(d.action, Some(ActionKind::Rebuild));
+        assert_eq!(
+            d.why,
+            "the builder moved (paketo-buildpacks/java 18.1.0 → 18.2.0); \
+             built with paketo-buildpacks/node-engine 3.2.1, which the builder does not list"
+        );
+        // A version move of the app's own buildpack is the reason itself.
+        let d = assess(&i, &app("18.1.0", "0.21.14", "sha256:new"), Some(&builder), Some(&t), Some(&java));
+        assert_eq!(d.why, "built with paketo-buildpacks/java 18.1.0; the builder has 18.2.0");
     }
 
     mod properties {

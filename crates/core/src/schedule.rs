@@ -39,9 +39,9 @@ pub enum CronError {
     #[error("cron expression \"{expression}\" never fires again")]
     NeverFires { expression: String },
     #[error(
-        "invalid cron expression \"{expression}\" (sec min hour day-of-month month day-of-week [year]; day-of-week 1 = Sunday, names like Mon-Fri are safer): {source}"
+        "invalid cron expression \"{expression}\" (sec min hour day-of-month month day-of-week [year]; day-of-week 1 = Sunday, names like Mon-Fri are safer): {reason}"
     )]
-    Invalid { expression: String, source: cron::error::Error },
+    Invalid { expression: String, reason: String },
 }
 
 impl Schedule {
@@ -58,7 +58,21 @@ impl Schedule {
                 }
                 Ok(Schedule::Cron { expression: expression.to_string(), schedule: Box::new(schedule) })
             }
-            Err(source) => Err(CronError::Invalid { expression: expression.to_string(), source }),
+            // The parser's own words run over several lines (its input echoed, a caret under
+            // it, then the reason): the reason alone, on one line, as every config error is.
+            Err(source) => {
+                let text = source.to_string();
+                let words: Vec<&str> = text
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && l.trim_matches('^') != "" && *l != expression.trim())
+                    .collect();
+                let reason = words.join("; ").split_whitespace().collect::<Vec<_>>().join(" ");
+                Err(CronError::Invalid {
+                    expression: expression.to_string(),
+                    reason: crate::text::clip(&reason, 200).into_owned(),
+                })
+            }
         }
     }
 
@@ -198,6 +212,10 @@ mod tests {
         assert!(e.contains("seconds first") && e.contains("\"0 */5 * * * *\""), "{e}");
         let e = Schedule::cron("0 0 25 * * *").unwrap_err().to_string();
         assert!(e.starts_with("invalid cron expression"), "{e}");
+        for bad in ["0 0 25 * * *", "0 0 * * * Mun", "x y z a b c", "0 0 0 31 2 * 2020-"] {
+            let e = Schedule::cron(bad).unwrap_err().to_string();
+            assert!(!e.contains('\n') && !e.contains("  ") && !e.contains('^'), "one line: {e:?}");
+        }
         let e = Schedule::cron("0 0 0 1 1 * 2020").unwrap_err().to_string();
         assert!(e.contains("never fires"), "{e}");
         assert!(Schedule::cron("@hourly").is_ok());

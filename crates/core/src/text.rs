@@ -3,6 +3,12 @@
 
 use std::borrow::Cow;
 
+/// `1 attempt`, `2 attempts`: a count with its noun, plural but for one.
+pub fn count(n: impl Into<u64>, noun: &str) -> String {
+    let n = n.into();
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
+
 /// Characters that can forge lines, move the cursor, recolour a terminal or reorder what is shown:
 /// C0 and C1 controls, DEL, and the Unicode bidirectional overrides.
 pub fn is_unsafe(c: char) -> bool {
@@ -74,6 +80,13 @@ mod tests {
         assert_eq!(escape("a\u{1b}[31mred\nFORGED\r\t\u{7f}\u{85}"), "a\\x1b[31mred\\nFORGED\\r\\t\\x7f\\x85");
         assert_eq!(escape("abc\u{202e}fed"), "abc\\u{202e}fed");
         assert_eq!(escape_keep_newlines("one\ntwo\u{1b}"), "one\ntwo\\x1b");
+    }
+
+    #[test]
+    fn counts_are_plural_but_for_one() {
+        assert_eq!(count(0u32, "attempt"), "0 attempts");
+        assert_eq!(count(1u32, "attempt"), "1 attempt");
+        assert_eq!(count(2u64, "attempt"), "2 attempts");
     }
 
     #[test]

@@ -288,6 +288,7 @@ mod tests {
             platforms: platforms.iter().map(|p| (p.to_string(), builder(buildpacks))).collect(),
             run_image: None,
             packages: platforms.iter().map(|p| (p.to_string(), list(packages))).collect(),
+            releases: Default::default(),
             notes: vec!["index lists 3 entries; read the first 2 distinct platforms, 1 ignored (1 duplicate)".into()],
         }
     }

@@ -94,6 +94,7 @@ fn single(m: BuilderMetadata) -> PinnedMetadata {
         platforms: [(key, PlatformMetadata::Builder(Box::new(m)))].into(),
         run_image: None,
         packages: Default::default(),
+        releases: Default::default(),
         notes: Vec::new(),
     }
 }
@@ -112,7 +113,7 @@ fn parses_a_paketo_jammy_builder() {
     let m = Jammy::new().metadata();
     assert_eq!(m.stack_id.as_deref(), Some("io.buildpacks.stacks.jammy"));
     assert_eq!(m.lifecycle.version.as_deref(), Some("0.21.13"));
-    assert_eq!(m.lifecycle.platform_apis, ["0.12", "0.13", "0.14", "0.7"]);
+    assert_eq!(m.lifecycle.platform_apis, ["0.7", "0.12", "0.13", "0.14"], "in version order");
     assert_eq!(m.run_image(), Some("index.docker.io/paketobuildpacks/run-jammy-base:latest"));
     assert_eq!(m.buildpacks.len(), 3);
     assert_eq!(m.buildpacks[0].id, "paketo-buildpacks/go");
@@ -350,6 +351,7 @@ fn classify_rules() {
         platforms: [("linux/amd64".into(), PlatformMetadata::NotBuilder)].into(),
         run_image: Option::None,
         packages: Default::default(),
+        releases: Default::default(),
         notes: Vec::new(),
     };
     let c = case("non-CNB image", &base.pinned(), &not_builder, Unknown, &[]);
@@ -359,6 +361,7 @@ fn classify_rules() {
             .into(),
         run_image: Option::None,
         packages: Default::default(),
+        releases: Default::default(),
         notes: Vec::new(),
     };
     case("unreadable metadata", &unreadable, &base.pinned(), Unknown, &[]);
@@ -383,6 +386,7 @@ fn multi_platform_changes_combine_to_the_strongest() {
             .into(),
             run_image: None,
             packages: Default::default(),
+            releases: Default::default(),
             notes: Vec::new(),
         }
     };
@@ -451,6 +455,7 @@ fn metadata_over_the_limits_becomes_an_unknown_move_with_a_note_not_the_metadata
             platforms: [("linux/amd64".into(), over)].into(),
             run_image: None,
             packages: Default::default(),
+            releases: Default::default(),
             notes: Vec::new(),
         },
     );

@@ -76,13 +76,8 @@ pub(super) struct PoolSummary {
     pub name: String,
     pub kind: RunnerKind,
     pub allow_privileged: bool,
-    /// The Secrets with its builds' registry credentials (see [`credential_secrets`]).
+    /// The Secrets with its builds' registry credentials: its images' templates may not reach them.
     pub credential_secrets: Vec<String>,
-}
-
-/// The Secrets that hold a pool's registry credentials: a pod template may not reach them.
-pub(super) fn credential_secrets(settings: &KubeRunnerSettings) -> Vec<String> {
-    settings.docker_config_secret.iter().chain(&settings.image_pull_secrets).cloned().collect()
 }
 
 /// Whether `value` is a label value Kubernetes takes (at most 63 of alphanumerics, `-_.`,
@@ -134,15 +129,13 @@ impl<'a> Validator<'a> {
                 }
             }
             let effective = if kube { kind } else { RunnerKind::Kubernetes };
-            let allow_privileged = raw.allow_privileged.unwrap_or(false);
-            let pool = self.pool(raw, DEFAULT_POOL.to_string(), effective, true);
             summaries.push(PoolSummary {
                 name: DEFAULT_POOL.into(),
                 kind: effective,
-                allow_privileged,
-                credential_secrets: pool.as_ref().map(|p| credential_secrets(&p.settings)).unwrap_or_default(),
+                allow_privileged: raw.allow_privileged.unwrap_or(false),
+                credential_secrets: raw.credential_secrets(),
             });
-            out.extend(pool);
+            out.extend(self.pool(raw, DEFAULT_POOL.to_string(), effective, true));
         }
         // With runner `none` (a dry run) the pools stay configured, unused; `exec` runs commands.
         if !pools.is_empty() && kind == RunnerKind::Exec {
@@ -186,16 +179,13 @@ impl<'a> Validator<'a> {
                     continue;
                 }
             };
-            let allow_privileged = raw.allow_privileged.unwrap_or(false);
-            let summary_name = name.get_ref().clone();
-            let pool = self.pool(raw, name.into_inner(), pool_kind, false);
             summaries.push(PoolSummary {
-                name: summary_name,
+                name: name.get_ref().clone(),
                 kind: pool_kind,
-                allow_privileged,
-                credential_secrets: pool.as_ref().map(|p| credential_secrets(&p.settings)).unwrap_or_default(),
+                allow_privileged: raw.allow_privileged.unwrap_or(false),
+                credential_secrets: raw.credential_secrets(),
             });
-            out.extend(pool);
+            out.extend(self.pool(raw, name.into_inner(), pool_kind, false));
         }
         self.pools = summaries;
         out
@@ -277,7 +267,7 @@ impl<'a> Validator<'a> {
             self.error(queue.span(), "a pool with a queue needs resources.requests (Kueue admits builds by their requests), e.g. resources = { requests = { cpu = \"1\", memory = \"2Gi\" } }");
         }
         let allow_privileged = raw.allow_privileged.unwrap_or(false);
-        let credentials = settings.as_ref().map(credential_secrets).unwrap_or_default();
+        let credentials = raw.credential_secrets();
         let pod_template =
             raw.pod_template.as_ref().and_then(|t| self.pod_template(t, kpack, allow_privileged, &credentials));
         if self.diagnostics.len() != errors_before {

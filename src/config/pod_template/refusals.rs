@@ -257,7 +257,7 @@ fn volumes<'a>(found: &mut Found, spec: &'a Value, credentials: &[String]) -> Ve
                     found.refuse(
                         format!("{at}.secret.secretName"),
                         format!("{CREDENTIALS} (the build mounts them into its own container only)"),
-                        Fix::RemoveAlways,
+                        Fix::Remove,
                     );
                 }
             } else if key == "projected" {
@@ -276,7 +276,7 @@ fn volumes<'a>(found: &mut Found, spec: &'a Value, credentials: &[String]) -> Ve
                             found.refuse(
                                 format!("{at}.secret.name"),
                                 format!("{CREDENTIALS} (the build mounts them into its own container only)"),
-                                Fix::RemoveAlways,
+                                Fix::Remove,
                             );
                         }
                     }
@@ -411,7 +411,7 @@ fn build_container(found: &mut Found, at: &str, c: &Value) {
         found.refuse(
             format!("{at}.restartPolicy"),
             "it would make the build's container a restarting sidecar",
-            Fix::RemoveAlways,
+            Fix::Remove,
         );
     }
 }

@@ -247,6 +247,8 @@ fn each_variant_is_refused_by_its_field_and_why() {
         let fields: Vec<&str> = found.iter().map(|r| r.field.as_str()).collect();
         assert_eq!(fields, [*field], "{yaml}");
         assert!(found[0].why.contains(why), "{field}: {:?} lacks {why:?}", found[0].why);
+        // Only what no pool may allow says so; the rest names allow_privileged as the way.
+        assert_eq!(found[0].fix == Fix::RemoveAlways, field.starts_with("spec.ephemeralContainers"), "{field}");
     }
 }
 

@@ -392,8 +392,9 @@ fn container(found: &mut Found, at: &str, c: &Value, secret_volumes: &[&str], cr
     secret_references(found, at, c, holder, credentials);
 }
 
-/// What a template adds to a build container runs next to its `/docker-config`: no command of the
-/// template's own, and it stays the container the build made it.
+/// What a template adds to a build container runs next to its `/docker-config`: no command, file
+/// in the builder's place or loader variable of the template's own, and it stays the container the
+/// build made it.
 fn build_container(found: &mut Found, at: &str, c: &Value) {
     if c.get("lifecycle").is_some_and(|l| !l.is_null()) {
         found.refuse(
@@ -414,6 +415,50 @@ fn build_container(found: &mut Found, at: &str, c: &Value) {
             Fix::Remove,
         );
     }
+    for (_, mount) in items(c, "volumeMounts") {
+        let path = text(mount.get("mountPath")).unwrap_or_default();
+        if under_cnb(path) {
+            found.refuse(
+                format!("{at}.volumeMounts[mountPath={path}]"),
+                "the template's own files would stand in for the builder's lifecycle and buildpacks, which run next to the registry credentials",
+                Fix::Remove,
+            );
+        }
+    }
+    for (j, env) in items(c, "env") {
+        if let Some(name) = text(env.get("name")).filter(|n| LOADER_VARIABLES.contains(n)) {
+            found.refuse(
+                item_path(&format!("{at}.env"), j, env),
+                format!("{name} would load the template's own code into the build's programs, next to its registry credentials"),
+                Fix::Remove,
+            );
+        }
+    }
+    for (j, from) in items(c, "envFrom") {
+        if from.get("configMapRef").is_some_and(|r| !r.is_null()) {
+            found.refuse(
+                format!("{at}.envFrom[{j}].configMapRef"),
+                format!("the names it sets are not known to check, and {} among them would load the template's own code next to the registry credentials (name each variable in env instead)", LOADER_VARIABLES.join(", ")),
+                Fix::Remove,
+            );
+        }
+    }
+}
+
+/// What makes the dynamic loader run code of someone else's choosing in every program it starts.
+const LOADER_VARIABLES: &[&str] = &["LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH"];
+
+/// Whether a mount path is `/cnb` or under it, as the kernel would resolve `.` and `..`.
+fn under_cnb(path: &str) -> bool {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => _ = parts.pop(),
+            part => parts.push(part),
+        }
+    }
+    parts.first() == Some(&"cnb")
 }
 
 /// Secrets through the environment: none into the build's container, and the registry credentials'

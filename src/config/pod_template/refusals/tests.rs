@@ -77,6 +77,18 @@ fn variants() -> Vec<(String, &'static str, &'static str)> {
             "spec.initContainers[name=source].restartPolicy",
             "restarting sidecar",
         ),
+        (
+            mounted("name: build", "[{ name: tools, configMap: { name: tools } }]", "tools").replace("/mnt", "/cnb/lifecycle"),
+            "spec.containers[name=build].volumeMounts[mountPath=/cnb/lifecycle]",
+            "stand in for the builder's lifecycle",
+        ),
+        (
+            mounted("name: rebase", "[{ name: tools, configMap: { name: tools } }]", "tools").replace("/mnt", "/layers/../cnb/lifecycle/rebaser"),
+            "spec.containers[name=rebase].volumeMounts[mountPath=/layers/../cnb/lifecycle/rebaser]",
+            "stand in for the builder's lifecycle",
+        ),
+        (build_with("env: [{ name: LD_PRELOAD, value: /mnt/hook.so }]"), "spec.containers[name=build].env[name=LD_PRELOAD]", "load the template's own code"),
+        (build_with("envFrom: [{ configMapRef: { name: build-env } }]"), "spec.containers[name=build].envFrom[0].configMapRef", "not known to check"),
         // The registry credentials' Secret, by any volume name, or through the environment.
         (
             mounted(PROXY, "[{ name: creds, secret: { secretName: regcred } }]", "creds"),
@@ -309,7 +321,10 @@ fn what_restricted_allows_is_not_refused() {
             "[{ name: ca, configMap: { name: corporate-ca } }, { name: tmp, emptyDir: {} }, { name: cache, persistentVolumeClaim: { claimName: c } }, { name: info, downwardAPI: { items: [{ path: labels, fieldRef: { fieldPath: metadata.labels } }] } }, { name: vault, csi: { driver: secrets-store.csi.k8s.io } }, { name: scratch, ephemeral: { volumeClaimTemplate: { spec: { accessModes: [ReadWriteOnce] } } } }, { name: mirror-auth, secret: { secretName: mirror-auth } }]",
             "mirror-auth",
         ),
-        sidecar("", ", env: [{ name: AUTH, valueFrom: { secretKeyRef: { name: mirror-auth, key: token } } }]"),
+        sidecar(
+            "",
+            ", env: [{ name: AUTH, valueFrom: { secretKeyRef: { name: mirror-auth, key: token } } }, { name: LD_PRELOAD, value: /x.so }], envFrom: [{ configMapRef: { name: proxy-env } }]",
+        ),
         // The build container tuned: resources, env, a CA bundle, an HTTP probe.
         mounted(
             "name: build, resources: { limits: { memory: 8Gi } }, env: [{ name: HTTP_PROXY, value: 'http://localhost:3128' }, { name: C, valueFrom: { configMapKeyRef: { name: c, key: k } } }], livenessProbe: { httpGet: { port: 8080 } }",
@@ -355,5 +370,15 @@ fn odd_shapes_give_no_refusal_and_no_panic() {
         json!({ "spec": { "securityContext": { "sysctls": 5, "seLinuxOptions": 5, "runAsUser": "0" } } }),
     ] {
         assert_eq!(refusals(&value, &Allowance::default()), [], "{value}");
+    }
+}
+
+#[test]
+fn a_mount_path_is_under_cnb_as_the_kernel_resolves_it() {
+    for path in ["/cnb", "/cnb/", "//cnb/lifecycle", "/./cnb/buildpacks", "/layers/../cnb", "/../cnb/x"] {
+        assert!(under_cnb(path), "{path}");
+    }
+    for path in ["/cnbx", "/workspace/cnb", "/etc/ssl/certs", "/", "", "/cnb/../etc"] {
+        assert!(!under_cnb(path), "{path}");
     }
 }

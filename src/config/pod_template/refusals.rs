@@ -88,7 +88,8 @@ const SAFE_SYSCTLS: &[&str] = &[
 /// The SELinux types Pod Security "baseline" allows.
 const SELINUX_TYPES: &[&str] = &["", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"];
 
-/// Every field of `template` that `allowance` does not allow, in the order of the file.
+/// Every field of `template` that `allowance` does not allow: the pod's, its volumes', then each
+/// init container's and container's.
 pub fn refusals(template: &Value, allowance: &Allowance<'_>) -> Vec<Refusal> {
     let mut found = Found::default();
     let spec = template.get("spec").unwrap_or(&Value::Null);
@@ -340,19 +341,18 @@ fn container(found: &mut Found, at: &str, c: &Value, secret_volumes: &[&str], cr
     // container in the other kind of build pod (`rebase` in a rebuild's). Restricted wants these set;
     // the build pod sets seccomp and runAsNonRoot for every container itself.
     if c.get("image").is_some_and(|i| !i.is_null()) {
-        let set = context;
-        let context = format!("{at}.securityContext");
-        if set.and_then(|s| s.get("allowPrivilegeEscalation")).is_none_or(Value::is_null) {
+        let context_at = format!("{at}.securityContext");
+        if context.and_then(|s| s.get("allowPrivilegeEscalation")).is_none_or(Value::is_null) {
             found.refuse(
-                format!("{context}.allowPrivilegeEscalation"),
+                format!("{context_at}.allowPrivilegeEscalation"),
                 format!("{RESTRICTED_REQUIRES} false: unset, a setuid program could gain root"),
                 Fix::Set("false"),
             );
         }
-        let drop = set.and_then(|s| s.get("capabilities")).and_then(|c| c.get("drop")).and_then(Value::as_array);
+        let drop = context.and_then(|s| s.get("capabilities")).and_then(|c| c.get("drop")).and_then(Value::as_array);
         if !drop.is_some_and(|d| d.iter().any(|c| c == "ALL")) {
             found.refuse(
-                format!("{context}.capabilities.drop"),
+                format!("{context_at}.capabilities.drop"),
                 format!(
                     "{RESTRICTED_REQUIRES} to hold ALL: without, the container keeps the runtime's default capabilities"
                 ),

@@ -1,6 +1,7 @@
 //! Runner pools across clusters, each cluster its own API double: builds go to the pool serving
 //! the app's platform, pass over a pool whose cluster is down, wait `queued` while Kueue holds
-//! their Job, and after a SIGKILL are found again in the cluster they were started in.
+//! their Job, and after a SIGKILL are found again in the cluster they were started in; `check`
+//! refuses a pool's or an image's pod template that reaches past what the pool allows.
 
 mod support;
 
@@ -65,7 +66,7 @@ impl Fleet {
         // A registry mirror beside the build, more memory for it, and the spot nodes' toleration.
         std::fs::write(
             dir.join("linux.yaml"),
-            "spec:\n  tolerations:\n  - key: spot\n    operator: Exists\n  containers:\n  - name: build\n    resources:\n      limits:\n        memory: 8Gi\n  - name: mirror\n    image: registry.example.com/mirror:2\n",
+            "spec:\n  tolerations:\n  - key: spot\n    operator: Exists\n  containers:\n  - name: build\n    resources:\n      limits:\n        memory: 8Gi\n  - name: mirror\n    image: registry.example.com/mirror:2\n    securityContext:\n      allowPrivilegeEscalation: false\n      capabilities:\n        drop: [ALL]\n",
         )
         .unwrap();
         let (a, b, c) =
@@ -518,4 +519,99 @@ async fn a_pool_missing_a_permission_in_its_cluster_stops_the_start_naming_it() 
         "{}",
         out.stderr
     );
+}
+
+/// The issue "Close what an attack on deploys, Git write-back and pod templates found", item 7:
+/// `check` exits 2 on a pool's template with a sidecar mounting the registry credentials' Secret
+/// under a volume name of its own and an init container running as root, and on an image's
+/// template that takes the pull Secret into its environment; each line names the file, the field,
+/// why and the fix. The same sidecar made restricted, without the Secret, passes.
+#[test]
+fn check_refuses_a_template_reaching_the_credentials_or_root() {
+    let ws = Workspace::new();
+    std::fs::create_dir(ws.path("templates")).unwrap();
+    let pool_template = ws.path("templates/linux.yaml");
+    let image_template = ws.path("templates/web.yaml");
+    let restricted = "securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: [ALL] } }";
+    std::fs::write(
+        &pool_template,
+        format!(
+            "spec:
+  volumes:
+  - {{ name: creds, secret: {{ secretName: regcred }} }}
+  initContainers:
+  - {{ name: certs, image: 'busybox:1', securityContext: {{ runAsUser: 0, allowPrivilegeEscalation: false, capabilities: {{ drop: [ALL] }} }} }}
+  containers:
+  - {{ name: mirror, image: 'mirror:2', {restricted}, volumeMounts: [{{ name: creds, mountPath: /creds }}] }}
+"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        &image_template,
+        format!(
+            "spec:
+  containers:
+  - {{ name: agent, image: 'agent:1', {restricted}, env: [{{ name: PULL, valueFrom: {{ secretKeyRef: {{ name: mirror-pull, key: .dockerconfigjson }} }} }}] }}
+"
+        ),
+    )
+    .unwrap();
+    let config = ws.config(
+        r#"[monitor]
+state = "state.db"
+
+[[builders]]
+name = "jammy"
+image = "127.0.0.1:9/demo/builder:latest"
+
+[[images]]
+name = "web"
+builder = "jammy"
+image = "127.0.0.1:9/apps/web:latest"
+policy = "rebuild"
+source = { git = "https://example.com/web.git", revision = "main" }
+pool = "linux"
+pod_template = "templates/web.yaml"
+
+[runner]
+type = "kubernetes"
+
+[[runner.pools]]
+name = "linux"
+namespace = "builds"
+docker_config_secret = "regcred"
+image_pull_secrets = ["mirror-pull"]
+pod_template = "templates/linux.yaml"
+"#,
+    );
+    let config = config.to_str().unwrap();
+    let out = ws.run(&["check", "--config", config]);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    let (pool_file, image_file) = (pool_template.display(), image_template.display());
+    for line in [
+        format!(
+            "pod_template {pool_file}: spec.volumes[name=creds].secret.secretName: it reaches the build's registry credentials (the build mounts them into its own container only); remove it, or set allow_privileged = true on the pool"
+        ),
+        format!(
+            "pod_template {pool_file}: spec.initContainers[name=certs].securityContext.runAsUser: Pod Security \"restricted\" refuses it: 0 runs as root; remove it, or set allow_privileged = true on the pool"
+        ),
+        format!(
+            "pod_template {image_file}: spec.containers[name=agent].env[name=PULL].valueFrom.secretKeyRef: it reaches the build's registry credentials; remove it, or set allow_privileged = true on the pool"
+        ),
+    ] {
+        assert!(out.stderr.contains(&line), "no {line:?} in\n{}", out.stderr);
+    }
+    assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+
+    // Restricted and without the Secret, the same sidecar is a template `check` takes.
+    std::fs::write(
+        &pool_template,
+        format!("spec:\n  containers:\n  - {{ name: mirror, image: 'mirror:2', {restricted} }}\n"),
+    )
+    .unwrap();
+    std::fs::write(&image_template, "spec:\n  containers:\n  - { name: build, env: [{ name: A, value: b }] }\n")
+        .unwrap();
+    let out = ws.run(&["check", "--config", config]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
 }

@@ -411,7 +411,12 @@ impl<'a> Validator<'a> {
                 Some(p) => p.kind == RunnerKind::Kpack,
                 None => self.pools.iter().any(|p| p.kind == RunnerKind::Kpack),
             };
-            self.pod_template(t, kpack, allow)
+            // The registry credentials of every pool the image may build in.
+            let credentials: Vec<String> = match named {
+                Some(p) => p.credential_secrets.clone(),
+                None => self.pools.iter().flat_map(|p| p.credential_secrets.iter().cloned()).collect(),
+            };
+            self.pod_template(t, kpack, allow, &credentials)
         });
         if self.diagnostics.len() != errors_before {
             return None;

@@ -151,6 +151,15 @@ pub(super) struct RawKubeRunner {
     cache_pvc: Option<String>,
 }
 
+impl RawKubeRunner {
+    /// The Secrets with the builds' registry credentials (`docker_config_secret`,
+    /// `image_pull_secrets`), as written: a pod template may not reach them, whether or not the
+    /// rest of the pool is valid.
+    pub(super) fn credential_secrets(&self) -> Vec<String> {
+        self.docker_config_secret.iter().chain(&self.image_pull_secrets).cloned().collect()
+    }
+}
+
 /// Why a value is not of a Kubernetes type.
 #[derive(Debug, thiserror::Error)]
 pub enum KubeValueError {

@@ -1,6 +1,7 @@
 //! Pod templates (`pod_template = "path/to/template.yaml"` on a pool or an image): a user's
 //! PodTemplateSpec laid under the build Job's pod, for what builder-monitor has no setting of its own
-//! (sidecars, extra volumes, environment, scheduling). [`read`] and [`refusals`] serve `check`;
+//! (sidecars, extra volumes, environment, scheduling). [`read`] and [`refusals`] serve `check`
+//! (what a template may not set, by Pod Security's profiles and the build's credentials);
 //! [`kpack_fields`] maps a template onto what kpack's Build can carry; [`merge`] builds the pod.
 //!
 //! The merge is k8s-openapi's `DeepMerge` (Kubernetes' list-map keys), with its atomic lists
@@ -16,6 +17,9 @@ use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec, Toleration
 use serde_json::Value;
 
 use super::{KubeValueError, k8s_typed};
+
+mod refusals;
+pub use refusals::{Allowance, Fix, Refusal, refusals};
 
 /// A template is a page of YAML: anything this big is a wrong path (a log, an image), not a template.
 pub const MAX_BYTES: usize = 1 << 20;
@@ -219,59 +223,6 @@ fn missing_merge_key(template: &PodTemplateSpec) -> Option<String> {
 
 fn or_empty<T>(list: &Option<Vec<T>>) -> &[T] {
     list.as_deref().unwrap_or_default()
-}
-
-/// One field a template may not set, by its path as a user would write it, e.g.
-/// `spec.containers[name=sidecar].securityContext.privileged`, `spec.volumes[name=host].hostPath`,
-/// `spec.hostNetwork`, `spec.containers[name=dind].securityContext.capabilities.add`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    pub field: String,
-    pub why: &'static str,
-}
-
-/// Privileged fields in a template (all of: privileged: true on any container/initContainer/ephemeral
-/// securityContext, non-empty capabilities.add, hostPath volumes, hostNetwork/hostPID/hostIPC true);
-/// empty when `allow_privileged`.
-pub fn refusals(template: &Value, allow_privileged: bool) -> Vec<Refusal> {
-    let mut found = Vec::new();
-    if allow_privileged {
-        return found;
-    }
-    let Some(spec) = template.get("spec") else { return found };
-    let mut refuse = |field: String, why| found.push(Refusal { field, why });
-    for (key, why) in [
-        ("hostNetwork", "the pod would share the node's network namespace"),
-        ("hostPID", "the pod would see and signal the node's processes"),
-        ("hostIPC", "the pod would share the node's IPC namespace"),
-    ] {
-        if spec.get(key) == Some(&Value::Bool(true)) {
-            refuse(format!("spec.{key}"), why);
-        }
-    }
-    for list in ["containers", "initContainers", "ephemeralContainers"] {
-        for (i, container) in items(spec, list) {
-            let at = item_path(&format!("spec.{list}"), i, container);
-            let context = container.get("securityContext");
-            if context.and_then(|s| s.get("privileged")) == Some(&Value::Bool(true)) {
-                refuse(format!("{at}.securityContext.privileged"), "a privileged container has the node's devices");
-            }
-            let added = context.and_then(|s| s.get("capabilities")).and_then(|c| c.get("add"));
-            if added.and_then(Value::as_array).is_some_and(|a| !a.is_empty()) {
-                refuse(format!("{at}.securityContext.capabilities.add"), "added capabilities widen what root can do");
-            }
-        }
-    }
-    for (i, volume) in items(spec, "volumes") {
-        if volume.get("hostPath").is_some_and(|h| !h.is_null()) {
-            refuse(format!("{}.hostPath", item_path("spec.volumes", i, volume)), "mounts the node's own filesystem");
-        }
-    }
-    found
-}
-
-fn items<'a>(parent: &'a Value, key: &str) -> impl Iterator<Item = (usize, &'a Value)> {
-    parent.get(key).and_then(Value::as_array).into_iter().flatten().enumerate()
 }
 
 /// `list[name=x]` as a user finds the item in the file, `list[3]` when it has no name.

@@ -76,6 +76,8 @@ pub(super) struct PoolSummary {
     pub name: String,
     pub kind: RunnerKind,
     pub allow_privileged: bool,
+    /// The Secrets with its builds' registry credentials: its images' templates may not reach them.
+    pub credential_secrets: Vec<String>,
 }
 
 /// Whether `value` is a label value Kubernetes takes (at most 63 of alphanumerics, `-_.`,
@@ -131,6 +133,7 @@ impl<'a> Validator<'a> {
                 name: DEFAULT_POOL.into(),
                 kind: effective,
                 allow_privileged: raw.allow_privileged.unwrap_or(false),
+                credential_secrets: raw.credential_secrets(),
             });
             out.extend(self.pool(raw, DEFAULT_POOL.to_string(), effective, true));
         }
@@ -180,6 +183,7 @@ impl<'a> Validator<'a> {
                 name: name.get_ref().clone(),
                 kind: pool_kind,
                 allow_privileged: raw.allow_privileged.unwrap_or(false),
+                credential_secrets: raw.credential_secrets(),
             });
             out.extend(self.pool(raw, name.into_inner(), pool_kind, false));
         }
@@ -263,7 +267,9 @@ impl<'a> Validator<'a> {
             self.error(queue.span(), "a pool with a queue needs resources.requests (Kueue admits builds by their requests), e.g. resources = { requests = { cpu = \"1\", memory = \"2Gi\" } }");
         }
         let allow_privileged = raw.allow_privileged.unwrap_or(false);
-        let pod_template = raw.pod_template.as_ref().and_then(|t| self.pod_template(t, kpack, allow_privileged));
+        let credentials = raw.credential_secrets();
+        let pod_template =
+            raw.pod_template.as_ref().and_then(|t| self.pod_template(t, kpack, allow_privileged, &credentials));
         if self.diagnostics.len() != errors_before {
             return None;
         }
@@ -283,12 +289,14 @@ impl<'a> Validator<'a> {
     }
 
     /// A `pod_template` file, read relative to the config and checked: every field that is
-    /// refused (privileged unless allowed; for kpack, what a Build cannot carry) is an error here.
+    /// refused (what Pod Security refuses, or reaches `credential_secrets`, unless allowed; for
+    /// kpack, what a Build cannot carry) is an error here.
     pub(super) fn pod_template(
         &mut self,
         path: &Spanned<String>,
         kpack: bool,
         allow_privileged: bool,
+        credential_secrets: &[String],
     ) -> Option<PodTemplate> {
         let file = self.path(path.get_ref());
         let value = match super::pod_template::read(&file) {
@@ -299,17 +307,10 @@ impl<'a> Validator<'a> {
             }
         };
         let mut ok = true;
-        for refusal in super::pod_template::refusals(&value, allow_privileged) {
+        let allowance = super::pod_template::Allowance { privileged: allow_privileged, credential_secrets };
+        for refusal in super::pod_template::refusals(&value, &allowance) {
             ok = false;
-            self.error(
-                path.span(),
-                format!(
-                    "pod_template {}: {}: {} (allow_privileged = true on the pool allows it)",
-                    file.display(),
-                    refusal.field,
-                    refusal.why
-                ),
-            );
+            self.error(path.span(), format!("pod_template {}: {refusal}", file.display()));
         }
         if !kpack {
             for problem in template_names(&value) {

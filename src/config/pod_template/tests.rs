@@ -290,66 +290,6 @@ fn no_templates_give_the_build_pod() {
     assert_eq!(merged(&[]), build_pod());
 }
 
-const PRIVILEGED: &str = "spec:
-  hostNetwork: true
-  hostPID: true
-  hostIPC: true
-  containers:
-  - name: dind
-    image: docker:dind
-    securityContext: { privileged: true, capabilities: { add: [SYS_ADMIN] } }
-  - image: other
-    securityContext: { capabilities: { add: [NET_ADMIN] } }
-  initContainers:
-  - { name: setup, image: 'x:1', securityContext: { privileged: true } }
-  volumes:
-  - { name: host, hostPath: { path: /var/run/docker.sock } }
-";
-
-#[test]
-fn every_privileged_field_is_refused() {
-    // Refusals read the value as given: `check` may call them before the typed validation.
-    let t: Value = serde_saphyr::from_str(PRIVILEGED).unwrap();
-    let fields: Vec<String> = refusals(&t, false).into_iter().map(|r| r.field).collect();
-    assert_eq!(
-        fields,
-        [
-            "spec.hostNetwork",
-            "spec.hostPID",
-            "spec.hostIPC",
-            "spec.containers[name=dind].securityContext.privileged",
-            "spec.containers[name=dind].securityContext.capabilities.add",
-            "spec.containers[1].securityContext.capabilities.add",
-            "spec.initContainers[name=setup].securityContext.privileged",
-            "spec.volumes[name=host].hostPath",
-        ]
-    );
-    let ephemeral =
-        json!({ "spec": { "ephemeralContainers": [{ "name": "debug", "securityContext": { "privileged": true } }] } });
-    assert_eq!(refusals(&ephemeral, false)[0].field, "spec.ephemeralContainers[name=debug].securityContext.privileged");
-}
-
-#[test]
-fn allow_privileged_allows_them_all() {
-    let t: Value = serde_saphyr::from_str(PRIVILEGED).unwrap();
-    assert_eq!(refusals(&t, true), []);
-}
-
-#[test]
-fn unprivileged_settings_are_not_refused() {
-    let t = template(
-        "spec:
-  hostNetwork: false
-  containers:
-  - name: build
-    securityContext: { privileged: false, capabilities: { add: [], drop: [ALL] } }
-  volumes:
-  - { name: tmp, emptyDir: {} }
-",
-    );
-    assert_eq!(refusals(&t, false), []);
-}
-
 #[test]
 fn kpack_takes_scheduling_fields_and_one_containers_env_and_resources() {
     let t = template(
@@ -520,12 +460,12 @@ fn odd_input_is_an_error_not_a_panic() {
         assert!(parse(text, "t.yaml").is_err(), "{text:?} parsed");
     }
     for value in [json!(5), json!(null), json!([]), json!({ "spec": 5 }), json!({ "spec": { "containers": 5 } })] {
-        let _ = refusals(&value, false);
+        let _ = refusals(&value, &Allowance::default());
         let _ = kpack_fields(&value);
         assert!(merge(&[&value], &build_pod()).is_err() || value == json!(null), "{value}");
         assert!(merge(&[], &value).is_err() || value == json!(null), "{value}");
     }
     let odd = json!({ "spec": { "containers": [5, { "name": 3, "securityContext": 7 }], "volumes": [null, 1], "hostNetwork": "yes" } });
-    assert_eq!(refusals(&odd, false), []);
+    assert_eq!(refusals(&odd, &Allowance::default()), []);
     assert!(kpack_fields(&odd).is_err());
 }

@@ -271,6 +271,7 @@ mod tests {
             reasons: Vec::new(),
             summary: format!("{}: {details}", kind.as_str()),
             rollback: false,
+            run_image: None,
             packages: None,
         }
     }

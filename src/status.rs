@@ -204,8 +204,12 @@ pub struct ChangeSummary {
     pub current: String,
     pub kind: ChangeKind,
     pub reasons: Vec<Reason>,
+    /// For people: digests cut to 12 hex digits (`run@sha256:3681a3c4e5f6…`).
     pub summary: String,
     pub rollback: bool,
+    /// The run image's whole references, from → to, when it moved (the summary shortens them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_image: Option<builder_monitor_core::cnb::FromTo>,
     /// The OS packages the move changed, when both sides listed them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub packages: Option<PackageDiff>,
@@ -370,6 +374,7 @@ fn builder_status(
                 reasons: c.change.reasons.clone(),
                 summary: c.change.summary(),
                 rollback: c.rollback,
+                run_image: c.change.run_image.clone(),
                 packages: c.change.packages.clone(),
             })
             .collect(),

@@ -185,6 +185,14 @@ pub(super) fn kind_badge(kind: ChangeKind) -> String {
     format!("<span class=\"kind kind-{0}\">{0}</span>", kind.as_str())
 }
 
+/// The whole references the summary shortens, for its tooltip (`title=""` when there are none).
+pub(super) fn full_references(change: &ChangeSummary) -> String {
+    match &change.run_image {
+        Some(r) => format!("run image {} → {}", r.from.as_deref().unwrap_or("?"), r.to.as_deref().unwrap_or("?")),
+        None => String::new(),
+    }
+}
+
 /// The summary without its leading `kind: `, which the badge beside it already says.
 pub(super) fn details(change: &ChangeSummary) -> &str {
     change

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
 
-use super::html::{Breakable, Text, ago, anchor, details, kind_badge, short, span, time_element};
+use super::html::{Breakable, Text, ago, anchor, details, full_references, kind_badge, short, span, time_element};
 use crate::config::Config;
 use crate::status::BuilderStatus;
 use builder_monitor_core::schedule::{Schedule, parse_timestamp};
@@ -121,9 +121,10 @@ pub(super) fn table(
             Some(c) => {
                 let _ = write!(
                     out,
-                    "{} {}<span class=\"sub\">{}</span><span class=\"sub\"><a href=\"#{}\">history ({})</a></span>",
+                    "{} {}<span class=\"sub\" title=\"{}\">{}</span><span class=\"sub\"><a href=\"#{}\">history ({})</a></span>",
                     kind_badge(c.kind),
                     ago(&c.time, now),
+                    Text(&full_references(c)),
                     Text(details(c)),
                     anchor("history", &w.name),
                     w.changes.len()
@@ -270,6 +271,24 @@ mod tests {
             html.contains("<tr class=\"builder\" data-name=\"d\"><td data-label=\"Builder\" id=\"watch-d\">"),
             "{html}"
         );
+    }
+
+    /// A run image move's summary shows 12 hex digits of each reference; its tooltip the whole.
+    #[test]
+    fn a_moves_references_are_short_with_the_whole_in_the_tooltip() {
+        let full = |c: char| format!("registry.example.com/cnb/run@sha256:{}", c.to_string().repeat(64));
+        let mut moved = builder_monitor_core::cnb::Change::run_image_moved(full('a'), full('b'));
+        moved.platforms.clear();
+        let mut c = change("jammy-2", "2025-03-04T10:00:00Z", 'b', 'a', ChangeKind::Rebase, "");
+        c.summary = moved.summary();
+        c.run_image = moved.run_image.clone();
+        let mut jammy = watch("jammy", "registry.example.com/paketo/builder:latest");
+        jammy.changes = vec![c];
+        let mut html = String::new();
+        table(&mut html, &[jammy], &config(""), now(), false);
+        let short = |c: char| format!("registry.example.com/cnb/run@sha256:{}…", c.to_string().repeat(12));
+        assert!(html.contains(&format!("run image {} → {}</span>", short('a'), short('b'))), "{html}");
+        assert!(html.contains(&format!("title=\"run image {} → {}\"", full('a'), full('b'))), "{html}");
     }
 
     /// Each watch's history is a closed `<details>` whose summary names the newest change; the

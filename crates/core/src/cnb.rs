@@ -222,7 +222,8 @@ impl Change {
             parts.push("detection order changed".into());
         }
         if let Some(r) = &self.run_image {
-            parts.push(format!("run image {} → {}", v(&r.from), v(&r.to)));
+            let short = |s: &Option<String>| crate::text::short_reference(&v(s)).into_owned();
+            parts.push(format!("run image {} → {}", short(&r.from), short(&r.to)));
         } else if self.reasons.contains(&Reason::Stack) {
             parts.push("base layers changed".into());
         }

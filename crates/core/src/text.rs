@@ -9,6 +9,18 @@ pub fn count(n: impl Into<u64>, noun: &str) -> String {
     format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
 }
 
+/// A reference or digest for people: `repo@sha256:` and 12 hex digits, then `…`
+/// (`registry.example/run@sha256:3681a3c4e5f6…`); anything else as it is. JSON keeps the whole.
+pub fn short_reference(reference: &str) -> Cow<'_, str> {
+    const KEPT: usize = 12;
+    let Some(at) = reference.find("sha256:") else { return Cow::Borrowed(reference) };
+    let hex = &reference[at + "sha256:".len()..];
+    if hex.len() <= KEPT + 1 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Cow::Borrowed(reference);
+    }
+    Cow::Owned(format!("{}…", &reference[..at + "sha256:".len() + KEPT]))
+}
+
 /// Characters that can forge lines, move the cursor, recolour a terminal or reorder what is shown:
 /// C0 and C1 controls, DEL, and the Unicode bidirectional overrides.
 pub fn is_unsafe(c: char) -> bool {
@@ -80,6 +92,16 @@ mod tests {
         assert_eq!(escape("a\u{1b}[31mred\nFORGED\r\t\u{7f}\u{85}"), "a\\x1b[31mred\\nFORGED\\r\\t\\x7f\\x85");
         assert_eq!(escape("abc\u{202e}fed"), "abc\\u{202e}fed");
         assert_eq!(escape_keep_newlines("one\ntwo\u{1b}"), "one\ntwo\\x1b");
+    }
+
+    #[test]
+    fn references_show_twelve_hex_digits() {
+        let full = format!("r.example/cnb/run@sha256:{}", "3681a3c4e5f6".repeat(5) + "abcd");
+        assert_eq!(short_reference(&full), "r.example/cnb/run@sha256:3681a3c4e5f6…");
+        assert_eq!(short_reference(&full[18..]), "sha256:3681a3c4e5f6…");
+        for kept in ["r.example/cnb/run:latest", "run@sha256:aaa", "sha256:not-hex-at-all-but-long-enough"] {
+            assert_eq!(short_reference(kept), kept);
+        }
     }
 
     #[test]

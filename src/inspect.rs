@@ -181,6 +181,7 @@ async fn metadata_of(
             metadata.platforms.insert(key.clone(), platform.clone());
             metadata.packages.extend(packages.clone().map(|p| (key.clone(), p)));
         }
+        metadata.note_cut_lists(&image.pinned(&observation.digest));
         metadata.fit(MAX_PINNED_BYTES);
         return Ok(metadata);
     }
@@ -204,6 +205,8 @@ async fn metadata_of(
         let kept = (metadata.platforms[&platform].clone(), metadata.packages.get(&platform).cloned());
         read.insert(digest, kept);
     }
+    metadata.note_cut_lists(&image.pinned(&observation.digest));
+    metadata.fit(MAX_PINNED_BYTES);
     Ok(metadata)
 }
 
@@ -223,6 +226,7 @@ pub async fn run_image_packages(
         if let Some(packages) = platform_packages(registry, image, config, &observation.single_layers).await {
             metadata.packages.extend(observation.platforms.keys().map(|k| (k.clone(), packages.clone())));
         }
+        metadata.note_cut_lists(&image.pinned(&observation.digest));
         metadata.fit(MAX_PINNED_BYTES);
         return metadata;
     }
@@ -247,6 +251,8 @@ pub async fn run_image_packages(
         metadata.fit(MAX_PINNED_BYTES);
         read.insert(digest, metadata.packages.get(&platform).cloned());
     }
+    metadata.note_cut_lists(&image.pinned(&observation.digest));
+    metadata.fit(MAX_PINNED_BYTES);
     metadata
 }
 
@@ -392,7 +398,12 @@ pub async fn diff(
     let [(old_ref, old_meta), (new_ref, new_meta)] = <[_; 2]>::try_from(sides).expect("two sides");
     let both_base = base_image(&old_meta) && base_image(&new_meta);
     let mut change = if both_base && !(old_meta.packages.is_empty() && new_meta.packages.is_empty()) {
-        Change::run_image_moved(old_ref, new_ref).with_packages(&old_meta.packages, &new_meta.packages)
+        let names = (old_ref.clone(), new_ref.clone());
+        Change::run_image_moved(old_ref, new_ref).with_packages(
+            &old_meta.packages,
+            &new_meta.packages,
+            (&names.0, &names.1),
+        )
     } else if both_base {
         // Two run images (or any two base images) that list no packages: all there is to say.
         Change::unknown(

@@ -272,6 +272,8 @@ mod tests {
             summary: format!("{}: {details}", kind.as_str()),
             rollback: false,
             packages: None,
+            packages_note: None,
+            notes: Vec::new(),
         }
     }
 

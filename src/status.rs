@@ -86,7 +86,7 @@ pub struct BuilderStatus {
     pub builders: Vec<String>,
     pub changes: Vec<ChangeSummary>,
     /// What the pin left out: index entries over `max_platforms` or duplicated, metadata over the
-    /// pin's ledger budget.
+    /// pin's ledger budget, package lists cut at their cap.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
 }
@@ -125,6 +125,12 @@ pub struct ChangeSummary {
     /// The OS packages the move changed, when both sides listed them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub packages: Option<PackageDiff>,
+    /// Why the package diff is missing or partial (a list unreadable, or cut at its cap).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub packages_note: Option<String>,
+    /// What the new pin left out, so the move was decided on less than the whole image.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// Builds the report for the builders in `config`, with up to `recent` changes each.
@@ -284,6 +290,8 @@ fn builder_status(
                 summary: c.change.summary(),
                 rollback: c.rollback,
                 packages: c.change.packages.clone(),
+                packages_note: c.change.packages_note.clone(),
+                notes: c.change.notes.clone(),
             })
             .collect(),
     }

@@ -149,7 +149,11 @@ pub fn found(watch: &Watch, record: Option<&WatchRecord>, observed: Result<Obser
             let moved = Change::run_image_moved(previous.reference.clone(), current.reference.clone());
             let before = before.map(|m| m.packages).unwrap_or_default();
             let after = now.map(|m| m.packages.clone()).unwrap_or_default();
-            (EventType::RunImageChanged, moved.with_packages(&before, &after))
+            let names = (previous.reference.as_str(), current.reference.as_str());
+            let mut change = moved.with_packages(&before, &after, names);
+            // As for a builder's move: what the new pin left out (an index or a list cut).
+            change.notes = now.map(|m| m.notes.clone()).unwrap_or_default();
+            (EventType::RunImageChanged, change)
         }
         (WatchKind::Builder, Some(now), Some(before)) => (EventType::BuilderChanged, cnb::classify(&before, now)),
         (WatchKind::Builder, _, _) => {

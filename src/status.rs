@@ -17,6 +17,7 @@ use crate::ledger::{
 };
 use builder_monitor_core::cnb::{ChangeKind, Reason, run_watch_name};
 use builder_monitor_core::packages::PackageDiff;
+use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::rollout::Freeze;
 use builder_monitor_core::schedule::{timestamp, timestamp_millis};
 use builder_monitor_core::text::escape;
@@ -217,9 +218,34 @@ pub async fn open_actions(
         a.gate = Some(gate);
         a.waiting_for = Some(why);
     }
+    cluster_waits(config, &mut open).await;
     let windows = &config.rollout.windows;
     let rollout = RolloutStatus { frozen, window_open: windows.is_open(now), next_window: windows.describe_next(now) };
     Ok((open, rollout))
+}
+
+/// How long `status` waits for the cluster to answer before saying its actions wait for it.
+const CLUSTER_ANSWER: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Marks the pending actions that no other gate keeps but that run on a Kubernetes cluster that
+/// cannot be configured or does not answer: they wait for it (gate `cluster`, and why). The
+/// cluster is asked only when such an action is pending.
+async fn cluster_waits(config: &Config, open: &mut [OpenAction]) {
+    let on_cluster = |a: &OpenAction| {
+        ActionKind::parse(&a.action).is_some_and(|kind| {
+            let backend = crate::runner::backend::for_action(&config.runner, kind);
+            crate::runner::backend::on_the_cluster(backend) && backend.takes(kind)
+        })
+    };
+    let waits = |a: &OpenAction| a.state == ActionState::Pending && a.gate.is_none() && on_cluster(a);
+    if !open.iter().any(waits) {
+        return;
+    }
+    let Some(why) = crate::cluster::actions_wait(config, CLUSTER_ANSWER).await else { return };
+    for a in open.iter_mut().filter(|a| waits(a)) {
+        a.gate = Some("cluster");
+        a.waiting_for = Some(why.clone());
+    }
 }
 
 fn next_check(schedule: &builder_monitor_core::schedule::Schedule, record: Option<&WatchRecord>) -> Option<String> {

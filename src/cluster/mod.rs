@@ -193,6 +193,102 @@ pub fn required_permissions(config: &Config) -> Vec<Permission> {
     out
 }
 
+/// What in `config` carries out actions on `[kubernetes]`'s cluster, as messages name it: each
+/// `[[images]]` with `deploy` workloads (when deploys go to workloads), a Kubernetes or kpack
+/// runner, the pools on that cluster. Empty when no action needs it.
+pub fn action_users(config: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    let deploys = crate::runner::backend::for_action(&config.runner, builder_monitor_core::plan::ActionKind::Deploy);
+    if deploys.name() == "deploy" {
+        out.extend(
+            config.images.iter().filter(|i| !i.deploy.is_empty()).map(|i| format!("image \"{}\"'s deploy", i.name)),
+        );
+    }
+    for backend in crate::runner::backend::in_force(&config.runner) {
+        if matches!(backend.name(), "kubernetes" | "kpack") {
+            out.push(backend.setting().to_string());
+            let named =
+                config.runner.pools.iter().filter(|p| p.cluster.is_none() && p.name != crate::config::DEFAULT_POOL);
+            out.extend(named.map(|p| format!("pool \"{}\"", p.name)));
+        }
+    }
+    out
+}
+
+/// Whether only actions need `[kubernetes]`'s cluster, so the daemon can run without it: not its
+/// ledger, its lease or its ClusterBuilders.
+pub fn only_actions_need_it(config: &Config) -> bool {
+    !config.kubernetes.publish
+        && !config.kubernetes.leader_election
+        && !matches!(config.monitor.state, StateLocation::Kubernetes)
+}
+
+/// How to give the daemon a cluster, for the messages of one it cannot configure.
+pub const CONFIGURE: &str = "set [kubernetes] kubeconfig = \"/path/to/kubeconfig\" (and context, if not its current one), \
+     or provide $KUBECONFIG or ~/.kube/config, or run the daemon in a pod";
+
+/// `check`'s and `deploy`'s preflight: every cluster that actions need can be configured (a
+/// kubeconfig is found and names a usable context; nothing is sent to the cluster). Each problem
+/// names what needs the cluster and how to give it one.
+pub async fn preflight(config: &Config) -> Vec<String> {
+    let mut problems = Vec::new();
+    let users = action_users(config);
+    if !users.is_empty()
+        && let Err(error) = client(&config.kubernetes).await
+    {
+        problems.push(format!(
+            "{} need{} a Kubernetes cluster, and none can be configured ({error}): {CONFIGURE}",
+            users.join(", "),
+            if users.len() == 1 { "s" } else { "" }
+        ));
+    }
+    let runs_pools =
+        crate::runner::backend::in_force(&config.runner).iter().any(|b| matches!(b.name(), "kubernetes" | "kpack"));
+    for pool in config.runner.pools.iter().filter(|_| runs_pools) {
+        let Some(cluster) = &pool.cluster else { continue };
+        let settings = KubernetesSettings {
+            kubeconfig: cluster.kubeconfig.clone(),
+            context: cluster.context.clone(),
+            ..Default::default()
+        };
+        if let Err(error) = client(&settings).await {
+            problems.push(format!(
+                "pool \"{}\" needs its Kubernetes cluster, and it cannot be configured ({error}): set its cluster = {{ kubeconfig = \"/path/to/kubeconfig\" }}",
+                pool.name
+            ));
+        }
+    }
+    problems
+}
+
+/// Why the actions on `[kubernetes]`'s cluster wait, when they do: none can be configured, or it
+/// does not answer (within `within`). `None` when it answers, or no action needs it.
+pub async fn actions_wait(config: &Config, within: std::time::Duration) -> Option<String> {
+    if action_users(config).is_empty() {
+        return None;
+    }
+    let client = match client(&config.kubernetes).await {
+        Ok(client) => client,
+        Err(error) => return Some(no_cluster(&error)),
+    };
+    // Any HTTP answer will do, even a refusal: the question is only whether it answers.
+    match tokio::time::timeout(within, client.apiserver_version()).await {
+        Err(_) => Some(format!("the Kubernetes cluster of [kubernetes] does not answer (nothing within {within:?})")),
+        Ok(Err(error)) if crate::runner::pool::unanswered(&error) => Some(unreachable(&error)),
+        Ok(_) => None,
+    }
+}
+
+/// Why actions wait when no cluster can be configured.
+pub fn no_cluster(error: &ClusterError) -> String {
+    format!("no Kubernetes cluster: {error}; {CONFIGURE}")
+}
+
+/// Why actions wait when the cluster does not answer.
+pub fn unreachable(error: &kube::Error) -> String {
+    format!("the Kubernetes cluster of [kubernetes] does not answer: {error}")
+}
+
 /// The client of every pool with a cluster of its own, each pool's permissions checked there. A
 /// cluster that does not answer now is no reason to stop: its builds go to other pools until it
 /// does (logged); one that answers without a permission the pool needs is, named per pool.

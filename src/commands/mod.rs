@@ -163,6 +163,11 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
                     unmet.join("\n  ")
                 )));
             }
+            // A config whose deploys or builds no daemon could carry out is not one to run.
+            let no_cluster = cluster::preflight(&config).await;
+            if !no_cluster.is_empty() {
+                return Err(usage(anyhow::anyhow!("{}: {}", config.source.display(), no_cluster.join("\n  "))));
+            }
             // Still a valid config (for resolve, diff, alert test), but not one to run.
             if let Err(Failure { error, .. }) = watches_something(&config) {
                 // Through the log stream, in order with the log lines before it (eprintln! would

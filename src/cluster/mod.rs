@@ -227,38 +227,21 @@ pub fn only_actions_need_it(config: &Config) -> bool {
 pub const CONFIGURE: &str = "set [kubernetes] kubeconfig = \"/path/to/kubeconfig\" (and context, if not its current one), \
      or provide $KUBECONFIG or ~/.kube/config, or run the daemon in a pod";
 
-/// `check`'s and `deploy`'s preflight: every cluster that actions need can be configured (a
-/// kubeconfig is found and names a usable context; nothing is sent to the cluster). Each problem
-/// names what needs the cluster and how to give it one.
-pub async fn preflight(config: &Config) -> Vec<String> {
-    let mut problems = Vec::new();
+/// `check`'s preflight: the cluster that actions need can be configured (a
+/// kubeconfig is found and names a usable context; nothing is sent to the cluster), else what
+/// needs it and how to give it one. A pool with a cluster of its own names its kubeconfig, which
+/// only the daemon reads (the chart mounts it there alone).
+pub async fn preflight(config: &Config) -> Option<String> {
     let users = action_users(config);
-    if !users.is_empty()
-        && let Err(error) = client(&config.kubernetes).await
-    {
-        problems.push(format!(
-            "{} need{} a Kubernetes cluster, and none can be configured ({error}): {CONFIGURE}",
-            users.join(", "),
-            if users.len() == 1 { "s" } else { "" }
-        ));
+    if users.is_empty() {
+        return None;
     }
-    let runs_pools =
-        crate::runner::backend::in_force(&config.runner).iter().any(|b| matches!(b.name(), "kubernetes" | "kpack"));
-    for pool in config.runner.pools.iter().filter(|_| runs_pools) {
-        let Some(cluster) = &pool.cluster else { continue };
-        let settings = KubernetesSettings {
-            kubeconfig: cluster.kubeconfig.clone(),
-            context: cluster.context.clone(),
-            ..Default::default()
-        };
-        if let Err(error) = client(&settings).await {
-            problems.push(format!(
-                "pool \"{}\" needs its Kubernetes cluster, and it cannot be configured ({error}): set its cluster = {{ kubeconfig = \"/path/to/kubeconfig\" }}",
-                pool.name
-            ));
-        }
-    }
-    problems
+    let error = client(&config.kubernetes).await.err()?;
+    let needs = if users.len() == 1 { "needs" } else { "need" };
+    Some(format!(
+        "{} {needs} a Kubernetes cluster, and none can be configured ({error}): {CONFIGURE}",
+        users.join(", ")
+    ))
 }
 
 /// Why the actions on `[kubernetes]`'s cluster wait, when they do: none can be configured, or it

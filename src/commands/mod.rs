@@ -164,9 +164,8 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
                 )));
             }
             // A config whose deploys or builds no daemon could carry out is not one to run.
-            let no_cluster = cluster::preflight(&config).await;
-            if !no_cluster.is_empty() {
-                return Err(usage(anyhow::anyhow!("{}: {}", config.source.display(), no_cluster.join("\n  "))));
+            if let Some(no_cluster) = cluster::preflight(&config).await {
+                return Err(usage(anyhow::anyhow!("{}: {no_cluster}", config.source.display())));
             }
             // Still a valid config (for resolve, diff, alert test), but not one to run.
             if let Err(Failure { error, .. }) = watches_something(&config) {

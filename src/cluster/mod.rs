@@ -204,11 +204,12 @@ pub fn action_users(config: &Config) -> Vec<String> {
             config.images.iter().filter(|i| !i.deploy.is_empty()).map(|i| format!("image \"{}\"'s deploy", i.name)),
         );
     }
+    // Builds need it when a pool is on it; pools with clusters of their own do not.
+    let on_it: Vec<&crate::config::Pool> = config.runner.pools.iter().filter(|p| p.cluster.is_none()).collect();
     for backend in crate::runner::backend::in_force(&config.runner) {
-        if matches!(backend.name(), "kubernetes" | "kpack") {
+        if matches!(backend.name(), "kubernetes" | "kpack") && !on_it.is_empty() {
             out.push(backend.setting().to_string());
-            let named =
-                config.runner.pools.iter().filter(|p| p.cluster.is_none() && p.name != crate::config::DEFAULT_POOL);
+            let named = on_it.iter().filter(|p| p.name != crate::config::DEFAULT_POOL);
             out.extend(named.map(|p| format!("pool \"{}\"", p.name)));
         }
     }

@@ -422,4 +422,24 @@ mod tests {
         assert_eq!(exec.backend(ActionKind::Rebuild).name(), "exec");
         assert_eq!(exec.backend(ActionKind::Rebase).name(), "registry");
     }
+
+    /// Without a cluster client, a Kubernetes runner and deploys to workloads still start (before,
+    /// `NoClient` stopped the daemon): their actions are not claimed while the cluster is waited
+    /// for, registry rebases are, and once it answers everything is claimed again.
+    #[test]
+    fn actions_on_a_cluster_being_waited_for_are_not_claimed() {
+        let text = "[[builders]]\nname = \"b\"\nimage = \"registry.example.com/b:1\"\n\
+                    [[images]]\nname = \"app\"\nbuilder = \"b\"\nimage = \"registry.example.com/app:1\"\n\
+                    deploy = [{ kind = \"Deployment\", namespace = \"shop\", name = \"app\" }]\n\
+                    [runner]\ntype = \"kubernetes\"\nrebase = \"registry\"\n";
+        let config = Config::parse(std::path::Path::new("/config.toml"), text).unwrap();
+        let waiting = Clusters { waiting: Some("no Kubernetes cluster: …".into()), ..Clusters::default() };
+        let backends = Backends::for_config(&config, waiting, CancellationToken::new()).unwrap();
+        assert_eq!(backends.cluster_wait().as_deref(), Some("no Kubernetes cluster: …"));
+        assert_eq!(backends.claims(), Kinds::from(ActionKind::Rebase));
+        assert!(backends.act() && backends.cluster.is_none() && backends.deploy_client.is_none());
+        backends.cluster_answers();
+        let all = Kinds::from(ActionKind::Rebase).with(ActionKind::Rebuild).with(ActionKind::Deploy);
+        assert_eq!(backends.claims(), all);
+    }
 }

@@ -32,18 +32,6 @@ pub async fn run(args: Args<'_>) -> Result<u8, Failure> {
     let config = load_config(path, Secrets::Skip)?;
     // Before any lock, registry or ledger: a wrong name or digest is a usage error, whatever they say.
     deploy::check(&config, image, to).map_err(usage)?;
-    // Nor is a deploy to workloads recorded when no daemon could write them: no cluster at all.
-    let to_workloads =
-        builder_monitor::runner::backend::for_action(&config.runner, ActionKind::Deploy).name() == "deploy";
-    if !dry_run
-        && to_workloads
-        && let Err(error) = cluster::client(&config.kubernetes).await
-    {
-        return Err(usage(anyhow::anyhow!(
-            "image \"{image}\"'s deploy needs a Kubernetes cluster, and none can be configured ({error}): {}",
-            cluster::CONFIGURE
-        )));
-    }
     let clock = Clock::System;
     if dry_run {
         let config = with_registries(path, to, config)?;
@@ -68,6 +56,17 @@ pub async fn run(args: Args<'_>) -> Result<u8, Failure> {
         },
         StateLocation::Kubernetes => None,
     };
+    // No daemon holds the ledger, so none answers for its cluster: a deploy to workloads is not
+    // recorded where no daemon could write them, with no cluster to be configured at all (a
+    // running daemon decides for itself, and a deploy waits there while its cluster does).
+    let to_workloads =
+        builder_monitor::runner::backend::for_action(&config.runner, ActionKind::Deploy).name() == "deploy";
+    if to_workloads && let Err(error) = cluster::client(&config.kubernetes).await {
+        return Err(usage(anyhow::anyhow!(
+            "image \"{image}\"'s deploy needs a Kubernetes cluster, and none can be configured ({error}): {}",
+            cluster::CONFIGURE
+        )));
+    }
     let config = with_registries(path, to, config)?;
     let settings = deploy::check(&config, image, to).map_err(usage)?;
     let digest = digest(&config, settings, to).await?;

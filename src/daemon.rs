@@ -75,6 +75,9 @@ pub struct Parts {
     pub client: Option<kube::Client>,
     /// The clients of pools with clusters of their own, by pool name.
     pub pool_clients: std::collections::BTreeMap<String, kube::Client>,
+    /// Why the actions on `[kubernetes]`'s cluster wait, when it could not be configured or did
+    /// not answer at start.
+    pub cluster_wait: Option<String>,
     pub metrics: Arc<Metrics>,
     /// The one registry client: checks, planning and registry rebases share its limits and tokens.
     pub registry: Arc<Registry>,
@@ -83,18 +86,34 @@ pub struct Parts {
 impl Parts {
     /// The Kubernetes client when the config uses the cluster (its permissions checked first), then
     /// the parts over it ([`Parts::new`]).
+    /// When only actions need the cluster, one that cannot be configured or does not answer is
+    /// no reason to stop: watches, alerts and registry rebases run, and the actions that need it
+    /// wait ([`Parts::cluster_wait`]) until it answers.
     pub async fn build(config: Arc<Config>, ledger: Ledger, clock: Clock) -> Result<Self, DaemonError> {
         let permissions = cluster::required_permissions(&config);
-        let client = if permissions.is_empty() {
-            None
+        let may_wait = cluster::only_actions_need_it(&config);
+        let (client, cluster_wait) = if permissions.is_empty() {
+            (None, None)
         } else {
-            let client = cluster::client(&config.kubernetes).await?;
-            cluster::check_access(&client, &permissions).await?;
-            Some(client)
+            match cluster::client(&config.kubernetes).await {
+                Err(error) if may_wait => (None, Some(cluster::no_cluster(&error))),
+                Err(error) => return Err(error.into()),
+                Ok(client) => match cluster::check_access(&client, &permissions).await {
+                    Ok(()) => (Some(client), None),
+                    Err(ClusterError::Api(error)) if may_wait && crate::runner::pool::unanswered(&error) => {
+                        (Some(client), Some(cluster::unreachable(&error)))
+                    }
+                    Err(error) => return Err(error.into()),
+                },
+            }
         };
+        if let Some(reason) = &cluster_wait {
+            tracing::warn!(reason = %reason, "the actions that need the Kubernetes cluster wait for it; watches, alerts and registry rebases run");
+        }
         let pool_clients = cluster::pool_clients(&config).await?;
         let mut parts = Self::new(config, ledger, clock, client)?;
         parts.pool_clients = pool_clients;
+        parts.cluster_wait = cluster_wait;
         Ok(parts)
     }
 
@@ -119,6 +138,7 @@ impl Parts {
             dispatcher,
             client,
             pool_clients: Default::default(),
+            cluster_wait: None,
             metrics,
             registry,
         })
@@ -130,7 +150,11 @@ impl Parts {
     }
 
     async fn runner(&self, stop: CancellationToken) -> Result<Arc<Runner>, DaemonError> {
-        let clusters = Clusters { default: self.client.clone(), pools: self.pool_clients.clone() };
+        let clusters = Clusters {
+            default: self.client.clone(),
+            pools: self.pool_clients.clone(),
+            waiting: self.cluster_wait.clone(),
+        };
         let backends = Backends::for_config(&self.config, clusters, stop).map_err(DaemonError::Runner)?;
         let runner = Runner::new(self.config.clone(), self.ledger.clone(), self.clock.clone(), backends);
         let runner = Arc::new(runner.with_registry(self.registry.clone()));

@@ -183,6 +183,7 @@ async fn metadata_of(
             metadata.packages.extend(packages.clone().map(|p| (key.clone(), p)));
             metadata.releases.extend(release.clone().map(|r| (key.clone(), r)));
         }
+        metadata.note_cut_lists(&image.pinned(&observation.digest));
         metadata.fit(MAX_PINNED_BYTES);
         return Ok(metadata);
     }
@@ -210,6 +211,8 @@ async fn metadata_of(
         let kept = (metadata.platforms[&platform].clone(), metadata.packages.get(&platform).cloned(), release);
         read.insert(digest, kept);
     }
+    metadata.note_cut_lists(&image.pinned(&observation.digest));
+    metadata.fit(MAX_PINNED_BYTES);
     Ok(metadata)
 }
 
@@ -237,6 +240,7 @@ pub async fn run_image_packages(
         if let Some(release) = cnb::base_release(config) {
             metadata.releases.extend(observation.platforms.keys().map(|k| (k.clone(), release.clone())));
         }
+        metadata.note_cut_lists(&image.pinned(&observation.digest));
         metadata.fit(MAX_PINNED_BYTES);
         return metadata;
     }
@@ -266,6 +270,8 @@ pub async fn run_image_packages(
         metadata.fit(MAX_PINNED_BYTES);
         read.insert(digest, (metadata.packages.get(&platform).cloned(), release));
     }
+    metadata.note_cut_lists(&image.pinned(&observation.digest));
+    metadata.fit(MAX_PINNED_BYTES);
     metadata
 }
 

@@ -273,6 +273,8 @@ mod tests {
             rollback: false,
             run_image: None,
             packages: None,
+            packages_note: None,
+            notes: Vec::new(),
         }
     }
 

@@ -17,6 +17,7 @@ use crate::ledger::{
 };
 use builder_monitor_core::cnb::{ChangeKind, Reason, run_watch_name};
 use builder_monitor_core::packages::PackageDiff;
+use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::rollout::Freeze;
 use builder_monitor_core::schedule::{timestamp, timestamp_millis};
 use builder_monitor_core::text::{count, escape};
@@ -170,7 +171,7 @@ pub struct BuilderStatus {
     pub builders: Vec<String>,
     pub changes: Vec<ChangeSummary>,
     /// What the pin left out: index entries over `max_platforms` or duplicated, metadata over the
-    /// pin's ledger budget.
+    /// pin's ledger budget, package lists cut at their cap.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
 }
@@ -213,6 +214,12 @@ pub struct ChangeSummary {
     /// The OS packages the move changed, when both sides listed them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub packages: Option<PackageDiff>,
+    /// Why the package diff is missing or partial (a list unreadable, or cut at its cap).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub packages_note: Option<String>,
+    /// What the new pin left out, so the move was decided on less than the whole image.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// Builds the report for the builders in `config`, with up to `recent` changes each.
@@ -302,9 +309,34 @@ pub async fn open_actions(
         a.gate = Some(gate);
         a.waiting_for = Some(why);
     }
+    cluster_waits(config, &mut open).await;
     let windows = &config.rollout.windows;
     let rollout = RolloutStatus { frozen, window_open: windows.is_open(now), next_window: windows.describe_next(now) };
     Ok((open, rollout))
+}
+
+/// How long `status` waits for the cluster to answer before saying its actions wait for it.
+const CLUSTER_ANSWER: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Marks the pending actions that no other gate keeps but that run on a Kubernetes cluster that
+/// cannot be configured or does not answer: they wait for it (gate `cluster`, and why). The
+/// cluster is asked only when such an action is pending.
+async fn cluster_waits(config: &Config, open: &mut [OpenAction]) {
+    let on_cluster = |a: &OpenAction| {
+        ActionKind::parse(&a.action).is_some_and(|kind| {
+            let backend = crate::runner::backend::for_action(&config.runner, kind);
+            crate::runner::backend::on_the_cluster(backend) && backend.takes(kind)
+        })
+    };
+    let waits = |a: &OpenAction| a.state == ActionState::Pending && a.gate.is_none() && on_cluster(a);
+    if !open.iter().any(waits) {
+        return;
+    }
+    let Some(why) = crate::cluster::actions_wait(config, CLUSTER_ANSWER).await else { return };
+    for a in open.iter_mut().filter(|a| waits(a)) {
+        a.gate = Some("cluster");
+        a.waiting_for = Some(why.clone());
+    }
 }
 
 fn next_check(schedule: &builder_monitor_core::schedule::Schedule, record: Option<&WatchRecord>) -> Option<String> {
@@ -376,6 +408,8 @@ fn builder_status(
                 rollback: c.rollback,
                 run_image: c.change.run_image.clone(),
                 packages: c.change.packages.clone(),
+                packages_note: c.change.packages_note.clone(),
+                notes: c.change.notes.clone(),
             })
             .collect(),
     }

@@ -89,3 +89,66 @@ async fn a_plain_http_registry_addressed_as_https_names_the_fix_and_resolve_and_
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(json(&out.stdout)["kind"].is_string(), "{}", out.stdout);
 }
+
+/// `check` with no cluster to be found: HOME an empty directory, no $KUBECONFIG, not in a pod.
+fn check_without_a_cluster(ws: &Workspace, config: &std::path::Path) -> support::daemon::Output {
+    let home = ws.path("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let out = std::process::Command::new(support::daemon::BINARY)
+        .args(["check", "--config", config.to_str().unwrap()])
+        .current_dir(ws.dir.path())
+        .env("HOME", &home)
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .env_remove("BUILDER_MONITOR_CONFIG")
+        .output()
+        .expect("run check");
+    support::daemon::Output {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A config whose deploys or builds run on a Kubernetes cluster is refused by `check` (exit 2)
+/// when no cluster can be configured, naming what needs one and `[kubernetes]`; with a kubeconfig
+/// (whose cluster is not asked: it need not answer) the same config passes.
+#[test]
+fn check_refuses_actions_on_a_cluster_that_cannot_be_configured() {
+    let ws = Workspace::new();
+    let base = "[monitor]\nstate = \"state.db\"\n\n[[builders]]\nname = \"b\"\nimage = \"registry.example.com/cnb/builder:latest\"\n\n\
+                [[images]]\nname = \"petclinic\"\nbuilder = \"b\"\nimage = \"registry.example.com/apps/petclinic:latest\"\n";
+    let deploy = "deploy = [{ kind = \"Deployment\", namespace = \"shop\", name = \"petclinic\" }]\n";
+    let cases = [
+        (format!("{base}{deploy}"), "image \"petclinic\"'s deploy needs a Kubernetes cluster"),
+        (
+            format!("{base}\n[runner]\ntype = \"kubernetes\"\n[runner.kubernetes]\nnamespace = \"builds\"\n"),
+            "[runner] type = \"kubernetes\" needs a Kubernetes cluster",
+        ),
+        (format!("{base}\n[runner]\ntype = \"kpack\"\n"), "[runner] type = \"kpack\" needs a Kubernetes cluster"),
+    ];
+    for (text, needs) in &cases {
+        let config = ws.config(text);
+        let out = check_without_a_cluster(&ws, &config);
+        assert_eq!(out.code, Some(2), "{text}\n{}", out.stderr);
+        assert!(out.stderr.contains(needs), "{}", out.stderr);
+        assert!(out.stderr.contains("set [kubernetes] kubeconfig = "), "names the fix: {}", out.stderr);
+    }
+    // The same configs with a kubeconfig: a server nobody listens on is fine, it is not asked.
+    let kubeconfig = ws.path("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:9\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: not-a-real-token\n",
+    )
+    .unwrap();
+    for (text, _) in &cases {
+        let config = ws.config(&format!("[kubernetes]\nkubeconfig = \"kubeconfig\"\n\n{text}"));
+        let out = check_without_a_cluster(&ws, &config);
+        assert_eq!(out.code, Some(0), "{text}\n{}", out.stderr);
+        assert!(!out.stderr.contains("not-a-real-token"), "{}", out.stderr);
+    }
+    // Watches alone need no cluster.
+    let out = check_without_a_cluster(&ws, &ws.config(base));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}

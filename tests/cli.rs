@@ -236,15 +236,29 @@ fn example_block(name: &str) -> String {
     block
 }
 
+/// A kubeconfig (`dir/name`) naming a cluster nobody serves: `check` only configures the client,
+/// so it stands for the cluster a config's deploys and builds run on.
+fn stand_in_kubeconfig(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let text = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:9\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: stand-in\n";
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
 /// `check` of the example block `name` after `before` (a builder named `paketo-jammy-base`
-/// unless `before` is given), with `env`; asserts it passes and returns its stdout.
+/// unless `before` is given), with `env` and a cluster ($KUBECONFIG); asserts it passes and
+/// returns its stdout.
 fn check_example(name: &str, before: Option<&str>, env: &[(&str, &str)]) -> String {
     let block = example_block(name);
     let before = before
         .unwrap_or("[[builders]]\nname = \"paketo-jammy-base\"\nimage = \"paketobuildpacks/builder-jammy-base\"\n\n");
     let ws = Workspace::new();
     let config = ws.config(&format!("{before}{block}"));
-    let out = run_with_env(&["check", "--config", config.to_str().unwrap()], env, ws.dir.path());
+    let kubeconfig = stand_in_kubeconfig(ws.dir.path(), "cluster-kubeconfig");
+    let mut with_cluster = env.to_vec();
+    with_cluster.push(("KUBECONFIG", kubeconfig.to_str().unwrap()));
+    let out = run_with_env(&["check", "--config", config.to_str().unwrap()], &with_cluster, ws.dir.path());
     assert_eq!(out.code, Some(0), "{}\n{block}", out.stderr);
     for (_, secret) in env {
         assert!(!out.stdout.contains(secret) && !out.stderr.contains(secret), "{secret} shown");
@@ -466,6 +480,10 @@ fn every_whole_config_in_the_manual_passes_check() {
             let (mut vars, mut stand_ins) = (Vec::new(), Vec::new());
             collect_env_and_files(&toml::Value::Table(table), &mut vars, &mut stand_ins);
             for (key, path) in &stand_ins {
+                if key == "kubeconfig" {
+                    stand_in_kubeconfig(ws.dir.path(), path);
+                    continue;
+                }
                 let path = ws.path(path);
                 let content = match key.as_str() {
                     "docker_config" => "{\"auths\": {}}\n".to_string(),
@@ -476,12 +494,15 @@ fn every_whole_config_in_the_manual_passes_check() {
                 std::fs::create_dir_all(path.parent().unwrap()).unwrap();
                 std::fs::write(path, content).unwrap();
             }
-            let env: Vec<(&str, &str)> = vars
+            let mut env: Vec<(&str, &str)> = vars
                 .iter()
                 .map(|(key, var)| {
                     (var.as_str(), if key == "url_env" { "https://receiver.example/hook" } else { "stand-in" })
                 })
                 .collect();
+            // The cluster the manual's deploys and builds run on, where no kubeconfig is named.
+            let cluster = stand_in_kubeconfig(ws.dir.path(), "cluster-kubeconfig");
+            env.push(("KUBECONFIG", cluster.to_str().unwrap()));
             let config = ws.config(&block);
             let out = run_with_env(&["check", "--config", config.to_str().unwrap()], &env, ws.dir.path());
             assert_eq!(out.code, Some(0), "`check` refuses {place}:\n{}\n{block}", out.stderr);

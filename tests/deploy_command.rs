@@ -81,7 +81,10 @@ async fn a_dry_run_records_nothing_and_a_deploy_records_one_action() {
     let ws = Workspace::new();
     let deploy =
         "deploy = [{ kind = \"Deployment\", namespace = \"shop\", name = \"petclinic\", container = \"app\" }]\n";
-    let path = ws.config(&config_text(&registry.host, deploy));
+    // A cluster to deploy to (configured, not asked: nothing listens there).
+    unanswered_kubeconfig(&ws.path("kubeconfig"), 9);
+    let path =
+        ws.config(&format!("[kubernetes]\nkubeconfig = \"kubeconfig\"\n\n{}", config_text(&registry.host, deploy)));
     let config = path.to_str().unwrap();
     let check = ws.run(&["check", "--config", config]);
     assert_eq!(check.code, Some(0), "{}", check.stderr);
@@ -211,4 +214,111 @@ async fn the_endpoint_records_one_pending_deploy_and_refuses_bad_requests() {
     let states: Vec<ActionState> = s.ledger.actions(10).await.unwrap().iter().map(|a| a.state).collect();
     assert_eq!(states.iter().filter(|s| **s == ActionState::Pending).count(), 1, "{states:?}");
     assert!(states.contains(&ActionState::Superseded), "{states:?}");
+}
+
+/// A kubeconfig at `path` whose cluster is `https://127.0.0.1:{port}`.
+fn unanswered_kubeconfig(path: &std::path::Path, port: u16) {
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:{port}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: not-a-real-token\n"
+    );
+    std::fs::write(path, text).unwrap();
+}
+
+/// The binary with no cluster to be found: HOME an empty directory, no $KUBECONFIG, not in a pod.
+fn without_a_cluster(ws: &Workspace, args: &[&str]) -> support::daemon::Output {
+    let home = ws.path("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let out = std::process::Command::new(support::daemon::BINARY)
+        .args(args)
+        .current_dir(ws.dir.path())
+        .env("HOME", &home)
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("BUILDER_MONITOR_CONFIG")
+        .output()
+        .expect("run builder-monitor");
+    support::daemon::Output {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A deploy to workloads that no daemon could carry out (no cluster can be configured) is refused
+/// and not recorded, naming the image and `[kubernetes]`; its dry run still shows the plan.
+#[test]
+fn a_deploy_is_refused_when_no_cluster_can_be_configured() {
+    let ws = Workspace::new();
+    let deploy = "deploy = [{ kind = \"Deployment\", namespace = \"shop\", name = \"petclinic\" }]\n";
+    let config = ws.config(&config_text("127.0.0.1:9", deploy));
+    let config = config.to_str().unwrap();
+    let out = without_a_cluster(&ws, &["deploy", "petclinic", "--to", &digest('a'), "--config", config]);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("image \"petclinic\"'s deploy needs a Kubernetes cluster"), "{}", out.stderr);
+    assert!(out.stderr.contains("set [kubernetes] kubeconfig = "), "{}", out.stderr);
+    assert!(!ws.path("state.db").exists(), "nothing was recorded");
+    let out = without_a_cluster(&ws, &["deploy", "petclinic", "--to", &digest('a'), "--dry-run", "--config", config]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
+
+/// A daemon whose deploy target's cluster does not answer (its kubeconfig names a loopback port
+/// nobody listens on) starts all the same: the builder is watched and pinned, a deploy by hand is
+/// recorded and waits — pending, never failed — and `status` (text and JSON) and the page say it
+/// waits for the cluster, and why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_that_does_not_answer_holds_only_its_deploys() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    pusher.push_image("cnb/builder", Some("latest"), &Image::new("amd64"), Format::Oci).await;
+    let ws = Workspace::new();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    unanswered_kubeconfig(&ws.path("kubeconfig"), port);
+    let deploy = "deploy = [{ kind = \"Deployment\", namespace = \"shop\", name = \"petclinic\" }]\n";
+    let text = format!("[kubernetes]\nkubeconfig = \"kubeconfig\"\n\n{}", config_text(&registry.host, deploy));
+    let path = ws.config(&text);
+    let config = path.to_str().unwrap();
+
+    let out = ws.run(&["run", "--once", "--config", config]);
+    assert_eq!(out.code, Some(0), "the daemon starts and checks: {}", out.stderr);
+    assert!(out.stderr.contains("wait for it"), "the wait is logged: {}", out.stderr);
+    let out = ws.run(&["deploy", "petclinic", "--to", &digest('a'), "--config", config]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let out = ws.run(&["run", "--once", "--config", config]);
+    assert_eq!(out.code, Some(0), "nothing failed: {}", out.stderr);
+
+    let out = ws.run(&["status", "--json", "--config", config]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let status: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert!(status["builders"][0]["pinned"]["digest"].is_string(), "the builder is watched: {status}");
+    assert_eq!(status["builders"][0]["last_check"]["result"], "ok", "{status}");
+    let pending = status["pending"].as_array().unwrap();
+    assert_eq!(pending.len(), 1, "{status}");
+    let waiting = &pending[0];
+    assert_eq!(
+        (&waiting["action"], &waiting["state"], &waiting["gate"]),
+        (&json!("deploy"), &json!("waiting"), &json!("cluster"))
+    );
+    assert_eq!(waiting["attempts"], 0, "never tried: {waiting}");
+    let why = waiting["waiting_for"].as_str().unwrap();
+    assert!(why.starts_with("the Kubernetes cluster of [kubernetes] does not answer: "), "{why}");
+    assert!(!why.contains("not-a-real-token"), "{why}");
+    let out = ws.run(&["status", "--config", config]);
+    assert!(out.stdout.contains("the Kubernetes cluster of [kubernetes] does not answer"), "{}", out.stdout);
+
+    // The page, served over the same ledger, says so too.
+    let config = Arc::new(Config::parse(&path, &text).unwrap());
+    let ledger = Ledger::open_read_only(&ws.path("state.db")).unwrap();
+    let monitor = Parts::new(config.clone(), ledger.clone(), Clock::System, None).unwrap().monitor;
+    let mut settings = config.server.clone().unwrap();
+    settings.api_token = Some(builder_monitor::config::Secret::new(TOKEN));
+    let state = ServerState::new(config, settings, monitor.handle(), ledger);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let stop = CancellationToken::new();
+    tokio::spawn(server::serve(Arc::new(state), listener, stop.clone()));
+    let page = support::http().get(format!("{base}/")).bearer_auth(TOKEN).send().await.unwrap().text().await.unwrap();
+    stop.cancel();
+    assert!(page.contains("the Kubernetes cluster of [kubernetes] does not answer"), "{page}");
 }

@@ -554,6 +554,7 @@ fn pin_with_packages() -> (PinUpdate, BTreeMap<String, Packages>) {
                 version: format!("2.35-0ubuntu3.{i}"),
             })
             .collect(),
+        cut_at: None,
     };
     let packages: BTreeMap<String, Packages> =
         [("linux/amd64".to_string(), list("amd64")), ("linux/arm64".to_string(), list("arm64"))].into();

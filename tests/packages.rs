@@ -433,3 +433,82 @@ async fn diff_of_two_run_images_lists_their_package_moves() {
     let out = ws.run(&["diff", &v1, &v2]);
     assert!(out.stdout.contains("OS packages: the package lists come from different sources"), "{}", out.stdout);
 }
+
+/// `openssl` at `version` first, then 4,999 packages that never move, then one more entry (the
+/// 5,001st, past the cap) that differs between the two images: as an SBOM's components.
+fn over_the_cap(openssl: &str, last: &str) -> Vec<(String, String)> {
+    let mut list = vec![("openssl".to_string(), openssl.to_string())];
+    list.extend((0..4_999).map(|i| (format!("lib{i:04}"), "1.0-1".to_string())));
+    list.push((last.to_string(), "1.0-1".to_string()));
+    list
+}
+
+fn cut_sbom_run(version: &str, packages: &[(String, String)]) -> RunImage {
+    let packages: Vec<(&str, &str)> = packages.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+    sbom_run(version, "cdx", &packages)
+}
+
+/// A run image whose SBOM lists one component past the cap (5,001, the fewest over it), through
+/// the real binary: the pin keeps the first 5,000 and says the list was cut in `status --json`;
+/// the next move compares only what was read (the 5,001st entries, one gone and one new, are
+/// neither removed nor added) and its change says both lists were cut, naming each image.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_cut_at_the_cap_is_noted_at_the_pin_and_in_the_next_change() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    let first = push_run(
+        &pusher,
+        REPO,
+        Some("latest"),
+        &cut_sbom_run("1", &over_the_cap("3.0.2-0ubuntu1.15", "libbeyond1")),
+        Format::Oci,
+    )
+    .await;
+    let run = format!("{}/{REPO}:latest", registry.host);
+    pusher.push_image("paketo/builder", Some("latest"), &BuilderSpec::jammy(&run).image(), Format::Oci).await;
+    let ws = Workspace::new();
+    let config = ws.config(&format!(
+        "[monitor]\nstate = \"state.db\"\n\n[[builders]]\nname = \"base\"\nimage = \"{}/paketo/builder:latest\"\n",
+        registry.host
+    ));
+    let config = config.to_str().unwrap();
+    let status = || {
+        let out = ws.run(&["status", "--json", "--config", config]);
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+        serde_json::from_str::<Value>(&out.stdout).unwrap()
+    };
+    let out = ws.run(&["run", "--once", "--config", config]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let note = |digest: &str| {
+        format!(
+            "the package list of {}/{REPO}@{digest} was cut at 5000 entries (the most read of a list): packages beyond them are not compared",
+            registry.host
+        )
+    };
+    let pinned = &status()["run_images"][0];
+    assert_eq!(pinned["pinned"]["digest"], first.digest.as_str(), "{pinned}");
+    assert_eq!(pinned["notes"], json!([note(&first.digest)]), "{pinned}");
+
+    let second = push_run(
+        &pusher,
+        REPO,
+        Some("latest"),
+        &cut_sbom_run("2", &over_the_cap("3.0.2-0ubuntu1.16", "libbeyond2")),
+        Format::Oci,
+    )
+    .await;
+    let out = ws.run(&["run", "--once", "--config", config]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let moved = &status()["run_images"][0];
+    assert_eq!(moved["notes"], json!([note(&second.digest)]), "the new pin's own note: {moved}");
+    let change = &moved["changes"][0];
+    assert_eq!(change["packages_note"], format!("{}; {}", note(&first.digest), note(&second.digest)), "{change}");
+    assert_eq!(
+        change["packages"],
+        json!({"source": "sbom:cyclonedx",
+               "changed": [{"name": "openssl", "from": "3.0.2-0ubuntu1.15", "to": "3.0.2-0ubuntu1.16"}],
+               "added": [], "removed": []}),
+        "{change}"
+    );
+    assert_eq!(change["notes"], json!([note(&second.digest)]), "{change}");
+}

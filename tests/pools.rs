@@ -159,6 +159,7 @@ fn assemble(fleet: &Fleet) -> InProcess {
             .into_iter()
             .map(|(name, double)| (name.to_string(), double.client()))
             .collect(),
+        waiting: None,
     };
     let stop = CancellationToken::new();
     let backends = Backends::for_config(&config, clusters, stop.clone()).unwrap();

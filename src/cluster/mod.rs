@@ -193,6 +193,86 @@ pub fn required_permissions(config: &Config) -> Vec<Permission> {
     out
 }
 
+/// What in `config` carries out actions on `[kubernetes]`'s cluster, as messages name it: each
+/// `[[images]]` with `deploy` workloads (when deploys go to workloads), a Kubernetes or kpack
+/// runner, the pools on that cluster. Empty when no action needs it.
+pub fn action_users(config: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    let deploys = crate::runner::backend::for_action(&config.runner, builder_monitor_core::plan::ActionKind::Deploy);
+    if deploys.name() == "deploy" {
+        out.extend(
+            config.images.iter().filter(|i| !i.deploy.is_empty()).map(|i| format!("image \"{}\"'s deploy", i.name)),
+        );
+    }
+    // Builds need it when a pool is on it; pools with clusters of their own do not.
+    let on_it: Vec<&crate::config::Pool> = config.runner.pools.iter().filter(|p| p.cluster.is_none()).collect();
+    for backend in crate::runner::backend::in_force(&config.runner) {
+        if matches!(backend.name(), "kubernetes" | "kpack") && !on_it.is_empty() {
+            out.push(backend.setting().to_string());
+            let named = on_it.iter().filter(|p| p.name != crate::config::DEFAULT_POOL);
+            out.extend(named.map(|p| format!("pool \"{}\"", p.name)));
+        }
+    }
+    out
+}
+
+/// Whether only actions need `[kubernetes]`'s cluster, so the daemon can run without it: not its
+/// ledger, its lease or its ClusterBuilders.
+pub fn only_actions_need_it(config: &Config) -> bool {
+    !config.kubernetes.publish
+        && !config.kubernetes.leader_election
+        && !matches!(config.monitor.state, StateLocation::Kubernetes)
+}
+
+/// How to give the daemon a cluster, for the messages of one it cannot configure.
+pub const CONFIGURE: &str = "set [kubernetes] kubeconfig = \"/path/to/kubeconfig\" (and context, if not its current one), \
+     or provide $KUBECONFIG or ~/.kube/config, or run the daemon in a pod";
+
+/// `check`'s preflight: the cluster that actions need can be configured (a
+/// kubeconfig is found and names a usable context; nothing is sent to the cluster), else what
+/// needs it and how to give it one. A pool with a cluster of its own names its kubeconfig, which
+/// only the daemon reads (the chart mounts it there alone).
+pub async fn preflight(config: &Config) -> Option<String> {
+    let users = action_users(config);
+    if users.is_empty() {
+        return None;
+    }
+    let error = client(&config.kubernetes).await.err()?;
+    let needs = if users.len() == 1 { "needs" } else { "need" };
+    Some(format!(
+        "{} {needs} a Kubernetes cluster, and none can be configured ({error}): {CONFIGURE}",
+        users.join(", ")
+    ))
+}
+
+/// Why the actions on `[kubernetes]`'s cluster wait, when they do: none can be configured, or it
+/// does not answer (within `within`). `None` when it answers, or no action needs it.
+pub async fn actions_wait(config: &Config, within: std::time::Duration) -> Option<String> {
+    if action_users(config).is_empty() {
+        return None;
+    }
+    let client = match client(&config.kubernetes).await {
+        Ok(client) => client,
+        Err(error) => return Some(no_cluster(&error)),
+    };
+    // Any HTTP answer will do, even a refusal: the question is only whether it answers.
+    match tokio::time::timeout(within, client.apiserver_version()).await {
+        Err(_) => Some(format!("the Kubernetes cluster of [kubernetes] does not answer (nothing within {within:?})")),
+        Ok(Err(error)) if crate::runner::pool::unanswered(&error) => Some(unreachable(&error)),
+        Ok(_) => None,
+    }
+}
+
+/// Why actions wait when no cluster can be configured.
+pub fn no_cluster(error: &ClusterError) -> String {
+    format!("no Kubernetes cluster: {error}; {CONFIGURE}")
+}
+
+/// Why actions wait when the cluster does not answer.
+pub fn unreachable(error: &kube::Error) -> String {
+    format!("the Kubernetes cluster of [kubernetes] does not answer: {error}")
+}
+
 /// The client of every pool with a cluster of its own, each pool's permissions checked there. A
 /// cluster that does not answer now is no reason to stop: its builds go to other pools until it
 /// does (logged); one that answers without a permission the pool needs is, named per pool.

@@ -8,6 +8,7 @@ use anyhow::Context;
 
 use super::rollout::{call_daemon, encode_segment};
 use super::{Failure, load_config, usage};
+use builder_monitor::cluster;
 use builder_monitor::config::{Config, Secrets, StateLocation};
 use builder_monitor::daemon::{self, Access};
 use builder_monitor::deploy::{self, Deploy, DeployError};
@@ -15,6 +16,7 @@ use builder_monitor::ledger::{LedgerError, WriterLock};
 use builder_monitor::metrics::Metrics;
 use builder_monitor::registry::Registry;
 use builder_monitor::schedule::Clock;
+use builder_monitor_core::plan::ActionKind;
 
 /// The command's arguments.
 pub struct Args<'a> {
@@ -54,6 +56,17 @@ pub async fn run(args: Args<'_>) -> Result<u8, Failure> {
         },
         StateLocation::Kubernetes => None,
     };
+    // No daemon holds the ledger, so none answers for its cluster: a deploy to workloads is not
+    // recorded where no daemon could write them, with no cluster to be configured at all (a
+    // running daemon decides for itself, and a deploy waits there while its cluster does).
+    let to_workloads =
+        builder_monitor::runner::backend::for_action(&config.runner, ActionKind::Deploy).name() == "deploy";
+    if to_workloads && let Err(error) = cluster::client(&config.kubernetes).await {
+        return Err(usage(anyhow::anyhow!(
+            "image \"{image}\"'s deploy needs a Kubernetes cluster, and none can be configured ({error}): {}",
+            cluster::CONFIGURE
+        )));
+    }
     let config = with_registries(path, to, config)?;
     let settings = deploy::check(&config, image, to).map_err(usage)?;
     let digest = digest(&config, settings, to).await?;

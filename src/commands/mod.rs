@@ -163,6 +163,10 @@ pub async fn execute(command: Command) -> Result<u8, Failure> {
                     unmet.join("\n  ")
                 )));
             }
+            // A config whose deploys or builds no daemon could carry out is not one to run.
+            if let Some(no_cluster) = cluster::preflight(&config).await {
+                return Err(usage(anyhow::anyhow!("{}: {no_cluster}", config.source.display())));
+            }
             // Still a valid config (for resolve, diff, alert test), but not one to run.
             if let Err(Failure { error, .. }) = watches_something(&config) {
                 // Through the log stream, in order with the log lines before it (eprintln! would

@@ -344,7 +344,8 @@ pub struct OpenAction {
     pub detail: Option<String>,
     /// Why it does not start now (`wave 1 waits for wave 0: petclinic running`); set by `status`.
     pub waiting_for: Option<String>,
-    /// What keeps it: `frozen`, `window`, `wave`, `in_flight`, `approval` or `held`; set by `status`.
+    /// What keeps it: `frozen`, `window`, `wave`, `in_flight`, `approval`, `held` or `cluster`
+    /// (the Kubernetes cluster it runs on cannot be configured or does not answer); set by `status`.
     pub gate: Option<&'static str>,
     /// Where a build runs (its pool) and whether Kueue holds it, as the runner recorded.
     pub placed: Option<BuildProgress>,

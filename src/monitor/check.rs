@@ -300,6 +300,7 @@ impl Monitor {
                         .await
                         .map_err(|e| not_served(watch, e))?;
                 metadata.run_image = self.resolve_run_image(watch, &metadata).await;
+                metadata.note_cut_lists(&watch.image.pinned(&observation.digest));
                 // The run image's lists come from its own pin: cut them too if the whole is over.
                 metadata.fit(cnb::MAX_PINNED_BYTES);
                 Some(metadata)

@@ -148,8 +148,11 @@ pub fn found(watch: &Watch, record: Option<&WatchRecord>, observed: Result<Obser
         (WatchKind::RunImage, now, before) => {
             // As `diff` classifies the same two images.
             let (before, after) = (before.unwrap_or_default(), now.cloned().unwrap_or_default());
-            let moved = cnb::classify_run_image(previous.reference.clone(), current.reference.clone(), &before, &after);
-            (EventType::RunImageChanged, moved)
+            let mut change =
+                cnb::classify_run_image(previous.reference.clone(), current.reference.clone(), &before, &after);
+            // As for a builder's move: what the new pin left out (an index or a list cut).
+            change.notes = now.map(|m| m.notes.clone()).unwrap_or_default();
+            (EventType::RunImageChanged, change)
         }
         (WatchKind::Builder, Some(now), Some(before)) => (EventType::BuilderChanged, cnb::classify(&before, now)),
         (WatchKind::Builder, _, _) => {

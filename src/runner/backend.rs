@@ -81,6 +81,9 @@ pub trait Backend: Send + Sync {
 pub struct Clusters {
     pub default: Option<kube::Client>,
     pub pools: std::collections::BTreeMap<String, kube::Client>,
+    /// Why the actions on `[kubernetes]`'s cluster wait: it could not be configured (`default` is
+    /// then none) or did not answer at start.
+    pub waiting: Option<String>,
 }
 
 impl Clusters {
@@ -95,7 +98,7 @@ impl Clusters {
 
 impl From<Option<kube::Client>> for Clusters {
     fn from(default: Option<kube::Client>) -> Self {
-        Clusters { default, pools: Default::default() }
+        Clusters { default, pools: Default::default(), waiting: None }
     }
 }
 
@@ -167,12 +170,24 @@ struct Route {
     carrier: Arc<dyn Carrier>,
 }
 
+/// Whether a backend carries out its actions on `[kubernetes]`'s cluster (or its pools there).
+pub fn on_the_cluster(backend: &dyn Backend) -> bool {
+    matches!(backend.name(), "kubernetes" | "kpack" | "deploy")
+}
+
 /// The backends in force, started: where the runner sends each kind of action.
 pub struct Backends {
     routes: Vec<Route>,
     /// The cluster client deploys write through, when deploys go to workloads (the guard of
     /// deployed workloads watches through it too).
     pub(super) deploy_client: Option<kube::Client>,
+    /// Why the actions on the cluster wait (not claimed, so they stay pending), while they do.
+    waiting: std::sync::Mutex<Option<String>>,
+    /// The kinds of action that wait with the cluster.
+    on_cluster: Kinds,
+    /// The client to ask whether the cluster answers again (none: it cannot be configured, and
+    /// they wait until the daemon restarts with one).
+    pub(super) cluster: Option<kube::Client>,
 }
 
 impl Backends {
@@ -182,6 +197,7 @@ impl Backends {
         let client = clusters.default.clone();
         let mut started: Vec<(&'static str, Arc<dyn Carrier>)> = Vec::new();
         let mut routes = Vec::new();
+        let mut on_cluster = Kinds::NONE;
         for kind in ACTION_KINDS.into_iter().chain([ActionKind::Deploy, ActionKind::Gitops]) {
             // Without deploys (or gitops targets) configured none is ever recorded: nothing to
             // start (or to connect).
@@ -190,8 +206,14 @@ impl Backends {
                 ActionKind::Gitops if config.gitops.is_empty() => &super::none::RecordOnly,
                 _ => for_action(&config.runner, kind),
             };
+            let waits = clusters.waiting.is_some() && on_the_cluster(backend);
+            if waits && backend.takes(kind) {
+                on_cluster = on_cluster.with(kind);
+            }
             let carrier = match started.iter().find(|(name, _)| *name == backend.name()) {
                 Some((_, carrier)) => carrier.clone(),
+                // Without a client nothing of it can start; its actions are never claimed.
+                None if waits && client.is_none() => super::none::RecordOnly.start(config, &clusters, stop.clone())?,
                 None => {
                     let carrier = backend.start(config, &clusters, stop.clone())?;
                     started.push((backend.name(), carrier.clone()));
@@ -203,9 +225,26 @@ impl Backends {
         let deploy_client = routes
             .iter()
             .any(|r| r.kind == ActionKind::Deploy && r.backend.name() == "deploy")
-            .then_some(client)
+            .then(|| client.clone())
             .flatten();
-        Ok(Backends { routes, deploy_client })
+        let waiting = clusters.waiting.filter(|_| !on_cluster.is_empty());
+        Ok(Backends {
+            routes,
+            deploy_client,
+            cluster: client.filter(|_| waiting.is_some()),
+            waiting: std::sync::Mutex::new(waiting),
+            on_cluster,
+        })
+    }
+
+    /// Why the actions on the cluster wait, while they do.
+    pub fn cluster_wait(&self) -> Option<String> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The cluster answers: its actions are claimed again.
+    pub(super) fn cluster_answers(&self) {
+        *self.waiting.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     fn route(&self, kind: ActionKind) -> &Route {
@@ -230,14 +269,40 @@ impl Backends {
         self.taken().next().is_some()
     }
 
-    /// The kinds of action the runner claims: those its backends take.
+    /// The kinds of action the runner claims: those its backends take, but not those on a cluster
+    /// they wait for.
     pub(super) fn claims(&self) -> Kinds {
-        self.taken().fold(Kinds::NONE, Kinds::with)
+        let waiting = self.cluster_wait().is_some();
+        self.taken().filter(|k| !(waiting && self.on_cluster.contains(*k))).fold(Kinds::NONE, Kinds::with)
     }
 
     /// Whether any backend follows actions again after a restart.
     pub(super) fn follow(&self) -> bool {
         self.routes.iter().any(|r| r.backend.after_restart() == AfterRestart::Follow)
+    }
+}
+
+/// How often a cluster the actions wait for is asked whether it answers again.
+const CLUSTER_PROBE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Asks the cluster the actions wait for whether it answers (the start-up access check), until it
+/// does — its actions are then claimed again — or `stop`.
+pub(super) async fn await_cluster(runner: Arc<Runner>, client: kube::Client, stop: CancellationToken) {
+    let permissions = crate::cluster::required_permissions(&runner.config);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(CLUSTER_PROBE) => {}
+        }
+        match crate::cluster::check_access(&client, &permissions).await {
+            Ok(()) => {
+                runner.backends.cluster_answers();
+                tracing::info!("the Kubernetes cluster answers: the deploys and builds that waited for it run");
+                runner.wake.notify_one();
+                return;
+            }
+            Err(err) => tracing::debug!(error = %err, "the Kubernetes cluster still does not answer"),
+        }
     }
 }
 
@@ -356,5 +421,25 @@ mod tests {
         assert_eq!((exec.act(), exec.claims()), (true, builds));
         assert_eq!(exec.backend(ActionKind::Rebuild).name(), "exec");
         assert_eq!(exec.backend(ActionKind::Rebase).name(), "registry");
+    }
+
+    /// Without a cluster client, a Kubernetes runner and deploys to workloads still start (before,
+    /// `NoClient` stopped the daemon): their actions are not claimed while the cluster is waited
+    /// for, registry rebases are, and once it answers everything is claimed again.
+    #[test]
+    fn actions_on_a_cluster_being_waited_for_are_not_claimed() {
+        let text = "[[builders]]\nname = \"b\"\nimage = \"registry.example.com/b:1\"\n\
+                    [[images]]\nname = \"app\"\nbuilder = \"b\"\nimage = \"registry.example.com/app:1\"\n\
+                    deploy = [{ kind = \"Deployment\", namespace = \"shop\", name = \"app\" }]\n\
+                    [runner]\ntype = \"kubernetes\"\nrebase = \"registry\"\n";
+        let config = Config::parse(std::path::Path::new("/config.toml"), text).unwrap();
+        let waiting = Clusters { waiting: Some("no Kubernetes cluster: …".into()), ..Clusters::default() };
+        let backends = Backends::for_config(&config, waiting, CancellationToken::new()).unwrap();
+        assert_eq!(backends.cluster_wait().as_deref(), Some("no Kubernetes cluster: …"));
+        assert_eq!(backends.claims(), Kinds::from(ActionKind::Rebase));
+        assert!(backends.act() && backends.cluster.is_none() && backends.deploy_client.is_none());
+        backends.cluster_answers();
+        let all = Kinds::from(ActionKind::Rebase).with(ActionKind::Rebuild).with(ActionKind::Deploy);
+        assert_eq!(backends.claims(), all);
     }
 }

@@ -115,7 +115,8 @@ struct Actions {
 
 impl Work for Actions {
     async fn start_due(&mut self, tasks: &mut JoinSet<()>) -> Option<Duration> {
-        if !self.resumed {
+        // The actions the cluster runs are followed once it answers.
+        if !self.resumed && self.runner.backends.cluster_wait().is_none() {
             self.resumed = true;
             self.runner.resume(tasks).await;
         }
@@ -213,7 +214,7 @@ impl Runner {
 
     /// Follows the actions the cluster runs for us that are still `running` in the ledger.
     async fn resume(self: &Arc<Self>, tasks: &mut JoinSet<()>) {
-        if !self.backends.follow() {
+        if !self.backends.follow() || self.backends.cluster_wait().is_some() {
             return;
         }
         let running = match self.ledger.running_actions().await {
@@ -248,6 +249,12 @@ impl Runner {
             tracing::info!(
                 "runner \"{kind}\": rebuilds are planned and recorded, never run; rebases run in the daemon"
             );
+        }
+        if let Some(reason) = self.backends.cluster_wait() {
+            tracing::warn!(reason = %reason, "deploys and builds on the Kubernetes cluster wait for it (see `status`)");
+        }
+        if let Some(client) = self.backends.cluster.clone() {
+            tokio::spawn(backend::await_cluster(self.clone(), client, shutdown.clone()));
         }
         if let Some(client) = self.backends.deploy_client.clone() {
             tokio::spawn(deploy::guard(self.clone(), client, shutdown.clone()));

@@ -141,7 +141,8 @@ pub struct Change {
     /// Which OS packages moved, when the base or run image moved and both sides list them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub packages: Option<PackageDiff>,
-    /// Why a base move has no (or only a partial) package diff: a list unreadable, a side without.
+    /// Why a base move has no (or only a partial) package diff: a list unreadable or cut at its
+    /// cap, a side without.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub packages_note: Option<String>,
     /// What was left unread or not kept on the new side (an index cut to `max_platforms`, parts of
@@ -168,9 +169,15 @@ impl Change {
         }
     }
 
-    /// Adds the package diff of a base move from `before` to `after` (platform → list).
-    pub fn with_packages(mut self, before: &BTreeMap<String, Packages>, after: &BTreeMap<String, Packages>) -> Self {
-        (self.packages, self.packages_note) = packages::diff_platforms(before, after);
+    /// Adds the package diff of a base move from `before` to `after` (platform → list); `names`
+    /// (before, after) name the images in the note of a cut list.
+    pub fn with_packages(
+        mut self,
+        before: &BTreeMap<String, Packages>,
+        after: &BTreeMap<String, Packages>,
+        names: (&str, &str),
+    ) -> Self {
+        (self.packages, self.packages_note) = packages::diff_platforms(before, after, names);
         self
     }
 

@@ -12,9 +12,10 @@ use crate::text::escape;
 pub const PAKETO_PACKAGES: &str = "io.paketo.stack.packages";
 /// The CNB base-image label naming the diffID of the layer that holds `/cnb/sbom/bom.<ext>.json`.
 pub const BASE_SBOM: &str = "io.buildpacks.base.sbom";
-/// Most packages kept per image (real run images: ~100, full build images: ~700). Each pin keeps
-/// its lists in the ledger, and the Kubernetes ledger is one ConfigMap (1 MiB) per watch. A list
-/// longer than this is refused at its entry 5,001, before the rest of it is read.
+/// Most entries of a package list read per image (real run images: ~100, full build images:
+/// ~700). Each pin keeps its lists in the ledger, and the Kubernetes ledger is one ConfigMap
+/// (1 MiB) per watch. A longer list is cut here: its read stops at entry 5,001, the rest unread,
+/// and the list keeps the first 5,000 entries' packages, marked cut (`cut_at`).
 pub const MAX_PACKAGES: usize = 5_000;
 
 /// Where a package list came from.
@@ -72,7 +73,14 @@ pub struct Package {
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Packages {
     /// Sorted by name and arch, one entry per (name, arch).
-    Listed { source: Source, packages: Vec<Package> },
+    Listed {
+        source: Source,
+        packages: Vec<Package>,
+        /// The list went on past [`MAX_PACKAGES`] entries: only the packages of its first
+        /// `cut_at` entries are here, and packages beyond them are not compared.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cut_at: Option<usize>,
+    },
     /// The image names a list that could not be read, and why.
     Unreadable { note: String },
 }
@@ -83,12 +91,37 @@ impl Packages {
     }
 
     /// A parsed list, or why there is none.
-    pub fn from_result(source: Source, parsed: Result<Vec<Package>, String>) -> Self {
+    pub fn from_result(source: Source, parsed: Result<PackageList, String>) -> Self {
         match parsed {
-            Ok(packages) => Packages::Listed { source, packages },
+            Ok(PackageList { packages, cut_at }) => Packages::Listed { source, packages, cut_at },
             Err(note) => Packages::Unreadable { note },
         }
     }
+
+    /// How many entries were read when the list was cut at [`MAX_PACKAGES`].
+    pub fn cut_at(&self) -> Option<usize> {
+        match self {
+            Packages::Listed { cut_at, .. } => *cut_at,
+            Packages::Unreadable { .. } => None,
+        }
+    }
+}
+
+/// A package list as read: its packages, and where it was cut when it went on past the cap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PackageList {
+    pub packages: Vec<Package>,
+    /// Entries read before the read stopped ([`MAX_PACKAGES`]), when the list had more.
+    pub cut_at: Option<usize>,
+}
+
+/// The note a list cut at `cut_at` entries gives, wherever it is used: `image` names whose list
+/// it is (a reference, or `the new image` with its platform).
+pub fn cut_note(image: &str, cut_at: usize) -> String {
+    format!(
+        "the package list of {} was cut at {cut_at} entries (the most read of a list): packages beyond them are not compared",
+        escape(image)
+    )
 }
 
 mod parse;
@@ -207,10 +240,12 @@ impl PackageDiff {
     }
 }
 
-/// The diff of two lists of one platform, or why there is none.
+/// The diff of two lists of one platform, or why there is none. A package missing from a cut
+/// list may lie beyond its cut: one not in a cut new list is not called removed, one not in a cut
+/// old list not called added (the notes of the cut say so).
 pub fn diff(before: &Packages, after: &Packages) -> Result<PackageDiff, String> {
     let (before_source, before_list, after_source, after_list) = match (before, after) {
-        (Packages::Listed { source: bs, packages: b }, Packages::Listed { source: as_, packages: a }) => {
+        (Packages::Listed { source: bs, packages: b, .. }, Packages::Listed { source: as_, packages: a, .. }) => {
             (*bs, b, *as_, a)
         }
         (Packages::Unreadable { note: then }, Packages::Unreadable { note: now }) => {
@@ -252,6 +287,7 @@ pub fn diff(before: &Packages, after: &Packages) -> Result<PackageDiff, String> 
                 from: from.clone(),
                 to: version.clone(),
             }),
+            None if before.cut_at().is_some() => {}
             None => out.added.push(PackageVersion {
                 name: name.clone(),
                 arch: shown_arch(name, arch),
@@ -259,7 +295,7 @@ pub fn diff(before: &Packages, after: &Packages) -> Result<PackageDiff, String> 
             }),
         }
     }
-    for ((name, arch), version) in &old {
+    for ((name, arch), version) in old.iter().filter(|_| after.cut_at().is_none()) {
         if !new.contains_key(&(name.clone(), arch.clone())) {
             out.removed.push(PackageVersion {
                 name: name.clone(),
@@ -273,11 +309,13 @@ pub fn diff(before: &Packages, after: &Packages) -> Result<PackageDiff, String> 
 
 /// The package diff of a move of a multi-platform image (platform → list on each side): each
 /// platform in both is diffed; equal diffs merge into one, else the preferred platform's is the top
-/// level and every platform's is under `platforms`. The note says why a platform has no diff; both
-/// are `None` when neither side has any package information.
+/// level and every platform's is under `platforms`. The note says why a platform has no diff, and
+/// names each side (`names`: before, after) whose list was cut; both are `None` when neither side
+/// has any package information.
 pub fn diff_platforms(
     before: &BTreeMap<String, Packages>,
     after: &BTreeMap<String, Packages>,
+    names: (&str, &str),
 ) -> (Option<PackageDiff>, Option<String>) {
     if before.is_empty() && after.is_empty() {
         return (None, None);
@@ -287,6 +325,11 @@ pub fn diff_platforms(
     let several = after.len() > 1 || before.len() > 1;
     let prefixed = |platform: &str, note: String| if several { format!("{platform}: {note}") } else { note };
     for (platform, now) in after {
+        for (name, list) in [(names.0, before.get(platform)), (names.1, Some(now))] {
+            if let Some(cut_at) = list.and_then(Packages::cut_at) {
+                notes.push(prefixed(platform, cut_note(name, cut_at)));
+            }
+        }
         match before.get(platform) {
             Some(then) => match diff(then, now) {
                 Ok(d) => {

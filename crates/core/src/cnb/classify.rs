@@ -214,11 +214,16 @@ pub fn classify(previous: &PinnedMetadata, current: &PinnedMetadata) -> Change {
     // The run image's packages are what reach app images; the builder's own (its build image's)
     // stand in when only its base layers moved.
     let run_lists = |m: &PinnedMetadata| m.run_image.as_ref().map(|r| r.packages.clone()).unwrap_or_default();
+    let run_name = |m: &PinnedMetadata, side: &str| {
+        m.run_image.as_ref().map_or(format!("the {side} run image"), |r| r.reference.clone().unwrap_or(r.image.clone()))
+    };
     if change.reasons.contains(&Reason::RunImage) {
-        change = change.with_packages(&run_lists(previous), &run_lists(current));
+        let names = (run_name(previous, "previous"), run_name(current, "new"));
+        change = change.with_packages(&run_lists(previous), &run_lists(current), (&names.0, &names.1));
     }
     if change.packages.is_none() && change.packages_note.is_none() && base_moved {
-        change = change.with_packages(&previous.packages, &current.packages);
+        let names = ("the previous builder image", "the new builder image");
+        change = change.with_packages(&previous.packages, &current.packages, names);
     }
     change.notes = current.notes.clone();
     change

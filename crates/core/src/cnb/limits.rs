@@ -200,6 +200,36 @@ fn named<'a>(names: impl Iterator<Item = &'a String>) -> String {
 }
 
 impl PinnedMetadata {
+    /// Adds a note for each package list (of the image, and of its run image) cut at its cap,
+    /// naming `image` (the pinned reference) and the platforms, unless the pin has it already.
+    pub fn note_cut_lists(&mut self, image: &str) {
+        let mut sides: Vec<(String, &BTreeMap<String, Packages>)> = vec![(image.to_string(), &self.packages)];
+        if let Some(run) = &self.run_image {
+            sides.push((run.reference.clone().unwrap_or_else(|| run.image.clone()), &run.packages));
+        }
+        let mut notes = Vec::new();
+        for (name, lists) in sides {
+            let mut cuts: BTreeMap<usize, Vec<&String>> = BTreeMap::new();
+            for (platform, list) in lists {
+                if let Some(cut_at) = list.cut_at() {
+                    cuts.entry(cut_at).or_default().push(platform);
+                }
+            }
+            for (cut_at, platforms) in cuts {
+                let whose = match lists.len() {
+                    1 => name.clone(),
+                    _ => format!("{name} ({})", named(platforms.into_iter())),
+                };
+                notes.push(crate::packages::cut_note(&whose, cut_at));
+            }
+        }
+        for note in notes {
+            if !self.notes.contains(&note) {
+                self.notes.push(note);
+            }
+        }
+    }
+
     /// Keeps what fits in `total` bytes of JSON and turns the rest into notes: the platforms in
     /// [`keep_order`], each one's CNB metadata then its package list, then the run image's lists.
     /// A platform whose metadata is cut classifies as `unknown` with the reason, a cut package
@@ -280,7 +310,7 @@ mod tests {
             arch: Some("amd64".into()),
             version: "1.0-1ubuntu0.22.04.1".into(),
         };
-        Packages::Listed { source: Source::PaketoLabel, packages: (0..n).map(package).collect() }
+        Packages::Listed { source: Source::PaketoLabel, packages: (0..n).map(package).collect(), cut_at: None }
     }
 
     fn pin(platforms: &[&str], buildpacks: usize, packages: usize) -> PinnedMetadata {
@@ -291,6 +321,34 @@ mod tests {
             releases: Default::default(),
             notes: vec!["index lists 3 entries; read the first 2 distinct platforms, 1 ignored (1 duplicate)".into()],
         }
+    }
+
+    #[test]
+    fn a_pin_notes_each_cut_list_once_naming_the_image_and_platforms() {
+        let cut = |n: usize| match list(n) {
+            Packages::Listed { source, packages, .. } => Packages::Listed { source, packages, cut_at: Some(5_000) },
+            other => other,
+        };
+        let mut metadata = pin(&["linux/amd64", "linux/arm64"], 1, 10);
+        metadata.packages.insert("linux/arm64".into(), cut(10));
+        metadata.run_image = Some(RunImagePin {
+            image: "r.example.com/run:latest".into(),
+            reference: Some("r.example.com/run@sha256:02".into()),
+            packages: [("linux/amd64".to_string(), cut(3))].into(),
+        });
+        metadata.note_cut_lists("r.example.com/builder@sha256:01");
+        metadata.note_cut_lists("r.example.com/builder@sha256:01");
+        let tail = "was cut at 5000 entries (the most read of a list): packages beyond them are not compared";
+        assert_eq!(
+            metadata.notes[1..],
+            [
+                format!("the package list of r.example.com/builder@sha256:01 (linux/arm64) {tail}"),
+                format!("the package list of r.example.com/run@sha256:02 {tail}"),
+            ]
+        );
+        // Fitting keeps them, as it keeps every note it did not write.
+        metadata.fit(MAX_PINNED_BYTES);
+        assert_eq!(metadata.notes.len(), 3, "{:?}", metadata.notes);
     }
 
     #[test]

@@ -66,6 +66,7 @@ pub fn is_base_image(metadata: &PinnedMetadata) -> bool {
 /// every platform both sides name stays on its release (or a side does not say), `rebuild` when one
 /// moved to another; with the package diff of both sides' lists.
 pub fn classify_run_image(from: String, to: String, previous: &PinnedMetadata, current: &PinnedMetadata) -> Change {
+    let names = (from.clone(), to.clone());
     let mut change = Change::run_image_moved(from, to);
     let mut stack_ids = BTreeSet::new();
     let mut distros = BTreeSet::new();
@@ -86,7 +87,7 @@ pub fn classify_run_image(from: String, to: String, previous: &PinnedMetadata, c
         change.stack_id = stack_ids.into_iter().next().map(|(from, to)| FromTo { from, to });
         change.distro = distros.into_iter().next().map(|(from, to)| FromTo { from, to });
     }
-    change.with_packages(&previous.packages, &current.packages)
+    change.with_packages(&previous.packages, &current.packages, (&names.0, &names.1))
 }
 
 /// The one release of a single-platform pin: a run image republished for another platform key

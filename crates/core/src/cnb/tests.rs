@@ -568,7 +568,10 @@ fn a_base_move_carries_the_build_image_package_diff() {
     use crate::packages::{Package, Packages, Source};
     let listed = |openssl: &str| {
         let packages = vec![Package { name: "openssl".into(), arch: Some("amd64".into()), version: openssl.into() }];
-        BTreeMap::from([("linux/amd64".to_string(), Packages::Listed { source: Source::PaketoLabel, packages })])
+        BTreeMap::from([(
+            "linux/amd64".to_string(),
+            Packages::Listed { source: Source::PaketoLabel, packages, cut_at: None },
+        )])
     };
     let with = |j: &Jammy, openssl: &str| PinnedMetadata { packages: listed(openssl), ..j.pinned() };
     let base = Jammy::new();

@@ -1,7 +1,8 @@
 //! Reading package lists: the Paketo label, the three SBOM formats, and where in an image config
-//! the list is. Lists are read entry by entry and counted as they come, so a document past
-//! [`MAX_PACKAGES`] entries (an empty `{}` counts) is refused at entry 5,001 without the rest
-//! being materialised; fields this crate does not use are skipped (`IgnoredAny`), never built.
+//! the list is. Lists are read entry by entry and counted as they come: at entry 5,001 (past
+//! [`MAX_PACKAGES`]; an empty `{}` counts) the read stops, the rest of the document unread, and the
+//! list is the packages of the first 5,000 entries, marked cut (`cut_at`) so every pin and change
+//! made from it says so. Fields this crate does not use are skipped (`IgnoredAny`), never built.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -10,7 +11,9 @@ use std::marker::PhantomData;
 use serde::Deserialize;
 use serde::de::{self, DeserializeOwned, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::{BASE_SBOM, MAX_PACKAGES, PAKETO_PACKAGES, Package, Packages, Source};
+use serde::de::DeserializeSeed;
+
+use super::{BASE_SBOM, MAX_PACKAGES, PAKETO_PACKAGES, Package, PackageList, Packages, Source};
 use crate::text::escape;
 
 /// Longest package name, version or arch kept (real ones: well under 100 bytes). A longer one
@@ -200,57 +203,123 @@ impl Entry for SbomEntry {
     }
 }
 
-/// A list of entries, counted as they are read: past [`MAX_PACKAGES`] the read stops with an
-/// error, so at most that many entries are ever held (each one only while it is turned into its
-/// package).
-pub(super) struct Listed<E> {
-    pub(super) packages: Vec<Package>,
+/// Ends the read of a list at its entry past [`MAX_PACKAGES`]: an error to serde, so nothing after
+/// it is read, told apart by the reader from real errors through [`Collected::cut_at`].
+const CUT: &str = "the list goes on past its cap";
+
+/// What a list's read collected, kept by the caller so that a read stopped at the cap still
+/// yields the packages of the entries before it.
+#[derive(Default)]
+struct Collected {
+    packages: Vec<Package>,
+    /// Entries read when the read stopped at the cap.
+    cut_at: Option<usize>,
+    /// Whether the document had the list at all.
+    found: bool,
+}
+
+/// Reads a list of entries into `out`, counted as they are read: at most [`MAX_PACKAGES`] entries
+/// are read (each one held only while it is turned into its package), then the read stops.
+struct ListSeed<'a, E> {
+    out: &'a mut Collected,
     entry: PhantomData<E>,
 }
 
-impl<'de, E: Entry> Deserialize<'de> for Listed<E> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct ListVisitor<E>(PhantomData<E>);
-        impl<'de, E: Entry> Visitor<'de> for ListVisitor<E> {
-            type Value = Listed<E>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a list of packages")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Listed<E>, A::Error> {
-                let mut packages = Vec::new();
-                let mut entries = 0usize;
-                while let Some(entry) = seq.next_element::<E>()? {
-                    entries += 1;
-                    if entries > MAX_PACKAGES {
-                        return Err(limit(format_args!(
-                            "lists more than {MAX_PACKAGES} packages, over the {MAX_PACKAGES} kept"
-                        )));
-                    }
-                    packages.extend(entry.into_package());
-                }
-                Ok(Listed { packages, entry: PhantomData })
-            }
-        }
-        d.deserialize_seq(ListVisitor(PhantomData))
+impl<'de, E: Entry> DeserializeSeed<'de> for ListSeed<'_, E> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
     }
 }
 
-#[derive(Deserialize)]
-struct CycloneDxDoc {
-    #[serde(default)]
-    components: Option<Listed<SbomEntry>>,
+impl<'de, E: Entry> Visitor<'de> for ListSeed<'_, E> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of packages")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        // A list named twice in a document: the last one counts, as serde would have it.
+        *self.out = Collected { found: true, ..Collected::default() };
+        let mut entries = 0usize;
+        while entries < MAX_PACKAGES {
+            let Some(entry) = seq.next_element::<E>()? else { return Ok(()) };
+            entries += 1;
+            self.out.packages.extend(entry.into_package());
+        }
+        // One more entry (even `{}`) is skipped unbuilt to tell a full list from a cut one.
+        if seq.next_element::<IgnoredAny>()?.is_none() {
+            return Ok(());
+        }
+        self.out.cut_at = Some(MAX_PACKAGES);
+        Err(de::Error::custom(CUT))
+    }
 }
 
-#[derive(Deserialize)]
-struct SpdxDoc {
-    #[serde(default)]
-    packages: Option<Listed<SbomEntry>>,
+/// An SBOM document of one format: its list (`field`) read with [`ListSeed`], every other key
+/// skipped unread.
+struct DocSeed<'a> {
+    field: &'static str,
+    out: &'a mut Collected,
 }
 
-#[derive(Deserialize)]
-struct SyftDoc {
-    #[serde(default)]
-    artifacts: Option<Listed<SbomEntry>>,
+impl<'de> DeserializeSeed<'de> for DocSeed<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for DocSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an SBOM document")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<std::borrow::Cow<'_, str>>()? {
+            if key == self.field {
+                map.next_value_seed(Nullable(ListSeed::<SbomEntry> { out: &mut *self.out, entry: PhantomData }))?;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A list that may be `null` (read as absent).
+struct Nullable<S>(S);
+
+impl<'de, S: DeserializeSeed<'de, Value = ()>> DeserializeSeed<'de> for Nullable<S> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de, S: DeserializeSeed<'de, Value = ()>> Visitor<'de> for Nullable<S> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of packages")
+    }
+    fn visit_none<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        self.0.deserialize(d)
+    }
+}
+
+/// The outcome of a read into `out`: the list (cut when the read stopped at the cap), or why not.
+fn finish(what: &str, read: Result<(), serde_json::Error>, out: Collected) -> Result<PackageList, String> {
+    match read {
+        Err(_) if out.cut_at.is_some() => {}
+        Err(e) => return Err(refusal(what, e)),
+        Ok(()) => {}
+    }
+    Ok(PackageList { packages: normalized(out.packages), cut_at: out.cut_at })
 }
 
 /// Sorted, one entry per (name, arch): a name listed twice with different versions keeps them all,
@@ -274,37 +343,36 @@ fn normalized(mut packages: Vec<Package>) -> Vec<Package> {
 }
 
 /// The `io.paketo.stack.packages` label's value.
-pub fn parse_paketo_label(value: &str) -> Result<Vec<Package>, String> {
-    let listed: Listed<PaketoEntry> =
-        serde_json::from_str(value).map_err(|e| refusal(&format!("label {PAKETO_PACKAGES}"), e))?;
-    Ok(normalized(listed.packages))
+pub fn parse_paketo_label(value: &str) -> Result<PackageList, String> {
+    let mut out = Collected::default();
+    let mut de = serde_json::Deserializer::from_str(value);
+    let read =
+        ListSeed::<PaketoEntry> { out: &mut out, entry: PhantomData }.deserialize(&mut de).and_then(|()| de.end());
+    finish(&format!("label {PAKETO_PACKAGES}"), read, out)
 }
 
 /// An SBOM document of `source`'s format (`Source::PaketoLabel` is not one).
-pub fn parse_sbom(source: Source, document: &[u8]) -> Result<Vec<Package>, String> {
+pub fn parse_sbom(source: Source, document: &[u8]) -> Result<PackageList, String> {
     parse_sbom_from(source, document)
 }
 
 /// An SBOM document of `source`'s format, read as it streams in (from an SBOM layer's tar entry):
-/// never more of it in memory than the entries kept.
-pub fn parse_sbom_from(source: Source, document: impl std::io::Read) -> Result<Vec<Package>, String> {
+/// never more of it in memory than the entries kept, and nothing after a cut list.
+pub fn parse_sbom_from(source: Source, document: impl std::io::Read) -> Result<PackageList, String> {
     let what = format!("{} document", source.as_str());
-    let reader = std::io::BufReader::new(document);
-    let (entries, field) = match source {
-        Source::CycloneDx => (
-            serde_json::from_reader::<_, CycloneDxDoc>(reader).map_err(|e| refusal(&what, e))?.components,
-            "components",
-        ),
-        Source::Spdx => {
-            (serde_json::from_reader::<_, SpdxDoc>(reader).map_err(|e| refusal(&what, e))?.packages, "packages")
-        }
-        Source::Syft => {
-            (serde_json::from_reader::<_, SyftDoc>(reader).map_err(|e| refusal(&what, e))?.artifacts, "artifacts")
-        }
+    let field = match source {
+        Source::CycloneDx => "components",
+        Source::Spdx => "packages",
+        Source::Syft => "artifacts",
         Source::PaketoLabel => return Err(format!("{PAKETO_PACKAGES} is a label, not an SBOM document")),
     };
-    let entries = entries.ok_or_else(|| format!("{what} has no \"{field}\" list"))?;
-    Ok(normalized(entries.packages))
+    let mut out = Collected::default();
+    let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::new(document));
+    let read = DocSeed { field, out: &mut out }.deserialize(&mut de).and_then(|()| de.end());
+    if read.is_ok() && !out.found {
+        return Err(format!("{what} has no \"{field}\" list"));
+    }
+    finish(&what, read, out)
 }
 
 // ---- where the list is ----------------------------------------------------------------------------

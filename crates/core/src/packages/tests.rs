@@ -21,8 +21,11 @@ fn paketo(entries: &[(&str, &str)]) -> String {
     serde_json::to_string(&list).unwrap()
 }
 
+/// The names a change gives the two sides of a move.
+const NAMES: (&str, &str) = ("r.example.com/run@sha256:01", "r.example.com/run@sha256:02");
+
 fn listed(source: Source, packages: Vec<Package>) -> Packages {
-    Packages::Listed { source, packages }
+    Packages::Listed { source, packages, cut_at: None }
 }
 
 const V1: &[(&str, &str)] = &[
@@ -40,7 +43,7 @@ const V2: &[(&str, &str)] = &[
 
 #[test]
 fn the_paketo_label_reads_name_version_and_arch() {
-    let list = parse_paketo_label(&paketo(V1)).unwrap();
+    let list = parse_paketo_label(&paketo(V1)).unwrap().packages;
     assert_eq!(list.len(), 4);
     assert_eq!(list[0], pkg("libgone1", Some("amd64"), "1.0"));
     assert_eq!(list[2], pkg("openssl", Some("amd64"), "3.0.2-0ubuntu1.15"));
@@ -60,9 +63,56 @@ fn malformed_labels_and_documents_are_notes_not_panics() {
         assert!(parse_sbom(source, b"[]").is_err());
     }
     assert!(parse_sbom(Source::PaketoLabel, b"{}").is_err());
-    let many: Vec<_> = (0..=MAX_PACKAGES).map(|i| json!({"name": format!("p{i}"), "version": "1"})).collect();
-    let err = parse_paketo_label(&serde_json::to_string(&many).unwrap()).unwrap_err();
-    assert!(err.contains("over the 5000 kept"), "{err}");
+}
+
+#[test]
+fn a_list_past_the_cap_keeps_its_first_entries_marked_cut() {
+    let many = |n: usize| {
+        let list: Vec<_> = (0..n).map(|i| json!({"name": format!("p{i:05}"), "version": "1"})).collect();
+        serde_json::to_string(&list).unwrap()
+    };
+    let full = parse_paketo_label(&many(MAX_PACKAGES)).unwrap();
+    assert_eq!((full.packages.len(), full.cut_at), (MAX_PACKAGES, None), "a list at the cap is whole");
+    let cut = parse_paketo_label(&many(MAX_PACKAGES + 1)).unwrap();
+    assert_eq!((cut.packages.len(), cut.cut_at), (MAX_PACKAGES, Some(MAX_PACKAGES)));
+    assert_eq!(cut.packages.last().unwrap().name, "p04999", "the first 5,000 entries, not the last");
+    // Cut, even when the rest would not parse: it is never read.
+    let broken = format!("{}, this is not JSON", many(MAX_PACKAGES + 1).trim_end_matches(']'));
+    assert_eq!(parse_paketo_label(&broken).unwrap().cut_at, Some(MAX_PACKAGES));
+    let list = Packages::from_result(Source::PaketoLabel, Ok(cut));
+    assert_eq!(list.cut_at(), Some(MAX_PACKAGES));
+    let text = serde_json::to_value(&list).unwrap();
+    assert_eq!(text["cut_at"], 5000, "a pin keeps the cut");
+    assert_eq!(serde_json::from_value::<Packages>(text).unwrap(), list);
+    assert_eq!(
+        cut_note("r.example.com/run@sha256:02", 5000),
+        "the package list of r.example.com/run@sha256:02 was cut at 5000 entries (the most read of a list): packages beyond them are not compared"
+    );
+}
+
+#[test]
+fn a_diff_from_a_cut_list_says_so_and_calls_nothing_beyond_the_cut_added_or_removed() {
+    let cut = |entries: &[(&str, &str)]| match from_label(entries) {
+        Packages::Listed { source, packages, .. } => Packages::Listed { source, packages, cut_at: Some(MAX_PACKAGES) },
+        other => other,
+    };
+    let one = |p: Packages| BTreeMap::from([("linux/amd64".to_string(), p)]);
+    // The new list is cut: libgone1 may lie beyond the cut, so it is not removed; the upgrade and
+    // the addition within the read entries are real.
+    let (d, note) = diff_platforms(&one(from_label(V1)), &one(cut(V2)), NAMES);
+    let d = d.unwrap();
+    assert_eq!(d.lines(), ["openssl 3.0.2-0ubuntu1.15 → 3.0.2-0ubuntu1.16", "libnew2 2.1 added"]);
+    assert_eq!(note.as_deref(), Some(cut_note(NAMES.1, MAX_PACKAGES).as_str()));
+    // The old list is cut: libnew2 may have been beyond it, so it is not added.
+    let (d, note) = diff_platforms(&one(cut(V1)), &one(from_label(V2)), NAMES);
+    assert_eq!(d.unwrap().lines(), ["openssl 3.0.2-0ubuntu1.15 → 3.0.2-0ubuntu1.16", "libgone1 1.0 removed"]);
+    assert_eq!(note.as_deref(), Some(cut_note(NAMES.0, MAX_PACKAGES).as_str()));
+    // Both cut, on two platforms: each side of each platform is named.
+    let two = |p: Packages| BTreeMap::from([("linux/amd64".to_string(), p.clone()), ("linux/arm64".to_string(), p)]);
+    let (_, note) = diff_platforms(&two(cut(V1)), &two(cut(V1)), NAMES);
+    let note = note.unwrap();
+    assert_eq!(note.matches("was cut at 5000 entries").count(), 4, "{note}");
+    assert!(note.starts_with(&format!("linux/amd64: {}", cut_note(NAMES.0, MAX_PACKAGES))), "{note}");
 }
 
 #[test]
@@ -72,7 +122,7 @@ fn each_sbom_format_reads_its_list_and_purl_arch() {
          "purl": "pkg:deb/ubuntu/openssl@3.0.2-0ubuntu1.16?arch=amd64&distro=ubuntu-22.04"},
         {"type": "operating-system", "name": "ubuntu", "version": "22.04"},
         {"type": "library", "version": "no name"}]});
-    let list = parse_sbom(Source::CycloneDx, cdx.to_string().as_bytes()).unwrap();
+    let list = parse_sbom(Source::CycloneDx, cdx.to_string().as_bytes()).unwrap().packages;
     assert_eq!(list, vec![pkg("openssl", Some("amd64"), "3.0.2-0ubuntu1.16"), pkg("ubuntu", None, "22.04")]);
 
     let spdx = json!({"spdxVersion": "SPDX-2.3", "packages": [
@@ -81,14 +131,14 @@ fn each_sbom_format_reads_its_list_and_purl_arch() {
             {"referenceCategory": "PACKAGE-MANAGER", "referenceType": "purl",
              "referenceLocator": "pkg:deb/ubuntu/openssl@3.0.2-0ubuntu1.16?arch=arm64"}]},
         {"name": "tzdata", "versionInfo": "2024a"}]});
-    let list = parse_sbom(Source::Spdx, spdx.to_string().as_bytes()).unwrap();
+    let list = parse_sbom(Source::Spdx, spdx.to_string().as_bytes()).unwrap().packages;
     assert_eq!(list, vec![pkg("openssl", Some("arm64"), "3.0.2-0ubuntu1.16"), pkg("tzdata", None, "2024a")]);
 
     let syft = json!({"artifacts": [
         {"id": "1", "name": "libc6", "version": "2.35-0ubuntu3.8", "type": "deb",
          "purl": "pkg:deb/ubuntu/libc6@2.35-0ubuntu3.8?arch=amd64#frag"}],
         "distro": {"name": "ubuntu"}});
-    let list = parse_sbom(Source::Syft, syft.to_string().as_bytes()).unwrap();
+    let list = parse_sbom(Source::Syft, syft.to_string().as_bytes()).unwrap().packages;
     assert_eq!(list, vec![pkg("libc6", Some("amd64"), "2.35-0ubuntu3.8")]);
 }
 
@@ -96,7 +146,10 @@ fn each_sbom_format_reads_its_list_and_purl_arch() {
 fn a_name_listed_twice_keeps_both_versions() {
     let syft = json!({"artifacts": [{"name": "six", "version": "1.16"}, {"name": "six", "version": "1.15"},
                                     {"name": "six", "version": "1.16"}]});
-    assert_eq!(parse_sbom(Source::Syft, syft.to_string().as_bytes()).unwrap(), vec![pkg("six", None, "1.15, 1.16")]);
+    assert_eq!(
+        parse_sbom(Source::Syft, syft.to_string().as_bytes()).unwrap().packages,
+        vec![pkg("six", None, "1.15, 1.16")]
+    );
 }
 
 #[test]
@@ -204,20 +257,20 @@ fn platforms_merge_when_their_diffs_are_equal() {
     let amd = |e: &[(&str, &str)]| from_label(e);
     // The same move on arm64: other arch values, the same diff.
     let arm = |e: &[(&str, &str)]| match from_label(e) {
-        Packages::Listed { source, packages } => {
+        Packages::Listed { source, packages, .. } => {
             listed(source, packages.into_iter().map(|p| Package { arch: Some("arm64".into()), ..p }).collect())
         }
         other => other,
     };
     let two =
         |a: Packages, b: Packages| BTreeMap::from([("linux/amd64".to_string(), a), ("linux/arm64".to_string(), b)]);
-    let (merged, note) = diff_platforms(&two(amd(V1), arm(V1)), &two(amd(V2), arm(V2)));
+    let (merged, note) = diff_platforms(&two(amd(V1), arm(V1)), &two(amd(V2), arm(V2)), NAMES);
     let merged = merged.unwrap();
     assert!(merged.platforms.is_empty() && note.is_none());
     assert_eq!(merged.changed.len(), 1);
 
     // arm64 did not move: each platform's diff, the top level amd64's.
-    let (split, _) = diff_platforms(&two(amd(V1), arm(V1)), &two(amd(V2), arm(V1)));
+    let (split, _) = diff_platforms(&two(amd(V1), arm(V1)), &two(amd(V2), arm(V1)), NAMES);
     let split = split.unwrap();
     assert_eq!(split.changed[0].name, "openssl");
     assert_eq!(split.platforms.len(), 2);
@@ -225,15 +278,15 @@ fn platforms_merge_when_their_diffs_are_equal() {
 
     // One platform unreadable: the other's diff, and a note naming the platform.
     let bad = Packages::unreadable("label io.paketo.stack.packages is malformed: EOF");
-    let (partial, note) = diff_platforms(&two(amd(V1), arm(V1)), &two(amd(V2), bad));
+    let (partial, note) = diff_platforms(&two(amd(V1), arm(V1)), &two(amd(V2), bad), NAMES);
     assert_eq!(partial.unwrap().changed.len(), 1);
     assert!(note.unwrap().starts_with("linux/arm64: new image: label"));
 
     // Nothing known on either side: nothing said.
-    assert_eq!(diff_platforms(&BTreeMap::new(), &BTreeMap::new()), (None, None));
+    assert_eq!(diff_platforms(&BTreeMap::new(), &BTreeMap::new(), NAMES), (None, None));
     // A previous pin without lists (recorded before lists were kept): no diff, a note.
     let one = BTreeMap::from([("linux/amd64".to_string(), amd(V2))]);
-    let (none, note) = diff_platforms(&BTreeMap::new(), &one);
+    let (none, note) = diff_platforms(&BTreeMap::new(), &one, NAMES);
     assert!(none.is_none());
     assert_eq!(note.unwrap(), "no package list was recorded for the previous image");
 }
@@ -287,26 +340,26 @@ impl std::io::Read for EmptyComponents {
 #[test]
 fn empty_components_count_as_entries_up_to_the_cap() {
     let (at_cap, _) = EmptyComponents::new(MAX_PACKAGES);
-    assert_eq!(parse_sbom_from(Source::CycloneDx, at_cap), Ok(Vec::new()), "unnamed entries list no package");
+    let whole = PackageList { packages: Vec::new(), cut_at: None };
+    assert_eq!(parse_sbom_from(Source::CycloneDx, at_cap), Ok(whole), "unnamed entries list no package");
     let (over, _) = EmptyComponents::new(MAX_PACKAGES + 1);
-    let err = parse_sbom_from(Source::CycloneDx, over).unwrap_err();
-    assert_eq!(err, "sbom:cyclonedx document lists more than 5000 packages, over the 5000 kept");
+    let cut = PackageList { packages: Vec::new(), cut_at: Some(MAX_PACKAGES) };
+    assert_eq!(parse_sbom_from(Source::CycloneDx, over), Ok(cut), "an empty entry counts: the list is cut");
 }
 
 #[test]
-fn a_huge_list_is_refused_after_reading_only_past_the_cap() {
+fn a_huge_list_is_cut_after_reading_only_past_the_cap() {
     // 20 million entries (60 MB of JSON): the read stops just after entry 5,001, so it has read
     // about 15 KB (plus one buffer), and never holds more than 5,000 entries.
     let (doc, served) = EmptyComponents::new(20_000_000);
-    let err = parse_sbom_from(Source::CycloneDx, doc).unwrap_err();
-    assert!(err.contains("more than 5000 packages"), "{err}");
+    assert_eq!(parse_sbom_from(Source::CycloneDx, doc).unwrap().cut_at, Some(MAX_PACKAGES));
     assert!(served.get() < 64 << 10, "read {} bytes of a 60 MB document", served.get());
     // The same cap on the label, and on the other formats' lists.
     let entries = format!("[{}]", vec![r#"{"name":"p"}"#; MAX_PACKAGES + 1].join(","));
-    assert!(parse_paketo_label(&entries).unwrap_err().contains("lists more than 5000 packages"));
+    assert_eq!(parse_paketo_label(&entries).unwrap().cut_at, Some(MAX_PACKAGES));
     for (source, field) in [(Source::Spdx, "packages"), (Source::Syft, "artifacts")] {
         let doc = format!(r#"{{"{field}": [{}]}}"#, vec!["{}"; MAX_PACKAGES + 1].join(","));
-        assert!(parse_sbom(source, doc.as_bytes()).unwrap_err().contains("more than 5000"), "{source:?}");
+        assert_eq!(parse_sbom(source, doc.as_bytes()).unwrap().cut_at, Some(MAX_PACKAGES), "{source:?}");
     }
 }
 
@@ -325,9 +378,9 @@ fn long_fields_are_refused_and_unused_ones_never_kept() {
     let doc = json!({"components": [{"name": "openssl", "version": "3", "purl": purl, "components": [{}, {}],
                                      "properties": [{"name": long}]}],
                      "packages": [{"name": "tzdata", "versionInfo": "1", "externalRefs": refs}]});
-    let cdx = parse_sbom(Source::CycloneDx, doc.to_string().as_bytes()).unwrap();
+    let cdx = parse_sbom(Source::CycloneDx, doc.to_string().as_bytes()).unwrap().packages;
     assert_eq!(cdx, vec![pkg("openssl", Some("arm64"), "3")]);
-    let spdx = parse_sbom(Source::Spdx, doc.to_string().as_bytes()).unwrap();
+    let spdx = parse_sbom(Source::Spdx, doc.to_string().as_bytes()).unwrap().packages;
     assert_eq!(spdx, vec![pkg("tzdata", Some("a1"), "1")]);
 }
 

@@ -54,14 +54,15 @@ pub struct Status {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShownAction {
     pub record: ActionRecord,
-    pub state: &'static str,
+    /// The state as shown (the record's own `state` reads through too).
+    pub shown: &'static str,
 }
 
 impl ShownAction {
     /// `record`, where `gated` are the keys of the pending actions a roll-out gate keeps back.
     pub fn new(record: ActionRecord, gated: &BTreeSet<&str>) -> Self {
-        let state = record.shown_state(gated.contains(record.key.as_str()));
-        ShownAction { record, state }
+        let shown = record.shown_state(gated.contains(record.key.as_str()));
+        ShownAction { record, shown }
     }
 }
 
@@ -113,7 +114,7 @@ impl Serialize for ShownAction {
             change: &r.change,
             image: &r.image,
             action: &r.action,
-            state: self.state,
+            state: self.shown,
             attempts: r.attempts,
             next_attempt: timestamp_millis(r.next_attempt),
             detail: r.detail.as_deref(),
@@ -465,7 +466,7 @@ pub fn render_text(status: &Status) -> String {
             );
         }
     }
-    let finished: Vec<&ShownAction> = status.actions.iter().filter(|a| !a.record.state.is_open()).collect();
+    let finished: Vec<&ShownAction> = status.actions.iter().filter(|a| !a.state.is_open()).collect();
     if !finished.is_empty() {
         let _ = writeln!(out, "recent actions:");
         for a in finished.iter().take(10) {

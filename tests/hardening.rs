@@ -250,6 +250,9 @@ fn config_with(keys: &[(usize, String)]) -> String {
 /// quotas, the timetable, settle, alert clients.
 fn exercise(config: &Config) {
     use builder_monitor::schedule::Timetable;
+    // The alert senders build HTTP clients: the process's TLS provider first, whichever test of
+    // this binary runs first (or alone, as nextest runs each).
+    builder_monitor::install_crypto_provider();
     for settings in config.registries.values() {
         if let Some(limiter) = builder_monitor::registry::rate_limiter(settings) {
             let _ = limiter.check();

@@ -142,6 +142,8 @@ pub struct Runner {
     secrets: Secrets,
     /// Attempts that failed in this process (`run --once` exits 1 after one).
     failures: AtomicUsize,
+    /// What each succeeded deploy wrote, for the override guard (`deploy::guard`).
+    guarded: std::sync::Mutex<builder_monitor_core::deploy::OverrideIndex>,
 }
 
 impl Runner {
@@ -150,7 +152,18 @@ impl Runner {
         let secrets = Secrets::of(&config);
         let wake = ledger.new_actions();
         let registry = Arc::new(Registry::new(config.registries.values().cloned(), Metrics::new()));
-        Runner { config, ledger, clock, backends, registry, wake, permits, secrets, failures: AtomicUsize::new(0) }
+        Runner {
+            config,
+            ledger,
+            clock,
+            backends,
+            registry,
+            wake,
+            permits,
+            secrets,
+            failures: AtomicUsize::new(0),
+            guarded: Default::default(),
+        }
     }
 
     /// The same runner over the daemon's registry client (its limits, tokens and metrics).
@@ -250,6 +263,11 @@ impl Runner {
             );
         }
         if let Some(client) = self.backends.deploy_client.clone() {
+            // Before any action starts: a deploy that starts takes its image out of the index.
+            match self.rebuild_guard().await {
+                Ok(n) => tracing::debug!(workloads = n, "override guard: what the deploys wrote, read from the ledger"),
+                Err(err) => tracing::error!(error = %err, "cannot read the deploys for the override guard; it guards those that succeed from now on"),
+            }
             tokio::spawn(deploy::guard(self.clone(), client, shutdown.clone()));
         }
         // An aborted task ends once its future is dropped, and with it the command's group.
@@ -391,6 +409,9 @@ impl Runner {
             }
         }
         tracing::info!(action = %action.key, image = %action.image, kind = action.kind.as_str(), attempt = action.attempt, "running action");
+        if action.kind == ActionKind::Deploy {
+            self.unguard(&action.image);
+        }
         let mut attempt = self.attempt(&action, &target).await;
         attempt.outcome.detail = self.secrets.scrub(&attempt.outcome.detail);
         attempt.outcome.output_tail = self.secrets.scrub(&attempt.outcome.output_tail);
@@ -444,6 +465,13 @@ impl Runner {
             })
             .into_iter()
             .collect();
+        if let Some(detail) = attempt.overridden.clone().filter(|_| matches!(state, ActionOutcome::Failed)) {
+            let mut e = self.event(&action, &target, EventType::DeployOverridden, Some(detail), None, &digests);
+            if let Some(info) = e.action.as_mut() {
+                info.workloads = attempt.workloads.clone();
+            }
+            events.push(e);
+        }
         if attempt.rolled_back && matches!(state, ActionOutcome::Failed) {
             let mut e =
                 self.event(&action, &target, EventType::DeployRolledBack, Some(outcome.detail.clone()), None, &digests);
@@ -494,6 +522,9 @@ impl Runner {
                 return;
             }
         };
+        if action.kind == ActionKind::Deploy && !matches!(state, ActionOutcome::Retry { .. }) {
+            self.deploy_ended(&action, state == ActionOutcome::Succeeded, &attempt.workloads);
+        }
         match state {
             ActionOutcome::Succeeded => {
                 tracing::info!(action = %action.key, image = %action.image, kind = action.kind.as_str(), "action succeeded")
@@ -549,14 +580,16 @@ impl Runner {
         ]
     }
 
-    /// Records `deploy.started`: the deploy wrote its workloads.
+    /// Records `deploy.started`: the deploy wrote its workloads. Its id is the action's, whatever
+    /// the attempt: a restart that records it again adds nothing. Answers whether it is recorded.
     async fn deploy_started(
         &self,
         action: &ClaimedAction,
         target: &ActionTarget,
         progress: &builder_monitor_core::deploy::DeployProgress,
-    ) {
+    ) -> bool {
         let mut e = self.event(action, target, EventType::DeployStarted, None, None, &Digests::default());
+        e.id = event::stable_id(&[&action.key, EventType::DeployStarted.as_str()]);
         if let Some(info) = e.action.as_mut() {
             info.workloads = progress.workloads.clone();
             info.digest = target.deploy.as_ref().map(|d| d.digest.clone());
@@ -566,8 +599,12 @@ impl Runner {
         let record = |deliveries| {
             self.ledger.record_events(&target.builder_name, events.clone(), deliveries, history, self.clock.now())
         };
-        if let Err(err) = crate::alert::emit(&self.config.alerts, &events, record).await {
-            tracing::error!(action = %action.key, error = %err, "cannot record deploy.started");
+        match crate::alert::emit(&self.config.alerts, &events, record).await {
+            Ok(()) => true,
+            Err(err) => {
+                tracing::error!(action = %action.key, error = %err, "cannot record deploy.started");
+                false
+            }
         }
     }
 

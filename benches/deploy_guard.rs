@@ -267,7 +267,8 @@ async fn run() {
         rebuild_seconds * 1e3,
     );
     println!("{md}");
-    let out = std::path::PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into())).join("bench");
+    let out =
+        std::path::PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into())).join("bench");
     std::fs::create_dir_all(&out).expect("the bench directory");
     std::fs::write(out.join("deploy_guard.md"), &md).expect("the report");
     std::fs::write(out.join("deploy_guard.json"), serde_json::to_string_pretty(&report).unwrap()).expect("the report");

@@ -27,9 +27,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, RebasePath};
-use crate::ledger::{
-    ActionEnd, ActionOutcome, ActionState, ClaimedAction, Hold, Kinds, Ledger, LedgerError, NewAction, TagMove,
-};
+use crate::ledger::{ActionEnd, ActionOutcome, ActionState, ClaimedAction, Hold, Kinds, Ledger, LedgerError, TagMove};
 use crate::metrics::Metrics;
 use crate::rebase::{RebaseError, RebaseRequest};
 use crate::registry::Registry;
@@ -266,7 +264,9 @@ impl Runner {
             // Before any action starts: a deploy that starts takes its image out of the index.
             match self.rebuild_guard().await {
                 Ok(n) => tracing::debug!(workloads = n, "override guard: what the deploys wrote, read from the ledger"),
-                Err(err) => tracing::error!(error = %err, "cannot read the deploys for the override guard; it guards those that succeed from now on"),
+                Err(err) => {
+                    tracing::error!(error = %err, "cannot read the deploys for the override guard; it guards those that succeed from now on")
+                }
             }
             tokio::spawn(deploy::guard(self.clone(), client, shutdown.clone()));
         }
@@ -540,70 +540,6 @@ impl Runner {
             }
             ActionOutcome::Skipped => {
                 tracing::info!(action = %action.key, image = %action.image, detail = %outcome.detail, "action skipped")
-            }
-        }
-    }
-
-    /// The deploy that follows an action which moved the app tag to a new digest, when the image
-    /// deploys: of that digest, in the action's wave, with the tag's digest before for an undo.
-    fn follow(&self, action: &ClaimedAction, target: &ActionTarget, digests: &Digests) -> Vec<NewAction> {
-        let Some(image) = self.config.image(&action.image) else { return Vec::new() };
-        if !action.kind.moves_tag() || !self.config.deploys_image(image) {
-            return Vec::new();
-        }
-        let Some(after) = digests.after.clone() else {
-            tracing::warn!(action = %action.key, image = %action.image, "the app tag's digest after the action is not known; no deploy (run `builder-monitor deploy`)");
-            return Vec::new();
-        };
-        if digests.before.as_deref() == Some(after.as_str()) {
-            return Vec::new();
-        }
-        let reference = match ImageRef::parse(&target.image) {
-            Ok(r) => r.pinned(&after),
-            Err(_) => return Vec::new(),
-        };
-        let rollout = &self.config.rollout;
-        let deploy = builder_monitor_core::deploy::DeployTarget {
-            digest: after.clone(),
-            reference,
-            workloads: image.deploy.clone(),
-            undo: image.undo(rollout),
-            tag_before: digests.before.clone(),
-        };
-        let mut t = target.clone();
-        t.why = format!("the {} moved {} to {after}", action.kind.as_str(), target.image);
-        t.deploy = Some(deploy);
-        let key = builder_monitor_core::deploy::action_key(&action.change_id, &action.image);
-        vec![
-            NewAction::new(key, action.change_id.clone(), action.image.clone(), ActionKind::Deploy, t)
-                .gated(image.wave, image.needs_approval(ActionKind::Deploy, rollout)),
-        ]
-    }
-
-    /// Records `deploy.started`: the deploy wrote its workloads. Its id is the action's, whatever
-    /// the attempt: a restart that records it again adds nothing. Answers whether it is recorded.
-    async fn deploy_started(
-        &self,
-        action: &ClaimedAction,
-        target: &ActionTarget,
-        progress: &builder_monitor_core::deploy::DeployProgress,
-    ) -> bool {
-        let mut e = self.event(action, target, EventType::DeployStarted, None, None, &Digests::default());
-        e.id = event::stable_id(&[&action.key, EventType::DeployStarted.as_str()]);
-        if let Some(info) = e.action.as_mut() {
-            info.workloads = progress.workloads.clone();
-            info.digest = target.deploy.as_ref().map(|d| d.digest.clone());
-        }
-        let events = vec![e];
-        let history = self.config.monitor.history;
-        let record = |deliveries| {
-            self.ledger.record_events(&target.builder_name, events.clone(), deliveries, history, self.clock.now())
-        };
-        match crate::alert::emit(&self.config.alerts, &events, record).await {
-            Ok(()) => true,
-            Err(err) => {
-                tracing::error!(action = %action.key, error = %err, "cannot record deploy.started");
-                false
             }
         }
     }

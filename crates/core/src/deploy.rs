@@ -559,7 +559,7 @@ pub fn selector(object: &Value) -> Option<String> {
 }
 
 mod ours;
-pub use ours::{Changed, Guarded, Override, OverrideIndex, UndoPlan, changed_by_others, undo_plan, undo_patch};
+pub use ours::{Changed, Guarded, Override, OverrideIndex, UndoPlan, changed_by_others, undo_patch, undo_plan};
 
 #[cfg(test)]
 mod tests;

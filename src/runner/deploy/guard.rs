@@ -77,7 +77,13 @@ pub fn guard_index(latest: Vec<LatestAction>) -> OverrideIndex {
 impl Runner {
     /// The guard's check of one workload event: the guarded deploys whose writes `object` no
     /// longer runs. A lookup in memory; its cost does not grow with the ledger.
-    pub fn overrides(&self, kind: core::WorkloadKind, namespace: &str, name: &str, object: &DynamicObject) -> Vec<Override> {
+    pub fn overrides(
+        &self,
+        kind: core::WorkloadKind,
+        namespace: &str,
+        name: &str,
+        object: &DynamicObject,
+    ) -> Vec<Override> {
         self.guarded.lock().unwrap_or_else(|e| e.into_inner()).check(kind, namespace, name, &object.data)
     }
 
@@ -97,7 +103,12 @@ impl Runner {
     }
 
     /// A deploy ended: guarded from now on when it succeeded.
-    pub(in crate::runner) fn deploy_ended(&self, action: &ClaimedAction, succeeded: bool, workloads: &[WorkloadProgress]) {
+    pub(in crate::runner) fn deploy_ended(
+        &self,
+        action: &ClaimedAction,
+        succeeded: bool,
+        workloads: &[WorkloadProgress],
+    ) {
         let mut index = self.guarded.lock().unwrap_or_else(|e| e.into_inner());
         if !succeeded {
             index.remove(&action.image);

@@ -16,6 +16,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 
 mod guard;
+mod record;
 mod undo;
 
 pub use guard::{guard, guard_index};
@@ -277,9 +278,12 @@ impl Deploying<'_> {
     async fn go(&mut self) -> Result<Attempt, Stop> {
         // An earlier attempt failed and began its undo (a crash cut it short): finish the undo,
         // never write the failed digest again.
-        if self.progress.workloads.iter().any(|w| {
-            matches!(w.state, WorkloadState::Failed | WorkloadState::Undone | WorkloadState::Overridden)
-        }) {
+        if self
+            .progress
+            .workloads
+            .iter()
+            .any(|w| matches!(w.state, WorkloadState::Failed | WorkloadState::Undone | WorkloadState::Overridden))
+        {
             return Err(Stop::Fail("an earlier attempt failed; its undo is completed now".into()));
         }
         if self.progress.workloads.is_empty() {

@@ -145,7 +145,11 @@ impl Deploying<'_> {
             let Some(object) = self.get(w).await? else { return Ok(Undone::Gone) };
             let plan = core::undo_plan(w.kind, &object, &wp.containers, &self.action.change_id);
             if plan.is_empty() {
-                return Ok(if plan.others.is_empty() { Undone::Back { restored: false } } else { Undone::Others(plan.others) });
+                return Ok(if plan.others.is_empty() {
+                    Undone::Back { restored: false }
+                } else {
+                    Undone::Others(plan.others)
+                });
             }
             let version = object.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or_default();
             let body = core::undo_patch(w.kind, &plan, wp.previous_change.as_deref(), version);

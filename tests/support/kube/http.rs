@@ -184,7 +184,10 @@ pub(super) async fn handle(
                 "Forbidden",
                 format!(
                     "{} is forbidden: User \"tester\" cannot {verb} resource \"{}\" in API group \"{}\" in the namespace \"{namespace}\"",
-                    target.name.as_ref().map_or_else(|| target.plural.clone(), |n| format!("{} \"{n}\"", resource_name(&target))),
+                    target
+                        .name
+                        .as_ref()
+                        .map_or_else(|| target.plural.clone(), |n| format!("{} \"{n}\"", resource_name(&target))),
                     target.plural,
                     target.group
                 ),
@@ -218,7 +221,8 @@ pub(super) async fn handle(
     };
     shared.notify();
     let written = matches!(method, Method::PUT | Method::PATCH) && code < 300;
-    let lost = written && target.name.as_ref().is_some_and(|name| shared.store.lock().unwrap().answer_lost.remove(&target.key(name)));
+    let lost = written
+        && target.name.as_ref().is_some_and(|name| shared.store.lock().unwrap().answer_lost.remove(&target.key(name)));
     if lost {
         // The write is taken; its answer never comes (the client waits until it gives up or dies).
         std::future::pending::<()>().await;

@@ -566,7 +566,8 @@ fn an_undo_restores_only_containers_that_still_run_what_was_written() {
 /// (null removes it) and the resourceVersion read, nested at the kind's template.
 #[test]
 fn an_undo_patch_names_only_what_it_restores_and_the_version_it_read() {
-    let plan = UndoPlan { restore: vec![write("migrate", true), write("app", false)], others: vec![], annotation: true };
+    let plan =
+        UndoPlan { restore: vec![write("migrate", true), write("app", false)], others: vec![], annotation: true };
     assert_eq!(
         undo_patch(WorkloadKind::Deployment, &plan, None, "41"),
         json!({"metadata": {"resourceVersion": "41"}, "spec": {"template": {
@@ -576,7 +577,10 @@ fn an_undo_patch_names_only_what_it_restores_and_the_version_it_read() {
     );
     let plan = UndoPlan { restore: vec![write("app", false)], others: vec![], annotation: false };
     let patch = undo_patch(WorkloadKind::CronJob, &plan, Some("c0"), "7");
-    assert_eq!(patch["spec"]["jobTemplate"]["spec"]["template"], json!({"spec": {"containers": [{"name": "app", "image": "r/app:1"}]}}));
+    assert_eq!(
+        patch["spec"]["jobTemplate"]["spec"]["template"],
+        json!({"spec": {"containers": [{"name": "app", "image": "r/app:1"}]}})
+    );
 }
 
 /// The guard's index: a workload event is checked against the newest guarded deploy of each
@@ -613,7 +617,10 @@ fn the_override_index_finds_only_what_a_guarded_deploy_no_longer_runs() {
     assert!(index.check(WorkloadKind::Deployment, "shop", "web", &ours).is_empty());
     let found = index.check(WorkloadKind::Deployment, "shop", "web", &theirs);
     assert_eq!(found.len(), 1);
-    assert_eq!((found[0].deploy.key.as_str(), found[0].changed[0].to_string().as_str()), ("k1", "container app runs r/app:hotfix"));
+    assert_eq!(
+        (found[0].deploy.key.as_str(), found[0].changed[0].to_string().as_str()),
+        ("k1", "container app runs r/app:hotfix")
+    );
     assert!(index.check(WorkloadKind::Deployment, "shop", "api", &theirs).is_empty(), "another workload");
     assert!(index.check(WorkloadKind::StatefulSet, "shop", "web", &theirs).is_empty(), "another kind");
 

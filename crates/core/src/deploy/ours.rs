@@ -133,12 +133,19 @@ pub struct Override {
 
 type WorkloadKey = (WorkloadKind, String, String);
 
+/// What one guarded deploy wrote to one workload.
+#[derive(Debug)]
+struct Written {
+    deploy: Arc<Guarded>,
+    writes: Vec<ContainerWrite>,
+}
+
 /// What each guarded deploy wrote, by workload: kept in memory by the daemon (rebuilt from the
 /// ledger at start, updated as deploys start and end), so the guard's check of a workload event
 /// reads no ledger.
 #[derive(Debug, Default)]
 pub struct OverrideIndex {
-    by_workload: HashMap<WorkloadKey, Vec<(Arc<Guarded>, Vec<ContainerWrite>)>>,
+    by_workload: HashMap<WorkloadKey, Vec<Written>>,
     by_image: HashMap<String, Vec<WorkloadKey>>,
 }
 
@@ -151,7 +158,8 @@ impl OverrideIndex {
         let mut keys = Vec::new();
         for w in deploy.progress.workloads.iter().filter(|w| w.state == WorkloadState::Healthy) {
             let key = (w.workload.kind, w.workload.namespace.clone(), w.workload.name.clone());
-            self.by_workload.entry(key.clone()).or_default().push((deploy.clone(), w.containers.clone()));
+            let written = Written { deploy: deploy.clone(), writes: w.containers.clone() };
+            self.by_workload.entry(key.clone()).or_default().push(written);
             keys.push(key);
         }
         if !keys.is_empty() {
@@ -163,7 +171,7 @@ impl OverrideIndex {
     pub fn remove(&mut self, image: &str) {
         for key in self.by_image.remove(image).unwrap_or_default() {
             if let Some(list) = self.by_workload.get_mut(&key) {
-                list.retain(|(d, _)| d.image != image);
+                list.retain(|w| w.deploy.image != image);
                 if list.is_empty() {
                     self.by_workload.remove(&key);
                 }
@@ -187,9 +195,9 @@ impl OverrideIndex {
             return Vec::new();
         };
         list.iter()
-            .filter_map(|(deploy, writes)| {
-                let changed = changed_by_others(kind, object, writes);
-                (!changed.is_empty()).then(|| Override { deploy: deploy.clone(), changed })
+            .filter_map(|w| {
+                let changed = changed_by_others(kind, object, &w.writes);
+                (!changed.is_empty()).then(|| Override { deploy: w.deploy.clone(), changed })
             })
             .collect()
     }

@@ -109,8 +109,10 @@ impl Deploying<'_> {
         if !gone.is_empty() {
             detail.push_str(&format!("; deleted during the deploy, not created again: {}", gone.join(", ")));
         }
-        if !others.is_empty() && !detail.contains("changed by someone else") {
-            detail.push_str(&format!("; {}", others.join("; ")));
+        // The override that ended the deploy is its reason already; those the undo found are not.
+        let found: Vec<&str> = others.iter().map(String::as_str).filter(|o| !detail.contains(o)).collect();
+        if !found.is_empty() {
+            detail.push_str(&format!("; {}", found.join("; ")));
         }
         if let Some((from, to)) = &tag {
             detail.push_str(&format!("; tag {} moved back {} → {}", self.target.image, short(from), short(to)));

@@ -244,6 +244,7 @@ async fn run() {
     let core = |per_event: f64| per_event * 1000.0 * 100.0;
     let report = json!({
         "workloads": n, "actions": changes * n, "events": events, "seed_seconds": seed_seconds,
+        "event_bytes": texts[0].len(),
         "rebuild_seconds": rebuild_seconds,
         "decode_and_check_microseconds": decode_and_check * 1e6, "check_only_microseconds": check_only * 1e6,
         "before_microseconds": before * 1e6, "before_events": before_events,
@@ -254,7 +255,8 @@ async fn run() {
         "| | per event | a core at 1,000 workloads, 1 event/s each |\n|---|---|---|\n\
          | decode + check (now) | {:.1} µs | {:.2} % |\n| check alone (now) | {:.2} µs | {:.3} % |\n\
          | before: newest 1,000 actions read | {:.0} µs | {:.0} % |\n\n\
-         {} workloads, {} succeeded deploys in the ledger, {} events; index rebuilt at start in {:.1} ms.\n",
+         {} workloads, {} succeeded deploys in the ledger, {} events of {} bytes; index rebuilt at start in \
+         {:.1} ms.\n",
         decode_and_check * 1e6,
         core(decode_and_check),
         check_only * 1e6,
@@ -264,6 +266,7 @@ async fn run() {
         n,
         changes * n,
         events,
+        texts[0].len(),
         rebuild_seconds * 1e3,
     );
     println!("{md}");

@@ -42,6 +42,9 @@ pub struct Attempt {
     pub hold_image: bool,
     /// A failed deploy put its workloads back.
     pub rolled_back: bool,
+    /// A failed deploy found containers someone else changed (left as they set them): the
+    /// detail of its `deploy.overridden`.
+    pub overridden: Option<String>,
     /// A deploy's record of its workloads, for its events.
     pub workloads: Vec<builder_monitor_core::deploy::WorkloadProgress>,
     /// The pool a build ran in.
@@ -63,6 +66,7 @@ impl Attempt {
             skipped: false,
             hold_image: false,
             rolled_back: false,
+            overridden: None,
             workloads: Vec::new(),
             pool: None,
             commit: None,

@@ -27,9 +27,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, RebasePath};
-use crate::ledger::{
-    ActionEnd, ActionOutcome, ActionState, ClaimedAction, Hold, Kinds, Ledger, LedgerError, NewAction, TagMove,
-};
+use crate::ledger::{ActionEnd, ActionOutcome, ActionState, ClaimedAction, Hold, Kinds, Ledger, LedgerError, TagMove};
 use crate::metrics::Metrics;
 use crate::rebase::{RebaseError, RebaseRequest};
 use crate::registry::Registry;
@@ -143,6 +141,8 @@ pub struct Runner {
     secrets: Secrets,
     /// Attempts that failed in this process (`run --once` exits 1 after one).
     failures: AtomicUsize,
+    /// What each succeeded deploy wrote, for the override guard (`deploy::guard`).
+    guarded: std::sync::Mutex<builder_monitor_core::deploy::OverrideIndex>,
 }
 
 impl Runner {
@@ -151,7 +151,18 @@ impl Runner {
         let secrets = Secrets::of(&config);
         let wake = ledger.new_actions();
         let registry = Arc::new(Registry::new(config.registries.values().cloned(), Metrics::new()));
-        Runner { config, ledger, clock, backends, registry, wake, permits, secrets, failures: AtomicUsize::new(0) }
+        Runner {
+            config,
+            ledger,
+            clock,
+            backends,
+            registry,
+            wake,
+            permits,
+            secrets,
+            failures: AtomicUsize::new(0),
+            guarded: Default::default(),
+        }
     }
 
     /// The same runner over the daemon's registry client (its limits, tokens and metrics).
@@ -257,6 +268,13 @@ impl Runner {
             tokio::spawn(backend::await_cluster(self.clone(), client, shutdown.clone()));
         }
         if let Some(client) = self.backends.deploy_client.clone() {
+            // Before any action starts: a deploy that starts takes its image out of the index.
+            match self.rebuild_guard().await {
+                Ok(n) => tracing::debug!(workloads = n, "override guard: what the deploys wrote, read from the ledger"),
+                Err(err) => {
+                    tracing::error!(error = %err, "cannot read the deploys for the override guard; it guards those that succeed from now on")
+                }
+            }
             tokio::spawn(deploy::guard(self.clone(), client, shutdown.clone()));
         }
         // An aborted task ends once its future is dropped, and with it the command's group.
@@ -398,6 +416,9 @@ impl Runner {
             }
         }
         tracing::info!(action = %action.key, image = %action.image, kind = action.kind.as_str(), attempt = action.attempt, "running action");
+        if action.kind == ActionKind::Deploy {
+            self.unguard(&action.image);
+        }
         let mut attempt = self.attempt(&action, &target).await;
         attempt.outcome.detail = self.secrets.scrub(&attempt.outcome.detail);
         attempt.outcome.output_tail = self.secrets.scrub(&attempt.outcome.output_tail);
@@ -451,6 +472,13 @@ impl Runner {
             })
             .into_iter()
             .collect();
+        if let Some(detail) = attempt.overridden.clone().filter(|_| matches!(state, ActionOutcome::Failed)) {
+            let mut e = self.event(&action, &target, EventType::DeployOverridden, Some(detail), None, &digests);
+            if let Some(info) = e.action.as_mut() {
+                info.workloads = attempt.workloads.clone();
+            }
+            events.push(e);
+        }
         if attempt.rolled_back && matches!(state, ActionOutcome::Failed) {
             let mut e =
                 self.event(&action, &target, EventType::DeployRolledBack, Some(outcome.detail.clone()), None, &digests);
@@ -501,6 +529,9 @@ impl Runner {
                 return;
             }
         };
+        if action.kind == ActionKind::Deploy && !matches!(state, ActionOutcome::Retry { .. }) {
+            self.deploy_ended(&action, state == ActionOutcome::Succeeded, &attempt.workloads);
+        }
         match state {
             ActionOutcome::Succeeded => {
                 tracing::info!(action = %action.key, image = %action.image, kind = action.kind.as_str(), "action succeeded")
@@ -517,64 +548,6 @@ impl Runner {
             ActionOutcome::Skipped => {
                 tracing::info!(action = %action.key, image = %action.image, detail = %outcome.detail, "action skipped")
             }
-        }
-    }
-
-    /// The deploy that follows an action which moved the app tag to a new digest, when the image
-    /// deploys: of that digest, in the action's wave, with the tag's digest before for an undo.
-    fn follow(&self, action: &ClaimedAction, target: &ActionTarget, digests: &Digests) -> Vec<NewAction> {
-        let Some(image) = self.config.image(&action.image) else { return Vec::new() };
-        if !action.kind.moves_tag() || !self.config.deploys_image(image) {
-            return Vec::new();
-        }
-        let Some(after) = digests.after.clone() else {
-            tracing::warn!(action = %action.key, image = %action.image, "the app tag's digest after the action is not known; no deploy (run `builder-monitor deploy`)");
-            return Vec::new();
-        };
-        if digests.before.as_deref() == Some(after.as_str()) {
-            return Vec::new();
-        }
-        let reference = match ImageRef::parse(&target.image) {
-            Ok(r) => r.pinned(&after),
-            Err(_) => return Vec::new(),
-        };
-        let rollout = &self.config.rollout;
-        let deploy = builder_monitor_core::deploy::DeployTarget {
-            digest: after.clone(),
-            reference,
-            workloads: image.deploy.clone(),
-            undo: image.undo(rollout),
-            tag_before: digests.before.clone(),
-        };
-        let mut t = target.clone();
-        t.why = format!("the {} moved {} to {after}", action.kind.as_str(), target.image);
-        t.deploy = Some(deploy);
-        let key = builder_monitor_core::deploy::action_key(&action.change_id, &action.image);
-        vec![
-            NewAction::new(key, action.change_id.clone(), action.image.clone(), ActionKind::Deploy, t)
-                .gated(image.wave, image.needs_approval(ActionKind::Deploy, rollout)),
-        ]
-    }
-
-    /// Records `deploy.started`: the deploy wrote its workloads.
-    async fn deploy_started(
-        &self,
-        action: &ClaimedAction,
-        target: &ActionTarget,
-        progress: &builder_monitor_core::deploy::DeployProgress,
-    ) {
-        let mut e = self.event(action, target, EventType::DeployStarted, None, None, &Digests::default());
-        if let Some(info) = e.action.as_mut() {
-            info.workloads = progress.workloads.clone();
-            info.digest = target.deploy.as_ref().map(|d| d.digest.clone());
-        }
-        let events = vec![e];
-        let history = self.config.monitor.history;
-        let record = |deliveries| {
-            self.ledger.record_events(&target.builder_name, events.clone(), deliveries, history, self.clock.now())
-        };
-        if let Err(err) = crate::alert::emit(&self.config.alerts, &events, record).await {
-            tracing::error!(action = %action.key, error = %err, "cannot record deploy.started");
         }
     }
 

@@ -1,6 +1,7 @@
 //! Deploys: which workloads run an app image, the server-side apply that points their containers
 //! at a new digest, whether a GitOps tool owns them, and the health verdicts of their roll-outs
-//! read from the objects the controllers write. Pure: the objects come in as JSON, no I/O.
+//! read from the objects the controllers write; whether what a deploy wrote is still what runs
+//! ([`ours`]). Pure: the objects come in as JSON, no I/O.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -215,6 +216,9 @@ pub enum WorkloadState {
     Skipped,
     /// Put back to its previous images after a failure.
     Undone,
+    /// Someone else changed a container the deploy wrote (before it was healthy, or before its
+    /// undo): left as they set it, and the image held.
+    Overridden,
 }
 
 impl WorkloadState {
@@ -226,6 +230,7 @@ impl WorkloadState {
             WorkloadState::Failed => "failed",
             WorkloadState::Skipped => "skipped",
             WorkloadState::Undone => "undone",
+            WorkloadState::Overridden => "overridden",
         }
     }
 }
@@ -252,6 +257,17 @@ pub struct WorkloadProgress {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct DeployProgress {
     pub workloads: Vec<WorkloadProgress>,
+    /// `deploy.started` was recorded (its event id is the action's, so an attempt after a crash
+    /// that records it again adds nothing).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub started: bool,
+}
+
+impl DeployProgress {
+    /// Whether any workload was written (its write recorded as landed), whatever came after.
+    pub fn wrote(&self) -> bool {
+        self.workloads.iter().any(|w| w.written_at.is_some())
+    }
 }
 
 /// Whether a workload's current containers still run what a deploy wrote: `Some(false)` when a
@@ -369,9 +385,15 @@ pub fn apply_body(workload: &Workload, images: &[(bool, Container)], change: Opt
         "kind": workload.kind.as_str(),
         "metadata": { "name": workload.name, "namespace": workload.namespace },
     });
-    // Nest the template at its pointer (`/spec/template` or `/spec/jobTemplate/spec/template`).
-    let mut at = &mut body;
-    let parts: Vec<&str> = workload.kind.template_pointer().trim_start_matches('/').split('/').collect();
+    nest(&mut body, workload.kind, template);
+    body
+}
+
+/// Puts `template` into `body` at the kind's pod-template pointer (`/spec/template` or
+/// `/spec/jobTemplate/spec/template`).
+fn nest(body: &mut Value, kind: WorkloadKind, mut template: Value) {
+    let mut at = body;
+    let parts: Vec<&str> = kind.template_pointer().trim_start_matches('/').split('/').collect();
     for (i, part) in parts.iter().enumerate() {
         if i + 1 == parts.len() {
             at[*part] = template.take();
@@ -382,7 +404,6 @@ pub fn apply_body(workload: &Workload, images: &[(bool, Container)], change: Opt
             at = &mut at[*part];
         }
     }
-    body
 }
 
 /// Where a workload's roll-out is, from its object.
@@ -536,6 +557,9 @@ pub fn selector(object: &Value) -> Option<String> {
         selector.get("matchLabels")?.as_object()?.iter().filter_map(|(k, v)| Some((k.as_str(), v.as_str()?))).collect();
     (!labels.is_empty()).then(|| labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(","))
 }
+
+mod ours;
+pub use ours::{Changed, Guarded, Override, OverrideIndex, UndoPlan, changed_by_others, undo_patch, undo_plan};
 
 #[cfg(test)]
 mod tests;

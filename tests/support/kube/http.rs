@@ -166,8 +166,37 @@ pub(super) async fn handle(
         review["status"] = json!({ "allowed": !denied, "reason": if denied { "denied by the test" } else { "" } });
         return json_response(201, &review);
     }
+    let watching = q.get("watch").is_some_and(|w| w == "true" || w == "1");
+    if let Some(namespace) = &target.namespace {
+        let verb = match (&method, &target.name) {
+            (&Method::GET, None) if watching => "watch",
+            (&Method::GET, None) => "list",
+            (&Method::GET, Some(_)) => "get",
+            (&Method::POST, _) => "create",
+            (&Method::PUT, _) => "update",
+            (&Method::PATCH, _) => "patch",
+            (&Method::DELETE, _) => "delete",
+            _ => "",
+        };
+        if shared.store.lock().unwrap().forbidden.contains(&(verb.to_string(), namespace.clone())) {
+            let (code, body) = status_error(
+                403,
+                "Forbidden",
+                format!(
+                    "{} is forbidden: User \"tester\" cannot {verb} resource \"{}\" in API group \"{}\" in the namespace \"{namespace}\"",
+                    target
+                        .name
+                        .as_ref()
+                        .map_or_else(|| target.plural.clone(), |n| format!("{} \"{n}\"", resource_name(&target))),
+                    target.plural,
+                    target.group
+                ),
+            );
+            return json_response(code, &body);
+        }
+    }
     let (code, reply) = match (&method, &target.name) {
-        (&Method::GET, None) if q.get("watch").is_some_and(|w| w == "true" || w == "1") => {
+        (&Method::GET, None) if watching => {
             return watch(shared, target, q).await;
         }
         (&Method::GET, None) => list(&shared, &target, &q),
@@ -191,6 +220,13 @@ pub(super) async fn handle(
         _ => status_error(405, "MethodNotAllowed", format!("{method} not allowed on {}", uri.path())),
     };
     shared.notify();
+    let written = matches!(method, Method::PUT | Method::PATCH) && code < 300;
+    let lost = written
+        && target.name.as_ref().is_some_and(|name| shared.store.lock().unwrap().answer_lost.remove(&target.key(name)));
+    if lost {
+        // The write is taken; its answer never comes (the client waits until it gives up or dies).
+        std::future::pending::<()>().await;
+    }
     json_response(code, &reply)
 }
 

@@ -4,7 +4,9 @@
 //! merge patch (RFC 7386: lists replaced whole), strategic merge patch and server-side apply (lists
 //! of named objects such as `containers`, `env` or `volumes` merged element by element),
 //! resourceVersion preconditions (409 Conflict), delete, the status subresource, watch streams
-//! with resume from a resourceVersion, and SelfSubjectAccessReview with configurable answers.
+//! with resume from a resourceVersion, and SelfSubjectAccessReview with configurable answers. A
+//! verb can be forbidden in one namespace (403, as after a Role changed), and the answer to an
+//! object's next write lost after the write was taken (as when a connection breaks then).
 //!
 //! Field ownership is kept as the API server keeps it ([`fields`]): every write's field manager
 //! (the `fieldManager` parameter, else the User-Agent's product, else `unknown`) owns the fields it
@@ -118,6 +120,10 @@ struct Store {
     managed: BTreeMap<Key, Managed>,
     /// (verb, group, resource) the access review denies.
     denied: BTreeSet<(String, String, String)>,
+    /// (verb, namespace) whose REST requests are answered 403 Forbidden ([`KubeDouble::forbid`]).
+    forbidden: BTreeSet<(String, String)>,
+    /// Objects whose next write is taken and its answer never sent ([`KubeDouble::lose_next_answer`]).
+    answer_lost: BTreeSet<Key>,
     controllers: controllers::Controllers,
     /// Whether Kueue's webhook suspends the Jobs created with a queue name ([`jobs`]).
     kueue: bool,
@@ -267,6 +273,13 @@ impl KubeDouble {
         );
         std::fs::write(&path, text).unwrap();
         path
+    }
+
+    /// Answers 403 Forbidden, as the API server does, to every `verb` request (`get`, `list`,
+    /// `watch`, `create`, `update`, `patch`, `delete`) in `namespace` from now on. The access
+    /// reviews answer as before: this is a Role changed after the daemon checked its permissions.
+    pub fn forbid(&self, verb: &str, namespace: &str) {
+        self.shared.store.lock().unwrap().forbidden.insert((verb.into(), namespace.into()));
     }
 
     pub fn deny(&self, verb: &str, group: &str, resource: &str) {

@@ -205,6 +205,22 @@ impl KubeDouble {
         reply
     }
 
+    /// Deletes a workload, as `kubectl delete` does (a DELETED event for watchers; its pods are
+    /// the controllers' to clean up). Returns whether it existed.
+    pub fn delete_workload(&self, kind: &str, namespace: &str, name: &str) -> bool {
+        let key = workload_target(kind, namespace, name).key(name);
+        let deleted = self.shared.store.lock().unwrap().delete(&key).is_some();
+        self.notify();
+        deleted
+    }
+
+    /// The next successful write (update or patch) of this workload is taken, and its answer never
+    /// sent: as when the connection breaks after the API server committed it. The writer waits.
+    pub fn lose_next_answer(&self, kind: &str, namespace: &str, name: &str) {
+        let key = workload_target(kind, namespace, name).key(name);
+        self.shared.store.lock().unwrap().answer_lost.insert(key);
+    }
+
     /// A workload by kind (`Deployment` or `deployments`).
     pub fn workload(&self, kind: &str, namespace: &str, name: &str) -> Option<Value> {
         self.get(workload_kind(kind).1, Some(namespace), name)

@@ -464,6 +464,7 @@ fn progress_reads_back_as_written() {
             detail: None,
             written_at: Some("2026-12-01T09:00:00Z".into()),
         }],
+        started: false,
     };
     let json = serde_json::to_value(&progress).unwrap();
     assert_eq!(
@@ -508,4 +509,130 @@ fn on_delete_workloads_are_done_once_their_controller_has_the_template() {
     let mut deployment = object(1, 2, json!({"observedGeneration": 1, "replicas": 2, "updatedReplicas": 0}));
     deployment["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
     assert!(matches!(health(WorkloadKind::Deployment, &deployment), Health::Progressing(_)));
+}
+
+// ---- what a deploy wrote, now ------------------------------------------------------------------
+
+fn write(name: &str, init: bool) -> ContainerWrite {
+    ContainerWrite { name: name.into(), init, previous: format!("r/{name}:1"), image: format!("r/{name}@sha256:a") }
+}
+
+fn with_change(mut object: Value, change: &str) -> Value {
+    object["spec"]["template"]["metadata"] = json!({"annotations": {CHANGE_ANNOTATION: change}});
+    object
+}
+
+/// The undo puts back only containers that still run what was written; one a person set since
+/// is theirs (named with what it runs), one already on its previous image needs nothing, and the
+/// annotation goes back only when every written container does.
+#[test]
+fn an_undo_restores_only_containers_that_still_run_what_was_written() {
+    let writes = [write("migrate", true), write("app", false), write("worker", false)];
+    let object = with_change(
+        deployment(
+            &[("migrate", "r/migrate@sha256:a")],
+            &[("app", "r/app:hotfix"), ("worker", "r/worker:1"), ("sidecar", "proxy:1")],
+        ),
+        "c1",
+    );
+    let plan = undo_plan(WorkloadKind::Deployment, &object, &writes, "c1");
+    assert_eq!(plan.restore, vec![writes[0].clone()]);
+    assert_eq!(plan.others, vec![Changed { name: "app".into(), init: false, image: Some("r/app:hotfix".into()) }]);
+    assert_eq!(plan.others[0].to_string(), "container app runs r/app:hotfix");
+    assert!(!plan.annotation, "someone else's template keeps the change annotation it has");
+
+    let all_ours = with_change(
+        deployment(&[("migrate", "r/migrate@sha256:a")], &[("app", "r/app@sha256:a"), ("worker", "r/worker@sha256:a")]),
+        "c1",
+    );
+    let plan = undo_plan(WorkloadKind::Deployment, &all_ours, &writes, "c1");
+    assert_eq!((plan.restore.len(), plan.others.len(), plan.annotation), (3, 0, true));
+    // Another change's annotation is not ours to put back.
+    assert!(!undo_plan(WorkloadKind::Deployment, &with_change(all_ours.clone(), "c2"), &writes, "c1").annotation);
+
+    // Never written (or already put back): nothing to do.
+    let before = deployment(&[("migrate", "r/migrate:1")], &[("app", "r/app:1"), ("worker", "r/worker:1")]);
+    let plan = undo_plan(WorkloadKind::Deployment, &before, &writes, "c1");
+    assert!(plan.is_empty() && plan.others.is_empty(), "{plan:?}");
+
+    // A container removed since is someone else's change too.
+    let removed = deployment(&[], &[("app", "r/app@sha256:a")]);
+    let plan = undo_plan(WorkloadKind::Deployment, &removed, &writes[1..], "c1");
+    assert_eq!(plan.others, vec![Changed { name: "worker".into(), init: false, image: None }]);
+    assert_eq!(plan.others[0].to_string(), "container worker was removed");
+}
+
+/// The undo's patch carries only the restored containers' previous images, the annotation back
+/// (null removes it) and the resourceVersion read, nested at the kind's template.
+#[test]
+fn an_undo_patch_names_only_what_it_restores_and_the_version_it_read() {
+    let plan =
+        UndoPlan { restore: vec![write("migrate", true), write("app", false)], others: vec![], annotation: true };
+    assert_eq!(
+        undo_patch(WorkloadKind::Deployment, &plan, None, "41"),
+        json!({"metadata": {"resourceVersion": "41"}, "spec": {"template": {
+            "metadata": {"annotations": {CHANGE_ANNOTATION: null}},
+            "spec": {"initContainers": [{"name": "migrate", "image": "r/migrate:1"}],
+                     "containers": [{"name": "app", "image": "r/app:1"}]}}}})
+    );
+    let plan = UndoPlan { restore: vec![write("app", false)], others: vec![], annotation: false };
+    let patch = undo_patch(WorkloadKind::CronJob, &plan, Some("c0"), "7");
+    assert_eq!(
+        patch["spec"]["jobTemplate"]["spec"]["template"],
+        json!({"spec": {"containers": [{"name": "app", "image": "r/app:1"}]}})
+    );
+}
+
+/// The guard's index: a workload event is checked against the newest guarded deploy of each
+/// image that wrote it; a newer deploy replaces the older, and a removed image is not checked.
+#[test]
+fn the_override_index_finds_only_what_a_guarded_deploy_no_longer_runs() {
+    let progress = |name: &str, state: WorkloadState, image: &str| DeployProgress {
+        workloads: vec![WorkloadProgress {
+            workload: workload(WorkloadKind::Deployment, name, None),
+            containers: vec![ContainerWrite {
+                name: "app".into(),
+                init: false,
+                previous: "r/app:1".into(),
+                image: image.into(),
+            }],
+            previous_change: None,
+            state,
+            detail: None,
+            written_at: None,
+        }],
+        started: true,
+    };
+    let guarded = |key: &str, p: DeployProgress| Guarded {
+        image: "petclinic".into(),
+        key: key.into(),
+        change: "c1".into(),
+        attempt: 1,
+        progress: p,
+    };
+    let mut index = OverrideIndex::default();
+    index.insert(guarded("k1", progress("web", WorkloadState::Healthy, "r/app@sha256:a")));
+    let ours = deployment(&[], &[("app", "r/app@sha256:a")]);
+    let theirs = deployment(&[], &[("app", "r/app:hotfix")]);
+    assert!(index.check(WorkloadKind::Deployment, "shop", "web", &ours).is_empty());
+    let found = index.check(WorkloadKind::Deployment, "shop", "web", &theirs);
+    assert_eq!(found.len(), 1);
+    assert_eq!(
+        (found[0].deploy.key.as_str(), found[0].changed[0].to_string().as_str()),
+        ("k1", "container app runs r/app:hotfix")
+    );
+    assert!(index.check(WorkloadKind::Deployment, "shop", "api", &theirs).is_empty(), "another workload");
+    assert!(index.check(WorkloadKind::StatefulSet, "shop", "web", &theirs).is_empty(), "another kind");
+
+    // A newer deploy of the image replaces the older one.
+    index.insert(guarded("k2", progress("web", WorkloadState::Healthy, "r/app:hotfix")));
+    assert!(index.check(WorkloadKind::Deployment, "shop", "web", &theirs).is_empty());
+    assert_eq!(index.check(WorkloadKind::Deployment, "shop", "web", &ours)[0].deploy.key, "k2");
+    // A workload that never became healthy is not guarded; nor is a removed image.
+    index.insert(guarded("k3", progress("web", WorkloadState::Failed, "r/app@sha256:a")));
+    assert!(index.is_empty());
+    index.insert(guarded("k4", progress("web", WorkloadState::Healthy, "r/app@sha256:a")));
+    assert_eq!(index.len(), 1);
+    index.remove("petclinic");
+    assert!(index.is_empty() && index.check(WorkloadKind::Deployment, "shop", "web", &theirs).is_empty());
 }

@@ -189,6 +189,9 @@ impl Parts {
             term.spawn("publisher", publisher.run(stop.clone()));
         }
         term.spawn("alert deliveries", self.dispatcher.clone().run(stop.clone()));
+        if let Some(client) = runner.awaited_cluster() {
+            term.spawn("cluster probe", await_cluster(runner.clone(), client, self.config.clone(), stop.clone()));
+        }
         term.spawn("runner", runner.run(stop.clone()));
         term.spawn(
             "action metrics",
@@ -420,4 +423,24 @@ pub async fn stop_on_signal(shutdown: CancellationToken) {
         let _ = tokio::signal::ctrl_c().await;
     }
     shutdown.cancel();
+}
+
+/// How often a cluster the actions wait for is asked whether it answers again.
+const CLUSTER_PROBE: Duration = Duration::from_secs(30);
+
+/// Asks the cluster the runner's deploys and builds wait for whether it answers (the start-up
+/// access check), until it does — they are then claimed again — or `stop`. Here, not in the
+/// runner: the access check is `cluster`'s, which reads the runner's permission tables.
+async fn await_cluster(runner: Arc<Runner>, client: kube::Client, config: Arc<Config>, stop: CancellationToken) {
+    let permissions = crate::cluster::required_permissions(&config);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(CLUSTER_PROBE) => {}
+        }
+        match crate::cluster::check_access(&client, &permissions).await {
+            Ok(()) => return runner.cluster_answers(),
+            Err(err) => tracing::debug!(error = %err, "the Kubernetes cluster still does not answer"),
+        }
+    }
 }

@@ -137,6 +137,8 @@ fn pod_files(docs: &[Value], ws: &Workspace) -> PathBuf {
 /// arguments (the config at a workspace path instead of the mount, with `pod_files`), its plain
 /// environment, the namespace from the downward API, and `secrets` for what the pod takes from
 /// Secrets.
+const STAND_IN_KUBECONFIG: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:9\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: stand-in\n";
+
 fn init_check(docs: &[Value], secrets: &[(&str, &str)]) -> support::daemon::Output {
     let ws = Workspace::new();
     let path = pod_files(docs, &ws);
@@ -148,7 +150,12 @@ fn init_check(docs: &[Value], secrets: &[(&str, &str)]) -> support::daemon::Outp
         .map(|a| a.as_str().unwrap())
         .map(|a| if a == CONFIG_PATH { path.to_str().unwrap() } else { a })
         .collect();
+    // The pod's own cluster (in-cluster config there): a stand-in kubeconfig here; `check` builds
+    // the client, it never calls the cluster.
+    let cluster = ws.path("kubeconfig");
+    std::fs::write(&cluster, STAND_IN_KUBECONFIG).unwrap();
     let mut env: Vec<(&str, &str)> = secrets.to_vec();
+    env.push(("KUBECONFIG", cluster.to_str().unwrap()));
     for var in check["env"].as_array().unwrap() {
         let name = var["name"].as_str().unwrap();
         if let Some(value) = var["value"].as_str() {

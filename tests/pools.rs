@@ -613,6 +613,17 @@ pod_template = "templates/linux.yaml"
     .unwrap();
     std::fs::write(&image_template, "spec:\n  containers:\n  - { name: build, env: [{ name: A, value: b }] }\n")
         .unwrap();
-    let out = ws.run(&["check", "--config", config]);
+    // The default cluster the pool builds on (`check` builds its client, it never calls it).
+    let cluster = ws.path("kubeconfig");
+    std::fs::write(
+        &cluster,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:9\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: stand-in\n",
+    )
+    .unwrap();
+    let out = support::daemon::run_with_env(
+        &["check", "--config", config],
+        &[("KUBECONFIG", cluster.to_str().unwrap())],
+        ws.dir.path(),
+    );
     assert_eq!(out.code, Some(0), "{}", out.stderr);
 }

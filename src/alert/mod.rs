@@ -123,6 +123,9 @@ impl Sender {
                 attempt.stop()
             }
         });
+        // The process's TLS provider (reqwest is built without one): set here too, so any caller
+        // that builds a sender, a test or a command, has it.
+        crate::install_crypto_provider();
         let http = reqwest::Client::builder()
             .user_agent(concat!("builder-monitor/", env!("CARGO_PKG_VERSION")))
             .timeout(settings.timeout)

@@ -141,6 +141,7 @@ impl Endpoint {
     ) -> Result<Self, RegistryError> {
         let setup = |detail: String| RegistryError::Setup { registry: settings.host.clone(), detail };
         let scheme = if settings.insecure { "http" } else { "https" };
+        crate::install_crypto_provider();
         let mut builder = reqwest::Client::builder()
             .user_agent(USER_AGENT)
             .timeout(settings.timeout)

@@ -243,7 +243,7 @@ impl Backends {
     }
 
     /// The cluster answers: its actions are claimed again.
-    pub(super) fn cluster_answers(&self) {
+    pub(crate) fn cluster_answers(&self) {
         *self.waiting.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
@@ -279,30 +279,6 @@ impl Backends {
     /// Whether any backend follows actions again after a restart.
     pub(super) fn follow(&self) -> bool {
         self.routes.iter().any(|r| r.backend.after_restart() == AfterRestart::Follow)
-    }
-}
-
-/// How often a cluster the actions wait for is asked whether it answers again.
-const CLUSTER_PROBE: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Asks the cluster the actions wait for whether it answers (the start-up access check), until it
-/// does — its actions are then claimed again — or `stop`.
-pub(super) async fn await_cluster(runner: Arc<Runner>, client: kube::Client, stop: CancellationToken) {
-    let permissions = crate::cluster::required_permissions(&runner.config);
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(CLUSTER_PROBE) => {}
-        }
-        match crate::cluster::check_access(&client, &permissions).await {
-            Ok(()) => {
-                runner.backends.cluster_answers();
-                tracing::info!("the Kubernetes cluster answers: the deploys and builds that waited for it run");
-                runner.wake.notify_one();
-                return;
-            }
-            Err(err) => tracing::debug!(error = %err, "the Kubernetes cluster still does not answer"),
-        }
     }
 }
 

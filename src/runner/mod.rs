@@ -248,6 +248,18 @@ impl Runner {
         }
     }
 
+    /// The cluster the deploys and builds wait for, while they wait (the daemon asks it again).
+    pub fn awaited_cluster(&self) -> Option<kube::Client> {
+        self.backends.cluster_wait().and(self.backends.cluster.clone())
+    }
+
+    /// The cluster they waited for answers: they are claimed again, from now on.
+    pub fn cluster_answers(&self) {
+        self.backends.cluster_answers();
+        tracing::info!("the Kubernetes cluster answers: the deploys and builds that waited for it run");
+        self.wake.notify_one();
+    }
+
     /// Carries out actions until `shutdown`; commands still running then get a grace period, after
     /// which they are killed and run again after the next start.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
@@ -263,9 +275,6 @@ impl Runner {
         }
         if let Some(reason) = self.backends.cluster_wait() {
             tracing::warn!(reason = %reason, "deploys and builds on the Kubernetes cluster wait for it (see `status`)");
-        }
-        if let Some(client) = self.backends.cluster.clone() {
-            tokio::spawn(backend::await_cluster(self.clone(), client, shutdown.clone()));
         }
         if let Some(client) = self.backends.deploy_client.clone() {
             // Before any action starts: a deploy that starts takes its image out of the index.

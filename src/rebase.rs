@@ -6,14 +6,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 
 use crate::inspect::is_index;
 use crate::registry::{
-    BlobTransfer, DOCKER_MANIFEST, MAX_CONFIG_BYTES, Manifest, ManifestRefusal, OCI_MANIFEST, Registry, RegistryError,
+    BlobTransfer, DOCKER_MANIFEST, MAX_CONFIG_BYTES, Manifest, OCI_MANIFEST, Registry, RegistryError,
 };
 use builder_monitor_core::cnb::run_watch_name;
 use builder_monitor_core::rebase::order::KnownPin;
@@ -21,14 +19,9 @@ use builder_monitor_core::rebase::{self as decide, Blob, PlatformRebase, RebaseO
 use builder_monitor_core::reference::{ImageRef, is_sha256_digest};
 use builder_monitor_core::text::escape;
 
-/// Blobs of one platform ensured at once: a few HEADs or mounts in flight, not a burst.
-const BLOB_CONCURRENCY: usize = 4;
-/// Tries of a rebase's writes when the registry refuses a manifest PUT while the blobs it names
-/// are being written (`ManifestRefusal`): a few, within the attempt.
-const WRITE_TRIES: u32 = 4;
-/// The first pause before another try (jittered, doubling): Distribution's half-written link
-/// lasts a moment, not seconds.
-const WRITE_PAUSE: Duration = Duration::from_millis(100);
+mod writes;
+use writes::Writes;
+
 /// Bytes of run image manifests and configs a [`RunImageDocs`] keeps: a handful of run images
 /// (an index, its platforms' manifests and configs each), however many apps rebase onto them.
 const RUN_IMAGE_DOCS_BYTES: u64 = 16 << 20;
@@ -375,53 +368,39 @@ pub async fn rebase_with(
         return Ok(report);
     }
 
-    // Blob writes race Distribution's own bookkeeping (see `write_content`): a manifest PUT it
-    // refuses for that is tried again here, briefly, never left to the action's backoff.
     let wanted: Vec<(String, u64)> = base_blobs.iter().map(|b| (b.digest.clone(), b.size)).collect();
-    let mut transfers = BTreeMap::new();
-    let mut tries = 0;
-    let (top_bytes, top_digest) = loop {
-        tries += 1;
-        let refused = match write_content(registry, app, run, &app_top, &pending, &wanted, &mut transfers).await {
-            Ok(written) => break written,
-            Err(WriteFailure::Other(err)) => return Err(err),
-            Err(WriteFailure::Manifest(err)) => err,
-        };
-        let Some(kind) = refused.manifest_refusal().filter(|_| tries < WRITE_TRIES) else {
-            return Err(refused.into());
-        };
-        if kind == ManifestRefusal::BlobUnknown {
-            // The registry says otherwise than this process knew: everything written again.
-            let configs = pending.iter().map(|d| &d.rebase.config_digest);
-            let manifests = pending.iter().map(|d| &d.rebase.manifest_digest);
-            for digest in wanted.iter().map(|(d, _)| d).chain(configs).chain(manifests) {
-                registry.forget_written(app, digest).await;
-            }
-        }
-        let pause = write_pause(tries, rand::random());
-        tracing::info!(image = %app, error = %refused, tries, pause = ?pause, "a manifest PUT was refused while its blobs were being written; trying again");
-        tokio::time::sleep(pause).await;
-    };
-    for transfer in transfers.into_values() {
-        report.blobs.add(transfer);
-    }
+    let mut writes = Writes::new(registry, app, run, &app_top, &pending, wanted);
+    let (top_bytes, top_digest) = writes.content().await?;
 
     // The tag last, recorded first, and only over what we read: a build that moved it meanwhile
     // wins. The HEAD and the PUT go back to back, and a HEAD after the PUT tells whether another
-    // writer's landed right behind ours (the registry API has no compare-and-set on tags).
+    // writer's landed right behind ours (the registry API has no compare-and-set on tags). A PUT
+    // refused while blobs were being written did not land: HEAD and PUT again, within the attempt.
     guard.before_write(&app_top.digest, &top_digest).await?;
-    let now = registry.head_manifest(&tagged).await?;
-    if now.digest != app_top.digest {
-        return Err(RebaseError::TagMoved { image: app.with_tag_only(), expected: app_top.digest, found: now.digest });
+    loop {
+        let now = registry.head_manifest(&tagged).await?;
+        if now.digest != app_top.digest {
+            return Err(RebaseError::TagMoved {
+                image: app.with_tag_only(),
+                expected: app_top.digest,
+                found: now.digest,
+            });
+        }
+        let Err(source) = registry.put_manifest(app, tag, &app_top.media_type, top_bytes.clone().into()).await else {
+            break;
+        };
+        if let Err(source) = writes.again(source).await {
+            return Err(RebaseError::TagWriteUnknown {
+                image: app.with_tag_only(),
+                previous: app_top.digest,
+                wrote: top_digest,
+                source: Box::new(source),
+            });
+        }
+        // What BLOB_UNKNOWN made it forget is written again before the tag (by digest: the same).
+        writes.content().await?;
     }
-    if let Err(source) = registry.put_manifest(app, tag, &app_top.media_type, top_bytes.into()).await {
-        return Err(RebaseError::TagWriteUnknown {
-            image: app.with_tag_only(),
-            previous: app_top.digest,
-            wrote: top_digest,
-            source: Box::new(source),
-        });
-    }
+    report.blobs = writes.counts();
     match registry.head_manifest(&tagged).await {
         Ok(after) if after.digest != top_digest => {
             return Err(RebaseError::TagRace {
@@ -437,87 +416,6 @@ pub async fn rebase_with(
     }
     report.digest = Some(top_digest);
     Ok(report)
-}
-
-/// Why `write_content` stopped: a manifest PUT's refusal (which may be worth another try), or
-/// anything else.
-enum WriteFailure {
-    Manifest(RegistryError),
-    Other(RebaseError),
-}
-
-impl From<RegistryError> for WriteFailure {
-    fn from(err: RegistryError) -> Self {
-        WriteFailure::Other(err.into())
-    }
-}
-
-/// Everything of the rebased image but the tag, by digest: the new run image's layers, each
-/// pending platform's config and manifest, then the index. Answers the top manifest's bytes and
-/// digest; records each layer's transfer in `transfers` (the first that moved bytes wins).
-///
-/// Each write goes through the registry client's one-writer-per-blob rule, so a fleet in one
-/// repository mounts each layer once and writes a config or manifest shared by several tags once;
-/// what this process already wrote costs no request when tried again.
-async fn write_content(
-    registry: &Registry,
-    app: &ImageRef,
-    run: &ImageRef,
-    app_top: &Manifest,
-    pending: &[&Decided],
-    wanted: &[(String, u64)],
-    transfers: &mut BTreeMap<String, BlobTransfer>,
-) -> Result<(Vec<u8>, String), WriteFailure> {
-    // Owned items: a closure taking `&Blob` makes a future that is not `Send` for every lifetime,
-    // and the daemon runs rebases on spawned tasks.
-    let done: Vec<(String, BlobTransfer)> = futures::stream::iter(wanted.to_vec())
-        .map(|(digest, size)| async move {
-            let transfer = registry.ensure_blob(app, run, &digest, size).await?;
-            Ok::<_, RegistryError>((digest, transfer))
-        })
-        .buffered(BLOB_CONCURRENCY)
-        .try_collect()
-        .await?;
-    for (digest, transfer) in done {
-        let kept = transfers.entry(digest).or_insert(transfer);
-        if *kept == BlobTransfer::Present {
-            *kept = transfer;
-        }
-    }
-    let mut replaced = BTreeMap::new();
-    for d in pending {
-        registry.put_blob(app, d.rebase.config.clone().into()).await?;
-        let digest = registry
-            .put_manifest(
-                app,
-                &d.rebase.manifest_digest,
-                &d.rebase.manifest_media_type,
-                d.rebase.manifest.clone().into(),
-            )
-            .await
-            .map_err(WriteFailure::Manifest)?;
-        replaced
-            .insert(d.previous.clone(), (digest, d.rebase.manifest.len() as u64, d.rebase.manifest_media_type.clone()));
-    }
-    if is_index(&app_top.media_type) {
-        let (bytes, digest) =
-            decide::rebased_index(&app_top.bytes, &replaced).map_err(|e| WriteFailure::Other(e.into()))?;
-        registry
-            .put_manifest(app, &digest, &app_top.media_type, bytes.clone().into())
-            .await
-            .map_err(WriteFailure::Manifest)?;
-        Ok((bytes, digest))
-    } else {
-        Ok((pending[0].rebase.manifest.clone(), pending[0].rebase.manifest_digest.clone()))
-    }
-}
-
-/// The pause before try `tries + 1` of a rebase's writes, `random` in `0.0..1.0`: half fixed,
-/// half random, doubling from `WRITE_PAUSE`, so the tasks a registry refused together come back
-/// apart.
-fn write_pause(tries: u32, random: f64) -> Duration {
-    let full = WRITE_PAUSE.saturating_mul(1 << tries.saturating_sub(1).min(8));
-    full / 2 + (full / 2).mul_f64(random.clamp(0.0, 1.0))
 }
 
 /// The pin histories (newest first) of the run image watches that may hold `run_image`: the one of
@@ -630,21 +528,5 @@ impl RebaseReport {
             );
         }
         out
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pauses_between_write_tries_are_short_jittered_and_doubling() {
-        assert_eq!(write_pause(1, 0.0), Duration::from_millis(50));
-        assert_eq!(write_pause(1, 1.0), Duration::from_millis(100));
-        assert_eq!(write_pause(2, 0.5), Duration::from_millis(150));
-        assert_eq!(write_pause(3, 1.0), Duration::from_millis(400));
-        assert_eq!(write_pause(0, 2.0), Duration::from_millis(100), "clamped");
-        let longest = write_pause(WRITE_TRIES - 1, 1.0);
-        assert!(longest <= Duration::from_secs(1), "{longest:?}: within the attempt, not the action's backoff");
     }
 }

@@ -465,8 +465,21 @@ async fn a_manifest_put_refused_while_its_blobs_are_written_is_tried_again_withi
     assert_eq!(manifest_puts, 3, "two refusals and the PUT that passed: {log:#?}");
     assert_eq!(report.blobs.mounted, v2.layers.len(), "each layer counted once");
 
-    // A refusal that says something else is not tried again (nothing written to the tag).
+    // The tag's PUT too: refused, it did not land; HEAD and PUT again.
     let v3 = RunImage::jammy("v3", 2);
+    scene.push_run("run:latest", &v3).await;
+    scene.proxy.inject(Fault::decorate().on("PUT"));
+    scene.proxy.inject(Fault::decorate().on("PUT"));
+    scene.proxy.inject(Fault::status(400).code("DIGEST_INVALID").on("PUT"));
+    scene.proxy.clear();
+    let report = scene.rebase("run:latest", false, false).await.unwrap();
+    let digest = report.digest.unwrap();
+    assert_eq!(tag_digest(&scene.registry, &scene.app_ref()).await, digest);
+    let log = writes(&scene.proxy);
+    assert_eq!(log.iter().filter(|w| w.starts_with("PUT") && w.ends_with("/manifests/1")).count(), 2, "{log:#?}");
+
+    // A refusal that says something else is not tried again (nothing written to the tag).
+    let v3 = RunImage::jammy("v4", 2);
     scene.push_run("run:latest", &v3).await;
     scene.proxy.inject(Fault::decorate().on("PUT"));
     scene.proxy.inject(Fault::status(400).code("MANIFEST_INVALID").on("PUT"));

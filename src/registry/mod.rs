@@ -71,9 +71,10 @@ pub enum RegistryError {
     InvalidResponse { registry: String, detail: String },
     #[error("{registry}: {detail}")]
     Setup { registry: String, detail: String },
-    /// A write the registry refused (a 4xx to an upload or a manifest PUT), with its error code.
+    /// A write the registry refused (a 4xx to an upload or a manifest PUT); `code` is the error
+    /// code of its body (`DIGEST_INVALID`), boxed to keep every error that carries this one small.
     #[error("{registry}: refused: {detail}")]
-    Rejected { registry: String, detail: String, status: u16, code: Option<String> },
+    Rejected { registry: String, detail: String, code: Option<Box<str>> },
 }
 
 impl RegistryError {

@@ -376,12 +376,7 @@ impl Endpoint {
         let reason = error_reason(&body).map(|r| format!(" ({r})")).unwrap_or_default();
         let detail = format!("{what} answered HTTP {status}{reason}");
         if status.is_client_error() {
-            RegistryError::Rejected {
-                registry: self.settings.host.clone(),
-                detail,
-                status: status.as_u16(),
-                code: error_code(&body),
-            }
+            RegistryError::Rejected { registry: self.settings.host.clone(), detail, code: error_code(&body) }
         } else {
             self.invalid(detail)
         }
@@ -389,11 +384,11 @@ impl Endpoint {
 }
 
 /// The code of the first error of a Distribution error body (`DIGEST_INVALID`), when it is one.
-fn error_code(body: &[u8]) -> Option<String> {
+fn error_code(body: &[u8]) -> Option<Box<str>> {
     let value: serde_json::Value = serde_json::from_slice(body).ok()?;
     let code = value.get("errors")?.as_array()?.first()?.get("code")?.as_str()?;
     let plain = !code.is_empty() && code.len() <= 64 && code.bytes().all(|b| b.is_ascii_uppercase() || b == b'_');
-    plain.then(|| code.to_string())
+    plain.then(|| code.into())
 }
 
 /// What a manifest PUT's refusal says when a registry answers it while blobs it names are being
@@ -413,7 +408,7 @@ impl RegistryError {
         let RegistryError::Rejected { code: Some(code), .. } = self else {
             return None;
         };
-        match code.as_str() {
+        match &**code {
             "DIGEST_INVALID" => Some(ManifestRefusal::DigestInvalid),
             "BLOB_UNKNOWN" | "MANIFEST_BLOB_UNKNOWN" | "MANIFEST_UNKNOWN" => Some(ManifestRefusal::BlobUnknown),
             _ => None,
@@ -555,8 +550,7 @@ mod tests {
         let refused = |code: Option<&str>| RegistryError::Rejected {
             registry: "r".into(),
             detail: "PUT manifest".into(),
-            status: 400,
-            code: code.map(str::to_string),
+            code: code.map(Into::into),
         };
         assert_eq!(refused(Some("DIGEST_INVALID")).manifest_refusal(), Some(ManifestRefusal::DigestInvalid));
         for code in ["BLOB_UNKNOWN", "MANIFEST_BLOB_UNKNOWN", "MANIFEST_UNKNOWN"] {

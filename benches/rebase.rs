@@ -10,7 +10,9 @@
 //!    `skopeo copy` per app;
 //! 3. the fleet patch: the real daemon with 1,000 app images on one run image, `[runner] rebase =
 //!    "registry"` and the registry's push hook; a new run image is pushed; time from the push until
-//!    the last app tag points at its rebased image, with the daemon's requests and bytes.
+//!    the last app tag points at its rebased image, with the daemon's requests and bytes, and the
+//!    attempts that failed. Each app in its own repository, or (`BENCH_SHARED_REPO=1`) all of them
+//!    as tags of one repository.
 //!
 //! 4. the runner's claims over one change of 1,000 and of 10,000 pending rebases, on the SQLite
 //!    ledger in-process (`claims.rs`): what planning and claiming cost the daemon per app as a
@@ -18,7 +20,8 @@
 //!
 //! Results go to `$CARGO_TARGET_DIR/bench/rebase.{md,json}` (`./target` without the variable).
 //! Environment: `BENCH_APPS` (item 2, default 100), `BENCH_FLEET` (item 3, default 1000),
-//! `BENCH_CLAIMS` (item 4, default `1000,10000`), `BENCH_ONLY=1,2,3,4` picks parts.
+//! `BENCH_SHARED_REPO=1` (item 3: one repository), `BENCH_CLAIMS` (item 4, default `1000,10000`),
+//! `BENCH_ONLY=1,2,3,4` picks parts.
 
 #[path = "rebase/claims.rs"]
 mod claims;
@@ -331,7 +334,8 @@ async fn run() {
     }
     if selected("3") {
         let n = env_number("BENCH_FLEET", 1000);
-        report.insert("fleet".into(), fleet_patch(n).await);
+        let shared = env_number("BENCH_SHARED_REPO", 0) != 0;
+        report.insert("fleet".into(), fleet_patch(n, shared).await);
     }
     if selected("4") {
         let sizes = std::env::var("BENCH_CLAIMS").unwrap_or_else(|_| "1000,10000".into());
@@ -410,10 +414,13 @@ fn render(report: &Value) -> String {
         let t = &fleet["traffic"];
         let _ = writeln!(
             md,
-            "| 3 | fleet patch: {} apps, push of a new run image → last app tag rebased (push hook) | {:.1} s (first app after {:.2} s), {} requests ({:.1} per app: {}), {} sent, {} received, daemon peak RSS {} MiB (no layer bytes) |",
+            "| 3 | fleet patch: {} apps ({}), push of a new run image → last app tag rebased (push hook) | {:.1} s (first app after {:.2} s, 90 % after {:.1} s), {} failed attempts, {} requests ({:.1} per app: {}), {} sent, {} received, daemon peak RSS {} MiB (no layer bytes) |",
             fleet["apps"],
+            if fleet["shared_repository"] == true { "tags of one repository" } else { "one repository each" },
             fleet["seconds"].as_f64().unwrap_or(f64::NAN),
             fleet["first_seconds"].as_f64().unwrap_or(f64::NAN),
+            fleet["p90_seconds"].as_f64().unwrap_or(f64::NAN),
+            fleet["failed_attempts"],
             t["requests"],
             t["requests_per_app"].as_f64().unwrap_or(f64::NAN),
             t["by_method"],
@@ -444,9 +451,14 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// Where app `i` of the fleet lives: its own repository, or a tag of the one shared repository.
+fn fleet_app(i: usize, shared: bool) -> (String, String) {
+    if shared { ("fleet/apps".into(), format!("app-{i:04}")) } else { (format!("fleet/app-{i:04}"), "latest".into()) }
+}
+
 /// The fleet patch: `n` apps on one run image, the real daemon with `rebase = "registry"` and the
 /// registry's push hook; a new run image is pushed; time until the last app tag is rebased.
-async fn fleet_patch(n: usize) -> Value {
+async fn fleet_patch(n: usize, shared: bool) -> Value {
     let port = free_port();
     let registry = TestRegistry::start_notifying(&format!("http://127.0.0.1:{port}/hooks/distribution"), API_TOKEN);
     // Everything goes through the counting proxy, which keeps the Host header, so the registry's
@@ -465,7 +477,7 @@ async fn fleet_patch(n: usize) -> Value {
     // The apps are written into the registry's storage, not pushed: 10,000 pushes would take half
     // an hour, and what is measured starts at the new run image's push. Each app differs from the
     // template only in its app layer (one gzip each, not thirteen).
-    say(format!("fleet: seeding {n} apps into the registry's storage"));
+    say(format!("fleet: seeding {n} apps into the registry's storage (shared repository: {shared})"));
     let seeding = Instant::now();
     let template = app_on(&v1, &run_name, &v1_ref, 0, 4 << 10);
     let registry = Arc::new(registry);
@@ -477,10 +489,10 @@ async fn fleet_patch(n: usize) -> Value {
                 for i in (t..n).step_by(threads) {
                     let mut app = template.clone();
                     app.layers[2] = sized_layer("workspace/app.bin", 1_000_000 + i as u64, 4 << 10);
-                    let repo = format!("fleet/app-{i:04}");
+                    let (repo, tag) = fleet_app(i, shared);
                     let layers: Vec<&Layer> = app.run.layers.iter().chain(&app.layers).collect();
                     let built = app::build(&repo, &layers, &app.config(), Format::Oci);
-                    registry.seed(&repo, "latest", &built.blobs, &built.manifest);
+                    registry.seed(&repo, &tag, &built.blobs, &built.manifest);
                 }
             })
         })
@@ -497,9 +509,10 @@ async fn fleet_patch(n: usize) -> Value {
          [[builders]]\nname = \"b\"\nimage = \"{host}/builder:latest\"\n\n"
     );
     for i in 0..n {
+        let (repo, tag) = fleet_app(i, shared);
         let _ = writeln!(
             text,
-            "[[images]]\nname = \"app-{i:04}\"\nbuilder = \"b\"\nimage = \"{host}/fleet/app-{i:04}:latest\"\npolicy = \"auto\"\n"
+            "[[images]]\nname = \"app-{i:04}\"\nbuilder = \"b\"\nimage = \"{host}/{repo}:{tag}\"\npolicy = \"auto\"\n"
         );
     }
     let config = ws.config(&text);
@@ -524,13 +537,28 @@ async fn fleet_patch(n: usize) -> Value {
     let pushed_v2 = app::push_run(&pusher, "run", Some("latest"), &v2, Format::Oci).await;
     let pushed = Instant::now();
     let push_requests = proxy.seen().len();
-    let mut first = None;
+    let (mut first, mut p90) = (None, None);
+    // Failed attempts (each retried after the action's backoff) and manifest PUTs tried again
+    // within an attempt, as the daemon logs them.
+    let (failed, again) = (std::cell::Cell::new(0usize), std::cell::Cell::new(0usize));
     for done in 0..n {
         tokio::task::block_in_place(|| {
-            daemon.wait_for("a rebase", |v| v["message"] == "action succeeded" && v["kind"] == "rebase")
+            daemon.wait_for("a rebase", |v| {
+                let message = v["message"].as_str().unwrap_or_default();
+                if message.starts_with("action failed") {
+                    failed.set(failed.get() + 1);
+                }
+                if message.ends_with("trying again") {
+                    again.set(again.get() + 1);
+                }
+                message == "action succeeded" && v["kind"] == "rebase"
+            })
         });
         if done == 0 {
             first = Some(pushed.elapsed());
+        }
+        if done + 1 == (n * 9).div_ceil(10) {
+            p90 = Some(pushed.elapsed());
         }
     }
     let seconds = pushed.elapsed().as_secs_f64();
@@ -546,7 +574,8 @@ async fn fleet_patch(n: usize) -> Value {
     let registry_client = client(&[&host]);
     let mut rebased = 0;
     for i in 0..n {
-        let tag = image(&format!("{host}/fleet/app-{i:04}:latest"));
+        let (repo, tag) = fleet_app(i, shared);
+        let tag = image(&format!("{host}/{repo}:{tag}"));
         let head = registry_client.head_manifest(&tag).await.expect("HEAD an app");
         let manifest = registry_client.get_manifest(&tag, &head.digest).await.expect("GET an app");
         let doc: Value = serde_json::from_slice(&manifest.bytes).expect("a manifest");
@@ -562,15 +591,19 @@ async fn fleet_patch(n: usize) -> Value {
     tokio::task::block_in_place(|| daemon.terminate());
     let requests: usize = by_method.values().sum();
     let per_app = requests as f64 / n.max(1) as f64;
+    let (failed, again) = (failed.get(), again.get());
     say(format!(
-        "fleet: {rebased}/{n} rebased {seconds:.1} s after the push (first after {:.2} s); {requests} requests ({per_app:.1} per app, {by_method:?}), {sent} B sent, {received} B received; peak RSS {} KiB",
+        "fleet: {rebased}/{n} rebased {seconds:.1} s after the push (first after {:.2} s, 90 % after {:.1} s); {failed} failed attempts, {again} manifest PUTs tried again within an attempt; {requests} requests ({per_app:.1} per app, {by_method:?}), {sent} B sent, {received} B received; peak RSS {} KiB",
         first.map_or(f64::NAN, |f| f.as_secs_f64()),
+        p90.map_or(f64::NAN, |f| f.as_secs_f64()),
         peak_rss_kib.map_or("?".to_string(), |k| k.to_string())
     ));
     let _ = pushed_v2;
     json!({
-        "apps": n, "rebased": rebased, "seconds": seconds,
+        "apps": n, "shared_repository": shared, "rebased": rebased, "seconds": seconds,
         "first_seconds": first.map(|f| f.as_secs_f64()),
+        "p90_seconds": p90.map(|f| f.as_secs_f64()),
+        "failed_attempts": failed, "tried_again_within_attempts": again,
         "traffic": { "requests": requests, "requests_per_app": per_app, "by_method": by_method, "bytes_sent": sent, "bytes_received": received },
         "peak_rss_kib": peak_rss_kib,
         "concurrency": CONCURRENCY,

@@ -7,7 +7,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 
 use crate::inspect::is_index;
@@ -20,8 +19,9 @@ use builder_monitor_core::rebase::{self as decide, Blob, PlatformRebase, RebaseO
 use builder_monitor_core::reference::{ImageRef, is_sha256_digest};
 use builder_monitor_core::text::escape;
 
-/// Blobs of one platform ensured at once: a few HEADs or mounts in flight, not a burst.
-const BLOB_CONCURRENCY: usize = 4;
+mod writes;
+use writes::Writes;
+
 /// Bytes of run image manifests and configs a [`RunImageDocs`] keeps: a handful of run images
 /// (an index, its platforms' manifests and configs each), however many apps rebase onto them.
 const RUN_IMAGE_DOCS_BYTES: u64 = 16 << 20;
@@ -368,55 +368,39 @@ pub async fn rebase_with(
         return Ok(report);
     }
 
-    // Owned items: a closure taking `&Blob` makes a future that is not `Send` for every lifetime,
-    // and the daemon runs rebases on spawned tasks.
     let wanted: Vec<(String, u64)> = base_blobs.iter().map(|b| (b.digest.clone(), b.size)).collect();
-    let transfers: Vec<BlobTransfer> = futures::stream::iter(wanted)
-        .map(|(digest, size)| async move { registry.ensure_blob(app, run, &digest, size).await })
-        .buffered(BLOB_CONCURRENCY)
-        .try_collect()
-        .await?;
-    for transfer in transfers {
-        report.blobs.add(transfer);
-    }
-    let mut replaced = BTreeMap::new();
-    for d in &pending {
-        registry.put_blob(app, d.rebase.config.clone().into()).await?;
-        let digest = registry
-            .put_manifest(
-                app,
-                &d.rebase.manifest_digest,
-                &d.rebase.manifest_media_type,
-                d.rebase.manifest.clone().into(),
-            )
-            .await?;
-        replaced
-            .insert(d.previous.clone(), (digest, d.rebase.manifest.len() as u64, d.rebase.manifest_media_type.clone()));
-    }
-    let (top_bytes, top_digest) = if is_index(&app_top.media_type) {
-        let (bytes, digest) = decide::rebased_index(&app_top.bytes, &replaced)?;
-        registry.put_manifest(app, &digest, &app_top.media_type, bytes.clone().into()).await?;
-        (bytes, digest)
-    } else {
-        (pending[0].rebase.manifest.clone(), pending[0].rebase.manifest_digest.clone())
-    };
+    let mut writes = Writes::new(registry, app, run, &app_top, &pending, wanted);
+    let (top_bytes, top_digest) = writes.content().await?;
 
     // The tag last, recorded first, and only over what we read: a build that moved it meanwhile
     // wins. The HEAD and the PUT go back to back, and a HEAD after the PUT tells whether another
-    // writer's landed right behind ours (the registry API has no compare-and-set on tags).
+    // writer's landed right behind ours (the registry API has no compare-and-set on tags). A PUT
+    // refused while blobs were being written did not land: HEAD and PUT again, within the attempt.
     guard.before_write(&app_top.digest, &top_digest).await?;
-    let now = registry.head_manifest(&tagged).await?;
-    if now.digest != app_top.digest {
-        return Err(RebaseError::TagMoved { image: app.with_tag_only(), expected: app_top.digest, found: now.digest });
+    loop {
+        let now = registry.head_manifest(&tagged).await?;
+        if now.digest != app_top.digest {
+            return Err(RebaseError::TagMoved {
+                image: app.with_tag_only(),
+                expected: app_top.digest,
+                found: now.digest,
+            });
+        }
+        let Err(source) = registry.put_manifest(app, tag, &app_top.media_type, top_bytes.clone().into()).await else {
+            break;
+        };
+        if let Err(source) = writes.again(source).await {
+            return Err(RebaseError::TagWriteUnknown {
+                image: app.with_tag_only(),
+                previous: app_top.digest,
+                wrote: top_digest,
+                source: Box::new(source),
+            });
+        }
+        // What BLOB_UNKNOWN made it forget is written again before the tag (by digest: the same).
+        writes.content().await?;
     }
-    if let Err(source) = registry.put_manifest(app, tag, &app_top.media_type, top_bytes.into()).await {
-        return Err(RebaseError::TagWriteUnknown {
-            image: app.with_tag_only(),
-            previous: app_top.digest,
-            wrote: top_digest,
-            source: Box::new(source),
-        });
-    }
+    report.blobs = writes.counts();
     match registry.head_manifest(&tagged).await {
         Ok(after) if after.digest != top_digest => {
             return Err(RebaseError::TagRace {

@@ -103,7 +103,11 @@ async fn writes_with_push_tokens_mount_within_a_registry_and_put_manifests() {
     assert!(!writer.blob_exists(&target, &layer.digest).await.unwrap());
     let size = layer.blob.len() as u64;
     assert_eq!(writer.ensure_blob(&target, &source, &layer.digest, size).await.unwrap(), BlobTransfer::Mounted);
-    // No HEAD before a mount: the registry's 201 says "there" for a blob it had as well.
+    // Once mounted, known to be there: no request (one writer per blob and repository).
+    assert_eq!(writer.ensure_blob(&target, &source, &layer.digest, size).await.unwrap(), BlobTransfer::Present);
+    // Forgotten, it is mounted again with no HEAD before: the registry's 201 says "there" for a
+    // blob it had as well.
+    writer.forget_written(&target, &layer.digest).await;
     assert_eq!(writer.ensure_blob(&target, &source, &layer.digest, size).await.unwrap(), BlobTransfer::Mounted);
     assert!(writer.blob_exists(&target, &layer.digest).await.unwrap());
 
@@ -114,7 +118,10 @@ async fn writes_with_push_tokens_mount_within_a_registry_and_put_manifests() {
         writer.put_blob(&target, config.clone()).await.unwrap(),
         BlobTransfer::Copied { bytes: config.len() as u64 }
     );
-    // No HEAD first: the same bytes uploaded again, harmlessly.
+    // Known to be there: not uploaded again.
+    assert_eq!(writer.put_blob(&target, config.clone()).await.unwrap(), BlobTransfer::Present);
+    // Forgotten, uploaded again with no HEAD first: the same bytes, harmlessly.
+    writer.forget_written(&target, &config_digest).await;
     assert_eq!(
         writer.put_blob(&target, config.clone()).await.unwrap(),
         BlobTransfer::Copied { bytes: config.len() as u64 }
@@ -421,9 +428,96 @@ async fn a_refused_manifest_put_leaves_the_tag_and_a_retry_completes() {
     assert!(matches!(err, RebaseError::Registry(RegistryError::Rejected { .. })), "{err:?}");
     assert_eq!(tag_digest(&scene.registry, &scene.app_ref()).await, scene.app_pushed.digest);
 
+    scene.proxy.clear();
     let report = scene.rebase("run:latest", false, false).await.unwrap();
-    assert_eq!(report.blobs.mounted, 2, "the blobs the failed run mounted are mounted again (a 201, no bytes)");
+    assert_eq!(
+        (report.blobs.present, report.blobs.mounted),
+        (2, 0),
+        "the blobs the failed run mounted are known to be there: not written again"
+    );
+    let log = writes(&scene.proxy);
+    assert_eq!(log.iter().filter(|w| w.contains("/blobs/")).count(), 0, "nor the config: {log:#?}");
     assert_eq!(tag_digest(&scene.registry, &scene.app_ref()).await, report.digest.unwrap());
+}
+
+/// A manifest PUT refused while blobs it names are being written (`400 DIGEST_INVALID`: a link file
+/// read half-rewritten) is tried again within the rebase; `BLOB_UNKNOWN` also makes the rebase
+/// write its blobs again (what the process knew was there, the registry says it is not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_put_refused_while_its_blobs_are_written_is_tried_again_within_the_rebase() {
+    let scene = Scene::new(|a| a).await;
+    let v2 = RunImage::jammy("v2", 2);
+    scene.push_run("run:latest", &v2).await;
+    // The config upload passes; the manifest PUT by digest is refused twice, then passes.
+    scene.proxy.inject(Fault::decorate().on("PUT"));
+    scene.proxy.inject(Fault::status(400).code("DIGEST_INVALID").on("PUT"));
+    scene.proxy.inject(Fault::status(404).code("BLOB_UNKNOWN").on("PUT"));
+    scene.proxy.clear();
+    let report = scene.rebase("run:latest", false, false).await.unwrap();
+    assert_eq!(tag_digest(&scene.registry, &scene.app_ref()).await, report.digest.clone().unwrap());
+    let log = writes(&scene.proxy);
+    let mounts = log.iter().filter(|w| w.starts_with("POST") && w.contains("mount=")).count();
+    assert_eq!(mounts, 2 * v2.layers.len(), "mounted once, and again after BLOB_UNKNOWN: {log:#?}");
+    let config_puts = log.iter().filter(|w| w.starts_with("PUT") && w.contains("/blobs/uploads/")).count();
+    assert_eq!(config_puts, 2, "the config uploaded once, and again after BLOB_UNKNOWN: {log:#?}");
+    let digest = report.digest.unwrap();
+    let manifest_puts = log.iter().filter(|w| w.starts_with("PUT") && w.ends_with(&digest)).count();
+    assert_eq!(manifest_puts, 3, "two refusals and the PUT that passed: {log:#?}");
+    assert_eq!(report.blobs.mounted, v2.layers.len(), "each layer counted once");
+
+    // The tag's PUT too: refused, it did not land; HEAD and PUT again.
+    let v3 = RunImage::jammy("v3", 2);
+    scene.push_run("run:latest", &v3).await;
+    scene.proxy.inject(Fault::decorate().on("PUT"));
+    scene.proxy.inject(Fault::decorate().on("PUT"));
+    scene.proxy.inject(Fault::status(400).code("DIGEST_INVALID").on("PUT"));
+    scene.proxy.clear();
+    let report = scene.rebase("run:latest", false, false).await.unwrap();
+    let digest = report.digest.unwrap();
+    assert_eq!(tag_digest(&scene.registry, &scene.app_ref()).await, digest);
+    let log = writes(&scene.proxy);
+    assert_eq!(log.iter().filter(|w| w.starts_with("PUT") && w.ends_with("/manifests/1")).count(), 2, "{log:#?}");
+
+    // A refusal that says something else is not tried again (nothing written to the tag).
+    let v3 = RunImage::jammy("v4", 2);
+    scene.push_run("run:latest", &v3).await;
+    scene.proxy.inject(Fault::decorate().on("PUT"));
+    scene.proxy.inject(Fault::status(400).code("MANIFEST_INVALID").on("PUT"));
+    let err = scene.rebase("run:latest", false, false).await.unwrap_err();
+    assert!(err.to_string().contains("MANIFEST_INVALID"), "{err}");
+    assert_eq!(tag_digest(&scene.registry, &scene.app_ref()).await, digest);
+}
+
+/// One app under two tags of one repository, rebased at once onto the same run image: each layer
+/// is mounted once, the config uploaded once, the rebased manifest PUT by digest once; each tag is
+/// PUT and moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tags_of_one_manifest_rebased_at_once_write_its_content_once() {
+    let scene = Scene::new(|a| a).await;
+    let pusher = Pusher::new(&scene.host);
+    app::push_app(&pusher, "apps/web", Some("2"), &scene.app, Format::Oci).await;
+    let v2 = RunImage::jammy("v2", 3);
+    scene.push_run("run:latest", &v2).await;
+    scene.proxy.clear();
+    let run = format!("{}/run:latest", scene.host);
+    let (first, second) = (request(&scene.app_ref(), &run), request(&format!("{}/apps/web:2", scene.host), &run));
+    let (one, two) =
+        tokio::join!(rebase(&scene.registry, &first, &Unguarded), rebase(&scene.registry, &second, &Unguarded));
+    let (one, two) = (one.unwrap(), two.unwrap());
+    assert_eq!(one.digest, two.digest, "the same rebased image");
+    let digest = one.digest.unwrap();
+    let log = writes(&scene.proxy);
+    let mounts = log.iter().filter(|w| w.starts_with("POST") && w.contains("mount=")).count();
+    assert_eq!(mounts, v2.layers.len(), "{log:#?}");
+    let config_puts = log.iter().filter(|w| w.starts_with("PUT") && w.contains("/blobs/uploads/")).count();
+    assert_eq!(config_puts, 1, "{log:#?}");
+    assert_eq!(log.iter().filter(|w| w.starts_with("PUT") && w.ends_with(&digest)).count(), 1, "{log:#?}");
+    for tag in ["1", "2"] {
+        assert_eq!(log.iter().filter(|w| w.starts_with("PUT") && w.ends_with(&format!("/manifests/{tag}"))).count(), 1);
+        assert_eq!(tag_digest(&scene.registry, &format!("{}/apps/web:{tag}", scene.host)).await, digest);
+    }
+    let (a, b) = (one.blobs, two.blobs);
+    assert_eq!((a.mounted + b.mounted, a.present + b.present), (v2.layers.len(), v2.layers.len()), "{a:?} {b:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

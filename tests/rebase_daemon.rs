@@ -530,3 +530,94 @@ async fn a_daemon_killed_while_planning_finishes_the_fleet_on_the_next_run() {
     let actions = fleet.ledger().actions(1000).await.unwrap();
     assert_eq!(actions[0].change, first["action"]["change"].as_str().unwrap(), "the same change id");
 }
+
+/// Distinct apps under tags of one repository, and one more app under `SHARED_TAGS` more tags.
+const SHARED_REPO_APPS: usize = 100;
+const SHARED_TAGS: usize = 16;
+
+/// A fleet in one repository (`apps/shared`): `SHARED_REPO_APPS` apps, each its own app layer,
+/// tagged `app-N`, and one app tagged `env-0` … `env-15` (one manifest under sixteen tags), seeded
+/// into the registry's storage on run image v1 and pinned by one `run --once`. Every rebase of it
+/// mounts the same run image layers into the same repository, and the sixteen tags of one manifest
+/// write the same config and manifest: Distribution rewrites a blob's link on every mount or upload
+/// of it, and a manifest PUT that reads a half-written link answers `400 DIGEST_INVALID`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_in_one_repository_is_rebased_on_every_first_attempt() {
+    let registry = TestRegistry::start();
+    let host = registry.host.clone();
+    let pusher = Pusher::new(&host);
+    let run_tag = format!("{host}/demo/run:latest");
+    let run_v1 = RunImage::jammy("1", 3);
+    let pushed = app::push_run(&pusher, "demo/run", Some("latest"), &run_v1, Format::Oci).await;
+    pusher.push_image("demo/builder", Some("latest"), &BuilderSpec::jammy(&run_tag).image(), Format::Oci).await;
+    let template = App::on(&run_v1, &run_tag, &format!("{host}/demo/run@{}", pushed.digest));
+    let seed = |tags: &[String], n: usize| {
+        let mut app = template.clone();
+        app.layers[2] = app::layer("workspace/server.js", &format!("// app {n}\n"));
+        let layers: Vec<&app::Layer> = app.run.layers.iter().chain(&app.layers).collect();
+        let built = app::build("apps/shared", &layers, &app.config(), Format::Oci);
+        for tag in tags {
+            registry.seed("apps/shared", tag, &built.blobs, &built.manifest);
+        }
+    };
+    let mut tags: Vec<String> = (0..SHARED_REPO_APPS).map(|i| format!("app-{i}")).collect();
+    for (i, tag) in tags.iter().enumerate() {
+        seed(std::slice::from_ref(tag), i);
+    }
+    let shared: Vec<String> = (0..SHARED_TAGS).map(|i| format!("env-{i}")).collect();
+    seed(&shared, SHARED_REPO_APPS);
+    tags.extend(shared);
+
+    let ws = Workspace::new();
+    let mut text = format!(
+        "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\njitter = \"0s\"\n\n\
+         [[builders]]\nname = \"jammy\"\nimage = \"{host}/demo/builder:latest\"\n\n\
+         [registries.\"{host}\"]\nrequests_per_second = 0\n\n\
+         [runner]\ntype = \"none\"\nrebase = \"registry\"\nmax_concurrent = 16\n\n"
+    );
+    for tag in &tags {
+        text.push_str(&format!(
+            "[[images]]\nname = \"{tag}\"\nbuilder = \"jammy\"\nimage = \"{host}/apps/shared:{tag}\"\npolicy = \"auto\"\n\n"
+        ));
+    }
+    let config = ws.config(&text);
+    let config = config.to_str().unwrap();
+    let first = ws.run(&["run", "--once", "--config", config]);
+    assert_eq!(first.code, Some(0), "{}", first.stderr);
+
+    // The daemon (each rebase awaited in turn, not one deadline for the whole fleet) finds the
+    // move at its first check; it stops at the first failed attempt or once every rebase succeeded.
+    let run_v2 = RunImage::jammy("2", 4);
+    app::push_run(&pusher, "demo/run", Some("latest"), &run_v2, Format::Oci).await;
+    let mut daemon = Daemon::start(std::path::Path::new(config));
+    let failed_attempt = |v: &Value| v["message"].as_str().is_some_and(|m| m.starts_with("action failed"));
+    for _ in 0..tags.len() {
+        let line = tokio::task::block_in_place(|| {
+            daemon.wait_for("a rebase's outcome", |v| failed_attempt(v) || v["message"] == "action succeeded")
+        });
+        if failed_attempt(&line) {
+            break;
+        }
+    }
+    let (_, log) = tokio::task::block_in_place(|| daemon.terminate());
+    let failed: Vec<&String> = log.iter().filter(|l| l.contains("action failed")).collect();
+    assert_eq!(failed, Vec::<&String>::new(), "no rebase fails its first attempt");
+    // Not by luck of the retries inside an attempt either: one writer per blob and repository
+    // leaves no link file rewritten under a manifest PUT.
+    let retried: Vec<&String> = log.iter().filter(|l| l.contains("trying again")).collect();
+    assert_eq!(retried, Vec::<&String>::new(), "no manifest PUT is refused");
+
+    builder_monitor::install_crypto_provider();
+    let client = Registry::new([], Metrics::new());
+    let top = run_v2.layers.len() - 1;
+    for tag in &tags {
+        let image = ImageRef::parse(&format!("{host}/apps/shared:{tag}")).unwrap();
+        let manifest: Value = serde_json::from_slice(&client.get_manifest(&image, tag).await.unwrap().bytes).unwrap();
+        assert_eq!(manifest["layers"][top]["digest"].as_str(), Some(run_v2.layers[top].digest.as_str()), "{tag} moved");
+    }
+    let actions = Ledger::open_read_only(&ws.path("state.db")).unwrap().actions(1000).await.unwrap();
+    assert_eq!(actions.len(), tags.len(), "one rebase per tag");
+    let retried: Vec<(&str, u32)> =
+        actions.iter().filter(|a| a.attempts != 1).map(|a| (a.image.as_str(), a.attempts)).collect();
+    assert_eq!(retried, Vec::<(&str, u32)>::new(), "every rebase succeeded on its first attempt");
+}

@@ -14,6 +14,7 @@ mod circuit;
 mod endpoint;
 pub mod helper;
 mod write;
+mod written;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -28,7 +29,7 @@ pub use circuit::THRESHOLD as CIRCUIT_THRESHOLD;
 use endpoint::*;
 pub use endpoint::{Endpoint, rate_limiter};
 use helper::CredentialHelper;
-pub use write::{BlobTransfer, MAX_LAYER_BYTES};
+pub use write::{BlobTransfer, MAX_LAYER_BYTES, ManifestRefusal};
 
 use builder_monitor_core::reference::{ImageRef, is_sha256_digest};
 
@@ -70,9 +71,10 @@ pub enum RegistryError {
     InvalidResponse { registry: String, detail: String },
     #[error("{registry}: {detail}")]
     Setup { registry: String, detail: String },
-    /// A write the registry refused (a 4xx to an upload or a manifest PUT), with its error code.
+    /// A write the registry refused (a 4xx to an upload or a manifest PUT); `code` is the error
+    /// code of its body (`DIGEST_INVALID`), boxed to keep every error that carries this one small.
     #[error("{registry}: refused: {detail}")]
-    Rejected { registry: String, detail: String },
+    Rejected { registry: String, detail: String, code: Option<Box<str>> },
 }
 
 impl RegistryError {
@@ -128,6 +130,8 @@ pub struct Registry {
     configured: HashMap<String, RegistrySettings>,
     endpoints: Mutex<HashMap<String, Arc<Endpoint>>>,
     metrics: Arc<Metrics>,
+    /// The contents this process wrote into repositories (one writer per blob and repository).
+    written: written::Written,
 }
 
 impl Registry {
@@ -136,6 +140,7 @@ impl Registry {
             configured: configured.into_iter().map(|s| (s.host.clone(), s)).collect(),
             endpoints: Mutex::new(HashMap::new()),
             metrics,
+            written: written::Written::default(),
         }
     }
 
@@ -185,6 +190,7 @@ impl Registry {
         match response.status() {
             s if s.is_success() => {}
             StatusCode::NOT_FOUND => {
+                self.written.forget(image.registry(), image.repository(), reference).await;
                 return Err(RegistryError::NotFound {
                     reference: format!("{}/{}:{reference}", image.registry(), image.repository()),
                 });
@@ -228,6 +234,7 @@ impl Registry {
         match response.status() {
             s if s.is_success() => {}
             StatusCode::NOT_FOUND => {
+                self.written.forget(image.registry(), image.repository(), digest).await;
                 return Err(RegistryError::NotFound {
                     reference: format!("{}/{}@{digest}", image.registry(), image.repository()),
                 });

@@ -44,7 +44,11 @@ impl Registry {
     pub async fn blob_exists(&self, image: &ImageRef, digest: &str) -> Result<bool, RegistryError> {
         let endpoint = self.endpoint(image)?;
         endpoint.check_digest(digest)?;
-        endpoint.blob_present(image.repository(), &pull_scope(image.repository()), digest).await
+        let present = endpoint.blob_present(image.repository(), &pull_scope(image.repository()), digest).await?;
+        if !present {
+            self.written.forget(image.registry(), image.repository(), digest).await;
+        }
+        Ok(present)
     }
 
     /// Makes `digest` (of `size` bytes) a blob of `target`'s repository. Within one registry host:
@@ -53,7 +57,30 @@ impl Registry {
     /// registry refuses (`202`, with an upload session) or denies (401/403) falls back to a HEAD
     /// and a copy. Across registries: a HEAD, then a copy. A copy streams the blob from `source`,
     /// digest and size verified on the way, never held whole.
+    ///
+    /// One writer per blob and repository: while another task of this process makes the same blob
+    /// a blob of the same repository, this waits for it; once that succeeded (this fleet), the blob
+    /// is [`BlobTransfer::Present`] with no request at all.
     pub async fn ensure_blob(
+        &self,
+        target: &ImageRef,
+        source: &ImageRef,
+        digest: &str,
+        size: u64,
+    ) -> Result<BlobTransfer, RegistryError> {
+        let transfer = self.transfer_blob(target, source, digest, size);
+        let made = self.written.once(target.registry(), target.repository(), digest, transfer).await?;
+        Ok(made.unwrap_or(BlobTransfer::Present))
+    }
+
+    /// The registry said (or may have said) that `digest` is not in `image`'s repository: the next
+    /// write of it is made again.
+    pub async fn forget_written(&self, image: &ImageRef, digest: &str) {
+        self.written.forget(image.registry(), image.repository(), digest).await;
+    }
+
+    /// [`Registry::ensure_blob`]'s requests.
+    async fn transfer_blob(
         &self,
         target: &ImageRef,
         source: &ImageRef,
@@ -153,21 +180,29 @@ impl Registry {
 
     /// Uploads a small blob (an image config) in one POST and one PUT, with no HEAD before: a
     /// rebased config is new content but after a failed attempt, and uploading a blob the
-    /// repository has again is harmless (the same bytes under the same digest).
+    /// repository has again is harmless (the same bytes under the same digest). One writer per
+    /// blob and repository, as for [`Registry::ensure_blob`]: the same config (apps tagged several
+    /// times) is uploaded once.
     pub async fn put_blob(&self, image: &ImageRef, bytes: Bytes) -> Result<BlobTransfer, RegistryError> {
         let endpoint = self.endpoint(image)?;
         let digest = sha256_digest(&bytes);
         let repository = image.repository();
-        let scope = push_scope(repository);
-        let session = endpoint.start_upload(repository, &scope).await?;
-        let length = bytes.len() as u64;
-        let payload = Payload::Bytes { bytes, content_type: "application/octet-stream".to_string() };
-        endpoint.finish_upload(repository, &scope, session, &digest, payload).await?;
-        Ok(BlobTransfer::Copied { bytes: length })
+        let upload = async {
+            let scope = push_scope(repository);
+            let session = endpoint.start_upload(repository, &scope).await?;
+            let length = bytes.len() as u64;
+            let payload = Payload::Bytes { bytes, content_type: "application/octet-stream".to_string() };
+            endpoint.finish_upload(repository, &scope, session, &digest, payload).await?;
+            Ok(BlobTransfer::Copied { bytes: length })
+        };
+        let made = self.written.once(image.registry(), repository, &digest, upload).await?;
+        Ok(made.unwrap_or(BlobTransfer::Present))
     }
 
     /// PUTs a manifest under `reference` (a digest or a tag); returns its digest, the sha256 of
-    /// `bytes`, checked against the registry's `Docker-Content-Digest` when it sends one.
+    /// `bytes`, checked against the registry's `Docker-Content-Digest` when it sends one. By
+    /// digest, one writer per manifest and repository, as for [`Registry::ensure_blob`]: identical
+    /// manifests (one app under several tags, rebased alike) are PUT once; a tag is PUT every time.
     pub async fn put_manifest(
         &self,
         image: &ImageRef,
@@ -180,6 +215,25 @@ impl Registry {
         if reference.starts_with("sha256:") && reference != digest {
             return Err(endpoint.invalid(format!("a manifest hashing to {digest} cannot be put under {reference}")));
         }
+        if reference == digest {
+            let put = self.send_manifest(&endpoint, image, reference, media_type, bytes, &digest);
+            self.written.once(image.registry(), image.repository(), &digest, put).await?;
+        } else {
+            self.send_manifest(&endpoint, image, reference, media_type, bytes, &digest).await?;
+        }
+        Ok(digest)
+    }
+
+    /// [`Registry::put_manifest`]'s request.
+    async fn send_manifest(
+        &self,
+        endpoint: &Endpoint,
+        image: &ImageRef,
+        reference: &str,
+        media_type: &str,
+        bytes: Bytes,
+        digest: &str,
+    ) -> Result<(), RegistryError> {
         let repository = image.repository();
         let scope = push_scope(repository);
         let path = format!("{repository}/manifests/{reference}");
@@ -194,8 +248,8 @@ impl Registry {
         if !response.status().is_success() {
             return Err(endpoint.refused(&format!("PUT manifest {repository}:{reference}"), response).await);
         }
-        endpoint.check_answered_digest(&response, &digest, "manifest")?;
-        Ok(digest)
+        endpoint.check_answered_digest(&response, digest, "manifest")?;
+        Ok(())
     }
 }
 
@@ -322,9 +376,42 @@ impl Endpoint {
         let reason = error_reason(&body).map(|r| format!(" ({r})")).unwrap_or_default();
         let detail = format!("{what} answered HTTP {status}{reason}");
         if status.is_client_error() {
-            RegistryError::Rejected { registry: self.settings.host.clone(), detail }
+            RegistryError::Rejected { registry: self.settings.host.clone(), detail, code: error_code(&body) }
         } else {
             self.invalid(detail)
+        }
+    }
+}
+
+/// The code of the first error of a Distribution error body (`DIGEST_INVALID`), when it is one.
+fn error_code(body: &[u8]) -> Option<Box<str>> {
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let code = value.get("errors")?.as_array()?.first()?.get("code")?.as_str()?;
+    let plain = !code.is_empty() && code.len() <= 64 && code.bytes().all(|b| b.is_ascii_uppercase() || b == b'_');
+    plain.then(|| code.into())
+}
+
+/// What a manifest PUT's refusal says when a registry answers it while blobs it names are being
+/// written (by us, a moment before, or by another writer): worth another try within the attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ManifestRefusal {
+    /// `DIGEST_INVALID`: Distribution read a link file of a blob while it was rewritten.
+    DigestInvalid,
+    /// `BLOB_UNKNOWN`, `MANIFEST_BLOB_UNKNOWN`, `MANIFEST_UNKNOWN`: a blob (or a child manifest)
+    /// is not there, whatever this process thought: it must be written again.
+    BlobUnknown,
+}
+
+impl RegistryError {
+    /// The transient kind of a refused manifest PUT; `None` for any other error.
+    pub fn manifest_refusal(&self) -> Option<ManifestRefusal> {
+        let RegistryError::Rejected { code: Some(code), .. } = self else {
+            return None;
+        };
+        match &**code {
+            "DIGEST_INVALID" => Some(ManifestRefusal::DigestInvalid),
+            "BLOB_UNKNOWN" | "MANIFEST_BLOB_UNKNOWN" | "MANIFEST_UNKNOWN" => Some(ManifestRefusal::BlobUnknown),
+            _ => None,
         }
     }
 }
@@ -453,5 +540,25 @@ mod tests {
         assert_eq!(error_reason(body).as_deref(), Some("MANIFEST_BLOB_UNKNOWN: blob unknown to registry"));
         assert_eq!(error_reason(b"<html>bad gateway</html>"), None);
         assert_eq!(error_reason(br#"{"errors":[]}"#), None);
+        assert_eq!(error_code(body).as_deref(), Some("MANIFEST_BLOB_UNKNOWN"));
+        assert_eq!(error_code(br#"{"errors":[{"code":"digest invalid\n"}]}"#), None, "only plain codes");
+        assert_eq!(error_code(b"<html>bad gateway</html>"), None);
+    }
+
+    #[test]
+    fn manifest_refusals_worth_another_try() {
+        let refused = |code: Option<&str>| RegistryError::Rejected {
+            registry: "r".into(),
+            detail: "PUT manifest".into(),
+            code: code.map(Into::into),
+        };
+        assert_eq!(refused(Some("DIGEST_INVALID")).manifest_refusal(), Some(ManifestRefusal::DigestInvalid));
+        for code in ["BLOB_UNKNOWN", "MANIFEST_BLOB_UNKNOWN", "MANIFEST_UNKNOWN"] {
+            assert_eq!(refused(Some(code)).manifest_refusal(), Some(ManifestRefusal::BlobUnknown), "{code}");
+        }
+        assert_eq!(refused(Some("MANIFEST_INVALID")).manifest_refusal(), None);
+        assert_eq!(refused(None).manifest_refusal(), None);
+        let down = RegistryError::Unavailable { registry: "r".into(), detail: "HTTP 503".into() };
+        assert_eq!(down.manifest_refusal(), None);
     }
 }

@@ -32,18 +32,24 @@ pub struct Fault {
     pub method: Option<String>,
     pub status: u16,
     pub headers: Vec<(String, String)>,
+    /// The Distribution error code of the answer's body (`INJECTED` when `None`).
+    pub code: Option<String>,
 }
 
 impl Fault {
     pub fn status(status: u16) -> Self {
-        Fault { method: None, status, headers: Vec::new() }
+        Fault { method: None, status, headers: Vec::new(), code: None }
     }
     /// Forwards the request but adds `headers` to the registry's answer.
     pub fn decorate() -> Self {
-        Fault { method: None, status: 0, headers: Vec::new() }
+        Fault { method: None, status: 0, headers: Vec::new(), code: None }
     }
     pub fn on(mut self, method: &str) -> Self {
         self.method = Some(method.into());
+        self
+    }
+    pub fn code(mut self, code: &str) -> Self {
+        self.code = Some(code.into());
         self
     }
     pub fn header(mut self, name: &str, value: &str) -> Self {
@@ -267,7 +273,8 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     if let Some(fault) = fault {
         record(fault.status, true);
         let mut response = Response::new(Body::from(format!(
-            "{{\"errors\":[{{\"code\":\"INJECTED\",\"message\":\"injected HTTP {}\"}}]}}",
+            "{{\"errors\":[{{\"code\":\"{}\",\"message\":\"injected HTTP {}\"}}]}}",
+            fault.code.as_deref().unwrap_or("INJECTED"),
             fault.status
         )));
         *response.status_mut() = StatusCode::from_u16(fault.status).unwrap();

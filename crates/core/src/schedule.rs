@@ -65,7 +65,7 @@ impl Schedule {
                 let words: Vec<&str> = text
                     .lines()
                     .map(str::trim)
-                    .filter(|l| !l.is_empty() && l.trim_matches('^') != "" && *l != expression.trim())
+                    .filter(|l| !l.trim_matches('^').is_empty() && *l != expression.trim())
                     .collect();
                 let reason = words.join("; ").split_whitespace().collect::<Vec<_>>().join(" ");
                 Err(CronError::Invalid {

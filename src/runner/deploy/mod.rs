@@ -421,6 +421,8 @@ impl Deploying<'_> {
         let mut current = object;
         let config = watcher::Config::default().fields(&format!("metadata.name={}", w.name));
         let mut objects = watcher(self.api(w), config).default_backoff().boxed();
+        // Whether the watch's current (re)list has shown the workload.
+        let mut listed = false;
         let pod_api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &w.namespace, &pods());
         let mut pod_events = match &selector {
             Some(s) => watcher(pod_api, watcher::Config::default().labels(s)).default_backoff().boxed(),
@@ -456,11 +458,18 @@ impl Deploying<'_> {
             tokio::select! {
                 event = objects.next() => match event {
                     Some(Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o))) => {
+                        listed = true;
                         if let Ok(v) = serde_json::to_value(o) {
                             current = v;
                         }
                     }
                     Some(Ok(watcher::Event::Delete(_))) => return Err(Unhealthy::Failed(format!("{w} was deleted"))),
+                    // A (re)list that did not hold it: deleted before the watch began, or while it
+                    // was disconnected; no Delete event comes for that.
+                    Some(Ok(watcher::Event::Init)) => listed = false,
+                    Some(Ok(watcher::Event::InitDone)) if !listed => {
+                        return Err(Unhealthy::Failed(format!("{w} was deleted")));
+                    }
                     Some(Ok(_)) => {}
                     Some(Err(err)) => tracing::warn!(workload = %w, error = %err, "watch of a deployed workload failed; retrying"),
                     None => return Err(Unhealthy::Api(format!("the watch of {w} ended"))),

@@ -4,7 +4,12 @@
 //! first, each wave only after the one before is healthy; a failing canary undone (workload and
 //! tag back, the later waves held until `release`); a person's change held; a GitOps-owned
 //! Deployment skipped; a daemon killed while it waits for health resumes the same deploy without
-//! writing twice; and the exec `deploy` template.
+//! writing twice; and the exec `deploy` template. Then how deploys end when something goes wrong in
+//! the middle: an undo leaves what a person changed during the roll-out and puts back the rest; a
+//! deploy that runs out of attempts (a namespace answering 403) is undone like any failure; a
+//! Deployment deleted during the deploy is not created again by the undo; a person's change during
+//! the roll-out is an override, never our success; and a daemon that dies between a write and its
+//! record announces `deploy.started` exactly once.
 
 mod support;
 
@@ -12,7 +17,7 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use builder_monitor::ledger::{ActionState, Ledger};
+use builder_monitor::ledger::{ActionRecord, ActionState, Ledger};
 use builder_monitor::metrics::Metrics;
 use builder_monitor::registry::Registry;
 use builder_monitor_core::reference::ImageRef;
@@ -27,6 +32,13 @@ use support::registry::TestRegistry;
 /// The apps, in roll-out order: the canary in wave 0, then one app per wave.
 const APPS: [(&str, u32); 3] = [("canary", 0), ("web", 1), ("api", 2)];
 
+/// An app: its name, wave, and the Deployments (namespace, name) it is deployed to.
+type AppSpec<'a> = (&'a str, u32, &'a [(&'a str, &'a str)]);
+
+/// [`APPS`], each deployed to its Deployment of namespace `shop`.
+const SHOP: [AppSpec<'static>; 3] =
+    [("canary", 0, &[("shop", "canary")]), ("web", 1, &[("shop", "web")]), ("api", 2, &[("shop", "api")])];
+
 struct World {
     _registry: TestRegistry,
     kube: KubeDouble,
@@ -34,15 +46,32 @@ struct World {
     ws: Workspace,
     config: PathBuf,
     host: String,
-    /// Each app's digest as built, on run image v1.
-    built: Vec<String>,
-    run_v2: RunImage,
+    /// Each app's digest as built, on run image v1, by name.
+    built: Vec<(String, String)>,
 }
 
 impl World {
-    /// Run image v1, a builder naming it, three apps built on it, each running in a Deployment of
+    /// Run image v1, a builder naming it, [`APPS`] built on it, each running in a Deployment of
     /// namespace `shop`; `extra` is appended to the config. One `run --once` pins everything.
     async fn new(extra: &str, image_extra: &dyn Fn(&str) -> String) -> Self {
+        World::with(&SHOP, None, extra, image_extra).await
+    }
+
+    /// `apps`, each deploying container `app` of its Deployments; `extra` is appended to the config.
+    async fn deploying_app(apps: &[AppSpec<'_>], extra: &str) -> Self {
+        World::with(apps, Some("app"), extra, &|_| String::new()).await
+    }
+
+    /// Run image v1, a builder naming it, the apps built on it, each running in its Deployments
+    /// (container `app`, and a `sidecar` no deploy writes), deploying `container` when named (else
+    /// the container running the app's image); `extra` is appended to the config, `image_extra`
+    /// to each image's entry. One `run --once` pins everything.
+    async fn with(
+        apps: &[AppSpec<'_>],
+        container: Option<&str>,
+        extra: &str,
+        image_extra: &dyn Fn(&str) -> String,
+    ) -> Self {
         let registry = TestRegistry::start();
         let pusher = Pusher::new(&registry.host);
         let host = registry.host.clone();
@@ -55,23 +84,31 @@ impl World {
         let ws = Workspace::new();
         let mut images = String::new();
         let mut built = Vec::new();
-        for (name, wave) in APPS {
+        let container = container.map(|c| format!(", container = \"{c}\"")).unwrap_or_default();
+        for (name, wave, workloads) in apps {
             let app = App::on(&run_v1, &run_tag, &format!("{host}/demo/run@{}", pushed.digest)).label("app", name);
             let digest =
                 app::push_app(&pusher, &format!("apps/{name}"), Some("latest"), &app, Format::Oci).await.digest;
             let running = format!("{host}/apps/{name}@{digest}");
-            kube.create_workload(
-                "Deployment",
-                "shop",
-                name,
-                &[("app", running.as_str()), ("sidecar", "registry.example/proxy:1")],
-                2,
-            )
-            .await;
-            built.push(digest);
+            let mut deploy = Vec::new();
+            for (namespace, workload) in *workloads {
+                kube.create_workload(
+                    "Deployment",
+                    namespace,
+                    workload,
+                    &[("app", running.as_str()), ("sidecar", "registry.example/proxy:1")],
+                    2,
+                )
+                .await;
+                deploy.push(format!(
+                    "{{ kind = \"Deployment\", namespace = \"{namespace}\", name = \"{workload}\"{container} }}"
+                ));
+            }
+            built.push((name.to_string(), digest));
             images += &format!(
                 "[[images]]\nname = \"{name}\"\nbuilder = \"jammy\"\nimage = \"{host}/apps/{name}:latest\"\nwave = {wave}\n\
-                 deploy = [{{ kind = \"Deployment\", namespace = \"shop\", name = \"{name}\" }}]\n{}\n",
+                 deploy = [{}]\n{}\n",
+                deploy.join(", "),
                 image_extra(name)
             );
         }
@@ -83,8 +120,7 @@ impl World {
              [kubernetes]\nkubeconfig = \"{}\"\nnamespace = \"shop\"\n\n{extra}",
             kubeconfig.display()
         ));
-        let world =
-            World { _registry: registry, kube, pusher, ws, config, host, built, run_v2: RunImage::jammy("2", 4) };
+        let world = World { _registry: registry, kube, pusher, ws, config, host, built };
         let first = world.cli(&["run", "--once"]);
         assert_eq!(first.code, Some(0), "{}", first.stderr);
         world
@@ -98,7 +134,12 @@ impl World {
     }
 
     async fn move_run_image(&self) {
-        app::push_run(&self.pusher, "demo/run", Some("latest"), &self.run_v2, Format::Oci).await;
+        app::push_run(&self.pusher, "demo/run", Some("latest"), &RunImage::jammy("2", 4), Format::Oci).await;
+    }
+
+    /// An app's digest as built, on run image v1.
+    fn built(&self, app: &str) -> String {
+        self.built.iter().find(|(n, _)| n == app).map(|(_, d)| d.clone()).unwrap()
     }
 
     async fn tag(&self, app: &str) -> String {
@@ -110,10 +151,15 @@ impl World {
 
     /// The image of container `app` of Deployment `shop/NAME`.
     fn running(&self, name: &str) -> String {
-        let d = self.kube.get("deployments", Some("shop"), name).unwrap();
+        self.running_in("shop", name).expect("the Deployment")
+    }
+
+    /// The image of container `app` of Deployment `NAMESPACE/NAME`, while it exists.
+    fn running_in(&self, namespace: &str, name: &str) -> Option<String> {
+        let d = self.kube.workload("Deployment", namespace, name)?;
         let containers = d["spec"]["template"]["spec"]["containers"].as_array().unwrap().clone();
         let app = containers.iter().find(|c| c["name"] == "app").unwrap();
-        app["image"].as_str().unwrap().to_string()
+        Some(app["image"].as_str().unwrap().to_string())
     }
 
     fn sidecar(&self, name: &str) -> String {
@@ -155,8 +201,23 @@ impl World {
         serde_json::from_str(&out.stdout).unwrap()
     }
 
-    async fn actions(&self) -> Vec<builder_monitor::ledger::ActionRecord> {
+    async fn actions(&self) -> Vec<ActionRecord> {
         self.ledger().actions(100).await.unwrap()
+    }
+
+    async fn count(&self, event_type: &str, image: &str) -> usize {
+        self.events().await.iter().filter(|(t, i, _)| t == event_type && i == image).count()
+    }
+
+    async fn deploy_of(&self, image: &str) -> ActionRecord {
+        let actions = self.actions().await;
+        actions.into_iter().find(|a| a.image == image && a.action == "deploy").expect("a deploy of the image")
+    }
+
+    /// `status --json`'s deploy entries of an image.
+    fn shown(&self, image: &str) -> Vec<Value> {
+        let status = self.status();
+        status["deploys"].as_array().unwrap().iter().filter(|d| d["image"] == image).cloned().collect()
     }
 }
 
@@ -169,9 +230,9 @@ async fn a_run_image_push_rolls_out_to_three_apps_in_waves_each_after_the_one_be
     let out = w.cli(&["run", "--once"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
 
-    for (i, (name, _)) in APPS.iter().enumerate() {
+    for (name, _) in APPS {
         let tag = w.tag(name).await;
-        assert_ne!(tag, w.built[i], "{name}'s tag moved");
+        assert_ne!(tag, w.built(name), "{name}'s tag moved");
         assert_eq!(w.running(name), w.reference(name, &tag), "{name} runs the new digest");
         assert_eq!(w.sidecar(name), "registry.example/proxy:1", "the other container is left as it was");
         let d = w.kube.get("deployments", Some("shop"), name).unwrap();
@@ -233,10 +294,10 @@ async fn a_failing_canary_is_undone_and_holds_the_later_waves_until_release() {
     assert!(detail.contains("ImagePullBackOff"), "{detail}");
 
     assert_eq!(w.running("canary"), before[0], "the canary's Deployment is back to what it ran");
-    assert_eq!(w.tag("canary").await, w.built[0], "and its tag too");
+    assert_eq!(w.tag("canary").await, w.built("canary"), "and its tag too");
     for (i, name) in ["web", "api"].iter().enumerate() {
         assert_eq!(w.running(name), before[i + 1], "{name} was never deployed");
-        assert_eq!(w.tag(name).await, w.built[i + 1], "{name} was never rebased");
+        assert_eq!(w.tag(name).await, w.built(name), "{name} was never rebased");
     }
     let actions = w.actions().await;
     let held: Vec<_> = actions.iter().filter(|a| a.state == ActionState::Held).collect();
@@ -266,7 +327,7 @@ async fn a_persons_change_to_a_deployed_image_holds_the_image() {
     let out = w.cli(&["run", "--once"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let mut daemon = Daemon::start(&w.config);
-    let by_hand = w.reference("web", &w.built[1]);
+    let by_hand = w.reference("web", &w.built("web"));
     w.kube.set_image_as("kubectl-set", "Deployment", "shop", "web", "app", &by_hand);
     let overridden = daemon.wait_for_event("deploy.overridden");
     assert_eq!(overridden["action"]["image"], "web", "{overridden}");
@@ -376,4 +437,151 @@ async fn missing_deploy_permissions_are_a_clear_start_up_error_and_rbac_prints_t
             .iter()
             .any(|r| r["resources"][0] == "deployments" && r["verbs"].as_array().unwrap().contains(&"patch".into()))
     );
+}
+
+/// The issue's item 2: a person sets `:hotfix` on one Deployment while the deploy waits for the
+/// other, which then fails. The undo reads both: the person's container stays as they set it
+/// (the image held, `deploy.overridden` naming it), the other is put back, and so is the tag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undo_leaves_a_persons_change_and_puts_back_only_what_still_runs_ours() {
+    let w = World::deploying_app(
+        &[("canary", 0, &[("shop", "one"), ("shop", "two")])],
+        "[rollout]\nfail_after = \"1s\"\ndeploy_timeout = \"2m\"\n",
+    )
+    .await;
+    let before = w.reference("canary", &w.built("canary"));
+    w.kube.hold_rollout("Deployment", "shop", "two");
+    w.move_run_image().await;
+    let mut daemon = Daemon::start(&w.config);
+    daemon.wait_for_event("deploy.started");
+    let written = w.running_in("shop", "two").unwrap();
+    assert_ne!(written, before);
+    w.kube.wait_until("one rolled out", |k| k.rollout_done("Deployment", "shop", "one").then_some(())).await;
+    let hotfix = format!("{}/apps/canary:hotfix", w.host);
+    w.kube.set_image_as("kubectl-set", "Deployment", "shop", "one", "app", &hotfix);
+    w.kube.fail_image(&written, Failure::ImagePullBackOff);
+    w.kube.release_rollout("Deployment", "shop", "two");
+    let failed = daemon.wait_for_event("deploy.failed");
+    let overridden = daemon.wait_for_event("deploy.overridden");
+    let (status, _) = daemon.terminate();
+    assert!(status.success());
+
+    assert_eq!(w.running_in("shop", "one").unwrap(), hotfix, "the person's image stays");
+    assert_eq!(w.running_in("shop", "two").unwrap(), before, "ours is put back");
+    assert_eq!(w.tag("canary").await, w.built("canary"), "and the tag too");
+    let said = format!("container app runs {hotfix}");
+    for detail in [&failed["action"]["detail"], &overridden["action"]["detail"]] {
+        assert!(detail.as_str().unwrap().contains(&said), "{detail}");
+    }
+    let deploy = w.deploy_of("canary").await;
+    assert!(deploy.state == ActionState::Failed && deploy.holds, "{deploy:?}");
+    let shown = w.shown("canary");
+    let one = shown.iter().find(|d| d["name"] == "one").unwrap();
+    assert_eq!(one["state"], "overridden", "{one}");
+    assert!(one["held"].as_str().is_some_and(|h| h.contains(&said)), "{one}");
+    assert_eq!(shown.iter().find(|d| d["name"] == "two").unwrap()["state"], "undone");
+}
+
+/// The issue's item 3: a Role taken away in one of two namespaces (403 on its writes) ends the
+/// deploy after its attempts; what it had written is put back, the tag too, and the image held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deploy_that_runs_out_of_attempts_is_undone_and_holds_its_image() {
+    let w = World::deploying_app(&[("canary", 0, &[("shop", "one"), ("blocked", "two")])], "").await;
+    let before = w.reference("canary", &w.built("canary"));
+    w.kube.forbid("patch", "blocked");
+    w.move_run_image().await;
+    let out = w.cli(&["run", "--once"]);
+    assert_ne!(w.tag("canary").await, "", "{}", out.stderr);
+
+    assert_eq!(w.running_in("shop", "one").unwrap(), before, "the workload it wrote is put back");
+    assert_eq!(w.running_in("blocked", "two").unwrap(), before);
+    assert_eq!(w.tag("canary").await, w.built("canary"), "the tag goes back");
+    let deploy = w.deploy_of("canary").await;
+    assert!(deploy.state == ActionState::Failed && deploy.holds, "{deploy:?}");
+    let detail = deploy.detail.clone().unwrap_or_default();
+    assert!(detail.contains("forbidden") && detail.contains("put back: Deployment shop/one"), "{detail}");
+    assert_eq!(w.count("deploy.failed", "canary").await, 1);
+    assert_eq!(w.count("deploy.rolled_back", "canary").await, 1);
+    let shown = w.shown("canary");
+    assert!(shown.iter().all(|d| d["held"].is_string()), "{shown:?}");
+    assert!(shown.iter().all(|d| d["state"] == "undone"), "{shown:?}");
+}
+
+/// The issue's item 3: a Deployment deleted while the deploy waits for it is not created again
+/// by the undo; the tag goes back and the image is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undo_does_not_create_again_a_deployment_deleted_during_the_deploy() {
+    let w = World::deploying_app(&[("canary", 0, &[("shop", "one")])], "").await;
+    w.kube.hold_rollout("Deployment", "shop", "one");
+    w.move_run_image().await;
+    let mut daemon = Daemon::start(&w.config);
+    daemon.wait_for_event("deploy.started");
+    assert!(w.kube.delete_workload("Deployment", "shop", "one"));
+    let failed = daemon.wait_for_event("deploy.failed");
+    let (status, _) = daemon.terminate();
+    assert!(status.success());
+
+    assert_eq!(w.running_in("shop", "one"), None, "not created again: {failed}");
+    assert_eq!(w.tag("canary").await, w.built("canary"), "the tag goes back");
+    let detail = failed["action"]["detail"].as_str().unwrap();
+    assert!(detail.contains("not created again: Deployment shop/one"), "{detail}");
+    let deploy = w.deploy_of("canary").await;
+    assert!(deploy.state == ActionState::Failed && deploy.holds, "{deploy:?}");
+}
+
+/// The issue's item 4: a person's image rolled out during our roll-out is healthy, but not ours:
+/// an override, held, never `deploy.succeeded`; the later wave waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persons_change_during_the_roll_out_is_an_override_not_our_success() {
+    let w = World::deploying_app(&[("canary", 0, &[("shop", "one")]), ("web", 1, &[("shop", "web")])], "").await;
+    w.kube.hold_rollout("Deployment", "shop", "one");
+    w.move_run_image().await;
+    let mut daemon = Daemon::start(&w.config);
+    daemon.wait_for_event("deploy.started");
+    let hotfix = format!("{}/apps/canary:hotfix", w.host);
+    w.kube.set_image_as("kubectl-set", "Deployment", "shop", "one", "app", &hotfix);
+    w.kube.release_rollout("Deployment", "shop", "one");
+    let overridden = daemon.wait_for_event("deploy.overridden");
+    let (status, _) = daemon.terminate();
+    assert!(status.success());
+
+    assert_eq!(overridden["action"]["image"], "canary");
+    let detail = overridden["action"]["detail"].as_str().unwrap();
+    assert!(detail.contains(&format!("container app runs {hotfix}")), "{detail}");
+    assert_eq!(w.running_in("shop", "one").unwrap(), hotfix, "the person's image stays");
+    assert_eq!(w.count("deploy.succeeded", "canary").await, 0);
+    let deploy = w.deploy_of("canary").await;
+    assert!(deploy.state == ActionState::Failed && deploy.holds, "{deploy:?}");
+    let shown = w.shown("canary");
+    assert_eq!((shown[0]["state"].as_str(), shown[0]["healthy"].as_bool()), (Some("overridden"), Some(false)));
+    assert!(shown[0]["held"].is_string(), "{shown:?}");
+    assert_eq!(
+        w.running_in("shop", "web").unwrap(),
+        w.reference("web", &w.built("web")),
+        "the later wave is not deployed"
+    );
+}
+
+/// The issue's item 10a: the daemon dies after a write was taken but before it was recorded (its
+/// answer lost); the restarted daemon finds the write landed and announces `deploy.started`
+/// exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_started_is_recorded_once_when_the_daemon_dies_between_a_write_and_its_record() {
+    let w = World::deploying_app(&[("canary", 0, &[("shop", "one")])], "").await;
+    let before = w.reference("canary", &w.built("canary"));
+    w.kube.lose_next_answer("Deployment", "shop", "one");
+    w.move_run_image().await;
+    let daemon = Daemon::start(&w.config);
+    w.kube
+        .wait_until("the write taken", |k| {
+            let d = k.workload("Deployment", "shop", "one")?;
+            (d["spec"]["template"]["spec"]["containers"][0]["image"] != before.as_str()).then_some(())
+        })
+        .await;
+    daemon.kill();
+    let mut daemon = Daemon::start(&w.config);
+    daemon.wait_for("the deploy", |v| v["message"] == "action succeeded" && v["kind"] == "deploy");
+    let _ = daemon.terminate();
+    assert_eq!(w.count("deploy.started", "canary").await, 1, "written once, announced once");
+    assert_eq!(w.count("deploy.succeeded", "canary").await, 1);
 }

@@ -1,6 +1,6 @@
 //! The `builder-monitor` command: argument parsing, logging set-up and exit codes
 //! (0 ok, 1 runtime failure, 2 usage or invalid config).
-// Two audited exceptions: `commands::release_freed_memory` and `commands::use_one_malloc_arena`.
+// Two audited exceptions: `commands::common::{release_freed_memory, use_one_malloc_arena}`.
 #![deny(unsafe_code)]
 
 use std::io::IsTerminal;
@@ -11,12 +11,12 @@ use tracing_subscriber::EnvFilter;
 
 use builder_monitor::{install_crypto_provider, log_stream};
 use builder_monitor_core::text;
-use commands::{Failure, error_text, execute};
+use commands::{Command, Failure, error_text, execute};
 
 mod cli;
 mod commands;
 
-use cli::{Cli, Command, LogFormat};
+use cli::{Cli, LogFormat};
 
 /// A usage error (or `--help`, `--version`) as clap prints it; a missing `--config` also names
 /// the variable that can stand for it.
@@ -33,11 +33,11 @@ fn usage(err: clap::Error) -> ExitCode {
 fn main() -> ExitCode {
     commands::use_one_malloc_arena();
     install_crypto_provider();
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::<Command>::try_parse() {
         Ok(cli) => cli,
         Err(err) => return usage(err),
     };
-    let default_level = if matches!(cli.command, Command::Run { .. }) { "info" } else { "warn" };
+    let default_level = if matches!(cli.command, Command::Run(_)) { "info" } else { "warn" };
     // Everything the process writes to stderr from here on goes through the log stream, which
     // never blocks or panics on a closed or full stderr (see `log_stream`).
     let logs = match log_stream::init() {

@@ -2,12 +2,13 @@
 //! the running daemon's API (the ledger has one writer); `--dry-run` reads the tag at most and
 //! records nothing.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use super::rollout::{call_daemon, encode_segment};
-use super::{Failure, load_config, usage};
+use super::common::load_config;
+use super::daemon_api::{call_daemon, encode_segment};
+use super::failure::{Failure, usage};
 use builder_monitor::cluster;
 use builder_monitor::config::{Config, Secrets, StateLocation};
 use builder_monitor::daemon::{self, Access};
@@ -18,17 +19,28 @@ use builder_monitor::registry::Registry;
 use builder_monitor::schedule::Clock;
 use builder_monitor_core::plan::ActionKind;
 
-/// The command's arguments.
-pub struct Args<'a> {
-    pub image: &'a str,
-    pub to: Option<&'a str>,
-    pub dry_run: bool,
-    pub json: bool,
-    pub config: &'a Path,
+/// Deploy an app image by hand to its workloads (`[[images]] deploy`) or through `[runner.exec]
+/// deploy`: the digest its tag holds now, or --to. Recorded as a deploy action, which the
+/// daemon carries out (through its API while it holds the ledger).
+#[derive(clap::Args)]
+pub struct Args {
+    /// The `[[images]]` name.
+    image: String,
+    /// The digest to deploy (sha256:<64 hex digits>); without it, the one the tag holds now.
+    #[arg(long)]
+    to: Option<String>,
+    /// Print what would be written where, and record nothing (the cluster is not read).
+    #[arg(long)]
+    dry_run: bool,
+    #[arg(long)]
+    json: bool,
+    #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
+    config: PathBuf,
 }
 
-pub async fn run(args: Args<'_>) -> Result<u8, Failure> {
-    let Args { image, to, dry_run, json, config: path } = args;
+pub async fn run(args: Args) -> Result<u8, Failure> {
+    let Args { image, to, dry_run, json, config: path } = &args;
+    let (image, to, dry_run, json) = (image.as_str(), to.as_deref(), *dry_run, *json);
     let config = load_config(path, Secrets::Skip)?;
     // Before any lock, registry or ledger: a wrong name or digest is a usage error, whatever they say.
     deploy::check(&config, image, to).map_err(usage)?;

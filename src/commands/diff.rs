@@ -1,0 +1,72 @@
+//! `diff`: how one builder image moved to another (rebase, rebuild, unknown or none), with its OS
+//! packages.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use super::common::{parse_image, reader_for};
+use super::failure::Failure;
+use builder_monitor::inspect;
+use builder_monitor_core::text;
+
+/// Classify the move from one builder image to another: rebase, rebuild, unknown or none.
+#[derive(clap::Args)]
+pub struct Args {
+    old: String,
+    new: String,
+    /// Print the `change` object of a builder.changed event.
+    #[arg(long)]
+    json: bool,
+    /// Plain HTTP to the images' registries, as `insecure = true` for them in a config would.
+    #[arg(long)]
+    insecure: bool,
+    /// Registry settings (credentials, TLS) come from this config when given.
+    #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
+    config: Option<PathBuf>,
+}
+
+pub async fn run(args: Args) -> Result<u8, Failure> {
+    let Args { old, new, json, insecure, config } = args;
+    let (old, new) = (parse_image(&old)?, parse_image(&new)?);
+    let (registry, max_platforms) = reader_for(config.as_deref(), insecure, &[&old, &new])?;
+    let change = inspect::diff(&registry, &old, &new, max_platforms).await?;
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&change).context("encoding JSON")?);
+    } else {
+        outln!("{}", change.summary());
+        if change.platforms.len() > 1 {
+            for (platform, p) in &change.platforms {
+                let reasons = serde_json::to_string(&p.reasons).context("encoding JSON")?;
+                outln!("  {}: {} {reasons}", text::escape(platform), p.kind.as_str());
+            }
+        }
+        out!("{}", packages_text(&change));
+        for note in &change.notes {
+            outln!("note: {}", text::escape(note));
+        }
+    }
+    Ok(0)
+}
+
+/// Package moves most `diff` lists per table.
+const DIFF_PACKAGE_ROWS: usize = 200;
+
+/// `diff`'s OS package tables (one per platform when their moves differ), or why there are none.
+fn packages_text(change: &builder_monitor_core::cnb::Change) -> String {
+    let indent = |table: String| table.lines().map(|l| format!("    {l}\n")).collect::<String>();
+    let mut out = String::new();
+    if let Some(packages) = &change.packages {
+        out.push_str(&format!("OS packages ({}):\n", packages.source.as_str()));
+        if packages.platforms.is_empty() {
+            out.push_str(&indent(packages.table(DIFF_PACKAGE_ROWS)));
+        }
+        for (platform, diff) in &packages.platforms {
+            out.push_str(&format!("  {}:\n{}", text::escape(platform), indent(diff.table(DIFF_PACKAGE_ROWS))));
+        }
+    }
+    if let Some(note) = &change.packages_note {
+        out.push_str(&format!("OS packages: {}\n", text::escape(note)));
+    }
+    out
+}

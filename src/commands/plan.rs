@@ -1,0 +1,78 @@
+//! `plan`: for the current pins and app images, what each image would get and why.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use super::common::load_config;
+use super::failure::Failure;
+use builder_monitor::config::Secrets;
+use builder_monitor::daemon::{self, Access};
+use builder_monitor::metrics::Metrics;
+use builder_monitor::reaction::{self, Reaction};
+use builder_monitor::registry::Registry;
+use builder_monitor::schedule::Clock;
+use builder_monitor::status;
+use builder_monitor_core::plan::ActionKind;
+use builder_monitor_core::text;
+
+/// For the current pins and app images, print what each image would get and why.
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
+    config: PathBuf,
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(args: Args) -> Result<u8, Failure> {
+    let Args { config, json } = args;
+    let config = Arc::new(load_config(&config, Secrets::Skip)?);
+    let ledger = daemon::open_ledger(&config, Access::Read, &Clock::System).await?;
+    let metrics = Metrics::new();
+    let registry = Registry::new(config.registries.values().cloned(), metrics);
+    let mut assessments = Reaction { config: &config, ledger: &ledger, registry: &registry }.assess().await?;
+    let (open, _) = status::open_actions(&config, &ledger, chrono::Utc::now()).await?;
+    for a in &mut assessments {
+        a.open = open.iter().rev().find(|o| o.image == a.image).cloned();
+    }
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&assessments).context("encoding JSON")?);
+    } else if assessments.is_empty() {
+        outln!("no [[images]] configured");
+    } else {
+        for a in &assessments {
+            let action = match (a.action, a.path) {
+                (Some(ActionKind::Rebase), Some("registry")) => "rebase (in the registry, by the daemon)",
+                (Some(ActionKind::Rebase), _) => "rebase (by the runner)",
+                (action, _) => action.map_or("nothing", |k| k.as_str()),
+            };
+            outln!("{} (builder {}, policy {}): {action} — {}", a.image, a.builder, a.policy.as_str(), a.why);
+            match a.deploy.first() {
+                Some(reaction::PlannedDeploy::Exec { .. }) => outln!("  then run [runner.exec] deploy"),
+                Some(_) => {
+                    let to: Vec<String> = a.deploy.iter().map(|d| text::escape(&d.to_string()).into_owned()).collect();
+                    outln!("  then deploy to {}", to.join(", "));
+                }
+                None => {}
+            }
+            if let Some(o) = &a.open {
+                let why = o.waiting_for.as_deref().map(|w| format!(": {}", text::escape(w))).unwrap_or_default();
+                outln!("  open: {} for change {} (wave {}, {}){why}", o.action, o.change, o.wave, o.shown_state());
+            }
+        }
+    }
+    if !json && !config.gitops.is_empty() {
+        // After the changes' other actions, each target gets one commit of what moved.
+        let recent = ledger.actions(500).await?;
+        for t in status::gitops_targets(&config, &recent) {
+            let last = match (&t.commit, &t.change) {
+                (Some(c), Some(change)) => format!("last commit {} (change {change})", &c[..c.len().min(12)]),
+                _ => "no commit yet".into(),
+            };
+            outln!("gitops {} ({} {}): then commit the new digests; {last}", t.name, text::escape(&t.repo), t.branch);
+        }
+    }
+    Ok(0)
+}

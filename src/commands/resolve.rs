@@ -1,0 +1,36 @@
+//! `resolve`: the immutable reference and per-platform digests a reference points at now.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use super::common::{parse_image, reader_for};
+use super::failure::Failure;
+use builder_monitor::inspect;
+
+/// Print the immutable reference and per-platform digests an image reference points at now.
+#[derive(clap::Args)]
+pub struct Args {
+    image: String,
+    #[arg(long)]
+    json: bool,
+    /// Plain HTTP to the image's registry, as `insecure = true` for it in a config would.
+    #[arg(long)]
+    insecure: bool,
+    /// Registry settings (credentials, TLS) come from this config when given.
+    #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
+    config: Option<PathBuf>,
+}
+
+pub async fn run(args: Args) -> Result<u8, Failure> {
+    let Args { image, json, insecure, config } = args;
+    let image = parse_image(&image)?;
+    let (registry, max_platforms) = reader_for(config.as_deref(), insecure, &[&image])?;
+    let resolution = inspect::resolve(&registry, &image, max_platforms).await?;
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&resolution).context("encoding JSON")?);
+    } else {
+        out!("{}", resolution.render_text());
+    }
+    Ok(0)
+}

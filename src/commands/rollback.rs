@@ -1,0 +1,83 @@
+//! `rollback`: an app image's tag moved back to an earlier digest, by a manifest PUT; sent to the
+//! running daemon while it holds the ledger.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use super::common::load_config;
+use super::daemon_api;
+use super::failure::{Failure, usage};
+use builder_monitor::config::{Secrets, StateLocation};
+use builder_monitor::daemon::{self, Access};
+use builder_monitor::ledger::{LedgerError, WriterLock};
+use builder_monitor::metrics::Metrics;
+use builder_monitor::registry::Registry;
+use builder_monitor::rollback;
+use builder_monitor::schedule::Clock;
+use builder_monitor_core::reference::is_sha256_digest;
+
+/// Move an app image's tag back to the digest before its last rebase or rebuild (or to another
+/// digest the ledger recorded for it), by a manifest PUT: nothing is rebuilt.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The `[[images]]` name, or its tag.
+    image: String,
+    /// A digest recorded for the image (see `status`).
+    #[arg(long)]
+    to: Option<String>,
+    #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
+    config: PathBuf,
+}
+
+pub async fn run(args: Args) -> Result<u8, Failure> {
+    let Args { image, to, config: path } = args;
+    let config = load_config(&path, Secrets::Skip)?;
+    rollback::configured_image(&config, &image).map_err(usage)?;
+    if let Some(to) = to.as_deref().filter(|d| !is_sha256_digest(d)) {
+        return Err(usage(rollback::RollbackError::InvalidDigest(to.to_string())));
+    }
+    // A write to the ledger: one writer at a time, as for `run`; while a daemon holds it,
+    // the rollback goes to that daemon (its credentials, its ledger).
+    let clock = Clock::System;
+    let _writer = match &config.monitor.state {
+        StateLocation::Sqlite(ledger) => match WriterLock::acquire(ledger, clock.now()) {
+            Ok(writer) => Some(writer),
+            Err(LedgerError::Locked { holder, .. }) => {
+                let path = format!("images/{}/rollback", daemon_api::encode_segment(&image));
+                let body = serde_json::json!({ "to": to });
+                let text = daemon_api::call_daemon(&config, &holder, reqwest::Method::POST, &path, body).await?;
+                let done: rollback::Rollback = serde_json::from_str(&text).context("reading the daemon's answer")?;
+                print_rollback(&done);
+                return Ok(0);
+            }
+            Err(e) => return Err(e.into()),
+        },
+        StateLocation::Kubernetes => None,
+    };
+    let config = load_config(&path, Secrets::Registries)?;
+    let settings = rollback::configured_image(&config, &image).map_err(usage)?;
+    let ledger = daemon::open_ledger(&config, Access::Write, &clock).await?;
+    let registry = Registry::new(config.registries.values().cloned(), Metrics::new());
+    let done = rollback::rollback(&config, &ledger, &registry, settings, to.as_deref(), clock.now()).await?;
+    print_rollback(&done);
+    Ok(0)
+}
+
+/// What a rollback did, for people.
+fn print_rollback(done: &rollback::Rollback) {
+    let why = match &done.undone {
+        Some(m) => format!(
+            "the digest before its last {}{}",
+            m.kind.as_str(),
+            m.action.as_deref().map(|a| format!(" (action {a})")).unwrap_or_default()
+        ),
+        None => "as asked with --to".to_string(),
+    };
+    if done.moved {
+        let from = done.from.as_deref().unwrap_or("nothing (the tag did not exist)");
+        outln!("{}: moved {} from {from} to {}, {why}; recorded in the ledger", done.image, done.reference, done.to);
+    } else {
+        outln!("{}: {} already points at {} ({why}); nothing changed", done.image, done.reference, done.to);
+    }
+}

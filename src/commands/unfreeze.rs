@@ -1,0 +1,20 @@
+//! `unfreeze`: waiting rebases and rebuilds start again.
+
+use std::path::PathBuf;
+
+use super::failure::Failure;
+use super::rollout::{self, Request};
+
+/// Lift the freeze: waiting actions start (the newest target of each image).
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
+    config: PathBuf,
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(args: Args) -> Result<u8, Failure> {
+    let Args { config, json } = args;
+    rollout::run(&config, Request::Unfreeze, json).await
+}

@@ -1,0 +1,167 @@
+//! One registry's connection: its state (HTTP client, circuit, limiter, pauses, token cache,
+//! request counters) and its errors. What it does with them parts along three seams: how often it
+//! asks (`limiter`), who it says it is (`tokens`) and sending a request (`send`).
+
+mod limiter;
+mod send;
+mod tokens;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use governor::DefaultDirectRateLimiter;
+use reqwest::header::HeaderMap;
+use reqwest::{StatusCode, Url};
+use tokio::time::Instant;
+
+pub use limiter::rate_limiter;
+#[cfg(test)]
+pub(super) use limiter::{parse_quota, retry_after};
+pub(super) use send::{Call, Fetch, Payload, is_redirect, origin_of};
+pub(super) use tokens::pull_scope;
+use tokens::{Scheme, TokenExpiry};
+
+use super::*;
+use crate::config::{Credentials, RegistrySettings};
+use crate::metrics::{Metrics, RegistryLabels, RequestLabels};
+use prometheus_client::metrics::counter::Counter;
+
+pub(super) fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers.get(name).and_then(|v| v.to_str().ok()).map(|v| v.trim().to_string())
+}
+
+/// One registry host.
+pub struct Endpoint {
+    pub(super) settings: RegistrySettings,
+    /// `scheme://api_host`: requests go here, redirects are judged against its origin.
+    pub(super) base: Url,
+    pub(super) http: reqwest::Client,
+    pub(super) circuit: circuit::Circuit,
+    pub(super) limiter: Option<DefaultDirectRateLimiter>,
+    /// Set by 429 `Retry-After`: no request to this registry before then.
+    pub(super) paused_until: Mutex<Option<Instant>>,
+    /// Set when the pull quota is exhausted: no GET before then.
+    pub(super) pulls_paused_until: Mutex<Option<Instant>>,
+    pub(super) scheme: Mutex<Scheme>,
+    pub(super) tokens: moka::future::Cache<String, Arc<Token>>,
+    /// The credential helper that keeps this registry's credentials, if one does.
+    pub(super) helper: Option<CredentialHelper>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) labels: RegistryLabels,
+    /// This registry's request counters by method and status, so counting a request allocates no
+    /// labels (a handful of pairs, kept for the process's life as the metric family keeps them).
+    pub(super) request_counters: Mutex<Vec<RequestCounter>>,
+}
+
+/// One (method, status) pair's counter of this registry's requests; `None` is no answer.
+pub(super) struct RequestCounter {
+    method: String,
+    status: Option<u16>,
+    counter: Counter,
+}
+
+impl Endpoint {
+    pub(super) fn new(
+        settings: RegistrySettings,
+        api_host: &str,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, RegistryError> {
+        let setup = |detail: String| RegistryError::Setup { registry: settings.host.clone(), detail };
+        let scheme = if settings.insecure { "http" } else { "https" };
+        crate::install_crypto_provider();
+        let mut builder = reqwest::Client::builder()
+            .user_agent(USER_AGENT)
+            .timeout(settings.timeout)
+            .connect_timeout(settings.timeout.min(Duration::from_secs(10)))
+            .pool_idle_timeout(Duration::from_secs(90))
+            // As many idle connections as checks run at once (monitor::CHECK_CONCURRENCY): a burst of due checks
+            // otherwise leaves thousands of idle sockets and their buffers behind.
+            .pool_max_idle_per_host(16)
+            // Followed by hand (`send`): where a redirect may lead depends on what is fetched.
+            .redirect(reqwest::redirect::Policy::none());
+        if let Some(pem) = &settings.ca_pem {
+            let certs = reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|e| setup(format!("ca_file is not a valid PEM bundle: {e}")))?;
+            builder = builder.tls_certs_merge(certs);
+        }
+        let http = builder.build().map_err(|e| setup(format!("cannot build HTTP client: {e}")))?;
+        let limiter = rate_limiter(&settings);
+        let base = Url::parse(&format!("{scheme}://{api_host}"))
+            .map_err(|e| setup(format!("\"{api_host}\" is not a usable host: {e}")))?;
+        Ok(Self {
+            base,
+            http,
+            circuit: circuit::Circuit::default(),
+            limiter,
+            paused_until: Mutex::new(None),
+            pulls_paused_until: Mutex::new(None),
+            scheme: Mutex::new(Scheme::Unknown),
+            tokens: moka::future::Cache::builder().max_capacity(100_000).expire_after(TokenExpiry).build(),
+            helper: match &settings.credentials {
+                Credentials::Helper { program, server, .. } => {
+                    Some(CredentialHelper::new(program.clone(), server.clone()))
+                }
+                _ => None,
+            },
+            labels: Metrics::registry_labels(&settings.host),
+            metrics,
+            request_counters: Mutex::default(),
+            settings,
+        })
+    }
+
+    pub(super) fn record_request(&self, method: &str, status: Option<StatusCode>) {
+        let status = status.map(|s| s.as_u16());
+        let mut counters = self.request_counters.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = counters.iter().find(|c| c.method == method && c.status == status) {
+            known.counter.inc();
+            return;
+        }
+        let labels = RequestLabels {
+            registry: self.settings.host.clone(),
+            method: method.to_string(),
+            status: status.map_or_else(|| "error".to_string(), |s| s.to_string()),
+        };
+        let counter = self.metrics.registry_requests.get_or_create(&labels).clone();
+        counter.inc();
+        counters.push(RequestCounter { method: method.to_string(), status, counter });
+    }
+
+    pub(super) fn invalid(&self, detail: String) -> RegistryError {
+        RegistryError::InvalidResponse { registry: self.settings.host.clone(), detail }
+    }
+
+    pub(super) fn unavailable(&self, detail: String) -> RegistryError {
+        RegistryError::Unavailable { registry: self.settings.host.clone(), detail }
+    }
+
+    pub(super) fn rate_limited(&self, detail: String) -> RegistryError {
+        RegistryError::RateLimited { registry: self.settings.host.clone(), detail }
+    }
+
+    pub(super) fn unauthorized(&self, detail: impl Into<String>) -> RegistryError {
+        RegistryError::Unauthorized { registry: self.settings.host.clone(), detail: detail.into() }
+    }
+}
+
+/// An error message with its causes, without the URL noise reqwest puts first.
+pub(super) fn describe(error: &reqwest::Error) -> String {
+    let mut parts = Vec::new();
+    if error.is_timeout() {
+        parts.push("timed out".to_string());
+    } else if error.is_connect() {
+        parts.push("connection failed".to_string());
+    }
+    let mut source = std::error::Error::source(error);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !parts.contains(&text) {
+            parts.push(text);
+        }
+        source = s.source();
+    }
+    if parts.is_empty() {
+        parts.push(error.to_string());
+    }
+    parts.join(": ")
+}

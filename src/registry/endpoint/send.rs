@@ -1,0 +1,336 @@
+//! Sending one request: auth, limiter, pauses, retries and the circuit; redirects followed by hand as
+//! what is fetched allows; bodies read within a limit.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use reqwest::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, LOCATION};
+use reqwest::{Method, Response, StatusCode, Url};
+
+use super::limiter::retry_after;
+use super::tokens::pull_scope;
+use super::{Endpoint, describe};
+use crate::registry::{MANIFEST_ACCEPT, MAX_REDIRECTS, RegistryError, speaks_plain_http, whole_seconds};
+
+/// `scheme://host:port` of a URL, for messages: never its path or query (signed URLs carry secrets).
+pub(in crate::registry) fn origin_of(url: &Url) -> String {
+    url.origin().ascii_serialization()
+}
+
+pub(in crate::registry) fn is_redirect(status: StatusCode) -> bool {
+    matches!(
+        status,
+        StatusCode::MOVED_PERMANENTLY
+            | StatusCode::FOUND
+            | StatusCode::SEE_OTHER
+            | StatusCode::TEMPORARY_REDIRECT
+            | StatusCode::PERMANENT_REDIRECT
+    )
+}
+
+/// What a registry request fetches; it decides where a redirect may lead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::registry) enum Fetch {
+    /// Digests come from these: only redirects within the registry's origin and repository.
+    Manifest,
+    /// Digest-verified content: storage on other hosts too, without credentials.
+    Blob,
+    /// Uploads and manifest PUTs: a redirect is not followed (a body would go where we did not choose).
+    Write,
+    /// A blob HEAD: a redirect (to storage) is the answer itself, the blob exists.
+    Probe,
+}
+
+/// The body of a registry request.
+pub(in crate::registry) enum Payload {
+    Empty,
+    /// Sent again on a retry.
+    Bytes {
+        bytes: bytes::Bytes,
+        content_type: String,
+    },
+    /// Sent once: a failure is not retried (the bytes are gone).
+    Stream(Mutex<Option<reqwest::Body>>),
+}
+
+/// One registry request besides its method and URL.
+pub(in crate::registry) struct Call<'a> {
+    /// The repository the request is about (manifest redirects stay inside it).
+    pub(in crate::registry) repository: &'a str,
+    /// Token scope(s), space-separated; also the token cache key.
+    pub(in crate::registry) scope: &'a str,
+    pub(in crate::registry) fetch: Fetch,
+    pub(in crate::registry) payload: Payload,
+    /// Instead of the registry's `timeout`: a layer takes longer than a manifest.
+    pub(in crate::registry) timeout: Option<Duration>,
+}
+
+impl Endpoint {
+    /// Sends one registry API request with auth, limiter, pauses, retries and the circuit; follows
+    /// redirects as `fetch` allows. Returns any response that is not 401/403/429/5xx or a redirect.
+    pub(in crate::registry) async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        repository: &str,
+        fetch: Fetch,
+    ) -> Result<Response, RegistryError> {
+        let url = self.api_url(&method, path)?;
+        let scope = pull_scope(repository);
+        self.send_to(method, url, Call { repository, scope: &scope, fetch, payload: Payload::Empty, timeout: None })
+            .await
+    }
+
+    /// `/v2/PATH` on this registry (PATH may carry a query).
+    pub(in crate::registry) fn api_url(&self, method: &Method, path: &str) -> Result<Url, RegistryError> {
+        self.base.join(&format!("/v2/{path}")).map_err(|e| self.invalid(format!("{method} {path}: {e}")))
+    }
+
+    /// `send` for any URL of this registry, token scope, body and timeout.
+    pub(in crate::registry) async fn send_to(
+        &self,
+        method: Method,
+        mut url: Url,
+        call: Call<'_>,
+    ) -> Result<Response, RegistryError> {
+        let Call { repository, scope, fetch, payload, timeout } = call;
+        // Messages name the path only: an upload URL's query is the registry's state, not ours to print.
+        let path = url.path().strip_prefix("/v2/").unwrap_or(url.path()).to_string();
+        let once = matches!(payload, Payload::Stream(_));
+        let pull = method == Method::GET;
+        let mut attempt = 0u32;
+        let mut reauthorized = false;
+        let mut hops = 0;
+        loop {
+            // Before the limiter: a request the circuit turns away costs the registry nothing.
+            let pass = self.circuit.admit().map_err(|open| {
+                self.unavailable(format!(
+                    "not asked: its last {} requests got no answer (connection failures or timeouts; failing fast for {}, one probe at a time until it answers)",
+                    open.failures,
+                    whole_seconds(open.since)
+                ))
+            })?;
+            self.wait_turn(pull).await?;
+            let mut request = self.http.request(method.clone(), url.clone()).header(ACCEPT, MANIFEST_ACCEPT);
+            if let Some(timeout) = timeout {
+                request = request.timeout(timeout);
+            }
+            request = match &payload {
+                Payload::Empty if fetch == Fetch::Write => request.header(CONTENT_LENGTH, 0),
+                Payload::Empty => request,
+                Payload::Bytes { bytes, content_type } => {
+                    request.header(CONTENT_TYPE, content_type.as_str()).body(bytes.clone())
+                }
+                Payload::Stream(body) => match body.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    Some(body) => request.header(CONTENT_TYPE, "application/octet-stream").body(body),
+                    None => return Err(self.invalid(format!("{method} {path}: a streamed body cannot be sent twice"))),
+                },
+            };
+            let (request, sent) = self.authorize(request, scope).await?;
+            let response = request.send().await;
+            self.record_request(method.as_str(), response.as_ref().ok().map(|r| r.status()));
+            let failure = match response {
+                Ok(response) => {
+                    pass.answered(&self.settings.host);
+                    self.observe_quota(response.headers());
+                    let status = response.status();
+                    match status {
+                        s if is_redirect(s) && fetch == Fetch::Probe => return Ok(response),
+                        s if is_redirect(s) && fetch == Fetch::Write => {
+                            return Err(self.invalid(format!(
+                                "{method} {path} answered HTTP {s}; writes do not follow redirects"
+                            )));
+                        }
+                        s if is_redirect(s) => {
+                            let target = self.redirect_target(&response, &mut hops, &format!("{method} {path}"))?;
+                            if target.origin() != self.base.origin() {
+                                if fetch == Fetch::Blob {
+                                    return Box::pin(self.fetch_from_storage(target, hops, timeout)).await;
+                                }
+                                return Err(self.invalid(format!(
+                                    "{method} {path} redirected to another host, {}; manifest requests follow redirects only within {}",
+                                    origin_of(&target),
+                                    origin_of(&self.base)
+                                )));
+                            }
+                            let manifests = format!("/v2/{repository}/manifests/");
+                            if fetch == Fetch::Manifest && !target.path().starts_with(&manifests) {
+                                return Err(self.invalid(format!(
+                                    "{method} {path} redirected to {}, outside {manifests}; not followed",
+                                    target.path()
+                                )));
+                            }
+                            url = target;
+                            continue;
+                        }
+                        StatusCode::UNAUTHORIZED if !reauthorized && !once => {
+                            reauthorized = true;
+                            Box::pin(self.learn_challenge(response.headers(), scope, sent)).await?;
+                            continue;
+                        }
+                        StatusCode::UNAUTHORIZED if once => {
+                            return Err(
+                                self.unauthorized(format!("{method} {path} answered HTTP 401 to a streamed upload"))
+                            );
+                        }
+                        StatusCode::UNAUTHORIZED => {
+                            let refused = Box::pin(self.credentials_refused()).await;
+                            let fix = if refused.is_empty() {
+                                format!("; check the username and password in [registries.\"{}\"]", self.settings.host)
+                            } else {
+                                refused
+                            };
+                            return Err(self.unauthorized(format!(
+                                "{method} {path} answered HTTP 401 with fresh credentials{fix}"
+                            )));
+                        }
+                        StatusCode::FORBIDDEN => {
+                            return Err(self.unauthorized(format!("{method} {path} answered HTTP 403 (access denied)")));
+                        }
+                        StatusCode::TOO_MANY_REQUESTS => {
+                            let retry = retry_after(response.headers());
+                            self.metrics.rate_limited.get_or_create(&self.labels).inc();
+                            let cap = self.settings.max_retry_after;
+                            if let Some(asked) = retry.filter(|r| *r > cap) {
+                                // Not a day-long silence on one answer: wait the cap, then ask again.
+                                tracing::warn!(registry = %self.settings.host, retry_after = %whole_seconds(asked), max_retry_after = %whole_seconds(cap), "HTTP 429 asks for a longer pause than max_retry_after; pausing for max_retry_after");
+                                self.pause(cap);
+                                return Err(self.rate_limited(format!(
+                                    "the registry asks to retry after {}, more than max_retry_after ({}); requests to it pause for {}",
+                                    whole_seconds(asked),
+                                    whole_seconds(cap),
+                                    whole_seconds(cap)
+                                )));
+                            }
+                            let wait = retry.unwrap_or_else(|| self.backoff(attempt));
+                            // DEBUG: a check that fails for it logs it (`rate_limited`), once per outage.
+                            tracing::debug!(registry = %self.settings.host, wait = %whole_seconds(wait), "HTTP 429, pausing requests to this registry");
+                            self.pause(wait);
+                            attempt += 1;
+                            if attempt >= self.settings.max_attempts || once {
+                                return Err(self.rate_limited(match retry {
+                                    Some(wait) => format!("HTTP 429, retry after {}", whole_seconds(wait)),
+                                    None => format!(
+                                        "HTTP 429 on all {}",
+                                        builder_monitor_core::text::count(self.settings.max_attempts, "attempt")
+                                    ),
+                                }));
+                            }
+                            // wait_turn sleeps until the pause ends.
+                            continue;
+                        }
+                        s if s.is_server_error() => self.unavailable(format!("{method} {path} answered HTTP {s}")),
+                        _ => return Ok(response),
+                    }
+                }
+                Err(e) => {
+                    pass.unanswered(&self.settings.host);
+                    let detail = describe(&e);
+                    if !self.settings.insecure && speaks_plain_http(&detail) {
+                        // Not a passing fault: retrying cannot help, the configuration must change.
+                        return Err(RegistryError::Setup {
+                            registry: self.settings.host.clone(),
+                            detail: format!(
+                                "{method} {path}: {detail}: the registry answers plain HTTP, not HTTPS; if that is intended, set `insecure = true` under [registries.\"{}\"] (or pass --insecure to resolve and diff)",
+                                self.settings.host
+                            ),
+                        });
+                    }
+                    let failure = self.unavailable(format!("{method} {path}: {detail}"));
+                    if self.circuit.is_open() {
+                        return Err(failure);
+                    }
+                    failure
+                }
+            };
+            attempt += 1;
+            if attempt >= self.settings.max_attempts || once {
+                return Err(failure.after_attempts(attempt));
+            }
+            let wait = self.backoff(attempt - 1);
+            tracing::debug!(registry = %self.settings.host, attempt, max_attempts = self.settings.max_attempts, wait = ?wait, error = %failure, "request failed; retrying");
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// Where a redirect points, counted against `MAX_REDIRECTS`.
+    pub(in crate::registry) fn redirect_target(
+        &self,
+        response: &Response,
+        hops: &mut usize,
+        what: &str,
+    ) -> Result<Url, RegistryError> {
+        *hops += 1;
+        if *hops > MAX_REDIRECTS {
+            return Err(self.invalid(format!("{what}: more than {MAX_REDIRECTS} redirects")));
+        }
+        let status = response.status();
+        let target = response
+            .headers()
+            .get(LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|location| response.url().join(location).ok())
+            .ok_or_else(|| self.invalid(format!("{what} answered HTTP {status} without a usable Location")))?;
+        if !matches!(target.scheme(), "http" | "https") {
+            return Err(self.invalid(format!("{what} redirected to a {} URL", target.scheme())));
+        }
+        Ok(target)
+    }
+
+    /// A blob from storage on another host (object storage, a CDN) that the registry redirected
+    /// to: sent without credentials; the caller verifies the blob's digest as always.
+    pub(in crate::registry) async fn fetch_from_storage(
+        &self,
+        mut url: Url,
+        mut hops: usize,
+        timeout: Option<Duration>,
+    ) -> Result<Response, RegistryError> {
+        loop {
+            let storage = origin_of(&url);
+            let mut request = self.http.get(url.clone());
+            if let Some(timeout) = timeout {
+                request = request.timeout(timeout);
+            }
+            let response = request.send().await;
+            self.record_request("GET", response.as_ref().ok().map(|r| r.status()));
+            let response =
+                response.map_err(|e| self.unavailable(format!("blob storage {storage}: {}", describe(&e))))?;
+            let status = response.status();
+            if is_redirect(status) {
+                url = self.redirect_target(&response, &mut hops, &format!("blob storage {storage}"))?;
+                continue;
+            }
+            if status.is_success() {
+                return Ok(response);
+            }
+            let detail = format!("blob storage {storage} answered HTTP {status}");
+            // Its 404 is not the registry's: the registry named a blob it does not have.
+            return Err(if status.is_server_error() { self.unavailable(detail) } else { self.invalid(detail) });
+        }
+    }
+
+    pub(in crate::registry) async fn read_body(
+        &self,
+        mut response: Response,
+        limit: usize,
+        what: &str,
+    ) -> Result<bytes::Bytes, RegistryError> {
+        let announced = response.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if let Some(len) = announced
+            && len > limit as u64
+        {
+            return Err(self.invalid(format!("{what} is {len} bytes, over the {limit}-byte limit")));
+        }
+        // Sized once when announced: growing by doubling would hold up to twice a large config.
+        let mut body = Vec::with_capacity(announced.unwrap_or(0) as usize);
+        while let Some(chunk) =
+            response.chunk().await.map_err(|e| self.unavailable(format!("reading {what}: {}", describe(&e))))?
+        {
+            if body.len() + chunk.len() > limit {
+                return Err(self.invalid(format!("{what} is over the {limit}-byte limit")));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body.into())
+    }
+}

@@ -1,0 +1,112 @@
+//! What the server answers without changing anything: the probes, the metrics, the status API and
+//! the status page.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::auth::authorize_read;
+use super::{ServerState, error};
+use crate::status;
+
+pub(super) async fn healthz(State(state): State<Arc<ServerState>>) -> Response {
+    if state.monitor.alive() {
+        (StatusCode::OK, "ok\n").into_response()
+    } else {
+        error(StatusCode::SERVICE_UNAVAILABLE, "the scheduler has not made progress recently")
+    }
+}
+
+pub(super) async fn readyz(State(state): State<Arc<ServerState>>) -> Response {
+    let ledger = state.ledger.ping().await.is_ok();
+    let first_cycle = state.monitor.first_cycle_done();
+    let leader = state.is_leader();
+    // A standby is ready (it serves reads and probes); only the replica acting waits for its first cycle.
+    let ready = ledger && (first_cycle || !leader);
+    // A registry outage leaves the daemon ready (a restart would not help), only degraded.
+    let failing = state.monitor.failing_watches();
+    let failing_total: usize = failing.values().sum();
+    let body = json!({ "ready": ready, "config": true, "ledger": ledger, "first_check_cycle": first_cycle, "leader": leader,
+        "degraded": failing_total > 0, "failing_watches": failing_total, "failing_by_registry": failing });
+    let code = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (code, axum::Json(body)).into_response()
+}
+
+pub(super) async fn metrics(State(state): State<Arc<ServerState>>) -> Response {
+    state.count_clients();
+    // Piece by piece: at 10,000 builders the whole text is ~4 MiB, a piece ~80 KiB.
+    let pieces = state.monitor.metrics().exposition().map(Ok::<_, std::convert::Infallible>);
+    let body = axum::body::Body::from_stream(futures::stream::iter(pieces));
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body).into_response()
+}
+
+pub(super) async fn builders(State(state): State<Arc<ServerState>>, headers: HeaderMap) -> Response {
+    if let Err(denied) = authorize_read(&state, &headers) {
+        return denied.into_response();
+    }
+    match status::collect(&state.config, &state.ledger, 10).await {
+        Ok(report) => axum::Json(report.builders).into_response(),
+        Err(err) => error(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()),
+    }
+}
+
+pub(super) async fn builder(
+    State(state): State<Arc<ServerState>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(denied) = authorize_read(&state, &headers) {
+        return denied.into_response();
+    }
+    match status::collect(&state.config, &state.ledger, 10).await {
+        Ok(report) => match report.builders.into_iter().find(|b| b.name == name) {
+            Some(b) => axum::Json(b).into_response(),
+            None => error(StatusCode::NOT_FOUND, format!("no builder named \"{name}\"")),
+        },
+        Err(err) => error(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()),
+    }
+}
+
+/// The status page; the read API's access rules apply.
+pub(super) async fn page(State(state): State<Arc<ServerState>>, headers: HeaderMap) -> Response {
+    if let Err(denied) = authorize_read(&state, &headers) {
+        return denied.into_response();
+    }
+    match status::collect(&state.config, &state.ledger, 10).await {
+        Ok(report) => (
+            [
+                (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                (header::CONTENT_SECURITY_POLICY, crate::page::CONTENT_SECURITY_POLICY),
+                (header::CACHE_CONTROL, "no-store"),
+            ],
+            crate::page::render(&report, &state.config, chrono::Utc::now()),
+        )
+            .into_response(),
+        Err(err) => error(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()),
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct ChangesQuery {
+    builder: Option<String>,
+    limit: Option<usize>,
+}
+
+pub(super) async fn changes(
+    State(state): State<Arc<ServerState>>,
+    Query(q): Query<ChangesQuery>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(denied) = authorize_read(&state, &headers) {
+        return denied.into_response();
+    }
+    let limit = q.limit.unwrap_or(50).clamp(1, 1000);
+    match state.ledger.changes(q.builder.as_deref().filter(|b| !b.is_empty()), limit).await {
+        Ok(changes) => axum::Json(changes).into_response(),
+        Err(err) => error(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()),
+    }
+}

@@ -25,7 +25,7 @@ use builder_monitor::reaction::{self, Reaction};
 use builder_monitor::rebase::{self, RebaseError, RebaseRequest};
 use builder_monitor::registry::Registry;
 use builder_monitor::rollback;
-use builder_monitor::runner::{self, kubernetes::ActionRef};
+use builder_monitor::runner::{self, carrier::ActionRef};
 use builder_monitor::schedule::Clock;
 use builder_monitor::status;
 use builder_monitor_core::plan::ActionKind;
@@ -147,7 +147,7 @@ async fn unserved_apps(config: &Config) -> Vec<String> {
 
 /// Whether an action of `kind` goes to the pools (the `kubernetes` and `kpack` runners).
 fn uses_pools(config: &Config, kind: ActionKind) -> bool {
-    matches!(runner::backend::for_action(&config.runner, kind).name(), "kubernetes" | "kpack")
+    config.runner.carrier(kind).pools
 }
 
 pub async fn execute(command: Command) -> Result<u8, Failure> {

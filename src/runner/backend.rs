@@ -120,7 +120,7 @@ impl Backends {
         }
         let deploy_client = routes
             .iter()
-            .any(|r| r.kind == ActionKind::Deploy && r.backend.name() == "deploy")
+            .any(|r| r.kind == ActionKind::Deploy && r.backend.facts().backend == BackendKind::Workloads)
             .then(|| client.clone())
             .flatten();
         let waiting = clusters.waiting.filter(|_| !on_cluster.is_empty());

@@ -153,7 +153,7 @@ fn why_waiting(a: &OpenAction, status: &Status, config: &Config, running: usize,
     if let Some(why) = &a.waiting_for {
         return Shortened(why).to_string();
     }
-    if ActionKind::parse(&a.action).is_some_and(|kind| !crate::runner::backend::carried_out(&config.runner, kind)) {
+    if ActionKind::parse(&a.action).is_some_and(|kind| !config.runner.carried_out(kind)) {
         return format!("runner <code>{}</code> records actions and never runs them", config.runner.kind.as_str());
     }
     let when = match a.next_attempt {

@@ -108,8 +108,8 @@ impl std::fmt::Display for PlannedDeploy {
 /// The deploy that follows an action of `image` that moves its tag: the exec command when
 /// `[runner.exec] deploy` is set (it takes every deploy), else each of its workloads.
 pub fn deploys_after(config: &Config, image: &ImageSettings) -> Vec<PlannedDeploy> {
-    match config.runner.exec.as_ref().filter(|e| !e.deploy.is_empty()) {
-        Some(exec) => vec![PlannedDeploy::Exec { exec: exec.deploy.clone() }],
+    match config.runner.deploy_command() {
+        Some(exec) => vec![PlannedDeploy::Exec { exec: exec.to_vec() }],
         None => image.deploy.iter().cloned().map(PlannedDeploy::Workload).collect(),
     }
 }
@@ -400,7 +400,7 @@ impl Reaction<'_> {
         builder_pins: &mut BuilderPins,
     ) -> Result<Planned, LedgerError> {
         // App images are read for `auto` decisions, and for kpack, whose rebase names the app's digest.
-        let read_all = crate::runner::backend::needs_app_digest(&self.config.runner);
+        let read_all = self.config.runner.needs_app_digest();
         // Read a few at a time: a fleet of a thousand apps is read in a fraction of a second, not
         // one after the other, and never with a burst of a thousand requests.
         // Owned items: a closure taking `&ImageSettings` makes a future that is not `Send` for every

@@ -323,12 +323,7 @@ const CLUSTER_ANSWER: std::time::Duration = std::time::Duration::from_secs(5);
 /// cannot be configured or does not answer: they wait for it (gate `cluster`, and why). The
 /// cluster is asked only when such an action is pending.
 async fn cluster_waits(config: &Config, open: &mut [OpenAction]) {
-    let on_cluster = |a: &OpenAction| {
-        ActionKind::parse(&a.action).is_some_and(|kind| {
-            let backend = crate::runner::backend::for_action(&config.runner, kind);
-            crate::runner::backend::on_the_cluster(backend) && backend.takes(kind)
-        })
-    };
+    let on_cluster = |a: &OpenAction| ActionKind::parse(&a.action).is_some_and(|kind| config.runner.on_cluster(kind));
     let waits = |a: &OpenAction| a.state == ActionState::Pending && a.gate.is_none() && on_cluster(a);
     if !open.iter().any(waits) {
         return;

@@ -166,8 +166,8 @@ pub fn required_permissions(config: &Config) -> Vec<Permission> {
     if matches!(config.monitor.state, StateLocation::Kubernetes) {
         add(&own, "", "configmaps", &["create", "get", "list", "update"], "[monitor] state = \"kubernetes\"");
     }
-    for backend in crate::runner::backend::in_force(&config.runner) {
-        if matches!(backend.name(), "kubernetes" | "kpack") {
+    for backend in config.runner.in_force() {
+        if backend.pools {
             // The pools on this cluster; a pool with a cluster of its own is checked there.
             for pool in config.runner.pools.iter().filter(|p| p.cluster.is_none()) {
                 for p in pool_permissions(pool) {
@@ -176,16 +176,15 @@ pub fn required_permissions(config: &Config) -> Vec<Permission> {
             }
             continue;
         }
-        for rule in backend.permissions() {
-            add(&None, rule.group, rule.resource, rule.verbs, backend.setting());
+        for rule in backend.permissions {
+            add(&None, rule.group, rule.resource, rule.verbs, backend.setting);
         }
     }
-    let deploys = crate::runner::backend::for_action(&config.runner, builder_monitor_core::plan::ActionKind::Deploy);
-    if deploys.name() == "deploy" {
+    if to_workloads(config) {
         let namespaces: std::collections::BTreeSet<&String> =
             config.images.iter().flat_map(|i| i.deploy.iter().map(|w| &w.namespace)).collect();
         for namespace in namespaces {
-            for rule in crate::runner::deploy::PERMISSIONS {
+            for rule in crate::config::DEPLOY_PERMISSIONS {
                 add(&Some(namespace.clone()), rule.group, rule.resource, rule.verbs, DEPLOYS);
             }
         }
@@ -193,22 +192,28 @@ pub fn required_permissions(config: &Config) -> Vec<Permission> {
     out
 }
 
+/// Whether deploys are written to `[[images]] deploy` workloads (not by the `[runner.exec]`
+/// command).
+fn to_workloads(config: &Config) -> bool {
+    config.runner.carrier(builder_monitor_core::plan::ActionKind::Deploy).backend
+        == crate::config::BackendKind::Workloads
+}
+
 /// What in `config` carries out actions on `[kubernetes]`'s cluster, as messages name it: each
 /// `[[images]]` with `deploy` workloads (when deploys go to workloads), a Kubernetes or kpack
 /// runner, the pools on that cluster. Empty when no action needs it.
 pub fn action_users(config: &Config) -> Vec<String> {
     let mut out = Vec::new();
-    let deploys = crate::runner::backend::for_action(&config.runner, builder_monitor_core::plan::ActionKind::Deploy);
-    if deploys.name() == "deploy" {
+    if to_workloads(config) {
         out.extend(
             config.images.iter().filter(|i| !i.deploy.is_empty()).map(|i| format!("image \"{}\"'s deploy", i.name)),
         );
     }
     // Builds need it when a pool is on it; pools with clusters of their own do not.
     let on_it: Vec<&crate::config::Pool> = config.runner.pools.iter().filter(|p| p.cluster.is_none()).collect();
-    for backend in crate::runner::backend::in_force(&config.runner) {
-        if matches!(backend.name(), "kubernetes" | "kpack") && !on_it.is_empty() {
-            out.push(backend.setting().to_string());
+    for backend in config.runner.in_force() {
+        if backend.pools && !on_it.is_empty() {
+            out.push(backend.setting.to_string());
             let named = on_it.iter().filter(|p| p.name != crate::config::DEFAULT_POOL);
             out.extend(named.map(|p| format!("pool \"{}\"", p.name)));
         }
@@ -258,7 +263,7 @@ pub async fn actions_wait(config: &Config, within: std::time::Duration) -> Optio
     // Any HTTP answer will do, even a refusal: the question is only whether it answers.
     match tokio::time::timeout(within, client.apiserver_version()).await {
         Err(_) => Some(format!("the Kubernetes cluster of [kubernetes] does not answer (nothing within {within:?})")),
-        Ok(Err(error)) if crate::runner::pool::unanswered(&error) => Some(unreachable(&error)),
+        Ok(Err(error)) if crate::config::unanswered(&error) => Some(unreachable(&error)),
         Ok(_) => None,
     }
 }
@@ -289,7 +294,7 @@ pub async fn pool_clients(config: &Config) -> Result<std::collections::BTreeMap<
             client(&settings).await.map_err(|e| ClusterError::Pool { pool: pool.name.clone(), error: Box::new(e) })?;
         match check_access(&client, &pool_permissions(pool)).await {
             Ok(()) => {}
-            Err(ClusterError::Api(err)) if crate::runner::pool::unanswered(&err) => {
+            Err(ClusterError::Api(err)) if crate::config::unanswered(&err) => {
                 tracing::warn!(pool = %pool.name, error = %err, "the pool's cluster does not answer; its permissions are checked when it does, and its builds go to other pools meanwhile");
             }
             Err(e) => return Err(ClusterError::Pool { pool: pool.name.clone(), error: Box::new(e) }),
@@ -301,16 +306,16 @@ pub async fn pool_clients(config: &Config) -> Result<std::collections::BTreeMap<
 
 /// What a pool needs in its namespace of its cluster: its Jobs (and their pods) or kpack Builds.
 pub fn pool_permissions(pool: &crate::config::Pool) -> Vec<Permission> {
-    let backend = crate::runner::backend::of(pool.kind);
+    let backend = pool.kind.facts();
     backend
-        .permissions()
+        .permissions
         .iter()
         .map(|rule| Permission {
             namespace: Some(pool.settings.namespace.clone()),
             group: rule.group,
             resource: rule.resource,
             verbs: rule.verbs,
-            needed_for: if pool.name == crate::config::DEFAULT_POOL { backend.setting() } else { POOLS },
+            needed_for: if pool.name == crate::config::DEFAULT_POOL { backend.setting } else { POOLS },
         })
         .collect()
 }

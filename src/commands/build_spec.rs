@@ -15,7 +15,7 @@ use builder_monitor::daemon::{self, Access};
 use builder_monitor::metrics::Metrics;
 use builder_monitor::reaction::{self, Reaction};
 use builder_monitor::registry::Registry;
-use builder_monitor::runner::{self, kubernetes::ActionRef};
+use builder_monitor::runner::{self, carrier::ActionRef};
 use builder_monitor::schedule::Clock;
 use builder_monitor_core::plan::ActionKind;
 

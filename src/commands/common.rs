@@ -58,7 +58,7 @@ pub fn pool_names(config: &Config) -> String {
 
 /// Whether an action of `kind` goes to the pools (the `kubernetes` and `kpack` runners).
 pub fn uses_pools(config: &Config, kind: ActionKind) -> bool {
-    matches!(runner::backend::for_action(&config.runner, kind).name(), "kubernetes" | "kpack")
+    config.runner.carrier(kind).pools
 }
 
 pub fn parse_image(text: &str) -> Result<ImageRef, Failure> {

@@ -1,20 +1,14 @@
-//! `[[images]]` (app images built from watched builders, and how each reacts to a move) and
-//! `[runner]` (how rebuilds and rebases run: not at all, local commands, or on Kubernetes).
+//! `[[images]]`: the app images built from watched builders, how each reacts to a move, where it
+//! builds and the workloads its new digest is deployed to.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::time::Duration;
 
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::DurationText;
-
-use super::kubernetes::RawKubeRunner;
-use super::pools::{PodTemplate, Pool};
+use super::runner::{PodTemplate, RunnerKind};
 use super::{BuilderSettings, Validator};
 use builder_monitor_core::reference::ImageRef;
-use builder_monitor_core::template;
 
 use builder_monitor_core::deploy::{GitopsOwned, Undo, Workload, WorkloadKind};
 use builder_monitor_core::plan::{ActionKind, PlannedImage};
@@ -74,124 +68,6 @@ impl PlannedImage for ImageSettings {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunnerKind {
-    /// Plan and record actions, never run them (a dry run).
-    None,
-    /// Local commands.
-    Exec,
-    /// A `batch/v1` Job per action.
-    Kubernetes,
-    /// A `kpack.io/v1alpha2` Build per action.
-    Kpack,
-}
-
-impl RunnerKind {
-    /// Every runner type, as the docs list them.
-    pub const ALL: [RunnerKind; 4] = [RunnerKind::None, RunnerKind::Exec, RunnerKind::Kubernetes, RunnerKind::Kpack];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunnerKind::None => "none",
-            RunnerKind::Exec => "exec",
-            RunnerKind::Kubernetes => "kubernetes",
-            RunnerKind::Kpack => "kpack",
-        }
-    }
-}
-
-/// Which path a `rebase` action takes (`[runner] rebase`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RebasePath {
-    /// The configured runner (a command, Job or kpack Build), like a rebuild.
-    #[default]
-    Runner,
-    /// In the daemon, by registry writes only (`crate::rebase`), whatever the runner type.
-    Registry,
-}
-
-impl RebasePath {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RebasePath::Runner => "runner",
-            RebasePath::Registry => "registry",
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunnerSettings {
-    pub kind: RunnerKind,
-    /// Where `rebase` actions run.
-    pub rebase: RebasePath,
-    pub max_concurrent: usize,
-    /// Tries per action; a failed try is retried after `backoff`, doubling.
-    pub max_attempts: u32,
-    pub backoff: Duration,
-    pub exec: Option<ExecSettings>,
-    /// Where builds run with the `kubernetes` and `kpack` runners: `[runner.kubernetes]` (pool
-    /// `default`) first, then `[[runner.pools]]` in order.
-    pub pools: Vec<Pool>,
-}
-
-impl RunnerSettings {
-    /// The pool named `name`.
-    pub fn pool(&self, name: &str) -> Option<&Pool> {
-        self.pools.iter().find(|p| p.name == name)
-    }
-}
-
-impl Default for RunnerSettings {
-    fn default() -> Self {
-        RunnerSettings {
-            kind: RunnerKind::None,
-            rebase: RebasePath::Runner,
-            max_concurrent: 2,
-            max_attempts: 3,
-            backoff: Duration::from_secs(30),
-            exec: None,
-            pools: Vec::new(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct ExecSettings {
-    /// argv templates, run without a shell.
-    pub rebuild: Vec<String>,
-    pub rebase: Vec<String>,
-    /// A deploy's command (`{digest}`, `{reference}` besides the others); empty: deploys go to
-    /// Kubernetes workloads.
-    pub deploy: Vec<String>,
-    pub timeout: Duration,
-    /// Absolute: a relative one would depend on where the daemon was started from.
-    pub working_dir: PathBuf,
-    pub env: BTreeMap<String, String>,
-    /// Variables of the daemon's environment a command also gets (besides PATH, HOME and LANG).
-    pub pass_env: Vec<String>,
-}
-
-/// Placeholders the exec templates may use.
-pub const PLACEHOLDERS: &[&str] =
-    &["image", "builder", "run_image", "source", "revision", "sub_path", "change_id", "action", "name"];
-
-/// Placeholders the `deploy` template may use: [`PLACEHOLDERS`], then the digest deployed
-/// (`sha256:…`) and its reference (`repo@sha256:…`).
-pub const DEPLOY_PLACEHOLDERS: &[&str] = &[
-    "image",
-    "builder",
-    "run_image",
-    "source",
-    "revision",
-    "sub_path",
-    "change_id",
-    "action",
-    "name",
-    "digest",
-    "reference",
-];
-
 /// Longest CronJob name: its Jobs' names add 11 characters and must stay a 63-character label.
 const CRONJOB_NAME_MAX: usize = 52;
 /// Longest object name (a DNS-1123 subdomain).
@@ -242,47 +118,6 @@ struct RawWorkload {
 /// container it names, and where in the text.
 pub(super) type Deployed = BTreeMap<(WorkloadKind, String, String), Vec<(String, Option<String>, usize)>>;
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawRunner {
-    #[serde(rename = "type")]
-    kind: Option<Spanned<String>>,
-    rebase: Option<Spanned<String>>,
-    max_concurrent: Option<Spanned<i64>>,
-    max_attempts: Option<Spanned<i64>>,
-    backoff: Option<Spanned<DurationText>>,
-    exec: Option<Spanned<RawExec>>,
-    kubernetes: Option<RawKubeRunner>,
-    pools: Option<Vec<Spanned<RawKubeRunner>>>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawExec {
-    rebuild: Option<Spanned<Vec<String>>>,
-    rebase: Option<Spanned<Vec<String>>>,
-    deploy: Option<Spanned<Vec<String>>>,
-    timeout: Option<Spanned<DurationText>>,
-    working_dir: Option<Spanned<String>>,
-    #[serde(default)]
-    env: BTreeMap<String, String>,
-    pass_env: Option<Spanned<Vec<String>>>,
-}
-
-/// `NAME` as a shell would accept it: a letter or `_`, then letters, digits and `_`.
-fn is_variable_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-/// The directory a command runs in, absolute: the config's own directory is `""` for a bare file
-/// name (`--config ex.toml`), which no process can be started in.
-fn absolute_dir(dir: PathBuf) -> PathBuf {
-    let dir = if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir };
-    dir.canonicalize().or_else(|_| std::path::absolute(&dir)).unwrap_or(dir)
-}
-
 /// Whether `name` is a DNS-1123 subdomain of at most `max` characters: dot-separated labels of
 /// lowercase letters, digits and `-`, each starting and ending with a letter or digit.
 fn is_dns_subdomain(name: &str, max: usize) -> bool {
@@ -294,24 +129,6 @@ fn is_dns_subdomain(name: &str, max: usize) -> bool {
                 && b[0] != b'-'
                 && b[b.len() - 1] != b'-'
         })
-}
-
-/// What is wrong with a template argument's placeholders (`known` being the ones the template may
-/// use): each unknown one, or an unclosed `{`.
-fn placeholder_errors(arg: &str, what: &str, known: &[&str]) -> Vec<String> {
-    match template::pieces(arg) {
-        Ok(pieces) => pieces
-            .into_iter()
-            .filter_map(|piece| match piece {
-                template::Piece::Placeholder(name) if !known.contains(&name) => Some(format!(
-                    "unknown placeholder {{{name}}} in `{what}` (known: {}; write {{{{ and }}}} for literal braces)",
-                    known.join(", ")
-                )),
-                _ => None,
-            })
-            .collect(),
-        Err(err) => vec![format!("`{what}`: {err}")],
-    }
 }
 
 impl<'a> Validator<'a> {
@@ -546,149 +363,11 @@ impl<'a> Validator<'a> {
             gitops_owned,
         })
     }
-
-    pub(super) fn runner(&mut self, raw: RawRunner) -> Option<RunnerSettings> {
-        let errors_before = self.diagnostics.len();
-        let mut s = RunnerSettings::default();
-        if let Some(kind) = &raw.kind {
-            match RunnerKind::ALL.into_iter().find(|k| k.as_str() == kind.get_ref()) {
-                Some(known) => s.kind = known,
-                None => {
-                    let names: Vec<&str> = RunnerKind::ALL.iter().map(|k| k.as_str()).collect();
-                    let (last, rest) = names.split_last().expect("runner types");
-                    let expected = format!("{} or {last}", rest.join(", "));
-                    self.error(kind.span(), format!("unknown runner type \"{}\", expected {expected}", kind.get_ref()))
-                }
-            }
-        }
-        match raw.rebase.as_ref().map(|r| (r.get_ref().as_str(), r.span())) {
-            None | Some(("runner", _)) => {}
-            Some(("registry", _)) => s.rebase = RebasePath::Registry,
-            Some((other, span)) => {
-                self.error(span, format!("unknown rebase path \"{other}\", expected registry or runner"))
-            }
-        }
-        if let Some(m) = &raw.max_concurrent {
-            match usize::try_from(*m.get_ref()) {
-                Ok(n) if (1..=256).contains(&n) => s.max_concurrent = n,
-                _ => self.error(m.span(), "max_concurrent must be between 1 and 256"),
-            }
-        }
-        if let Some(m) = &raw.max_attempts {
-            match u32::try_from(*m.get_ref()) {
-                Ok(n) if (1..=100).contains(&n) => s.max_attempts = n,
-                _ => self.error(m.span(), "max_attempts must be between 1 and 100"),
-            }
-        }
-        if let Some(b) = &raw.backoff
-            && let Some(d) = self.positive_duration(b, "backoff")
-        {
-            s.backoff = d;
-        }
-        if let Some(exec) = raw.exec {
-            let span = exec.span();
-            s.exec = self.exec(exec.into_inner(), span, s.rebase, s.kind);
-        }
-        let kind_span = raw.kind.as_ref().map(|k| k.span());
-        s.pools = self.pools(s.kind, kind_span, raw.kubernetes, raw.pools.unwrap_or_default());
-        if s.kind == RunnerKind::Exec && s.exec.is_none() && self.diagnostics.len() == errors_before {
-            let span = raw.kind.as_ref().map(|k| k.span()).unwrap_or(0..0);
-            self.error(span, "runner type \"exec\" needs a [runner.exec] table with rebuild and rebase commands");
-        }
-        (self.diagnostics.len() == errors_before).then_some(s)
-    }
-
-    fn exec(
-        &mut self,
-        raw: RawExec,
-        span: std::ops::Range<usize>,
-        rebase_path: RebasePath,
-        kind: RunnerKind,
-    ) -> Option<ExecSettings> {
-        let errors_before = self.diagnostics.len();
-        let argv = |v: &mut Self, template: &Option<Spanned<Vec<String>>>, what: &str, known: &[&str]| -> Vec<String> {
-            match template {
-                None => {
-                    v.error(span.clone(), format!("[runner.exec] needs `{what}` (an argv array)"));
-                    Vec::new()
-                }
-                Some(t) if t.get_ref().is_empty() || t.get_ref()[0].trim().is_empty() => {
-                    v.error(t.span(), format!("`{what}` must name a program"));
-                    Vec::new()
-                }
-                Some(t) => {
-                    for arg in t.get_ref() {
-                        for problem in placeholder_errors(arg, what, known) {
-                            v.error(t.span(), problem);
-                        }
-                    }
-                    t.get_ref().clone()
-                }
-            }
-        };
-        // A table for deploys alone needs no build commands, unless the runner runs them.
-        let builds = raw.deploy.is_none() || kind == RunnerKind::Exec;
-        let rebuild = match &raw.rebuild {
-            None if !builds => Vec::new(),
-            template => argv(self, template, "rebuild", PLACEHOLDERS),
-        };
-        // Rebases done in the daemon need no command.
-        let rebase = match (&raw.rebase, rebase_path) {
-            (None, RebasePath::Registry) => Vec::new(),
-            (None, _) if !builds => Vec::new(),
-            (template, _) => argv(self, template, "rebase", PLACEHOLDERS),
-        };
-        let deploy = match &raw.deploy {
-            None => Vec::new(),
-            template => argv(self, template, "deploy", DEPLOY_PLACEHOLDERS),
-        };
-        let timeout = match &raw.timeout {
-            Some(t) => self.positive_duration(t, "timeout").unwrap_or_default(),
-            None => Duration::from_secs(3600),
-        };
-        let working_dir = match &raw.working_dir {
-            Some(w) => self.path(w.get_ref()),
-            None => self.base.clone(),
-        };
-        let pass_env = raw.pass_env.map(|names| {
-            for name in names.get_ref().iter().filter(|n| !is_variable_name(n)) {
-                self.error(names.span(), format!("pass_env: {name:?} is not an environment variable name"));
-            }
-            names.into_inner()
-        });
-        (self.diagnostics.len() == errors_before).then_some(ExecSettings {
-            rebuild,
-            rebase,
-            deploy,
-            timeout,
-            working_dir: absolute_dir(working_dir),
-            env: raw.env,
-            pass_env: pass_env.unwrap_or_default(),
-        })
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn placeholders() {
-        let errors = |arg| placeholder_errors(arg, "rebuild", PLACEHOLDERS);
-        assert!(errors("{image}").is_empty());
-        assert!(errors("--builder={builder}:{revision}").is_empty());
-        assert!(errors("{imge}")[0].starts_with("unknown placeholder {imge} in `rebuild` (known: image,"));
-        assert!(errors("{oops")[0].contains("`{` without a closing `}`"), "{:?}", errors("{oops"));
-        assert!(errors("plain").is_empty());
-        // Doubled braces are literal: a shell group and a shell variable need no placeholder.
-        assert!(errors("{{ make; }} && echo ${{HOME}}").is_empty());
-        assert!(errors("{ make; }")[0].starts_with("unknown placeholder { make; }"));
-        assert!(errors("{digest}")[0].starts_with("unknown placeholder {digest} in `rebuild`"));
-        let deploy = |arg| placeholder_errors(arg, "deploy", DEPLOY_PLACEHOLDERS);
-        assert!(deploy("{image}={reference} ({digest}, {{x}})").is_empty());
-        assert!(deploy("{ref}")[0].ends_with("(known: image, builder, run_image, source, revision, sub_path, change_id, action, name, digest, reference; write {{ and }} for literal braces)"));
-        assert_eq!(&DEPLOY_PLACEHOLDERS[..PLACEHOLDERS.len()], PLACEHOLDERS, "the others' placeholders, then its own");
-    }
 
     #[test]
     fn dns_subdomains() {
@@ -698,44 +377,5 @@ mod tests {
         for bad in ["", "-a", "a-", "A", "a..b", ".a", "a.", "a_b", "a.-b", &"a".repeat(254)] {
             assert!(!is_dns_subdomain(bad, SUBDOMAIN_MAX), "{bad}");
         }
-    }
-
-    #[test]
-    fn variable_names() {
-        for ok in ["DOCKER_CONFIG", "_x", "a1"] {
-            assert!(is_variable_name(ok), "{ok}");
-        }
-        for bad in ["", "1A", "A-B", "A=B", "A B", "É"] {
-            assert!(!is_variable_name(bad), "{bad}");
-        }
-    }
-
-    /// Every runner type parses by its name; any other is refused with the list of them.
-    #[test]
-    fn runner_types_are_their_names() {
-        let parse = |kind: &str| {
-            let text = format!("[[builders]]\nname = \"b\"\nimage = \"r.example/b:1\"\n[runner]\ntype = \"{kind}\"\n");
-            crate::config::Config::parse(std::path::Path::new("/c.toml"), &text)
-        };
-        for kind in [RunnerKind::None, RunnerKind::Kubernetes, RunnerKind::Kpack] {
-            assert_eq!(parse(kind.as_str()).unwrap().runner.kind, kind);
-        }
-        let refused = parse("nomad").unwrap_err().to_string();
-        assert!(
-            refused.contains("unknown runner type \"nomad\", expected none, exec, kubernetes or kpack"),
-            "{refused}"
-        );
-    }
-
-    #[test]
-    fn a_bare_config_file_name_runs_commands_in_the_current_directory() {
-        let config = crate::config::Config::parse(
-            std::path::Path::new("ex.toml"),
-            "[[builders]]\nname = \"b\"\nimage = \"r.example/b:1\"\n[runner]\ntype = \"exec\"\n[runner.exec]\nrebuild = [\"true\"]\nrebase = [\"true\"]\n",
-        )
-        .unwrap();
-        let dir = &config.runner.exec.unwrap().working_dir;
-        assert!(dir.is_absolute(), "{}", dir.display());
-        assert_eq!(dir, &std::env::current_dir().unwrap().canonicalize().unwrap());
     }
 }

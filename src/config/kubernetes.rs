@@ -1,8 +1,7 @@
-//! `[kubernetes]` (how to reach the cluster) and `[runner.kubernetes]` (where build pods go and
-//! what they may use). Kubernetes-typed values keep the Pod spec's own shapes and are checked by
-//! deserializing into the k8s-openapi types.
+//! `[kubernetes]`: how to reach the cluster the daemon's own objects live in, and whether it
+//! answered; and the check of Kubernetes-typed values (the Pod spec's own shapes, deserialized
+//! into the k8s-openapi types) that every section holding them uses.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -10,10 +9,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use toml::Spanned;
 
-use super::DurationText;
-
-use super::images::{Scheduling, Toleration};
-use super::{Validator, is_dns_label};
+use super::{DurationText, Validator, is_dns_label};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct KubernetesSettings {
@@ -59,46 +55,12 @@ impl Default for KubernetesSettings {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct KubeRunnerSettings {
-    pub namespace: String,
-    pub service_account: Option<String>,
-    /// Placement shared by every build pod; an image's own `scheduling` is merged over it.
-    pub scheduling: Scheduling,
-    pub image_pull_secrets: Vec<String>,
-    /// A Pod spec `resources` object for the build container.
-    pub resources: Option<serde_json::Value>,
-    pub active_deadline: Option<Duration>,
-    pub ttl_after_finished: Option<Duration>,
-    /// Pod retries inside one Job (default: `runner.max_attempts - 1`).
-    pub backoff_limit: Option<i32>,
-    /// A `kubernetes.io/dockerconfigjson` Secret with registry credentials, for `DOCKER_CONFIG`.
-    pub docker_config_secret: Option<String>,
-    /// The image of the init container that fetches sources.
-    pub git_image: String,
-    /// A PersistentVolumeClaim for the build cache (default: an emptyDir).
-    pub cache_pvc: Option<String>,
+/// Whether a request got no answer from the API server (a connection refused or reset, a
+/// timeout): any HTTP status is an answer. The daemon, the runner's pools and the start-up checks
+/// all tell an unreachable cluster from a refusal by it.
+pub fn unanswered(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::HyperError(_) | kube::Error::Service(_))
 }
-
-impl Default for KubeRunnerSettings {
-    fn default() -> Self {
-        KubeRunnerSettings {
-            namespace: "default".to_string(),
-            service_account: None,
-            scheduling: Scheduling::default(),
-            image_pull_secrets: Vec::new(),
-            resources: None,
-            active_deadline: None,
-            ttl_after_finished: None,
-            backoff_limit: None,
-            docker_config_secret: None,
-            git_image: DEFAULT_GIT_IMAGE.to_string(),
-            cache_pvc: None,
-        }
-    }
-}
-
-pub const DEFAULT_GIT_IMAGE: &str = "docker.io/alpine/git:2.47.2";
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -114,50 +76,6 @@ pub(super) struct RawKubernetes {
     lease_duration: Option<Spanned<DurationText>>,
     renew_deadline: Option<Spanned<DurationText>>,
     retry_period: Option<Spanned<DurationText>>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawKubeRunner {
-    // A pool's own keys (`super::pools`); the rest is what every pool has.
-    pub(super) name: Option<Spanned<String>>,
-    #[serde(rename = "type")]
-    pub(super) kind: Option<Spanned<String>>,
-    pub(super) kubeconfig: Option<Spanned<String>>,
-    pub(super) context: Option<String>,
-    pub(super) platforms: Option<Spanned<Vec<Spanned<String>>>>,
-    pub(super) max_in_flight: Option<Spanned<i64>>,
-    pub(super) queue: Option<Spanned<String>>,
-    pub(super) priority_class: Option<Spanned<String>>,
-    pub(super) managed_by: Option<Spanned<String>>,
-    pub(super) pod_template: Option<Spanned<String>>,
-    pub(super) allow_privileged: Option<bool>,
-    namespace: Option<Spanned<String>>,
-    service_account: Option<Spanned<String>>,
-    node_selector: Option<Spanned<BTreeMap<String, String>>>,
-    tolerations: Option<Spanned<Vec<Toleration>>>,
-    affinity: Option<Spanned<serde_json::Value>>,
-    priority_class_name: Option<String>,
-    runtime_class_name: Option<String>,
-    scheduler_name: Option<String>,
-    #[serde(default)]
-    image_pull_secrets: Vec<String>,
-    pub(super) resources: Option<Spanned<serde_json::Value>>,
-    active_deadline: Option<Spanned<DurationText>>,
-    ttl_after_finished: Option<Spanned<DurationText>>,
-    backoff_limit: Option<Spanned<i64>>,
-    docker_config_secret: Option<String>,
-    git_image: Option<String>,
-    cache_pvc: Option<String>,
-}
-
-impl RawKubeRunner {
-    /// The Secrets with the builds' registry credentials (`docker_config_secret`,
-    /// `image_pull_secrets`), as written: a pod template may not reach them, whether or not the
-    /// rest of the pool is valid.
-    pub(super) fn credential_secrets(&self) -> Vec<String> {
-        self.docker_config_secret.iter().chain(&self.image_pull_secrets).cloned().collect()
-    }
 }
 
 /// Why a value is not of a Kubernetes type.
@@ -244,7 +162,7 @@ impl<'a> Validator<'a> {
     }
 
     /// Checks a Pod spec `affinity` value.
-    pub(super) fn affinity(&mut self, value: &Spanned<serde_json::Value>) -> bool {
+    pub(in crate::config) fn affinity(&mut self, value: &Spanned<serde_json::Value>) -> bool {
         match k8s_typed::<k8s_openapi::api::core::v1::Affinity>(value.get_ref()) {
             Ok(_) => true,
             Err(message) => {
@@ -252,70 +170,6 @@ impl<'a> Validator<'a> {
                 false
             }
         }
-    }
-
-    pub(super) fn kube_runner(&mut self, raw: &RawKubeRunner, kpack: bool) -> Option<KubeRunnerSettings> {
-        let errors_before = self.diagnostics.len();
-        let namespace = match &raw.namespace {
-            Some(ns) if !is_dns_label(ns.get_ref()) => {
-                self.error(ns.span(), format!("namespace \"{}\" is not a valid namespace name", ns.get_ref()));
-                String::new()
-            }
-            Some(ns) => ns.get_ref().clone(),
-            None => "default".to_string(),
-        };
-        if let Some(affinity) = &raw.affinity {
-            self.affinity(affinity);
-        }
-        if let Some(resources) = &raw.resources
-            && let Err(message) = k8s_typed::<k8s_openapi::api::core::v1::ResourceRequirements>(resources.get_ref())
-        {
-            self.error(resources.span(), format!("resources is not a Pod spec resources object: {message}"));
-        }
-        if kpack
-            && let Some(selector) = &raw.node_selector
-            && selector.get_ref().contains_key("kubernetes.io/os")
-        {
-            self.error(selector.span(), "kpack rejects a nodeSelector with kubernetes.io/os (it sets the os itself)");
-        }
-        let duration = |v: &mut Self, d: &Option<Spanned<DurationText>>, what: &str| {
-            d.as_ref().and_then(|d| v.positive_duration(d, what))
-        };
-        let active_deadline = duration(self, &raw.active_deadline, "active_deadline");
-        let ttl_after_finished = duration(self, &raw.ttl_after_finished, "ttl_after_finished");
-        let backoff_limit = match &raw.backoff_limit {
-            Some(b) => match i32::try_from(*b.get_ref()) {
-                Ok(n) if n >= 0 => Some(n),
-                _ => {
-                    self.error(b.span(), "backoff_limit must be a whole number >= 0");
-                    None
-                }
-            },
-            None => None,
-        };
-        if self.diagnostics.len() != errors_before {
-            return None;
-        }
-        Some(KubeRunnerSettings {
-            namespace,
-            service_account: raw.service_account.as_ref().map(|s| s.get_ref().clone()),
-            scheduling: Scheduling {
-                node_selector: raw.node_selector.as_ref().map(|s| s.get_ref().clone()).unwrap_or_default(),
-                tolerations: raw.tolerations.as_ref().map(|s| s.get_ref().clone()),
-                affinity: raw.affinity.as_ref().map(|s| s.get_ref().clone()),
-                priority_class_name: raw.priority_class_name.clone(),
-                runtime_class_name: raw.runtime_class_name.clone(),
-                scheduler_name: raw.scheduler_name.clone(),
-            },
-            image_pull_secrets: raw.image_pull_secrets.clone(),
-            resources: raw.resources.as_ref().map(|s| s.get_ref().clone()),
-            active_deadline,
-            ttl_after_finished,
-            backoff_limit,
-            docker_config_secret: raw.docker_config_secret.clone(),
-            git_image: raw.git_image.clone().unwrap_or_else(|| DEFAULT_GIT_IMAGE.to_string()),
-            cache_pvc: raw.cache_pvc.clone(),
-        })
     }
 }
 

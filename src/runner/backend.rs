@@ -1,138 +1,43 @@
-//! One place per runner kind for everything the rest of the daemon asks of what carries out
-//! actions. A [`Backend`] answers: the Kubernetes permissions it needs (`rbac`, the Helm chart,
-//! the start-up check), which kinds of action it takes, whether the daemon retries a failed
-//! attempt, what a restart does to its running actions, whether planning must read the app's
-//! digest, which path a rebase takes, and what it would create for an action (`build-spec`).
-//! Started, it carries actions out ([`Carrier`]). Each kind answers in its own file — `none`,
-//! `exec`, `kubernetes`, `kpack` — and so do registry rebases (`registry_rebase`, `[runner]
-//! rebase = "registry"`), one backend among the others; [`for_action`] says which one an action
-//! goes to. `cluster`, `reaction`, `page` and the runner ask here instead of matching on
-//! [`RunnerKind`].
+//! Which backend carries out each kind of action, and the backends in force, started. The
+//! backends are [`Backend`]s (`carrier`): one per runner kind — `none`, `exec`, and the kinds that
+//! build in pools (`pool`: `kubernetes`, `kpack`) — and those beside the runner: registry rebases
+//! (`registry_rebase`, `[runner] rebase = "registry"`), deploys to workloads (`deploy`), Git
+//! write-back (`gitops`). Which one takes an action is decided once, as data, by
+//! `RunnerSettings::carrier` in the config; here each decision finds its implementation.
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::attempt::Attempt;
-use super::kubernetes::ActionRef;
-use super::{PreviewError, Runner, RunnerError};
-use crate::config::{Config, RebasePath, RunnerKind, RunnerSettings};
-use crate::ledger::{ClaimedAction, Kinds};
-use builder_monitor_core::plan::{ActionKind, ActionTarget};
-
-/// A Kubernetes RBAC rule a backend needs in the build namespace (`[runner.kubernetes]
-/// namespace`): verbs on one resource of one API group (`""`: the core group).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rule {
-    pub group: &'static str,
-    pub resource: &'static str,
-    pub verbs: &'static [&'static str],
-}
-
-/// What a restart does to an action the backend was running when the daemon stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AfterRestart {
-    /// It runs again, its attempt still counted: it lived in the dead process (a registry
-    /// rebase), or what outlived it is stopped first (a command's process group).
-    RunAgain,
-    /// It lives in the cluster (a Job, a Build): the runner follows it again.
-    Follow,
-    /// Left as it is: this backend runs nothing.
-    Leave,
-}
-
-/// A runner kind's answers; one implementation per kind, each in its kind's file.
-pub trait Backend: Send + Sync {
-    /// Its name in logs and errors (`[runner] type`, or `registry` for registry rebases).
-    fn name(&self) -> &'static str;
-    /// The setting that puts it in force, as a permission's reason names it.
-    fn setting(&self) -> &'static str;
-    /// The permissions its objects need in the build namespace.
-    fn permissions(&self) -> &'static [Rule];
-    /// Whether it carries out actions of `kind` (runner `none`: none).
-    fn takes(&self, kind: ActionKind) -> bool;
-    /// Whether the daemon retries a failed attempt (after `[runner] backoff`, up to
-    /// `max_attempts`); a backend that retries on its own (a Job's pods) or whose attempt is final
-    /// (a kpack Build) says no.
-    fn retries(&self) -> bool;
-    fn after_restart(&self) -> AfterRestart;
-    /// Whether planning reads every app image's digest (not only `auto` ones): the object it
-    /// creates names the app by digest (kpack's rebase `lastBuild`).
-    fn needs_app_digest(&self) -> bool;
-    /// The path a rebase it carries out takes, as events and `build-spec` say it.
-    fn path(&self) -> RebasePath;
-    /// What it would create for `action` now (`build-spec`).
-    fn preview(&self, config: &Config, action: &ActionRef<'_>, target: &ActionTarget) -> Result<Value, PreviewError>;
-    /// Started for `config`: what carries out its actions. A Kubernetes backend needs the
-    /// clients of its `clusters` and watches until `stop`.
-    fn start(
-        &self,
-        config: &Config,
-        clusters: &Clusters,
-        stop: CancellationToken,
-    ) -> Result<Arc<dyn Carrier>, RunnerError>;
-}
-
-/// The Kubernetes clients the daemon has: `[kubernetes]`'s, and one per pool with a cluster of
-/// its own (by pool name).
-#[derive(Clone, Default)]
-pub struct Clusters {
-    pub default: Option<kube::Client>,
-    pub pools: std::collections::BTreeMap<String, kube::Client>,
-    /// Why the actions on `[kubernetes]`'s cluster wait: it could not be configured (`default` is
-    /// then none) or did not answer at start.
-    pub waiting: Option<String>,
-}
-
-impl Clusters {
-    /// The client of `pool`'s cluster.
-    pub fn of(&self, pool: &crate::config::Pool) -> Option<kube::Client> {
-        match &pool.cluster {
-            Some(_) => self.pools.get(&pool.name).cloned(),
-            None => self.default.clone(),
-        }
-    }
-}
-
-impl From<Option<kube::Client>> for Clusters {
-    fn from(default: Option<kube::Client>) -> Self {
-        Clusters { default, pools: Default::default(), waiting: None }
-    }
-}
-
-/// A started backend: carries out one attempt of an action and says how it went.
-pub trait Carrier: Send + Sync {
-    fn attempt<'a>(
-        &'a self,
-        runner: &'a Runner,
-        action: &'a ClaimedAction,
-        target: &'a ActionTarget,
-    ) -> BoxFuture<'a, Attempt>;
-}
+use super::RunnerError;
+pub use super::carrier::{ActionRef, Backend, Carrier, Clusters};
+pub use crate::config::{AfterRestart, Rule};
+use crate::config::{BackendKind, Config, Facts, RunnerKind, RunnerSettings};
+use crate::ledger::Kinds;
+use builder_monitor_core::plan::ActionKind;
 
 /// The backend of a runner kind (`[runner] type`).
 pub fn of(kind: RunnerKind) -> &'static dyn Backend {
     match kind {
         RunnerKind::None => &super::none::RecordOnly,
         RunnerKind::Exec => &super::exec::Commands,
-        RunnerKind::Kubernetes => &super::kubernetes::Jobs,
-        RunnerKind::Kpack => &super::kpack::Builds,
+        pooled => super::pool::backend(pooled).unwrap_or(&super::none::RecordOnly),
     }
 }
 
-/// The backend that carries out actions of `kind`: rebases with `rebase = "registry"` run in the
-/// daemon; deploys run `[runner.exec] deploy` when it is set and go to the workloads otherwise;
-/// everything else goes to the configured kind's.
-pub fn for_action(runner: &RunnerSettings, kind: ActionKind) -> &'static dyn Backend {
-    match (kind, runner.rebase) {
-        (ActionKind::Rebase, RebasePath::Registry) => &super::registry_rebase::RegistryRebase,
-        (ActionKind::Deploy, _) if runner.exec.as_ref().is_some_and(|e| !e.deploy.is_empty()) => &super::exec::Commands,
-        (ActionKind::Deploy, _) => &super::deploy::Workloads,
-        (ActionKind::Gitops, _) => &super::gitops::Commits,
-        _ => of(runner.kind),
+/// The backend a table describes.
+fn implementing(facts: &Facts) -> &'static dyn Backend {
+    match facts.backend {
+        BackendKind::Runner(kind) => of(kind),
+        BackendKind::Registry => &super::registry_rebase::RegistryRebase,
+        BackendKind::Workloads => &super::deploy::Workloads,
+        BackendKind::Commits => &super::gitops::Commits,
     }
+}
+
+/// The backend that carries out actions of `kind` (`RunnerSettings::carrier` decides).
+pub fn for_action(runner: &RunnerSettings, kind: ActionKind) -> &'static dyn Backend {
+    implementing(runner.carrier(kind))
 }
 
 /// The kinds of action that build (move the app tag), in the order the runner routes them.
@@ -140,27 +45,23 @@ const ACTION_KINDS: [ActionKind; 2] = [ActionKind::Rebuild, ActionKind::Rebase];
 
 /// The backends `runner` puts in force, each once: the configured kind's first.
 pub fn in_force(runner: &RunnerSettings) -> Vec<&'static dyn Backend> {
-    let mut out: Vec<&'static dyn Backend> = Vec::new();
-    for backend in ACTION_KINDS.map(|kind| for_action(runner, kind)) {
-        if !out.iter().any(|b| b.name() == backend.name()) {
-            out.push(backend);
-        }
-    }
-    out
+    runner.in_force().into_iter().map(implementing).collect()
 }
 
 /// Whether planning reads every app image's digest under `runner`.
 pub fn needs_app_digest(runner: &RunnerSettings) -> bool {
-    let kpack_pool = || runner.pools.iter().any(|p| p.kind == RunnerKind::Kpack);
-    in_force(runner)
-        .iter()
-        .any(|b| b.needs_app_digest() || (matches!(b.name(), "kubernetes" | "kpack") && kpack_pool()))
+    runner.needs_app_digest()
 }
 
 /// Whether an action of `kind` is ever carried out under `runner` (not with runner `none`, unless
 /// it is a rebase in the daemon).
 pub fn carried_out(runner: &RunnerSettings, kind: ActionKind) -> bool {
-    for_action(runner, kind).takes(kind)
+    runner.carried_out(kind)
+}
+
+/// Whether a backend carries out its actions on `[kubernetes]`'s cluster (or its pools there).
+pub fn on_the_cluster(backend: &dyn Backend) -> bool {
+    backend.facts().on_cluster
 }
 
 /// One kind of action's backend, started.
@@ -168,11 +69,6 @@ struct Route {
     kind: ActionKind,
     backend: &'static dyn Backend,
     carrier: Arc<dyn Carrier>,
-}
-
-/// Whether a backend carries out its actions on `[kubernetes]`'s cluster (or its pools there).
-pub fn on_the_cluster(backend: &dyn Backend) -> bool {
-    matches!(backend.name(), "kubernetes" | "kpack" | "deploy")
 }
 
 /// The backends in force, started: where the runner sends each kind of action.
@@ -224,7 +120,7 @@ impl Backends {
         }
         let deploy_client = routes
             .iter()
-            .any(|r| r.kind == ActionKind::Deploy && r.backend.name() == "deploy")
+            .any(|r| r.kind == ActionKind::Deploy && r.backend.facts().backend == BackendKind::Workloads)
             .then(|| client.clone())
             .flatten();
         let waiting = clusters.waiting.filter(|_| !on_cluster.is_empty());
@@ -285,6 +181,7 @@ impl Backends {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::RebasePath;
 
     fn settings(kind: RunnerKind, rebase: RebasePath) -> RunnerSettings {
         RunnerSettings { kind, rebase, ..RunnerSettings::default() }

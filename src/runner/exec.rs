@@ -13,61 +13,26 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio_util::sync::CancellationToken;
 
 use super::attempt::{Attempt, Next};
-use super::backend::{AfterRestart, Backend, Carrier, Rule};
-use super::kubernetes::ActionRef;
+use super::carrier::{ActionRef, Backend, Carrier, Clusters};
 use super::{Outcome, PreviewError, Runner, RunnerError, Secrets, group};
-use crate::config::{Config, ExecSettings, RebasePath};
+use crate::config::{Config, ExecSettings, Facts, RebasePath};
 use crate::ledger::{ClaimedAction, ProcessGroup};
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::template;
 
-/// The `exec` runner's answers.
+/// The `exec` runner (its answers: `crate::config`'s `[runner.exec]` table).
 pub struct Commands;
 
 impl Backend for Commands {
-    fn name(&self) -> &'static str {
-        "exec"
-    }
-
-    fn setting(&self) -> &'static str {
-        "[runner] type = \"exec\""
-    }
-
-    fn permissions(&self) -> &'static [Rule] {
-        &[]
-    }
-
-    fn takes(&self, _kind: ActionKind) -> bool {
-        true
-    }
-
-    fn retries(&self) -> bool {
-        true
-    }
-
-    /// Its process group is stopped first if it still lives (`Runner::recover`).
-    fn after_restart(&self) -> AfterRestart {
-        AfterRestart::RunAgain
-    }
-
-    fn needs_app_digest(&self) -> bool {
-        false
-    }
-
-    fn path(&self) -> RebasePath {
-        RebasePath::Runner
+    fn facts(&self) -> &'static Facts {
+        crate::config::RunnerKind::Exec.facts()
     }
 
     fn preview(&self, config: &Config, action: &ActionRef<'_>, target: &ActionTarget) -> Result<Value, PreviewError> {
         Ok(command_preview(config, action, target))
     }
 
-    fn start(
-        &self,
-        config: &Config,
-        _: &super::backend::Clusters,
-        _: CancellationToken,
-    ) -> Result<Arc<dyn Carrier>, RunnerError> {
+    fn start(&self, config: &Config, _: &Clusters, _: CancellationToken) -> Result<Arc<dyn Carrier>, RunnerError> {
         let settings = config.runner.exec.clone().ok_or(RunnerError::MissingSettings("runner.exec"))?;
         Ok(Arc::new(Started { settings }))
     }

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
-use super::backend::{AfterRestart, Backend, Carrier, Rule};
+use super::carrier::{Backend, Carrier};
 use super::git::{GitError, Push, Repo};
 use super::*;
 use crate::config::{FileFormat, GitopsTarget};
@@ -32,37 +32,8 @@ const RECENT: usize = 500;
 pub struct Commits;
 
 impl Backend for Commits {
-    fn name(&self) -> &'static str {
-        "gitops"
-    }
-
-    fn setting(&self) -> &'static str {
-        "[[gitops]]"
-    }
-
-    fn permissions(&self) -> &'static [Rule] {
-        &[]
-    }
-
-    fn takes(&self, kind: ActionKind) -> bool {
-        kind == ActionKind::Gitops
-    }
-
-    fn retries(&self) -> bool {
-        true
-    }
-
-    /// The head commit's trailer tells whether the push landed.
-    fn after_restart(&self) -> AfterRestart {
-        AfterRestart::RunAgain
-    }
-
-    fn needs_app_digest(&self) -> bool {
-        false
-    }
-
-    fn path(&self) -> RebasePath {
-        RebasePath::Runner
+    fn facts(&self) -> &'static crate::config::Facts {
+        &crate::config::COMMITS
     }
 
     fn preview(&self, _: &Config, _: &ActionRef<'_>, target: &ActionTarget) -> Result<serde_json::Value, PreviewError> {
@@ -72,7 +43,7 @@ impl Backend for Commits {
     fn start(
         &self,
         _: &Config,
-        _: &super::backend::Clusters,
+        _: &super::carrier::Clusters,
         _: CancellationToken,
     ) -> Result<Arc<dyn Carrier>, RunnerError> {
         Ok(Arc::new(Commits))

@@ -1,70 +1,43 @@
-//! The `kpack` runner: a `kpack.io/v1alpha2` Build per action. A rebase is a Build annotated
+//! The `kpack` runner's objects: a `kpack.io/v1alpha2` Build per action. A rebase is a Build annotated
 //! `image.kpack.io/reason: STACK` whose `lastBuild` names the app and the builder's stack id —
-//! exactly when kpack runs its rebase pod. The outcome is the Build's `Succeeded` condition.
+//! exactly when kpack runs its rebase pod. The outcome is the Build's `Succeeded` condition. Its
+//! answers are `crate::config`'s kpack table; its pools are `pool`'s.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use kube::api::{ApiResource, GroupVersionKind};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
-use super::backend::{AfterRestart, Backend, Carrier, Clusters, Rule};
-use super::kubernetes::{ActionRef, Placement, annotations, labels, scheduling_fields};
-use super::{PreviewError, RunnerError};
-use crate::config::{Config, RebasePath};
+use super::RunnerError;
+use super::carrier::ActionRef;
+use super::objects::{POOL_ANNOTATION, Placement, PoolObjects, annotations, labels, scheduling_fields};
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 
-/// The `kpack` runner's answers.
+/// The `kpack` runner's objects: Builds.
 pub struct Builds;
 
-impl Backend for Builds {
-    fn name(&self) -> &'static str {
-        "kpack"
+impl PoolObjects for Builds {
+    fn kind(&self) -> &'static str {
+        "Build"
     }
 
-    fn setting(&self) -> &'static str {
-        "[runner] type = \"kpack\""
+    fn resource(&self) -> ApiResource {
+        api_resource()
     }
 
-    fn permissions(&self) -> &'static [Rule] {
-        &[Rule { group: "kpack.io", resource: "builds", verbs: &["create", "get", "list", "watch"] }]
-    }
-
-    fn takes(&self, _kind: ActionKind) -> bool {
-        true
-    }
-
-    /// A Build is one attempt: its failure is final.
-    fn retries(&self) -> bool {
-        false
-    }
-
-    fn after_restart(&self) -> AfterRestart {
-        AfterRestart::Follow
-    }
-
-    /// A rebase Build names the app by digest (`lastBuild`).
-    fn needs_app_digest(&self) -> bool {
-        true
-    }
-
-    fn path(&self) -> RebasePath {
-        RebasePath::Runner
-    }
-
-    fn preview(&self, config: &Config, action: &ActionRef<'_>, target: &ActionTarget) -> Result<Value, PreviewError> {
-        super::pool::preview(config, action, target)
-    }
-
-    fn start(
+    fn object(
         &self,
-        config: &Config,
-        clusters: &Clusters,
-        stop: CancellationToken,
-    ) -> Result<Arc<dyn Carrier>, RunnerError> {
-        Ok(Arc::new(super::pool::Pools::start(config, clusters, stop)?))
+        action: &ActionRef<'_>,
+        target: &ActionTarget,
+        place: &Placement<'_>,
+        _max_attempts: u32,
+    ) -> Result<Value, RunnerError> {
+        build(action, target, place)
+    }
+
+    fn outcome(&self, object: &Value) -> Option<(bool, String)> {
+        build_outcome(object)
     }
 }
 
@@ -186,7 +159,7 @@ pub fn build(action: &ActionRef<'_>, target: &ActionTarget, place: &Placement<'_
         with_template(&mut spec, fields);
     }
     let mut annotations = annotations(target);
-    annotations.insert(super::kubernetes::POOL_ANNOTATION.into(), place.pool.name.clone());
+    annotations.insert(POOL_ANNOTATION.into(), place.pool.name.clone());
     if action.kind == ActionKind::Rebase {
         let app =
             target.app_reference.clone().ok_or_else(|| RunnerError::NoAppDigest { image: target.image.clone() })?;

@@ -1,138 +1,64 @@
-//! The `kubernetes` runner: a `batch/v1` Job per action, named by the action's key so a retry or a
-//! restart finds it instead of creating another, carrying the configured scheduling; completion is
-//! observed through a watch on the managed-by label, never by polling.
+//! The `kubernetes` runner's objects: a `batch/v1` Job per action, named by the action's key so a
+//! retry or a restart finds it instead of creating another, carrying the pool's scheduling and pod
+//! template; completion is observed through the pool's watch, never by polling. Its answers are
+//! `crate::config`'s `[runner.kubernetes]` table; its pools are `pool`'s.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
-
-use futures::StreamExt;
+use futures::future::BoxFuture;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
-use kube::runtime::{WatchStreamExt, watcher};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use kube::api::{Api, ApiResource, ListParams};
 use serde_json::{Value, json};
-use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 
-use super::backend::{AfterRestart, Backend, Carrier, Clusters, Rule};
+use super::carrier::ActionRef;
+use super::objects::{POOL_ANNOTATION, Placement, PoolObjects, annotations, labels, scheduling_fields};
 use super::{PreviewError, RunnerError};
-use crate::config::{Config, PRIORITY_LABEL, Pool, QUEUE_LABEL, RebasePath, Scheduling};
+use crate::config::{PRIORITY_LABEL, QUEUE_LABEL};
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-pub const MANAGED_BY: &str = "builder-monitor";
-/// The annotation naming the pool a Job or Build was made in.
-pub const POOL_ANNOTATION: &str = "buildermonitor.dev/pool";
-pub const SELECTOR: &str = "app.kubernetes.io/managed-by=builder-monitor";
-
-/// The `kubernetes` runner's answers.
+/// The `kubernetes` runner's objects: Jobs.
 pub struct Jobs;
 
-impl Backend for Jobs {
-    fn name(&self) -> &'static str {
-        "kubernetes"
+impl PoolObjects for Jobs {
+    fn kind(&self) -> &'static str {
+        "Job"
     }
 
-    fn setting(&self) -> &'static str {
-        "[runner] type = \"kubernetes\""
+    fn resource(&self) -> ApiResource {
+        ApiResource::erase::<Job>(&())
     }
 
-    /// Jobs made and watched; their pods listed for the termination message.
-    fn permissions(&self) -> &'static [Rule] {
-        &[
-            Rule { group: "batch", resource: "jobs", verbs: &["create", "get", "list", "watch"] },
-            Rule { group: "", resource: "pods", verbs: &["list"] },
-        ]
-    }
-
-    fn takes(&self, _kind: ActionKind) -> bool {
-        true
-    }
-
-    /// A Job retries its own pods (`backoffLimit`): its failure is final.
-    fn retries(&self) -> bool {
-        false
-    }
-
-    fn after_restart(&self) -> AfterRestart {
-        AfterRestart::Follow
-    }
-
-    fn needs_app_digest(&self) -> bool {
-        false
-    }
-
-    fn path(&self) -> RebasePath {
-        RebasePath::Runner
-    }
-
-    fn preview(&self, config: &Config, action: &ActionRef<'_>, target: &ActionTarget) -> Result<Value, PreviewError> {
-        super::pool::preview(config, action, target)
-    }
-
-    fn start(
+    fn object(
         &self,
-        config: &Config,
-        clusters: &Clusters,
-        stop: CancellationToken,
-    ) -> Result<Arc<dyn Carrier>, RunnerError> {
-        Ok(Arc::new(super::pool::Pools::start(config, clusters, stop)?))
-    }
-}
-
-/// Where one action's build runs: its pool, the image's pod template, and the app's platform
-/// when it is one (the build pod is placed on a node of that os and architecture).
-#[derive(Debug, Clone, Copy)]
-pub struct Placement<'a> {
-    pub pool: &'a Pool,
-    pub image_template: Option<&'a Value>,
-    pub platform: Option<&'a str>,
-}
-
-impl Placement<'_> {
-    /// The pool's scheduling with the image's over it, and the node's os and architecture for a
-    /// known platform unless either already names them (`os` left out for kpack, which sets it).
-    pub fn scheduling(&self, target: &ActionTarget, os: bool) -> Scheduling {
-        let mut scheduling = merged(&self.pool.settings.scheduling, &target.scheduling);
-        if let Some((platform_os, arch)) = self.platform.and_then(|p| p.split_once('/')) {
-            let arch = arch.split('/').next().unwrap_or(arch);
-            if os {
-                scheduling.node_selector.entry("kubernetes.io/os".into()).or_insert_with(|| platform_os.to_string());
-            }
-            scheduling.node_selector.entry("kubernetes.io/arch".into()).or_insert_with(|| arch.to_string());
-        }
-        scheduling
+        action: &ActionRef<'_>,
+        target: &ActionTarget,
+        place: &Placement<'_>,
+        max_attempts: u32,
+    ) -> Result<Value, RunnerError> {
+        let job = job(action, target, place, max_attempts)?;
+        serde_json::to_value(job).map_err(|source| RunnerError::BuildObject { source })
     }
 
-    /// The pool's template, then the image's.
-    pub fn templates(&self) -> Vec<&Value> {
-        self.pool.pod_template.as_ref().map(|t| &t.value).into_iter().chain(self.image_template).collect()
+    fn preview(
+        &self,
+        action: &ActionRef<'_>,
+        target: &ActionTarget,
+        place: &Placement<'_>,
+        max_attempts: u32,
+    ) -> Result<Value, PreviewError> {
+        serde_json::to_value(job(action, target, place, max_attempts)?)
+            .map_err(|source| PreviewError::Encode { what: "Job", source })
     }
-}
 
-/// What names and describes an action in the objects made for it.
-#[derive(Debug, Clone)]
-pub struct ActionRef<'a> {
-    pub key: &'a str,
-    pub change_id: &'a str,
-    pub image: &'a str,
-    pub kind: ActionKind,
-}
+    fn outcome(&self, object: &Value) -> Option<(bool, String)> {
+        job_outcome(object)
+    }
 
-/// The runner's placement with the image's over it: maps merge key by key; lists, affinity and
-/// names replace.
-pub fn merged(runner: &Scheduling, image: &Scheduling) -> Scheduling {
-    let mut node_selector = runner.node_selector.clone();
-    node_selector.extend(image.node_selector.clone());
-    Scheduling {
-        node_selector,
-        tolerations: image.tolerations.clone().or_else(|| runner.tolerations.clone()),
-        affinity: image.affinity.clone().or_else(|| runner.affinity.clone()),
-        priority_class_name: image.priority_class_name.clone().or_else(|| runner.priority_class_name.clone()),
-        runtime_class_name: image.runtime_class_name.clone().or_else(|| runner.runtime_class_name.clone()),
-        scheduler_name: image.scheduler_name.clone().or_else(|| runner.scheduler_name.clone()),
+    fn queued(&self, object: &Value) -> bool {
+        job_queued(object)
+    }
+
+    fn output_tail<'a>(&'a self, client: &'a kube::Client, namespace: &'a str, name: &'a str) -> BoxFuture<'a, String> {
+        Box::pin(termination_message(client, namespace, name))
     }
 }
 
@@ -150,54 +76,6 @@ pub fn platform_api(supported: &[String]) -> String {
         .max()
         .map(|(_, s)| s)
         .unwrap_or_else(|| "0.9".to_string())
-}
-
-/// Labels every object of an action carries.
-pub fn labels(action: &ActionRef<'_>) -> BTreeMap<String, String> {
-    [
-        (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
-        ("buildermonitor.dev/image".to_string(), action.image.to_string()),
-        ("buildermonitor.dev/change".to_string(), action.change_id.to_string()),
-        ("buildermonitor.dev/action".to_string(), action.kind.as_str().to_string()),
-    ]
-    .into()
-}
-
-pub fn annotations(target: &ActionTarget) -> BTreeMap<String, String> {
-    let mut a: BTreeMap<String, String> = [
-        ("buildermonitor.dev/builder".to_string(), target.builder.clone()),
-        ("buildermonitor.dev/reasons".to_string(), target.reasons.join(",")),
-        ("buildermonitor.dev/why".to_string(), target.why.clone()),
-    ]
-    .into();
-    if let Some(run) = &target.run_image {
-        a.insert("buildermonitor.dev/run-image".into(), run.clone());
-    }
-    a
-}
-
-/// The scheduling fields of a pod spec (or of a kpack Build's top level).
-pub fn scheduling_fields(s: &Scheduling) -> serde_json::Map<String, Value> {
-    let mut m = serde_json::Map::new();
-    if !s.node_selector.is_empty() {
-        m.insert("nodeSelector".into(), json!(s.node_selector));
-    }
-    if let Some(t) = &s.tolerations {
-        m.insert("tolerations".into(), json!(t));
-    }
-    if let Some(a) = &s.affinity {
-        m.insert("affinity".into(), a.clone());
-    }
-    for (key, value) in [
-        ("priorityClassName", &s.priority_class_name),
-        ("runtimeClassName", &s.runtime_class_name),
-        ("schedulerName", &s.scheduler_name),
-    ] {
-        if let Some(v) = value {
-            m.insert(key.into(), json!(v));
-        }
-    }
-    m
 }
 
 const SOURCE_SCRIPT: &str = "set -e; git clone --quiet -- \"$1\" /workspace/app; git -C /workspace/app checkout --quiet \"$2\"; shift 2; mkdir -p /platform/env; while [ $# -gt 1 ]; do printf %s \"$2\" > \"/platform/env/$1\"; shift 2; done";
@@ -359,72 +237,6 @@ pub fn job(
     crate::config::k8s_typed::<Job>(&value).map_err(|source| RunnerError::InvalidJob { source })
 }
 
-/// The objects of one kind the runner made, kept current by a watch on the managed-by label.
-pub struct Watched {
-    objects: Mutex<HashMap<String, Value>>,
-    changed: Notify,
-}
-
-impl Watched {
-    /// Starts watching `api` until `stop`; what the watch hears (or not) of the cluster goes to
-    /// `health`.
-    pub fn start<K>(api: Api<K>, health: Arc<super::pool::Health>, stop: CancellationToken) -> Arc<Self>
-    where
-        K: kube::Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug + Send + 'static,
-    {
-        let watched = Arc::new(Watched { objects: Mutex::new(HashMap::new()), changed: Notify::new() });
-        let w = watched.clone();
-        tokio::spawn(async move {
-            let mut events = watcher(api, watcher::Config::default().labels(SELECTOR)).default_backoff().boxed();
-            loop {
-                let event = tokio::select! {
-                    _ = stop.cancelled() => break,
-                    e = events.next() => e,
-                };
-                match &event {
-                    Some(Ok(_)) => health.answered(),
-                    Some(Err(err)) if super::pool::unanswered_watch(err) => health.unanswered(&err.to_string()),
-                    _ => {}
-                }
-                match event {
-                    Some(Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o))) => {
-                        if let (Some(name), Ok(v)) = (o.meta().name.clone(), serde_json::to_value(&o)) {
-                            w.objects.lock().unwrap_or_else(|e| e.into_inner()).insert(name, v);
-                        }
-                    }
-                    Some(Ok(watcher::Event::Delete(o))) => {
-                        if let Some(name) = o.meta().name.clone() {
-                            w.objects.lock().unwrap_or_else(|e| e.into_inner()).remove(&name);
-                        }
-                    }
-                    Some(Ok(_)) => {}
-                    // A cluster that does not answer is logged by its health, once per outage.
-                    Some(Err(err)) if super::pool::unanswered_watch(&err) => {
-                        tracing::debug!(error = %err, "watch of build objects failed; retrying")
-                    }
-                    Some(Err(err)) => tracing::warn!(error = %err, "watch of build objects failed; retrying"),
-                    None => break,
-                }
-                w.changed.notify_waiters();
-            }
-        });
-        watched
-    }
-
-    /// Waits until `seen` finds what it waits for in the object `name`.
-    pub async fn wait<T>(&self, name: &str, seen: impl Fn(&Value) -> Option<T>) -> T {
-        loop {
-            let notified = self.changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if let Some(result) = self.objects.lock().unwrap_or_else(|e| e.into_inner()).get(name).and_then(&seen) {
-                return result;
-            }
-            notified.await;
-        }
-    }
-}
-
 /// Whether a Job finished: (succeeded, what its conditions say).
 pub fn job_outcome(job: &Value) -> Option<(bool, String)> {
     let conditions = job["status"]["conditions"].as_array()?;
@@ -478,27 +290,6 @@ mod tests {
         assert_eq!(platform_api(&apis(&["0.7", "0.10", "0.9", "0.14"])), "0.14");
         assert_eq!(platform_api(&apis(&["0.7", "0.99"])), "0.7");
         assert_eq!(platform_api(&[]), "0.9");
-    }
-
-    #[test]
-    fn image_scheduling_merges_over_the_runner() {
-        let runner = Scheduling {
-            node_selector: [("disktype".to_string(), "ssd".to_string()), ("zone".to_string(), "a".to_string())].into(),
-            tolerations: Some(vec![]),
-            priority_class_name: Some("builds-low".into()),
-            ..Default::default()
-        };
-        let image = Scheduling {
-            node_selector: [("zone".to_string(), "b".to_string())].into(),
-            runtime_class_name: Some("gvisor".into()),
-            ..Default::default()
-        };
-        let m = merged(&runner, &image);
-        assert_eq!(m.node_selector["disktype"], "ssd");
-        assert_eq!(m.node_selector["zone"], "b");
-        assert_eq!(m.tolerations, Some(vec![]));
-        assert_eq!(m.priority_class_name.as_deref(), Some("builds-low"));
-        assert_eq!(m.runtime_class_name.as_deref(), Some("gvisor"));
     }
 
     #[test]

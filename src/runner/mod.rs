@@ -6,6 +6,7 @@
 
 mod attempt;
 pub mod backend;
+pub mod carrier;
 pub mod deploy;
 pub mod exec;
 mod git;
@@ -14,9 +15,11 @@ pub mod group;
 pub mod kpack;
 pub mod kubernetes;
 mod none;
+pub mod objects;
 pub mod pool;
 mod registry_rebase;
 mod secrets;
+mod watch;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -40,7 +43,7 @@ use builder_monitor_core::event::{self, ActionInfo, Event, EventType, Subject};
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::schedule::{timestamp, timestamp_millis};
-use kubernetes::ActionRef;
+use carrier::ActionRef;
 use registry_rebase::tag_move;
 pub use secrets::Secrets;
 

@@ -8,10 +8,9 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::attempt::{Attempt, Next};
-use super::backend::{AfterRestart, Backend, Carrier, Rule};
-use super::kubernetes::ActionRef;
+use super::carrier::{ActionRef, Backend, Carrier, Clusters};
 use super::{PreviewError, Runner, RunnerError};
-use crate::config::{Config, RebasePath};
+use crate::config::{Config, Facts, RebasePath};
 use crate::ledger::ClaimedAction;
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 
@@ -19,36 +18,8 @@ use builder_monitor_core::plan::{ActionKind, ActionTarget};
 pub struct RecordOnly;
 
 impl Backend for RecordOnly {
-    fn name(&self) -> &'static str {
-        "none"
-    }
-
-    fn setting(&self) -> &'static str {
-        "[runner] type = \"none\""
-    }
-
-    fn permissions(&self) -> &'static [Rule] {
-        &[]
-    }
-
-    fn takes(&self, _kind: ActionKind) -> bool {
-        false
-    }
-
-    fn retries(&self) -> bool {
-        false
-    }
-
-    fn after_restart(&self) -> AfterRestart {
-        AfterRestart::Leave
-    }
-
-    fn needs_app_digest(&self) -> bool {
-        false
-    }
-
-    fn path(&self) -> RebasePath {
-        RebasePath::Runner
+    fn facts(&self) -> &'static Facts {
+        crate::config::RunnerKind::None.facts()
     }
 
     /// The command a `[runner.exec]` table would give it, if the config has one.
@@ -63,12 +34,7 @@ impl Backend for RecordOnly {
         }))
     }
 
-    fn start(
-        &self,
-        _: &Config,
-        _: &super::backend::Clusters,
-        _: CancellationToken,
-    ) -> Result<Arc<dyn Carrier>, RunnerError> {
+    fn start(&self, _: &Config, _: &Clusters, _: CancellationToken) -> Result<Arc<dyn Carrier>, RunnerError> {
         Ok(Arc::new(RecordOnly))
     }
 }

@@ -1,87 +1,87 @@
-//! Pools: where the `kubernetes` and `kpack` runners build. Each pool is started once — its
-//! cluster's client, a watch on the Jobs (or kpack Builds) it made, a health kept from what that
-//! client hears, and at most `max_in_flight` builds. An action goes to the pool its image names,
-//! or to the first pool serving every platform of the app image whose cluster answers
-//! (`builder_monitor_core::pool`); the pool is recorded with the action before anything is
-//! created there, so a restart follows the build in that pool instead of starting another. A pool
-//! whose cluster does not answer is passed over for the next one, within the same attempt.
+//! Pools: where the runner kinds that build in pools (`kubernetes`, `kpack`) build. Each pool is
+//! started once — its cluster's client, a watch on the objects its kind makes (a Job, a kpack
+//! Build: `objects::PoolObjects`), a health kept from what that client hears, and at most
+//! `max_in_flight` builds. An action goes to the pool its image names, or to the first pool
+//! serving every platform of the app image whose cluster answers (`builder_monitor_core::pool`);
+//! the pool is recorded with the action before anything is created there, so a restart follows
+//! the build in that pool instead of starting another. A pool whose cluster does not answer is
+//! passed over for the next one, within the same attempt.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::attempt::Attempt;
-use super::backend::{Carrier, Clusters};
-use super::kpack::{api_resource, build, build_outcome};
-use super::kubernetes::{ActionRef, Placement, Watched, job, job_outcome, job_queued, termination_message};
+use super::carrier::{ActionRef, Backend, Carrier, Clusters};
+use super::objects::{Placement, PoolObjects};
+use super::watch::{Health, Watched};
+pub use super::watch::{unanswered, unanswered_watch};
 use super::{Outcome, PreviewError, Runner, RunnerError};
-use crate::config::{Config, Pool, RunnerKind};
+use crate::config::{Config, Facts, Pool, RunnerKind};
 use crate::ledger::ClaimedAction;
 use builder_monitor_core::plan::ActionTarget;
 use builder_monitor_core::pool::{BuildProgress, PoolView, candidates};
 use builder_monitor_core::reference::ImageRef;
 
-/// Requests in a row that got no answer before a pool counts as down.
-const DOWN_AFTER: u32 = 2;
+/// The runner kinds that build in pools, each with the objects it makes there: the one line a
+/// new such kind adds here.
+const KINDS: &[Pooled] = &[
+    Pooled { kind: RunnerKind::Kubernetes, objects: &super::kubernetes::Jobs },
+    Pooled { kind: RunnerKind::Kpack, objects: &super::kpack::Builds },
+];
+
+/// A runner kind that builds in pools, as a backend: its answers are its kind's, its carrier the
+/// pools (of whatever kind each is).
+pub struct Pooled {
+    kind: RunnerKind,
+    objects: &'static dyn PoolObjects,
+}
+
+/// The backend of `kind`, when it builds in pools.
+pub fn backend(kind: RunnerKind) -> Option<&'static dyn Backend> {
+    KINDS.iter().find(|p| p.kind == kind).map(|p| p as &dyn Backend)
+}
+
+/// The objects a pool of `kind` makes.
+fn objects(kind: RunnerKind) -> Result<&'static dyn PoolObjects, RunnerError> {
+    KINDS
+        .iter()
+        .find(|p| p.kind == kind)
+        .map(|p| p.objects)
+        .ok_or_else(|| RunnerError::Pool(format!("runner type \"{}\" does not build in pools", kind.as_str())))
+}
+
+impl Backend for Pooled {
+    fn facts(&self) -> &'static Facts {
+        self.kind.facts()
+    }
+
+    fn preview(&self, config: &Config, action: &ActionRef<'_>, target: &ActionTarget) -> Result<Value, PreviewError> {
+        preview(config, action, target)
+    }
+
+    fn start(
+        &self,
+        config: &Config,
+        clusters: &Clusters,
+        stop: CancellationToken,
+    ) -> Result<Arc<dyn Carrier>, RunnerError> {
+        Ok(Arc::new(Pools::start(config, clusters, stop)?))
+    }
+}
+
 /// The longest wait between tries to reach the pool of a build started before a restart.
 const MAX_REACH_BACKOFF: Duration = Duration::from_secs(60);
-
-/// What a pool's client hears of its cluster: down after [`DOWN_AFTER`] unanswered requests in a
-/// row, up again at the first answer (the watch keeps trying with backoff). Each edge is logged
-/// once.
-#[derive(Debug, Default)]
-pub struct Health {
-    pool: String,
-    unanswered: AtomicU32,
-}
-
-impl Health {
-    fn new(pool: &str) -> Self {
-        Health { pool: pool.to_string(), unanswered: AtomicU32::new(0) }
-    }
-
-    pub fn answered(&self) {
-        if self.unanswered.swap(0, Ordering::Relaxed) >= DOWN_AFTER {
-            tracing::info!(pool = %self.pool, "the pool's cluster answers again; builds go to it");
-        }
-    }
-
-    pub fn unanswered(&self, error: &str) {
-        if self.unanswered.fetch_add(1, Ordering::Relaxed) + 1 == DOWN_AFTER {
-            tracing::warn!(pool = %self.pool, error, "the pool's cluster does not answer; its builds go to the next pool serving their platform");
-        }
-    }
-
-    pub fn answers(&self) -> bool {
-        self.unanswered.load(Ordering::Relaxed) < DOWN_AFTER
-    }
-}
-
-/// Whether a request got no answer from the API server (a connection refused or reset, a
-/// timeout): any HTTP status is an answer.
-pub fn unanswered(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::HyperError(_) | kube::Error::Service(_))
-}
-
-/// [`unanswered`] for a watch's errors.
-pub fn unanswered_watch(err: &kube::runtime::watcher::Error) -> bool {
-    use kube::runtime::watcher::Error;
-    match err {
-        Error::InitialListFailed(e) | Error::WatchStartFailed(e) | Error::WatchFailed(e) => unanswered(e),
-        _ => false,
-    }
-}
 
 /// One pool, started.
 struct Site {
     pool: Pool,
+    objects: &'static dyn PoolObjects,
     client: kube::Client,
     health: Arc<Health>,
     slots: Option<Arc<Semaphore>>,
@@ -96,25 +96,20 @@ enum CreateError {
 }
 
 impl Site {
-    fn start(pool: &Pool, client: kube::Client, stop: CancellationToken) -> Self {
+    fn start(pool: &Pool, client: kube::Client, stop: CancellationToken) -> Result<Self, RunnerError> {
+        let objects = objects(pool.kind)?;
         let health = Arc::new(Health::new(&pool.name));
-        let namespace = &pool.settings.namespace;
-        let watched = match pool.kind {
-            RunnerKind::Kpack => {
-                let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &api_resource());
-                Watched::start(api, health.clone(), stop)
-            }
-            _ => Watched::start(Api::<Job>::namespaced(client.clone(), namespace), health.clone(), stop),
-        };
+        let api = Api::<DynamicObject>::namespaced_with(client.clone(), &pool.settings.namespace, &objects.resource());
+        let watched = Watched::start(api, health.clone(), stop);
         let slots = pool.max_in_flight.map(|n| Arc::new(Semaphore::new(n)));
-        Site { pool: pool.clone(), client, health, slots, watched }
+        Ok(Site { pool: pool.clone(), objects, client, health, slots, watched })
     }
 
     async fn slot(&self) -> Option<OwnedSemaphorePermit> {
         self.slots.clone()?.acquire_owned().await.ok()
     }
 
-    /// Creates the action's Job or Build here, or finds it made already (a retry or a restart).
+    /// Creates the action's object here, or finds it made already (a retry or a restart).
     async fn create(
         &self,
         action: &ActionRef<'_>,
@@ -123,20 +118,12 @@ impl Site {
         max_attempts: u32,
     ) -> Result<(), CreateError> {
         let namespace = &self.pool.settings.namespace;
-        let (kind, result) = match self.pool.kind {
-            RunnerKind::Kpack => {
-                let object = build(action, target, place).map_err(CreateError::Failed)?;
-                let object: DynamicObject = serde_json::from_value(object)
-                    .map_err(|source| CreateError::Failed(RunnerError::BuildObject { source }))?;
-                let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, &api_resource());
-                ("Build", api.create(&PostParams::default(), &object).await.map(|_| ()))
-            }
-            _ => {
-                let object = job(action, target, place, max_attempts).map_err(CreateError::Failed)?;
-                let api: Api<Job> = Api::namespaced(self.client.clone(), namespace);
-                ("Job", api.create(&PostParams::default(), &object).await.map(|_| ()))
-            }
-        };
+        let kind = self.objects.kind();
+        let object = self.objects.object(action, target, place, max_attempts).map_err(CreateError::Failed)?;
+        let object: DynamicObject = serde_json::from_value(object)
+            .map_err(|source| CreateError::Failed(RunnerError::BuildObject { source }))?;
+        let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &self.objects.resource());
+        let result = api.create(&PostParams::default(), &object).await.map(|_| ());
         match result {
             Ok(()) => {
                 self.health.answered();
@@ -159,19 +146,16 @@ impl Site {
         }
     }
 
-    /// Waits for the build to finish, recording each time Kueue holds or admits its Job.
+    /// Waits for the build to finish, recording each time a queue (Kueue) holds or admits it.
     async fn follow(&self, runner: &Runner, action: &ClaimedAction, progress: &mut BuildProgress) -> Outcome {
-        if self.pool.kind == RunnerKind::Kpack {
-            let (success, detail) = self.watched.wait(&action.key, build_outcome).await;
-            return Outcome { success, detail, output_tail: String::new() };
-        }
+        let objects = self.objects;
         let (success, detail) = loop {
             let queued = progress.queued;
             let seen = self
                 .watched
-                .wait(&action.key, |job| match job_outcome(job) {
+                .wait(&action.key, |object| match objects.outcome(object) {
                     Some(done) => Some(Err(done)),
-                    None if job_queued(job) != queued => Some(Ok(!queued)),
+                    None if objects.queued(object) != queued => Some(Ok(!queued)),
                     None => None,
                 })
                 .await;
@@ -179,10 +163,11 @@ impl Site {
                 Err(done) => break done,
                 Ok(now_queued) => {
                     progress.queued = now_queued;
+                    let kind = objects.kind();
                     if now_queued {
-                        tracing::info!(action = %action.key, pool = %self.pool.name, "the Job waits in its Kueue queue");
+                        tracing::info!(action = %action.key, pool = %self.pool.name, "the {kind} waits in its Kueue queue");
                     } else {
-                        tracing::info!(action = %action.key, pool = %self.pool.name, "Kueue admitted the Job; it runs");
+                        tracing::info!(action = %action.key, pool = %self.pool.name, "Kueue admitted the {kind}; it runs");
                     }
                     record(runner, action, progress).await;
                 }
@@ -191,7 +176,7 @@ impl Site {
         let output_tail = if success {
             String::new()
         } else {
-            termination_message(&self.client, &self.pool.settings.namespace, &action.key).await
+            objects.output_tail(&self.client, &self.pool.settings.namespace, &action.key).await
         };
         Outcome { success, detail, output_tail }
     }
@@ -212,7 +197,7 @@ fn failed(detail: String) -> Outcome {
     Outcome { success: false, detail, output_tail: String::new() }
 }
 
-/// Every pool, started: the carrier of the `kubernetes` and `kpack` runners.
+/// Every pool, started: the carrier of the runner kinds that build in pools.
 pub struct Pools {
     sites: Vec<Site>,
     max_attempts: u32,
@@ -226,7 +211,7 @@ impl Pools {
                 Some(_) => RunnerError::Pool(format!("pool \"{}\" has no client for its cluster", pool.name)),
                 None => RunnerError::NoClient(pool.kind.as_str()),
             })?;
-            sites.push(Site::start(pool, client, stop.clone()));
+            sites.push(Site::start(pool, client, stop.clone())?);
         }
         if sites.is_empty() {
             return Err(RunnerError::MissingSettings("runner.kubernetes] or [[runner.pools]"));
@@ -423,9 +408,5 @@ pub fn preview_on(
         None => pool.platforms.as_ref().filter(|p| p.len() == 1).map(|p| p[0].as_str()),
     };
     let place = Placement { pool, image_template, platform };
-    match pool.kind {
-        RunnerKind::Kpack => Ok(build(action, target, &place)?),
-        _ => serde_json::to_value(job(action, target, &place, config.runner.max_attempts)?)
-            .map_err(|source| PreviewError::Encode { what: "Job", source }),
-    }
+    objects(pool.kind)?.preview(action, target, &place, config.runner.max_attempts)
 }

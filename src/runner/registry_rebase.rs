@@ -6,7 +6,7 @@
 
 use futures::future::BoxFuture;
 
-use super::backend::{AfterRestart, Backend, Carrier, Rule};
+use super::carrier::{Backend, Carrier};
 use super::*;
 use crate::ledger::{TagIntent, TagMoveKind, WriteGrant};
 use crate::rebase::{RunImageDocs, TagGuard};
@@ -21,37 +21,8 @@ struct Rebaser {
 }
 
 impl Backend for RegistryRebase {
-    fn name(&self) -> &'static str {
-        "registry"
-    }
-
-    fn setting(&self) -> &'static str {
-        "[runner] rebase = \"registry\""
-    }
-
-    fn permissions(&self) -> &'static [Rule] {
-        &[]
-    }
-
-    fn takes(&self, kind: ActionKind) -> bool {
-        kind == ActionKind::Rebase
-    }
-
-    fn retries(&self) -> bool {
-        true
-    }
-
-    /// It lived in the dead process only, and is idempotent.
-    fn after_restart(&self) -> AfterRestart {
-        AfterRestart::RunAgain
-    }
-
-    fn needs_app_digest(&self) -> bool {
-        false
-    }
-
-    fn path(&self) -> RebasePath {
-        RebasePath::Registry
+    fn facts(&self) -> &'static crate::config::Facts {
+        &crate::config::REGISTRY
     }
 
     /// No object: the daemon writes the rebased image itself.
@@ -72,7 +43,7 @@ impl Backend for RegistryRebase {
     fn start(
         &self,
         _: &Config,
-        _: &super::backend::Clusters,
+        _: &super::carrier::Clusters,
         _: CancellationToken,
     ) -> Result<Arc<dyn Carrier>, RunnerError> {
         Ok(Arc::new(Rebaser { run_docs: RunImageDocs::default() }))

@@ -22,66 +22,28 @@ mod undo;
 pub use guard::{guard, guard_index};
 
 use super::attempt::{Attempt, Digests, Next};
-use super::backend::{AfterRestart, Backend, Carrier, Rule};
-use super::kubernetes::ActionRef;
+use super::carrier::ActionRef;
+use super::carrier::{Backend, Carrier};
 use super::{Outcome, PreviewError, Runner, RunnerError};
-use crate::config::{Config, RebasePath};
+use crate::config::Config;
 use crate::ledger::ClaimedAction;
 use builder_monitor_core::deploy::{
     self as core, CHANGE_ANNOTATION, ContainerWrite, DeployProgress, DeployTarget, FIELD_MANAGER, Health,
     WorkloadProgress, WorkloadState,
 };
-use builder_monitor_core::plan::{ActionKind, ActionTarget};
+use builder_monitor_core::plan::ActionTarget;
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::schedule::{parse_timestamp, timestamp};
 
 /// Deploys to workloads: deploys only, in the cluster `[kubernetes]` selects.
 pub struct Workloads;
 
-const VERBS: &[&str] = &["get", "list", "watch", "patch"];
-
 /// What a deploy needs in each namespace it deploys to.
-pub const PERMISSIONS: &[Rule] = &[
-    Rule { group: "apps", resource: "deployments", verbs: VERBS },
-    Rule { group: "apps", resource: "statefulsets", verbs: VERBS },
-    Rule { group: "apps", resource: "daemonsets", verbs: VERBS },
-    Rule { group: "batch", resource: "cronjobs", verbs: VERBS },
-    Rule { group: "", resource: "pods", verbs: &["list", "watch"] },
-];
+pub use crate::config::DEPLOY_PERMISSIONS as PERMISSIONS;
 
 impl Backend for Workloads {
-    fn name(&self) -> &'static str {
-        "deploy"
-    }
-
-    fn setting(&self) -> &'static str {
-        "[[images]] deploy"
-    }
-
-    /// None in the build namespace: its permissions are in the deploy namespaces ([`PERMISSIONS`]).
-    fn permissions(&self) -> &'static [Rule] {
-        &[]
-    }
-
-    fn takes(&self, kind: ActionKind) -> bool {
-        kind == ActionKind::Deploy
-    }
-
-    fn retries(&self) -> bool {
-        true
-    }
-
-    /// The roll-out lives in the cluster and the write is recorded: it is followed again.
-    fn after_restart(&self) -> AfterRestart {
-        AfterRestart::Follow
-    }
-
-    fn needs_app_digest(&self) -> bool {
-        false
-    }
-
-    fn path(&self) -> RebasePath {
-        RebasePath::Runner
+    fn facts(&self) -> &'static crate::config::Facts {
+        &crate::config::WORKLOADS
     }
 
     fn preview(&self, _: &Config, action: &ActionRef<'_>, target: &ActionTarget) -> Result<Value, PreviewError> {
@@ -98,7 +60,7 @@ impl Backend for Workloads {
     fn start(
         &self,
         _: &Config,
-        clusters: &super::backend::Clusters,
+        clusters: &super::carrier::Clusters,
         _: tokio_util::sync::CancellationToken,
     ) -> Result<std::sync::Arc<dyn Carrier>, RunnerError> {
         let client = clusters.default.clone().ok_or(RunnerError::NoClient("deploy"))?;

@@ -8,9 +8,9 @@ use std::path::PathBuf;
 
 use toml::Spanned;
 
-use super::images::RunnerKind;
+use super::super::{Names, Validator, is_dns_label};
+use super::facts::RunnerKind;
 use super::kubernetes::{KubeRunnerSettings, RawKubeRunner};
-use super::{Validator, is_dns_label};
 
 /// The pool `[runner.kubernetes]` stands for.
 pub const DEFAULT_POOL: &str = "default";
@@ -72,7 +72,7 @@ impl Pool {
 
 /// What images and later checks need to know of a pool while the config is read.
 #[derive(Debug, Clone)]
-pub(super) struct PoolSummary {
+pub(in crate::config) struct PoolSummary {
     pub name: String,
     pub kind: RunnerKind,
     pub allow_privileged: bool,
@@ -99,15 +99,19 @@ fn is_platform(value: &str) -> bool {
 }
 
 impl<'a> Validator<'a> {
-    /// `[runner.kubernetes]` (pool `default`, when present) then `[[runner.pools]]`, in order.
+    /// `[runner.kubernetes]` (pool `default`, when present) then `[[runner.pools]]`, in order;
+    /// `pool_kinds` are the runner kinds that build in pools, the first the default of a pool
+    /// that names none under a runner that builds elsewhere.
     pub(super) fn pools(
         &mut self,
         kind: RunnerKind,
+        pool_kinds: &[RunnerKind],
         kind_span: Option<std::ops::Range<usize>>,
         default: Option<RawKubeRunner>,
         pools: Vec<Spanned<RawKubeRunner>>,
     ) -> Vec<Pool> {
-        let kube = matches!(kind, RunnerKind::Kubernetes | RunnerKind::Kpack);
+        let kube = pool_kinds.contains(&kind);
+        let first = pool_kinds[0];
         let mut out = Vec::new();
         // Every pool declared, valid or not: images are checked against them all the same.
         let mut summaries = Vec::new();
@@ -128,7 +132,7 @@ impl<'a> Validator<'a> {
                     self.error(span, message);
                 }
             }
-            let effective = if kube { kind } else { RunnerKind::Kubernetes };
+            let effective = if kube { kind } else { first };
             summaries.push(PoolSummary {
                 name: DEFAULT_POOL.into(),
                 kind: effective,
@@ -142,7 +146,7 @@ impl<'a> Validator<'a> {
             let span = kind_span.unwrap_or_else(|| pools[0].span());
             self.error(span, "[[runner.pools]] build on Kubernetes, runner type \"exec\" runs local commands: set [runner] type = \"kubernetes\" or \"kpack\" (the pools' default type)");
         }
-        let mut names: super::Names = out.iter().map(|p: &Pool| (p.name.clone(), 0)).collect();
+        let mut names: Names = out.iter().map(|p: &Pool| (p.name.clone(), 0)).collect();
         for entry in pools {
             let span = entry.span();
             let raw = entry.into_inner();
@@ -164,20 +168,19 @@ impl<'a> Validator<'a> {
             if !self.unique_name(&mut names, &name, "pool") {
                 continue;
             }
-            let pool_kind = match raw.kind.as_ref().map(|k| (k.get_ref().as_str(), k.span())) {
-                None => {
-                    if kube {
-                        kind
-                    } else {
-                        RunnerKind::Kubernetes
+            let named = raw.kind.as_ref().map(|k| (k.get_ref().as_str(), k.span()));
+            let pool_kind = match named {
+                None if kube => kind,
+                None => first,
+                Some((name, span)) => match pool_kinds.iter().find(|k| k.as_str() == name) {
+                    Some(known) => *known,
+                    None => {
+                        let names: Vec<&str> = pool_kinds.iter().map(|k| k.as_str()).collect();
+                        let expected = names.join(" or ");
+                        self.error(span, format!("unknown pool type \"{name}\", expected {expected}"));
+                        continue;
                     }
-                }
-                Some(("kubernetes", _)) => RunnerKind::Kubernetes,
-                Some(("kpack", _)) => RunnerKind::Kpack,
-                Some((other, span)) => {
-                    self.error(span, format!("unknown pool type \"{other}\", expected kubernetes or kpack"));
-                    continue;
-                }
+                },
             };
             summaries.push(PoolSummary {
                 name: name.get_ref().clone(),
@@ -291,7 +294,7 @@ impl<'a> Validator<'a> {
     /// A `pod_template` file, read relative to the config and checked: every field that is
     /// refused (what Pod Security refuses, or reaches `credential_secrets`, unless allowed; for
     /// kpack, what a Build cannot carry) is an error here.
-    pub(super) fn pod_template(
+    pub(in crate::config) fn pod_template(
         &mut self,
         path: &Spanned<String>,
         kpack: bool,
@@ -299,7 +302,7 @@ impl<'a> Validator<'a> {
         credential_secrets: &[String],
     ) -> Option<PodTemplate> {
         let file = self.path(path.get_ref());
-        let value = match super::pod_template::read(&file) {
+        let value = match super::super::pod_template::read(&file) {
             Ok(v) => v,
             Err(err) => {
                 self.error(path.span(), format!("pod_template: {err}"));
@@ -307,8 +310,8 @@ impl<'a> Validator<'a> {
             }
         };
         let mut ok = true;
-        let allowance = super::pod_template::Allowance { privileged: allow_privileged, credential_secrets };
-        for refusal in super::pod_template::refusals(&value, &allowance) {
+        let allowance = super::super::pod_template::Allowance { privileged: allow_privileged, credential_secrets };
+        for refusal in super::super::pod_template::refusals(&value, &allowance) {
             ok = false;
             self.error(path.span(), format!("pod_template {}: {refusal}", file.display()));
         }
@@ -318,7 +321,7 @@ impl<'a> Validator<'a> {
                 self.error(path.span(), format!("pod_template {}: {problem}", file.display()));
             }
         }
-        if kpack && let Err(fields) = super::pod_template::kpack_fields(&value) {
+        if kpack && let Err(fields) = super::super::pod_template::kpack_fields(&value) {
             ok = false;
             self.error(
                 path.span(),

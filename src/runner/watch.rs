@@ -1,0 +1,127 @@
+//! What a pool's client hears of its cluster ([`Health`]), and the objects of one kind the runner
+//! made there, kept current by a watch ([`Watched`]).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::objects::SELECTOR;
+pub use crate::config::unanswered;
+
+/// Requests in a row that got no answer before a pool counts as down.
+const DOWN_AFTER: u32 = 2;
+
+/// What a pool's client hears of its cluster: down after [`DOWN_AFTER`] unanswered requests in a
+/// row, up again at the first answer (the watch keeps trying with backoff). Each edge is logged
+/// once.
+#[derive(Debug, Default)]
+pub struct Health {
+    pool: String,
+    unanswered: AtomicU32,
+}
+
+impl Health {
+    pub fn new(pool: &str) -> Self {
+        Health { pool: pool.to_string(), unanswered: AtomicU32::new(0) }
+    }
+
+    pub fn answered(&self) {
+        if self.unanswered.swap(0, Ordering::Relaxed) >= DOWN_AFTER {
+            tracing::info!(pool = %self.pool, "the pool's cluster answers again; builds go to it");
+        }
+    }
+
+    pub fn unanswered(&self, error: &str) {
+        if self.unanswered.fetch_add(1, Ordering::Relaxed) + 1 == DOWN_AFTER {
+            tracing::warn!(pool = %self.pool, error, "the pool's cluster does not answer; its builds go to the next pool serving their platform");
+        }
+    }
+
+    pub fn answers(&self) -> bool {
+        self.unanswered.load(Ordering::Relaxed) < DOWN_AFTER
+    }
+}
+
+/// [`unanswered`] for a watch's errors.
+pub fn unanswered_watch(err: &kube::runtime::watcher::Error) -> bool {
+    use kube::runtime::watcher::Error;
+    match err {
+        Error::InitialListFailed(e) | Error::WatchStartFailed(e) | Error::WatchFailed(e) => unanswered(e),
+        _ => false,
+    }
+}
+
+/// The objects of one kind the runner made, kept current by a watch on the managed-by label.
+pub struct Watched {
+    objects: Mutex<HashMap<String, Value>>,
+    changed: Notify,
+}
+
+impl Watched {
+    /// Starts watching `api` until `stop`; what the watch hears (or not) of the cluster goes to
+    /// `health`.
+    pub fn start<K>(api: Api<K>, health: Arc<Health>, stop: CancellationToken) -> Arc<Self>
+    where
+        K: kube::Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug + Send + 'static,
+    {
+        let watched = Arc::new(Watched { objects: Mutex::new(HashMap::new()), changed: Notify::new() });
+        let w = watched.clone();
+        tokio::spawn(async move {
+            let mut events = watcher(api, watcher::Config::default().labels(SELECTOR)).default_backoff().boxed();
+            loop {
+                let event = tokio::select! {
+                    _ = stop.cancelled() => break,
+                    e = events.next() => e,
+                };
+                match &event {
+                    Some(Ok(_)) => health.answered(),
+                    Some(Err(err)) if unanswered_watch(err) => health.unanswered(&err.to_string()),
+                    _ => {}
+                }
+                match event {
+                    Some(Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o))) => {
+                        if let (Some(name), Ok(v)) = (o.meta().name.clone(), serde_json::to_value(&o)) {
+                            w.objects.lock().unwrap_or_else(|e| e.into_inner()).insert(name, v);
+                        }
+                    }
+                    Some(Ok(watcher::Event::Delete(o))) => {
+                        if let Some(name) = o.meta().name.clone() {
+                            w.objects.lock().unwrap_or_else(|e| e.into_inner()).remove(&name);
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    // A cluster that does not answer is logged by its health, once per outage.
+                    Some(Err(err)) if unanswered_watch(&err) => {
+                        tracing::debug!(error = %err, "watch of build objects failed; retrying")
+                    }
+                    Some(Err(err)) => tracing::warn!(error = %err, "watch of build objects failed; retrying"),
+                    None => break,
+                }
+                w.changed.notify_waiters();
+            }
+        });
+        watched
+    }
+
+    /// Waits until `seen` finds what it waits for in the object `name`.
+    pub async fn wait<T>(&self, name: &str, seen: impl Fn(&Value) -> Option<T>) -> T {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(result) = self.objects.lock().unwrap_or_else(|e| e.into_inner()).get(name).and_then(&seen) {
+                return result;
+            }
+            notified.await;
+        }
+    }
+}

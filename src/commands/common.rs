@@ -6,7 +6,6 @@ use std::path::Path;
 use builder_monitor::config::{Config, RegistrySettings, Secrets};
 use builder_monitor::metrics::Metrics;
 use builder_monitor::registry::Registry;
-use builder_monitor::runner;
 use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::reference::ImageRef;
 

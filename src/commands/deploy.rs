@@ -72,7 +72,7 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
     // recorded where no daemon could write them, with no cluster to be configured at all (a
     // running daemon decides for itself, and a deploy waits there while its cluster does).
     let to_workloads =
-        builder_monitor::runner::backend::for_action(&config.runner, ActionKind::Deploy).name() == "deploy";
+        config.runner.carrier(ActionKind::Deploy).backend == builder_monitor::config::BackendKind::Workloads;
     if to_workloads && let Err(error) = cluster::client(&config.kubernetes).await {
         return Err(usage(anyhow::anyhow!(
             "image \"{image}\"'s deploy needs a Kubernetes cluster, and none can be configured ({error}): {}",

@@ -236,7 +236,7 @@ impl Tree {
             tree.files.insert(module, (shown.clone(), lex(text)));
         }
         tree.modules = tree.files.keys().cloned().collect();
-        const ITEMS: &[&str] = &["fn", "struct", "enum", "union", "trait", "type", "const", "static", "macro_rules"];
+        const ITEMS: &[&str] = &["fn", "struct", "enum", "union", "trait", "type", "const", "static"];
         for (module, (_, toks)) in &tree.files {
             let names = toks.windows(3).filter_map(|w| match w {
                 [Tok::Ident(kw), Tok::Ident(n), _] if ITEMS.contains(&kw.as_str()) => Some(n.clone()),
@@ -255,6 +255,7 @@ impl Tree {
         tree
     }
 
+    /// Every `.rs` file under `src`, each shown as `shown_prefix` and its path there.
     pub fn read(src: &Path, shown_prefix: &str) -> Tree {
         let mut paths = Vec::new();
         rust_files(src, &mut paths);

@@ -232,8 +232,9 @@ impl Tree {
     pub fn new(files: &[(String, String, String)]) -> Tree {
         let mut tree = Tree::default();
         for (shown, relative, text) in files {
-            let module = module_path(relative);
-            tree.files.insert(module, (shown.clone(), lex(text)));
+            // lib.rs and main.rs are both the root: their two crates share `src`, so one tree.
+            let entry = tree.files.entry(module_path(relative)).or_insert_with(|| (shown.clone(), Vec::new()));
+            entry.1.extend(lex(text));
         }
         tree.modules = tree.files.keys().cloned().collect();
         const ITEMS: &[&str] = &["fn", "struct", "enum", "union", "trait", "type", "const", "static"];
@@ -347,6 +348,7 @@ impl Tree {
         Some(path)
     }
 
+    /// What a `use` in `here` binds: a name for `resolve` to follow, or a glob.
     fn bind(&mut self, here: &ModPath, written: &Written, path: ModPath) {
         if written.glob {
             return self.globs.entry(here.clone()).or_default().push(path);
@@ -396,7 +398,7 @@ impl Tree {
         module
     }
 
-    /// Every module each file-backed module's file imports something from (itself left out).
+    /// Every module each file-backed module's file (its test code apart) imports something from.
     fn imported_modules(&self) -> BTreeMap<(ModPath, bool), BTreeSet<ModPath>> {
         let mut out: BTreeMap<(ModPath, bool), BTreeSet<ModPath>> = BTreeMap::new();
         for (file, path, glob, in_test) in &self.refs {
@@ -452,7 +454,7 @@ impl Tree {
         self.files.get(&module).map_or_else(|| format!("{} (inline)", module.join("::")), |(f, _)| f.clone())
     }
 
-    /// Every circle in every folder, as its files (sorted), with the graph it was found in.
+    /// Every circle in every folder, as its files (sorted), with the arrows between them.
     pub fn circles(&self) -> BTreeMap<Vec<String>, String> {
         let mut found = BTreeMap::new();
         for folder in self.folders() {

@@ -3,7 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::*;
+use super::limits::bounded;
+use super::model::{Buildpack, Target};
+use super::parse::{ModuleDoc, StackDoc, env_value, label, null_default, parse_config, target};
+use super::{BUILD_METADATA, LIFECYCLE_METADATA, MetadataError, STACK_ID};
 
 /// The run image an app image was built on or last rebased onto.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

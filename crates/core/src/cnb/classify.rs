@@ -4,7 +4,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use super::*;
+use super::change::{BuildpackChange, Change, ChangeKind, FromTo, PlatformChange, Reason};
+use super::model::{BuilderMetadata, OrderEntry, PinnedMetadata, PlatformMetadata, RunImagePin};
+use crate::reference::ImageRef;
+use crate::text::escape;
 
 /// Compares two run image names, treating `index.docker.io/x` and `docker.io/x` as one.
 pub(super) fn same_image(a: &str, b: &str) -> bool {

@@ -5,37 +5,15 @@
 
 use std::collections::BTreeSet;
 
-use serde::{Deserialize, Serialize};
-
-use super::{Change, ChangeKind, FromTo, PinnedMetadata, PlatformMetadata, Reason, STACK_ID, parse_config};
+use super::STACK_ID;
+use super::change::{Change, ChangeKind, FromTo, Reason};
+use super::model::{BaseRelease, PinnedMetadata, PlatformMetadata};
+use super::parse::parse_config;
 
 const DISTRO_NAME: &str = "io.buildpacks.base.distro.name";
 const DISTRO_VERSION: &str = "io.buildpacks.base.distro.version";
 /// The longest label value kept as a release's stack id, distro name or version.
 const MAX_RELEASE_BYTES: usize = 128;
-
-/// The OS release a base image says it is, from its labels (each absent when unlabelled).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BaseRelease {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stack_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub distro_name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub distro_version: Option<String>,
-}
-
-impl BaseRelease {
-    /// `ubuntu 22.04`, when the distro labels are there.
-    fn distro(&self) -> Option<String> {
-        match (&self.distro_name, &self.distro_version) {
-            (None, None) => None,
-            (name, version) => {
-                Some([name.as_deref(), version.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(" "))
-            }
-        }
-    }
-}
 
 /// The release an image config's labels name; `None` for an unreadable config or one without
 /// any of the labels (not a CNB base image).

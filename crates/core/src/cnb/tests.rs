@@ -1,5 +1,6 @@
 use super::*;
 use serde_json::json;
+use std::collections::BTreeMap;
 
 /// An image config JSON with these labels, env and layers.
 fn config(labels: serde_json::Value, env: &[&str], diff_ids: &[&str], arch: &str) -> Vec<u8> {

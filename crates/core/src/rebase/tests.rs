@@ -1,5 +1,9 @@
+use super::history::is_empty_layer;
+use super::image::{DOCKER_CONFIG, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST};
 use super::*;
 use serde_json::json;
+use sha2::{Digest as _, Sha256};
+use std::collections::BTreeMap;
 
 const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
 const OCI_LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";

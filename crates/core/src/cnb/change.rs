@@ -1,0 +1,229 @@
+//! The change object of `builder.changed` and `run_image.changed` events: what kind of move it is,
+//! why, what moved, and the one line people read.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::packages::{self, PackageDiff, Packages};
+use crate::text::escape;
+
+/// The cheapest correct reaction to a move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChangeKind {
+    /// Nothing that affects app images moved.
+    None,
+    /// Only the run image / base layers moved: app images can be rebased.
+    Rebase,
+    /// Metadata missing or unreadable on either side: policies decide (default rebuild).
+    Unknown,
+    /// Buildpacks, lifecycle, order or stack identity changed: app images must be rebuilt.
+    Rebuild,
+}
+
+impl ChangeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeKind::None => "none",
+            ChangeKind::Rebase => "rebase",
+            ChangeKind::Rebuild => "rebuild",
+            ChangeKind::Unknown => "unknown",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "none" => ChangeKind::None,
+            "rebase" => ChangeKind::Rebase,
+            "rebuild" => ChangeKind::Rebuild,
+            "unknown" => ChangeKind::Unknown,
+            _ => return None,
+        })
+    }
+}
+
+/// Why a change is what it is, in kpack's vocabulary where it has one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Reason {
+    /// Base layers (everything but buildpack layers) or the run image changed.
+    Stack,
+    /// A buildpack was added, removed, changed version or was republished (new layer, same version).
+    Buildpack,
+    /// The lifecycle version changed.
+    Lifecycle,
+    /// The detection order changed.
+    Order,
+    /// Stack id, target (os/arch/variant/distro), mixins or the CNB user/group changed.
+    StackId,
+    /// The run image itself moved (always with STACK).
+    RunImage,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct BuildpackChange {
+    pub id: String,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    /// Same version, different layer: the buildpack was republished.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub republished: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FromTo {
+    pub from: Option<String>,
+    pub to: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlatformChange {
+    pub kind: ChangeKind,
+    pub reasons: Vec<Reason>,
+}
+
+/// Package moves a summary line names before `; N more`.
+const SUMMARY_PACKAGES: usize = 3;
+
+/// The `change` object of `builder.changed` and `run_image.changed` events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    pub kind: ChangeKind,
+    #[serde(default)]
+    pub reasons: Vec<Reason>,
+    #[serde(default)]
+    pub buildpacks: Vec<BuildpackChange>,
+    #[serde(default)]
+    pub lifecycle: Option<FromTo>,
+    #[serde(default)]
+    pub run_image: Option<FromTo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_id: Option<FromTo>,
+    /// The OS release a run image moved between (`ubuntu 22.04` → `ubuntu 24.04`), from its
+    /// `io.buildpacks.base.distro.*` labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distro: Option<FromTo>,
+    /// Per-platform kinds and reasons, when the builder has platforms.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub platforms: BTreeMap<String, PlatformChange>,
+    /// Why the kind is `unknown`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// Which OS packages moved, when the base or run image moved and both sides list them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packages: Option<PackageDiff>,
+    /// Why a base move has no (or only a partial) package diff: a list unreadable or cut at its
+    /// cap, a side without.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packages_note: Option<String>,
+    /// What was left unread or not kept on the new side (an index cut to `max_platforms`, parts of
+    /// a pin over its ledger budget), so the change was decided on less than the whole image.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+impl Change {
+    pub(super) fn of_kind(kind: ChangeKind) -> Self {
+        Change {
+            kind,
+            reasons: Vec::new(),
+            buildpacks: Vec::new(),
+            lifecycle: None,
+            run_image: None,
+            stack_id: None,
+            distro: None,
+            platforms: BTreeMap::new(),
+            note: None,
+            packages: None,
+            packages_note: None,
+            notes: Vec::new(),
+        }
+    }
+
+    /// Adds the package diff of a base move from `before` to `after` (platform → list); `names`
+    /// (before, after) name the images in the note of a cut list.
+    pub fn with_packages(
+        mut self,
+        before: &BTreeMap<String, Packages>,
+        after: &BTreeMap<String, Packages>,
+        names: (&str, &str),
+    ) -> Self {
+        (self.packages, self.packages_note) = packages::diff_platforms(before, after, names);
+        self
+    }
+
+    /// A move whose meaning cannot be told, and why.
+    pub fn unknown(note: impl Into<String>) -> Self {
+        let mut change = Change::of_kind(ChangeKind::Unknown);
+        change.note = Some(note.into());
+        change
+    }
+
+    /// A run image move: app images on it can be rebased.
+    pub fn run_image_moved(from: String, to: String) -> Self {
+        let mut change = Change::of_kind(ChangeKind::Rebase);
+        change.reasons = vec![Reason::Stack, Reason::RunImage];
+        change.run_image = Some(FromTo { from: Some(from), to: Some(to) });
+        change
+    }
+
+    /// What moved, for people: `heroku/nodejs 3.2.1 → 3.3.0; lifecycle 0.21.13 → 0.21.14`. The
+    /// names come from registries, so their control characters are escaped.
+    pub fn details(&self) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        fn v(s: &Option<String>) -> Cow<'_, str> {
+            s.as_deref().map(escape).unwrap_or(Cow::Borrowed("?"))
+        }
+        for b in &self.buildpacks {
+            let id = escape(&b.id);
+            let (from, to) = (b.from.as_deref().map(escape), b.to.as_deref().map(escape));
+            parts.push(match (from, to) {
+                (Some(f), Some(t)) if b.republished => format!("{id} {f} republished ({t})"),
+                (Some(f), Some(t)) => format!("{id} {f} → {t}"),
+                (None, Some(t)) => format!("{id} {t} added"),
+                (Some(f), None) => format!("{id} {f} removed"),
+                (None, None) => format!("{id} changed"),
+            });
+        }
+        if let Some(l) = &self.lifecycle {
+            parts.push(format!("lifecycle {} → {}", v(&l.from), v(&l.to)));
+        }
+        if let Some(s) = &self.stack_id {
+            parts.push(format!("stack {} → {}", v(&s.from), v(&s.to)));
+        } else if self.reasons.contains(&Reason::StackId) && self.distro.is_none() {
+            parts.push("target, mixins or CNB user changed".into());
+        }
+        if let Some(d) = &self.distro {
+            parts.push(format!("distro {} → {}", v(&d.from), v(&d.to)));
+        }
+        if self.reasons.contains(&Reason::Order) {
+            parts.push("detection order changed".into());
+        }
+        if let Some(r) = &self.run_image {
+            let short = |s: &Option<String>| crate::text::short_reference(&v(s)).into_owned();
+            parts.push(format!("run image {} → {}", short(&r.from), short(&r.to)));
+        } else if self.reasons.contains(&Reason::Stack) {
+            parts.push("base layers changed".into());
+        }
+        if let Some(packages) = &self.packages {
+            parts.push(packages.brief(SUMMARY_PACKAGES));
+        }
+        if let Some(note) = &self.note {
+            parts.push(escape(note).into_owned());
+        }
+        if parts.is_empty() {
+            parts.push(match self.kind {
+                ChangeKind::None => "nothing that affects app images changed".into(),
+                _ => "no details".into(),
+            });
+        }
+        parts.join("; ")
+    }
+
+    /// One line for people: `rebuild: heroku/nodejs 3.2.1 → 3.3.0; lifecycle 0.21.13 → 0.21.14`.
+    pub fn summary(&self) -> String {
+        format!("{}: {}", self.kind.as_str(), self.details())
+    }
+}

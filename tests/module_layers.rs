@@ -64,20 +64,6 @@ const CORE_LAYERS: &[&str] = &[
 const KNOWN_CIRCLES_BEING_REMOVED: &[&[&str]] = &[
     // `stable_id` lives in event.rs; deploy.rs names its work by it.
     &["crates/core/src/deploy.rs", "crates/core/src/event.rs"],
-    // `[runner]` lives in images.rs; pod_template.rs takes `k8s_typed` from kubernetes.rs.
-    &["src/config/images.rs", "src/config/kubernetes.rs", "src/config/pod_template.rs", "src/config/pools.rs"],
-    // backend.rs names every kind; the kinds take `ActionRef` from kubernetes.rs.
-    &[
-        "src/runner/backend.rs",
-        "src/runner/deploy/mod.rs",
-        "src/runner/exec.rs",
-        "src/runner/gitops.rs",
-        "src/runner/kpack.rs",
-        "src/runner/kubernetes.rs",
-        "src/runner/none.rs",
-        "src/runner/pool.rs",
-        "src/runner/registry_rebase.rs",
-    ],
 ];
 
 /// Crates that do I/O: the core depends on none of them.

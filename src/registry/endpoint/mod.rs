@@ -15,9 +15,26 @@ use reqwest::{StatusCode, Url};
 use tokio::time::Instant;
 
 pub use limiter::rate_limiter;
+
+/// `scheme://host:port` of a URL, for messages: never its path or query (signed URLs carry secrets).
+pub(in crate::registry) fn origin_of(url: &Url) -> String {
+    url.origin().ascii_serialization()
+}
+
+pub(in crate::registry) fn is_redirect(status: StatusCode) -> bool {
+    matches!(
+        status,
+        StatusCode::MOVED_PERMANENTLY
+            | StatusCode::FOUND
+            | StatusCode::SEE_OTHER
+            | StatusCode::TEMPORARY_REDIRECT
+            | StatusCode::PERMANENT_REDIRECT
+    )
+}
+
 #[cfg(test)]
 pub(super) use limiter::{parse_quota, retry_after};
-pub(super) use send::{Call, Fetch, Payload, is_redirect, origin_of};
+pub(super) use send::{Call, Fetch, Payload};
 pub(super) use tokens::pull_scope;
 use tokens::{Scheme, TokenExpiry};
 

@@ -9,24 +9,8 @@ use reqwest::{Method, Response, StatusCode, Url};
 
 use super::limiter::retry_after;
 use super::tokens::pull_scope;
-use super::{Endpoint, describe};
+use super::{Endpoint, describe, is_redirect, origin_of};
 use crate::registry::{MANIFEST_ACCEPT, MAX_REDIRECTS, RegistryError, speaks_plain_http, whole_seconds};
-
-/// `scheme://host:port` of a URL, for messages: never its path or query (signed URLs carry secrets).
-pub(in crate::registry) fn origin_of(url: &Url) -> String {
-    url.origin().ascii_serialization()
-}
-
-pub(in crate::registry) fn is_redirect(status: StatusCode) -> bool {
-    matches!(
-        status,
-        StatusCode::MOVED_PERMANENTLY
-            | StatusCode::FOUND
-            | StatusCode::SEE_OTHER
-            | StatusCode::TEMPORARY_REDIRECT
-            | StatusCode::PERMANENT_REDIRECT
-    )
-}
 
 /// What a registry request fetches; it decides where a redirect may lead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

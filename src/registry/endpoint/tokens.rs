@@ -8,8 +8,7 @@ use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, WWW_AUTHENTICATE};
 
 use super::limiter::retry_after;
-use super::send::{is_redirect, origin_of};
-use super::{Endpoint, describe};
+use super::{Endpoint, describe, is_redirect, origin_of};
 use crate::config::{Credentials, Secret};
 use crate::registry::{Challenge, RegistryError, Token, parse_challenge, parse_token_response, whole_seconds};
 

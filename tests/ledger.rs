@@ -5,6 +5,10 @@
 mod deploy_reads;
 #[path = "ledger/deploys.rs"]
 mod deploys;
+#[path = "ledger/fixture.rs"]
+mod fixture;
+#[path = "ledger/fixture_writer.rs"]
+mod fixture_writer;
 #[path = "ledger/outbox.rs"]
 mod outbox;
 #[path = "ledger/rollout.rs"]

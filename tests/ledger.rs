@@ -7,8 +7,6 @@ mod deploy_reads;
 mod deploys;
 #[path = "ledger/fixture.rs"]
 mod fixture;
-#[path = "ledger/fixture_writer.rs"]
-mod fixture_writer;
 #[path = "ledger/outbox.rs"]
 mod outbox;
 #[path = "ledger/rollout.rs"]

@@ -5,6 +5,7 @@ pub mod cnb;
 pub mod deploy;
 pub mod event;
 pub mod gitops;
+pub mod id;
 pub mod packages;
 pub mod plan;
 pub mod pool;

@@ -60,7 +60,7 @@ fn deploy(change: usize, i: usize) -> NewAction {
         "builder": "registry.test/b@sha256:00", "run_image": null, "source": null, "why": "bench",
     });
     let mut target: builder_monitor_core::plan::ActionTarget = serde_json::from_value(target).expect("a target");
-    target.deploy = Some(DeployTarget {
+    target.plan = builder_monitor_core::plan::ActionPlan::Deploy(DeployTarget {
         digest: format!("sha256:{change:064x}"),
         reference: reference(i, change),
         workloads: vec![workload(i)],

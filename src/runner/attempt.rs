@@ -205,8 +205,7 @@ mod tests {
             app_reference: None,
             reasons: vec![],
             scheduling: Default::default(),
-            deploy: None,
-            gitops: None,
+            plan: Default::default(),
         };
         NewAction::new(format!("k-{change}"), change.into(), "app".into(), ActionKind::Rebuild, target)
     }

@@ -66,7 +66,7 @@ impl Backend for Commits {
     }
 
     fn preview(&self, _: &Config, _: &ActionRef<'_>, target: &ActionTarget) -> Result<serde_json::Value, PreviewError> {
-        Ok(serde_json::json!({ "gitops": target.gitops, "target": target }))
+        Ok(serde_json::json!({ "gitops": target.plan.gitops(), "target": target }))
     }
 
     fn start(
@@ -162,7 +162,7 @@ struct Value {
 }
 
 async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) -> Result<Done, Done> {
-    let plan = target.gitops.as_ref().ok_or_else(|| Done::failed("not a gitops action".into(), Next::Final))?;
+    let plan = target.plan.gitops().ok_or_else(|| Done::failed("not a gitops action".into(), Next::Final))?;
     let config = &runner.config;
     let t =
         config.gitops.iter().find(|t| t.name == plan.target).ok_or_else(|| {

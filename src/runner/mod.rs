@@ -628,8 +628,7 @@ mod tests {
             app_reference: None,
             reasons: vec![],
             scheduling: Default::default(),
-            deploy: None,
-            gitops: None,
+            plan: Default::default(),
         }
     }
 

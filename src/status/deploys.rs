@@ -95,7 +95,7 @@ fn entries(image: &str, workload: &Workload, action: Option<&LatestAction>, out:
         action: None,
         change: None,
     };
-    let target = action.and_then(|a| a.target.as_ref()).and_then(|t| t.deploy.as_ref());
+    let target = action.and_then(|a| a.target.as_ref()).and_then(|t| t.plan.deploy());
     let progress: Option<WorkloadProgress> = action
         .and_then(|a| a.record.progress.clone())
         .and_then(|p| serde_json::from_value::<DeployProgress>(p).ok())
@@ -356,7 +356,7 @@ mod tests {
         held.record.detail = Some("held: canary petclinic failed".into());
         let mut old = latest("petclinic", ActionState::Succeeded, 'a', serde_json::Value::Null);
         // Its target named only the Deployment: the CronJob came later.
-        if let Some(d) = old.target.as_mut().and_then(|t| t.deploy.as_mut()) {
+        if let Some(d) = old.target.as_mut().and_then(|t| t.plan.deploy_mut()) {
             d.workloads.truncate(1);
         }
         let shown = deploys(&images(), &[held, old]);

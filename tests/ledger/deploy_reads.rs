@@ -73,7 +73,7 @@ async fn each_images_newest_deploy_is_read_with_its_progress_and_hold() {
             vec![("orders", "m2", ActionState::Failed, true), ("petclinic", "m3", ActionState::Superseded, false)],
             "the newest per image, by image"
         );
-        let digest = |i: usize| latest[i].target.as_ref().and_then(|t| t.deploy.as_ref()).map(|d| d.digest.clone());
+        let digest = |i: usize| latest[i].target.as_ref().and_then(|t| t.plan.deploy()).map(|d| d.digest.clone());
         assert_eq!((digest(0).as_deref(), digest(1).as_deref()), (Some(b), Some(c)));
         assert_eq!(latest[0].record.detail.as_deref(), Some("Deployment shop/orders: ProgressDeadlineExceeded"));
 

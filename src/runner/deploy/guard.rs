@@ -160,8 +160,7 @@ impl Runner {
             app_reference: None,
             reasons: Vec::new(),
             scheduling: Default::default(),
-            deploy: None,
-            gitops: None,
+            plan: Default::default(),
         };
         let mut event =
             self.event(&claimed, &target, EventType::DeployOverridden, Some(detail.clone()), None, &Digests::default());

@@ -20,6 +20,7 @@ mod record;
 mod undo;
 
 pub use guard::{guard, guard_index};
+pub use record::{Origin, deploy_action};
 
 use super::attempt::{Attempt, Digests, Next};
 use super::backend::{AfterRestart, Backend, Carrier, Rule};
@@ -85,7 +86,7 @@ impl Backend for Workloads {
     }
 
     fn preview(&self, _: &Config, action: &ActionRef<'_>, target: &ActionTarget) -> Result<Value, PreviewError> {
-        let deploy = target.deploy.as_ref();
+        let deploy = target.plan.deploy();
         Ok(serde_json::json!({
             "runner": "deploy",
             "workloads": deploy.map(|d| &d.workloads),
@@ -118,7 +119,7 @@ impl Carrier for Started {
         target: &'a ActionTarget,
     ) -> BoxFuture<'a, Attempt> {
         Box::pin(async move {
-            let Some(deploy) = target.deploy.as_ref() else {
+            let Some(deploy) = target.plan.deploy() else {
                 return Attempt::failed("a deploy action without a deploy target".into(), Next::Final);
             };
             let progress = action.progress.clone().and_then(|p| serde_json::from_value(p).ok()).unwrap_or_default();

@@ -104,7 +104,7 @@ impl Serialize for ShownAction {
             decided_at: Option<chrono::DateTime<chrono::Utc>>,
             created: String,
             #[serde(skip_serializing_if = "Option::is_none")]
-            progress: Option<&'a serde_json::Value>,
+            progress: Option<&'a builder_monitor_core::progress::Progress>,
             #[serde(skip_serializing_if = "std::ops::Not::not")]
             holds: bool,
         }
@@ -583,6 +583,10 @@ mod tests {
     /// build Kueue holds is `queued`, a pending action a gate keeps back `waiting`, as in `pending`.
     #[test]
     fn recent_actions_show_the_state_pending_shows() {
+        let placed = |queued: bool| {
+            let json = serde_json::json!({"pool": "linux", "queued": queued});
+            builder_monitor_core::progress::Progress::read(builder_monitor_core::plan::ActionKind::Rebuild, json)
+        };
         let at = |t: &str| parse_timestamp(t).unwrap();
         let record = ActionRecord {
             key: "k".into(),
@@ -601,14 +605,14 @@ mod tests {
             decided_by: Some("alice (cli)".into()),
             decided_at: Some(at("2026-11-30T11:00:00Z")),
             created: at("2026-11-30T10:00:00Z"),
-            progress: Some(serde_json::json!({"pool": "linux", "queued": false})),
+            progress: placed(false),
             holds: true,
         };
         let shown = |r: &ActionRecord, gated: &[&str]| {
             serde_json::to_value(ShownAction::new(r.clone(), &gated.iter().copied().collect())).unwrap()
         };
         assert_eq!(shown(&record, &[]), serde_json::to_value(&record).unwrap(), "every field as the record's");
-        let queued = ActionRecord { progress: Some(serde_json::json!({"pool": "linux", "queued": true})), ..record };
+        let queued = ActionRecord { progress: placed(true), ..record };
         assert_eq!(shown(&queued, &[])["state"], "queued");
         let pending = ActionRecord { state: ActionState::Pending, progress: None, ..queued };
         assert_eq!(shown(&pending, &[])["state"], "pending");

@@ -342,6 +342,7 @@ async fn carry_out(
         "container": "app", "state": state, "detail": (state == "failed").then_some("ProgressDeadlineExceeded: no progress in 600s"),
         "containers": [{ "name": "app", "previous": format!("127.0.0.1:9/apps/{image}:old"),
                          "image": format!("127.0.0.1:9/apps/{image}@{digest}") }] }] });
+    let progress = builder_monitor_core::progress::Progress::read(kind, progress).unwrap();
     assert!(ledger.record_progress(&claimed[0].key, progress).await.unwrap());
     let end = ActionEnd {
         key: &claimed[0].key,

@@ -187,7 +187,7 @@ async fn action(ledger: &Ledger, image: &str, change: usize) -> Option<ActionRec
 }
 
 fn pool_of(record: &ActionRecord) -> Option<String> {
-    record.progress.as_ref()?["pool"].as_str().map(String::from)
+    record.progress.as_ref()?.build().map(|b| b.pool.clone())
 }
 
 fn only(double: &KubeDouble, plural: &str) -> Value {

@@ -12,6 +12,7 @@ use super::{DeliveryKey, LedgerError, TagMove, time};
 use builder_monitor_core::event::Event;
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::pool::BuildProgress;
+use builder_monitor_core::progress::Progress;
 use builder_monitor_core::rollout::{Freeze, GateAction, Rollout, Wait, gate};
 
 /// Where an action is; it lives in the core, where the roll-out gate reads it.
@@ -237,7 +238,7 @@ pub struct ClaimedAction {
     /// The local command's process group, once the exec runner started it.
     pub process: Option<ProcessGroup>,
     /// What an earlier attempt recorded of its progress (a deploy's previous images and writes).
-    pub progress: Option<serde_json::Value>,
+    pub progress: Option<Progress>,
 }
 
 /// A local command's process group: its id (the leader's pid) and the leader's start time, so a
@@ -297,7 +298,7 @@ pub struct ActionRecord {
     /// What the action recorded of its progress (a deploy: each workload's previous and written
     /// images, and its health).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub progress: Option<serde_json::Value>,
+    pub progress: Option<Progress>,
     /// It holds its image (a failed or overridden deploy) until a newer change or `release`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub holds: bool,
@@ -378,8 +379,15 @@ impl ActionRecord {
 }
 
 /// A build's recorded placement, from its action's `progress` (a deploy's progress is not one).
-pub fn placed(progress: Option<&serde_json::Value>) -> Option<BuildProgress> {
-    progress.filter(|p| p.get("pool").is_some()).and_then(|p| serde_json::from_value(p.clone()).ok())
+pub fn placed(progress: Option<&Progress>) -> Option<BuildProgress> {
+    progress.and_then(Progress::build).cloned()
+}
+
+/// A stored progress record of an action of `kind` (its stored name); one that does not read as
+/// that kind's record is read as none (it is a record of what was written, never a reason to stop
+/// an action: a deploy reads its workloads again).
+pub(super) fn read_progress(kind: &str, value: Option<serde_json::Value>) -> Option<Progress> {
+    ActionKind::parse(kind).zip(value).and_then(|(kind, value)| Progress::read(kind, value))
 }
 
 impl Serialize for OpenAction {
@@ -442,11 +450,7 @@ pub trait Actions {
 
     /// Records a `running` action's progress (nothing otherwise): what a deploy is about to write
     /// and what the fields held before, before it writes. Answers whether it was recorded.
-    fn record_progress(
-        &self,
-        key: &str,
-        progress: serde_json::Value,
-    ) -> impl Future<Output = Result<bool, LedgerError>> + Send;
+    fn record_progress(&self, key: &str, progress: Progress) -> impl Future<Output = Result<bool, LedgerError>> + Send;
 
     /// Marks a finished action as holding its image ([`ImageHold`]), with its events, in one
     /// write. Answers whether it did (not when the action is unknown or released).

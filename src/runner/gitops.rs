@@ -13,8 +13,8 @@
 
 use std::collections::BTreeMap;
 
+use builder_monitor_core::progress::Progress;
 use futures::future::BoxFuture;
-use serde::{Deserialize, Serialize};
 
 use super::backend::{AfterRestart, Backend, Carrier, Rule};
 use super::git::{GitError, Push, Repo};
@@ -79,24 +79,8 @@ impl Backend for Commits {
     }
 }
 
-/// What a gitops action records, before it pushes (and keeps after): the commit, where it goes,
-/// and the value it wrote for each name (an image, or `builder:NAME`), which the next action
-/// compares the files with to see a person's change.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CommitProgress {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub commit: Option<String>,
-    /// The commit `commit` was made on: where a later attempt's search for it starts.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub base: Option<String>,
-    pub branch: String,
-    #[serde(default)]
-    pub files: Vec<String>,
-    /// `path#name` → what that file holds for the name after this commit (a digest, or a marker's
-    /// whole reference).
-    #[serde(default)]
-    pub written: BTreeMap<String, String>,
-}
+/// What a gitops action records (in the core, where every kind's progress record is).
+pub use builder_monitor_core::gitops::CommitProgress;
 
 /// What one attempt found or did, for the runner's record.
 struct Done {
@@ -178,7 +162,7 @@ async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) 
     let last = last_written(&recent, action);
     let mut baseline = BTreeMap::new();
     // What an earlier attempt of this action recorded before its push (which may have landed).
-    let earlier = action.progress.clone().and_then(|p| serde_json::from_value::<CommitProgress>(p).ok());
+    let earlier = action.progress.as_ref().and_then(Progress::gitops).cloned();
     let mut lost = Vec::new();
     for round in 0..PUSH_ROUNDS {
         // On the push branch when it exists (earlier commits waiting for review), else on `branch`.
@@ -239,8 +223,7 @@ async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) 
                 files: Vec::new(),
                 written: applied.written.clone(),
             };
-            let _ =
-                runner.ledger.record_progress(&action.key, serde_json::to_value(&progress).unwrap_or_default()).await;
+            let _ = runner.ledger.record_progress(&action.key, Progress::Gitops(progress)).await;
             let detail = format!("nothing to commit: {}'s files hold these digests already", t.name);
             return Ok(Done {
                 outcome: ok(detail),
@@ -271,8 +254,7 @@ async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) 
             written: applied.written.clone(),
         };
         // Recorded before the push: a crash after it finds the commit by its trailer.
-        let recorded = serde_json::to_value(&progress).unwrap_or_default();
-        if !runner.ledger.record_progress(&action.key, recorded).await.unwrap_or(false) {
+        if !runner.ledger.record_progress(&action.key, Progress::Gitops(progress.clone())).await.unwrap_or(false) {
             return Err(Done::failed(
                 "cannot record the commit before pushing it; nothing was pushed".into(),
                 Next::Retry,
@@ -327,7 +309,7 @@ async fn undone(
     let mut written = ours.written.clone();
     written.extend(applied.changed_by_others.iter().cloned());
     let progress = CommitProgress { commit: Some(found.to_string()), written, ..ours.clone() };
-    let _ = runner.ledger.record_progress(&action.key, serde_json::to_value(&progress).unwrap_or_default()).await;
+    let _ = runner.ledger.record_progress(&action.key, Progress::Gitops(progress)).await;
     Ok(applied.overridden.into_iter().map(|(name, _, _)| name).collect())
 }
 
@@ -388,9 +370,8 @@ fn last_written(recent: &[crate::ledger::ActionRecord], action: &ClaimedAction) 
                 && matches!(a.state, ActionState::Succeeded | ActionState::Skipped)
         })
         .max_by_key(|a| a.updated)
-        .and_then(|a| a.progress.clone())
-        .and_then(|p| serde_json::from_value::<CommitProgress>(p).ok())
-        .map(|p| p.written)
+        .and_then(|a| a.progress.as_ref()?.gitops())
+        .map(|p| p.written.clone())
         .unwrap_or_default()
 }
 

@@ -26,6 +26,7 @@ use crate::config::{Config, Pool, RunnerKind};
 use crate::ledger::ClaimedAction;
 use builder_monitor_core::plan::ActionTarget;
 use builder_monitor_core::pool::{BuildProgress, PoolView, candidates};
+use builder_monitor_core::progress::Progress;
 use builder_monitor_core::reference::ImageRef;
 
 /// Requests in a row that got no answer before a pool counts as down.
@@ -198,8 +199,7 @@ impl Site {
 }
 
 async fn record(runner: &Runner, action: &ClaimedAction, progress: &BuildProgress) -> bool {
-    let value = serde_json::to_value(progress).unwrap_or(Value::Null);
-    match runner.ledger.record_progress(&action.key, value).await {
+    match runner.ledger.record_progress(&action.key, Progress::Build(progress.clone())).await {
         Ok(recorded) => recorded,
         Err(err) => {
             tracing::error!(action = %action.key, error = %err, "cannot record the build's pool");
@@ -250,7 +250,7 @@ impl Pools {
         let reference = super::reference(action);
         let image = runner.config.image(&action.image);
         let image_template = image.and_then(|i| i.pod_template.as_ref()).map(|t| &t.value);
-        let recorded = action.progress.clone().and_then(|p| serde_json::from_value::<BuildProgress>(p).ok());
+        let recorded = action.progress.as_ref().and_then(Progress::build).cloned();
         if let Some(mut progress) = recorded {
             let Some(site) = self.site(&progress.pool) else {
                 return failed(format!(

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::config::ImageSettings;
 use crate::ledger::{ActionState, LatestAction};
-use builder_monitor_core::deploy::{DeployProgress, Workload, WorkloadKind, WorkloadProgress, WorkloadState};
+use builder_monitor_core::deploy::{Workload, WorkloadKind, WorkloadProgress, WorkloadState};
 use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::schedule::timestamp_millis;
 use builder_monitor_core::text::escape;
@@ -97,9 +97,8 @@ fn entries(image: &str, workload: &Workload, action: Option<&LatestAction>, out:
     };
     let target = action.and_then(|a| a.target.as_ref()).and_then(|t| t.plan.deploy());
     let progress: Option<WorkloadProgress> = action
-        .and_then(|a| a.record.progress.clone())
-        .and_then(|p| serde_json::from_value::<DeployProgress>(p).ok())
-        .and_then(|p| p.workloads.into_iter().find(|w| same(&w.workload, workload)));
+        .and_then(|a| a.record.progress.as_ref()?.deploy())
+        .and_then(|p| p.workloads.iter().find(|w| same(&w.workload, workload)).cloned());
     // A workload configured after the newest deploy was recorded: no deploy went to it yet.
     let Some(a) =
         action.filter(|_| progress.is_some() || target.is_none_or(|t| t.workloads.iter().any(|w| same(w, workload))))
@@ -244,7 +243,10 @@ mod tests {
                 decided_by: None,
                 decided_at: None,
                 created: t,
-                progress: (!progress.is_null()).then_some(progress),
+                progress: (!progress.is_null()).then(|| {
+                    let kind = builder_monitor_core::plan::ActionKind::Deploy;
+                    builder_monitor_core::progress::Progress::read(kind, progress).expect("a deploy's progress")
+                }),
                 holds: false,
             },
             target: Some(serde_json::from_value(target).unwrap()),

@@ -9,6 +9,7 @@ pub mod id;
 pub mod packages;
 pub mod plan;
 pub mod pool;
+pub mod progress;
 pub mod rebase;
 pub mod reference;
 pub mod rollout;

@@ -33,6 +33,7 @@ use builder_monitor_core::deploy::{
     WorkloadProgress, WorkloadState,
 };
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
+use builder_monitor_core::progress::Progress;
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::schedule::{parse_timestamp, timestamp};
 
@@ -122,7 +123,7 @@ impl Carrier for Started {
             let Some(deploy) = target.plan.deploy() else {
                 return Attempt::failed("a deploy action without a deploy target".into(), Next::Final);
             };
-            let progress = action.progress.clone().and_then(|p| serde_json::from_value(p).ok()).unwrap_or_default();
+            let progress = action.progress.as_ref().and_then(Progress::deploy).cloned().unwrap_or_default();
             Deploying { client: &self.client, runner, action, target, deploy, progress }.run().await
         })
     }
@@ -179,8 +180,7 @@ impl Deploying<'_> {
     }
 
     async fn record(&self) -> Result<(), String> {
-        let value = serde_json::to_value(&self.progress).map_err(|e| e.to_string())?;
-        match self.runner.ledger.record_progress(&self.action.key, value).await {
+        match self.runner.ledger.record_progress(&self.action.key, Progress::Deploy(self.progress.clone())).await {
             Ok(true) => Ok(()),
             Ok(false) => Err("the action is no longer running".into()),
             Err(err) => Err(format!("cannot record the deploy's progress: {err}")),

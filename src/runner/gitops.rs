@@ -121,8 +121,7 @@ impl Carrier for Commits {
             };
             let mut attempt = Attempt::new(done.outcome, done.next, Digests::default());
             attempt.moved = false;
-            attempt.skipped = done.skipped;
-            attempt.commit = done.commit;
+            attempt.result = KindResult::Gitops(GitopsResult { skipped: done.skipped, commit: done.commit });
             attempt
         })
     }
@@ -519,8 +518,9 @@ async fn hold_overridden(
         ]);
         if let Some(info) = event.action.as_mut() {
             info.image = name.clone();
-            info.commit =
-                Some(CommitInfo { target: t.name.clone(), id: None, branch: t.push_branch.clone(), files: Vec::new() });
+            let commit =
+                CommitInfo { target: t.name.clone(), id: None, branch: t.push_branch.clone(), files: Vec::new() };
+            info.result = builder_monitor_core::event::ActionResult::Gitops(Some(commit));
         }
         let events = vec![event];
         let Some(key) = holder else {

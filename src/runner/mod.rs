@@ -33,10 +33,10 @@ use crate::rebase::{RebaseError, RebaseRequest};
 use crate::registry::Registry;
 use crate::schedule::Clock;
 use crate::worker::{self, Work};
-use attempt::{Attempt, Digests, Next};
+use attempt::{Attempt, Digests, GitopsResult, KindResult, Next};
 use backend::AfterRestart;
 pub use backend::{Backends, Clusters};
-use builder_monitor_core::event::{self, ActionInfo, Event, EventType, Subject};
+use builder_monitor_core::event::{self, ActionInfo, ActionResult, BuildInfo, Event, EventType, Subject};
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::schedule::{timestamp, timestamp_millis};
@@ -377,12 +377,13 @@ impl Runner {
             output_tail: tail,
             previous: digests.before.clone(),
             digest: digests.after.clone(),
-            path: (action.kind == ActionKind::Rebase)
-                .then(|| self.backends.backend(action.kind).path().as_str().into()),
-            tag_race: None,
-            workloads: Vec::new(),
-            pool: None,
-            commit: None,
+            result: match action.kind {
+                ActionKind::Rebase => ActionResult::Build(BuildInfo {
+                    path: Some(self.backends.backend(action.kind).path().as_str().into()),
+                    ..Default::default()
+                }),
+                kind => ActionResult::empty(kind.as_str()),
+            },
         });
         e
     }
@@ -444,7 +445,7 @@ impl Runner {
         };
         let failed_event = || failed_event;
         let (state, event_type) = match &attempt.next {
-            _ if outcome.success && attempt.skipped => (ActionOutcome::Skipped, None),
+            _ if outcome.success && attempt.skipped() => (ActionOutcome::Skipped, None),
             _ if outcome.success => (ActionOutcome::Succeeded, Some(succeeded_event)),
             Next::Superseded { by } => (ActionOutcome::Superseded { by: by.clone() }, None),
             Next::Retry
@@ -472,27 +473,26 @@ impl Runner {
                     &digests,
                 );
                 if let Some(info) = e.action.as_mut() {
-                    info.tag_race = attempt.tag_race.clone();
-                    info.workloads = attempt.workloads.clone();
-                    info.pool = attempt.pool.clone();
-                    info.commit = attempt.commit.clone();
+                    let path = info.result.build().and_then(|b| b.path.clone());
+                    info.result = attempt.result.event_result(action.kind, path);
                 }
                 e
             })
             .into_iter()
             .collect();
-        if let Some(detail) = attempt.overridden.clone().filter(|_| matches!(state, ActionOutcome::Failed)) {
+        let deploy = attempt.deploy().cloned().unwrap_or_default();
+        if let Some(detail) = deploy.overridden.clone().filter(|_| matches!(state, ActionOutcome::Failed)) {
             let mut e = self.event(&action, &target, EventType::DeployOverridden, Some(detail), None, &digests);
             if let Some(info) = e.action.as_mut() {
-                info.workloads = attempt.workloads.clone();
+                info.result = ActionResult::Deploy(deploy.workloads.clone());
             }
             events.push(e);
         }
-        if attempt.rolled_back && matches!(state, ActionOutcome::Failed) {
+        if deploy.rolled_back && matches!(state, ActionOutcome::Failed) {
             let mut e =
                 self.event(&action, &target, EventType::DeployRolledBack, Some(outcome.detail.clone()), None, &digests);
             if let Some(info) = e.action.as_mut() {
-                info.workloads = attempt.workloads.clone();
+                info.result = ActionResult::Deploy(deploy.workloads.clone());
             }
             events.push(e);
         }
@@ -500,7 +500,7 @@ impl Runner {
             ActionOutcome::Succeeded => self.follow(&action, &target, &digests),
             _ => Vec::new(),
         };
-        let hold_image = attempt.hold_image && matches!(state, ActionOutcome::Failed);
+        let hold_image = deploy.hold_image && matches!(state, ActionOutcome::Failed);
         let hold = match state {
             ActionOutcome::Failed => self.hold(&action, &target).await,
             _ => None,
@@ -539,7 +539,7 @@ impl Runner {
             }
         };
         if action.kind == ActionKind::Deploy && !matches!(state, ActionOutcome::Retry { .. }) {
-            self.deploy_ended(&action, state == ActionOutcome::Succeeded, &attempt.workloads);
+            self.deploy_ended(&action, state == ActionOutcome::Succeeded, &deploy.workloads);
         }
         match state {
             ActionOutcome::Succeeded => {
@@ -676,7 +676,8 @@ mod tests {
         assert_eq!(events.len(), 1, "{events:?}");
         assert_eq!(events[0].event.event_type, EventType::RebaseFailed);
         let info = events[0].event.action.as_ref().unwrap();
-        assert_eq!((info.image.as_str(), info.path.as_deref()), ("app", Some("registry")));
+        let path = info.result.build().and_then(|b| b.path.as_deref());
+        assert_eq!((info.image.as_str(), path), ("app", Some("registry")));
         assert!(ledger.tag_moves(None, 10).await.unwrap().is_empty(), "a failed rebase moved nothing");
     }
 

@@ -375,7 +375,7 @@ impl Carrier for Pools {
             let used = std::sync::Mutex::new(None);
             let work = async { (self.carry_out(runner, action, target, &used).await, true) };
             let mut attempt = runner.pushed(action, target, work).await;
-            attempt.pool = used.into_inner().unwrap_or_else(|e| e.into_inner());
+            attempt.build_mut().pool = used.into_inner().unwrap_or_else(|e| e.into_inner());
             attempt
         })
     }

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cnb::Change;
 pub use crate::id::stable_id;
-pub use action::{ActionInfo, CommitInfo};
+pub use action::{ActionInfo, ActionResult, BuildInfo, CommitInfo};
 pub use ids::{ROLLOUT_SUBJECT, change_id, failure_event_id, rollout_event_id, subject_key};
 pub use rollout::{RolloutInfo, WaitingAction};
 

@@ -166,7 +166,7 @@ impl Runner {
         let mut event =
             self.event(&claimed, &target, EventType::DeployOverridden, Some(detail.clone()), None, &Digests::default());
         if let Some(info) = event.action.as_mut() {
-            info.workloads = deploy.progress.workloads.clone();
+            info.result = builder_monitor_core::event::ActionResult::Deploy(deploy.progress.workloads.clone());
         }
         let events = vec![event];
         let history = self.config.monitor.history;

@@ -298,8 +298,8 @@ impl Deploying<'_> {
                     Digests::default(),
                 );
                 attempt.moved = false;
-                attempt.skipped = true;
-                attempt.workloads = std::mem::take(&mut self.progress.workloads);
+                attempt.deploy_mut().skipped = true;
+                attempt.deploy_mut().workloads = std::mem::take(&mut self.progress.workloads);
                 return Ok(attempt);
             }
             self.record().await.map_err(Stop::Retry)?;
@@ -357,7 +357,7 @@ impl Deploying<'_> {
             Digests::default(),
         );
         attempt.moved = false;
-        attempt.workloads = std::mem::take(&mut self.progress.workloads);
+        attempt.deploy_mut().workloads = std::mem::take(&mut self.progress.workloads);
         Ok(attempt)
     }
 

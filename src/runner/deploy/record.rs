@@ -89,7 +89,7 @@ impl Runner {
         let mut e = self.event(action, target, EventType::DeployStarted, None, None, &Digests::default());
         e.id = event::stable_id(&[&action.key, EventType::DeployStarted.as_str()]);
         if let Some(info) = e.action.as_mut() {
-            info.workloads = progress.workloads.clone();
+            info.result = event::ActionResult::Deploy(progress.workloads.clone());
             info.digest = target.plan.deploy().map(|d| d.digest.clone());
         }
         let events = vec![e];

@@ -62,11 +62,7 @@ fn action_on(image: &str) -> ActionInfo {
         output_tail: None,
         previous: None,
         digest: None,
-        path: None,
-        tag_race: None,
-        workloads: Vec::new(),
-        pool: None,
-        commit: None,
+        result: ActionResult::empty("rebuild"),
     }
 }
 
@@ -203,4 +199,41 @@ fn summaries_are_one_short_line() {
     let quoted = summary.split(" — ").nth(1).unwrap().strip_suffix(" (3 in a row)").unwrap();
     let kept = quoted.strip_suffix(" …").expect("marked as cut");
     assert!(words.starts_with(kept) && words[kept.len()..].starts_with(' '), "{summary}");
+}
+
+/// Each kind's facts are read by its kind and written back byte for byte, in the fields events
+/// have always had.
+#[test]
+fn action_facts_round_trip_per_kind() {
+    let common = r#""image":"app","reference":"r/app:latest","change":"c","attempt":1,"max_attempts":3"#;
+    let rebase = format!(
+        r#"{{"key":"k",{common},"kind":"rebase","digest":"sha256:b","path":"registry","tag_race":"sha256:x","pool":"linux"}}"#
+    );
+    let deploy = format!(
+        r#"{{"key":"k",{common},"kind":"deploy","workloads":[{{"kind":"Deployment","namespace":"shop","name":"app","containers":[],"state":"healthy"}}]}}"#
+    );
+    let gitops = format!(
+        r#"{{"key":"k",{common},"kind":"gitops","commit":{{"target":"fleet","id":"abc","branch":"main","files":["a.yaml"]}}}}"#
+    );
+    let order = |text: &str| serde_json::to_string(&serde_json::from_str::<serde_json::Value>(text).unwrap()).unwrap();
+    for text in [&rebase, &deploy, &gitops] {
+        let info: ActionInfo = serde_json::from_str(text).unwrap();
+        assert_eq!(order(&serde_json::to_string(&info).unwrap()), order(text));
+    }
+    let info: ActionInfo = serde_json::from_str(&rebase).unwrap();
+    let build = info.result.build().unwrap();
+    assert_eq!(
+        (build.path.as_deref(), build.tag_race.as_deref(), build.pool.as_deref()),
+        (Some("registry"), Some("sha256:x"), Some("linux"))
+    );
+    let info: ActionInfo = serde_json::from_str(&deploy).unwrap();
+    assert_eq!(info.result.workloads().len(), 1);
+    let info: ActionInfo = serde_json::from_str(&gitops).unwrap();
+    assert_eq!(info.result.commit().and_then(|c| c.id.as_deref()), Some("abc"));
+    // The wire order is today's: the shared fields first, then path, tag_race, workloads, pool, commit.
+    let written = serde_json::to_string(&serde_json::from_str::<ActionInfo>(&rebase).unwrap()).unwrap();
+    assert!(
+        written.ends_with(r#""digest":"sha256:b","path":"registry","tag_race":"sha256:x","pool":"linux"}"#),
+        "{written}"
+    );
 }

@@ -60,7 +60,7 @@ fn deploy(change: usize, i: usize) -> NewAction {
         "builder": "registry.test/b@sha256:00", "run_image": null, "source": null, "why": "bench",
     });
     let mut target: builder_monitor_core::plan::ActionTarget = serde_json::from_value(target).expect("a target");
-    target.deploy = Some(DeployTarget {
+    target.plan = builder_monitor_core::plan::ActionPlan::Deploy(DeployTarget {
         digest: format!("sha256:{change:064x}"),
         reference: reference(i, change),
         workloads: vec![workload(i)],
@@ -152,7 +152,7 @@ async fn seed(ledger: &Ledger, changes: usize, n: usize) {
         let claimed = ledger.claim_actions(now, n).await.expect("claim");
         for action in claimed {
             let i: usize = action.image.trim_start_matches("app-").parse().expect("an index");
-            let value = serde_json::to_value(progress(change, i)).expect("progress");
+            let value = builder_monitor_core::progress::Progress::Deploy(progress(change, i));
             ledger.record_progress(&action.key, value).await.expect("progress");
             let end = ActionEnd {
                 key: &action.key,
@@ -235,8 +235,8 @@ async fn run() {
         let name = image(e % n);
         let actions = ledger.actions(1000).await.expect("actions");
         let newest = actions.iter().filter(|a| a.image == name && a.action == "deploy").max_by_key(|a| a.created);
-        if let Some(p) = newest.and_then(|a| a.progress.clone()) {
-            let _: Option<DeployProgress> = serde_json::from_value(p).ok();
+        if let Some(p) = newest.and_then(|a| a.progress.as_ref()) {
+            let _: Option<&DeployProgress> = p.deploy();
         }
     }
     let before = at.elapsed().as_secs_f64() / before_events as f64;

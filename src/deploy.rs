@@ -12,9 +12,9 @@ use crate::config::{Config, ImageSettings};
 use crate::ledger::{ActionState, Ledger, LedgerError, NewAction};
 use crate::reaction::{PlannedDeploy, action_target, deploys_after};
 use crate::registry::{Registry, RegistryError};
-use builder_monitor_core::deploy::{DeployTarget, Undo, Workload, action_key};
+use crate::runner::deploy::{Origin, deploy_action};
+use builder_monitor_core::deploy::{Undo, Workload};
 use builder_monitor_core::event::stable_id;
-use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::reference::is_sha256_digest;
 use builder_monitor_core::schedule::timestamp_millis;
 use builder_monitor_core::text::escape;
@@ -109,13 +109,7 @@ pub fn prepare(config: &Config, image: &ImageSettings, digest: &str, now: DateTi
     // Its own change: a hand-made deploy belongs to no move of a builder. The time keeps a second
     // deploy of the same digest (after the first failed, say) from being the first again.
     let change = format!("manual-{}", stable_id(&[&image.name, digest, &timestamp_millis(now)]));
-    let key = action_key(&change, &image.name);
     let reference = image.image.pinned(digest);
-    // The tag was not moved by this deploy, so there is no tag to put back.
-    let undo = match image.undo(&config.rollout) {
-        Undo::WorkloadAndTag => Undo::Workload,
-        other => other,
-    };
     let exec = deploys_after(config, image).into_iter().find_map(|d| match d {
         PlannedDeploy::Exec { exec } => Some(exec),
         PlannedDeploy::Workload(_) => None,
@@ -123,17 +117,10 @@ pub fn prepare(config: &Config, image: &ImageSettings, digest: &str, now: DateTi
     // A deploy reads no builder; the configured tag stands for it in the exec command's `{builder}`.
     let builder = config.builder(&image.builder).map(|b| b.image.to_string()).unwrap_or_default();
     let why = format!("deploy of {digest} asked for by hand");
-    let mut target = action_target(image, builder, None, why, None, Some(reference.clone()), Vec::new());
-    target.deploy = Some(DeployTarget {
-        digest: digest.to_string(),
-        reference: reference.clone(),
-        workloads: image.deploy.clone(),
-        undo,
-        tag_before: None,
-    });
-    let needs_approval = image.needs_approval(ActionKind::Deploy, &config.rollout);
-    let action = NewAction::new(key.clone(), change.clone(), image.name.clone(), ActionKind::Deploy, target)
-        .gated(image.wave, needs_approval);
+    let target = action_target(image, builder, None, why, None, Some(reference.clone()), Vec::new());
+    let action = deploy_action(config, image, &change, target, digest.to_string(), reference.clone(), Origin::ByHand);
+    let (key, needs_approval) = (action.key.clone(), action.needs_approval);
+    let undo = action.target.plan.deploy().map_or(Undo::Workload, |d| d.undo);
     let deploy = Deploy {
         key,
         change,
@@ -218,6 +205,8 @@ impl Deploy {
 mod tests {
     use super::*;
     use builder_monitor_core::deploy::WorkloadKind;
+    use builder_monitor_core::deploy::action_key;
+    use builder_monitor_core::plan::ActionKind;
     use builder_monitor_core::schedule::parse_timestamp;
 
     const CONFIG: &str = r#"
@@ -293,7 +282,7 @@ image = "r.example/apps/orders:latest"
         assert!(action.change_id.starts_with("manual-"), "{}", action.change_id);
         assert_eq!(action.key, action_key(&action.change_id, "petclinic"));
         assert_eq!((action.kind, action.wave, action.needs_approval), (ActionKind::Deploy, 2, false));
-        let target = action.target.deploy.as_ref().unwrap();
+        let target = action.target.plan.deploy().unwrap();
         assert_eq!(target.reference, format!("r.example/apps/petclinic@{}", digest('a')));
         assert_eq!((target.workloads.len(), target.undo, target.tag_before.as_ref()), (2, Undo::Workload, None));
         assert_eq!(action.target.app_reference.as_deref(), Some(target.reference.as_str()));

@@ -15,7 +15,7 @@ use builder_monitor_core::cnb::{self, BuilderMetadata, Change, PinnedMetadata, r
 use builder_monitor_core::deploy::Workload;
 use builder_monitor_core::event::{self, Pin, WaitingAction};
 use builder_monitor_core::plan::{
-    self, ActionKind, ActionTarget, AppState, Decision, GitopsPlan, Move, RunImageTarget,
+    self, ActionKind, ActionPlan, ActionTarget, AppState, Decision, GitopsPlan, Move, RunImageTarget,
 };
 use builder_monitor_core::reference::ImageRef;
 
@@ -202,8 +202,7 @@ pub fn action_target(
         stack_id: meta.and_then(|m| m.stack_id.clone()),
         app_reference,
         reasons,
-        deploy: None,
-        gitops: None,
+        plan: Default::default(),
         scheduling: image.scheduling.clone(),
     }
 }
@@ -326,8 +325,7 @@ impl Reaction<'_> {
             app_reference: None,
             reasons,
             scheduling: Default::default(),
-            deploy: None,
-            gitops: Some(plan),
+            plan: ActionPlan::Gitops(plan),
         };
         let needs_approval = self.config.rollout.approve.contains(&ActionKind::Gitops);
         NewAction::new(action_key(change_id, &subject), change_id.to_string(), subject, ActionKind::Gitops, target)

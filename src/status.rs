@@ -5,6 +5,7 @@
 mod deploys;
 mod gitops;
 mod images;
+mod text;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -24,6 +25,7 @@ use builder_monitor_core::text::{count, escape};
 pub use deploys::DeployStatus;
 pub use gitops::{GitopsStatus, targets as gitops_targets};
 pub use images::{ImageAction, ImageStatus, TagMoveStatus};
+pub use text::render_text;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
@@ -104,7 +106,7 @@ impl Serialize for ShownAction {
             decided_at: Option<chrono::DateTime<chrono::Utc>>,
             created: String,
             #[serde(skip_serializing_if = "Option::is_none")]
-            progress: Option<&'a serde_json::Value>,
+            progress: Option<&'a builder_monitor_core::progress::Progress>,
             #[serde(skip_serializing_if = "std::ops::Not::not")]
             holds: bool,
         }
@@ -416,159 +418,6 @@ fn short(digest: &str) -> &str {
     &digest[..end]
 }
 
-/// The report for a terminal.
-pub fn render_text(status: &Status) -> String {
-    let mut out = String::new();
-    for b in &status.builders {
-        render_watch(&mut out, &b.name, b);
-    }
-    for r in &status.run_images {
-        render_watch(&mut out, &format!("run image (for {})", r.builders.join(", ")), r);
-    }
-    if status.builders.is_empty() {
-        let _ = writeln!(out, "no builders configured");
-    }
-    images::render_text(&mut out, &status.images);
-    deploys::render_text(&mut out, &status.deploys);
-    gitops::render_text(&mut out, &status.gitops);
-    if let Some(f) = &status.rollout.frozen {
-        let reason = f.reason.as_deref().map(|r| format!(": {}", escape(r))).unwrap_or_default();
-        let _ = writeln!(
-            out,
-            "FROZEN since {} by {}{reason}: no rebase or rebuild starts (`builder-monitor unfreeze`)",
-            timestamp(f.since),
-            escape(&f.by)
-        );
-    }
-    if let Some(next) = &status.rollout.next_window {
-        let _ = writeln!(out, "outside the roll-out windows: the next opens {next}");
-    }
-    if !status.pending.is_empty() {
-        let _ = writeln!(out, "pending actions:");
-        for a in &status.pending {
-            let why = a.waiting_for.as_deref().map(|w| format!(": {}", escape(w))).unwrap_or_default();
-            let pool = a.placed.as_ref().map(|p| format!(" in pool {}", escape(&p.pool))).unwrap_or_default();
-            let _ = writeln!(
-                out,
-                "  {} {} for change {} (wave {}, {}{pool}, {}, next {}){why}",
-                a.action,
-                a.image,
-                a.change,
-                a.wave,
-                a.shown_state(),
-                count(a.attempts, "attempt"),
-                timestamp_millis(a.next_attempt)
-            );
-        }
-    }
-    let finished: Vec<&ShownAction> = status.actions.iter().filter(|a| !a.state.is_open()).collect();
-    if !finished.is_empty() {
-        let _ = writeln!(out, "recent actions:");
-        for a in finished.iter().take(10) {
-            let _ = writeln!(
-                out,
-                "  {} {} {} after {} ({}){}",
-                timestamp_millis(a.updated),
-                a.action,
-                a.image,
-                count(a.attempts, "attempt"),
-                a.state,
-                a.detail.as_deref().map(|d| format!(": {}", escape(d))).unwrap_or_default()
-            );
-        }
-    }
-    if !status.deliveries.is_empty() {
-        let _ = writeln!(out, "alert deliveries pending:");
-        for d in &status.deliveries {
-            let _ = writeln!(
-                out,
-                "  {} {} to {}: {}, next {}{}",
-                d.event_type,
-                d.event,
-                d.alert,
-                count(d.attempts, "attempt"),
-                timestamp_millis(d.next_attempt),
-                d.last_status.as_deref().map(|s| format!(" (last: {})", escape(s))).unwrap_or_default()
-            );
-        }
-    }
-    if !status.dead_letters.is_empty() {
-        let _ = writeln!(out, "dead letters:");
-        for d in &status.dead_letters {
-            let _ = writeln!(
-                out,
-                "  {} {} to {}: gave up after {} ({})",
-                d.event_type,
-                d.event,
-                d.alert,
-                count(d.attempts, "attempt"),
-                escape(d.last_status.as_deref().unwrap_or("no response"))
-            );
-        }
-    }
-    out
-}
-
-fn render_watch(out: &mut String, title: &str, b: &BuilderStatus) {
-    let _ = writeln!(out, "{title}  {}", b.image);
-    match &b.pinned {
-        Some(p) => {
-            let _ = writeln!(out, "  pinned:     {} (since {})", p.reference, p.since);
-        }
-        None => {
-            let _ = writeln!(out, "  pinned:     - (not checked successfully yet)");
-        }
-    }
-    for (platform, digest) in &b.platforms {
-        let _ = writeln!(out, "  {:<11} {}", format!("{}:", escape(platform)), digest);
-    }
-    if let Some(run) = &b.run_image {
-        let _ = writeln!(out, "  run image:  {}", escape(run));
-    }
-    match &b.last_check {
-        Some(c) if c.result == "ok" => {
-            let _ = writeln!(out, "  last check: {} ok", c.time);
-        }
-        Some(c) => {
-            let _ = writeln!(
-                out,
-                "  last check: {} error ({} in a row): {}",
-                c.time,
-                b.consecutive_failures,
-                escape(c.error.as_deref().unwrap_or("?"))
-            );
-            let _ =
-                writeln!(out, "  next check: {}", b.next_check.as_deref().unwrap_or("only when woken (hook or API)"));
-        }
-        None => {
-            let _ = writeln!(out, "  last check: never");
-        }
-    }
-    if let Some(s) = &b.settling {
-        let _ = writeln!(out, "  settling:   {} seen since {}", short(&s.digest), s.since);
-    }
-    for note in &b.notes {
-        let _ = writeln!(out, "  note:       {}", escape(note));
-    }
-    if b.changes.is_empty() {
-        let _ = writeln!(out, "  changes:    none");
-    } else {
-        let _ = writeln!(out, "  changes:");
-        for c in &b.changes {
-            let _ = writeln!(
-                out,
-                "    {}  {} → {}{}  id {}\n      {}",
-                c.time,
-                short(&c.previous),
-                short(&c.current),
-                if c.rollback { " (rollback)" } else { "" },
-                c.id,
-                c.summary
-            );
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -578,6 +427,10 @@ mod tests {
     /// build Kueue holds is `queued`, a pending action a gate keeps back `waiting`, as in `pending`.
     #[test]
     fn recent_actions_show_the_state_pending_shows() {
+        let placed = |queued: bool| {
+            let json = serde_json::json!({"pool": "linux", "queued": queued});
+            builder_monitor_core::progress::Progress::read(builder_monitor_core::plan::ActionKind::Rebuild, json)
+        };
         let at = |t: &str| parse_timestamp(t).unwrap();
         let record = ActionRecord {
             key: "k".into(),
@@ -596,14 +449,14 @@ mod tests {
             decided_by: Some("alice (cli)".into()),
             decided_at: Some(at("2026-11-30T11:00:00Z")),
             created: at("2026-11-30T10:00:00Z"),
-            progress: Some(serde_json::json!({"pool": "linux", "queued": false})),
+            progress: placed(false),
             holds: true,
         };
         let shown = |r: &ActionRecord, gated: &[&str]| {
             serde_json::to_value(ShownAction::new(r.clone(), &gated.iter().copied().collect())).unwrap()
         };
         assert_eq!(shown(&record, &[]), serde_json::to_value(&record).unwrap(), "every field as the record's");
-        let queued = ActionRecord { progress: Some(serde_json::json!({"pool": "linux", "queued": true})), ..record };
+        let queued = ActionRecord { progress: placed(true), ..record };
         assert_eq!(shown(&queued, &[])["state"], "queued");
         let pending = ActionRecord { state: ActionState::Pending, progress: None, ..queued };
         assert_eq!(shown(&pending, &[])["state"], "pending");

@@ -202,7 +202,7 @@ async fn the_endpoint_records_one_pending_deploy_and_refuses_bad_requests() {
     assert_eq!((a.key.as_str(), a.change.as_str()), (done["key"].as_str().unwrap(), done["change"].as_str().unwrap()));
     assert_eq!((a.image.as_str(), a.action.as_str(), a.state), ("petclinic", "deploy", ActionState::Pending));
     let latest = s.ledger.latest_actions(ActionKind::Deploy).await.unwrap();
-    let target = latest[0].target.as_ref().unwrap().deploy.clone().unwrap();
+    let target = latest[0].target.as_ref().unwrap().plan.deploy().cloned().unwrap();
     assert_eq!((target.digest, target.reference), (digest('a'), reference));
     assert_eq!((target.workloads, target.undo, target.tag_before), (vec![workload()], Undo::Workload, None));
 

@@ -5,6 +5,8 @@
 mod deploy_reads;
 #[path = "ledger/deploys.rs"]
 mod deploys;
+#[path = "ledger/fixture.rs"]
+mod fixture;
 #[path = "ledger/outbox.rs"]
 mod outbox;
 #[path = "ledger/rollout.rs"]
@@ -23,6 +25,7 @@ use builder_monitor_core::cnb::{Change, PinnedMetadata};
 use builder_monitor_core::event::{Event, EventType, Subject, change_id};
 use builder_monitor_core::packages::{Package, Packages, Source};
 use builder_monitor_core::plan::ActionKind;
+use builder_monitor_core::progress::Progress;
 use builder_monitor_core::schedule::{parse_timestamp, timestamp};
 use chrono::{DateTime, Utc};
 use serde_json::json;

@@ -43,6 +43,7 @@ const LAYERS: &[&str] = &[
 /// listed before it.
 const CORE_LAYERS: &[&str] = &[
     "text",
+    "id",
     "reference",
     "schedule",
     "template",
@@ -53,17 +54,9 @@ const CORE_LAYERS: &[&str] = &[
     "deploy",
     "gitops",
     "plan",
+    "progress",
     "rollout",
     "event",
-];
-
-/// TEMPORARY, for issue 41: the import circles that exist today and are being taken apart on other
-/// branches, each as the files it ties together (sorted). The test fails on any circle not listed
-/// here and on any listed one that is gone, so the list only shrinks: empty it when the branches
-/// that remove them are merged, then delete it.
-const KNOWN_CIRCLES_BEING_REMOVED: &[&[&str]] = &[
-    // `stable_id` lives in event.rs; deploy.rs names its work by it.
-    &["crates/core/src/deploy.rs", "crates/core/src/event.rs"],
 ];
 
 /// Crates that do I/O: the core depends on none of them.
@@ -73,29 +66,15 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The circles found against the allowed ones: every found circle allowed, every allowed one found.
-fn check_circles(found: &BTreeMap<Vec<String>, String>, allowed: &[&[&str]]) -> Result<(), String> {
-    let allowed: BTreeSet<Vec<String>> = allowed
-        .iter()
-        .map(|c| c.iter().map(|f| f.to_string()).collect::<BTreeSet<_>>().into_iter().collect())
-        .collect();
-    let mut problems = Vec::new();
-    for (files, edges) in found.iter().filter(|(files, _)| !allowed.contains(*files)) {
-        problems.push(format!("import circle between {files:?}:\n{edges}"));
-    }
-    for gone in allowed.iter().filter(|c| !found.contains_key(*c)) {
-        problems.push(format!("{gone:?} is no longer a circle: take it out of KNOWN_CIRCLES_BEING_REMOVED"));
-    }
+/// Every circle found, as one message each; none is allowed.
+fn check_circles(found: &BTreeMap<Vec<String>, String>) -> Result<(), String> {
+    let problems: Vec<String> =
+        found.iter().map(|(files, edges)| format!("import circle between {files:?}:\n{edges}")).collect();
     if problems.is_empty() { Ok(()) } else { Err(problems.join("\n")) }
 }
 
-/// The edges of `graph` that point up `layers` (or leave it), as messages; an edge inside an
-/// allowed circle is that circle's business.
-fn layer_violations(
-    graph: &BTreeMap<String, BTreeSet<String>>,
-    layers: &[&str],
-    allowed: &[BTreeSet<String>],
-) -> Vec<String> {
+/// The edges of `graph` that point up `layers` (or leave it), as messages.
+fn layer_violations(graph: &BTreeMap<String, BTreeSet<String>>, layers: &[&str]) -> Vec<String> {
     let mut out = Vec::new();
     let unlisted: Vec<&String> = graph.keys().filter(|m| !layers.contains(&m.as_str())).collect();
     if !unlisted.is_empty() {
@@ -106,11 +85,7 @@ fn layer_violations(
             out.push(format!("no module {module}"));
             continue;
         };
-        let above: Vec<&String> = deps
-            .iter()
-            .filter(|d| !layers[..level].contains(&d.as_str()))
-            .filter(|d| !allowed.iter().any(|c| c.contains(*d) && c.contains(*module)))
-            .collect();
+        let above: Vec<&String> = deps.iter().filter(|d| !layers[..level].contains(&d.as_str())).collect();
         if !above.is_empty() {
             out.push(format!("{module} imports {above:?}, listed after it: an arrow may only point down the layers"));
         }
@@ -162,7 +137,7 @@ fn no_files_import_each_other_in_a_circle_in_either_crate() {
     assert!(core.graph(&Vec::new()).contains_key("rebase"));
     let mut found = binary.circles();
     found.extend(core.circles());
-    if let Err(problems) = check_circles(&found, KNOWN_CIRCLES_BEING_REMOVED) {
+    if let Err(problems) = check_circles(&found) {
         panic!("{problems}");
     }
 }
@@ -170,7 +145,7 @@ fn no_files_import_each_other_in_a_circle_in_either_crate() {
 #[test]
 fn every_module_imports_only_the_layers_below_it() {
     let graph = module_graph();
-    let problems = layer_violations(&graph, LAYERS, &[]);
+    let problems = layer_violations(&graph, LAYERS);
     assert!(
         problems.is_empty(),
         "{}\n(LAYERS is the README's architecture section)\n{}",
@@ -182,16 +157,7 @@ fn every_module_imports_only_the_layers_below_it() {
 #[test]
 fn every_core_module_imports_only_the_core_layers_below_it() {
     let graph = core_crate().graph(&Vec::new());
-    // The allowed circles between the core's own modules, by module name.
-    fn top(file: &str) -> Option<&str> {
-        file.strip_prefix("crates/core/src/").filter(|m| !m.contains('/'))
-    }
-    let allowed: Vec<BTreeSet<String>> = KNOWN_CIRCLES_BEING_REMOVED
-        .iter()
-        .filter(|c| c.iter().all(|f| top(f).is_some()))
-        .map(|c| c.iter().filter_map(|f| top(f)).map(|m| m.trim_end_matches(".rs").to_string()).collect())
-        .collect();
-    let problems = layer_violations(&graph, CORE_LAYERS, &allowed);
+    let problems = layer_violations(&graph, CORE_LAYERS);
     assert!(problems.is_empty(), "{}\n(CORE_LAYERS)\n{}", problems.join("\n"), describe(&graph));
 }
 
@@ -254,36 +220,34 @@ fn a_circle_between_the_files_of_a_folder_is_refused() {
     assert_eq!((graph["x"].clone(), graph["tests"].clone()), (names(&["y"]), names(&[])), "{graph:?}");
     let found = tree.circles();
     assert_eq!(found.keys().collect::<Vec<_>>(), [&vec!["runner/x.rs".to_string(), "runner/y.rs".to_string()]]);
-    let refused = check_circles(&found, &[]).unwrap_err();
+    let refused = check_circles(&found).unwrap_err();
     assert!(refused.contains(r#"import circle between ["runner/x.rs", "runner/y.rs"]"#), "{refused}");
     assert!(refused.contains("x -> y") && refused.contains("y -> x"), "{refused}");
-    check_circles(&found, &[&["runner/y.rs", "runner/x.rs"]]).unwrap();
 }
 
 #[test]
-fn a_circle_between_modules_is_refused_and_an_allowed_one_that_is_gone_too() {
+fn a_circle_between_modules_is_refused_and_its_untangling_accepted() {
     let tangled = planted(&[
         ("lib.rs", "mod a; mod b;"),
         ("a.rs", "use crate::b::X;\npub struct Y;"),
         ("b.rs", "pub struct X;\nfn f() -> super::a::Y { todo!() }"),
     ]);
     assert_eq!(circles(&tangled.graph(&Vec::new())), [names(&["a", "b"])]);
-    assert!(check_circles(&tangled.circles(), &[]).is_err());
+    assert!(check_circles(&tangled.circles()).is_err());
     let untangled = planted(&[
         ("lib.rs", "mod a; mod b;"),
         ("a.rs", "use crate::b::X;\npub struct Y;"),
         ("b.rs", "pub struct X; // crate::a::Y\nconst S: &str = \"crate::a::Y\";"),
     ]);
     assert!(untangled.circles().is_empty());
-    let gone = check_circles(&untangled.circles(), &[&["a.rs", "b.rs"]]).unwrap_err();
-    assert!(gone.contains("no longer a circle"), "{gone}");
+    check_circles(&untangled.circles()).unwrap();
 }
 
 #[test]
-fn an_arrow_up_the_layers_is_refused_unless_inside_an_allowed_circle() {
+fn an_arrow_up_the_layers_is_refused() {
     let graph = BTreeMap::from([("low".to_string(), names(&["high"])), ("high".to_string(), names(&[]))]);
-    let refused = layer_violations(&graph, &["low", "high"], &[]);
+    let refused = layer_violations(&graph, &["low", "high"]);
     assert_eq!(refused, [r#"low imports ["high"], listed after it: an arrow may only point down the layers"#]);
-    assert!(layer_violations(&graph, &["low", "high"], &[names(&["low", "high"])]).is_empty());
-    assert_eq!(layer_violations(&graph, &["high"], &[]), [r#"modules missing from the layer list: ["low"]"#]);
+    assert!(layer_violations(&graph, &["high", "low"]).is_empty());
+    assert_eq!(layer_violations(&graph, &["high"]), [r#"modules missing from the layer list: ["low"]"#]);
 }

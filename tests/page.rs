@@ -338,10 +338,10 @@ async fn carry_out(
     let kind = builder_monitor_core::plan::ActionKind::Deploy;
     let claimed = ledger.claim_actions_of(now, 1, kind, &Default::default()).await.unwrap();
     assert_eq!(claimed.len(), 1, "one deploy of {image} to carry out");
-    let progress = serde_json::json!({ "workloads": [{ "kind": "Deployment", "namespace": "shop", "name": image,
+    let progress = builder_monitor_core::progress::Progress::read(kind, serde_json::json!({ "workloads": [{ "kind": "Deployment", "namespace": "shop", "name": image,
         "container": "app", "state": state, "detail": (state == "failed").then_some("ProgressDeadlineExceeded: no progress in 600s"),
         "containers": [{ "name": "app", "previous": format!("127.0.0.1:9/apps/{image}:old"),
-                         "image": format!("127.0.0.1:9/apps/{image}@{digest}") }] }] });
+                         "image": format!("127.0.0.1:9/apps/{image}@{digest}") }] }] })).unwrap();
     assert!(ledger.record_progress(&claimed[0].key, progress).await.unwrap());
     let end = ActionEnd {
         key: &claimed[0].key,

@@ -187,7 +187,7 @@ async fn action(ledger: &Ledger, image: &str, change: usize) -> Option<ActionRec
 }
 
 fn pool_of(record: &ActionRecord) -> Option<String> {
-    record.progress.as_ref()?["pool"].as_str().map(String::from)
+    record.progress.as_ref()?.build().map(|b| b.pool.clone())
 }
 
 fn only(double: &KubeDouble, plural: &str) -> Value {
@@ -272,8 +272,11 @@ async fn builds_go_to_the_pool_of_their_platform_pass_over_a_down_cluster_and_wa
         .map(|e| e.event)
         .filter(|e| e.event_type == EventType::BuildSucceeded)
         .collect();
-    let pools: Vec<(String, Option<String>)> =
-        succeeded.iter().map(|e| e.action.as_ref().unwrap()).map(|a| (a.image.clone(), a.pool.clone())).collect();
+    let pools: Vec<(String, Option<String>)> = succeeded
+        .iter()
+        .map(|e| e.action.as_ref().unwrap())
+        .map(|a| (a.image.clone(), a.result.build().and_then(|b| b.pool.clone())))
+        .collect();
     assert!(
         pools.contains(&("web".into(), Some("a".into()))) && pools.contains(&("desktop".into(), Some("b".into()))),
         "{pools:?}"
@@ -421,7 +424,7 @@ async fn a_job_in_a_second_cluster_is_found_there_after_a_sigkill() {
         .filter(|e| e.event_type == EventType::BuildSucceeded)
         .collect();
     assert_eq!(succeeded.len(), 1);
-    assert_eq!(succeeded[0].action.as_ref().unwrap().pool.as_deref(), Some("remote"));
+    assert_eq!(succeeded[0].action.as_ref().unwrap().result.build().and_then(|b| b.pool.as_deref()), Some("remote"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

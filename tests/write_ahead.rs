@@ -507,7 +507,10 @@ async fn a_push_racing_the_tag_write_is_reported_never_a_silent_success() {
     assert!(actions[0].detail.as_deref().unwrap().starts_with("tag_race:"), "{:?}", actions[0].detail);
     let events = world.ledger().events_after(0, 100).await.unwrap();
     let failed = events.iter().find(|e| e.event.event_type.as_str() == "rebase.failed").expect("rebase.failed");
-    assert_eq!(failed.event.action.as_ref().unwrap().tag_race.as_deref(), Some(rival_digest.as_str()));
+    assert_eq!(
+        failed.event.action.as_ref().unwrap().result.build().and_then(|b| b.tag_race.as_deref()),
+        Some(rival_digest.as_str())
+    );
     let moves = world.ledger().tag_moves(Some("web"), 10).await.unwrap();
     assert_eq!(moves[0].before.as_deref(), Some(before.as_str()), "our write is recorded: we did move the tag");
     let ours = moves[0].after.clone().unwrap();

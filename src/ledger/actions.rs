@@ -2,7 +2,6 @@
 //! them and as people approve, reject and release them; the roll-out gates over their rows; and
 //! the contract both backends keep for them ([`Actions`]).
 
-use std::collections::BTreeMap;
 use std::future::Future;
 
 use chrono::{DateTime, Utc};
@@ -12,7 +11,11 @@ use super::{DeliveryKey, LedgerError, TagMove, time};
 use builder_monitor_core::event::Event;
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::pool::BuildProgress;
-use builder_monitor_core::rollout::{Freeze, GateAction, Rollout, Wait, gate};
+use builder_monitor_core::progress::Progress;
+use builder_monitor_core::rollout::{GateAction, Rollout};
+pub(in crate::ledger) use gates::{Gated, ImageLocks, gate_rows, next_start};
+
+mod gates;
 
 /// Where an action is; it lives in the core, where the roll-out gate reads it.
 pub use builder_monitor_core::rollout::ActionState;
@@ -237,7 +240,7 @@ pub struct ClaimedAction {
     /// The local command's process group, once the exec runner started it.
     pub process: Option<ProcessGroup>,
     /// What an earlier attempt recorded of its progress (a deploy's previous images and writes).
-    pub progress: Option<serde_json::Value>,
+    pub progress: Option<Progress>,
 }
 
 /// A local command's process group: its id (the leader's pid) and the leader's start time, so a
@@ -297,7 +300,7 @@ pub struct ActionRecord {
     /// What the action recorded of its progress (a deploy: each workload's previous and written
     /// images, and its health).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub progress: Option<serde_json::Value>,
+    pub progress: Option<Progress>,
     /// It holds its image (a failed or overridden deploy) until a newer change or `release`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub holds: bool,
@@ -378,8 +381,15 @@ impl ActionRecord {
 }
 
 /// A build's recorded placement, from its action's `progress` (a deploy's progress is not one).
-pub fn placed(progress: Option<&serde_json::Value>) -> Option<BuildProgress> {
-    progress.filter(|p| p.get("pool").is_some()).and_then(|p| serde_json::from_value(p.clone()).ok())
+pub fn placed(progress: Option<&Progress>) -> Option<BuildProgress> {
+    progress.and_then(Progress::build).cloned()
+}
+
+/// A stored progress record of an action of `kind` (its stored name); one that does not read as
+/// that kind's record is read as none (it is a record of what was written, never a reason to stop
+/// an action: a deploy reads its workloads again).
+pub(super) fn read_progress(kind: &str, value: Option<serde_json::Value>) -> Option<Progress> {
+    ActionKind::parse(kind).zip(value).and_then(|(kind, value)| Progress::read(kind, value))
 }
 
 impl Serialize for OpenAction {
@@ -442,11 +452,7 @@ pub trait Actions {
 
     /// Records a `running` action's progress (nothing otherwise): what a deploy is about to write
     /// and what the fields held before, before it writes. Answers whether it was recorded.
-    fn record_progress(
-        &self,
-        key: &str,
-        progress: serde_json::Value,
-    ) -> impl Future<Output = Result<bool, LedgerError>> + Send;
+    fn record_progress(&self, key: &str, progress: Progress) -> impl Future<Output = Result<bool, LedgerError>> + Send;
 
     /// Marks a finished action as holding its image ([`ImageHold`]), with its events, in one
     /// write. Answers whether it did (not when the action is unknown or released).
@@ -532,130 +538,11 @@ pub trait Actions {
     ) -> impl Future<Output = Result<Option<ActionTarget>, LedgerError>> + Send;
 }
 
-/// A pending action as the roll-out gates see it: when it is due, and whether it may start.
-pub(super) struct Gated {
-    pub key: String,
-    pub due: DateTime<Utc>,
-    pub verdict: Result<(), Wait>,
-}
-
-/// What keeps a pending action back whatever its change: another action of its image running
-/// (image → its change), or a hold on its image (image → the holding change and since when).
-#[derive(Debug, Clone, Default)]
-pub(super) struct ImageLocks {
-    pub running: BTreeMap<String, String>,
-    pub held: BTreeMap<String, (String, DateTime<Utc>)>,
-}
-
-impl ImageLocks {
-    /// From `rows`: every running action and every unreleased hold among them.
-    pub fn of(rows: &[ActionRecord]) -> Self {
-        let mut locks = ImageLocks::default();
-        for a in rows {
-            if a.state == ActionState::Running {
-                locks.running.insert(a.image.clone(), a.change.clone());
-            }
-            if a.holds && !a.released {
-                locks.hold(a.image.clone(), a.change.clone(), a.updated);
-            }
-        }
-        locks
-    }
-
-    /// Adds a hold; of two on one image, the later one counts.
-    pub fn hold(&mut self, image: String, change: String, since: DateTime<Utc>) {
-        match self.held.get(&image) {
-            Some((_, at)) if *at >= since => {}
-            _ => {
-                self.held.insert(image, (change, since));
-            }
-        }
-    }
-}
-
-/// The pending actions (of `kinds`) among `rows` — every action of the changes concerned — each
-/// with when it is due and the roll-out gates' verdict, soonest due first. An action whose image
-/// has another action running waits for it, and so does every later one of an image already let
-/// through: one action per app image at a time, so an older change's action can never write after
-/// a newer one's. An action recorded before its image was held waits for `release` (a newer
-/// change's actions are recorded after the hold, and go).
-pub(super) fn gate_rows(
-    rows: &[ActionRecord],
-    kinds: Kinds,
-    rollout: &Rollout,
-    freeze: Option<&Freeze>,
-    now: DateTime<Utc>,
-    locks: &ImageLocks,
-) -> Vec<Gated> {
-    let mut by_change: BTreeMap<&str, Vec<&ActionRecord>> = Default::default();
-    for r in rows {
-        by_change.entry(r.change.as_str()).or_default().push(r);
-    }
-    let mut out = Vec::new();
-    for actions in by_change.values() {
-        let view: Vec<GateAction> = actions.iter().map(|a| a.gate_action()).collect();
-        let mut verdicts = gate(&view, rollout, freeze, now);
-        for a in actions.iter().filter(|a| {
-            a.state == ActionState::Pending && ActionKind::parse(&a.action).is_some_and(|k| kinds.contains(k))
-        }) {
-            let mut verdict = verdicts.remove(&a.key).unwrap_or(Ok(()));
-            if let Some((change, since)) = locks.held.get(&a.image)
-                && verdict.is_ok()
-                && a.created <= *since
-                && !a.released
-            {
-                verdict = Err(Wait::ImageHeld { image: a.image.clone(), change: change.clone() });
-            }
-            out.push((a.created, a.key.clone(), a.next_attempt, verdict, a.image.clone(), a.change.clone()));
-        }
-    }
-    out.sort_by(|a, b| (a.2, a.0, &a.1).cmp(&(b.2, b.0, &b.1)));
-    let mut busy = locks.running.clone();
-    out.into_iter()
-        .map(|(_, key, due, verdict, image, change)| {
-            let verdict = match busy.get(&image) {
-                Some(other) if verdict.is_ok() => Err(Wait::ImageBusy { image, change: other.clone() }),
-                _ => {
-                    if verdict.is_ok() {
-                        busy.insert(image, change);
-                    }
-                    verdict
-                }
-            };
-            Gated { key, due, verdict }
-        })
-        .collect()
-}
-
-/// When the next of the `gated` pending actions may start.
-pub(super) fn next_start(
-    gated: Vec<Gated>,
-    rollout: &Rollout,
-    freeze: Option<&Freeze>,
-    now: DateTime<Utc>,
-) -> Option<DateTime<Utc>> {
-    if freeze.is_some() || gated.is_empty() {
-        return None;
-    }
-    if !rollout.windows.is_open(now) {
-        return rollout.windows.next_open(now);
-    }
-    gated
-        .into_iter()
-        .filter_map(|g| match g.verdict {
-            Ok(()) => Some(g.due),
-            // A soak ends on its own: the action is due when it does.
-            Err(Wait::Soak { until, .. }) => Some(g.due.max(until)),
-            Err(_) => None,
-        })
-        .min()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn action(state: ActionState, needs_approval: bool, decided_by: Option<&str>) -> ActionRecord {
+    pub(super) fn action(state: ActionState, needs_approval: bool, decided_by: Option<&str>) -> ActionRecord {
         let t = builder_monitor_core::schedule::parse_timestamp("2026-12-01T09:00:00Z").unwrap();
         ActionRecord {
             key: "k".into(),
@@ -677,37 +564,6 @@ mod tests {
             progress: None,
             holds: false,
         }
-    }
-
-    /// A hold keeps back the image's actions recorded before it (unless released), not newer ones,
-    /// and not other images'.
-    #[test]
-    fn an_image_hold_keeps_back_only_the_images_older_actions() {
-        let t = |s: &str| builder_monitor_core::schedule::parse_timestamp(s).unwrap();
-        let pending = |key: &str, image: &str, created: &str| ActionRecord {
-            key: key.into(),
-            image: image.into(),
-            change: key.into(),
-            created: t(created),
-            ..action(ActionState::Pending, false, None)
-        };
-        let rows = [
-            pending("older", "app", "2026-12-01T09:00:00Z"),
-            pending("newer", "app", "2026-12-01T11:00:00Z"),
-            pending("other", "api", "2026-12-01T09:00:00Z"),
-        ];
-        let mut locks = ImageLocks::default();
-        locks.hold("app".into(), "c0".into(), t("2026-12-01T10:00:00Z"));
-        let gated = gate_rows(&rows, Kinds::ALL, &Rollout::default(), None, t("2026-12-01T12:00:00Z"), &locks);
-        let verdict = |key: &str| gated.iter().find(|g| g.key == key).map(|g| g.verdict.clone()).unwrap();
-        assert_eq!(verdict("older"), Err(Wait::ImageHeld { image: "app".into(), change: "c0".into() }));
-        assert_eq!(verdict("newer"), Ok(()));
-        assert_eq!(verdict("other"), Ok(()));
-        let mut released = rows.clone();
-        released[0].released = true;
-        let gated = gate_rows(&released, Kinds::ALL, &Rollout::default(), None, t("2026-12-01T12:00:00Z"), &locks);
-        // Released: it goes (and the newer one of the same image waits its turn behind it).
-        assert_eq!(gated.iter().find(|g| g.key == "older").unwrap().verdict, Ok(()));
     }
 
     /// Each verdict moves only the states it is about; a held action keeps its approval question.

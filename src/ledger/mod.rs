@@ -183,7 +183,7 @@ forward! {
     }
     Actions {
         fn record_process(key: &str, group: ProcessGroup) -> ();
-        fn record_progress(key: &str, progress: serde_json::Value) -> bool;
+        fn record_progress(key: &str, progress: builder_monitor_core::progress::Progress) -> bool;
         fn running_actions() -> Vec<ClaimedAction>;
         fn requeue_running() -> Vec<String>;
         fn requeue_actions(keys: Vec<String>) -> ();

@@ -3,6 +3,8 @@
 //! refused, then its work with the tag's digests around it.
 
 use super::*;
+use builder_monitor_core::deploy::WorkloadProgress;
+use builder_monitor_core::event::{ActionResult, BuildInfo, CommitInfo};
 use builder_monitor_core::rebase::order::{self, KnownPin};
 
 /// The app tag's digests around an attempt, as far as they are known.
@@ -31,50 +33,119 @@ pub struct Attempt {
     pub digests: Digests,
     /// Whether the tag was written (recorded as a move even when the attempt failed: `tag_race`).
     pub moved: bool,
-    /// The digest another writer put on the tag right behind ours.
-    pub tag_race: Option<String>,
     /// The write's outcome is unknown (the tag could not be read): its intent stays for the next
     /// attempt to settle.
     pub keep_intent: bool,
-    /// A deploy found nothing to write (its workloads are GitOps-owned): it ends `skipped`.
+    /// What its kind alone found or did.
+    pub result: KindResult,
+}
+
+/// What an attempt found or did that only its kind has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KindResult {
+    /// A rebuild or a rebase: the pool it ran in, the digest another writer put on the tag right
+    /// behind ours (`path` is the event's, not the attempt's).
+    Build(BuildInfo),
+    Deploy(DeployResult),
+    Gitops(GitopsResult),
+}
+
+impl Default for KindResult {
+    fn default() -> Self {
+        KindResult::Build(BuildInfo::default())
+    }
+}
+
+/// What a deploy's attempt found or did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeployResult {
+    /// It found nothing to write (its workloads are GitOps-owned): it ends `skipped`.
     pub skipped: bool,
-    /// A failed deploy holds its image.
+    /// It failed and holds its image.
     pub hold_image: bool,
-    /// A failed deploy put its workloads back.
+    /// It failed and put its workloads back.
     pub rolled_back: bool,
-    /// A failed deploy found containers someone else changed (left as they set them): the
-    /// detail of its `deploy.overridden`.
+    /// It failed and found containers someone else changed (left as they set them): the detail of
+    /// its `deploy.overridden`.
     pub overridden: Option<String>,
-    /// A deploy's record of its workloads, for its events.
-    pub workloads: Vec<builder_monitor_core::deploy::WorkloadProgress>,
-    /// The pool a build ran in.
-    pub pool: Option<String>,
-    /// A gitops action's commit.
-    pub commit: Option<builder_monitor_core::event::CommitInfo>,
+    /// Its record of its workloads, for its events.
+    pub workloads: Vec<WorkloadProgress>,
+}
+
+/// What a gitops action's attempt found or did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GitopsResult {
+    /// Nothing to commit: the files hold the digests already.
+    pub skipped: bool,
+    /// What it committed (or, failing, would have).
+    pub commit: Option<CommitInfo>,
+}
+
+impl KindResult {
+    /// What the events of an action of `kind` say of it; `path` is where a rebase ran, as the
+    /// event says already.
+    pub fn event_result(&self, kind: ActionKind, path: Option<String>) -> ActionResult {
+        match (kind, self) {
+            (ActionKind::Rebase | ActionKind::Rebuild, KindResult::Build(b)) => {
+                ActionResult::Build(BuildInfo { path, ..b.clone() })
+            }
+            (ActionKind::Rebase | ActionKind::Rebuild, _) => {
+                ActionResult::Build(BuildInfo { path, ..Default::default() })
+            }
+            (ActionKind::Deploy, KindResult::Deploy(d)) => ActionResult::Deploy(d.workloads.clone()),
+            (ActionKind::Deploy, _) => ActionResult::Deploy(Vec::new()),
+            (ActionKind::Gitops, KindResult::Gitops(g)) => ActionResult::Gitops(g.commit.clone()),
+            (ActionKind::Gitops, _) => ActionResult::Gitops(None),
+        }
+    }
 }
 
 impl Attempt {
     pub fn new(outcome: Outcome, next: Next, digests: Digests) -> Self {
         let moved = outcome.success;
-        Attempt {
-            outcome,
-            next,
-            digests,
-            moved,
-            tag_race: None,
-            keep_intent: false,
-            skipped: false,
-            hold_image: false,
-            rolled_back: false,
-            overridden: None,
-            workloads: Vec::new(),
-            pool: None,
-            commit: None,
-        }
+        Attempt { outcome, next, digests, moved, keep_intent: false, result: KindResult::default() }
     }
 
     pub fn failed(detail: String, next: Next) -> Self {
         Attempt::new(Outcome { success: false, detail, output_tail: String::new() }, next, Digests::default())
+    }
+
+    /// A rebuild's or a rebase's result, to fill in.
+    pub fn build_mut(&mut self) -> &mut BuildInfo {
+        if !matches!(self.result, KindResult::Build(_)) {
+            self.result = KindResult::Build(BuildInfo::default());
+        }
+        match &mut self.result {
+            KindResult::Build(b) => b,
+            _ => unreachable!("set above"),
+        }
+    }
+
+    /// A deploy's result, to fill in.
+    pub fn deploy_mut(&mut self) -> &mut DeployResult {
+        if !matches!(self.result, KindResult::Deploy(_)) {
+            self.result = KindResult::Deploy(DeployResult::default());
+        }
+        match &mut self.result {
+            KindResult::Deploy(d) => d,
+            _ => unreachable!("set above"),
+        }
+    }
+
+    pub fn deploy(&self) -> Option<&DeployResult> {
+        match &self.result {
+            KindResult::Deploy(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// It found nothing to do (a deploy to GitOps-owned workloads, a commit of nothing new).
+    pub fn skipped(&self) -> bool {
+        match &self.result {
+            KindResult::Deploy(d) => d.skipped,
+            KindResult::Gitops(g) => g.skipped,
+            KindResult::Build(_) => false,
+        }
     }
 }
 
@@ -205,8 +276,7 @@ mod tests {
             app_reference: None,
             reasons: vec![],
             scheduling: Default::default(),
-            deploy: None,
-            gitops: None,
+            plan: Default::default(),
         };
         NewAction::new(format!("k-{change}"), change.into(), "app".into(), ActionKind::Rebuild, target)
     }

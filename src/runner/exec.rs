@@ -105,8 +105,8 @@ pub fn command(settings: &ExecSettings, action: &ActionRef<'_>, target: &ActionT
         ("change_id", action.change_id.to_string()),
         ("action", action.kind.as_str().to_string()),
         ("name", action.image.to_string()),
-        ("digest", target.deploy.as_ref().map(|d| d.digest.clone()).unwrap_or_default()),
-        ("reference", target.deploy.as_ref().map(|d| d.reference.clone()).unwrap_or_default()),
+        ("digest", target.plan.deploy().map(|d| d.digest.clone()).unwrap_or_default()),
+        ("reference", target.plan.deploy().map(|d| d.reference.clone()).unwrap_or_default()),
     ]
     .into();
     expand(template, &values)

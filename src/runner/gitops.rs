@@ -13,8 +13,8 @@
 
 use std::collections::BTreeMap;
 
+use builder_monitor_core::progress::Progress;
 use futures::future::BoxFuture;
-use serde::{Deserialize, Serialize};
 
 use super::carrier::{Backend, Carrier};
 use super::git::{GitError, Push, Repo};
@@ -37,7 +37,7 @@ impl Backend for Commits {
     }
 
     fn preview(&self, _: &Config, _: &ActionRef<'_>, target: &ActionTarget) -> Result<serde_json::Value, PreviewError> {
-        Ok(serde_json::json!({ "gitops": target.gitops, "target": target }))
+        Ok(serde_json::json!({ "gitops": target.plan.gitops(), "target": target }))
     }
 
     fn start(
@@ -50,24 +50,8 @@ impl Backend for Commits {
     }
 }
 
-/// What a gitops action records, before it pushes (and keeps after): the commit, where it goes,
-/// and the value it wrote for each name (an image, or `builder:NAME`), which the next action
-/// compares the files with to see a person's change.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CommitProgress {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub commit: Option<String>,
-    /// The commit `commit` was made on: where a later attempt's search for it starts.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub base: Option<String>,
-    pub branch: String,
-    #[serde(default)]
-    pub files: Vec<String>,
-    /// `path#name` → what that file holds for the name after this commit (a digest, or a marker's
-    /// whole reference).
-    #[serde(default)]
-    pub written: BTreeMap<String, String>,
-}
+/// What a gitops action records (in the core, where every kind's progress record is).
+pub use builder_monitor_core::gitops::CommitProgress;
 
 /// What one attempt found or did, for the runner's record.
 struct Done {
@@ -108,8 +92,7 @@ impl Carrier for Commits {
             };
             let mut attempt = Attempt::new(done.outcome, done.next, Digests::default());
             attempt.moved = false;
-            attempt.skipped = done.skipped;
-            attempt.commit = done.commit;
+            attempt.result = KindResult::Gitops(GitopsResult { skipped: done.skipped, commit: done.commit });
             attempt
         })
     }
@@ -133,7 +116,7 @@ struct Value {
 }
 
 async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) -> Result<Done, Done> {
-    let plan = target.gitops.as_ref().ok_or_else(|| Done::failed("not a gitops action".into(), Next::Final))?;
+    let plan = target.plan.gitops().ok_or_else(|| Done::failed("not a gitops action".into(), Next::Final))?;
     let config = &runner.config;
     let t =
         config.gitops.iter().find(|t| t.name == plan.target).ok_or_else(|| {
@@ -149,7 +132,7 @@ async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) 
     let last = last_written(&recent, action);
     let mut baseline = BTreeMap::new();
     // What an earlier attempt of this action recorded before its push (which may have landed).
-    let earlier = action.progress.clone().and_then(|p| serde_json::from_value::<CommitProgress>(p).ok());
+    let earlier = action.progress.as_ref().and_then(Progress::gitops).cloned();
     let mut lost = Vec::new();
     for round in 0..PUSH_ROUNDS {
         // On the push branch when it exists (earlier commits waiting for review), else on `branch`.
@@ -210,8 +193,7 @@ async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) 
                 files: Vec::new(),
                 written: applied.written.clone(),
             };
-            let _ =
-                runner.ledger.record_progress(&action.key, serde_json::to_value(&progress).unwrap_or_default()).await;
+            let _ = runner.ledger.record_progress(&action.key, Progress::Gitops(progress)).await;
             let detail = format!("nothing to commit: {}'s files hold these digests already", t.name);
             return Ok(Done {
                 outcome: ok(detail),
@@ -242,8 +224,7 @@ async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) 
             written: applied.written.clone(),
         };
         // Recorded before the push: a crash after it finds the commit by its trailer.
-        let recorded = serde_json::to_value(&progress).unwrap_or_default();
-        if !runner.ledger.record_progress(&action.key, recorded).await.unwrap_or(false) {
+        if !runner.ledger.record_progress(&action.key, Progress::Gitops(progress.clone())).await.unwrap_or(false) {
             return Err(Done::failed(
                 "cannot record the commit before pushing it; nothing was pushed".into(),
                 Next::Retry,
@@ -298,7 +279,7 @@ async fn undone(
     let mut written = ours.written.clone();
     written.extend(applied.changed_by_others.iter().cloned());
     let progress = CommitProgress { commit: Some(found.to_string()), written, ..ours.clone() };
-    let _ = runner.ledger.record_progress(&action.key, serde_json::to_value(&progress).unwrap_or_default()).await;
+    let _ = runner.ledger.record_progress(&action.key, Progress::Gitops(progress)).await;
     Ok(applied.overridden.into_iter().map(|(name, _, _)| name).collect())
 }
 
@@ -359,9 +340,8 @@ fn last_written(recent: &[crate::ledger::ActionRecord], action: &ClaimedAction) 
                 && matches!(a.state, ActionState::Succeeded | ActionState::Skipped)
         })
         .max_by_key(|a| a.updated)
-        .and_then(|a| a.progress.clone())
-        .and_then(|p| serde_json::from_value::<CommitProgress>(p).ok())
-        .map(|p| p.written)
+        .and_then(|a| a.progress.as_ref()?.gitops())
+        .map(|p| p.written.clone())
         .unwrap_or_default()
 }
 
@@ -509,8 +489,9 @@ async fn hold_overridden(
         ]);
         if let Some(info) = event.action.as_mut() {
             info.image = name.clone();
-            info.commit =
-                Some(CommitInfo { target: t.name.clone(), id: None, branch: t.push_branch.clone(), files: Vec::new() });
+            let commit =
+                CommitInfo { target: t.name.clone(), id: None, branch: t.push_branch.clone(), files: Vec::new() };
+            info.result = builder_monitor_core::event::ActionResult::Gitops(Some(commit));
         }
         let events = vec![event];
         let Some(key) = holder else {

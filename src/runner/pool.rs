@@ -26,6 +26,7 @@ use crate::config::{Config, Facts, Pool, RunnerKind};
 use crate::ledger::ClaimedAction;
 use builder_monitor_core::plan::ActionTarget;
 use builder_monitor_core::pool::{BuildProgress, PoolView, candidates};
+use builder_monitor_core::progress::Progress;
 use builder_monitor_core::reference::ImageRef;
 
 /// The runner kinds that build in pools, each with the objects it makes there: the one line a
@@ -183,8 +184,7 @@ impl Site {
 }
 
 async fn record(runner: &Runner, action: &ClaimedAction, progress: &BuildProgress) -> bool {
-    let value = serde_json::to_value(progress).unwrap_or(Value::Null);
-    match runner.ledger.record_progress(&action.key, value).await {
+    match runner.ledger.record_progress(&action.key, Progress::Build(progress.clone())).await {
         Ok(recorded) => recorded,
         Err(err) => {
             tracing::error!(action = %action.key, error = %err, "cannot record the build's pool");
@@ -235,7 +235,7 @@ impl Pools {
         let reference = super::reference(action);
         let image = runner.config.image(&action.image);
         let image_template = image.and_then(|i| i.pod_template.as_ref()).map(|t| &t.value);
-        let recorded = action.progress.clone().and_then(|p| serde_json::from_value::<BuildProgress>(p).ok());
+        let recorded = action.progress.as_ref().and_then(Progress::build).cloned();
         if let Some(mut progress) = recorded {
             let Some(site) = self.site(&progress.pool) else {
                 return failed(format!(
@@ -360,7 +360,7 @@ impl Carrier for Pools {
             let used = std::sync::Mutex::new(None);
             let work = async { (self.carry_out(runner, action, target, &used).await, true) };
             let mut attempt = runner.pushed(action, target, work).await;
-            attempt.pool = used.into_inner().unwrap_or_else(|e| e.into_inner());
+            attempt.build_mut().pool = used.into_inner().unwrap_or_else(|e| e.into_inner());
             attempt
         })
     }

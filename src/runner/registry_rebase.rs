@@ -246,7 +246,7 @@ impl Runner {
                 let mut attempt = Attempt::failed(detail, Next::Final);
                 attempt.digests = Digests { before: Some(previous), after: Some(wrote) };
                 attempt.moved = true;
-                attempt.tag_race = Some(found);
+                attempt.build_mut().tag_race = Some(found);
                 attempt
             }
             Err(RebaseError::TagWriteUnknown { previous, wrote, source, .. }) => {

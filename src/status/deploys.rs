@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::config::ImageSettings;
 use crate::ledger::{ActionState, LatestAction};
-use builder_monitor_core::deploy::{DeployProgress, Workload, WorkloadKind, WorkloadProgress, WorkloadState};
+use builder_monitor_core::deploy::{Workload, WorkloadKind, WorkloadProgress, WorkloadState};
 use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::schedule::timestamp_millis;
 use builder_monitor_core::text::escape;
@@ -95,11 +95,10 @@ fn entries(image: &str, workload: &Workload, action: Option<&LatestAction>, out:
         action: None,
         change: None,
     };
-    let target = action.and_then(|a| a.target.as_ref()).and_then(|t| t.deploy.as_ref());
+    let target = action.and_then(|a| a.target.as_ref()).and_then(|t| t.plan.deploy());
     let progress: Option<WorkloadProgress> = action
-        .and_then(|a| a.record.progress.clone())
-        .and_then(|p| serde_json::from_value::<DeployProgress>(p).ok())
-        .and_then(|p| p.workloads.into_iter().find(|w| same(&w.workload, workload)));
+        .and_then(|a| a.record.progress.as_ref()?.deploy())
+        .and_then(|p| p.workloads.iter().find(|w| same(&w.workload, workload)).cloned());
     // A workload configured after the newest deploy was recorded: no deploy went to it yet.
     let Some(a) =
         action.filter(|_| progress.is_some() || target.is_none_or(|t| t.workloads.iter().any(|w| same(w, workload))))
@@ -244,7 +243,10 @@ mod tests {
                 decided_by: None,
                 decided_at: None,
                 created: t,
-                progress: (!progress.is_null()).then_some(progress),
+                progress: (!progress.is_null()).then(|| {
+                    let kind = builder_monitor_core::plan::ActionKind::Deploy;
+                    builder_monitor_core::progress::Progress::read(kind, progress).expect("a deploy's progress")
+                }),
                 holds: false,
             },
             target: Some(serde_json::from_value(target).unwrap()),
@@ -356,7 +358,7 @@ mod tests {
         held.record.detail = Some("held: canary petclinic failed".into());
         let mut old = latest("petclinic", ActionState::Succeeded, 'a', serde_json::Value::Null);
         // Its target named only the Deployment: the CronJob came later.
-        if let Some(d) = old.target.as_mut().and_then(|t| t.deploy.as_mut()) {
+        if let Some(d) = old.target.as_mut().and_then(|t| t.plan.deploy_mut()) {
             d.workloads.truncate(1);
         }
         let shown = deploys(&images(), &[held, old]);

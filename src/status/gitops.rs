@@ -7,7 +7,6 @@ use serde::Serialize;
 
 use crate::config::{Config, gitops_subject};
 use crate::ledger::{ActionRecord, ActionState};
-use crate::runner::gitops::CommitProgress;
 use builder_monitor_core::schedule::timestamp_millis;
 use builder_monitor_core::text::escape;
 
@@ -39,8 +38,8 @@ pub fn targets(config: &Config, recent: &[ActionRecord]) -> Vec<GitopsStatus> {
             mine.sort_by_key(|a| (a.created, a.updated));
             let newest = mine.last();
             let pushed = mine.iter().rev().find_map(|a| {
-                let progress: CommitProgress = serde_json::from_value(a.progress.clone()?).ok()?;
-                (a.state == ActionState::Succeeded).then_some((a, progress.commit?))
+                let progress = a.progress.as_ref()?.gitops()?;
+                (a.state == ActionState::Succeeded).then_some((a, progress.commit.clone()?))
             });
             GitopsStatus {
                 name: t.name.clone(),

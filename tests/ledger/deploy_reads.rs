@@ -52,7 +52,8 @@ async fn each_images_newest_deploy_is_read_with_its_progress_and_hold() {
         assert_eq!(claimed.len(), 1);
         let progress = json!({ "workloads": [{ "kind": "Deployment", "namespace": "shop", "name": "petclinic",
             "state": "healthy", "containers": [{ "name": "app", "previous": "r/petclinic:old", "image": format!("r/petclinic@{a}") }] }] });
-        assert!(ledger.record_progress(&claimed[0].key, progress.clone()).await.unwrap());
+        let typed = Progress::read(ActionKind::Deploy, progress.clone()).unwrap();
+        assert!(ledger.record_progress(&claimed[0].key, typed).await.unwrap());
         let done = ledger.finish_action(ended(&claimed[0].key, ActionOutcome::Succeeded, false, "2026-12-01T09:01:00Z"));
         assert_eq!(done.await.unwrap(), Some(ActionState::Succeeded));
 
@@ -73,7 +74,7 @@ async fn each_images_newest_deploy_is_read_with_its_progress_and_hold() {
             vec![("orders", "m2", ActionState::Failed, true), ("petclinic", "m3", ActionState::Superseded, false)],
             "the newest per image, by image"
         );
-        let digest = |i: usize| latest[i].target.as_ref().and_then(|t| t.deploy.as_ref()).map(|d| d.digest.clone());
+        let digest = |i: usize| latest[i].target.as_ref().and_then(|t| t.plan.deploy()).map(|d| d.digest.clone());
         assert_eq!((digest(0).as_deref(), digest(1).as_deref()), (Some(b), Some(c)));
         assert_eq!(latest[0].record.detail.as_deref(), Some("Deployment shop/orders: ProgressDeadlineExceeded"));
 
@@ -84,7 +85,7 @@ async fn each_images_newest_deploy_is_read_with_its_progress_and_hold() {
         assert_eq!(rebuilds[0].record.change, "m4");
         let all = ledger.actions(10).await.unwrap();
         let first = all.iter().find(|r| r.change == "m1").unwrap();
-        assert_eq!(first.progress.as_ref(), Some(&progress));
+        assert_eq!(first.progress.as_ref().map(Progress::to_value), Some(progress));
         assert!(ledger.latest_actions(ActionKind::Rebase).await.unwrap().is_empty());
     })
     .await;

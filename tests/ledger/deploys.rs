@@ -52,7 +52,7 @@ async fn deploys_follow_successes_keep_progress_hold_images_and_soak() {
         };
         let canary = claim("2026-11-30T12:01:00Z", Kinds::ALL).await;
         assert_eq!(canary.len(), 1);
-        assert!(ledger.record_progress(&canary[0].key, json!({"workloads": []})).await.unwrap());
+        assert!(ledger.record_progress(&canary[0].key, Progress::Deploy(Default::default())).await.unwrap());
 
         // The rebuild succeeds: its deploy is recorded in the same write, in the same wave, so the
         // next wave still waits.
@@ -66,13 +66,13 @@ async fn deploys_follow_successes_keep_progress_hold_images_and_soak() {
         assert_eq!(deploy.iter().map(|a| (a.image.as_str(), a.kind)).collect::<Vec<_>>(), [("canary", ActionKind::Deploy)]);
         assert_eq!(deploy[0].progress, None);
         let progress = json!({"workloads": [{"kind": "Deployment", "namespace": "shop", "name": "canary", "containers": [], "state": "written"}]});
-        assert!(ledger.record_progress(&deploy[0].key, progress.clone()).await.unwrap());
+        assert!(ledger.record_progress(&deploy[0].key, Progress::read(ActionKind::Deploy, progress.clone()).unwrap()).await.unwrap());
         let running = ledger.running_actions().await.unwrap();
-        assert_eq!(running[0].progress.as_ref(), Some(&progress), "a restart reads what was written");
+        assert_eq!(running[0].progress.as_ref().map(Progress::to_value), Some(progress), "a restart reads what was written");
 
         // Healthy at 12:05: wave 1 waits for the soak until 12:15.
         ledger.finish_action(end(&deploy[0].key, ActionOutcome::Succeeded, "2026-11-30T12:05:00Z", vec![], false)).await.unwrap();
-        assert!(!ledger.record_progress(&deploy[0].key, json!({})).await.unwrap(), "only while it runs");
+        assert!(!ledger.record_progress(&deploy[0].key, Progress::Deploy(Default::default())).await.unwrap(), "only while it runs");
         assert!(claim("2026-11-30T12:10:00Z", Kinds::ALL).await.is_empty(), "soaking");
         assert_eq!(ledger.next_action_of(Kinds::ALL, &soak, at("2026-11-30T12:10:00Z")).await.unwrap(), Some(at("2026-11-30T12:15:00Z")));
         let web = claim("2026-11-30T12:15:00Z", Kinds::ALL).await;

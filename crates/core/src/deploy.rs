@@ -32,7 +32,7 @@ pub const BAD_WAITING: [&str; 3] = ["ImagePullBackOff", "ErrImagePull", "CrashLo
 /// A deploy's idempotency key: stable for (change, image), beside the change's rebase or rebuild
 /// of the image.
 pub fn action_key(change_id: &str, image: &str) -> String {
-    format!("bm-{}", crate::event::stable_id(&[change_id, image, "deploy"]))
+    format!("bm-{}", crate::id::stable_id(&[change_id, image, "deploy"]))
 }
 
 /// The kinds of workload a deploy writes.

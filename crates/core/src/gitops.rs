@@ -360,5 +360,24 @@ pub fn changes_in(message: &str) -> Vec<String> {
         .collect()
 }
 
+/// What a gitops action records, before it pushes (and keeps after): the commit, where it goes,
+/// and the value it wrote for each name (an image, or `builder:NAME`), which the next action
+/// compares the files with to see a person's change.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CommitProgress {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// The commit `commit` was made on: where a later attempt's search for it starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
+    pub branch: String,
+    #[serde(default)]
+    pub files: Vec<String>,
+    /// `path#name` → what that file holds for the name after this commit (a digest, or a marker's
+    /// whole reference).
+    #[serde(default)]
+    pub written: std::collections::BTreeMap<String, String>,
+}
+
 #[cfg(test)]
 mod tests;

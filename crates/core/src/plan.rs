@@ -6,6 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::cnb::{BuilderMetadata, Buildpack, Change, ChangeKind};
+pub use target::{ActionPlan, ActionTarget, GitopsPlan};
+
+mod target;
 
 /// How an app image reacts when its builder (or the builder's run image) moves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -178,56 +181,6 @@ pub struct Move<'a> {
     /// use a moved run image.
     pub builders: &'a [String],
     pub run_image: Option<&'a RunImageTarget>,
-}
-
-/// What a runner needs to carry out an action, recorded with it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ActionTarget {
-    /// The app image tag to build or rebase.
-    pub image: String,
-    pub builder_name: String,
-    /// The pinned builder, `repo@sha256:…`.
-    pub builder: String,
-    /// The run image, immutable: the one to rebase onto, or the builder's for a rebuild.
-    pub run_image: Option<String>,
-    pub source: Option<Source>,
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    pub why: String,
-    /// From the builder's metadata: the CNB user and group its build steps run as, the platform
-    /// APIs its lifecycle supports, and its stack id (kpack's rebase check).
-    #[serde(default)]
-    pub user_id: Option<u32>,
-    #[serde(default)]
-    pub group_id: Option<u32>,
-    #[serde(default)]
-    pub platform_apis: Vec<String>,
-    #[serde(default)]
-    pub stack_id: Option<String>,
-    /// The app image as it is now, `repo@sha256:…` (kpack's `lastBuild.image`).
-    #[serde(default)]
-    pub app_reference: Option<String>,
-    /// The reasons of the change, for annotations.
-    #[serde(default)]
-    pub reasons: Vec<String>,
-    /// Per-image placement for the Kubernetes runners.
-    #[serde(default)]
-    pub scheduling: Scheduling,
-    /// For a deploy: the digest and the workloads it goes to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deploy: Option<crate::deploy::DeployTarget>,
-    /// For a gitops action: the `[[gitops]]` target and the change's one-line summary.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gitops: Option<GitopsPlan>,
-}
-
-/// What a gitops action commits for its change: every app image's newest digest and the builder's
-/// pin, into the target's files, with the change's summary as the commit's first line.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GitopsPlan {
-    /// The `[[gitops]]` name.
-    pub target: String,
-    pub summary: String,
 }
 
 /// What one app image gets, and why, in words for people.

@@ -16,6 +16,7 @@ use crate::ledger::{
     LedgerError, NewAction, OpenAction, Outbox, ProcessGroup, TagWrites, Verdict,
 };
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
+use builder_monitor_core::progress::Progress;
 use builder_monitor_core::rollout::{Rollout, failure_reason};
 use chrono::{DateTime, Utc};
 
@@ -226,7 +227,7 @@ impl Actions for KubeLedger {
                                 attempt: a.attempts,
                                 target: read_target(a.target.clone()),
                                 process: None,
-                                progress: a.progress.clone(),
+                                progress: a.progress.clone().and_then(|v| Progress::read(a.kind, v)),
                             }
                         },
                     ))
@@ -250,7 +251,8 @@ impl Actions for KubeLedger {
         .await
     }
 
-    async fn record_progress(&self, key: &str, progress: serde_json::Value) -> Result<bool, LedgerError> {
+    async fn record_progress(&self, key: &str, progress: Progress) -> Result<bool, LedgerError> {
+        let progress = progress.to_value();
         let Some(holder) = self.holder(|d| d.actions.iter().any(|a| a.key == key)).await? else {
             return Ok(false);
         };
@@ -435,7 +437,7 @@ impl Actions for KubeLedger {
                     attempt: a.attempts,
                     target: read_target(a.target),
                     process: a.process,
-                    progress: a.progress,
+                    progress: a.progress.and_then(|v| Progress::read(a.kind, v)),
                 });
             }
         }
@@ -520,7 +522,7 @@ impl Actions for KubeLedger {
                 attempts: a.attempts,
                 next_attempt: a.next_attempt,
                 wave: a.wave,
-                placed: crate::ledger::placed(a.progress.as_ref()),
+                placed: crate::ledger::placed(a.progress.clone().and_then(|v| Progress::read(a.kind, v)).as_ref()),
                 detail: if a.state == ActionState::Held { a.detail } else { None },
                 waiting_for: None,
                 gate: None,
@@ -607,7 +609,7 @@ pub(super) fn record(a: ActionRow) -> ActionRecord {
         decided_by: a.decided_by,
         decided_at: a.decided_at,
         created: a.created,
-        progress: a.progress,
+        progress: a.progress.and_then(|v| Progress::read(a.kind, v)),
         holds: a.holds,
     }
 }

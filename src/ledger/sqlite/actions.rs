@@ -5,12 +5,15 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 
 use super::{SqliteLedger, State, Time, all, claims, exec, first, outbox, row, tags};
-use crate::ledger::actions::{Gated, ImageLocks, Kinds, gate_rows, next_start, read_target, target_json};
+use crate::ledger::actions::{
+    Gated, ImageLocks, Kinds, gate_rows, next_start, read_progress, read_target, target_json,
+};
 use crate::ledger::{
     ActionEnd, ActionOutcome, ActionRecord, ActionState, Actions, ClaimedAction, Decided, ImageHold, LatestAction,
     LedgerError, NewAction, OpenAction, ProcessGroup, Verdict,
 };
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
+use builder_monitor_core::progress::Progress;
 use builder_monitor_core::rollout::{Freeze, Rollout, failure_reason};
 use builder_monitor_core::schedule::{timestamp, timestamp_millis};
 
@@ -75,8 +78,8 @@ impl Actions for SqliteLedger {
         .await
     }
 
-    async fn record_progress(&self, key: &str, progress: serde_json::Value) -> Result<bool, LedgerError> {
-        let key = key.to_string();
+    async fn record_progress(&self, key: &str, progress: Progress) -> Result<bool, LedgerError> {
+        let (key, progress) = (key.to_string(), progress.to_value());
         self.with(move |conn| {
             let n = exec(
                 conn,
@@ -297,9 +300,8 @@ impl Actions for SqliteLedger {
                         waiting_for: None,
                         gate: None,
                         placed: {
-                            let progress: Option<String> = r.get("progress")?;
-                            let value = progress.and_then(|p| serde_json::from_str(&p).ok());
-                            crate::ledger::placed(value.as_ref())
+                            let kind: String = r.get("kind")?;
+                            crate::ledger::placed(progress(&kind, r.get("progress")?).as_ref())
                         },
                     })
                 },
@@ -470,7 +472,10 @@ fn action_record(r: &Row<'_>) -> Result<ActionRecord, LedgerError> {
         decided_by: r.get(col!(ACTION_COLUMNS, "decided_by"))?,
         decided_at: r.get::<_, Option<Time>>(col!(ACTION_COLUMNS, "decided_at"))?.map(|t| t.0),
         created: r.get::<_, Time>(col!(ACTION_COLUMNS, "created"))?.0,
-        progress: progress(r.get(col!(ACTION_COLUMNS, "progress"))?),
+        progress: progress(
+            &r.get::<_, String>(col!(ACTION_COLUMNS, "kind"))?,
+            r.get(col!(ACTION_COLUMNS, "progress"))?,
+        ),
         holds: r.get(col!(ACTION_COLUMNS, "holds"))?,
     })
 }
@@ -490,15 +495,15 @@ fn claimed_action(r: &Row<'_>) -> Result<ClaimedAction, LedgerError> {
         attempt: r.get(col!(CLAIMED_COLUMNS, "attempts"))?,
         target: read_target(target_value(&key, &target)?),
         process: group.zip(started).map(|(id, started)| ProcessGroup { id, started: started.max(0) as u64 }),
-        progress: progress(r.get(col!(CLAIMED_COLUMNS, "progress"))?),
+        progress: progress(&kind, r.get(col!(CLAIMED_COLUMNS, "progress"))?),
         key,
     })
 }
 
-/// A stored progress record; one that is not JSON is read as none (it is a record of what was
-/// written, never a reason to stop an action: the action reads the workloads again).
-fn progress(text: Option<String>) -> Option<serde_json::Value> {
-    text.and_then(|t| serde_json::from_str(&t).ok())
+/// A stored progress record of an action of `kind`; one that is not JSON, or not that kind's
+/// record, is read as none ([`read_progress`]).
+fn progress(kind: &str, text: Option<String>) -> Option<Progress> {
+    read_progress(kind, text.and_then(|t| serde_json::from_str(&t).ok()))
 }
 
 /// A stored target as JSON (`of`: its action's key or image, for the error).

@@ -15,6 +15,7 @@ use crate::ledger::{ActionState, ClaimedAction, LatestAction, LedgerError};
 use builder_monitor_core::deploy::{self as core, DeployProgress, Guarded, Override, OverrideIndex, WorkloadProgress};
 use builder_monitor_core::event::EventType;
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
+use builder_monitor_core::progress::Progress;
 
 /// Watches the deployed workloads until `stop` (see the module docs). A deploy still running is
 /// its own business: its image is out of the index until it ends.
@@ -66,7 +67,7 @@ pub fn guard_index(latest: Vec<LatestAction>) -> OverrideIndex {
         if r.state != ActionState::Succeeded || r.holds {
             continue;
         }
-        let Some(progress) = r.progress.and_then(|p| serde_json::from_value::<DeployProgress>(p).ok()) else {
+        let Some(progress) = r.progress.as_ref().and_then(Progress::deploy).cloned() else {
             continue;
         };
         index.insert(Guarded { image: r.image, key: r.key, change: r.change, attempt: r.attempts, progress });
@@ -160,13 +161,12 @@ impl Runner {
             app_reference: None,
             reasons: Vec::new(),
             scheduling: Default::default(),
-            deploy: None,
-            gitops: None,
+            plan: Default::default(),
         };
         let mut event =
             self.event(&claimed, &target, EventType::DeployOverridden, Some(detail.clone()), None, &Digests::default());
         if let Some(info) = event.action.as_mut() {
-            info.workloads = deploy.progress.workloads.clone();
+            info.result = builder_monitor_core::event::ActionResult::Deploy(deploy.progress.workloads.clone());
         }
         let events = vec![event];
         let history = self.config.monitor.history;

@@ -20,6 +20,7 @@ mod record;
 mod undo;
 
 pub use guard::{guard, guard_index};
+pub use record::{Origin, deploy_action};
 
 use super::attempt::{Attempt, Digests, Next};
 use super::carrier::ActionRef;
@@ -32,6 +33,7 @@ use builder_monitor_core::deploy::{
     WorkloadProgress, WorkloadState,
 };
 use builder_monitor_core::plan::ActionTarget;
+use builder_monitor_core::progress::Progress;
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::schedule::{parse_timestamp, timestamp};
 
@@ -47,7 +49,7 @@ impl Backend for Workloads {
     }
 
     fn preview(&self, _: &Config, action: &ActionRef<'_>, target: &ActionTarget) -> Result<Value, PreviewError> {
-        let deploy = target.deploy.as_ref();
+        let deploy = target.plan.deploy();
         Ok(serde_json::json!({
             "runner": "deploy",
             "workloads": deploy.map(|d| &d.workloads),
@@ -80,10 +82,10 @@ impl Carrier for Started {
         target: &'a ActionTarget,
     ) -> BoxFuture<'a, Attempt> {
         Box::pin(async move {
-            let Some(deploy) = target.deploy.as_ref() else {
+            let Some(deploy) = target.plan.deploy() else {
                 return Attempt::failed("a deploy action without a deploy target".into(), Next::Final);
             };
-            let progress = action.progress.clone().and_then(|p| serde_json::from_value(p).ok()).unwrap_or_default();
+            let progress = action.progress.as_ref().and_then(Progress::deploy).cloned().unwrap_or_default();
             Deploying { client: &self.client, runner, action, target, deploy, progress }.run().await
         })
     }
@@ -140,8 +142,7 @@ impl Deploying<'_> {
     }
 
     async fn record(&self) -> Result<(), String> {
-        let value = serde_json::to_value(&self.progress).map_err(|e| e.to_string())?;
-        match self.runner.ledger.record_progress(&self.action.key, value).await {
+        match self.runner.ledger.record_progress(&self.action.key, Progress::Deploy(self.progress.clone())).await {
             Ok(true) => Ok(()),
             Ok(false) => Err("the action is no longer running".into()),
             Err(err) => Err(format!("cannot record the deploy's progress: {err}")),
@@ -259,8 +260,8 @@ impl Deploying<'_> {
                     Digests::default(),
                 );
                 attempt.moved = false;
-                attempt.skipped = true;
-                attempt.workloads = std::mem::take(&mut self.progress.workloads);
+                attempt.deploy_mut().skipped = true;
+                attempt.deploy_mut().workloads = std::mem::take(&mut self.progress.workloads);
                 return Ok(attempt);
             }
             self.record().await.map_err(Stop::Retry)?;
@@ -318,7 +319,7 @@ impl Deploying<'_> {
             Digests::default(),
         );
         attempt.moved = false;
-        attempt.workloads = std::mem::take(&mut self.progress.workloads);
+        attempt.deploy_mut().workloads = std::mem::take(&mut self.progress.workloads);
         Ok(attempt)
     }
 

@@ -3,10 +3,50 @@
 
 use super::super::Runner;
 use super::super::attempt::Digests;
+use crate::config::{Config, ImageSettings};
 use crate::ledger::{ClaimedAction, NewAction};
+use builder_monitor_core::deploy::{DeployTarget, Undo, action_key};
 use builder_monitor_core::event::{self, EventType};
-use builder_monitor_core::plan::{ActionKind, ActionTarget};
+use builder_monitor_core::plan::{ActionKind, ActionPlan, ActionTarget};
 use builder_monitor_core::reference::ImageRef;
+
+/// Where a deploy's digest comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// An action moved the app tag to it; `tag_before` is what the tag held before (what an undo
+    /// puts back), none when the tag did not exist.
+    Moved { tag_before: Option<String> },
+    /// A person asked for it (`deploy`): the tag was not moved by it, so there is no tag to put
+    /// back.
+    ByHand,
+}
+
+/// The deploy of `digest` (`reference`, pinned) to `image`'s workloads, recorded in `change` on
+/// `target`: the one place a deploy action is built, for the deploy that follows an action which
+/// moved the tag and for `deploy` by hand. In the image's wave, waiting for a person when the
+/// roll-out says its deploys do.
+pub fn deploy_action(
+    config: &Config,
+    image: &ImageSettings,
+    change: &str,
+    mut target: ActionTarget,
+    digest: String,
+    reference: String,
+    origin: Origin,
+) -> NewAction {
+    let rollout = &config.rollout;
+    let (undo, tag_before) = match origin {
+        Origin::Moved { tag_before } => (image.undo(rollout), tag_before),
+        Origin::ByHand => match image.undo(rollout) {
+            Undo::WorkloadAndTag => (Undo::Workload, None),
+            other => (other, None),
+        },
+    };
+    target.plan =
+        ActionPlan::Deploy(DeployTarget { digest, reference, workloads: image.deploy.clone(), undo, tag_before });
+    NewAction::new(action_key(change, &image.name), change.to_string(), image.name.clone(), ActionKind::Deploy, target)
+        .gated(image.wave, image.needs_approval(ActionKind::Deploy, rollout))
+}
 
 impl Runner {
     /// The deploy that follows an action which moved the app tag to a new digest, when the image
@@ -32,22 +72,10 @@ impl Runner {
             Ok(r) => r.pinned(&after),
             Err(_) => return Vec::new(),
         };
-        let rollout = &self.config.rollout;
-        let deploy = builder_monitor_core::deploy::DeployTarget {
-            digest: after.clone(),
-            reference,
-            workloads: image.deploy.clone(),
-            undo: image.undo(rollout),
-            tag_before: digests.before.clone(),
-        };
         let mut t = target.clone();
         t.why = format!("the {} moved {} to {after}", action.kind.as_str(), target.image);
-        t.deploy = Some(deploy);
-        let key = builder_monitor_core::deploy::action_key(&action.change_id, &action.image);
-        vec![
-            NewAction::new(key, action.change_id.clone(), action.image.clone(), ActionKind::Deploy, t)
-                .gated(image.wave, image.needs_approval(ActionKind::Deploy, rollout)),
-        ]
+        let origin = Origin::Moved { tag_before: digests.before.clone() };
+        vec![deploy_action(&self.config, image, &action.change_id, t, after, reference, origin)]
     }
 
     /// Records `deploy.started`: the deploy wrote its workloads. Its id is the action's, whatever
@@ -61,8 +89,8 @@ impl Runner {
         let mut e = self.event(action, target, EventType::DeployStarted, None, None, &Digests::default());
         e.id = event::stable_id(&[&action.key, EventType::DeployStarted.as_str()]);
         if let Some(info) = e.action.as_mut() {
-            info.workloads = progress.workloads.clone();
-            info.digest = target.deploy.as_ref().map(|d| d.digest.clone());
+            info.result = event::ActionResult::Deploy(progress.workloads.clone());
+            info.digest = target.plan.deploy().map(|d| d.digest.clone());
         }
         let events = vec![e];
         let history = self.config.monitor.history;

@@ -121,16 +121,16 @@ impl Deploying<'_> {
             detail.push_str(&format!("; could not undo: {}", problems.join("; ")));
         }
         let mut attempt = Attempt::failed(detail, Next::Final);
-        attempt.hold_image = true;
-        attempt.rolled_back = !undone.is_empty() || tag.is_some();
+        attempt.deploy_mut().hold_image = true;
+        attempt.deploy_mut().rolled_back = !undone.is_empty() || tag.is_some();
         if !others.is_empty() {
-            attempt.overridden = Some(format!(
+            attempt.deploy_mut().overridden = Some(format!(
                 "held: {}; run `builder-monitor release {}` to let deploys go again",
                 others.join("; "),
                 self.action.change_id
             ));
         }
-        attempt.workloads = std::mem::take(&mut self.progress.workloads);
+        attempt.deploy_mut().workloads = std::mem::take(&mut self.progress.workloads);
         // The tag's move back is recorded by the rollback that made it; these are for the event.
         if let Some((from, to)) = tag {
             attempt.digests = Digests { before: Some(from), after: Some(to) };

@@ -480,7 +480,7 @@ fn progress_reads_back_as_written() {
 #[test]
 fn a_deploy_key_is_stable_and_its_own() {
     assert_eq!(action_key("c1", "app"), action_key("c1", "app"));
-    assert_ne!(action_key("c1", "app"), format!("bm-{}", crate::event::stable_id(&["c1", "app"])));
+    assert_ne!(action_key("c1", "app"), format!("bm-{}", crate::id::stable_id(&["c1", "app"])));
     assert_ne!(action_key("c1", "app"), action_key("c2", "app"));
 }
 

@@ -1,0 +1,33 @@
+//! What the roll-out's events (`action.*`, `rollout.*`) say: the actions that wait, or the freeze.
+
+use serde::{Deserialize, Serialize};
+
+/// What a roll-out event is about: the actions of one change that wait (`action.*`), or the
+/// freeze (`rollout.*`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RolloutInfo {
+    /// The change whose actions wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub actions: Vec<WaitingAction>,
+    /// Why: the failure that holds them (`canary petclinic failed`), or the freeze's reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Who froze or unfroze.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// When the freeze began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+}
+
+/// One action a roll-out event names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitingAction {
+    pub key: String,
+    /// The `[[images]]` name.
+    pub image: String,
+    pub kind: String,
+    pub wave: u32,
+}

@@ -1,0 +1,156 @@
+//! The status report as text for people (`status` without `--json`).
+
+use super::*;
+
+/// The report for a terminal.
+pub fn render_text(status: &Status) -> String {
+    let mut out = String::new();
+    for b in &status.builders {
+        render_watch(&mut out, &b.name, b);
+    }
+    for r in &status.run_images {
+        render_watch(&mut out, &format!("run image (for {})", r.builders.join(", ")), r);
+    }
+    if status.builders.is_empty() {
+        let _ = writeln!(out, "no builders configured");
+    }
+    images::render_text(&mut out, &status.images);
+    deploys::render_text(&mut out, &status.deploys);
+    gitops::render_text(&mut out, &status.gitops);
+    if let Some(f) = &status.rollout.frozen {
+        let reason = f.reason.as_deref().map(|r| format!(": {}", escape(r))).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "FROZEN since {} by {}{reason}: no rebase or rebuild starts (`builder-monitor unfreeze`)",
+            timestamp(f.since),
+            escape(&f.by)
+        );
+    }
+    if let Some(next) = &status.rollout.next_window {
+        let _ = writeln!(out, "outside the roll-out windows: the next opens {next}");
+    }
+    if !status.pending.is_empty() {
+        let _ = writeln!(out, "pending actions:");
+        for a in &status.pending {
+            let why = a.waiting_for.as_deref().map(|w| format!(": {}", escape(w))).unwrap_or_default();
+            let pool = a.placed.as_ref().map(|p| format!(" in pool {}", escape(&p.pool))).unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "  {} {} for change {} (wave {}, {}{pool}, {}, next {}){why}",
+                a.action,
+                a.image,
+                a.change,
+                a.wave,
+                a.shown_state(),
+                count(a.attempts, "attempt"),
+                timestamp_millis(a.next_attempt)
+            );
+        }
+    }
+    let finished: Vec<&ShownAction> = status.actions.iter().filter(|a| !a.state.is_open()).collect();
+    if !finished.is_empty() {
+        let _ = writeln!(out, "recent actions:");
+        for a in finished.iter().take(10) {
+            let _ = writeln!(
+                out,
+                "  {} {} {} after {} ({}){}",
+                timestamp_millis(a.updated),
+                a.action,
+                a.image,
+                count(a.attempts, "attempt"),
+                a.state,
+                a.detail.as_deref().map(|d| format!(": {}", escape(d))).unwrap_or_default()
+            );
+        }
+    }
+    if !status.deliveries.is_empty() {
+        let _ = writeln!(out, "alert deliveries pending:");
+        for d in &status.deliveries {
+            let _ = writeln!(
+                out,
+                "  {} {} to {}: {}, next {}{}",
+                d.event_type,
+                d.event,
+                d.alert,
+                count(d.attempts, "attempt"),
+                timestamp_millis(d.next_attempt),
+                d.last_status.as_deref().map(|s| format!(" (last: {})", escape(s))).unwrap_or_default()
+            );
+        }
+    }
+    if !status.dead_letters.is_empty() {
+        let _ = writeln!(out, "dead letters:");
+        for d in &status.dead_letters {
+            let _ = writeln!(
+                out,
+                "  {} {} to {}: gave up after {} ({})",
+                d.event_type,
+                d.event,
+                d.alert,
+                count(d.attempts, "attempt"),
+                escape(d.last_status.as_deref().unwrap_or("no response"))
+            );
+        }
+    }
+    out
+}
+
+fn render_watch(out: &mut String, title: &str, b: &BuilderStatus) {
+    let _ = writeln!(out, "{title}  {}", b.image);
+    match &b.pinned {
+        Some(p) => {
+            let _ = writeln!(out, "  pinned:     {} (since {})", p.reference, p.since);
+        }
+        None => {
+            let _ = writeln!(out, "  pinned:     - (not checked successfully yet)");
+        }
+    }
+    for (platform, digest) in &b.platforms {
+        let _ = writeln!(out, "  {:<11} {}", format!("{}:", escape(platform)), digest);
+    }
+    if let Some(run) = &b.run_image {
+        let _ = writeln!(out, "  run image:  {}", escape(run));
+    }
+    match &b.last_check {
+        Some(c) if c.result == "ok" => {
+            let _ = writeln!(out, "  last check: {} ok", c.time);
+        }
+        Some(c) => {
+            let _ = writeln!(
+                out,
+                "  last check: {} error ({} in a row): {}",
+                c.time,
+                b.consecutive_failures,
+                escape(c.error.as_deref().unwrap_or("?"))
+            );
+            let _ =
+                writeln!(out, "  next check: {}", b.next_check.as_deref().unwrap_or("only when woken (hook or API)"));
+        }
+        None => {
+            let _ = writeln!(out, "  last check: never");
+        }
+    }
+    if let Some(s) = &b.settling {
+        let _ = writeln!(out, "  settling:   {} seen since {}", short(&s.digest), s.since);
+    }
+    for note in &b.notes {
+        let _ = writeln!(out, "  note:       {}", escape(note));
+    }
+    if b.changes.is_empty() {
+        let _ = writeln!(out, "  changes:    none");
+    } else {
+        let _ = writeln!(out, "  changes:");
+        for c in &b.changes {
+            let _ = writeln!(
+                out,
+                "    {}  {} → {}{}  id {}\n      {}",
+                c.time,
+                short(&c.previous),
+                short(&c.current),
+                if c.rollback { " (rollback)" } else { "" },
+                c.id,
+                c.summary
+            );
+        }
+    }
+}

@@ -5,6 +5,7 @@
 
 #[path = "kube_double/jobs.rs"]
 mod jobs;
+
 use crate::support;
 
 use builder_monitor::config::k8s_typed;

@@ -9,9 +9,10 @@ mod deploys;
 mod outbox;
 #[path = "ledger/rollout.rs"]
 mod rollout;
-use crate::support;
 #[path = "ledger/touches.rs"]
 mod touches;
+
+use crate::support;
 
 use std::collections::BTreeMap;
 

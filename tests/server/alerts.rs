@@ -3,6 +3,7 @@
 
 #[path = "alerts/ordered.rs"]
 mod ordered;
+
 use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};

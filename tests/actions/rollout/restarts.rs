@@ -114,7 +114,7 @@ async fn sigkill_in_each_waiting_state_with(ledger_in: impl Fn(&str) -> String) 
 }
 
 /// SIGKILL while the canary runs: after the restart the canary's command runs again (a command
-/// killed mid-run does, see tests/runner.rs) and its wave still waits for it, then runs once.
+/// killed mid-run does, see tests/actions/runner.rs) and its wave still waits for it, then runs once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_while_the_canary_runs_its_wave_still_waits() {
     let w = World::new().await;

@@ -1,0 +1,15 @@
+//! Integration tests of the daemon's actions through the built binary: the exec runner's rebuilds
+//! and rebases, roll-out control, registry rebases and Git write-back against real Git.
+//!
+//! Each file below was a test binary of its own; grouped, they compile `tests/support` and link the
+//! crate once. They share one process and run as its threads: a test here changes no process state
+//! (environment, working directory, signal handlers, a global subscriber, resource limits) and
+//! measures only its children, never this process.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod gitops;
+mod rebase_daemon;
+mod rollout;
+mod runner;

@@ -1,0 +1,35 @@
+//! The offline tour runs as a newcomer runs it (`scripts/tour`): from a fresh directory, against a
+//! local registry, the daemon pins the builder, classifies the run image's move, rebases both apps
+//! in the registry (canary first), plans rebuilds for the builder's move and alerts a webhook.
+
+use crate::support;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tour_shows_a_pin_a_move_rebases_alerts_an_undo_and_the_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = std::path::Path::new(support::daemon::BINARY);
+    let seen = support::tour::run(bin, dir.path(), false).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(seen.rebased, ["storefront", "orders"], "canary first");
+    let mut planned = seen.rebuilds_planned.clone();
+    planned.sort();
+    assert_eq!(planned, ["orders", "storefront"]);
+    for event in ["builder.pinned", "run_image.changed", "rebase.succeeded", "builder.changed"] {
+        assert!(seen.alerts.iter().any(|a| a == event), "no {event} alert in {:?}", seen.alerts);
+    }
+    assert!(seen.page.starts_with("http://127.0.0.1:"), "{}", seen.page);
+    // The write half through the running daemon's API: an undo, and a freeze lifted again.
+    let (from, to) = seen.rolled_back.clone().expect("storefront rolled back");
+    assert_ne!(from, to);
+    assert_eq!(seen.frozen_reason.as_deref(), Some("tour: a change window"));
+    let status = std::process::Command::new(bin)
+        .args(["status", "--json", "--config", "config.toml"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let storefront = status["images"].as_array().unwrap().iter().find(|i| i["name"] == "storefront").unwrap();
+    assert_eq!(storefront["digest"], to.as_str(), "the tag is where the rollback put it: {storefront:#}");
+    assert!(status["rollout"]["frozen"].is_null(), "unfrozen: {:#}", status["rollout"]);
+    let config = std::fs::read_to_string(dir.path().join("config.toml")).unwrap();
+    assert!(config.contains("rebase = \"registry\""), "{config}");
+}

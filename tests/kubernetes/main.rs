@@ -1,0 +1,18 @@
+//! Integration tests on the Kubernetes API double: the double itself, the Kubernetes runners and
+//! pools, deploys, and both ledgers (SQLite and ConfigMaps) under the same operations.
+//!
+//! Each file below was a test binary of its own; grouped, they compile `tests/support` and link the
+//! crate once. They share one process and run as its threads: a test here changes no process state
+//! (environment, working directory, signal handlers, a global subscriber, resource limits) and
+//! measures only its children, never this process.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod deploy;
+mod kube_double;
+mod kubernetes;
+mod ledger;
+mod ledger_concurrency;
+mod pools;
+mod write_ahead;

@@ -1,7 +1,7 @@
 //! The offline tour: a local registry with a CNB builder, its run image and two apps, the daemon
 //! watching them, and the moves it reacts to. Run it with `scripts/tour`, which builds the daemon
 //! and this example and passes the daemon's path. The tour itself lives beside the tests that
-//! check it (`tests/support/tour.rs`, `tests/tour.rs`); this file only gives it a command line.
+//! check it (`tests/support/tour.rs`, `tests/cli/tour.rs`); this file only gives it a command line.
 
 // The tour and the test parts it is made of, as the tests have them (their `super::` is this root).
 #![allow(dead_code)]

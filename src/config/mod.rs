@@ -12,6 +12,7 @@ use serde::de::DeserializeOwned;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
+use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::rollout::Rollout;
 use docker::{DockerConfig, DockerCredentials};
 
@@ -271,6 +272,16 @@ impl Config {
     /// `deploy` command.
     pub fn deploys(&self) -> bool {
         self.images.iter().any(|i| !i.deploy.is_empty()) || self.runner.deploy_command().is_some()
+    }
+
+    /// Whether an action of `kind` is ever recorded: a deploy only when something is deployed, a
+    /// gitops action only with `[[gitops]]` targets; the builds always.
+    pub fn records(&self, kind: ActionKind) -> bool {
+        match kind {
+            ActionKind::Deploy => self.deploys(),
+            ActionKind::Gitops => !self.gitops.is_empty(),
+            ActionKind::Rebase | ActionKind::Rebuild => true,
+        }
     }
 
     /// The namespaces of every image's `deploy` workloads.

@@ -22,21 +22,53 @@ use super::{DurationText, Validator};
 use builder_monitor_core::plan::ActionKind;
 use exec::RawExec;
 pub use exec::{DEPLOY_PLACEHOLDERS, ExecSettings, PLACEHOLDERS};
-pub use facts::{AfterRestart, BackendKind, EVERY_KIND, Facts, RebasePath, Rule, RunnerKind};
+pub use facts::{AfterRestart, BackendKind, EVERY_KIND, Facts, RebasePath, Rule};
 pub(super) use kubernetes::RawKubeRunner;
 pub use kubernetes::{DEFAULT_GIT_IMAGE, KubeRunnerSettings};
 pub(super) use pools::PoolSummary;
 pub use pools::{Cluster, DEFAULT_PLATFORM, DEFAULT_POOL, PRIORITY_LABEL, PodTemplate, Pool, QUEUE_LABEL};
 
-impl RunnerKind {
-    /// The kind's answers (each kind's table stands beside its section).
-    pub fn facts(self) -> &'static Facts {
-        match self {
-            RunnerKind::None => &NONE,
-            RunnerKind::Exec => &exec::FACTS,
-            RunnerKind::Kubernetes => &kubernetes::FACTS,
-            RunnerKind::Kpack => &kpack::FACTS,
+/// A runner kind (`[runner] type`, a pool's `type`). A new kind is its variant, its section's
+/// `mod` line above and its table's row in [`RUNNERS`]: its name and answers come from the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunnerKind {
+    /// Plan and record actions, never run them (a dry run).
+    None,
+    /// Local commands.
+    Exec,
+    /// A `batch/v1` Job per action.
+    Kubernetes,
+    /// A `kpack.io/v1alpha2` Build per action.
+    Kpack,
+}
+
+/// Every runner kind's table (each stands beside its section), in the order the variants are
+/// declared, which is the order the docs list them.
+const RUNNERS: [&Facts; 4] = [&NONE, &exec::FACTS, &kubernetes::FACTS, &kpack::FACTS];
+
+const fn every_runner() -> [RunnerKind; RUNNERS.len()] {
+    let mut out = [RunnerKind::None; RUNNERS.len()];
+    let mut n = 0;
+    while n < RUNNERS.len() {
+        if let BackendKind::Runner(kind) = RUNNERS[n].backend {
+            out[n] = kind;
         }
+        n += 1;
+    }
+    out
+}
+
+impl RunnerKind {
+    /// Every runner type, as the docs list them.
+    pub const ALL: [RunnerKind; RUNNERS.len()] = every_runner();
+
+    /// The kind's answers.
+    pub fn facts(self) -> &'static Facts {
+        RUNNERS[self as usize]
+    }
+
+    pub fn as_str(self) -> &'static str {
+        self.facts().name
     }
 }
 
@@ -276,6 +308,13 @@ impl Validator<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_runner_table_stands_at_its_variant() {
+        for (n, kind) in RunnerKind::ALL.into_iter().enumerate() {
+            assert_eq!((kind as usize, kind.facts().backend), (n, BackendKind::Runner(kind)));
+        }
+    }
 
     #[test]
     fn runner_types_are_their_names() {

@@ -25,16 +25,12 @@ pub use builder_monitor_core::rollout::ActionState;
 pub struct Kinds(u8);
 
 impl Kinds {
-    pub const ALL: Kinds = Kinds(0b1111);
+    pub const ALL: Kinds = Kinds((1 << ActionKind::ALL.len()) - 1);
     pub const NONE: Kinds = Kinds(0);
 
+    /// One bit per kind, by its place in [`ActionKind::ALL`] (the set lives in memory only).
     fn bit(kind: ActionKind) -> u8 {
-        match kind {
-            ActionKind::Rebase => 1,
-            ActionKind::Rebuild => 2,
-            ActionKind::Deploy => 4,
-            ActionKind::Gitops => 8,
-        }
+        1 << kind as u8
     }
 
     pub fn with(self, kind: ActionKind) -> Kinds {

@@ -35,13 +35,8 @@ impl TagMoveKind {
 
 impl From<ActionKind> for TagMoveKind {
     fn from(kind: ActionKind) -> Self {
-        match kind {
-            ActionKind::Rebase => TagMoveKind::Rebase,
-            ActionKind::Rebuild => TagMoveKind::Rebuild,
-            // A deploy's only tag move is its undo, which puts the tag back as `rollback` does; a
-            // gitops action moves none.
-            ActionKind::Deploy | ActionKind::Gitops => TagMoveKind::Rollback,
-        }
+        // The kind's table names one of the three (a test reads every kind's).
+        TagMoveKind::parse(kind.facts().tag_move).unwrap_or(TagMoveKind::Rollback)
     }
 }
 
@@ -148,4 +143,16 @@ pub trait TagWrites {
         image: Option<&str>,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<TagMove>, LedgerError>> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_names_a_tag_move() {
+        for kind in ActionKind::ALL {
+            assert!(TagMoveKind::parse(kind.facts().tag_move).is_some(), "{kind:?}");
+        }
+    }
 }

@@ -94,13 +94,13 @@ impl Backends {
         let mut started: Vec<(&'static str, Arc<dyn Carrier>)> = Vec::new();
         let mut routes = Vec::new();
         let mut on_cluster = Kinds::NONE;
-        for kind in ACTION_KINDS.into_iter().chain([ActionKind::Deploy, ActionKind::Gitops]) {
+        let others = ActionKind::ALL.into_iter().filter(|k| !k.builds());
+        for kind in ACTION_KINDS.into_iter().chain(others) {
             // Without deploys (or gitops targets) configured none is ever recorded: nothing to
             // start (or to connect).
-            let backend = match kind {
-                ActionKind::Deploy if !config.deploys() => &super::none::RecordOnly,
-                ActionKind::Gitops if config.gitops.is_empty() => &super::none::RecordOnly,
-                _ => for_action(&config.runner, kind),
+            let backend = match config.records(kind) {
+                false => &super::none::RecordOnly,
+                true => for_action(&config.runner, kind),
             };
             let waits = clusters.waiting.is_some() && on_the_cluster(backend);
             if waits && backend.takes(kind) {

@@ -98,12 +98,7 @@ impl Runner {
         if !outcome.success {
             self.failures.fetch_add(1, Ordering::Relaxed);
         }
-        let (succeeded_event, failed_event) = match action.kind {
-            ActionKind::Rebuild => (EventType::BuildSucceeded, EventType::BuildFailed),
-            ActionKind::Rebase => (EventType::RebaseSucceeded, EventType::RebaseFailed),
-            ActionKind::Deploy => (EventType::DeploySucceeded, EventType::DeployFailed),
-            ActionKind::Gitops => (EventType::GitopsCommitted, EventType::GitopsFailed),
-        };
+        let (succeeded_event, failed_event) = (action.kind.facts().succeeded, action.kind.facts().failed);
         let failed_event = || failed_event;
         let (state, event_type) = match &attempt.next {
             _ if outcome.success && attempt.skipped() => (ActionOutcome::Skipped, None),

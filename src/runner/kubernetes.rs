@@ -172,7 +172,7 @@ pub fn job(
                     "args": [format!("{flag}={run}"), "-report=/layers/report.toml", target.image],
                     "env": env, "volumeMounts": mounts })
         }
-        ActionKind::Deploy | ActionKind::Gitops => return Err(RunnerError::NotABuild(action.kind.as_str())),
+        _ => return Err(RunnerError::NotABuild(action.kind.as_str())),
     };
     let mut container = container;
     container["securityContext"] = restricted.clone();

@@ -22,6 +22,13 @@ mod registry_rebase;
 mod secrets;
 mod watch;
 
+/// The runner kinds that build in pools, each with the objects it makes there
+/// (`objects::PoolObjects`): a new such kind is its module's line above and its line here.
+const POOLED: &[pool::Pooled] = &[
+    pool::Pooled::new(RunnerKind::Kubernetes, &kubernetes::Jobs),
+    pool::Pooled::new(RunnerKind::Kpack, &kpack::Builds),
+];
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -30,7 +37,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, RebasePath};
+use crate::config::{Config, RebasePath, RunnerKind};
 use crate::ledger::{ActionEnd, ActionOutcome, ActionState, ClaimedAction, Hold, Kinds, Ledger, LedgerError, TagMove};
 use crate::metrics::Metrics;
 use crate::rebase::{RebaseError, RebaseRequest};

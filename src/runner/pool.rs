@@ -21,7 +21,7 @@ use super::carrier::{ActionRef, Backend, Carrier, Clusters};
 use super::objects::{Placement, PoolObjects};
 use super::watch::{Health, Watched};
 pub use super::watch::{unanswered, unanswered_watch};
-use super::{Outcome, PreviewError, Runner, RunnerError};
+use super::{Outcome, POOLED, PreviewError, Runner, RunnerError};
 use crate::config::{Config, Facts, Pool, RunnerKind};
 use crate::ledger::ClaimedAction;
 use builder_monitor_core::plan::ActionTarget;
@@ -29,28 +29,27 @@ use builder_monitor_core::pool::{BuildProgress, PoolView, candidates};
 use builder_monitor_core::progress::Progress;
 use builder_monitor_core::reference::ImageRef;
 
-/// The runner kinds that build in pools, each with the objects it makes there: the one line a
-/// new such kind adds here.
-const KINDS: &[Pooled] = &[
-    Pooled { kind: RunnerKind::Kubernetes, objects: &super::kubernetes::Jobs },
-    Pooled { kind: RunnerKind::Kpack, objects: &super::kpack::Builds },
-];
-
 /// A runner kind that builds in pools, as a backend: its answers are its kind's, its carrier the
-/// pools (of whatever kind each is).
+/// pools (of whatever kind each is). Each such kind is one line of the runner's `POOLED`.
 pub struct Pooled {
     kind: RunnerKind,
     objects: &'static dyn PoolObjects,
 }
 
+impl Pooled {
+    pub const fn new(kind: RunnerKind, objects: &'static dyn PoolObjects) -> Self {
+        Pooled { kind, objects }
+    }
+}
+
 /// The backend of `kind`, when it builds in pools.
 pub fn backend(kind: RunnerKind) -> Option<&'static dyn Backend> {
-    KINDS.iter().find(|p| p.kind == kind).map(|p| p as &dyn Backend)
+    POOLED.iter().find(|p| p.kind == kind).map(|p| p as &dyn Backend)
 }
 
 /// The objects a pool of `kind` makes.
 fn objects(kind: RunnerKind) -> Result<&'static dyn PoolObjects, RunnerError> {
-    KINDS
+    POOLED
         .iter()
         .find(|p| p.kind == kind)
         .map(|p| p.objects)

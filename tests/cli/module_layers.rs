@@ -53,10 +53,10 @@ const CORE_LAYERS: &[&str] = &[
     "pool",
     "deploy",
     "gitops",
+    "event",
     "plan",
     "progress",
     "rollout",
-    "event",
 ];
 
 /// Crates that do I/O: the core depends on none of them.

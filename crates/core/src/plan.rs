@@ -1,13 +1,16 @@
 //! Planning: what each app image gets when its builder or run image moves (rebase, rebuild or
-//! nothing), and how far each app image is from its builder's current pin. Pure: no I/O.
+//! nothing), and how far each app image is from its builder's current pin; the kinds of action
+//! and their fixed facts (`kind`). Pure: no I/O.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
 use crate::cnb::{BuilderMetadata, Buildpack, Change, ChangeKind};
+pub use kind::{ActionKind, KindFacts};
 pub use target::{ActionPlan, ActionTarget, GitopsPlan};
 
+mod kind;
 mod target;
 
 /// How an app image reacts when its builder (or the builder's run image) moves.
@@ -102,47 +105,6 @@ impl<T: PlannedImage + ?Sized> PlannedImage for &T {
     }
     fn policy(&self) -> Policy {
         (**self).policy()
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ActionKind {
-    Rebase,
-    Rebuild,
-    /// The app's new digest into its workloads (after an action that moved the tag, or by hand).
-    Deploy,
-    /// A change's new digests (and builder pin) committed to a Git repository (`[[gitops]]`).
-    Gitops,
-}
-
-impl ActionKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ActionKind::Rebase => "rebase",
-            ActionKind::Rebuild => "rebuild",
-            ActionKind::Deploy => "deploy",
-            ActionKind::Gitops => "gitops",
-        }
-    }
-
-    /// Every kind, in the order the runner routes them.
-    pub const ALL: [ActionKind; 4] = [ActionKind::Rebase, ActionKind::Rebuild, ActionKind::Deploy, ActionKind::Gitops];
-
-    pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "rebase" => Some(ActionKind::Rebase),
-            "rebuild" => Some(ActionKind::Rebuild),
-            "deploy" => Some(ActionKind::Deploy),
-            "gitops" => Some(ActionKind::Gitops),
-            _ => None,
-        }
-    }
-
-    /// Whether it moves the app tag (a rebase or a rebuild; a deploy moves workloads, a gitops
-    /// action writes Git).
-    pub fn moves_tag(self) -> bool {
-        matches!(self, ActionKind::Rebase | ActionKind::Rebuild)
     }
 }
 

@@ -9,7 +9,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::super::{DurationText, Validator};
-use super::facts::{AfterRestart, BackendKind, EVERY_KIND, Facts, RebasePath, RunnerKind};
+use super::RunnerKind;
+use super::facts::{AfterRestart, BackendKind, EVERY_KIND, Facts, RebasePath};
 use builder_monitor_core::template;
 
 /// The `exec` runner's answers: a command retried by the daemon, stopped and run again after a

@@ -1,36 +1,10 @@
-//! What carries out actions, as data: the runner kinds (`[runner] type`), the path rebases take,
-//! and the shape of the one constant table ([`Facts`]) each kind, and each other backend (registry
+//! What carries out actions, as data: the path rebases take, and the shape of the one constant table ([`Facts`]) each kind, and each other backend (registry
 //! rebases, deploys to workloads, Git write-back), answers the daemon's questions from. The tables
 //! stand beside their sections (`runner/exec.rs`, `runner/kubernetes.rs`, …); here only their
 //! shape, so every section can name it without naming another.
 
+use super::RunnerKind;
 use builder_monitor_core::plan::ActionKind;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunnerKind {
-    /// Plan and record actions, never run them (a dry run).
-    None,
-    /// Local commands.
-    Exec,
-    /// A `batch/v1` Job per action.
-    Kubernetes,
-    /// A `kpack.io/v1alpha2` Build per action.
-    Kpack,
-}
-
-impl RunnerKind {
-    /// Every runner type, as the docs list them.
-    pub const ALL: [RunnerKind; 4] = [RunnerKind::None, RunnerKind::Exec, RunnerKind::Kubernetes, RunnerKind::Kpack];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunnerKind::None => "none",
-            RunnerKind::Exec => "exec",
-            RunnerKind::Kubernetes => "kubernetes",
-            RunnerKind::Kpack => "kpack",
-        }
-    }
-}
 
 /// Which path a `rebase` action takes (`[runner] rebase`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]

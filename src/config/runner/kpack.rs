@@ -2,7 +2,8 @@
 //! `[[runner.pools]]` like the `kubernetes` runner; what a kpack Build cannot carry is checked
 //! where those sections and pod templates are read.
 
-use super::facts::{AfterRestart, BackendKind, EVERY_KIND, Facts, RebasePath, Rule, RunnerKind};
+use super::RunnerKind;
+use super::facts::{AfterRestart, BackendKind, EVERY_KIND, Facts, RebasePath, Rule};
 
 /// A Build is one attempt: its failure is final. It lives in the cluster, so a restart follows it;
 /// a rebase Build names the app by digest (`lastBuild`), so planning reads every app's.

@@ -10,7 +10,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::super::{DurationText, Validator, is_dns_label, k8s_typed};
-use super::facts::{AfterRestart, BackendKind, EVERY_KIND, Facts, RebasePath, Rule, RunnerKind};
+use super::RunnerKind;
+use super::facts::{AfterRestart, BackendKind, EVERY_KIND, Facts, RebasePath, Rule};
 use builder_monitor_core::plan::{Scheduling, Toleration};
 
 /// The `kubernetes` runner's answers: Jobs made and watched, their pods listed for the

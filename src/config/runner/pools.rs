@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use toml::Spanned;
 
 use super::super::{Names, Validator, is_dns_label};
-use super::facts::RunnerKind;
+use super::RunnerKind;
 use super::kubernetes::{KubeRunnerSettings, RawKubeRunner};
 
 /// The pool `[runner.kubernetes]` stands for.

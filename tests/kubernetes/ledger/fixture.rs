@@ -2,7 +2,7 @@
 //! ledger and the Kubernetes ledger's ConfigMaps with one action of every kind in several states,
 //! with progress (a build placed in a pool, a deploy's workloads, a gitops commit), as the ledger
 //! code of 0.1.0 wrote them; `ledger-0.1.0.expected.json` is every action as it was written. The
-//! generator was `tests/ledger/fixture_writer.rs` (see `git log -- tests/fixtures/ledger-0.1.0.db`).
+//! generator was `tests/ledger/fixture_writer.rs` at 2dd8a5b (see `git log -- tests/fixtures/ledger-0.1.0.db`).
 
 use super::*;
 use builder_monitor::ledger::{ActionRecord, LatestAction};

@@ -1,6 +1,10 @@
-//! `check`: validate the config, print what would be watched, and warn about what would not run.
+//! `check`: validate the config, print what would be watched, and warn about what would not run;
+//! with `--online`, also ask each registry, cluster and Git remote it names (`check::online`).
+
+mod online;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use super::common::{load_config, uses_pools, watches_something};
 use super::failure::{Failure, usage};
@@ -25,10 +29,22 @@ pub struct Args {
     /// container passes its values.
     #[arg(long, value_name = "KEY=VALUE")]
     expect: Vec<cluster::expect::Expectation>,
+    /// Also ask what the config names whether it is there, as `run` would: one HEAD per builder
+    /// watch, per run image watch (after reading its builder's metadata) and per app image tag
+    /// (with the daemon's registry settings and credentials), one request per Kubernetes cluster
+    /// the daemon would use, one `git ls-remote` per [[gitops]] target. Each failure is one line
+    /// naming the entry and the fix, and the exit code is 1; an app image tag not pushed yet is
+    /// only a note (its first build pushes it).
+    #[arg(long)]
+    online: bool,
+    /// With --online: how long each entry's check may take (they run at once, so a hung host
+    /// costs this once), e.g. `5s`.
+    #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = humantime::parse_duration, requires = "online")]
+    timeout: Duration,
 }
 
 pub async fn run(args: Args) -> Result<u8, Failure> {
-    let Args { config, expect } = args;
+    let Args { config, expect, online, timeout } = args;
     let config = load_config(&config, Secrets::Resolve)?;
     out!("{}", config.summary());
     let unmet = cluster::expect::unmet(&config, &expect);
@@ -52,7 +68,35 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
     for warning in unserved_apps(&config).await {
         builder_monitor::log_stream::line(&format!("warning: {warning}\n"));
     }
-    Ok(0)
+    if online { online_checks(&config, timeout).await } else { Ok(0) }
+}
+
+/// `--online`: what passed on stdout, notes and failures on stderr, one line each; 1 when any
+/// failed.
+async fn online_checks(config: &Config, within: Duration) -> Result<u8, Failure> {
+    let findings = online::run(config, within).await;
+    let failed = findings.iter().filter(|f| matches!(f, online::Finding::Failed(_))).count();
+    outln!(
+        "online ({}, each within {}):",
+        builder_monitor_core::text::count(findings.len(), "finding"),
+        humantime::format_duration(within)
+    );
+    for finding in &findings {
+        match finding {
+            online::Finding::Ok(line) => outln!("  ok: {line}"),
+            online::Finding::Note(line) => builder_monitor::log_stream::line(&format!("note: {line}\n")),
+            online::Finding::Failed(line) => builder_monitor::log_stream::line(&format!("failed: {line}\n")),
+        }
+    }
+    if failed == 0 {
+        return Ok(0);
+    }
+    Err(anyhow::anyhow!(
+        "{}: {} of the online checks failed (above)",
+        config.source.display(),
+        failed
+    )
+    .into())
 }
 
 /// The app images no pool builds, by the platforms their tags have now (read from the registry;

@@ -104,8 +104,8 @@ impl Repo {
         }
     }
 
-    /// The same clone with another limit per command (tests of a remote that never answers).
-    #[cfg(test)]
+    /// The same clone with another limit per command (`check --online`'s bound, tests of a remote
+    /// that never answers).
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -259,6 +259,18 @@ impl Repo {
         }
         let shown = builder_monitor_core::text::escape(&location).into_owned();
         Some(builder_monitor_core::text::clip(&shown, LOCATION_KEPT).into_owned())
+    }
+
+    /// Which of `branches` the remote has: one `ls-remote`, with the same settings as every other
+    /// command (no redirect followed, the credentials as a header). Needs no clone: the directory
+    /// only has to exist.
+    pub async fn ls_remote(&self, branches: &[&str]) -> Result<Vec<String>, GitError> {
+        let refs: Vec<String> = branches.iter().map(|b| format!("refs/heads/{b}")).collect();
+        let mut args = vec!["ls-remote", "--heads", "--", self.url.as_str()];
+        args.extend(refs.iter().map(String::as_str));
+        let listed = self.ok("ls-remote", &args).await?;
+        let found = listed.lines().filter_map(|line| line.split_once('\t')?.1.strip_prefix("refs/heads/"));
+        Ok(found.map(str::to_string).collect())
     }
 
     /// Creates the working clone's directory and repository once.

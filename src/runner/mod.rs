@@ -10,7 +10,7 @@ pub mod carrier;
 pub mod deploy;
 pub mod exec;
 mod execute;
-mod git;
+pub mod git;
 pub mod gitops;
 pub mod group;
 pub mod kpack;

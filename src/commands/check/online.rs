@@ -1,0 +1,200 @@
+//! `check --online`: what the config names, asked whether it is there before `run` depends on it —
+//! one HEAD per builder watch, per run image watch its builder's metadata names and per app image
+//! tag (the daemon's registry client and credentials), one request per Kubernetes cluster the
+//! daemon would use, one `git ls-remote` per `[[gitops]]` target (the daemon's Git settings). All
+//! at once, each bounded by one timeout, so a hung host costs one timeout, not one per entry.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use builder_monitor::cluster;
+use builder_monitor::config::{Config, GitopsTarget, KubernetesSettings, run_image_watch};
+use builder_monitor::inspect;
+use builder_monitor::metrics::Metrics;
+use builder_monitor::registry::{Registry, RegistryError};
+use builder_monitor::runner::git::Repo;
+use builder_monitor_core::reference::ImageRef;
+
+/// What one entry's check found.
+#[derive(Debug)]
+pub enum Finding {
+    /// It is there: the entry and what was seen.
+    Ok(String),
+    /// Not a failure, but worth saying (an app tag not pushed yet).
+    Note(String),
+    /// `run` would fail on it: the entry, what went wrong and the fix, one line.
+    Failed(String),
+}
+
+type Check<'a> = Pin<Box<dyn Future<Output = Vec<Finding>> + Send + 'a>>;
+
+/// Every check of `config`, at once, each within `within`; their findings in config order.
+pub async fn run(config: &Config, within: Duration) -> Vec<Finding> {
+    let registry = Registry::new(config.registries.values().cloned(), Metrics::new());
+    let registry = &registry;
+    let mut checks: Vec<(String, Check<'_>)> = Vec::new();
+    for b in &config.builders {
+        checks.push((format!("watch \"{}\": {}", b.name, b.image), Box::pin(builder(registry, config, b))));
+    }
+    for i in &config.images {
+        let entry = format!("image \"{}\": {}", i.name, i.image);
+        checks.push((entry.clone(), Box::pin(app_image(registry, entry, &i.image))));
+    }
+    for (entry, settings) in clusters(config) {
+        checks.push((entry.clone(), Box::pin(cluster_answers(entry, settings))));
+    }
+    for (n, target) in config.gitops.iter().enumerate() {
+        let entry = format!("gitops \"{}\": {}", target.name, target.repo);
+        checks.push((entry.clone(), Box::pin(gitops(entry, target, n, within))));
+    }
+    let bounded = checks.into_iter().map(|(entry, check)| async move {
+        match tokio::time::timeout(within, check).await {
+            Ok(findings) => findings,
+            Err(_) => vec![Finding::Failed(format!(
+                "{entry}: no answer within {} — check that the host is reachable from here and answers (or allow more with --timeout)",
+                humantime::format_duration(within)
+            ))],
+        }
+    });
+    futures::future::join_all(bounded).await.into_iter().flatten().collect()
+}
+
+/// A builder's tag, then (when it watches it) the run image its metadata names.
+async fn builder(registry: &Registry, config: &Config, b: &builder_monitor::config::BuilderSettings) -> Vec<Finding> {
+    let entry = format!("watch \"{}\": {}", b.name, b.image);
+    let head = match registry.head_manifest(&b.image).await {
+        Ok(head) => head,
+        Err(error) => return vec![Finding::Failed(registry_failure(&entry, &error))],
+    };
+    let mut out = vec![Finding::Ok(format!("{entry}: {}", head.digest))];
+    if !b.watch_run_image {
+        return out;
+    }
+    // The run image watch is named by the builder's metadata: read as a check reads it.
+    let metadata = async {
+        let observation = inspect::observe(registry, &b.image, &head.digest, config.monitor.max_platforms).await?;
+        inspect::builder_metadata(registry, &b.image, &observation, b.platforms.as_deref()).await
+    };
+    let metadata = match metadata.await {
+        Ok(metadata) => metadata,
+        Err(error) => {
+            out.push(Finding::Failed(format!(
+                "{entry}: cannot read its metadata for the run image watch: {error} — check that the tag is a CNB builder, or set watch_run_image = false"
+            )));
+            return out;
+        }
+    };
+    let run_image = match run_image_watch(b, Some(&metadata)) {
+        Ok(Some(run_image)) => run_image,
+        Ok(None) => return out,
+        Err((name, error)) => {
+            out.push(Finding::Failed(format!(
+                "run image watch of \"{}\": \"{name}\" (its metadata's run image) is not a reference: {error} — set watch_run_image = false",
+                b.name
+            )));
+            return out;
+        }
+    };
+    let entry = format!("run image watch of \"{}\": {run_image}", b.name);
+    out.push(match registry.head_manifest(&run_image).await {
+        Ok(head) => Finding::Ok(format!("{entry}: {}", head.digest)),
+        Err(error) => Finding::Failed(registry_failure(&entry, &error)),
+    });
+    out
+}
+
+/// An app image's tag. One that is not there yet is a note: the first build pushes it.
+async fn app_image(registry: &Registry, entry: String, image: &ImageRef) -> Vec<Finding> {
+    vec![match registry.head_manifest(image).await {
+        Ok(head) => Finding::Ok(format!("{entry}: {}", head.digest)),
+        Err(RegistryError::NotFound { .. }) => Finding::Note(format!(
+            "{entry}: no such tag yet — fine before its first build (a rebuild pushes it); a rebase needs it there"
+        )),
+        Err(error) => Finding::Failed(registry_failure(&entry, &error)),
+    }]
+}
+
+/// One line for a registry's answer: what it said and what to change.
+fn registry_failure(entry: &str, error: &RegistryError) -> String {
+    let fix = match error {
+        RegistryError::NotFound { .. } => return format!("{entry}: tag not found (manifest unknown) — check the tag"),
+        RegistryError::Unauthorized { registry, .. } => format!(
+            "check the credentials for {registry} (docker login, or [registries.\"{registry}\"] credentials)"
+        ),
+        RegistryError::RateLimited { .. } => "try again later, or give the registry credentials".to_string(),
+        RegistryError::Unavailable { registry, .. } => {
+            format!("check the host and port of {registry}, and that the registry runs and is reachable from here")
+        }
+        RegistryError::InvalidResponse { registry, .. } => format!("check that {registry} is a container registry"),
+        RegistryError::Setup { registry, .. } => format!("check [registries.\"{registry}\"]"),
+        RegistryError::Rejected { .. } => "check the registry's settings".to_string(),
+    };
+    format!("{entry}: {error} — {fix}")
+}
+
+/// The clusters the daemon would use, by how messages name them: `[kubernetes]`'s when anything
+/// needs it, each pool's own.
+fn clusters(config: &Config) -> Vec<(String, KubernetesSettings)> {
+    let mut out = Vec::new();
+    if !cluster::only_actions_need_it(config) || !cluster::action_users(config).is_empty() {
+        out.push(("cluster of [kubernetes]".to_string(), config.kubernetes.clone()));
+    }
+    if config.runner.in_force().iter().any(|b| b.pools) {
+        for pool in &config.runner.pools {
+            let Some(own) = &pool.cluster else { continue };
+            let settings = KubernetesSettings {
+                kubeconfig: own.kubeconfig.clone(),
+                context: own.context.clone(),
+                ..Default::default()
+            };
+            out.push((format!("cluster of pool \"{}\"", pool.name), settings));
+        }
+    }
+    out
+}
+
+/// One request (the API server's version): any HTTP answer but a refusal of the credentials will do.
+async fn cluster_answers(entry: String, settings: KubernetesSettings) -> Vec<Finding> {
+    let client = match cluster::client(&settings).await {
+        Ok(client) => client,
+        Err(error) => return vec![Finding::Failed(format!("{entry}: {error} — {}", cluster::CONFIGURE))],
+    };
+    vec![match client.apiserver_version().await {
+        Ok(version) => Finding::Ok(format!("{entry}: answers (Kubernetes {}.{})", version.major, version.minor)),
+        Err(kube::Error::Api(status)) if status.code == 401 => Finding::Failed(format!(
+            "{entry}: the cluster refused the kubeconfig's credentials (HTTP 401) — renew them in the kubeconfig"
+        )),
+        Err(error) if builder_monitor::config::unanswered(&error) => Finding::Failed(format!(
+            "{entry}: does not answer: {error} — check the kubeconfig's server address and that the cluster runs"
+        )),
+        Err(_) => Finding::Ok(format!("{entry}: answers")),
+    }]
+}
+
+/// One `git ls-remote` of the target's branches, as the daemon's Git commands run.
+async fn gitops(entry: String, target: &GitopsTarget, n: usize, within: Duration) -> Vec<Finding> {
+    // ls-remote needs no clone; git only wants a directory to run in (and ssh one for its
+    // known hosts), removed after.
+    let dir = std::env::temp_dir().join(format!("builder-monitor-check-{}-{n}", std::process::id()));
+    if let Err(error) = std::fs::create_dir_all(&dir) {
+        return vec![Finding::Failed(format!("{entry}: cannot create {}: {error}", dir.display()))];
+    }
+    let repo = Repo::new(dir.clone(), target).with_timeout(within);
+    let mut branches = vec![target.branch.as_str()];
+    if target.push_branch != target.branch {
+        branches.push(target.push_branch.as_str());
+    }
+    let listed = repo.ls_remote(&branches).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    vec![match listed {
+        Ok(found) if found.iter().any(|b| branches.contains(&b.as_str())) => {
+            Finding::Ok(format!("{entry}: {} there", found.join(", ")))
+        }
+        Ok(_) => Finding::Failed(format!(
+            "{entry}: no branch {} — check branch (and push_branch), or push the branch first",
+            branches.join(" nor ")
+        )),
+        Err(error) => Finding::Failed(format!("{entry}: {error} — check repo and its credentials")),
+    }]
+}

@@ -78,7 +78,7 @@ async fn online_checks(config: &Config, within: Duration) -> Result<u8, Failure>
     let failed = findings.iter().filter(|f| matches!(f, online::Finding::Failed(_))).count();
     outln!(
         "online ({}, each within {}):",
-        builder_monitor_core::text::count(findings.len(), "finding"),
+        builder_monitor_core::text::count(findings.len() as u64, "finding"),
         humantime::format_duration(within)
     );
     for finding in &findings {

@@ -91,12 +91,7 @@ async fn online_checks(config: &Config, within: Duration) -> Result<u8, Failure>
     if failed == 0 {
         return Ok(0);
     }
-    Err(anyhow::anyhow!(
-        "{}: {} of the online checks failed (above)",
-        config.source.display(),
-        failed
-    )
-    .into())
+    Err(anyhow::anyhow!("{}: {} of the online checks failed (above)", config.source.display(), failed).into())
 }
 
 /// The app images no pool builds, by the platforms their tags have now (read from the registry;

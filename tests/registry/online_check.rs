@@ -91,10 +91,18 @@ async fn check_online_passes_what_is_there_and_names_each_entry_run_would_fail_o
     assert!(typo[0].ends_with("tag not found (manifest unknown) — check the tag"), "{}", typo[0]);
     let gone = lines_with(&out.stderr, &format!("failed: watch \"gone\": {dead}/demo/builder:latest: "));
     assert_eq!(gone.len(), 1, "{}", out.stderr);
-    assert!(gone[0].contains("unavailable") && gone[0].contains(&format!("check the host and port of {dead}")), "{}", gone[0]);
+    assert!(
+        gone[0].contains("unavailable") && gone[0].contains(&format!("check the host and port of {dead}")),
+        "{}",
+        gone[0]
+    );
     let missing = lines_with(&out.stderr, "failed: gitops \"missing\": file://");
     assert_eq!(missing.len(), 1, "{}", out.stderr);
-    assert!(missing[0].contains("git ls-remote failed") && missing[0].ends_with("check repo and its credentials"), "{}", missing[0]);
+    assert!(
+        missing[0].contains("git ls-remote failed") && missing[0].ends_with("check repo and its credentials"),
+        "{}",
+        missing[0]
+    );
     // An app tag not pushed yet: a note (its first build pushes it), not a failure.
     let web = lines_with(&out.stderr, &format!("note: image \"web\": {host}/apps/web:latest: no such tag yet"));
     assert_eq!(web.len(), 1, "{}", out.stderr);

@@ -119,9 +119,9 @@ async fn app_image(registry: &Registry, entry: String, image: &ImageRef) -> Vec<
 fn registry_failure(entry: &str, error: &RegistryError) -> String {
     let fix = match error {
         RegistryError::NotFound { .. } => return format!("{entry}: tag not found (manifest unknown) — check the tag"),
-        RegistryError::Unauthorized { registry, .. } => format!(
-            "check the credentials for {registry} (docker login, or [registries.\"{registry}\"] credentials)"
-        ),
+        RegistryError::Unauthorized { registry, .. } => {
+            format!("check the credentials for {registry} (docker login, or [registries.\"{registry}\"] credentials)")
+        }
         RegistryError::RateLimited { .. } => "try again later, or give the registry credentials".to_string(),
         RegistryError::Unavailable { registry, .. } => {
             format!("check the host and port of {registry}, and that the registry runs and is reachable from here")

@@ -96,6 +96,21 @@ fn a_failing_watch_logs_the_retry_the_daemon_then_makes() {
     daemon.kill();
 }
 
+/// A registry name that does not resolve fails the request at once, naming the fix, instead of
+/// four attempts with backoff between them. The name has a label longer than DNS allows, which
+/// glibc refuses without asking a name server: nothing leaves this machine.
+#[test]
+fn a_name_that_does_not_resolve_is_not_retried_within_a_check() {
+    let ws = Workspace::new();
+    let image = format!("{}.invalid/demo/b:latest", "a".repeat(64));
+    let args = ["resolve", "--insecure", &image];
+    let out = run_with_env(&args, &[("BUILDER_MONITOR_LOG", "debug")], ws.dir.path());
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("does not resolve; check the host name"), "{}", out.stderr);
+    assert!(!out.stderr.contains("request failed; retrying"), "{}", out.stderr);
+    assert!(!out.stderr.contains("gave up after"), "{}", out.stderr);
+}
+
 #[tokio::test]
 async fn a_plain_http_registry_addressed_as_https_names_the_fix_and_resolve_and_diff_take_insecure() {
     let registry = TestRegistry::start();

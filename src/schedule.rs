@@ -43,8 +43,6 @@ struct Entry<T> {
     item: T,
     state: State,
     generation: u64,
-    /// Checks that failed in a row: the next one comes sooner ([`Timetable::failed`]).
-    failures: u32,
 }
 
 /// The first retry of a failed check comes this soon; each further failure doubles it, and a
@@ -78,7 +76,7 @@ impl<T> Timetable<T> {
             return id;
         }
         let id = self.entries.len();
-        self.entries.push(Entry { item, state: State::Waiting, generation: 0, failures: 0 });
+        self.entries.push(Entry { item, state: State::Waiting, generation: 0 });
         self.by_name.insert(name.to_string(), id);
         self.queue.push(Reverse((later(now, jitter(jitter_max, &mut rand::rng())), id, 0)));
         id
@@ -145,44 +143,22 @@ impl<T> Timetable<T> {
         now: Instant,
         wall: DateTime<Utc>,
     ) -> bool {
-        self.entries[id].failures = 0;
-        self.schedule_next(id, schedule, jitter_max, now, wall, None)
+        let scheduled = schedule.delay_after(wall).map(|d| d.saturating_add(jitter(jitter_max, &mut rand::rng())));
+        self.next_in(id, scheduled, now)
     }
 
-    /// Its check failed: the next one after [`FIRST_RETRY`], doubled for each failure in a row
-    /// before it (with up to a quarter of it as jitter), or on its schedule if that is sooner.
-    /// False when the schedule has no future firing.
-    pub fn failed(
-        &mut self,
-        id: usize,
-        schedule: &Schedule,
-        jitter_max: Duration,
-        now: Instant,
-        wall: DateTime<Utc>,
-    ) -> bool {
-        let entry = &mut self.entries[id];
-        entry.failures = entry.failures.saturating_add(1);
-        let retry = FIRST_RETRY.saturating_mul(1 << (entry.failures - 1).min(16));
-        let retry = retry.saturating_add(jitter(retry / 4, &mut rand::rng()));
-        self.schedule_next(id, schedule, jitter_max, now, wall, Some(retry))
+    /// Its check failed: the next attempt comes after `delay`, which the check decided (and
+    /// logged) with [`after_failure`]; none when the schedule has no future firing (false then).
+    pub fn failed(&mut self, id: usize, delay: Option<Duration>, now: Instant) -> bool {
+        self.next_in(id, delay, now)
     }
 
-    fn schedule_next(
-        &mut self,
-        id: usize,
-        schedule: &Schedule,
-        jitter_max: Duration,
-        now: Instant,
-        wall: DateTime<Utc>,
-        retry: Option<Duration>,
-    ) -> bool {
+    /// Requeues a watch whose check ended: at once when woken meanwhile, else after `delay`.
+    fn next_in(&mut self, id: usize, delay: Option<Duration>, now: Instant) -> bool {
         match self.entries[id].state {
             State::Running { woken: true } => self.requeue(id, now),
-            State::Running { woken: false } => match schedule.delay_after(wall) {
-                Some(delay) => {
-                    let scheduled = delay.saturating_add(jitter(jitter_max, &mut rand::rng()));
-                    self.requeue(id, later(now, retry.map_or(scheduled, |r| r.min(scheduled))))
-                }
+            State::Running { woken: false } => match delay {
+                Some(delay) => self.requeue(id, later(now, delay)),
                 None => {
                     self.entries[id].state = State::Idle;
                     return false;
@@ -192,6 +168,24 @@ impl<T> Timetable<T> {
         }
         true
     }
+}
+
+/// When the attempt after a failed check comes, the `failures`-th in a row (the ledger's count,
+/// this one included): [`FIRST_RETRY`] doubled for each failure before it, with up to a quarter
+/// of it as jitter, or the schedule's next check (with its jitter) if that is sooner. One function
+/// for the check, which logs the time, and the timetable, which keeps it. `None` when the schedule
+/// has no future firing.
+pub fn after_failure(
+    failures: u32,
+    schedule: &Schedule,
+    jitter_max: Duration,
+    wall: DateTime<Utc>,
+) -> Option<Duration> {
+    let rng = &mut rand::rng();
+    let scheduled = schedule.delay_after(wall)?.saturating_add(jitter(jitter_max, rng));
+    let retry = FIRST_RETRY.saturating_mul(1 << failures.saturating_sub(1).min(16));
+    let retry = retry.saturating_add(jitter(retry / 4, rng));
+    Some(retry.min(scheduled))
 }
 
 /// Check slots: a global bound on checks in flight, and an equal share of it per registry, so the
@@ -426,7 +420,8 @@ mod tests {
             let ran = table.pop_due(due).unwrap();
             assert_eq!(ran, id);
             if round < 4 {
-                assert!(table.failed(id, &schedule, Duration::ZERO, now, wall));
+                let delay = after_failure(round + 1, &schedule, Duration::ZERO, wall);
+                assert!(table.failed(id, delay, now));
             } else {
                 assert!(table.finished(id, &schedule, Duration::ZERO, now, wall));
             }

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use chrono::SubsecRound;
+use chrono::{DateTime, SubsecRound, Utc};
 
 use super::decide::{self, Decided, Found, Observed};
 use super::outages::Outages;
@@ -22,10 +22,16 @@ use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::schedule::timestamp;
 
 impl Monitor {
-    /// A check whose ledger failure is logged rather than returned.
-    pub(super) async fn check_logged(&self, watch: &Watch) -> Option<CheckOutcome> {
-        match self.check(watch).await {
-            Ok(outcome) => Some(outcome),
+    /// A check whose ledger failure is logged rather than returned. `retries`: the scheduler runs
+    /// it and tries a failed watch again; the next attempt it then returns (a failure's only) is
+    /// the one its log line named ([`Monitor::log_failure`]).
+    pub(super) async fn check_logged(
+        &self,
+        watch: &Watch,
+        retries: bool,
+    ) -> Option<(CheckOutcome, Option<DateTime<Utc>>)> {
+        match self.check_for(watch, retries).await {
+            Ok(checked) => Some(checked),
             Err(err) => {
                 tracing::error!(watch = %watch.name, error = %err, "cannot record check");
                 None
@@ -42,17 +48,26 @@ impl Monitor {
     /// One check of one watch, committed to the ledger, in its steps. A steady watch whose tag
     /// still names its pin is done in memory (`unchanged`).
     pub async fn check(&self, watch: &Watch) -> Result<CheckOutcome, LedgerError> {
+        self.check_for(watch, false).await.map(|(outcome, _)| outcome)
+    }
+
+    /// A check, and when it failed under the scheduler (`retries`), its next attempt.
+    async fn check_for(
+        &self,
+        watch: &Watch,
+        retries: bool,
+    ) -> Result<(CheckOutcome, Option<DateTime<Utc>>), LedgerError> {
         let started = Instant::now();
         let head = self.registry.head_manifest(&watch.image).await;
         if let Ok(head) = &head
             && let Some(image) = self.pins.unchanged(watch, &head.digest)
             && self.registry_quiet(watch.image.registry())
         {
-            return Ok(self.unchanged(watch, &image, &head.digest, started));
+            return Ok((self.unchanged(watch, &image, &head.digest, started), None));
         }
         // Boxed: the full check's future is ~14 KiB, which every check's task would otherwise
         // carry and copy (at spawn and at completion) for the few that need it.
-        Box::pin(self.check_fully(watch, head, started)).await
+        Box::pin(self.check_fully(watch, head, started, retries)).await
     }
 
     /// The rest of a check that `unchanged` did not settle: observe, decide, react, commit.
@@ -61,12 +76,13 @@ impl Monitor {
         watch: &Watch,
         head: Result<ManifestHead, RegistryError>,
         started: Instant,
-    ) -> Result<CheckOutcome, LedgerError> {
+        retries: bool,
+    ) -> Result<(CheckOutcome, Option<DateTime<Utc>>), LedgerError> {
         let (record, observed) = self.observe(watch, head).await?;
         let record = record.as_ref();
         let now = self.handle.clock.now();
         let found = decide::found(watch, record, observed);
-        self.log_found(watch, record, &found, now);
+        let retry = self.log_found(watch, record, &found, now, retries);
         let subjects = self.subjects(watch);
         let planned = self.react(watch, &subjects, &found, now).await?;
         let history = self.handle.config.monitor.history;
@@ -79,7 +95,7 @@ impl Monitor {
         self.pins.committed(watch, &image, steady.as_deref().filter(|_| committed.is_ok()));
         committed?;
         self.after_commit(watch, record, &outcome, metadata.as_deref(), started);
-        Ok(outcome)
+        Ok((outcome, retry))
     }
 
     /// An unchanged check of a steady watch, in memory: the ledger keeps its time with the next
@@ -87,7 +103,7 @@ impl Monitor {
     fn unchanged(&self, watch: &Watch, image: &str, digest: &str, started: Instant) -> CheckOutcome {
         let now = self.handle.clock.now();
         // What the full check would log of a success: the end of a registry's outage, say.
-        self.log_found(watch, None, &Found::Unchanged, now);
+        self.log_found(watch, None, &Found::Unchanged, now, false);
         self.ledger.note_unchanged(&watch.name, image, now.trunc_subsecs(0));
         let outcome = CheckOutcome::Unchanged;
         self.record_metrics(watch, &outcome, started.elapsed(), Some(digest), None);
@@ -205,15 +221,17 @@ impl Monitor {
     }
 
     /// The log line of what a check found (its events are logged once committed): a failure or
-    /// recovery as `failure_log` decides.
+    /// recovery as `failure_log` decides, which for a failure under the scheduler (`retries`)
+    /// is the next attempt's time, returned.
     fn log_found(
         &self,
         watch: &Watch,
         record: Option<&WatchRecord>,
         found: &Found,
-        now: chrono::DateTime<chrono::Utc>,
-    ) {
-        self.log_failure(watch, record, found, now);
+        now: DateTime<Utc>,
+        retries: bool,
+    ) -> Option<DateTime<Utc>> {
+        let retry = self.log_failure(watch, record, found, now, retries);
         match found {
             Found::Failed(_) => {}
             Found::Held { digest } => {
@@ -231,6 +249,7 @@ impl Monitor {
             }
             Found::Unchanged | Found::Pinned { .. } => {}
         }
+        retry
     }
 
     /// The check's metrics; it also counts for readiness and the heartbeat.

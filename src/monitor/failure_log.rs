@@ -21,6 +21,7 @@ use chrono::{DateTime, SubsecRound, Utc};
 use super::decide::Found;
 use super::{Monitor, Watch};
 use crate::ledger::WatchRecord;
+use crate::schedule::after_failure;
 use builder_monitor_core::schedule::{next_check, timestamp};
 
 /// Whether a failure says the registry as a whole is unwell rather than one tag or repository:
@@ -145,7 +146,19 @@ macro_rules! log_at {
 
 impl Monitor {
     /// The lines of a check's failure or recovery, and of its registry's outage starting or ending.
-    pub(super) fn log_failure(&self, watch: &Watch, record: Option<&WatchRecord>, found: &Found, now: DateTime<Utc>) {
+    ///
+    /// A failure names the next attempt. Under the scheduler (`retries`) that is the retry it
+    /// returns, decided here from the ledger's count of failures in a row, which the scheduler
+    /// then keeps, so the log names the attempt that happens; a single run (`run --once`, a check
+    /// asked for) names the schedule's next check, as `status` does.
+    pub(super) fn log_failure(
+        &self,
+        watch: &Watch,
+        record: Option<&WatchRecord>,
+        found: &Found,
+        now: DateTime<Utc>,
+        retries: bool,
+    ) -> Option<DateTime<Utc>> {
         let registry = watch.image.registry();
         let failures = record.map_or(0, |r| r.consecutive_failures);
         let mut log = self.failure_log.lock().unwrap_or_else(|e| e.into_inner());
@@ -158,15 +171,20 @@ impl Monitor {
                 log_at!(level, watch = %watch.name, after_failures = failures, "check recovered");
             }
             log_ended(registry, lines.outage_ended, now);
-            return;
+            return None;
         };
         let lines = log.failed(registry, &watch.name, err.reason(), now);
         drop(log);
-        // From the recorded check time, so the log and `status` name the same moment.
-        let next_check = next_check(&watch.schedule, now.trunc_subsecs(0));
-        let next_check = next_check.as_deref().unwrap_or("when woken");
-        let jitter = humantime::format_duration(watch.jitter);
         let failures = failures + 1;
+        let (retry, next_check, jitter) = if retries {
+            let retry = retry_at(failures, watch, now);
+            (retry, retry.map(timestamp), Duration::ZERO)
+        } else {
+            // From the recorded check time, so the log and `status` name the same moment.
+            (None, next_check(&watch.schedule, now.trunc_subsecs(0)), watch.jitter)
+        };
+        let next_check = next_check.as_deref().unwrap_or("when woken");
+        let jitter = humantime::format_duration(jitter);
         if lines.outage_started {
             tracing::warn!(registry, watch = %watch.name, image = %watch.image, reason = err.reason(), error = %err, consecutive_failures = failures, next_check, %jitter, "registry unavailable; its watches' failed checks are logged at debug until it answers again");
         }
@@ -174,12 +192,22 @@ impl Monitor {
             log_at!(level, watch = %watch.name, image = %watch.image, reason = err.reason(), error = %err, consecutive_failures = failures, next_check, %jitter, "check failed; pin kept");
         }
         log_ended(registry, lines.outage_ended, now);
+        retry
     }
 
     /// Whether `name` is a run image watch in force.
     fn run_image_known(&self, name: &str) -> bool {
         self.handle.run_images.lock().unwrap_or_else(|e| e.into_inner()).entries.contains_key(name)
     }
+}
+
+/// When the scheduler tries a watch again after its `failures`-th failure in a row at `now`
+/// ([`after_failure`]), on a whole second, so the logged time (whole seconds) is the attempt's.
+fn retry_at(failures: u32, watch: &Watch, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let delay = after_failure(failures, &watch.schedule, watch.jitter, now)?;
+    let at = now + chrono::Duration::from_std(delay).ok()?;
+    let whole = at.trunc_subsecs(0);
+    Some(if whole < at { whole + chrono::Duration::seconds(1) } else { whole })
 }
 
 /// The INFO ending an outage.

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -91,7 +92,7 @@ impl Monitor {
                 let registry = watch.image.registry().to_string();
                 let monitor = self.clone();
                 let task = tasks.spawn(async move {
-                    matches!(monitor.check_logged(&watch).await, Some(o) if !matches!(o, CheckOutcome::Failed(_)))
+                    matches!(monitor.check_logged(&watch, false).await, Some((o, _)) if !matches!(o, CheckOutcome::Failed(_)))
                 });
                 registries.insert(task.id(), registry);
             }
@@ -134,8 +135,9 @@ impl Monitor {
             slots.register(builder.image.registry());
             table.add(&builder.name, Scheduled::Builder(index), builder.jitter, now);
         }
-        // Each check's task answers whether it failed (a failed check comes back sooner).
-        let mut running: JoinSet<bool> = JoinSet::new();
+        // Each check's task answers whether it failed, and then when it tries again (a failed
+        // check comes back sooner, when its log line said).
+        let mut running: JoinSet<Option<Option<DateTime<Utc>>>> = JoinSet::new();
         // The watch each running check was made for, so its end needs no second copy.
         let mut running_ids: HashMap<tokio::task::Id, (usize, Arc<Watch>)> = HashMap::new();
         let mut heartbeat = tokio::time::interval(HEARTBEAT);
@@ -175,11 +177,12 @@ impl Monitor {
                 let monitor = self.clone();
                 let checked = watch.clone();
                 let task = running.spawn(async move {
-                    let outcome = monitor.check_logged(&watch).await;
+                    let checked = monitor.check_logged(&watch, true).await;
+                    let (outcome, retry) = checked.map_or((None, None), |(o, r)| (Some(o), r));
                     if hooked {
                         monitor.handle.hooks.done(&watch.name, outcome.as_ref(), &monitor.handle.wakes);
                     }
-                    matches!(outcome, Some(CheckOutcome::Failed(_)))
+                    matches!(outcome, Some(CheckOutcome::Failed(_))).then_some(retry)
                 });
                 running_ids.insert(task.id(), (id, checked));
             }
@@ -190,7 +193,7 @@ impl Monitor {
                 Some(done) = running.join_next_with_id(), if !running.is_empty() => {
                     let (task, failed) = match &done {
                         Ok((task, failed)) => (*task, *failed),
-                        Err(err) => (err.id(), false),
+                        Err(err) => (err.id(), None),
                     };
                     let Some((id, watch)) = running_ids.remove(&task) else { continue };
                     slots.finished(watch.image.registry());
@@ -200,8 +203,10 @@ impl Monitor {
                     }
                     let now = tokio::time::Instant::now();
                     let wall = self.handle.clock.now();
-                    let next = if failed {
-                        table.failed(id, &watch.schedule, watch.jitter, now, wall)
+                    let next = if let Some(retry) = failed {
+                        // Until the time the check logged, counted on this clock.
+                        let delay = retry.map(|at| (at - wall).to_std().unwrap_or_default());
+                        table.failed(id, delay, now)
                     } else {
                         table.finished(id, &watch.schedule, watch.jitter, now, wall)
                     };

@@ -59,6 +59,58 @@ async fn a_failed_check_logs_its_attempts_and_next_check_and_status_shows_it() {
     assert!(out.stdout.contains(&format!("next check: {}", b["next_check"].as_str().unwrap())), "{}", out.stdout);
 }
 
+/// Under the daemon, a failed check's line names the retry the scheduler then makes (30 s later,
+/// within its jitter), not the schedule's next check an hour away; the second failure's line
+/// names the next retry from the ledger's count (60 s and up).
+#[test]
+fn a_failing_watch_logs_the_retry_the_daemon_then_makes() {
+    let registry = TestRegistry::start();
+    let ws = Workspace::new();
+    let config = ws.config(&format!(
+        "[monitor]\nstate = \"state.db\"\n\n[[builders]]\nname = \"b\"\nimage = \"{host}/demo/missing:latest\"\ninterval = \"1h\"\njitter = \"0s\"\nwatch_run_image = false\n",
+        host = registry.host
+    ));
+    let mut daemon = support::daemon::Daemon::start(&config);
+    let failed = |v: &serde_json::Value| v["message"] == "check failed; pin kept" && v["watch"] == "b";
+    let time = |v: &serde_json::Value, key: &str| {
+        let text = v[key].as_str().unwrap_or_else(|| panic!("no {key}: {v}"));
+        chrono::DateTime::parse_from_rfc3339(text).unwrap_or_else(|e| panic!("{key} ({e}): {v}"))
+    };
+    let first = daemon.wait_for("the first failure", failed);
+    assert_eq!((&first["level"], &first["reason"]), (&"WARN".into(), &"tag_missing".into()), "{first}");
+    let next = time(&first, "next_check");
+    let retry = (next - time(&first, "timestamp")).num_milliseconds();
+    assert!(
+        (29_000..=38_500).contains(&retry),
+        "the first retry, 30 s and up to a quarter more (on a whole second): {first}"
+    );
+    // The retry is the next check: the watch is not woken, and its schedule is an hour away.
+    let patience = std::time::Duration::from_secs(90);
+    let second = daemon.wait_longer("the retry", patience, failed).expect("the daemon runs");
+    let checked = time(&second, "timestamp");
+    assert!(checked >= next, "retried at {checked}, before the logged {next}: {second}");
+    assert!(checked < next + chrono::Duration::seconds(30), "this retry, not a later one: {second}");
+    assert_eq!(second["consecutive_failures"], 2, "{second}");
+    let again = (time(&second, "next_check") - checked).num_milliseconds();
+    assert!((59_000..=76_000).contains(&again), "the second retry doubles: {second}");
+    daemon.kill();
+}
+
+/// A registry name that does not resolve fails the request at once, naming the fix, instead of
+/// four attempts with backoff between them. The name has a label longer than DNS allows, which
+/// glibc refuses without asking a name server: nothing leaves this machine.
+#[test]
+fn a_name_that_does_not_resolve_is_not_retried_within_a_check() {
+    let ws = Workspace::new();
+    let image = format!("{}.invalid/demo/b:latest", "a".repeat(64));
+    let args = ["resolve", "--insecure", &image];
+    let out = run_with_env(&args, &[("BUILDER_MONITOR_LOG", "debug")], ws.dir.path());
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("does not resolve; check the host name"), "{}", out.stderr);
+    assert!(!out.stderr.contains("request failed; retrying"), "{}", out.stderr);
+    assert!(!out.stderr.contains("gave up after"), "{}", out.stderr);
+}
+
 #[tokio::test]
 async fn a_plain_http_registry_addressed_as_https_names_the_fix_and_resolve_and_diff_take_insecure() {
     let registry = TestRegistry::start();

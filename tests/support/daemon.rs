@@ -133,7 +133,18 @@ impl Daemon {
         what: &str,
         wanted: impl Fn(&serde_json::Value) -> bool,
     ) -> Result<serde_json::Value, std::process::ExitStatus> {
-        let deadline = Instant::now() + PATIENCE;
+        self.wait_longer(what, PATIENCE, wanted)
+    }
+
+    /// `wait_for_or_exit` with a patience of `patience`: for what the daemon does later by
+    /// design (a failed check's retry comes after 30 s).
+    pub fn wait_longer(
+        &mut self,
+        what: &str,
+        patience: Duration,
+        wanted: impl Fn(&serde_json::Value) -> bool,
+    ) -> Result<serde_json::Value, std::process::ExitStatus> {
+        let deadline = Instant::now() + patience;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {

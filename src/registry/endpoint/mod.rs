@@ -162,6 +162,23 @@ impl Endpoint {
 }
 
 /// An error message with its causes, without the URL noise reqwest puts first.
+/// Whether a request failed because the registry's name does not resolve. Not a passing fault
+/// within one check: a lookup that failed now fails the same a second later, and each costs the
+/// resolver's time (seconds when a name server is slow to say no); the next check asks again.
+///
+/// Known by the errors' words: hyper-util's connector says `dns error` and reqwest's resolver
+/// `error resolving DNS`, in types neither crate exports, so there is no type to match.
+pub(in crate::registry) fn resolution_failed(error: &reqwest::Error) -> bool {
+    let mut source = std::error::Error::source(error);
+    while let Some(s) = source {
+        if matches!(s.to_string().as_str(), "dns error" | "error resolving DNS") {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
 pub(super) fn describe(error: &reqwest::Error) -> String {
     let mut parts = Vec::new();
     if error.is_timeout() {
@@ -181,4 +198,28 @@ pub(super) fn describe(error: &reqwest::Error) -> String {
         parts.push(error.to_string());
     }
     parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    /// A name glibc refuses without asking a name server (a label over 63 characters: no query
+    /// can carry it, checked with strace: no socket but nscd's), so the test sends nothing off
+    /// this machine, while the error is the real resolver's, through reqwest and hyper-util.
+    fn unresolvable() -> String {
+        format!("http://{}.invalid/v2/", "a".repeat(64))
+    }
+
+    #[tokio::test]
+    async fn a_name_that_does_not_resolve_is_told_apart_from_other_failures() {
+        crate::install_crypto_provider();
+        let client = reqwest::Client::new();
+        let err = client.get(unresolvable()).send().await.expect_err("the name does not resolve");
+        assert!(super::resolution_failed(&err), "{}", super::describe(&err));
+        // A connection closed before any answer fails the request too, but not for its name.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { drop(listener.accept().await) });
+        let err = client.get(format!("http://{addr}/v2/")).send().await.expect_err("closed at once");
+        assert!(!super::resolution_failed(&err), "{}", super::describe(&err));
+    }
 }

@@ -9,7 +9,7 @@ use reqwest::{Method, Response, StatusCode, Url};
 
 use super::limiter::retry_after;
 use super::tokens::pull_scope;
-use super::{Endpoint, describe, is_redirect, origin_of};
+use super::{Endpoint, describe, is_redirect, origin_of, resolution_failed};
 use crate::registry::{MANIFEST_ACCEPT, MAX_REDIRECTS, RegistryError, speaks_plain_http, whole_seconds};
 
 /// What a registry request fetches; it decides where a redirect may lead.
@@ -219,6 +219,13 @@ impl Endpoint {
                                 self.settings.host
                             ),
                         });
+                    }
+                    if resolution_failed(&e) {
+                        // Asking again within this check gets the same answer; the next check asks.
+                        let host = &self.settings.host;
+                        return Err(self
+                            .unavailable(format!("{method} {path}: {detail}: {host} does not resolve; check the host name (not retried until the next check)"))
+                            .after_attempts(attempt + 1));
                     }
                     let failure = self.unavailable(format!("{method} {path}: {detail}"));
                     if self.circuit.is_open() {

@@ -1,9 +1,12 @@
-//! What a deployment expects of its config: `builder-monitor check --expect KEY=VALUE`.
+//! What a deployment expects of its config: `builder-monitor check --expect KEY=VALUE[@NAME]`.
 //!
 //! The Helm chart shapes the pod (its port, replicas, data volume) and its RBAC from values, not by
 //! reading the TOML (Helm has no TOML parser). Its init container runs `check` with one
 //! expectation per value it took, so a config that disagrees stops the pod with what to change
-//! rather than starting a daemon that lacks a permission or listens where no probe looks.
+//! rather than starting a daemon that lacks a permission or listens where no probe looks. Each
+//! expectation may name the setting it came from (`publish=true@features.publish`): an operator
+//! edits Helm values, not `--expect` flags, so a disagreement then offers that setting as the other
+//! fix. Without a name the CLI speaks of its own flags, for deployments that are not the chart.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -13,9 +16,18 @@ use std::str::FromStr;
 use super::{DEPLOYS, required_permissions};
 use crate::config::{Config, RunnerKind, StateLocation};
 
-/// One `--expect KEY=VALUE`.
+/// One `--expect KEY=VALUE[@NAME]`: what the deployment expects, and where that came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Expectation {
+pub struct Expectation {
+    pub expected: Expected,
+    /// The setting the deployment took the value from (a Helm value such as `features.publish`),
+    /// named in each disagreement as the deployment's side of the fix.
+    pub from: Option<String>,
+}
+
+/// What an `--expect` says, by its KEY.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expected {
     /// `listen-port=PORT`: a `[server]` listening on every interface of the pod on PORT.
     ListenPort(u16),
     /// `namespace=NS`: the daemon's namespace (`[kubernetes] namespace`, default `$POD_NAMESPACE`),
@@ -42,6 +54,12 @@ pub enum Expectation {
     Pools(BTreeSet<String>),
 }
 
+impl From<Expected> for Expectation {
+    fn from(expected: Expected) -> Self {
+        Expectation { expected, from: None }
+    }
+}
+
 /// Where the chart mounts each pool's kubeconfig: `POOL_KUBECONFIGS/NAME/kubeconfig`, NAME being an
 /// entry of its `pools` value.
 pub const POOL_KUBECONFIGS: &str = "/etc/builder-monitor/pools";
@@ -66,158 +84,226 @@ impl fmt::Display for ParseError {
 
 impl std::error::Error for ParseError {}
 
+/// A setting's name after `@`: a Helm value's path (`features.runner.type`, `pools`) or a flag
+/// (`--namespace`); no `=`, `/` or space, so it cannot be part of a value mistaken for a name.
+fn is_setting_name(name: &str) -> bool {
+    let name = name.strip_prefix("--").unwrap_or(name);
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || "._-[]".contains(c))
+}
+
 impl FromStr for Expectation {
     type Err = ParseError;
 
     fn from_str(text: &str) -> Result<Self, ParseError> {
-        let fail = |why: String| Err(ParseError(format!("\"{text}\": {why}")));
-        let Some((key, value)) = text.split_once('=') else {
-            return fail(format!("not KEY=VALUE (keys: {KEYS})"));
-        };
-        let boolean = |value: &str| match value {
-            "true" => Ok(true),
-            "false" => Ok(false),
-            _ => Err(ParseError(format!("\"{text}\": {key} is true or false"))),
-        };
-        let label = |value: &str, what: &str| {
-            if crate::config::is_dns_label(value) {
-                Ok(value.to_string())
-            } else {
-                Err(ParseError(format!("\"{text}\": \"{value}\" is not a {what} name")))
+        let (pair, from) = match text.rsplit_once('@') {
+            Some((pair, name)) if is_setting_name(name) => (pair, Some(name.to_string())),
+            Some(_) => {
+                return Err(ParseError(format!(
+                    "\"{text}\": after @ comes the name of the setting the value came from, e.g. publish=true@features.publish"
+                )));
             }
+            None => (text, None),
         };
-        let name = |value: &str| label(value, "namespace");
-        Ok(match key {
-            "listen-port" => match value.parse::<u16>() {
-                Ok(port) if port > 0 => Expectation::ListenPort(port),
-                _ => return fail("listen-port is a port number, 1-65535".into()),
-            },
-            "namespace" => Expectation::Namespace(name(value)?),
-            "in-cluster" if value == "true" => Expectation::InCluster,
-            "in-cluster" => return fail("in-cluster can only be expected true".into()),
-            "publish" => Expectation::Publish(boolean(value)?),
-            "prune" => Expectation::Prune(boolean(value)?),
-            "leader-election" => Expectation::LeaderElection(boolean(value)?),
-            "state" if value == "kubernetes" => Expectation::State(ExpectedState::Kubernetes),
-            "state" if Path::new(value).is_absolute() => Expectation::State(ExpectedState::SqliteIn(value.into())),
-            "state" => return fail("state is \"kubernetes\" or the absolute directory of the SQLite ledger".into()),
-            "runner" => match RunnerKind::ALL.into_iter().find(|k| k.as_str() == value) {
-                Some(kind) => Expectation::Runner(kind),
-                None => {
-                    let types: Vec<&str> = RunnerKind::ALL.iter().map(|k| k.as_str()).collect();
-                    return fail(format!("runner is one of {}", types.join(", ")));
-                }
-            },
-            "runner-namespace" => Expectation::RunnerNamespace(name(value)?),
-            "deploy-namespaces" => Expectation::DeployNamespaces(
-                value.split(',').filter(|n| !n.is_empty()).map(name).collect::<Result<_, _>>()?,
-            ),
-            "pools" => Expectation::Pools(
-                value.split(',').filter(|n| !n.is_empty()).map(|n| label(n, "pool")).collect::<Result<_, _>>()?,
-            ),
-            _ => return fail(format!("unknown key {key} (keys: {KEYS})")),
-        })
+        Ok(Expectation { expected: parse_pair(text, pair)?, from })
     }
 }
 
-/// What in `config` is not as `expected`, one sentence each, naming the config's side of the fix.
+/// KEY=VALUE of `text` (the whole argument, for errors).
+fn parse_pair(text: &str, pair: &str) -> Result<Expected, ParseError> {
+    let fail = |why: String| Err(ParseError(format!("\"{text}\": {why}")));
+    let Some((key, value)) = pair.split_once('=') else {
+        return fail(format!("not KEY=VALUE (keys: {KEYS})"));
+    };
+    let boolean = |value: &str| match value {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(ParseError(format!("\"{text}\": {key} is true or false"))),
+    };
+    let label = |value: &str, what: &str| {
+        if crate::config::is_dns_label(value) {
+            Ok(value.to_string())
+        } else {
+            Err(ParseError(format!("\"{text}\": \"{value}\" is not a {what} name")))
+        }
+    };
+    let name = |value: &str| label(value, "namespace");
+    Ok(match key {
+        "listen-port" => match value.parse::<u16>() {
+            Ok(port) if port > 0 => Expected::ListenPort(port),
+            _ => return fail("listen-port is a port number, 1-65535".into()),
+        },
+        "namespace" => Expected::Namespace(name(value)?),
+        "in-cluster" if value == "true" => Expected::InCluster,
+        "in-cluster" => return fail("in-cluster can only be expected true".into()),
+        "publish" => Expected::Publish(boolean(value)?),
+        "prune" => Expected::Prune(boolean(value)?),
+        "leader-election" => Expected::LeaderElection(boolean(value)?),
+        "state" if value == "kubernetes" => Expected::State(ExpectedState::Kubernetes),
+        "state" if Path::new(value).is_absolute() => Expected::State(ExpectedState::SqliteIn(value.into())),
+        "state" => return fail("state is \"kubernetes\" or the absolute directory of the SQLite ledger".into()),
+        "runner" => match RunnerKind::ALL.into_iter().find(|k| k.as_str() == value) {
+            Some(kind) => Expected::Runner(kind),
+            None => {
+                let types: Vec<&str> = RunnerKind::ALL.iter().map(|k| k.as_str()).collect();
+                return fail(format!("runner is one of {}", types.join(", ")));
+            }
+        },
+        "runner-namespace" => Expected::RunnerNamespace(name(value)?),
+        "deploy-namespaces" => {
+            Expected::DeployNamespaces(value.split(',').filter(|n| !n.is_empty()).map(name).collect::<Result<_, _>>()?)
+        }
+        "pools" => Expected::Pools(
+            value.split(',').filter(|n| !n.is_empty()).map(|n| label(n, "pool")).collect::<Result<_, _>>()?,
+        ),
+        _ => return fail(format!("unknown key {key} (keys: {KEYS})")),
+    })
+}
+
+/// What in `config` is not as `expected`, one sentence each, naming the config's side of the fix
+/// and the deployment's: the `--expect` to pass instead, or the setting it came from.
 pub fn unmet(config: &Config, expected: &[Expectation]) -> Vec<String> {
     expected
         .iter()
-        .flat_map(|e| match e {
-            Expectation::Pools(mounted) => pool_problems(config, mounted),
-            _ => problem(config, e).into_iter().collect(),
+        .flat_map(|e| {
+            let other = Other(e.from.as_deref());
+            match &e.expected {
+                Expected::Pools(mounted) => pool_problems(config, mounted, other),
+                what => problem(config, what, other).into_iter().collect(),
+            }
         })
         .collect()
 }
 
-fn problem(config: &Config, expected: &Expectation) -> Option<String> {
+/// The deployment's side of a fix, as said after the config's: the other `--expect` (when the
+/// expectation names no setting), or what to do with the setting it came from.
+#[derive(Clone, Copy)]
+struct Other<'a>(Option<&'a str>);
+
+impl Other<'_> {
+    /// " (or expect CLI)", or " (or SETTING(name))".
+    fn or(self, cli: &str, setting: impl FnOnce(&str) -> String) -> String {
+        match self.0 {
+            None => format!(" (or expect {cli})"),
+            Some(name) => format!(" (or {})", setting(name)),
+        }
+    }
+
+    /// Only with a named setting: " (SETTING(name))", for a fix the config alone can make or one
+    /// that has no `--expect` of its own.
+    fn note(self, setting: impl FnOnce(&str) -> String) -> String {
+        self.0.map(|name| format!(" ({})", setting(name))).unwrap_or_default()
+    }
+}
+
+fn problem(config: &Config, expected: &Expected, other: Other) -> Option<String> {
     let kube = &config.kubernetes;
     let flag = |key: &str, actual: bool, wanted: bool| {
         (actual != wanted).then(|| {
+            let toml = key.replace('-', "_");
             format!(
-                "[kubernetes] {} is {actual}, but the deployment expects {key}={wanted}: set {} = {wanted} (or expect {actual})",
-                key.replace('-', "_"),
-                key.replace('-', "_")
+                "[kubernetes] {toml} is {actual}, but the deployment expects {key}={wanted}: set {toml} = {wanted}{}",
+                other.or(&actual.to_string(), |name| format!("set {name}: {actual}"))
             )
         })
     };
+    let the_port = |name: &str| format!("the port is {name}");
     match expected {
-        Expectation::ListenPort(port) => {
+        Expected::ListenPort(port) => {
             let wanted = format!("\"0.0.0.0:{port}\"");
             let Some(server) = &config.server else {
                 return Some(format!(
-                    "no [server] table: the deployment's probes, Service and metrics need [server] listen = {wanted}"
+                    "no [server] table: the deployment's probes, Service and metrics need [server] listen = {wanted}{}",
+                    other.note(the_port)
                 ));
             };
             let listen = server.listen;
             if listen.ip().is_loopback() {
                 Some(format!(
-                    "[server] listen = \"{listen}\" only accepts connections from inside the pod; use {wanted}"
+                    "[server] listen = \"{listen}\" only accepts connections from inside the pod; use {wanted}{}",
+                    other.note(the_port)
                 ))
             } else if !listen.ip().is_unspecified() {
-                Some(format!("[server] listen = \"{listen}\" is one address, not the pod's every interface; use {wanted}"))
-            } else if listen.port() != *port {
                 Some(format!(
-                    "[server] listen = \"{listen}\" is port {}, but the deployment expects listen-port={port}: use {wanted} (or expect port {})",
-                    listen.port(),
-                    listen.port()
+                    "[server] listen = \"{listen}\" is one address, not the pod's every interface; use {wanted}{}",
+                    other.note(the_port)
+                ))
+            } else if listen.port() != *port {
+                let actual = listen.port();
+                Some(format!(
+                    "[server] listen = \"{listen}\" is port {actual}, but the deployment expects listen-port={port}: use {wanted}{}",
+                    other.or(&format!("port {actual}"), |name| format!("set {name}: {actual}"))
                 ))
             } else {
                 None
             }
         }
-        Expectation::Namespace(namespace) => (&kube.namespace != namespace).then(|| {
+        Expected::Namespace(namespace) => (&kube.namespace != namespace).then(|| {
             format!(
-                "[kubernetes] namespace = \"{}\", but the daemon runs in namespace \"{namespace}\", where its Role is: leave [kubernetes] namespace unset (it defaults to $POD_NAMESPACE)",
-                kube.namespace
+                "[kubernetes] namespace = \"{}\", but the daemon runs in namespace \"{namespace}\", where its Role is: leave [kubernetes] namespace unset (it defaults to $POD_NAMESPACE){}",
+                kube.namespace,
+                other.note(|name| format!("or install the release with {name} {}", kube.namespace))
             )
         }),
-        Expectation::InCluster => (kube.kubeconfig.is_some() || kube.context.is_some()).then(|| {
-            "[kubernetes] kubeconfig or context is set, but in the pod the daemon uses its service account: leave [kubernetes] kubeconfig and context unset".to_string()
-        }),
-        Expectation::Publish(wanted) => flag("publish", kube.publish, *wanted),
-        Expectation::Prune(wanted) => flag("prune", kube.publish && kube.prune, *wanted),
-        Expectation::LeaderElection(wanted) => flag("leader-election", kube.leader_election, *wanted),
-        Expectation::State(wanted) => state_problem(&config.monitor.state, wanted),
-        Expectation::Runner(kind) => (config.runner.kind != *kind).then(|| {
+        Expected::InCluster => (kube.kubeconfig.is_some() || kube.context.is_some()).then(|| {
             format!(
-                "[runner] type = \"{}\", but the deployment expects runner={}: set type = \"{}\" (or expect {})",
-                config.runner.kind.as_str(),
-                kind.as_str(),
-                kind.as_str(),
-                config.runner.kind.as_str()
+                "[kubernetes] kubeconfig or context is set, but in the pod the daemon uses its service account: leave [kubernetes] kubeconfig and context unset{}",
+                other.note(|name| format!("the account is {name}'s"))
             )
         }),
-        Expectation::RunnerNamespace(namespace) => {
+        Expected::Publish(wanted) => flag("publish", kube.publish, *wanted),
+        Expected::Prune(wanted) => flag("prune", kube.publish && kube.prune, *wanted),
+        Expected::LeaderElection(wanted) => flag("leader-election", kube.leader_election, *wanted),
+        Expected::State(wanted) => state_problem(&config.monitor.state, wanted, other),
+        Expected::Runner(kind) => (config.runner.kind != *kind).then(|| {
+            let actual = config.runner.kind.as_str();
+            format!(
+                "[runner] type = \"{actual}\", but the deployment expects runner={}: set type = \"{}\"{}",
+                kind.as_str(),
+                kind.as_str(),
+                other.or(actual, |name| format!("set {name}: {actual}"))
+            )
+        }),
+        Expected::RunnerNamespace(namespace) => {
             let used = namespaces(config, |p| p.for_runner());
             (!used.is_empty() && used.iter().any(|n| n != namespace)).then(|| {
+                let setting = |name: &str| match used.first().filter(|_| used.len() == 1) {
+                    Some(one) => format!("set {name}: {one}"),
+                    None => format!("set {name} to the one namespace the runner uses"),
+                };
                 format!(
-                    "[runner.kubernetes] namespace is {}, but the deployment grants the runner's permissions in \"{namespace}\": set namespace = \"{namespace}\" (or expect that namespace)",
-                    listed(&used)
+                    "[runner.kubernetes] namespace is {}, but the deployment grants the runner's permissions in \"{namespace}\": set namespace = \"{namespace}\"{}",
+                    listed(&used),
+                    other.or("that namespace", setting)
                 )
             })
         }
-        Expectation::DeployNamespaces(granted) => {
+        Expected::DeployNamespaces(granted) => {
             let used = namespaces(config, |p| p.needed_for == DEPLOYS);
             (&used != granted).then(|| {
+                let fix = match other.0 {
+                    // A YAML flow list, as it would be written in the values file.
+                    Some(name) => {
+                        let items: Vec<String> = used.iter().map(|n| format!("\"{n}\"")).collect();
+                        format!("set {name}: [{}]", items.join(", "))
+                    }
+                    None => format!("grant exactly {}", listed(&used)),
+                };
                 format!(
-                    "the [[images]] deploy workloads are in namespaces {}, but the deployment grants deploys in {}: grant exactly {}",
+                    "the [[images]] deploy workloads are in namespaces {}, but the deployment grants deploys in {}: {fix}",
                     listed(&used),
                     listed(granted),
-                    listed(&used)
                 )
             })
         }
         // Several at once, each its own line: `pool_problems`.
-        Expectation::Pools(_) => None,
+        Expected::Pools(_) => None,
     }
 }
 
 /// The pools' kubeconfigs in `POOL_KUBECONFIGS` against the ones mounted there: each pool's file
 /// mounted, each mounted file some pool's. Kubeconfigs elsewhere (mounted by other means) are not
 /// this expectation's business.
-fn pool_problems(config: &Config, mounted: &BTreeSet<String>) -> Vec<String> {
+fn pool_problems(config: &Config, mounted: &BTreeSet<String>, other: Other) -> Vec<String> {
     let dir = Path::new(POOL_KUBECONFIGS);
     let file = |name: &str| format!("{POOL_KUBECONFIGS}/{name}/kubeconfig");
     let mut out = Vec::new();
@@ -235,48 +321,60 @@ fn pool_problems(config: &Config, mounted: &BTreeSet<String>) -> Vec<String> {
                 used.insert(name.to_string());
             }
             Some(name) => out.push(format!(
-                "pool \"{}\": kubeconfig = \"{}\" is not mounted (the deployment mounts kubeconfigs for {}): use one it mounts (or expect pools with \"{name}\")",
+                "pool \"{}\": kubeconfig = \"{}\" is not mounted (the deployment mounts kubeconfigs for {}): use one it mounts{}",
                 pool.name,
                 path.display(),
-                listed(mounted)
+                listed(mounted),
+                other.or(&format!("pools with \"{name}\""), |setting| format!(
+                    "add an entry named \"{name}\" to {setting}, with the Secret holding that kubeconfig"
+                ))
             )),
             None => out.push(format!(
-                "pool \"{}\": kubeconfig = \"{}\" is not where the deployment mounts a pool's kubeconfig: use \"{}\"",
+                "pool \"{}\": kubeconfig = \"{}\" is not where the deployment mounts a pool's kubeconfig: use \"{}\"{}",
                 pool.name,
                 path.display(),
-                file("NAME")
+                file("NAME"),
+                other.note(|setting| format!("NAME being an entry of {setting}"))
             )),
         }
     }
     for name in mounted.difference(&used) {
         out.push(format!(
-            "the deployment mounts the kubeconfig {}, but no pool reads it: set kubeconfig = \"{}\" on the pool that builds in that cluster (or expect pools without \"{name}\")",
+            "the deployment mounts the kubeconfig {}, but no pool reads it: set kubeconfig = \"{}\" on the pool that builds in that cluster{}",
             file(name),
-            file(name)
+            file(name),
+            other.or(&format!("pools without \"{name}\""), |setting| format!(
+                "remove the entry named \"{name}\" from {setting}"
+            ))
         ));
     }
     out
 }
 
-fn state_problem(state: &StateLocation, wanted: &ExpectedState) -> Option<String> {
+fn state_problem(state: &StateLocation, wanted: &ExpectedState, other: Other) -> Option<String> {
     match (state, wanted) {
         (StateLocation::Kubernetes, ExpectedState::Kubernetes) => None,
         (StateLocation::Sqlite(file), ExpectedState::Kubernetes) => Some(format!(
-            "[monitor] state is the SQLite file {}, but the deployment expects state=kubernetes (the ledger in ConfigMaps, shared by its replicas): set [monitor] state = \"kubernetes\"",
-            file.display()
+            "[monitor] state is the SQLite file {}, but the deployment expects state=kubernetes (the ledger in ConfigMaps, shared by its replicas): set [monitor] state = \"kubernetes\"{}",
+            file.display(),
+            other.note(|name| format!("or set {name}: false, for one replica with the SQLite ledger"))
         )),
         (StateLocation::Kubernetes, ExpectedState::SqliteIn(dir)) => Some(format!(
-            "[monitor] state = \"kubernetes\", but the deployment expects a SQLite ledger in {} (and grants no ConfigMaps): remove [monitor] state or make it a file name (or expect state=kubernetes)",
-            dir.display()
+            "[monitor] state = \"kubernetes\", but the deployment expects a SQLite ledger in {} (and grants no ConfigMaps): remove [monitor] state or make it a file name{}",
+            dir.display(),
+            other.or("state=kubernetes", |name| format!("set {name}: true"))
         )),
         (StateLocation::Sqlite(file), ExpectedState::SqliteIn(dir)) => {
             let inside = file.starts_with(dir) && !file.components().any(|c| c == Component::ParentDir);
             (!inside).then(|| {
                 format!(
-                    "[monitor] state = \"{}\" is outside the writable data directory {}: remove [monitor] state or make it a relative path (it resolves against ${})",
+                    "[monitor] state = \"{}\" is outside the writable data directory {}: remove [monitor] state or make it a relative path (it resolves against ${}){}",
                     file.display(),
                     dir.display(),
-                    crate::config::STATE_DIR_ENV
+                    crate::config::STATE_DIR_ENV,
+                    other.note(|name| format!(
+                        "or keep the ledger in the cluster: [monitor] state = \"kubernetes\" and {name}: true"
+                    ))
                 )
             })
         }
@@ -308,17 +406,22 @@ mod tests {
         items.iter().map(|i| i.parse().unwrap()).collect()
     }
 
+    /// What `items` expect, without where it came from.
+    fn expected(items: &[&str]) -> Vec<Expected> {
+        expect(items).into_iter().map(|e| e.expected).collect()
+    }
+
     #[test]
     fn expectations_parse_and_refuse_what_they_cannot_mean() {
-        assert_eq!(expect(&["listen-port=9464"]), [Expectation::ListenPort(9464)]);
-        assert_eq!(expect(&["deploy-namespaces="]), [Expectation::DeployNamespaces(BTreeSet::new())]);
+        assert_eq!(expected(&["listen-port=9464"]), [Expected::ListenPort(9464)]);
+        assert_eq!(expected(&["deploy-namespaces="]), [Expected::DeployNamespaces(BTreeSet::new())]);
         assert_eq!(
-            expect(&["deploy-namespaces=shop,jobs"]),
-            [Expectation::DeployNamespaces(["jobs".to_string(), "shop".to_string()].into())]
+            expected(&["deploy-namespaces=shop,jobs"]),
+            [Expected::DeployNamespaces(["jobs".to_string(), "shop".to_string()].into())]
         );
-        assert_eq!(expect(&["state=/data"]), [Expectation::State(ExpectedState::SqliteIn("/data".into()))]);
-        assert_eq!(expect(&["pools="]), [Expectation::Pools(BTreeSet::new())]);
-        assert_eq!(expect(&["pools=win,arm"]), [Expectation::Pools(["arm".to_string(), "win".to_string()].into())]);
+        assert_eq!(expected(&["state=/data"]), [Expected::State(ExpectedState::SqliteIn("/data".into()))]);
+        assert_eq!(expected(&["pools="]), [Expected::Pools(BTreeSet::new())]);
+        assert_eq!(expected(&["pools=win,arm"]), [Expected::Pools(["arm".to_string(), "win".to_string()].into())]);
         for (bad, why) in [
             ("publish", "not KEY=VALUE"),
             ("publish=yes", "publish is true or false"),
@@ -328,6 +431,10 @@ mod tests {
             ("namespace=Shop", "not a namespace name"),
             ("pools=arm,Win", "\"Win\" is not a pool name"),
             ("colour=blue", "unknown key colour"),
+            ("publish=true@", "after @ comes the name of the setting"),
+            ("publish=true@features publish", "after @ comes the name of the setting"),
+            ("state=/data@x/y", "after @ comes the name of the setting"),
+            ("publish=yes@features.publish", "publish is true or false"),
         ] {
             let error = bad.parse::<Expectation>().unwrap_err().to_string();
             assert!(error.contains(why), "{bad}: {error}");
@@ -419,6 +526,108 @@ mod tests {
             let problems = unmet(&config(text), &expect(&[expectation]));
             assert!(problems.len() == 1 && problems[0].contains(message), "{text} / {expectation}: {problems:?}");
         }
+    }
+
+    #[test]
+    fn an_expectation_may_name_the_setting_it_came_from() {
+        assert_eq!(
+            expect(&["publish=true@features.publish", "namespace=monitoring@--namespace", "pools=a@pools"]),
+            [
+                Expectation { expected: Expected::Publish(true), from: Some("features.publish".into()) },
+                Expectation { expected: Expected::Namespace("monitoring".into()), from: Some("--namespace".into()) },
+                Expectation { expected: Expected::Pools(["a".to_string()].into()), from: Some("pools".into()) },
+            ]
+        );
+        assert_eq!(expect(&["publish=true"]), [Expectation::from(Expected::Publish(true))]);
+    }
+
+    /// With the setting named (as the chart names its Helm values), every disagreement offers that
+    /// setting as the deployment's side of the fix, never an `--expect` the operator does not write.
+    #[test]
+    fn each_disagreement_names_the_setting_the_expectation_came_from() {
+        let deploy = "[[images]]\nname = \"web\"\nbuilder = \"b\"\nimage = \"registry.example.com/web:1\"\ndeploy = [{ kind = \"Deployment\", namespace = \"shop\", name = \"web\" }]";
+        let cases = [
+            (
+                "",
+                "listen-port=9464@features.port",
+                "need [server] listen = \"0.0.0.0:9464\" (the port is features.port)",
+            ),
+            ("[server]\nlisten = \"127.0.0.1:9464\"", "listen-port=9464@features.port", "(the port is features.port)"),
+            ("[server]\nlisten = \"10.1.2.3:9464\"", "listen-port=9464@features.port", "(the port is features.port)"),
+            ("[server]\nlisten = \"0.0.0.0:8080\"", "listen-port=9464@features.port", "(or set features.port: 8080)"),
+            (
+                "[kubernetes]\nnamespace = \"x\"",
+                "namespace=monitoring@--namespace",
+                "(or install the release with --namespace x)",
+            ),
+            (
+                "[kubernetes]\nkubeconfig = \"/k\"",
+                "in-cluster=true@serviceAccount",
+                "(the account is serviceAccount's)",
+            ),
+            (
+                "[kubernetes]\npublish = true",
+                "publish=false@features.publish",
+                "set publish = false (or set features.publish: true)",
+            ),
+            (
+                "[kubernetes]\npublish = true",
+                "prune=true@features.prune",
+                "set prune = true (or set features.prune: false)",
+            ),
+            (
+                "[kubernetes]\nleader_election = true",
+                "leader-election=false@features.leaderElection",
+                "(or set features.leaderElection: true)",
+            ),
+            (
+                "",
+                "state=kubernetes@features.clusterState",
+                "(or set features.clusterState: false, for one replica with the SQLite ledger)",
+            ),
+            (
+                "[monitor]\nstate = \"kubernetes\"",
+                "state=/data@features.clusterState",
+                "(or set features.clusterState: true)",
+            ),
+            (
+                "[monitor]\nstate = \"/etc/x.db\"",
+                "state=/data@features.clusterState",
+                "and features.clusterState: true)",
+            ),
+            (
+                "[runner]\ntype = \"exec\"\n[runner.exec]\nrebuild = [\"true\"]\nrebase = [\"true\"]",
+                "runner=none@features.runner.type",
+                "set type = \"none\" (or set features.runner.type: exec)",
+            ),
+            (
+                "[runner]\ntype = \"kpack\"\n[runner.kubernetes]\nnamespace = \"b\"",
+                "runner-namespace=builds@features.runner.namespace",
+                "(or set features.runner.namespace: b)",
+            ),
+            (
+                deploy,
+                "deploy-namespaces=jobs@deployNamespaces",
+                "grants deploys in \"jobs\": set deployNamespaces: [\"shop\"]",
+            ),
+            ("", "deploy-namespaces=jobs@deployNamespaces", "set deployNamespaces: []"),
+        ];
+        for (text, expectation, message) in cases {
+            let problems = unmet(&config(text), &expect(&[expectation]));
+            assert!(problems.len() == 1 && problems[0].contains(message), "{text} / {expectation}: {problems:?}");
+            assert!(!problems[0].contains("expect "), "no --expect to write: {problems:?}");
+        }
+        let fits = pooled("/etc/builder-monitor/pools/arm/kubeconfig", "/etc/builder-monitor/pools/windows/kubeconfig");
+        assert_eq!(
+            unmet(&fits, &expect(&["pools=arm,linux@pools"])),
+            [
+                "pool \"win\": kubeconfig = \"/etc/builder-monitor/pools/windows/kubeconfig\" is not mounted (the deployment mounts kubeconfigs for \"arm\", \"linux\"): use one it mounts (or add an entry named \"windows\" to pools, with the Secret holding that kubeconfig)",
+                "the deployment mounts the kubeconfig /etc/builder-monitor/pools/linux/kubeconfig, but no pool reads it: set kubeconfig = \"/etc/builder-monitor/pools/linux/kubeconfig\" on the pool that builds in that cluster (or remove the entry named \"linux\" from pools)",
+            ]
+        );
+        let elsewhere = pooled("/etc/builder-monitor/pools/arm", "/etc/builder-monitor/pools/windows/kubeconfig");
+        let problems = unmet(&elsewhere, &expect(&["pools=windows@pools"]));
+        assert!(problems.len() == 1 && problems[0].ends_with("(NAME being an entry of pools)"), "{problems:?}");
     }
 
     /// Pools whose kubeconfigs `arm` and `win` name, and one elsewhere (mounted by other means),

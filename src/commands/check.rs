@@ -25,9 +25,10 @@ pub struct Args {
     /// change. Keys: listen-port, namespace, in-cluster, publish, prune, leader-election, state
     /// (`kubernetes` or the SQLite ledger's directory), runner, runner-namespace,
     /// deploy-namespaces (comma-separated), pools (the kubeconfigs mounted at
-    /// /etc/builder-monitor/pools/NAME/kubeconfig, comma-separated). The Helm chart's init
-    /// container passes its values.
-    #[arg(long, value_name = "KEY=VALUE")]
+    /// /etc/builder-monitor/pools/NAME/kubeconfig, comma-separated). `KEY=VALUE@NAME` names the
+    /// setting the value came from, which each disagreement then names as the other fix: the Helm
+    /// chart's init container passes its values so (`publish=true@features.publish`).
+    #[arg(long, value_name = "KEY=VALUE[@NAME]")]
     expect: Vec<cluster::expect::Expectation>,
     /// Also ask what the config names whether it is there, as `run` would: one HEAD per builder
     /// watch, per run image watch (after reading its builder's metadata) and per app image tag

@@ -18,6 +18,7 @@ use support::daemon::{Workspace, run_with_env};
 
 mod dashboard;
 mod pools;
+mod values;
 
 const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/builder-monitor");
 /// Where the chart mounts the config (read-only) and the data directory (writable).
@@ -489,7 +490,7 @@ fn configs_the_chart_cannot_run_fail_at_render_time_with_the_fix() {
         &format!(
             "{fits}[[images]]\nname = \"w\"\nbuilder = \"b\"\nimage = \"x/w:1\"\ndeploy = [{{ kind = \"Deployment\", namespace = \"shop\", name = \"w\" }}]\n"
         ),
-        "grant exactly \"shop\"",
+        "set deployNamespaces: [\"shop\"]",
     );
     // The text itself is the binary's to judge: an invalid config stops the pod with its line.
     stopped(head, &fits.replace("[monitor]\n", "[monitor]\ninterval = \"10\"\n"), "a unit is required");

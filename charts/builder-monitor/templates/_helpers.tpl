@@ -38,8 +38,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{/*
-The init container's `builder-monitor check` arguments: one `--expect` per value the chart shaped
-the release by, so a config that disagrees with them stops the pod with the key to change.
+The init container's `builder-monitor check` arguments: one `--expect KEY=VALUE@NAME` per value the
+chart shaped the release by, NAME being that value's, so a config that disagrees stops the pod
+naming both fixes: the config key, and the Helm value (or the release namespace).
 */}}
 {{- define "builder-monitor.checkArgs" -}}
 {{- $f := .Values.features -}}
@@ -49,17 +50,17 @@ the release by, so a config that disagrees with them stops the pod with the key 
 {{- $pools = append $pools .name -}}
 {{- end -}}
 {{- $expect := list
-  (printf "listen-port=%d" (int $f.port))
-  (printf "namespace=%s" .Release.Namespace)
-  "in-cluster=true"
-  (printf "publish=%t" $f.publish)
-  (printf "prune=%t" (and $f.publish $f.prune))
-  (printf "leader-election=%t" $f.leaderElection)
-  (printf "state=%s" (ternary "kubernetes" (include "builder-monitor.dataDir" .) $f.clusterState))
-  (printf "runner=%s" $f.runner.type)
-  (printf "runner-namespace=%s" $f.runner.namespace)
-  (printf "deploy-namespaces=%s" (join "," .Values.deployNamespaces))
-  (printf "pools=%s" (join "," $pools)) -}}
+  (printf "listen-port=%d@features.port" (int $f.port))
+  (printf "namespace=%s@--namespace" .Release.Namespace)
+  "in-cluster=true@serviceAccount"
+  (printf "publish=%t@features.publish" $f.publish)
+  (printf "prune=%t@features.prune" (and $f.publish $f.prune))
+  (printf "leader-election=%t@features.leaderElection" $f.leaderElection)
+  (printf "state=%s@features.clusterState" (ternary "kubernetes" (include "builder-monitor.dataDir" .) $f.clusterState))
+  (printf "runner=%s@features.runner.type" $f.runner.type)
+  (printf "runner-namespace=%s@features.runner.namespace" $f.runner.namespace)
+  (printf "deploy-namespaces=%s@deployNamespaces" (join "," .Values.deployNamespaces))
+  (printf "pools=%s@pools" (join "," $pools)) -}}
 {{- range $expect -}}
 {{- $args = append (append $args "--expect") . -}}
 {{- end -}}
@@ -107,6 +108,29 @@ the release by, so a config that disagrees with them stops the pod with the key 
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
+{{- end -}}
+
+{{/*
+The pod's affinity: `affinity` as given, plus, with more than one replica and no podAntiAffinity of
+the user's, one by `podAntiAffinityPreset` on the release's selector labels per node, so a node's
+loss cannot take every replica (the PodDisruptionBudget guards only voluntary evictions).
+*/}}
+{{- define "builder-monitor.affinity" -}}
+{{- $v := .top.Values -}}
+{{- $affinity := deepCopy ($v.affinity | default dict) -}}
+{{- $preset := $v.podAntiAffinityPreset | default "soft" -}}
+{{- if and (gt .replicas 1) (ne $preset "none") (not (hasKey $affinity "podAntiAffinity")) -}}
+{{- $term := dict "labelSelector" (dict "matchLabels" (include "builder-monitor.selectorLabels" .top | fromYaml)) "topologyKey" "kubernetes.io/hostname" -}}
+{{- if eq $preset "hard" -}}
+{{- $_ := set $affinity "podAntiAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (list $term)) -}}
+{{- else -}}
+{{- $_ := set $affinity "podAntiAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list (dict "weight" 100 "podAffinityTerm" $term))) -}}
+{{- end -}}
+{{- end -}}
+{{- with $affinity -}}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end -}}
 {{- end -}}
 
 {{/* Refuses values the chart cannot run, saying what to change (the config itself is checked in the pod). */}}

@@ -25,6 +25,7 @@ mod release;
 mod resolve;
 mod rollback;
 mod run;
+mod signing;
 mod status;
 mod unfreeze;
 
@@ -70,4 +71,5 @@ commands! {
     Freeze(freeze),
     Unfreeze(unfreeze),
     Status(status),
+    Signing(signing),
 }

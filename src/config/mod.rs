@@ -29,6 +29,7 @@ mod builders;
 mod registries;
 mod rollout;
 mod server;
+mod signing;
 mod summary;
 pub use alerts::{AlertKind, AlertSettings, AlertUrl, DEFAULT_EVENTS, redact_url};
 pub use builders::{BuilderSettings, Platform, run_image_watch, run_image_watch_named};
@@ -46,6 +47,7 @@ pub use server::{
     DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_CLIENT, MAX_CONNECTIONS,
     ServerSettings,
 };
+pub use signing::{KeySource, SigningKeyError, SigningSettings, TrustedKey};
 
 /// Default check interval when neither `[monitor]` nor the builder sets one.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(600);
@@ -136,6 +138,8 @@ pub struct Config {
     pub server: Option<ServerSettings>,
     /// `[[gitops]]`: repositories each change's digests are committed to.
     pub gitops: Vec<GitopsTarget>,
+    /// `None` when the config has no `[signing]` table: nothing is signed.
+    pub signing: Option<SigningSettings>,
 }
 
 #[derive(Debug, Clone)]
@@ -331,8 +335,19 @@ struct Validator<'a> {
 /// Names seen so far, with the offset in the text where each was first defined.
 pub(crate) type Names = std::collections::HashMap<String, usize>;
 
-const SECTIONS: &[&str] =
-    &["monitor", "server", "registries", "builders", "alerts", "images", "runner", "kubernetes", "rollout", "gitops"];
+const SECTIONS: &[&str] = &[
+    "monitor",
+    "server",
+    "registries",
+    "builders",
+    "alerts",
+    "images",
+    "runner",
+    "kubernetes",
+    "rollout",
+    "gitops",
+    "signing",
+];
 
 impl<'a> Validator<'a> {
     fn error(&mut self, span: Range<usize>, message: impl Into<String>) {
@@ -394,6 +409,7 @@ impl<'a> Validator<'a> {
         let mut raw_kubernetes = None;
         let mut raw_rollout = None;
         let mut raw_gitops = None;
+        let mut raw_signing = None;
         for (offset, key, value) in sections.values {
             let located = Some((offset, value));
             match key.get_ref().as_ref() {
@@ -407,6 +423,7 @@ impl<'a> Validator<'a> {
                 "kubernetes" => raw_kubernetes = located,
                 "rollout" => raw_rollout = located,
                 "gitops" => raw_gitops = located,
+                "signing" => raw_signing = located,
                 other => {
                     let message = format!(
                         "unknown key `{other}`, expected one of {}",
@@ -449,6 +466,10 @@ impl<'a> Validator<'a> {
             Some(value) => v.entry::<RawServer>(value).and_then(|raw| v.server(raw)).map(Some),
             None => Some(None),
         });
+        let signing = self.at(raw_signing, |v, value| match value {
+            Some(value) => v.entry::<signing::RawSigning>(value).and_then(|raw| v.signing(raw)).map(Some),
+            None => Some(None),
+        });
 
         Ok((|| {
             Some(Config {
@@ -463,6 +484,7 @@ impl<'a> Validator<'a> {
                 rollout: rollout?,
                 server: server?,
                 gitops: gitops?,
+                signing: signing?,
             })
         })())
     }

@@ -16,4 +16,5 @@ mod module_layers;
 mod operator;
 mod page;
 mod reference;
+mod signing;
 mod tour;

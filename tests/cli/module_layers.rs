@@ -45,6 +45,7 @@ const CORE_LAYERS: &[&str] = &[
     "text",
     "id",
     "reference",
+    "signing",
     "schedule",
     "template",
     "packages",

@@ -24,6 +24,7 @@ const PROBES: &[(&str, &str)] = &[
     ("[[gitops]] files", "[[gitops]]\nname = \"g\"\nrepo = \"file:///r\"\nfiles = [{ zzz = 1 }]\n"),
     ("[[alerts]]", "[[alerts]]\nzzz = 1\n"),
     ("[rollout]", "[rollout]\nzzz = 1\n"),
+    ("[signing]", "[signing]\nzzz = 1\n"),
     ("[rollout] windows", "[rollout]\nwindows = [{ zzz = 1 }]\n"),
 ];
 

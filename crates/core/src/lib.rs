@@ -14,5 +14,6 @@ pub mod rebase;
 pub mod reference;
 pub mod rollout;
 pub mod schedule;
+pub mod signing;
 pub mod template;
 pub mod text;

@@ -1,0 +1,20 @@
+//! Signing images as cosign does, without I/O: cosign's private key files read (its encrypted
+//! form decrypted) into a [`Signer`] of ECDSA P-256 SHA-256 signatures, a [`Verifier`] from a
+//! public key, and the payloads those signatures cover (cosign's simple-signing JSON, DSSE's PAE
+//! and envelope around an in-toto Statement v1). Reading the key's file or variable is the
+//! config's; writing signatures to registries is the caller's.
+
+mod cosign;
+mod error;
+mod key;
+mod payload;
+#[cfg(test)]
+mod tests;
+
+pub use cosign::{ENCRYPTED_COSIGN, ENCRYPTED_SIGSTORE, MAX_SCRYPT_MEMORY};
+pub use error::KeyError;
+pub use key::{Signer, Verifier};
+pub use payload::{
+    DSSE_PAYLOAD_TYPE, Envelope, EnvelopeSignature, PayloadError, STATEMENT_TYPE, Statement, Subject, pae,
+    simple_signing_payload,
+};

@@ -15,6 +15,7 @@ mod check_failures;
 mod classify;
 mod credential_helpers;
 mod hardening;
+mod image;
 mod online_check;
 mod packages;
 mod rebase;

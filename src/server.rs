@@ -172,6 +172,17 @@ async fn digest_request(
     }
 }
 
+/// A write request's body, read once its token is accepted (see [`read_body`]), or the answer that
+/// refuses it.
+async fn authorized_body(
+    state: &ServerState,
+    headers: &HeaderMap,
+    request: axum::extract::Request,
+) -> Result<axum::body::Bytes, Response> {
+    authorize(state, headers, None).map_err(IntoResponse::into_response)?;
+    read_body(request).await
+}
+
 /// The request's body, read only now, once the token is checked: a client without the token can
 /// neither make the server wait for a body nor have it buffer one. Over [`BODY_LIMIT`]: 413.
 async fn read_body(request: axum::extract::Request) -> Result<axum::body::Bytes, Response> {

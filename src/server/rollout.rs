@@ -8,8 +8,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::auth::authorize;
-use super::{ServerState, error, parse, read_body};
+use super::{ServerState, authorized_body, error, parse};
 use crate::ledger::Verdict;
 use crate::rollout::{self, RolloutError};
 
@@ -53,10 +52,7 @@ pub(super) async fn decide(
     headers: HeaderMap,
     request: axum::extract::Request,
 ) -> Response {
-    if let Err(denied) = authorize(&state, &headers, None) {
-        return denied.into_response();
-    }
-    let body = match read_body(request).await {
+    let body = match authorized_body(&state, &headers, request).await {
         Ok(body) => body,
         Err(refused) => return refused,
     };
@@ -91,10 +87,7 @@ pub(super) async fn freeze(
     headers: HeaderMap,
     request: axum::extract::Request,
 ) -> Response {
-    if let Err(denied) = authorize(&state, &headers, None) {
-        return denied.into_response();
-    }
-    let body = match read_body(request).await {
+    let body = match authorized_body(&state, &headers, request).await {
         Ok(body) => body,
         Err(refused) => return refused,
     };
@@ -116,10 +109,7 @@ pub(super) async fn unfreeze(
     headers: HeaderMap,
     request: axum::extract::Request,
 ) -> Response {
-    if let Err(denied) = authorize(&state, &headers, None) {
-        return denied.into_response();
-    }
-    let body = match read_body(request).await {
+    let body = match authorized_body(&state, &headers, request).await {
         Ok(body) => body,
         Err(refused) => return refused,
     };

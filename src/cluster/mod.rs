@@ -285,13 +285,9 @@ pub async fn pool_clients(config: &Config) -> Result<std::collections::BTreeMap<
     let mut out = std::collections::BTreeMap::new();
     for pool in &config.runner.pools {
         let Some(cluster) = &pool.cluster else { continue };
-        let settings = KubernetesSettings {
-            kubeconfig: cluster.kubeconfig.clone(),
-            context: cluster.context.clone(),
-            ..Default::default()
-        };
-        let client =
-            client(&settings).await.map_err(|e| ClusterError::Pool { pool: pool.name.clone(), error: Box::new(e) })?;
+        let client = client(&cluster.settings())
+            .await
+            .map_err(|e| ClusterError::Pool { pool: pool.name.clone(), error: Box::new(e) })?;
         match check_access(&client, &pool_permissions(pool)).await {
             Ok(()) => {}
             Err(ClusterError::Api(err)) if crate::config::unanswered(&err) => {

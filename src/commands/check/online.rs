@@ -143,12 +143,7 @@ fn clusters(config: &Config) -> Vec<(String, KubernetesSettings)> {
     if config.runner.in_force().iter().any(|b| b.pools) {
         for pool in &config.runner.pools {
             let Some(own) = &pool.cluster else { continue };
-            let settings = KubernetesSettings {
-                kubeconfig: own.kubeconfig.clone(),
-                context: own.context.clone(),
-                ..Default::default()
-            };
-            out.push((format!("cluster of pool \"{}\"", pool.name), settings));
+            out.push((format!("cluster of pool \"{}\"", pool.name), own.settings()));
         }
     }
     out

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use toml::Spanned;
 
+use super::super::kubernetes::KubernetesSettings;
 use super::super::{Names, Validator, is_dns_label};
 use super::RunnerKind;
 use super::kubernetes::{KubeRunnerSettings, RawKubeRunner};
@@ -51,6 +52,13 @@ pub struct Pool {
 pub struct Cluster {
     pub kubeconfig: Option<PathBuf>,
     pub context: Option<String>,
+}
+
+impl Cluster {
+    /// The client settings that reach it: its kubeconfig and context, the rest as by default.
+    pub fn settings(&self) -> KubernetesSettings {
+        KubernetesSettings { kubeconfig: self.kubeconfig.clone(), context: self.context.clone(), ..Default::default() }
+    }
 }
 
 /// A `PodTemplateSpec` read (and checked) at load, with the file it came from.

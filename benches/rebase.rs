@@ -227,6 +227,7 @@ async fn one_rebase(setup: &Setup) -> Value {
             force: false,
             dry_run: false,
             known_run_images: Vec::new(),
+            sign: None,
         },
         &Unguarded,
     )
@@ -266,6 +267,7 @@ async fn many_rebases(setup: &Setup, n: usize) -> Value {
                 force: false,
                 dry_run: false,
                 known_run_images: Vec::new(),
+                sign: None,
             },
             &Unguarded,
         )
@@ -287,6 +289,7 @@ async fn many_rebases(setup: &Setup, n: usize) -> Value {
             force: false,
             dry_run: false,
             known_run_images: Vec::new(),
+            sign: None,
         };
         tasks.spawn(async move {
             let _permit = semaphore.acquire().await.unwrap();

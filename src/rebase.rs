@@ -19,7 +19,9 @@ use builder_monitor_core::rebase::{self as decide, Blob, PlatformRebase, RebaseO
 use builder_monitor_core::reference::{ImageRef, is_sha256_digest};
 use builder_monitor_core::text::escape;
 
+mod sign;
 mod writes;
+pub use sign::{SignPlan, SigningReport};
 use writes::Writes;
 
 /// Bytes of run image manifests and configs a [`RunImageDocs`] keeps: a handful of run images
@@ -96,6 +98,8 @@ pub struct RebaseRequest {
     pub dry_run: bool,
     /// The ledger's pin histories of run image watches (newest first): never onto an older one.
     pub known_run_images: Vec<Vec<KnownPin>>,
+    /// Sign (and attest) what the tag will lead to, before it moves; `None` signs nothing.
+    pub sign: Option<SignPlan>,
 }
 
 /// What a rebase's tag write answers to before it happens: the daemon records its intent in the
@@ -129,6 +133,9 @@ pub struct RebaseReport {
     pub reference: String,
     pub platforms: Vec<PlatformReport>,
     pub blobs: BlobCounts,
+    /// What was signed (dry, would be): present when the rebase signs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signing: Option<SigningReport>,
 }
 
 /// One platform of the app image.
@@ -188,6 +195,9 @@ pub enum RebaseError {
     /// The images are not something a rebase applies to as named (no tag, not an image…).
     #[error("{0}")]
     Unusable(String),
+    /// A signature of what the tag would lead to could not be written: the tag was left alone.
+    #[error("{0}; the tag was left alone")]
+    Sign(#[from] crate::signing::SignError),
     /// Someone else moved the tag while we rebased; nothing of ours is under it.
     #[error("{image} moved from {expected} to {found} during the rebase; the tag was left alone")]
     TagMoved { image: String, expected: String, found: String },
@@ -251,6 +261,8 @@ impl IndexEntry {
 struct Decided {
     previous: String,
     platform: String,
+    /// The run image manifest it goes onto, pinned.
+    run_image: String,
     rebase: PlatformRebase,
 }
 
@@ -326,7 +338,8 @@ pub async fn rebase_with(
             known_run_images: request.known_run_images.clone(),
         };
         let rebase = decide::rebase_platform(&child.bytes, &app_config, &base.bytes, &base_config, &options)?;
-        decided.push(Decided { previous: child.digest.clone(), platform: platform.to_string(), rebase });
+        let (previous, platform) = (child.digest.clone(), platform.to_string());
+        decided.push(Decided { previous, platform, run_image: options.run_image_reference, rebase });
     }
 
     let mut report = RebaseReport {
@@ -346,6 +359,7 @@ pub async fn rebase_with(
             })
             .collect(),
         blobs: BlobCounts::default(),
+        signing: None,
     };
     let pending: Vec<&Decided> = decided.iter().filter(|d| !d.rebase.already_rebased).collect();
     let base_blobs = unique_blobs(&pending);
@@ -360,6 +374,10 @@ pub async fn rebase_with(
             } else {
                 BlobTransfer::Copied { bytes: blob.size }
             });
+        }
+        if let Some(plan) = request.sign.as_ref().filter(|_| !pending.is_empty()) {
+            let top = sign::top_digest(&app_top, &decided)?;
+            report.signing = Some(plan.preview(&sign::what_to_sign(&app_top, &report.reference, &decided, &top)));
         }
         return Ok(report);
     }
@@ -377,6 +395,10 @@ pub async fn rebase_with(
     // writer's landed right behind ours (the registry API has no compare-and-set on tags). A PUT
     // refused while blobs were being written did not land: HEAD and PUT again, within the attempt.
     guard.before_write(&app_top.digest, &top_digest).await?;
+    if let Some(plan) = &request.sign {
+        let items = sign::what_to_sign(&app_top, &report.reference, &decided, &top_digest);
+        report.signing = Some(plan.sign(registry, &tagged, &items).await?);
+    }
     loop {
         let now = registry.head_manifest(&tagged).await?;
         if now.digest != app_top.digest {

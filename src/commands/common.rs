@@ -98,3 +98,12 @@ pub fn watches_something(config: &Config) -> Result<(), Failure> {
     }
     Ok(())
 }
+
+/// `[signing]`'s key of the config at `path` (only the key is read: the daemon's other secrets
+/// need not be set), with whether to attest; `None` when the config names no key to sign with.
+pub fn signing_key(path: &Path) -> Result<Option<(builder_monitor_core::signing::Signer, bool)>, Failure> {
+    let config = load_config(path, Secrets::Skip)?;
+    let Some(settings) = &config.signing else { return Ok(None) };
+    let signer = settings.load_signer().map_err(|e| usage(anyhow::anyhow!("{}: {e}", path.display())))?;
+    Ok(signer.map(|s| (s, settings.attest)))
+}

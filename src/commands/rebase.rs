@@ -4,11 +4,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use super::common::{load_config, parse_image, registry_for};
+use super::common::{load_config, parse_image, registry_for, signing_key};
 use super::failure::Failure;
 use builder_monitor::config::Secrets;
 use builder_monitor::daemon::{self, Access};
-use builder_monitor::rebase::{self, RebaseError, RebaseRequest};
+use builder_monitor::rebase::{self, RebaseError, RebaseRequest, SignPlan};
 use builder_monitor::schedule::Clock;
 use builder_monitor_core::reference::ImageRef;
 
@@ -42,7 +42,11 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
         Some(path) => rebase_history(path, &image, &run_image).await?,
         None => Vec::new(),
     };
-    let request = RebaseRequest { image, run_image, force, dry_run, known_run_images };
+    let sign = match config.as_deref() {
+        Some(path) => signing_key(path)?.map(|(signer, attest)| SignPlan { signer, attest, change: None, action: None }),
+        None => None,
+    };
+    let request = RebaseRequest { image, run_image, force, dry_run, known_run_images, sign };
     let report = match rebase::rebase(&registry, &request, &rebase::Unguarded).await {
         Ok(report) => report,
         Err(RebaseError::Refused(refusal)) => {

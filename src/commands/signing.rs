@@ -3,9 +3,8 @@
 
 use std::path::PathBuf;
 
-use super::common::load_config;
+use super::common::signing_key;
 use super::failure::{Failure, usage};
-use builder_monitor::config::Secrets;
 
 /// The signing key.
 #[derive(clap::Args)]
@@ -26,18 +25,9 @@ enum SigningCommand {
 
 pub async fn run(args: Args) -> Result<u8, Failure> {
     let Args { command: SigningCommand::PublicKey { config: path } } = args;
-    // Only the signing key is read: the daemon's other secrets need not be set here.
-    let config = load_config(&path, Secrets::Skip)?;
-    let Some(settings) = &config.signing else {
+    let Some((signer, _)) = signing_key(&path)? else {
         return Err(usage(anyhow::anyhow!(
-            "{}: no [signing] table: add one with key = \"PATH\" (or key_env) to sign with",
-            path.display()
-        )));
-    };
-    let signer = settings.load_signer().map_err(|e| usage(anyhow::anyhow!("{}: {e}", path.display())))?;
-    let Some(signer) = signer else {
-        return Err(usage(anyhow::anyhow!(
-            "{}: [signing] names no key: add key = \"PATH\" or key_env = \"VAR\"",
+            "{}: no key to sign with: add a [signing] table with key = \"PATH\" (or key_env = \"VAR\")",
             path.display()
         )));
     };

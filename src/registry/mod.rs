@@ -184,6 +184,16 @@ impl Registry {
 
     /// A manifest by tag or digest, its sha256 verified, at most 4 MiB.
     pub async fn get_manifest(&self, image: &ImageRef, reference: &str) -> Result<Manifest, RegistryError> {
+        self.get_manifest_within(image, reference, MAX_MANIFEST_BYTES).await
+    }
+
+    /// [`Registry::get_manifest`], at most `limit` bytes (what a signature read may spend).
+    pub async fn get_manifest_within(
+        &self,
+        image: &ImageRef,
+        reference: &str,
+        limit: usize,
+    ) -> Result<Manifest, RegistryError> {
         let endpoint = self.endpoint(image)?;
         let path = format!("{}/manifests/{}", image.repository(), reference);
         let response = endpoint.send(Method::GET, &path, image.repository(), Fetch::Manifest).await?;
@@ -199,7 +209,7 @@ impl Registry {
         }
         let header_digest = header_str(response.headers(), "docker-content-digest");
         let content_type = header_str(response.headers(), CONTENT_TYPE.as_str());
-        let bytes = endpoint.read_body(response, MAX_MANIFEST_BYTES, "manifest").await?;
+        let bytes = endpoint.read_body(response, limit, "manifest").await?;
         let digest = sha256_digest(&bytes);
         if is_sha256_digest(reference) && reference != digest {
             return Err(endpoint.invalid(format!("manifest body hashes to {digest}, not the requested {reference}")));

@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use super::carrier::{Backend, Carrier};
 use super::*;
 use crate::ledger::{TagIntent, TagMoveKind, WriteGrant};
-use crate::rebase::{RunImageDocs, TagGuard};
+use crate::rebase::{RunImageDocs, SignPlan, TagGuard};
 
 /// Registry rebases' answers: rebases only, in the daemon, retried by it.
 pub struct RegistryRebase;
@@ -217,7 +217,16 @@ impl Runner {
                     return Attempt::failed(format!("cannot read the run image's pin history: {err}"), Next::Retry);
                 }
             };
-        let request = RebaseRequest { image, run_image, force: false, dry_run: false, known_run_images };
+        let sign = self.config.signing.as_ref().and_then(|s| {
+            let signer = s.signer.clone()?;
+            Some(SignPlan {
+                signer,
+                attest: s.attest,
+                change: Some(action.change_id.clone()),
+                action: Some(action.key.clone()),
+            })
+        });
+        let request = RebaseRequest { image, run_image, force: false, dry_run: false, known_run_images, sign };
         let guard = LedgerGuard { runner: self, action, target };
         match crate::rebase::rebase_with(&self.registry, &request, &guard, run_docs).await {
             Ok(report) => {

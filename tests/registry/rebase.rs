@@ -75,6 +75,7 @@ fn request(app: &str, run: &str) -> RebaseRequest {
         force: false,
         dry_run: false,
         known_run_images: Vec::new(),
+        sign: None,
     }
 }
 

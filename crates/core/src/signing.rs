@@ -1,16 +1,24 @@
 //! Signing images as cosign does, without I/O: cosign's private key files read (its encrypted
 //! form decrypted) into a [`Signer`] of ECDSA P-256 SHA-256 signatures, a [`Verifier`] from a
 //! public key, and the payloads those signatures cover (cosign's simple-signing JSON, DSSE's PAE
-//! and envelope around an in-toto Statement v1). Reading the key's file or variable is the
+//! and envelope around an in-toto Statement v1, SLSA provenance), and the `.sig`/`.att` manifests
+//! those signatures are attached in. Reading the key's file or variable is the
 //! config's; writing signatures to registries is the caller's.
 
+mod attached;
 mod cosign;
 mod error;
 mod key;
 mod payload;
+mod provenance;
 #[cfg(test)]
 mod tests;
 
+pub use attached::{
+    AttachedError, AttachedManifest, Attachment, CONFIG_MEDIA_TYPE, DSSE_MEDIA_TYPE, Layer, MAX_SIGNATURE_BYTES,
+    MAX_SIGNATURE_LAYERS, PREDICATE_TYPE_ANNOTATION, SIGNATURE_ANNOTATION, SIMPLE_SIGNING_MEDIA_TYPE, attestation_layer,
+    layer_signs, signature_layer, signed_digest,
+};
 pub use cosign::{ENCRYPTED_COSIGN, ENCRYPTED_SIGSTORE, MAX_SCRYPT_MEMORY};
 pub use error::KeyError;
 pub use key::{Signer, Verifier};
@@ -18,3 +26,4 @@ pub use payload::{
     DSSE_PAYLOAD_TYPE, Envelope, EnvelopeSignature, PayloadError, STATEMENT_TYPE, Statement, Subject, pae,
     simple_signing_payload,
 };
+pub use provenance::{Provenance, SLSA_PROVENANCE_V1};

@@ -1,0 +1,115 @@
+//! A rebase's signatures: every digest the tag will lead to (the index and each platform
+//! manifest under it, or the one manifest), signed as cosign signs what a tag points at, and
+//! attested with what the rebase did. Written after everything exists by digest and the tag
+//! write is recorded, before the tag moves, so no one finds the tag on a digest we did not sign.
+
+use serde::Serialize;
+
+use super::{Decided, RebaseError, decide};
+use crate::registry::{Manifest, Registry};
+use crate::signing::{Signed, sign};
+use builder_monitor_core::reference::ImageRef;
+use builder_monitor_core::signing::{Provenance, Signer};
+
+/// How a rebase signs what it writes: `[signing]`'s key, and the action it is part of.
+#[derive(Debug, Clone)]
+pub struct SignPlan {
+    pub signer: Signer,
+    /// Attest what was done, besides signing (`[signing] attest`).
+    pub attest: bool,
+    /// The change and the action the rebase carries out (the daemon's; none by hand).
+    pub change: Option<String>,
+    pub action: Option<String>,
+}
+
+/// What a rebase signed (or, dry, would sign).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SigningReport {
+    /// The signing key's id (sha256 of its public key, hex).
+    pub key_id: String,
+    pub attest: bool,
+    /// The digests signed, the tag's first.
+    pub digests: Vec<String>,
+    /// The `.sig` (and `.att`) manifests holding our layers; empty for a dry run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub written: Vec<Signed>,
+}
+
+/// One digest to sign, and what it came from.
+pub(super) struct ToSign {
+    digest: String,
+    from: String,
+    run_image: String,
+}
+
+/// The digests a tag on `top_digest` leads to: an index first, then each platform's manifest
+/// (a platform already on the run image keeps its digest, and is signed too: the tag leads there).
+pub(super) fn what_to_sign(app_top: &Manifest, run_top: &str, decided: &[Decided], top_digest: &str) -> Vec<ToSign> {
+    let mut out = Vec::new();
+    if super::is_index(&app_top.media_type) {
+        out.push(ToSign { digest: top_digest.to_string(), from: app_top.digest.clone(), run_image: run_top.into() });
+    }
+    for d in decided {
+        if out.iter().all(|s| s.digest != d.rebase.manifest_digest) {
+            out.push(ToSign {
+                digest: d.rebase.manifest_digest.clone(),
+                from: d.previous.clone(),
+                run_image: d.run_image.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// The new index's digest a rebase of `pending` would write (a dry run's list of what it would
+/// sign); the one manifest's for a single-manifest app.
+pub(super) fn top_digest(app_top: &Manifest, decided: &[Decided]) -> Result<String, RebaseError> {
+    if !super::is_index(&app_top.media_type) {
+        return Ok(decided.first().map(|d| d.rebase.manifest_digest.clone()).unwrap_or_default());
+    }
+    let replaced = decided
+        .iter()
+        .filter(|d| !d.rebase.already_rebased)
+        .map(|d| {
+            let entry = (d.rebase.manifest_digest.clone(), d.rebase.manifest.len() as u64, d.rebase.manifest_media_type.clone());
+            (d.previous.clone(), entry)
+        })
+        .collect();
+    Ok(decide::rebased_index(&app_top.bytes, &replaced)?.1)
+}
+
+impl SignPlan {
+    /// The report of a dry run: what would be signed.
+    pub(super) fn preview(&self, items: &[ToSign]) -> SigningReport {
+        SigningReport {
+            key_id: self.signer.key_id().to_string(),
+            attest: self.attest,
+            digests: items.iter().map(|i| i.digest.clone()).collect(),
+            written: Vec::new(),
+        }
+    }
+
+    /// Signs (and attests) each of `items` in `app`'s repository.
+    pub(super) async fn sign(
+        &self,
+        registry: &Registry,
+        app: &ImageRef,
+        items: &[ToSign],
+    ) -> Result<SigningReport, RebaseError> {
+        let mut report = self.preview(items);
+        for item in items {
+            let provenance = self.attest.then(|| Provenance {
+                kind: "rebase".into(),
+                image: app.with_tag_only(),
+                from: Some(item.from.clone()),
+                run_image: Some(item.run_image.clone()),
+                builder: None,
+                change: self.change.clone(),
+                action: self.action.clone(),
+                version: env!("CARGO_PKG_VERSION").into(),
+            });
+            report.written.push(sign(registry, app, &item.digest, &self.signer, provenance.as_ref()).await?);
+        }
+        Ok(report)
+    }
+}

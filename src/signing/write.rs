@@ -1,0 +1,93 @@
+//! Signing a digest we wrote: a simple-signing layer appended to its `.sig` manifest and, when
+//! attesting, a DSSE layer with SLSA provenance to its `.att`. Each append reads what is there,
+//! keeps every layer another signer put there, and writes nothing when our layer is there
+//! already: the same key signs the same payload to the same bytes (RFC 6979), so a retry after a
+//! crash finds its own layer instead of adding a second.
+
+use builder_monitor_core::reference::ImageRef;
+use builder_monitor_core::signing::{
+    AttachedError, AttachedManifest, Attachment, Envelope, Layer, MAX_SIGNATURE_BYTES, Provenance,
+    SLSA_PROVENANCE_V1, Signer, Statement, attestation_layer, signature_layer,
+};
+use serde::Serialize;
+
+use crate::registry::{Registry, RegistryError};
+
+/// Why a digest could not be signed; the tag it was written for does not move.
+#[derive(Debug, thiserror::Error)]
+pub enum SignError {
+    #[error("cannot sign {digest}: {source}")]
+    Registry { digest: String, source: RegistryError },
+    #[error("cannot sign {digest}: {source}: remove or repair that tag")]
+    Attached { digest: String, source: AttachedError },
+    #[error("cannot sign {0}: it is not a sha256 digest")]
+    Digest(String),
+}
+
+/// What signing one digest left in the registry: the manifests holding our layers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Signed {
+    /// The digest signed.
+    pub digest: String,
+    /// The `.sig` manifest's digest.
+    pub signature: String,
+    /// The `.att` manifest's digest, when attesting.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attestation: Option<String>,
+}
+
+/// Signs `digest` in `image`'s repository with `signer`, and attests `provenance` when given.
+pub async fn sign(
+    registry: &Registry,
+    image: &ImageRef,
+    digest: &str,
+    signer: &Signer,
+    provenance: Option<&Provenance>,
+) -> Result<Signed, SignError> {
+    let repository = format!("{}/{}", image.registry(), image.repository());
+    let Some((layer, payload)) = signature_layer(signer, &repository, digest) else {
+        return Err(SignError::Digest(digest.to_string()));
+    };
+    let signature = append(registry, image, digest, Attachment::Signature, layer, payload).await?;
+    let attestation = match provenance {
+        None => None,
+        Some(provenance) => {
+            let statement = Statement::new(&repository, digest, SLSA_PROVENANCE_V1, provenance.predicate())
+                .map_err(|_| SignError::Digest(digest.to_string()))?;
+            let (layer, blob) = attestation_layer(&Envelope::statement(signer, &statement), SLSA_PROVENANCE_V1);
+            Some(append(registry, image, digest, Attachment::Attestation, layer, blob).await?)
+        }
+    };
+    Ok(Signed { digest: digest.to_string(), signature, attestation })
+}
+
+/// Appends `layer` (its blob `blob`) to `digest`'s `attachment` manifest, unless it is there;
+/// returns that manifest's digest.
+async fn append(
+    registry: &Registry,
+    image: &ImageRef,
+    digest: &str,
+    attachment: Attachment,
+    layer: Layer,
+    blob: Vec<u8>,
+) -> Result<String, SignError> {
+    let tag = attachment.tag(digest).ok_or_else(|| SignError::Digest(digest.to_string()))?;
+    let failed = |source| SignError::Registry { digest: digest.to_string(), source };
+    let existing = match registry.get_manifest_within(image, &tag, MAX_SIGNATURE_BYTES).await {
+        Ok(manifest) => Some(manifest),
+        Err(RegistryError::NotFound { .. }) => None,
+        Err(err) => return Err(failed(err)),
+    };
+    let attached = match &existing {
+        Some(manifest) => AttachedManifest::parse(&tag, &manifest.bytes)
+            .map_err(|source| SignError::Attached { digest: digest.to_string(), source })?,
+        None => AttachedManifest::empty(),
+    };
+    if let Some(manifest) = existing.filter(|_| attached.contains(&layer)) {
+        return Ok(manifest.digest);
+    }
+    let (config, manifest) = attached.with_layer(layer);
+    registry.put_blob(image, blob.into()).await.map_err(failed)?;
+    registry.put_blob(image, config.into()).await.map_err(failed)?;
+    registry.put_manifest(image, &tag, &attached.media_type, manifest.into()).await.map_err(failed)
+}

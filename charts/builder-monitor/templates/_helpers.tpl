@@ -210,7 +210,7 @@ config's default.
 {{- if include "builder-monitor.signing" . -}}
 {{- $dir := include "builder-monitor.signingDir" . -}}
 {{- $trusted := list -}}
-# Written by the chart from its `signing` values.
+# Written by the chart from its `signing` values (a duplicate key here: leave [signing] out of `config`).
 [signing]
 {{- if $s.existingSecret }}
 key = {{ printf "%s/cosign.key" $dir | quote }}

@@ -18,6 +18,7 @@ use support::daemon::{Workspace, run_with_env};
 
 mod dashboard;
 mod pools;
+mod signing;
 mod values;
 
 const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/builder-monitor");
@@ -116,21 +117,41 @@ fn container<'a>(docs: &'a [Value], list: &str, name: &str) -> &'a Value {
     found.unwrap_or_else(|| panic!("no {list} {name}"))
 }
 
+/// Secrets and ConfigMaps of the cluster that the pod mounts but the chart does not render (the
+/// user's): (name, key, content).
+type Outside<'a> = &'a [(&'a str, &'a str, &'a str)];
+
 /// Writes the rendered config to `ws` as the init container sees it, and returns its path: the
-/// other ConfigMaps it mounts under the config's directory (the pod templates) beside it, and the
-/// config's paths into them pointing there.
-fn pod_files(docs: &[Value], ws: &Workspace) -> PathBuf {
+/// other volumes it mounts under the config's directory beside it (the pod templates' ConfigMap;
+/// projected Secrets and ConfigMaps, their items from `outside`), and the config's paths into them
+/// pointing there.
+fn pod_files(docs: &[Value], ws: &Workspace, outside: Outside) -> PathBuf {
     let check = container(docs, "initContainers", "check");
     let mut text = config_text(docs).to_string();
     for mount in check["volumeMounts"].as_array().unwrap() {
         let volume = pod(docs)["volumes"].as_array().unwrap().iter().find(|v| v["name"] == mount["name"]).unwrap();
         let mount_path = mount["mountPath"].as_str().unwrap();
         let Some(under) = mount_path.strip_prefix("/etc/builder-monitor/") else { continue };
-        assert!(volume["configMap"].is_object(), "the init container mounts only ConfigMaps there: {volume}");
         let dir = ws.path(under);
         std::fs::create_dir_all(&dir).unwrap();
-        for (file, content) in config_map(docs, &volume["configMap"]["name"])["data"].as_object().unwrap() {
-            std::fs::write(dir.join(file), content.as_str().unwrap()).unwrap();
+        if let Some(sources) = volume["projected"]["sources"].as_array() {
+            for source in sources {
+                let object = if source["secret"].is_object() { &source["secret"] } else { &source["configMap"] };
+                let name = object["name"].as_str().unwrap_or_else(|| panic!("a Secret or ConfigMap: {source}"));
+                for item in object["items"].as_array().unwrap() {
+                    let key = item["key"].as_str().unwrap();
+                    let found = outside.iter().find(|(n, k, _)| *n == name && *k == key);
+                    let (_, _, content) = found.unwrap_or_else(|| panic!("the test gives no {name} {key}"));
+                    let file = dir.join(item["path"].as_str().unwrap());
+                    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+                    std::fs::write(file, content).unwrap();
+                }
+            }
+        } else {
+            assert!(volume["configMap"].is_object(), "the init container mounts only ConfigMaps there: {volume}");
+            for (file, content) in config_map(docs, &volume["configMap"]["name"])["data"].as_object().unwrap() {
+                std::fs::write(dir.join(file), content.as_str().unwrap()).unwrap();
+            }
         }
         text = text.replace(&format!("{mount_path}/"), &format!("{}/", dir.display()));
     }
@@ -144,8 +165,13 @@ fn pod_files(docs: &[Value], ws: &Workspace) -> PathBuf {
 const STAND_IN_KUBECONFIG: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:9\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: stand-in\n";
 
 fn init_check(docs: &[Value], secrets: &[(&str, &str)]) -> support::daemon::Output {
+    init_check_with(docs, secrets, &[])
+}
+
+/// `init_check`, the pod's projected volumes holding `outside`'s items.
+fn init_check_with(docs: &[Value], secrets: &[(&str, &str)], outside: Outside) -> support::daemon::Output {
     let ws = Workspace::new();
-    let path = pod_files(docs, &ws);
+    let path = pod_files(docs, &ws, outside);
     let check = container(docs, "initContainers", "check");
     let args: Vec<&str> = check["args"]
         .as_array()
@@ -221,7 +247,7 @@ fn check_and_required(docs: &[Value], env: &[(&str, &str)]) -> BTreeSet<(String,
     let check = init_check(docs, env);
     assert_eq!(check.code, Some(0), "the chart's config fails its init container's `check`:\n{}", check.stderr);
     let ws = Workspace::new();
-    let path = pod_files(docs, &ws);
+    let path = pod_files(docs, &ws, &[]);
     let path = path.to_str().unwrap();
     // As in the pod: the namespace from the downward API.
     let mut env = env.to_vec();

@@ -98,6 +98,15 @@ naming both fixes: the config key, and the Helm value (or the release namespace)
       fieldPath: metadata.namespace
 - name: BUILDER_MONITOR_STATE_DIR
   value: {{ include "builder-monitor.dataDir" . }}
+{{- with .Values.signing }}
+{{- if and .existingSecret .passwordKey }}
+- name: {{ include "builder-monitor.signingPasswordEnv" $ }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .existingSecret }}
+      key: {{ .passwordKey | quote }}
+{{- end }}
+{{- end }}
 {{- range .Values.secretEnv }}
 - name: {{ .name }}
   valueFrom:
@@ -157,7 +166,120 @@ affinity:
 {{- end -}}
 {{- $pools = append $pools .name -}}
 {{- end -}}
+{{- $s := .Values.signing -}}
+{{- if and (eq (toString $s.requireSigned) "true") (not (include "builder-monitor.signing" .)) -}}
+{{- fail "signing.requireSigned: true trusts no key: set signing.existingSecret (our own key) or list the keys to trust in signing.trustedKeys" -}}
+{{- end -}}
+{{- $trusted := list -}}
+{{- range $s.trustedKeys -}}
+{{- if has .name $trusted -}}
+{{- fail (printf "signing.trustedKeys: %q is listed twice (each is the file trusted/NAME.pub)" .name) -}}
+{{- end -}}
+{{- $trusted = append $trusted .name -}}
+{{- end -}}
+{{- if and (include "builder-monitor.signing" .) (not .Values.podSecurityContext.fsGroup) -}}
+{{- fail "signing: the keys are mounted with modes 0400 and 0440, readable by the container only through the pod's fsGroup: set podSecurityContext.fsGroup (65532 by default)" -}}
+{{- end -}}
 {{- if and $pools (not .Values.podSecurityContext.fsGroup) -}}
 {{- fail "pools: the kubeconfigs are mounted with mode 0400, readable by the container only through the pod's fsGroup: set podSecurityContext.fsGroup (65532 by default)" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Where the `signing` keys are mounted (one projected volume, read-only, in both containers). */}}
+{{- define "builder-monitor.signingDir" -}}
+/etc/builder-monitor/signing
+{{- end -}}
+
+{{/* The variable holding the signing key's password, from signing.existingSecret's passwordKey. */}}
+{{- define "builder-monitor.signingPasswordEnv" -}}
+BUILDER_MONITOR_SIGNING_PASSWORD
+{{- end -}}
+
+{{/* Whether the chart writes [signing]: it has a key to sign with or keys to trust. */}}
+{{- define "builder-monitor.signing" -}}
+{{- if or .Values.signing.existingSecret .Values.signing.trustedKeys -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+The [signing] table the chart appends to `config` from the `signing` values: paths into the
+mounted keys and the password's variable name, never a secret. Booleans: absent (null) is the
+config's default.
+*/}}
+{{- define "builder-monitor.signingConfig" -}}
+{{- $s := .Values.signing -}}
+{{- if include "builder-monitor.signing" . -}}
+{{- $dir := include "builder-monitor.signingDir" . -}}
+{{- $trusted := list -}}
+# Written by the chart from its `signing` values (a duplicate key here: leave [signing] out of `config`).
+[signing]
+{{- if $s.existingSecret }}
+key = {{ printf "%s/cosign.key" $dir | quote }}
+{{- if $s.passwordKey }}
+password_env = {{ include "builder-monitor.signingPasswordEnv" . | quote }}
+{{- end }}
+attest = {{ ne (toString $s.attest) "false" }}
+builds = {{ eq (toString $s.builds) "true" }}
+{{- if $s.publicKeyKey }}
+{{- $trusted = append $trusted (printf "%s/cosign.pub" $dir) }}
+{{- end }}
+{{- end }}
+require_signed = {{ eq (toString $s.requireSigned) "true" }}
+{{- range $s.trustedKeys }}
+{{- $trusted = append $trusted (printf "%s/trusted/%s.pub" $dir .name) }}
+{{- end }}
+trusted_keys = [{{ range $i, $path := $trusted }}{{ if $i }}, {{ end }}{{ $path | quote }}{{ end }}]
+{{- end -}}
+{{- end -}}
+
+{{/* The config file's text: `config`, and the [signing] table when the chart writes one. */}}
+{{- define "builder-monitor.configText" -}}
+{{- .Values.config -}}
+{{- with include "builder-monitor.signingConfig" . }}
+{{- if not (hasSuffix "\n" $.Values.config) }}
+{{ end }}
+{{ . }}
+{{ end -}}
+{{- end -}}
+
+{{/* Both containers' mount of the signing keys: `check` decrypts the key and reads the trusted ones. */}}
+{{- define "builder-monitor.signingMount" -}}
+{{- if include "builder-monitor.signing" . -}}
+- name: signing
+  mountPath: {{ include "builder-monitor.signingDir" . }}
+  readOnly: true
+{{- end -}}
+{{- end -}}
+
+{{/*
+The signing keys as one projected volume: from signing.existingSecret only cosign.key (0400) and
+the public key (0440), never the password (a variable); each trusted key as trusted/NAME.pub. The
+kubelet lets the pod's fsGroup read them too.
+*/}}
+{{- define "builder-monitor.signingVolume" -}}
+{{- $s := .Values.signing -}}
+{{- if include "builder-monitor.signing" . -}}
+- name: signing
+  projected:
+    defaultMode: 288
+    sources:
+      {{- if $s.existingSecret }}
+      - secret:
+          name: {{ $s.existingSecret }}
+          items:
+            - key: cosign.key
+              path: cosign.key
+              mode: 256
+            {{- if $s.publicKeyKey }}
+            - key: {{ $s.publicKeyKey | quote }}
+              path: cosign.pub
+            {{- end }}
+      {{- end }}
+      {{- range $s.trustedKeys }}
+      - {{ ternary "secret" "configMap" (hasKey . "secret") }}:
+          name: {{ .secret | default .configMap }}
+          items:
+            - key: {{ .key | default "cosign.pub" | quote }}
+              path: trusted/{{ .name }}.pub
+      {{- end }}
 {{- end -}}
 {{- end -}}

@@ -16,8 +16,8 @@ mod tests;
 
 pub use attached::{
     AttachedError, AttachedManifest, Attachment, CONFIG_MEDIA_TYPE, DSSE_MEDIA_TYPE, Layer, MAX_SIGNATURE_BYTES,
-    MAX_SIGNATURE_LAYERS, PREDICATE_TYPE_ANNOTATION, SIGNATURE_ANNOTATION, SIMPLE_SIGNING_MEDIA_TYPE, attestation_layer,
-    layer_signs, signature_layer, signed_digest,
+    MAX_SIGNATURE_LAYERS, PREDICATE_TYPE_ANNOTATION, SIGNATURE_ANNOTATION, SIMPLE_SIGNING_MEDIA_TYPE,
+    attestation_layer, layer_signs, signature_layer, signed_digest,
 };
 pub use cosign::{ENCRYPTED_COSIGN, ENCRYPTED_SIGSTORE, MAX_SCRYPT_MEMORY};
 pub use error::KeyError;

@@ -42,6 +42,8 @@ pub enum RollbackError {
     Registry(#[from] RegistryError),
     #[error(transparent)]
     Ledger(#[from] LedgerError),
+    #[error("{0}; the tag was left alone")]
+    Sign(#[from] crate::signing::SignError),
 }
 
 /// What a rollback did.
@@ -58,6 +60,9 @@ pub struct Rollback {
     pub undone: Option<TagMove>,
     /// False when the tag already pointed at `to`: nothing was written or recorded.
     pub moved: bool,
+    /// Our signature of `to`, written before the tag moved back when it carried none by our key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed: Option<crate::signing::Signed>,
 }
 
 /// The `[[images]]` entry named `name`, or whose tag is `name`.
@@ -135,6 +140,7 @@ pub async fn rollback(
         to: target.clone(),
         undone,
         moved: false,
+        signed: None,
     };
     // Only from where the ledger says the tag is: an unrecorded move in between would make "the
     // digest before the last move" two steps back.
@@ -164,6 +170,7 @@ pub async fn rollback(
     };
     // Recorded before the write: a crash after the PUT is completed by the next rollback or start.
     ledger.begin_tag_write(&image.builder, intent.clone()).await?;
+    done.signed = sign_restored(config, registry, &image.image, &target, done.from.as_deref()).await?;
     let stored = registry.put_manifest(&image.image, &tag, &manifest.media_type, manifest.bytes).await?;
     if stored != target {
         return Err(RollbackError::Mismatch { image: image.name.clone(), wanted: target, stored });
@@ -171,6 +178,35 @@ pub async fn rollback(
     ledger.record_tag_move(&image.builder, intent.completed(Some(target), now), history.max(1)).await?;
     done.moved = true;
     Ok(done)
+}
+
+/// Signs `target` before the tag goes back to it, when `[signing]` has a key and `target` carries
+/// no valid signature by it (an admission policy would refuse it otherwise); attested as a
+/// rollback from `from`. `None` when nothing needed signing.
+async fn sign_restored(
+    config: &Config,
+    registry: &Registry,
+    image: &ImageRef,
+    target: &str,
+    from: Option<&str>,
+) -> Result<Option<crate::signing::Signed>, RollbackError> {
+    let Some(settings) = &config.signing else { return Ok(None) };
+    let Some(signer) = &settings.signer else { return Ok(None) };
+    let own = [crate::signing::TrustedKey { name: "own key".into(), verifier: signer.verifier() }];
+    if let crate::signing::Verdict::Signed { .. } = crate::signing::verify(registry, image, target, &own).await? {
+        return Ok(None);
+    }
+    let provenance = settings.attest.then(|| builder_monitor_core::signing::Provenance {
+        kind: "rollback".into(),
+        image: image.with_tag_only(),
+        from: from.map(str::to_string),
+        run_image: None,
+        builder: None,
+        change: None,
+        action: None,
+        version: env!("CARGO_PKG_VERSION").into(),
+    });
+    Ok(Some(crate::signing::sign(registry, image, target, signer, provenance.as_ref()).await?))
 }
 
 /// Settles a rollback's intent left open by a crash: recorded as the move it made when the tag

@@ -102,8 +102,16 @@ pub fn watches_something(config: &Config) -> Result<(), Failure> {
 /// `[signing]`'s key of the config at `path` (only the key is read: the daemon's other secrets
 /// need not be set), with whether to attest; `None` when the config names no key to sign with.
 pub fn signing_key(path: &Path) -> Result<Option<(builder_monitor_core::signing::Signer, bool)>, Failure> {
-    let config = load_config(path, Secrets::Skip)?;
-    let Some(settings) = &config.signing else { return Ok(None) };
-    let signer = settings.load_signer().map_err(|e| usage(anyhow::anyhow!("{}: {e}", path.display())))?;
-    Ok(signer.map(|s| (s, settings.attest)))
+    let mut config = load_config(path, Secrets::Skip)?;
+    load_signing_key(path, &mut config)?;
+    Ok(config.signing.and_then(|s| Some((s.signer?, s.attest))))
+}
+
+/// Reads `[signing]`'s key into `config` (loaded from `path`), for a command that signs what it
+/// writes without resolving the daemon's other secrets.
+pub fn load_signing_key(path: &Path, config: &mut Config) -> Result<(), Failure> {
+    if let Some(settings) = config.signing.as_mut() {
+        settings.signer = settings.load_signer().map_err(|e| usage(anyhow::anyhow!("{}: {e}", path.display())))?;
+    }
+    Ok(())
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use super::common::load_config;
+use super::common::{load_config, load_signing_key};
 use super::daemon_api;
 use super::failure::{Failure, usage};
 use builder_monitor::config::{Secrets, StateLocation};
@@ -55,7 +55,8 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
         },
         StateLocation::Kubernetes => None,
     };
-    let config = load_config(&path, Secrets::Registries)?;
+    let mut config = load_config(&path, Secrets::Registries)?;
+    load_signing_key(&path, &mut config)?;
     let settings = rollback::configured_image(&config, &image).map_err(usage)?;
     let ledger = daemon::open_ledger(&config, Access::Write, &clock).await?;
     let registry = Registry::new(config.registries.values().cloned(), Metrics::new());
@@ -77,6 +78,9 @@ fn print_rollback(done: &rollback::Rollback) {
     if done.moved {
         let from = done.from.as_deref().unwrap_or("nothing (the tag did not exist)");
         outln!("{}: moved {} from {from} to {}, {why}; recorded in the ledger", done.image, done.reference, done.to);
+        if let Some(signed) = &done.signed {
+            outln!("  signed {} (it carried no signature by [signing]'s key): {}", signed.digest, signed.signature);
+        }
     } else {
         outln!("{}: {} already points at {} ({why}); nothing changed", done.image, done.reference, done.to);
     }

@@ -9,7 +9,7 @@ use builder_monitor_core::signing::{
     AttachedError, AttachedManifest, Attachment, Envelope, Layer, MAX_SIGNATURE_BYTES, Provenance, SLSA_PROVENANCE_V1,
     Signer, Statement, attestation_layer, signature_layer,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::registry::{Registry, RegistryError};
 
@@ -25,14 +25,14 @@ pub enum SignError {
 }
 
 /// What signing one digest left in the registry: the manifests holding our layers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Signed {
     /// The digest signed.
     pub digest: String,
     /// The `.sig` manifest's digest.
     pub signature: String,
     /// The `.att` manifest's digest, when attesting.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attestation: Option<String>,
 }
 

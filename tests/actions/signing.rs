@@ -333,3 +333,37 @@ async fn a_multi_arch_rebase_by_hand_signs_the_index_and_each_platform() {
         assert!(client().get_manifest(&tag, &att).await.is_err(), "attest = false writes no {att}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_signs_the_digest_it_restores_when_our_key_has_not() {
+    let world = World::new().await;
+    let tag = world.tag();
+    let before = client().head_manifest(&tag).await.unwrap().digest;
+    world.move_run_image().await;
+    assert_eq!(world.run_once().code, Some(0));
+    let rebased = client().head_manifest(&tag).await.unwrap().digest;
+    let unsigned = format!("{}.sig", before.replace(':', "-"));
+    assert!(client().get_manifest(&tag, &unsigned).await.is_err(), "the app as built carries no signature");
+
+    let config = world.config.to_str().unwrap();
+    let env = [(PASSWORD_ENV, PASSWORD)];
+    let back = support::daemon::run_with_env(&["rollback", "web", "--config", config], &env, world.ws.dir.path());
+    assert_eq!(back.code, Some(0), "{}", back.stderr);
+    assert!(back.stdout.contains(&format!("signed {before}")), "{}", back.stdout);
+    assert_eq!(client().head_manifest(&tag).await.unwrap().digest, before);
+    let public_key = fixture(PUBLIC_KEY);
+    assert_eq!(valid_signatures(&tag, &before, &public_key).await, 1, "signed before the tag went back");
+    let att = attached(&tag, &before, "att").await;
+    let envelope: Value =
+        serde_json::from_slice(&blob(&tag, att["layers"][0]["digest"].as_str().unwrap()).await).unwrap();
+    let statement: Value =
+        serde_json::from_slice(&STANDARD.decode(envelope["payload"].as_str().unwrap()).unwrap()).unwrap();
+    assert_eq!(statement["predicate"]["buildDefinition"]["buildType"], "urn:builder-monitor:rollback:v1");
+
+    // Forward again to the digest we signed when rebasing: nothing more is signed.
+    let args = ["rollback", "web", "--to", &rebased, "--config", config];
+    let forward = support::daemon::run_with_env(&args, &env, world.ws.dir.path());
+    assert_eq!(forward.code, Some(0), "{}", forward.stderr);
+    assert!(!forward.stdout.contains("signed"), "{}", forward.stdout);
+    assert_eq!(attached(&tag, &rebased, "sig").await["layers"].as_array().unwrap().len(), 1);
+}

@@ -195,9 +195,25 @@ impl Runner {
             return Attempt::failed(refusal, Next::Final);
         }
         let before = self.announce_push(action, target).await;
-        let (outcome, retryable) = work.await;
+        let (mut outcome, retryable) = work.await;
         let after = if outcome.success { self.app_digest(&target.image).await } else { None };
-        Attempt::new(outcome, if retryable { Next::Retry } else { Next::Final }, Digests { before, after })
+        let mut next = if retryable { Next::Retry } else { Next::Final };
+        let moved = outcome.success;
+        if let Some(digest) = &after {
+            match self.sign_build(action, target, digest).await {
+                Ok(None) => {}
+                Ok(Some(signed)) => outcome.detail.push_str(&format!("; signed {digest} ({})", signed.signature)),
+                // The tag moved already: another attempt would build again, not sign.
+                Err(why) => {
+                    outcome.success = false;
+                    outcome.detail = format!("{}; but {digest} could not be signed: {why}", outcome.detail);
+                    next = Next::Final;
+                }
+            }
+        }
+        let mut attempt = Attempt::new(outcome, next, Digests { before, after });
+        attempt.moved = moved;
+        attempt
     }
 
     /// Why a rebuild must not run: the app's last rebuild used a builder its watch pinned after

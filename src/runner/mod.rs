@@ -6,6 +6,7 @@
 
 mod attempt;
 pub mod backend;
+mod build_signing;
 pub mod carrier;
 pub mod deploy;
 pub mod exec;

@@ -49,6 +49,11 @@ struct World {
 
 impl World {
     async fn new() -> Self {
+        Self::with("[runner]\ntype = \"none\"\nrebase = \"registry\"\n", "").await
+    }
+
+    /// With `runner` (the `[runner]` tables) and `signing` (more `[signing]` lines).
+    async fn with(runner: &str, signing: &str) -> Self {
         let registry = TestRegistry::start_relative(support::registry::Auth::Anonymous);
         let proxy = Proxy::start(&registry.host).await;
         let host = proxy.host.clone();
@@ -64,8 +69,8 @@ impl World {
             "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\njitter = \"0s\"\n\n\
              [[builders]]\nname = \"jammy\"\nimage = \"{host}/demo/builder:latest\"\n\n\
              [[images]]\nname = \"web\"\nbuilder = \"jammy\"\nimage = \"{host}/apps/web:latest\"\npolicy = \"auto\"\n\n\
-             [runner]\ntype = \"none\"\nrebase = \"registry\"\n\n\
-             [signing]\nkey = \"{}\"\npassword_env = \"{PASSWORD_ENV}\"\n",
+             {runner}\n\
+             [signing]\nkey = \"{}\"\npassword_env = \"{PASSWORD_ENV}\"\n{signing}",
             fixture(KEY)
         ));
         let world = World { _registry: registry, proxy, host, pusher, ws, config };
@@ -366,4 +371,55 @@ async fn a_rollback_signs_the_digest_it_restores_when_our_key_has_not() {
     assert_eq!(forward.code, Some(0), "{}", forward.stderr);
     assert!(!forward.stdout.contains("signed"), "{}", forward.stdout);
     assert_eq!(attached(&tag, &rebased, "sig").await["layers"].as_array().unwrap().len(), 1);
+}
+
+/// `[signing] builds`: what an exec runner's command pushed is signed by our key, unless a trusted
+/// key signed it already (as kpack signs its builds). The command is `builder-monitor rebase`
+/// itself, pushing a new digest: unsigned without a config, signed by another key with one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn builds_are_signed_unless_a_trusted_key_signed_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let other = other_signer(dir.path());
+    let other_pub = dir.path().join("other.pub");
+    std::fs::write(&other_pub, other.public_key_pem()).unwrap();
+    let builder_config = dir.path().join("builder.toml");
+    std::fs::write(
+        &builder_config,
+        format!(
+            "[[builders]]\nname = \"b\"\nimage = \"registry.example/b:1\"\n\n[signing]\nkey = \"{}\"\n",
+            dir.path().join("other.key").display()
+        ),
+    )
+    .unwrap();
+    let public_key = fixture(PUBLIC_KEY);
+    for signed_by_builder in [false, true] {
+        let mut command =
+            format!("[\"{}\", \"rebase\", \"{{image}}\", \"--run-image\", \"{{run_image}}\"", support::daemon::BINARY);
+        if signed_by_builder {
+            command.push_str(&format!(", \"--config\", \"{}\"", builder_config.display()));
+        }
+        let runner =
+            format!("[runner]\ntype = \"exec\"\n\n[runner.exec]\nrebuild = [\"false\"]\nrebase = {command}]\n");
+        let trusted = format!("builds = true\ntrusted_keys = [\"{}\"]\n", other_pub.display());
+        let world = World::with(&runner, &trusted).await;
+        let tag = world.tag();
+        let before = client().head_manifest(&tag).await.unwrap().digest;
+        world.move_run_image().await;
+        let out = world.run_once();
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+        let built = client().head_manifest(&tag).await.unwrap().digest;
+        assert_ne!(built, before, "the command pushed (signed by the builder: {signed_by_builder})");
+        let layers = attached(&tag, &built, "sig").await["layers"].as_array().unwrap().len();
+        let ours = valid_signatures(&tag, &built, &public_key).await;
+        if signed_by_builder {
+            assert_eq!((layers, ours), (1, 0), "a trusted key signed it: not signed twice");
+        } else {
+            assert_eq!((layers, ours), (1, 1), "signed by our key");
+            let att = attached(&tag, &built, "att").await;
+            assert_eq!(att["layers"].as_array().unwrap().len(), 1);
+        }
+        let ledger = Ledger::open_read_only(&world.ws.path("state.db")).unwrap();
+        let actions = ledger.actions(10).await.unwrap();
+        assert!(actions.iter().all(|a| a.state.as_str() == "succeeded"), "{actions:?}");
+    }
 }

@@ -1,0 +1,43 @@
+//! `[signing] builds`: a digest a runner built and pushed (a command, a Job, a kpack Build) is
+//! signed and attested by our key unless it already carries a valid signature by a trusted key
+//! (kpack signs its own builds with the service account's cosign keys: never twice). The builder
+//! moved the tag itself, so this comes after it; a failure is final, never a second build.
+
+use super::*;
+use crate::signing::{Signed, Verdict, sign, trusted, verify};
+use builder_monitor_core::signing::Provenance;
+
+impl Runner {
+    /// Signs what `action` pushed (`digest`, under `target.image`) when `[signing] builds` asks for
+    /// it: `Ok(None)` when not asked or a trusted key signed it already; `Err` says why it could
+    /// not be signed.
+    pub(super) async fn sign_build(
+        &self,
+        action: &ClaimedAction,
+        target: &ActionTarget,
+        digest: &str,
+    ) -> Result<Option<Signed>, String> {
+        let Some(settings) = self.config.signing.as_ref().filter(|s| s.builds) else { return Ok(None) };
+        let Some(signer) = &settings.signer else { return Ok(None) };
+        let image = ImageRef::parse(&target.image).map_err(|e| e.to_string())?;
+        match verify(&self.registry, &image, digest, &trusted(settings)).await {
+            Ok(Verdict::Signed { key, .. }) => {
+                tracing::info!(action = %action.key, digest, key, "the build is signed by a trusted key already");
+                return Ok(None);
+            }
+            Ok(_) => {}
+            Err(err) => return Err(format!("cannot read {digest}'s signatures: {err}")),
+        }
+        let provenance = settings.attest.then(|| Provenance {
+            kind: action.kind.as_str().to_string(),
+            image: image.with_tag_only(),
+            from: None,
+            run_image: target.run_image.clone(),
+            builder: Some(target.builder.clone()),
+            change: Some(action.change_id.clone()),
+            action: Some(action.key.clone()),
+            version: env!("CARGO_PKG_VERSION").into(),
+        });
+        sign(&self.registry, &image, digest, signer, provenance.as_ref()).await.map(Some).map_err(|e| e.to_string())
+    }
+}

@@ -1,9 +1,11 @@
 //! Signing images as cosign does, without I/O: cosign's private key files read (its encrypted
 //! form decrypted) into a [`Signer`] of ECDSA P-256 SHA-256 signatures, a [`Verifier`] from a
 //! public key, and the payloads those signatures cover (cosign's simple-signing JSON, DSSE's PAE
-//! and envelope around an in-toto Statement v1). Reading the key's file or variable is the
-//! config's; writing signatures to registries is the caller's.
+//! and envelope around an in-toto Statement v1); the Sigstore bundle form (cosign v3's default)
+//! with the OCI 1.1 referrer manifest and referrers tag index that attach it to an image. Reading
+//! the key's file or variable is the config's; writing signatures to registries is the caller's.
 
+mod bundle;
 mod cosign;
 mod error;
 mod key;
@@ -11,6 +13,11 @@ mod payload;
 #[cfg(test)]
 mod tests;
 
+pub use bundle::{
+    ANNOTATION_CONTENT, ANNOTATION_CREATED, ANNOTATION_PREDICATE_TYPE, BUNDLE_MEDIA_TYPE, COSIGN_SIGN_PREDICATE_TYPE,
+    Descriptor, IndexError, MAX_REFERRERS, MAX_REFERRERS_INDEX_BYTES, OCI_EMPTY, OCI_EMPTY_MEDIA_TYPE, Referrer,
+    add_referrer, bundle, public_key_hint, referrers_tag, sign_statement,
+};
 pub use cosign::{ENCRYPTED_COSIGN, ENCRYPTED_SIGSTORE, MAX_SCRYPT_MEMORY};
 pub use error::KeyError;
 pub use key::{Signer, Verifier};

@@ -29,5 +29,6 @@ pub mod rollout;
 pub mod runner;
 pub mod schedule;
 pub mod server;
+pub mod signing;
 pub mod status;
 pub mod worker;

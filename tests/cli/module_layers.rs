@@ -20,6 +20,7 @@ const LAYERS: &[&str] = &[
     "worker",
     "event_log",
     "registry",
+    "signing",
     "ledger",
     "inspect",
     "rebase",

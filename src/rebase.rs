@@ -376,8 +376,9 @@ pub async fn rebase_with(
             });
         }
         if let Some(plan) = request.sign.as_ref().filter(|_| !pending.is_empty()) {
-            let top = sign::top_digest(&app_top, &decided)?;
-            report.signing = Some(plan.preview(&sign::what_to_sign(&app_top, &report.reference, &decided, &top)));
+            let (top, size) = sign::top_digest(&app_top, &decided)?;
+            let items = sign::what_to_sign(&app_top, &report.reference, &decided, (&top, size));
+            report.signing = Some(plan.preview(&items));
         }
         return Ok(report);
     }
@@ -396,7 +397,7 @@ pub async fn rebase_with(
     // refused while blobs were being written did not land: HEAD and PUT again, within the attempt.
     guard.before_write(&app_top.digest, &top_digest).await?;
     if let Some(plan) = &request.sign {
-        let items = sign::what_to_sign(&app_top, &report.reference, &decided, &top_digest);
+        let items = sign::what_to_sign(&app_top, &report.reference, &decided, (&top_digest, top_bytes.len()));
         report.signing = Some(plan.sign(registry, &tagged, &items).await?);
     }
     loop {

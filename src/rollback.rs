@@ -7,6 +7,7 @@ use crate::config::{Config, ImageSettings};
 use crate::ledger::{Ledger, LedgerError, TagIntent, TagMove, TagMoveKind};
 use crate::registry::{Registry, RegistryError};
 use builder_monitor_core::reference::{ImageRef, is_sha256_digest};
+use builder_monitor_core::signing::Descriptor;
 
 /// Why a rollback did not happen. Nothing was written in any of these cases.
 #[derive(Debug, thiserror::Error)]
@@ -170,7 +171,8 @@ pub async fn rollback(
     };
     // Recorded before the write: a crash after the PUT is completed by the next rollback or start.
     ledger.begin_tag_write(&image.builder, intent.clone()).await?;
-    done.signed = sign_restored(config, registry, &image.image, &target, done.from.as_deref()).await?;
+    let subject = Descriptor::of(&manifest.media_type, &manifest.bytes);
+    done.signed = sign_restored(config, registry, &image.image, &subject, done.from.as_deref(), now).await?;
     let stored = registry.put_manifest(&image.image, &tag, &manifest.media_type, manifest.bytes).await?;
     if stored != target {
         return Err(RollbackError::Mismatch { image: image.name.clone(), wanted: target, stored });
@@ -187,9 +189,11 @@ async fn sign_restored(
     config: &Config,
     registry: &Registry,
     image: &ImageRef,
-    target: &str,
+    subject: &Descriptor,
     from: Option<&str>,
+    now: DateTime<Utc>,
 ) -> Result<Option<crate::signing::Signed>, RollbackError> {
+    let target = subject.digest.as_str();
     let Some(settings) = &config.signing else { return Ok(None) };
     let Some(signer) = &settings.signer else { return Ok(None) };
     let own = [crate::signing::TrustedKey { name: "own key".into(), verifier: signer.verifier() }];
@@ -206,7 +210,7 @@ async fn sign_restored(
         action: None,
         version: env!("CARGO_PKG_VERSION").into(),
     });
-    Ok(Some(crate::signing::sign(registry, image, target, signer, provenance.as_ref()).await?))
+    Ok(Some(crate::signing::sign(registry, image, subject, signer, provenance.as_ref(), now).await?))
 }
 
 /// Settles a rollback's intent left open by a crash: recorded as the move it made when the tag

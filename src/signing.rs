@@ -1,8 +1,10 @@
 //! Signatures in registries: cosign's tag forms attached to a digest we wrote (`.sig` simple
-//! signing, `.att` DSSE attestations), appended beside any other signer's, and the check that a
-//! digest carries a valid signature by a trusted key, read within bounds. What a signature is
-//! (keys, payloads, the manifests' layers) is the core's `signing`; this is only its I/O.
+//! signing, `.att` DSSE attestations), appended beside any other signer's; the Sigstore bundle
+//! form (cosign v3's default) as an OCI 1.1 referrer of the signed digest ([`bundle`]); and the
+//! check that a digest carries a valid signature by a trusted key, read within bounds. What a
+//! signature is (keys, payloads, the manifests' layers) is the core's `signing`; this is its I/O.
 
+pub mod bundle;
 mod read;
 mod write;
 

@@ -237,6 +237,8 @@ pub struct ClaimedAction {
     pub process: Option<ProcessGroup>,
     /// What an earlier attempt recorded of its progress (a deploy's previous images and writes).
     pub progress: Option<Progress>,
+    /// When it was planned: what it signs is dated by this, so every attempt writes the same bytes.
+    pub created: DateTime<Utc>,
 }
 
 /// A local command's process group: its id (the leader's pid) and the leader's start time, so a

@@ -9,7 +9,8 @@ use super::{Decided, RebaseError, decide};
 use crate::registry::{Manifest, Registry};
 use crate::signing::{Signed, sign};
 use builder_monitor_core::reference::ImageRef;
-use builder_monitor_core::signing::{Provenance, Signer};
+use builder_monitor_core::signing::{Descriptor, Provenance, Signer};
+use chrono::{DateTime, Utc};
 
 /// How a rebase signs what it writes: `[signing]`'s key, and the action it is part of.
 #[derive(Debug, Clone)]
@@ -20,6 +21,8 @@ pub struct SignPlan {
     /// The change and the action the rebase carries out (the daemon's; none by hand).
     pub change: Option<String>,
     pub action: Option<String>,
+    /// When the action was planned (now, by hand): dates the bundle, the same on every attempt.
+    pub created: DateTime<Utc>,
 }
 
 /// What a rebase signed (or, dry, would sign).
@@ -38,21 +41,36 @@ pub struct SigningReport {
 /// One digest to sign, and what it came from.
 pub(super) struct ToSign {
     digest: String,
+    media_type: String,
+    size: u64,
     from: String,
     run_image: String,
 }
 
 /// The digests a tag on `top_digest` leads to: an index first, then each platform's manifest
 /// (a platform already on the run image keeps its digest, and is signed too: the tag leads there).
-pub(super) fn what_to_sign(app_top: &Manifest, run_top: &str, decided: &[Decided], top_digest: &str) -> Vec<ToSign> {
+pub(super) fn what_to_sign(
+    app_top: &Manifest,
+    run_top: &str,
+    decided: &[Decided],
+    (top_digest, top_size): (&str, usize),
+) -> Vec<ToSign> {
     let mut out = Vec::new();
     if super::is_index(&app_top.media_type) {
-        out.push(ToSign { digest: top_digest.to_string(), from: app_top.digest.clone(), run_image: run_top.into() });
+        out.push(ToSign {
+            digest: top_digest.to_string(),
+            media_type: app_top.media_type.clone(),
+            size: top_size as u64,
+            from: app_top.digest.clone(),
+            run_image: run_top.into(),
+        });
     }
     for d in decided {
         if out.iter().all(|s| s.digest != d.rebase.manifest_digest) {
             out.push(ToSign {
                 digest: d.rebase.manifest_digest.clone(),
+                media_type: d.rebase.manifest_media_type.clone(),
+                size: d.rebase.manifest.len() as u64,
                 from: d.previous.clone(),
                 run_image: d.run_image.clone(),
             });
@@ -63,9 +81,10 @@ pub(super) fn what_to_sign(app_top: &Manifest, run_top: &str, decided: &[Decided
 
 /// The new index's digest a rebase of `pending` would write (a dry run's list of what it would
 /// sign); the one manifest's for a single-manifest app.
-pub(super) fn top_digest(app_top: &Manifest, decided: &[Decided]) -> Result<String, RebaseError> {
+pub(super) fn top_digest(app_top: &Manifest, decided: &[Decided]) -> Result<(String, usize), RebaseError> {
     if !super::is_index(&app_top.media_type) {
-        return Ok(decided.first().map(|d| d.rebase.manifest_digest.clone()).unwrap_or_default());
+        let only = decided.first().map(|d| (d.rebase.manifest_digest.clone(), d.rebase.manifest.len()));
+        return Ok(only.unwrap_or_default());
     }
     let replaced = decided
         .iter()
@@ -79,7 +98,8 @@ pub(super) fn top_digest(app_top: &Manifest, decided: &[Decided]) -> Result<Stri
             (d.previous.clone(), entry)
         })
         .collect();
-    Ok(decide::rebased_index(&app_top.bytes, &replaced)?.1)
+    let (bytes, digest) = decide::rebased_index(&app_top.bytes, &replaced)?;
+    Ok((digest, bytes.len()))
 }
 
 impl SignPlan {
@@ -112,7 +132,15 @@ impl SignPlan {
                 action: self.action.clone(),
                 version: env!("CARGO_PKG_VERSION").into(),
             });
-            report.written.push(sign(registry, app, &item.digest, &self.signer, provenance.as_ref()).await?);
+            let subject = Descriptor {
+                media_type: item.media_type.clone(),
+                size: item.size,
+                digest: item.digest.clone(),
+                annotations: None,
+                artifact_type: None,
+            };
+            let signed = sign(registry, app, &subject, &self.signer, provenance.as_ref(), self.created).await?;
+            report.written.push(signed);
         }
         Ok(report)
     }

@@ -187,13 +187,15 @@ impl Registry {
         self.get_manifest_within(image, reference, MAX_MANIFEST_BYTES).await
     }
 
-    /// [`Registry::get_manifest`], at most `limit` bytes (what a signature read may spend).
+    /// [`Registry::get_manifest`] with a smaller bound, for manifests that must stay small (a
+    /// referrers index): a larger body is refused without being read on.
     pub async fn get_manifest_within(
         &self,
         image: &ImageRef,
         reference: &str,
         limit: usize,
     ) -> Result<Manifest, RegistryError> {
+        let limit = limit.min(MAX_MANIFEST_BYTES);
         let endpoint = self.endpoint(image)?;
         let path = format!("{}/manifests/{}", image.repository(), reference);
         let response = endpoint.send(Method::GET, &path, image.repository(), Fetch::Manifest).await?;
@@ -231,6 +233,24 @@ impl Registry {
             })
             .unwrap_or_else(|| OCI_MANIFEST.to_string());
         Ok(Manifest { digest, media_type, bytes })
+    }
+
+    /// Whether the registry has the OCI 1.1 referrers API (`GET /v2/<repo>/referrers/<digest>`
+    /// answers 200; 404 means it has none, so referrers are listed under the referrers tag
+    /// schema's `sha256-<hex>` index instead). Its answer, an index, is not read.
+    pub async fn has_referrers_api(&self, image: &ImageRef, digest: &str) -> Result<bool, RegistryError> {
+        let endpoint = self.endpoint(image)?;
+        if !is_sha256_digest(digest) {
+            return Err(endpoint.invalid(format!("subject digest \"{digest}\" is not a sha256 digest")));
+        }
+        let path = format!("{}/referrers/{digest}", image.repository());
+        let response = endpoint.send(Method::GET, &path, image.repository(), Fetch::Manifest).await?;
+        match response.status() {
+            s if s.is_success() => Ok(true),
+            // 400: registries that route /referrers/ to nothing valid (go-containerregistry treats it so).
+            StatusCode::NOT_FOUND | StatusCode::BAD_REQUEST => Ok(false),
+            s => Err(endpoint.invalid(format!("GET referrers answered HTTP {s}"))),
+        }
     }
 
     /// A blob by digest (image configs), verified, at most `limit` bytes.

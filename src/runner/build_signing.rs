@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::signing::{Signed, Verdict, sign, trusted, verify};
-use builder_monitor_core::signing::Provenance;
+use builder_monitor_core::signing::{Descriptor, Provenance};
 
 impl Runner {
     /// Signs what `action` pushed (`digest`, under `target.image`) when `[signing] builds` asks for
@@ -38,6 +38,9 @@ impl Runner {
             action: Some(action.key.clone()),
             version: env!("CARGO_PKG_VERSION").into(),
         });
-        sign(&self.registry, &image, digest, signer, provenance.as_ref()).await.map(Some).map_err(|e| e.to_string())
+        let manifest = self.registry.get_manifest(&image, digest).await.map_err(|e| e.to_string())?;
+        let subject = Descriptor::of(&manifest.media_type, &manifest.bytes);
+        let signed = sign(&self.registry, &image, &subject, signer, provenance.as_ref(), action.created).await;
+        signed.map(Some).map_err(|e| e.to_string())
     }
 }

@@ -224,6 +224,7 @@ impl Runner {
                 attest: s.attest,
                 change: Some(action.change_id.clone()),
                 action: Some(action.key.clone()),
+                created: action.created,
             })
         });
         let request = RebaseRequest { image, run_image, force: false, dry_run: false, known_run_images, sign };

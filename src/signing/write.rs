@@ -1,16 +1,19 @@
-//! Signing a digest we wrote: a simple-signing layer appended to its `.sig` manifest and, when
-//! attesting, a DSSE layer with SLSA provenance to its `.att`. Each append reads what is there,
+//! Signing a digest we wrote: a simple-signing layer appended to its `.sig` manifest, the same
+//! signature as a Sigstore bundle referrer ([`super::bundle`]) and, when attesting, a DSSE layer
+//! with SLSA provenance appended to its `.att`. Each append reads what is there,
 //! keeps every layer another signer put there, and writes nothing when our layer is there
 //! already: the same key signs the same payload to the same bytes (RFC 6979), so a retry after a
 //! crash finds its own layer instead of adding a second.
 
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::signing::{
-    AttachedError, AttachedManifest, Attachment, Envelope, Layer, MAX_SIGNATURE_BYTES, Provenance, SLSA_PROVENANCE_V1,
-    Signer, Statement, attestation_layer, signature_layer,
+    AttachedError, AttachedManifest, Attachment, Descriptor, Envelope, Layer, MAX_SIGNATURE_BYTES, Provenance,
+    SLSA_PROVENANCE_V1, Signer, Statement, attestation_layer, signature_layer,
 };
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::bundle::{BundleError, write_bundle_referrer};
 use crate::registry::{Registry, RegistryError};
 
 /// Why a digest could not be signed; the tag it was written for does not move.
@@ -22,6 +25,8 @@ pub enum SignError {
     Attached { digest: String, source: AttachedError },
     #[error("cannot sign {0}: it is not a sha256 digest")]
     Digest(String),
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
 }
 
 /// What signing one digest left in the registry: the manifests holding our layers.
@@ -31,24 +36,32 @@ pub struct Signed {
     pub digest: String,
     /// The `.sig` manifest's digest.
     pub signature: String,
+    /// The Sigstore bundle's referrer manifest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bundle: Option<String>,
     /// The `.att` manifest's digest, when attesting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attestation: Option<String>,
 }
 
-/// Signs `digest` in `image`'s repository with `signer`, and attests `provenance` when given.
+/// Signs `subject` (a manifest in `image`'s repository) with `signer` in both forms, and attests
+/// `provenance` when given. `created` dates the bundle's referrer: the action's planning time, so
+/// every attempt writes the same bytes.
 pub async fn sign(
     registry: &Registry,
     image: &ImageRef,
-    digest: &str,
+    subject: &Descriptor,
     signer: &Signer,
     provenance: Option<&Provenance>,
+    created: DateTime<Utc>,
 ) -> Result<Signed, SignError> {
+    let digest = subject.digest.as_str();
     let repository = format!("{}/{}", image.registry(), image.repository());
     let Some((layer, payload)) = signature_layer(signer, &repository, digest) else {
         return Err(SignError::Digest(digest.to_string()));
     };
     let signature = append(registry, image, digest, Attachment::Signature, layer, payload).await?;
+    let bundle = write_bundle_referrer(registry, image, subject, signer, created).await?;
     let attestation = match provenance {
         None => None,
         Some(provenance) => {
@@ -58,7 +71,7 @@ pub async fn sign(
             Some(append(registry, image, digest, Attachment::Attestation, layer, blob).await?)
         }
     };
-    Ok(Signed { digest: digest.to_string(), signature, attestation })
+    Ok(Signed { digest: digest.to_string(), signature, bundle: Some(bundle), attestation })
 }
 
 /// Appends `layer` (its blob `blob`) to `digest`'s `attachment` manifest, unless it is there;

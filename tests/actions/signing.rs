@@ -18,7 +18,7 @@ use builder_monitor::ledger::Ledger;
 use builder_monitor::metrics::Metrics;
 use builder_monitor::registry::Registry;
 use builder_monitor_core::reference::ImageRef;
-use builder_monitor_core::signing::Signer;
+use builder_monitor_core::signing::{Descriptor, Signer};
 use support::app::{self, App, RunImage};
 use support::cnb::BuilderSpec;
 use support::daemon::{Daemon, Output, Workspace};
@@ -203,7 +203,20 @@ async fn a_rebase_is_signed_and_attested_before_its_tag_moves() {
     );
     assert!(dependencies.iter().any(|d| d["name"] == "runImage"), "{dependencies:?}");
 
+    // The bundle form, as Sigstore's own verifier reads it from the registry with the public key.
+    let (verified, said) = support::sigstore::verify(
+        &format!("http://{}", world.host),
+        "apps/web",
+        &after,
+        Path::new(&public_key),
+        &after,
+        false,
+    );
+    assert!(verified && said.contains("\"verified\":1"), "{said}");
+
     // Written before the tag moved.
+    let referrers = format!("/manifests/sha256-{}", after.trim_start_matches("sha256:"));
+    assert!(position(&world.proxy, "PUT", &referrers) < position(&world.proxy, "PUT", "/v2/apps/web/manifests/latest"));
     let hex = after.trim_start_matches("sha256:");
     let tag_put = position(&world.proxy, "PUT", "/v2/apps/web/manifests/latest");
     assert!(position(&world.proxy, "PUT", &format!("/manifests/sha256-{hex}.sig")) < tag_put);
@@ -248,7 +261,15 @@ async fn a_daemon_killed_before_the_tag_moves_leaves_one_signature_and_moves_the
     assert!(dry["signing"].get("written").is_none(), "a dry run writes no signature: {dry}");
     let other = other_signer(world.ws.dir.path());
     std::fs::write(world.ws.path("other.pub"), other.public_key_pem()).unwrap();
-    builder_monitor::signing::sign(&client(), &tag, &new, &other, None).await.unwrap();
+    // Only the tag form's payload names the digest; the bundle's subject size is not checked here.
+    let subject = Descriptor {
+        media_type: "application/vnd.oci.image.manifest.v1+json".into(),
+        size: 1,
+        digest: new.clone(),
+        annotations: None,
+        artifact_type: None,
+    };
+    builder_monitor::signing::sign(&client(), &tag, &subject, &other, None, chrono::Utc::now()).await.unwrap();
 
     // Held at the tag PUT: the signature is there already; the daemon dies.
     let (trap, held, _release) = Trap::hold("PUT", "/v2/apps/web/manifests/latest");
@@ -269,6 +290,10 @@ async fn a_daemon_killed_before_the_tag_moves_leaves_one_signature_and_moves_the
     let other_pub = world.ws.path("other.pub").display().to_string();
     assert_eq!(valid_signatures(&tag, &new, &other_pub).await, 1, "the other signer's, kept");
     assert_eq!(attached(&tag, &new, "att").await["layers"].as_array().unwrap().len(), 1, "one attestation");
+    // The bundle referrers: the other signer's and one of ours, dated by the action, not the attempt.
+    let index = client().get_manifest(&tag, &new.replace(':', "-")).await.unwrap();
+    let index: Value = serde_json::from_slice(&index.bytes).unwrap();
+    assert_eq!(index["manifests"].as_array().unwrap().len(), 2, "{index}");
     let ledger = Ledger::open_read_only(&world.ws.path("state.db")).unwrap();
     let moves = ledger.tag_moves(None, 100).await.unwrap();
     let ours: Vec<_> = moves.iter().filter(|m| m.after.as_deref() == Some(new.as_str())).collect();

@@ -19,4 +19,5 @@ mod image;
 mod online_check;
 mod packages;
 mod rebase;
+mod signing;
 mod watch;

@@ -14,6 +14,7 @@ pub mod ledgers;
 pub mod proxy;
 pub mod receiver;
 pub mod registry;
+pub mod sigstore;
 pub mod token;
 pub mod tour;
 

@@ -228,6 +228,7 @@ impl Actions for KubeLedger {
                                 target: read_target(a.target.clone()),
                                 process: None,
                                 progress: a.progress.clone().and_then(|v| Progress::read(a.kind, v)),
+                                created: a.created,
                             }
                         },
                     ))
@@ -438,6 +439,7 @@ impl Actions for KubeLedger {
                     target: read_target(a.target),
                     process: a.process,
                     progress: a.progress.and_then(|v| Progress::read(a.kind, v)),
+                    created: a.created,
                 });
             }
         }

@@ -22,7 +22,8 @@ const ACTION_COLUMNS: &str = "key, change_id, image, kind, state, attempts, next
      wave, needs_approval, released, decided_by, decided_at, created, progress, holds";
 
 /// The columns [`claimed_action`] reads.
-const CLAIMED_COLUMNS: &str = "key, change_id, image, kind, attempts, target, process_group, process_started, progress";
+const CLAIMED_COLUMNS: &str =
+    "key, change_id, image, kind, attempts, target, process_group, process_started, progress, created";
 
 impl Actions for SqliteLedger {
     async fn claim_actions(
@@ -496,6 +497,7 @@ fn claimed_action(r: &Row<'_>) -> Result<ClaimedAction, LedgerError> {
         target: read_target(target_value(&key, &target)?),
         process: group.zip(started).map(|(id, started)| ProcessGroup { id, started: started.max(0) as u64 }),
         progress: progress(&kind, r.get(col!(CLAIMED_COLUMNS, "progress"))?),
+        created: r.get::<_, Time>(col!(CLAIMED_COLUMNS, "created"))?.0,
         key,
     })
 }

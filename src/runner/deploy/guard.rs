@@ -145,6 +145,7 @@ impl Runner {
             target: Err(crate::ledger::Unreadable(String::new())),
             process: None,
             progress: None,
+            created: self.clock.now(),
         };
         let target = ActionTarget {
             image: image.image.to_string(),

@@ -1,0 +1,79 @@
+//! Writes an image digest's signature as a Sigstore bundle stored as its OCI 1.1 referrer, so
+//! cosign v3's defaults (and other bundle verifiers) find and verify it: the empty config and the
+//! bundle blob, the referrer manifest by digest, then the listing: a registry with the referrers
+//! API lists it itself; on one without, it is added to the referrers tag schema's index
+//! (`sha256-<hex>`), once, keeping every other referrer there, read within bounds.
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+
+use builder_monitor_core::reference::ImageRef;
+use builder_monitor_core::signing::{
+    Descriptor, IndexError, MAX_REFERRERS_INDEX_BYTES, OCI_EMPTY, PayloadError, Referrer, Signer, add_referrer,
+    referrers_tag,
+};
+
+use crate::registry::{OCI_INDEX, OCI_MANIFEST, Registry, RegistryError};
+
+/// Why the bundle referrer was not written (or not listed).
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    #[error("cannot sign {0}")]
+    Payload(#[from] PayloadError),
+    #[error("writing the signature bundle of {digest} to {repository}: {step}: {source}")]
+    Registry { digest: String, repository: String, step: &'static str, source: RegistryError },
+    #[error("listing the signature bundle of {digest} in {repository}:{tag}: {source}")]
+    Index { digest: String, repository: String, tag: String, source: IndexError },
+}
+
+/// Writes `signer`'s Sigstore bundle for the image `subject` (its media type, digest and size; only
+/// those are used) as a referrer in `image`'s repository, and makes it findable. `created` is the
+/// referrer's `org.opencontainers.image.created` (cosign stamps one): give the time recorded for
+/// the action, so that a retry writes the same manifest. Idempotent: a retry re-PUTs the same
+/// content and lists nothing twice. Returns the referrer manifest's digest.
+///
+/// The referrers tag index is read, changed and PUT back; two writers updating the same subject's
+/// index at once could drop one's entry (the tag schema has no compare-and-swap).
+pub async fn write_bundle_referrer(
+    registry: &Registry,
+    image: &ImageRef,
+    subject: &Descriptor,
+    signer: &Signer,
+    created: DateTime<Utc>,
+) -> Result<String, BundleError> {
+    let referrer = Referrer::new(signer, subject, created)?;
+    let tag = referrers_tag(&subject.digest)?;
+    let failed = |step: &'static str| {
+        let (digest, repository) = (subject.digest.clone(), image.repository().to_string());
+        move |source| BundleError::Registry { digest, repository, step, source }
+    };
+    registry.put_blob(image, Bytes::from_static(OCI_EMPTY)).await.map_err(failed("upload the empty config"))?;
+    registry.put_blob(image, Bytes::from(referrer.bundle.clone())).await.map_err(failed("upload the bundle"))?;
+    registry
+        .put_manifest(image, referrer.digest(), OCI_MANIFEST, Bytes::from(referrer.manifest.clone()))
+        .await
+        .map_err(failed("PUT the referrer manifest"))?;
+
+    if registry.has_referrers_api(image, &subject.digest).await.map_err(failed("ask for the referrers API"))? {
+        // The registry lists a manifest with a subject itself, when it is PUT.
+        return Ok(referrer.digest().to_string());
+    }
+    let current = match registry.get_manifest_within(image, &tag, MAX_REFERRERS_INDEX_BYTES).await {
+        Ok(index) => Some(index.bytes),
+        Err(RegistryError::NotFound { .. }) => None,
+        Err(e) => return Err(failed("read the referrers tag index")(e)),
+    };
+    let updated = add_referrer(current.as_deref(), &referrer.descriptor).map_err(|source| BundleError::Index {
+        digest: subject.digest.clone(),
+        repository: image.repository().to_string(),
+        tag: tag.clone(),
+        source,
+    })?;
+    if let Some(index) = updated {
+        registry
+            .put_manifest(image, &tag, OCI_INDEX, Bytes::from(index))
+            .await
+            .map_err(failed("PUT the referrers tag index"))?;
+    }
+    Ok(referrer.digest().to_string())
+}

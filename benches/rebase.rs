@@ -20,8 +20,9 @@
 //!
 //! Results go to `$CARGO_TARGET_DIR/bench/rebase.{md,json}` (`./target` without the variable).
 //! Environment: `BENCH_APPS` (item 2, default 100), `BENCH_FLEET` (item 3, default 1000),
-//! `BENCH_SHARED_REPO=1` (item 3: one repository), `BENCH_CLAIMS` (item 4, default `1000,10000`),
-//! `BENCH_ONLY=1,2,3,4` picks parts.
+//! `BENCH_SHARED_REPO=1` (item 3: one repository), `BENCH_SIGN=1` (item 3: the daemon signs and
+//! attests every rebased digest with cosign's encrypted test key, `[signing]`'s defaults),
+//! `BENCH_CLAIMS` (item 4, default `1000,10000`), `BENCH_ONLY=1,2,3,4` picks parts.
 
 #[path = "rebase/claims.rs"]
 mod claims;
@@ -518,8 +519,16 @@ async fn fleet_patch(n: usize, shared: bool) -> Value {
             "[[images]]\nname = \"app-{i:04}\"\nbuilder = \"b\"\nimage = \"{host}/{repo}:{tag}\"\npolicy = \"auto\"\n"
         );
     }
+    let signing = env_number("BENCH_SIGN", 0) != 0;
+    if signing {
+        let key = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/signing/cosign-n32768.key");
+        let _ = writeln!(text, "[signing]\nkey = \"{}\"\npassword_env = \"BENCH_SIGNING_PASSWORD\"\n", key.display());
+    }
     let config = ws.config(&text);
-    let mut env = vec![("BENCH_API_TOKEN".to_string(), API_TOKEN.to_string())];
+    let mut env = vec![
+        ("BENCH_API_TOKEN".to_string(), API_TOKEN.to_string()),
+        ("BENCH_SIGNING_PASSWORD".to_string(), "fixture password".to_string()),
+    ];
     // Diagnostics: BENCH_HEAPTRACK=DIR records the daemon's allocations with heaptrack's preload
     // library (a raw file: `heaptrack_interpret < F | gzip > F.gz`, then `heaptrack_print`).
     if let Ok(dir) = std::env::var("BENCH_HEAPTRACK") {
@@ -596,14 +605,15 @@ async fn fleet_patch(n: usize, shared: bool) -> Value {
     let per_app = requests as f64 / n.max(1) as f64;
     let (failed, again) = (failed.get(), again.get());
     say(format!(
-        "fleet: {rebased}/{n} rebased {seconds:.1} s after the push (first after {:.2} s, 90 % after {:.1} s); {failed} failed attempts, {again} manifest PUTs tried again within an attempt; {requests} requests ({per_app:.1} per app, {by_method:?}), {sent} B sent, {received} B received; peak RSS {} KiB",
+        "fleet{}: {rebased}/{n} rebased {seconds:.1} s after the push (first after {:.2} s, 90 % after {:.1} s); {failed} failed attempts, {again} manifest PUTs tried again within an attempt; {requests} requests ({per_app:.1} per app, {by_method:?}), {sent} B sent, {received} B received; peak RSS {} KiB",
+        if signing { " (signed and attested)" } else { "" },
         first.map_or(f64::NAN, |f| f.as_secs_f64()),
         p90.map_or(f64::NAN, |f| f.as_secs_f64()),
         peak_rss_kib.map_or("?".to_string(), |k| k.to_string())
     ));
     let _ = pushed_v2;
     json!({
-        "apps": n, "shared_repository": shared, "rebased": rebased, "seconds": seconds,
+        "apps": n, "shared_repository": shared, "signing": signing, "rebased": rebased, "seconds": seconds,
         "first_seconds": first.map(|f| f.as_secs_f64()),
         "p90_seconds": p90.map(|f| f.as_secs_f64()),
         "failed_attempts": failed, "tried_again_within_attempts": again,

@@ -34,6 +34,9 @@ impl Secrets {
                 values.push(base64::engine::general_purpose::STANDARD.encode(format!("{username}:{}", token.expose())));
             }
         }
+        if let Some(signing) = &config.signing {
+            values.extend(signing_secrets(signing));
+        }
         if let Some(token) = config.server.as_ref().and_then(|s| s.api_token.as_ref()) {
             values.push(token.expose().to_string());
         }
@@ -61,4 +64,25 @@ impl Secrets {
         }
         out
     }
+}
+
+/// `[signing]`'s password and private key as they are given (the variables' values, the key
+/// file's text), with each line of the key's PEM body: a command that prints one part leaks it.
+fn signing_secrets(signing: &crate::config::SigningSettings) -> Vec<String> {
+    let mut values = Vec::new();
+    if let Some(password) = signing.password_env.as_ref().and_then(std::env::var_os) {
+        values.push(password.to_string_lossy().into_owned());
+    }
+    let pem = match &signing.key {
+        Some(crate::config::KeySource::Env(var)) => std::env::var(var).ok(),
+        Some(crate::config::KeySource::File(path)) => std::fs::read_to_string(path).ok(),
+        None => None,
+    };
+    if let Some(pem) = pem {
+        // Base64 lines long enough to be the key's own, not a header's word.
+        values
+            .extend(pem.lines().map(str::trim).filter(|l| l.len() >= 16 && !l.starts_with("-----")).map(String::from));
+        values.push(pem);
+    }
+    values
 }

@@ -448,3 +448,36 @@ async fn builds_are_signed_unless_a_trusted_key_signed_them() {
         assert!(actions.iter().all(|a| a.state.as_str() == "succeeded"), "{actions:?}");
     }
 }
+
+/// A command that prints the signing key's file and the password (passed to it by `pass_env`) has
+/// both scrubbed from what the ledger and `status` keep of its output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_signing_key_and_password_never_reach_the_ledger_through_a_commands_output() {
+    let key = fixture(KEY);
+    let runner = format!(
+        "[runner]\ntype = \"exec\"\nmax_attempts = 1\n\n[runner.exec]\nrebuild = [\"false\"]\n\
+         rebase = [\"sh\", \"-c\", \"cat {key}; echo password: ${PASSWORD_ENV}; exit 1\"]\npass_env = [\"{PASSWORD_ENV}\"]\n"
+    );
+    let world = World::with(&runner, "").await;
+    world.move_run_image().await;
+    let out = world.run_once();
+    assert_eq!(out.code, Some(1), "the action failed: {}", out.stderr);
+    let ledger = Ledger::open_read_only(&world.ws.path("state.db")).unwrap();
+    let actions = ledger.actions(10).await.unwrap();
+    let tail = actions[0].output_tail.clone().unwrap_or_default();
+    assert!(tail.contains("password: ***"), "the command ran and printed: {tail}");
+    let status = support::daemon::run_with_env(
+        &["status", "--json", "--config", world.config.to_str().unwrap()],
+        &[],
+        world.ws.dir.path(),
+    );
+    let pem = std::fs::read_to_string(&key).unwrap();
+    let body_lines: Vec<&str> = pem.lines().filter(|l| !l.starts_with("-----") && l.len() >= 16).collect();
+    assert!(!body_lines.is_empty());
+    for text in [&tail, &status.stdout, &format!("{actions:?}")] {
+        assert!(!text.contains(PASSWORD), "the password in {text}");
+        for line in &body_lines {
+            assert!(!text.contains(line), "a line of the key in {text}");
+        }
+    }
+}

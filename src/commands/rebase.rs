@@ -43,7 +43,9 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
         None => Vec::new(),
     };
     let sign = match config.as_deref() {
-        Some(path) => signing_key(path)?.map(|(signer, attest)| SignPlan { signer, attest, change: None, action: None }),
+        Some(path) => {
+            signing_key(path)?.map(|(signer, attest)| SignPlan { signer, attest, change: None, action: None })
+        }
         None => None,
     };
     let request = RebaseRequest { image, run_image, force, dry_run, known_run_images, sign };

@@ -71,7 +71,11 @@ pub(super) fn top_digest(app_top: &Manifest, decided: &[Decided]) -> Result<Stri
         .iter()
         .filter(|d| !d.rebase.already_rebased)
         .map(|d| {
-            let entry = (d.rebase.manifest_digest.clone(), d.rebase.manifest.len() as u64, d.rebase.manifest_media_type.clone());
+            let entry = (
+                d.rebase.manifest_digest.clone(),
+                d.rebase.manifest.len() as u64,
+                d.rebase.manifest_media_type.clone(),
+            );
             (d.previous.clone(), entry)
         })
         .collect();

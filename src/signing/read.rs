@@ -22,10 +22,10 @@ pub struct TrustedKey {
 
 /// The keys `[signing]` trusts: `trusted_keys`, then its own key (a digest we signed is ours).
 pub fn trusted(settings: &crate::config::SigningSettings) -> Vec<TrustedKey> {
-    let listed = settings.trusted_keys.iter().map(|k| TrustedKey {
-        name: k.path.display().to_string(),
-        verifier: k.verifier.clone(),
-    });
+    let listed = settings
+        .trusted_keys
+        .iter()
+        .map(|k| TrustedKey { name: k.path.display().to_string(), verifier: k.verifier.clone() });
     let own = settings.signer.iter().map(|s| TrustedKey { name: "own key".to_string(), verifier: s.verifier() });
     let mut keys: Vec<TrustedKey> = Vec::new();
     for key in listed.chain(own) {

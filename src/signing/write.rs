@@ -6,8 +6,8 @@
 
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::signing::{
-    AttachedError, AttachedManifest, Attachment, Envelope, Layer, MAX_SIGNATURE_BYTES, Provenance,
-    SLSA_PROVENANCE_V1, Signer, Statement, attestation_layer, signature_layer,
+    AttachedError, AttachedManifest, Attachment, Envelope, Layer, MAX_SIGNATURE_BYTES, Provenance, SLSA_PROVENANCE_V1,
+    Signer, Statement, attestation_layer, signature_layer,
 };
 use serde::Serialize;
 

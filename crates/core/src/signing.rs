@@ -11,13 +11,16 @@ mod error;
 mod key;
 mod payload;
 mod provenance;
+mod seen;
+#[cfg(test)]
+mod seen_tests;
 #[cfg(test)]
 mod tests;
 
 pub use attached::{
     AttachedError, AttachedManifest, Attachment, CONFIG_MEDIA_TYPE, DSSE_MEDIA_TYPE, Layer, MAX_SIGNATURE_BYTES,
-    MAX_SIGNATURE_LAYERS, PREDICATE_TYPE_ANNOTATION, SIGNATURE_ANNOTATION, SIMPLE_SIGNING_MEDIA_TYPE, attestation_layer,
-    layer_signs, signature_layer, signed_digest,
+    MAX_SIGNATURE_LAYERS, PREDICATE_TYPE_ANNOTATION, SIGNATURE_ANNOTATION, SIMPLE_SIGNING_MEDIA_TYPE,
+    attestation_layer, layer_signs, signature_layer, signed_digest,
 };
 pub use cosign::{ENCRYPTED_COSIGN, ENCRYPTED_SIGSTORE, MAX_SCRYPT_MEMORY};
 pub use error::KeyError;
@@ -27,3 +30,4 @@ pub use payload::{
     simple_signing_payload,
 };
 pub use provenance::{Provenance, SLSA_PROVENANCE_V1};
+pub use seen::{SIGNATURE_INVALID, SignatureInfo, UNSIGNED, Verification, checked_digest, required, signed_by};

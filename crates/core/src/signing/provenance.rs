@@ -52,7 +52,8 @@ impl Provenance {
         let mut dependencies = Vec::new();
         let mut depend = |name: &str, reference: String, digest: &str| {
             if let Some(hex) = digest.strip_prefix("sha256:").filter(|_| is_sha256_digest(digest)) {
-                dependencies.push(json!({"name": name, "uri": format!("oci://{reference}"), "digest": {"sha256": hex}}));
+                dependencies
+                    .push(json!({"name": name, "uri": format!("oci://{reference}"), "digest": {"sha256": hex}}));
             }
         };
         if let Some(from) = &self.from {

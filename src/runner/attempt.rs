@@ -6,6 +6,7 @@ use super::*;
 use builder_monitor_core::deploy::WorkloadProgress;
 use builder_monitor_core::event::{ActionResult, BuildInfo, CommitInfo};
 use builder_monitor_core::rebase::order::{self, KnownPin};
+use builder_monitor_core::signing::SignatureInfo;
 
 /// The app tag's digests around an attempt, as far as they are known.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -23,6 +24,8 @@ pub enum Next {
     Final,
     /// A newer change has an action for the image: end without writing.
     Superseded { by: String },
+    /// Refused before anything was written (`require_signed`): failed for good, `action.refused`.
+    Refused,
 }
 
 /// One attempt as the runner records it.
@@ -38,6 +41,8 @@ pub struct Attempt {
     pub keep_intent: bool,
     /// What its kind alone found or did.
     pub result: KindResult,
+    /// What it verified before acting and signed after (`action.signature`).
+    pub signature: Option<SignatureInfo>,
 }
 
 /// What an attempt found or did that only its kind has.
@@ -103,7 +108,7 @@ impl KindResult {
 impl Attempt {
     pub fn new(outcome: Outcome, next: Next, digests: Digests) -> Self {
         let moved = outcome.success;
-        Attempt { outcome, next, digests, moved, keep_intent: false, result: KindResult::default() }
+        Attempt { outcome, next, digests, moved, keep_intent: false, result: KindResult::default(), signature: None }
     }
 
     pub fn failed(detail: String, next: Next) -> Self {
@@ -175,9 +180,18 @@ impl Runner {
         Ok(())
     }
 
-    /// Carries out one attempt of `action` by its backend and says how it went.
+    /// Carries out one attempt of `action` by its backend and says how it went: every attempt of
+    /// every kind passes `require_signed`'s gate (`verify`) first.
     pub(super) async fn attempt(&self, action: &ClaimedAction, target: &ActionTarget) -> Attempt {
-        self.backends.carrier(action.kind).attempt(self, action, target).await
+        let verified = match self.signature_gate(action, target).await {
+            super::verify::Gate::Pass(verified) => verified,
+            super::verify::Gate::Stop(attempt) => return *attempt,
+        };
+        let mut attempt = self.backends.carrier(action.kind).attempt(self, action, target).await;
+        if let Some(verified) = verified {
+            attempt.signature.get_or_insert_with(SignatureInfo::default).verified = Some(verified);
+        }
+        attempt
     }
 
     /// An attempt by something that pushes the app tag itself (a command, a Job, a Build): a

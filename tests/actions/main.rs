@@ -13,3 +13,4 @@ mod gitops;
 mod rebase_daemon;
 mod rollout;
 mod runner;
+mod signed;

@@ -219,7 +219,16 @@ impl Config {
         state_dir: Option<PathBuf>,
     ) -> Result<Self, ConfigError> {
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let mut v = Validator { text, offset: 0, base, state_dir, diagnostics: Vec::new(), pools: Vec::new(), secrets, signed_images: Vec::new() };
+        let mut v = Validator {
+            text,
+            offset: 0,
+            base,
+            state_dir,
+            diagnostics: Vec::new(),
+            pools: Vec::new(),
+            secrets,
+            signed_images: Vec::new(),
+        };
         let config = v.document(path);
         if v.diagnostics.is_empty()
             && let Some(config) = config
@@ -473,7 +482,8 @@ impl<'a> Validator<'a> {
             None => Some(None),
         });
 
-        let trusts = signing.as_ref().and_then(|s| s.as_ref()).is_some_and(|s| s.key.is_some() || !s.trusted_keys.is_empty());
+        let trusts =
+            signing.as_ref().and_then(|s| s.as_ref()).is_some_and(|s| s.key.is_some() || !s.trusted_keys.is_empty());
         if signing.is_some() && !trusts {
             for at in std::mem::take(&mut self.signed_images) {
                 let (offset, span) = (std::mem::take(&mut self.offset), at..at);

@@ -44,7 +44,9 @@ impl Runner {
         let tag_now = match (deploys, &intent) {
             (None, None) => match self.read_tag(&target.image).await {
                 Ok(digest) => digest,
-                Err(why) => return retry(format!("cannot read {}'s digest to check its signature: {why}", target.image)),
+                Err(why) => {
+                    return retry(format!("cannot read {}'s digest to check its signature: {why}", target.image));
+                }
             },
             _ => None,
         };
@@ -73,9 +75,13 @@ impl Runner {
                 keys: names,
                 why: None,
             },
-            crate::signing::Verdict::Unsigned => {
-                Verification { digest: digest.to_string(), verdict: UNSIGNED.into(), key_id: None, keys: names, why: None }
-            }
+            crate::signing::Verdict::Unsigned => Verification {
+                digest: digest.to_string(),
+                verdict: UNSIGNED.into(),
+                key_id: None,
+                keys: names,
+                why: None,
+            },
             crate::signing::Verdict::Invalid { why } => Verification {
                 digest: digest.to_string(),
                 verdict: SIGNATURE_INVALID.into(),
@@ -102,9 +108,7 @@ fn retry(detail: String) -> Gate {
 fn refuse(check: Verification) -> Gate {
     let detail = check.refusal().unwrap_or_default();
     let mut attempt = Attempt::failed(detail, Next::Refused);
-    attempt.signature = Some(builder_monitor_core::signing::SignatureInfo {
-        verified: Some(check),
-        ..Default::default()
-    });
+    attempt.signature =
+        Some(builder_monitor_core::signing::SignatureInfo { verified: Some(check), ..Default::default() });
     Gate::Stop(Box::new(attempt))
 }

@@ -170,6 +170,19 @@ async fn only_an_app_a_trusted_key_signed_is_rebased_and_the_rest_are_refused() 
     let huge = of("action.refused", "huge")["action"]["detail"].as_str().unwrap().to_string();
     assert!(huge.contains("1024 KiB"), "the size bound named: {huge}");
 
+    // `status` says which key signed each app's current digest, and what the newest action wrote.
+    let out = ws.run(&["status", "--json", "--config", config]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let status: Value = serde_json::from_str(&out.stdout).unwrap();
+    let image = |name: &str| status["images"].as_array().unwrap().iter().find(|i| i["name"] == name).unwrap().clone();
+    let good = image("good");
+    assert_eq!((&good["signed"], &good["signature"]), (&json!(ours.key_id()), &signature["signature"]), "{good:#}");
+    assert_eq!(good["attestation"], signature["attestation"], "{good:#}");
+    let bare = image("bare");
+    assert_eq!((&bare["signed"], &bare["unsigned"], &bare["signature"]), (&Value::Null, &json!(true), &Value::Null));
+    let out = ws.run(&["status", "--config", config]);
+    assert!(out.stdout.contains(&format!("signed by {}", &ours.key_id()[..12])), "{}", out.stdout);
+
     // The webhook heard of each refusal.
     let delivered = receiver.wait_for(5).await;
     let mut heard: Vec<String> = delivered

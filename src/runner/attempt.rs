@@ -180,20 +180,6 @@ impl Runner {
         Ok(())
     }
 
-    /// Carries out one attempt of `action` by its backend and says how it went: every attempt of
-    /// every kind passes `require_signed`'s gate (`verify`) first.
-    pub(super) async fn attempt(&self, action: &ClaimedAction, target: &ActionTarget) -> Attempt {
-        let verified = match self.signature_gate(action, target).await {
-            super::verify::Gate::Pass(verified) => verified,
-            super::verify::Gate::Stop(attempt) => return *attempt,
-        };
-        let mut attempt = self.backends.carrier(action.kind).attempt(self, action, target).await;
-        if let Some(verified) = verified {
-            attempt.signature.get_or_insert_with(SignatureInfo::default).verified = Some(verified);
-        }
-        attempt
-    }
-
     /// An attempt by something that pushes the app tag itself (a command, a Job, a Build): a
     /// rebuild that would go back to an older builder refused, the tag's digest recorded before
     /// `work` and read after it. `work` says the outcome and whether trying again could help.

@@ -4,7 +4,7 @@
 //! Job, no Build, no workload).
 
 use super::*;
-use builder_monitor_core::signing::{self as core_signing, SIGNATURE_INVALID, UNSIGNED, Verification};
+use builder_monitor_core::signing::{self as core_signing, SIGNATURE_INVALID, SignatureInfo, UNSIGNED, Verification};
 
 /// What the gate says of an attempt.
 pub(super) enum Gate {
@@ -15,6 +15,20 @@ pub(super) enum Gate {
 }
 
 impl Runner {
+    /// Carries out one attempt of `action` by its backend and says how it went: every attempt of
+    /// every kind passes `require_signed`'s gate (`verify`) first.
+    pub(super) async fn attempt(&self, action: &ClaimedAction, target: &ActionTarget) -> Attempt {
+        let verified = match self.signature_gate(action, target).await {
+            Gate::Pass(verified) => verified,
+            Gate::Stop(attempt) => return *attempt,
+        };
+        let mut attempt = self.backends.carrier(action.kind).attempt(self, action, target).await;
+        if let Some(verified) = verified {
+            attempt.signature.get_or_insert_with(SignatureInfo::default).verified = Some(verified);
+        }
+        attempt
+    }
+
     /// The check of the digest `action` starts from, when its image requires a signature.
     pub(super) async fn signature_gate(&self, action: &ClaimedAction, target: &ActionTarget) -> Gate {
         let Some(signing) = self.config.signing.as_ref() else { return Gate::Pass(None) };

@@ -375,6 +375,10 @@ mod tests {
             digest: Some(digest('c')),
             previous: None,
             moves: Vec::new(),
+            signed: None,
+            unsigned: false,
+            signature: None,
+            attestation: None,
             last_action: Some(ImageAction {
                 key: "k2".into(),
                 change: HOSTILE.into(),

@@ -25,6 +25,7 @@ pub const DEFAULT_EVENTS: &[&str] = &[
     // A person has to act on these.
     "action.awaiting_approval",
     "action.held",
+    "action.refused",
 ];
 
 /// Failed checks in a row before an alert hears of them, when it does not say.

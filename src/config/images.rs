@@ -39,6 +39,8 @@ pub struct ImageSettings {
     pub pool: Option<String>,
     /// Merged into its build pod over its pool's.
     pub pod_template: Option<PodTemplate>,
+    /// Its own `require_signed`; `None`: `[signing] require_signed`.
+    pub require_signed: Option<bool>,
 }
 
 /// The wave of an `[[images]]` entry without one; 0 is left for canaries.
@@ -101,6 +103,7 @@ pub(super) struct RawImage {
     undo: Option<Spanned<String>>,
     pool: Option<Spanned<String>>,
     pod_template: Option<Spanned<String>>,
+    require_signed: Option<Spanned<bool>>,
 }
 
 /// One `deploy = [{ … }]` entry, as written.
@@ -235,6 +238,10 @@ impl<'a> Validator<'a> {
             };
             self.pod_template(t, kpack, allow, &credentials)
         });
+        if let Some(flag) = raw.require_signed.as_ref().filter(|f| *f.get_ref()) {
+            // Whether `[signing]` trusts a key is known once it is read.
+            self.signed_images.push(self.offset + flag.span().start);
+        }
         if self.diagnostics.len() != errors_before {
             return None;
         }
@@ -252,6 +259,7 @@ impl<'a> Validator<'a> {
             undo,
             pool,
             pod_template,
+            require_signed: raw.require_signed.map(Spanned::into_inner),
         })
     }
 

@@ -219,7 +219,16 @@ impl Config {
         state_dir: Option<PathBuf>,
     ) -> Result<Self, ConfigError> {
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let mut v = Validator { text, offset: 0, base, state_dir, diagnostics: Vec::new(), pools: Vec::new(), secrets };
+        let mut v = Validator {
+            text,
+            offset: 0,
+            base,
+            state_dir,
+            diagnostics: Vec::new(),
+            pools: Vec::new(),
+            secrets,
+            signed_images: Vec::new(),
+        };
         let config = v.document(path);
         if v.diagnostics.is_empty()
             && let Some(config) = config
@@ -330,6 +339,8 @@ struct Validator<'a> {
     /// The pools read so far (`[runner]` comes before `[[images]]`, which name them).
     pools: Vec<runner::PoolSummary>,
     secrets: Secrets,
+    /// Where each `[[images]]` entry says `require_signed = true` (offsets in the whole text).
+    signed_images: Vec<usize>,
 }
 
 /// Names seen so far, with the offset in the text where each was first defined.
@@ -470,6 +481,16 @@ impl<'a> Validator<'a> {
             Some(value) => v.entry::<signing::RawSigning>(value).and_then(|raw| v.signing(raw)).map(Some),
             None => Some(None),
         });
+
+        let trusts =
+            signing.as_ref().and_then(|s| s.as_ref()).is_some_and(|s| s.key.is_some() || !s.trusted_keys.is_empty());
+        if signing.is_some() && !trusts {
+            for at in std::mem::take(&mut self.signed_images) {
+                let (offset, span) = (std::mem::take(&mut self.offset), at..at);
+                self.error(span, "require_signed = true trusts no key: list the public keys in [signing] trusted_keys");
+                self.offset = offset;
+            }
+        }
 
         Ok((|| {
             Some(Config {

@@ -236,6 +236,7 @@ mod tests {
             diagnostics: Vec::new(),
             pools: Vec::new(),
             secrets: Secrets::Resolve,
+            signed_images: Vec::new(),
         };
         let outcome = |v: &Validator, config: Option<Config>| format!("{config:?}\n{:?}", v.diagnostics);
         let mut pieces = validator();
@@ -321,6 +322,7 @@ type = "exec"
                 diagnostics: vec![],
                 pools: Vec::new(),
                 secrets: Secrets::Resolve,
+                signed_images: Vec::new(),
             };
             let config = v.document(Path::new("/etc/bm/config.toml"));
             assert_eq!(format!("{config:?}\n{:?}", v.diagnostics), whole, "{text}");

@@ -28,9 +28,10 @@ pub struct SigningSettings {
     pub attest: bool,
     /// Parsed, not yet acted on: sign runner-built digests no trusted key signed.
     pub builds: bool,
-    /// Parsed, not yet acted on: the public keys whose signatures an app's digest may carry.
+    /// The public keys whose signatures an app's digest may carry (besides our own key's).
     pub trusted_keys: Vec<TrustedKey>,
-    /// Parsed, not yet acted on: refuse to act on a digest no trusted key signed.
+    /// Refuse a rebase, rebuild or deploy whose starting digest no trusted key signed (an
+    /// `[[images]]` entry's own `require_signed` overrides it).
     pub require_signed: bool,
     /// The key, read and decrypted when the config's secrets are resolved (`run`, `check`).
     pub signer: Option<Signer>,

@@ -38,10 +38,11 @@ pub(super) fn table(out: &mut String, status: &Status, config: &Config, now: Dat
         let _ = write!(
             out,
             "<tr class=\"image\" data-name=\"{}\" data-state=\"{state}\"><td data-label=\"Image\" id=\"{}\">\
-             <span class=\"name\">{}</span><span class=\"sub\"><code>{}</code></span></td>",
+             <span class=\"name\">{}</span>{}<span class=\"sub\"><code>{}</code></span></td>",
             Text(&i.name),
             anchor("image", &i.name),
             Text(&i.name),
+            signed_mark(i),
             Breakable(&i.image)
         );
         let _ = write!(out, "<td data-label=\"Digest\">{}</td>", digest(i, now));
@@ -70,6 +71,20 @@ pub(super) fn table(out: &mut String, status: &Status, config: &Config, now: Dat
         out.push_str("</tr>\n");
     }
     out.push_str("</tbody></table></div>\n");
+}
+
+/// Whether its current digest is signed, as far as the ledger knows: by which key (its id on
+/// hover), or found unsigned; nothing when unknown.
+fn signed_mark(i: &ImageStatus) -> String {
+    match (&i.signed, i.unsigned) {
+        (Some(key_id), _) => {
+            format!(" <span class=\"pill ok signed\" title=\"signed by key {}\">signed</span>", Text(key_id))
+        }
+        (None, true) => {
+            " <span class=\"pill err unsigned\" title=\"no valid signature by a trusted key\">unsigned</span>".into()
+        }
+        (None, false) => String::new(),
+    }
 }
 
 /// Where the tag's last recorded move left it (the full reference on hover), and how.
@@ -163,6 +178,10 @@ mod tests {
             digest: None,
             previous: None,
             moves: Vec::new(),
+            signed: None,
+            unsigned: false,
+            signature: None,
+            attestation: None,
             last_action: action.map(|(kind, state, detail)| ImageAction {
                 key: format!("bm-{name}"),
                 change: "c7".into(),

@@ -6,6 +6,7 @@ use super::*;
 use builder_monitor_core::deploy::WorkloadProgress;
 use builder_monitor_core::event::{ActionResult, BuildInfo, CommitInfo};
 use builder_monitor_core::rebase::order::{self, KnownPin};
+use builder_monitor_core::signing::SignatureInfo;
 
 /// The app tag's digests around an attempt, as far as they are known.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -23,6 +24,8 @@ pub enum Next {
     Final,
     /// A newer change has an action for the image: end without writing.
     Superseded { by: String },
+    /// Refused before anything was written (`require_signed`): failed for good, `action.refused`.
+    Refused,
 }
 
 /// One attempt as the runner records it.
@@ -38,6 +41,8 @@ pub struct Attempt {
     pub keep_intent: bool,
     /// What its kind alone found or did.
     pub result: KindResult,
+    /// What it verified before acting and signed after (`action.signature`).
+    pub signature: Option<SignatureInfo>,
 }
 
 /// What an attempt found or did that only its kind has.
@@ -103,7 +108,7 @@ impl KindResult {
 impl Attempt {
     pub fn new(outcome: Outcome, next: Next, digests: Digests) -> Self {
         let moved = outcome.success;
-        Attempt { outcome, next, digests, moved, keep_intent: false, result: KindResult::default() }
+        Attempt { outcome, next, digests, moved, keep_intent: false, result: KindResult::default(), signature: None }
     }
 
     pub fn failed(detail: String, next: Next) -> Self {
@@ -175,11 +180,6 @@ impl Runner {
         Ok(())
     }
 
-    /// Carries out one attempt of `action` by its backend and says how it went.
-    pub(super) async fn attempt(&self, action: &ClaimedAction, target: &ActionTarget) -> Attempt {
-        self.backends.carrier(action.kind).attempt(self, action, target).await
-    }
-
     /// An attempt by something that pushes the app tag itself (a command, a Job, a Build): a
     /// rebuild that would go back to an older builder refused, the tag's digest recorded before
     /// `work` and read after it. `work` says the outcome and whether trying again could help.
@@ -199,10 +199,14 @@ impl Runner {
         let after = if outcome.success { self.app_digest(&target.image).await } else { None };
         let mut next = if retryable { Next::Retry } else { Next::Final };
         let moved = outcome.success;
+        let mut signature = None;
         if let Some(digest) = &after {
             match self.sign_build(action, target, digest).await {
                 Ok(None) => {}
-                Ok(Some(signed)) => outcome.detail.push_str(&format!("; signed {digest} ({})", signed.signature)),
+                Ok(Some((signed, key_id))) => {
+                    outcome.detail.push_str(&format!("; signed {digest} ({})", signed.signature));
+                    signature = Some(signed.info(&key_id));
+                }
                 // The tag moved already: another attempt would build again, not sign.
                 Err(why) => {
                     outcome.success = false;
@@ -213,6 +217,7 @@ impl Runner {
         }
         let mut attempt = Attempt::new(outcome, next, Digests { before, after });
         attempt.moved = moved;
+        attempt.signature = signature;
         attempt
     }
 

@@ -9,14 +9,14 @@ use builder_monitor_core::signing::{Descriptor, Provenance};
 
 impl Runner {
     /// Signs what `action` pushed (`digest`, under `target.image`) when `[signing] builds` asks for
-    /// it: `Ok(None)` when not asked or a trusted key signed it already; `Err` says why it could
+    /// it, with our key's id: `Ok(None)` when not asked or a trusted key signed it already; `Err` says why it could
     /// not be signed.
     pub(super) async fn sign_build(
         &self,
         action: &ClaimedAction,
         target: &ActionTarget,
         digest: &str,
-    ) -> Result<Option<Signed>, String> {
+    ) -> Result<Option<(Signed, String)>, String> {
         let Some(settings) = self.config.signing.as_ref().filter(|s| s.builds) else { return Ok(None) };
         let Some(signer) = &settings.signer else { return Ok(None) };
         let image = ImageRef::parse(&target.image).map_err(|e| e.to_string())?;
@@ -41,6 +41,6 @@ impl Runner {
         let manifest = self.registry.get_manifest(&image, digest).await.map_err(|e| e.to_string())?;
         let subject = Descriptor::of(&manifest.media_type, &manifest.bytes);
         let signed = sign(&self.registry, &image, &subject, signer, provenance.as_ref(), action.created).await;
-        signed.map(Some).map_err(|e| e.to_string())
+        signed.map(|s| Some((s, signer.key_id().to_string()))).map_err(|e| e.to_string())
     }
 }

@@ -45,6 +45,7 @@ impl Runner {
                 }),
                 kind => ActionResult::empty(kind.as_str()),
             },
+            signature: None,
         });
         e
     }
@@ -104,6 +105,7 @@ impl Runner {
             _ if outcome.success && attempt.skipped() => (ActionOutcome::Skipped, None),
             _ if outcome.success => (ActionOutcome::Succeeded, Some(succeeded_event)),
             Next::Superseded { by } => (ActionOutcome::Superseded { by: by.clone() }, None),
+            Next::Refused => (ActionOutcome::Failed, Some(EventType::ActionRefused)),
             Next::Retry
                 if self.backends.backend(action.kind).retries() && action.attempt < self.config.runner.max_attempts =>
             {
@@ -131,6 +133,7 @@ impl Runner {
                 if let Some(info) = e.action.as_mut() {
                     let path = info.result.build().and_then(|b| b.path.clone());
                     info.result = attempt.result.event_result(action.kind, path);
+                    info.signature = attempt.signature.clone();
                 }
                 e
             })

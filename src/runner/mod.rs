@@ -21,6 +21,7 @@ pub mod objects;
 pub mod pool;
 mod registry_rebase;
 mod secrets;
+mod verify;
 mod watch;
 
 /// The runner kinds that build in pools, each with the objects it makes there

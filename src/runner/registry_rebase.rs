@@ -123,7 +123,7 @@ impl Runner {
 
     /// The digest `image` (a tag) holds: `Ok(None)` when it does not exist, `Err` when it cannot be
     /// read within `DIGEST_WAIT`.
-    async fn read_tag(&self, image: &str) -> Result<Option<String>, String> {
+    pub(super) async fn read_tag(&self, image: &str) -> Result<Option<String>, String> {
         let image = ImageRef::parse(image).map_err(|e| e.to_string())?;
         match tokio::time::timeout(DIGEST_WAIT, self.registry.head_manifest(&image)).await {
             Ok(Ok(head)) => Ok(Some(head.digest)),
@@ -239,7 +239,15 @@ impl Runner {
                     None => format!("rebase onto {} wrote nothing (dry run)", report.reference),
                 };
                 let digests = Digests { before: Some(report.previous.clone()), after: report.digest.clone() };
-                Attempt::new(Outcome { success: true, detail, output_tail: String::new() }, Next::Final, digests)
+                let mut attempt =
+                    Attempt::new(Outcome { success: true, detail, output_tail: String::new() }, Next::Final, digests);
+                // The first digest signed is the one the tag points at.
+                if let Some(signing) = &report.signing
+                    && let Some(first) = signing.written.first()
+                {
+                    attempt.signature = Some(first.info(&signing.key_id));
+                }
+                attempt
             }
             Err(RebaseError::Superseded { by }) => Attempt::failed(
                 "a newer change has an action for this image; nothing written".into(),

@@ -44,6 +44,19 @@ pub struct Signed {
     pub attestation: Option<String>,
 }
 
+impl Signed {
+    /// What the ledger and events keep of it (`action.signature`), signed by `key_id`.
+    pub fn info(&self, key_id: &str) -> builder_monitor_core::signing::SignatureInfo {
+        builder_monitor_core::signing::SignatureInfo {
+            digest: Some(self.digest.clone()),
+            key_id: Some(key_id.to_string()),
+            signature: Some(self.signature.clone()),
+            attestation: self.attestation.clone(),
+            verified: None,
+        }
+    }
+}
+
 /// Signs `subject` (a manifest in `image`'s repository) with `signer` in both forms, and attests
 /// `provenance` when given. `created` dates the bundle's referrer: the action's planning time, so
 /// every attempt writes the same bytes.

@@ -10,8 +10,10 @@ use serde::Serialize;
 use super::short;
 use crate::config::Config;
 use crate::ledger::{ActionRecord, ActionState, LatestAction, Ledger, LedgerError, TagMove, TagMoveKind};
+use builder_monitor_core::event::EventType;
 use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::schedule::timestamp_millis;
+use builder_monitor_core::signing::{self, SignatureInfo};
 use builder_monitor_core::text::escape;
 
 /// An app image and the last moves of its tag.
@@ -27,6 +29,15 @@ pub struct ImageStatus {
     pub moves: Vec<TagMoveStatus>,
     /// Its newest rebase, rebuild or deploy, in whatever state (`null`: none recorded).
     pub last_action: Option<ImageAction>,
+    /// The key id that signed its current digest as the ledger last saw it (our key's after we
+    /// signed, a trusted key's after a check passed); `null`: unknown or not signed.
+    pub signed: Option<String>,
+    /// Whether a check found its current digest unsigned or its signatures invalid.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unsigned: bool,
+    /// The `.sig` and `.att` manifests its newest action wrote (`null`: it signed nothing).
+    pub signature: Option<String>,
+    pub attestation: Option<String>,
 }
 
 /// An app image's newest action, as much of it as says where the image stands.
@@ -96,13 +107,45 @@ pub(super) async fn collect(
     gated: &BTreeSet<&str>,
 ) -> Result<Vec<ImageStatus>, LedgerError> {
     let mut images = Vec::new();
+    let seen = if config.images.is_empty() { Vec::new() } else { signatures(ledger).await? };
     for i in &config.images {
         let moves = ledger.tag_moves(Some(&i.name), MOVES_SHOWN).await?;
         let mut status = image_status(&i.name, &i.image.to_string(), moves);
         status.last_action = last_action(latest, &i.name, gated);
+        let mine: Vec<&(String, String, SignatureInfo)> = seen.iter().filter(|(image, ..)| *image == i.name).collect();
+        match signing::signed_by(status.digest.as_deref(), mine.iter().map(|(_, _, s)| s)) {
+            Some(Some(key_id)) => status.signed = Some(key_id),
+            Some(None) => status.unsigned = true,
+            None => {}
+        }
+        let newest = status.last_action.as_ref().and_then(|a| mine.iter().find(|(_, key, _)| *key == a.key));
+        if let Some((_, _, info)) = newest {
+            (status.signature, status.attestation) = (info.signature.clone(), info.attestation.clone());
+        }
         images.push(status);
     }
     Ok(images)
+}
+
+/// The action events that end an action (and may carry `action.signature`).
+const ENDING: &[EventType] = &[
+    EventType::RebaseSucceeded,
+    EventType::RebaseFailed,
+    EventType::BuildSucceeded,
+    EventType::BuildFailed,
+    EventType::DeploySucceeded,
+    EventType::DeployFailed,
+    EventType::ActionRefused,
+];
+
+/// Events looked through for signatures; the ledger keeps fewer per watch.
+const SIGNATURE_EVENTS: usize = 2000;
+
+/// Each recorded action signature, newest first: (image, action key, what it verified and signed).
+async fn signatures(ledger: &Ledger) -> Result<Vec<(String, String, SignatureInfo)>, LedgerError> {
+    let types = ENDING.iter().map(|t| t.as_str().to_string()).collect();
+    let events = ledger.latest_events(types, SIGNATURE_EVENTS).await?;
+    Ok(events.into_iter().filter_map(|e| e.event.action).filter_map(|a| Some((a.image, a.key, a.signature?))).collect())
 }
 
 /// The newest action of each kind of each app image; no ledger read without `[[images]]`.
@@ -146,6 +189,10 @@ fn image_status(name: &str, image: &str, moves: Vec<TagMove>) -> ImageStatus {
             })
             .collect(),
         last_action: None,
+        signed: None,
+        unsigned: false,
+        signature: None,
+        attestation: None,
     }
 }
 
@@ -156,7 +203,12 @@ pub(super) fn render_text(out: &mut String, images: &[ImageStatus]) {
     }
     let _ = writeln!(out, "app images:");
     for i in images {
-        let _ = writeln!(out, "  {}  {}", i.name, i.image);
+        let mark = match (&i.signed, i.unsigned) {
+            (Some(key_id), _) => format!("  signed by {}", &key_id[..key_id.len().min(12)]),
+            (None, true) => "  unsigned".to_string(),
+            (None, false) => String::new(),
+        };
+        let _ = writeln!(out, "  {}  {}{mark}", i.name, i.image);
         if i.moves.is_empty() {
             let _ = writeln!(out, "    no tag moves recorded");
         }

@@ -13,4 +13,5 @@ mod gitops;
 mod rebase_daemon;
 mod rollout;
 mod runner;
+mod signed;
 mod signing;

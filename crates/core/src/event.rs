@@ -82,6 +82,10 @@ pub enum EventType {
     /// Someone put another digest into a file builder-monitor writes: the image is held.
     #[serde(rename = "gitops.overridden")]
     GitopsOverridden,
+    /// An action refused before it wrote anything: the digest it starts from carries no valid
+    /// signature by a trusted key (`require_signed`).
+    #[serde(rename = "action.refused")]
+    ActionRefused,
     /// Sent by `alert test` only.
     #[serde(rename = "alert.test")]
     AlertTest,
@@ -89,7 +93,7 @@ pub enum EventType {
 
 impl EventType {
     /// Every type an alert can ask for (`alert.test` is sent to one alert on request only).
-    pub const ALL: [EventType; 24] = [
+    pub const ALL: [EventType; 25] = [
         EventType::BuilderPinned,
         EventType::BuilderChanged,
         EventType::RunImageChanged,
@@ -114,6 +118,7 @@ impl EventType {
         EventType::GitopsCommitted,
         EventType::GitopsFailed,
         EventType::GitopsOverridden,
+        EventType::ActionRefused,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -142,6 +147,7 @@ impl EventType {
             EventType::GitopsCommitted => "gitops.committed",
             EventType::GitopsFailed => "gitops.failed",
             EventType::GitopsOverridden => "gitops.overridden",
+            EventType::ActionRefused => "action.refused",
             EventType::AlertTest => "alert.test",
         }
     }

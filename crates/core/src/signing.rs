@@ -13,6 +13,9 @@ mod error;
 mod key;
 mod payload;
 mod provenance;
+mod seen;
+#[cfg(test)]
+mod seen_tests;
 #[cfg(test)]
 mod tests;
 
@@ -34,3 +37,4 @@ pub use payload::{
     simple_signing_payload,
 };
 pub use provenance::{Provenance, SLSA_PROVENANCE_V1};
+pub use seen::{SIGNATURE_INVALID, SignatureInfo, UNSIGNED, Verification, checked_digest, required, signed_by};

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::deploy::WorkloadProgress;
+use crate::signing::SignatureInfo;
 
 /// The action an action event (`build.*`, `rebase.*`, `deploy.*`, `gitops.*`) is about. In JSON its
 /// kind's facts ([`ActionResult`]) are optional fields beside the shared ones, as events have
@@ -29,6 +30,8 @@ pub struct ActionInfo {
     pub digest: Option<String>,
     /// What its kind alone says.
     pub result: ActionResult,
+    /// What it verified before acting and signed after (`action.signature`); none when neither.
+    pub signature: Option<SignatureInfo>,
 }
 
 /// What an action event says that only its kind has.
@@ -110,6 +113,7 @@ impl From<ActionInfoWire> for ActionInfo {
             previous: w.previous,
             digest: w.digest,
             result,
+            signature: w.signature,
         }
     }
 }
@@ -133,6 +137,7 @@ impl From<ActionInfo> for ActionInfoWire {
             workloads: Vec::new(),
             pool: None,
             commit: None,
+            signature: a.signature,
         };
         match a.result {
             ActionResult::Build(b) => (w.path, w.tag_race, w.pool) = (b.path, b.tag_race, b.pool),
@@ -183,6 +188,9 @@ struct ActionInfoWire {
     /// A gitops action's commit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     commit: Option<CommitInfo>,
+    /// What it verified before acting and signed after; last, so older events read the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    signature: Option<SignatureInfo>,
 }
 
 /// What a gitops action committed (or, failing, would have): where, and which files.

@@ -65,7 +65,8 @@ pub fn subject_key(event: &Event) -> String {
         | EventType::DeployOverridden
         | EventType::GitopsCommitted
         | EventType::GitopsFailed
-        | EventType::GitopsOverridden => event.action.as_ref().map_or_else(builder, |a| format!("image:{}", a.image)),
+        | EventType::GitopsOverridden
+        | EventType::ActionRefused => event.action.as_ref().map_or_else(builder, |a| format!("image:{}", a.image)),
         EventType::ActionAwaitingApproval | EventType::ActionHeld => event
             .rollout
             .as_ref()

@@ -76,7 +76,8 @@ impl Event {
             | EventType::DeployOverridden
             | EventType::GitopsCommitted
             | EventType::GitopsFailed
-            | EventType::GitopsOverridden => self.action.as_ref().map(|a| {
+            | EventType::GitopsOverridden
+            | EventType::ActionRefused => self.action.as_ref().map(|a| {
                 let mut text = format!("{} of {}, attempt {}/{}", a.kind, a.image, a.attempt, a.max_attempts);
                 if let Some(detail) = &a.detail {
                     let _ = write!(text, " — {}", clipped(detail));

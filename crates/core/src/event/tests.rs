@@ -63,6 +63,7 @@ fn action_on(image: &str) -> ActionInfo {
         previous: None,
         digest: None,
         result: ActionResult::empty("rebuild"),
+        signature: None,
     }
 }
 
@@ -215,8 +216,14 @@ fn action_facts_round_trip_per_kind() {
     let gitops = format!(
         r#"{{"key":"k",{common},"kind":"gitops","commit":{{"target":"fleet","id":"abc","branch":"main","files":["a.yaml"]}}}}"#
     );
+    let signed = format!(
+        r#"{{"key":"k",{common},"kind":"rebase","digest":"sha256:b","path":"registry","signature":{{"digest":"sha256:b","key_id":"k1","signature":"sha256:s","attestation":"sha256:t"}}}}"#
+    );
     let order = |text: &str| serde_json::to_string(&serde_json::from_str::<serde_json::Value>(text).unwrap()).unwrap();
-    for text in [&rebase, &deploy, &gitops] {
+    let info: ActionInfo = serde_json::from_str(&signed).unwrap();
+    assert_eq!(info.signature.as_ref().and_then(|s| s.signature.as_deref()), Some("sha256:s"));
+    assert_eq!(serde_json::from_str::<ActionInfo>(&rebase).unwrap().signature, None);
+    for text in [&rebase, &deploy, &gitops, &signed] {
         let info: ActionInfo = serde_json::from_str(text).unwrap();
         assert_eq!(order(&serde_json::to_string(&info).unwrap()), order(text));
     }

@@ -237,18 +237,26 @@ impl Registry {
 
     /// Whether the registry has the OCI 1.1 referrers API (`GET /v2/<repo>/referrers/<digest>`
     /// answers 200; 404 means it has none, so referrers are listed under the referrers tag
-    /// schema's `sha256-<hex>` index instead). Its answer, an index, is not read.
+    /// schema's `sha256-<hex>` index instead). Its answer, an index, is not read. A registry that
+    /// answered it has none is not asked again by this process.
     pub async fn has_referrers_api(&self, image: &ImageRef, digest: &str) -> Result<bool, RegistryError> {
+        use std::sync::atomic::Ordering;
         let endpoint = self.endpoint(image)?;
         if !is_sha256_digest(digest) {
             return Err(endpoint.invalid(format!("subject digest \"{digest}\" is not a sha256 digest")));
+        }
+        if endpoint.no_referrers_api.load(Ordering::Relaxed) {
+            return Ok(false);
         }
         let path = format!("{}/referrers/{digest}", image.repository());
         let response = endpoint.send(Method::GET, &path, image.repository(), Fetch::Manifest).await?;
         match response.status() {
             s if s.is_success() => Ok(true),
             // 400: registries that route /referrers/ to nothing valid (go-containerregistry treats it so).
-            StatusCode::NOT_FOUND | StatusCode::BAD_REQUEST => Ok(false),
+            StatusCode::NOT_FOUND | StatusCode::BAD_REQUEST => {
+                endpoint.no_referrers_api.store(true, Ordering::Relaxed);
+                Ok(false)
+            }
             s => Err(endpoint.invalid(format!("GET referrers answered HTTP {s}"))),
         }
     }

@@ -73,17 +73,17 @@ pub async fn sign(
     let Some((layer, payload)) = signature_layer(signer, &repository, digest) else {
         return Err(SignError::Digest(digest.to_string()));
     };
-    let signature = append(registry, image, digest, Attachment::Signature, layer, payload).await?;
-    let bundle = write_bundle_referrer(registry, image, subject, signer, created).await?;
-    let attestation = match provenance {
-        None => None,
-        Some(provenance) => {
-            let statement = Statement::new(&repository, digest, SLSA_PROVENANCE_V1, provenance.predicate())
-                .map_err(|_| SignError::Digest(digest.to_string()))?;
-            let (layer, blob) = attestation_layer(&Envelope::statement(signer, &statement), SLSA_PROVENANCE_V1);
-            Some(append(registry, image, digest, Attachment::Attestation, layer, blob).await?)
-        }
+    // The three are independent: written together, all before the caller moves any tag.
+    let signature = append(registry, image, digest, Attachment::Signature, layer, payload);
+    let bundle = async { Ok(write_bundle_referrer(registry, image, subject, signer, created).await?) };
+    let attestation = async {
+        let Some(provenance) = provenance else { return Ok(None) };
+        let statement = Statement::new(&repository, digest, SLSA_PROVENANCE_V1, provenance.predicate())
+            .map_err(|_| SignError::Digest(digest.to_string()))?;
+        let (layer, blob) = attestation_layer(&Envelope::statement(signer, &statement), SLSA_PROVENANCE_V1);
+        append(registry, image, digest, Attachment::Attestation, layer, blob).await.map(Some)
     };
+    let (signature, bundle, attestation) = futures::try_join!(signature, bundle, attestation)?;
     Ok(Signed { digest: digest.to_string(), signature, bundle: Some(bundle), attestation })
 }
 

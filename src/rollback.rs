@@ -172,7 +172,7 @@ pub async fn rollback(
     // Recorded before the write: a crash after the PUT is completed by the next rollback or start.
     ledger.begin_tag_write(&image.builder, intent.clone()).await?;
     let subject = Descriptor::of(&manifest.media_type, &manifest.bytes);
-    done.signed = sign_restored(config, registry, &image.image, &subject, done.from.as_deref(), now).await?;
+    done.signed = Box::pin(sign_restored(config, registry, &image.image, &subject, done.from.as_deref(), now)).await?;
     let stored = registry.put_manifest(&image.image, &tag, &manifest.media_type, manifest.bytes).await?;
     if stored != target {
         return Err(RollbackError::Mismatch { image: image.name.clone(), wanted: target, stored });

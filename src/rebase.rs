@@ -197,7 +197,7 @@ pub enum RebaseError {
     Unusable(String),
     /// A signature of what the tag would lead to could not be written: the tag was left alone.
     #[error("{0}; the tag was left alone")]
-    Sign(#[from] crate::signing::SignError),
+    Sign(#[from] Box<crate::signing::SignError>),
     /// Someone else moved the tag while we rebased; nothing of ours is under it.
     #[error("{image} moved from {expected} to {found} during the rebase; the tag was left alone")]
     TagMoved { image: String, expected: String, found: String },

@@ -44,7 +44,7 @@ pub enum RollbackError {
     #[error(transparent)]
     Ledger(#[from] LedgerError),
     #[error("{0}; the tag was left alone")]
-    Sign(#[from] crate::signing::SignError),
+    Sign(#[from] Box<crate::signing::SignError>),
 }
 
 /// What a rollback did.
@@ -210,7 +210,8 @@ async fn sign_restored(
         action: None,
         version: env!("CARGO_PKG_VERSION").into(),
     });
-    Ok(Some(crate::signing::sign(registry, image, subject, signer, provenance.as_ref(), now).await?))
+    let signed = crate::signing::sign(registry, image, subject, signer, provenance.as_ref(), now).await;
+    Ok(Some(signed.map_err(Box::new)?))
 }
 
 /// Settles a rollback's intent left open by a crash: recorded as the move it made when the tag

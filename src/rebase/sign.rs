@@ -139,7 +139,9 @@ impl SignPlan {
                 annotations: None,
                 artifact_type: None,
             };
-            let signed = sign(registry, app, &subject, &self.signer, provenance.as_ref(), self.created).await?;
+            let signed = sign(registry, app, &subject, &self.signer, provenance.as_ref(), self.created)
+                .await
+                .map_err(Box::new)?;
             report.written.push(signed);
         }
         Ok(report)

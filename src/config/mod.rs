@@ -28,6 +28,7 @@ use pieces::{Elements, NotAlone, Sections};
 mod builders;
 mod registries;
 mod rollout;
+mod secret;
 mod server;
 mod signing;
 mod summary;
@@ -42,6 +43,7 @@ pub use runner::{
     DEPLOY_PLACEHOLDERS, EVERY_KIND, ExecSettings, Facts, KubeRunnerSettings, NONE, PLACEHOLDERS, PRIORITY_LABEL,
     PodTemplate, Pool, QUEUE_LABEL, REGISTRY, RebasePath, Rule, RunnerKind, RunnerSettings, WORKLOADS,
 };
+pub use secret::{Secret, Secrets};
 use server::RawServer;
 pub use server::{
     DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_CLIENT, MAX_CONNECTIONS,
@@ -84,39 +86,6 @@ pub const MAX_MAX_PLATFORMS: usize = 256;
 pub fn rate_period(per_second: f64) -> Duration {
     let rate = if per_second.is_nan() { MIN_RATE } else { per_second.clamp(MIN_RATE, MAX_RATE) };
     Duration::from_secs_f64(1.0 / rate)
-}
-
-/// A secret value (password, token). It never prints itself.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-    /// The secret itself, for the one place that must send it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(***)")
-    }
-}
-
-/// Which secrets loading a config reads (the variables and files named by `*_env`, `*_file` and
-/// `docker_config`): only the commands that use them, so a read command needs none of the daemon's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Secrets {
-    /// All of them; a missing one is an error (`run`, `alert test`, `check`).
-    Resolve,
-    /// Registry credentials only (`resolve`, `diff`); alert and API secrets are left unresolved.
-    Registries,
-    /// None: alerts are unsigned with an unresolved URL, the API has no token, registries are
-    /// anonymous (`status`, `plan`, `build-spec`, `rbac`).
-    Skip,
 }
 
 /// A validated configuration.
@@ -482,14 +451,8 @@ impl<'a> Validator<'a> {
             None => Some(None),
         });
 
-        let trusts =
-            signing.as_ref().and_then(|s| s.as_ref()).is_some_and(|s| s.key.is_some() || !s.trusted_keys.is_empty());
-        if signing.is_some() && !trusts {
-            for at in std::mem::take(&mut self.signed_images) {
-                let (offset, span) = (std::mem::take(&mut self.offset), at..at);
-                self.error(span, "require_signed = true trusts no key: list the public keys in [signing] trusted_keys");
-                self.offset = offset;
-            }
+        if let Some(signing) = &signing {
+            self.images_need_a_trusted_key(signing.as_ref());
         }
 
         Ok((|| {

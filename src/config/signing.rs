@@ -115,6 +115,19 @@ pub(super) struct RawSigning {
 }
 
 impl<'a> Validator<'a> {
+    /// `[[images]] require_signed = true` needs `[signing]` with a key to trust (`signing`: the
+    /// table as read, `None` when it had errors of its own).
+    pub(super) fn images_need_a_trusted_key(&mut self, signing: Option<&SigningSettings>) {
+        if signing.is_some_and(|s| s.key.is_some() || !s.trusted_keys.is_empty()) {
+            return;
+        }
+        for at in std::mem::take(&mut self.signed_images) {
+            let (offset, span) = (std::mem::take(&mut self.offset), at..at);
+            self.error(span, "require_signed = true trusts no key: list the public keys in [signing] trusted_keys");
+            self.offset = offset;
+        }
+    }
+
     pub(super) fn signing(&mut self, raw: RawSigning) -> Option<SigningSettings> {
         let errors_before = self.diagnostics.len();
         let key = match (&raw.key, &raw.key_env) {

@@ -551,6 +551,15 @@ impl RebaseReport {
                 b.present, b.mounted, b.copied, b.bytes_copied
             );
         }
+        if let Some(signing) = &self.signing {
+            let (verb, attest) =
+                (if dry_run { "would sign" } else { "signed" }, if signing.attest { " and attest" } else { "" });
+            let key = signing.key_id.get(..12).unwrap_or(&signing.key_id);
+            let _ = writeln!(out, "  {verb}{attest} with key {key}:");
+            for digest in &signing.digests {
+                let _ = writeln!(out, "    {digest}");
+            }
+        }
         out
     }
 }

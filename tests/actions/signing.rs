@@ -344,6 +344,20 @@ async fn a_multi_arch_rebase_by_hand_signs_the_index_and_each_platform() {
         assert_eq!(out.code, Some(0), "{}", out.stderr);
         serde_json::from_str::<Value>(&out.stdout).unwrap()
     };
+    let text = support::daemon::run_with_env(
+        &[
+            "rebase",
+            &format!("{host}/apps/web:latest"),
+            "--run-image",
+            &run_tag,
+            "--dry-run",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+        &[(PASSWORD_ENV, PASSWORD)],
+        ws.dir.path(),
+    );
+    assert!(text.stdout.contains("would sign with key "), "{}", text.stdout);
     let dry = rebase(true);
     let report = rebase(false);
     let tag = ImageRef::parse(&format!("{host}/apps/web:latest")).unwrap();
@@ -356,6 +370,9 @@ async fn a_multi_arch_rebase_by_hand_signs_the_index_and_each_platform() {
     assert_eq!(platforms.len(), 2);
     assert_eq!(report["signing"]["digests"], serde_json::json!(expected), "the index first, then each platform");
     assert_eq!(dry["signing"]["digests"], report["signing"]["digests"], "the dry run named what the rebase signed");
+    for digest in report["signing"]["digests"].as_array().unwrap() {
+        assert!(text.stdout.contains(digest.as_str().unwrap()), "the text names {digest}: {}", text.stdout);
+    }
     let public_key = fixture(PUBLIC_KEY);
     for digest in &expected {
         assert_eq!(valid_signatures(&tag, digest, &public_key).await, 1, "{digest} signed");

@@ -50,6 +50,7 @@ const CORE_LAYERS: &[&str] = &[
     "schedule",
     "template",
     "packages",
+    "vulns",
     "cnb",
     "rebase",
     "pool",

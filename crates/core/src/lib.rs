@@ -17,3 +17,4 @@ pub mod schedule;
 pub mod signing;
 pub mod template;
 pub mod text;
+pub mod vulns;

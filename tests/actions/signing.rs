@@ -305,19 +305,10 @@ async fn a_multi_arch_rebase_by_hand_signs_the_index_and_each_platform() {
     let registry = TestRegistry::start();
     let pusher = Pusher::new(&registry.host);
     let host = registry.host.clone();
-    let runs = |version: &str| [RunImage::jammy(version, 3), RunImage::jammy(version, 3).arch("arm64", Some("v8"))];
-    async fn push_runs(pusher: &Pusher, runs: &[RunImage; 2]) -> Vec<app::PushedImage> {
-        let mut children = Vec::new();
-        for run in runs {
-            children.push(app::push_run(pusher, "demo/run", None, run, Format::Oci).await);
-        }
-        let pairs: Vec<(&app::PushedImage, &RunImage)> = children.iter().zip(runs.iter()).collect();
-        app::push_index(pusher, "demo/run", "latest", &pairs, None, Format::Oci).await;
-        children
-    }
+    let runs = |version: &str| app::two_platform_runs(version, 3);
     let run_tag = format!("{host}/demo/run:latest");
     let (v1, v2) = (runs("1"), runs("2"));
-    let v1_children = push_runs(&pusher, &v1).await;
+    let v1_children = app::push_run_index(&pusher, "demo/run", "latest", &v1).await;
     let mut apps = Vec::new();
     for (run, child) in v1.iter().zip(&v1_children) {
         let app = App::on(run, &run_tag, &format!("{host}/demo/run@{}", child.digest));
@@ -325,7 +316,7 @@ async fn a_multi_arch_rebase_by_hand_signs_the_index_and_each_platform() {
     }
     let pairs: Vec<(&app::PushedImage, &RunImage)> = apps.iter().zip(v1.iter()).collect();
     app::push_index(&pusher, "apps/web", "latest", &pairs, None, Format::Oci).await;
-    push_runs(&pusher, &v2).await;
+    app::push_run_index(&pusher, "demo/run", "latest", &v2).await;
 
     let ws = Workspace::new();
     let config = ws.config(&format!(

@@ -18,7 +18,7 @@ use builder_monitor::ledger::Ledger;
 use builder_monitor::metrics::Metrics;
 use builder_monitor::registry::Registry;
 use builder_monitor_core::reference::ImageRef;
-use builder_monitor_core::signing::{Descriptor, Signer};
+use builder_monitor_core::signing::Descriptor;
 use support::app::{self, App, RunImage};
 use support::cnb::BuilderSpec;
 use support::daemon::{Daemon, Output, Workspace};
@@ -223,17 +223,6 @@ async fn a_rebase_is_signed_and_attested_before_its_tag_moves() {
     assert!(position(&world.proxy, "PUT", &format!("/manifests/sha256-{hex}.att")) < tag_put);
 }
 
-/// A key of another signer, made by openssl.
-fn other_signer(dir: &Path) -> Signer {
-    let out = Command::new("openssl")
-        .args(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "other.key"])
-        .current_dir(dir)
-        .output()
-        .expect("openssl runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    Signer::from_pem(&std::fs::read(dir.join("other.key")).unwrap(), None).unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daemon_killed_before_the_tag_moves_leaves_one_signature_and_moves_the_tag_once() {
     let world = World::new().await;
@@ -259,8 +248,7 @@ async fn a_daemon_killed_before_the_tag_moves_leaves_one_signature_and_moves_the
     let dry: Value = serde_json::from_str(&dry.stdout).unwrap();
     let new = dry["signing"]["digests"][0].as_str().unwrap().to_string();
     assert!(dry["signing"].get("written").is_none(), "a dry run writes no signature: {dry}");
-    let other = other_signer(world.ws.dir.path());
-    std::fs::write(world.ws.path("other.pub"), other.public_key_pem()).unwrap();
+    let other = support::keys::p256(world.ws.dir.path(), "other");
     // Only the tag form's payload names the digest; the bundle's subject size is not checked here.
     let subject = Descriptor {
         media_type: "application/vnd.oci.image.manifest.v1+json".into(),
@@ -412,9 +400,8 @@ async fn a_rollback_signs_the_digest_it_restores_when_our_key_has_not() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn builds_are_signed_unless_a_trusted_key_signed_them() {
     let dir = tempfile::tempdir().unwrap();
-    let other = other_signer(dir.path());
-    let other_pub = dir.path().join("other.pub");
-    std::fs::write(&other_pub, other.public_key_pem()).unwrap();
+    support::keys::p256(dir.path(), "other.key");
+    let other_pub = dir.path().join("other.key.pub");
     let builder_config = dir.path().join("builder.toml");
     std::fs::write(
         &builder_config,

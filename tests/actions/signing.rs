@@ -476,3 +476,24 @@ async fn the_signing_key_and_password_never_reach_the_ledger_through_a_commands_
         }
     }
 }
+
+/// A registry that refuses the signature's write: the tag does not move, and the action fails
+/// naming the registry's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_signature_write_leaves_the_tag_and_names_the_registrys_answer() {
+    let runner = "[runner]\ntype = \"none\"\nrebase = \"registry\"\nmax_attempts = 1\n";
+    let world = World::with(runner, "").await;
+    let tag = world.tag();
+    let before = client().head_manifest(&tag).await.unwrap().digest;
+    world.move_run_image().await;
+    world.proxy.inject(support::proxy::Fault::status(403).on("PUT").at(".sig").code("DENIED"));
+    let out = world.run_once();
+    assert_eq!(out.code, Some(1), "the action failed: {}", out.stderr);
+    assert_eq!(client().head_manifest(&tag).await.unwrap().digest, before, "the tag stayed");
+    let ledger = Ledger::open_read_only(&world.ws.path("state.db")).unwrap();
+    let action = &ledger.actions(10).await.unwrap()[0];
+    let detail = action.detail.clone().unwrap_or_default();
+    assert!(detail.contains("cannot sign") && detail.contains(".sig answered HTTP 403"), "{detail}");
+    assert!(detail.contains("the tag was left alone"), "{detail}");
+    assert!(ledger.tag_moves(None, 10).await.unwrap().is_empty(), "no move recorded");
+}

@@ -83,7 +83,9 @@ async fn vulnerability_data(config: &Config) -> Result<(), Failure> {
         outln!("vulnerability data: downloaded from {} every {every} by run", redact_url(url));
         return Ok(());
     }
-    let loaded = vulns::load_local(&settings.osv).await.map_err(|e| usage(anyhow::anyhow!("{}: {e}", config.source.display())))?;
+    let loaded = vulns::load_local(&settings.osv)
+        .await
+        .map_err(|e| usage(anyhow::anyhow!("{}: {e}", config.source.display())))?;
     loaded.log_skips("check");
     let skipped: Vec<String> = loaded.skipped.iter().map(|(why, (n, _))| format!("{} {n}", why.as_str())).collect();
     let skipped = if skipped.is_empty() { String::new() } else { format!(", skipped: {}", skipped.join(", ")) };

@@ -459,7 +459,9 @@ impl<'a> Validator<'a> {
         });
 
         let vulnerabilities = self.at(raw_vulns, |v, value| match value {
-            Some(value) => v.entry::<vulnerabilities::RawVulnerabilities>(value).and_then(|r| v.vulnerabilities(r)).map(Some),
+            Some(value) => {
+                v.entry::<vulnerabilities::RawVulnerabilities>(value).and_then(|r| v.vulnerabilities(r)).map(Some)
+            }
             None => Some(None),
         });
         if let Some(signing) = &signing {

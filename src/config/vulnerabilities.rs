@@ -68,7 +68,10 @@ impl<'a> Validator<'a> {
             if self.secrets == Secrets::Resolve {
                 match std::fs::metadata(&path) {
                     Err(e) => {
-                        self.error(span, format!("osv {}: {e}: give the OSV mirror's directory or .tar.gz", path.display()));
+                        self.error(
+                            span,
+                            format!("osv {}: {e}: give the OSV mirror's directory or .tar.gz", path.display()),
+                        );
                         return None;
                     }
                     Ok(meta) if is_tar && !meta.is_file() => {
@@ -94,7 +97,10 @@ impl<'a> Validator<'a> {
                     return None;
                 }
                 if !matches!(osv, OsvSource::Url(_)) {
-                    self.error(value.span(), "refresh applies to an osv URL only: a local mirror is read at start (and on SIGHUP)");
+                    self.error(
+                        value.span(),
+                        "refresh applies to an osv URL only: a local mirror is read at start (and on SIGHUP)",
+                    );
                     return None;
                 }
                 refresh

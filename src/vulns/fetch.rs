@@ -109,7 +109,9 @@ impl Refresher {
         }
         match tokio::task::spawn_blocking(move || load::tar_gz(&path, empty_index())).await {
             Ok(Ok(loaded)) => self.publish.loaded(loaded, &self.shown, at),
-            Ok(Err(error)) => tracing::warn!(error = %error, "the kept OSV download does not read; downloading it again"),
+            Ok(Err(error)) => {
+                tracing::warn!(error = %error, "the kept OSV download does not read; downloading it again")
+            }
             Err(error) => tracing::warn!(error = %error, "reading the kept OSV download stopped"),
         }
     }
@@ -139,7 +141,8 @@ impl Refresher {
             return Err(FetchError::Status { url: url(), status: response.status() });
         }
         let header = |name| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
-        let fresh = Validators { etag: header(ETAG), last_modified: header(LAST_MODIFIED), current_at: Some(Utc::now()) };
+        let fresh =
+            Validators { etag: header(ETAG), last_modified: header(LAST_MODIFIED), current_at: Some(Utc::now()) };
         tokio::fs::create_dir_all(&self.dir).await.map_err(keep)?;
         let part = self.dir.join(PART);
         let mut file = tokio::fs::File::create(&part).await.map_err(keep)?;

@@ -209,7 +209,9 @@ pub fn tar_gz(path: &Path, index: Index) -> Result<Loaded, LoadError> {
         if !name.ends_with(".json") {
             continue;
         }
-        let leaves = Path::new(&name).components().any(|c| matches!(c, Component::ParentDir | Component::RootDir | Component::Prefix(_)));
+        let leaves = Path::new(&name)
+            .components()
+            .any(|c| matches!(c, Component::ParentDir | Component::RootDir | Component::Prefix(_)));
         if leaves {
             loaded.skip(Skip::PathTraversal, &name);
             continue;

@@ -80,7 +80,10 @@ impl Publish {
     fn loaded(&self, loaded: Loaded, source: &str, at: DateTime<Utc>) {
         loaded.log_skips(source);
         for (why, (count, _)) in &loaded.skipped {
-            self.metrics.osv_skipped.get_or_create(&crate::metrics::ReasonLabels { reason: why.as_str().into() }).inc_by(*count);
+            self.metrics
+                .osv_skipped
+                .get_or_create(&crate::metrics::ReasonLabels { reason: why.as_str().into() })
+                .inc_by(*count);
         }
         let records = loaded.index.len();
         self.metrics.osv_records.set(records as i64);
@@ -92,7 +95,12 @@ impl Publish {
     /// The data in force stays; only how current it is changes.
     fn touched(&self, at: Option<DateTime<Utc>>, failed: Option<String>) {
         self.tx.send_modify(|s| {
-            let mut next = Snapshot { index: s.index.clone(), records: s.records, current_at: s.current_at, refresh_failed: failed };
+            let mut next = Snapshot {
+                index: s.index.clone(),
+                records: s.records,
+                current_at: s.current_at,
+                refresh_failed: failed,
+            };
             if at.is_some() {
                 next.current_at = at;
             }

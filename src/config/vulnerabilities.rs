@@ -109,3 +109,65 @@ impl<'a> Validator<'a> {
         Some(VulnerabilitySettings { osv, refresh })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BUILDER: &str = "[[builders]]\nname = \"b\"\nimage = \"r.example/b:1\"\n\n";
+
+    fn parse(table: &str) -> Result<Config, String> {
+        let text = format!("{BUILDER}[vulnerabilities]\n{table}");
+        Config::parse_in(Path::new("/etc/bm/config.toml"), &text, Secrets::Skip, None).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn each_source_kind_and_the_refresh_default() {
+        let v = parse("osv = \"mirror\"\n").unwrap().vulnerabilities.unwrap();
+        assert_eq!(v, VulnerabilitySettings { osv: OsvSource::Dir("/etc/bm/mirror".into()), refresh: DEFAULT_REFRESH });
+        let v = parse("osv = \"/m/ubuntu.tar.gz\"\n").unwrap().vulnerabilities.unwrap();
+        assert_eq!(v.osv, OsvSource::TarGz("/m/ubuntu.tar.gz".into()));
+        let v = parse("osv = \"https://m.example/osv.tar.gz\"\nrefresh = \"1m\"\n").unwrap().vulnerabilities.unwrap();
+        assert_eq!(
+            v,
+            VulnerabilitySettings { osv: OsvSource::Url("https://m.example/osv.tar.gz".into()), refresh: MIN_REFRESH }
+        );
+        assert!(parse("osv = \"http://127.0.0.1:8080/osv.tar.gz\"\n").is_ok());
+        assert!(
+            Config::parse_in(Path::new("/c.toml"), BUILDER, Secrets::Skip, None).unwrap().vulnerabilities.is_none()
+        );
+    }
+
+    #[test]
+    fn mistakes_are_named_at_their_line_and_column() {
+        let cases = [
+            ("osv = \"\"\n", "6:7: osv is empty"),
+            ("osv = \"http://m.example/osv.tar.gz\"\n", "6:7: osv URL \"http://m.example/osv.tar.gz\" is plain http"),
+            ("osv = \"m.zip\"\n", "6:7: osv: a .zip mirror is not read: unpack it"),
+            (
+                "osv = \"https://m.example/a.tar.gz\"\nrefresh = \"30s\"\n",
+                "7:11: refresh 30s is under the minimum of 1m",
+            ),
+            ("osv = \"mirror\"\nrefresh = \"1h\"\n", "7:11: refresh applies to an osv URL only"),
+            (
+                "osv = \"https://m.example/a.tar.gz\"\nrefresh = \"6\"\n",
+                "7:11: invalid refresh \"6\" (a unit is required",
+            ),
+            ("osv = \"mirror\"\nzzz = 1\n", "7:1: unknown field `zzz`, expected `osv` or `refresh`"),
+        ];
+        for (table, wanted) in cases {
+            let error = parse(table).unwrap_err();
+            assert!(error.contains(&format!("/etc/bm/config.toml:{wanted}")), "{table}: {error}");
+        }
+    }
+
+    #[test]
+    fn a_local_mirror_that_is_not_there_is_an_error_when_files_are_resolved() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config.toml");
+        let text = format!("{BUILDER}[vulnerabilities]\nosv = \"missing.tar.gz\"\n");
+        let error = Config::parse_in(&config, &text, Secrets::Resolve, None).unwrap_err().to_string();
+        assert!(error.contains(&format!("osv {}: ", dir.path().join("missing.tar.gz").display())), "{error}");
+        assert!(Config::parse_in(&config, &text, Secrets::Skip, None).is_ok(), "status and plan need no mirror");
+    }
+}

@@ -18,3 +18,4 @@ mod page;
 mod reference;
 mod signing;
 mod tour;
+mod vulns;

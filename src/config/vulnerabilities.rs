@@ -21,9 +21,10 @@ pub enum OsvSource {
     /// Every `*.json` under it, recursively (Ubuntu's `osv/usn` + `osv/cve/<year>`, or OSV.dev's
     /// flat export).
     Dir(PathBuf),
-    /// A gzip-compressed tar of such a tree.
-    TarGz(PathBuf),
-    /// A `.tar.gz` downloaded (conditionally) every `refresh`, kept under the state directory.
+    /// A gzip-compressed tar (`.tar.gz`, `.tgz`) or a `.zip` of such a tree.
+    Archive(PathBuf),
+    /// A `.tar.gz` or `.zip` downloaded (conditionally) every `refresh`, kept under the state
+    /// directory.
     Url(String),
 }
 
@@ -59,12 +60,9 @@ impl<'a> Validator<'a> {
                 return None;
             }
             OsvSource::Url(text.to_string())
-        } else if text.ends_with(".zip") {
-            self.error(span, "osv: a .zip mirror is not read: unpack it to a directory, or give a .tar.gz");
-            return None;
         } else {
             let path = self.path(text);
-            let is_tar = text.ends_with(".tar.gz") || text.ends_with(".tgz");
+            let is_tar = [".tar.gz", ".tgz", ".zip"].iter().any(|ext| text.ends_with(ext));
             if self.secrets == Secrets::Resolve {
                 match std::fs::metadata(&path) {
                     Err(e) => {
@@ -75,18 +73,18 @@ impl<'a> Validator<'a> {
                         return None;
                     }
                     Ok(meta) if is_tar && !meta.is_file() => {
-                        self.error(span, format!("osv {} is not a file (a .tar.gz was named)", path.display()));
+                        self.error(span, format!("osv {} is not a file (an archive was named)", path.display()));
                         return None;
                     }
                     Ok(meta) if !is_tar && !meta.is_dir() => {
-                        let hint = "give a directory of OSV records, or a file ending in .tar.gz";
+                        let hint = "give a directory of OSV records, or a file ending in .tar.gz or .zip";
                         self.error(span, format!("osv {} is not a directory: {hint}", path.display()));
                         return None;
                     }
                     Ok(_) => {}
                 }
             }
-            if is_tar { OsvSource::TarGz(path) } else { OsvSource::Dir(path) }
+            if is_tar { OsvSource::Archive(path) } else { OsvSource::Dir(path) }
         };
         let refresh = match &raw.refresh {
             None => DEFAULT_REFRESH,
@@ -126,7 +124,7 @@ mod tests {
         let v = parse("osv = \"mirror\"\n").unwrap().vulnerabilities.unwrap();
         assert_eq!(v, VulnerabilitySettings { osv: OsvSource::Dir("/etc/bm/mirror".into()), refresh: DEFAULT_REFRESH });
         let v = parse("osv = \"/m/ubuntu.tar.gz\"\n").unwrap().vulnerabilities.unwrap();
-        assert_eq!(v.osv, OsvSource::TarGz("/m/ubuntu.tar.gz".into()));
+        assert_eq!(v.osv, OsvSource::Archive("/m/ubuntu.tar.gz".into()));
         let v = parse("osv = \"https://m.example/osv.tar.gz\"\nrefresh = \"1m\"\n").unwrap().vulnerabilities.unwrap();
         assert_eq!(
             v,
@@ -143,7 +141,6 @@ mod tests {
         let cases = [
             ("osv = \"\"\n", "6:7: osv is empty"),
             ("osv = \"http://m.example/osv.tar.gz\"\n", "6:7: osv URL \"http://m.example/osv.tar.gz\" is plain http"),
-            ("osv = \"m.zip\"\n", "6:7: osv: a .zip mirror is not read: unpack it"),
             (
                 "osv = \"https://m.example/a.tar.gz\"\nrefresh = \"30s\"\n",
                 "7:11: refresh 30s is under the minimum of 1m",

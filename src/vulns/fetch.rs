@@ -107,7 +107,7 @@ impl Refresher {
         if !path.is_file() {
             return;
         }
-        match tokio::task::spawn_blocking(move || load::tar_gz(&path, empty_index())).await {
+        match tokio::task::spawn_blocking(move || load::archive(&path, empty_index())).await {
             Ok(Ok(loaded)) => self.publish.loaded(loaded, &self.shown, at),
             Ok(Err(error)) => {
                 tracing::warn!(error = %error, "the kept OSV download does not read; downloading it again")
@@ -159,7 +159,7 @@ impl Refresher {
         file.flush().await.map_err(keep)?;
         drop(file);
         let reading = part.clone();
-        let loaded = tokio::task::spawn_blocking(move || load::tar_gz(&reading, empty_index()))
+        let loaded = tokio::task::spawn_blocking(move || load::archive(&reading, empty_index()))
             .await
             .map_err(|e| FetchError::Http { url: url(), detail: e.to_string() })?;
         let loaded = match loaded {

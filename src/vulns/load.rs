@@ -1,4 +1,4 @@
-//! Reading OSV records from a directory tree or a `.tar.gz`, within bounds: each record file at
+//! Reading OSV records from a directory tree, a `.tar.gz` or a `.zip`, within bounds: each record file at
 //! most [`MAX_RECORD`] bytes, at most [`MAX_ENTRIES`] entries and [`MAX_ARCHIVE`] decompressed
 //! bytes in all. A file that cannot be a record is skipped and counted by reason; a source over
 //! the whole caps is refused (its data would be partial).
@@ -64,6 +64,10 @@ pub enum LoadError {
     TooLarge { path: PathBuf },
     #[error("the OSV archive {} is not a readable .tar.gz: {error}", path.display())]
     Corrupt { path: PathBuf, error: std::io::Error },
+    #[error("the OSV archive {} is not a readable .zip: {error}", path.display())]
+    CorruptZip { path: PathBuf, error: zip::result::ZipError },
+    #[error("the OSV archive {} is neither a .tar.gz nor a .zip (it starts with neither's magic bytes)", path.display())]
+    UnknownArchive { path: PathBuf },
 }
 
 /// What a load read: the index, and what it skipped, by reason (count, first file).
@@ -182,6 +186,64 @@ impl<R: Read> Read for Capped<R> {
 }
 
 const CAP_HIT: &str = "decompressed size cap";
+
+/// Every `*.json` regular file of the archive at `path`: a `.tar.gz` or a `.zip`, told by its
+/// first bytes (a download's name says nothing).
+pub fn archive(path: &Path, index: Index) -> Result<Loaded, LoadError> {
+    let mut magic = [0u8; 4];
+    let read = std::fs::File::open(path).and_then(|mut f| f.read(&mut magic));
+    match read.map_err(|error| LoadError::Read { path: path.to_path_buf(), error })? {
+        n if n >= 2 && magic[..2] == [0x1f, 0x8b] => tar_gz(path, index),
+        4 if magic == *b"PK\x03\x04" || magic == *b"PK\x05\x06" => zip_file(path, index),
+        _ => Err(LoadError::UnknownArchive { path: path.to_path_buf() }),
+    }
+}
+
+/// Every `*.json` regular file of the `.zip` at `path`. The central directory's sizes may lie (a
+/// zip bomb): every entry is read through [`MAX_RECORD`] and all of them through [`MAX_ARCHIVE`].
+pub fn zip_file(path: &Path, index: Index) -> Result<Loaded, LoadError> {
+    let file = std::fs::File::open(path).map_err(|error| LoadError::Read { path: path.to_path_buf(), error })?;
+    let corrupt = |error| LoadError::CorruptZip { path: path.to_path_buf(), error };
+    let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(corrupt)?;
+    if zip.len() as u64 > MAX_ENTRIES {
+        return Err(LoadError::TooManyEntries { path: path.to_path_buf() });
+    }
+    let mut loaded = Loaded::new(index);
+    let (mut buf, mut total) = (Vec::new(), 0u64);
+    for i in 0..zip.len() {
+        let mut entry = zip.by_index(i).map_err(corrupt)?;
+        let name = String::from_utf8_lossy(entry.name_raw()).into_owned();
+        if !name.ends_with(".json") || entry.is_dir() {
+            continue;
+        }
+        if entry.enclosed_name().is_none() {
+            loaded.skip(Skip::PathTraversal, &name);
+            continue;
+        }
+        if entry.is_symlink() {
+            loaded.skip(Skip::Symlink, &name);
+            continue;
+        }
+        buf.clear();
+        match (&mut entry).take(MAX_RECORD + 1).read_to_end(&mut buf) {
+            Ok(_) => {}
+            Err(_) => {
+                loaded.skip(Skip::Unreadable, &name);
+                continue;
+            }
+        }
+        total += buf.len() as u64;
+        if total > MAX_ARCHIVE {
+            return Err(LoadError::TooLarge { path: path.to_path_buf() });
+        }
+        if buf.len() as u64 > MAX_RECORD {
+            loaded.skip(Skip::TooLarge, &name);
+        } else {
+            loaded.record(&buf, &name);
+        }
+    }
+    Ok(loaded)
+}
 
 /// Every `*.json` regular file of the `.tar.gz` at `path`.
 pub fn tar_gz(path: &Path, index: Index) -> Result<Loaded, LoadError> {

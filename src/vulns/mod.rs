@@ -132,7 +132,7 @@ pub async fn load_local(source: &OsvSource) -> Result<Loaded, VulnsError> {
     let source = source.clone();
     let loaded = tokio::task::spawn_blocking(move || match source {
         OsvSource::Dir(path) => load::directory(&path, empty_index()),
-        OsvSource::TarGz(path) => load::tar_gz(&path, empty_index()),
+        OsvSource::Archive(path) => load::archive(&path, empty_index()),
         OsvSource::Url(_) => Ok(Loaded { index: empty_index(), read: 0, skipped: Default::default() }),
     })
     .await??;
@@ -163,7 +163,7 @@ pub async fn start(config: &Config, metrics: Arc<Metrics>) -> Result<Option<(Vul
 
 fn describe(source: &OsvSource) -> String {
     match source {
-        OsvSource::Dir(p) | OsvSource::TarGz(p) => p.display().to_string(),
+        OsvSource::Dir(p) | OsvSource::Archive(p) => p.display().to_string(),
         OsvSource::Url(u) => u.clone(),
     }
 }

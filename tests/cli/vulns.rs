@@ -119,6 +119,36 @@ fn check_reads_a_directory_mirror_and_skips_each_bad_file_once_by_reason() {
     assert!(out.stderr.contains(&wanted), "{wanted}\n{}", out.stderr);
 }
 
+/// A `.zip` (OSV.dev's export form) of the good records, one entry whose path leaves the mirror,
+/// and a zip bomb: an entry of 64 MiB of spaces, deflated to a few KiB, claiming to be a record.
+#[test]
+fn check_reads_a_zip_mirror_within_bounds() {
+    let ws = Workspace::new();
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let deflated = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+    for (path, text) in good_records() {
+        zip.start_file(path.rsplit('/').next().unwrap(), deflated).unwrap();
+        zip.write_all(text.as_bytes()).unwrap();
+    }
+    zip.start_file("../escape.json", deflated).unwrap();
+    zip.write_all(usn("USN-8001-1", "Ubuntu:22.04:LTS").as_bytes()).unwrap();
+    zip.start_file("bomb.json", deflated).unwrap();
+    let spaces = vec![b' '; 1 << 20];
+    for _ in 0..64 {
+        zip.write_all(&spaces).unwrap();
+    }
+    std::fs::write(ws.path("all.zip"), zip.finish().unwrap().into_inner()).unwrap();
+    assert!(std::fs::metadata(ws.path("all.zip")).unwrap().len() < 1 << 20, "the bomb is small on disk");
+
+    let out = check(&ws, "all.zip");
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("vulnerability data: 2 records kept of 3 read, skipped: too_large 1, path_traversal 1"),
+        "{}",
+        out.stdout
+    );
+}
+
 /// A `.tar.gz` of the good and bad records, plus an entry whose path leaves the mirror.
 fn archive() -> Vec<u8> {
     let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast()));

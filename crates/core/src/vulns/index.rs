@@ -2,8 +2,8 @@
 //! records must fit in a few tens of MiB) and indexed by binary package name, and the question it
 //! answers: which records a move from one package list to another fixes.
 //!
-//! Layout: every string (binary name, fixed version, record id, CVE id) is interned once in one
-//! byte arena and named by its offset (`u32`); a record is 12 bytes (id, its CVEs' place in one
+//! Layout: every string (binary name, fixed version, CVE id) is interned once in one byte arena
+//! and named by its offset (`u32`), a record id stored there too; a record is 12 bytes (id, its CVEs' place in one
 //! flat list, priority); its binaries of one release sharing one fixed version form a group of 12
 //! bytes (record, release, fixed version); a binary name maps to its groups (4 bytes each).
 //! Summaries, source names and everything else of a record are dropped on insert.
@@ -104,7 +104,7 @@ impl Index {
             return false;
         }
         let number = u32::try_from(self.records.len()).ok().filter(|n| *n < u32::MAX);
-        let (Some(number), Some(id)) = (number, self.strings.intern(&record.id)) else { return false };
+        let (Some(number), Some(id)) = (number, self.strings.store(&record.id)) else { return false };
         let cves_start = u32::try_from(self.cves.len()).unwrap_or(u32::MAX);
         let mut cves_len: u16 = 0;
         for cve in &record.cves {
@@ -255,12 +255,13 @@ fn lowest(packages: &[Package]) -> BTreeMap<&str, &str> {
 }
 
 /// Interned strings: one byte arena of length-prefixed (`u16`) strings, found again through a
-/// table from a keyed hash to the offset. Hash collisions probe the next key, so two strings never
+/// table from a keyed hash to the offset (a record id is stored without an entry there). Hash collisions probe the next key, so two strings never
 /// share a [`Sym`]; the key is random per index, so a crafted mirror cannot make them common.
 #[derive(Debug, Clone, Default)]
 struct Strings {
     bytes: Vec<u8>,
-    table: HashMap<u64, Sym>,
+    /// Keyed by 32 bits of the hash (half the table of a 64-bit key; the rarer collisions probe).
+    table: HashMap<u32, Sym>,
     hasher: RandomState,
 }
 
@@ -269,7 +270,7 @@ impl Strings {
     /// arena is full (4 GiB).
     fn intern(&mut self, text: &str) -> Option<Sym> {
         let len = u16::try_from(text.len()).ok()?;
-        let mut key = self.hasher.hash_one(text);
+        let mut key = self.hasher.hash_one(text) as u32;
         loop {
             match self.table.entry(key) {
                 Entry::Occupied(found) if read(&self.bytes, *found.get()) == text => return Some(*found.get()),
@@ -287,9 +288,14 @@ impl Strings {
         }
     }
 
+    /// Stores `text` without interning it (a record's id: never looked up, never shared).
+    fn store(&mut self, text: &str) -> Option<Sym> {
+        push(&mut self.bytes, u16::try_from(text.len()).ok()?, text)
+    }
+
     /// The symbol of `text` when interned.
     fn find(&self, text: &str) -> Option<Sym> {
-        let mut key = self.hasher.hash_one(text);
+        let mut key = self.hasher.hash_one(text) as u32;
         loop {
             let at = *self.table.get(&key)?;
             if read(&self.bytes, at) == text {
@@ -302,6 +308,14 @@ impl Strings {
     fn get(&self, sym: Sym) -> &str {
         read(&self.bytes, sym)
     }
+}
+
+/// Appends a length-prefixed string to an arena; `None` when it would pass 4 GiB.
+fn push(bytes: &mut Vec<u8>, len: u16, text: &str) -> Option<Sym> {
+    let at = u32::try_from(bytes.len()).ok().filter(|at| (*at as usize) + 2 + text.len() < UNFIXED as usize)?;
+    bytes.extend_from_slice(&len.to_le_bytes());
+    bytes.extend_from_slice(text.as_bytes());
+    Some(at)
 }
 
 /// The string at `sym` in an arena (empty for a symbol not from it).

@@ -45,7 +45,7 @@ fn ecosystem(version: &str) -> Option<Release> {
     if !two_digits(year) || !two_digits(month) || !point_release_ok || parts.next().is_some() {
         return None;
     }
-    let even_year = (year.as_bytes()[1] - b'0') % 2 == 0;
+    let even_year = (year.as_bytes()[1] - b'0').is_multiple_of(2);
     Some(Release(if month == "04" && even_year {
         format!("Ubuntu:{year}.{month}:LTS")
     } else {

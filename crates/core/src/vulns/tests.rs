@@ -6,6 +6,9 @@ use serde_json::{Value, json};
 use super::*;
 use crate::packages::Package;
 
+/// `(ecosystem, source, fixed, binaries)` of one `affected[]` entry.
+type Entry<'a, B> = (&'a str, &'a str, Option<&'a str>, &'a [B]);
+
 const JAMMY: &str = "Ubuntu:22.04:LTS";
 const NOBLE: &str = "Ubuntu:24.04:LTS";
 
@@ -18,7 +21,7 @@ fn pkg(name: &str, version: &str) -> Package {
 }
 
 /// A USN record: one `affected[]` entry per `(ecosystem, source, fixed, binaries)`.
-fn usn(id: &str, cves: &[&str], entries: &[(&str, &str, Option<&str>, &[(&str, &str)])]) -> Value {
+fn usn(id: &str, cves: &[&str], entries: &[Entry<(&str, &str)>]) -> Value {
     let affected: Vec<Value> = entries
         .iter()
         .map(|(ecosystem, source, fixed, binaries)| {
@@ -45,7 +48,7 @@ fn usn(id: &str, cves: &[&str], entries: &[(&str, &str, Option<&str>, &[(&str, &
 }
 
 /// A CVE record: `binaries` as a list of one map, `ubuntu_priority` per entry.
-fn cve(id: &str, priority: &str, entries: &[(&str, &str, Option<&str>, &[(&str, Option<&str>)])]) -> Value {
+fn cve(id: &str, priority: &str, entries: &[Entry<(&str, Option<&str>)>]) -> Value {
     let affected: Vec<Value> = entries
         .iter()
         .map(|(ecosystem, source, fixed, binaries)| {
@@ -263,7 +266,7 @@ fn epochs_and_tildes_decide_it() {
     // 1.2.13 without an epoch is below 1:1.2.11…: still unfixed.
     let (old, new_no_epoch, new) =
         (pkg("zlib1g", "1:1.2.11.dfsg-2ubuntu9.1"), pkg("zlib1g", "1.2.13"), pkg("zlib1g", "1:1.2.11.dfsg-2ubuntu9.2"));
-    assert!(index.fixes(&jammy(), &[old.clone()], &[new_no_epoch]).is_empty());
+    assert!(index.fixes(&jammy(), std::slice::from_ref(&old), &[new_no_epoch]).is_empty());
     assert_eq!(ids(&index.fixes(&jammy(), &[old], &[new])), ["USN-7100-1"]);
     // The backport's fixed version sorts below the plain one: reaching the plain one fixes it, a
     // `~22.04` before the fix's does not.

@@ -12,6 +12,7 @@ mod support;
 
 mod chart;
 mod cli;
+mod dpkg_versions;
 mod module_layers;
 mod operator;
 mod page;

@@ -1,6 +1,6 @@
 //! The `builder-monitor` command: argument parsing, logging set-up and exit codes
 //! (0 ok, 1 runtime failure, 2 usage or invalid config).
-// Two audited exceptions: `commands::common::{release_freed_memory, use_one_malloc_arena}`.
+// One audited exception: `commands::common::use_one_malloc_arena`.
 #![deny(unsafe_code)]
 
 use std::io::IsTerminal;

@@ -14,23 +14,9 @@ use super::failure::{Failure, usage};
 /// Loads a config, reading only the `secrets` the command uses.
 pub fn load_config(path: &Path, secrets: Secrets) -> Result<Config, Failure> {
     let config = Config::load_with(path, secrets).map_err(usage);
-    release_freed_memory();
+    builder_monitor::release_freed_memory();
     config
 }
-
-/// Gives the heap that reading the config used back to the kernel: the config is parsed a table
-/// at a time, but glibc still keeps freed fragments between the allocations that stay.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-#[allow(unsafe_code)]
-fn release_freed_memory() {
-    // SAFETY: malloc_trim is thread-safe, takes no pointer and only returns free pages.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn release_freed_memory() {}
 
 /// Keeps glibc to one malloc arena. By default every thread that meets a locked arena gets its
 /// own (up to 8 per core), and memory freed in one is never reused by another: at 10,000 builders

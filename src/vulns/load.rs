@@ -100,6 +100,14 @@ impl Loaded {
         }
     }
 
+    /// Done reading: the index sealed and the parse's freed heap given back (a mirror's records are
+    /// parsed one at a time, each leaving fragments glibc would keep).
+    fn finished(mut self) -> Self {
+        self.index.seal();
+        crate::release_freed_memory();
+        self
+    }
+
     /// One line per reason, not one per file.
     pub fn log_skips(&self, source: &str) {
         for (why, (count, first)) in &self.skipped {
@@ -158,7 +166,7 @@ pub fn directory(root: &Path, index: Index) -> Result<Loaded, LoadError> {
             }
         }
     }
-    Ok(loaded)
+    Ok(loaded.finished())
 }
 
 /// Reads at most [`MAX_RECORD`] bytes into `buf`; false when there were more.
@@ -242,7 +250,7 @@ pub fn zip_file(path: &Path, index: Index) -> Result<Loaded, LoadError> {
             loaded.record(&buf, &name);
         }
     }
-    Ok(loaded)
+    Ok(loaded.finished())
 }
 
 /// Every `*.json` regular file of the `.tar.gz` at `path`.
@@ -298,5 +306,5 @@ pub fn tar_gz(path: &Path, index: Index) -> Result<Loaded, LoadError> {
             Err(error) => return Err(corrupt(error)),
         }
     }
-    Ok(loaded)
+    Ok(loaded.finished())
 }

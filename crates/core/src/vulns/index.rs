@@ -136,6 +136,24 @@ impl Index {
         true
     }
 
+    /// Done inserting: what only inserting needs is let go (the lookup table keeps the binary
+    /// names alone, versions and CVE ids are never looked up by text) and every list is cut to its
+    /// length. Call it once every record is in: a record inserted later is kept, but its CVEs'
+    /// priorities no longer reach the USNs inserted before.
+    pub fn seal(&mut self) {
+        let names: Vec<Sym> = self.by_binary.keys().copied().collect();
+        self.strings.keep_only(&names);
+        self.by_binary.shrink_to_fit();
+        for groups in self.by_binary.values_mut() {
+            groups.shrink_to_fit();
+        }
+        self.groups.shrink_to_fit();
+        self.records.shrink_to_fit();
+        self.cves.shrink_to_fit();
+        self.cve_priority.shrink_to_fit();
+        self.strings.bytes.shrink_to_fit();
+    }
+
     /// Records kept.
     pub fn len(&self) -> usize {
         self.records.len()
@@ -291,6 +309,19 @@ impl Strings {
     /// Stores `text` without interning it (a record's id: never looked up, never shared).
     fn store(&mut self, text: &str) -> Option<Sym> {
         push(&mut self.bytes, u16::try_from(text.len()).ok()?, text)
+    }
+
+    /// Forgets the lookup of every string but `syms` (their text stays in the arena).
+    fn keep_only(&mut self, syms: &[Sym]) {
+        let mut table = HashMap::with_capacity(syms.len());
+        for &sym in syms {
+            let mut key = self.hasher.hash_one(read(&self.bytes, sym)) as u32;
+            while let Entry::Occupied(_) = table.entry(key) {
+                key = key.wrapping_add(1);
+            }
+            table.insert(key, sym);
+        }
+        self.table = table;
     }
 
     /// The symbol of `text` when interned.

@@ -357,3 +357,17 @@ fn invalid_versions_never_prove_a_fix() {
     assert!(index.fixes(&jammy(), &[pkg("curl", CURL_OLD)], &[pkg("curl", "")]).is_empty());
     assert!(index.fixes(&jammy(), &[pkg("curl", "")], &[pkg("curl", CURL_NEW)]).is_empty());
 }
+
+#[test]
+fn a_sealed_index_answers_as_before() {
+    let openssl = cve("CVE-2026-1111", "high", &[(JAMMY, "curl", Some(CURL_NEW), &[("curl", Some(CURL_NEW))])]);
+    let mut index = index(&[curl_usn(), openssl]);
+    let before = [pkg("curl", CURL_OLD), pkg("libcurl4", CURL_OLD)];
+    let after = [pkg("curl", CURL_NEW), pkg("libcurl4", CURL_NEW)];
+    let open = index.fixes(&jammy(), &before, &after);
+    assert_eq!(ids(&open), ["CVE-2026-1111", "USN-7000-1"]);
+    assert_eq!(open[1].priority, Some(Priority::High), "the USN takes its CVE's priority");
+    index.seal();
+    assert_eq!(index.fixes(&jammy(), &before, &after), open);
+    assert_eq!(index.len(), 2);
+}

@@ -9,8 +9,10 @@ use reqwest::{Method, Response, StatusCode, Url};
 
 use super::limiter::retry_after;
 use super::tokens::pull_scope;
-use super::{Endpoint, describe, is_redirect, origin_of, resolution_failed};
-use crate::registry::{MANIFEST_ACCEPT, MAX_REDIRECTS, RegistryError, speaks_plain_http, whole_seconds};
+use super::{Endpoint, Lane, describe, is_redirect, origin_of, resolution_failed};
+use crate::registry::{
+    MANIFEST_ACCEPT, MAX_REDIRECTS, RegistryError, RequestClass, speaks_plain_http, whole_seconds,
+};
 
 /// What a registry request fetches; it decides where a redirect may lead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,7 +51,7 @@ pub(in crate::registry) struct Call<'a> {
     pub(in crate::registry) timeout: Option<Duration>,
 }
 
-impl Endpoint {
+impl Lane {
     /// Sends one registry API request with auth, limiter, pauses, retries and the circuit; follows
     /// redirects as `fetch` allows. Returns any response that is not 401/403/429/5xx or a redirect.
     pub(in crate::registry) async fn send(
@@ -63,11 +65,6 @@ impl Endpoint {
         let scope = pull_scope(repository);
         self.send_to(method, url, Call { repository, scope: &scope, fetch, payload: Payload::Empty, timeout: None })
             .await
-    }
-
-    /// `/v2/PATH` on this registry (PATH may carry a query).
-    pub(in crate::registry) fn api_url(&self, method: &Method, path: &str) -> Result<Url, RegistryError> {
-        self.base.join(&format!("/v2/{path}")).map_err(|e| self.invalid(format!("{method} {path}: {e}")))
     }
 
     /// `send` for any URL of this registry, token scope, body and timeout.
@@ -94,7 +91,7 @@ impl Endpoint {
                     whole_seconds(open.since)
                 ))
             })?;
-            self.wait_turn(pull).await?;
+            self.wait_turn(pull, self.class).await?;
             let mut request = self.http.request(method.clone(), url.clone()).header(ACCEPT, MANIFEST_ACCEPT);
             if let Some(timeout) = timeout {
                 request = request.timeout(timeout);
@@ -110,7 +107,7 @@ impl Endpoint {
                     None => return Err(self.invalid(format!("{method} {path}: a streamed body cannot be sent twice"))),
                 },
             };
-            let (request, sent) = self.authorize(request, scope).await?;
+            let (request, sent) = self.authorize(request, scope, self.class).await?;
             let response = request.send().await;
             self.record_request(method.as_str(), response.as_ref().ok().map(|r| r.status()));
             let failure = match response {
@@ -118,6 +115,9 @@ impl Endpoint {
                     pass.answered(&self.settings.host);
                     self.observe_quota(response.headers());
                     let status = response.status();
+                    if self.class == RequestClass::Action {
+                        self.pace_answer(status, response.headers());
+                    }
                     match status {
                         s if is_redirect(s) && fetch == Fetch::Probe => return Ok(response),
                         s if is_redirect(s) && fetch == Fetch::Write => {
@@ -203,7 +203,13 @@ impl Endpoint {
                             // wait_turn sleeps until the pause ends.
                             continue;
                         }
-                        s if s.is_server_error() => self.unavailable(format!("{method} {path} answered HTTP {s}")),
+                        s if s.is_server_error() => {
+                            // A 503 that says when to come back is the registry's pace, like a 429.
+                            if let Some(wait) = retry_after(response.headers()).filter(|_| s == StatusCode::SERVICE_UNAVAILABLE) {
+                                self.pause(wait);
+                            }
+                            self.unavailable(format!("{method} {path} answered HTTP {s}"))
+                        }
                         _ => return Ok(response),
                     }
                 }
@@ -242,6 +248,14 @@ impl Endpoint {
             tracing::debug!(registry = %self.settings.host, attempt, max_attempts = self.settings.max_attempts, wait = ?wait, error = %failure, "request failed; retrying");
             tokio::time::sleep(wait).await;
         }
+    }
+
+}
+
+impl Endpoint {
+    /// `/v2/PATH` on this registry (PATH may carry a query).
+    pub(in crate::registry) fn api_url(&self, method: &Method, path: &str) -> Result<Url, RegistryError> {
+        self.base.join(&format!("/v2/{path}")).map_err(|e| self.invalid(format!("{method} {path}: {e}")))
     }
 
     /// Where a redirect points, counted against `MAX_REDIRECTS`.

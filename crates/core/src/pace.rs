@@ -39,8 +39,11 @@ pub struct Pace {
     ceiling: Option<(f64, Instant)>,
     /// No request before this (the allowance is spent until its reset).
     hold_until: Option<Instant>,
-    /// The earliest moment the next request may go at the current rate.
-    next: Option<Instant>,
+    /// When the last request went.
+    last: Option<Instant>,
+    /// When a throttle last brought the rate down: the throttles of one round of requests
+    /// (answered together) bring it down once.
+    decreased: Option<Instant>,
     /// Requests sent in the current second and the one before, for the rate a throttle found.
     window: Option<(Instant, u32, u32)>,
 }
@@ -55,22 +58,23 @@ impl Pace {
         }
     }
 
-    /// Takes the next turn of a request about to be sent at `now`: how long it waits first.
-    pub fn reserve(&mut self, now: Instant) -> Duration {
-        let mut at = now;
+    /// Whether a request may go at `now`: `None`, it goes (and is counted); `Some(wait)`, ask
+    /// again after `wait` (the rate may have changed by then, and another request may go first).
+    pub fn turn(&mut self, now: Instant) -> Option<Duration> {
         if let Some(hold) = self.hold_until.filter(|h| *h > now) {
-            at = hold;
+            return Some(hold - now);
         }
-        if let Some(rate) = self.rate(now) {
-            if let Some(next) = self.next.filter(|n| *n > at) {
-                at = next;
+        if let Some(rate) = self.rate(now)
+            && let Some(last) = self.last
+        {
+            let next = last + Duration::from_secs_f64(1.0 / rate);
+            if next > now {
+                return Some(next - now);
             }
-            self.next = Some(at + Duration::from_secs_f64(1.0 / rate));
-        } else {
-            self.next = None;
         }
-        self.count(at);
-        at - now
+        self.last = Some(now);
+        self.count(now);
+        None
     }
 
     /// Learns from an answer received at `now`.
@@ -84,6 +88,10 @@ impl Pace {
                 }
             }
             Answer::Throttled => {
+                if self.decreased.is_some_and(|d| now.saturating_duration_since(d) < Duration::from_secs(1)) {
+                    return;
+                }
+                self.decreased = Some(now);
                 let from = self.rate.unwrap_or_else(|| self.observed(now));
                 self.rate = Some((from * DECREASE).max(MIN_RATE));
             }
@@ -135,30 +143,36 @@ mod tests {
         Duration::from_millis(n)
     }
 
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
     #[test]
     fn unpaced_until_the_registry_throttles() {
         let t = Instant::now();
         let mut pace = Pace::default();
         for i in 0..1000 {
-            assert_eq!(pace.reserve(t + ms(i / 10)), Duration::ZERO, "request {i}");
+            assert_eq!(pace.turn(t + ms(i / 10)), None, "request {i}");
             pace.answered(t + ms(i / 10), Answer::Passed);
         }
         assert_eq!(pace.rate(t), None);
     }
 
     #[test]
-    fn a_throttle_halves_the_rate_it_found() {
+    fn a_throttle_halves_the_rate_it_found_once_per_round() {
         let t = Instant::now();
         let mut pace = Pace::default();
         for _ in 0..40 {
-            pace.reserve(t);
+            assert_eq!(pace.turn(t), None);
         }
         pace.answered(t + ms(10), Answer::Throttled);
         assert_eq!(pace.rate(t), Some(20.0), "40 sent in that second, halved");
         pace.answered(t + ms(20), Answer::Throttled);
-        assert_eq!(pace.rate(t), Some(10.0));
-        for _ in 0..20 {
-            pace.answered(t, Answer::Throttled);
+        assert_eq!(pace.rate(t), Some(20.0), "the same round's throttles count once");
+        pace.answered(t + ms(1020), Answer::Throttled);
+        assert_eq!(pace.rate(t), Some(10.0), "a later round's halve it again");
+        for i in 0..20 {
+            pace.answered(t + secs(2 + i), Answer::Throttled);
         }
         assert_eq!(pace.rate(t), Some(MIN_RATE), "never below the floor");
     }
@@ -168,13 +182,15 @@ mod tests {
         let t = Instant::now();
         let mut pace = Pace::default();
         pace.answered(t, Answer::Throttled);
-        pace.answered(t, Answer::Throttled);
         assert_eq!(pace.rate(t), Some(MIN_RATE), "throttled with nothing sent: the floor");
-        assert_eq!(pace.reserve(t), Duration::ZERO);
-        assert_eq!(pace.reserve(t), Duration::from_secs(2));
-        assert_eq!(pace.reserve(t), Duration::from_secs(4));
-        // Later requests wait only for their own turn.
-        assert_eq!(pace.reserve(t + Duration::from_secs(10)), Duration::ZERO);
+        assert_eq!(pace.turn(t), None);
+        assert_eq!(pace.turn(t), Some(secs(2)));
+        assert_eq!(pace.turn(t + secs(1)), Some(secs(1)), "asked again, it waits the rest");
+        assert_eq!(pace.turn(t + secs(2)), None);
+        // An answer that passed speeds the next turn up at once.
+        pace.answered(t + secs(2), Answer::Passed);
+        assert_eq!(pace.rate(t), Some(1.5));
+        assert!(pace.turn(t + secs(3)).is_none());
     }
 
     #[test]
@@ -182,7 +198,7 @@ mod tests {
         let t = Instant::now();
         let mut pace = Pace::default();
         for _ in 0..20 {
-            pace.reserve(t);
+            pace.turn(t);
         }
         pace.answered(t, Answer::Throttled);
         assert_eq!(pace.rate(t), Some(10.0));
@@ -203,30 +219,29 @@ mod tests {
     fn never_faster_than_the_allowance() {
         let t = Instant::now();
         let mut pace = Pace::default();
-        pace.answered(t, Answer::Allowance { remaining: 10, reset: Duration::from_secs(5) });
+        pace.answered(t, Answer::Allowance { remaining: 10, reset: secs(5) });
         assert_eq!(pace.rate(t), Some(2.0));
-        assert_eq!(pace.reserve(t), Duration::ZERO);
-        assert_eq!(pace.reserve(t), ms(500));
-        // A throttle under an allowance halves the rate that was sent; the allowance still caps it.
+        assert_eq!(pace.turn(t), None);
+        assert_eq!(pace.turn(t), Some(ms(500)));
         for _ in 0..100 {
             pace.answered(t, Answer::Passed);
         }
         assert_eq!(pace.rate(t), Some(2.0), "passing answers grow nothing beyond the allowance");
         // Once the allowance's window is over, it holds no more.
-        assert_eq!(pace.rate(t + Duration::from_secs(5)), None);
+        assert_eq!(pace.rate(t + secs(5)), None);
     }
 
     #[test]
     fn a_spent_allowance_holds_every_request_until_its_reset() {
         let t = Instant::now();
         let mut pace = Pace::default();
-        pace.answered(t, Answer::Allowance { remaining: 0, reset: Duration::from_secs(3) });
-        assert_eq!(pace.reserve(t), Duration::from_secs(3));
-        assert_eq!(pace.reserve(t + Duration::from_secs(1)), Duration::from_secs(2));
-        assert_eq!(pace.reserve(t + Duration::from_secs(3)), Duration::ZERO);
-        pace.answered(t, Answer::Allowance { remaining: 0, reset: Duration::from_secs(86_400) });
-        assert_eq!(pace.reserve(t), MAX_HOLD, "bounded");
+        pace.answered(t, Answer::Allowance { remaining: 0, reset: secs(3) });
+        assert_eq!(pace.turn(t), Some(secs(3)));
+        assert_eq!(pace.turn(t + secs(1)), Some(secs(2)));
+        assert_eq!(pace.turn(t + secs(3)), None);
+        pace.answered(t, Answer::Allowance { remaining: 0, reset: secs(86_400) });
+        assert_eq!(pace.turn(t), Some(MAX_HOLD), "bounded");
         pace.answered(t, Answer::Allowance { remaining: 0, reset: Duration::ZERO });
-        assert_eq!(pace.reserve(t + MAX_HOLD), Duration::ZERO, "a reset of zero holds nothing");
+        assert_eq!(pace.turn(t + MAX_HOLD), None, "a reset of zero holds nothing");
     }
 }

@@ -28,7 +28,55 @@ impl Endpoint {
     /// Waits out any pause and the pace of `class` (the watching's limiter; an action's fixed
     /// limiter or AIMD pace); fails fast when a pause is too long to wait inline.
     pub(in crate::registry) async fn wait_turn(&self, pull: bool, class: RequestClass) -> Result<(), RegistryError> {
-        let started = Instant::now();
+        let mut waited = Duration::ZERO;
+        loop {
+            self.wait_pause(pull, &mut waited).await?;
+            match class {
+                RequestClass::Watch => {
+                    if let Some(limiter) = &self.limiter {
+                        let started = Instant::now();
+                        limiter.until_ready().await;
+                        waited += started.elapsed();
+                    }
+                    if !waited.is_zero() {
+                        self.metrics.rate_limit_wait.get_or_create(&self.labels).inc_by(waited.as_secs_f64());
+                    }
+                    return Ok(());
+                }
+                RequestClass::Action => {
+                    let wait = match &self.action_limiter {
+                        Some(limiter) => {
+                            let started = Instant::now();
+                            limiter.until_ready().await;
+                            waited += started.elapsed();
+                            None
+                        }
+                        None => {
+                            self.action_pace.lock().unwrap_or_else(|e| e.into_inner()).turn(Instant::now().into_std())
+                        }
+                    };
+                    let Some(wait) = wait else {
+                        if !waited.is_zero() {
+                            self.metrics.action_pace_wait.get_or_create(&self.labels).inc_by(waited.as_secs_f64());
+                        }
+                        return Ok(());
+                    };
+                    if wait > MAX_INLINE_WAIT {
+                        return Err(self.rate_limited(format!(
+                            "the registry's pace holds actions' requests back for another {}",
+                            whole_seconds(wait)
+                        )));
+                    }
+                    // Then the pause again: a 429 may have come meanwhile.
+                    tokio::time::sleep(wait).await;
+                    waited += wait;
+                }
+            }
+        }
+    }
+
+    /// Waits out a pause (a 429's, a spent pull quota's); fails fast when it is too long.
+    async fn wait_pause(&self, pull: bool, waited: &mut Duration) -> Result<(), RegistryError> {
         loop {
             let now = Instant::now();
             let paused = *self.paused_until.lock().unwrap_or_else(|e| e.into_inner());
@@ -44,43 +92,11 @@ impl Endpoint {
                         )));
                     }
                     tokio::time::sleep_until(until).await;
+                    *waited += wait;
                 }
-                _ => break,
+                _ => return Ok(()),
             }
         }
-        let paused = started.elapsed();
-        match class {
-            RequestClass::Watch => {
-                if let Some(limiter) = &self.limiter {
-                    limiter.until_ready().await;
-                }
-                let waited = started.elapsed();
-                if !waited.is_zero() {
-                    self.metrics.rate_limit_wait.get_or_create(&self.labels).inc_by(waited.as_secs_f64());
-                }
-            }
-            RequestClass::Action => {
-                let paced = Instant::now();
-                if let Some(limiter) = &self.action_limiter {
-                    limiter.until_ready().await;
-                } else {
-                    let now = Instant::now();
-                    let wait = self.action_pace.lock().unwrap_or_else(|e| e.into_inner()).reserve(now.into_std());
-                    if wait > MAX_INLINE_WAIT {
-                        return Err(self.rate_limited(format!(
-                            "the registry's pace holds actions' requests back for another {}",
-                            whole_seconds(wait)
-                        )));
-                    }
-                    tokio::time::sleep_until(now + wait).await;
-                }
-                let waited = paused + paced.elapsed();
-                if !waited.is_zero() {
-                    self.metrics.action_pace_wait.get_or_create(&self.labels).inc_by(waited.as_secs_f64());
-                }
-            }
-        }
-        Ok(())
     }
 
     /// What an answer to an action's request tells its pace: a throttle (429, or 503 with
@@ -210,7 +226,8 @@ pub(in crate::registry) fn parse_quota(headers: &HeaderMap) -> Option<PullQuota>
     let param = |name: &str, keys: &[&str]| -> Option<u64> {
         text(name)?.split([',', ';']).find_map(|item| {
             let (key, value) = item.trim().split_once('=')?;
-            keys.contains(&key.trim().to_ascii_lowercase().as_str()).then(|| value.trim().trim_matches('"').parse().ok())?
+            keys.contains(&key.trim().to_ascii_lowercase().as_str())
+                .then(|| value.trim().trim_matches('"').parse().ok())?
         })
     };
     let combined = param("ratelimit", &["remaining", "r"]);

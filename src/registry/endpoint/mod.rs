@@ -39,9 +39,9 @@ pub(super) use tokens::pull_scope;
 use tokens::{Scheme, TokenExpiry};
 
 use super::*;
-use builder_monitor_core::pace::Pace;
 use crate::config::{Credentials, RegistrySettings};
 use crate::metrics::{Metrics, RegistryLabels, RequestLabels};
+use builder_monitor_core::pace::Pace;
 use prometheus_client::metrics::counter::Counter;
 
 pub(super) fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {

@@ -10,9 +10,10 @@ use reqwest::{Method, Response, StatusCode, Url};
 use super::limiter::retry_after;
 use super::tokens::pull_scope;
 use super::{Endpoint, Lane, describe, is_redirect, origin_of, resolution_failed};
-use crate::registry::{
-    MANIFEST_ACCEPT, MAX_REDIRECTS, RegistryError, RequestClass, speaks_plain_http, whole_seconds,
-};
+use crate::registry::{MANIFEST_ACCEPT, MAX_REDIRECTS, RegistryError, RequestClass, speaks_plain_http, whole_seconds};
+
+/// 429s with `Retry-After` an action's request waits out before they count as failed attempts.
+const ACTION_THROTTLED_TRIES: u32 = 16;
 
 /// What a registry request fetches; it decides where a redirect may lead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +81,7 @@ impl Lane {
         let once = matches!(payload, Payload::Stream(_));
         let pull = method == Method::GET;
         let mut attempt = 0u32;
+        let mut throttled = 0u32;
         let mut reauthorized = false;
         let mut hops = 0;
         loop {
@@ -190,7 +192,13 @@ impl Lane {
                             // DEBUG: a check that fails for it logs it (`rate_limited`), once per outage.
                             tracing::debug!(registry = %self.settings.host, wait = %whole_seconds(wait), "HTTP 429, pausing requests to this registry");
                             self.pause(wait);
-                            attempt += 1;
+                            // An action's request the registry told when to send again is not
+                            // failing: it waits its turn, a bounded number of times.
+                            throttled += 1;
+                            let paced = self.class == RequestClass::Action && retry.is_some();
+                            if !paced || throttled > ACTION_THROTTLED_TRIES {
+                                attempt += 1;
+                            }
                             if attempt >= self.settings.max_attempts || once {
                                 return Err(self.rate_limited(match retry {
                                     Some(wait) => format!("HTTP 429, retry after {}", whole_seconds(wait)),
@@ -205,7 +213,9 @@ impl Lane {
                         }
                         s if s.is_server_error() => {
                             // A 503 that says when to come back is the registry's pace, like a 429.
-                            if let Some(wait) = retry_after(response.headers()).filter(|_| s == StatusCode::SERVICE_UNAVAILABLE) {
+                            if let Some(wait) =
+                                retry_after(response.headers()).filter(|_| s == StatusCode::SERVICE_UNAVAILABLE)
+                            {
                                 self.pause(wait);
                             }
                             self.unavailable(format!("{method} {path} answered HTTP {s}"))
@@ -249,7 +259,6 @@ impl Lane {
             tokio::time::sleep(wait).await;
         }
     }
-
 }
 
 impl Endpoint {

@@ -87,7 +87,10 @@ impl Endpoint {
                     Some(token) => token,
                     None => self
                         .tokens
-                        .try_get_with(scope.to_string(), Box::pin(self.fetch_token(&realm, service.as_deref(), scope, class)))
+                        .try_get_with(
+                            scope.to_string(),
+                            Box::pin(self.fetch_token(&realm, service.as_deref(), scope, class)),
+                        )
                         .await
                         .map_err(|e: Arc<RegistryError>| (*e).clone())?,
                 };

@@ -228,6 +228,10 @@ pub struct Metrics {
     pub registry_requests: Family<RequestLabels, Counter>,
     pub rate_limited: Family<RegistryLabels, Counter>,
     pub rate_limit_wait: Family<RegistryLabels, Counter<f64, AtomicU64>>,
+    /// Time actions' requests waited for a registry's pause or their pace (not the watching's limiter).
+    pub action_pace_wait: Family<RegistryLabels, Counter<f64, AtomicU64>>,
+    /// Actions' requests per second to a registry as its answers set it (AIMD); 0: unpaced.
+    pub action_rate: Family<RegistryLabels, Gauge<f64, AtomicU64>>,
     pub token_fetches: Family<RegistryLabels, Counter>,
     pub changes: Family<ChangeLabels, Counter>,
     pub deliveries: Family<DeliveryLabels, Counter>,
@@ -277,6 +281,18 @@ impl Metrics {
             "rate_limit_wait_seconds",
             "Time requests waited for a registry's limiter or Retry-After pause",
             rate_limit_wait.clone(),
+        );
+        let action_pace_wait = Family::default();
+        registry.register(
+            "action_pace_wait_seconds",
+            "Time actions' requests waited for a registry's Retry-After pause or their pace",
+            action_pace_wait.clone(),
+        );
+        let action_rate = Family::default();
+        registry.register(
+            "registry_action_rate",
+            "Actions' requests per second to a registry as its answers set it (0: unpaced)",
+            action_rate.clone(),
         );
         let token_fetches = Family::default();
         registry.register(
@@ -344,6 +360,8 @@ impl Metrics {
             registry_requests,
             rate_limited,
             rate_limit_wait,
+            action_pace_wait,
+            action_rate,
             token_fetches,
             changes,
             deliveries,

@@ -37,7 +37,8 @@ pub struct Args {
 pub async fn run(args: Args) -> Result<u8, Failure> {
     let Args { image, run_image, config, dry_run, force, json } = args;
     let (image, run_image) = (parse_image(&image)?, parse_image(&run_image)?);
-    let registry = registry_for(config.as_deref(), false, &[])?;
+    // An action by hand: paced by the registry's answers, not the watching's requests_per_second.
+    let registry = registry_for(config.as_deref(), false, &[])?.actions();
     let known_run_images = match config.as_deref() {
         Some(path) => rebase_history(path, &image, &run_image).await?,
         None => Vec::new(),

@@ -19,6 +19,10 @@ pub struct RegistrySettings {
     /// Requests per second allowed to this registry; `None` disables the limiter.
     pub requests_per_second: Option<f64>,
     pub burst: u32,
+    /// Requests per second of actions (rebases, signatures) to this registry; `None`: paced by the
+    /// registry's own answers (429/503, `Retry-After`, `RateLimit-*`), additive-increase/
+    /// multiplicative-decrease.
+    pub write_requests_per_second: Option<f64>,
     pub credentials: Credentials,
     /// Plain HTTP instead of HTTPS.
     pub insecure: bool,
@@ -41,6 +45,7 @@ impl RegistrySettings {
             host: host.to_string(),
             requests_per_second: Some(5.0),
             burst: 10,
+            write_requests_per_second: None,
             credentials: Credentials::Anonymous,
             insecure: is_loopback_host(host),
             ca_pem: None,
@@ -92,6 +97,7 @@ impl fmt::Display for CredentialSource {
 pub(super) struct RawRegistry {
     requests_per_second: Option<Spanned<f64>>,
     burst: Option<Spanned<i64>>,
+    write_requests_per_second: Option<Spanned<f64>>,
     username: Option<Spanned<String>>,
     password_env: Option<Spanned<String>>,
     password_file: Option<Spanned<String>>,
@@ -172,6 +178,19 @@ impl<'a> Validator<'a> {
                 s.requests_per_second = None;
             } else {
                 s.requests_per_second = Some(value);
+            }
+        }
+        if let Some(rps) = &raw.write_requests_per_second {
+            let value = *rps.get_ref();
+            if (MIN_RATE..=MAX_RATE).contains(&value) {
+                s.write_requests_per_second = Some(value);
+            } else {
+                self.error(
+                    rps.span(),
+                    format!(
+                        "write_requests_per_second must be between {MIN_RATE} and {MAX_RATE}; leave it out to pace actions by the registry's own answers"
+                    ),
+                );
             }
         }
         if let Some(burst) = &raw.burst {

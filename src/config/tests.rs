@@ -113,6 +113,17 @@ fn syntax_error_has_a_position() {
 }
 
 #[test]
+fn write_requests_per_second_is_a_rate_or_left_out() {
+    let c = Config::parse(std::path::Path::new("c.toml"), "[registries.\"a.io\"]\nwrite_requests_per_second = 50\n")
+        .unwrap();
+    assert_eq!(c.registry("a.io").write_requests_per_second, Some(50.0));
+    assert_eq!(c.registry("b.io").write_requests_per_second, None, "unset: the registry's answers pace actions");
+    let errors = parse("[registries.\"a.io\"]\nwrite_requests_per_second = 0\n").unwrap_err();
+    assert!(errors[0].starts_with("2:29: write_requests_per_second must be between"), "{errors:?}");
+    assert!(errors[0].contains("leave it out"), "{errors:?}");
+}
+
+#[test]
 fn registry_settings_are_validated() {
     let errors = parse(
         "[registries.\"docker.io\"]\nrequests_per_second = -1\nburst = 0\nmax_attempts = 0\nca_file = \"/nonexistent/ca.pem\"\n[registries.\"a b\"]\n",

@@ -125,8 +125,16 @@ pub struct Manifest {
     pub bytes: bytes::Bytes,
 }
 
-/// All registries, each with its own client, limiter, token cache and pause.
+/// All registries, each with its own client, limiters, token cache and pause; and the class of
+/// the requests made through this view of them.
 pub struct Registry {
+    shared: Arc<Shared>,
+    class: RequestClass,
+}
+
+/// What every view of the registries shares: one endpoint per host (its connections, tokens,
+/// circuit, pauses and both paces) and what this process wrote.
+struct Shared {
     configured: HashMap<String, RegistrySettings>,
     endpoints: Mutex<HashMap<String, Arc<Endpoint>>>,
     metrics: Arc<Metrics>,
@@ -134,26 +142,58 @@ pub struct Registry {
     written: written::Written,
 }
 
+/// Whose requests a [`Registry`] view makes, which decides what paces them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestClass {
+    /// Checks and inspects: held to the registry's `requests_per_second`.
+    Watch,
+    /// An action's reads and writes (a rebase, a signature, the runner's tag reads): paced by the
+    /// registry's own answers (AIMD), or by `write_requests_per_second` when set.
+    Action,
+}
+
 impl Registry {
+    /// The watching's view: every request held to the registry's `requests_per_second`.
     pub fn new(configured: impl IntoIterator<Item = RegistrySettings>, metrics: Arc<Metrics>) -> Self {
-        Self {
+        let shared = Shared {
             configured: configured.into_iter().map(|s| (s.host.clone(), s)).collect(),
             endpoints: Mutex::new(HashMap::new()),
             metrics,
             written: written::Written::default(),
-        }
+        };
+        Self { shared: Arc::new(shared), class: RequestClass::Watch }
     }
 
-    fn endpoint(&self, image: &ImageRef) -> Result<Arc<Endpoint>, RegistryError> {
+    /// The actions' view of the same registries (the same connections, tokens, circuit and
+    /// pauses): requests through it are an action's, paced by what the registry says rather than
+    /// by the watching's `requests_per_second`.
+    pub fn actions(&self) -> Registry {
+        Registry { shared: self.shared.clone(), class: RequestClass::Action }
+    }
+
+    /// Whose requests this view makes.
+    pub fn class(&self) -> RequestClass {
+        self.class
+    }
+
+    /// The action pace's requests per second for `host` now; `None` when unpaced (or the host was
+    /// never asked).
+    pub fn action_rate(&self, host: &str) -> Option<f64> {
+        let endpoints = self.shared.endpoints.lock().unwrap_or_else(|e| e.into_inner());
+        endpoints.get(host).and_then(|e| e.action_rate())
+    }
+
+    fn endpoint(&self, image: &ImageRef) -> Result<Lane, RegistryError> {
         let host = image.registry();
-        let mut endpoints = self.endpoints.lock().unwrap_or_else(|e| e.into_inner());
+        let mut endpoints = self.shared.endpoints.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(e) = endpoints.get(host) {
-            return Ok(e.clone());
+            return Ok(Lane { endpoint: e.clone(), class: self.class });
         }
-        let settings = self.configured.get(host).cloned().unwrap_or_else(|| RegistrySettings::defaults_for(host));
-        let endpoint = Arc::new(Endpoint::new(settings, image.api_host(), self.metrics.clone())?);
+        let configured = self.shared.configured.get(host).cloned();
+        let settings = configured.unwrap_or_else(|| RegistrySettings::defaults_for(host));
+        let endpoint = Arc::new(Endpoint::new(settings, image.api_host(), self.shared.metrics.clone())?);
         endpoints.insert(host.to_string(), endpoint.clone());
-        Ok(endpoint)
+        Ok(Lane { endpoint, class: self.class })
     }
 
     /// The digest a tag points at now: one HEAD request at steady state.
@@ -202,7 +242,7 @@ impl Registry {
         match response.status() {
             s if s.is_success() => {}
             StatusCode::NOT_FOUND => {
-                self.written.forget(image.registry(), image.repository(), reference).await;
+                self.shared.written.forget(image.registry(), image.repository(), reference).await;
                 return Err(RegistryError::NotFound {
                     reference: format!("{}/{}:{reference}", image.registry(), image.repository()),
                 });
@@ -272,7 +312,7 @@ impl Registry {
         match response.status() {
             s if s.is_success() => {}
             StatusCode::NOT_FOUND => {
-                self.written.forget(image.registry(), image.repository(), digest).await;
+                self.shared.written.forget(image.registry(), image.repository(), digest).await;
                 return Err(RegistryError::NotFound {
                     reference: format!("{}/{}@{digest}", image.registry(), image.repository()),
                 });

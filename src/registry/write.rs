@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use builder_monitor_core::reference::{ImageRef, is_sha256_digest};
 
-use super::{Call, Endpoint, Fetch, Payload, Registry, RegistryError, header_str, pull_scope, sha256_digest};
+use super::{Call, Endpoint, Fetch, Lane, Payload, Registry, RegistryError, header_str, pull_scope, sha256_digest};
 
 /// How a blob came to be in the target repository.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +46,7 @@ impl Registry {
         endpoint.check_digest(digest)?;
         let present = endpoint.blob_present(image.repository(), &pull_scope(image.repository()), digest).await?;
         if !present {
-            self.written.forget(image.registry(), image.repository(), digest).await;
+            self.shared.written.forget(image.registry(), image.repository(), digest).await;
         }
         Ok(present)
     }
@@ -69,14 +69,14 @@ impl Registry {
         size: u64,
     ) -> Result<BlobTransfer, RegistryError> {
         let transfer = self.transfer_blob(target, source, digest, size);
-        let made = self.written.once(target.registry(), target.repository(), digest, transfer).await?;
+        let made = self.shared.written.once(target.registry(), target.repository(), digest, transfer).await?;
         Ok(made.unwrap_or(BlobTransfer::Present))
     }
 
     /// The registry said (or may have said) that `digest` is not in `image`'s repository: the next
     /// write of it is made again.
     pub async fn forget_written(&self, image: &ImageRef, digest: &str) {
-        self.written.forget(image.registry(), image.repository(), digest).await;
+        self.shared.written.forget(image.registry(), image.repository(), digest).await;
     }
 
     /// [`Registry::ensure_blob`]'s requests.
@@ -195,7 +195,7 @@ impl Registry {
             endpoint.finish_upload(repository, &scope, session, &digest, payload).await?;
             Ok(BlobTransfer::Copied { bytes: length })
         };
-        let made = self.written.once(image.registry(), repository, &digest, upload).await?;
+        let made = self.shared.written.once(image.registry(), repository, &digest, upload).await?;
         Ok(made.unwrap_or(BlobTransfer::Present))
     }
 
@@ -217,7 +217,7 @@ impl Registry {
         }
         if reference == digest {
             let put = self.send_manifest(&endpoint, image, reference, media_type, bytes, &digest);
-            self.written.once(image.registry(), image.repository(), &digest, put).await?;
+            self.shared.written.once(image.registry(), image.repository(), &digest, put).await?;
         } else {
             self.send_manifest(&endpoint, image, reference, media_type, bytes, &digest).await?;
         }
@@ -227,7 +227,7 @@ impl Registry {
     /// [`Registry::put_manifest`]'s request.
     async fn send_manifest(
         &self,
-        endpoint: &Endpoint,
+        endpoint: &Lane,
         image: &ImageRef,
         reference: &str,
         media_type: &str,
@@ -260,15 +260,7 @@ enum Mount {
     Refused(Option<Url>),
 }
 
-impl Endpoint {
-    fn check_digest(&self, digest: &str) -> Result<(), RegistryError> {
-        if is_sha256_digest(digest) {
-            Ok(())
-        } else {
-            Err(self.invalid(format!("blob digest \"{digest}\" is not a sha256 digest")))
-        }
-    }
-
+impl Lane {
     async fn blob_present(&self, repository: &str, scope: &str, digest: &str) -> Result<bool, RegistryError> {
         let url = self.api_url(&Method::HEAD, &format!("{repository}/blobs/{digest}"))?;
         let call = Call { repository, scope, fetch: Fetch::Probe, payload: Payload::Empty, timeout: None };
@@ -333,6 +325,16 @@ impl Endpoint {
             return Err(self.refused(&format!("completing the upload of {digest}"), response).await);
         }
         self.check_answered_digest(&response, digest, "uploaded blob")
+    }
+}
+
+impl Endpoint {
+    fn check_digest(&self, digest: &str) -> Result<(), RegistryError> {
+        if is_sha256_digest(digest) {
+            Ok(())
+        } else {
+            Err(self.invalid(format!("blob digest \"{digest}\" is not a sha256 digest")))
+        }
     }
 
     /// An upload's `Location`: relative (`/v2/…/uploads/<uuid>?_state=…`) or absolute, its query

@@ -163,7 +163,7 @@ impl Runner {
         let permits = Arc::new(Semaphore::new(config.runner.max_concurrent));
         let secrets = Secrets::of(&config);
         let wake = ledger.new_actions();
-        let registry = Arc::new(Registry::new(config.registries.values().cloned(), Metrics::new()));
+        let registry = Arc::new(Registry::new(config.registries.values().cloned(), Metrics::new()).actions());
         Runner {
             config,
             ledger,
@@ -178,9 +178,11 @@ impl Runner {
         }
     }
 
-    /// The same runner over the daemon's registry client (its limits, tokens and metrics).
+    /// The same runner over the daemon's registry client (its limits, tokens and metrics). Every
+    /// request the runner makes is an action's: it goes through the client's actions' view, paced
+    /// by what each registry answers, not by the watching's `requests_per_second`.
     pub fn with_registry(mut self, registry: Arc<Registry>) -> Self {
-        self.registry = registry;
+        self.registry = Arc::new(registry.actions());
         self
     }
 

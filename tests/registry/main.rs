@@ -17,6 +17,7 @@ mod credential_helpers;
 mod hardening;
 mod image;
 mod online_check;
+mod pace;
 mod packages;
 mod rebase;
 mod signing;

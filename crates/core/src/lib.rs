@@ -6,6 +6,7 @@ pub mod deploy;
 pub mod event;
 pub mod gitops;
 pub mod id;
+pub mod pace;
 pub mod packages;
 pub mod plan;
 pub mod pool;

@@ -11,7 +11,8 @@ use tokio::time::Instant;
 
 use super::Endpoint;
 use crate::config::RegistrySettings;
-use crate::registry::{MAX_BACKOFF, MAX_INLINE_WAIT, RegistryError, whole_seconds};
+use crate::registry::{MAX_BACKOFF, MAX_INLINE_WAIT, RegistryError, RequestClass, whole_seconds};
+use builder_monitor_core::pace::Answer;
 
 /// Pull quota a registry reported in `RateLimit-*` headers (Docker Hub: `76;w=21600`).
 #[derive(Debug, Clone, Copy)]
@@ -19,12 +20,63 @@ pub(in crate::registry) struct PullQuota {
     pub(in crate::registry) remaining: u64,
     pub(in crate::registry) limit: Option<u64>,
     pub(in crate::registry) window: Option<Duration>,
+    /// When the allowance comes back (`RateLimit-Reset`, or `reset`/`t` of `RateLimit`).
+    pub(in crate::registry) reset: Option<Duration>,
 }
 
 impl Endpoint {
-    /// Waits out any pause and the rate limiter; fails fast when a pause is too long to wait inline.
-    pub(in crate::registry) async fn wait_turn(&self, pull: bool) -> Result<(), RegistryError> {
-        let started = Instant::now();
+    /// Waits out any pause and the pace of `class` (the watching's limiter; an action's fixed
+    /// limiter or AIMD pace); fails fast when a pause is too long to wait inline.
+    pub(in crate::registry) async fn wait_turn(&self, pull: bool, class: RequestClass) -> Result<(), RegistryError> {
+        let mut waited = Duration::ZERO;
+        loop {
+            self.wait_pause(pull, &mut waited).await?;
+            match class {
+                RequestClass::Watch => {
+                    if let Some(limiter) = &self.limiter {
+                        let started = Instant::now();
+                        limiter.until_ready().await;
+                        waited += started.elapsed();
+                    }
+                    if !waited.is_zero() {
+                        self.metrics.rate_limit_wait.get_or_create(&self.labels).inc_by(waited.as_secs_f64());
+                    }
+                    return Ok(());
+                }
+                RequestClass::Action => {
+                    let wait = match &self.action_limiter {
+                        Some(limiter) => {
+                            let started = Instant::now();
+                            limiter.until_ready().await;
+                            waited += started.elapsed();
+                            None
+                        }
+                        None => {
+                            self.action_pace.lock().unwrap_or_else(|e| e.into_inner()).turn(Instant::now().into_std())
+                        }
+                    };
+                    let Some(wait) = wait else {
+                        if !waited.is_zero() {
+                            self.metrics.action_pace_wait.get_or_create(&self.labels).inc_by(waited.as_secs_f64());
+                        }
+                        return Ok(());
+                    };
+                    if wait > MAX_INLINE_WAIT {
+                        return Err(self.rate_limited(format!(
+                            "the registry's pace holds actions' requests back for another {}",
+                            whole_seconds(wait)
+                        )));
+                    }
+                    // Then the pause again: a 429 may have come meanwhile.
+                    tokio::time::sleep(wait).await;
+                    waited += wait;
+                }
+            }
+        }
+    }
+
+    /// Waits out a pause (a 429's, a spent pull quota's); fails fast when it is too long.
+    async fn wait_pause(&self, pull: bool, waited: &mut Duration) -> Result<(), RegistryError> {
         loop {
             let now = Instant::now();
             let paused = *self.paused_until.lock().unwrap_or_else(|e| e.into_inner());
@@ -40,18 +92,37 @@ impl Endpoint {
                         )));
                     }
                     tokio::time::sleep_until(until).await;
+                    *waited += wait;
                 }
-                _ => break,
+                _ => return Ok(()),
             }
         }
-        if let Some(limiter) = &self.limiter {
-            limiter.until_ready().await;
+    }
+
+    /// What an answer to an action's request tells its pace: a throttle (429, or 503 with
+    /// `Retry-After`), the registry's allowance (`RateLimit-*`), or that it passed.
+    pub(in crate::registry) fn pace_answer(&self, status: reqwest::StatusCode, headers: &HeaderMap) {
+        let now = Instant::now().into_std();
+        let mut pace = self.action_pace.lock().unwrap_or_else(|e| e.into_inner());
+        if throttles(status, headers) {
+            pace.answered(now, Answer::Throttled);
+        } else {
+            pace.answered(now, Answer::Passed);
         }
-        let waited = started.elapsed();
-        if !waited.is_zero() {
-            self.metrics.rate_limit_wait.get_or_create(&self.labels).inc_by(waited.as_secs_f64());
+        if let Some(quota) = parse_quota(headers)
+            && let Some(reset) = quota.reset.or(quota.window)
+        {
+            pace.answered(now, Answer::Allowance { remaining: quota.remaining, reset });
         }
-        Ok(())
+        let rate = pace.rate(now).unwrap_or(0.0);
+        drop(pace);
+        self.metrics.action_rate.get_or_create(&self.labels).set(rate);
+    }
+
+    /// The action pace's requests per second now; `None` when unpaced or held by a fixed limiter.
+    pub(in crate::registry) fn action_rate(&self) -> Option<f64> {
+        let pace = self.action_pace.lock().unwrap_or_else(|e| e.into_inner());
+        pace.rate(Instant::now().into_std())
     }
 
     pub(in crate::registry) fn backoff(&self, attempt: u32) -> Duration {
@@ -84,6 +155,13 @@ impl Endpoint {
             }
             return;
         }
+        if let Some(reset) = quota.reset.filter(|_| quota.window.is_none()) {
+            // The IETF draft's allowance, spent: no GET before its reset (an action's requests
+            // are held by their pace too).
+            let wait = reset.min(self.settings.max_retry_after);
+            *self.pulls_paused_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + wait);
+            return;
+        }
         let window = quota.window.unwrap_or(Duration::from_secs(3600));
         let limit = u32::try_from(quota.limit.unwrap_or(1).max(1)).unwrap_or(u32::MAX);
         // A registry's word, so bounded like Retry-After.
@@ -103,6 +181,21 @@ pub fn rate_limiter(settings: &RegistrySettings) -> Option<DefaultDirectRateLimi
     Some(RateLimiter::direct(quota.allow_burst(burst)))
 }
 
+/// Actions' fixed limiter (`write_requests_per_second`); `None`: paced by the registry's answers.
+pub fn write_rate_limiter(settings: &RegistrySettings) -> Option<DefaultDirectRateLimiter> {
+    let rps = settings.write_requests_per_second?;
+    let burst = NonZeroU32::new(settings.burst).unwrap_or(NonZeroU32::MIN);
+    let quota =
+        Quota::with_period(crate::config::rate_period(rps)).unwrap_or_else(|| Quota::per_second(NonZeroU32::MAX));
+    Some(RateLimiter::direct(quota.allow_burst(burst)))
+}
+
+/// Whether an answer asks to slow down: a 429, or a 503 that says when to come back.
+pub(in crate::registry) fn throttles(status: reqwest::StatusCode, headers: &HeaderMap) -> bool {
+    status == reqwest::StatusCode::TOO_MANY_REQUESTS
+        || (status == reqwest::StatusCode::SERVICE_UNAVAILABLE && headers.contains_key(RETRY_AFTER))
+}
+
 /// `Retry-After` as seconds or an HTTP date.
 pub(in crate::registry) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
@@ -113,9 +206,15 @@ pub(in crate::registry) fn retry_after(headers: &HeaderMap) -> Option<Duration> 
     (at.with_timezone(&chrono::Utc) - chrono::Utc::now()).to_std().ok()
 }
 
+/// A registry's allowance from its `RateLimit-*` headers: the separate fields
+/// (`RateLimit-Remaining: 76;w=21600`, `RateLimit-Limit`, `RateLimit-Reset`, as Docker Hub and
+/// the IETF draft's early versions send them), or the combined `RateLimit: limit=100,
+/// remaining=50, reset=5` and `RateLimit: "default";r=50;t=30` with `RateLimit-Policy:
+/// "default";q=100;w=60` of its later ones.
 pub(in crate::registry) fn parse_quota(headers: &HeaderMap) -> Option<PullQuota> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let parse = |name: &str| -> Option<(u64, Option<Duration>)> {
-        let value = headers.get(name)?.to_str().ok()?;
+        let value = text(name)?;
         let mut parts = value.split(';');
         let count = parts.next()?.trim().parse().ok()?;
         let window = parts
@@ -124,7 +223,24 @@ pub(in crate::registry) fn parse_quota(headers: &HeaderMap) -> Option<PullQuota>
             .map(Duration::from_secs);
         Some((count, window))
     };
-    let (remaining, w1) = parse("ratelimit-remaining")?;
+    let param = |name: &str, keys: &[&str]| -> Option<u64> {
+        text(name)?.split([',', ';']).find_map(|item| {
+            let (key, value) = item.trim().split_once('=')?;
+            keys.contains(&key.trim().to_ascii_lowercase().as_str())
+                .then(|| value.trim().trim_matches('"').parse().ok())?
+        })
+    };
+    let combined = param("ratelimit", &["remaining", "r"]);
+    let (remaining, w1) = match parse("ratelimit-remaining") {
+        Some(found) => found,
+        None => (combined?, None),
+    };
     let (limit, w2) = parse("ratelimit-limit").map(|(l, w)| (Some(l), w)).unwrap_or((None, None));
-    Some(PullQuota { remaining, limit, window: w1.or(w2) })
+    let limit = limit.or_else(|| param("ratelimit", &["limit"])).or_else(|| param("ratelimit-policy", &["q"]));
+    let window = w1.or(w2).or_else(|| param("ratelimit-policy", &["w"]).map(Duration::from_secs));
+    let reset = parse("ratelimit-reset")
+        .map(|(r, _)| r)
+        .or_else(|| param("ratelimit", &["reset", "t"]))
+        .map(|r| Duration::from_secs(r.min(24 * 3600)));
+    Some(PullQuota { remaining, limit, window, reset })
 }

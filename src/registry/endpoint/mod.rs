@@ -14,7 +14,7 @@ use reqwest::header::HeaderMap;
 use reqwest::{StatusCode, Url};
 use tokio::time::Instant;
 
-pub use limiter::rate_limiter;
+pub use limiter::{rate_limiter, write_rate_limiter};
 
 /// `scheme://host:port` of a URL, for messages: never its path or query (signed URLs carry secrets).
 pub(in crate::registry) fn origin_of(url: &Url) -> String {
@@ -41,10 +41,26 @@ use tokens::{Scheme, TokenExpiry};
 use super::*;
 use crate::config::{Credentials, RegistrySettings};
 use crate::metrics::{Metrics, RegistryLabels, RequestLabels};
+use builder_monitor_core::pace::Pace;
 use prometheus_client::metrics::counter::Counter;
 
 pub(super) fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {
     headers.get(name).and_then(|v| v.to_str().ok()).map(|v| v.trim().to_string())
+}
+
+/// One registry host as one class of requests sees it: `send` and the writes go through the
+/// pace of that class; everything else is the endpoint's.
+pub(super) struct Lane {
+    pub(super) endpoint: Arc<Endpoint>,
+    pub(super) class: RequestClass,
+}
+
+impl std::ops::Deref for Lane {
+    type Target = Endpoint;
+
+    fn deref(&self) -> &Endpoint {
+        &self.endpoint
+    }
 }
 
 /// One registry host.
@@ -54,7 +70,12 @@ pub struct Endpoint {
     pub(super) base: Url,
     pub(super) http: reqwest::Client,
     pub(super) circuit: circuit::Circuit,
+    /// The watching's limiter (`requests_per_second`).
     pub(super) limiter: Option<DefaultDirectRateLimiter>,
+    /// Actions' fixed limiter (`write_requests_per_second`); without one, `action_pace` paces them.
+    pub(super) action_limiter: Option<DefaultDirectRateLimiter>,
+    /// Actions' pace by what the registry answers (AIMD, `builder_monitor_core::pace`).
+    pub(super) action_pace: Mutex<Pace>,
     /// Set by 429 `Retry-After`: no request to this registry before then.
     pub(super) paused_until: Mutex<Option<Instant>>,
     /// Set when the pull quota is exhausted: no GET before then.
@@ -106,6 +127,7 @@ impl Endpoint {
         }
         let http = builder.build().map_err(|e| setup(format!("cannot build HTTP client: {e}")))?;
         let limiter = rate_limiter(&settings);
+        let action_limiter = write_rate_limiter(&settings);
         let base = Url::parse(&format!("{scheme}://{api_host}"))
             .map_err(|e| setup(format!("\"{api_host}\" is not a usable host: {e}")))?;
         Ok(Self {
@@ -113,6 +135,8 @@ impl Endpoint {
             http,
             circuit: circuit::Circuit::default(),
             limiter,
+            action_limiter,
+            action_pace: Mutex::default(),
             paused_until: Mutex::new(None),
             pulls_paused_until: Mutex::new(None),
             scheme: Mutex::new(Scheme::Unknown),

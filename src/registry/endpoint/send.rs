@@ -9,8 +9,11 @@ use reqwest::{Method, Response, StatusCode, Url};
 
 use super::limiter::retry_after;
 use super::tokens::pull_scope;
-use super::{Endpoint, describe, is_redirect, origin_of, resolution_failed};
-use crate::registry::{MANIFEST_ACCEPT, MAX_REDIRECTS, RegistryError, speaks_plain_http, whole_seconds};
+use super::{Endpoint, Lane, describe, is_redirect, origin_of, resolution_failed};
+use crate::registry::{MANIFEST_ACCEPT, MAX_REDIRECTS, RegistryError, RequestClass, speaks_plain_http, whole_seconds};
+
+/// 429s with `Retry-After` an action's request waits out before they count as failed attempts.
+const ACTION_THROTTLED_TRIES: u32 = 16;
 
 /// What a registry request fetches; it decides where a redirect may lead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,7 +52,7 @@ pub(in crate::registry) struct Call<'a> {
     pub(in crate::registry) timeout: Option<Duration>,
 }
 
-impl Endpoint {
+impl Lane {
     /// Sends one registry API request with auth, limiter, pauses, retries and the circuit; follows
     /// redirects as `fetch` allows. Returns any response that is not 401/403/429/5xx or a redirect.
     pub(in crate::registry) async fn send(
@@ -65,11 +68,6 @@ impl Endpoint {
             .await
     }
 
-    /// `/v2/PATH` on this registry (PATH may carry a query).
-    pub(in crate::registry) fn api_url(&self, method: &Method, path: &str) -> Result<Url, RegistryError> {
-        self.base.join(&format!("/v2/{path}")).map_err(|e| self.invalid(format!("{method} {path}: {e}")))
-    }
-
     /// `send` for any URL of this registry, token scope, body and timeout.
     pub(in crate::registry) async fn send_to(
         &self,
@@ -83,6 +81,7 @@ impl Endpoint {
         let once = matches!(payload, Payload::Stream(_));
         let pull = method == Method::GET;
         let mut attempt = 0u32;
+        let mut throttled = 0u32;
         let mut reauthorized = false;
         let mut hops = 0;
         loop {
@@ -94,7 +93,7 @@ impl Endpoint {
                     whole_seconds(open.since)
                 ))
             })?;
-            self.wait_turn(pull).await?;
+            self.wait_turn(pull, self.class).await?;
             let mut request = self.http.request(method.clone(), url.clone()).header(ACCEPT, MANIFEST_ACCEPT);
             if let Some(timeout) = timeout {
                 request = request.timeout(timeout);
@@ -110,7 +109,7 @@ impl Endpoint {
                     None => return Err(self.invalid(format!("{method} {path}: a streamed body cannot be sent twice"))),
                 },
             };
-            let (request, sent) = self.authorize(request, scope).await?;
+            let (request, sent) = self.authorize(request, scope, self.class).await?;
             let response = request.send().await;
             self.record_request(method.as_str(), response.as_ref().ok().map(|r| r.status()));
             let failure = match response {
@@ -118,6 +117,9 @@ impl Endpoint {
                     pass.answered(&self.settings.host);
                     self.observe_quota(response.headers());
                     let status = response.status();
+                    if self.class == RequestClass::Action {
+                        self.pace_answer(status, response.headers());
+                    }
                     match status {
                         s if is_redirect(s) && fetch == Fetch::Probe => return Ok(response),
                         s if is_redirect(s) && fetch == Fetch::Write => {
@@ -190,7 +192,13 @@ impl Endpoint {
                             // DEBUG: a check that fails for it logs it (`rate_limited`), once per outage.
                             tracing::debug!(registry = %self.settings.host, wait = %whole_seconds(wait), "HTTP 429, pausing requests to this registry");
                             self.pause(wait);
-                            attempt += 1;
+                            // An action's request the registry told when to send again is not
+                            // failing: it waits its turn, a bounded number of times.
+                            throttled += 1;
+                            let paced = self.class == RequestClass::Action && retry.is_some();
+                            if !paced || throttled > ACTION_THROTTLED_TRIES {
+                                attempt += 1;
+                            }
                             if attempt >= self.settings.max_attempts || once {
                                 return Err(self.rate_limited(match retry {
                                     Some(wait) => format!("HTTP 429, retry after {}", whole_seconds(wait)),
@@ -203,7 +211,15 @@ impl Endpoint {
                             // wait_turn sleeps until the pause ends.
                             continue;
                         }
-                        s if s.is_server_error() => self.unavailable(format!("{method} {path} answered HTTP {s}")),
+                        s if s.is_server_error() => {
+                            // A 503 that says when to come back is the registry's pace, like a 429.
+                            if let Some(wait) =
+                                retry_after(response.headers()).filter(|_| s == StatusCode::SERVICE_UNAVAILABLE)
+                            {
+                                self.pause(wait);
+                            }
+                            self.unavailable(format!("{method} {path} answered HTTP {s}"))
+                        }
                         _ => return Ok(response),
                     }
                 }
@@ -242,6 +258,13 @@ impl Endpoint {
             tracing::debug!(registry = %self.settings.host, attempt, max_attempts = self.settings.max_attempts, wait = ?wait, error = %failure, "request failed; retrying");
             tokio::time::sleep(wait).await;
         }
+    }
+}
+
+impl Endpoint {
+    /// `/v2/PATH` on this registry (PATH may carry a query).
+    pub(in crate::registry) fn api_url(&self, method: &Method, path: &str) -> Result<Url, RegistryError> {
+        self.base.join(&format!("/v2/{path}")).map_err(|e| self.invalid(format!("{method} {path}: {e}")))
     }
 
     /// Where a redirect points, counted against `MAX_REDIRECTS`.

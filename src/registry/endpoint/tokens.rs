@@ -10,7 +10,9 @@ use reqwest::header::{HeaderMap, WWW_AUTHENTICATE};
 use super::limiter::retry_after;
 use super::{Endpoint, describe, is_redirect, origin_of};
 use crate::config::{Credentials, Secret};
-use crate::registry::{Challenge, RegistryError, Token, parse_challenge, parse_token_response, whole_seconds};
+use crate::registry::{
+    Challenge, RegistryError, RequestClass, Token, parse_challenge, parse_token_response, whole_seconds,
+};
 
 /// `repository:NAME:pull`, the token scope of reads.
 pub(in crate::registry) fn pull_scope(repository: &str) -> String {
@@ -66,6 +68,7 @@ impl Endpoint {
         &self,
         request: reqwest::RequestBuilder,
         scope: &str,
+        class: RequestClass,
     ) -> Result<(reqwest::RequestBuilder, Option<Arc<Token>>), RegistryError> {
         let scheme = self.scheme.lock().unwrap_or_else(|e| e.into_inner()).clone();
         match scheme {
@@ -84,7 +87,10 @@ impl Endpoint {
                     Some(token) => token,
                     None => self
                         .tokens
-                        .try_get_with(scope.to_string(), Box::pin(self.fetch_token(&realm, service.as_deref(), scope)))
+                        .try_get_with(
+                            scope.to_string(),
+                            Box::pin(self.fetch_token(&realm, service.as_deref(), scope, class)),
+                        )
                         .await
                         .map_err(|e: Arc<RegistryError>| (*e).clone())?,
                 };
@@ -98,6 +104,7 @@ impl Endpoint {
         realm: &str,
         service: Option<&str>,
         scope: &str,
+        class: RequestClass,
     ) -> Result<Arc<Token>, RegistryError> {
         let mut url = reqwest::Url::parse(realm)
             .map_err(|e| self.invalid(format!("token realm \"{realm}\" is not a URL: {e}")))?;
@@ -115,7 +122,7 @@ impl Endpoint {
         let mut attempt = 0;
         let mut hops = 0;
         loop {
-            self.wait_turn(false).await?;
+            self.wait_turn(false, class).await?;
             let mut request = self.http.get(url.clone());
             if let Some((user, password)) = self.credentials().await? {
                 request = request.basic_auth(user, Some(password.expose()));

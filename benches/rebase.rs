@@ -20,7 +20,8 @@
 //!
 //! Results go to `$CARGO_TARGET_DIR/bench/rebase.{md,json}` (`./target` without the variable).
 //! Environment: `BENCH_APPS` (item 2, default 100), `BENCH_FLEET` (item 3, default 1000),
-//! `BENCH_SHARED_REPO=1` (item 3: one repository), `BENCH_SIGN=1` (item 3: the daemon signs and
+//! `BENCH_SHARED_REPO=1` (item 3: one repository), `BENCH_DEFAULTS=1` (item 3: no
+//! `requests_per_second = 0`, no `max_concurrent`: the defaults a new user has), `BENCH_SIGN=1` (item 3: the daemon signs and
 //! attests every rebased digest with cosign's encrypted test key, `[signing]`'s defaults),
 //! `BENCH_CLAIMS` (item 4, default `1000,10000`), `BENCH_ONLY=1,2,3,4` picks parts.
 
@@ -507,9 +508,13 @@ async fn fleet_patch(n: usize, shared: bool) -> Value {
     say(format!("fleet: {n} apps seeded in {:.1} s", seeding.elapsed().as_secs_f64()));
 
     let ws = Workspace::new();
+    // BENCH_DEFAULTS=1: the registry's and the runner's defaults, as a new user has them.
+    let defaults = env_number("BENCH_DEFAULTS", 0) != 0;
+    let tuning = if defaults { String::new() } else { format!("[registries.\"{host}\"]\nrequests_per_second = 0\n\n") };
+    let concurrency = if defaults { String::new() } else { format!("max_concurrent = {CONCURRENCY}\n") };
     let mut text = format!(
         "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\njitter = \"0s\"\n\n[server]\nlisten = \"127.0.0.1:{port}\"\napi_token_env = \"BENCH_API_TOKEN\"\n\n\
-         [registries.\"{host}\"]\nrequests_per_second = 0\n\n[runner]\ntype = \"none\"\nrebase = \"registry\"\nmax_concurrent = {CONCURRENCY}\n\n\
+         {tuning}[runner]\ntype = \"none\"\nrebase = \"registry\"\n{concurrency}\n\
          [[builders]]\nname = \"b\"\nimage = \"{host}/builder:latest\"\n\n"
     );
     for i in 0..n {
@@ -605,20 +610,21 @@ async fn fleet_patch(n: usize, shared: bool) -> Value {
     let per_app = requests as f64 / n.max(1) as f64;
     let (failed, again) = (failed.get(), again.get());
     say(format!(
-        "fleet{}: {rebased}/{n} rebased {seconds:.1} s after the push (first after {:.2} s, 90 % after {:.1} s); {failed} failed attempts, {again} manifest PUTs tried again within an attempt; {requests} requests ({per_app:.1} per app, {by_method:?}), {sent} B sent, {received} B received; peak RSS {} KiB",
+        "fleet{}{}: {rebased}/{n} rebased {seconds:.1} s after the push (first after {:.2} s, 90 % after {:.1} s); {failed} failed attempts, {again} manifest PUTs tried again within an attempt; {requests} requests ({per_app:.1} per app, {by_method:?}), {sent} B sent, {received} B received; peak RSS {} KiB",
         if signing { " (signed and attested)" } else { "" },
+        if defaults { " (default config)" } else { " (requests_per_second = 0, max_concurrent = 16)" },
         first.map_or(f64::NAN, |f| f.as_secs_f64()),
         p90.map_or(f64::NAN, |f| f.as_secs_f64()),
         peak_rss_kib.map_or("?".to_string(), |k| k.to_string())
     ));
     let _ = pushed_v2;
     json!({
-        "apps": n, "shared_repository": shared, "signing": signing, "rebased": rebased, "seconds": seconds,
+        "apps": n, "shared_repository": shared, "signing": signing, "defaults": defaults, "rebased": rebased, "seconds": seconds,
         "first_seconds": first.map(|f| f.as_secs_f64()),
         "p90_seconds": p90.map(|f| f.as_secs_f64()),
         "failed_attempts": failed, "tried_again_within_attempts": again,
         "traffic": { "requests": requests, "requests_per_app": per_app, "by_method": by_method, "bytes_sent": sent, "bytes_received": received },
         "peak_rss_kib": peak_rss_kib,
-        "concurrency": CONCURRENCY,
+        "concurrency": if defaults { None } else { Some(CONCURRENCY) },
     })
 }

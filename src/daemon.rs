@@ -83,6 +83,12 @@ pub struct Parts {
     pub registry: Arc<Registry>,
 }
 
+/// The vulnerability data the checks match moves against: `[vulnerabilities]`'s loader's shared
+/// index (issue 43; until the loader is wired, none).
+fn vulnerability_data(_config: &Config) -> crate::monitor::VulnSource {
+    crate::monitor::no_vulns()
+}
+
 impl Parts {
     /// The Kubernetes client when the config uses the cluster (its permissions checked first), then
     /// the parts over it ([`Parts::new`]).
@@ -127,8 +133,8 @@ impl Parts {
     ) -> Result<Self, DaemonError> {
         let metrics = Metrics::with_log_drops(crate::log_stream::dropped_lines());
         let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
-        let monitor =
-            Arc::new(Monitor::new(config.clone(), registry.clone(), ledger.clone(), clock.clone(), metrics.clone()));
+        let monitor = Monitor::new(config.clone(), registry.clone(), ledger.clone(), clock.clone(), metrics.clone());
+        let monitor = Arc::new(monitor.with_vulns(vulnerability_data(&config)));
         let dispatcher = Arc::new(Dispatcher::new(&config.alerts, ledger.clone(), clock.clone(), metrics.clone())?);
         Ok(Parts {
             config,

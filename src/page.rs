@@ -274,6 +274,8 @@ mod tests {
             run_image: None,
             packages: None,
             packages_note: None,
+            fixes: None,
+            fixes_note: None,
             notes: Vec::new(),
         }
     }

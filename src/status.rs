@@ -18,6 +18,7 @@ use crate::ledger::{
 };
 use builder_monitor_core::cnb::{ChangeKind, Reason, run_watch_name};
 use builder_monitor_core::packages::PackageDiff;
+use builder_monitor_core::vulns::Fix;
 use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::rollout::Freeze;
 use builder_monitor_core::schedule::{timestamp, timestamp_millis};
@@ -220,6 +221,13 @@ pub struct ChangeSummary {
     /// Why the package diff is missing or partial (a list unreadable, or cut at its cap).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub packages_note: Option<String>,
+    /// The security notices the move fixes (`[]`: its lists matched none), when vulnerability data
+    /// is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fixes: Option<Vec<Fix>>,
+    /// Why no vulnerability data could be matched to the move.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fixes_note: Option<String>,
     /// What the new pin left out, so the move was decided on less than the whole image.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -407,6 +415,8 @@ fn builder_status(
                 run_image: c.change.run_image.clone(),
                 packages: c.change.packages.clone(),
                 packages_note: c.change.packages_note.clone(),
+                fixes: c.change.fixes.clone(),
+                fixes_note: c.change.fixes_note.clone(),
                 notes: c.change.notes.clone(),
             })
             .collect(),

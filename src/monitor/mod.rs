@@ -212,6 +212,17 @@ pub struct Monitor {
     run_image_heads: run_images::RunImageHeads,
     /// Each steady watch's pin, so an unchanged check stays in memory.
     pins: pins::Pins,
+    /// The vulnerability data a move's fixes are matched against, as loaded now.
+    vulns: VulnSource,
+}
+
+/// Where a check reads the vulnerability data: the loader's current index, or `None` when
+/// `[vulnerabilities]` configures none (the changes then have no `fixes`).
+pub type VulnSource = Arc<dyn Fn() -> Option<Arc<builder_monitor_core::vulns::Index>> + Send + Sync>;
+
+/// No vulnerability data.
+pub fn no_vulns() -> VulnSource {
+    Arc::new(|| None)
 }
 
 impl Monitor {
@@ -243,7 +254,14 @@ impl Monitor {
             failure_log: Mutex::default(),
             run_image_heads: Default::default(),
             pins: Default::default(),
+            vulns: no_vulns(),
         }
+    }
+
+    /// The monitor matching each move against `vulns`' data.
+    pub fn with_vulns(mut self, vulns: VulnSource) -> Self {
+        self.vulns = vulns;
+        self
     }
 
     /// The small handle the HTTP server holds: readiness, liveness, metrics and wakes.

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::packages::{self, PackageDiff, Packages};
 use crate::text::escape;
+use crate::vulns::Fix;
 
 /// The cheapest correct reaction to a move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -118,6 +119,14 @@ pub struct Change {
     /// cap, a side without.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub packages_note: Option<String>,
+    /// The security notices the move fixes (`cnb::fixes`), when vulnerability data is configured
+    /// and both sides list versioned packages: `[]` when they matched nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fixes: Option<Vec<Fix>>,
+    /// Why vulnerability data could not be matched to the move (a side without a list, lists with
+    /// names only, an image of no known release).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fixes_note: Option<String>,
     /// What was left unread or not kept on the new side (an index cut to `max_platforms`, parts of
     /// a pin over its ledger budget), so the change was decided on less than the whole image.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -138,6 +147,8 @@ impl Change {
             note: None,
             packages: None,
             packages_note: None,
+            fixes: None,
+            fixes_note: None,
             notes: Vec::new(),
         }
     }
@@ -209,6 +220,9 @@ impl Change {
         }
         if let Some(packages) = &self.packages {
             parts.push(packages.brief(SUMMARY_PACKAGES));
+        }
+        if let Some(fixes) = super::fixes::fixes_brief(self.fixes.as_deref()) {
+            parts.push(fixes);
         }
         if let Some(note) = &self.note {
             parts.push(escape(note).into_owned());

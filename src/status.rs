@@ -18,11 +18,11 @@ use crate::ledger::{
 };
 use builder_monitor_core::cnb::{ChangeKind, Reason, run_watch_name};
 use builder_monitor_core::packages::PackageDiff;
-use builder_monitor_core::vulns::Fix;
 use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::rollout::Freeze;
 use builder_monitor_core::schedule::{timestamp, timestamp_millis};
 use builder_monitor_core::text::{count, escape};
+use builder_monitor_core::vulns::Fix;
 pub use deploys::DeployStatus;
 pub use gitops::{GitopsStatus, targets as gitops_targets};
 pub use images::{ImageAction, ImageStatus, TagMoveStatus};
@@ -461,6 +461,7 @@ mod tests {
             created: at("2026-11-30T10:00:00Z"),
             progress: placed(false),
             holds: true,
+            expedited: Vec::new(),
         };
         let shown = |r: &ActionRecord, gated: &[&str]| {
             serde_json::to_value(ShownAction::new(r.clone(), &gated.iter().copied().collect())).unwrap()
@@ -517,6 +518,7 @@ mod tests {
                     created: parse_timestamp("2025-03-04T11:00:00Z").unwrap(),
                     progress: None,
                     holds: false,
+                    expedited: Vec::new(),
                 }
                 .into(),
             ],

@@ -45,10 +45,14 @@ fn versioned(list: Option<&Packages>, side: &str) -> Result<Vec<Package>, String
     match list {
         None => Err(format!("the {side} image has no package list")),
         Some(Packages::Unreadable { .. }) => Err(format!("the {side} image's package list is unreadable")),
-        Some(Packages::Listed { packages, .. }) if !packages.is_empty() && packages.iter().all(|p| p.version.is_empty()) => {
+        Some(Packages::Listed { packages, .. })
+            if !packages.is_empty() && packages.iter().all(|p| p.version.is_empty()) =>
+        {
             Err(format!("the {side} image's package list has names only, no versions"))
         }
-        Some(Packages::Listed { packages, .. }) => Ok(packages.iter().filter(|p| !p.version.is_empty()).cloned().collect()),
+        Some(Packages::Listed { packages, .. }) => {
+            Ok(packages.iter().filter(|p| !p.version.is_empty()).cloned().collect())
+        }
     }
 }
 
@@ -115,7 +119,12 @@ impl Change {
     /// The fixes of a move from the pin `previous` to `current`, each side's lists chosen as the
     /// change's packages were: a builder whose run image moved by its run image's lists, else the
     /// image's own.
-    pub fn with_fixes_of_pins(self, index: Option<&Index>, previous: &PinnedMetadata, current: &PinnedMetadata) -> Self {
+    pub fn with_fixes_of_pins(
+        self,
+        index: Option<&Index>,
+        previous: &PinnedMetadata,
+        current: &PinnedMetadata,
+    ) -> Self {
         let run = |m: &PinnedMetadata| m.run_image.as_ref().map(|r| r.packages.clone()).unwrap_or_default();
         let releases = releases_of(current);
         if self.run_image.is_some() && !(run(previous).is_empty() && run(current).is_empty()) {

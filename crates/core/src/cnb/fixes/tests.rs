@@ -97,7 +97,12 @@ fn several_platforms_give_the_preferred_platforms_fixes() {
     };
     let releases = BTreeMap::from([("linux/arm64".to_string(), Release(JAMMY.into()))]);
     // One release for the image stands for every platform.
-    let c = change().with_fixes(Some(&index()), &platforms("3.0.2-0ubuntu1.18"), &platforms("3.0.2-0ubuntu1.19"), &releases);
+    let c = change().with_fixes(
+        Some(&index()),
+        &platforms("3.0.2-0ubuntu1.18"),
+        &platforms("3.0.2-0ubuntu1.19"),
+        &releases,
+    );
     assert_eq!(c.fixes.unwrap().len(), 1);
 }
 

@@ -270,7 +270,8 @@ impl Reaction<'_> {
                 WatchKind::RunImage => format!("run image of {builder_name}: {}", mv.change.summary()),
             };
             let why = format!("commit change {} to {}", mv.change_id, target.name);
-            let plan = GitopsPlan { target: target.name.clone(), summary };
+            let fixes = mv.change.fixes.clone().unwrap_or_default();
+            let plan = GitopsPlan { target: target.name.clone(), summary, fixes };
             out.push(self.gitops_action(
                 mv.change_id,
                 plan,
@@ -294,8 +295,11 @@ impl Reaction<'_> {
             .iter()
             .filter(|t| t.files.iter().any(|f| f.format == crate::config::FileFormat::Marker))
             .map(|t| {
-                let plan =
-                    GitopsPlan { target: t.name.clone(), summary: format!("{builder}: pinned to sha256:{short}") };
+                let plan = GitopsPlan {
+                    target: t.name.clone(),
+                    summary: format!("{builder}: pinned to sha256:{short}"),
+                    fixes: Vec::new(),
+                };
                 let why = format!("commit the pin of {builder} to {}", t.name);
                 self.gitops_action(&change_id, plan, builder.to_string(), reference.to_string(), why, Vec::new(), 0)
             })

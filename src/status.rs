@@ -110,6 +110,8 @@ impl Serialize for ShownAction {
             progress: Option<&'a builder_monitor_core::progress::Progress>,
             #[serde(skip_serializing_if = "std::ops::Not::not")]
             holds: bool,
+            #[serde(skip_serializing_if = "<[String]>::is_empty")]
+            expedited: &'a [String],
         }
         let r = &self.record;
         Shown {
@@ -131,6 +133,7 @@ impl Serialize for ShownAction {
             created: timestamp_millis(r.created),
             progress: r.progress.as_ref(),
             holds: r.holds,
+            expedited: &r.expedited,
         }
         .serialize(s)
     }
@@ -302,6 +305,7 @@ pub async fn open_actions(
     let mut open = ledger.open_actions().await?;
     let frozen = ledger.freeze_state().await?;
     let mut waits = crate::rollout::waits(config, ledger, &open, frozen.as_ref(), now).await?;
+    let fixes = approval_fixes(ledger, &open).await?;
     for a in &mut open {
         let (gate, why) = match a.state {
             ActionState::Pending => match waits.remove(&a.key) {
@@ -309,7 +313,11 @@ pub async fn open_actions(
                 None => continue,
             },
             ActionState::AwaitingApproval => {
-                ("approval", format!("awaiting approval: `builder-monitor approve {}`", a.change))
+                let mut why = format!("awaiting approval: `builder-monitor approve {}`", a.change);
+                if let Some(fixes) = fixes.get(&a.change) {
+                    why += &format!("; approving {fixes}");
+                }
+                ("approval", why)
             }
             ActionState::Held => (
                 "held",
@@ -324,6 +332,25 @@ pub async fn open_actions(
     let windows = &config.rollout.windows;
     let rollout = RolloutStatus { frozen, window_open: windows.is_open(now), next_window: windows.describe_next(now) };
     Ok((open, rollout))
+}
+
+/// Recent changes read for what approving a waiting action would fix.
+const APPROVAL_CHANGES: usize = 200;
+
+/// What each change with an action awaiting approval fixes (`fixes USN-7000-1 (high), 2 more`),
+/// from the ledger's change; none read when nothing awaits approval.
+async fn approval_fixes(ledger: &Ledger, open: &[OpenAction]) -> Result<BTreeMap<String, String>, LedgerError> {
+    let waiting: BTreeSet<&str> =
+        open.iter().filter(|a| a.state == ActionState::AwaitingApproval).map(|a| a.change.as_str()).collect();
+    if waiting.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let changes = ledger.changes(None, APPROVAL_CHANGES).await?;
+    Ok(changes
+        .into_iter()
+        .filter(|c| waiting.contains(c.id.as_str()))
+        .filter_map(|c| Some((c.id, builder_monitor_core::cnb::fixes_brief(c.change.fixes.as_deref())?)))
+        .collect())
 }
 
 /// How long `status` waits for the cluster to answer before saying its actions wait for it.

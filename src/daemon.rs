@@ -18,6 +18,7 @@ use crate::registry::Registry;
 use crate::runner::{Backends, Clusters, Runner, RunnerError};
 use crate::schedule::Clock;
 use crate::server::{self, ServerState};
+use crate::vulns::{self, Refresher, Vulns, VulnsError};
 
 /// How long the whole stop may take: checks, runner, deliveries, publisher and the HTTP drain.
 pub const STOP_DEADLINE: Duration = Duration::from_secs(15);
@@ -40,6 +41,8 @@ pub enum DaemonError {
     Runner(#[source] RunnerError),
     #[error("cannot listen on {listen} ([server] listen): {source}")]
     Listen { listen: std::net::SocketAddr, source: std::io::Error },
+    #[error(transparent)]
+    Vulns(#[from] VulnsError),
     #[error("the acting task failed: {0}")]
     Acting(#[from] tokio::task::JoinError),
 }
@@ -81,6 +84,10 @@ pub struct Parts {
     pub metrics: Arc<Metrics>,
     /// The one registry client: checks, planning and registry rebases share its limits and tokens.
     pub registry: Arc<Registry>,
+    /// The OSV data in force (`[vulnerabilities]`), when configured; set by [`Parts::build`].
+    pub vulns: Option<Vulns>,
+    /// A URL mirror's refresher, taken by the daemon's worker loop (or `run --once`'s one refresh).
+    refresher: std::sync::Mutex<Option<Refresher>>,
 }
 
 /// The vulnerability data the checks match moves against: `[vulnerabilities]`'s loader's shared
@@ -120,6 +127,10 @@ impl Parts {
         let mut parts = Self::new(config, ledger, clock, client)?;
         parts.pool_clients = pool_clients;
         parts.cluster_wait = cluster_wait;
+        if let Some((data, refresher)) = vulns::start(&parts.config, parts.metrics.clone()).await? {
+            parts.vulns = Some(data);
+            parts.refresher = std::sync::Mutex::new(refresher);
+        }
         Ok(parts)
     }
 
@@ -147,7 +158,14 @@ impl Parts {
             cluster_wait: None,
             metrics,
             registry,
+            vulns: None,
+            refresher: Default::default(),
         })
+    }
+
+    /// The URL mirror's refresher, once (`None` for a local mirror or none).
+    fn take_refresher(&self) -> Option<Refresher> {
+        self.refresher.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     fn publisher(&self) -> Option<Publisher> {
@@ -172,6 +190,9 @@ impl Parts {
     /// ClusterBuilders. True when every check and action succeeded.
     pub async fn run_once(&self) -> Result<bool, DaemonError> {
         let stop = CancellationToken::new();
+        if let Some(mut refresher) = self.take_refresher() {
+            refresher.refresh_logged().await;
+        }
         let runner = self.runner(stop.clone()).await?;
         let checks_ok = self.monitor.run_once().await;
         runner.run_due_once().await;
@@ -306,6 +327,10 @@ pub async fn run(config: Arc<Config>, once: bool, shutdown: CancellationToken) -
         }
     };
     let mut serving = Term::default();
+    // Every replica refreshes its own copy: a standby's probes and page show it too.
+    if let Some(refresher) = parts.take_refresher() {
+        serving.spawn("OSV refresh", crate::worker::run(refresher, shutdown.clone(), Duration::ZERO));
+    }
     if let Some(settings) = &config.server {
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await
@@ -320,7 +345,8 @@ pub async fn run(config: Arc<Config>, once: bool, shutdown: CancellationToken) -
         }
         let state = ServerState::new(config.clone(), settings.clone(), parts.monitor.handle(), ledger)
             .with_leadership(leading.clone())
-            .with_registry(parts.registry.clone());
+            .with_registry(parts.registry.clone())
+            .with_vulns(parts.vulns.clone());
         let stop = shutdown.clone();
         serving.spawn("HTTP server", async move {
             if let Err(err) = server::serve(Arc::new(state), listener, stop).await {

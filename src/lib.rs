@@ -31,4 +31,5 @@ pub mod schedule;
 pub mod server;
 pub mod signing;
 pub mod status;
+pub mod vulns;
 pub mod worker;

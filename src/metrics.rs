@@ -54,6 +54,11 @@ pub struct LimiterLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HookLabels {
     pub source: String,
     pub result: String,
@@ -237,6 +242,10 @@ pub struct Metrics {
     pub watches_failing: Family<RegistryLabels, Gauge>,
     /// Client addresses each of the HTTP server's per-client limiters remembers.
     pub http_clients_tracked: Family<LimiterLabels, Gauge>,
+    /// OSV mirror files not read as records, by reason (vulns::load::Skip).
+    pub osv_skipped: Family<ReasonLabels, Counter>,
+    /// OSV records kept in the index in force.
+    pub osv_records: Gauge,
 }
 
 impl Metrics {
@@ -315,6 +324,14 @@ impl Metrics {
             "Client addresses the HTTP server's per-client limiters remember (hooks, refusal_log), at most 10,000 each",
             http_clients_tracked.clone(),
         );
+        let osv_skipped = Family::default();
+        registry.register(
+            "osv_skipped",
+            "OSV mirror files skipped, by reason (too_large, not_json, refused, symlink, path_traversal, unreadable)",
+            osv_skipped.clone(),
+        );
+        let osv_records = Gauge::default();
+        registry.register("osv_records", "OSV records kept in the vulnerability index in force", osv_records.clone());
         registry.register(
             "log_lines_dropped",
             "Log lines dropped because stderr was closed, failing or not read fast enough",
@@ -336,6 +353,8 @@ impl Metrics {
             actions,
             watches_failing,
             http_clients_tracked,
+            osv_skipped,
+            osv_records,
         })
     }
 

@@ -29,6 +29,12 @@ pub const CONTENT_SECURITY_POLICY: &str =
 
 /// The whole page for `status`, as of `now`; `config` supplies schedules and the runner.
 pub fn render(status: &Status, config: &Config, now: DateTime<Utc>) -> String {
+    render_noted(status, config, now, &[])
+}
+
+/// [`render`] with `notes` (what the daemon's state says, e.g. `vulnerability data: 5 h old`)
+/// under the freeze banner.
+pub fn render_noted(status: &Status, config: &Config, now: DateTime<Utc>, notes: &[String]) -> String {
     let mut out = String::with_capacity(16 * 1024);
     let failing = status.builders.iter().chain(&status.run_images).filter(|w| w.consecutive_failures > 0).count();
     let _ = write!(
@@ -42,6 +48,9 @@ pub fn render(status: &Status, config: &Config, now: DateTime<Utc>) -> String {
         time_element(now, &now.format("%Y-%m-%d %H:%M:%S UTC").to_string()),
     );
     summary::banner(&mut out, status, now);
+    for note in notes {
+        let _ = writeln!(out, "<div class=\"banner\" role=\"status\">{}</div>", html::Text(note));
+    }
     summary::tiles(&mut out, status, failing);
 
     section(&mut out, "builders", "Builders", Some(status.builders.len()));

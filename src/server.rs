@@ -49,6 +49,8 @@ pub struct ServerState {
     /// The daemon's registry client (its push credentials), for rollbacks and for the tag a
     /// deploy by hand reads.
     registry: Option<Arc<crate::registry::Registry>>,
+    /// The OSV data in force (`[vulnerabilities]`): its age on `/readyz` and the page.
+    pub vulns: Option<crate::vulns::Vulns>,
 }
 
 impl ServerState {
@@ -64,10 +66,16 @@ impl ServerState {
             refusal_log_limiter,
             leading: None,
             registry: None,
+            vulns: None,
         }
     }
 
     /// Serves rollbacks too, writing through the daemon's registry client.
+    pub fn with_vulns(mut self, vulns: Option<crate::vulns::Vulns>) -> Self {
+        self.vulns = vulns;
+        self
+    }
+
     pub fn with_registry(mut self, registry: Arc<crate::registry::Registry>) -> Self {
         self.registry = Some(registry);
         self

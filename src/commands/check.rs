@@ -9,10 +9,11 @@ use std::time::Duration;
 use super::common::{load_config, uses_pools, watches_something};
 use super::failure::{Failure, usage};
 use builder_monitor::cluster;
-use builder_monitor::config::{Config, Secrets};
+use builder_monitor::config::{Config, OsvSource, Secrets, redact_url};
 use builder_monitor::metrics::Metrics;
 use builder_monitor::registry::Registry;
 use builder_monitor::runner;
+use builder_monitor::vulns;
 use builder_monitor_core::plan::ActionKind;
 
 /// Validate the config and print what would be watched.
@@ -66,10 +67,30 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
         // also panic on a closed stderr).
         builder_monitor::log_stream::line(&format!("warning: {error}\n"));
     }
+    vulnerability_data(&config).await?;
     for warning in unserved_apps(&config).await {
         builder_monitor::log_stream::line(&format!("warning: {warning}\n"));
     }
     if online { online_checks(&config, timeout).await } else { Ok(0) }
+}
+
+/// A local OSV mirror, read as `run` reads it: what it keeps and what it skips (a URL is only
+/// named: `run` downloads it).
+async fn vulnerability_data(config: &Config) -> Result<(), Failure> {
+    let Some(settings) = &config.vulnerabilities else { return Ok(()) };
+    if let OsvSource::Url(url) = &settings.osv {
+        let every = humantime::format_duration(settings.refresh);
+        outln!("vulnerability data: downloaded from {} every {every} by run", redact_url(url));
+        return Ok(());
+    }
+    let loaded = vulns::load_local(&settings.osv)
+        .await
+        .map_err(|e| usage(anyhow::anyhow!("{}: {e}", config.source.display())))?;
+    loaded.log_skips("check");
+    let skipped: Vec<String> = loaded.skipped.iter().map(|(why, (n, _))| format!("{} {n}", why.as_str())).collect();
+    let skipped = if skipped.is_empty() { String::new() } else { format!(", skipped: {}", skipped.join(", ")) };
+    outln!("vulnerability data: {} records kept of {} read{skipped}", loaded.index.len(), loaded.read);
+    Ok(())
 }
 
 /// `--online`: what passed on stdout, notes and failures on stderr, one line each; 1 when any

@@ -32,6 +32,7 @@ mod secret;
 mod server;
 mod signing;
 mod summary;
+mod vulnerabilities;
 pub use alerts::{AlertKind, AlertSettings, AlertUrl, DEFAULT_EVENTS, redact_url};
 pub use builders::{BuilderSettings, Platform, run_image_watch, run_image_watch_named};
 pub use gitops::{Author, FileFormat, GitAuth, GitopsFile, GitopsTarget, action_subject as gitops_subject};
@@ -50,6 +51,7 @@ pub use server::{
     ServerSettings,
 };
 pub use signing::{KeySource, SigningKeyError, SigningSettings, TrustedKey};
+pub use vulnerabilities::{DEFAULT_REFRESH, OsvSource, VulnerabilitySettings};
 
 /// Default check interval when neither `[monitor]` nor the builder sets one.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(600);
@@ -109,6 +111,8 @@ pub struct Config {
     pub gitops: Vec<GitopsTarget>,
     /// `None` when the config has no `[signing]` table: nothing is signed.
     pub signing: Option<SigningSettings>,
+    /// `None` when the config has no `[vulnerabilities]` table: no OSV data is read.
+    pub vulnerabilities: Option<VulnerabilitySettings>,
 }
 
 #[derive(Debug, Clone)]
@@ -327,6 +331,7 @@ const SECTIONS: &[&str] = &[
     "rollout",
     "gitops",
     "signing",
+    "vulnerabilities",
 ];
 
 impl<'a> Validator<'a> {
@@ -390,6 +395,7 @@ impl<'a> Validator<'a> {
         let mut raw_rollout = None;
         let mut raw_gitops = None;
         let mut raw_signing = None;
+        let mut raw_vulns = None;
         for (offset, key, value) in sections.values {
             let located = Some((offset, value));
             match key.get_ref().as_ref() {
@@ -404,6 +410,7 @@ impl<'a> Validator<'a> {
                 "rollout" => raw_rollout = located,
                 "gitops" => raw_gitops = located,
                 "signing" => raw_signing = located,
+                "vulnerabilities" => raw_vulns = located,
                 other => {
                     let message = format!(
                         "unknown key `{other}`, expected one of {}",
@@ -451,6 +458,12 @@ impl<'a> Validator<'a> {
             None => Some(None),
         });
 
+        let vulnerabilities = self.at(raw_vulns, |v, value| match value {
+            Some(value) => {
+                v.entry::<vulnerabilities::RawVulnerabilities>(value).and_then(|r| v.vulnerabilities(r)).map(Some)
+            }
+            None => Some(None),
+        });
         if let Some(signing) = &signing {
             self.images_need_a_trusted_key(signing.as_ref());
         }
@@ -469,6 +482,7 @@ impl<'a> Validator<'a> {
                 server: server?,
                 gitops: gitops?,
                 signing: signing?,
+                vulnerabilities: vulnerabilities?,
             })
         })())
     }

@@ -30,8 +30,14 @@ pub(super) async fn readyz(State(state): State<Arc<ServerState>>) -> Response {
     // A registry outage leaves the daemon ready (a restart would not help), only degraded.
     let failing = state.monitor.failing_watches();
     let failing_total: usize = failing.values().sum();
-    let body = json!({ "ready": ready, "config": true, "ledger": ledger, "first_check_cycle": first_cycle, "leader": leader,
+    let mut body = json!({ "ready": ready, "config": true, "ledger": ledger, "first_check_cycle": first_cycle, "leader": leader,
         "degraded": failing_total > 0, "failing_watches": failing_total, "failing_by_registry": failing });
+    // Old vulnerability data leaves the daemon ready, and says so.
+    if let Some(vulns) = &state.vulns {
+        let (data, now) = (vulns.current(), chrono::Utc::now());
+        body["vulnerability_data"] = json!({ "records": data.records, "age_seconds": data.age(now).map(|a| a.as_secs()),
+            "refresh_failed": data.refresh_failed, "note": data.stale_note(now) });
+    }
     let code = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (code, axum::Json(body)).into_response()
 }
@@ -83,7 +89,11 @@ pub(super) async fn page(State(state): State<Arc<ServerState>>, headers: HeaderM
                 (header::CONTENT_SECURITY_POLICY, crate::page::CONTENT_SECURITY_POLICY),
                 (header::CACHE_CONTROL, "no-store"),
             ],
-            crate::page::render(&report, &state.config, chrono::Utc::now()),
+            {
+                let now = chrono::Utc::now();
+                let notes: Vec<String> = state.vulns.iter().filter_map(|v| v.current().stale_note(now)).collect();
+                crate::page::render_noted(&report, &state.config, now, &notes)
+            },
         )
             .into_response(),
         Err(err) => error(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()),

@@ -257,19 +257,9 @@ async fn a_two_platform_app_is_rebased_per_platform_and_rolled_back() {
     let pusher = Pusher::new(&registry.host);
     let host = registry.host.clone();
     let run_tag = format!("{host}/demo/run:latest");
-    let runs = |version: &str| [RunImage::jammy(version, 3), RunImage::jammy(version, 3).arch("arm64", Some("v8"))];
-    // Pushes a run image index; returns each child's digest.
-    async fn push_runs(pusher: &Pusher, runs: &[RunImage; 2]) -> Vec<app::PushedImage> {
-        let mut children = Vec::new();
-        for run in runs {
-            children.push(app::push_run(pusher, "demo/run", None, run, Format::Oci).await);
-        }
-        let pairs: Vec<(&app::PushedImage, &RunImage)> = children.iter().zip(runs.iter()).collect();
-        app::push_index(pusher, "demo/run", "latest", &pairs, None, Format::Oci).await;
-        children
-    }
+    let runs = |version: &str| app::two_platform_runs(version, 3);
     let (v1, v2) = (runs("1"), runs("2"));
-    let v1_children = push_runs(&pusher, &v1).await;
+    let v1_children = app::push_run_index(&pusher, "demo/run", "latest", &v1).await;
     pusher.push_image("demo/builder", Some("latest"), &BuilderSpec::jammy(&run_tag).image(), Format::Oci).await;
     let mut apps = Vec::new();
     for (run, child) in v1.iter().zip(&v1_children) {
@@ -292,7 +282,7 @@ async fn a_two_platform_app_is_rebased_per_platform_and_rolled_back() {
         assert_eq!(out.code, Some(0), "{}", out.stderr);
     };
     run_once();
-    push_runs(&pusher, &v2).await;
+    app::push_run_index(&pusher, "demo/run", "latest", &v2).await;
     run_once();
 
     builder_monitor::install_crypto_provider();

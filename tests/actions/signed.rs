@@ -6,9 +6,6 @@
 
 use crate::support;
 
-use std::path::Path;
-use std::process::Command;
-
 use bytes::Bytes;
 use serde_json::{Value, json};
 
@@ -27,17 +24,9 @@ use support::registry::TestRegistry;
 const APPS: [&str; 6] = ["good", "bare", "other", "many", "huge", "junk"];
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let out =
-        Command::new("openssl").args(args).current_dir(dir).output().expect("run openssl (scripts/test installs it)");
-    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
 /// A P-256 key made by openssl, and its public key beside it (`NAME.pub`).
 fn key(ws: &Workspace, name: &str) -> Signer {
-    openssl(ws.dir.path(), &["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", name]);
-    openssl(ws.dir.path(), &["pkey", "-in", name, "-pubout", "-out", &format!("{name}.pub")]);
-    Signer::from_pem(&std::fs::read(ws.path(name)).unwrap(), None).unwrap()
+    support::keys::p256(ws.dir.path(), name)
 }
 
 fn client() -> Registry {

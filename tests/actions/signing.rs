@@ -18,7 +18,7 @@ use builder_monitor::ledger::Ledger;
 use builder_monitor::metrics::Metrics;
 use builder_monitor::registry::Registry;
 use builder_monitor_core::reference::ImageRef;
-use builder_monitor_core::signing::{Descriptor, Signer};
+use builder_monitor_core::signing::Descriptor;
 use support::app::{self, App, RunImage};
 use support::cnb::BuilderSpec;
 use support::daemon::{Daemon, Output, Workspace};
@@ -223,17 +223,6 @@ async fn a_rebase_is_signed_and_attested_before_its_tag_moves() {
     assert!(position(&world.proxy, "PUT", &format!("/manifests/sha256-{hex}.att")) < tag_put);
 }
 
-/// A key of another signer, made by openssl.
-fn other_signer(dir: &Path) -> Signer {
-    let out = Command::new("openssl")
-        .args(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "other.key"])
-        .current_dir(dir)
-        .output()
-        .expect("openssl runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    Signer::from_pem(&std::fs::read(dir.join("other.key")).unwrap(), None).unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daemon_killed_before_the_tag_moves_leaves_one_signature_and_moves_the_tag_once() {
     let world = World::new().await;
@@ -259,8 +248,7 @@ async fn a_daemon_killed_before_the_tag_moves_leaves_one_signature_and_moves_the
     let dry: Value = serde_json::from_str(&dry.stdout).unwrap();
     let new = dry["signing"]["digests"][0].as_str().unwrap().to_string();
     assert!(dry["signing"].get("written").is_none(), "a dry run writes no signature: {dry}");
-    let other = other_signer(world.ws.dir.path());
-    std::fs::write(world.ws.path("other.pub"), other.public_key_pem()).unwrap();
+    let other = support::keys::p256(world.ws.dir.path(), "other");
     // Only the tag form's payload names the digest; the bundle's subject size is not checked here.
     let subject = Descriptor {
         media_type: "application/vnd.oci.image.manifest.v1+json".into(),
@@ -305,19 +293,10 @@ async fn a_multi_arch_rebase_by_hand_signs_the_index_and_each_platform() {
     let registry = TestRegistry::start();
     let pusher = Pusher::new(&registry.host);
     let host = registry.host.clone();
-    let runs = |version: &str| [RunImage::jammy(version, 3), RunImage::jammy(version, 3).arch("arm64", Some("v8"))];
-    async fn push_runs(pusher: &Pusher, runs: &[RunImage; 2]) -> Vec<app::PushedImage> {
-        let mut children = Vec::new();
-        for run in runs {
-            children.push(app::push_run(pusher, "demo/run", None, run, Format::Oci).await);
-        }
-        let pairs: Vec<(&app::PushedImage, &RunImage)> = children.iter().zip(runs.iter()).collect();
-        app::push_index(pusher, "demo/run", "latest", &pairs, None, Format::Oci).await;
-        children
-    }
+    let runs = |version: &str| app::two_platform_runs(version, 3);
     let run_tag = format!("{host}/demo/run:latest");
     let (v1, v2) = (runs("1"), runs("2"));
-    let v1_children = push_runs(&pusher, &v1).await;
+    let v1_children = app::push_run_index(&pusher, "demo/run", "latest", &v1).await;
     let mut apps = Vec::new();
     for (run, child) in v1.iter().zip(&v1_children) {
         let app = App::on(run, &run_tag, &format!("{host}/demo/run@{}", child.digest));
@@ -325,7 +304,7 @@ async fn a_multi_arch_rebase_by_hand_signs_the_index_and_each_platform() {
     }
     let pairs: Vec<(&app::PushedImage, &RunImage)> = apps.iter().zip(v1.iter()).collect();
     app::push_index(&pusher, "apps/web", "latest", &pairs, None, Format::Oci).await;
-    push_runs(&pusher, &v2).await;
+    app::push_run_index(&pusher, "demo/run", "latest", &v2).await;
 
     let ws = Workspace::new();
     let config = ws.config(&format!(
@@ -421,9 +400,8 @@ async fn a_rollback_signs_the_digest_it_restores_when_our_key_has_not() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn builds_are_signed_unless_a_trusted_key_signed_them() {
     let dir = tempfile::tempdir().unwrap();
-    let other = other_signer(dir.path());
-    let other_pub = dir.path().join("other.pub");
-    std::fs::write(&other_pub, other.public_key_pem()).unwrap();
+    support::keys::p256(dir.path(), "other.key");
+    let other_pub = dir.path().join("other.key.pub");
     let builder_config = dir.path().join("builder.toml");
     std::fs::write(
         &builder_config,
@@ -497,4 +475,25 @@ async fn the_signing_key_and_password_never_reach_the_ledger_through_a_commands_
             assert!(!text.contains(line), "a line of the key in {text}");
         }
     }
+}
+
+/// A registry that refuses the signature's write: the tag does not move, and the action fails
+/// naming the registry's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_signature_write_leaves_the_tag_and_names_the_registrys_answer() {
+    let runner = "[runner]\ntype = \"none\"\nrebase = \"registry\"\nmax_attempts = 1\n";
+    let world = World::with(runner, "").await;
+    let tag = world.tag();
+    let before = client().head_manifest(&tag).await.unwrap().digest;
+    world.move_run_image().await;
+    world.proxy.inject(support::proxy::Fault::status(403).on("PUT").at(".sig").code("DENIED"));
+    let out = world.run_once();
+    assert_eq!(out.code, Some(1), "the action failed: {}", out.stderr);
+    assert_eq!(client().head_manifest(&tag).await.unwrap().digest, before, "the tag stayed");
+    let ledger = Ledger::open_read_only(&world.ws.path("state.db")).unwrap();
+    let action = &ledger.actions(10).await.unwrap()[0];
+    let detail = action.detail.clone().unwrap_or_default();
+    assert!(detail.contains("cannot sign") && detail.contains(".sig answered HTTP 403"), "{detail}");
+    assert!(detail.contains("the tag was left alone"), "{detail}");
+    assert!(ledger.tag_moves(None, 10).await.unwrap().is_empty(), "no move recorded");
 }

@@ -12,9 +12,11 @@ mod support;
 
 mod chart;
 mod cli;
+mod dpkg_versions;
 mod module_layers;
 mod operator;
 mod page;
 mod reference;
 mod signing;
 mod tour;
+mod vulns;

@@ -18,6 +18,7 @@ const LAYERS: &[&str] = &[
     "metrics",
     "schedule",
     "worker",
+    "vulns",
     "event_log",
     "registry",
     "signing",

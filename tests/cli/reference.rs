@@ -25,6 +25,7 @@ const PROBES: &[(&str, &str)] = &[
     ("[[alerts]]", "[[alerts]]\nzzz = 1\n"),
     ("[rollout]", "[rollout]\nzzz = 1\n"),
     ("[signing]", "[signing]\nzzz = 1\n"),
+    ("[vulnerabilities]", "[vulnerabilities]\nzzz = 1\n"),
     ("[rollout] windows", "[rollout]\nwindows = [{ zzz = 1 }]\n"),
 ];
 

@@ -29,6 +29,8 @@ use support::kube::KubeDouble;
 use support::kube::controllers::Failure;
 use support::registry::TestRegistry;
 
+mod signed;
+
 /// The apps, in roll-out order: the canary in wave 0, then one app per wave.
 const APPS: [(&str, u32); 3] = [("canary", 0), ("web", 1), ("api", 2)];
 

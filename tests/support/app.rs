@@ -355,3 +355,19 @@ pub async fn push_index(
     pusher.push_raw(repo, tag, Vec::new(), bytes.clone(), format.index()).await;
     (sha256(&bytes), index)
 }
+
+/// Two run images (amd64, arm64/v8) of `version` with `layers` layers each.
+pub fn two_platform_runs(version: &str, layers: usize) -> [RunImage; 2] {
+    [RunImage::jammy(version, layers), RunImage::jammy(version, layers).arch("arm64", Some("v8"))]
+}
+
+/// Pushes each of `runs` by digest to `repo` and an index of them under `tag`; each child as pushed.
+pub async fn push_run_index(pusher: &Pusher, repo: &str, tag: &str, runs: &[RunImage]) -> Vec<PushedImage> {
+    let mut children = Vec::new();
+    for run in runs {
+        children.push(push_run(pusher, repo, None, run, Format::Oci).await);
+    }
+    let pairs: Vec<(&PushedImage, &RunImage)> = children.iter().zip(runs.iter()).collect();
+    push_index(pusher, repo, tag, &pairs, None, Format::Oci).await;
+    children
+}

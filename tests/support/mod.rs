@@ -9,6 +9,7 @@ pub mod cnb;
 pub mod daemon;
 pub mod git;
 pub mod images;
+pub mod keys;
 pub mod kube;
 pub mod ledgers;
 pub mod proxy;

@@ -34,18 +34,25 @@ pub struct Fault {
     pub headers: Vec<(String, String)>,
     /// The Distribution error code of the answer's body (`INJECTED` when `None`).
     pub code: Option<String>,
+    /// Only requests whose path contains this take the fault (any path when `None`).
+    pub path_contains: Option<String>,
 }
 
 impl Fault {
     pub fn status(status: u16) -> Self {
-        Fault { method: None, status, headers: Vec::new(), code: None }
+        Fault { method: None, status, headers: Vec::new(), code: None, path_contains: None }
     }
     /// Forwards the request but adds `headers` to the registry's answer.
     pub fn decorate() -> Self {
-        Fault { method: None, status: 0, headers: Vec::new(), code: None }
+        Fault { method: None, status: 0, headers: Vec::new(), code: None, path_contains: None }
     }
     pub fn on(mut self, method: &str) -> Self {
         self.method = Some(method.into());
+        self
+    }
+    /// Only for requests whose path contains `part`.
+    pub fn at(mut self, part: &str) -> Self {
+        self.path_contains = Some(part.into());
         self
     }
     pub fn code(mut self, code: &str) -> Self {
@@ -263,7 +270,10 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     }
     let fault = {
         let mut faults = shared.faults.lock().unwrap();
-        let position = faults.iter().position(|f| f.method.as_deref().is_none_or(|m| m == method));
+        let position = faults.iter().position(|f| {
+            f.method.as_deref().is_none_or(|m| m == method)
+                && f.path_contains.as_deref().is_none_or(|p| path.contains(p))
+        });
         position.and_then(|i| faults.remove(i))
     };
     let (fault, extra_headers) = match fault {

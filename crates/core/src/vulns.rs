@@ -4,17 +4,21 @@
 //! was below its fixed version and, after it, every such binary the new image has is at or above
 //! it (Debian's version order, [`version`]). Pure: reading a mirror is the caller's.
 //!
-//! SKELETON (lead, issue 43): the types and signatures below are the contract the loader
-//! (`src/vulns/`) and the wiring build against; the bodies marked `unimplemented!` are filled in
-//! by the core's own work.
-
-use std::collections::BTreeMap;
+//! Files: [`version`] (the order), `record` (reading a record of either shape, bounded), `release`
+//! (an image's release from its labels), `index` (the lean index and the fixes of a move).
 
 use serde::{Deserialize, Serialize};
 
-use crate::packages::Package;
-
+mod index;
+mod record;
+mod release;
+#[cfg(test)]
+mod tests;
 pub mod version;
+
+pub use index::Index;
+pub use record::{MAX_AFFECTED, MAX_BINARIES, MAX_CVES, MAX_EVENTS, parse_record};
+pub use release::release_of;
 
 /// Ubuntu's priority of a notice, lowest first (`ubuntu_priority` of CVE records; a USN takes the
 /// highest of its CVEs' when the index knows them).
@@ -75,14 +79,6 @@ pub struct Fix {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Release(pub String);
 
-/// The release of an image from `io.buildpacks.base.distro.name`/`.version` (`ubuntu`, `22.04`),
-/// else from its stack id (`io.buildpacks.stacks.jammy` = 22.04, `noble` = 24.04, …); `None` for
-/// anything else.
-pub fn release_of(distro_name: Option<&str>, distro_version: Option<&str>, stack_id: Option<&str>) -> Option<Release> {
-    let _ = (distro_name, distro_version, stack_id);
-    unimplemented!("issue 43: core")
-}
-
 /// One `affected[]` entry of a record, as far as matching needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Affected {
@@ -92,7 +88,8 @@ pub struct Affected {
     pub source: String,
     /// The `fixed` event's version (of the source); `None`: not fixed in this release.
     pub fixed: Option<String>,
-    /// The binaries the fix ships, with the version that fixes each.
+    /// The binaries the fix ships, with the version that fixes each (empty: none known, never
+    /// fixed).
     pub binaries: Vec<(String, String)>,
 }
 
@@ -112,51 +109,4 @@ pub struct Record {
 pub enum RecordError {
     #[error("not an OSV record: {0}")]
     Malformed(String),
-}
-
-/// Reads one OSV record (either of Ubuntu's shapes: USN `binaries` as `[{binary_name,
-/// binary_version}]`, CVE `binaries` as `[{name: version}]` with `ubuntu_priority`).
-pub fn parse_record(json: &[u8]) -> Result<Record, RecordError> {
-    let _ = json;
-    unimplemented!("issue 43: core")
-}
-
-/// The records that apply to some releases, indexed by binary package name. Only what the given
-/// releases need is kept: a record's entries of other ecosystems are dropped on insert.
-#[derive(Debug, Clone, Default)]
-pub struct Index {
-    /// Releases kept (empty: every `Ubuntu:*` release but `Pro`).
-    releases: Vec<Release>,
-    /// Binary name → (release, record number, fixed version of that binary).
-    by_binary: BTreeMap<String, Vec<(u16, u32, String)>>,
-    records: Vec<(String, Vec<String>, Option<Priority>)>,
-}
-
-impl Index {
-    /// An empty index keeping only `releases`' entries.
-    pub fn new(releases: Vec<Release>) -> Self {
-        Index { releases, ..Index::default() }
-    }
-
-    /// Adds `record`'s entries of the kept releases; `false` when none applied (nothing kept).
-    pub fn insert(&mut self, record: Record) -> bool {
-        let _ = (&self.releases, &mut self.by_binary, &mut self.records, record);
-        unimplemented!("issue 43: core")
-    }
-
-    /// Records kept.
-    pub fn len(&self) -> usize {
-        self.records.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.records.is_empty()
-    }
-
-    /// The records a move of `release` from `before` to `after` (one platform's binary packages)
-    /// fixes, sorted by priority (highest first, unknown last) then id.
-    pub fn fixes(&self, release: &Release, before: &[Package], after: &[Package]) -> Vec<Fix> {
-        let _ = (release, before, after);
-        unimplemented!("issue 43: core")
-    }
 }

@@ -1,0 +1,327 @@
+//! The [`Index`]: the records that apply to the watched releases, kept lean (a mirror of 200,000
+//! records must fit in a few tens of MiB) and indexed by binary package name, and the question it
+//! answers: which records a move from one package list to another fixes.
+//!
+//! Layout: every string (binary name, fixed version, CVE id) is interned once in one byte arena
+//! and named by its offset (`u32`), a record id stored there too; a record is 12 bytes (id, its CVEs' place in one
+//! flat list, priority); its binaries of one release sharing one fixed version form a group of 12
+//! bytes (record, release, fixed version); a binary name maps to its groups (4 bytes each).
+//! Summaries, source names and everything else of a record are dropped on insert.
+
+use std::cmp::Ordering;
+use std::collections::hash_map::{Entry, RandomState};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::BuildHasher;
+
+use super::version::{compare, is_valid};
+use super::{Fix, FixedPackage, Priority, Record, Release};
+use crate::packages::Package;
+
+/// A string in the arena: the offset of its length prefix.
+type Sym = u32;
+/// The fixed version of a binary the record names without one (or of an entry with no `fixed`
+/// event, or with a version dpkg refuses): it is never fixed.
+const UNFIXED: Sym = u32::MAX;
+
+/// The records that apply to some releases, indexed by binary package name. Only what the given
+/// releases need is kept: a record's entries of other ecosystems are dropped on insert.
+#[derive(Debug, Clone, Default)]
+pub struct Index {
+    /// Releases kept (empty: every `Ubuntu:*` release but `Pro`).
+    releases: Vec<Release>,
+    /// The kept ecosystems met so far, numbered by their place here.
+    seen: Vec<Release>,
+    strings: Strings,
+    /// Binary name → its groups.
+    by_binary: HashMap<Sym, Vec<u32>>,
+    groups: Vec<Group>,
+    records: Vec<Rec>,
+    /// The CVE ids of all records, each record's a run of this list.
+    cves: Vec<Sym>,
+    /// The priority of each CVE named by a kept record that gives one (a CVE record's
+    /// `ubuntu_priority`), for the USNs that name it.
+    cve_priority: HashMap<Sym, Priority>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Rec {
+    id: Sym,
+    cves_start: u32,
+    cves_len: u16,
+    priority: Option<Priority>,
+}
+
+/// Binaries of one record and release with one fixed version.
+#[derive(Debug, Clone, Copy)]
+struct Group {
+    record: u32,
+    fixed: Sym,
+    release: u16,
+}
+
+/// What one move did to one record's binaries.
+#[derive(Default)]
+struct Verdict<'a> {
+    /// A binary was below its fixed version before and is at or above it after.
+    lifted: bool,
+    /// A binary the new image has is below its fixed version, or has none.
+    blocked: bool,
+    /// The record's binaries whose version changed: name → (from, to).
+    moved: BTreeMap<&'a str, (&'a str, &'a str)>,
+}
+
+impl Index {
+    /// An empty index keeping only `releases`' entries.
+    pub fn new(releases: Vec<Release>) -> Self {
+        Index { releases, ..Index::default() }
+    }
+
+    /// Adds `record`'s entries of the kept releases; `false` when none applied (nothing kept).
+    ///
+    /// An entry applies when its ecosystem is one of the releases given to [`Index::new`] exactly
+    /// (any `Ubuntu:*` when none were given), never `Ubuntu:Pro:*`. A record is kept only when
+    /// some binary of an applying entry has a fixed version dpkg accepts: one that can never be
+    /// fixed (no `fixed` event) is dropped whole. Binaries of an applying entry without a fixed
+    /// version (or with one dpkg refuses) are kept as never fixed: an image that has one is not
+    /// fixed by any move.
+    pub fn insert(&mut self, record: Record) -> bool {
+        // (release, fixed version or None, binary names), before anything is interned.
+        let mut wanted: Vec<(u16, Option<&str>, BTreeSet<&str>)> = Vec::new();
+        for entry in &record.affected {
+            let Some(release) = self.release_number(&entry.ecosystem) else { continue };
+            let entry_fixed = entry.fixed.as_deref().is_some_and(is_valid);
+            for (name, version) in &entry.binaries {
+                let fixed = (entry_fixed && is_valid(version)).then_some(version.as_str());
+                match wanted.iter_mut().find(|(r, f, _)| *r == release && *f == fixed) {
+                    Some((_, _, names)) => {
+                        names.insert(name);
+                    }
+                    None => wanted.push((release, fixed, BTreeSet::from([name.as_str()]))),
+                }
+            }
+        }
+        if !wanted.iter().any(|(_, fixed, _)| fixed.is_some()) {
+            return false;
+        }
+        let number = u32::try_from(self.records.len()).ok().filter(|n| *n < u32::MAX);
+        let (Some(number), Some(id)) = (number, self.strings.store(&record.id)) else { return false };
+        let cves_start = u32::try_from(self.cves.len()).unwrap_or(u32::MAX);
+        let mut cves_len: u16 = 0;
+        for cve in &record.cves {
+            if cves_len == u16::MAX || cves_start == u32::MAX {
+                break;
+            }
+            let Some(cve) = self.strings.intern(cve) else { continue };
+            self.cves.push(cve);
+            cves_len += 1;
+            if let Some(priority) = record.priority {
+                let known = self.cve_priority.entry(cve).or_insert(priority);
+                *known = (*known).max(priority);
+            }
+        }
+        self.records.push(Rec { id, cves_start, cves_len, priority: record.priority });
+        for (release, fixed, names) in wanted {
+            let fixed = match fixed {
+                Some(version) => self.strings.intern(version).unwrap_or(UNFIXED),
+                None => UNFIXED,
+            };
+            let Ok(group) = u32::try_from(self.groups.len()) else { break };
+            self.groups.push(Group { record: number, fixed, release });
+            for name in names {
+                if let Some(name) = self.strings.intern(name) {
+                    self.by_binary.entry(name).or_default().push(group);
+                }
+            }
+        }
+        true
+    }
+
+    /// Records kept.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// The records a move of `release` from `before` to `after` (one platform's binary packages)
+    /// fixes, sorted by priority (highest first, unknown last) then id.
+    ///
+    /// A record is fixed by the move when some binary it lists for `release` was below its fixed
+    /// version before and is at or above it after, and every binary it lists that the new image
+    /// has is at or above its fixed version. A binary the move added counts only in the second
+    /// test; one it removed only in neither (so a move that only drops a record's binaries is
+    /// not said to fix it: its package diff says what went). A package listed several times (one
+    /// per architecture) is judged by its lowest version. Versions dpkg refuses never prove a
+    /// fix. `packages` are the record's binaries whose version changed, once per name. A USN's
+    /// priority is the highest of its CVEs' among the CVE records the index holds (a USN gives
+    /// none), else unknown. A record inserted twice is listed once.
+    pub fn fixes(&self, release: &Release, before: &[Package], after: &[Package]) -> Vec<Fix> {
+        let Some(release) = self.seen.iter().position(|seen| seen == release) else { return Vec::new() };
+        let (before, after) = (lowest(before), lowest(after));
+        let mut verdicts: HashMap<u32, Verdict> = HashMap::new();
+        let names: BTreeSet<&str> = before.keys().chain(after.keys()).copied().collect();
+        for name in names {
+            let Some(groups) = self.strings.find(name).and_then(|sym| self.by_binary.get(&sym)) else { continue };
+            let (from, to) = (before.get(name).copied(), after.get(name).copied());
+            for group in groups.iter().filter_map(|g| self.groups.get(*g as usize)) {
+                if usize::from(group.release) != release {
+                    continue;
+                }
+                let fixed = (group.fixed != UNFIXED).then(|| self.strings.get(group.fixed));
+                let below =
+                    |version: &str| is_valid(version) && fixed.is_some_and(|f| compare(version, f) == Ordering::Less);
+                let at_or_above =
+                    |version: &str| is_valid(version) && fixed.is_some_and(|f| compare(version, f) != Ordering::Less);
+                let verdict = verdicts.entry(group.record).or_default();
+                if let Some(to) = to {
+                    if !at_or_above(to) {
+                        verdict.blocked = true;
+                    } else if from.is_some_and(below) {
+                        verdict.lifted = true;
+                    }
+                }
+                if let (Some(from), Some(to)) = (from, to)
+                    && from != to
+                {
+                    verdict.moved.insert(name, (from, to));
+                }
+            }
+        }
+        let mut fixes: Vec<Fix> = verdicts
+            .into_iter()
+            .filter(|(_, verdict)| verdict.lifted && !verdict.blocked)
+            .filter_map(|(record, verdict)| self.fix(record, verdict))
+            .collect();
+        fixes.sort_by(|a, b| b.priority.cmp(&a.priority).then_with(|| a.id.cmp(&b.id)));
+        fixes.dedup_by(|later, first| later.id == first.id);
+        fixes
+    }
+
+    /// The [`Fix`] a record's verdict reports.
+    fn fix(&self, record: u32, verdict: Verdict) -> Option<Fix> {
+        let rec = self.records.get(record as usize)?;
+        let start = rec.cves_start as usize;
+        let cves = self.cves.get(start..start + usize::from(rec.cves_len)).unwrap_or_default();
+        let priority = rec.priority.or_else(|| cves.iter().filter_map(|cve| self.cve_priority.get(cve)).max().copied());
+        Some(Fix {
+            id: self.strings.get(rec.id).to_string(),
+            cves: cves.iter().map(|cve| self.strings.get(*cve).to_string()).collect(),
+            priority,
+            packages: verdict
+                .moved
+                .into_iter()
+                .map(|(name, (from, to))| FixedPackage { name: name.into(), from: from.into(), to: to.into() })
+                .collect(),
+        })
+    }
+
+    /// The number of a kept ecosystem, numbering it when first met; `None` when it is not kept.
+    fn release_number(&mut self, ecosystem: &str) -> Option<u16> {
+        if ecosystem.starts_with("Ubuntu:Pro:") {
+            return None;
+        }
+        let kept = if self.releases.is_empty() {
+            ecosystem.starts_with("Ubuntu:")
+        } else {
+            self.releases.iter().any(|release| release.0 == ecosystem)
+        };
+        if !kept {
+            return None;
+        }
+        if let Some(number) = self.seen.iter().position(|seen| seen.0 == ecosystem) {
+            return u16::try_from(number).ok();
+        }
+        let number = u16::try_from(self.seen.len()).ok()?;
+        self.seen.push(Release(ecosystem.to_string()));
+        Some(number)
+    }
+}
+
+/// Each package name of a list with its lowest version (Debian's order).
+fn lowest(packages: &[Package]) -> BTreeMap<&str, &str> {
+    let mut out: BTreeMap<&str, &str> = BTreeMap::new();
+    for package in packages {
+        out.entry(&package.name)
+            .and_modify(|kept| {
+                if compare(&package.version, kept) == Ordering::Less {
+                    *kept = &package.version;
+                }
+            })
+            .or_insert(&package.version);
+    }
+    out
+}
+
+/// Interned strings: one byte arena of length-prefixed (`u16`) strings, found again through a
+/// table from a keyed hash to the offset (a record id is stored without an entry there). Hash collisions probe the next key, so two strings never
+/// share a [`Sym`]; the key is random per index, so a crafted mirror cannot make them common.
+#[derive(Debug, Clone, Default)]
+struct Strings {
+    bytes: Vec<u8>,
+    /// Keyed by 32 bits of the hash (half the table of a 64-bit key; the rarer collisions probe).
+    table: HashMap<u32, Sym>,
+    hasher: RandomState,
+}
+
+impl Strings {
+    /// The symbol of `text`, added when new; `None` when it is longer than 65,535 bytes or the
+    /// arena is full (4 GiB).
+    fn intern(&mut self, text: &str) -> Option<Sym> {
+        let len = u16::try_from(text.len()).ok()?;
+        let mut key = self.hasher.hash_one(text) as u32;
+        loop {
+            match self.table.entry(key) {
+                Entry::Occupied(found) if read(&self.bytes, *found.get()) == text => return Some(*found.get()),
+                Entry::Occupied(_) => key = key.wrapping_add(1),
+                Entry::Vacant(slot) => {
+                    let at = u32::try_from(self.bytes.len())
+                        .ok()
+                        .filter(|at| usize::try_from(*at).is_ok_and(|at| at + 2 + text.len() < UNFIXED as usize))?;
+                    self.bytes.extend_from_slice(&len.to_le_bytes());
+                    self.bytes.extend_from_slice(text.as_bytes());
+                    slot.insert(at);
+                    return Some(at);
+                }
+            }
+        }
+    }
+
+    /// Stores `text` without interning it (a record's id: never looked up, never shared).
+    fn store(&mut self, text: &str) -> Option<Sym> {
+        push(&mut self.bytes, u16::try_from(text.len()).ok()?, text)
+    }
+
+    /// The symbol of `text` when interned.
+    fn find(&self, text: &str) -> Option<Sym> {
+        let mut key = self.hasher.hash_one(text) as u32;
+        loop {
+            let at = *self.table.get(&key)?;
+            if read(&self.bytes, at) == text {
+                return Some(at);
+            }
+            key = key.wrapping_add(1);
+        }
+    }
+
+    fn get(&self, sym: Sym) -> &str {
+        read(&self.bytes, sym)
+    }
+}
+
+/// Appends a length-prefixed string to an arena; `None` when it would pass 4 GiB.
+fn push(bytes: &mut Vec<u8>, len: u16, text: &str) -> Option<Sym> {
+    let at = u32::try_from(bytes.len()).ok().filter(|at| (*at as usize) + 2 + text.len() < UNFIXED as usize)?;
+    bytes.extend_from_slice(&len.to_le_bytes());
+    bytes.extend_from_slice(text.as_bytes());
+    Some(at)
+}
+
+/// The string at `sym` in an arena (empty for a symbol not from it).
+fn read(bytes: &[u8], sym: Sym) -> &str {
+    let at = sym as usize;
+    let Some(&[low, high]) = bytes.get(at..at + 2) else { return "" };
+    let len = usize::from(u16::from_le_bytes([low, high]));
+    bytes.get(at + 2..at + 2 + len).and_then(|text| std::str::from_utf8(text).ok()).unwrap_or("")
+}

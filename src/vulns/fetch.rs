@@ -1,0 +1,215 @@
+//! An OSV mirror at a URL: a `.tar.gz` downloaded to the state directory with a conditional GET
+//! (the kept ETag and Last-Modified; `304` keeps the data without reading it again), written to a
+//! temporary file, read whole, and only then renamed over the kept copy and put in force. A
+//! failed refresh keeps the data in force, is logged once until one succeeds again, and shows as
+//! its age ([`super::Snapshot::stale_note`]). [`Refresher`] is the worker-loop [`Work`] that
+//! refreshes every `refresh`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use reqwest::StatusCode;
+use reqwest::header::{ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED};
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncWriteExt;
+use tokio::task::JoinSet;
+
+use super::{Publish, empty_index, load};
+use crate::worker::Work;
+
+/// How long one download may take, whole.
+const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(600);
+/// How soon a failed refresh is tried again (at most: never later than `refresh`).
+const RETRY: Duration = Duration::from_secs(300);
+
+const DATA: &str = "osv.tar.gz";
+const PART: &str = "osv.tar.gz.part";
+const VALIDATORS: &str = "osv.json";
+
+/// Why a refresh failed; none holds the URL's path or query (they may carry a token).
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("cannot set up the HTTP client: {0}")]
+    Client(String),
+    #[error("{url}: {detail}")]
+    Http { url: String, detail: String },
+    #[error("{url}: answered {status}")]
+    Status { url: String, status: StatusCode },
+    #[error("{url}: the download is over {} GiB", load::MAX_ARCHIVE >> 30)]
+    TooLarge { url: String },
+    #[error("cannot keep the download in {}: {error}", dir.display())]
+    Keep { dir: PathBuf, error: std::io::Error },
+    #[error("{url}: {error}")]
+    Load { url: String, error: load::LoadError },
+}
+
+/// What was kept with the last good download.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Validators {
+    etag: Option<String>,
+    last_modified: Option<String>,
+    /// When it was last downloaded or confirmed current.
+    current_at: Option<DateTime<Utc>>,
+}
+
+/// What one refresh did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refreshed {
+    Loaded,
+    NotModified,
+}
+
+/// Downloads and refreshes one URL's mirror.
+pub struct Refresher {
+    url: String,
+    /// The URL without path or query, for logs and errors.
+    shown: String,
+    every: Duration,
+    dir: PathBuf,
+    http: reqwest::Client,
+    publish: Publish,
+    /// When the next refresh is due.
+    due: tokio::time::Instant,
+    /// Whether the failing streak was logged already.
+    failing: bool,
+}
+
+impl Refresher {
+    pub(super) fn new(url: &str, every: Duration, dir: PathBuf, publish: Publish) -> Result<Self, FetchError> {
+        crate::install_crypto_provider();
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("builder-monitor/", env!("CARGO_PKG_VERSION")))
+            .timeout(DOWNLOAD_TIMEOUT)
+            .build()
+            .map_err(|e| FetchError::Client(e.to_string()))?;
+        let shown = crate::config::redact_url(url);
+        let due = tokio::time::Instant::now();
+        Ok(Refresher { url: url.to_string(), shown, every, dir, http, publish, due, failing: false })
+    }
+
+    fn validators(&self) -> Validators {
+        std::fs::read(self.dir.join(VALIDATORS)).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
+    }
+
+    fn keep_validators(&self, v: &Validators) -> Result<(), FetchError> {
+        let keep = |error| FetchError::Keep { dir: self.dir.clone(), error };
+        let tmp = self.dir.join(format!("{VALIDATORS}.part"));
+        std::fs::write(&tmp, serde_json::to_vec(v).unwrap_or_default()).map_err(keep)?;
+        std::fs::rename(&tmp, self.dir.join(VALIDATORS)).map_err(keep)
+    }
+
+    /// The copy kept by an earlier run, put in force (as old as it is) so the daemon has data
+    /// before the first download answers. Nothing kept, or a kept copy that does not read: no data.
+    pub async fn load_kept(&self) {
+        let validators = self.validators();
+        let (Some(at), path) = (validators.current_at, self.dir.join(DATA)) else { return };
+        if !path.is_file() {
+            return;
+        }
+        match tokio::task::spawn_blocking(move || load::archive(&path, empty_index())).await {
+            Ok(Ok(loaded)) => self.publish.loaded(loaded, &self.shown, at),
+            Ok(Err(error)) => {
+                tracing::warn!(error = %error, "the kept OSV download does not read; downloading it again")
+            }
+            Err(error) => tracing::warn!(error = %error, "reading the kept OSV download stopped"),
+        }
+    }
+
+    /// One conditional GET, and on new data its load and swap.
+    pub async fn refresh(&self) -> Result<Refreshed, FetchError> {
+        let url = || self.shown.clone();
+        let http = |e: reqwest::Error| FetchError::Http { url: url(), detail: e.without_url().to_string() };
+        let keep = |error| FetchError::Keep { dir: self.dir.clone(), error };
+        let data_kept = self.dir.join(DATA).is_file();
+        let mut validators = if data_kept { self.validators() } else { Validators::default() };
+        let mut request = self.http.get(&self.url);
+        if let Some(etag) = &validators.etag {
+            request = request.header(IF_NONE_MATCH, etag);
+        }
+        if let Some(modified) = &validators.last_modified {
+            request = request.header(IF_MODIFIED_SINCE, modified);
+        }
+        let mut response = request.send().await.map_err(http)?;
+        if response.status() == StatusCode::NOT_MODIFIED && data_kept {
+            validators.current_at = Some(Utc::now());
+            self.keep_validators(&validators)?;
+            self.publish.touched(validators.current_at, None);
+            return Ok(Refreshed::NotModified);
+        }
+        if !response.status().is_success() {
+            return Err(FetchError::Status { url: url(), status: response.status() });
+        }
+        let header = |name| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let fresh =
+            Validators { etag: header(ETAG), last_modified: header(LAST_MODIFIED), current_at: Some(Utc::now()) };
+        tokio::fs::create_dir_all(&self.dir).await.map_err(keep)?;
+        let part = self.dir.join(PART);
+        let mut file = tokio::fs::File::create(&part).await.map_err(keep)?;
+        let mut written = 0u64;
+        while let Some(chunk) = response.chunk().await.map_err(http)? {
+            written += chunk.len() as u64;
+            if written > load::MAX_ARCHIVE {
+                drop(file);
+                let _ = tokio::fs::remove_file(&part).await;
+                return Err(FetchError::TooLarge { url: url() });
+            }
+            file.write_all(&chunk).await.map_err(keep)?;
+        }
+        file.flush().await.map_err(keep)?;
+        drop(file);
+        let reading = part.clone();
+        let loaded = tokio::task::spawn_blocking(move || load::archive(&reading, empty_index()))
+            .await
+            .map_err(|e| FetchError::Http { url: url(), detail: e.to_string() })?;
+        let loaded = match loaded {
+            Ok(loaded) => loaded,
+            Err(error) => {
+                let _ = tokio::fs::remove_file(&part).await;
+                return Err(FetchError::Load { url: url(), error });
+            }
+        };
+        tokio::fs::rename(&part, self.dir.join(DATA)).await.map_err(keep)?;
+        self.keep_validators(&fresh)?;
+        self.publish.loaded(loaded, &self.shown, Utc::now());
+        Ok(Refreshed::Loaded)
+    }
+
+    /// One refresh with its logging: a failure once per failing streak (then at debug), the
+    /// data in force kept and marked stale.
+    pub async fn refresh_logged(&mut self) -> bool {
+        match self.refresh().await {
+            Ok(done) => {
+                if std::mem::take(&mut self.failing) {
+                    tracing::info!(url = %self.shown, "the OSV mirror refreshes again");
+                }
+                tracing::debug!(url = %self.shown, outcome = ?done, "OSV mirror refreshed");
+                true
+            }
+            Err(error) => {
+                if std::mem::replace(&mut self.failing, true) {
+                    tracing::debug!(error = %error, "the OSV mirror's refresh still fails");
+                } else {
+                    tracing::warn!(error = %error, "the OSV mirror's refresh failed; the data in force is kept (its age shows on /readyz and the page)");
+                }
+                self.publish.touched(None, Some(error.to_string()));
+                false
+            }
+        }
+    }
+}
+
+impl Work for Refresher {
+    async fn start_due(&mut self, _tasks: &mut JoinSet<()>) -> Option<Duration> {
+        let now = tokio::time::Instant::now();
+        if now >= self.due {
+            let ok = self.refresh_logged().await;
+            self.due = tokio::time::Instant::now() + if ok { self.every } else { RETRY.min(self.every) };
+        }
+        Some(self.due.saturating_duration_since(tokio::time::Instant::now()))
+    }
+
+    async fn woken(&mut self) {
+        std::future::pending().await
+    }
+}

@@ -1,0 +1,302 @@
+//! Reading OSV records from a directory tree, a `.tar.gz` or a `.zip`, within bounds: each record file at
+//! most [`MAX_RECORD`] bytes, at most [`MAX_ENTRIES`] entries and [`MAX_ARCHIVE`] decompressed
+//! bytes in all. A file that cannot be a record is skipped and counted by reason; a source over
+//! the whole caps is refused (its data would be partial).
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
+
+use builder_monitor_core::vulns::{Index, parse_record};
+
+/// The largest record file read (Ubuntu's largest are tens of KiB).
+pub const MAX_RECORD: u64 = 1024 * 1024;
+/// Files (or archive entries) looked at, at most.
+pub const MAX_ENTRIES: u64 = 1_000_000;
+/// Bytes an archive may decompress to, at most.
+pub const MAX_ARCHIVE: u64 = 2 * 1024 * 1024 * 1024;
+/// Directory levels walked, at most (Ubuntu's tree is three deep).
+const MAX_DEPTH: usize = 32;
+
+/// Why a file was not read as a record (the `reason` label of `builder_monitor_osv_skipped_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Skip {
+    TooLarge,
+    NotJson,
+    Refused,
+    Symlink,
+    PathTraversal,
+    Unreadable,
+}
+
+impl Skip {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Skip::TooLarge => "too_large",
+            Skip::NotJson => "not_json",
+            Skip::Refused => "refused",
+            Skip::Symlink => "symlink",
+            Skip::PathTraversal => "path_traversal",
+            Skip::Unreadable => "unreadable",
+        }
+    }
+
+    fn why(self) -> &'static str {
+        match self {
+            Skip::TooLarge => "over 1 MiB",
+            Skip::NotJson => "not JSON",
+            Skip::Refused => "not an OSV record",
+            Skip::Symlink => "a symbolic link out of the mirror (or to a directory), not followed",
+            Skip::PathTraversal => "an archive path leaving the mirror (`..` or absolute)",
+            Skip::Unreadable => "cannot be read",
+        }
+    }
+}
+
+/// Why a whole source was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read the OSV mirror {}: {error}", path.display())]
+    Read { path: PathBuf, error: std::io::Error },
+    #[error("the OSV mirror {} has over {MAX_ENTRIES} entries: refused (is it the right directory or archive?)", path.display())]
+    TooManyEntries { path: PathBuf },
+    #[error("the OSV archive {} decompresses past {} GiB: refused", path.display(), MAX_ARCHIVE >> 30)]
+    TooLarge { path: PathBuf },
+    #[error("the OSV archive {} is not a readable .tar.gz: {error}", path.display())]
+    Corrupt { path: PathBuf, error: std::io::Error },
+    #[error("the OSV archive {} is not a readable .zip: {error}", path.display())]
+    CorruptZip { path: PathBuf, error: zip::result::ZipError },
+    #[error("the OSV archive {} is neither a .tar.gz nor a .zip (it starts with neither's magic bytes)", path.display())]
+    UnknownArchive { path: PathBuf },
+}
+
+/// What a load read: the index, and what it skipped, by reason (count, first file).
+#[derive(Debug)]
+pub struct Loaded {
+    pub index: Index,
+    /// Records read (kept or not: a record of no watched release is read, not kept).
+    pub read: u64,
+    pub skipped: BTreeMap<Skip, (u64, String)>,
+}
+
+impl Loaded {
+    fn new(index: Index) -> Self {
+        Loaded { index, read: 0, skipped: BTreeMap::new() }
+    }
+
+    fn skip(&mut self, why: Skip, name: &str) {
+        self.skipped.entry(why).or_insert_with(|| (0, name.to_string())).0 += 1;
+    }
+
+    /// One record file's bytes: into the index, or skipped.
+    fn record(&mut self, bytes: &[u8], name: &str) {
+        match parse_record(bytes) {
+            Ok(record) => {
+                self.read += 1;
+                self.index.insert(record);
+            }
+            Err(_) if serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_err() => self.skip(Skip::NotJson, name),
+            Err(_) => self.skip(Skip::Refused, name),
+        }
+    }
+
+    /// One line per reason, not one per file.
+    pub fn log_skips(&self, source: &str) {
+        for (why, (count, first)) in &self.skipped {
+            tracing::warn!(source, reason = why.as_str(), count, first = %first, "OSV files skipped: {}", why.why());
+        }
+    }
+}
+
+/// Every `*.json` under `root`, recursively.
+pub fn directory(root: &Path, index: Index) -> Result<Loaded, LoadError> {
+    let read_err = |path: &Path, error| LoadError::Read { path: path.to_path_buf(), error };
+    let canonical = root.canonicalize().map_err(|e| read_err(root, e))?;
+    let mut loaded = Loaded::new(index);
+    let mut buf = Vec::new();
+    let mut entries = 0u64;
+    let mut stack = vec![(canonical.clone(), 0usize)];
+    while let Some((dir, depth)) = stack.pop() {
+        let listing = std::fs::read_dir(&dir).map_err(|e| read_err(&dir, e))?;
+        for entry in listing {
+            let entry = entry.map_err(|e| read_err(&dir, e))?;
+            entries += 1;
+            if entries > MAX_ENTRIES {
+                return Err(LoadError::TooManyEntries { path: root.to_path_buf() });
+            }
+            let path = entry.path();
+            let name = path.strip_prefix(&canonical).unwrap_or(&path).display().to_string();
+            let Ok(kind) = entry.file_type() else {
+                loaded.skip(Skip::Unreadable, &name);
+                continue;
+            };
+            if kind.is_dir() {
+                if depth < MAX_DEPTH {
+                    stack.push((path, depth + 1));
+                }
+                continue;
+            }
+            if !name.ends_with(".json") {
+                continue;
+            }
+            if kind.is_symlink() {
+                // A link is followed only to a file inside the mirror.
+                match path.canonicalize() {
+                    Ok(target) if target.starts_with(&canonical) && target.is_file() => {}
+                    _ => {
+                        loaded.skip(Skip::Symlink, &name);
+                        continue;
+                    }
+                }
+            } else if !kind.is_file() {
+                continue;
+            }
+            match read_bounded(std::fs::File::open(&path), &mut buf) {
+                Ok(true) => loaded.record(&buf, &name),
+                Ok(false) => loaded.skip(Skip::TooLarge, &name),
+                Err(_) => loaded.skip(Skip::Unreadable, &name),
+            }
+        }
+    }
+    Ok(loaded)
+}
+
+/// Reads at most [`MAX_RECORD`] bytes into `buf`; false when there were more.
+fn read_bounded(file: std::io::Result<impl Read>, buf: &mut Vec<u8>) -> std::io::Result<bool> {
+    buf.clear();
+    file?.take(MAX_RECORD + 1).read_to_end(buf)?;
+    Ok(buf.len() as u64 <= MAX_RECORD)
+}
+
+/// Counts the bytes read through it, refusing past [`MAX_ARCHIVE`].
+struct Capped<R> {
+    inner: R,
+    read: u64,
+}
+
+impl<R: Read> Read for Capped<R> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(out)?;
+        self.read += n as u64;
+        if self.read > MAX_ARCHIVE {
+            return Err(std::io::Error::other(CAP_HIT));
+        }
+        Ok(n)
+    }
+}
+
+const CAP_HIT: &str = "decompressed size cap";
+
+/// Every `*.json` regular file of the archive at `path`: a `.tar.gz` or a `.zip`, told by its
+/// first bytes (a download's name says nothing).
+pub fn archive(path: &Path, index: Index) -> Result<Loaded, LoadError> {
+    let mut magic = [0u8; 4];
+    let read = std::fs::File::open(path).and_then(|mut f| f.read(&mut magic));
+    match read.map_err(|error| LoadError::Read { path: path.to_path_buf(), error })? {
+        n if n >= 2 && magic[..2] == [0x1f, 0x8b] => tar_gz(path, index),
+        4 if magic == *b"PK\x03\x04" || magic == *b"PK\x05\x06" => zip_file(path, index),
+        _ => Err(LoadError::UnknownArchive { path: path.to_path_buf() }),
+    }
+}
+
+/// Every `*.json` regular file of the `.zip` at `path`. The central directory's sizes may lie (a
+/// zip bomb): every entry is read through [`MAX_RECORD`] and all of them through [`MAX_ARCHIVE`].
+pub fn zip_file(path: &Path, index: Index) -> Result<Loaded, LoadError> {
+    let file = std::fs::File::open(path).map_err(|error| LoadError::Read { path: path.to_path_buf(), error })?;
+    let corrupt = |error| LoadError::CorruptZip { path: path.to_path_buf(), error };
+    let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(corrupt)?;
+    if zip.len() as u64 > MAX_ENTRIES {
+        return Err(LoadError::TooManyEntries { path: path.to_path_buf() });
+    }
+    let mut loaded = Loaded::new(index);
+    let (mut buf, mut total) = (Vec::new(), 0u64);
+    for i in 0..zip.len() {
+        let mut entry = zip.by_index(i).map_err(corrupt)?;
+        let name = String::from_utf8_lossy(entry.name_raw()).into_owned();
+        if !name.ends_with(".json") || entry.is_dir() {
+            continue;
+        }
+        if entry.enclosed_name().is_none() {
+            loaded.skip(Skip::PathTraversal, &name);
+            continue;
+        }
+        if entry.is_symlink() {
+            loaded.skip(Skip::Symlink, &name);
+            continue;
+        }
+        buf.clear();
+        match (&mut entry).take(MAX_RECORD + 1).read_to_end(&mut buf) {
+            Ok(_) => {}
+            Err(_) => {
+                loaded.skip(Skip::Unreadable, &name);
+                continue;
+            }
+        }
+        total += buf.len() as u64;
+        if total > MAX_ARCHIVE {
+            return Err(LoadError::TooLarge { path: path.to_path_buf() });
+        }
+        if buf.len() as u64 > MAX_RECORD {
+            loaded.skip(Skip::TooLarge, &name);
+        } else {
+            loaded.record(&buf, &name);
+        }
+    }
+    Ok(loaded)
+}
+
+/// Every `*.json` regular file of the `.tar.gz` at `path`.
+pub fn tar_gz(path: &Path, index: Index) -> Result<Loaded, LoadError> {
+    let file = std::fs::File::open(path).map_err(|error| LoadError::Read { path: path.to_path_buf(), error })?;
+    let gz = flate2::read::GzDecoder::new(std::io::BufReader::new(file));
+    let mut archive = tar::Archive::new(Capped { inner: gz, read: 0 });
+    let mut loaded = Loaded::new(index);
+    let mut buf = Vec::new();
+    let corrupt = |error: std::io::Error| {
+        if error.get_ref().is_some_and(|e| e.to_string() == CAP_HIT) {
+            LoadError::TooLarge { path: path.to_path_buf() }
+        } else {
+            LoadError::Corrupt { path: path.to_path_buf(), error }
+        }
+    };
+    let mut entries = 0u64;
+    for entry in archive.entries().map_err(corrupt)? {
+        let mut entry = entry.map_err(corrupt)?;
+        entries += 1;
+        if entries > MAX_ENTRIES {
+            return Err(LoadError::TooManyEntries { path: path.to_path_buf() });
+        }
+        let raw = entry.path_bytes();
+        let name = String::from_utf8_lossy(&raw).into_owned();
+        if !name.ends_with(".json") {
+            continue;
+        }
+        let leaves = Path::new(&name)
+            .components()
+            .any(|c| matches!(c, Component::ParentDir | Component::RootDir | Component::Prefix(_)));
+        if leaves {
+            loaded.skip(Skip::PathTraversal, &name);
+            continue;
+        }
+        let kind = entry.header().entry_type();
+        if kind.is_symlink() || kind.is_hard_link() {
+            loaded.skip(Skip::Symlink, &name);
+            continue;
+        }
+        if !kind.is_file() {
+            continue;
+        }
+        if entry.size() > MAX_RECORD {
+            // Its bytes are passed over by the next `entries` step, under the archive's cap.
+            loaded.skip(Skip::TooLarge, &name);
+            continue;
+        }
+        buf.clear();
+        match (&mut entry).take(MAX_RECORD + 1).read_to_end(&mut buf) {
+            Ok(_) if buf.len() as u64 > MAX_RECORD => loaded.skip(Skip::TooLarge, &name),
+            Ok(_) => loaded.record(&buf, &name),
+            Err(error) => return Err(corrupt(error)),
+        }
+    }
+    Ok(loaded)
+}

@@ -90,12 +90,6 @@ pub struct Parts {
     refresher: std::sync::Mutex<Option<Refresher>>,
 }
 
-/// The vulnerability data the checks match moves against: `[vulnerabilities]`'s loader's shared
-/// index (issue 43; until the loader is wired, none).
-fn vulnerability_data(_config: &Config) -> crate::monitor::VulnSource {
-    crate::monitor::no_vulns()
-}
-
 impl Parts {
     /// The Kubernetes client when the config uses the cluster (its permissions checked first), then
     /// the parts over it ([`Parts::new`]).
@@ -128,6 +122,9 @@ impl Parts {
         parts.pool_clients = pool_clients;
         parts.cluster_wait = cluster_wait;
         if let Some((data, refresher)) = vulns::start(&parts.config, parts.metrics.clone()).await? {
+            // The checks match each move against the snapshot in force when they make it.
+            let shared = data.clone();
+            parts.monitor.set_vulns(Arc::new(move || Some(shared.current().index.clone())));
             parts.vulns = Some(data);
             parts.refresher = std::sync::Mutex::new(refresher);
         }
@@ -144,8 +141,8 @@ impl Parts {
     ) -> Result<Self, DaemonError> {
         let metrics = Metrics::with_log_drops(crate::log_stream::dropped_lines());
         let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
-        let monitor = Monitor::new(config.clone(), registry.clone(), ledger.clone(), clock.clone(), metrics.clone());
-        let monitor = Arc::new(monitor.with_vulns(vulnerability_data(&config)));
+        let monitor =
+            Arc::new(Monitor::new(config.clone(), registry.clone(), ledger.clone(), clock.clone(), metrics.clone()));
         let dispatcher = Arc::new(Dispatcher::new(&config.alerts, ledger.clone(), clock.clone(), metrics.clone())?);
         Ok(Parts {
             config,

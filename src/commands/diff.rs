@@ -5,8 +5,9 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use super::common::{parse_image, reader_for};
+use super::common::{load_config, parse_image, reader_for};
 use super::failure::Failure;
+use builder_monitor::config::Secrets;
 use builder_monitor::inspect;
 use builder_monitor_core::{cnb, text};
 
@@ -51,13 +52,16 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
     Ok(0)
 }
 
-/// The vulnerability data of `[vulnerabilities]` in `config`, loaded once (issue 43: the loader's
-/// one call goes here; until it is wired, none, and `diff` says nothing of fixes).
+/// The vulnerability data of `[vulnerabilities]` in `config`, loaded once as the daemon loads it
+/// at start (a URL mirror: its kept download, no request); none without it.
 async fn vulnerability_data(
     config: Option<&std::path::Path>,
-) -> anyhow::Result<Option<std::sync::Arc<builder_monitor_core::vulns::Index>>> {
-    let _ = config;
-    Ok(None)
+) -> Result<Option<std::sync::Arc<builder_monitor_core::vulns::Index>>, Failure> {
+    let Some(path) = config else { return Ok(None) };
+    let config = load_config(path, Secrets::Skip)?;
+    let started = builder_monitor::vulns::start(&config, builder_monitor::metrics::Metrics::new()).await;
+    let started = started.context("loading the vulnerability data")?;
+    Ok(started.map(|(vulns, _)| vulns.current().index.clone()))
 }
 
 /// `diff`'s fixes: `fixes USN-7000-1 (high): CVE-…` per notice, `fixes: none known`, or why

@@ -165,7 +165,8 @@ async fn diff_with_a_config_lists_what_the_move_fixes() {
             registry.host,
             ws.path("mirror").display()
         ),
-    );
+    )
+    .unwrap();
     let config = ws.path("config.toml");
     let config = config.to_str().unwrap();
     let out = ws.run(&["diff", &v1, &v2, "--json", "--config", config]);

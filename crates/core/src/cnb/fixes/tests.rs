@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
+use crate::cnb::{fix_line, fixes_brief};
 use crate::packages::Source;
 use crate::vulns::{Affected, Record};
 

@@ -122,6 +122,9 @@ impl Parts {
         parts.pool_clients = pool_clients;
         parts.cluster_wait = cluster_wait;
         if let Some((data, refresher)) = vulns::start(&parts.config, parts.metrics.clone()).await? {
+            // The checks match each move against the snapshot in force when they make it.
+            let shared = data.clone();
+            parts.monitor.set_vulns(Arc::new(move || Some(shared.current().index.clone())));
             parts.vulns = Some(data);
             parts.refresher = std::sync::Mutex::new(refresher);
         }

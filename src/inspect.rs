@@ -395,12 +395,14 @@ pub async fn resolve(registry: &Registry, image: &ImageRef, max_platforms: usize
 /// compared by name: the digests they had when each builder was published are not known. Two
 /// images that are not builders but list OS packages (run images) compare as a run image move.
 /// Each side is read as a pin would be: at most `max_platforms` platforms, within the pin's budget;
-/// what was left out on either side is in the change's `notes`.
+/// what was left out on either side is in the change's `notes`. With `vulns`, the change says
+/// what the move fixes.
 pub async fn diff(
     registry: &Registry,
     old: &ImageRef,
     new: &ImageRef,
     max_platforms: usize,
+    vulns: Option<&builder_monitor_core::vulns::Index>,
 ) -> Result<Change, RegistryError> {
     let mut sides = Vec::new();
     let mut notes = Vec::new();
@@ -416,7 +418,7 @@ pub async fn diff(
     };
     let [(old_ref, old_meta), (new_ref, new_meta)] = <[_; 2]>::try_from(sides).expect("two sides");
     let both_base = not_builder(&old_meta) && not_builder(&new_meta);
-    let mut change = if both_base && (cnb::is_base_image(&old_meta) || cnb::is_base_image(&new_meta)) {
+    let change = if both_base && (cnb::is_base_image(&old_meta) || cnb::is_base_image(&new_meta)) {
         // What the daemon says of the same move of a watched run image.
         cnb::classify_run_image(old_ref, new_ref, &old_meta, &new_meta)
     } else if both_base {
@@ -429,6 +431,8 @@ pub async fn diff(
     } else {
         cnb::classify(&old_meta, &new_meta)
     };
+    // What the move fixes, as the daemon matches the same move of a watch (`vulns`: the config's).
+    let mut change = change.with_fixes_of_pins(vulns, &old_meta, &new_meta);
     change.notes = notes;
     Ok(change)
 }

@@ -283,6 +283,8 @@ mod tests {
             run_image: None,
             packages: None,
             packages_note: None,
+            fixes: None,
+            fixes_note: None,
             notes: Vec::new(),
         }
     }
@@ -362,6 +364,7 @@ mod tests {
                 created: parse_timestamp("2025-03-04T11:00:00Z").unwrap(),
                 progress: None,
                 holds: false,
+                expedited: Vec::new(),
             }
             .into(),
         );

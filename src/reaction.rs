@@ -222,8 +222,15 @@ impl Reaction<'_> {
     pub async fn plan_actions(&self, mv: &Moved<'_>) -> Result<Planned, LedgerError> {
         let mut planned = self.plan_app_actions(mv).await?;
         let gitops = self.gitops_actions(mv, &planned).await?;
-        planned.actions.extend(gitops);
+        let expedited = self.expedited_by(mv.change);
+        planned.actions.extend(gitops.into_iter().map(|a| a.expedited(expedited.clone())));
         Ok(planned)
+    }
+
+    /// The fixes of `change` that let its actions skip the soak and the windows (`[rollout]
+    /// expedite`); empty when it is off or the change fixes nothing that high.
+    fn expedited_by(&self, change: &Change) -> Vec<String> {
+        builder_monitor_core::rollout::expedited_by(self.config.rollout.expedite, change.fixes.as_deref())
     }
 
     /// The gitops actions of a move: one per `[[gitops]]` target that has a file of an image with
@@ -263,7 +270,8 @@ impl Reaction<'_> {
                 WatchKind::RunImage => format!("run image of {builder_name}: {}", mv.change.summary()),
             };
             let why = format!("commit change {} to {}", mv.change_id, target.name);
-            let plan = GitopsPlan { target: target.name.clone(), summary };
+            let fixes = mv.change.fixes.clone().unwrap_or_default();
+            let plan = GitopsPlan { target: target.name.clone(), summary, fixes };
             out.push(self.gitops_action(
                 mv.change_id,
                 plan,
@@ -287,8 +295,11 @@ impl Reaction<'_> {
             .iter()
             .filter(|t| t.files.iter().any(|f| f.format == crate::config::FileFormat::Marker))
             .map(|t| {
-                let plan =
-                    GitopsPlan { target: t.name.clone(), summary: format!("{builder}: pinned to sha256:{short}") };
+                let plan = GitopsPlan {
+                    target: t.name.clone(),
+                    summary: format!("{builder}: pinned to sha256:{short}"),
+                    fixes: Vec::new(),
+                };
                 let why = format!("commit the pin of {builder} to {}", t.name);
                 self.gitops_action(&change_id, plan, builder.to_string(), reference.to_string(), why, Vec::new(), 0)
             })
@@ -445,7 +456,8 @@ impl Reaction<'_> {
                     kind,
                     target,
                 )
-                .gated(image.wave, image.needs_approval(kind, &self.config.rollout)),
+                .gated(image.wave, image.needs_approval(kind, &self.config.rollout))
+                .expedited(self.expedited_by(mv.change)),
             );
         }
         Ok(Planned { decisions, actions, recorded: Vec::new() })

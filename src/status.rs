@@ -22,6 +22,7 @@ use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::rollout::Freeze;
 use builder_monitor_core::schedule::{timestamp, timestamp_millis};
 use builder_monitor_core::text::{count, escape};
+use builder_monitor_core::vulns::Fix;
 pub use deploys::DeployStatus;
 pub use gitops::{GitopsStatus, targets as gitops_targets};
 pub use images::{ImageAction, ImageStatus, TagMoveStatus};
@@ -109,6 +110,8 @@ impl Serialize for ShownAction {
             progress: Option<&'a builder_monitor_core::progress::Progress>,
             #[serde(skip_serializing_if = "std::ops::Not::not")]
             holds: bool,
+            #[serde(skip_serializing_if = "<[String]>::is_empty")]
+            expedited: &'a [String],
         }
         let r = &self.record;
         Shown {
@@ -130,6 +133,7 @@ impl Serialize for ShownAction {
             created: timestamp_millis(r.created),
             progress: r.progress.as_ref(),
             holds: r.holds,
+            expedited: &r.expedited,
         }
         .serialize(s)
     }
@@ -220,6 +224,13 @@ pub struct ChangeSummary {
     /// Why the package diff is missing or partial (a list unreadable, or cut at its cap).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub packages_note: Option<String>,
+    /// The security notices the move fixes (`[]`: its lists matched none), when vulnerability data
+    /// is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fixes: Option<Vec<Fix>>,
+    /// Why no vulnerability data could be matched to the move.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fixes_note: Option<String>,
     /// What the new pin left out, so the move was decided on less than the whole image.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -294,6 +305,7 @@ pub async fn open_actions(
     let mut open = ledger.open_actions().await?;
     let frozen = ledger.freeze_state().await?;
     let mut waits = crate::rollout::waits(config, ledger, &open, frozen.as_ref(), now).await?;
+    let fixes = approval_fixes(ledger, &open).await?;
     for a in &mut open {
         let (gate, why) = match a.state {
             ActionState::Pending => match waits.remove(&a.key) {
@@ -301,7 +313,11 @@ pub async fn open_actions(
                 None => continue,
             },
             ActionState::AwaitingApproval => {
-                ("approval", format!("awaiting approval: `builder-monitor approve {}`", a.change))
+                let mut why = format!("awaiting approval: `builder-monitor approve {}`", a.change);
+                if let Some(fixes) = fixes.get(&a.change) {
+                    why += &format!("; approving {fixes}");
+                }
+                ("approval", why)
             }
             ActionState::Held => (
                 "held",
@@ -316,6 +332,25 @@ pub async fn open_actions(
     let windows = &config.rollout.windows;
     let rollout = RolloutStatus { frozen, window_open: windows.is_open(now), next_window: windows.describe_next(now) };
     Ok((open, rollout))
+}
+
+/// Recent changes read for what approving a waiting action would fix.
+const APPROVAL_CHANGES: usize = 200;
+
+/// What each change with an action awaiting approval fixes (`fixes USN-7000-1 (high), 2 more`),
+/// from the ledger's change; none read when nothing awaits approval.
+async fn approval_fixes(ledger: &Ledger, open: &[OpenAction]) -> Result<BTreeMap<String, String>, LedgerError> {
+    let waiting: BTreeSet<&str> =
+        open.iter().filter(|a| a.state == ActionState::AwaitingApproval).map(|a| a.change.as_str()).collect();
+    if waiting.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let changes = ledger.changes(None, APPROVAL_CHANGES).await?;
+    Ok(changes
+        .into_iter()
+        .filter(|c| waiting.contains(c.id.as_str()))
+        .filter_map(|c| Some((c.id, builder_monitor_core::cnb::fixes_brief(c.change.fixes.as_deref())?)))
+        .collect())
 }
 
 /// How long `status` waits for the cluster to answer before saying its actions wait for it.
@@ -407,6 +442,8 @@ fn builder_status(
                 run_image: c.change.run_image.clone(),
                 packages: c.change.packages.clone(),
                 packages_note: c.change.packages_note.clone(),
+                fixes: c.change.fixes.clone(),
+                fixes_note: c.change.fixes_note.clone(),
                 notes: c.change.notes.clone(),
             })
             .collect(),
@@ -451,6 +488,7 @@ mod tests {
             created: at("2026-11-30T10:00:00Z"),
             progress: placed(false),
             holds: true,
+            expedited: Vec::new(),
         };
         let shown = |r: &ActionRecord, gated: &[&str]| {
             serde_json::to_value(ShownAction::new(r.clone(), &gated.iter().copied().collect())).unwrap()
@@ -507,6 +545,7 @@ mod tests {
                     created: parse_timestamp("2025-03-04T11:00:00Z").unwrap(),
                     progress: None,
                     holds: false,
+                    expedited: Vec::new(),
                 }
                 .into(),
             ],

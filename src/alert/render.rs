@@ -4,6 +4,7 @@
 use serde_json::{Value, json};
 
 use crate::config::AlertKind;
+use builder_monitor_core::cnb;
 use builder_monitor_core::event::{Event, EventType};
 
 /// A request body and its content type.
@@ -115,6 +116,8 @@ fn mrkdwn(text: impl Into<String>) -> Value {
 
 /// Package moves a Slack message shows before `… N more`.
 const SLACK_PACKAGE_ROWS: usize = 10;
+/// Notice ids a Slack message names before `N more`.
+const SLACK_FIXES: usize = 3;
 
 /// Registry text inside Slack mrkdwn: the three characters Slack reserves escaped, and no backtick
 /// that could close the code block.
@@ -158,6 +161,14 @@ pub fn slack_body(event: &Event) -> Value {
             blocks.push(json!({ "type": "section", "text": mrkdwn(text) }));
         } else if let Some(note) = &change.packages_note {
             blocks.push(json!({ "type": "section", "text": mrkdwn(format!("*OS packages:* {}", slack_escape(note))) }));
+        }
+        if let Some(fixes) = change.fixes.as_ref().filter(|f| !f.is_empty()) {
+            let mut shown: Vec<String> = fixes.iter().take(SLACK_FIXES).map(cnb::fix_label).collect::<Vec<_>>();
+            if fixes.len() > SLACK_FIXES {
+                shown.push(format!("{} more", fixes.len() - SLACK_FIXES));
+            }
+            let text = format!("*Fixes* ({}): {}", fixes.len(), slack_escape(&shown.join(", ")));
+            blocks.push(json!({ "type": "section", "text": mrkdwn(text) }));
         }
     }
     if let Some(images) = event.images.as_ref().filter(|i| !i.is_empty()) {
@@ -221,6 +232,20 @@ mod tests {
         e.change = Some(change);
         e.images = Some(vec![ImageAction { name: "petclinic".into(), action: "rebuild".into() }]);
         e
+    }
+
+    #[test]
+    fn slack_names_the_first_fixes_and_counts_the_rest() {
+        use builder_monitor_core::vulns::{Fix, Priority};
+        let mut e = changed();
+        let fix = |id: &str| Fix { id: id.into(), cves: vec![], priority: Some(Priority::High), packages: vec![] };
+        let ids = ["USN-1-1", "USN-2-1", "USN-3-1", "USN-4-1", "USN-5-1"];
+        e.change.as_mut().unwrap().fixes = Some(ids.iter().map(|i| fix(i)).collect());
+        let body = slack_body(&e).to_string();
+        assert!(body.contains("*Fixes* (5): USN-1-1 (high), USN-2-1 (high), USN-3-1 (high), 2 more"), "{body}");
+        assert!(body.contains("fixes USN-1-1 (high), 4 more"), "{body}");
+        e.change.as_mut().unwrap().fixes = None;
+        assert!(!slack_body(&e).to_string().contains("ixes"));
     }
 
     #[test]

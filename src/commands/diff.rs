@@ -5,10 +5,11 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use super::common::{parse_image, reader_for};
+use super::common::{load_config, parse_image, reader_for};
 use super::failure::Failure;
+use builder_monitor::config::Secrets;
 use builder_monitor::inspect;
-use builder_monitor_core::text;
+use builder_monitor_core::{cnb, text};
 
 /// Classify the move from one builder image to another: rebase, rebuild, unknown or none.
 #[derive(clap::Args)]
@@ -30,7 +31,8 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
     let Args { old, new, json, insecure, config } = args;
     let (old, new) = (parse_image(&old)?, parse_image(&new)?);
     let (registry, max_platforms) = reader_for(config.as_deref(), insecure, &[&old, &new])?;
-    let change = inspect::diff(&registry, &old, &new, max_platforms).await?;
+    let vulns = vulnerability_data(config.as_deref()).await?;
+    let change = inspect::diff(&registry, &old, &new, max_platforms, vulns.as_deref()).await?;
     if json {
         outln!("{}", serde_json::to_string_pretty(&change).context("encoding JSON")?);
     } else {
@@ -42,11 +44,35 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
             }
         }
         out!("{}", packages_text(&change));
+        out!("{}", fixes_text(&change));
         for note in &change.notes {
             outln!("note: {}", text::escape(note));
         }
     }
     Ok(0)
+}
+
+/// The vulnerability data of `[vulnerabilities]` in `config`, loaded once as the daemon loads it
+/// at start (a URL mirror: its kept download, no request); none without it.
+async fn vulnerability_data(
+    config: Option<&std::path::Path>,
+) -> Result<Option<std::sync::Arc<builder_monitor_core::vulns::Index>>, Failure> {
+    let Some(path) = config else { return Ok(None) };
+    let config = load_config(path, Secrets::Skip)?;
+    let started = builder_monitor::vulns::start(&config, builder_monitor::metrics::Metrics::new()).await;
+    let started = started.context("loading the vulnerability data")?;
+    Ok(started.map(|(vulns, _)| vulns.current().index.clone()))
+}
+
+/// `diff`'s fixes: `fixes USN-7000-1 (high): CVE-…` per notice, `fixes: none known`, or why
+/// nothing could be matched; nothing without vulnerability data.
+fn fixes_text(change: &builder_monitor_core::cnb::Change) -> String {
+    match (&change.fixes, &change.fixes_note) {
+        (Some(fixes), _) if fixes.is_empty() => "fixes: no known notice\n".into(),
+        (Some(fixes), _) => fixes.iter().map(|f| format!("fixes {}\n", cnb::fix_line(f))).collect(),
+        (None, Some(note)) => format!("fixes: {}\n", text::escape(note)),
+        (None, None) => String::new(),
+    }
 }
 
 /// Package moves most `diff` lists per table.

@@ -1,5 +1,6 @@
 //! `[rollout]`: the windows actions start in, the kinds that wait for approval, `max_in_flight`,
-//! and how deploys are judged (`soak`, `undo`, `fail_after`, `deploy_timeout`).
+//! how deploys are judged (`soak`, `undo`, `fail_after`, `deploy_timeout`), and which security
+//! fixes skip the soak and the windows (`expedite`).
 //! Time zone names are resolved here (the system database) so the core's gate stays I/O free.
 
 use std::collections::BTreeSet;
@@ -12,6 +13,7 @@ use super::{DurationText, Validator};
 use builder_monitor_core::deploy::Undo;
 use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::rollout::{Rollout, Window};
+use builder_monitor_core::vulns::Priority;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -23,6 +25,7 @@ pub(super) struct RawRollout {
     undo: Option<Spanned<String>>,
     fail_after: Option<Spanned<DurationText>>,
     deploy_timeout: Option<Spanned<DurationText>>,
+    expedite: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -83,6 +86,18 @@ impl Validator<'_> {
             && let Some(d) = self.duration(soak, "soak")
         {
             rollout.soak = d;
+        }
+        if let Some(e) = &raw.expedite {
+            match Priority::parse(e.get_ref()) {
+                Some(p) => rollout.expedite = Some(p),
+                None => self.error(
+                    e.span(),
+                    format!(
+                        "unknown priority \"{}\" in expedite, expected negligible, low, medium, high or critical",
+                        e.get_ref()
+                    ),
+                ),
+            }
         }
         if let Some(undo) = &raw.undo {
             match Undo::parse(undo.get_ref()) {
@@ -209,6 +224,15 @@ mod tests {
 
     fn image(name: &str, extra: &str) -> String {
         format!("[[images]]\nname = \"{name}\"\nbuilder = \"jammy\"\nimage = \"r.example/{name}\"\n{extra}")
+    }
+
+    #[test]
+    fn expedite_names_a_priority() {
+        let c = parse("[rollout]\nexpedite = \"high\"\n").unwrap();
+        assert_eq!(c.rollout.expedite, Some(Priority::High));
+        assert_eq!(parse("").unwrap().rollout.expedite, None);
+        let errors = parse("[rollout]\nexpedite = \"urgent\"\n").unwrap_err();
+        assert!(errors[0].contains("unknown priority \"urgent\" in expedite, expected negligible"), "{errors:?}");
     }
 
     #[test]

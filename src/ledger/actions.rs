@@ -79,12 +79,14 @@ pub struct NewAction {
     pub wave: u32,
     /// Recorded as `awaiting_approval`: it starts only once a person approves it.
     pub needs_approval: bool,
+    /// The fixes that let it skip the soak and the windows (`[rollout] expedite`); empty: none.
+    pub expedited: Vec<String>,
 }
 
 impl NewAction {
     /// An action to record for `target`, in wave 1, not waiting for a person.
     pub fn new(key: String, change_id: String, image: String, kind: ActionKind, target: ActionTarget) -> Self {
-        NewAction { key, change_id, image, kind, target, wave: 1, needs_approval: false }
+        NewAction { key, change_id, image, kind, target, wave: 1, needs_approval: false, expedited: Vec::new() }
     }
 
     /// The state it is recorded in: `held` when its change's lower wave failed before it arrived,
@@ -100,6 +102,11 @@ impl NewAction {
     /// The same action in roll-out `wave`, waiting for a person when `needs_approval`.
     pub fn gated(self, wave: u32, needs_approval: bool) -> Self {
         NewAction { wave, needs_approval, ..self }
+    }
+
+    /// The same action, expedited by the fixes `ids` (none: not expedited).
+    pub fn expedited(self, ids: Vec<String>) -> Self {
+        NewAction { expedited: ids, ..self }
     }
 }
 
@@ -302,6 +309,9 @@ pub struct ActionRecord {
     /// It holds its image (a failed or overridden deploy) until a newer change or `release`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub holds: bool,
+    /// The fixes that let it skip the soak and the windows (`[rollout] expedite`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub expedited: Vec<String>,
 }
 
 impl ActionRecord {
@@ -316,6 +326,7 @@ impl ActionRecord {
             created: self.created,
             deploy: self.action == ActionKind::Deploy.as_str(),
             updated: self.updated,
+            expedited: !self.expedited.is_empty(),
         }
     }
 }
@@ -561,6 +572,7 @@ mod tests {
             created: t,
             progress: None,
             holds: false,
+            expedited: Vec::new(),
         }
     }
 

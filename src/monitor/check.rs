@@ -81,7 +81,8 @@ impl Monitor {
         let (record, observed) = self.observe(watch, head).await?;
         let record = record.as_ref();
         let now = self.handle.clock.now();
-        let found = decide::found(watch, record, observed);
+        let vulns = self.vulns_now();
+        let found = decide::with_fixes(decide::found(watch, record, observed), record, vulns.as_deref());
         let retry = self.log_found(watch, record, &found, now, retries);
         let subjects = self.subjects(watch);
         let planned = self.react(watch, &subjects, &found, now).await?;

@@ -18,6 +18,7 @@ use crate::registry::RegistryError;
 use builder_monitor_core::cnb::{self, Change, PinnedMetadata};
 use builder_monitor_core::event::{self, CheckError, Event, EventType, ImageAction, Pin, Subject};
 use builder_monitor_core::schedule::{self, Settle, timestamp};
+use builder_monitor_core::vulns::Index;
 
 /// What the registry showed for a watch (`observe`).
 #[derive(Debug)]
@@ -170,6 +171,19 @@ pub fn found(watch: &Watch, record: Option<&WatchRecord>, observed: Result<Obser
         metadata,
         rollback,
     }))
+}
+
+/// `found` with what its move fixes (`Change::with_fixes`), matched against `vulns` (`None`: no
+/// vulnerability data configured, and the change has no `fixes`): each side's lists as pinned.
+pub fn with_fixes(found: Found, record: Option<&WatchRecord>, vulns: Option<&Index>) -> Found {
+    let Found::Moved(mut moved) = found else { return found };
+    if vulns.is_some() {
+        let before = record.and_then(WatchRecord::pinned_metadata).unwrap_or_default();
+        let after = moved.metadata.as_deref().cloned().unwrap_or_default();
+        let change = std::mem::replace(&mut moved.change, Change::unknown(String::new()));
+        moved.change = change.with_fixes_of_pins(vulns, &before, &after);
+    }
+    Found::Moved(moved)
 }
 
 /// Decides one check: the record to commit, each of its events whole, and the outcome. `record`

@@ -212,6 +212,18 @@ pub struct Monitor {
     run_image_heads: run_images::RunImageHeads,
     /// Each steady watch's pin, so an unchanged check stays in memory.
     pins: pins::Pins,
+    /// The vulnerability data a move's fixes are matched against, as loaded now; set once the
+    /// loader has read it (`Parts::build`, after the monitor is built).
+    vulns: std::sync::RwLock<VulnSource>,
+}
+
+/// Where a check reads the vulnerability data: the loader's current index, or `None` when
+/// `[vulnerabilities]` configures none (the changes then have no `fixes`).
+pub type VulnSource = Arc<dyn Fn() -> Option<Arc<builder_monitor_core::vulns::Index>> + Send + Sync>;
+
+/// No vulnerability data.
+pub fn no_vulns() -> VulnSource {
+    Arc::new(|| None)
 }
 
 impl Monitor {
@@ -243,7 +255,19 @@ impl Monitor {
             failure_log: Mutex::default(),
             run_image_heads: Default::default(),
             pins: Default::default(),
+            vulns: std::sync::RwLock::new(no_vulns()),
         }
+    }
+
+    /// Each move from now on is matched against `vulns`' data.
+    pub fn set_vulns(&self, vulns: VulnSource) {
+        *self.vulns.write().unwrap_or_else(|e| e.into_inner()) = vulns;
+    }
+
+    /// The vulnerability data in force now (`None`: none configured).
+    fn vulns_now(&self) -> Option<Arc<builder_monitor_core::vulns::Index>> {
+        let source = self.vulns.read().unwrap_or_else(|e| e.into_inner()).clone();
+        source()
     }
 
     /// The small handle the HTTP server holds: readiness, liveness, metrics and wakes.

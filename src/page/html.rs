@@ -193,6 +193,26 @@ pub(super) fn full_references(change: &ChangeSummary) -> String {
     }
 }
 
+/// What a change fixes, under its row: each notice with its priority and CVEs (`data-fixes` holds
+/// the ids), `fixes no known notice`, or why nothing could be matched; empty without vulnerability
+/// data.
+pub(super) fn fixes(change: &ChangeSummary) -> String {
+    match (&change.fixes, &change.fixes_note) {
+        (Some(fixes), _) if fixes.is_empty() => "<span class=\"sub fixes\">fixes no known notice</span>".into(),
+        (Some(fixes), _) => {
+            let ids: Vec<&str> = fixes.iter().map(|f| f.id.as_str()).collect();
+            let lines: Vec<String> = fixes.iter().map(builder_monitor_core::cnb::fix_line).collect();
+            format!(
+                "<span class=\"sub fixes\" data-fixes=\"{}\">fixes {}</span>",
+                Text(&ids.join(" ")),
+                Text(&lines.join("; "))
+            )
+        }
+        (None, Some(note)) => format!("<span class=\"sub muted\">fixes: {}</span>", Text(note)),
+        (None, None) => String::new(),
+    }
+}
+
 /// The summary without its leading `kind: `, which the badge beside it already says.
 pub(super) fn details(change: &ChangeSummary) -> &str {
     change

@@ -5,7 +5,9 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
 
-use super::html::{Breakable, Text, ago, anchor, details, full_references, kind_badge, short, span, time_element};
+use super::html::{
+    Breakable, Text, ago, anchor, details, fixes, full_references, kind_badge, short, span, time_element,
+};
 use crate::config::Config;
 use crate::status::BuilderStatus;
 use builder_monitor_core::schedule::{Schedule, parse_timestamp};
@@ -215,7 +217,7 @@ fn changes(out: &mut String, w: &BuilderStatus, now: DateTime<Utc>) {
             out,
             "<tr class=\"change\"><td data-label=\"Detected\">{}</td><td data-label=\"Kind\">{}{}</td>\
              <td data-label=\"Digests\"><code title=\"{}\">{}</code><span class=\"arrow\">→</span><code title=\"{}\">{}</code></td>\
-             <td data-label=\"What moved\">{}<span class=\"sub\">id <code>{}</code></span></td></tr>",
+             <td data-label=\"What moved\">{}{}<span class=\"sub\">id <code>{}</code></span></td></tr>",
             ago(&c.time, now),
             kind_badge(c.kind),
             if c.rollback { " <span class=\"pill warn\">rollback</span>" } else { "" },
@@ -224,6 +226,7 @@ fn changes(out: &mut String, w: &BuilderStatus, now: DateTime<Utc>) {
             Text(&c.current),
             Text(short(&c.current)),
             Text(details(c)),
+            fixes(c),
             Text(&c.id)
         );
     }
@@ -317,5 +320,38 @@ mod tests {
         let mut row = String::new();
         table(&mut row, &[jammy], &config(""), now(), false);
         assert!(row.contains("<a href=\"#history-jammy\">history (2)</a>"), "{row}");
+    }
+
+    /// A change's row lists what it fixes (ids in `data-fixes`), says `fixes no known notice` for
+    /// `[]`, why nothing matched with a note, and nothing without vulnerability data.
+    #[test]
+    fn a_change_row_lists_its_fixes() {
+        use builder_monitor_core::vulns::{Fix, Priority};
+        let mut jammy = watch("jammy", "registry.example.com/paketo/builder:latest");
+        let mut fixed = change("jammy-3", "2025-03-05T10:00:00Z", 'a', 'd', ChangeKind::Rebase, "run image moved");
+        fixed.fixes = Some(vec![Fix {
+            id: "USN-7000-1".into(),
+            cves: vec!["CVE-2026-1111".into()],
+            priority: Some(Priority::High),
+            packages: vec![],
+        }]);
+        let mut none = change("jammy-2", "2025-03-04T10:00:00Z", 'b', 'a', ChangeKind::Rebase, "run image moved");
+        none.fixes = Some(vec![]);
+        let mut names = change("jammy-1", "2025-03-03T10:00:00Z", 'c', 'b', ChangeKind::Rebase, "run image moved");
+        names.fixes_note = Some("the new image's package list has names only, no versions".into());
+        let plain = change("jammy-0", "2025-03-02T10:00:00Z", 'e', 'c', ChangeKind::Rebase, "run image moved");
+        jammy.changes = vec![fixed, none, names, plain];
+        let mut html = String::new();
+        history(&mut html, &[&jammy], now());
+        assert!(
+            html.contains(
+                "<span class=\"sub fixes\" data-fixes=\"USN-7000-1\">fixes USN-7000-1 (high): CVE-2026-1111</span>"
+            ),
+            "{html}"
+        );
+        assert!(html.contains("<span class=\"sub fixes\">fixes no known notice</span>"), "{html}");
+        assert!(html.contains("fixes: the new image&#39;s package list has names only, no versions"), "{html}");
+        let bare = "run image moved<span class=\"sub\">id <code>jammy-0</code>";
+        assert!(html.contains(bare), "without vulnerability data, nothing: {html}");
     }
 }

@@ -212,7 +212,7 @@ async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) 
                 (name.clone(), values.iter().find(|v| &v.name == name).map(|v| v.reference.clone()).unwrap_or_default())
             })
             .collect();
-        let message = edit::commit_message(&plan.summary, &images, &action.change_id, &target.reasons);
+        let message = edit::commit_message(&plan.summary, &images, &action.change_id, &target.reasons, &plan.fixes);
         let paths: Vec<&str> = applied.files.iter().map(|(p, _)| p.as_str()).collect();
         let id = repo.commit(&message, &paths).await?;
         let files: Vec<String> = paths.iter().map(|p| p.to_string()).collect();

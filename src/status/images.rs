@@ -319,6 +319,7 @@ mod tests {
                 created: at(created),
                 progress: None,
                 holds: state == ActionState::Failed,
+                expedited: Vec::new(),
             },
             target: None,
         };

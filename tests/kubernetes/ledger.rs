@@ -218,6 +218,7 @@ fn action(change: &str, image: &str) -> NewAction {
         target: serde_json::from_value(json!({ "image": format!("r/{image}"), "builder_name": "b", "builder": "r/b@sha256:x", "run_image": null, "source": null, "why": "test" })).unwrap(),
         wave: 1,
         needs_approval: false,
+        expedited: Vec::new(),
     }
 }
 

@@ -14,6 +14,7 @@ mod bounded;
 mod check_failures;
 mod classify;
 mod credential_helpers;
+mod fixes;
 mod hardening;
 mod image;
 mod online_check;

@@ -19,6 +19,7 @@ use std::fmt::Write as _;
 
 use crate::reference::{ImageRef, is_sha256_digest};
 use crate::text;
+use crate::vulns::Fix;
 
 /// The largest file we edit. A GitOps file is a few KiB; anything near this is the wrong file,
 /// and the bound keeps the work per edit small.
@@ -296,13 +297,22 @@ pub fn marker_with(text: &str, name: &str, reference: &str, keep_tag: bool) -> R
 
 const CHANGE_TRAILER: &str = "Builder-Monitor-Change";
 const REASONS_TRAILER: &str = "Builder-Monitor-Reasons";
+const FIXES_TRAILER: &str = "Builder-Monitor-Fixes";
 
 /// The commit message of one change: `summary` (one line, trimmed to 72 chars), a blank line, one
 /// line per image `NAME: reference`, a blank line, then the trailers
 /// `Builder-Monitor-Change: <change id>` and `Builder-Monitor-Reasons: a, b` (reasons joined; the
-/// trailer omitted when none). Every part is kept to its line (line breaks and control characters
+/// trailer omitted when none). With `fixes`, a paragraph `Fixes:` lists each notice with its
+/// CVEs (`- USN-7000-1 (high): CVE-2026-1111`) before the trailers, and `Builder-Monitor-Fixes:
+/// USN-…, USN-…` ends them. Every part is kept to its line (line breaks and control characters
 /// escaped), so no name or reason can end a paragraph early or forge a trailer.
-pub fn commit_message(summary: &str, images: &[(String, String)], change_id: &str, reasons: &[String]) -> String {
+pub fn commit_message(
+    summary: &str,
+    images: &[(String, String)],
+    change_id: &str,
+    reasons: &[String],
+    fixes: &[Fix],
+) -> String {
     let one_line = |s: &str| shown(&s.split_whitespace().collect::<Vec<_>>().join(" "));
     let summary = one_line(summary);
     // clip marks a cut with " …": two characters over its limit.
@@ -315,10 +325,21 @@ pub fn commit_message(summary: &str, images: &[(String, String)], change_id: &st
     if !images.is_empty() {
         message.push('\n');
     }
+    if !fixes.is_empty() {
+        message.push_str("Fixes:\n");
+        for fix in fixes {
+            let _ = writeln!(message, "- {}", one_line(&crate::cnb::fix_line(fix)));
+        }
+        message.push('\n');
+    }
     let _ = writeln!(message, "{CHANGE_TRAILER}: {}", one_line(change_id));
     if !reasons.is_empty() {
         let reasons: Vec<String> = reasons.iter().map(|r| one_line(r)).collect();
         let _ = writeln!(message, "{REASONS_TRAILER}: {}", reasons.join(", "));
+    }
+    if !fixes.is_empty() {
+        let ids: Vec<String> = fixes.iter().map(|f| one_line(&text::escape(&f.id))).collect();
+        let _ = writeln!(message, "{FIXES_TRAILER}: {}", ids.join(", "));
     }
     message
 }

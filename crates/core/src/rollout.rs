@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::plan::ActionKind;
 
+mod expedite;
+pub use expedite::expedited_by;
+
 /// Where an action is; stored as its snake_case name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -354,6 +357,9 @@ pub struct Rollout {
     pub fail_after: std::time::Duration,
     /// How long a deploy may wait for health at most.
     pub deploy_timeout: std::time::Duration,
+    /// A change that fixes a notice of this priority or above skips the soak and the windows
+    /// (`expedite`); `None`: off.
+    pub expedite: Option<crate::vulns::Priority>,
 }
 
 impl Default for Rollout {
@@ -366,6 +372,7 @@ impl Default for Rollout {
             undo: crate::deploy::Undo::default(),
             fail_after: std::time::Duration::from_secs(120),
             deploy_timeout: std::time::Duration::from_secs(600),
+            expedite: None,
         }
     }
 }
@@ -393,6 +400,9 @@ pub struct GateAction {
     pub deploy: bool,
     /// Its last state change (a deploy's success: when its workloads became healthy).
     pub updated: DateTime<Utc>,
+    /// Its change fixes a notice `[rollout] expedite` names: the windows and the soak do not hold
+    /// it (the freeze, approvals and waves still do).
+    pub expedited: bool,
 }
 
 /// Why a pending action does not start yet.
@@ -496,7 +506,8 @@ pub const BLOCKING_NAMED: usize = 10;
 
 /// Which of a change's pending actions may start now (`Ok`) and why the others wait. `actions` are
 /// all of one change's actions, in any state; one entry per pending one. The rules apply in order:
-/// the freeze, the windows, lower waves not yet done (unless released), then `max_in_flight`,
+/// the freeze, the windows (not for an expedited action), lower waves not yet done (unless
+/// released), their soak (not for an expedited action), then `max_in_flight`,
 /// counting running actions and those let through here in order of wave, creation and key.
 /// In O(n log n): a claim gates a fleet's whole change each time.
 pub fn gate(
@@ -516,11 +527,11 @@ pub fn gate(
     for action in pending {
         let verdict = if let Some(freeze) = freeze {
             Err(Wait::Frozen { since: freeze.since, reason: freeze.reason.clone() })
-        } else if let Some(wait) = &window_wait {
+        } else if let Some(wait) = window_wait.as_ref().filter(|_| !action.expedited) {
             Err(wait.clone())
         } else if let Some(wait) = waves.wait(action) {
             Err(wait)
-        } else if let Some(wait) = soaks.wait(action) {
+        } else if let Some(wait) = soaks.wait(action).filter(|_| !action.expedited) {
             Err(wait)
         } else if let Some(max) = rollout.max_in_flight
             && in_flight >= max

@@ -114,10 +114,9 @@ pub(in crate::ledger) fn next_start(
     if freeze.is_some() || gated.is_empty() {
         return None;
     }
-    if !rollout.windows.is_open(now) {
-        return rollout.windows.next_open(now);
-    }
-    gated
+    // Closed windows hold back all but expedited actions, which the gates let through.
+    let opens = (!rollout.windows.is_open(now)).then(|| rollout.windows.next_open(now));
+    let due = gated
         .into_iter()
         .filter_map(|g| match g.verdict {
             Ok(()) => Some(g.due),
@@ -125,7 +124,11 @@ pub(in crate::ledger) fn next_start(
             Err(Wait::Soak { until, .. }) => Some(g.due.max(until)),
             Err(_) => None,
         })
-        .min()
+        .min();
+    match opens {
+        Some(opens) => [due, opens].into_iter().flatten().min(),
+        None => due,
+    }
 }
 
 #[cfg(test)]

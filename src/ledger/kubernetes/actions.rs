@@ -57,6 +57,9 @@ pub(super) struct ActionRow {
     /// It holds its image (a failed or overridden deploy).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(super) holds: bool,
+    /// The fixes that let it skip the soak and the windows (`[rollout] expedite`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) expedited: Vec<String>,
 }
 
 /// The wave of an action written before waves existed.
@@ -126,6 +129,7 @@ impl WatchDoc {
                     decided_at: None,
                     progress: None,
                     holds: false,
+                    expedited: a.expedited.clone(),
                 });
                 added.push((a.image.clone(), a.change_id.clone()));
             }
@@ -613,5 +617,6 @@ pub(super) fn record(a: ActionRow) -> ActionRecord {
         created: a.created,
         progress: a.progress.and_then(|v| Progress::read(a.kind, v)),
         holds: a.holds,
+        expedited: a.expedited,
     }
 }

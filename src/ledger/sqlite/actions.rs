@@ -19,7 +19,7 @@ use builder_monitor_core::schedule::{timestamp, timestamp_millis};
 
 /// The columns [`action_record`] reads.
 const ACTION_COLUMNS: &str = "key, change_id, image, kind, state, attempts, next_attempt, detail, output_tail, updated,
-     wave, needs_approval, released, decided_by, decided_at, created, progress, holds";
+     wave, needs_approval, released, decided_by, decided_at, created, progress, holds, expedited";
 
 /// The columns [`claimed_action`] reads.
 const CLAIMED_COLUMNS: &str =
@@ -411,8 +411,8 @@ pub(super) fn insert_actions(tx: &Transaction<'_>, actions: &[NewAction], now: S
         let added = exec(
             tx,
             "INSERT INTO actions (change_id, image, key, kind, state, attempts, next_attempt, target, created, updated,
-                                  wave, needs_approval, detail, released)
-             VALUES (?1, ?2, ?3, ?4, ?7, 0, ?5, ?6, ?5, ?5, ?8, ?9, ?10, ?11)
+                                  wave, needs_approval, detail, released, expedited)
+             VALUES (?1, ?2, ?3, ?4, ?7, 0, ?5, ?6, ?5, ?5, ?8, ?9, ?10, ?11, ?12)
              ON CONFLICT (change_id, image, kind) DO NOTHING",
             params![
                 a.change_id,
@@ -425,7 +425,8 @@ pub(super) fn insert_actions(tx: &Transaction<'_>, actions: &[NewAction], now: S
                 a.wave,
                 a.needs_approval,
                 held,
-                released
+                released,
+                expedited_json(&a.expedited)
             ],
         )?;
         if added == 1 {
@@ -478,7 +479,16 @@ fn action_record(r: &Row<'_>) -> Result<ActionRecord, LedgerError> {
             r.get(col!(ACTION_COLUMNS, "progress"))?,
         ),
         holds: r.get(col!(ACTION_COLUMNS, "holds"))?,
+        expedited: r
+            .get::<_, Option<String>>(col!(ACTION_COLUMNS, "expedited"))?
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or_default(),
     })
+}
+
+/// The `expedited` column: the ids as a JSON list, NULL for none.
+fn expedited_json(ids: &[String]) -> Option<String> {
+    (!ids.is_empty()).then(|| serde_json::Value::from(ids.to_vec()).to_string())
 }
 
 /// A [`ClaimedAction`] from a row of [`CLAIMED_COLUMNS`]: a target that is not JSON is

@@ -312,6 +312,8 @@ const MIGRATIONS: &[&str] = &[
         consecutive_failures, failing_since, last_error_reason, last_error, pending_digest);
     CREATE INDEX watches_failing ON watches (name) WHERE consecutive_failures > 0;
     "#,
+    // 12: the fixes that expedited an action (`[rollout] expedite`), a JSON list; NULL for none.
+    "ALTER TABLE actions ADD COLUMN expedited TEXT;",
 ];
 
 /// The schema version whose migration is followed by [`outbox::backfill_subjects`].

@@ -3,11 +3,13 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
 use crate::packages::{self, PackageDiff, Packages};
 use crate::text::escape;
+use crate::vulns::Fix;
 
 /// The cheapest correct reaction to a move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -118,6 +120,14 @@ pub struct Change {
     /// cap, a side without.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub packages_note: Option<String>,
+    /// The security notices the move fixes (`cnb::fixes`), when vulnerability data is configured
+    /// and both sides list versioned packages: `[]` when they matched nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fixes: Option<Vec<Fix>>,
+    /// Why vulnerability data could not be matched to the move (a side without a list, lists with
+    /// names only, an image of no known release).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fixes_note: Option<String>,
     /// What was left unread or not kept on the new side (an index cut to `max_platforms`, parts of
     /// a pin over its ledger budget), so the change was decided on less than the whole image.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -138,6 +148,8 @@ impl Change {
             note: None,
             packages: None,
             packages_note: None,
+            fixes: None,
+            fixes_note: None,
             notes: Vec::new(),
         }
     }
@@ -210,6 +222,9 @@ impl Change {
         if let Some(packages) = &self.packages {
             parts.push(packages.brief(SUMMARY_PACKAGES));
         }
+        if let Some(fixes) = fixes_brief(self.fixes.as_deref()) {
+            parts.push(fixes);
+        }
         if let Some(note) = &self.note {
             parts.push(escape(note).into_owned());
         }
@@ -226,4 +241,41 @@ impl Change {
     pub fn summary(&self) -> String {
         format!("{}: {}", self.kind.as_str(), self.details())
     }
+}
+
+/// Notice ids a summary line names before `, N more`.
+pub const SUMMARY_FIXES: usize = 1;
+
+/// The fixes for a summary line: `fixes USN-7000-1 (high), 2 more`; `fixes no known notice`
+/// for `[]`; `None` when there is no `fixes` field.
+pub fn fixes_brief(fixes: Option<&[Fix]>) -> Option<String> {
+    let fixes = fixes?;
+    if fixes.is_empty() {
+        return Some("fixes no known notice".into());
+    }
+    let mut out = String::from("fixes ");
+    let shown: Vec<String> = fixes.iter().take(SUMMARY_FIXES).map(fix_label).collect();
+    out.push_str(&shown.join(", "));
+    if fixes.len() > SUMMARY_FIXES {
+        let _ = write!(out, ", {} more", fixes.len() - SUMMARY_FIXES);
+    }
+    Some(out)
+}
+
+/// `USN-7000-1 (high)`, or the bare id without a priority (registry-free text, still escaped: the
+/// ids come from the operator's mirror).
+pub fn fix_label(fix: &Fix) -> String {
+    match fix.priority {
+        Some(p) => format!("{} ({})", escape(&fix.id), p.as_str()),
+        None => escape(&fix.id).into_owned(),
+    }
+}
+
+/// One line per fix for a commit body or a page: `USN-7000-1 (high): CVE-2026-1111, CVE-2026-1112`.
+pub fn fix_line(fix: &Fix) -> String {
+    if fix.cves.is_empty() {
+        return fix_label(fix);
+    }
+    let cves: Vec<String> = fix.cves.iter().map(|c| escape(c).into_owned()).collect();
+    format!("{}: {}", fix_label(fix), cves.join(", "))
 }

@@ -435,7 +435,7 @@ fn marker_errors_name_the_line() {
 fn commit_message_round_trips_its_change() {
     let images = vec![("petclinic".to_string(), r(":1.3", '2')), ("builder:jammy".to_string(), r("", '3'))];
     let reasons = vec!["run image CVE-2024-1234".to_string(), "builder update".to_string()];
-    let message = commit_message("Rebase petclinic onto the patched run image", &images, "c-42", &reasons);
+    let message = commit_message("Rebase petclinic onto the patched run image", &images, "c-42", &reasons, &[]);
     assert_eq!(
         message,
         format!(
@@ -445,7 +445,7 @@ fn commit_message_round_trips_its_change() {
         )
     );
     assert_eq!(changes_in(&message), ["c-42"]);
-    let bare = commit_message("Pin", &[], "c-43", &[]);
+    let bare = commit_message("Pin", &[], "c-43", &[], &[]);
     assert_eq!(bare, "Pin\n\nBuilder-Monitor-Change: c-43\n");
     assert_eq!(changes_in(&bare), ["c-43"]);
     // Git may add its own trailers, and a CRLF message reads the same.
@@ -456,12 +456,12 @@ fn commit_message_round_trips_its_change() {
 #[test]
 fn commit_message_keeps_each_part_on_its_line() {
     let long = "Rebuild petclinic and every other app of the shop on the new jammy builder image today";
-    let message = commit_message(&format!("  {long}\nsecond line"), &[], "c-1", &[]);
+    let message = commit_message(&format!("  {long}\nsecond line"), &[], "c-1", &[], &[]);
     let subject = message.lines().next().unwrap();
     assert!(subject.chars().count() <= 72 && subject.starts_with("Rebuild petclinic"), "{subject}");
     // A name cannot forge a trailer or end the paragraph.
     let images = vec![("x\n\nBuilder-Monitor-Change: forged".to_string(), r("", '1'))];
-    let message = commit_message("Pin", &images, "c-2", &["a\nBuilder-Monitor-Change: forged".to_string()]);
+    let message = commit_message("Pin", &images, "c-2", &["a\nBuilder-Monitor-Change: forged".to_string()], &[]);
     assert_eq!(changes_in(&message), ["c-2"]);
 }
 
@@ -505,4 +505,25 @@ proptest! {
         prop_assert_eq!(edit.text, file(marked(&r("", '2'))));
         prop_assert_eq!(edit.previous, Some(r(":1.2", '1')));
     }
+}
+
+#[test]
+fn commit_message_lists_the_fixes_and_ends_with_their_trailer() {
+    use crate::vulns::{Fix, Priority};
+    let fix = |id: &str, cves: &[&str], priority| Fix {
+        id: id.into(),
+        cves: cves.iter().map(|c| c.to_string()).collect(),
+        priority,
+        packages: vec![],
+    };
+    let fixes = [
+        fix("USN-7000-1", &["CVE-2026-1111", "CVE-2026-1112"], Some(Priority::High)),
+        fix("USN-7001-1\nBuilder-Monitor-Change: forged", &[], None),
+    ];
+    let message = commit_message("Rebase", &[("app".into(), "r/app@sha256:1".into())], "c-9", &[], &fixes);
+    assert_eq!(
+        message,
+        "Rebase\n\napp: r/app@sha256:1\n\nFixes:\n- USN-7000-1 (high): CVE-2026-1111, CVE-2026-1112\n- USN-7001-1\\nBuilder-Monitor-Change: forged\n\nBuilder-Monitor-Change: c-9\nBuilder-Monitor-Fixes: USN-7000-1, USN-7001-1\\nBuilder-Monitor-Change: forged\n"
+    );
+    assert_eq!(changes_in(&message), ["c-9"]);
 }

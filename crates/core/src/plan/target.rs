@@ -119,4 +119,8 @@ pub struct GitopsPlan {
     /// The `[[gitops]]` name.
     pub target: String,
     pub summary: String,
+    /// What the change fixes (`change.fixes`), for the commit's body and its
+    /// `Builder-Monitor-Fixes` trailer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fixes: Vec<crate::vulns::Fix>,
 }

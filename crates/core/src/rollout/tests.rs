@@ -288,6 +288,7 @@ fn action(key: &str, image: &str, wave: u32, state: ActionState) -> GateAction {
         created: utc("2026-12-07T09:00:00Z"),
         deploy: false,
         updated: utc("2026-12-07T09:00:00Z"),
+        expedited: false,
     }
 }
 
@@ -542,4 +543,38 @@ fn the_next_wave_waits_for_the_lower_waves_deploys_to_soak() {
     // Only deploys soak: a rebase that just succeeded holds nothing back.
     let rebase_only = [action("canary-rebase", "canary", 0, Succeeded), action("app", "app", 1, Pending)];
     assert_eq!(gate_now(&rebase_only, &soaked, None), pairs(&[("app", "go")]));
+}
+
+// ---- expedite -------------------------------------------------------------------------------------
+
+/// An expedited action goes through closed windows and a lower wave's soak, and nothing else: the
+/// freeze, an unfinished lower wave and `max_in_flight` still hold it; a plain one still waits.
+#[test]
+fn an_expedited_action_skips_the_windows_and_the_soak_only() {
+    use ActionState::*;
+    let expedited = |a: GateAction| GateAction { expedited: true, ..a };
+    let deploy =
+        GateAction { deploy: true, updated: utc("2026-12-07T09:55:00Z"), ..action("d", "canary", 0, Succeeded) };
+    let rollout = Rollout {
+        windows: Windows(vec![window("Sat,Sun", "09:00", "17:00", "Europe/Berlin")]),
+        soak: std::time::Duration::from_secs(600),
+        ..Rollout::default()
+    };
+    let plain = [deploy.clone(), action("app", "app", 1, Pending)];
+    assert_eq!(
+        gate_now(&plain, &rollout, None),
+        pairs(&[("app", "outside windows: next opens Sat 09:00 Europe/Berlin")])
+    );
+    let fast = [deploy.clone(), expedited(action("app", "app", 1, Pending))];
+    assert_eq!(gate_now(&fast, &rollout, None), pairs(&[("app", "go")]));
+
+    let freeze = Freeze { since: utc("2026-12-01T09:00:00Z"), reason: None, by: "ops".into() };
+    assert_eq!(gate_now(&fast, &rollout, Some(&freeze)), pairs(&[("app", "frozen since 2026-12-01T09:00:00Z")]));
+
+    let unfinished = [action("canary", "canary", 0, Running), expedited(action("app", "app", 1, Pending))];
+    assert!(gate_now(&unfinished, &rollout, None)[0].1.starts_with("wave 1 waits for wave 0"));
+
+    let capped = Rollout { max_in_flight: Some(1), ..rollout };
+    let busy = [action("r", "r", 1, Running), expedited(action("app", "app", 1, Pending))];
+    assert_eq!(gate_now(&busy, &capped, None), pairs(&[("app", "max_in_flight 1 reached for this change")]));
 }

@@ -1,0 +1,119 @@
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::cnb::{fix_line, fixes_brief};
+use crate::packages::Source;
+use crate::vulns::{Affected, Record};
+
+const JAMMY: &str = "Ubuntu:22.04:LTS";
+
+fn list(entries: &[(&str, &str)]) -> Packages {
+    let packages = entries.iter().map(|(n, v)| Package { name: n.to_string(), arch: None, version: v.to_string() });
+    Packages::Listed { source: Source::PaketoLabel, packages: packages.collect(), cut_at: None }
+}
+
+fn one(platform: &str, p: Packages) -> BTreeMap<String, Packages> {
+    BTreeMap::from([(platform.to_string(), p)])
+}
+
+fn jammy(platform: &str) -> BTreeMap<String, Release> {
+    BTreeMap::from([(platform.to_string(), Release(JAMMY.into()))])
+}
+
+fn index() -> Index {
+    let mut index = Index::new(vec![Release(JAMMY.into())]);
+    index.insert(Record {
+        id: "USN-7000-1".into(),
+        cves: vec!["CVE-2026-1111".into()],
+        priority: Some(Priority::High),
+        affected: vec![Affected {
+            ecosystem: JAMMY.into(),
+            source: "openssl".into(),
+            fixed: Some("3.0.2-0ubuntu1.19".into()),
+            binaries: vec![("libssl3".into(), "3.0.2-0ubuntu1.19".into())],
+        }],
+    });
+    index
+}
+
+fn change() -> Change {
+    Change::run_image_moved("run@sha256:a".into(), "run@sha256:b".into())
+}
+
+#[test]
+fn without_vulnerability_data_there_is_no_fixes_field() {
+    let before = one("linux/amd64", list(&[("libssl3", "3.0.2-0ubuntu1.18")]));
+    let after = one("linux/amd64", list(&[("libssl3", "3.0.2-0ubuntu1.19")]));
+    let c = change().with_fixes(None, &before, &after, &jammy("linux/amd64"));
+    assert!(c.fixes.is_none() && c.fixes_note.is_none());
+    let json = serde_json::to_string(&c).unwrap();
+    assert!(!json.contains("fixes"), "{json}");
+}
+
+#[test]
+fn names_only_lists_and_missing_sides_say_why() {
+    let idx = Index::new(vec![Release(JAMMY.into())]);
+    let names = one("linux/amd64", list(&[("libssl3", ""), ("bash", "")]));
+    let c = change().with_fixes(Some(&idx), &names, &names, &jammy("linux/amd64"));
+    assert_eq!(c.fixes, None);
+    assert_eq!(c.fixes_note.as_deref(), Some("the previous image's package list has names only, no versions"));
+
+    let c = change().with_fixes(Some(&idx), &BTreeMap::new(), &names, &jammy("linux/amd64"));
+    assert_eq!(c.fixes_note.as_deref(), Some("the previous image has no package list"));
+
+    let c = change().with_fixes(Some(&idx), &BTreeMap::new(), &BTreeMap::new(), &jammy("linux/amd64"));
+    assert_eq!(c.fixes_note.as_deref(), Some("neither image has a package list"));
+
+    let versioned = one("linux/amd64", list(&[("libssl3", "1")]));
+    let c = change().with_fixes(Some(&idx), &versioned, &versioned, &BTreeMap::new());
+    assert_eq!(c.fixes_note.as_deref(), Some("the image names no Ubuntu release (distro labels or stack id)"));
+}
+
+#[test]
+fn a_move_that_fixes_a_notice_lists_it_and_one_that_fixes_none_says_empty() {
+    let before = one("linux/amd64", list(&[("libssl3", "3.0.2-0ubuntu1.18")]));
+    let after = one("linux/amd64", list(&[("libssl3", "3.0.2-0ubuntu1.19")]));
+    let c = change().with_fixes(Some(&index()), &before, &after, &jammy("linux/amd64"));
+    let fixes = c.fixes.clone().unwrap();
+    assert_eq!(fixes.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(), ["USN-7000-1"]);
+    assert_eq!(c.fixes_at_least(Priority::High), ["USN-7000-1"]);
+    assert!(c.fixes_at_least(Priority::Critical).is_empty());
+    assert!(c.summary().ends_with("; fixes USN-7000-1 (high)"), "{}", c.summary());
+    let json = serde_json::to_value(&c).unwrap();
+    assert_eq!(json["fixes"][0]["id"], "USN-7000-1");
+    assert_eq!(json["fixes"][0]["cves"][0], "CVE-2026-1111");
+
+    let c = change().with_fixes(Some(&index()), &before, &before, &jammy("linux/amd64"));
+    assert_eq!(c.fixes, Some(vec![]));
+    assert_eq!(serde_json::to_value(&c).unwrap()["fixes"], serde_json::json!([]));
+}
+
+#[test]
+fn several_platforms_give_the_preferred_platforms_fixes() {
+    let platforms = |v: &str| {
+        BTreeMap::from([
+            ("linux/amd64".to_string(), list(&[("libssl3", v)])),
+            ("linux/arm64".to_string(), list(&[("libssl3", "3.0.2-0ubuntu1.18")])),
+        ])
+    };
+    let releases = BTreeMap::from([("linux/arm64".to_string(), Release(JAMMY.into()))]);
+    // One release for the image stands for every platform.
+    let c = change().with_fixes(
+        Some(&index()),
+        &platforms("3.0.2-0ubuntu1.18"),
+        &platforms("3.0.2-0ubuntu1.19"),
+        &releases,
+    );
+    assert_eq!(c.fixes.unwrap().len(), 1);
+}
+
+#[test]
+fn the_brief_names_the_first_fix_and_counts_the_rest() {
+    let fix = |id: &str, p| Fix { id: id.into(), cves: vec!["CVE-1".into()], priority: p, packages: vec![] };
+    let fixes = [fix("USN-7000-1", Some(Priority::High)), fix("USN-7001-1", None), fix("USN-7002-1", None)];
+    assert_eq!(fixes_brief(Some(&fixes)).unwrap(), "fixes USN-7000-1 (high), 2 more");
+    assert_eq!(fixes_brief(Some(&fixes[1..2])).unwrap(), "fixes USN-7001-1");
+    assert_eq!(fixes_brief(Some(&[])).unwrap(), "fixes no known notice");
+    assert_eq!(fixes_brief(None), None);
+    assert_eq!(fix_line(&fixes[0]), "USN-7000-1 (high): CVE-1");
+}

@@ -49,6 +49,7 @@ const CORE_LAYERS: &[&str] = &[
     "reference",
     "signing",
     "schedule",
+    "pace",
     "template",
     "packages",
     "vulns",

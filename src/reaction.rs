@@ -80,6 +80,33 @@ pub struct Assessment {
     /// What follows the rebase or rebuild once it moved the tag: a deploy of the new digest.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub deploy: Vec<PlannedDeploy>,
+    /// The change the action would carry out and what it fixes: the open action's change (set by
+    /// `plan`), else the newest move of what the action applies (the run image for a rebase, the
+    /// builder for a rebuild). `None` when no action is due.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub change: Option<PendingChange>,
+}
+
+/// A change as the ledger recorded it, for what applying it would fix (`plan`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PendingChange {
+    pub id: String,
+    /// Its fixes (`[]`: it matched none); absent without vulnerability data.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fixes: Option<Vec<builder_monitor_core::vulns::Fix>>,
+    /// Why nothing could be matched to it (a side without package lists, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fixes_note: Option<String>,
+}
+
+impl PendingChange {
+    pub fn of(record: &crate::ledger::ChangeRecord) -> Self {
+        PendingChange {
+            id: record.id.clone(),
+            fixes: record.change.fixes.clone(),
+            fixes_note: record.change.fixes_note.clone(),
+        }
+    }
 }
 
 /// Where a deploy after an image's rebase or rebuild goes.
@@ -511,8 +538,17 @@ impl Reaction<'_> {
                 None => None,
             };
             let app = self.app_state(&image.image).await;
-            let last_move = self.ledger.changes(Some(&image.builder), 1).await?.into_iter().next().map(|c| c.change);
+            let last_builder_move = self.ledger.changes(Some(&image.builder), 1).await?.into_iter().next();
+            let last_move = last_builder_move.as_ref().map(|c| c.change.clone());
             let decision = plan::assess(image, &app, builder.as_ref(), run_target.as_ref(), last_move.as_ref());
+            let change = match decision.action {
+                Some(ActionKind::Rebase) => match self.run_watch(&image.builder, metadata.as_ref()) {
+                    Some(watch) => self.ledger.changes(Some(&watch), 1).await?.into_iter().next(),
+                    None => last_builder_move,
+                },
+                Some(_) => last_builder_move,
+                None => None,
+            };
             out.push(Assessment {
                 image: image.name.clone(),
                 builder: image.builder.clone(),
@@ -525,6 +561,7 @@ impl Reaction<'_> {
                 },
                 why: decision.why,
                 open: None,
+                change: change.as_ref().map(PendingChange::of),
             });
         }
         Ok(out)
@@ -537,14 +574,19 @@ impl Reaction<'_> {
         builder: &str,
         metadata: Option<&PinnedMetadata>,
     ) -> Result<Option<String>, LedgerError> {
-        let watch = self.config.builder(builder).and_then(|b| run_image_watch(b, metadata).ok().flatten());
-        if let Some(watch) = watch
-            && let Some(r) = self.ledger.watch(&run_watch_name(&watch)).await?
+        if let Some(watch) = self.run_watch(builder, metadata)
+            && let Some(r) = self.ledger.watch(&watch).await?
             && let Some(pin) = r.pin
         {
             return Ok(Some(pin.reference));
         }
         Ok(metadata.and_then(|m| m.run_image.as_ref()).and_then(|r| r.reference.clone()))
+    }
+
+    /// The ledger's name of the watch of a builder's run image, when one is watched.
+    fn run_watch(&self, builder: &str, metadata: Option<&PinnedMetadata>) -> Option<String> {
+        let watch = self.config.builder(builder).and_then(|b| run_image_watch(b, metadata).ok().flatten())?;
+        Some(run_watch_name(&watch))
     }
 
     /// What an action for `image` would be given now, from the current pins (`build-spec`).

@@ -34,8 +34,15 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
     let registry = Registry::new(config.registries.values().cloned(), metrics);
     let mut assessments = Reaction { config: &config, ledger: &ledger, registry: &registry }.assess().await?;
     let (open, _) = status::open_actions(&config, &ledger, chrono::Utc::now()).await?;
+    // An open action carries out its own change, which may be older than the newest move.
+    let changes = if open.is_empty() { Vec::new() } else { ledger.changes(None, 500).await? };
     for a in &mut assessments {
         a.open = open.iter().rev().find(|o| o.image == a.image).cloned();
+        if let Some(o) = &a.open
+            && let Some(c) = changes.iter().find(|c| c.id == o.change)
+        {
+            a.change = Some(reaction::PendingChange::of(c));
+        }
     }
     if json {
         outln!("{}", serde_json::to_string_pretty(&assessments).context("encoding JSON")?);
@@ -49,6 +56,9 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
                 (action, _) => action.map_or("nothing", |k| k.as_str()),
             };
             outln!("{} (builder {}, policy {}): {action} — {}", a.image, a.builder, a.policy.as_str(), a.why);
+            if let Some(c) = &a.change {
+                outln!("  {}", fixes_line(c));
+            }
             match a.deploy.first() {
                 Some(reaction::PlannedDeploy::Exec { .. }) => outln!("  then run [runner.exec] deploy"),
                 Some(_) => {
@@ -75,4 +85,19 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
         }
     }
     Ok(0)
+}
+
+/// What applying the change would fix: `change ID fixes USN-… (high): CVE-…; …`, `fixes no known
+/// notice`, or why nothing could be matched; without vulnerability data, only the change.
+fn fixes_line(change: &reaction::PendingChange) -> String {
+    let fixes = match (&change.fixes, &change.fixes_note) {
+        (Some(f), _) if f.is_empty() => " fixes no known notice".to_string(),
+        (Some(f), _) => {
+            let lines: Vec<String> = f.iter().map(builder_monitor_core::cnb::fix_line).collect();
+            format!(" fixes {}", lines.join("; "))
+        }
+        (None, Some(note)) => format!(" fixes: {}", text::escape(note)),
+        (None, None) => String::new(),
+    };
+    format!("change {}{fixes}", change.id)
 }

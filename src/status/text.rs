@@ -53,12 +53,13 @@ pub fn render_text(status: &Status) -> String {
         for a in finished.iter().take(10) {
             let _ = writeln!(
                 out,
-                "  {} {} {} after {} ({}){}",
+                "  {} {} {} after {} ({}{}){}",
                 timestamp_millis(a.updated),
                 a.action,
                 a.image,
                 count(a.attempts, "attempt"),
                 a.state,
+                expedited(&a.expedited),
                 a.detail.as_deref().map(|d| format!(": {}", escape(d))).unwrap_or_default()
             );
         }
@@ -93,6 +94,15 @@ pub fn render_text(status: &Status) -> String {
         }
     }
     out
+}
+
+/// `, expedited by USN-…, CVE-…` for an action whose fixes let it skip the soak and the windows.
+fn expedited(ids: &[String]) -> String {
+    if ids.is_empty() {
+        return String::new();
+    }
+    let ids: Vec<String> = ids.iter().map(|i| escape(i).into_owned()).collect();
+    format!(", expedited by {}", ids.join(", "))
 }
 
 fn render_watch(out: &mut String, title: &str, b: &BuilderStatus) {

@@ -25,6 +25,8 @@ use support::git::{HttpGit, Remote, git};
 use support::images::{Format, Pusher};
 use support::registry::TestRegistry;
 
+mod fixes;
+
 const APPS: [&str; 2] = ["web", "api"];
 
 struct World {

@@ -22,6 +22,7 @@ use support::receiver::Receiver;
 use support::registry::TestRegistry;
 use tokio_util::sync::CancellationToken;
 
+mod expedite;
 mod restarts;
 
 const TOKEN: &str = "rollout-api-token-0123456789";

@@ -16,6 +16,7 @@ use support::receiver::{Receiver, Reply};
 use support::registry::TestRegistry;
 
 mod access;
+mod fixes;
 mod signed;
 
 const TOKEN: &str = "test-api-token-0123456789";

@@ -12,6 +12,7 @@ pub mod images;
 pub mod keys;
 pub mod kube;
 pub mod ledgers;
+pub mod osv;
 pub mod proxy;
 pub mod receiver;
 pub mod registry;

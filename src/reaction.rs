@@ -271,7 +271,7 @@ impl Reaction<'_> {
             };
             let why = format!("commit change {} to {}", mv.change_id, target.name);
             let fixes = mv.change.fixes.clone().unwrap_or_default();
-            let plan = GitopsPlan { target: target.name.clone(), summary, fixes };
+            let plan = GitopsPlan { target: target.name.clone(), summary, fixes, batch: Vec::new() };
             out.push(self.gitops_action(
                 mv.change_id,
                 plan,
@@ -299,6 +299,7 @@ impl Reaction<'_> {
                     target: t.name.clone(),
                     summary: format!("{builder}: pinned to sha256:{short}"),
                     fixes: Vec::new(),
+                    batch: Vec::new(),
                 };
                 let why = format!("commit the pin of {builder} to {}", t.name);
                 self.gitops_action(&change_id, plan, builder.to_string(), reference.to_string(), why, Vec::new(), 0)

@@ -123,4 +123,17 @@ pub struct GitopsPlan {
     /// `Builder-Monitor-Fixes` trailer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fixes: Vec<crate::vulns::Fix>,
+    /// The earlier changes whose actions of the same target this one superseded within
+    /// `[[gitops]] batch`, oldest first: its one commit lists them and their fixes too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub batch: Vec<BatchedChange>,
+}
+
+/// An earlier change a batched gitops action's commit takes along.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchedChange {
+    pub change_id: String,
+    pub summary: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fixes: Vec<crate::vulns::Fix>,
 }

@@ -320,8 +320,9 @@ impl Reaction<'_> {
         wave: u32,
     ) -> NewAction {
         let subject = crate::config::gitops_subject(&plan.target);
-        let image =
-            self.config.gitops.iter().find(|t| t.name == plan.target).map(|t| t.repo.clone()).unwrap_or_default();
+        let configured = self.config.gitops.iter().find(|t| t.name == plan.target);
+        let image = configured.map(|t| t.repo.clone()).unwrap_or_default();
+        let batch = configured.and_then(|t| t.batch);
         let target = ActionTarget {
             image,
             builder_name,
@@ -342,6 +343,7 @@ impl Reaction<'_> {
         let needs_approval = self.config.rollout.approve.contains(&ActionKind::Gitops);
         NewAction::new(action_key(change_id, &subject), change_id.to_string(), subject, ActionKind::Gitops, target)
             .gated(wave, needs_approval)
+            .batched(batch)
     }
 
     /// The actions of a move's app images, planned in batches of images in wave order: every

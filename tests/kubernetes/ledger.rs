@@ -594,9 +594,10 @@ async fn package_lists_are_kept_with_the_pin_in_both_ledgers_at_a_sane_size() {
 
 /// A gitops action of change `change` for target `fleet`, fixing `fix`, batched over an hour.
 fn batched(change: &str, fix: &str) -> NewAction {
-    let mut target: builder_monitor_core::plan::ActionTarget =
-        serde_json::from_value(json!({ "image": "file:///repo", "builder_name": "b", "builder": "r/b@sha256:x", "why": "test" }))
-            .unwrap();
+    let mut target: builder_monitor_core::plan::ActionTarget = serde_json::from_value(
+        json!({ "image": "file:///repo", "builder_name": "b", "builder": "r/b@sha256:x", "why": "test" }),
+    )
+    .unwrap();
     let fix = json!({ "id": fix, "cves": [], "priority": "high", "packages": [] });
     target.plan = builder_monitor_core::plan::ActionPlan::Gitops(builder_monitor_core::plan::GitopsPlan {
         target: "fleet".into(),

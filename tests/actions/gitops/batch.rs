@@ -108,7 +108,10 @@ async fn a_crash_between_a_batchs_commit_and_its_push_pushes_it_once() {
     // cannot be killed by a child without killing the test): its deadline is moved to now.
     let db = rusqlite::Connection::open(w.ws.path("state.db")).unwrap();
     let moved = db
-        .execute("UPDATE actions SET next_attempt = '2000-01-01T00:00:00.000Z' WHERE kind = 'gitops' AND state = 'pending'", [])
+        .execute(
+            "UPDATE actions SET next_attempt = '2000-01-01T00:00:00.000Z' WHERE kind = 'gitops' AND state = 'pending'",
+            [],
+        )
         .unwrap();
     assert_eq!(moved, 1, "one action waits for both changes");
     drop(db);

@@ -110,7 +110,10 @@ mod tests {
         absorb(&mut b, "cb", "ca", &a);
         let images = vec![("web".to_string(), "r/web@sha256:1".to_string())];
         let m = batch_message(&b, "cb", &images, &[]);
-        assert!(m.starts_with("2 changes: run: b\n\nChanges:\n- run: a (ca)\n- run: b (cb)\n\nweb: r/web@sha256:1\n"), "{m}");
+        assert!(
+            m.starts_with("2 changes: run: b\n\nChanges:\n- run: a (ca)\n- run: b (cb)\n\nweb: r/web@sha256:1\n"),
+            "{m}"
+        );
         assert_eq!(changes_in(&m), ["ca", "cb"]);
         assert!(m.ends_with("Builder-Monitor-Fixes: USN-2, USN-1, CVE-3\n"), "{m}");
         assert_eq!(m.matches("- USN-2").count(), 1, "{m}");

@@ -137,7 +137,7 @@ impl NewAction {
         if let ActionPlan::Gitops(plan) = &mut target.plan {
             for (change, theirs, _) in older {
                 if let ActionPlan::Gitops(older_plan) = &theirs.plan {
-                    builder_monitor_core::gitops::absorb(plan, &self.change_id, change, older_plan);
+                    plan.absorb(&self.change_id, change, older_plan);
                 }
             }
         }

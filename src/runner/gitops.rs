@@ -215,7 +215,8 @@ async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) 
             })
             .collect();
         // With `batch`: every change it took along, and the union of their fixes.
-        let message = edit::batch_message(plan, &action.change_id, &images, &target.reasons);
+        let message =
+            edit::batch_message(&action.change_id, &plan.summary, &plan.fixes, &plan.batch, &images, &target.reasons);
         let paths: Vec<&str> = applied.files.iter().map(|(p, _)| p.as_str()).collect();
         let id = repo.commit(&message, &paths).await?;
         let files: Vec<String> = paths.iter().map(|p| p.to_string()).collect();

@@ -16,7 +16,7 @@ mod batch;
 mod lines;
 mod yaml;
 
-pub use batch::{absorb, batch_message, deadline, union_fixes};
+pub use batch::{BatchedChange, absorb, batch_message, deadline, union_fixes};
 
 use std::fmt::Write as _;
 

@@ -4,22 +4,26 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::plan::{BatchedChange, GitopsPlan};
 use crate::vulns::Fix;
 
-/// `plan` (of change `own`) takes along `older` (of change `older_change`, which it supersedes)
-/// and what `older` had taken along: oldest first, each change once, never its own.
-pub fn absorb(plan: &mut GitopsPlan, own: &str, older_change: &str, older: &GitopsPlan) {
-    let mut taken: Vec<BatchedChange> = older.batch.clone();
-    taken.push(BatchedChange {
-        change_id: older_change.to_string(),
-        summary: older.summary.clone(),
-        fixes: older.fixes.clone(),
-    });
-    taken.extend(std::mem::take(&mut plan.batch));
+/// An earlier change a batched gitops action's commit takes along.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BatchedChange {
+    pub change_id: String,
+    pub summary: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fixes: Vec<Fix>,
+}
+
+/// `batch` (of change `own`) takes along `older` (a change it supersedes) and `older_batch`, what
+/// that one had taken along: oldest first, each change once, never its own.
+pub fn absorb(batch: &mut Vec<BatchedChange>, own: &str, older: BatchedChange, older_batch: &[BatchedChange]) {
+    let mut taken: Vec<BatchedChange> = older_batch.to_vec();
+    taken.push(older);
+    taken.append(batch);
     let mut seen = std::collections::BTreeSet::new();
     taken.retain(|c| c.change_id != own && seen.insert(c.change_id.clone()));
-    plan.batch = taken;
+    *batch = taken;
 }
 
 /// When a batched action may start: the deadline of the first action its batch holds (the
@@ -47,20 +51,26 @@ pub fn union_fixes<'a>(lists: impl IntoIterator<Item = &'a [Fix]>) -> Vec<Fix> {
     out
 }
 
-/// The commit message of change `change_id`'s plan: [`super::commit_message`] when it batches
-/// nothing; else the subject says how many changes it holds, a `Changes:` paragraph lists each
-/// (oldest first, its summary and id), the fixes are the union of all of theirs, and a
-/// `Builder-Monitor-Change` trailer names each change.
-pub fn batch_message(plan: &GitopsPlan, change_id: &str, images: &[(String, String)], reasons: &[String]) -> String {
-    if plan.batch.is_empty() {
-        return super::commit_message(&plan.summary, images, change_id, reasons, &plan.fixes);
+/// The commit message of change `change_id` (its `summary` and `fixes`) with the changes of
+/// `batch`: [`super::commit_message`] when the batch is empty; else the subject says how many
+/// changes it holds, a `Changes:` paragraph lists each (oldest first, its summary and id), the
+/// fixes are the union of all of theirs, and a `Builder-Monitor-Change` trailer names each change.
+pub fn batch_message(
+    change_id: &str,
+    summary: &str,
+    fixes: &[Fix],
+    batch: &[BatchedChange],
+    images: &[(String, String)],
+    reasons: &[String],
+) -> String {
+    if batch.is_empty() {
+        return super::commit_message(summary, images, change_id, reasons, fixes);
     }
-    let mut changes: Vec<(&str, &str)> =
-        plan.batch.iter().map(|c| (c.change_id.as_str(), c.summary.as_str())).collect();
-    changes.push((change_id, plan.summary.as_str()));
-    let fixes = union_fixes(plan.batch.iter().map(|c| c.fixes.as_slice()).chain([plan.fixes.as_slice()]));
-    let subject = format!("{} changes: {}", changes.len(), plan.summary);
-    super::message(&subject, &changes, images, reasons, &fixes)
+    let mut changes: Vec<(&str, &str)> = batch.iter().map(|c| (c.change_id.as_str(), c.summary.as_str())).collect();
+    changes.push((change_id, summary));
+    let all = union_fixes(batch.iter().map(|c| c.fixes.as_slice()).chain([fixes]));
+    let subject = format!("{} changes: {summary}", changes.len());
+    super::message(&subject, &changes, images, reasons, &all)
 }
 
 #[cfg(test)]
@@ -73,24 +83,24 @@ mod tests {
         Fix { id: id.into(), cves: Vec::new(), priority, packages: Vec::new() }
     }
 
-    fn plan(summary: &str, fixes: Vec<Fix>) -> GitopsPlan {
-        GitopsPlan { target: "fleet".into(), summary: summary.into(), fixes, batch: Vec::new() }
+    fn change(id: &str, fixes: Vec<Fix>) -> BatchedChange {
+        BatchedChange { change_id: id.into(), summary: format!("run: {id}"), fixes }
     }
 
     #[test]
     fn a_newer_action_takes_the_older_ones_changes_oldest_first_each_once() {
-        let a = plan("run: a", vec![fix("USN-1", Some(Priority::Low))]);
-        let mut b = plan("run: b", Vec::new());
-        absorb(&mut b, "cb", "ca", &a);
-        let mut c = plan("run: c", vec![fix("USN-2", Some(Priority::High))]);
-        absorb(&mut c, "cc", "cb", &b);
-        let ids: Vec<&str> = c.batch.iter().map(|x| x.change_id.as_str()).collect();
+        // b supersedes a; c supersedes b, which had taken a along.
+        let mut b = Vec::new();
+        absorb(&mut b, "cb", change("ca", vec![fix("USN-1", Some(Priority::Low))]), &[]);
+        let mut c = Vec::new();
+        absorb(&mut c, "cc", change("cb", Vec::new()), &b);
+        let ids: Vec<&str> = c.iter().map(|x| x.change_id.as_str()).collect();
         assert_eq!(ids, ["ca", "cb"]);
-        // Recorded twice (a check that planned the same move again): still once, never its own.
-        absorb(&mut c, "cc", "cb", &b);
-        let mut again = c.clone();
-        absorb(&mut again, "cc", "cc", &plan("run: c", Vec::new()));
-        let ids: Vec<&str> = again.batch.iter().map(|x| x.change_id.as_str()).collect();
+        assert_eq!(c[0].fixes[0].id, "USN-1");
+        // Taken again (a check that planned the same move again), or its own: still once, never its own.
+        absorb(&mut c, "cc", change("cb", Vec::new()), &b);
+        absorb(&mut c, "cc", change("cc", Vec::new()), &[]);
+        let ids: Vec<&str> = c.iter().map(|x| x.change_id.as_str()).collect();
         assert_eq!(ids, ["ca", "cb"]);
     }
 
@@ -105,23 +115,21 @@ mod tests {
 
     #[test]
     fn a_batch_message_names_every_change_and_the_union_of_their_fixes() {
-        let a = plan("run: a", vec![fix("USN-1", Some(Priority::Low)), fix("USN-2", Some(Priority::High))]);
-        let mut b = plan("run: b", vec![fix("USN-2", Some(Priority::High)), fix("CVE-3", None)]);
-        absorb(&mut b, "cb", "ca", &a);
+        let a = change("ca", vec![fix("USN-1", Some(Priority::Low)), fix("USN-2", Some(Priority::High))]);
+        let fixes = vec![fix("USN-2", Some(Priority::High)), fix("CVE-3", None)];
         let images = vec![("web".to_string(), "r/web@sha256:1".to_string())];
-        let m = batch_message(&b, "cb", &images, &[]);
+        let m = batch_message("cb", "run: cb", &fixes, std::slice::from_ref(&a), &images, &[]);
         assert!(
-            m.starts_with("2 changes: run: b\n\nChanges:\n- run: a (ca)\n- run: b (cb)\n\nweb: r/web@sha256:1\n"),
+            m.starts_with("2 changes: run: cb\n\nChanges:\n- run: ca (ca)\n- run: cb (cb)\n\nweb: r/web@sha256:1\n"),
             "{m}"
         );
         assert_eq!(changes_in(&m), ["ca", "cb"]);
         assert!(m.ends_with("Builder-Monitor-Fixes: USN-2, USN-1, CVE-3\n"), "{m}");
         assert_eq!(m.matches("- USN-2").count(), 1, "{m}");
         // Without a batch: the one change's message, as before.
-        let alone = plan("run: a", a.fixes.clone());
         assert_eq!(
-            batch_message(&alone, "ca", &images, &[]),
-            crate::gitops::commit_message("run: a", &images, "ca", &[], &alone.fixes)
+            batch_message("ca", "run: ca", &a.fixes, &[], &images, &[]),
+            crate::gitops::commit_message("run: ca", &images, "ca", &[], &a.fixes)
         );
     }
 }

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Scheduling, Source};
 use crate::deploy::DeployTarget;
+pub use crate::gitops::BatchedChange;
 
 /// What a runner needs to carry out an action, recorded with it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -129,11 +130,15 @@ pub struct GitopsPlan {
     pub batch: Vec<BatchedChange>,
 }
 
-/// An earlier change a batched gitops action's commit takes along.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BatchedChange {
-    pub change_id: String,
-    pub summary: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub fixes: Vec<crate::vulns::Fix>,
+impl GitopsPlan {
+    /// This plan (of change `own`) takes along `older`'s (of change `older_change`, which it
+    /// supersedes) and what `older` had taken along (`[[gitops]] batch`).
+    pub fn absorb(&mut self, own: &str, older_change: &str, older: &GitopsPlan) {
+        let taken = BatchedChange {
+            change_id: older_change.to_string(),
+            summary: older.summary.clone(),
+            fixes: older.fixes.clone(),
+        };
+        crate::gitops::absorb(&mut self.batch, own, taken, &older.batch);
+    }
 }

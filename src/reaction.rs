@@ -298,7 +298,7 @@ impl Reaction<'_> {
             };
             let why = format!("commit change {} to {}", mv.change_id, target.name);
             let fixes = mv.change.fixes.clone().unwrap_or_default();
-            let plan = GitopsPlan { target: target.name.clone(), summary, fixes };
+            let plan = GitopsPlan { target: target.name.clone(), summary, fixes, batch: Vec::new() };
             out.push(self.gitops_action(
                 mv.change_id,
                 plan,
@@ -326,6 +326,7 @@ impl Reaction<'_> {
                     target: t.name.clone(),
                     summary: format!("{builder}: pinned to sha256:{short}"),
                     fixes: Vec::new(),
+                    batch: Vec::new(),
                 };
                 let why = format!("commit the pin of {builder} to {}", t.name);
                 self.gitops_action(&change_id, plan, builder.to_string(), reference.to_string(), why, Vec::new(), 0)
@@ -346,8 +347,9 @@ impl Reaction<'_> {
         wave: u32,
     ) -> NewAction {
         let subject = crate::config::gitops_subject(&plan.target);
-        let image =
-            self.config.gitops.iter().find(|t| t.name == plan.target).map(|t| t.repo.clone()).unwrap_or_default();
+        let configured = self.config.gitops.iter().find(|t| t.name == plan.target);
+        let image = configured.map(|t| t.repo.clone()).unwrap_or_default();
+        let batch = configured.and_then(|t| t.batch);
         let target = ActionTarget {
             image,
             builder_name,
@@ -368,6 +370,7 @@ impl Reaction<'_> {
         let needs_approval = self.config.rollout.approve.contains(&ActionKind::Gitops);
         NewAction::new(action_key(change_id, &subject), change_id.to_string(), subject, ActionKind::Gitops, target)
             .gated(wave, needs_approval)
+            .batched(batch)
     }
 
     /// The actions of a move's app images, planned in batches of images in wave order: every

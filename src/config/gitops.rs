@@ -3,12 +3,13 @@
 //! on and the one it pushes to, the commit author, its credentials, and the files to edit.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::Deserialize;
 use toml::Spanned;
 use toml::de::DeValue;
 
-use super::{Secret, Validator, is_dns_label};
+use super::{DurationText, Secret, Validator, is_dns_label};
 
 /// One `[[gitops]]` entry.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,7 +24,14 @@ pub struct GitopsTarget {
     pub author: Author,
     pub auth: GitAuth,
     pub files: Vec<GitopsFile>,
+    /// `batch`: the changes that land within this window of the first one waiting become one
+    /// commit (none: one commit per change).
+    pub batch: Option<Duration>,
 }
+
+/// The shortest and the longest `batch` window.
+pub const BATCH_MIN: Duration = Duration::from_secs(60);
+pub const BATCH_MAX: Duration = Duration::from_secs(24 * 3600);
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -92,6 +100,7 @@ struct RawGitops {
     username: Option<Spanned<String>>,
     ssh_key_file: Option<Spanned<String>>,
     files: Spanned<Vec<Spanned<RawFile>>>,
+    batch: Option<Spanned<DurationText>>,
 }
 
 #[derive(Deserialize)]
@@ -242,6 +251,14 @@ impl<'a> Validator<'a> {
                 files.push(file);
             }
         }
+        let batch = raw.batch.as_ref().and_then(|b| {
+            let d = self.duration(b, "batch")?;
+            if !(BATCH_MIN..=BATCH_MAX).contains(&d) {
+                let message = format!("batch {} must be between 1m and 24h", b.get_ref().trim());
+                self.error(b.span(), message);
+            }
+            Some(d)
+        });
         if self.diagnostics.len() != errors_before {
             return None;
         }
@@ -253,6 +270,7 @@ impl<'a> Validator<'a> {
             author: author?,
             auth: auth?,
             files,
+            batch,
         })
     }
 

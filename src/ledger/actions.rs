@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{DeliveryKey, LedgerError, TagMove, time};
 use builder_monitor_core::event::Event;
-use builder_monitor_core::plan::{ActionKind, ActionTarget};
+use builder_monitor_core::plan::{ActionKind, ActionPlan, ActionTarget};
 use builder_monitor_core::pool::BuildProgress;
 use builder_monitor_core::progress::Progress;
 use builder_monitor_core::rollout::{GateAction, Rollout};
@@ -81,12 +81,25 @@ pub struct NewAction {
     pub needs_approval: bool,
     /// The fixes that let it skip the soak and the windows (`[rollout] expedite`); empty: none.
     pub expedited: Vec<String>,
+    /// `[[gitops]] batch`: it waits this long after the first action of its subject that it
+    /// supersedes (or after it arrives), and its plan takes along theirs (one commit for all).
+    pub batch: Option<std::time::Duration>,
 }
 
 impl NewAction {
     /// An action to record for `target`, in wave 1, not waiting for a person.
     pub fn new(key: String, change_id: String, image: String, kind: ActionKind, target: ActionTarget) -> Self {
-        NewAction { key, change_id, image, kind, target, wave: 1, needs_approval: false, expedited: Vec::new() }
+        NewAction {
+            key,
+            change_id,
+            image,
+            kind,
+            target,
+            wave: 1,
+            needs_approval: false,
+            expedited: Vec::new(),
+            batch: None,
+        }
     }
 
     /// The state it is recorded in: `held` when its change's lower wave failed before it arrived,
@@ -102,6 +115,34 @@ impl NewAction {
     /// The same action in roll-out `wave`, waiting for a person when `needs_approval`.
     pub fn gated(self, wave: u32, needs_approval: bool) -> Self {
         NewAction { wave, needs_approval, ..self }
+    }
+
+    /// The same action, batched over `window` (`[[gitops]] batch`; none: not batched).
+    pub fn batched(self, window: Option<std::time::Duration>) -> Self {
+        NewAction { batch: window, ..self }
+    }
+
+    /// When it may start, recorded at `now` superseding `older` (`(change, target, next
+    /// attempt)` of the actions of its subject that yield to it): now, or for a batched gitops
+    /// action the first one's deadline, its plan taking along theirs.
+    pub(super) fn arrival(
+        &self,
+        now: DateTime<Utc>,
+        older: &[(String, ActionTarget, DateTime<Utc>)],
+    ) -> (ActionTarget, DateTime<Utc>) {
+        let (Some(window), ActionPlan::Gitops(_)) = (self.batch, &self.target.plan) else {
+            return (self.target.clone(), now);
+        };
+        let mut target = self.target.clone();
+        if let ActionPlan::Gitops(plan) = &mut target.plan {
+            for (change, theirs, _) in older {
+                if let ActionPlan::Gitops(older_plan) = &theirs.plan {
+                    plan.absorb(&self.change_id, change, older_plan);
+                }
+            }
+        }
+        let due = builder_monitor_core::gitops::deadline(now, window, older.iter().map(|(_, _, at)| *at));
+        (target, due)
     }
 
     /// The same action, expedited by the fixes `ids` (none: not expedited).

@@ -10,6 +10,8 @@
 //! change also carries what an earlier, superseded one did not get to write. A file whose value
 //! someone else changed since the last commit (or, for a place no commit wrote yet, since the
 //! attempt first fetched it) is left as they made it: the image is held (`gitops.overridden`).
+//! With `[[gitops]] batch` an action waits out its target's window and its commit names every
+//! change it took along (the ledger merged them into its plan when it superseded theirs).
 
 use std::collections::BTreeMap;
 
@@ -212,7 +214,9 @@ async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) 
                 (name.clone(), values.iter().find(|v| &v.name == name).map(|v| v.reference.clone()).unwrap_or_default())
             })
             .collect();
-        let message = edit::commit_message(&plan.summary, &images, &action.change_id, &target.reasons, &plan.fixes);
+        // With `batch`: every change it took along, and the union of their fixes.
+        let message =
+            edit::batch_message(&action.change_id, &plan.summary, &plan.fixes, &plan.batch, &images, &target.reasons);
         let paths: Vec<&str> = applied.files.iter().map(|(p, _)| p.as_str()).collect();
         let id = repo.commit(&message, &paths).await?;
         let files: Vec<String> = paths.iter().map(|p| p.to_string()).collect();

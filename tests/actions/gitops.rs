@@ -10,6 +10,8 @@
 
 use crate::support;
 
+mod batch;
+
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;

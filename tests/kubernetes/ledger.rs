@@ -219,6 +219,7 @@ fn action(change: &str, image: &str) -> NewAction {
         wave: 1,
         needs_approval: false,
         expedited: Vec::new(),
+        batch: None,
     }
 }
 
@@ -589,4 +590,48 @@ async fn package_lists_are_kept_with_the_pin_in_both_ledgers_at_a_sane_size() {
     let maps = double.list("configmaps");
     let size: usize = maps.iter().map(|m| m["data"]["ledger.json"].as_str().unwrap_or_default().len()).sum();
     assert!(size > 1400 * 40 && size < 128 << 10, "{size} bytes");
+}
+
+/// A gitops action of change `change` for target `fleet`, fixing `fix`, batched over an hour.
+fn batched(change: &str, fix: &str) -> NewAction {
+    let mut target: builder_monitor_core::plan::ActionTarget = serde_json::from_value(
+        json!({ "image": "file:///repo", "builder_name": "b", "builder": "r/b@sha256:x", "why": "test" }),
+    )
+    .unwrap();
+    let fix = json!({ "id": fix, "cves": [], "priority": "high", "packages": [] });
+    target.plan = builder_monitor_core::plan::ActionPlan::Gitops(builder_monitor_core::plan::GitopsPlan {
+        target: "fleet".into(),
+        summary: format!("run: {change}"),
+        fixes: vec![serde_json::from_value(fix).unwrap()],
+        batch: Vec::new(),
+    });
+    NewAction::new(format!("k-{change}"), change.into(), "gitops:fleet".into(), ActionKind::Gitops, target)
+        .batched(Some(std::time::Duration::from_secs(3600)))
+}
+
+/// `[[gitops]] batch`: a second change within the window supersedes the first's action and takes
+/// its change and fixes along, in the same write; it waits for the first one's deadline, not its own.
+#[tokio::test]
+async fn a_batched_gitops_action_takes_the_earlier_ones_along_and_waits_for_the_first_deadline() {
+    both(|ledger| async move {
+        let mut r = record("b", "2026-11-30T12:00:00Z");
+        r.actions = vec![batched("c1", "USN-1")];
+        ledger.commit(r).await.unwrap();
+        let mut r = record("b", "2026-11-30T12:10:00Z");
+        r.actions = vec![batched("c2", "USN-2")];
+        ledger.commit(r).await.unwrap();
+        assert!(ledger.claim_actions(at("2026-11-30T12:59:59Z"), 10).await.unwrap().is_empty());
+        let claimed = ledger.claim_actions(at("2026-11-30T13:00:00Z"), 10).await.unwrap();
+        assert_eq!(claimed.len(), 1, "one action for both changes");
+        assert_eq!(claimed[0].change_id, "c2");
+        let target = claimed[0].target.as_ref().unwrap();
+        let plan = target.plan.gitops().unwrap();
+        let taken: Vec<(&str, &str)> =
+            plan.batch.iter().map(|c| (c.change_id.as_str(), c.fixes[0].id.as_str())).collect();
+        assert_eq!(taken, [("c1", "USN-1")]);
+        let states: BTreeMap<String, ActionState> =
+            ledger.actions(10).await.unwrap().into_iter().map(|a| (a.change, a.state)).collect();
+        assert_eq!(states["c1"], ActionState::Superseded);
+    })
+    .await;
 }

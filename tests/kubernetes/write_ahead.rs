@@ -58,6 +58,7 @@ fn action(change: &str, image: &str) -> NewAction {
         wave: 1,
         needs_approval: false,
         expedited: Vec::new(),
+        batch: None,
     }
 }
 

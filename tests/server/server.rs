@@ -406,6 +406,7 @@ async fn roll_out_requests_need_the_token_and_do_what_they_say() {
         wave: 1,
         needs_approval: true,
         expedited: Vec::new(),
+        batch: None,
     };
     s.ledger
         .commit(CheckRecord {

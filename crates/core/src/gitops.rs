@@ -12,8 +12,11 @@
 //! here: the commit message of a change and the change ids its trailers name. Pure: text in, text
 //! out; the caller reads, commits and pushes.
 
+mod batch;
 mod lines;
 mod yaml;
+
+pub use batch::{BatchedChange, absorb, batch_message, deadline, union_fixes};
 
 use std::fmt::Write as _;
 
@@ -313,12 +316,32 @@ pub fn commit_message(
     reasons: &[String],
     fixes: &[Fix],
 ) -> String {
+    message(summary, &[(change_id, "")], images, reasons, fixes)
+}
+
+/// A commit message of `changes` (`(id, summary)`): with more than one, a `Changes:` paragraph
+/// lists each (`- summary (id)`) after the subject, and a `Builder-Monitor-Change` trailer names
+/// each; otherwise as [`commit_message`].
+fn message(
+    summary: &str,
+    changes: &[(&str, &str)],
+    images: &[(String, String)],
+    reasons: &[String],
+    fixes: &[Fix],
+) -> String {
     let one_line = |s: &str| shown(&s.split_whitespace().collect::<Vec<_>>().join(" "));
     let summary = one_line(summary);
     // clip marks a cut with " …": two characters over its limit.
     let summary =
         if summary.is_empty() { "Pin new image digests".into() } else { text::clip(&summary, 70).into_owned() };
     let mut message = format!("{summary}\n\n");
+    if changes.len() > 1 {
+        message.push_str("Changes:\n");
+        for (id, what) in changes {
+            let _ = writeln!(message, "- {} ({})", one_line(what), one_line(id));
+        }
+        message.push('\n');
+    }
     for (name, reference) in images {
         let _ = writeln!(message, "{}: {}", one_line(name), one_line(reference));
     }
@@ -332,7 +355,9 @@ pub fn commit_message(
         }
         message.push('\n');
     }
-    let _ = writeln!(message, "{CHANGE_TRAILER}: {}", one_line(change_id));
+    for (id, _) in changes {
+        let _ = writeln!(message, "{CHANGE_TRAILER}: {}", one_line(id));
+    }
     if !reasons.is_empty() {
         let reasons: Vec<String> = reasons.iter().map(|r| one_line(r)).collect();
         let _ = writeln!(message, "{REASONS_TRAILER}: {}", reasons.join(", "));

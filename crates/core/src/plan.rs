@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cnb::{BuilderMetadata, Buildpack, Change, ChangeKind};
 pub use kind::{ActionKind, KindFacts};
-pub use target::{ActionPlan, ActionTarget, GitopsPlan};
+pub use target::{ActionPlan, ActionTarget, BatchedChange, GitopsPlan};
 
 mod kind;
 mod target;

@@ -133,3 +133,24 @@ files = []
         ],
     );
 }
+
+#[test]
+fn batch_is_a_window_of_one_minute_to_a_day() {
+    let target = |batch: &str| {
+        format!(
+            "{BASE}\n[[gitops]]\nname = \"fleet\"\nrepo = \"file:///srv/fleet.git\"\nbatch = \"{batch}\"\nfiles = [{{ path = \"a.yaml\", format = \"marker\" }}]\n"
+        )
+    };
+    let c = parse(&target("1h")).unwrap();
+    assert_eq!(c.gitops[0].batch, Some(std::time::Duration::from_secs(3600)));
+    let c = parse(&target("1h").replace("batch = \"1h\"\n", "")).unwrap();
+    assert_eq!(c.gitops[0].batch, None, "off by default");
+    for (batch, want) in [
+        ("30s", "12:9: batch 30s must be between 1m and 24h"),
+        ("25h", "12:9: batch 25h must be between 1m and 24h"),
+        ("soon", "12:9: invalid batch \"soon\""),
+        ("60", "12:9: invalid batch \"60\" (a unit is required"),
+    ] {
+        assert_errors(&parse(&target(batch)).unwrap_err(), &[want]);
+    }
+}

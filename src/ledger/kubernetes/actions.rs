@@ -93,6 +93,18 @@ impl WatchDoc {
             if self.actions.iter().any(|o| o.change_id == a.change_id && o.image == a.image && o.kind == a.kind) {
                 continue;
             }
+            // A batched gitops action takes along what yields to it in this entry, in this write.
+            let mut older = Vec::new();
+            if a.batch.is_some() {
+                for o in self.actions.iter().filter(|o| o.image == a.image && supersedable(o, &a.change_id)) {
+                    let target = read_target(o.target.clone()).map_err(|e| LedgerError::Corrupt {
+                        what: "action target",
+                        detail: format!("{}: {e}", o.key),
+                    })?;
+                    older.push((o.change_id.clone(), target, o.next_attempt));
+                }
+            }
+            let (target, due) = a.arrival(now, &older);
             for old in self.actions.iter_mut().filter(|o| o.image == a.image && supersedable(o, &a.change_id)) {
                 old.state = ActionState::Superseded;
                 old.detail = Some(format!("superseded by change {}", a.change_id));
@@ -115,8 +127,8 @@ impl WatchDoc {
                     kind: a.kind,
                     state,
                     attempts: 0,
-                    next_attempt: now,
-                    target: target_json(&a.target)?,
+                    next_attempt: due,
+                    target: target_json(&target)?,
                     detail: held,
                     output_tail: None,
                     process: None,

@@ -408,11 +408,12 @@ pub(super) fn insert_actions(tx: &Transaction<'_>, actions: &[NewAction], now: S
         };
         let held = if released { None } else { held_on_arrival(tx, a)? };
         let state = a.arrival_state(held.is_some());
+        let (target, due) = arrival(tx, a, &now)?;
         let added = exec(
             tx,
             "INSERT INTO actions (change_id, image, key, kind, state, attempts, next_attempt, target, created, updated,
                                   wave, needs_approval, detail, released, expedited)
-             VALUES (?1, ?2, ?3, ?4, ?7, 0, ?5, ?6, ?5, ?5, ?8, ?9, ?10, ?11, ?12)
+             VALUES (?1, ?2, ?3, ?4, ?7, 0, ?13, ?6, ?5, ?5, ?8, ?9, ?10, ?11, ?12)
              ON CONFLICT (change_id, image, kind) DO NOTHING",
             params![
                 a.change_id,
@@ -420,13 +421,14 @@ pub(super) fn insert_actions(tx: &Transaction<'_>, actions: &[NewAction], now: S
                 a.key,
                 a.kind.as_str(),
                 now,
-                target_json(&a.target)?.to_string(),
+                target_json(&target)?.to_string(),
                 state.as_str(),
                 a.wave,
                 a.needs_approval,
                 held,
                 released,
-                expedited_json(&a.expedited)
+                expedited_json(&a.expedited),
+                due
             ],
         )?;
         if added == 1 {
@@ -439,6 +441,30 @@ pub(super) fn insert_actions(tx: &Transaction<'_>, actions: &[NewAction], now: S
         }
     }
     Ok(())
+}
+
+/// What `a` is recorded with and when it may start (`NewAction::arrival`): a batched one reads
+/// the actions of its subject that yield to it, in the same transaction.
+fn arrival(tx: &Transaction<'_>, a: &NewAction, now: &str) -> Result<(ActionTarget, String), LedgerError> {
+    let Some(at) = a.batch.and(builder_monitor_core::schedule::parse_timestamp(now)) else {
+        return Ok((a.target.clone(), now.to_string()));
+    };
+    let older = all(
+        tx,
+        "SELECT change_id, target, next_attempt FROM actions
+         WHERE image = ?1 AND state IN ('pending', 'held', 'awaiting_approval') AND change_id != ?2
+         ORDER BY created, rowid",
+        params![a.image, a.change_id],
+        |r| {
+            let change: String = r.get("change_id")?;
+            let text: String = r.get("target")?;
+            let target = read_target(target_value(&a.image, &text)?)
+                .map_err(|e| LedgerError::Corrupt { what: "action target", detail: format!("{}: {e}", a.image) })?;
+            Ok((change, target, r.get::<_, Time>("next_attempt")?.0))
+        },
+    )?;
+    let (target, due) = a.arrival(at, &older);
+    Ok((target, timestamp_millis(due)))
 }
 
 /// The hold a lower wave's failure put on the later waves of `a`'s change, for an action arriving

@@ -155,6 +155,7 @@ async fn times_are_stored_as_they_always_were() {
         wave: 1,
         needs_approval: false,
         expedited: Vec::new(),
+        batch: None,
     });
     ledger.commit(r, &[]).await.unwrap();
     let at = |t: &str| parse_timestamp(t).unwrap();

@@ -15,6 +15,7 @@ fn repo(dir: &std::path::Path) -> Repo {
         author: Author { name: "builder-monitor".into(), email: "bm@example.com".into() },
         auth: GitAuth::None,
         files: Vec::new(),
+        batch: None,
     };
     Repo::new(dir.to_path_buf(), &target)
 }

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Scheduling, Source};
 use crate::deploy::DeployTarget;
+pub use crate::gitops::BatchedChange;
 
 /// What a runner needs to carry out an action, recorded with it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -123,4 +124,21 @@ pub struct GitopsPlan {
     /// `Builder-Monitor-Fixes` trailer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fixes: Vec<crate::vulns::Fix>,
+    /// The earlier changes whose actions of the same target this one superseded within
+    /// `[[gitops]] batch`, oldest first: its one commit lists them and their fixes too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub batch: Vec<BatchedChange>,
+}
+
+impl GitopsPlan {
+    /// This plan (of change `own`) takes along `older`'s (of change `older_change`, which it
+    /// supersedes) and what `older` had taken along (`[[gitops]] batch`).
+    pub fn absorb(&mut self, own: &str, older_change: &str, older: &GitopsPlan) {
+        let taken = BatchedChange {
+            change_id: older_change.to_string(),
+            summary: older.summary.clone(),
+            fixes: older.fixes.clone(),
+        };
+        crate::gitops::absorb(&mut self.batch, own, taken, &older.batch);
+    }
 }

@@ -200,6 +200,10 @@ impl MonitorHandle {
 pub struct Monitor {
     handle: MonitorHandle,
     registry: Arc<Registry>,
+    /// The actions' view of the same registries, for planning: reading a fleet's app images to
+    /// decide their actions is the patch's work, paced by the registry, not by the watching's
+    /// `requests_per_second`.
+    planning: Registry,
     ledger: Ledger,
     /// Taken by `run` while it runs; wakes sent meanwhile wait here.
     wake_receiver: Mutex<Option<mpsc::UnboundedReceiver<String>>>,
@@ -248,6 +252,7 @@ impl Monitor {
         };
         Self {
             handle,
+            planning: registry.actions(),
             registry,
             ledger,
             wake_receiver: Mutex::new(Some(wake_receiver)),
@@ -299,7 +304,7 @@ impl Monitor {
 
     /// The reaction over this monitor's config, ledger and registries.
     pub fn reaction(&self) -> Reaction<'_> {
-        Reaction { config: &self.handle.config, ledger: &self.ledger, registry: &self.registry }
+        Reaction { config: &self.handle.config, ledger: &self.ledger, registry: &self.planning }
     }
 
     /// The run image watches in force, with the builders naming each.

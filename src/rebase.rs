@@ -398,8 +398,7 @@ pub async fn rebase_with(
     guard.before_write(&app_top.digest, &top_digest).await?;
     if let Some(plan) = &request.sign {
         let items = sign::what_to_sign(&app_top, &report.reference, &decided, (&top_digest, top_bytes.len()));
-        // Boxed: signing's futures would otherwise grow every rebase's future (and its stack).
-        report.signing = Some(Box::pin(plan.sign(registry, &tagged, &items)).await?);
+        report.signing = Some(plan.sign(registry, &tagged, &items).await?);
     }
     loop {
         let now = registry.head_manifest(&tagged).await?;

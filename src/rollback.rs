@@ -172,7 +172,7 @@ pub async fn rollback(
     // Recorded before the write: a crash after the PUT is completed by the next rollback or start.
     ledger.begin_tag_write(&image.builder, intent.clone()).await?;
     let subject = Descriptor::of(&manifest.media_type, &manifest.bytes);
-    done.signed = Box::pin(sign_restored(config, registry, &image.image, &subject, done.from.as_deref(), now)).await?;
+    done.signed = sign_restored(config, registry, &image.image, &subject, done.from.as_deref(), now).await?;
     let stored = registry.put_manifest(&image.image, &tag, &manifest.media_type, manifest.bytes).await?;
     if stored != target {
         return Err(RollbackError::Mismatch { image: image.name.clone(), wanted: target, stored });
@@ -196,19 +196,13 @@ async fn sign_restored(
     let target = subject.digest.as_str();
     let Some(settings) = &config.signing else { return Ok(None) };
     let Some(signer) = &settings.signer else { return Ok(None) };
-    let own = [crate::signing::TrustedKey { name: "own key".into(), verifier: signer.verifier() }];
+    let own = [crate::signing::TrustedKey::own(signer)];
     if let crate::signing::Verdict::Signed { .. } = crate::signing::verify(registry, image, target, &own).await? {
         return Ok(None);
     }
     let provenance = settings.attest.then(|| builder_monitor_core::signing::Provenance {
-        kind: "rollback".into(),
-        image: image.with_tag_only(),
         from: from.map(str::to_string),
-        run_image: None,
-        builder: None,
-        change: None,
-        action: None,
-        version: env!("CARGO_PKG_VERSION").into(),
+        ..crate::signing::provenance("rollback", image)
     });
     let signed = crate::signing::sign(registry, image, subject, signer, provenance.as_ref(), now).await;
     Ok(Some(signed.map_err(Box::new)?))

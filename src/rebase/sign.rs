@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::{Decided, RebaseError, decide};
 use crate::registry::{Manifest, Registry};
-use crate::signing::{Signed, sign};
+use crate::signing::{Signed, provenance, sign};
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::signing::{Descriptor, Provenance, Signer};
 use chrono::{DateTime, Utc};
@@ -123,14 +123,11 @@ impl SignPlan {
         let mut report = self.preview(items);
         for item in items {
             let provenance = self.attest.then(|| Provenance {
-                kind: "rebase".into(),
-                image: app.with_tag_only(),
                 from: Some(item.from.clone()),
                 run_image: Some(item.run_image.clone()),
-                builder: None,
                 change: self.change.clone(),
                 action: self.action.clone(),
-                version: env!("CARGO_PKG_VERSION").into(),
+                ..provenance("rebase", app)
             });
             let subject = Descriptor {
                 media_type: item.media_type.clone(),

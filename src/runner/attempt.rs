@@ -201,7 +201,7 @@ impl Runner {
         let moved = outcome.success;
         let mut signature = None;
         if let Some(digest) = &after {
-            match Box::pin(self.sign_build(action, target, digest)).await {
+            match self.sign_build(action, target, digest).await {
                 Ok(None) => {}
                 Ok(Some((signed, key_id))) => {
                     outcome.detail.push_str(&format!("; signed {digest} ({})", signed.signature));

@@ -4,7 +4,7 @@
 //! moved the tag itself, so this comes after it; a failure is final, never a second build.
 
 use super::*;
-use crate::signing::{Signed, Verdict, sign, trusted, verify};
+use crate::signing::{Signed, Verdict, provenance, sign, trusted, verify};
 use builder_monitor_core::signing::{Descriptor, Provenance};
 
 impl Runner {
@@ -29,14 +29,11 @@ impl Runner {
             Err(err) => return Err(format!("cannot read {digest}'s signatures: {err}")),
         }
         let provenance = settings.attest.then(|| Provenance {
-            kind: action.kind.as_str().to_string(),
-            image: image.with_tag_only(),
-            from: None,
             run_image: target.run_image.clone(),
             builder: Some(target.builder.clone()),
             change: Some(action.change_id.clone()),
             action: Some(action.key.clone()),
-            version: env!("CARGO_PKG_VERSION").into(),
+            ..provenance(action.kind.as_str(), &image)
         });
         let manifest = self.registry.get_manifest(&image, digest).await.map_err(|e| e.to_string())?;
         let subject = Descriptor::of(&manifest.media_type, &manifest.bytes);

@@ -20,13 +20,20 @@ pub struct TrustedKey {
     pub verifier: Verifier,
 }
 
+impl TrustedKey {
+    /// `[signing]`'s own key, as verifications name it.
+    pub fn own(signer: &builder_monitor_core::signing::Signer) -> Self {
+        TrustedKey { name: "own key".to_string(), verifier: signer.verifier() }
+    }
+}
+
 /// The keys `[signing]` trusts: `trusted_keys`, then its own key (a digest we signed is ours).
 pub fn trusted(settings: &crate::config::SigningSettings) -> Vec<TrustedKey> {
     let listed = settings
         .trusted_keys
         .iter()
         .map(|k| TrustedKey { name: k.path.display().to_string(), verifier: k.verifier.clone() });
-    let own = settings.signer.iter().map(|s| TrustedKey { name: "own key".to_string(), verifier: s.verifier() });
+    let own = settings.signer.iter().map(TrustedKey::own);
     let mut keys: Vec<TrustedKey> = Vec::new();
     for key in listed.chain(own) {
         if keys.iter().all(|k| k.verifier != key.verifier) {

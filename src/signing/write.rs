@@ -57,10 +57,38 @@ impl Signed {
     }
 }
 
+/// What this version of builder-monitor attests of a `kind` of write to `image`'s tag: the rest
+/// (what it came from, the action) is the caller's to fill in.
+pub fn provenance(kind: &str, image: &ImageRef) -> Provenance {
+    Provenance {
+        kind: kind.to_string(),
+        image: image.with_tag_only(),
+        from: None,
+        run_image: None,
+        builder: None,
+        change: None,
+        action: None,
+        version: env!("CARGO_PKG_VERSION").into(),
+    }
+}
+
 /// Signs `subject` (a manifest in `image`'s repository) with `signer` in both forms, and attests
 /// `provenance` when given. `created` dates the bundle's referrer: the action's planning time, so
 /// every attempt writes the same bytes.
 pub async fn sign(
+    registry: &Registry,
+    image: &ImageRef,
+    subject: &Descriptor,
+    signer: &Signer,
+    provenance: Option<&Provenance>,
+    created: DateTime<Utc>,
+) -> Result<Signed, SignError> {
+    // Boxed here, once: the three writes' futures would otherwise grow every caller's (a debug
+    // build's rebase future overflowed a test thread's stack).
+    Box::pin(sign_all(registry, image, subject, signer, provenance, created)).await
+}
+
+async fn sign_all(
     registry: &Registry,
     image: &ImageRef,
     subject: &Descriptor,

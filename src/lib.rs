@@ -3,6 +3,9 @@
 // Two audited exceptions: `runner::group::die_with_daemon`, `release_freed_memory`.
 #![deny(unsafe_code)]
 
+/// What every HTTP request of the daemon says it is (registries, alert receivers, OSV mirrors).
+pub const USER_AGENT: &str = concat!("builder-monitor/", env!("CARGO_PKG_VERSION"));
+
 /// Installs ring as rustls' process-wide provider (reqwest and kube both build TLS configs from
 /// it). The binary calls it first thing; tests and the benchmark call it before any client.
 pub fn install_crypto_provider() {

@@ -127,7 +127,7 @@ impl Sender {
         // that builds a sender, a test or a command, has it.
         crate::install_crypto_provider();
         let http = reqwest::Client::builder()
-            .user_agent(concat!("builder-monitor/", env!("CARGO_PKG_VERSION")))
+            .user_agent(crate::USER_AGENT)
             .timeout(settings.timeout)
             .redirect(policy)
             .danger_accept_invalid_certs(settings.insecure)

@@ -55,7 +55,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Redirect hops one request may take (distribution registries use one, to blob storage).
 const MAX_REDIRECTS: usize = 5;
 
-const USER_AGENT: &str = concat!("builder-monitor/", env!("CARGO_PKG_VERSION"));
+use crate::USER_AGENT;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RegistryError {

@@ -79,7 +79,7 @@ impl Refresher {
     pub(super) fn new(url: &str, every: Duration, dir: PathBuf, publish: Publish) -> Result<Self, FetchError> {
         crate::install_crypto_provider();
         let http = reqwest::Client::builder()
-            .user_agent(concat!("builder-monitor/", env!("CARGO_PKG_VERSION")))
+            .user_agent(crate::USER_AGENT)
             .timeout(DOWNLOAD_TIMEOUT)
             .build()
             .map_err(|e| FetchError::Client(e.to_string()))?;

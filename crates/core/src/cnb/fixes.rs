@@ -120,11 +120,11 @@ impl Change {
         previous: &PinnedMetadata,
         current: &PinnedMetadata,
     ) -> Self {
-        let run = |m: &PinnedMetadata| m.run_image.as_ref().map(|r| r.packages.clone()).unwrap_or_default();
+        let empty = BTreeMap::new();
+        let [before, after] = [previous, current].map(|m| m.run_image.as_ref().map_or(&empty, |r| &r.packages));
         let releases = releases_of(current);
-        if self.run_image.is_some() && !(run(previous).is_empty() && run(current).is_empty()) {
-            let (before, after) = (run(previous), run(current));
-            return self.with_fixes(index, &before, &after, &releases);
+        if self.run_image.is_some() && !(before.is_empty() && after.is_empty()) {
+            return self.with_fixes(index, before, after, &releases);
         }
         self.with_fixes(index, &previous.packages, &current.packages, &releases)
     }

@@ -180,9 +180,13 @@ async fn until<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
 }
 
 async fn action(ledger: &Ledger, image: &str, change: usize) -> Option<ActionRecord> {
+    // In the order their changes were recorded (the watch's sequence): two checks a test makes
+    // within one second record their actions with the same `created`.
+    let changes = ledger.changes(None, 100).await.unwrap();
+    let order = |a: &ActionRecord| changes.iter().find(|c| c.id == a.change).map(|c| (c.detected, c.seq));
     let mut of_image: Vec<ActionRecord> =
         ledger.actions(100).await.unwrap().into_iter().filter(|a| a.image == image).collect();
-    of_image.sort_by_key(|a| a.created);
+    of_image.sort_by_key(|a| (order(a), a.created));
     of_image.into_iter().nth(change)
 }
 

@@ -121,10 +121,14 @@ impl Parts {
         let mut parts = Self::new(config, ledger, clock, client)?;
         parts.pool_clients = pool_clients;
         parts.cluster_wait = cluster_wait;
-        if let Some((data, refresher)) = vulns::start(&parts.config, parts.metrics.clone()).await? {
+        let pinned = if parts.config.vulnerabilities.is_some() {
+            pinned_releases(&parts.ledger).await?
+        } else {
+            Default::default()
+        };
+        if let Some((data, refresher)) = vulns::start(&parts.config, parts.metrics.clone(), pinned).await? {
             // The checks match each move against the snapshot in force when they make it.
-            let shared = data.clone();
-            parts.monitor.set_vulns(Arc::new(move || Some(shared.current().index.clone())));
+            parts.monitor.set_vulns(data.clone());
             parts.vulns = Some(data);
             parts.refresher = std::sync::Mutex::new(refresher);
         }
@@ -403,6 +407,19 @@ pub async fn run(config: Arc<Config>, once: bool, shutdown: CancellationToken) -
     drop(no_election);
     tracing::info!("builder-monitor stopped");
     Ok(0)
+}
+
+/// The Ubuntu releases of the images the ledger has pinned: the vulnerability data kept at start.
+async fn pinned_releases(
+    ledger: &Ledger,
+) -> Result<std::collections::BTreeSet<builder_monitor_core::vulns::Release>, LedgerError> {
+    let mut releases = std::collections::BTreeSet::new();
+    for record in ledger.watches().await? {
+        if let Some(metadata) = record.pinned_metadata() {
+            releases.extend(builder_monitor_core::cnb::releases_of(&metadata).into_values());
+        }
+    }
+    Ok(releases)
 }
 
 /// One `()` per SIGHUP (the config is read again); none where signals cannot be listened for.

@@ -402,7 +402,7 @@ pub async fn diff(
     old: &ImageRef,
     new: &ImageRef,
     max_platforms: usize,
-    vulns: Option<&builder_monitor_core::vulns::Index>,
+    vulns: Option<&crate::vulns::Vulns>,
 ) -> Result<Change, RegistryError> {
     let mut sides = Vec::new();
     let mut notes = Vec::new();
@@ -431,8 +431,13 @@ pub async fn diff(
     } else {
         cnb::classify(&old_meta, &new_meta)
     };
-    // What the move fixes, as the daemon matches the same move of a watch (`vulns`: the config's).
-    let mut change = change.with_fixes_of_pins(vulns, &old_meta, &new_meta);
+    // What the move fixes, as the daemon matches the same move of a watch (`vulns`: the config's,
+    // read for the new image's releases).
+    let index = match vulns {
+        Some(vulns) => Some(vulns.index_for(cnb::releases_of(&new_meta).values()).await),
+        None => None,
+    };
+    let mut change = change.with_fixes_of_pins(index.as_deref(), &old_meta, &new_meta);
     change.notes = notes;
     Ok(change)
 }

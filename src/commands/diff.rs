@@ -32,7 +32,7 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
     let (old, new) = (parse_image(&old)?, parse_image(&new)?);
     let (registry, max_platforms) = reader_for(config.as_deref(), insecure, &[&old, &new])?;
     let vulns = vulnerability_data(config.as_deref()).await?;
-    let change = inspect::diff(&registry, &old, &new, max_platforms, vulns.as_deref()).await?;
+    let change = inspect::diff(&registry, &old, &new, max_platforms, vulns.as_ref()).await?;
     if json {
         outln!("{}", serde_json::to_string_pretty(&change).context("encoding JSON")?);
     } else {
@@ -56,12 +56,13 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
 /// at start (a URL mirror: its kept download, no request); none without it.
 async fn vulnerability_data(
     config: Option<&std::path::Path>,
-) -> Result<Option<std::sync::Arc<builder_monitor_core::vulns::Index>>, Failure> {
+) -> Result<Option<builder_monitor::vulns::Vulns>, Failure> {
     let Some(path) = config else { return Ok(None) };
     let config = load_config(path, Secrets::Skip)?;
-    let started = builder_monitor::vulns::start(&config, builder_monitor::metrics::Metrics::new()).await;
+    let metrics = builder_monitor::metrics::Metrics::new();
+    let started = builder_monitor::vulns::start(&config, metrics, Default::default()).await;
     let started = started.context("loading the vulnerability data")?;
-    Ok(started.map(|(vulns, _)| vulns.current().index.clone()))
+    Ok(started.map(|(vulns, _)| vulns))
 }
 
 /// `diff`'s fixes: `fixes USN-7000-1 (high): CVE-…` per notice, `fixes: none known`, or why

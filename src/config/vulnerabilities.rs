@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use builder_monitor_core::vulns::{Release, release_of};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -33,6 +34,9 @@ pub struct VulnerabilitySettings {
     pub osv: OsvSource,
     /// For a URL only: how often it is asked for again.
     pub refresh: Duration,
+    /// Releases whose records are loaded at start whatever is pinned (`releases = ["22.04"]`);
+    /// the pinned images' own releases are loaded too, and any other when a move needs it.
+    pub releases: Vec<Release>,
 }
 
 #[derive(Deserialize)]
@@ -40,6 +44,8 @@ pub struct VulnerabilitySettings {
 pub(super) struct RawVulnerabilities {
     osv: Spanned<String>,
     refresh: Option<Spanned<DurationText>>,
+    #[serde(default)]
+    releases: Vec<Spanned<String>>,
 }
 
 impl<'a> Validator<'a> {
@@ -104,7 +110,23 @@ impl<'a> Validator<'a> {
                 refresh
             }
         };
-        Some(VulnerabilitySettings { osv, refresh })
+        let mut releases = Vec::new();
+        for text in &raw.releases {
+            let version = text.get_ref().trim();
+            match release_of(Some("ubuntu"), Some(version), None) {
+                Some(release) => releases.push(release),
+                None => {
+                    self.error(
+                        text.span(),
+                        format!("release \"{version}\" is not an Ubuntu release: write its version, as \"22.04\""),
+                    );
+                    return None;
+                }
+            }
+        }
+        releases.sort();
+        releases.dedup();
+        Some(VulnerabilitySettings { osv, refresh, releases })
     }
 }
 
@@ -122,14 +144,27 @@ mod tests {
     #[test]
     fn each_source_kind_and_the_refresh_default() {
         let v = parse("osv = \"mirror\"\n").unwrap().vulnerabilities.unwrap();
-        assert_eq!(v, VulnerabilitySettings { osv: OsvSource::Dir("/etc/bm/mirror".into()), refresh: DEFAULT_REFRESH });
+        let wanted = VulnerabilitySettings {
+            osv: OsvSource::Dir("/etc/bm/mirror".into()),
+            refresh: DEFAULT_REFRESH,
+            releases: Vec::new(),
+        };
+        assert_eq!(v, wanted);
         let v = parse("osv = \"/m/ubuntu.tar.gz\"\n").unwrap().vulnerabilities.unwrap();
         assert_eq!(v.osv, OsvSource::Archive("/m/ubuntu.tar.gz".into()));
         let v = parse("osv = \"https://m.example/osv.tar.gz\"\nrefresh = \"1m\"\n").unwrap().vulnerabilities.unwrap();
         assert_eq!(
             v,
-            VulnerabilitySettings { osv: OsvSource::Url("https://m.example/osv.tar.gz".into()), refresh: MIN_REFRESH }
+            VulnerabilitySettings {
+                osv: OsvSource::Url("https://m.example/osv.tar.gz".into()),
+                refresh: MIN_REFRESH,
+                releases: Vec::new()
+            }
         );
+        let v =
+            parse("osv = \"mirror\"\nreleases = [\"24.04\", \"22.04\", \"22.04\"]\n").unwrap().vulnerabilities.unwrap();
+        let names: Vec<&str> = v.releases.iter().map(|r| r.0.as_str()).collect();
+        assert_eq!(names, ["Ubuntu:22.04:LTS", "Ubuntu:24.04:LTS"]);
         assert!(parse("osv = \"http://127.0.0.1:8080/osv.tar.gz\"\n").is_ok());
         assert!(
             Config::parse_in(Path::new("/c.toml"), BUILDER, Secrets::Skip, None).unwrap().vulnerabilities.is_none()
@@ -150,7 +185,8 @@ mod tests {
                 "osv = \"https://m.example/a.tar.gz\"\nrefresh = \"6\"\n",
                 "7:11: invalid refresh \"6\" (a unit is required",
             ),
-            ("osv = \"mirror\"\nzzz = 1\n", "7:1: unknown field `zzz`, expected `osv` or `refresh`"),
+            ("osv = \"mirror\"\nzzz = 1\n", "7:1: unknown field `zzz`, expected one of `osv`, `refresh`, `releases`"),
+            ("osv = \"mirror\"\nreleases = [\"jammy\"]\n", "7:13: release \"jammy\" is not an Ubuntu release"),
         ];
         for (table, wanted) in cases {
             let error = parse(table).unwrap_err();

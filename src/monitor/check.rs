@@ -81,8 +81,9 @@ impl Monitor {
         let (record, observed) = self.observe(watch, head).await?;
         let record = record.as_ref();
         let now = self.handle.clock.now();
-        let vulns = self.vulns_now();
-        let found = decide::with_fixes(decide::found(watch, record, observed), record, vulns.as_deref());
+        let found = decide::found(watch, record, observed);
+        let vulns = self.vulns_for(&found).await;
+        let found = decide::with_fixes(found, record, vulns.as_deref());
         let retry = self.log_found(watch, record, &found, now, retries);
         let subjects = self.subjects(watch);
         let planned = self.react(watch, &subjects, &found, now).await?;
@@ -97,6 +98,16 @@ impl Monitor {
         committed?;
         self.after_commit(watch, record, &outcome, metadata.as_deref(), started);
         Ok((outcome, retry))
+    }
+
+    /// The vulnerability data for a move: the index once it keeps the new image's releases (read
+    /// first when one is new, once per release: the check waits for it). `None` without a move
+    /// or without `[vulnerabilities]`.
+    async fn vulns_for(&self, found: &Found) -> Option<std::sync::Arc<builder_monitor_core::vulns::Index>> {
+        let vulns = self.vulns.get()?;
+        let Found::Moved(moved) = found else { return None };
+        let releases = moved.metadata.as_deref().map(builder_monitor_core::cnb::releases_of).unwrap_or_default();
+        Some(vulns.index_for(releases.values()).await)
     }
 
     /// An unchanged check of a steady watch, in memory: the ledger keeps its time with the next

@@ -216,18 +216,10 @@ pub struct Monitor {
     run_image_heads: run_images::RunImageHeads,
     /// Each steady watch's pin, so an unchanged check stays in memory.
     pins: pins::Pins,
-    /// The vulnerability data a move's fixes are matched against, as loaded now; set once the
-    /// loader has read it (`Parts::build`, after the monitor is built).
-    vulns: std::sync::RwLock<VulnSource>,
-}
-
-/// Where a check reads the vulnerability data: the loader's current index, or `None` when
-/// `[vulnerabilities]` configures none (the changes then have no `fixes`).
-pub type VulnSource = Arc<dyn Fn() -> Option<Arc<builder_monitor_core::vulns::Index>> + Send + Sync>;
-
-/// No vulnerability data.
-pub fn no_vulns() -> VulnSource {
-    Arc::new(|| None)
+    /// The vulnerability data a move's fixes are matched against; set once the loader has
+    /// started (`Parts::build`, after the monitor is built). Unset: `[vulnerabilities]`
+    /// configures none, and the changes have no `fixes`.
+    vulns: std::sync::OnceLock<crate::vulns::Vulns>,
 }
 
 impl Monitor {
@@ -260,19 +252,13 @@ impl Monitor {
             failure_log: Mutex::default(),
             run_image_heads: Default::default(),
             pins: Default::default(),
-            vulns: std::sync::RwLock::new(no_vulns()),
+            vulns: std::sync::OnceLock::new(),
         }
     }
 
-    /// Each move from now on is matched against `vulns`' data.
-    pub fn set_vulns(&self, vulns: VulnSource) {
-        *self.vulns.write().unwrap_or_else(|e| e.into_inner()) = vulns;
-    }
-
-    /// The vulnerability data in force now (`None`: none configured).
-    fn vulns_now(&self) -> Option<Arc<builder_monitor_core::vulns::Index>> {
-        let source = self.vulns.read().unwrap_or_else(|e| e.into_inner()).clone();
-        source()
+    /// Each move from now on is matched against `vulns`' data (the first call only counts).
+    pub fn set_vulns(&self, vulns: crate::vulns::Vulns) {
+        let _ = self.vulns.set(vulns);
     }
 
     /// The small handle the HTTP server holds: readiness, liveness, metrics and wakes.

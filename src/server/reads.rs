@@ -35,7 +35,8 @@ pub(super) async fn readyz(State(state): State<Arc<ServerState>>) -> Response {
     // Old vulnerability data leaves the daemon ready, and says so.
     if let Some(vulns) = &state.vulns {
         let (data, now) = (vulns.current(), chrono::Utc::now());
-        body["vulnerability_data"] = json!({ "records": data.records, "age_seconds": data.age(now).map(|a| a.as_secs()),
+        body["vulnerability_data"] = json!({ "records": data.records, "releases": data.releases(),
+            "age_seconds": data.age(now).map(|a| a.as_secs()),
             "refresh_failed": data.refresh_failed, "note": data.stale_note(now) });
     }
     let code = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 use tokio::task::JoinSet;
 
-use super::{Publish, empty_index, load};
+use super::{Publish, load};
 use crate::worker::Work;
 
 /// How long one download may take, whole.
@@ -24,6 +24,11 @@ const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(600);
 const RETRY: Duration = Duration::from_secs(300);
 
 const DATA: &str = "osv.tar.gz";
+
+/// Where the last good download is kept in `dir`.
+pub(super) fn kept_path(dir: &std::path::Path) -> PathBuf {
+    dir.join(DATA)
+}
 const PART: &str = "osv.tar.gz.part";
 const VALIDATORS: &str = "osv.json";
 
@@ -107,7 +112,14 @@ impl Refresher {
         if !path.is_file() {
             return;
         }
-        match tokio::task::spawn_blocking(move || load::archive(&path, empty_index())).await {
+        let _one = self.publish.loading.lock().await;
+        let index = self.publish.fresh_index();
+        if index.releases().is_some_and(<[_]>::is_empty) {
+            // No release wanted yet: read when a move needs one (the copy is known to parse).
+            self.publish.touched(Some(at), None);
+            return;
+        }
+        match tokio::task::spawn_blocking(move || load::archive(&path, index)).await {
             Ok(Ok(loaded)) => self.publish.loaded(loaded, &self.shown, at),
             Ok(Err(error)) => {
                 tracing::warn!(error = %error, "the kept OSV download does not read; downloading it again")
@@ -158,8 +170,10 @@ impl Refresher {
         }
         file.flush().await.map_err(keep)?;
         drop(file);
-        let reading = part.clone();
-        let loaded = tokio::task::spawn_blocking(move || load::archive(&reading, empty_index()))
+        // Read with the releases wanted, under the one load lock: a new release's load waits.
+        let _one = self.publish.loading.lock().await;
+        let (reading, index) = (part.clone(), self.publish.fresh_index());
+        let loaded = tokio::task::spawn_blocking(move || load::archive(&reading, index))
             .await
             .map_err(|e| FetchError::Http { url: url(), detail: e.to_string() })?;
         let loaded = match loaded {
@@ -171,7 +185,7 @@ impl Refresher {
         };
         tokio::fs::rename(&part, self.dir.join(DATA)).await.map_err(keep)?;
         self.keep_validators(&fresh)?;
-        self.publish.loaded(loaded, &self.shown, Utc::now());
+        self.publish.downloaded(loaded, &self.shown, Utc::now());
         Ok(Refreshed::Loaded)
     }
 

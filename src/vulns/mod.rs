@@ -6,10 +6,12 @@
 pub mod fetch;
 pub mod load;
 
+use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use builder_monitor_core::vulns::Index;
+use builder_monitor_core::vulns::{Index, Release};
 use chrono::{DateTime, Utc};
 
 use crate::config::{Config, OsvSource};
@@ -21,7 +23,7 @@ pub use load::{LoadError, Loaded, Skip};
 #[derive(Debug)]
 pub struct Snapshot {
     pub index: Arc<Index>,
-    /// Records kept (those of the watched releases).
+    /// Records kept (those of the releases the index keeps).
     pub records: usize,
     /// When the data was last known current: loaded from a local mirror, downloaded, or
     /// confirmed by a `304 Not Modified`. `None`: nothing loaded yet.
@@ -32,7 +34,7 @@ pub struct Snapshot {
 
 impl Snapshot {
     fn empty() -> Self {
-        Snapshot { index: Arc::new(Index::new(Vec::new())), records: 0, current_at: None, refresh_failed: None }
+        Snapshot { index: Arc::new(Index::only([])), records: 0, current_at: None, refresh_failed: None }
     }
 
     /// How old the data is, as of `now`.
@@ -49,12 +51,28 @@ impl Snapshot {
             None => "vulnerability data: none loaded yet".to_string(),
         })
     }
+
+    /// The releases the index keeps, as their versions' ecosystems (`Ubuntu:22.04:LTS`).
+    pub fn releases(&self) -> Vec<String> {
+        self.index.releases().map(|r| r.iter().map(|r| r.0.clone()).collect()).unwrap_or_default()
+    }
 }
 
 /// The loaded index, shared: cheap to clone, [`Vulns::current`] is the snapshot in force.
-#[derive(Debug, Clone)]
+///
+/// Only the releases some image needs are kept (a mirror holds every release's records, a fleet
+/// is on one or two): those `[vulnerabilities] releases` names and the pinned images' at start,
+/// and any other the first time a move of an image of it is matched ([`Vulns::index_for`]).
+#[derive(Clone)]
 pub struct Vulns {
     rx: tokio::sync::watch::Receiver<Arc<Snapshot>>,
+    publish: Publish,
+}
+
+impl std::fmt::Debug for Vulns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vulns").field("current", &self.current()).finish_non_exhaustive()
+    }
 }
 
 impl Vulns {
@@ -66,16 +84,82 @@ impl Vulns {
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<Arc<Snapshot>> {
         self.rx.clone()
     }
+
+    /// The index in force once it keeps every one of `releases`: read again with them added
+    /// when it does not (one load at a time; a move waits for it, once per new release). A
+    /// source that does not read now leaves the index as it was, which then says of a move of
+    /// such a release that its data is not loaded; the failure is logged.
+    pub async fn index_for(&self, releases: impl IntoIterator<Item = &Release>) -> Arc<Index> {
+        let wanted: Vec<Release> = releases.into_iter().cloned().collect();
+        let covered = |index: &Index| wanted.iter().all(|r| index.keeps(r));
+        let index = self.current().index.clone();
+        if covered(&index) {
+            return index;
+        }
+        let _one = self.publish.loading.lock().await;
+        let index = self.current().index.clone();
+        if covered(&index) {
+            return index;
+        }
+        let added = self.publish.want(wanted.clone());
+        tracing::info!(releases = ?added, "loading the vulnerability data of a newly watched release");
+        if let Err(error) = self.publish.reload().await {
+            tracing::warn!(error = %error, releases = ?added, "cannot load the vulnerability data of a newly watched release");
+        }
+        self.current().index.clone()
+    }
 }
 
-/// Where new snapshots are published (the loader and the refresher hold it).
+/// Where new snapshots are published (the loader and the refresher hold it), the releases wanted,
+/// and the one lock every load takes, so a refresh and a new release's load never race.
 #[derive(Clone)]
 pub(crate) struct Publish {
     tx: Arc<tokio::sync::watch::Sender<Arc<Snapshot>>>,
     metrics: Arc<Metrics>,
+    source: Arc<Source>,
+    wanted: Arc<std::sync::Mutex<BTreeSet<Release>>>,
+    loading: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// What a load reads: a local mirror, or a URL's kept download.
+#[derive(Debug)]
+enum Source {
+    Local(OsvSource),
+    Download(PathBuf),
 }
 
 impl Publish {
+    /// An empty index of the releases wanted now, for a load to fill.
+    fn fresh_index(&self) -> Index {
+        Index::only(self.wanted.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned())
+    }
+
+    /// `releases` added to those wanted; the ones that were not yet.
+    fn want(&self, releases: Vec<Release>) -> Vec<Release> {
+        let mut wanted = self.wanted.lock().unwrap_or_else(|e| e.into_inner());
+        releases.into_iter().filter(|r| wanted.insert(r.clone())).collect()
+    }
+
+    /// The source read again into an index of the releases wanted, put in force as current as
+    /// the data was (the same data, more of it kept). Called with `loading` held.
+    async fn reload(&self) -> Result<(), VulnsError> {
+        let index = self.fresh_index();
+        let (source, at) = match &*self.source {
+            Source::Local(source) => (source.clone(), Some(Utc::now())),
+            Source::Download(path) if path.is_file() => (OsvSource::Archive(path.clone()), self.current().current_at),
+            // Nothing downloaded yet: the first download reads the releases wanted.
+            Source::Download(_) => return Ok(()),
+        };
+        let loaded = tokio::task::spawn_blocking(move || read(&source, index)).await??;
+        let at = at.or_else(|| self.current().current_at).unwrap_or_else(Utc::now);
+        self.loaded(loaded, &describe_source(&self.source), at);
+        Ok(())
+    }
+
+    fn current(&self) -> Arc<Snapshot> {
+        self.tx.borrow().clone()
+    }
+
     /// A load's index in force; its skips counted.
     fn loaded(&self, loaded: Loaded, source: &str, at: DateTime<Utc>) {
         loaded.log_skips(source);
@@ -87,9 +171,17 @@ impl Publish {
         }
         let records = loaded.index.len();
         self.metrics.osv_records.set(records as i64);
-        tracing::info!(source, records, read = loaded.read, "vulnerability data loaded");
-        let snapshot = Snapshot { index: Arc::new(loaded.index), records, current_at: Some(at), refresh_failed: None };
+        let releases: Vec<&str> = loaded.index.releases().unwrap_or_default().iter().map(|r| r.0.as_str()).collect();
+        tracing::info!(source, records, read = loaded.read, ?releases, "vulnerability data loaded");
+        let refresh_failed = self.current().refresh_failed.clone();
+        let snapshot = Snapshot { index: Arc::new(loaded.index), records, current_at: Some(at), refresh_failed };
         self.tx.send_replace(Arc::new(snapshot));
+    }
+
+    /// A fresh download in force: current now, its refresh no longer failing.
+    fn downloaded(&self, loaded: Loaded, source: &str, at: DateTime<Utc>) {
+        self.loaded(loaded, source, at);
+        self.touched(None, None);
     }
 
     /// The data in force stays; only how current it is changes.
@@ -109,7 +201,7 @@ impl Publish {
     }
 }
 
-/// Why the vulnerability data could not be loaded at start.
+/// Why the vulnerability data could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum VulnsError {
     #[error("[vulnerabilities] osv: {0}")]
@@ -120,33 +212,46 @@ pub enum VulnsError {
     Task(#[from] tokio::task::JoinError),
 }
 
-/// The index every load fills: every Ubuntu release but Pro's. (The watched run images' releases
-/// are known only once their pins are read; keeping them all costs little, see
-/// docs/performance.md.)
-fn empty_index() -> Index {
-    Index::new(Vec::new())
+/// Reads a local mirror or archive into `index` (blocking).
+fn read(source: &OsvSource, index: Index) -> Result<Loaded, LoadError> {
+    match source {
+        OsvSource::Dir(path) => load::directory(path, index),
+        OsvSource::Archive(path) => load::archive(path, index),
+        OsvSource::Url(_) => Ok(Loaded { index, read: 0, skipped: Default::default() }),
+    }
 }
 
-/// Reads a local mirror (blocking, off the runtime's threads).
+/// Reads a local mirror whole, every release but Pro's kept (`check`: does it read, and what).
 pub async fn load_local(source: &OsvSource) -> Result<Loaded, VulnsError> {
     let source = source.clone();
-    let loaded = tokio::task::spawn_blocking(move || match source {
-        OsvSource::Dir(path) => load::directory(&path, empty_index()),
-        OsvSource::Archive(path) => load::archive(&path, empty_index()),
-        OsvSource::Url(_) => Ok(Loaded { index: empty_index(), read: 0, skipped: Default::default() }),
-    })
-    .await??;
-    Ok(loaded)
+    Ok(tokio::task::spawn_blocking(move || read(&source, Index::new(Vec::new()))).await??)
 }
 
-/// The daemon's vulnerability data for `config` (`None` without `[vulnerabilities]`): a local
-/// mirror read now (an unreadable one is an error), a URL's kept download read now, and for a
-/// URL the [`Refresher`] to run on a worker loop.
-pub async fn start(config: &Config, metrics: Arc<Metrics>) -> Result<Option<(Vulns, Option<Refresher>)>, VulnsError> {
+/// The daemon's vulnerability data for `config` (`None` without `[vulnerabilities]`), keeping
+/// the releases the config names and `pinned` (the pinned images' releases): a local mirror read
+/// now (an unreadable one is an error) unless there is no release to keep yet, a URL's kept
+/// download read now, and for a URL the [`Refresher`] to run on a worker loop.
+pub async fn start(
+    config: &Config,
+    metrics: Arc<Metrics>,
+    pinned: BTreeSet<Release>,
+) -> Result<Option<(Vulns, Option<Refresher>)>, VulnsError> {
     let Some(settings) = &config.vulnerabilities else { return Ok(None) };
     let (tx, rx) = tokio::sync::watch::channel(Arc::new(Snapshot::empty()));
-    let publish = Publish { tx: Arc::new(tx), metrics };
-    let vulns = Vulns { rx };
+    let mut wanted = pinned;
+    wanted.extend(settings.releases.iter().cloned());
+    let source = match &settings.osv {
+        OsvSource::Url(_) => Source::Download(fetch::kept_path(&config.work_dir().join("osv"))),
+        local => Source::Local(local.clone()),
+    };
+    let publish = Publish {
+        tx: Arc::new(tx),
+        metrics,
+        source: Arc::new(source),
+        wanted: Arc::new(std::sync::Mutex::new(wanted)),
+        loading: Default::default(),
+    };
+    let vulns = Vulns { rx, publish: publish.clone() };
     match &settings.osv {
         OsvSource::Url(url) => {
             let refresher = Refresher::new(url, settings.refresh, config.work_dir().join("osv"), publish)?;
@@ -154,10 +259,23 @@ pub async fn start(config: &Config, metrics: Arc<Metrics>) -> Result<Option<(Vul
             Ok(Some((vulns, Some(refresher))))
         }
         local => {
-            let loaded = load_local(local).await?;
-            publish.loaded(loaded, &describe(local), Utc::now());
+            if publish.wanted.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+                // Nothing pinned yet: the first move of an image reads its release's records.
+                tracing::info!(source = %describe(local), "vulnerability data: read when the first move of a pinned image needs it");
+                return Ok(Some((vulns, None)));
+            }
+            let _one = publish.loading.lock().await;
+            publish.reload().await?;
+            drop(_one);
             Ok(Some((vulns, None)))
         }
+    }
+}
+
+fn describe_source(source: &Source) -> String {
+    match source {
+        Source::Local(local) => describe(local),
+        Source::Download(path) => path.display().to_string(),
     }
 }
 

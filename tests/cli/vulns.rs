@@ -248,7 +248,7 @@ async fn a_url_mirror_is_kept_refreshed_conditionally_and_a_failed_refresh_keeps
     let ws = Workspace::new();
     let config = ws.config(&format!(
         "[monitor]\njitter = \"0s\"\nstate = \"state/ledger.db\"\n\n[server]\nlisten = \"127.0.0.1:0\"\n\n\
-         [[builders]]\nname = \"b\"\nimage = \"{}/demo/b:latest\"\n\n[vulnerabilities]\nosv = \"{}\"\nrefresh = \"1h\"\n",
+         [[builders]]\nname = \"b\"\nimage = \"{}/demo/b:latest\"\n\n[vulnerabilities]\nosv = \"{}\"\nrefresh = \"1h\"\nreleases = [\"24.04\", \"22.04\"]\n",
         registry.host, mirror.url
     ));
 
@@ -293,6 +293,7 @@ async fn a_url_mirror_is_kept_refreshed_conditionally_and_a_failed_refresh_keeps
     let ready: Value = support::http().get(format!("{base}/readyz")).send().await.unwrap().json().await.unwrap();
     let data = &ready["vulnerability_data"];
     assert_eq!((&data["records"], &data["note"]), (&json!(2), &json!("vulnerability data: 5 h old")), "{ready}");
+    assert_eq!(data["releases"], json!(["Ubuntu:22.04:LTS", "Ubuntu:24.04:LTS"]), "{ready}");
     assert!(data["refresh_failed"].as_str().unwrap().contains("500"), "{ready}");
     let page = support::http().get(format!("{base}/")).send().await.unwrap().text().await.unwrap();
     assert!(page.contains("vulnerability data: 5 h old"), "{page}");

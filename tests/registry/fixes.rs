@@ -10,9 +10,9 @@ use std::sync::Arc;
 use builder_monitor::config::Config;
 use builder_monitor::daemon::Parts;
 use builder_monitor::ledger::Ledger;
+use builder_monitor::metrics::Metrics;
 use builder_monitor::schedule::Clock;
 use builder_monitor_core::event::EventType;
-use builder_monitor_core::vulns::Index;
 use serde_json::{Value, json};
 use support::app::{RunImage, push_run};
 use support::cnb::BuilderSpec;
@@ -119,14 +119,17 @@ async fn a_move_that_fixes_one_notice_says_so_in_the_event_the_webhook_and_statu
     let config = Arc::new(Config::parse(&dir.path().join("config.toml"), &text).unwrap());
     let ledger = Ledger::open(&dir.path().join("state.db")).unwrap();
     let parts = Parts::new(config.clone(), ledger.clone(), Clock::System, None).unwrap();
-    // As `Parts::build` loads it: the loader's index of the test's directory.
-    let loaded = builder_monitor::vulns::load::directory(&dir.path().join("mirror"), Index::new(Vec::new())).unwrap();
-    let index = Arc::new(loaded.index);
-    parts.monitor.set_vulns(Arc::new(move || Some(index.clone())));
+    // As `Parts::build` starts it, on an empty ledger: nothing pinned, so nothing read yet.
+    let (vulns, _) = builder_monitor::vulns::start(&config, Metrics::new(), Default::default()).await.unwrap().unwrap();
+    assert_eq!(vulns.current().index.releases(), Some(&[][..]), "nothing read before a pin");
+    parts.monitor.set_vulns(vulns.clone());
     assert!(parts.monitor.run_once().await);
 
     push_run(&pusher, REPO, Some("latest"), &labelled("2", V2), Format::Oci).await;
     assert!(parts.monitor.run_once().await);
+    // The move read the mirror for its image's release, and only that one.
+    let releases: Vec<String> = vulns.current().index.releases().unwrap().iter().map(|r| r.0.clone()).collect();
+    assert_eq!(releases, ["Ubuntu:22.04:LTS"]);
     let events = ledger.events_after(0, 1000).await.unwrap();
     let event = events.into_iter().map(|e| e.event).rfind(|e| e.event_type == EventType::RunImageChanged).unwrap();
     let change = serde_json::to_value(event.change.as_ref().unwrap()).unwrap();
@@ -147,6 +150,14 @@ async fn a_move_that_fixes_one_notice_says_so_in_the_event_the_webhook_and_statu
     let shown = &status["run_images"][0]["changes"][0];
     assert_eq!(ids(&shown["fixes"]), ["CVE-2026-1111"]);
     assert!(shown["summary"].as_str().unwrap().ends_with("; fixes CVE-2026-1111 (high)"), "{shown}");
+
+    // A restart reads the pinned images' releases at start, before any move.
+    drop(parts);
+    let restarted = Parts::build(config.clone(), ledger.clone(), Clock::System).await.unwrap();
+    let current = restarted.vulns.as_ref().unwrap().current();
+    let releases: Vec<&str> = current.index.releases().unwrap().iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(releases, ["Ubuntu:22.04:LTS"]);
+    assert!(current.records > 0);
 }
 
 #[tokio::test]

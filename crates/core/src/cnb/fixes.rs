@@ -74,6 +74,10 @@ pub fn fixes_of(
             notes.push(prefixed("the image names no Ubuntu release (distro labels or stack id)".into()));
             continue;
         };
+        if !index.keeps(release) {
+            notes.push(prefixed(format!("no vulnerability data of {} is loaded", release.0)));
+            continue;
+        }
         let then = before.get(platform).or(lone_before);
         match (versioned(then, "previous"), versioned(Some(now), "new")) {
             (Ok(b), Ok(a)) => {

@@ -27,8 +27,8 @@ const UNFIXED: Sym = u32::MAX;
 /// releases need is kept: a record's entries of other ecosystems are dropped on insert.
 #[derive(Debug, Clone, Default)]
 pub struct Index {
-    /// Releases kept (empty: every `Ubuntu:*` release but `Pro`).
-    releases: Vec<Release>,
+    /// Releases kept (`None`: every `Ubuntu:*` release but `Pro`'s).
+    releases: Option<Vec<Release>>,
     /// The kept ecosystems met so far, numbered by their place here.
     seen: Vec<Release>,
     strings: Strings,
@@ -71,9 +71,31 @@ struct Verdict<'a> {
 }
 
 impl Index {
-    /// An empty index keeping only `releases`' entries.
+    /// An empty index keeping only `releases`' entries (every release but `Pro`'s when empty).
     pub fn new(releases: Vec<Release>) -> Self {
-        Index { releases, ..Index::default() }
+        if releases.is_empty() { Index::default() } else { Index::only(releases) }
+    }
+
+    /// An empty index keeping exactly `releases`' entries: none at all when there are none.
+    pub fn only(releases: impl IntoIterator<Item = Release>) -> Self {
+        let mut releases: Vec<Release> = releases.into_iter().collect();
+        releases.sort();
+        releases.dedup();
+        Index { releases: Some(releases), ..Index::default() }
+    }
+
+    /// The releases it keeps, sorted (`None`: every release but `Pro`'s).
+    pub fn releases(&self) -> Option<&[Release]> {
+        self.releases.as_deref()
+    }
+
+    /// Whether it keeps `release`'s entries (so a move of an image of `release` is matched in
+    /// full against it).
+    pub fn keeps(&self, release: &Release) -> bool {
+        match &self.releases {
+            None => release.0.starts_with("Ubuntu:") && !release.0.starts_with("Ubuntu:Pro:"),
+            Some(kept) => kept.binary_search(release).is_ok(),
+        }
     }
 
     /// Adds `record`'s entries of the kept releases; `false` when none applied (nothing kept).
@@ -240,10 +262,9 @@ impl Index {
         if ecosystem.starts_with("Ubuntu:Pro:") {
             return None;
         }
-        let kept = if self.releases.is_empty() {
-            ecosystem.starts_with("Ubuntu:")
-        } else {
-            self.releases.iter().any(|release| release.0 == ecosystem)
+        let kept = match &self.releases {
+            None => ecosystem.starts_with("Ubuntu:"),
+            Some(kept) => kept.iter().any(|release| release.0 == ecosystem),
         };
         if !kept {
             return None;

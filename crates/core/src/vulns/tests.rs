@@ -235,6 +235,32 @@ fn other_releases_pro_and_unfixed_records_are_never_listed() {
 }
 
 #[test]
+fn an_index_of_exactly_some_releases_keeps_those_and_says_so() {
+    let fixed = Some(CURL_NEW);
+    let both: &[(&str, &str)] = &[("curl", CURL_NEW)];
+    let records = [
+        usn("USN-7001-1", &[], &[(NOBLE, "curl", fixed, both)]),
+        usn("USN-7004-1", &[], &[(JAMMY, "curl", fixed, both)]),
+    ];
+    let (before, after) = ([pkg("curl", CURL_OLD)], [pkg("curl", CURL_NEW)]);
+    // None at all: nothing kept, no release kept (unlike `new(vec![])`, which keeps every one).
+    let mut none = Index::only([]);
+    assert!(records.iter().all(|value| !none.insert(record(value))));
+    assert_eq!(none.releases(), Some(&[][..]));
+    assert!(!none.keeps(&jammy()));
+    let noble = Release(NOBLE.into());
+    let mut one = Index::only([noble.clone(), noble.clone()]);
+    let kept: Vec<bool> = records.iter().map(|value| one.insert(record(value))).collect();
+    assert_eq!(kept, [true, false]);
+    assert_eq!(one.releases(), Some(&[noble.clone()][..]));
+    assert!(one.keeps(&noble) && !one.keeps(&jammy()));
+    assert_eq!(ids(&one.fixes(&noble, &before, &after)), ["USN-7001-1"]);
+    let all = Index::new(Vec::new());
+    assert_eq!(all.releases(), None);
+    assert!(all.keeps(&jammy()) && !all.keeps(&Release("Ubuntu:Pro:22.04:LTS".into())));
+}
+
+#[test]
 fn an_unfixed_binary_of_the_record_blocks_the_fix() {
     // The CVE record lists libcurl4 with no version: still vulnerable, whatever curl did.
     let value = cve(

@@ -117,3 +117,13 @@ fn the_brief_names_the_first_fix_and_counts_the_rest() {
     assert_eq!(fixes_brief(None), None);
     assert_eq!(fix_line(&fixes[0]), "USN-7000-1 (high): CVE-1");
 }
+
+#[test]
+fn a_release_whose_data_is_not_loaded_says_so_rather_than_fixes_none() {
+    let before = one("linux/amd64", list(&[("libssl3", "3.0.2-0ubuntu1.18")]));
+    let after = one("linux/amd64", list(&[("libssl3", "3.0.2-0ubuntu1.19")]));
+    let noble = BTreeMap::from([("linux/amd64".to_string(), Release("Ubuntu:24.04:LTS".into()))]);
+    let c = change().with_fixes(Some(&index()), &before, &after, &noble);
+    assert_eq!(c.fixes, None);
+    assert_eq!(c.fixes_note.as_deref(), Some("no vulnerability data of Ubuntu:24.04:LTS is loaded"));
+}

@@ -126,7 +126,13 @@ impl Index {
             return false;
         }
         let number = u32::try_from(self.records.len()).ok().filter(|n| *n < u32::MAX);
-        let (Some(number), Some(id)) = (number, self.strings.store(&record.id)) else { return false };
+        // A CVE record's id is its one CVE: interned, both name one string.
+        let id = if record.cves.contains(&record.id) {
+            self.strings.intern(&record.id)
+        } else {
+            self.strings.store(&record.id)
+        };
+        let (Some(number), Some(id)) = (number, id) else { return false };
         let cves_start = u32::try_from(self.cves.len()).unwrap_or(u32::MAX);
         let mut cves_len: u16 = 0;
         for cve in &record.cves {
@@ -163,6 +169,13 @@ impl Index {
     /// length. Call it once every record is in: a record inserted later is kept, but its CVEs'
     /// priorities no longer reach the USNs inserted before.
     pub fn seal(&mut self) {
+        // A USN's priority, its CVEs' highest, settled now: the table of CVE priorities goes.
+        for rec in self.records.iter_mut().filter(|rec| rec.priority.is_none()) {
+            let start = rec.cves_start as usize;
+            let cves = self.cves.get(start..start + usize::from(rec.cves_len)).unwrap_or_default();
+            rec.priority = cves.iter().filter_map(|cve| self.cve_priority.get(cve)).max().copied();
+        }
+        self.cve_priority = HashMap::new();
         let names: Vec<Sym> = self.by_binary.keys().copied().collect();
         self.strings.keep_only(&names);
         self.by_binary.shrink_to_fit();
@@ -172,7 +185,6 @@ impl Index {
         self.groups.shrink_to_fit();
         self.records.shrink_to_fit();
         self.cves.shrink_to_fit();
-        self.cve_priority.shrink_to_fit();
         self.strings.bytes.shrink_to_fit();
     }
 

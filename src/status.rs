@@ -24,7 +24,7 @@ use builder_monitor_core::schedule::{timestamp, timestamp_millis};
 use builder_monitor_core::text::{count, escape};
 use builder_monitor_core::vulns::Fix;
 pub use deploys::DeployStatus;
-pub use gitops::{GitopsStatus, targets as gitops_targets};
+pub use gitops::{GitopsStatus, PendingBatch, targets as gitops_targets};
 pub use images::{ImageAction, ImageStatus, TagMoveStatus};
 pub use text::render_text;
 
@@ -288,7 +288,9 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
         gitops: if config.gitops.is_empty() {
             Vec::new()
         } else {
-            gitops::targets(config, &ledger.actions(GITOPS_RECENT).await?)
+            let mut targets = gitops::targets(config, &ledger.actions(GITOPS_RECENT).await?);
+            gitops::pending_batches(config, &mut targets, &ledger.latest_actions(ActionKind::Gitops).await?);
+            targets
         },
     })
 }

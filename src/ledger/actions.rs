@@ -287,6 +287,9 @@ pub struct ClaimedAction {
     pub progress: Option<Progress>,
     /// When it was planned: what it signs is dated by this, so every attempt writes the same bytes.
     pub created: DateTime<Utc>,
+    /// The fixes that let it skip the soak and the windows (`[rollout] expedite`): the deploy that
+    /// follows an expedited rebase or rebuild carries them on.
+    pub expedited: Vec<String>,
 }
 
 /// A local command's process group: its id (the leader's pid) and the leader's start time, so a

@@ -65,6 +65,7 @@ mod tests {
                 since: Some("2026-12-01T09:58:00.000Z".into()),
                 state: "skipped".into(),
                 detail: Some("nothing to commit".into()),
+                batch: None,
             },
             GitopsStatus {
                 name: "review".into(),
@@ -75,6 +76,7 @@ mod tests {
                 since: None,
                 state: "failed".into(),
                 detail: Some("git fetch: refused the credentials".into()),
+                batch: None,
             },
         ];
         let mut html = String::new();

@@ -29,6 +29,7 @@ use support::kube::KubeDouble;
 use support::kube::controllers::Failure;
 use support::registry::TestRegistry;
 
+mod expedited;
 mod signed;
 
 /// The apps, in roll-out order: the canary in wave 0, then one app per wave.

@@ -245,6 +245,7 @@ impl Actions for KubeLedger {
                                 process: None,
                                 progress: a.progress.clone().and_then(|v| Progress::read(a.kind, v)),
                                 created: a.created,
+                                expedited: a.expedited.clone(),
                             }
                         },
                     ))
@@ -456,6 +457,7 @@ impl Actions for KubeLedger {
                     process: a.process,
                     progress: a.progress.and_then(|v| Progress::read(a.kind, v)),
                     created: a.created,
+                    expedited: a.expedited,
                 });
             }
         }

@@ -23,7 +23,7 @@ const ACTION_COLUMNS: &str = "key, change_id, image, kind, state, attempts, next
 
 /// The columns [`claimed_action`] reads.
 const CLAIMED_COLUMNS: &str =
-    "key, change_id, image, kind, attempts, target, process_group, process_started, progress, created";
+    "key, change_id, image, kind, attempts, target, process_group, process_started, progress, created, expedited";
 
 impl Actions for SqliteLedger {
     async fn claim_actions(
@@ -505,11 +505,13 @@ fn action_record(r: &Row<'_>) -> Result<ActionRecord, LedgerError> {
             r.get(col!(ACTION_COLUMNS, "progress"))?,
         ),
         holds: r.get(col!(ACTION_COLUMNS, "holds"))?,
-        expedited: r
-            .get::<_, Option<String>>(col!(ACTION_COLUMNS, "expedited"))?
-            .and_then(|text| serde_json::from_str(&text).ok())
-            .unwrap_or_default(),
+        expedited: expedited_ids(r.get(col!(ACTION_COLUMNS, "expedited"))?),
     })
+}
+
+/// The ids of the `expedited` column (NULL, or text that is no list of ids: none).
+fn expedited_ids(text: Option<String>) -> Vec<String> {
+    text.and_then(|text| serde_json::from_str(&text).ok()).unwrap_or_default()
 }
 
 /// The `expedited` column: the ids as a JSON list, NULL for none.
@@ -534,6 +536,7 @@ fn claimed_action(r: &Row<'_>) -> Result<ClaimedAction, LedgerError> {
         process: group.zip(started).map(|(id, started)| ProcessGroup { id, started: started.max(0) as u64 }),
         progress: progress(&kind, r.get(col!(CLAIMED_COLUMNS, "progress"))?),
         created: r.get::<_, Time>(col!(CLAIMED_COLUMNS, "created"))?.0,
+        expedited: expedited_ids(r.get(col!(CLAIMED_COLUMNS, "expedited"))?),
         key,
     })
 }

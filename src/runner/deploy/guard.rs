@@ -146,6 +146,7 @@ impl Runner {
             process: None,
             progress: None,
             created: self.clock.now(),
+            expedited: Vec::new(),
         };
         let target = ActionTarget {
             image: image.image.to_string(),

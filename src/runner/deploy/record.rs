@@ -50,7 +50,9 @@ pub fn deploy_action(
 
 impl Runner {
     /// The deploy that follows an action which moved the app tag to a new digest, when the image
-    /// deploys: of that digest, in the action's wave, with the tag's digest before for an undo.
+    /// deploys: of that digest, in the action's wave, with the tag's digest before for an undo,
+    /// expedited by what expedited the action (`[rollout] expedite`: the change's fix skips the
+    /// windows and the soak for its deploy too, never the freeze, approvals or health gates).
     pub(in crate::runner) fn follow(
         &self,
         action: &ClaimedAction,
@@ -75,7 +77,8 @@ impl Runner {
         let mut t = target.clone();
         t.why = format!("the {} moved {} to {after}", action.kind.as_str(), target.image);
         let origin = Origin::Moved { tag_before: digests.before.clone() };
-        vec![deploy_action(&self.config, image, &action.change_id, t, after, reference, origin)]
+        let deploy = deploy_action(&self.config, image, &action.change_id, t, after, reference, origin);
+        vec![deploy.expedited(action.expedited.clone())]
     }
 
     /// Records `deploy.started`: the deploy wrote its workloads. Its id is the action's, whatever

@@ -1,7 +1,10 @@
 //! `[[gitops]] batch`: the changes that land within the window of the first one become one
 //! commit naming them all, a change after it a commit of its own, and a crash between the commit
 //! and its push still pushes that one commit once. Time is the in-process daemon's manual clock;
-//! the crash is the binary's, killed by a wrapped `git` at the push.
+//! the crash is the binary's, killed by a wrapped `git` at the push. Through the binary alone, on
+//! the system's clock (it has no other), a batch of two moves that fix notices of an OSV mirror is
+//! shown waiting by `status`, then committed once its shortest window (1m) has passed: one commit
+//! listing both changes and both notices, in its body and its `Builder-Monitor-Fixes` trailer.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +18,10 @@ use builder_monitor::schedule::Clock;
 use builder_monitor_core::gitops::changes_in;
 use tokio_util::sync::CancellationToken;
 
-use super::{World, wrapped_git};
+use super::fixes::{parsed_trailers, push_listed_run};
+use super::{World, git, support, wrapped_git};
+use serde_json::Value;
+use support::daemon::Daemon;
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -138,4 +144,93 @@ async fn a_crash_between_a_batchs_commit_and_its_push_pushes_it_once() {
     let out = w.once(&[]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(w.commits().len(), 1);
+}
+
+/// Two run image moves within `batch = "1m"`, each fixing a notice of the mirror: `status` shows
+/// the batch waiting (both changes, their fixes, when it commits); the running daemon commits it
+/// when the window has passed, as one commit listing both changes and both ids; nothing after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_through_the_binary_lists_every_change_and_fix_in_one_commit() {
+    let mut w = World::new("auto", &[], |r| format!("repo = \"{}\"", r.url())).await;
+    support::osv::write_mirror(
+        &w.ws.path("mirror"),
+        &[("CVE-2026-8101", "medium", "3.0.2-0ubuntu1.16"), ("CVE-2026-8102", "high", "3.0.2-0ubuntu1.17")],
+    );
+    let mut text = std::fs::read_to_string(w.config()).unwrap();
+    text += &format!("\n[vulnerabilities]\nosv = \"{}\"\n", w.ws.path("mirror").display());
+    std::fs::write(w.config(), &text).unwrap();
+    // A listed run image first (from the unlisted one nothing can be matched), committed alone.
+    push_listed_run(&mut w, "3.0.2-0ubuntu1.15").await;
+    assert_eq!(w.once(&[]).code, Some(0));
+    assert_eq!(w.commits().len(), 1);
+    let text = text.replace("name = \"fleet\"\n", "name = \"fleet\"\nbatch = \"1m\"\n");
+    std::fs::write(w.config(), &text).unwrap();
+    for openssl in ["3.0.2-0ubuntu1.16", "3.0.2-0ubuntu1.17"] {
+        push_listed_run(&mut w, openssl).await;
+        let out = w.once(&[]);
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+    }
+    assert_eq!(w.commits().len(), 1, "the two moves wait for the window");
+    // The first move's action superseded by the second's, which waits (`created` has whole
+    // seconds: the states tell them apart, not their order).
+    let actions = w.gitops_actions().await;
+    let of = |state| actions.iter().filter(move |a| a.state == state);
+    let (first, second) =
+        (of(ActionState::Superseded).collect::<Vec<_>>(), of(ActionState::Pending).collect::<Vec<_>>());
+    assert_eq!((first.len(), second.len()), (1, 1), "{actions:#?}");
+    let batched = [first[0].change.clone(), second[0].change.clone()];
+    let next_attempt = second[0].next_attempt;
+
+    // `status --json` and its text: the batch, its changes with their fixes, and when it commits.
+    let status = w.ws.run(&["status", "--json", "--config", w.config().to_str().unwrap()]);
+    let status: Value = serde_json::from_str(&status.stdout).unwrap();
+    let batch = &status["gitops"][0]["batch"];
+    let shown: Vec<(&str, &str)> = batch["changes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{status:#}"))
+        .iter()
+        .map(|c| (c["change_id"].as_str().unwrap(), c["fixes"][0]["id"].as_str().unwrap()))
+        .collect();
+    assert_eq!(shown, [(batched[0].as_str(), "CVE-2026-8101"), (batched[1].as_str(), "CVE-2026-8102")], "{batch:#}");
+    let commits_at = batch["commits_at"].as_str().unwrap();
+    assert_eq!(commits_at, builder_monitor_core::schedule::timestamp_millis(next_attempt));
+    let text = w.ws.run(&["status", "--config", w.config().to_str().unwrap()]).stdout;
+    assert!(text.contains(&format!("    batch of 2 changes commits at {commits_at}:\n")), "{text}");
+    assert!(text.contains(&format!("      {}: run image of jammy: ", batched[0])), "{text}");
+    assert!(text.contains(&format!("      {}: run image of jammy: ", batched[1])), "{text}");
+    assert!(text.contains("; fixes CVE-2026-8102 (high)\n"), "each change's summary says what it fixes: {text}");
+
+    // The daemon, on the system's clock, commits once the window has passed: awaited, not slept.
+    let mut daemon = Daemon::start(&w.config());
+    daemon
+        .wait_longer("the batch's commit", Duration::from_secs(150), |v| {
+            v["target"] == "builder_monitor_core::event" && v["event_type"] == "gitops.committed"
+        })
+        .unwrap_or_else(|status| panic!("the daemon exited ({status}): {}", daemon.log.join("\n")));
+    let (status, _) = daemon.terminate();
+    assert!(status.success());
+    let commits = w.commits();
+    assert_eq!(commits.len(), 2, "{commits:#?}");
+    let message = git(&w.remote.bare, &["log", "-1", "--format=%B", &commits[0].0]);
+    assert_eq!(changes_in(&message), batched, "{message}");
+    assert!(message.starts_with("2 changes: "), "{message}");
+    assert!(
+        message.contains("- CVE-2026-8102 (high): ") && message.contains("- CVE-2026-8101 (medium): "),
+        "{message}"
+    );
+    let trailers = parsed_trailers(&message);
+    assert!(trailers.lines().any(|l| l == "Builder-Monitor-Fixes: CVE-2026-8102, CVE-2026-8101"), "{trailers}");
+
+    // Exactly once: nothing waits any more, and a run after the window adds no commit.
+    let out = w.once(&[]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(w.commits().len(), 2);
+    let actions = w.gitops_actions().await;
+    let state = |change: &str| actions.iter().find(|a| a.change == change).map(|a| a.state);
+    assert_eq!(state(&batched[0]), Some(ActionState::Superseded), "{actions:#?}");
+    assert_eq!(state(&batched[1]), Some(ActionState::Succeeded), "{actions:#?}");
+    assert!(actions.iter().all(|a| a.state != ActionState::Pending), "{actions:#?}");
+    let status = w.ws.run(&["status", "--json", "--config", w.config().to_str().unwrap()]);
+    let status: Value = serde_json::from_str(&status.stdout).unwrap();
+    assert!(status["gitops"][0]["batch"].is_null(), "{status:#}");
 }

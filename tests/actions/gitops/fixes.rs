@@ -5,7 +5,7 @@
 use super::*;
 
 /// The next run image (salted by its layers), listing `openssl` at `openssl`.
-async fn push_listed_run(w: &mut World, openssl: &str) {
+pub(super) async fn push_listed_run(w: &mut World, openssl: &str) {
     w.run += 1;
     let run = support::osv::jammy_labels(openssl)
         .into_iter()
@@ -14,7 +14,7 @@ async fn push_listed_run(w: &mut World, openssl: &str) {
 }
 
 /// `git interpret-trailers --parse` of `message`: its trailers, one a line.
-fn parsed_trailers(message: &str) -> String {
+pub(super) fn parsed_trailers(message: &str) -> String {
     use std::io::Write;
     use std::process::{Command, Stdio};
     let mut child = Command::new("git")

@@ -155,9 +155,14 @@ impl World {
     async fn gitops_actions(&self) -> Vec<builder_monitor::ledger::ActionRecord> {
         let mut actions: Vec<_> =
             self.ledger().actions(100).await.unwrap().into_iter().filter(|a| a.action == "gitops").collect();
-        // The changes' actions, not the first pin's (the same second: `created` cannot order them).
+        // The changes' actions, not the first pin's, in the order their changes were recorded
+        // (the watch's sequence): two checks within one second record the same `created`.
         actions.retain(|a| !a.change.starts_with("pin-"));
-        actions.sort_by_key(|a| a.created);
+        let changes = self.ledger().changes(None, 100).await.unwrap();
+        let order = |a: &builder_monitor::ledger::ActionRecord| {
+            changes.iter().find(|c| c.id == a.change).map(|c| (c.detected, c.seq))
+        };
+        actions.sort_by_key(|a| (order(a), a.created));
         actions
     }
 

@@ -491,6 +491,10 @@ async fn rebase_from(
             break;
         };
         if let Err(source) = writes.again(source).await {
+            // A 4xx answer says the registry refused it: it did not land.
+            if matches!(source, RegistryError::Rejected { .. }) {
+                return Err(source.into());
+            }
             return Err(RebaseError::TagWriteUnknown {
                 image: app.with_tag_only(),
                 previous: app_top.digest,

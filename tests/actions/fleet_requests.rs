@@ -93,9 +93,50 @@ async fn a_push_after_planning_read_the_app_is_what_gets_rebased() {
     let client = Registry::new([], Metrics::new());
     let tag = ImageRef::parse(&format!("{}/apps/web-0:latest", fleet.host)).unwrap();
     let manifest: Value = serde_json::from_slice(&client.get_manifest(&tag, "latest").await.unwrap().bytes).unwrap();
-    let layers: Vec<&str> = manifest["layers"].as_array().unwrap().iter().filter_map(|l| l["digest"].as_str()).collect();
+    let layers: Vec<&str> =
+        manifest["layers"].as_array().unwrap().iter().filter_map(|l| l["digest"].as_str()).collect();
     assert!(layers.contains(&rival_layer.as_str()), "the build pushed after planning is what was rebased: {layers:?}");
     let actions = fleet.ledger().actions(100).await.unwrap();
     assert_eq!(actions.len(), 1, "{actions:?}");
     assert_eq!(actions[0].attempts, 1, "within the first attempt: {actions:?}");
+}
+
+/// Registry rebases have slots of their own: with the default config (`max_concurrent = 2`, which
+/// bounds pods and commands), the tag PUTs of three apps' rebases are held at the registry at the
+/// same time, so more than two rebases are in flight at once; released, every app is rebased.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registry_rebases_are_not_held_to_the_runners_max_concurrent() {
+    const APPS: usize = 4;
+    const HELD: usize = 3;
+    let fleet = Fleet::with_runner(APPS, "").await;
+    let mut releases = Vec::new();
+    let mut held = Vec::new();
+    for i in 0..HELD {
+        let (trap, h, release) = support::proxy::Trap::hold("PUT", &format!("/v2/apps/web-{i}/manifests/latest"));
+        fleet.proxy.trap(trap);
+        held.push(h);
+        releases.push(release);
+    }
+    let run_v2 = top_layer_update();
+    app::push_run(&fleet.pusher, "demo/run", Some("latest"), &run_v2, Format::Oci).await;
+    let mut daemon = fleet.daemon();
+    for (i, h) in held.iter().enumerate() {
+        let waited = tokio::time::timeout(support::PATIENCE, h.notified()).await;
+        assert!(waited.is_ok(), "web-{i}'s tag PUT never came while others were held: too few rebases at once");
+    }
+    for release in &releases {
+        release.notify_one();
+    }
+    let rebased = std::cell::Cell::new(0);
+    tokio::task::block_in_place(|| {
+        daemon.wait_for("every rebase", |v| {
+            if v["event_type"] == "rebase.succeeded" {
+                rebased.set(rebased.get() + 1);
+            }
+            rebased.get() == APPS
+        })
+    });
+    daemon.kill();
+    fleet.assert_all_on(&run_v2).await;
+    fleet.assert_one_rebase_each().await;
 }

@@ -330,6 +330,11 @@ pub(crate) struct Fleet {
 
 impl Fleet {
     pub(crate) async fn new(apps: usize) -> Self {
+        Self::with_runner(apps, "max_concurrent = 16\n").await
+    }
+
+    /// [`Fleet::new`] with `runner` (more `[runner]` settings) instead of `max_concurrent = 16`.
+    pub(crate) async fn with_runner(apps: usize, runner: &str) -> Self {
         let registry = TestRegistry::start_relative(support::registry::Auth::Anonymous);
         let proxy = support::proxy::Proxy::start(&registry.host).await;
         let host = proxy.host.clone();
@@ -344,7 +349,7 @@ impl Fleet {
             "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\njitter = \"0s\"\n\n\
              [[builders]]\nname = \"jammy\"\nimage = \"{host}/demo/builder:latest\"\n\n\
              [registries.\"{host}\"]\nrequests_per_second = 0\n\n\
-             [runner]\ntype = \"none\"\nrebase = \"registry\"\nmax_concurrent = 16\n\n"
+             [runner]\ntype = \"none\"\nrebase = \"registry\"\n{runner}\n"
         );
         for i in 0..apps {
             app::push_app(&pusher, &format!("apps/web-{i}"), Some("latest"), &app, Format::Oci).await;
@@ -361,6 +366,11 @@ impl Fleet {
 
     pub(crate) fn run_once(&self) -> Output {
         self.ws.run(&["run", "--once", "--config", self.config.to_str().unwrap()])
+    }
+
+    /// The daemon on this fleet's config.
+    pub(crate) fn daemon(&self) -> Daemon {
+        Daemon::start(&self.config)
     }
 
     pub(crate) fn ledger(&self) -> Ledger {

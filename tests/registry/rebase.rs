@@ -167,7 +167,11 @@ async fn rebase_replaces_the_run_image_layers_keeps_the_rest_and_moves_the_tag_l
     assert_eq!(puts.len(), 2, "{log:#?}");
     assert!(puts[0].contains("/blobs/uploads/"), "{puts:?}");
     assert!(puts[1].ends_with("/manifests/1"), "the tag moves last: {puts:?}");
-    assert_eq!(tag_digest(&scene.registry, &format!("{host}/apps/web@{new_digest}")).await, new_digest, "stored by the tag's PUT");
+    assert_eq!(
+        tag_digest(&scene.registry, &format!("{host}/apps/web@{new_digest}")).await,
+        new_digest,
+        "stored by the tag's PUT"
+    );
 
     // The layers: v2's, then the app's, media types kept; every blob fetchable from the app repo.
     let (manifest, config) = manifest_and_config(&scene.registry, &scene.app_ref()).await;

@@ -21,7 +21,9 @@
 //! Results go to `$CARGO_TARGET_DIR/bench/rebase.{md,json}` (`./target` without the variable).
 //! Environment: `BENCH_APPS` (item 2, default 100), `BENCH_FLEET` (item 3, default 1000),
 //! `BENCH_SHARED_REPO=1` (item 3: one repository), `BENCH_DEFAULTS=1` (item 3: no
-//! `requests_per_second = 0`, no `max_concurrent`: the defaults a new user has), `BENCH_SIGN=1` (item 3: the daemon signs and
+//! `requests_per_second = 0`, no `max_registry_rebases`: the defaults a new user has),
+//! `BENCH_RUN_CHANGED` (item 3: the new run image's layers that differ from the old one's, from the
+//! top; default all 8; `1` is the usual update, its top layer alone), `BENCH_SIGN=1` (item 3: the daemon signs and
 //! attests every rebased digest with cosign's encrypted test key, `[signing]`'s defaults),
 //! `BENCH_CLAIMS` (item 4, default `1000,10000`), `BENCH_ONLY=1,2,3,4` picks parts.
 
@@ -419,9 +421,10 @@ fn render(report: &Value) -> String {
         let t = &fleet["traffic"];
         let _ = writeln!(
             md,
-            "| 3 | fleet patch: {} apps ({}), push of a new run image → last app tag rebased (push hook) | {:.1} s (first app after {:.2} s, 90 % after {:.1} s), {} failed attempts, {} requests ({:.1} per app: {}), {} sent, {} received, daemon peak RSS {} MiB (no layer bytes) |",
+            "| 3 | fleet patch: {} apps ({}, {} of {RUN_LAYERS} run image layers changed), push of a new run image → last app tag rebased (push hook) | {:.1} s (first app after {:.2} s, 90 % after {:.1} s), {} failed attempts, {} requests ({:.1} per app: {}), {} sent, {} received, daemon peak RSS {} MiB (no layer bytes) |",
             fleet["apps"],
             if fleet["shared_repository"] == true { "tags of one repository" } else { "one repository each" },
+            fleet["run_layers_changed"],
             fleet["seconds"].as_f64().unwrap_or(f64::NAN),
             fleet["first_seconds"].as_f64().unwrap_or(f64::NAN),
             fleet["p90_seconds"].as_f64().unwrap_or(f64::NAN),
@@ -474,7 +477,11 @@ async fn fleet_patch(n: usize, shared: bool) -> Value {
     let pusher = Pusher::new(&host);
     // Small layers: the fleet measures the daemon's work per app, not layer transfer.
     let v1 = run_image(1, 4 << 10);
-    let v2 = run_image(2, 4 << 10);
+    let mut v2 = run_image(2, 4 << 10);
+    let changed = env_number("BENCH_RUN_CHANGED", RUN_LAYERS);
+    assert!((1..=RUN_LAYERS).contains(&changed), "BENCH_RUN_CHANGED={changed}: between 1 and {RUN_LAYERS}");
+    // The lower layers kept: a run image update usually changes its top layers only.
+    v2.layers[..RUN_LAYERS - changed].clone_from_slice(&v1.layers[..RUN_LAYERS - changed]);
     let run_name = format!("{host}/run:latest");
     let pushed_v1 = app::push_run(&pusher, "run", Some("latest"), &v1, Format::Oci).await;
     let v1_ref = format!("{host}/run@{}", pushed_v1.digest);
@@ -511,7 +518,7 @@ async fn fleet_patch(n: usize, shared: bool) -> Value {
     // BENCH_DEFAULTS=1: the registry's and the runner's defaults, as a new user has them.
     let defaults = env_number("BENCH_DEFAULTS", 0) != 0;
     let tuning = if defaults { String::new() } else { format!("[registries.\"{host}\"]\nrequests_per_second = 0\n\n") };
-    let concurrency = if defaults { String::new() } else { format!("max_concurrent = {CONCURRENCY}\n") };
+    let concurrency = if defaults { String::new() } else { format!("max_registry_rebases = {CONCURRENCY}\n") };
     let mut text = format!(
         "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\njitter = \"0s\"\n\n[server]\nlisten = \"127.0.0.1:{port}\"\napi_token_env = \"BENCH_API_TOKEN\"\n\n\
          {tuning}[runner]\ntype = \"none\"\nrebase = \"registry\"\n{concurrency}\n\
@@ -610,9 +617,9 @@ async fn fleet_patch(n: usize, shared: bool) -> Value {
     let per_app = requests as f64 / n.max(1) as f64;
     let (failed, again) = (failed.get(), again.get());
     say(format!(
-        "fleet{}{}: {rebased}/{n} rebased {seconds:.1} s after the push (first after {:.2} s, 90 % after {:.1} s); {failed} failed attempts, {again} manifest PUTs tried again within an attempt; {requests} requests ({per_app:.1} per app, {by_method:?}), {sent} B sent, {received} B received; peak RSS {} KiB",
+        "fleet{}{}, {changed} of {RUN_LAYERS} run image layers changed: {rebased}/{n} rebased {seconds:.1} s after the push (first after {:.2} s, 90 % after {:.1} s); {failed} failed attempts, {again} manifest PUTs tried again within an attempt; {requests} requests ({per_app:.1} per app, {by_method:?}), {sent} B sent, {received} B received; peak RSS {} KiB",
         if signing { " (signed and attested)" } else { "" },
-        if defaults { " (default config)" } else { " (requests_per_second = 0, max_concurrent = 16)" },
+        if defaults { " (default config)" } else { " (requests_per_second = 0, max_registry_rebases = 16)" },
         first.map_or(f64::NAN, |f| f.as_secs_f64()),
         p90.map_or(f64::NAN, |f| f.as_secs_f64()),
         peak_rss_kib.map_or("?".to_string(), |k| k.to_string())
@@ -620,6 +627,7 @@ async fn fleet_patch(n: usize, shared: bool) -> Value {
     let _ = pushed_v2;
     json!({
         "apps": n, "shared_repository": shared, "signing": signing, "defaults": defaults, "rebased": rebased, "seconds": seconds,
+        "run_layers_changed": changed,
         "first_seconds": first.map(|f| f.as_secs_f64()),
         "p90_seconds": p90.map(|f| f.as_secs_f64()),
         "failed_attempts": failed, "tried_again_within_attempts": again,

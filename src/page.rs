@@ -124,7 +124,6 @@ fn actions(out: &mut String, status: &Status, config: &Config, now: DateTime<Utc
         out.push_str("<p class=\"empty\">No rebases or rebuilds waiting.</p></div>\n");
         return;
     }
-    let running = status.pending.iter().filter(|a| a.state == ActionState::Running).count();
     out.push_str(
         "<table class=\"actions\"><thead><tr><th>Image</th><th>Action</th><th>State</th><th>Why it waits</th><th>Change</th></tr></thead><tbody>\n",
     );
@@ -139,7 +138,7 @@ fn actions(out: &mut String, status: &Status, config: &Config, now: DateTime<Utc
             Text(&a.action),
             Text(a.shown_state()),
             if a.attempts == 0 { "not tried yet".to_string() } else { attempts(a.attempts) },
-            why_waiting(a, status, config, running, now),
+            why_waiting(a, status, config, now),
             Text(&a.change)
         );
     }
@@ -147,7 +146,7 @@ fn actions(out: &mut String, status: &Status, config: &Config, now: DateTime<Utc
 }
 
 /// What an open action waits for: the runner, its turn, or a retry after a failed attempt.
-fn why_waiting(a: &OpenAction, status: &Status, config: &Config, running: usize, now: DateTime<Utc>) -> String {
+fn why_waiting(a: &OpenAction, status: &Status, config: &Config, now: DateTime<Utc>) -> String {
     let max_attempts = config.runner.max_attempts;
     if a.state == ActionState::Running {
         let pool = a.placed.as_ref().map(|p| format!(" in pool <code>{}</code>", Text(&p.pool))).unwrap_or_default();
@@ -167,7 +166,21 @@ fn why_waiting(a: &OpenAction, status: &Status, config: &Config, running: usize,
     }
     let when = match a.next_attempt {
         t if t > now => format!("at {}", time_element(t, &format!("in {}", span((t - now).num_seconds())))),
-        _ => format!("now, for a free runner slot ({running} of {} busy)", config.runner.max_concurrent),
+        _ => {
+            // Registry rebases have slots of their own (`max_registry_rebases`).
+            let registry = |action: &str| ActionKind::parse(action).is_some_and(|k| config.runner.in_registry(k));
+            let mine = registry(&a.action);
+            let running = status
+                .pending
+                .iter()
+                .filter(|o| o.state == ActionState::Running && registry(&o.action) == mine)
+                .count();
+            let (slot, max) = match mine {
+                true => ("registry rebase slot", config.runner.max_registry_rebases),
+                false => ("runner slot", config.runner.max_concurrent),
+            };
+            format!("now, for a free {slot} ({running} of {max} busy)")
+        }
     };
     if a.attempts == 0 {
         return format!("runs {when}");
@@ -635,7 +648,9 @@ mod tests {
         // With rebases in the daemon, runner `none` still carries them out; only a rebuild waits for good.
         let in_daemon = config("[runner]\nrebase = \"registry\"\n");
         let html = render(&status, &in_daemon, now());
-        assert!(!html.contains("never runs them") && html.contains("runs now, for a free runner slot"), "{html}");
+        // In slots of their own: `max_registry_rebases`, 16 by default.
+        let waits = "runs now, for a free registry rebase slot (1 of 16 busy)";
+        assert!(!html.contains("never runs them") && html.contains(waits), "{html}");
         status.pending[1].action = "rebuild".into();
         let html = render(&status, &in_daemon, now());
         assert_eq!(html.matches("runner <code>none</code> records actions and never runs them").count(), 1);

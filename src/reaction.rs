@@ -513,7 +513,8 @@ impl Reaction<'_> {
 
     /// What the app image's registry says about it now.
     pub async fn app_state(&self, image: &ImageRef) -> AppState {
-        match inspect::app_metadata(self.registry, image, self.config.monitor.max_platforms).await {
+        // Kept: a registry rebase that follows reads the app back from memory.
+        match inspect::app_metadata(&self.registry.keeping(), image, self.config.monitor.max_platforms).await {
             Ok(None) => AppState::Missing,
             Ok(Some(app)) => match app.metadata {
                 Ok(Some(m)) => AppState::Built {

@@ -225,6 +225,33 @@ struct ManifestDoc {
     config: Descriptor,
 }
 
+/// The layers an app's platform manifest lists: blobs its repository has.
+#[derive(Deserialize)]
+struct LayersDoc {
+    #[serde(default)]
+    layers: Vec<LayerDescriptor>,
+}
+
+#[derive(Deserialize)]
+struct LayerDescriptor {
+    digest: String,
+    #[serde(default, rename = "mediaType")]
+    media_type: String,
+}
+
+impl LayersDoc {
+    /// The digests of the layers the registry holds in the manifest's repository: all but foreign
+    /// (non-distributable) ones, which live elsewhere.
+    fn held(bytes: &[u8]) -> BTreeSet<String> {
+        let doc: LayersDoc = serde_json::from_slice(bytes).unwrap_or(LayersDoc { layers: Vec::new() });
+        doc.layers
+            .into_iter()
+            .filter(|l| !l.media_type.contains("foreign") && !l.media_type.contains("nondistributable"))
+            .map(|l| l.digest)
+            .collect()
+    }
+}
+
 #[derive(Deserialize)]
 struct Descriptor {
     digest: String,
@@ -264,6 +291,9 @@ struct Decided {
     /// The run image manifest it goes onto, pinned.
     run_image: String,
     rebase: PlatformRebase,
+    /// The layers the app's manifest lists now: in its repository already, so the new run image's
+    /// layers among them (unchanged between the old run image and the new) need no mount.
+    held: BTreeSet<String>,
 }
 
 /// Rebases `request.image` onto `request.run_image` (see the module doc for the order of writes).
@@ -283,6 +313,42 @@ pub async fn rebase_with(
     guard: &impl TagGuard,
     run_docs: &RunImageDocs,
 ) -> Result<RebaseReport, RebaseError> {
+    rebase_planned(registry, request, guard, run_docs, None).await
+}
+
+/// [`rebase_with`] from the app image planning read (`planned`, the digest the tag held then):
+/// when a keeping view of `registry` ([`Registry::keeping`]) still has its manifest, the tag is
+/// not read before the writes; the HEAD right before the tag's PUT tells whether it still holds
+/// that digest. If it moved since, the rebase starts over from what the tag holds now.
+pub async fn rebase_planned(
+    registry: &Registry,
+    request: &RebaseRequest,
+    guard: &impl TagGuard,
+    run_docs: &RunImageDocs,
+    planned: Option<&str>,
+) -> Result<RebaseReport, RebaseError> {
+    if request.image.digest().is_none()
+        && let Some(digest) = planned
+        && let Some(kept) = registry.kept_manifest(&request.image, digest).await
+    {
+        match rebase_from(registry, request, guard, run_docs, Some(kept)).await {
+            Err(RebaseError::TagMoved { found, .. }) => {
+                tracing::debug!(image = %request.image, planned = digest, %found, "the app tag moved since planning; rebasing what it holds now");
+            }
+            other => return other,
+        }
+    }
+    rebase_from(registry, request, guard, run_docs, None).await
+}
+
+/// The rebase, from the app's top manifest when one is given (else read by tag).
+async fn rebase_from(
+    registry: &Registry,
+    request: &RebaseRequest,
+    guard: &impl TagGuard,
+    run_docs: &RunImageDocs,
+    app_top: Option<Manifest>,
+) -> Result<RebaseReport, RebaseError> {
     let app = &request.image;
     let Some(tag) = app.tag() else {
         return Err(RebaseError::Unusable(format!(
@@ -292,7 +358,12 @@ pub async fn rebase_with(
     let run = &request.run_image;
     // The tag alone: HEADs and PUTs below name it, never a digest the user added.
     let tagged = ImageRef::parse(&app.with_tag_only()).map_err(|e| unusable(app, e.to_string()))?;
-    let app_top = registry.get_manifest(app, tag).await?;
+    // App documents by digest: what planning read costs no request.
+    let reads = registry.keeping();
+    let app_top = match app_top {
+        Some(top) => top,
+        None => registry.get_manifest(app, tag).await?,
+    };
     if let Some(expected) = app.digest().filter(|d| *d != app_top.digest) {
         return Err(RebaseError::TagMoved {
             image: app.with_tag_only(),
@@ -310,7 +381,7 @@ pub async fn rebase_with(
             if !is_sha256_digest(&entry.digest) {
                 return Err(unusable(app, format!("its index lists a bad digest \"{}\"", escape(&entry.digest))));
             }
-            children.push(registry.get_manifest(app, &entry.digest).await?);
+            children.push(reads.get_manifest(app, &entry.digest).await?);
         }
         if children.is_empty() {
             return Err(unusable(app, "its index lists no platform image".to_string()));
@@ -322,7 +393,7 @@ pub async fn rebase_with(
 
     let mut decided = Vec::new();
     for child in app_children {
-        let app_config = config_of(registry, app, &child, "app manifest").await?;
+        let app_config = config_of(&reads, app, &child, "app manifest").await?;
         let platform = decide::config_platform(&app_config)?;
         let base = if is_index(&run_top.media_type) {
             let digest = decide::select_platform(&run_top.bytes, &platform)?;
@@ -339,7 +410,8 @@ pub async fn rebase_with(
         };
         let rebase = decide::rebase_platform(&child.bytes, &app_config, &base.bytes, &base_config, &options)?;
         let (previous, platform) = (child.digest.clone(), platform.to_string());
-        decided.push(Decided { previous, platform, run_image: options.run_image_reference, rebase });
+        let held = LayersDoc::held(&child.bytes);
+        decided.push(Decided { previous, platform, run_image: options.run_image_reference, rebase, held });
     }
 
     let mut report = RebaseReport {
@@ -363,11 +435,13 @@ pub async fn rebase_with(
     };
     let pending: Vec<&Decided> = decided.iter().filter(|d| !d.rebase.already_rebased).collect();
     let base_blobs = unique_blobs(&pending);
+    // A layer the app's manifest lists is in its repository: no request makes it so again.
+    let held = |digest: &str| pending.iter().any(|d| d.held.contains(digest));
 
     if request.dry_run {
         let same_registry = app.registry() == run.registry();
         for blob in &base_blobs {
-            report.blobs.add(if registry.blob_exists(app, &blob.digest).await? {
+            report.blobs.add(if held(&blob.digest) || registry.blob_exists(app, &blob.digest).await? {
                 BlobTransfer::Present
             } else if same_registry {
                 BlobTransfer::Mounted
@@ -387,8 +461,12 @@ pub async fn rebase_with(
         return Ok(report);
     }
 
-    let wanted: Vec<(String, u64)> = base_blobs.iter().map(|b| (b.digest.clone(), b.size)).collect();
-    let mut writes = Writes::new(registry, app, run, &app_top, &pending, wanted);
+    let wanted: Vec<(String, u64)> =
+        base_blobs.iter().filter(|b| !held(&b.digest)).map(|b| (b.digest.clone(), b.size)).collect();
+    let present = base_blobs.len() - wanted.len();
+    // The top manifest by digest before the tag only where a signature names it first; otherwise
+    // the tag's PUT stores it.
+    let mut writes = Writes::new(registry, app, run, &app_top, &pending, wanted, request.sign.is_some());
     let (top_bytes, top_digest) = writes.content().await?;
 
     // The tag last, recorded first, and only over what we read: a build that moved it meanwhile
@@ -413,6 +491,10 @@ pub async fn rebase_with(
             break;
         };
         if let Err(source) = writes.again(source).await {
+            // A 4xx answer says the registry refused it: it did not land.
+            if matches!(source, RegistryError::Rejected { .. }) {
+                return Err(source.into());
+            }
             return Err(RebaseError::TagWriteUnknown {
                 image: app.with_tag_only(),
                 previous: app_top.digest,
@@ -424,6 +506,7 @@ pub async fn rebase_with(
         writes.content().await?;
     }
     report.blobs = writes.counts();
+    report.blobs.present += present;
     match registry.head_manifest(&tagged).await {
         Ok(after) if after.digest != top_digest => {
             return Err(RebaseError::TagRace {

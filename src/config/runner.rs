@@ -152,7 +152,12 @@ pub struct RunnerSettings {
     pub kind: RunnerKind,
     /// Where `rebase` actions run.
     pub rebase: RebasePath,
+    /// Actions carried out at once by the runner's backends (pods, commands, builds), registry
+    /// rebases aside.
     pub max_concurrent: usize,
+    /// Registry rebases (`rebase = "registry"`) carried out at once: a few small requests each in
+    /// the daemon, bounded apart from `max_concurrent` (and by each registry's pace).
+    pub max_registry_rebases: usize,
     /// Tries per action; a failed try is retried after `backoff`, doubling.
     pub max_attempts: u32,
     pub backoff: Duration,
@@ -209,6 +214,18 @@ impl RunnerSettings {
         self.in_force().iter().any(|f| f.needs_app_digest || (f.pools && pool_needs()))
     }
 
+    /// Whether an action of `kind` is a registry rebase, in the daemon: it takes one of
+    /// `max_registry_rebases`' slots, not one of `max_concurrent`'s.
+    pub fn in_registry(&self, kind: ActionKind) -> bool {
+        self.carrier(kind).backend == BackendKind::Registry
+    }
+
+    /// The slots actions of `kind` share: `max_registry_rebases` for registry rebases,
+    /// `max_concurrent` for everything else.
+    pub fn slots(&self, kind: ActionKind) -> usize {
+        if self.in_registry(kind) { self.max_registry_rebases } else { self.max_concurrent }
+    }
+
     /// Whether an action of `kind` is ever carried out (not with runner `none`, unless it is a
     /// rebase in the daemon).
     pub fn carried_out(&self, kind: ActionKind) -> bool {
@@ -229,6 +246,7 @@ impl Default for RunnerSettings {
             kind: RunnerKind::None,
             rebase: RebasePath::Runner,
             max_concurrent: 2,
+            max_registry_rebases: 16,
             max_attempts: 3,
             backoff: Duration::from_secs(30),
             exec: None,
@@ -244,6 +262,7 @@ pub(super) struct RawRunner {
     kind: Option<Spanned<String>>,
     rebase: Option<Spanned<String>>,
     max_concurrent: Option<Spanned<i64>>,
+    max_registry_rebases: Option<Spanned<i64>>,
     max_attempts: Option<Spanned<i64>>,
     backoff: Option<Spanned<DurationText>>,
     exec: Option<Spanned<RawExec>>,
@@ -277,6 +296,12 @@ impl Validator<'_> {
             match usize::try_from(*m.get_ref()) {
                 Ok(n) if (1..=256).contains(&n) => s.max_concurrent = n,
                 _ => self.error(m.span(), "max_concurrent must be between 1 and 256"),
+            }
+        }
+        if let Some(m) = &raw.max_registry_rebases {
+            match usize::try_from(*m.get_ref()) {
+                Ok(n) if (1..=256).contains(&n) => s.max_registry_rebases = n,
+                _ => self.error(m.span(), "max_registry_rebases must be between 1 and 256"),
             }
         }
         if let Some(m) = &raw.max_attempts {
@@ -313,6 +338,31 @@ mod tests {
     fn each_runner_table_stands_at_its_variant() {
         for (n, kind) in RunnerKind::ALL.into_iter().enumerate() {
             assert_eq!((kind as usize, kind.facts().backend), (n, BackendKind::Runner(kind)));
+        }
+    }
+
+    #[test]
+    fn registry_rebases_have_slots_of_their_own() {
+        let parse = |runner: &str| {
+            let text = format!("[[builders]]\nname = \"b\"\nimage = \"r.example/b:1\"\n[runner]\n{runner}\n");
+            crate::config::Config::parse(std::path::Path::new("/c.toml"), &text)
+        };
+        let defaults = parse("rebase = \"registry\"").unwrap().runner;
+        assert_eq!((defaults.max_concurrent, defaults.max_registry_rebases), (2, 16));
+        assert_eq!((defaults.slots(ActionKind::Rebase), defaults.slots(ActionKind::Rebuild)), (16, 2));
+        let set = parse("rebase = \"registry\"\nmax_registry_rebases = 64").unwrap().runner;
+        assert_eq!(set.slots(ActionKind::Rebase), 64);
+        // Rebases by the runner's backend take its slots.
+        assert_eq!(
+            parse("type = \"exec\"\n[runner.exec]\nrebuild = [\"true\"]\nrebase = [\"true\"]")
+                .unwrap()
+                .runner
+                .slots(ActionKind::Rebase),
+            2
+        );
+        for bad in ["0", "257", "-1"] {
+            let refused = parse(&format!("max_registry_rebases = {bad}")).unwrap_err().to_string();
+            assert!(refused.contains("max_registry_rebases must be between 1 and 256"), "{refused}");
         }
     }
 

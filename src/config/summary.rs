@@ -2,6 +2,7 @@
 //! watched, built, deployed and alerted.
 
 use super::{Config, Credentials, StateLocation};
+use builder_monitor_core::plan::ActionKind;
 
 impl Config {
     /// What `check` prints: where state lives, how each registry is reached, what is watched.
@@ -86,10 +87,14 @@ impl Config {
         }
         let r = &self.runner;
         out.push_str(&format!(
-            "runner: {}, rebases by {}, {} at a time, {}, backoff {}\n",
+            "runner: {}, rebases by {}, {} at a time{}, {}, backoff {}\n",
             r.kind.as_str(),
             r.rebase.as_str(),
             r.max_concurrent,
+            match r.in_registry(ActionKind::Rebase) {
+                true => format!(" ({} registry rebases)", r.max_registry_rebases),
+                false => String::new(),
+            },
             builder_monitor_core::text::count(r.max_attempts, "attempt"),
             humantime::format_duration(r.backoff)
         ));

@@ -37,6 +37,10 @@ impl Kinds {
         Kinds(self.0 | Self::bit(kind))
     }
 
+    pub fn without(self, kind: ActionKind) -> Kinds {
+        Kinds(self.0 & !Self::bit(kind))
+    }
+
     pub fn contains(self, kind: ActionKind) -> bool {
         self.0 & Self::bit(kind) != 0
     }

@@ -38,6 +38,9 @@ pub(super) struct Writes<'a> {
     transfers: BTreeMap<String, BlobTransfer>,
     /// Manifest PUTs refused so far.
     refusals: u32,
+    /// Whether the top manifest (the tag's) is written by digest too, before the tag: only when
+    /// something names it first (a signature); the tag's PUT alone stores it otherwise.
+    top_by_digest: bool,
 }
 
 /// Why `write_content` stopped: a manifest PUT's refusal (which may be worth another try), or
@@ -61,8 +64,10 @@ impl<'a> Writes<'a> {
         app_top: &'a Manifest,
         pending: &'a [&'a Decided],
         wanted: Vec<(String, u64)>,
+        top_by_digest: bool,
     ) -> Self {
-        Writes { registry, app, run, app_top, pending, wanted, transfers: BTreeMap::new(), refusals: 0 }
+        let transfers = BTreeMap::new();
+        Writes { registry, app, run, app_top, pending, wanted, transfers, refusals: 0, top_by_digest }
     }
 
     /// Everything of the rebased image but the tag, by digest; answers the top manifest's bytes
@@ -127,27 +132,29 @@ impl<'a> Writes<'a> {
             }
         }
         let mut replaced = BTreeMap::new();
+        let index = is_index(&self.app_top.media_type);
         for d in self.pending {
             registry.put_blob(app, d.rebase.config.clone().into()).await?;
-            let digest = registry
-                .put_manifest(
-                    app,
-                    &d.rebase.manifest_digest,
-                    &d.rebase.manifest_media_type,
-                    d.rebase.manifest.clone().into(),
-                )
-                .await
-                .map_err(WriteFailure::Manifest)?;
-            let entry = (digest, d.rebase.manifest.len() as u64, d.rebase.manifest_media_type.clone());
+            let (digest, media_type) = (&d.rebase.manifest_digest, &d.rebase.manifest_media_type);
+            // An index's platform manifests are what it names by digest; a lone manifest is the top.
+            if index || self.top_by_digest {
+                registry
+                    .put_manifest(app, digest, media_type, d.rebase.manifest.clone().into())
+                    .await
+                    .map_err(WriteFailure::Manifest)?;
+            }
+            let entry = (digest.clone(), d.rebase.manifest.len() as u64, media_type.clone());
             replaced.insert(d.previous.clone(), entry);
         }
-        if is_index(&self.app_top.media_type) {
+        if index {
             let (bytes, digest) =
                 decide::rebased_index(&self.app_top.bytes, &replaced).map_err(|e| WriteFailure::Other(e.into()))?;
-            registry
-                .put_manifest(app, &digest, &self.app_top.media_type, bytes.clone().into())
-                .await
-                .map_err(WriteFailure::Manifest)?;
+            if self.top_by_digest {
+                registry
+                    .put_manifest(app, &digest, &self.app_top.media_type, bytes.clone().into())
+                    .await
+                    .map_err(WriteFailure::Manifest)?;
+            }
             Ok((bytes, digest))
         } else {
             let only = &self.pending[0].rebase;

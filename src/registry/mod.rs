@@ -13,6 +13,7 @@ mod auth;
 mod circuit;
 mod endpoint;
 pub mod helper;
+mod kept;
 mod write;
 mod written;
 
@@ -130,6 +131,9 @@ pub struct Manifest {
 pub struct Registry {
     shared: Arc<Shared>,
     class: RequestClass,
+    /// Whether this view keeps the manifests and blobs it reads, and answers reads by digest from
+    /// what was kept ([`Registry::keeping`]).
+    keep: bool,
 }
 
 /// What every view of the registries shares: one endpoint per host (its connections, tokens,
@@ -140,6 +144,8 @@ struct Shared {
     metrics: Arc<Metrics>,
     /// The contents this process wrote into repositories (one writer per blob and repository).
     written: written::Written,
+    /// App documents planning read, for the rebases after it.
+    kept: kept::Kept,
 }
 
 /// Whose requests a [`Registry`] view makes, which decides what paces them.
@@ -160,15 +166,29 @@ impl Registry {
             endpoints: Mutex::new(HashMap::new()),
             metrics,
             written: written::Written::default(),
+            kept: kept::Kept::default(),
         };
-        Self { shared: Arc::new(shared), class: RequestClass::Watch }
+        Self { shared: Arc::new(shared), class: RequestClass::Watch, keep: false }
     }
 
     /// The actions' view of the same registries (the same connections, tokens, circuit and
     /// pauses): requests through it are an action's, paced by what the registry says rather than
     /// by the watching's `requests_per_second`.
     pub fn actions(&self) -> Registry {
-        Registry { shared: self.shared.clone(), class: RequestClass::Action }
+        Registry { shared: self.shared.clone(), class: RequestClass::Action, keep: self.keep }
+    }
+
+    /// This view, keeping the manifests and blobs it reads (small ones, by digest, in memory shared
+    /// by every view) and answering its reads by digest from them first. Planning reads app images
+    /// through it and a registry rebase reads them back, so a fleet's app is read once.
+    pub fn keeping(&self) -> Registry {
+        Registry { shared: self.shared.clone(), class: self.class, keep: true }
+    }
+
+    /// The manifest `digest` of `image`'s repository, when a keeping view read it: no request.
+    pub async fn kept_manifest(&self, image: &ImageRef, digest: &str) -> Option<Manifest> {
+        let kept = self.shared.kept.get(image.registry(), image.repository(), digest).await?;
+        (!kept.media_type.is_empty()).then_some(kept)
     }
 
     /// Whose requests this view makes.
@@ -236,6 +256,13 @@ impl Registry {
         limit: usize,
     ) -> Result<Manifest, RegistryError> {
         let limit = limit.min(MAX_MANIFEST_BYTES);
+        if self.keep
+            && is_sha256_digest(reference)
+            && let Some(kept) = self.kept_manifest(image, reference).await
+            && kept.bytes.len() <= limit
+        {
+            return Ok(kept);
+        }
         let endpoint = self.endpoint(image)?;
         let path = format!("{}/manifests/{}", image.repository(), reference);
         let response = endpoint.send(Method::GET, &path, image.repository(), Fetch::Manifest).await?;
@@ -272,7 +299,11 @@ impl Registry {
                     .and_then(|v| v.get("mediaType").and_then(|m| m.as_str()).map(str::to_string))
             })
             .unwrap_or_else(|| OCI_MANIFEST.to_string());
-        Ok(Manifest { digest, media_type, bytes })
+        let manifest = Manifest { digest, media_type, bytes };
+        if self.keep {
+            self.shared.kept.keep(image.registry(), image.repository(), &manifest).await;
+        }
+        Ok(manifest)
     }
 
     /// Whether the registry has the OCI 1.1 referrers API (`GET /v2/<repo>/referrers/<digest>`
@@ -307,6 +338,14 @@ impl Registry {
         if !is_sha256_digest(digest) {
             return Err(endpoint.invalid(format!("blob digest \"{digest}\" is not a sha256 digest")));
         }
+        // Kept blobs carry no media type (manifests always do).
+        if self.keep
+            && let Some(kept) = self.shared.kept.get(image.registry(), image.repository(), digest).await
+            && kept.media_type.is_empty()
+            && kept.bytes.len() <= limit
+        {
+            return Ok(kept.bytes);
+        }
         let path = format!("{}/blobs/{}", image.repository(), digest);
         let response = endpoint.send(Method::GET, &path, image.repository(), Fetch::Blob).await?;
         match response.status() {
@@ -323,6 +362,10 @@ impl Registry {
         let actual = sha256_digest(&bytes);
         if actual != digest {
             return Err(endpoint.invalid(format!("blob body hashes to {actual}, not {digest}")));
+        }
+        if self.keep {
+            let blob = Manifest { digest: actual, media_type: String::new(), bytes: bytes.clone() };
+            self.shared.kept.keep(image.registry(), image.repository(), &blob).await;
         }
         Ok(bytes)
     }

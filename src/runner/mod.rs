@@ -1,7 +1,7 @@
 //! The runner: carries out recorded rebases and rebuilds, each by its backend (`runner::backend`:
 //! local commands for `exec`, a `batch/v1` Job for `kubernetes`, a kpack Build for `kpack`;
 //! nothing for `none`; with `rebase = "registry"`, rebases in the daemon by registry writes), at
-//! most `max_concurrent` at once, retrying failures its backend leaves to it and recording every
+//! most `max_concurrent` at once (registry rebases: `max_registry_rebases`), retrying failures its backend leaves to it and recording every
 //! outcome with the app tag's digests before and after.
 
 mod attempt;
@@ -150,7 +150,11 @@ pub struct Runner {
     registry: Arc<Registry>,
     /// The ledger's signal of new actions.
     wake: Arc<Notify>,
+    /// Slots of `max_concurrent`: pods, commands, builds, deploys.
     permits: Arc<Semaphore>,
+    /// Slots of `max_registry_rebases`: a registry rebase is a few small requests from the daemon,
+    /// so many run at once, bounded apart from the heavy work (and by each registry's pace).
+    registry_permits: Arc<Semaphore>,
     secrets: Secrets,
     /// Attempts that failed in this process (`run --once` exits 1 after one).
     failures: AtomicUsize,
@@ -161,6 +165,7 @@ pub struct Runner {
 impl Runner {
     pub fn new(config: Arc<Config>, ledger: Ledger, clock: Clock, backends: Backends) -> Self {
         let permits = Arc::new(Semaphore::new(config.runner.max_concurrent));
+        let registry_permits = Arc::new(Semaphore::new(config.runner.max_registry_rebases));
         let secrets = Secrets::of(&config);
         let wake = ledger.new_actions();
         let registry = Arc::new(Registry::new(config.registries.values().cloned(), Metrics::new()).actions());
@@ -172,6 +177,7 @@ impl Runner {
             registry,
             wake,
             permits,
+            registry_permits,
             secrets,
             failures: AtomicUsize::new(0),
             guarded: Default::default(),
@@ -334,29 +340,45 @@ impl Runner {
         }
     }
 
-    async fn start_due(self: &Arc<Self>, tasks: &mut JoinSet<()>) -> usize {
-        let free = self.permits.available_permits();
-        if free == 0 {
-            return 0;
+    /// The kinds claimed into each set of slots: registry rebases into `max_registry_rebases`',
+    /// everything else into `max_concurrent`'s.
+    fn lanes(&self) -> [(Kinds, &Arc<Semaphore>); 2] {
+        let claims = self.claims();
+        match claims.contains(ActionKind::Rebase) && self.config.runner.in_registry(ActionKind::Rebase) {
+            true => [
+                (claims.without(ActionKind::Rebase), &self.permits),
+                (ActionKind::Rebase.into(), &self.registry_permits),
+            ],
+            false => [(claims, &self.permits), (Kinds::NONE, &self.registry_permits)],
         }
-        let claimed =
-            match self.ledger.claim_actions_of(self.clock.now(), free, self.claims(), &self.config.rollout).await {
+    }
+
+    async fn start_due(self: &Arc<Self>, tasks: &mut JoinSet<()>) -> usize {
+        let mut started = 0;
+        for (kinds, permits) in self.lanes() {
+            let free = permits.available_permits();
+            if free == 0 || kinds.is_empty() {
+                continue;
+            }
+            let claimed = match self.ledger.claim_actions_of(self.clock.now(), free, kinds, &self.config.rollout).await
+            {
                 Ok(claimed) => claimed,
                 Err(err) => {
                     tracing::error!(error = %err, "cannot claim actions");
-                    return 0;
+                    continue;
                 }
             };
-        let n = claimed.len();
-        for action in claimed {
-            match self.permits.clone().try_acquire_owned() {
-                Ok(permit) => {
-                    tasks.spawn(self.clone().execute(action, permit));
+            started += claimed.len();
+            for action in claimed {
+                match permits.clone().try_acquire_owned() {
+                    Ok(permit) => {
+                        tasks.spawn(self.clone().execute(action, permit));
+                    }
+                    Err(_) => tracing::error!(action = %action.key, "no runner slot although one was free"),
                 }
-                Err(_) => tracing::error!(action = %action.key, "no runner slot although one was free"),
             }
         }
-        n
+        started
     }
 }
 

@@ -229,7 +229,9 @@ impl Runner {
         });
         let request = RebaseRequest { image, run_image, force: false, dry_run: false, known_run_images, sign };
         let guard = LedgerGuard { runner: self, action, target };
-        match crate::rebase::rebase_with(&self.registry, &request, &guard, run_docs).await {
+        let planned = target.app_reference.as_deref().and_then(|r| ImageRef::parse(r).ok());
+        let planned = planned.as_ref().and_then(|r| r.digest());
+        match crate::rebase::rebase_planned(&self.registry, &request, &guard, run_docs, planned).await {
             Ok(report) => {
                 let detail = match report.digest.as_deref() {
                     Some(d) if d == report.previous => {

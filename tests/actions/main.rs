@@ -9,6 +9,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod fleet_requests;
 mod gitops;
 mod rebase_daemon;
 mod rollout;

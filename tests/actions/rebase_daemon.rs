@@ -316,18 +316,25 @@ async fn a_two_platform_app_is_rebased_per_platform_and_rolled_back() {
 
 /// A fleet of `apps` app images on one run image (v1), behind a counting proxy, pinned by one
 /// `run --once`.
-struct Fleet {
+pub(crate) struct Fleet {
     _registry: TestRegistry,
-    proxy: support::proxy::Proxy,
-    host: String,
-    pusher: Pusher,
+    pub(crate) proxy: support::proxy::Proxy,
+    pub(crate) host: String,
+    pub(crate) pusher: Pusher,
     ws: Workspace,
     config: PathBuf,
     apps: usize,
+    /// The app every tag holds at first, on run image v1.
+    pub(crate) app: App,
 }
 
 impl Fleet {
-    async fn new(apps: usize) -> Self {
+    pub(crate) async fn new(apps: usize) -> Self {
+        Self::with_runner(apps, "max_concurrent = 16\n").await
+    }
+
+    /// [`Fleet::new`] with `runner` (more `[runner]` settings) instead of `max_concurrent = 16`.
+    pub(crate) async fn with_runner(apps: usize, runner: &str) -> Self {
         let registry = TestRegistry::start_relative(support::registry::Auth::Anonymous);
         let proxy = support::proxy::Proxy::start(&registry.host).await;
         let host = proxy.host.clone();
@@ -342,7 +349,7 @@ impl Fleet {
             "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\njitter = \"0s\"\n\n\
              [[builders]]\nname = \"jammy\"\nimage = \"{host}/demo/builder:latest\"\n\n\
              [registries.\"{host}\"]\nrequests_per_second = 0\n\n\
-             [runner]\ntype = \"none\"\nrebase = \"registry\"\nmax_concurrent = 16\n\n"
+             [runner]\ntype = \"none\"\nrebase = \"registry\"\n{runner}\n"
         );
         for i in 0..apps {
             app::push_app(&pusher, &format!("apps/web-{i}"), Some("latest"), &app, Format::Oci).await;
@@ -351,17 +358,22 @@ impl Fleet {
             ));
         }
         let config = ws.config(&text);
-        let fleet = Fleet { _registry: registry, proxy, host, pusher, ws, config, apps };
+        let fleet = Fleet { _registry: registry, proxy, host, pusher, ws, config, apps, app };
         let first = fleet.run_once();
         assert_eq!(first.code, Some(0), "{}", first.stderr);
         fleet
     }
 
-    fn run_once(&self) -> Output {
+    pub(crate) fn run_once(&self) -> Output {
         self.ws.run(&["run", "--once", "--config", self.config.to_str().unwrap()])
     }
 
-    fn ledger(&self) -> Ledger {
+    /// The daemon on this fleet's config.
+    pub(crate) fn daemon(&self) -> Daemon {
+        Daemon::start(&self.config)
+    }
+
+    pub(crate) fn ledger(&self) -> Ledger {
         Ledger::open_read_only(&self.ws.path("state.db")).unwrap()
     }
 
@@ -381,7 +393,7 @@ impl Fleet {
     }
 
     /// Asserts every app tag shows `run`'s layers under the app's.
-    async fn assert_all_on(&self, run: &RunImage) {
+    pub(crate) async fn assert_all_on(&self, run: &RunImage) {
         let client = Registry::new([], Metrics::new());
         let top = run.layers.len() - 1;
         for i in 0..self.apps {
@@ -398,7 +410,7 @@ impl Fleet {
     }
 
     /// Asserts the ledger holds one rebase per app, all of one change, and that change's event once.
-    async fn assert_one_rebase_each(&self) {
+    pub(crate) async fn assert_one_rebase_each(&self) {
         let ledger = self.ledger();
         let actions = ledger.actions(1000).await.unwrap();
         assert_eq!(actions.len(), self.apps, "{actions:?}");

@@ -216,8 +216,9 @@ async fn concurrency_never_exceeds_max_concurrent() {
     w.push_builder(&v1).await;
     let names = ["a", "b", "c", "d", "e"];
     let images: Vec<(&str, &str)> = names.iter().map(|n| (*n, "rebuild")).collect();
+    // Registry rebases' own slots (16 by default) are none of the commands'.
     let text = w
-        .config(&images, "type = \"exec\"\nmax_concurrent = 2")
+        .config(&images, "type = \"exec\"\nrebase = \"registry\"\nmax_concurrent = 2")
         .replace("env = { RECORD_FILE", "env = { SLEEP = \"0.3\", RECORD_FILE");
     let d = assemble(w.dir.path(), &text);
     assert!(d.monitor.run_once().await);

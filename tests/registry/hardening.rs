@@ -198,6 +198,7 @@ const NUMERIC_KEYS: &[(&str, &str, Kind)] = &[
     ("[[alerts]]\nname = \"a\"\ntype = \"webhook\"\nurl = \"http://127.0.0.1:9/\"", "backoff", Kind::Duration),
     ("[[alerts]]\nname = \"a\"\ntype = \"webhook\"\nurl = \"http://127.0.0.1:9/\"", "give_up_after", Kind::Duration),
     ("[runner]", "max_concurrent", Kind::Integer),
+    ("[runner]", "max_registry_rebases", Kind::Integer),
     ("[runner]", "max_attempts", Kind::Integer),
     ("[runner]", "backoff", Kind::Duration),
     ("[runner.exec]\nrebuild = [\"true\"]\nrebase = [\"true\"]", "timeout", Kind::Duration),

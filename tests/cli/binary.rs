@@ -21,7 +21,7 @@ fn sections(elf: &[u8]) -> Vec<(String, u64)> {
 }
 
 /// Packed relative relocations: as `.rela.dyn` entries the loader reads ~1.9 MB at every start,
-/// and those pages stay resident (3 MiB of RSS at 10,000 tags, docs/performance.md).
+/// and those pages stay resident (5 MiB of RSS at 10,000 tags, docs/performance.md).
 #[cfg(all(target_os = "linux", target_env = "gnu", target_arch = "x86_64"))]
 #[test]
 fn the_binary_packs_its_relative_relocations() {

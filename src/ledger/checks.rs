@@ -341,10 +341,12 @@ impl CheckRecord {
 /// The time of a successful check that changed nothing else, not yet written: the ledger keeps
 /// these in memory and writes them in batches (see `Ledger::flush_touches`).
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// Shared strings: a fleet keeps one touch per steady watch between writes, and the name is also
+/// the touch's key and the image the steady pin's (`monitor::pins`), not copies of them.
 pub struct Touch {
-    pub watch: String,
+    pub watch: std::sync::Arc<str>,
     /// The watch's image when checked: a touch never lands on an entry of another image.
-    pub image: String,
+    pub image: std::sync::Arc<str>,
     pub time: DateTime<Utc>,
 }
 

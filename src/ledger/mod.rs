@@ -97,7 +97,7 @@ pub struct Ledger {
     backend: Backend,
     signals: Arc<Signals>,
     /// Unchanged checks not written yet, by watch: this ledger's reads show their times.
-    touches: Arc<Mutex<BTreeMap<String, Touch>>>,
+    touches: Arc<Mutex<BTreeMap<Arc<str>, Touch>>>,
     /// How often the daemon writes them.
     touch_flush: Duration,
 }
@@ -297,8 +297,8 @@ impl Ledger {
     /// Shows an unwritten touch's time on the entry it would be written to.
     fn overlay(&self, record: &mut WatchRecord) {
         let touches = self.touches.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(t) = touches.get(&record.name)
-            && t.image == record.image
+        if let Some(t) = touches.get(record.name.as_str())
+            && *t.image == *record.image
             && record.last_ok == Some(true)
             && record.last_check.is_none_or(|c| c < t.time)
         {
@@ -309,7 +309,7 @@ impl Ledger {
     /// The touches not written yet, but `except`'s.
     fn pending_touches(&self, except: Option<&str>) -> Vec<Touch> {
         let touches = self.touches.lock().unwrap_or_else(|e| e.into_inner());
-        touches.values().filter(|t| Some(t.watch.as_str()) != except).cloned().collect()
+        touches.values().filter(|t| Some(&*t.watch) != except).cloned().collect()
     }
 
     /// Forgets written touches (not a newer one that came meanwhile).
@@ -327,12 +327,12 @@ impl Ledger {
     /// [`TOUCH_FLUSH`] and at shutdown; every other commit writes them too.
     pub async fn flush_touches(&self) -> Result<usize, LedgerError> {
         let mut written = 0;
-        let mut after: Option<String> = None;
+        let mut after: Option<Arc<str>> = None;
         loop {
             let batch: Vec<Touch> = {
                 let touches = self.touches.lock().unwrap_or_else(|e| e.into_inner());
                 let from = match &after {
-                    Some(name) => std::ops::Bound::Excluded(name.as_str()),
+                    Some(name) => std::ops::Bound::Excluded(&**name),
                     None => std::ops::Bound::Unbounded,
                 };
                 touches
@@ -364,12 +364,12 @@ impl Ledger {
     /// answered it) since its last commit: the check's own read, not another one.
     pub async fn commit_over(&self, record: CheckRecord, before: Option<&WatchRecord>) -> Result<(), LedgerError> {
         if record.only_moves_time(before) {
-            self.note_unchanged(&record.watch, &record.image, record.time);
+            self.note_unchanged(&record.watch, record.image.as_str().into(), record.time);
             return Ok(());
         }
         let watch = record.watch.clone();
         let (deliveries, actions) = (!record.deliveries.is_empty(), !record.actions.is_empty());
-        let own = Touch { watch: watch.clone(), image: record.image.clone(), time: record.time };
+        let own = Touch { watch: watch.as_str().into(), image: record.image.as_str().into(), time: record.time };
         // The record supersedes its own watch's touch; the others ride along in the same write.
         let touches = self.pending_touches(Some(&watch));
         dispatch!(self, |backend| backend.commit(record, &touches))?;
@@ -383,15 +383,15 @@ impl Ledger {
     /// Keeps the time of a successful check that found what a steady entry holds
     /// ([`CheckRecord::only_moves_time`]) as a touch, written with the next batch: the daemon's
     /// unchanged checks come here straight, with no read of the entry (`monitor::pins`).
-    pub fn note_unchanged(&self, watch: &str, image: &str, time: DateTime<Utc>) {
+    pub fn note_unchanged(&self, watch: &str, image: Arc<str>, time: DateTime<Utc>) {
         {
             let mut touches = self.touches.lock().unwrap_or_else(|e| e.into_inner());
             match touches.get_mut(watch) {
                 // The common case, every check of a steady watch: no allocation.
                 Some(t) if t.image == image => t.time = t.time.max(time),
                 _ => {
-                    let touch = Touch { watch: watch.to_string(), image: image.to_string(), time };
-                    touches.insert(watch.to_string(), touch);
+                    let name: Arc<str> = watch.into();
+                    touches.insert(name.clone(), Touch { watch: name, image, time });
                 }
             }
         }
@@ -535,5 +535,27 @@ impl Ledger {
         let flipped = change.before.is_some() == lifted;
         self.signal(flipped, flipped && lifted);
         Ok(change)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fleet's touches hold the steady pins' images and one name each, not copies: at 10,000
+    /// watches the copies were ~0.7 MiB of the daemon's heap (docs/performance.md, round 4).
+    #[test]
+    fn a_touch_shares_the_image_it_was_given_and_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(&dir.path().join("state.db")).unwrap();
+        let image: Arc<str> = "reg.test/b:1".into();
+        let now = Utc::now();
+        ledger.note_unchanged("b", image.clone(), now);
+        ledger.note_unchanged("b", image.clone(), now + chrono::Duration::seconds(1));
+        let touches = ledger.touches.lock().unwrap();
+        let (key, touch) = touches.iter().next().expect("one touch");
+        assert!(Arc::ptr_eq(&touch.image, &image), "the touch copied the image");
+        assert!(Arc::ptr_eq(key, &touch.watch), "the key and the touch's name are two copies");
+        assert_eq!(touch.time, now + chrono::Duration::seconds(1));
     }
 }

@@ -4,6 +4,7 @@
 //! `outages` (the failure bookkeeping of `alert::outage`), `commit` (one ledger write; events
 //! routed, and logged once recorded) and `after_commit` (metrics, run images).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, SubsecRound, Utc};
@@ -63,7 +64,7 @@ impl Monitor {
             && let Some(image) = self.pins.unchanged(watch, &head.digest)
             && self.registry_quiet(watch.image.registry())
         {
-            return Ok((self.unchanged(watch, &image, &head.digest, started), None));
+            return Ok((self.unchanged(watch, image, &head.digest, started), None));
         }
         // Boxed: the full check's future is ~14 KiB, which every check's task would otherwise
         // carry and copy (at spawn and at completion) for the few that need it.
@@ -112,7 +113,7 @@ impl Monitor {
 
     /// An unchanged check of a steady watch, in memory: the ledger keeps its time with the next
     /// batch, as it would have kept the full check's ([`CheckRecord::only_moves_time`]).
-    fn unchanged(&self, watch: &Watch, image: &str, digest: &str, started: Instant) -> CheckOutcome {
+    fn unchanged(&self, watch: &Watch, image: Arc<str>, digest: &str, started: Instant) -> CheckOutcome {
         let now = self.handle.clock.now();
         // What the full check would log of a success: the end of a registry's outage, say.
         self.log_found(watch, None, &Found::Unchanged, now, false);

@@ -10,6 +10,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod binary;
 mod chart;
 mod cli;
 mod dpkg_versions;

@@ -154,7 +154,7 @@ impl Checks for KubeLedger {
             self.modify(&t.watch, |doc| {
                 // The rule of `Checks::touch`.
                 if let Some(w) = doc.watch.as_mut()
-                    && w.image == t.image
+                    && *w.image == *t.image
                     && w.last_ok == Some(true)
                     && w.last_check.is_none_or(|c| c < time)
                 {

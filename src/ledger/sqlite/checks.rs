@@ -228,7 +228,7 @@ fn touch_checks(tx: &Transaction<'_>, touches: &[Touch]) -> Result<(), LedgerErr
             tx,
             "UPDATE watches SET last_check = ?2
              WHERE name = ?1 AND image = ?3 AND last_result = 'ok' AND (last_check IS NULL OR last_check < ?2)",
-            params![t.watch, timestamp(t.time), t.image],
+            params![&*t.watch, timestamp(t.time), &*t.image],
         )?;
     }
     Ok(())

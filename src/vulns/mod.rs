@@ -102,7 +102,12 @@ impl Vulns {
             return index;
         }
         let added = self.publish.want(wanted.clone());
-        tracing::info!(releases = ?added, "loading the vulnerability data of a newly watched release");
+        if added.is_empty() {
+            // Wanted before, still not read (no download yet, or its read failed): tried again.
+            tracing::debug!(releases = ?wanted, "reading the vulnerability data of a watched release again");
+        } else {
+            tracing::info!(releases = ?added, "loading the vulnerability data of a newly watched release");
+        }
         if let Err(error) = self.publish.reload().await {
             tracing::warn!(error = %error, releases = ?added, "cannot load the vulnerability data of a newly watched release");
         }

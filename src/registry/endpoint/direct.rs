@@ -14,6 +14,7 @@ use http_body_util::Empty;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::proxy::matcher::Matcher;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use reqwest::ResponseBuilderExt;
 use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderValue, USER_AGENT};
@@ -73,8 +74,12 @@ impl Direct {
     /// A client for `base`, or `None` when reqwest would send its requests through a proxy
     /// (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY` less `NO_PROXY`, read by the same matcher reqwest uses).
     pub(super) fn new(base: &Url, tls: rustls::ClientConfig, timeout: Duration) -> Option<Self> {
+        Self::unless_proxied(base, tls, timeout, &Matcher::from_system())
+    }
+
+    fn unless_proxied(base: &Url, tls: rustls::ClientConfig, timeout: Duration, proxies: &Matcher) -> Option<Self> {
         let uri: hyper::Uri = base.as_str().parse().ok()?;
-        if hyper_util::client::proxy::matcher::Matcher::from_system().intercept(&uri).is_some() {
+        if proxies.intercept(&uri).is_some() {
             return None;
         }
         // reqwest's connector settings (its defaults and the registry client's).
@@ -153,5 +158,32 @@ impl DirectError {
             DirectError::TimedOut => None,
             DirectError::Failed(e) => Some(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn direct(base: &str, proxies: Matcher) -> Option<Direct> {
+        let tls = tls_config(None).unwrap();
+        Direct::unless_proxied(&Url::parse(base).unwrap(), tls, Duration::from_secs(5), &proxies)
+    }
+
+    #[tokio::test]
+    async fn a_registry_behind_a_proxy_stays_on_reqwest() {
+        // Nothing is sent: only whether the client is built.
+        let proxied = || Matcher::builder().http("http://127.0.0.1:9").https("http://127.0.0.1:9");
+        assert!(direct("http://127.0.0.1:5000", proxied().build()).is_none());
+        assert!(direct("https://registry.test", proxied().build()).is_none());
+        assert!(direct("https://registry.test", proxied().no("registry.test").build()).is_some(), "NO_PROXY");
+        assert!(direct("https://registry.test", Matcher::builder().build()).is_some());
+    }
+
+    #[test]
+    fn a_ca_file_that_is_not_pem_names_the_setting() {
+        let err = tls_config(Some(b"-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n"))
+            .expect_err("not a certificate");
+        assert!(err.contains("ca_file is not a valid PEM bundle"), "{err}");
     }
 }

@@ -1,6 +1,6 @@
 //! The check's manifest `HEAD` on the direct client (src/registry/endpoint/direct.rs), not
 //! reqwest: anonymous, with basic auth and with a token server's bearer tokens (the 401 challenge
-//! flow through it), the same headers and digest reqwest's path gives.
+//! flow through it), over HTTPS with a `ca_file`; the same headers and digest reqwest's path gives.
 
 use super::*;
 use builder_monitor::config::{CredentialSource, Credentials, RegistrySettings, Secret};
@@ -60,4 +60,46 @@ async fn the_checks_head_goes_on_the_direct_client_anonymous_basic_and_token() {
         let logged: Vec<_> = target.log().into_iter().filter(|l| l.contains("http.request.method=HEAD")).collect();
         assert!(!logged.is_empty() && logged.iter().all(|l| l.contains(&agent)), "{what}: {logged:#?}");
     }
+}
+
+/// Over HTTPS with a team's CA as `ca_file`: the direct client and reqwest trust the same roots
+/// (one configuration); without the CA neither does.
+#[tokio::test]
+async fn https_with_a_ca_file_on_the_direct_client_and_reqwest() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = support::keys::tls(dir.path());
+    let target = TestRegistry::start_tls(&cert, &key);
+    let config = br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#.to_vec();
+    let manifest = format!(
+        r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{}","size":{}}},"layers":[]}}"#,
+        support::images::sha256(&config),
+        config.len()
+    );
+    target.seed("demo/app", "latest", &[config], manifest.as_bytes());
+    let digest = support::images::sha256(manifest.as_bytes());
+    let image = ImageRef::parse(&format!("{}/demo/app:latest", target.host)).unwrap();
+    builder_monitor::install_crypto_provider();
+    let settings = |ca_pem: Option<Vec<u8>>| {
+        let mut settings = RegistrySettings::defaults_for(&target.host);
+        settings.insecure = false;
+        settings.ca_pem = ca_pem;
+        settings.max_attempts = 1;
+        settings.requests_per_second = None;
+        settings
+    };
+
+    let trusting = Registry::new([settings(Some(std::fs::read(&ca).unwrap()))], Metrics::new());
+    for _ in 0..3 {
+        assert_eq!(trusting.head_manifest(&image).await.unwrap().digest, digest);
+    }
+    assert_eq!(trusting.direct_heads(&target.host), Some(3), "the HEADs on the direct client");
+    // reqwest (a GET) trusts the same CA.
+    assert_eq!(trusting.get_manifest(&image, "latest").await.unwrap().digest, digest);
+
+    let strict = Registry::new([settings(None)], Metrics::new());
+    let err = strict.head_manifest(&image).await.expect_err("an unknown CA is not trusted");
+    assert!(err.to_string().contains("certificate"), "{err}");
+    assert_eq!(strict.direct_heads(&target.host), Some(1), "refused on the direct client");
+    let err = strict.get_manifest(&image, "latest").await.expect_err("nor by reqwest");
+    assert!(err.to_string().contains("certificate"), "{err}");
 }

@@ -66,6 +66,10 @@ pub(in crate::registry) enum DirectError {
 pub(in crate::registry) struct Direct {
     client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
     timeout: Duration,
+    /// `Accept` and `User-Agent`, validated once: a header value built from a string checks each
+    /// byte, ~3 k instructions per request for these two.
+    accept: HeaderValue,
+    agent: HeaderValue,
     /// `HEAD`s sent this way, for tests and the benchmark (`Registry::direct_heads`).
     sent: AtomicU64,
 }
@@ -101,7 +105,13 @@ impl Direct {
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
             .build(https);
-        Some(Self { client, timeout, sent: AtomicU64::new(0) })
+        Some(Self {
+            client,
+            timeout,
+            accept: HeaderValue::from_static(MANIFEST_ACCEPT),
+            agent: HeaderValue::from_static(AGENT),
+            sent: AtomicU64::new(0),
+        })
     }
 
     /// How many `HEAD`s were sent this way.
@@ -118,13 +128,14 @@ impl Direct {
         uri: hyper::Uri,
         authorization: Option<HeaderValue>,
     ) -> Result<Response, DirectError> {
-        let mut request = hyper::Request::head(uri)
-            .header(ACCEPT, MANIFEST_ACCEPT)
-            .header(USER_AGENT, AGENT)
-            .body(Empty::new())
-            .expect("constant headers are valid");
+        let mut request = hyper::Request::new(Empty::new());
+        *request.method_mut() = hyper::Method::HEAD;
+        *request.uri_mut() = uri;
+        let headers = request.headers_mut();
+        headers.insert(ACCEPT, self.accept.clone());
+        headers.insert(USER_AGENT, self.agent.clone());
         if let Some(authorization) = authorization {
-            request.headers_mut().insert(AUTHORIZATION, authorization);
+            headers.insert(AUTHORIZATION, authorization);
         }
         self.sent.fetch_add(1, Ordering::Relaxed);
         let answer = tokio::time::timeout(self.timeout, self.client.request(request))

@@ -2,12 +2,13 @@
 //! 3; docs/performance.md, round 4). Against a registry at HOST, N `HEAD`s of REPO:TAG from 16
 //! tasks, through one of:
 //!
-//! - `library`: `Registry::head_manifest`, the unchanged check's path (limiter, circuit, metrics);
+//! - `library`: `Registry::head_manifest`, the unchanged check's path (limiter, circuit, metrics;
+//!   hyper-util's pooled client since `registry::endpoint::direct`);
 //! - `reqwest`: a reqwest client built as the registry client builds it, one request each;
 //! - `legacy`: hyper-util's legacy pooled client;
 //! - `conn`: `hyper::client::conn::http1`, one kept connection per task.
 //!
-//! `cargo run --profile bench --example head_cost -- MODE HOST REPO TAG N`; count instructions with
+//! `cargo run --release --example head_cost -- MODE HOST REPO TAG N`; count instructions with
 //! `valgrind --tool=callgrind` at two N and divide the difference by theirs.
 
 use std::sync::Arc;

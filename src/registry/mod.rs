@@ -203,6 +203,14 @@ impl Registry {
         endpoints.get(host).and_then(|e| e.action_rate())
     }
 
+    /// How many manifest `HEAD`s went to `host` on the direct client (`endpoint::direct`) rather
+    /// than reqwest; `None` when that registry was never asked or a proxy keeps it on reqwest.
+    pub fn direct_heads(&self, host: &str) -> Option<u64> {
+        let endpoints = self.shared.endpoints.lock().unwrap_or_else(|e| e.into_inner());
+        let direct = endpoints.get(host)?.direct.as_ref()?;
+        Some(direct.sent())
+    }
+
     fn endpoint(&self, image: &ImageRef) -> Result<Lane, RegistryError> {
         let host = image.registry();
         let mut endpoints = self.shared.endpoints.lock().unwrap_or_else(|e| e.into_inner());

@@ -2,6 +2,7 @@
 //! platform filters, rollbacks, vanished tags, retries and settle.
 
 mod auth;
+mod direct;
 #[path = "watch/in_memory.rs"]
 mod in_memory;
 

@@ -37,21 +37,26 @@ impl TestRegistry {
     }
 
     pub fn start_with(auth: Auth) -> Self {
-        Self::start_full(auth, None, false)
+        Self::start_full(auth, None, false, None)
+    }
+
+    /// A registry serving HTTPS with `cert` and `key` (PEM files; see `keys::tls`).
+    pub fn start_tls(cert: &Path, key: &Path) -> Self {
+        Self::start_full(Auth::Anonymous, None, false, Some((cert, key)))
     }
 
     /// A registry whose upload `Location`s are relative (`/v2/…/uploads/<uuid>?_state=…`), so
     /// uploads through a proxy in front of it stay on the proxy.
     pub fn start_relative(auth: Auth) -> Self {
-        Self::start_full(auth, None, true)
+        Self::start_full(auth, None, true, None)
     }
 
     /// A registry that notifies `url` of every push, with `Authorization: Bearer <token>`.
     pub fn start_notifying(url: &str, token: &str) -> Self {
-        Self::start_full(Auth::Anonymous, Some((url.to_string(), token.to_string())), false)
+        Self::start_full(Auth::Anonymous, Some((url.to_string(), token.to_string())), false, None)
     }
 
-    fn start_full(auth: Auth, notify: Option<(String, String)>, relative: bool) -> Self {
+    fn start_full(auth: Auth, notify: Option<(String, String)>, relative: bool, tls: Option<(&Path, &Path)>) -> Self {
         assert!(
             Path::new(BINARY).exists(),
             "{BINARY} is missing: install the CNCF Distribution registry with `apt-get install -y docker-registry` (.ci/run does)"
@@ -73,8 +78,12 @@ impl TestRegistry {
                 "notifications:\n  endpoints:\n    - name: builder-monitor\n      url: {url}\n      headers:\n        Authorization: [Bearer {token}]\n      timeout: 2s\n      threshold: 5\n      backoff: 1s\n      ignoredmediatypes:\n        - application/octet-stream\n      ignore:\n        actions:\n          - pull\n"
             ),
         };
+        let tls_section = match tls {
+            None => String::new(),
+            Some((cert, key)) => format!("  tls:\n    certificate: {}\n    key: {}\n", cert.display(), key.display()),
+        };
         let config = format!(
-            "version: 0.1\nlog:\n  level: info\n  formatter: text\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:0\n  secret: builder-monitor-tests\n  relativeurls: {relative}\n{auth_section}{notify_section}",
+            "version: 0.1\nlog:\n  level: info\n  formatter: text\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:0\n  secret: builder-monitor-tests\n  relativeurls: {relative}\n{tls_section}{auth_section}{notify_section}",
             dir.path().join("data").display()
         );
         let config_path = dir.path().join("config.yml");
@@ -94,7 +103,8 @@ impl TestRegistry {
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                     if let Some(rest) = line.split("listening on ").nth(1) {
-                        let addr: String = rest.chars().take_while(|c| !c.is_whitespace() && *c != '"').collect();
+                        let addr: String =
+                            rest.chars().take_while(|c| !c.is_whitespace() && !matches!(c, '"' | ',')).collect();
                         let _ = tx.send(addr);
                     }
                     log.lock().unwrap().push(line);

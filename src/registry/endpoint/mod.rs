@@ -2,6 +2,7 @@
 //! request counters) and its errors. What it does with them parts along three seams: how often it
 //! asks (`limiter`), who it says it is (`tokens`) and sending a request (`send`).
 
+mod direct;
 mod limiter;
 mod send;
 mod tokens;
@@ -69,6 +70,8 @@ pub struct Endpoint {
     /// `scheme://api_host`: requests go here, redirects are judged against its origin.
     pub(super) base: Url,
     pub(super) http: reqwest::Client,
+    /// The check's manifest `HEAD`s, when no proxy stands between (`direct`).
+    pub(super) direct: Option<direct::Direct>,
     pub(super) circuit: circuit::Circuit,
     /// The watching's limiter (`requests_per_second`).
     pub(super) limiter: Option<DefaultDirectRateLimiter>,
@@ -110,29 +113,34 @@ impl Endpoint {
         let setup = |detail: String| RegistryError::Setup { registry: settings.host.clone(), detail };
         let scheme = if settings.insecure { "http" } else { "https" };
         crate::install_crypto_provider();
-        let mut builder = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .user_agent(USER_AGENT)
             .timeout(settings.timeout)
             .connect_timeout(settings.timeout.min(Duration::from_secs(10)))
-            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_idle_timeout(direct::IDLE_TIMEOUT)
             // As many idle connections as checks run at once (monitor::CHECK_CONCURRENCY): a burst of due checks
             // otherwise leaves thousands of idle sockets and their buffers behind.
-            .pool_max_idle_per_host(16)
+            .pool_max_idle_per_host(direct::MAX_IDLE_PER_HOST)
             // Followed by hand (`send`): where a redirect may lead depends on what is fetched.
             .redirect(reqwest::redirect::Policy::none());
-        if let Some(pem) = &settings.ca_pem {
-            let certs = reqwest::Certificate::from_pem_bundle(pem)
-                .map_err(|e| setup(format!("ca_file is not a valid PEM bundle: {e}")))?;
-            builder = builder.tls_certs_merge(certs);
-        }
-        let http = builder.build().map_err(|e| setup(format!("cannot build HTTP client: {e}")))?;
+        // One TLS configuration (one verifier, one copy of the roots) for both clients.
+        let tls = direct::tls_config(settings.ca_pem.as_deref()).map_err(setup)?;
+        let mut reqwest_tls = tls.clone();
+        // What reqwest offers when it builds the configuration itself (its `http2` feature).
+        reqwest_tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let http = builder
+            .tls_backend_preconfigured(reqwest_tls)
+            .build()
+            .map_err(|e| setup(format!("cannot build HTTP client: {e}")))?;
         let limiter = rate_limiter(&settings);
         let action_limiter = write_rate_limiter(&settings);
         let base = Url::parse(&format!("{scheme}://{api_host}"))
             .map_err(|e| setup(format!("\"{api_host}\" is not a usable host: {e}")))?;
+        let direct = direct::Direct::new(&base, tls, settings.timeout);
         Ok(Self {
             base,
             http,
+            direct,
             circuit: circuit::Circuit::default(),
             limiter,
             action_limiter,
@@ -196,8 +204,8 @@ impl Endpoint {
 ///
 /// Known by the errors' words: hyper-util's connector says `dns error` and reqwest's resolver
 /// `error resolving DNS`, in types neither crate exports, so there is no type to match.
-pub(in crate::registry) fn resolution_failed(error: &reqwest::Error) -> bool {
-    let mut source = std::error::Error::source(error);
+pub(in crate::registry) fn resolution_failed(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = error.source();
     while let Some(s) = source {
         if matches!(s.to_string().as_str(), "dns error" | "error resolving DNS") {
             return true;
@@ -208,13 +216,18 @@ pub(in crate::registry) fn resolution_failed(error: &reqwest::Error) -> bool {
 }
 
 pub(super) fn describe(error: &reqwest::Error) -> String {
+    describe_chain(error.is_timeout(), error.is_connect(), error)
+}
+
+/// `describe` for any client's error: what failed, then each cause once.
+pub(super) fn describe_chain(timeout: bool, connect: bool, error: &(dyn std::error::Error + 'static)) -> String {
     let mut parts = Vec::new();
-    if error.is_timeout() {
+    if timeout {
         parts.push("timed out".to_string());
-    } else if error.is_connect() {
+    } else if connect {
         parts.push("connection failed".to_string());
     }
-    let mut source = std::error::Error::source(error);
+    let mut source = error.source();
     while let Some(s) = source {
         let text = s.to_string();
         if !parts.contains(&text) {

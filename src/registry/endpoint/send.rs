@@ -7,10 +7,33 @@ use std::time::Duration;
 use reqwest::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, LOCATION};
 use reqwest::{Method, Response, StatusCode, Url};
 
+use super::direct::DirectError;
 use super::limiter::retry_after;
 use super::tokens::pull_scope;
 use super::{Endpoint, Lane, describe, is_redirect, origin_of, resolution_failed};
 use crate::registry::{MANIFEST_ACCEPT, MAX_REDIRECTS, RegistryError, RequestClass, speaks_plain_http, whole_seconds};
+
+/// Why a request got no answer, from either client.
+enum Unanswered {
+    Reqwest(reqwest::Error),
+    Direct(DirectError),
+}
+
+impl Unanswered {
+    fn describe(&self) -> String {
+        match self {
+            Unanswered::Reqwest(e) => describe(e),
+            Unanswered::Direct(e) => e.describe(),
+        }
+    }
+
+    fn resolution_failed(&self) -> bool {
+        match self {
+            Unanswered::Reqwest(e) => resolution_failed(e),
+            Unanswered::Direct(e) => e.as_error().is_some_and(resolution_failed),
+        }
+    }
+}
 
 /// 429s with `Retry-After` an action's request waits out before they count as failed attempts.
 const ACTION_THROTTLED_TRIES: u32 = 16;
@@ -94,23 +117,44 @@ impl Lane {
                 ))
             })?;
             self.wait_turn(pull, self.class).await?;
-            let mut request = self.http.request(method.clone(), url.clone()).header(ACCEPT, MANIFEST_ACCEPT);
-            if let Some(timeout) = timeout {
-                request = request.timeout(timeout);
-            }
-            request = match &payload {
-                Payload::Empty if fetch == Fetch::Write => request.header(CONTENT_LENGTH, 0),
-                Payload::Empty => request,
-                Payload::Bytes { bytes, content_type } => {
-                    request.header(CONTENT_TYPE, content_type.as_str()).body(bytes.clone())
+            // The plain manifest HEAD (the check's request) on the lighter client; a redirect's
+            // next hop and everything else on reqwest.
+            let direct = match &self.direct {
+                Some(direct)
+                    if method == Method::HEAD
+                        && fetch == Fetch::Manifest
+                        && hops == 0
+                        && timeout.is_none()
+                        && matches!(payload, Payload::Empty) =>
+                {
+                    url.as_str().parse::<hyper::Uri>().ok().map(|uri| (direct, uri))
                 }
-                Payload::Stream(body) => match body.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                    Some(body) => request.header(CONTENT_TYPE, "application/octet-stream").body(body),
-                    None => return Err(self.invalid(format!("{method} {path}: a streamed body cannot be sent twice"))),
-                },
+                _ => None,
             };
-            let (request, sent) = self.authorize(request, scope, self.class).await?;
-            let response = request.send().await;
+            let (response, sent) = if let Some((direct, uri)) = direct {
+                let (authorization, sent) = self.authorization(scope, self.class).await?;
+                (direct.head(&url, uri, authorization).await.map_err(Unanswered::Direct), sent)
+            } else {
+                let mut request = self.http.request(method.clone(), url.clone()).header(ACCEPT, MANIFEST_ACCEPT);
+                if let Some(timeout) = timeout {
+                    request = request.timeout(timeout);
+                }
+                request = match &payload {
+                    Payload::Empty if fetch == Fetch::Write => request.header(CONTENT_LENGTH, 0),
+                    Payload::Empty => request,
+                    Payload::Bytes { bytes, content_type } => {
+                        request.header(CONTENT_TYPE, content_type.as_str()).body(bytes.clone())
+                    }
+                    Payload::Stream(body) => match body.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                        Some(body) => request.header(CONTENT_TYPE, "application/octet-stream").body(body),
+                        None => {
+                            return Err(self.invalid(format!("{method} {path}: a streamed body cannot be sent twice")));
+                        }
+                    },
+                };
+                let (request, sent) = self.authorize(request, scope, self.class).await?;
+                (request.send().await.map_err(Unanswered::Reqwest), sent)
+            };
             self.record_request(method.as_str(), response.as_ref().ok().map(|r| r.status()));
             let failure = match response {
                 Ok(response) => {
@@ -225,7 +269,7 @@ impl Lane {
                 }
                 Err(e) => {
                     pass.unanswered(&self.settings.host);
-                    let detail = describe(&e);
+                    let detail = e.describe();
                     if !self.settings.insecure && speaks_plain_http(&detail) {
                         // Not a passing fault: retrying cannot help, the configuration must change.
                         return Err(RegistryError::Setup {
@@ -236,7 +280,7 @@ impl Lane {
                             ),
                         });
                     }
-                    if resolution_failed(&e) {
+                    if e.resolution_failed() {
                         // Asking again within this check gets the same answer; the next check asks.
                         let host = &self.settings.host;
                         return Err(self

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use reqwest::header::{HeaderMap, WWW_AUTHENTICATE};
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue, WWW_AUTHENTICATE};
 
 use super::limiter::retry_after;
 use super::{Endpoint, describe, is_redirect, origin_of};
@@ -25,6 +25,19 @@ pub(in crate::registry) enum Scheme {
     Unknown,
     Basic,
     Bearer { realm: String, service: Option<String> },
+}
+
+/// `Basic base64(user:password)`, as reqwest's `basic_auth` writes it, marked sensitive.
+fn basic(user: &str, password: &str) -> HeaderValue {
+    use base64::Engine;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    sensitive(HeaderValue::from_str(&format!("Basic {encoded}")).expect("base64 is a valid header value"))
+}
+
+/// Kept out of debug output (hyper and reqwest print sensitive values as `Sensitive`).
+fn sensitive(mut value: HeaderValue) -> HeaderValue {
+    value.set_sensitive(true);
+    value
 }
 
 pub(super) struct TokenExpiry;
@@ -70,16 +83,29 @@ impl Endpoint {
         scope: &str,
         class: RequestClass,
     ) -> Result<(reqwest::RequestBuilder, Option<Arc<Token>>), RegistryError> {
+        let (authorization, sent) = self.authorization(scope, class).await?;
+        Ok((
+            match authorization {
+                Some(value) => request.header(AUTHORIZATION, value),
+                None => request,
+            },
+            sent,
+        ))
+    }
+
+    /// The `Authorization` header a request gets (marked sensitive), and the bearer token it
+    /// carries, so a 401 can retire exactly that token.
+    pub(in crate::registry) async fn authorization(
+        &self,
+        scope: &str,
+        class: RequestClass,
+    ) -> Result<(Option<HeaderValue>, Option<Arc<Token>>), RegistryError> {
         let scheme = self.scheme.lock().unwrap_or_else(|e| e.into_inner()).clone();
         match scheme {
-            Scheme::Unknown => Ok((request, None)),
-            Scheme::Basic => Ok((
-                match Box::pin(self.credentials()).await? {
-                    Some((user, password)) => request.basic_auth(user, Some(password.expose())),
-                    None => request,
-                },
-                None,
-            )),
+            Scheme::Unknown => Ok((None, None)),
+            Scheme::Basic => {
+                Ok((Box::pin(self.credentials()).await?.map(|(user, password)| basic(&user, password.expose())), None))
+            }
             Scheme::Bearer { realm, service } => {
                 // A cached token first: the fetch's future, which `try_get_with` holds inline, is
                 // built (boxed) only on a miss, and a hit allocates no key.
@@ -94,7 +120,9 @@ impl Endpoint {
                         .await
                         .map_err(|e: Arc<RegistryError>| (*e).clone())?,
                 };
-                Ok((request.bearer_auth(token.value.expose()), Some(token)))
+                let value = HeaderValue::from_str(&format!("Bearer {}", token.value.expose()))
+                    .map_err(|_| self.invalid("the token service's token is not a valid HTTP header value".into()))?;
+                Ok((Some(sensitive(value)), Some(token)))
             }
         }
     }
@@ -125,7 +153,7 @@ impl Endpoint {
             self.wait_turn(false, class).await?;
             let mut request = self.http.get(url.clone());
             if let Some((user, password)) = self.credentials().await? {
-                request = request.basic_auth(user, Some(password.expose()));
+                request = request.header(AUTHORIZATION, basic(&user, password.expose()));
             }
             self.metrics.token_fetches.get_or_create(&self.labels).inc();
             let response = request.send().await;

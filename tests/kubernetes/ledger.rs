@@ -223,6 +223,23 @@ fn action(change: &str, image: &str) -> NewAction {
     }
 }
 
+/// The deploy that follows an expedited rebase takes the rebase's ids from its claim
+/// (`Runner::follow`): each ledger hands them back as they were recorded.
+#[tokio::test]
+async fn a_claimed_action_carries_the_ids_that_expedited_it() {
+    both(|ledger| async move {
+        let mut r = record("b", "2026-11-30T12:00:00Z");
+        r.change = Some(change("b", 1, "sha256:a", "sha256:b"));
+        r.actions = vec![action("c1", "app").expedited(vec!["CVE-2026-9001".into()]), action("c1", "api")];
+        ledger.commit(r).await.unwrap();
+        let claimed = ledger.claim_actions(at("2099-01-01T00:00:00.000Z"), 10).await.unwrap();
+        let of = |image: &str| claimed.iter().find(|a| a.image == image).unwrap().expedited.clone();
+        assert_eq!(of("app"), ["CVE-2026-9001"]);
+        assert!(of("api").is_empty());
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn actions_are_claimed_finished_requeued_and_superseded() {
     both(|ledger| async move {

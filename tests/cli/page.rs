@@ -261,6 +261,28 @@ builders = ["untrusted"]
 }
 
 /// A deploy of `digest` to `image`'s Deployment `shop/{image}` by hand, under change `change`.
+/// The page served in process over `ledger`, as the daemon serves it: its URL, and the token that
+/// stops it.
+async fn serve_page(
+    config: &std::sync::Arc<builder_monitor::config::Config>,
+    ledger: builder_monitor::ledger::Ledger,
+) -> (String, tokio_util::sync::CancellationToken) {
+    let parts = builder_monitor::daemon::Parts::new(
+        config.clone(),
+        ledger.clone(),
+        builder_monitor::schedule::Clock::System,
+        None,
+    )
+    .unwrap();
+    let settings = config.server.clone().unwrap();
+    let state = builder_monitor::server::ServerState::new(config.clone(), settings, parts.monitor.handle(), ledger);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(builder_monitor::server::serve(std::sync::Arc::new(state), listener, stop.clone()));
+    (url, stop)
+}
+
 fn deploy_action(change: &str, image: &str, digest: &str) -> builder_monitor::ledger::NewAction {
     let target = serde_json::json!({
         "image": format!("127.0.0.1:9/apps/{image}:latest"), "builder_name": "jammy", "builder": "b", "run_image": null,
@@ -354,19 +376,7 @@ async fn the_deploys_section_shows_each_workload_in_chromium() {
     ledger.record_actions(vec![deploy_action("manual-2", "orders", &bad)], chrono::Utc::now()).await.unwrap();
     carry_out(&ledger, "orders", &bad, "failed", ActionOutcome::Failed, true).await;
 
-    let parts = builder_monitor::daemon::Parts::new(
-        config.clone(),
-        ledger.clone(),
-        builder_monitor::schedule::Clock::System,
-        None,
-    )
-    .unwrap();
-    let settings = config.server.clone().unwrap();
-    let state = builder_monitor::server::ServerState::new(config.clone(), settings, parts.monitor.handle(), ledger);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/", listener.local_addr().unwrap());
-    let stop = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(builder_monitor::server::serve(std::sync::Arc::new(state), listener, stop.clone()));
+    let (url, stop) = serve_page(&config, ledger).await;
 
     let dom = tokio::task::spawn_blocking(move || browse(&chromium, &url, &["--dump-dom"])).await.unwrap();
     stop.cancel();
@@ -563,19 +573,7 @@ async fn the_page_shows_the_freeze_and_app_images_and_fits_1280px_in_chromium() 
     let freeze = Freeze { since: ago(10), reason: Some("release day".into()), by: "alice (cli)".into() };
     ledger.set_freeze(Some(freeze), vec![], vec![], 10, now).await.unwrap();
 
-    let parts = builder_monitor::daemon::Parts::new(
-        config.clone(),
-        ledger.clone(),
-        builder_monitor::schedule::Clock::System,
-        None,
-    )
-    .unwrap();
-    let settings = config.server.clone().unwrap();
-    let state = builder_monitor::server::ServerState::new(config.clone(), settings, parts.monitor.handle(), ledger);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/", listener.local_addr().unwrap());
-    let stop = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(builder_monitor::server::serve(std::sync::Arc::new(state), listener, stop.clone()));
+    let (url, stop) = serve_page(&config, ledger).await;
 
     let page = tokio::task::spawn_blocking(move || {
         evaluate(

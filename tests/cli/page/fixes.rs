@@ -52,19 +52,7 @@ async fn each_change_row_lists_the_ids_status_gives_or_why_there_are_none() {
     // The page, served in process over the ledger the runs wrote.
     let config = std::sync::Arc::new(builder_monitor::config::Config::parse(&path, &text).unwrap());
     let ledger = builder_monitor::ledger::Ledger::open_read_only(&ws.path("state.db")).unwrap();
-    let parts = builder_monitor::daemon::Parts::new(
-        config.clone(),
-        ledger.clone(),
-        builder_monitor::schedule::Clock::System,
-        None,
-    )
-    .unwrap();
-    let settings = config.server.clone().unwrap();
-    let state = builder_monitor::server::ServerState::new(config.clone(), settings, parts.monitor.handle(), ledger);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/", listener.local_addr().unwrap());
-    let stop = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(builder_monitor::server::serve(std::sync::Arc::new(state), listener, stop.clone()));
+    let (url, stop) = serve_page(&config, ledger).await;
     let dom = tokio::task::spawn_blocking(move || browse(&chromium, &url, &["--dump-dom"])).await.unwrap();
     stop.cancel();
 

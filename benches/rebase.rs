@@ -421,7 +421,7 @@ fn render(report: &Value) -> String {
         let t = &fleet["traffic"];
         let _ = writeln!(
             md,
-            "| 3 | fleet patch: {} apps ({}, {} of {RUN_LAYERS} run image layers changed), push of a new run image → last app tag rebased (push hook) | {:.1} s (first app after {:.2} s, 90 % after {:.1} s), {} failed attempts, {} requests ({:.1} per app: {}), {} sent, {} received, daemon peak RSS {} MiB (no layer bytes) |",
+            "| 3 | fleet patch: {} apps ({}, {} of {RUN_LAYERS} run image layers changed), push of a new run image → last app tag rebased (push hook) | {:.1} s (first app after {:.2} s, 90 % after {:.1} s), {} failed attempts, {} requests ({:.1} per app: {}), {} sent, {} received, CPU per app: registry {} ms, daemon {} ms, daemon peak RSS {} MiB (no layer bytes) |",
             fleet["apps"],
             if fleet["shared_repository"] == true { "tags of one repository" } else { "one repository each" },
             fleet["run_layers_changed"],
@@ -434,6 +434,8 @@ fn render(report: &Value) -> String {
             t["by_method"],
             kib(&t["bytes_sent"]),
             kib(&t["bytes_received"]),
+            fleet["cpu_ms_per_app"]["registry"].as_f64().map_or("?".to_string(), |m| format!("{m:.1}")),
+            fleet["cpu_ms_per_app"]["daemon"].as_f64().map_or("?".to_string(), |m| format!("{m:.1}")),
             fleet["peak_rss_kib"].as_u64().map_or("?".to_string(), |k| format!("{:.1}", k as f64 / 1024.0)),
         );
     }
@@ -457,6 +459,14 @@ fn render(report: &Value) -> String {
 /// benchmark runs one thing at a time, so nothing races for it).
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// utime + stime of process `pid`, in seconds (`/proc/PID/stat`; the kernel's clock ticks are 100 a
+/// second on Linux, as `getconf CLK_TCK` says here).
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    Some((fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?) / 100.0)
 }
 
 /// Where app `i` of the fleet lives: its own repository, or a tag of the one shared repository.
@@ -560,6 +570,8 @@ async fn fleet_patch(n: usize, shared: bool) -> Value {
     proxy.clear();
     let pushed_v2 = app::push_run(&pusher, "run", Some("latest"), &v2, Format::Oci).await;
     let pushed = Instant::now();
+    // The registry's and the daemon's CPU from the push on (the push's own share is small: 8 layers).
+    let (registry_cpu0, daemon_cpu0) = (cpu_seconds(registry.pid()), cpu_seconds(daemon.pid()));
     let push_requests = proxy.seen().len();
     let (mut first, mut p90) = (None, None);
     // Failed attempts (each retried after the action's backoff) and manifest PUTs tried again
@@ -586,6 +598,9 @@ async fn fleet_patch(n: usize, shared: bool) -> Value {
         }
     }
     let seconds = pushed.elapsed().as_secs_f64();
+    let per_app_ms = |before: Option<f64>, after: Option<f64>| Some((after? - before?) * 1000.0 / n.max(1) as f64);
+    let registry_cpu_ms = per_app_ms(registry_cpu0, cpu_seconds(registry.pid()));
+    let daemon_cpu_ms = per_app_ms(daemon_cpu0, cpu_seconds(daemon.pid()));
     // The daemon's traffic: all of it after the push, less the push itself.
     let seen = proxy.seen();
     let (mut by_method, mut sent, mut received) = (std::collections::BTreeMap::<String, usize>::new(), 0u64, 0u64);
@@ -617,11 +632,13 @@ async fn fleet_patch(n: usize, shared: bool) -> Value {
     let per_app = requests as f64 / n.max(1) as f64;
     let (failed, again) = (failed.get(), again.get());
     say(format!(
-        "fleet{}{}, {changed} of {RUN_LAYERS} run image layers changed: {rebased}/{n} rebased {seconds:.1} s after the push (first after {:.2} s, 90 % after {:.1} s); {failed} failed attempts, {again} manifest PUTs tried again within an attempt; {requests} requests ({per_app:.1} per app, {by_method:?}), {sent} B sent, {received} B received; peak RSS {} KiB",
+        "fleet{}{}, {changed} of {RUN_LAYERS} run image layers changed: {rebased}/{n} rebased {seconds:.1} s after the push (first after {:.2} s, 90 % after {:.1} s); {failed} failed attempts, {again} manifest PUTs tried again within an attempt; {requests} requests ({per_app:.1} per app, {by_method:?}), {sent} B sent, {received} B received; CPU per app: registry {} ms, daemon {} ms; peak RSS {} KiB",
         if signing { " (signed and attested)" } else { "" },
         if defaults { " (default config)" } else { " (requests_per_second = 0, max_registry_rebases = 16)" },
         first.map_or(f64::NAN, |f| f.as_secs_f64()),
         p90.map_or(f64::NAN, |f| f.as_secs_f64()),
+        registry_cpu_ms.map_or("?".to_string(), |m| format!("{m:.1}")),
+        daemon_cpu_ms.map_or("?".to_string(), |m| format!("{m:.1}")),
         peak_rss_kib.map_or("?".to_string(), |k| k.to_string())
     ));
     let _ = pushed_v2;
@@ -633,6 +650,7 @@ async fn fleet_patch(n: usize, shared: bool) -> Value {
         "failed_attempts": failed, "tried_again_within_attempts": again,
         "traffic": { "requests": requests, "requests_per_app": per_app, "by_method": by_method, "bytes_sent": sent, "bytes_received": received },
         "peak_rss_kib": peak_rss_kib,
+        "cpu_ms_per_app": { "registry": registry_cpu_ms, "daemon": daemon_cpu_ms },
         "concurrency": if defaults { None } else { Some(CONCURRENCY) },
     })
 }

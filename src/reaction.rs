@@ -163,8 +163,9 @@ pub struct Planned {
     pub decisions: Vec<Decision>,
     /// The actions the check's commit records.
     pub actions: Vec<NewAction>,
-    /// The actions an earlier batch recorded already (`Ledger::record_planned`), as much of them
-    /// as the commit's events and the gitops actions need: a fleet's actions are not all held in
+    /// The actions an earlier batch recorded already (`Ledger::record_planned`) that the commit's
+    /// events and the gitops actions need, as much of them as they need: all of them when a gitops
+    /// target is configured, else those awaiting approval. A fleet's actions are not all held in
     /// memory until the commit, nor written a second time by it.
     pub recorded: Vec<RecordedAction>,
 }
@@ -409,6 +410,7 @@ impl Reaction<'_> {
         order.sort_by_key(|&i| images[i].wave);
         let mut decisions: Vec<Option<Decision>> = vec![None; images.len()];
         let mut builder_pins = BuilderPins::default();
+        let gitops = !self.config.gitops.is_empty();
         let (mut actions, mut recorded) = (Vec::new(), Vec::new());
         let (mut start, mut size) = (0, FIRST_BATCH);
         while start < order.len() {
@@ -419,7 +421,11 @@ impl Reaction<'_> {
                 decisions[i] = Some(d);
             }
             if end < order.len() && !planned.actions.is_empty() {
-                recorded.extend(planned.actions.iter().map(RecordedAction::of));
+                // Only what the commit reads: every action's image and wave for the gitops
+                // targets' commit (when there are any), else the ones waiting for a person (the
+                // approval event). A fleet of 10,000 kept 1.4 MiB of summaries for nothing.
+                let summed = planned.actions.iter().filter(|a| gitops || a.needs_approval);
+                recorded.extend(summed.map(RecordedAction::of));
                 self.ledger.record_planned(mv.watch, planned.actions, mv.now).await?;
             } else {
                 actions.extend(planned.actions);

@@ -275,8 +275,7 @@ pub async fn waits(
     changes.dedup();
     let mut out = BTreeMap::new();
     for change in changes {
-        let actions = ledger.change_actions(change).await?;
-        let view: Vec<GateAction> = actions.iter().map(ActionRecord::gate_action).collect();
+        let view = ledger.change_gates(change).await?;
         for (key, verdict) in rollout::gate(&view, &config.rollout, freeze, now) {
             if let Err(wait) = verdict {
                 out.insert(key, wait);

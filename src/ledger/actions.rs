@@ -573,6 +573,12 @@ pub trait Actions {
     /// Every action of one change, any state, by wave (then age and key).
     fn change_actions(&self, change_id: &str) -> impl Future<Output = Result<Vec<ActionRecord>, LedgerError>> + Send;
 
+    /// Every action of one change as the roll-out gates see it ([`ActionRecord::gate_action`]),
+    /// in [`Actions::change_actions`]' order: what `status` and the open-actions metric read of a
+    /// change each time, without each action's detail, output and progress (a fleet's change holds
+    /// thousands of actions).
+    fn change_gates(&self, change_id: &str) -> impl Future<Output = Result<Vec<GateAction>, LedgerError>> + Send;
+
     /// Applies `verdict` to a change's actions (one image's only, with `image`) in one write: each
     /// it concerns moves to [`Verdict::next_state`]; an approval or rejection records `by` and when
     /// (to the second); a release marks every action of the change released, whatever its state,

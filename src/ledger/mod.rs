@@ -41,7 +41,7 @@ pub use tags::*;
 
 use builder_monitor_core::event::Event;
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
-use builder_monitor_core::rollout::{Freeze, Rollout};
+use builder_monitor_core::rollout::{Freeze, GateAction, Rollout};
 
 /// Each variant's message includes its cause, which is therefore not also exposed as `source()`:
 /// the daemon logs these with `Display`, and a chain printer would show the cause twice.
@@ -191,6 +191,7 @@ forward! {
         fn latest_actions(kind: ActionKind) -> Vec<LatestAction>;
         fn open_actions() -> Vec<OpenAction>;
         fn change_actions(change_id: &str) -> Vec<ActionRecord>;
+        fn change_gates(change_id: &str) -> Vec<GateAction>;
         fn last_succeeded_target(image: &str, kind: ActionKind) -> Option<ActionTarget>;
     }
     TagWrites {

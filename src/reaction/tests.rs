@@ -83,7 +83,48 @@ async fn a_fleet_planned_in_batches_keeps_every_action_for_its_events_and_commit
     }
     text += "[[gitops]]\nname = \"fleet\"\nrepo = \"file:///nowhere/fleet.git\"\n\
              files = [{ path = \"apps/app-00/kustomization.yaml\", format = \"kustomize\", image = \"app-00\" }]\n";
-    let config = Config::parse(std::path::Path::new("/config.toml"), &text).unwrap();
+    let (planned, ledger, _dir) = plan_rebuilds(&text).await;
+
+    // The first batch was recorded and is only summed up; the rest, and the gitops commit, are
+    // for the check's commit.
+    assert_eq!(planned.recorded.len(), FIRST_BATCH);
+    assert_eq!(ledger.actions(100).await.unwrap().len(), FIRST_BATCH);
+    let to_commit: Vec<&str> = planned.actions.iter().map(|a| a.image.as_str()).collect();
+    assert_eq!(to_commit.len(), n - FIRST_BATCH + 1, "{to_commit:?}");
+    let waiting: Vec<String> = planned.awaiting_approval().into_iter().map(|a| a.image).collect();
+    let apps: Vec<String> = (0..n).map(|i| format!("app-{i:02}")).collect();
+    assert_eq!(waiting, apps, "every rebuild waits for a person, in planning order");
+
+    let gitops = planned.actions.iter().find(|a| a.kind == ActionKind::Gitops).expect("a gitops action");
+    assert_eq!(gitops.wave, 4, "after the highest app wave (3)");
+    assert_eq!(planned.decisions.len(), n);
+}
+
+/// Without gitops targets, a batch recorded ahead of the commit leaves in `Planned` only what the
+/// approval event needs: the actions waiting for a person, none here.
+#[tokio::test]
+async fn a_fleet_without_gitops_or_approvals_keeps_no_summaries_of_recorded_actions() {
+    let mut text = "[[builders]]\nname = \"jammy\"\nimage = \"127.0.0.1:1/cnb/builder:latest\"\n".to_string();
+    let n = FIRST_BATCH + 4;
+    for i in 0..n {
+        let approve = i == 0;
+        text += &format!(
+            "[[images]]\nname = \"app-{i:02}\"\nbuilder = \"jammy\"\nimage = \"127.0.0.1:1/apps/app-{i:02}:latest\"\npolicy = \"rebuild\"\napprove = {approve}\n"
+        );
+    }
+    let (planned, ledger, _dir) = plan_rebuilds(&text).await;
+    assert_eq!(ledger.actions(100).await.unwrap().len(), FIRST_BATCH, "the first batch is recorded");
+    let summed: Vec<&str> = planned.recorded.iter().map(|a| a.summary.image.as_str()).collect();
+    assert_eq!(summed, ["app-00"], "only the one awaiting approval");
+    let waiting: Vec<String> = planned.awaiting_approval().into_iter().map(|a| a.image).collect();
+    assert_eq!(waiting, ["app-00"]);
+    assert_eq!(planned.actions.len(), n - FIRST_BATCH);
+}
+
+/// A rebuild of every app image of builder `jammy` in the config `text`, planned over an empty
+/// SQLite ledger (kept in the directory answered) with no registry reads.
+async fn plan_rebuilds(text: &str) -> (Planned, Ledger, tempfile::TempDir) {
+    let config = Config::parse(std::path::Path::new("/config.toml"), text).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let ledger = Ledger::open(&dir.path().join("ledger.db")).unwrap();
     let registry = Registry::new(config.registries.values().cloned(), Metrics::new());
@@ -105,19 +146,5 @@ async fn a_fleet_planned_in_batches_keeps_every_action_for_its_events_and_commit
         metadata: None,
         now: chrono::Utc::now(),
     };
-    let planned = reaction.plan_actions(&mv).await.unwrap();
-
-    // The first batch was recorded and is only summed up; the rest, and the gitops commit, are
-    // for the check's commit.
-    assert_eq!(planned.recorded.len(), FIRST_BATCH);
-    assert_eq!(ledger.actions(100).await.unwrap().len(), FIRST_BATCH);
-    let to_commit: Vec<&str> = planned.actions.iter().map(|a| a.image.as_str()).collect();
-    assert_eq!(to_commit.len(), n - FIRST_BATCH + 1, "{to_commit:?}");
-    let waiting: Vec<String> = planned.awaiting_approval().into_iter().map(|a| a.image).collect();
-    let apps: Vec<String> = (0..n).map(|i| format!("app-{i:02}")).collect();
-    assert_eq!(waiting, apps, "every rebuild waits for a person, in planning order");
-
-    let gitops = planned.actions.iter().find(|a| a.kind == ActionKind::Gitops).expect("a gitops action");
-    assert_eq!(gitops.wave, 4, "after the highest app wave (3)");
-    assert_eq!(planned.decisions.len(), n);
+    (reaction.plan_actions(&mv).await.unwrap(), ledger, dir)
 }

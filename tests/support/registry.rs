@@ -32,6 +32,11 @@ pub struct TestRegistry {
 }
 
 impl TestRegistry {
+    /// The registry's process id (benchmarks read its CPU time from `/proc`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn start() -> Self {
         Self::start_with(Auth::Anonymous)
     }

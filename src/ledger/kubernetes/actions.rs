@@ -17,7 +17,7 @@ use crate::ledger::{
 };
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::progress::Progress;
-use builder_monitor_core::rollout::{Rollout, failure_reason};
+use builder_monitor_core::rollout::{GateAction, Rollout, failure_reason};
 use chrono::{DateTime, Utc};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -548,6 +548,11 @@ impl Actions for KubeLedger {
                 gate: None,
             })
             .collect())
+    }
+
+    async fn change_gates(&self, change_id: &str) -> Result<Vec<GateAction>, LedgerError> {
+        // The records are read whole from the API either way; only the answer is smaller.
+        Ok(self.change_actions(change_id).await?.iter().map(ActionRecord::gate_action).collect())
     }
 
     async fn change_actions(&self, change_id: &str) -> Result<Vec<ActionRecord>, LedgerError> {

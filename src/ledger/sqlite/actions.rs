@@ -14,7 +14,7 @@ use crate::ledger::{
 };
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::progress::Progress;
-use builder_monitor_core::rollout::{Freeze, Rollout, failure_reason};
+use builder_monitor_core::rollout::{Freeze, GateAction, Rollout, failure_reason};
 use builder_monitor_core::schedule::{timestamp, timestamp_millis};
 
 /// The columns [`action_record`] reads.
@@ -314,6 +314,32 @@ impl Actions for SqliteLedger {
     async fn change_actions(&self, change_id: &str) -> Result<Vec<ActionRecord>, LedgerError> {
         let change_id = change_id.to_string();
         self.with(move |conn| change_rows(conn, &change_id)).await
+    }
+
+    async fn change_gates(&self, change_id: &str) -> Result<Vec<GateAction>, LedgerError> {
+        let change_id = change_id.to_string();
+        self.with(move |conn| {
+            all(
+                conn,
+                "SELECT key, image, wave, state, released, created, kind, updated, expedited FROM actions
+                 WHERE change_id = ?1 ORDER BY wave, created, key",
+                params![change_id],
+                |r| {
+                    Ok(GateAction {
+                        key: r.get("key")?,
+                        image: r.get("image")?,
+                        wave: r.get("wave")?,
+                        state: r.get::<_, State>("state")?.0,
+                        released: r.get("released")?,
+                        created: r.get::<_, Time>("created")?.0,
+                        deploy: r.get::<_, String>("kind")? == ActionKind::Deploy.as_str(),
+                        updated: r.get::<_, Time>("updated")?.0,
+                        expedited: !expedited_ids(r.get("expedited")?).is_empty(),
+                    })
+                },
+            )
+        })
+        .await
     }
 
     async fn decide(

@@ -218,3 +218,36 @@ async fn a_later_wave_arriving_after_a_failure_is_held_and_after_a_release_goes(
     })
     .await;
 }
+
+/// What the gates read of a change (`change_gates`, a lean read of its rows) is its actions as the
+/// gates see them, on both ledgers: waves, states, a release, a deploy and an expedited action.
+#[tokio::test]
+async fn a_changes_gate_view_is_its_actions_as_the_gates_see_them() {
+    both(|ledger| async move {
+        let now = at("2026-11-30T12:30:00Z");
+        let mut deploy = gated("c1", "web-deploy", 1, false);
+        deploy.kind = ActionKind::Deploy;
+        let mut r = record("b", "2026-11-30T12:00:00Z");
+        r.change = Some(change("b", 1, "sha256:a", "sha256:b"));
+        r.actions = vec![
+            gated("c1", "canary", 0, false).expedited(vec!["USN-7000-1".into()]),
+            gated("c1", "orders", 1, true),
+            deploy,
+        ];
+        ledger.commit(r).await.unwrap();
+        let claimed = ledger.claim_actions_of(now, 1, None, &Rollout::default()).await.unwrap();
+        assert_eq!(claimed[0].image, "canary");
+        ledger.finish_action(end(&claimed[0].key, ActionOutcome::Succeeded, None)).await.unwrap();
+        ledger.decide("c1", Some("orders"), Verdict::Release, "alice (cli)", now).await.unwrap();
+
+        let gates = ledger.change_gates("c1").await.unwrap();
+        let whole: Vec<_> = ledger.change_actions("c1").await.unwrap().iter().map(|a| a.gate_action()).collect();
+        assert_eq!(gates, whole);
+        let by_image = |image: &str| gates.iter().find(|g| g.image == image).unwrap().clone();
+        assert_eq!((by_image("canary").state, by_image("canary").expedited), (ActionState::Succeeded, true));
+        assert!(by_image("orders").released && !by_image("orders").expedited);
+        assert!(by_image("web-deploy").deploy && !by_image("canary").deploy);
+        assert_eq!(gates.iter().map(|g| g.wave).collect::<Vec<_>>(), [0, 1, 1]);
+    })
+    .await;
+}

@@ -13,7 +13,7 @@ use crate::cluster::{self, ClusterError, lease::LeaseElector};
 use crate::config::{Config, StateLocation};
 use crate::ledger::{Ledger, LedgerError, OpenAction, WriterLock};
 use crate::metrics::Metrics;
-use crate::monitor::Monitor;
+use crate::monitor::{Monitor, MonitorHandle};
 use crate::registry::Registry;
 use crate::runner::{Backends, Clusters, Runner, RunnerError};
 use crate::schedule::Clock;
@@ -356,6 +356,9 @@ pub async fn run(config: Arc<Config>, once: bool, shutdown: CancellationToken) -
         });
     }
 
+    // Start-up is done: its code and heap are given back now, the first cycle's once it is.
+    serving.spawn("memory release", release_memory(parts.monitor.handle(), shutdown.clone()));
+
     let mut failure = None;
     let mut stop_deadline = None;
     loop {
@@ -407,6 +410,32 @@ pub async fn run(config: Arc<Config>, once: bool, shutdown: CancellationToken) -
     drop(no_election);
     tracing::info!("builder-monitor stopped");
     Ok(0)
+}
+
+/// Gives back the memory start-up used and no longer needs (`crate::memory`): once at start-up,
+/// again when every builder has been checked once (pinning and inspecting every tag touched code
+/// a steady check never runs). A standby that never leads gives back only the first.
+async fn release_memory(monitor: MonitorHandle, stop: CancellationToken) {
+    release_memory_after("start-up").await;
+    tokio::select! {
+        _ = stop.cancelled() => {}
+        _ = monitor.first_cycle() => release_memory_after("the first check cycle").await,
+    }
+}
+
+async fn release_memory_after(what: &'static str) {
+    // /proc reads and system calls: off the runtime's workers.
+    match tokio::task::spawn_blocking(crate::memory::release).await {
+        Ok(Ok(released)) => tracing::debug!(
+            after = what,
+            code_kib = released.code_kib,
+            mappings = released.mappings,
+            heap_trimmed = released.heap_trimmed,
+            "gave back memory no longer needed"
+        ),
+        Ok(Err(err)) => tracing::debug!(after = what, error = %err, "cannot give back memory no longer needed"),
+        Err(err) => tracing::debug!(after = what, error = %err, "the memory release failed"),
+    }
 }
 
 /// The Ubuntu releases of the images the ledger has pinned: the vulnerability data kept at start.

@@ -1,6 +1,6 @@
 //! builder-monitor: watches floating CNB builder tags, pins them to immutable digests, explains
 //! each move and drives the right reaction (alerts, rebases, rebuilds).
-// Two audited exceptions: `runner::group::die_with_daemon`, `release_freed_memory`.
+// Two audited exceptions: `runner::group::die_with_daemon` and the `memory` module.
 #![deny(unsafe_code)]
 
 /// What every HTTP request of the daemon says it is (registries, alert receivers, OSV mirrors).
@@ -21,6 +21,7 @@ pub mod event_log;
 pub mod inspect;
 pub mod ledger;
 pub mod log_stream;
+pub mod memory;
 pub mod metrics;
 pub mod monitor;
 pub mod page;
@@ -36,17 +37,3 @@ pub mod signing;
 pub mod status;
 pub mod vulns;
 pub mod worker;
-
-/// Gives freed heap back to the kernel after a large parse (the config, an OSV mirror): glibc
-/// keeps freed fragments between the allocations that stay.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-#[allow(unsafe_code)]
-pub fn release_freed_memory() {
-    // SAFETY: malloc_trim is thread-safe, takes no pointer and only returns free pages.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub fn release_freed_memory() {}

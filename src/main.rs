@@ -1,6 +1,5 @@
 //! The `builder-monitor` command: argument parsing, logging set-up and exit codes
 //! (0 ok, 1 runtime failure, 2 usage or invalid config).
-// One audited exception: `commands::common::use_one_malloc_arena`.
 #![deny(unsafe_code)]
 
 use std::io::IsTerminal;
@@ -31,7 +30,7 @@ fn usage(err: clap::Error) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    commands::use_one_malloc_arena();
+    builder_monitor::memory::use_one_malloc_arena();
     install_crypto_provider();
     let cli = match Cli::<Command>::try_parse() {
         Ok(cli) => cli,

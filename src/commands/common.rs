@@ -1,5 +1,5 @@
 //! What several commands share: reading the config, image references and registry clients from
-//! arguments, the pools, and the process's heap.
+//! arguments, and the pools.
 
 use std::path::Path;
 
@@ -14,26 +14,9 @@ use super::failure::{Failure, usage};
 /// Loads a config, reading only the `secrets` the command uses.
 pub fn load_config(path: &Path, secrets: Secrets) -> Result<Config, Failure> {
     let config = Config::load_with(path, secrets).map_err(usage);
-    builder_monitor::release_freed_memory();
+    builder_monitor::memory::trim_heap();
     config
 }
-
-/// Keeps glibc to one malloc arena. By default every thread that meets a locked arena gets its
-/// own (up to 8 per core), and memory freed in one is never reused by another: at 10,000 builders
-/// the daemon's heap was spread over nine arenas, 2.2 MiB more than with one (measured with
-/// `MALLOC_ARENA_MAX=1`). Small allocations go through glibc's per-thread cache without the
-/// arena's lock, so two cores' workers do not queue on it. Call before any thread starts.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-#[allow(unsafe_code)]
-pub fn use_one_malloc_arena() {
-    // SAFETY: mallopt takes no pointer; M_ARENA_MAX only caps arenas created from now on.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub fn use_one_malloc_arena() {}
 
 /// The configured pools' names, for an error.
 pub fn pool_names(config: &Config) -> String {

@@ -29,7 +29,6 @@ mod signing;
 mod status;
 mod unfreeze;
 
-pub use common::use_one_malloc_arena;
 pub use failure::{Failure, error_text};
 
 /// Declares the commands: `Name(module)` is `builder-monitor name` (kebab-case), parsed into

@@ -290,7 +290,11 @@ impl Monitor {
             let labels = ChangeLabels { builder: watch.name.clone(), kind: kind.as_str().into() };
             metrics.changes.get_or_create(&labels).inc();
         }
-        self.handle.unchecked.lock().unwrap_or_else(|e| e.into_inner()).remove(&watch.name);
+        let mut unchecked = self.handle.unchecked.lock().unwrap_or_else(|e| e.into_inner());
+        if unchecked.remove(&watch.name) && unchecked.is_empty() {
+            self.handle.first_cycle.send_replace(true);
+        }
+        drop(unchecked);
         self.handle.beat();
     }
 

@@ -114,6 +114,8 @@ pub struct MonitorHandle {
     run_images: Arc<Mutex<RunImages>>,
     /// Builders not checked yet since start (readiness).
     unchecked: Arc<Mutex<BTreeSet<String>>>,
+    /// Becomes true once `unchecked` is empty (the daemon then gives back start-up memory).
+    first_cycle: Arc<tokio::sync::watch::Sender<bool>>,
     /// Unix time the scheduler last showed it is alive (liveness).
     heartbeat: Arc<AtomicI64>,
     /// Watches with a push hook's checks under way.
@@ -135,6 +137,13 @@ impl MonitorHandle {
     /// Whether every builder has been checked once since start.
     pub fn first_cycle_done(&self) -> bool {
         self.unchecked.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+    }
+
+    /// Returns once every builder has been checked since start (at once if that is so already).
+    pub async fn first_cycle(&self) {
+        let mut done = self.first_cycle.subscribe();
+        // The sender lives as long as this handle: an error cannot happen while we hold it.
+        let _ = done.wait_for(|done| *done).await;
     }
 
     /// Whether the scheduler showed it is alive within `HEARTBEAT_STALE`.
@@ -231,8 +240,10 @@ impl Monitor {
         metrics: Arc<Metrics>,
     ) -> Self {
         let (wakes, wake_receiver) = mpsc::unbounded_channel();
+        let unchecked: BTreeSet<String> = config.builders.iter().map(|b| b.name.clone()).collect();
         let handle = MonitorHandle {
-            unchecked: Arc::new(Mutex::new(config.builders.iter().map(|b| b.name.clone()).collect())),
+            first_cycle: Arc::new(tokio::sync::watch::Sender::new(unchecked.is_empty())),
+            unchecked: Arc::new(Mutex::new(unchecked)),
             heartbeat: Arc::new(AtomicI64::new(clock.now().timestamp())),
             config,
             clock,

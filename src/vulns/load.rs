@@ -104,7 +104,7 @@ impl Loaded {
     /// parsed one at a time, each leaving fragments glibc would keep).
     fn finished(mut self) -> Self {
         self.index.seal();
-        crate::release_freed_memory();
+        crate::memory::trim_heap();
         self
     }
 

@@ -13,6 +13,7 @@ use graph::{Tree, circles, imports};
 /// Every module of the binary crate, lowest first, as the README's architecture section lists
 /// them: each may import only modules listed before it. (The core crate sits below them all.)
 const LAYERS: &[&str] = &[
+    "memory",
     "log_stream",
     "config",
     "metrics",

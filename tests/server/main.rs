@@ -14,6 +14,7 @@ mod alerts;
 mod deploy_command;
 mod log_stream;
 mod logs;
+mod memory;
 mod outages;
 mod reload;
 mod secrets;

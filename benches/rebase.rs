@@ -566,6 +566,30 @@ async fn fleet_patch(n: usize, shared: bool) -> Value {
             v["message"] == "check done" && v["watch"].as_str().is_some_and(|w| w.starts_with("run:"))
         });
     });
+    // The run image and the builder were pushed before the daemon listened: Distribution's
+    // notification sink failed to deliver their events and retries them after its backoff (1 s),
+    // holding every later event, and once delivered each starts a hook chain (a check at once,
+    // again after 250 ms and 1 s) during which a new push's hook waits for the chain's next check.
+    // Measured as a daemon that was up sees a push: from a healthy sink, with both chains ended
+    // (each watch's last follow-up checked).
+    let followed_up = [std::cell::Cell::new(false), std::cell::Cell::new(false)];
+    let ended = [std::cell::Cell::new(false), std::cell::Cell::new(false)];
+    tokio::task::block_in_place(|| {
+        daemon.wait_for("the hook chains of the pushes before the start", |v| {
+            let watch = v["watch"].as_str().unwrap_or_default();
+            let i = usize::from(watch != "b");
+            let last = builder_monitor::monitor::HOOK_FOLLOW_UPS.last().map(|d| d.as_millis() as u64);
+            if v["message"].as_str().is_some_and(|m| m.starts_with("checking again after a push hook"))
+                && v["after_ms"].as_u64() == last
+            {
+                followed_up[i].set(true);
+            }
+            if v["message"] == "check done" && followed_up[i].get() {
+                ended[i].set(true);
+            }
+            ended.iter().all(std::cell::Cell::get)
+        });
+    });
     say("fleet: daemon ready; pushing the new run image");
     proxy.clear();
     let pushed_v2 = app::push_run(&pusher, "run", Some("latest"), &v2, Format::Oci).await;
@@ -627,7 +651,11 @@ async fn fleet_patch(n: usize, shared: bool) -> Value {
     let peak_rss_kib = std::fs::read_to_string(format!("/proc/{}/status", daemon.pid())).ok().and_then(|s| {
         s.lines().find_map(|l| l.strip_prefix("VmHWM:")?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
     });
-    tokio::task::block_in_place(|| daemon.terminate());
+    let (_, log) = tokio::task::block_in_place(|| daemon.terminate());
+    // Diagnostics: BENCH_DAEMON_LOG=FILE keeps the daemon's log (JSON lines, timestamped).
+    if let Ok(path) = std::env::var("BENCH_DAEMON_LOG") {
+        std::fs::write(&path, log.join("\n")).expect("write BENCH_DAEMON_LOG");
+    }
     let requests: usize = by_method.values().sum();
     let per_app = requests as f64 / n.max(1) as f64;
     let (failed, again) = (failed.get(), again.get());

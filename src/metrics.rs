@@ -14,6 +14,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use builder_monitor_core::reference::Sha256Digest;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub registry: String,
@@ -74,13 +76,43 @@ struct WatchSeries {
     table: Mutex<BTreeMap<Box<str>, Series>>,
 }
 
-#[derive(Debug, Default)]
+/// One watch's series. Kept small, one a watch for the daemon's life: 72 bytes.
+#[derive(Debug)]
 struct Series {
     ok: u64,
-    /// Failed checks by reason (a watch rarely fails for more than one or two).
-    failed: Vec<(&'static str, u64)>,
-    last_success: Option<f64>,
-    pinned: Option<Box<str>>,
+    /// Failed checks by reason (a watch rarely fails for more than one or two, so a new reason
+    /// reallocates rather than a `Vec` keeping its capacity's 8 bytes).
+    failed: Box<[(&'static str, u64)]>,
+    /// Unix time of the last successful check; NaN before one (an `Option` takes 16 bytes).
+    last_success: f64,
+    pinned: Option<Pinned>,
+}
+
+impl Default for Series {
+    fn default() -> Self {
+        Series { ok: 0, failed: Box::default(), last_success: f64::NAN, pinned: None }
+    }
+}
+
+/// A watch's pinned digest: its 32 bytes when it is a `sha256:` one (every registry's), where its
+/// text took an allocation of 71 bytes a watch; else that text.
+#[derive(Debug, PartialEq, Eq)]
+enum Pinned {
+    Sha256(Sha256Digest),
+    Other(Box<str>),
+}
+
+impl Pinned {
+    fn new(digest: &str) -> Self {
+        Sha256Digest::parse(digest).map_or_else(|| Pinned::Other(digest.into()), Pinned::Sha256)
+    }
+
+    fn is(&self, digest: &str) -> bool {
+        match self {
+            Pinned::Sha256(sha256) => sha256.is(digest),
+            Pinned::Other(text) => &**text == digest,
+        }
+    }
 }
 
 impl WatchSeries {
@@ -125,7 +157,8 @@ const WATCH_FAMILIES: [(&str, &str, &str, WatchLines); 3] = [
         "gauge",
         "Unix time of the last successful check.",
         |out, name, series| {
-            if let Some(at) = series.last_success {
+            let at = series.last_success;
+            if !at.is_nan() {
                 // `{:?}` keeps the `.0` of a whole number, as the OpenMetrics encoder writes floats.
                 let _ = writeln!(
                     out,
@@ -136,13 +169,14 @@ const WATCH_FAMILIES: [(&str, &str, &str, WatchLines); 3] = [
         },
     ),
     ("pinned_info", "gauge", "The digest each watched tag is pinned to (value 1).", |out, name, series| {
-        if let Some(digest) = &series.pinned {
-            let _ = writeln!(
-                out,
-                "builder_monitor_pinned_info{{builder=\"{}\",digest=\"{}\"}} 1",
-                escape(name),
-                escape(digest)
-            );
+        let line = |out: &mut String, digest: &dyn std::fmt::Display| {
+            let _ = writeln!(out, "builder_monitor_pinned_info{{builder=\"{}\",digest=\"{digest}\"}} 1", escape(name));
+        };
+        match &series.pinned {
+            // Hex digits: nothing to escape.
+            Some(Pinned::Sha256(digest)) => line(out, digest),
+            Some(Pinned::Other(digest)) => line(out, &escape(digest)),
+            None => {}
         }
     }),
 ];
@@ -392,11 +426,15 @@ impl Metrics {
         self.watches.update(watch, |series| match failed {
             None => {
                 series.ok += 1;
-                series.last_success = Some(at);
+                series.last_success = at;
             }
             Some(reason) => match series.failed.iter_mut().find(|(r, _)| *r == reason) {
                 Some((_, count)) => *count += 1,
-                None => series.failed.push((reason, 1)),
+                None => {
+                    let mut failed = std::mem::take(&mut series.failed).into_vec();
+                    failed.push((reason, 1));
+                    series.failed = failed.into_boxed_slice();
+                }
             },
         });
     }
@@ -404,8 +442,8 @@ impl Metrics {
     /// Points `pinned_info{builder}` at `digest` (the previous digest's series goes).
     pub fn set_pinned(&self, watch: &str, digest: &str) {
         self.watches.update(watch, |series| {
-            if series.pinned.as_deref() != Some(digest) {
-                series.pinned = Some(digest.into());
+            if !series.pinned.as_ref().is_some_and(|pinned| pinned.is(digest)) {
+                series.pinned = Some(Pinned::new(digest));
             }
         });
     }
@@ -499,6 +537,41 @@ mod tests {
         ));
         assert_eq!(text.matches("# TYPE builder_monitor_pinned_info gauge\n").count(), 1);
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    #[test]
+    fn a_pinned_digest_shows_as_it_was_given_whether_kept_as_bytes_or_text() {
+        let metrics = Metrics::new();
+        let a = format!("sha256:{}", "0a".repeat(32));
+        let b = format!("sha256:{}", "f1".repeat(32));
+        let pinned = |metrics: &Arc<Metrics>| -> Vec<String> {
+            let text = metrics.encode();
+            text.lines().filter(|l| l.starts_with("builder_monitor_pinned_info{")).map(str::to_string).collect()
+        };
+        metrics.set_pinned("x", &a);
+        metrics.set_pinned("y", "sha256:A\"B");
+        let line = |name: &str, digest: &str| {
+            format!("builder_monitor_pinned_info{{builder=\"{name}\",digest=\"{digest}\"}} 1")
+        };
+        assert_eq!(pinned(&metrics), [line("x", &a), line("y", "sha256:A\\\"B")]);
+        assert!(matches!(metrics.watches.table.lock().unwrap()["x"].pinned, Some(Pinned::Sha256(_))));
+        assert_eq!(std::mem::size_of::<Series>(), 72);
+        metrics.set_pinned("x", &b);
+        metrics.set_pinned("y", &a);
+        assert_eq!(pinned(&metrics), [line("x", &b), line("y", &a)]);
+        metrics.set_pinned("x", &b.to_uppercase());
+        assert_eq!(
+            pinned(&metrics)[0],
+            line("x", &b.to_uppercase()),
+            "not a sha256 digest as registries write one: kept as text"
+        );
+        for reason in ["tag_missing", "unauthorized", "tag_missing"] {
+            metrics.record_check("x", Some(reason), 1.0);
+        }
+        assert_eq!((metrics.checks_of("x", Some("tag_missing")), metrics.checks_of("x", Some("unauthorized"))), (2, 1));
+        assert!(!metrics.encode().contains("timestamp_seconds{builder=\"x\"}"), "no success yet");
+        metrics.record_check("x", None, 0.0);
+        assert!(metrics.encode().contains("timestamp_seconds{builder=\"x\"} 0.0\n"));
     }
 
     #[test]

@@ -4,14 +4,24 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 /// `registry/repository[:tag][@digest]`; a reference without either gets the tag `latest`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+///
+/// Held as its one normalised text, shared, and where each part ends (24 bytes and one allocation,
+/// where four strings took 96 bytes and up to four): the daemon keeps one per watched tag for its
+/// life, a check's copy of its watch shares it, and so do the records that name the image
+/// ([`ImageRef::shared`]).
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct ImageRef {
-    registry: String,
-    repository: String,
-    tag: Option<String>,
-    digest: Option<String>,
+    /// `registry/repository[:tag][@digest]`, as displayed.
+    text: Arc<str>,
+    /// Where the registry ends (the `/` before the repository).
+    registry_end: u16,
+    /// Where the repository ends.
+    repository_end: u16,
+    /// Where the tag ends: `repository_end` without one. A digest follows its `@`.
+    tag_end: u16,
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -146,7 +156,7 @@ impl ImageRef {
         let (rest, digest) = match trimmed.split_once('@') {
             Some((rest, digest)) => {
                 check_digest(digest)?;
-                (rest, Some(digest.to_string()))
+                (rest, Some(digest))
             }
             None => (trimmed, None),
         };
@@ -156,7 +166,7 @@ impl ImageRef {
             Some(i) => {
                 let tag = &rest[last_slash + i + 1..];
                 check_tag(tag)?;
-                (&rest[..last_slash + i], Some(tag.to_string()))
+                (&rest[..last_slash + i], Some(tag))
             }
             None => (rest, None),
         };
@@ -193,30 +203,65 @@ impl ImageRef {
         if registry.len() + 1 + repository.len() > NAME_MAX {
             return fail(format!("name is over {NAME_MAX} characters"));
         }
-        let tag = if tag.is_none() && digest.is_none() { Some("latest".to_string()) } else { tag };
-        Ok(ImageRef { registry: registry.to_string(), repository, tag, digest })
+        let tag = if tag.is_none() && digest.is_none() { Some("latest") } else { tag };
+        Ok(ImageRef::from_parts(registry, &repository, tag, digest))
+    }
+
+    /// The reference of parts already checked. The name and the tag are bounded (`NAME_MAX`,
+    /// `TAG_MAX`), so every offset fits a `u16`; the digest comes last and needs none.
+    fn from_parts(registry: &str, repository: &str, tag: Option<&str>, digest: Option<&str>) -> ImageRef {
+        let mut text = String::with_capacity(
+            registry.len() + 1 + repository.len() + tag.map_or(0, |t| t.len() + 1) + digest.map_or(0, |d| d.len() + 1),
+        );
+        text.push_str(registry);
+        let registry_end = text.len() as u16;
+        text.push('/');
+        text.push_str(repository);
+        let repository_end = text.len() as u16;
+        if let Some(tag) = tag {
+            text.push(':');
+            text.push_str(tag);
+        }
+        let tag_end = text.len() as u16;
+        if let Some(digest) = digest {
+            text.push('@');
+            text.push_str(digest);
+        }
+        ImageRef { text: text.into(), registry_end, repository_end, tag_end }
     }
 
     /// Registry as written in references: `docker.io` for Docker Hub.
     pub fn registry(&self) -> &str {
-        &self.registry
+        &self.text[..usize::from(self.registry_end)]
     }
 
     /// Host that serves the registry API (`index.docker.io` for Docker Hub).
     pub fn api_host(&self) -> &str {
-        if self.registry == DOCKER_HUB { DOCKER_HUB_LEGACY } else { &self.registry }
+        let registry = self.registry();
+        if registry == DOCKER_HUB { DOCKER_HUB_LEGACY } else { registry }
     }
 
     pub fn repository(&self) -> &str {
-        &self.repository
+        &self.text[usize::from(self.registry_end) + 1..usize::from(self.repository_end)]
     }
 
     pub fn tag(&self) -> Option<&str> {
-        self.tag.as_deref()
+        (self.tag_end > self.repository_end)
+            .then(|| &self.text[usize::from(self.repository_end) + 1..usize::from(self.tag_end)])
     }
 
     pub fn digest(&self) -> Option<&str> {
-        self.digest.as_deref()
+        self.text.get(usize::from(self.tag_end) + 1..)
+    }
+
+    /// The reference as displayed.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The reference as displayed, shared rather than copied.
+    pub fn shared(&self) -> Arc<str> {
+        self.text.clone()
     }
 
     /// What a manifest request names: the digest when there is one, else the tag.
@@ -236,25 +281,25 @@ impl ImageRef {
 
     /// The same repository at another digest (and no tag).
     pub fn at_digest(&self, digest: &str) -> ImageRef {
-        ImageRef {
-            registry: self.registry.clone(),
-            repository: self.repository.clone(),
-            tag: None,
-            digest: Some(digest.to_string()),
-        }
+        ImageRef::from_parts(self.registry(), self.repository(), None, Some(digest))
     }
 }
 
 impl fmt::Display for ImageRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.registry, self.repository)?;
-        if let Some(tag) = &self.tag {
-            write!(f, ":{tag}")?;
-        }
-        if let Some(digest) = &self.digest {
-            write!(f, "@{digest}")?;
-        }
-        Ok(())
+        f.write_str(&self.text)
+    }
+}
+
+/// As the four strings it once was (log lines and test failures show it so).
+impl fmt::Debug for ImageRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ImageRef")
+            .field("registry", &self.registry())
+            .field("repository", &self.repository())
+            .field("tag", &self.tag())
+            .field("digest", &self.digest())
+            .finish()
     }
 }
 
@@ -271,9 +316,117 @@ pub fn is_sha256_digest(text: &str) -> bool {
         .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
 }
 
+/// A `sha256:` digest as its 32 bytes, where its text takes 71 (and an allocation): the daemon
+/// keeps one per watched tag in memory for its life (its steady pin, its metric).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Sha256Digest([u8; 32]);
+
+impl Sha256Digest {
+    /// The digest `text` names when it is one by [`is_sha256_digest`]: `sha256:` and 64 lowercase
+    /// hex digits, so that the text it displays is `text` again. `None` for anything else.
+    pub fn parse(text: &str) -> Option<Self> {
+        let hex = text.strip_prefix("sha256:")?.as_bytes();
+        if hex.len() != 64 {
+            return None;
+        }
+        let mut bytes = [0u8; 32];
+        for (byte, pair) in bytes.iter_mut().zip(hex.chunks_exact(2)) {
+            *byte = (lower_hex_value(pair[0])? << 4) | lower_hex_value(pair[1])?;
+        }
+        Some(Self(bytes))
+    }
+
+    /// Whether `text` is this digest's text exactly.
+    pub fn is(&self, text: &str) -> bool {
+        Self::parse(text).is_some_and(|other| other == *self)
+    }
+}
+
+fn lower_hex_value(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        _ => None,
+    }
+}
+
+impl fmt::Display for Sha256Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut text = *b"sha256:0000000000000000000000000000000000000000000000000000000000000000";
+        for (i, byte) in self.0.iter().enumerate() {
+            text[7 + 2 * i] = HEX[usize::from(byte >> 4)];
+            text[8 + 2 * i] = HEX[usize::from(byte & 0xf)];
+        }
+        // Only ASCII was written.
+        f.write_str(std::str::from_utf8(&text).map_err(|_| fmt::Error)?)
+    }
+}
+
+impl fmt::Debug for Sha256Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reference_is_one_text_and_its_parts() {
+        assert_eq!(std::mem::size_of::<ImageRef>(), 24);
+        let d = format!("sha256:{}", "c".repeat(64));
+        for (text, parts) in [
+            ("ghcr.io/o/app:v1", ("ghcr.io", "o/app", Some("v1"), None)),
+            ("ghcr.io/o/app", ("ghcr.io", "o/app", Some("latest"), None)),
+            (&format!("[::1]:5000/a/b:t@{d}") as &str, ("[::1]:5000", "a/b", Some("t"), Some(d.as_str()))),
+            (&format!("ubuntu@{d}"), ("docker.io", "library/ubuntu", None, Some(d.as_str()))),
+        ] {
+            let r = ImageRef::parse(text).unwrap();
+            assert_eq!((r.registry(), r.repository(), r.tag(), r.digest()), parts, "{text}");
+            let tag = parts.2.map(|t| format!("Some({t:?})")).unwrap_or("None".into());
+            let digest = parts.3.map(|t| format!("Some({t:?})")).unwrap_or("None".into());
+            let debug = format!(
+                "ImageRef {{ registry: {:?}, repository: {:?}, tag: {tag}, digest: {digest} }}",
+                parts.0, parts.1
+            );
+            assert_eq!(format!("{r:?}"), debug);
+        }
+        let longest = format!("{}/{}:{}@sha512:{}", "r.io", "a".repeat(250), "t".repeat(128), "f".repeat(128));
+        let r = ImageRef::parse(&longest).unwrap();
+        assert_eq!((r.to_string(), r.tag().map(str::len)), (longest.clone(), Some(128)));
+        let moved = r.at_digest(&d);
+        assert_eq!((moved.repository(), moved.tag(), moved.digest()), (r.repository(), None, Some(d.as_str())));
+        let copy = moved.clone();
+        assert!(Arc::ptr_eq(&copy.shared(), &moved.shared()), "a copy shares the text");
+        assert_eq!(&*copy.shared(), moved.to_string());
+    }
+
+    #[test]
+    fn a_sha256_digest_round_trips_exactly_and_anything_else_is_refused() {
+        let text = "sha256:0123456789abcdef00ff10e0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0";
+        let digest = Sha256Digest::parse(text).unwrap();
+        assert_eq!(digest.to_string(), text);
+        assert!(digest.is(text));
+        assert!(!digest.is(&text.replace("b0", "b1")));
+        assert_eq!(std::mem::size_of::<Sha256Digest>(), 32);
+        for bad in [
+            "",
+            "sha256:",
+            &text.to_uppercase(),
+            &text.replace("sha256:0123", "sha256:0ABC"),
+            &text[..70],
+            &format!("{text}0"),
+            &text.replace("sha256", "sha512"),
+            &format!("sha512:{}", "a".repeat(128)),
+            &text.replace("0123", "012g"),
+            &text.replace(':', "-"),
+        ] {
+            assert!(Sha256Digest::parse(bad).is_none(), "{bad}");
+            assert!(!digest.is(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn normalises_like_docker() {

@@ -318,8 +318,10 @@ pub async fn rebase_with(
 
 /// [`rebase_with`] from the app image planning read (`planned`, the digest the tag held then):
 /// when a keeping view of `registry` ([`Registry::keeping`]) still has its manifest, the tag is
-/// not read before the writes; the HEAD right before the tag's PUT tells whether it still holds
-/// that digest. If it moved since, the rebase starts over from what the tag holds now.
+/// not read before the writes; the HEADs right before signing and before the tag's PUT tell
+/// whether it still holds that digest. If it moved since, the rebase starts over from what the
+/// tag holds now, unless `request.image` names a digest (one whose signature was verified): then
+/// only that digest is rebased, and a tag that moved away from it is [`RebaseError::TagMoved`].
 pub async fn rebase_planned(
     registry: &Registry,
     request: &RebaseRequest,
@@ -327,12 +329,12 @@ pub async fn rebase_planned(
     run_docs: &RunImageDocs,
     planned: Option<&str>,
 ) -> Result<RebaseReport, RebaseError> {
-    if request.image.digest().is_none()
-        && let Some(digest) = planned
+    let pinned = request.image.digest();
+    if let Some(digest) = pinned.or(planned)
         && let Some(kept) = registry.kept_manifest(&request.image, digest).await
     {
         match rebase_from(registry, request, guard, run_docs, Some(kept)).await {
-            Err(RebaseError::TagMoved { found, .. }) => {
+            Err(RebaseError::TagMoved { found, .. }) if pinned.is_none() => {
                 tracing::debug!(image = %request.image, planned = digest, %found, "the app tag moved since planning; rebasing what it holds now");
             }
             other => return other,
@@ -475,6 +477,17 @@ async fn rebase_from(
     // refused while blobs were being written did not land: HEAD and PUT again, within the attempt.
     guard.before_write(&app_top.digest, &top_digest).await?;
     if let Some(plan) = &request.sign {
+        // The tag first: a signature lands only for a rebase of what the tag still holds. One
+        // that then loses the race to the tag's PUT signs a correct rebase of the digest we read
+        // (and verified, under `require_signed`): harmless, and what a retry would sign again.
+        let now = registry.head_manifest(&tagged).await?;
+        if now.digest != app_top.digest {
+            return Err(RebaseError::TagMoved {
+                image: app.with_tag_only(),
+                expected: app_top.digest,
+                found: now.digest,
+            });
+        }
         let items = sign::what_to_sign(&app_top, &report.reference, &decided, (&top_digest, top_bytes.len()));
         report.signing = Some(plan.sign(registry, &tagged, &items).await?);
     }

@@ -183,10 +183,12 @@ impl Runner {
     /// An attempt by something that pushes the app tag itself (a command, a Job, a Build): a
     /// rebuild that would go back to an older builder refused, the tag's digest recorded before
     /// `work` and read after it. `work` says the outcome and whether trying again could help.
+    /// With a `verified` starting digest, `work` runs only while the tag still holds it.
     pub(super) async fn pushed(
         &self,
         action: &ClaimedAction,
         target: &ActionTarget,
+        verified: Option<&str>,
         work: impl Future<Output = (Outcome, bool)>,
     ) -> Attempt {
         if action.kind == ActionKind::Rebuild
@@ -195,6 +197,19 @@ impl Runner {
             return Attempt::failed(refusal, Next::Final);
         }
         let before = self.announce_push(action, target).await;
+        if let Some(verified) = verified
+            && before.as_deref() != Some(verified)
+        {
+            // The builder would start from what the tag holds now, which nobody checked.
+            let now = before.as_deref().unwrap_or("nothing (or could not be read)");
+            let detail = format!(
+                "{} moved from {verified}, whose signature was checked, to {now}, whose was not: nothing was run; \
+                 the next attempt checks what the tag holds then",
+                target.image
+            );
+            tracing::warn!(action = %action.key, verified, now, "the app tag moved after its signature was checked; not acting on it");
+            return Attempt::failed(detail, Next::Retry);
+        }
         let (mut outcome, retryable) = work.await;
         let after = if outcome.success { self.app_digest(&target.image).await } else { None };
         let mut next = if retryable { Next::Retry } else { Next::Final };

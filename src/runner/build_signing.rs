@@ -1,7 +1,8 @@
 //! `[signing] builds`: a digest a runner built and pushed (a command, a Job, a kpack Build) is
 //! signed and attested by our key unless it already carries a valid signature by a trusted key
 //! (kpack signs its own builds with the service account's cosign keys: never twice). The builder
-//! moved the tag itself, so this comes after it; a failure is final, never a second build.
+//! moved the tag itself, so this comes after it, and only while the tag still holds what it
+//! left; a failure is final, never a second build.
 
 use super::*;
 use crate::signing::{Signed, Verdict, provenance, sign, trusted, verify};
@@ -37,6 +38,15 @@ impl Runner {
         });
         let manifest = self.registry.get_manifest(&image, digest).await.map_err(|e| e.to_string())?;
         let subject = Descriptor::of(&manifest.media_type, &manifest.bytes);
+        // The tag last before signing: a digest someone else pushed over the build is not ours
+        // to sign.
+        let now = self.registry.head_manifest(&image).await.map_err(|e| format!("cannot read the tag: {e}"))?;
+        if now.digest != digest {
+            return Err(format!(
+                "{} moved from {digest} (what the build left) to {} before it was signed: neither was signed",
+                target.image, now.digest
+            ));
+        }
         let signed = sign(&self.registry, &image, &subject, signer, provenance.as_ref(), action.created).await;
         signed.map(|s| Some((s, signer.key_id().to_string()))).map_err(|e| e.to_string())
     }

@@ -96,12 +96,16 @@ impl From<Option<kube::Client>> for Clusters {
     }
 }
 
-/// A started backend: carries out one attempt of an action and says how it went.
+/// A started backend: carries out one attempt of an action and says how it went. `verified` is
+/// the digest `require_signed`'s gate found signed (none when no check was asked): the only
+/// digest of the app an attempt may start from; a tag that moved away from it fails the attempt
+/// (the next one checks what the tag holds then), it is never acted on unverified.
 pub trait Carrier: Send + Sync {
     fn attempt<'a>(
         &'a self,
         runner: &'a Runner,
         action: &'a ClaimedAction,
         target: &'a ActionTarget,
+        verified: Option<&'a str>,
     ) -> BoxFuture<'a, Attempt>;
 }

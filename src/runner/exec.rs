@@ -49,6 +49,7 @@ impl Carrier for Started {
         runner: &'a Runner,
         action: &'a ClaimedAction,
         target: &'a ActionTarget,
+        verified: Option<&'a str>,
     ) -> BoxFuture<'a, Attempt> {
         if action.kind == ActionKind::Deploy {
             // A deploy command moves workloads, not the tag: nothing to announce or read after.
@@ -60,7 +61,7 @@ impl Carrier for Started {
                 attempt
             });
         }
-        Box::pin(runner.pushed(action, target, self.carry_out(runner, action, target)))
+        Box::pin(runner.pushed(action, target, verified, self.carry_out(runner, action, target)))
     }
 }
 

@@ -87,6 +87,7 @@ impl Carrier for Commits {
         runner: &'a Runner,
         action: &'a ClaimedAction,
         target: &'a ActionTarget,
+        _verified: Option<&'a str>,
     ) -> BoxFuture<'a, Attempt> {
         Box::pin(async move {
             let done = match commit(runner, action, target).await {

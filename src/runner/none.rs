@@ -41,7 +41,13 @@ impl Backend for RecordOnly {
 
 impl Carrier for RecordOnly {
     /// Never called (it takes nothing); an action sent here anyway ends for good.
-    fn attempt<'a>(&'a self, _: &'a Runner, _: &'a ClaimedAction, _: &'a ActionTarget) -> BoxFuture<'a, Attempt> {
+    fn attempt<'a>(
+        &'a self,
+        _: &'a Runner,
+        _: &'a ClaimedAction,
+        _: &'a ActionTarget,
+        _: Option<&'a str>,
+    ) -> BoxFuture<'a, Attempt> {
         Box::pin(async { Attempt::failed("runner none runs nothing".into(), Next::Final) })
     }
 }

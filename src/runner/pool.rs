@@ -354,11 +354,12 @@ impl Carrier for Pools {
         runner: &'a Runner,
         action: &'a ClaimedAction,
         target: &'a ActionTarget,
+        verified: Option<&'a str>,
     ) -> BoxFuture<'a, Attempt> {
         Box::pin(async move {
             let used = std::sync::Mutex::new(None);
             let work = async { (self.carry_out(runner, action, target, &used).await, true) };
-            let mut attempt = runner.pushed(action, target, work).await;
+            let mut attempt = runner.pushed(action, target, verified, work).await;
             attempt.build_mut().pool = used.into_inner().unwrap_or_else(|e| e.into_inner());
             attempt
         })

@@ -57,6 +57,7 @@ impl Carrier for Rebaser {
         runner: &'a Runner,
         action: &'a ClaimedAction,
         target: &'a ActionTarget,
+        verified: Option<&'a str>,
     ) -> BoxFuture<'a, Attempt> {
         Box::pin(async move {
             match runner.open_intent(action).await {
@@ -73,7 +74,7 @@ impl Carrier for Rebaser {
                     return attempt;
                 }
             }
-            runner.rebase_in_registry(action, target, &self.run_docs).await
+            runner.rebase_in_registry(action, target, &self.run_docs, verified).await
         })
     }
 }
@@ -190,16 +191,26 @@ impl Runner {
         }
     }
 
-    /// A rebase by registry writes (`crate::rebase`), its tag write recorded first.
+    /// A rebase by registry writes (`crate::rebase`), its tag write recorded first. With a
+    /// `verified` digest, that digest is rebased and no other.
     pub(super) async fn rebase_in_registry(
         &self,
         action: &ClaimedAction,
         target: &ActionTarget,
         run_docs: &RunImageDocs,
+        verified: Option<&str>,
     ) -> Attempt {
         let image = match ImageRef::parse(&target.image) {
             Ok(i) => i,
             Err(err) => return Attempt::failed(format!("invalid app image {}: {err}", target.image), Next::Final),
+        };
+        // The tag and the digest it must still hold: `crate::rebase` reads nothing else.
+        let image = match verified.map(|digest| ImageRef::parse(&format!("{}@{digest}", image.with_tag_only()))) {
+            None => image,
+            Some(Ok(pinned)) => pinned,
+            Some(Err(err)) => {
+                return Attempt::failed(format!("invalid verified digest of {}: {err}", target.image), Next::Final);
+            }
         };
         let Some(run_image) = target.run_image.as_deref() else {
             return Attempt::failed(RunnerError::NoRunImage.to_string(), Next::Final);
@@ -283,6 +294,16 @@ impl Runner {
                     Some(settled) => settled,
                     None => Attempt::failed(format!("the tag write failed: {source}"), Next::Retry),
                 }
+            }
+            // Another attempt checks the signature of what the tag holds now.
+            Err(RebaseError::TagMoved { image, expected, found }) if verified == Some(expected.as_str()) => {
+                Attempt::failed(
+                    format!(
+                        "{image} moved from {expected}, whose signature was checked, to {found}, whose was not: \
+                         {found} was not rebased and the tag was left alone; the next attempt checks {found}'s signature"
+                    ),
+                    Next::Retry,
+                )
             }
             // Trying again cannot make an unsafe rebase safe.
             Err(err @ RebaseError::Refused(_)) => Attempt::failed(format!("rebase refused: {err}"), Next::Final),

@@ -22,7 +22,8 @@ impl Runner {
             Gate::Pass(verified) => verified,
             Gate::Stop(attempt) => return *attempt,
         };
-        let mut attempt = self.backends.carrier(action.kind).attempt(self, action, target).await;
+        let start = verified.as_ref().map(|v| v.digest.as_str());
+        let mut attempt = self.backends.carrier(action.kind).attempt(self, action, target, start).await;
         if let Some(verified) = verified {
             attempt.signature.get_or_insert_with(SignatureInfo::default).verified = Some(verified);
         }

@@ -16,3 +16,4 @@ mod rollout;
 mod runner;
 mod signed;
 mod signing;
+mod signing_races;

@@ -29,22 +29,22 @@ use support::registry::TestRegistry;
 /// cosign's encrypted key (scrypt N = 32768, as `cosign generate-key-pair` writes it), its public
 /// key and password.
 const KEY: &str = "tests/fixtures/signing/cosign-n32768.key";
-const PUBLIC_KEY: &str = "tests/fixtures/signing/cosign-n32768.pub";
+pub(crate) const PUBLIC_KEY: &str = "tests/fixtures/signing/cosign-n32768.pub";
 const PASSWORD: &str = "fixture password";
 const PASSWORD_ENV: &str = "BM_TEST_SIGNING_PASSWORD";
 
-fn fixture(path: &str) -> String {
+pub(crate) fn fixture(path: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path).display().to_string()
 }
 
 /// One app on run image v1 behind a recording proxy, pinned by one `run --once`, with `[signing]`.
-struct World {
-    _registry: TestRegistry,
-    proxy: Proxy,
-    host: String,
-    pusher: Pusher,
-    ws: Workspace,
-    config: PathBuf,
+pub(crate) struct World {
+    pub(crate) registry: TestRegistry,
+    pub(crate) proxy: Proxy,
+    pub(crate) host: String,
+    pub(crate) pusher: Pusher,
+    pub(crate) ws: Workspace,
+    pub(crate) config: PathBuf,
 }
 
 impl World {
@@ -53,7 +53,7 @@ impl World {
     }
 
     /// With `runner` (the `[runner]` tables) and `signing` (more `[signing]` lines).
-    async fn with(runner: &str, signing: &str) -> Self {
+    pub(crate) async fn with(runner: &str, signing: &str) -> Self {
         let registry = TestRegistry::start_relative(support::registry::Auth::Anonymous);
         let proxy = Proxy::start(&registry.host).await;
         let host = proxy.host.clone();
@@ -73,13 +73,13 @@ impl World {
              [signing]\nkey = \"{}\"\npassword_env = \"{PASSWORD_ENV}\"\n{signing}",
             fixture(KEY)
         ));
-        let world = World { _registry: registry, proxy, host, pusher, ws, config };
+        let world = World { registry, proxy, host, pusher, ws, config };
         let first = world.run_once();
         assert_eq!(first.code, Some(0), "{}", first.stderr);
         world
     }
 
-    fn run_once(&self) -> Output {
+    pub(crate) fn run_once(&self) -> Output {
         let config = self.config.to_str().unwrap();
         support::daemon::run_with_env(
             &["run", "--once", "--config", config],
@@ -88,16 +88,16 @@ impl World {
         )
     }
 
-    async fn move_run_image(&self) {
+    pub(crate) async fn move_run_image(&self) {
         app::push_run(&self.pusher, "demo/run", Some("latest"), &RunImage::jammy("2", 4), Format::Oci).await;
     }
 
-    fn tag(&self) -> ImageRef {
+    pub(crate) fn tag(&self) -> ImageRef {
         ImageRef::parse(&format!("{}/apps/web:latest", self.host)).unwrap()
     }
 }
 
-fn client() -> Registry {
+pub(crate) fn client() -> Registry {
     builder_monitor::install_crypto_provider();
     Registry::new([], Metrics::new())
 }
@@ -127,7 +127,7 @@ fn openssl_verifies(public_key: &str, data: &[u8], signature: &[u8]) -> bool {
 }
 
 /// The `.sig` layers of `digest` that `public_key` verifies and whose payload binds `digest`.
-async fn valid_signatures(image: &ImageRef, digest: &str, public_key: &str) -> usize {
+pub(crate) async fn valid_signatures(image: &ImageRef, digest: &str, public_key: &str) -> usize {
     let sig = attached(image, digest, "sig").await;
     let mut valid = 0;
     for layer in sig["layers"].as_array().unwrap() {

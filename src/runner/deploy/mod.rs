@@ -80,6 +80,7 @@ impl Carrier for Started {
         runner: &'a Runner,
         action: &'a ClaimedAction,
         target: &'a ActionTarget,
+        _verified: Option<&'a str>,
     ) -> BoxFuture<'a, Attempt> {
         Box::pin(async move {
             let Some(deploy) = target.plan.deploy() else {

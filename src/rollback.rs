@@ -204,7 +204,8 @@ async fn sign_restored(
         from: from.map(str::to_string),
         ..crate::signing::provenance("rollback", image)
     });
-    let signed = crate::signing::sign(registry, image, subject, signer, provenance.as_ref(), now).await;
+    let keep: Vec<_> = crate::signing::trusted(settings).into_iter().map(|k| k.verifier).collect();
+    let signed = crate::signing::sign_keeping(registry, image, subject, signer, &keep, provenance.as_ref(), now).await;
     Ok(Some(signed.map_err(Box::new)?))
 }
 

@@ -69,11 +69,24 @@ pub fn watches_something(config: &Config) -> Result<(), Failure> {
 }
 
 /// `[signing]`'s key of the config at `path` (only the key is read: the daemon's other secrets
-/// need not be set), with whether to attest; `None` when the config names no key to sign with.
-pub fn signing_key(path: &Path) -> Result<Option<(builder_monitor_core::signing::Signer, bool)>, Failure> {
+/// need not be set), with whether to attest and whose layers to keep; `None` when the config names
+/// no key to sign with.
+pub fn signing_key(path: &Path) -> Result<Option<SigningKey>, Failure> {
     let mut config = load_config(path, Secrets::Skip)?;
     load_signing_key(path, &mut config)?;
-    Ok(config.signing.and_then(|s| Some((s.signer?, s.attest))))
+    Ok(config.signing.and_then(|s| {
+        let keep = builder_monitor::signing::trusted(&s).into_iter().map(|k| k.verifier).collect();
+        Some(SigningKey { signer: s.signer?, attest: s.attest, keep })
+    }))
+}
+
+/// `[signing]`'s key as a command signs with it.
+pub struct SigningKey {
+    pub signer: builder_monitor_core::signing::Signer,
+    /// `attest`.
+    pub attest: bool,
+    /// The keys whose layers a replaced `.sig` or `.att` keeps (`trusted_keys` and the key's own).
+    pub keep: Vec<builder_monitor_core::signing::Verifier>,
 }
 
 /// Reads `[signing]`'s key into `config` (loaded from `path`), for a command that signs what it

@@ -44,9 +44,10 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
         None => Vec::new(),
     };
     let sign = match config.as_deref() {
-        Some(path) => signing_key(path)?.map(|(signer, attest)| SignPlan {
-            signer,
-            attest,
+        Some(path) => signing_key(path)?.map(|key| SignPlan {
+            signer: key.signer,
+            keep: key.keep,
+            attest: key.attest,
             change: None,
             action: None,
             created: chrono::Utc::now(),

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::common::signing_key;
+use super::common::{SigningKey, signing_key};
 use super::failure::{Failure, usage};
 
 /// The signing key.
@@ -25,7 +25,7 @@ enum SigningCommand {
 
 pub async fn run(args: Args) -> Result<u8, Failure> {
     let Args { command: SigningCommand::PublicKey { config: path } } = args;
-    let Some((signer, _)) = signing_key(&path)? else {
+    let Some(SigningKey { signer, .. }) = signing_key(&path)? else {
         return Err(usage(anyhow::anyhow!(
             "{}: no key to sign with: add a [signing] table with key = \"PATH\" (or key_env = \"VAR\")",
             path.display()

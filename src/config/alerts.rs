@@ -26,6 +26,7 @@ pub const DEFAULT_EVENTS: &[&str] = &[
     "action.awaiting_approval",
     "action.held",
     "action.refused",
+    "signature.replaced",
 ];
 
 /// Failed checks in a row before an alert hears of them, when it does not say.

@@ -7,15 +7,17 @@ use serde::Serialize;
 
 use super::{Decided, RebaseError, decide};
 use crate::registry::{Manifest, Registry};
-use crate::signing::{Signed, provenance, sign};
+use crate::signing::{Signed, provenance, sign_keeping};
 use builder_monitor_core::reference::ImageRef;
-use builder_monitor_core::signing::{Descriptor, Provenance, Signer};
+use builder_monitor_core::signing::{Descriptor, Provenance, Signer, Verifier};
 use chrono::{DateTime, Utc};
 
 /// How a rebase signs what it writes: `[signing]`'s key, and the action it is part of.
 #[derive(Debug, Clone)]
 pub struct SignPlan {
     pub signer: Signer,
+    /// The keys whose layers a replaced `.sig` or `.att` keeps (`[signing] trusted_keys` and ours).
+    pub keep: Vec<Verifier>,
     /// Attest what was done, besides signing (`[signing] attest`).
     pub attest: bool,
     /// The change and the action the rebase carries out (the daemon's; none by hand).
@@ -136,9 +138,10 @@ impl SignPlan {
                 annotations: None,
                 artifact_type: None,
             };
-            let signed = sign(registry, app, &subject, &self.signer, provenance.as_ref(), self.created)
-                .await
-                .map_err(Box::new)?;
+            let signed =
+                sign_keeping(registry, app, &subject, &self.signer, &self.keep, provenance.as_ref(), self.created)
+                    .await
+                    .map_err(Box::new)?;
             report.written.push(signed);
         }
         Ok(report)

@@ -43,6 +43,9 @@ pub struct Attempt {
     pub result: KindResult,
     /// What it verified before acting and signed after (`action.signature`).
     pub signature: Option<SignatureInfo>,
+    /// The `.sig`/`.att` manifests it replaced because they could not take our signature, each
+    /// described (`signature.replaced`).
+    pub replaced_signatures: Vec<String>,
 }
 
 /// What an attempt found or did that only its kind has.
@@ -108,7 +111,16 @@ impl KindResult {
 impl Attempt {
     pub fn new(outcome: Outcome, next: Next, digests: Digests) -> Self {
         let moved = outcome.success;
-        Attempt { outcome, next, digests, moved, keep_intent: false, result: KindResult::default(), signature: None }
+        Attempt {
+            outcome,
+            next,
+            digests,
+            moved,
+            keep_intent: false,
+            result: KindResult::default(),
+            signature: None,
+            replaced_signatures: Vec::new(),
+        }
     }
 
     pub fn failed(detail: String, next: Next) -> Self {
@@ -214,13 +226,14 @@ impl Runner {
         let after = if outcome.success { self.app_digest(&target.image).await } else { None };
         let mut next = if retryable { Next::Retry } else { Next::Final };
         let moved = outcome.success;
-        let mut signature = None;
+        let (mut signature, mut replaced) = (None, Vec::new());
         if let Some(digest) = &after {
             match self.sign_build(action, target, digest).await {
                 Ok(None) => {}
                 Ok(Some((signed, key_id))) => {
                     outcome.detail.push_str(&format!("; signed {digest} ({})", signed.signature));
                     signature = Some(signed.info(&key_id));
+                    replaced = signed.replaced.iter().map(ToString::to_string).collect();
                 }
                 // The tag moved already: another attempt would build again, not sign.
                 Err(why) => {
@@ -233,6 +246,7 @@ impl Runner {
         let mut attempt = Attempt::new(outcome, next, Digests { before, after });
         attempt.moved = moved;
         attempt.signature = signature;
+        attempt.replaced_signatures = replaced;
         attempt
     }
 

@@ -5,7 +5,7 @@
 //! left; a failure is final, never a second build.
 
 use super::*;
-use crate::signing::{Signed, Verdict, provenance, sign, trusted, verify};
+use crate::signing::{Signed, Verdict, provenance, sign_keeping, trusted, verify};
 use builder_monitor_core::signing::{Descriptor, Provenance};
 
 impl Runner {
@@ -21,7 +21,8 @@ impl Runner {
         let Some(settings) = self.config.signing.as_ref().filter(|s| s.builds) else { return Ok(None) };
         let Some(signer) = &settings.signer else { return Ok(None) };
         let image = ImageRef::parse(&target.image).map_err(|e| e.to_string())?;
-        match verify(&self.registry, &image, digest, &trusted(settings)).await {
+        let trusted = trusted(settings);
+        match verify(&self.registry, &image, digest, &trusted).await {
             Ok(Verdict::Signed { key, .. }) => {
                 tracing::info!(action = %action.key, digest, key, "the build is signed by a trusted key already");
                 return Ok(None);
@@ -47,7 +48,9 @@ impl Runner {
                 target.image, now.digest
             ));
         }
-        let signed = sign(&self.registry, &image, &subject, signer, provenance.as_ref(), action.created).await;
+        let keep: Vec<_> = trusted.into_iter().map(|k| k.verifier).collect();
+        let signed =
+            sign_keeping(&self.registry, &image, &subject, signer, &keep, provenance.as_ref(), action.created).await;
         signed.map(|s| Some((s, signer.key_id().to_string()))).map_err(|e| e.to_string())
     }
 }

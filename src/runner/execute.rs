@@ -139,6 +139,10 @@ impl Runner {
             })
             .into_iter()
             .collect();
+        if !attempt.replaced_signatures.is_empty() {
+            let detail = attempt.replaced_signatures.join("; ");
+            events.push(self.event(&action, &target, EventType::SignatureReplaced, Some(detail), None, &digests));
+        }
         let deploy = attempt.deploy().cloned().unwrap_or_default();
         if let Some(detail) = deploy.overridden.clone().filter(|_| matches!(state, ActionOutcome::Failed)) {
             let mut e = self.event(&action, &target, EventType::DeployOverridden, Some(detail), None, &digests);

@@ -232,6 +232,7 @@ impl Runner {
             let signer = s.signer.clone()?;
             Some(SignPlan {
                 signer,
+                keep: crate::signing::trusted(s).into_iter().map(|k| k.verifier).collect(),
                 attest: s.attest,
                 change: Some(action.change_id.clone()),
                 action: Some(action.key.clone()),
@@ -259,6 +260,8 @@ impl Runner {
                     && let Some(first) = signing.written.first()
                 {
                     attempt.signature = Some(first.info(&signing.key_id));
+                    let replaced = signing.written.iter().flat_map(|s| &s.replaced);
+                    attempt.replaced_signatures = replaced.map(ToString::to_string).collect();
                 }
                 attempt
             }

@@ -4,17 +4,25 @@
 //! keeps every layer another signer put there, and writes nothing when our layer is there
 //! already: the same key signs the same payload to the same bytes (RFC 6979), so a retry after a
 //! crash finds its own layer instead of adding a second.
+//!
+//! A `.sig` or `.att` that cannot take our layer (not an OCI image manifest, no room for one more
+//! layer, over the size we read, or naming blobs the repository lacks: what anyone who can push
+//! could plant for the digest a rebase will write) is replaced by a fresh OCI manifest of our layer
+//! and the other signers' layers that still exist and still verify with a trusted key, bounded
+//! ([`builder_monitor_core::signing::carry_candidates`]); what was replaced is logged and reported
+//! ([`Replaced`]) for the caller to raise.
 
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::signing::{
-    AttachedError, AttachedManifest, Attachment, Descriptor, Envelope, Layer, MAX_SIGNATURE_BYTES, Provenance,
-    SLSA_PROVENANCE_V1, Signer, Statement, attestation_layer, signature_layer,
+    AttachedError, AttachedManifest, Attachment, Descriptor, Envelope, Layer, MAX_CARRIED_BYTES, MAX_SIGNATURE_BYTES,
+    Provenance, SLSA_PROVENANCE_V1, Signer, Statement, Verifier, attestation_layer, carried_layer_verifies,
+    carry_candidates, signature_layer,
 };
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::bundle::{BundleError, write_bundle_referrer};
-use crate::registry::{Registry, RegistryError};
+use crate::registry::{Manifest, Registry, RegistryError};
 
 /// Why a digest could not be signed; the tag it was written for does not move.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +50,33 @@ pub struct Signed {
     /// The `.att` manifest's digest, when attesting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attestation: Option<String>,
+    /// The `.sig` or `.att` manifests found that could not be extended, replaced by fresh ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replaced: Vec<Replaced>,
+}
+
+/// A `.sig` or `.att` manifest that could not take our layer and was replaced by a fresh one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Replaced {
+    /// Its tag (`sha256-<hex>.sig`).
+    pub tag: String,
+    /// Its digest as read; none when it could not be read within the bounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// Why it could not be extended.
+    pub why: String,
+    /// The other signers' layers carried into the fresh manifest.
+    pub carried: usize,
+}
+
+impl std::fmt::Display for Replaced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "replaced {}", self.tag)?;
+        if let Some(digest) = &self.digest {
+            write!(f, " ({digest})")?;
+        }
+        write!(f, ", which could not take our signature: {}; {} other signatures carried over", self.why, self.carried)
+    }
 }
 
 impl Signed {
@@ -74,7 +109,8 @@ pub fn provenance(kind: &str, image: &ImageRef) -> Provenance {
 
 /// Signs `subject` (a manifest in `image`'s repository) with `signer` in both forms, and attests
 /// `provenance` when given. `created` dates the bundle's referrer: the action's planning time, so
-/// every attempt writes the same bytes.
+/// every attempt writes the same bytes. A `.sig` or `.att` replaced keeps the layers our own key
+/// verifies ([`sign_keeping`] names more keys).
 pub async fn sign(
     registry: &Registry,
     image: &ImageRef,
@@ -83,9 +119,23 @@ pub async fn sign(
     provenance: Option<&Provenance>,
     created: DateTime<Utc>,
 ) -> Result<Signed, SignError> {
+    sign_keeping(registry, image, subject, signer, &[signer.verifier()], provenance, created).await
+}
+
+/// [`sign`], a replaced `.sig` or `.att` keeping the other signers' layers that one of `keep`
+/// verifies (`[signing] trusted_keys` and our own key).
+pub async fn sign_keeping(
+    registry: &Registry,
+    image: &ImageRef,
+    subject: &Descriptor,
+    signer: &Signer,
+    keep: &[Verifier],
+    provenance: Option<&Provenance>,
+    created: DateTime<Utc>,
+) -> Result<Signed, SignError> {
     // Boxed here, once: the three writes' futures would otherwise grow every caller's (a debug
     // build's rebase future overflowed a test thread's stack).
-    Box::pin(sign_all(registry, image, subject, signer, provenance, created)).await
+    Box::pin(sign_all(registry, image, subject, signer, keep, provenance, created)).await
 }
 
 async fn sign_all(
@@ -93,6 +143,7 @@ async fn sign_all(
     image: &ImageRef,
     subject: &Descriptor,
     signer: &Signer,
+    keep: &[Verifier],
     provenance: Option<&Provenance>,
     created: DateTime<Utc>,
 ) -> Result<Signed, SignError> {
@@ -101,47 +152,141 @@ async fn sign_all(
     let Some((layer, payload)) = signature_layer(signer, &repository, digest) else {
         return Err(SignError::Digest(digest.to_string()));
     };
+    let to = Target { registry, image, digest, repository: &repository, keep };
     // The three are independent: written together, all before the caller moves any tag.
-    let signature = append(registry, image, digest, Attachment::Signature, layer, payload);
+    let signature = to.append(Attachment::Signature, layer, payload);
     let bundle = async { Ok(write_bundle_referrer(registry, image, subject, signer, created).await?) };
     let attestation = async {
         let Some(provenance) = provenance else { return Ok(None) };
         let statement = Statement::new(&repository, digest, SLSA_PROVENANCE_V1, provenance.predicate())
             .map_err(|_| SignError::Digest(digest.to_string()))?;
         let (layer, blob) = attestation_layer(&Envelope::statement(signer, &statement), SLSA_PROVENANCE_V1);
-        append(registry, image, digest, Attachment::Attestation, layer, blob).await.map(Some)
+        to.append(Attachment::Attestation, layer, blob).await.map(Some)
     };
-    let (signature, bundle, attestation) = futures::try_join!(signature, bundle, attestation)?;
-    Ok(Signed { digest: digest.to_string(), signature, bundle: Some(bundle), attestation })
+    let ((signature, sig_replaced), bundle, attestation) = futures::try_join!(signature, bundle, attestation)?;
+    let (attestation, att_replaced) = attestation.unzip();
+    let replaced = sig_replaced.into_iter().chain(att_replaced.flatten()).collect();
+    Ok(Signed { digest: digest.to_string(), signature, bundle: Some(bundle), attestation, replaced })
 }
 
-/// Appends `layer` (its blob `blob`) to `digest`'s `attachment` manifest, unless it is there;
-/// returns that manifest's digest.
-async fn append(
-    registry: &Registry,
-    image: &ImageRef,
-    digest: &str,
-    attachment: Attachment,
-    layer: Layer,
-    blob: Vec<u8>,
-) -> Result<String, SignError> {
-    let tag = attachment.tag(digest).ok_or_else(|| SignError::Digest(digest.to_string()))?;
-    let failed = |source| SignError::Registry { digest: digest.to_string(), source };
-    let existing = match registry.get_manifest_within(image, &tag, MAX_SIGNATURE_BYTES).await {
-        Ok(manifest) => Some(manifest),
-        Err(RegistryError::NotFound { .. }) => None,
-        Err(err) => return Err(failed(err)),
-    };
-    let attached = match &existing {
-        Some(manifest) => AttachedManifest::parse(&tag, &manifest.bytes)
-            .map_err(|source| SignError::Attached { digest: digest.to_string(), source })?,
-        None => AttachedManifest::empty(),
-    };
-    if let Some(manifest) = existing.filter(|_| attached.contains(&layer)) {
-        return Ok(manifest.digest);
+/// Where one digest's attachments go, and whose layers a replaced one keeps.
+struct Target<'a> {
+    registry: &'a Registry,
+    image: &'a ImageRef,
+    digest: &'a str,
+    /// `<registry>/<repository>`, as payloads name it.
+    repository: &'a str,
+    keep: &'a [Verifier],
+}
+
+/// An attachment manifest under its tag, as read.
+enum Found {
+    Nothing,
+    Read(Manifest),
+    /// Over the bound we read, or not a manifest at all: why.
+    Unreadable(String),
+}
+
+impl Target<'_> {
+    fn failed(&self, source: RegistryError) -> SignError {
+        SignError::Registry { digest: self.digest.to_string(), source }
     }
-    let (config, manifest) = attached.with_layer(layer);
-    registry.put_blob(image, blob.into()).await.map_err(failed)?;
-    registry.put_blob(image, config.into()).await.map_err(failed)?;
-    registry.put_manifest(image, &tag, &attached.media_type, manifest.into()).await.map_err(failed)
+
+    /// Appends `layer` (its blob `blob`) to the digest's `attachment` manifest, unless it is there,
+    /// or replaces a manifest that cannot take it; answers the manifest's digest and what was
+    /// replaced.
+    async fn append(
+        &self,
+        attachment: Attachment,
+        layer: Layer,
+        blob: Vec<u8>,
+    ) -> Result<(String, Option<Replaced>), SignError> {
+        let (registry, image) = (self.registry, self.image);
+        let tag = attachment.tag(self.digest).ok_or_else(|| SignError::Digest(self.digest.to_string()))?;
+        let found = match registry.get_manifest_within(image, &tag, MAX_SIGNATURE_BYTES).await {
+            Ok(manifest) => Found::Read(manifest),
+            Err(RegistryError::NotFound { .. }) => Found::Nothing,
+            Err(RegistryError::InvalidResponse { detail, .. }) => Found::Unreadable(detail),
+            Err(err) => return Err(self.failed(err)),
+        };
+        let (attached, replaced) = match found {
+            Found::Nothing => (AttachedManifest::empty(), None),
+            Found::Read(manifest) => match self.extensible(&tag, &manifest, &layer).await? {
+                Ok(attached) if attached.contains(&layer) => return Ok((manifest.digest, None)),
+                Ok(attached) => (attached, None),
+                Err(why) => {
+                    let kept = self.carried(attachment, carry_candidates(&manifest.bytes, attachment)).await?;
+                    let carried = kept.len();
+                    let replaced = Replaced { tag: tag.clone(), digest: Some(manifest.digest), why, carried };
+                    (AttachedManifest::fresh(kept), Some(replaced))
+                }
+            },
+            Found::Unreadable(why) => {
+                (AttachedManifest::empty(), Some(Replaced { tag: tag.clone(), digest: None, why, carried: 0 }))
+            }
+        };
+        if let Some(replaced) = &replaced {
+            tracing::warn!(image = %image, tag = %replaced.tag, planted = replaced.digest.as_deref().unwrap_or("unreadable"), why = %replaced.why, carried = replaced.carried, "a signature manifest that could not take our layer is replaced by a fresh one");
+        }
+        // Our own earlier layer may be among those carried: never twice.
+        let (config, manifest) =
+            if attached.contains(&layer) { attached.documents() } else { attached.with_layer(layer) };
+        registry.put_blob(image, blob.into()).await.map_err(|e| self.failed(e))?;
+        registry.put_blob(image, config.into()).await.map_err(|e| self.failed(e))?;
+        let written = registry.put_manifest(image, &tag, &attached.media_type, manifest.into()).await;
+        Ok((written.map_err(|e| self.failed(e))?, replaced))
+    }
+
+    /// `manifest` (under `tag`) read as one our layer can be appended to, or why it cannot: not an
+    /// image manifest, no room, or a layer whose blob the repository no longer has (the registry
+    /// would refuse the manifest naming it).
+    async fn extensible(
+        &self,
+        tag: &str,
+        manifest: &Manifest,
+        layer: &Layer,
+    ) -> Result<Result<AttachedManifest, String>, SignError> {
+        let attached = match AttachedManifest::parse(tag, &manifest.bytes) {
+            Ok(attached) => attached,
+            Err(err @ (AttachedError::Malformed { .. } | AttachedError::TooManyLayers { .. })) => {
+                return Ok(Err(err.to_string()));
+            }
+        };
+        if let Some(why) = attached.not_extensible(layer) {
+            return Ok(Err(why));
+        }
+        if attached.contains(layer) {
+            return Ok(Ok(attached));
+        }
+        for existing in &attached.layers {
+            if !self.registry.blob_exists(self.image, &existing.digest).await.map_err(|e| self.failed(e))? {
+                return Ok(Err(format!("its layer {} is not in the repository", existing.digest)));
+            }
+        }
+        Ok(Ok(attached))
+    }
+
+    /// Of `candidates` (a replaced manifest's layers), those whose blobs are still there and that
+    /// one of the kept keys verifies, read within [`MAX_CARRIED_BYTES`] together.
+    async fn carried(&self, attachment: Attachment, candidates: Vec<Layer>) -> Result<Vec<Layer>, SignError> {
+        let mut budget = MAX_CARRIED_BYTES;
+        let mut kept = Vec::new();
+        for layer in candidates {
+            if layer.size > budget as u64 {
+                continue;
+            }
+            let blob = match self.registry.get_blob(self.image, &layer.digest, budget).await {
+                Ok(blob) => blob,
+                Err(RegistryError::NotFound { .. } | RegistryError::InvalidResponse { .. }) => continue,
+                Err(err) => return Err(self.failed(err)),
+            };
+            budget = budget.saturating_sub(blob.len());
+            let verifies =
+                |key: &Verifier| carried_layer_verifies(attachment, &layer, &blob, self.digest, self.repository, key);
+            if self.keep.iter().any(verifies) {
+                kept.push(layer);
+            }
+        }
+        Ok(kept)
+    }
 }

@@ -16,4 +16,5 @@ mod rollout;
 mod runner;
 mod signed;
 mod signing;
+mod signing_planted;
 mod signing_races;

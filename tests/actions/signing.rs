@@ -30,8 +30,8 @@ use support::registry::TestRegistry;
 /// key and password.
 const KEY: &str = "tests/fixtures/signing/cosign-n32768.key";
 pub(crate) const PUBLIC_KEY: &str = "tests/fixtures/signing/cosign-n32768.pub";
-const PASSWORD: &str = "fixture password";
-const PASSWORD_ENV: &str = "BM_TEST_SIGNING_PASSWORD";
+pub(crate) const PASSWORD: &str = "fixture password";
+pub(crate) const PASSWORD_ENV: &str = "BM_TEST_SIGNING_PASSWORD";
 
 pub(crate) fn fixture(path: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path).display().to_string()

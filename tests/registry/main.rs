@@ -20,6 +20,7 @@ mod image;
 mod online_check;
 mod pace;
 mod packages;
+mod planted_signatures;
 mod rebase;
 mod signing;
 mod watch;

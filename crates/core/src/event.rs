@@ -86,6 +86,11 @@ pub enum EventType {
     /// signature by a trusted key (`require_signed`).
     #[serde(rename = "action.refused")]
     ActionRefused,
+    /// A `.sig` or `.att` manifest that could not take our signature (an index, a Docker v2
+    /// manifest, too many layers, too big, missing blobs: possibly planted) was replaced by a fresh
+    /// one; `detail` names each.
+    #[serde(rename = "signature.replaced")]
+    SignatureReplaced,
     /// Sent by `alert test` only.
     #[serde(rename = "alert.test")]
     AlertTest,
@@ -93,7 +98,7 @@ pub enum EventType {
 
 impl EventType {
     /// Every type an alert can ask for (`alert.test` is sent to one alert on request only).
-    pub const ALL: [EventType; 25] = [
+    pub const ALL: [EventType; 26] = [
         EventType::BuilderPinned,
         EventType::BuilderChanged,
         EventType::RunImageChanged,
@@ -119,6 +124,7 @@ impl EventType {
         EventType::GitopsFailed,
         EventType::GitopsOverridden,
         EventType::ActionRefused,
+        EventType::SignatureReplaced,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -148,6 +154,7 @@ impl EventType {
             EventType::GitopsFailed => "gitops.failed",
             EventType::GitopsOverridden => "gitops.overridden",
             EventType::ActionRefused => "action.refused",
+            EventType::SignatureReplaced => "signature.replaced",
             EventType::AlertTest => "alert.test",
         }
     }

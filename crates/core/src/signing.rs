@@ -13,6 +13,7 @@ mod error;
 mod key;
 mod payload;
 mod provenance;
+mod replace;
 mod seen;
 #[cfg(test)]
 mod seen_tests;
@@ -37,4 +38,5 @@ pub use payload::{
     simple_signing_payload,
 };
 pub use provenance::{Provenance, SLSA_PROVENANCE_V1};
+pub use replace::{MAX_CARRIED_BYTES, MAX_CARRIED_LAYERS, carried_layer_verifies, carry_candidates};
 pub use seen::{SIGNATURE_INVALID, SignatureInfo, UNSIGNED, Verification, checked_digest, required, signed_by};

@@ -66,7 +66,8 @@ pub fn subject_key(event: &Event) -> String {
         | EventType::GitopsCommitted
         | EventType::GitopsFailed
         | EventType::GitopsOverridden
-        | EventType::ActionRefused => event.action.as_ref().map_or_else(builder, |a| format!("image:{}", a.image)),
+        | EventType::ActionRefused
+        | EventType::SignatureReplaced => event.action.as_ref().map_or_else(builder, |a| format!("image:{}", a.image)),
         EventType::ActionAwaitingApproval | EventType::ActionHeld => event
             .rollout
             .as_ref()

@@ -77,7 +77,8 @@ impl Event {
             | EventType::GitopsCommitted
             | EventType::GitopsFailed
             | EventType::GitopsOverridden
-            | EventType::ActionRefused => self.action.as_ref().map(|a| {
+            | EventType::ActionRefused
+            | EventType::SignatureReplaced => self.action.as_ref().map(|a| {
                 let mut text = format!("{} of {}, attempt {}/{}", a.kind, a.image, a.attempt, a.max_attempts);
                 if let Some(detail) = &a.detail {
                     let _ = write!(text, " — {}", clipped(detail));

@@ -95,7 +95,30 @@ impl AttachedManifest {
 
     /// A manifest with no layer yet (none was under the tag).
     pub fn empty() -> Self {
-        Self { media_type: OCI_MANIFEST.to_string(), layers: Vec::new(), rest: serde_json::Map::new() }
+        Self::fresh(Vec::new())
+    }
+
+    /// A new OCI image manifest of `layers` (carried over from one that could not be extended),
+    /// nothing else of the old one kept.
+    pub fn fresh(layers: Vec<Layer>) -> Self {
+        Self { media_type: OCI_MANIFEST.to_string(), layers, rest: serde_json::Map::new() }
+    }
+
+    /// Why `layer` cannot be appended to this manifest as it is (it must be replaced by a fresh
+    /// one, [`super::replace`]): not an OCI image manifest (an index, a Docker v2 manifest, which
+    /// must not get an OCI config), or one layer short of the bound no longer. `None`: it can be.
+    pub fn not_extensible(&self, layer: &Layer) -> Option<String> {
+        if self.media_type != OCI_MANIFEST || self.rest.contains_key("manifests") {
+            let media_type = crate::text::clip(&self.media_type, 120);
+            return Some(format!("it is {}, not an OCI image manifest", crate::text::escape(&media_type)));
+        }
+        if self.layers.len() >= MAX_SIGNATURE_LAYERS && !self.contains(layer) {
+            return Some(format!(
+                "it has {} layers: one more is over the {MAX_SIGNATURE_LAYERS} verifiers read",
+                self.layers.len()
+            ));
+        }
+        None
     }
 
     /// Whether `layer` is here already: the same content, as a retry writes it.
@@ -107,8 +130,14 @@ impl AttachedManifest {
     /// layers' digests as diff ids, they are not compressed), and the manifest naming it, with
     /// `layer` appended after every layer already there.
     pub fn with_layer(&self, layer: Layer) -> (Vec<u8>, Vec<u8>) {
-        let mut layers = self.layers.clone();
-        layers.push(layer);
+        let mut with = self.clone();
+        with.layers.push(layer);
+        with.documents()
+    }
+
+    /// The config and the manifest of this manifest's layers as they are.
+    pub fn documents(&self) -> (Vec<u8>, Vec<u8>) {
+        let layers = &self.layers;
         let config = serde_json::json!({
             "architecture": "",
             "config": {},
@@ -129,7 +158,7 @@ impl AttachedManifest {
                 "digest": sha256(&config),
             }),
         );
-        doc.insert("layers".into(), serde_json::to_value(&layers).expect("layers serialise"));
+        doc.insert("layers".into(), serde_json::to_value(layers).expect("layers serialise"));
         (config, serde_json::to_vec(&doc).expect("JSON serialises"))
     }
 }

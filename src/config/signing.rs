@@ -76,7 +76,9 @@ impl SigningSettings {
         let Some(source) = &self.key else { return Ok(None) };
         let pem = Zeroizing::new(match source {
             KeySource::File(path) => {
-                std::fs::read(path).map_err(|error| SigningKeyError::Read { path: path.clone(), error })?
+                let pem = std::fs::read(path).map_err(|error| SigningKeyError::Read { path: path.clone(), error })?;
+                warn_if_shared(path);
+                pem
             }
             KeySource::Env(var) => match std::env::var_os(var) {
                 Some(value) if !value.is_empty() => value.into_encoded_bytes(),
@@ -100,6 +102,28 @@ impl SigningSettings {
             SigningKeyError::Key { origin, error }
         })
     }
+}
+
+/// Warns, once per file and process, when the private key's file is readable by its group or by
+/// others: it is still used (a read-only mount may give it such a mode), but whoever else can read
+/// it can sign as us.
+fn warn_if_shared(path: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    static WARNED: std::sync::Mutex<std::collections::BTreeSet<PathBuf>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let Ok(metadata) = std::fs::metadata(path) else { return };
+    let mode = metadata.permissions().mode() & 0o777;
+    if mode & 0o077 == 0 {
+        return;
+    }
+    if !WARNED.lock().unwrap_or_else(|e| e.into_inner()).insert(path.to_path_buf()) {
+        return;
+    }
+    tracing::warn!(
+        path = %path.display(),
+        mode = format!("{mode:03o}"),
+        "the signing key file is readable by its group or others, who could sign as builder-monitor: chmod 600 it (or 400)"
+    );
 }
 
 #[derive(Deserialize)]

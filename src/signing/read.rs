@@ -1,6 +1,6 @@
 //! Whether a digest carries a valid signature by one of the trusted keys: its `.sig` manifest and
 //! the payloads of its simple-signing layers, read within [`MAX_SIGNATURE_BYTES`] and
-//! [`MAX_SIGNATURE_LAYERS`]. A hostile `.sig` (huge, malformed, too many layers) is a verdict
+//! [`MAX_SIGNATURE_LAYERS`], each payload naming that digest in this repository. A hostile `.sig` (huge, malformed, too many layers) is a verdict
 //! with its reason, never an error that would be retried.
 
 use builder_monitor_core::reference::ImageRef;
@@ -89,6 +89,7 @@ pub async fn verify(
         Ok(a) => a,
         Err(err) => return Ok(Verdict::Invalid { why: err.to_string() }),
     };
+    let repository = format!("{}/{}", image.registry(), image.repository());
     let mut budget = MAX_SIGNATURE_BYTES.saturating_sub(manifest.bytes.len());
     let mut signatures = 0;
     let mut unreadable = Vec::new();
@@ -111,7 +112,7 @@ pub async fn verify(
             Err(err) => return Err(err),
         };
         budget -= payload.len();
-        if let Some(key) = keys.iter().find(|k| layer_signs(layer, &payload, digest, &k.verifier)) {
+        if let Some(key) = keys.iter().find(|k| layer_signs(layer, &payload, digest, &repository, &k.verifier)) {
             return Ok(Verdict::Signed { key_id: key.verifier.key_id().to_string(), key: key.name.clone() });
         }
     }

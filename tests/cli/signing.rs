@@ -255,6 +255,68 @@ fn check_refuses_each_bad_key_naming_it_and_the_fix_without_a_secret() {
     }
 }
 
+/// `pem` with its body's base64 wrapped at `width` characters (all on one line with `usize::MAX`),
+/// its lines ended by `eol`.
+fn rewrap(pem: &str, width: usize, eol: &str) -> String {
+    let lines: Vec<&str> = pem.lines().collect();
+    let (begin, end) = (lines[0], lines[lines.len() - 1]);
+    let body: String = lines[1..lines.len() - 1].concat();
+    let chunks: Vec<String> =
+        body.as_bytes().chunks(width.min(body.len())).map(|c| String::from_utf8_lossy(c).into_owned()).collect();
+    format!("{begin}{eol}{}{eol}{end}{eol}", chunks.join(eol))
+}
+
+/// cosign's encrypted key read as Go's and OpenSSL's PEM readers read it: its body wrapped at 76
+/// characters, on one line, or with CRLF line ends; a key file others can read is used with one
+/// warning; the encrypted wrapper's text is in no error.
+#[test]
+fn a_cosign_key_rewrapped_is_read_a_shared_one_warned_of_once_and_no_error_repeats_its_text() {
+    use std::os::unix::fs::PermissionsExt;
+    let ws = Workspace::new();
+    let plain = std::fs::read_to_string(p256_pkcs8(&ws)).unwrap();
+    let public = public_of(&ws, &ws.path("p256.pem"));
+    let encrypted = cosign_encrypt(&plain, PASSWORD, 1 << 10, "ENCRYPTED SIGSTORE PRIVATE KEY");
+    let config = config(&ws, "key = \"cosign.key\"\npassword_env = \"BM_TEST_COSIGN_PASSWORD\"");
+    let env = [("BM_TEST_COSIGN_PASSWORD", PASSWORD)];
+    let write = |text: &str, mode: u32| {
+        std::fs::write(ws.path("cosign.key"), text).unwrap();
+        std::fs::set_permissions(ws.path("cosign.key"), std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    for (width, eol) in [(76, "\n"), (usize::MAX, "\n"), (64, "\r\n"), (76, "\r\n"), (usize::MAX, "\r\n")] {
+        let text = rewrap(&encrypted, width, eol);
+        write(&text, 0o600);
+        let out = run(&ws, &["signing", "public-key"], &config, &env);
+        assert_eq!((out.code, out.stdout.as_str()), (Some(0), public.as_str()), "{width} {eol:?}: {}", out.stderr);
+        assert!(!out.stderr.contains("readable by its group or others"), "{}", out.stderr);
+    }
+
+    // Readable by others: used, with one warning naming the file and the fix.
+    write(&encrypted, 0o644);
+    let out = run(&ws, &["check"], &config, &env);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let warned = out.stderr.matches("readable by its group or others").count();
+    assert_eq!(warned, 1, "{}", out.stderr);
+    assert!(out.stderr.contains("cosign.key") && out.stderr.contains("chmod 600"), "{}", out.stderr);
+
+    // A wrapper whose fields are not what cosign writes: the errors name the field, not its text.
+    let marker = "SECRETWRAPPERTEXT";
+    for json in [
+        format!(
+            r#"{{"kdf":{{"name":"{marker}","params":{{"N":1024,"r":8,"p":1}},"salt":""}},"cipher":{{"name":"nacl/secretbox","nonce":""}},"ciphertext":""}}"#
+        ),
+        format!(r#"{{"kdf":{{"name":"scrypt","params":{{"N":"{marker}","r":8,"p":1}},"salt":""}}}}"#),
+        format!(
+            r#"{{"kdf":{{"name":"scrypt","params":{{"N":1024,"r":8,"p":1}},"salt":""}},"cipher":{{"name":"{marker}","nonce":""}},"ciphertext":""}}"#
+        ),
+    ] {
+        write(&encode_string("ENCRYPTED SIGSTORE PRIVATE KEY", LineEnding::LF, json.as_bytes()).unwrap(), 0o600);
+        let out = run(&ws, &["check"], &config, &env);
+        assert_eq!(out.code, Some(2), "{}", out.stderr);
+        assert!(out.stderr.contains("not a valid cosign encrypted key"), "{}", out.stderr);
+        assert!(!out.stderr.contains(marker), "the wrapper's text in: {}", out.stderr);
+    }
+}
+
 /// Writes the N = 32768 fixture (cosign's parameters) and its public key; run by hand when it must
 /// change: `cargo test --test cli signing::write_the_cosign_fixture -- --ignored`.
 #[test]

@@ -2,7 +2,8 @@
 //! blob was deleted, an index, one with 17 layers and one with 10,000 (over the 1 MiB we read), a
 //! Docker v2 manifest. Each is replaced by a fresh OCI image manifest holding our layer and the
 //! other signers' layers that still exist and a trusted key still verifies; each replacement is
-//! reported with the planted manifest's digest; signing again changes nothing.
+//! reported with the planted manifest's digest; signing again changes nothing. And a signature
+//! whose payload names another repository is no signature here.
 
 use crate::support;
 
@@ -71,7 +72,12 @@ impl Planted {
 
     /// `signer`'s `.sig` layer for the subject, its payload pushed.
     async fn layer(&self, signer: &Signer) -> Value {
-        let (layer, payload) = signature_layer(signer, &self.repository, &self.subject.digest).unwrap();
+        self.layer_naming(signer, &self.repository).await
+    }
+
+    /// `signer`'s `.sig` layer for the subject whose payload names `repository`, pushed.
+    async fn layer_naming(&self, signer: &Signer, repository: &str) -> Value {
+        let (layer, payload) = signature_layer(signer, repository, &self.subject.digest).unwrap();
         self.registry.put_blob(&self.image, Bytes::from(payload)).await.unwrap();
         serde_json::to_value(layer).unwrap()
     }
@@ -194,4 +200,18 @@ async fn a_docker_v2_sig_gets_a_fresh_oci_manifest_not_our_layer_under_a_docker_
     let signed = p.sign().await;
     p.assert_fresh(&signed, Some(&planted), "docker", 2).await;
     assert!(p.signed_by(&p.ci).await, "the trusted signer's signature carried over");
+}
+
+/// The digest is the same in every repository it was pushed to: a trusted key's signature made for
+/// `apps/other` (its payload's `docker-reference`), copied under this repository's `.sig`, does not
+/// make the digest signed here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signature_naming_another_repository_is_not_a_signature_here() {
+    let p = Planted::new().await;
+    let elsewhere = p.layer_naming(&p.ci, &p.repository.replace("apps/web", "apps/other")).await;
+    p.plant(OCI_MANIFEST, json!({ "config": Planted::config(CONFIG_MEDIA_TYPE), "layers": [elsewhere] })).await;
+    assert!(!p.signed_by(&p.ci).await, "signed for apps/other only");
+    let here = p.layer(&p.ci).await;
+    p.plant(OCI_MANIFEST, json!({ "config": Planted::config(CONFIG_MEDIA_TYPE), "layers": [here] })).await;
+    assert!(p.signed_by(&p.ci).await, "the same key's signature for this repository counts");
 }

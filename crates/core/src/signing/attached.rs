@@ -190,25 +190,66 @@ pub fn attestation_layer(envelope: &Envelope, predicate_type: &str) -> (Layer, V
     (layer, blob)
 }
 
-/// Whether a `.sig` layer's `payload` (its blob, read) signs `digest` with `verifier`'s key: the
-/// annotation's signature verifies over the payload, and the payload names the digest.
-pub fn layer_signs(layer: &Layer, payload: &[u8], digest: &str, verifier: &Verifier) -> bool {
+/// Whether a `.sig` layer's `payload` (its blob, read) signs `digest` in `repository`
+/// (`<registry>/<repository>`) with `verifier`'s key: the annotation's signature verifies over the
+/// payload, and the payload names the digest and that repository (`docker-reference`): a
+/// signature made for one repository is no signature of the same digest in another.
+pub fn layer_signs(layer: &Layer, payload: &[u8], digest: &str, repository: &str, verifier: &Verifier) -> bool {
     let Some(signature) = layer.annotations.get(SIGNATURE_ANNOTATION) else { return false };
     let Ok(der) = STANDARD.decode(signature) else { return false };
-    verifier.verify(payload, &der) && signed_digest(payload).as_deref() == Some(digest)
+    let Some((signed, reference)) = signed_claims(payload) else { return false };
+    verifier.verify(payload, &der) && signed == digest && same_repository(&reference, repository)
 }
 
 /// The digest a simple-signing payload binds (`critical.image.docker-manifest-digest`).
 pub fn signed_digest(payload: &[u8]) -> Option<String> {
+    signed_claims(payload).map(|(digest, _)| digest)
+}
+
+/// The digest and the repository a simple-signing payload binds (`critical.image.
+/// docker-manifest-digest`, `critical.identity.docker-reference`).
+fn signed_claims(payload: &[u8]) -> Option<(String, String)> {
     let doc: serde_json::Value = serde_json::from_slice(payload).ok()?;
     let critical = doc.get("critical")?;
     if critical.get("type")?.as_str()? != "cosign container image signature" {
         return None;
     }
-    Some(critical.get("image")?.get("docker-manifest-digest")?.as_str()?.to_string())
+    let digest = critical.get("image")?.get("docker-manifest-digest")?.as_str()?.to_string();
+    let reference = critical.get("identity")?.get("docker-reference")?.as_str()?.to_string();
+    Some((digest, reference))
+}
+
+/// Whether two `<registry>/<repository>` names are one repository: Docker Hub's three host names
+/// are one registry (cosign writes `index.docker.io/…`), and a name's case is not its own.
+fn same_repository(a: &str, b: &str) -> bool {
+    fn normal(name: &str) -> String {
+        let name = name.to_ascii_lowercase();
+        for alias in ["index.docker.io/", "registry-1.docker.io/"] {
+            if let Some(rest) = name.strip_prefix(alias) {
+                return format!("docker.io/{rest}");
+            }
+        }
+        name
+    }
+    normal(a) == normal(b)
 }
 
 fn sha256(bytes: &[u8]) -> String {
     use sha2::Digest;
     format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
+}
+
+#[cfg(test)]
+mod repository_tests {
+    use super::same_repository;
+
+    #[test]
+    fn docker_hubs_names_are_one_registry_and_other_names_differ() {
+        assert!(same_repository("index.docker.io/library/web", "docker.io/library/web"));
+        assert!(same_repository("registry-1.docker.io/acme/web", "docker.io/acme/web"));
+        assert!(same_repository("R.example/Apps/web", "r.example/apps/web"));
+        assert!(!same_repository("r.example/apps/web", "r.example/apps/other"));
+        assert!(!same_repository("r.example/apps/web", "s.example/apps/web"));
+        assert!(!same_repository("r.example/apps/web", "r.example/apps/web/sub"));
+    }
 }

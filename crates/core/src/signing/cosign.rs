@@ -56,15 +56,26 @@ fn bytes(field: &str, text: &str) -> Result<Vec<u8>, KeyError> {
     STANDARD.decode(text).map_err(|e| KeyError::Malformed { what: WHAT, why: format!("{field} is not base64 ({e})") })
 }
 
-/// The PKCS#8 DER inside an encrypted key's PEM body (`json`), zeroised when dropped.
+/// Why the encrypted key's JSON could not be read, by position and kind only: serde's own
+/// messages quote the values they met, and those are the key file's text.
+fn json_error(e: &serde_json::Error) -> String {
+    let kind = match e.classify() {
+        serde_json::error::Category::Data => "does not have the fields cosign writes",
+        _ => "is not JSON",
+    };
+    format!("its body {kind} (line {}, column {})", e.line(), e.column())
+}
+
+/// The PKCS#8 DER inside an encrypted key's PEM body (`json`), zeroised when dropped. No error
+/// repeats the body's text.
 pub(super) fn decrypt(json: &[u8], password: &[u8]) -> Result<Zeroizing<Vec<u8>>, KeyError> {
     let bad = |why: String| KeyError::Malformed { what: WHAT, why };
-    let encrypted: Encrypted = serde_json::from_slice(json).map_err(|e| bad(e.to_string()))?;
+    let encrypted: Encrypted = serde_json::from_slice(json).map_err(|e| bad(json_error(&e)))?;
     if encrypted.kdf.name != "scrypt" {
-        return Err(bad(format!("its kdf is \"{}\", not scrypt", encrypted.kdf.name)));
+        return Err(bad("its kdf is not scrypt".into()));
     }
     if encrypted.cipher.name != "nacl/secretbox" {
-        return Err(bad(format!("its cipher is \"{}\", not nacl/secretbox", encrypted.cipher.name)));
+        return Err(bad("its cipher is not nacl/secretbox".into()));
     }
     let KdfParams { n, r, p } = encrypted.kdf.params;
     if n < 2 || !n.is_power_of_two() {

@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use p256::ecdsa::signature::{Signer as _, Verifier as _};
 use p256::ecdsa::{Signature, SigningKey, VerifyingKey};
 use p256::pkcs8::der::asn1::ObjectIdentifier;
@@ -136,22 +138,41 @@ impl fmt::Debug for Verifier {
 }
 
 /// The first PEM block's type and body (zeroised when dropped: it may be an unencrypted key).
+/// The body is read as Go's and OpenSSL's readers read it: lines of any length (76, or all on one
+/// line), `\r\n` or `\n` line ends, blanks ignored. Errors name positions and kinds, never text.
 fn decode_pem(pem: &[u8]) -> Result<(String, Zeroizing<Vec<u8>>), KeyError> {
     const BEGIN: &[u8] = b"-----BEGIN ";
-    let start = pem
-        .windows(BEGIN.len())
-        .position(|w| w == BEGIN)
-        .ok_or_else(|| KeyError::NotPem("no -----BEGIN line".into()))?;
-    let block = &pem[start..];
-    // The block ends with its END line: what follows it (another block, text) is not ours.
-    let end = block
-        .windows(9)
-        .position(|w| w == b"-----END ")
-        .and_then(|at| block[at + 9..].windows(5).position(|w| w == b"-----").map(|e| at + 9 + e + 5))
-        .ok_or_else(|| KeyError::NotPem("no -----END line".into()))?;
-    let (label, body) =
-        p256::pkcs8::der::pem::decode_vec(&block[..end]).map_err(|e| KeyError::NotPem(e.to_string()))?;
-    Ok((label.to_string(), Zeroizing::new(body)))
+    const DASHES: &[u8] = b"-----";
+    let find = |haystack: &[u8], needle: &[u8]| haystack.windows(needle.len()).position(|w| w == needle);
+    let start = find(pem, BEGIN).ok_or_else(|| KeyError::NotPem("no -----BEGIN line".into()))? + BEGIN.len();
+    let label_len =
+        find(&pem[start..], DASHES).ok_or_else(|| KeyError::NotPem("its BEGIN line is not closed".into()))?;
+    let label = &pem[start..start + label_len];
+    if label.len() > 64 || !label.iter().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || *b == b' ') {
+        return Err(KeyError::NotPem("its BEGIN line names no PEM type".into()));
+    }
+    let body_start = start + label_len + DASHES.len();
+    let end_line = [b"-----END ".as_slice(), label, DASHES].concat();
+    let body_len = find(&pem[body_start..], &end_line)
+        .ok_or_else(|| KeyError::NotPem("no -----END line of the same type".into()))?;
+    let body: Zeroizing<Vec<u8>> = Zeroizing::new(
+        pem[body_start..body_start + body_len].iter().copied().filter(|b| !b.is_ascii_whitespace()).collect(),
+    );
+    let decoded = STANDARD
+        .decode(body.as_slice())
+        .map_err(|e| KeyError::NotPem(format!("its body is not base64 ({})", base64_error(&e))))?;
+    let label = String::from_utf8(label.to_vec()).expect("checked ASCII");
+    Ok((label, Zeroizing::new(decoded)))
+}
+
+/// A base64 error by position and kind (the `base64` crate's message names the byte it met).
+fn base64_error(e: &base64::DecodeError) -> String {
+    match e {
+        base64::DecodeError::InvalidByte(offset, _) => format!("a character that is not base64 at {offset}"),
+        base64::DecodeError::InvalidLength(_) => "its length is not a whole number of base64 groups".into(),
+        base64::DecodeError::InvalidLastSymbol(offset, _) => format!("a bad last character at {offset}"),
+        base64::DecodeError::InvalidPadding => "bad padding".into(),
+    }
 }
 
 fn from_pkcs8(der: &[u8]) -> Result<SecretKey, KeyError> {

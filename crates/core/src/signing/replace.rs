@@ -45,11 +45,11 @@ pub fn carried_layer_verifies(
     layer: &Layer,
     blob: &[u8],
     digest: &str,
-    _repository: &str,
+    repository: &str,
     verifier: &Verifier,
 ) -> bool {
     match attachment {
-        Attachment::Signature => layer_signs(layer, blob, digest, verifier),
+        Attachment::Signature => layer_signs(layer, blob, digest, repository, verifier),
         Attachment::Attestation => {
             let Ok(envelope) = serde_json::from_slice::<Envelope>(blob) else { return false };
             let Some(statement) = envelope.payload_bytes() else { return false };
@@ -115,6 +115,7 @@ mod tests {
             carried_layer_verifies(Attachment::Signature, &layer, &payload, DIGEST, repository, verifier)
         };
         assert!(verifies("r.example/app", &ours.verifier()));
+        assert!(!verifies("r.example/other", &ours.verifier()), "another repository's signature");
         assert!(!verifies("r.example/app", &theirs.verifier()), "another key");
         let other = DIGEST.replace("0123", "4567");
         assert!(!carried_layer_verifies(

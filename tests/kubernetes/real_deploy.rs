@@ -1,9 +1,12 @@
 //! Deploys against the real control plane (`support::control_plane`: kube-apiserver, etcd and the
-//! real workload controllers): what the hand-written double could not show. A roll-out that Pod
+//! real workload controllers), health read from the real controllers' status: a roll-out in waves
+//! over three Deployments, applied with the daemon's field manager, the canary healthy before
+//! wave 1 is written; an undo after `ProgressDeadlineExceeded` (a 3 s deadline, the new pods'
+//! image pulls failing); and what the hand-written double could not show, a roll-out that Pod
 //! Security refuses (the namespace relabelled `restricted` after its workloads were created, so
-//! the Deployment is accepted and the ReplicaSet's pod creates are refused) fails at once, naming
-//! Pod Security and the refused pods' reason, instead of waiting out the progress deadline; it is
-//! undone (workload and tag back) and holds the later waves.
+//! the Deployment is accepted and the ReplicaSet's pod creates are refused) failing at once,
+//! naming Pod Security and the refused pods' reason, instead of waiting out the progress
+//! deadline. Each undo puts the workload and the tag back and holds the later waves.
 
 use crate::support;
 
@@ -42,6 +45,11 @@ impl World {
     /// replicas, containers `app` and `sidecar`) of a new namespace, rolled out by the real
     /// controllers; `extra` is appended to the config. One `run --once` pins everything.
     async fn new(extra: &str) -> Self {
+        World::with_deadline(extra, None).await
+    }
+
+    /// [`World::new`], the Deployments' `progressDeadlineSeconds` set when given.
+    async fn with_deadline(extra: &str, progress_deadline: Option<u32>) -> Self {
         let registry = TestRegistry::start();
         let pusher = Pusher::new(&registry.host);
         let host = registry.host.clone();
@@ -57,7 +65,11 @@ impl World {
             let app = App::on(&run_v1, &run_tag, &format!("{host}/demo/run@{}", pushed.digest)).label("app", name);
             let digest =
                 app::push_app(&pusher, &format!("apps/{name}"), Some("latest"), &app, Format::Oci).await.digest;
-            ns.create(deployment(name, &format!("{host}/apps/{name}@{digest}"))).await;
+            let mut object = deployment(name, &format!("{host}/apps/{name}@{digest}"));
+            if let Some(seconds) = progress_deadline {
+                object["spec"]["progressDeadlineSeconds"] = json!(seconds);
+            }
+            ns.create(object).await;
             built.push((name.to_string(), digest));
             images += &format!(
                 "[[images]]\nname = \"{name}\"\nbuilder = \"jammy\"\nimage = \"{host}/apps/{name}:latest\"\n\
@@ -77,9 +89,27 @@ impl World {
             ns.name
         ));
         let world = World { _registry: registry, ns, pusher, ws, config, host, built };
-        let first = world.ws.run(&["run", "--once", "--config", world.config.to_str().unwrap()]);
+        let first = world.cli(&["run", "--once"]);
         assert_eq!(first.code, Some(0), "{}", first.stderr);
         world
+    }
+
+    fn cli(&self, args: &[&str]) -> support::daemon::Output {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(["--config", self.config.to_str().unwrap()]);
+        self.ws.run(&all)
+    }
+
+    /// Every event recorded, in order: (type, image).
+    async fn events(&self) -> Vec<(String, String)> {
+        let events = Ledger::open_read_only(&self.ws.path("state.db")).unwrap().events_after(0, 1000).await.unwrap();
+        events
+            .into_iter()
+            .map(|e| {
+                let v = serde_json::to_value(&e.event).unwrap();
+                (e.event.event_type.to_string(), v["action"]["image"].as_str().unwrap_or_default().to_string())
+            })
+            .collect()
     }
 
     async fn move_run_image(&self) {
@@ -135,6 +165,75 @@ fn rolled_out(d: &Value) -> bool {
         && status["updatedReplicas"] == d["spec"]["replicas"]
         && status["availableReplicas"] == d["spec"]["replicas"]
         && status["replicas"] == d["spec"]["replicas"]
+}
+
+/// The real controllers roll each Deployment out; the daemon applies only the `app` image (its
+/// field manager owns it, the sidecar stays the creator's) and writes each wave only after the
+/// one before is healthy on the controllers' status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_image_push_rolls_out_in_waves_on_the_real_controllers() {
+    let w = World::new("").await;
+    w.move_run_image().await;
+    let out = w.cli(&["run", "--once"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    for (name, _) in APPS {
+        let tag = w.tag(name).await;
+        assert_ne!(tag, w.built(name), "{name}'s tag moved");
+        assert_eq!(w.running(name).await, w.reference(name, &tag), "{name} runs the new digest");
+        let d = w.ns.get("apps/v1", "Deployment", name).await.unwrap();
+        assert!(rolled_out(&d), "{name} rolled out by the controller: {}", d["status"]);
+        assert_eq!(d["spec"]["template"]["spec"]["containers"][1]["image"], "registry.example/proxy:1");
+        let managers = d["metadata"]["managedFields"].as_array().unwrap();
+        let ours = managers.iter().find(|m| m["manager"] == "builder-monitor").expect("the daemon's field manager");
+        assert_eq!(ours["operation"], "Apply", "{ours}");
+        let fields = ours["fieldsV1"].to_string();
+        assert!(fields.contains(r#"k:{\"name\":\"app\"}"#) && fields.contains("f:image"), "{fields}");
+        assert!(!fields.contains(r#"k:{\"name\":\"sidecar\"}"#), "the sidecar is not ours: {fields}");
+    }
+    // Each step after the one before: rebase, deploy written, deploy healthy, then the next app.
+    let events = w.events().await;
+    let mut last = 0;
+    for (name, _) in APPS {
+        for step in ["rebase.succeeded", "deploy.started", "deploy.succeeded"] {
+            let at = events.iter().position(|(t, i)| t == step && i == name).unwrap_or_else(|| panic!("{step} {name}"));
+            assert!(at >= last, "{step} of {name} came before the step before it: {events:?}");
+            last = at;
+        }
+    }
+    let out = w.cli(&["status", "--json"]);
+    let status: Value = serde_json::from_str(&out.stdout).unwrap();
+    for (name, _) in APPS {
+        let entry = status["deploys"].as_array().unwrap().iter().find(|d| d["image"] == name).unwrap();
+        assert_eq!(entry["state"], "healthy", "{entry}");
+    }
+}
+
+/// The canary's new pods never pull their image and the Deployment's progress deadline is 3 s:
+/// the real controller reports `ProgressDeadlineExceeded` (well before `fail_after`, 10 m, would
+/// judge the pods), and the deploy is undone: the Deployment and the tag back, web and api held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_roll_out_past_its_progress_deadline_is_undone() {
+    let w = World::with_deadline("[rollout]\nfail_after = \"10m\"\ndeploy_timeout = \"10m\"\n", Some(3)).await;
+    let before: Vec<String> = futures::future::join_all(APPS.iter().map(|(name, _)| w.running(name))).await;
+    // Only new pods fail: the running ones keep running on the old digest.
+    control_plane().fail_pulls(&format!("{}/apps/canary@", w.host)).await;
+    w.move_run_image().await;
+    let mut daemon = Daemon::start(&w.config);
+    daemon.wait_for_event("deploy.started");
+    let failed = daemon.wait_for_event("deploy.failed");
+    daemon.wait_for_event("deploy.rolled_back");
+    let (status, _) = daemon.terminate();
+    assert!(status.success());
+    let detail = failed["action"]["detail"].as_str().unwrap();
+    assert!(detail.contains("ProgressDeadlineExceeded"), "{detail}");
+    assert_eq!(w.running("canary").await, before[0], "the canary's Deployment is back to what it ran");
+    assert_eq!(w.tag("canary").await, w.built("canary"), "and its tag too");
+    for (i, name) in ["web", "api"].iter().enumerate() {
+        assert_eq!(w.running(name).await, before[i + 1], "{name} was never deployed");
+        assert_eq!(w.tag(name).await, w.built(name), "{name} was never rebased");
+    }
+    let actions = Ledger::open_read_only(&w.ws.path("state.db")).unwrap().actions(100).await.unwrap();
+    assert_eq!(actions.iter().filter(|a| a.state == ActionState::Held).count(), 2, "{actions:?}");
 }
 
 /// Issue 61 item 8, on the real server: the namespace enforces Pod Security `restricted` from

@@ -135,6 +135,42 @@ impl ControlPlane {
         kube::Client::try_from(config).expect("kube client")
     }
 
+    /// From now on the node agent fails the image pull of new pods whose container image starts
+    /// with `prefix` (`ErrImagePull`, then `ImagePullBackOff`): a line of the ConfigMap
+    /// `kube-system/fake-kubelet`, key `pull-failures`. The ConfigMap is the whole binary's, so the
+    /// prefix should name something of the test's own, such as its registry's host.
+    pub async fn fail_pulls(&self, prefix: &str) {
+        let client = self.client().await;
+        let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "ConfigMap"), "configmaps");
+        let api: Api<DynamicObject> = Api::namespaced_with(client, "kube-system", &resource);
+        // Read, add the line, write back with the resourceVersion read: another test's line
+        // written in between is a 409, and the loop reads again.
+        loop {
+            let existing = api.get_opt("fake-kubelet").await.expect("read kube-system/fake-kubelet");
+            let result = match existing {
+                None => {
+                    let object = serde_json::from_value(json!({
+                        "apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "fake-kubelet", "namespace": "kube-system"},
+                        "data": {"pull-failures": format!("{prefix}\n")},
+                    }))
+                    .unwrap();
+                    api.create(&PostParams::default(), &object).await.map(|_| ())
+                }
+                Some(mut object) => {
+                    let lines = object.data["data"]["pull-failures"].as_str().unwrap_or_default().to_string();
+                    object.data["data"]["pull-failures"] = json!(format!("{lines}{prefix}\n"));
+                    api.replace("fake-kubelet", &PostParams::default(), &object).await.map(|_| ())
+                }
+            };
+            match result {
+                Ok(()) => return,
+                Err(kube::Error::Api(e)) if e.code == 409 => continue,
+                Err(e) => panic!("write kube-system/fake-kubelet: {e}"),
+            }
+        }
+    }
+
     /// A new namespace `PREFIX-N`, unique in this control plane, once its `default`
     /// ServiceAccount exists (pods are refused before).
     pub async fn namespace(&self, prefix: &str) -> TestNamespace {

@@ -4,18 +4,22 @@ package main
 // picks (port 0), so two control planes never race for a port.
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 )
 
-// startEtcd starts etcd and returns it with its client URL once it serves. The client URL is
-// also written to DIR/etcd-url: etcd's JSON gateway there is the tests' hook for compacting
-// history (POST /v3/kv/compaction), which is how a watch gets its 410 Gone.
+// startEtcd starts etcd and returns it with its client URL once it serves (also written to
+// DIR/etcd-url).
 func startEtcd(dir string) (*embed.Etcd, string, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = "control-plane"
@@ -52,4 +56,41 @@ func startEtcd(dir string) (*embed.Etcd, string, error) {
 		return nil, "", err
 	}
 	return e, clientURL, nil
+}
+
+// serveCompactionHook serves the tests' hook for compacting etcd's history, which is how a watch
+// or a list from an old resourceVersion meets 410 Gone: POST /compact compacts everything before
+// the current revision and answers {"revision": N}. It listens on a loopback port the kernel
+// picks, written to DIR/hooks-url.
+func serveCompactionHook(ctx context.Context, dir, etcdURL string) error {
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdURL}, DialTimeout: 10 * time.Second})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		client.Close()
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /compact", func(w http.ResponseWriter, r *http.Request) {
+		current, err := client.Get(r.Context(), "compact-hook")
+		if err == nil {
+			_, err = client.Compact(r.Context(), current.Header.Revision, clientv3.WithCompactPhysical())
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]int64{"revision": current.Header.Revision})
+	})
+	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = server.Serve(ln) }()
+	go func() {
+		<-ctx.Done()
+		_ = server.Close()
+		client.Close()
+	}()
+	return os.WriteFile(filepath.Join(dir, "hooks-url"), []byte("http://"+ln.Addr().String()+"\n"), 0o600)
 }

@@ -113,6 +113,9 @@ func run(ctx context.Context, dir, kueue, kpack string) error {
 		progress("stopped")
 	}()
 
+	if err := serveCompactionHook(serverCtx, dir, etcdURL); err != nil {
+		return err
+	}
 	port, apiErr, err := startAPIServer(serverCtx, dir, creds, etcdURL)
 	if err != nil {
 		return err

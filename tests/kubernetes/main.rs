@@ -1,5 +1,7 @@
 //! Integration tests on the Kubernetes API double: the double itself, the Kubernetes runners and
-//! pools, deploys, and both ledgers (SQLite and ConfigMaps) under the same operations.
+//! pools, deploys, and both ledgers (SQLite and ConfigMaps) under the same operations; and, on the
+//! real control plane (`support::control_plane`, one per run of this binary), deploys the double
+//! cannot show (`real_deploy`).
 //!
 //! Each file below was a test binary of its own; grouped, they compile `tests/support` and link the
 //! crate once. They share one process and run as its threads: a test here changes no process state
@@ -15,4 +17,5 @@ mod kubernetes;
 mod ledger;
 mod ledger_concurrency;
 mod pools;
+mod real_deploy;
 mod write_ahead;

@@ -6,6 +6,7 @@
 pub mod app;
 pub mod browser;
 pub mod cnb;
+pub mod control_plane;
 pub mod daemon;
 pub mod git;
 pub mod images;

@@ -444,12 +444,16 @@ pub fn health(kind: WorkloadKind, object: &Value) -> Health {
             }
             let (updated, available, total) = (count("updatedReplicas"), count("availableReplicas"), count("replicas"));
             if updated == wanted && available == wanted && total == wanted {
-                Health::Healthy
-            } else {
-                Health::Progressing(format!(
-                    "{updated} of {wanted} replicas updated, {available} available, {total} in all"
-                ))
+                return Health::Healthy;
             }
+            // The real controller copies the new ReplicaSet's failure to create pods onto the
+            // Deployment while `Progressing` stays true until the deadline.
+            if let Some(failure) = replica_failure(object) {
+                return failure;
+            }
+            Health::Progressing(format!(
+                "{updated} of {wanted} replicas updated, {available} available, {total} in all"
+            ))
         }
         // With `OnDelete`, the controller replaces a pod only when someone deletes it, so waiting
         // for the pods would run into `deploy_timeout` and undo a good deploy (`kubectl rollout
@@ -491,6 +495,37 @@ pub fn health(kind: WorkloadKind, object: &Value) -> Health {
             }
         }
     }
+}
+
+/// Texts of a refused pod create that the controller's next try may not meet: quota freed as
+/// the roll-out scales the old pods down, a conflict, a namespace's ServiceAccount not made yet.
+const PASSING_REFUSALS: [&str; 5] = [
+    "exceeded quota",
+    "status unknown for quota",
+    "error looking up service account",
+    "Operation cannot be fulfilled",
+    "try again",
+];
+
+/// The verdict of a `ReplicaFailure=True` condition of a Deployment or ReplicaSet: its controller
+/// could not create (or delete) the new template's pods. A refusal by admission that every retry
+/// meets again (Pod Security, a LimitRange, a webhook, the namespace being deleted) fails at once,
+/// with the condition's reason and message; anything else (see [`PASSING_REFUSALS`]) is shown
+/// while the roll-out waits, for the progress deadline to end. `None` without the condition.
+pub fn replica_failure(object: &Value) -> Option<Health> {
+    let conditions = object.pointer("/status/conditions").and_then(Value::as_array)?;
+    let failure = conditions.iter().find(|c| c["type"] == "ReplicaFailure" && c["status"] == "True")?;
+    let reason = failure["reason"].as_str().unwrap_or("ReplicaFailure");
+    let message = failure["message"].as_str().unwrap_or_default();
+    let shown = format!("ReplicaFailure ({reason}): {message}");
+    let refused = message.contains(" is forbidden: ");
+    if !refused || PASSING_REFUSALS.iter().any(|passing| message.contains(passing)) {
+        return Some(Health::Progressing(shown));
+    }
+    if message.contains("violates PodSecurity") {
+        return Some(Health::Failed(format!("Pod Security refuses the new pods: {shown}")));
+    }
+    Some(Health::Failed(format!("the new pods are refused: {shown}")))
 }
 
 /// Whether a StatefulSet's or DaemonSet's pods are replaced only when deleted.

@@ -312,6 +312,59 @@ fn deployment_health() {
     assert_eq!(progressing(health(d, &object(4, 3, stale))), "the controller has not seen generation 4 yet");
 }
 
+/// A Deployment whose new ReplicaSet cannot create its pods, as the real controller shows it
+/// (`Progressing` still true: the deadline is far).
+fn refused(message: &str) -> Value {
+    object(
+        5,
+        2,
+        json!({"observedGeneration": 5, "replicas": 2, "updatedReplicas": 0, "availableReplicas": 2, "conditions": [
+            {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+            {"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated",
+             "message": "ReplicaSet \"web-5d4\" is progressing."},
+            {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate", "message": message},
+        ]}),
+    )
+}
+
+#[test]
+fn a_deployment_whose_new_pods_admission_refuses_fails_at_once() {
+    let d = WorkloadKind::Deployment;
+    let pod_security = "pods \"web-5d4-x7k2p\" is forbidden: violates PodSecurity \"restricted:latest\": \
+        allowPrivilegeEscalation != false (container \"app\" must set securityContext.allowPrivilegeEscalation=false)";
+    assert_eq!(
+        health(d, &refused(pod_security)),
+        Health::Failed(format!("Pod Security refuses the new pods: ReplicaFailure (FailedCreate): {pod_security}"))
+    );
+    let terminating = "pods \"web-5d4-x7k2p\" is forbidden: unable to create new content in namespace shop \
+        because it is being terminated";
+    assert_eq!(
+        health(d, &refused(terminating)),
+        Health::Failed(format!("the new pods are refused: ReplicaFailure (FailedCreate): {terminating}"))
+    );
+    // The same on the ReplicaSet, where the controller writes it first.
+    let replica_set = json!({"status": {"conditions": [
+        {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate", "message": pod_security}]}});
+    assert!(matches!(replica_failure(&replica_set), Some(Health::Failed(_))));
+
+    // Refusals a later try may not meet are shown while the roll-out waits for its deadline.
+    for passing in [
+        "pods \"web-5d4-x7k2p\" is forbidden: exceeded quota: pods, requested: pods=1, used: pods=2, limited: pods=2",
+        "pods \"web-5d4-x7k2p\" is forbidden: error looking up service account shop/default: serviceaccount \"default\" not found",
+        "Internal error occurred: resource quota evaluation timed out",
+    ] {
+        assert_eq!(progressing(health(d, &refused(passing))), format!("ReplicaFailure (FailedCreate): {passing}"));
+    }
+    // A failure condition that is not true, or a roll-out done, is no failure.
+    let mut cleared = refused(pod_security);
+    cleared["status"]["conditions"][2]["status"] = json!("False");
+    assert_eq!(progressing(health(d, &cleared)), "0 of 2 replicas updated, 2 available, 2 in all");
+    let mut done = refused(pod_security);
+    done["status"]["updatedReplicas"] = json!(2);
+    assert_eq!(health(d, &done), Health::Healthy);
+    assert_eq!(replica_failure(&object(1, 1, json!({}))), None);
+}
+
 #[test]
 fn statefulset_health() {
     let s = WorkloadKind::StatefulSet;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
-use reqwest::header::{ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED};
+use reqwest::header::{ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED, LOCATION};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 use tokio::task::JoinSet;
@@ -22,6 +22,8 @@ use crate::worker::Work;
 const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(600);
 /// How soon a failed refresh is tried again (at most: never later than `refresh`).
 const RETRY: Duration = Duration::from_secs(300);
+/// Redirects followed for one download, at most (each to the configured URL's own origin).
+const MAX_REDIRECTS: usize = 5;
 
 const DATA: &str = "osv.tar.gz";
 
@@ -41,6 +43,12 @@ pub enum FetchError {
     Http { url: String, detail: String },
     #[error("{url}: answered {status}")]
     Status { url: String, status: StatusCode },
+    /// A redirect the download does not follow: to another origin (the archive would come from a
+    /// host nobody configured), or to plain HTTP off loopback. `to` is that URL's origin only.
+    #[error("{url}: redirects to {to}, {why}: not followed (set `osv` to the URL that serves the archive)")]
+    Redirect { url: String, to: String, why: &'static str },
+    #[error("{url}: more than {MAX_REDIRECTS} redirects: not followed further")]
+    TooManyRedirects { url: String },
     #[error("{url}: the download is over {} GiB", load::MAX_ARCHIVE >> 30)]
     TooLarge { url: String },
     #[error("cannot keep the download in {}: {error}", dir.display())]
@@ -83,9 +91,13 @@ pub struct Refresher {
 impl Refresher {
     pub(super) fn new(url: &str, every: Duration, dir: PathBuf, publish: Publish) -> Result<Self, FetchError> {
         crate::install_crypto_provider();
+        // Redirects are followed by hand (`Refresher::get`), each hop checked; no `Referer` ever
+        // (it would carry the configured URL, query token included, to wherever a hop points).
         let http = reqwest::Client::builder()
             .user_agent(crate::USER_AGENT)
             .timeout(DOWNLOAD_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .referer(false)
             .build()
             .map_err(|e| FetchError::Client(e.to_string()))?;
         let shown = crate::config::redact_url(url);
@@ -128,6 +140,42 @@ impl Refresher {
         }
     }
 
+    /// The conditional GET of the configured URL, following at most [`MAX_REDIRECTS`] redirects,
+    /// each only to the configured URL's own origin (same scheme, host and port; so plain HTTP
+    /// stays on loopback, as the config requires of the URL itself). Any other hop is refused,
+    /// nothing is asked of it.
+    async fn get(&self, validators: &Validators) -> Result<reqwest::Response, FetchError> {
+        let url = || self.shown.clone();
+        let http = |e: reqwest::Error| FetchError::Http { url: url(), detail: e.without_url().to_string() };
+        let configured =
+            reqwest::Url::parse(&self.url).map_err(|e| FetchError::Http { url: url(), detail: e.to_string() })?;
+        let mut at = configured.clone();
+        for _ in 0..=MAX_REDIRECTS {
+            let mut request = self.http.get(at.clone());
+            if let Some(etag) = &validators.etag {
+                request = request.header(IF_NONE_MATCH, etag);
+            }
+            if let Some(modified) = &validators.last_modified {
+                request = request.header(IF_MODIFIED_SINCE, modified);
+            }
+            let response = request.send().await.map_err(http)?;
+            if !response.status().is_redirection() || response.status() == StatusCode::NOT_MODIFIED {
+                return Ok(response);
+            }
+            let location = response.headers().get(LOCATION).and_then(|v| v.to_str().ok()).unwrap_or_default();
+            let next = at.join(location).map_err(|e| FetchError::Http {
+                url: url(),
+                detail: format!("answered {} with an unreadable Location: {e}", response.status()),
+            })?;
+            if let Some(why) = refused_hop(&configured, &next) {
+                let to = crate::config::redact_url(next.as_str());
+                return Err(FetchError::Redirect { url: url(), to, why });
+            }
+            at = next;
+        }
+        Err(FetchError::TooManyRedirects { url: url() })
+    }
+
     /// One conditional GET, and on new data its load and swap.
     pub async fn refresh(&self) -> Result<Refreshed, FetchError> {
         let url = || self.shown.clone();
@@ -135,14 +183,7 @@ impl Refresher {
         let keep = |error| FetchError::Keep { dir: self.dir.clone(), error };
         let data_kept = self.dir.join(DATA).is_file();
         let mut validators = if data_kept { self.validators() } else { Validators::default() };
-        let mut request = self.http.get(&self.url);
-        if let Some(etag) = &validators.etag {
-            request = request.header(IF_NONE_MATCH, etag);
-        }
-        if let Some(modified) = &validators.last_modified {
-            request = request.header(IF_MODIFIED_SINCE, modified);
-        }
-        let mut response = request.send().await.map_err(http)?;
+        let mut response = self.get(&validators).await?;
         if response.status() == StatusCode::NOT_MODIFIED && data_kept {
             validators.current_at = Some(Utc::now());
             self.keep_validators(&validators)?;
@@ -211,6 +252,20 @@ impl Refresher {
             }
         }
     }
+}
+
+/// Why a redirect from `configured` to `next` is not followed; `None`: it is (same origin).
+/// Plain HTTP is checked first and on its own, so the rule of the config (plain HTTP only to
+/// loopback) holds for every hop whatever the origin rule becomes.
+fn refused_hop(configured: &reqwest::Url, next: &reqwest::Url) -> Option<&'static str> {
+    let host = next.host_str().unwrap_or_default();
+    match next.scheme() {
+        "https" => {}
+        "http" if crate::config::is_loopback_host(host) => {}
+        "http" => return Some("plain HTTP off loopback"),
+        _ => return Some("not an http(s) URL"),
+    }
+    (next.origin() != configured.origin()).then_some("another origin than the configured URL's")
 }
 
 impl Work for Refresher {

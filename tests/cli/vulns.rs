@@ -179,6 +179,8 @@ enum Answer {
     Archive(Vec<u8>, &'static str),
     Corrupt,
     Error,
+    /// `302 Found` to this `Location` for the mirror's own path; any other path gets the archive.
+    Redirect(String, Vec<u8>),
 }
 
 /// A loopback HTTP listener serving the mirror as `answer` says, keeping each request's head.
@@ -205,7 +207,16 @@ impl Mirror {
                 }
                 let head = String::from_utf8_lossy(&head).to_lowercase();
                 r.lock().unwrap().push(head.clone());
+                let own_path = head.starts_with("get /osv/ubuntu.tar.gz");
                 let (status, etag, body) = match a.lock().unwrap().clone() {
+                    Answer::Redirect(to, _) if own_path => {
+                        let _ = write!(
+                            stream,
+                            "HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                        );
+                        continue;
+                    }
+                    Answer::Redirect(_, bytes) => ("200 OK", "\"moved\"", bytes),
                     Answer::Archive(_, etag) if head.contains(&format!("if-none-match: {etag}")) => {
                         ("304 Not Modified", etag, Vec::new())
                     }
@@ -239,6 +250,9 @@ fn run_once(ws: &Workspace, config: &std::path::Path) -> Vec<Value> {
 fn with_message<'a>(lines: &'a [Value], message: &str) -> Vec<&'a Value> {
     lines.iter().filter(|l| l["message"].as_str().is_some_and(|m| m.starts_with(message))).collect()
 }
+
+#[path = "vulns/redirects.rs"]
+mod redirects;
 
 #[tokio::test]
 async fn a_url_mirror_is_kept_refreshed_conditionally_and_a_failed_refresh_keeps_it_and_shows_its_age() {

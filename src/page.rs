@@ -377,7 +377,7 @@ mod tests {
                 created: parse_timestamp("2025-03-04T11:00:00Z").unwrap(),
                 progress: None,
                 holds: false,
-                expedited: Vec::new(),
+                expedited: Default::default(),
             }
             .into(),
         );

@@ -110,8 +110,8 @@ impl Serialize for ShownAction {
             progress: Option<&'a builder_monitor_core::progress::Progress>,
             #[serde(skip_serializing_if = "std::ops::Not::not")]
             holds: bool,
-            #[serde(skip_serializing_if = "<[String]>::is_empty")]
-            expedited: &'a [String],
+            #[serde(skip_serializing_if = "builder_monitor_core::rollout::Expedited::is_empty")]
+            expedited: &'a builder_monitor_core::rollout::Expedited,
         }
         let r = &self.record;
         Shown {
@@ -490,7 +490,7 @@ mod tests {
             created: at("2026-11-30T10:00:00Z"),
             progress: placed(false),
             holds: true,
-            expedited: Vec::new(),
+            expedited: Default::default(),
         };
         let shown = |r: &ActionRecord, gated: &[&str]| {
             serde_json::to_value(ShownAction::new(r.clone(), &gated.iter().copied().collect())).unwrap()
@@ -547,7 +547,7 @@ mod tests {
                     created: parse_timestamp("2025-03-04T11:00:00Z").unwrap(),
                     progress: None,
                     holds: false,
-                    expedited: Vec::new(),
+                    expedited: Default::default(),
                 }
                 .into(),
             ],

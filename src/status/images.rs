@@ -319,7 +319,7 @@ mod tests {
                 created: at(created),
                 progress: None,
                 holds: state == ActionState::Failed,
-                expedited: Vec::new(),
+                expedited: Default::default(),
             },
             target: None,
         };

@@ -15,6 +15,9 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 use tokio::task::JoinSet;
 
+use builder_monitor_core::vulns::DataSource;
+use sha2::{Digest, Sha256};
+
 use super::{Publish, load};
 use crate::worker::Work;
 
@@ -64,6 +67,13 @@ struct Validators {
     last_modified: Option<String>,
     /// When it was last downloaded or confirmed current.
     current_at: Option<DateTime<Utc>>,
+    /// The download's SHA-256 (recorded with what its data allows).
+    #[serde(default)]
+    sha256: Option<String>,
+    /// The SHA-256 of the configured URL it came from (not the URL: it may carry a token), so a
+    /// copy kept from another URL is known.
+    #[serde(default)]
+    url_sha256: Option<String>,
 }
 
 /// What one refresh did.
@@ -109,6 +119,22 @@ impl Refresher {
         std::fs::read(self.dir.join(VALIDATORS)).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
     }
 
+    /// The SHA-256 of the configured URL, as [`Validators::url_sha256`] keeps it.
+    fn url_sha256(&self) -> String {
+        hex::encode(Sha256::digest(self.url.as_bytes()))
+    }
+
+    /// Where data of the kept download came from, and whether it may expedite: only a copy
+    /// downloaded from the configured URL by a version that recorded so.
+    fn kept_source(&self, v: &Validators) -> DataSource {
+        let unverified = match &v.url_sha256 {
+            Some(hash) if *hash == self.url_sha256() => None,
+            Some(_) => Some("the kept download came from another URL than the configured one".to_string()),
+            None => Some("the kept download has no record of its source (the next download records it)".to_string()),
+        };
+        DataSource { url: self.shown.clone(), etag: v.etag.clone(), sha256: v.sha256.clone(), unverified }
+    }
+
     fn keep_validators(&self, v: &Validators) -> Result<(), FetchError> {
         let keep = |error| FetchError::Keep { dir: self.dir.clone(), error };
         let tmp = self.dir.join(format!("{VALIDATORS}.part"));
@@ -132,7 +158,10 @@ impl Refresher {
             return;
         }
         match tokio::task::spawn_blocking(move || load::archive(&path, index)).await {
-            Ok(Ok(loaded)) => self.publish.loaded(loaded, &self.shown, at),
+            Ok(Ok(mut loaded)) => {
+                loaded.index.set_source(self.kept_source(&validators));
+                self.publish.loaded(loaded, &self.shown, at)
+            }
             Ok(Err(error)) => {
                 tracing::warn!(error = %error, "the kept OSV download does not read; downloading it again")
             }
@@ -181,8 +210,11 @@ impl Refresher {
         let url = || self.shown.clone();
         let http = |e: reqwest::Error| FetchError::Http { url: url(), detail: e.without_url().to_string() };
         let keep = |error| FetchError::Keep { dir: self.dir.clone(), error };
-        let data_kept = self.dir.join(DATA).is_file();
-        let mut validators = if data_kept { self.validators() } else { Validators::default() };
+        // A kept copy without the record of its source (an older version's, another URL's) is
+        // downloaded again, not confirmed: its data must say where it came from.
+        let kept = Some(self.validators()).filter(|v| v.sha256.is_some() && v.url_sha256 == Some(self.url_sha256()));
+        let data_kept = self.dir.join(DATA).is_file() && kept.is_some();
+        let mut validators = if data_kept { kept.unwrap_or_default() } else { Validators::default() };
         let mut response = self.get(&validators).await?;
         if response.status() == StatusCode::NOT_MODIFIED && data_kept {
             validators.current_at = Some(Utc::now());
@@ -194,8 +226,14 @@ impl Refresher {
             return Err(FetchError::Status { url: url(), status: response.status() });
         }
         let header = |name| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
-        let fresh =
-            Validators { etag: header(ETAG), last_modified: header(LAST_MODIFIED), current_at: Some(Utc::now()) };
+        let mut fresh = Validators {
+            etag: header(ETAG),
+            last_modified: header(LAST_MODIFIED),
+            current_at: Some(Utc::now()),
+            sha256: None,
+            url_sha256: Some(self.url_sha256()),
+        };
+        let mut hasher = Sha256::new();
         tokio::fs::create_dir_all(&self.dir).await.map_err(keep)?;
         let part = self.dir.join(PART);
         let mut file = tokio::fs::File::create(&part).await.map_err(keep)?;
@@ -207,9 +245,11 @@ impl Refresher {
                 let _ = tokio::fs::remove_file(&part).await;
                 return Err(FetchError::TooLarge { url: url() });
             }
+            hasher.update(&chunk);
             file.write_all(&chunk).await.map_err(keep)?;
         }
         file.flush().await.map_err(keep)?;
+        fresh.sha256 = Some(hex::encode(hasher.finalize()));
         drop(file);
         // Read with the releases wanted, under the one load lock: a new release's load waits.
         let _one = self.publish.loading.lock().await;
@@ -217,13 +257,22 @@ impl Refresher {
         let loaded = tokio::task::spawn_blocking(move || load::archive(&reading, index))
             .await
             .map_err(|e| FetchError::Http { url: url(), detail: e.to_string() })?;
-        let loaded = match loaded {
+        let mut loaded = match loaded {
             Ok(loaded) => loaded,
             Err(error) => {
                 let _ = tokio::fs::remove_file(&part).await;
                 return Err(FetchError::Load { url: url(), error });
             }
         };
+        // Over HTTPS (or plain HTTP to loopback, as the config allows) from the configured URL's
+        // own origin, every redirect checked: the data may expedite.
+        let source = DataSource {
+            url: self.shown.clone(),
+            etag: fresh.etag.clone(),
+            sha256: fresh.sha256.clone(),
+            unverified: None,
+        };
+        loaded.index.set_source(source);
         tokio::fs::rename(&part, self.dir.join(DATA)).await.map_err(keep)?;
         self.keep_validators(&fresh)?;
         self.publish.downloaded(loaded, &self.shown, Utc::now());

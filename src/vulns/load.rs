@@ -8,6 +8,7 @@ use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
 use builder_monitor_core::vulns::{Index, parse_record};
+use sha2::{Digest, Sha256};
 
 /// The largest record file read (Ubuntu's largest are tens of KiB).
 pub const MAX_RECORD: u64 = 1024 * 1024;
@@ -77,11 +78,20 @@ pub struct Loaded {
     /// Records read (kept or not: a record of no watched release is read, not kept).
     pub read: u64,
     pub skipped: BTreeMap<Skip, (u64, String)>,
+    /// A directory's digest: each record file's name and bytes, in the order read (an archive's
+    /// is its file's: [`file_sha256`]).
+    pub sha256: Option<String>,
+    hasher: Option<Sha256>,
 }
 
 impl Loaded {
     fn new(index: Index) -> Self {
-        Loaded { index, read: 0, skipped: BTreeMap::new() }
+        Loaded { index, read: 0, skipped: BTreeMap::new(), sha256: None, hasher: None }
+    }
+
+    /// Nothing read: `index` as it is.
+    pub fn empty(index: Index) -> Self {
+        Loaded::new(index)
     }
 
     fn skip(&mut self, why: Skip, name: &str) {
@@ -90,10 +100,16 @@ impl Loaded {
 
     /// One record file's bytes: into the index, or skipped.
     fn record(&mut self, bytes: &[u8], name: &str) {
+        if let Some(hasher) = &mut self.hasher {
+            hasher.update(name.as_bytes());
+            hasher.update([0]);
+            hasher.update(bytes);
+            hasher.update([0]);
+        }
         match parse_record(bytes) {
             Ok(record) => {
                 self.read += 1;
-                self.index.insert(record);
+                self.index.insert_from(record, name);
             }
             Err(_) if serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_err() => self.skip(Skip::NotJson, name),
             Err(_) => self.skip(Skip::Refused, name),
@@ -103,6 +119,7 @@ impl Loaded {
     /// Done reading: the index sealed and the parse's freed heap given back (a mirror's records are
     /// parsed one at a time, each leaving fragments glibc would keep).
     fn finished(mut self) -> Self {
+        self.sha256 = self.hasher.take().map(|hasher| hex::encode(hasher.finalize()));
         self.index.seal();
         crate::memory::trim_heap();
         self
@@ -121,6 +138,7 @@ pub fn directory(root: &Path, index: Index) -> Result<Loaded, LoadError> {
     let read_err = |path: &Path, error| LoadError::Read { path: path.to_path_buf(), error };
     let canonical = root.canonicalize().map_err(|e| read_err(root, e))?;
     let mut loaded = Loaded::new(index);
+    loaded.hasher = Some(Sha256::new());
     let mut buf = Vec::new();
     let mut entries = 0u64;
     let mut stack = vec![(canonical.clone(), 0usize)];
@@ -167,6 +185,20 @@ pub fn directory(root: &Path, index: Index) -> Result<Loaded, LoadError> {
         }
     }
     Ok(loaded.finished())
+}
+
+/// The SHA-256 of the file at `path`, as hex (an archive's digest, recorded with what it allowed).
+pub fn file_sha256(path: &Path) -> Result<String, LoadError> {
+    let read = |error| LoadError::Read { path: path.to_path_buf(), error };
+    let mut file = std::fs::File::open(path).map_err(read)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match file.read(&mut buf).map_err(read)? {
+            0 => return Ok(hex::encode(hasher.finalize())),
+            n => hasher.update(&buf[..n]),
+        }
+    }
 }
 
 /// Reads at most [`MAX_RECORD`] bytes into `buf`; false when there were more.

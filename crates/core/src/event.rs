@@ -86,6 +86,10 @@ pub enum EventType {
     /// signature by a trusted key (`require_signed`).
     #[serde(rename = "action.refused")]
     ActionRefused,
+    /// A change's actions skip the soak and the windows (`[rollout] expedite`): the records that
+    /// allowed it and the data's source are in `rollout.expedited`.
+    #[serde(rename = "action.expedited")]
+    ActionExpedited,
     /// Sent by `alert test` only.
     #[serde(rename = "alert.test")]
     AlertTest,
@@ -93,7 +97,7 @@ pub enum EventType {
 
 impl EventType {
     /// Every type an alert can ask for (`alert.test` is sent to one alert on request only).
-    pub const ALL: [EventType; 25] = [
+    pub const ALL: [EventType; 26] = [
         EventType::BuilderPinned,
         EventType::BuilderChanged,
         EventType::RunImageChanged,
@@ -119,6 +123,7 @@ impl EventType {
         EventType::GitopsFailed,
         EventType::GitopsOverridden,
         EventType::ActionRefused,
+        EventType::ActionExpedited,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -148,6 +153,7 @@ impl EventType {
             EventType::GitopsFailed => "gitops.failed",
             EventType::GitopsOverridden => "gitops.overridden",
             EventType::ActionRefused => "action.refused",
+            EventType::ActionExpedited => "action.expedited",
             EventType::AlertTest => "alert.test",
         }
     }

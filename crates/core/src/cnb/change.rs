@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::packages::{self, PackageDiff, Packages};
 use crate::text::escape;
-use crate::vulns::Fix;
+use crate::vulns::{DataSource, Fix};
 
 /// The cheapest correct reaction to a move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -128,6 +128,10 @@ pub struct Change {
     /// names only, an image of no known release).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fixes_note: Option<String>,
+    /// Where the vulnerability data of `fixes` came from (URL or path, ETag, SHA-256), and why
+    /// it may not expedite a roll-out when it may not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fixes_source: Option<DataSource>,
     /// What was left unread or not kept on the new side (an index cut to `max_platforms`, parts of
     /// a pin over its ledger budget), so the change was decided on less than the whole image.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -150,6 +154,7 @@ impl Change {
             packages_note: None,
             fixes: None,
             fixes_note: None,
+            fixes_source: None,
             notes: Vec::new(),
         }
     }

@@ -112,6 +112,7 @@ impl Change {
             Ok(fixes) => (self.fixes, self.fixes_note) = (Some(fixes), None),
             Err(note) => (self.fixes, self.fixes_note) = (None, Some(note)),
         }
+        self.fixes_source = index.source().cloned();
         self
     }
 

@@ -32,6 +32,7 @@ fn index() -> Index {
             fixed: Some("3.0.2-0ubuntu1.19".into()),
             binaries: vec![("libssl3".into(), "3.0.2-0ubuntu1.19".into())],
         }],
+        modified: None,
     });
     index
 }
@@ -109,7 +110,13 @@ fn several_platforms_give_the_preferred_platforms_fixes() {
 
 #[test]
 fn the_brief_names_the_first_fix_and_counts_the_rest() {
-    let fix = |id: &str, p| Fix { id: id.into(), cves: vec!["CVE-1".into()], priority: p, packages: vec![] };
+    let fix = |id: &str, p| Fix {
+        id: id.into(),
+        cves: vec!["CVE-1".into()],
+        priority: p,
+        packages: vec![],
+        ..Fix::default()
+    };
     let fixes = [fix("USN-7000-1", Some(Priority::High)), fix("USN-7001-1", None), fix("USN-7002-1", None)];
     assert_eq!(fixes_brief(Some(&fixes)).unwrap(), "fixes USN-7000-1 (high), 2 more");
     assert_eq!(fixes_brief(Some(&fixes[1..2])).unwrap(), "fixes USN-7001-1");

@@ -298,6 +298,7 @@ mod tests {
             packages_note: None,
             fixes: None,
             fixes_note: None,
+            fixes_unknown: Vec::new(),
             notes: Vec::new(),
         }
     }

@@ -98,6 +98,12 @@ pub struct PendingChange {
     /// Why nothing could be matched to it (a side without package lists, …).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fixes_note: Option<String>,
+    /// Notices a platform shows fixed that are not claimed, with why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fixes_unknown: Vec<builder_monitor_core::vulns::UnknownFix>,
+    /// Where the data of its fixes came from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fixes_source: Option<builder_monitor_core::vulns::DataSource>,
 }
 
 impl PendingChange {
@@ -106,6 +112,8 @@ impl PendingChange {
             id: record.id.clone(),
             fixes: record.change.fixes.clone(),
             fixes_note: record.change.fixes_note.clone(),
+            fixes_unknown: record.change.fixes_unknown.clone(),
+            fixes_source: record.change.fixes_source.clone(),
         }
     }
 }

@@ -231,6 +231,9 @@ pub struct ChangeSummary {
     /// Why no vulnerability data could be matched to the move.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fixes_note: Option<String>,
+    /// Notices a platform's list shows fixed that are not claimed (`unknown`), with why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fixes_unknown: Vec<builder_monitor_core::vulns::UnknownFix>,
     /// What the new pin left out, so the move was decided on less than the whole image.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -446,6 +449,7 @@ fn builder_status(
                 packages_note: c.change.packages_note.clone(),
                 fixes: c.change.fixes.clone(),
                 fixes_note: c.change.fixes_note.clone(),
+                fixes_unknown: c.change.fixes_unknown.clone(),
                 notes: c.change.notes.clone(),
             })
             .collect(),

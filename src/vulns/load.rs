@@ -14,6 +14,9 @@ use sha2::{Digest, Sha256};
 pub const MAX_RECORD: u64 = 1024 * 1024;
 /// Files (or archive entries) looked at, at most.
 pub const MAX_ENTRIES: u64 = 1_000_000;
+/// The largest central directory of a `.zip` parsed (its entries are held while it is read):
+/// ~64 bytes an entry, so room for the entry cap's worth of records with their paths.
+pub const MAX_ZIP_DIRECTORY: u64 = 64 * 1024 * 1024;
 /// Bytes an archive may decompress to, at most.
 pub const MAX_ARCHIVE: u64 = 2 * 1024 * 1024 * 1024;
 /// Directory levels walked, at most (Ubuntu's tree is three deep).
@@ -61,6 +64,8 @@ pub enum LoadError {
     Read { path: PathBuf, error: std::io::Error },
     #[error("the OSV mirror {} has over {MAX_ENTRIES} entries: refused (is it the right directory or archive?)", path.display())]
     TooManyEntries { path: PathBuf },
+    #[error("the OSV archive {} has a central directory of {} MiB, over {} MiB: refused (is it the right archive?)", path.display(), size >> 20, MAX_ZIP_DIRECTORY >> 20)]
+    ZipDirectoryTooLarge { path: PathBuf, size: u64 },
     #[error("the OSV archive {} decompresses past {} GiB: refused", path.display(), MAX_ARCHIVE >> 30)]
     TooLarge { path: PathBuf },
     #[error("the OSV archive {} is not a readable .tar.gz: {error}", path.display())]
@@ -239,10 +244,22 @@ pub fn archive(path: &Path, index: Index) -> Result<Loaded, LoadError> {
     }
 }
 
-/// Every `*.json` regular file of the `.zip` at `path`. The central directory's sizes may lie (a
-/// zip bomb): every entry is read through [`MAX_RECORD`] and all of them through [`MAX_ARCHIVE`].
+/// Every `*.json` regular file of the `.zip` at `path`. Its end record's entry count and directory
+/// size are checked first ([`MAX_ENTRIES`], [`MAX_ZIP_DIRECTORY`]). The central directory's sizes
+/// may lie (a zip bomb): every entry is read through [`MAX_RECORD`] and all of them through
+/// [`MAX_ARCHIVE`].
 pub fn zip_file(path: &Path, index: Index) -> Result<Loaded, LoadError> {
-    let file = std::fs::File::open(path).map_err(|error| LoadError::Read { path: path.to_path_buf(), error })?;
+    let read = |error| LoadError::Read { path: path.to_path_buf(), error };
+    let mut file = std::fs::File::open(path).map_err(read)?;
+    // What the end record claims, before the directory is parsed: the parse holds every entry.
+    if let Some(directory) = super::zip_end::directory(&mut file).map_err(read)? {
+        if directory.entries > MAX_ENTRIES {
+            return Err(LoadError::TooManyEntries { path: path.to_path_buf() });
+        }
+        if directory.size > MAX_ZIP_DIRECTORY {
+            return Err(LoadError::ZipDirectoryTooLarge { path: path.to_path_buf(), size: directory.size });
+        }
+    }
     let corrupt = |error| LoadError::CorruptZip { path: path.to_path_buf(), error };
     let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(corrupt)?;
     if zip.len() as u64 > MAX_ENTRIES {

@@ -5,6 +5,7 @@
 
 pub mod fetch;
 pub mod load;
+mod zip_end;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;

@@ -315,6 +315,7 @@ mod tests {
             dead_letters: Vec::new(),
             deploys: Vec::new(),
             gitops: Vec::new(),
+            vulnerability_download: None,
         }
     }
 

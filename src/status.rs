@@ -50,6 +50,10 @@ pub struct Status {
     pub deploys: Vec<DeployStatus>,
     /// Each `[[gitops]]` target's last pushed commit and its newest action.
     pub gitops: Vec<GitopsStatus>,
+    /// A URL mirror's download under way in the state directory (since when, bytes so far,
+    /// whether it is the first): a stalled first download leaves moves matched without data.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vulnerability_download: Option<crate::vulns::Downloading>,
 }
 
 /// A recent action with the state every view shows it in ([`crate::ledger::shown_state`]); the
@@ -294,6 +298,10 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
             let mut targets = gitops::targets(config, &ledger.actions(GITOPS_RECENT).await?);
             gitops::pending_batches(config, &mut targets, &ledger.latest_actions(ActionKind::Gitops).await?);
             targets
+        },
+        vulnerability_download: match config.vulnerabilities.as_ref().map(|v| &v.osv) {
+            Some(crate::config::OsvSource::Url(_)) => crate::vulns::downloading(&config.work_dir().join("osv")),
+            _ => None,
         },
     })
 }
@@ -573,6 +581,7 @@ mod tests {
             }],
             deploys: vec![],
             gitops: vec![],
+            vulnerability_download: None,
         };
         assert_eq!(
             serde_json::to_string(&status).unwrap(),

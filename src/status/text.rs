@@ -17,6 +17,9 @@ pub fn render_text(status: &Status) -> String {
     images::render_text(&mut out, &status.images);
     deploys::render_text(&mut out, &status.deploys);
     gitops::render_text(&mut out, &status.gitops);
+    if let Some(download) = &status.vulnerability_download {
+        let _ = writeln!(out, "{}", download.note());
+    }
     if let Some(f) = &status.rollout.frozen {
         let reason = f.reason.as_deref().map(|r| format!(": {}", escape(r))).unwrap_or_default();
         let _ = writeln!(

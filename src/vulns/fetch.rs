@@ -35,6 +35,36 @@ pub(super) fn kept_path(dir: &std::path::Path) -> PathBuf {
     dir.join(DATA)
 }
 const PART: &str = "osv.tar.gz.part";
+/// Written when a download starts, removed when it ends: when it started (its bytes so far are
+/// the size of [`PART`]), for `/readyz` and `status` to show a download that stalls.
+const DOWNLOADING: &str = "osv.downloading.json";
+
+/// A download under way: since when, how many bytes so far, and whether it is the first (no data
+/// kept yet: until it ends, moves are matched without vulnerability data).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Downloading {
+    pub since: DateTime<Utc>,
+    pub bytes: u64,
+    pub first: bool,
+}
+
+impl Downloading {
+    /// `vulnerability data: first download under way since …, N bytes so far`.
+    pub fn note(&self) -> String {
+        let which = if self.first { "first download" } else { "download" };
+        let since = self.since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        format!("vulnerability data: {which} under way since {since}, {} bytes so far", self.bytes)
+    }
+}
+
+/// The download under way in the state directory `dir` (`<state>/osv`), if any: read from the
+/// files a download leaves there, so the daemon and the `status` command see the same.
+pub fn downloading(dir: &std::path::Path) -> Option<Downloading> {
+    let marker: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join(DOWNLOADING)).ok()?).ok()?;
+    let since = marker["since"].as_str().and_then(|s| DateTime::parse_from_rfc3339(s).ok())?.with_timezone(&Utc);
+    let bytes = std::fs::metadata(dir.join(PART)).map(|m| m.len()).unwrap_or(0);
+    Some(Downloading { since, bytes, first: !dir.join(DATA).is_file() })
+}
 const VALIDATORS: &str = "osv.json";
 
 /// Why a refresh failed; none holds the URL's path or query (they may carry a token).
@@ -205,17 +235,42 @@ impl Refresher {
         Err(FetchError::TooManyRedirects { url: url() })
     }
 
+    /// The body of `response` written to the part file, its SHA-256 put in `fresh`; the part
+    /// file's path. Over [`load::MAX_ARCHIVE`] bytes: removed, refused.
+    async fn download(&self, mut response: reqwest::Response, fresh: &mut Validators) -> Result<PathBuf, FetchError> {
+        let url = || self.shown.clone();
+        let http = |e: reqwest::Error| FetchError::Http { url: url(), detail: e.without_url().to_string() };
+        let keep = |error| FetchError::Keep { dir: self.dir.clone(), error };
+        let mut hasher = Sha256::new();
+        let part = self.dir.join(PART);
+        let mut file = tokio::fs::File::create(&part).await.map_err(keep)?;
+        let mut written = 0u64;
+        while let Some(chunk) = response.chunk().await.map_err(http)? {
+            written += chunk.len() as u64;
+            if written > load::MAX_ARCHIVE {
+                drop(file);
+                let _ = tokio::fs::remove_file(&part).await;
+                return Err(FetchError::TooLarge { url: url() });
+            }
+            hasher.update(&chunk);
+            file.write_all(&chunk).await.map_err(keep)?;
+        }
+        file.flush().await.map_err(keep)?;
+        fresh.sha256 = Some(hex::encode(hasher.finalize()));
+        drop(file);
+        Ok(part)
+    }
+
     /// One conditional GET, and on new data its load and swap.
     pub async fn refresh(&self) -> Result<Refreshed, FetchError> {
         let url = || self.shown.clone();
-        let http = |e: reqwest::Error| FetchError::Http { url: url(), detail: e.without_url().to_string() };
         let keep = |error| FetchError::Keep { dir: self.dir.clone(), error };
         // A kept copy without the record of its source (an older version's, another URL's) is
         // downloaded again, not confirmed: its data must say where it came from.
         let kept = Some(self.validators()).filter(|v| v.sha256.is_some() && v.url_sha256 == Some(self.url_sha256()));
         let data_kept = self.dir.join(DATA).is_file() && kept.is_some();
         let mut validators = if data_kept { kept.unwrap_or_default() } else { Validators::default() };
-        let mut response = self.get(&validators).await?;
+        let response = self.get(&validators).await?;
         if response.status() == StatusCode::NOT_MODIFIED && data_kept {
             validators.current_at = Some(Utc::now());
             self.keep_validators(&validators)?;
@@ -233,24 +288,13 @@ impl Refresher {
             sha256: None,
             url_sha256: Some(self.url_sha256()),
         };
-        let mut hasher = Sha256::new();
         tokio::fs::create_dir_all(&self.dir).await.map_err(keep)?;
-        let part = self.dir.join(PART);
-        let mut file = tokio::fs::File::create(&part).await.map_err(keep)?;
-        let mut written = 0u64;
-        while let Some(chunk) = response.chunk().await.map_err(http)? {
-            written += chunk.len() as u64;
-            if written > load::MAX_ARCHIVE {
-                drop(file);
-                let _ = tokio::fs::remove_file(&part).await;
-                return Err(FetchError::TooLarge { url: url() });
-            }
-            hasher.update(&chunk);
-            file.write_all(&chunk).await.map_err(keep)?;
-        }
-        file.flush().await.map_err(keep)?;
-        fresh.sha256 = Some(hex::encode(hasher.finalize()));
-        drop(file);
+        let marker = self.dir.join(DOWNLOADING);
+        let since = serde_json::json!({ "since": Utc::now().to_rfc3339() }).to_string();
+        tokio::fs::write(&marker, since).await.map_err(keep)?;
+        let downloaded = self.download(response, &mut fresh).await;
+        let _ = tokio::fs::remove_file(&marker).await;
+        let part = downloaded?;
         // Read with the releases wanted, under the one load lock: a new release's load waits.
         let _one = self.publish.loading.lock().await;
         let (reading, index) = (part.clone(), self.publish.fresh_index());

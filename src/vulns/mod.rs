@@ -17,7 +17,7 @@ use chrono::{DateTime, Utc};
 
 use crate::config::{Config, OsvSource};
 use crate::metrics::Metrics;
-pub use fetch::{FetchError, Refresher};
+pub use fetch::{Downloading, FetchError, Refresher, downloading};
 pub use load::{LoadError, Loaded, Skip};
 
 /// The data in force: the index, how many records it keeps, and how current it is.
@@ -79,6 +79,15 @@ impl std::fmt::Debug for Vulns {
 impl Vulns {
     pub fn current(&self) -> Arc<Snapshot> {
         self.rx.borrow().clone()
+    }
+
+    /// The download of a URL mirror under way, if any (since when, bytes so far, whether it is the
+    /// first): a stalled one shows on `/readyz` and in `status`.
+    pub fn downloading(&self) -> Option<Downloading> {
+        match &*self.publish.source {
+            Source::Download(path) => downloading(path.parent()?),
+            Source::Local(_) => None,
+        }
     }
 
     /// A receiver that sees each new snapshot (`changed()`), for whoever reacts to new data.

@@ -181,6 +181,8 @@ enum Answer {
     Error,
     /// `302 Found` to this `Location` for the mirror's own path; any other path gets the archive.
     Redirect(String, Vec<u8>),
+    /// The archive's first 10 bytes, then nothing until the flag is set (a stalled download).
+    Stalled(Vec<u8>, Arc<(Mutex<bool>, std::sync::Condvar)>),
 }
 
 /// A loopback HTTP listener serving the mirror as `answer` says, keeping each request's head.
@@ -217,6 +219,22 @@ impl Mirror {
                         continue;
                     }
                     Answer::Redirect(_, bytes) => ("200 OK", "\"moved\"", bytes),
+                    Answer::Stalled(bytes, release) => {
+                        let _ = write!(
+                            stream,
+                            "HTTP/1.1 200 OK\r\nETag: \"slow\"\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                            bytes.len()
+                        );
+                        let _ = stream.write_all(&bytes[..10]);
+                        let _ = stream.flush();
+                        let (flag, signal) = &*release;
+                        let mut released = flag.lock().unwrap();
+                        while !*released {
+                            released = signal.wait(released).unwrap();
+                        }
+                        let _ = stream.write_all(&bytes[10..]);
+                        continue;
+                    }
                     Answer::Archive(_, etag) if head.contains(&format!("if-none-match: {etag}")) => {
                         ("304 Not Modified", etag, Vec::new())
                     }
@@ -253,6 +271,8 @@ fn with_message<'a>(lines: &'a [Value], message: &str) -> Vec<&'a Value> {
 
 #[path = "vulns/redirects.rs"]
 mod redirects;
+#[path = "vulns/stalled.rs"]
+mod stalled;
 
 #[tokio::test]
 async fn a_url_mirror_is_kept_refreshed_conditionally_and_a_failed_refresh_keeps_it_and_shows_its_age() {

@@ -191,14 +191,25 @@ impl Parts {
     /// ClusterBuilders. True when every check and action succeeded.
     pub async fn run_once(&self) -> Result<bool, DaemonError> {
         let stop = CancellationToken::new();
-        if let Some(mut refresher) = self.take_refresher() {
-            refresher.refresh_logged().await;
-        }
+        // The vulnerability data downloads while the checks and actions run: they never wait for
+        // it (a move checked before it arrives says its release's data is not loaded).
+        let refresh = self.take_refresher().map(|mut refresher| {
+            tokio::spawn(async move {
+                refresher.refresh_logged().await;
+            })
+        });
         let runner = self.runner(stop.clone()).await?;
         let checks_ok = self.monitor.run_once().await;
         runner.run_due_once().await;
         let actions_ok = runner.failures() == 0;
         self.dispatcher.deliver_due_once().await;
+        if let Some(refresh) = refresh {
+            if !refresh.is_finished() {
+                let under_way = self.vulns.as_ref().and_then(Vulns::downloading).map(|d| d.note()).unwrap_or_default();
+                tracing::info!(download = %under_way, "checks and actions done without the vulnerability data; waiting for its download to keep it for the next run (moves checked now say their release's data is not loaded)");
+            }
+            let _ = refresh.await;
+        }
         if let Some(publisher) = self.publisher() {
             publisher.publish_specs().await?;
             for builder in &self.config.builders {

@@ -298,6 +298,7 @@ mod tests {
             packages_note: None,
             fixes: None,
             fixes_note: None,
+            fixes_unknown: Vec::new(),
             notes: Vec::new(),
         }
     }
@@ -314,6 +315,7 @@ mod tests {
             dead_letters: Vec::new(),
             deploys: Vec::new(),
             gitops: Vec::new(),
+            vulnerability_download: None,
         }
     }
 
@@ -377,7 +379,7 @@ mod tests {
                 created: parse_timestamp("2025-03-04T11:00:00Z").unwrap(),
                 progress: None,
                 holds: false,
-                expedited: Vec::new(),
+                expedited: Default::default(),
             }
             .into(),
         );

@@ -3,6 +3,7 @@
 //! deploy after its action goes (`plan`), and the action an image would get now (`build-spec`).
 //! Reads the config, the ledger and registries.
 
+use builder_monitor_core::rollout::{Expedite, Expedited};
 use std::collections::{BTreeMap, BTreeSet};
 
 use futures::StreamExt;
@@ -97,6 +98,12 @@ pub struct PendingChange {
     /// Why nothing could be matched to it (a side without package lists, …).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fixes_note: Option<String>,
+    /// Notices a platform shows fixed that are not claimed, with why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fixes_unknown: Vec<builder_monitor_core::vulns::UnknownFix>,
+    /// Where the data of its fixes came from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fixes_source: Option<builder_monitor_core::vulns::DataSource>,
 }
 
 impl PendingChange {
@@ -105,6 +112,8 @@ impl PendingChange {
             id: record.id.clone(),
             fixes: record.change.fixes.clone(),
             fixes_note: record.change.fixes_note.clone(),
+            fixes_unknown: record.change.fixes_unknown.clone(),
+            fixes_source: record.change.fixes_source.clone(),
         }
     }
 }
@@ -163,6 +172,9 @@ pub struct Planned {
     pub decisions: Vec<Decision>,
     /// The actions the check's commit records.
     pub actions: Vec<NewAction>,
+    /// Whether the move's actions are expedited (`[rollout] expedite`), or why not though its
+    /// fixes are that high: the commit's `action.expedited` event and log line say it.
+    pub expedite: Expedite,
     /// The actions an earlier batch recorded already (`Ledger::record_planned`) that the commit's
     /// events and the gitops actions need, as much of them as they need: all of them when a gitops
     /// target is configured, else those awaiting approval. A fleet's actions are not all held in
@@ -197,6 +209,12 @@ impl Planned {
     fn images_and_waves(&self) -> impl Iterator<Item = (&str, u32)> {
         let recorded = self.recorded.iter().map(|a| (a.summary.image.as_str(), a.summary.wave));
         recorded.chain(self.actions.iter().map(|a| (a.image.as_str(), a.wave)))
+    }
+
+    /// Every action, recorded already or not, in the order they were planned.
+    pub fn all_actions(&self) -> Vec<WaitingAction> {
+        let recorded = self.recorded.iter().map(|a| a.summary.clone());
+        recorded.chain(self.actions.iter().map(waiting)).collect()
     }
 
     /// The actions waiting for a person, recorded already or not, in the order they were planned.
@@ -252,13 +270,25 @@ impl Reaction<'_> {
         let gitops = self.gitops_actions(mv, &planned).await?;
         let expedited = self.expedited_by(mv.change);
         planned.actions.extend(gitops.into_iter().map(|a| a.expedited(expedited.clone())));
+        planned.expedite = self.expedite(mv.change);
         Ok(planned)
     }
 
-    /// The fixes of `change` that let its actions skip the soak and the windows (`[rollout]
-    /// expedite`); empty when it is off or the change fixes nothing that high.
-    fn expedited_by(&self, change: &Change) -> Vec<String> {
-        builder_monitor_core::rollout::expedited_by(self.config.rollout.expedite, change.fixes.as_deref())
+    /// Whether `change` lets its actions skip the soak and the windows (`[rollout] expedite`):
+    /// fixes that high, from vulnerability data of the configured source over a verified
+    /// connection (the change records its source).
+    fn expedite(&self, change: &Change) -> Expedite {
+        let source = change.fixes_source.as_ref();
+        builder_monitor_core::rollout::expedite(self.config.rollout.expedite, change.fixes.as_deref(), source)
+    }
+
+    /// What expedites `change`'s actions (the records and the data's source); empty when it is
+    /// off, the change fixes nothing that high, or its data may not expedite.
+    fn expedited_by(&self, change: &Change) -> Expedited {
+        match self.expedite(change) {
+            Expedite::Yes(expedited) => expedited,
+            Expedite::No | Expedite::Refused { .. } => Expedited::default(),
+        }
     }
 
     /// The gitops actions of a move: one per `[[gitops]]` target that has a file of an image with
@@ -423,8 +453,9 @@ impl Reaction<'_> {
             if end < order.len() && !planned.actions.is_empty() {
                 // Only what the commit reads: every action's image and wave for the gitops
                 // targets' commit (when there are any), else the ones waiting for a person (the
-                // approval event). A fleet of 10,000 kept 1.4 MiB of summaries for nothing.
-                let summed = planned.actions.iter().filter(|a| gitops || a.needs_approval);
+                // approval event), and an expedited change's (its `action.expedited` names them
+                // all). A fleet of 10,000 kept 1.4 MiB of summaries for nothing.
+                let summed = planned.actions.iter().filter(|a| gitops || a.needs_approval || !a.expedited.is_empty());
                 recorded.extend(summed.map(RecordedAction::of));
                 self.ledger.record_planned(mv.watch, planned.actions, mv.now).await?;
             } else {
@@ -432,7 +463,7 @@ impl Reaction<'_> {
             }
             (start, size) = (end, (size * 2).min(MAX_BATCH));
         }
-        Ok(Planned { decisions: decisions.into_iter().flatten().collect(), actions, recorded })
+        Ok(Planned { decisions: decisions.into_iter().flatten().collect(), actions, recorded, ..Default::default() })
     }
 
     /// One batch of [`Self::plan_app_actions`]: its app images read (a few at a time), a decision
@@ -496,7 +527,7 @@ impl Reaction<'_> {
                 .expedited(self.expedited_by(mv.change)),
             );
         }
-        Ok(Planned { decisions, actions, recorded: Vec::new() })
+        Ok(Planned { decisions, actions, ..Default::default() })
     }
 
     /// Every digest that counts as "on" this run image reference: its own, and its platforms'.

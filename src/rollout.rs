@@ -235,6 +235,41 @@ pub fn awaiting_approval_event(
     Some(e)
 }
 
+/// `action.expedited` for a change whose actions skip the soak and the windows, with its one log
+/// line; a change whose fixes are that high but whose data may not expedite logs why instead.
+pub fn expedited_event(
+    change: &str,
+    subject: &Subject,
+    builders: &[Subject],
+    planned: &crate::reaction::Planned,
+    now: DateTime<Utc>,
+) -> Option<Event> {
+    let actions = planned.all_actions();
+    if actions.is_empty() {
+        return None;
+    }
+    let expedited = match &planned.expedite {
+        builder_monitor_core::rollout::Expedite::No => return None,
+        builder_monitor_core::rollout::Expedite::Refused { ids, why } => {
+            tracing::warn!(change, fixes = ?ids, reason = %why, "not expedited: the vulnerability data may not expedite a roll-out");
+            return None;
+        }
+        builder_monitor_core::rollout::Expedite::Yes(expedited) => expedited,
+    };
+    let line = builder_monitor_core::rollout::expedited_line(expedited);
+    tracing::info!(change, actions = actions.len(), "expedited (no windows, no soak) {line}");
+    let id = stable_id(&[change, EventType::ActionExpedited.as_str()]);
+    let mut e = Event::new(id, EventType::ActionExpedited, timestamp(now), subject.clone());
+    e.builders = builders.to_vec();
+    e.rollout = Some(RolloutInfo {
+        change: Some(change.to_string()),
+        actions,
+        expedited: Some(expedited.clone()),
+        ..Default::default()
+    });
+    Some(e)
+}
+
 /// The actions a failed action holds (its change's later waves not started yet), and why.
 pub fn held_by(actions: &[ActionRecord], failed: &ActionRecord) -> (Vec<ActionRecord>, String) {
     let view: Vec<GateAction> = actions.iter().map(ActionRecord::gate_action).collect();

@@ -50,6 +50,10 @@ pub struct Status {
     pub deploys: Vec<DeployStatus>,
     /// Each `[[gitops]]` target's last pushed commit and its newest action.
     pub gitops: Vec<GitopsStatus>,
+    /// A URL mirror's download under way in the state directory (since when, bytes so far,
+    /// whether it is the first): a stalled first download leaves moves matched without data.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vulnerability_download: Option<crate::vulns::Downloading>,
 }
 
 /// A recent action with the state every view shows it in ([`crate::ledger::shown_state`]); the
@@ -110,8 +114,8 @@ impl Serialize for ShownAction {
             progress: Option<&'a builder_monitor_core::progress::Progress>,
             #[serde(skip_serializing_if = "std::ops::Not::not")]
             holds: bool,
-            #[serde(skip_serializing_if = "<[String]>::is_empty")]
-            expedited: &'a [String],
+            #[serde(skip_serializing_if = "builder_monitor_core::rollout::Expedited::is_empty")]
+            expedited: &'a builder_monitor_core::rollout::Expedited,
         }
         let r = &self.record;
         Shown {
@@ -231,6 +235,9 @@ pub struct ChangeSummary {
     /// Why no vulnerability data could be matched to the move.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fixes_note: Option<String>,
+    /// Notices a platform's list shows fixed that are not claimed (`unknown`), with why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fixes_unknown: Vec<builder_monitor_core::vulns::UnknownFix>,
     /// What the new pin left out, so the move was decided on less than the whole image.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -291,6 +298,10 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
             let mut targets = gitops::targets(config, &ledger.actions(GITOPS_RECENT).await?);
             gitops::pending_batches(config, &mut targets, &ledger.latest_actions(ActionKind::Gitops).await?);
             targets
+        },
+        vulnerability_download: match config.vulnerabilities.as_ref().map(|v| &v.osv) {
+            Some(crate::config::OsvSource::Url(_)) => crate::vulns::downloading(&config.work_dir().join("osv")),
+            _ => None,
         },
     })
 }
@@ -446,6 +457,7 @@ fn builder_status(
                 packages_note: c.change.packages_note.clone(),
                 fixes: c.change.fixes.clone(),
                 fixes_note: c.change.fixes_note.clone(),
+                fixes_unknown: c.change.fixes_unknown.clone(),
                 notes: c.change.notes.clone(),
             })
             .collect(),
@@ -490,7 +502,7 @@ mod tests {
             created: at("2026-11-30T10:00:00Z"),
             progress: placed(false),
             holds: true,
-            expedited: Vec::new(),
+            expedited: Default::default(),
         };
         let shown = |r: &ActionRecord, gated: &[&str]| {
             serde_json::to_value(ShownAction::new(r.clone(), &gated.iter().copied().collect())).unwrap()
@@ -547,7 +559,7 @@ mod tests {
                     created: parse_timestamp("2025-03-04T11:00:00Z").unwrap(),
                     progress: None,
                     holds: false,
-                    expedited: Vec::new(),
+                    expedited: Default::default(),
                 }
                 .into(),
             ],
@@ -569,6 +581,7 @@ mod tests {
             }],
             deploys: vec![],
             gitops: vec![],
+            vulnerability_download: None,
         };
         assert_eq!(
             serde_json::to_string(&status).unwrap(),

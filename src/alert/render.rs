@@ -79,11 +79,14 @@ pub fn summary(event: &Event) -> String {
             }
         }
         EventType::AlertTest => "builder-monitor test alert: if you read this, delivery to this receiver works".into(),
-        EventType::ActionAwaitingApproval | EventType::ActionHeld => {
+        EventType::ActionAwaitingApproval | EventType::ActionHeld | EventType::ActionExpedited => {
             let Some(r) = &event.rollout else { return format!("{}: {image}", event.event_type) };
             let list: Vec<String> = r.actions.iter().map(|a| format!("{} of {}", a.kind, a.image)).collect();
             let change = r.change.as_deref().unwrap_or("?");
-            if event.event_type == EventType::ActionHeld {
+            if event.event_type == EventType::ActionExpedited {
+                let by = r.expedited.as_ref().map(builder_monitor_core::rollout::expedited_line).unwrap_or_default();
+                format!("{image}: expedited (no windows, no soak): {} (change {change}; {by})", list.join(", "))
+            } else if event.event_type == EventType::ActionHeld {
                 let why = r.reason.as_deref().unwrap_or("a lower wave failed");
                 format!(
                     "{image}: held after {why}: {} (change {change}; `builder-monitor release {change}`)",
@@ -238,7 +241,7 @@ mod tests {
     fn slack_names_the_first_fixes_and_counts_the_rest() {
         use builder_monitor_core::vulns::{Fix, Priority};
         let mut e = changed();
-        let fix = |id: &str| Fix { id: id.into(), cves: vec![], priority: Some(Priority::High), packages: vec![] };
+        let fix = |id: &str| Fix { id: id.into(), cves: vec![], priority: Some(Priority::High), ..Fix::default() };
         let ids = ["USN-1-1", "USN-2-1", "USN-3-1", "USN-4-1", "USN-5-1"];
         e.change.as_mut().unwrap().fixes = Some(ids.iter().map(|i| fix(i)).collect());
         let body = slack_body(&e).to_string();

@@ -68,12 +68,18 @@ async fn vulnerability_data(
 /// `diff`'s fixes: `fixes USN-7000-1 (high): CVE-…` per notice, `fixes: none known`, or why
 /// nothing could be matched; nothing without vulnerability data.
 fn fixes_text(change: &builder_monitor_core::cnb::Change) -> String {
-    match (&change.fixes, &change.fixes_note) {
+    let mut out = match (&change.fixes, &change.fixes_note) {
         (Some(fixes), _) if fixes.is_empty() => "fixes: no known notice\n".into(),
-        (Some(fixes), _) => fixes.iter().map(|f| format!("fixes {}\n", cnb::fix_line(f))).collect(),
+        (Some(fixes), _) => {
+            fixes.iter().map(|f| format!("fixes {}\n  {}\n", cnb::fix_line(f), cnb::fix_origin_line(f))).collect()
+        }
         (None, Some(note)) => format!("fixes: {}\n", text::escape(note)),
         (None, None) => String::new(),
+    };
+    for unknown in &change.fixes_unknown {
+        out.push_str(&format!("fixes {}\n", cnb::unknown_fix_line(unknown)));
     }
+    out
 }
 
 /// Package moves most `diff` lists per table.

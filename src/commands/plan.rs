@@ -24,10 +24,14 @@ pub struct Args {
     config: PathBuf,
     #[arg(long)]
     json: bool,
+    /// Also say where each fix's record came from: its file, `modified`, the copies of its id
+    /// not used, and the data's source.
+    #[arg(long)]
+    explain: bool,
 }
 
 pub async fn run(args: Args) -> Result<u8, Failure> {
-    let Args { config, json } = args;
+    let Args { config, json, explain } = args;
     let config = Arc::new(load_config(&config, Secrets::Skip)?);
     let ledger = daemon::open_ledger(&config, Access::Read, &Clock::System).await?;
     let metrics = Metrics::new();
@@ -58,6 +62,9 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
             outln!("{} (builder {}, policy {}): {action} — {}", a.image, a.builder, a.policy.as_str(), a.why);
             if let Some(c) = &a.change {
                 outln!("  {}", fixes_line(c));
+                for line in unknown_lines(c, explain) {
+                    outln!("    {line}");
+                }
             }
             match a.deploy.first() {
                 Some(reaction::PlannedDeploy::Exec { .. }) => outln!("  then run [runner.exec] deploy"),
@@ -85,6 +92,26 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
         }
     }
     Ok(0)
+}
+
+/// The fixes of `change` not claimed (`unknown: why`), and with `explain` where each fix came
+/// from and the data's source.
+fn unknown_lines(change: &reaction::PendingChange, explain: bool) -> Vec<String> {
+    let mut lines: Vec<String> = change.fixes_unknown.iter().map(builder_monitor_core::cnb::unknown_fix_line).collect();
+    if explain {
+        let fixes = change.fixes.as_deref().unwrap_or_default();
+        lines.extend(fixes.iter().map(builder_monitor_core::cnb::fix_origin_line));
+        if let Some(source) = &change.fixes_source {
+            let digest = source.sha256.as_deref().map(|s| format!(", sha256 {s}")).unwrap_or_default();
+            let etag = source.etag.as_deref().map(|e| format!(", ETag {}", text::escape(e))).unwrap_or_default();
+            let trusted = match &source.unverified {
+                None => String::new(),
+                Some(why) => format!("; may not expedite: {}", text::escape(why)),
+            };
+            lines.push(format!("data from {}{etag}{digest}{trusted}", text::escape(&source.url)));
+        }
+    }
+    lines
 }
 
 /// What applying the change would fix: `change ID fixes USN-… (high): CVE-…; …`, `fixes no known

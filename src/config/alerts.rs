@@ -27,6 +27,8 @@ pub const DEFAULT_EVENTS: &[&str] = &[
     "action.held",
     "action.refused",
     "signature.replaced",
+    // A change skipping the windows and the soak on the word of the vulnerability data.
+    "action.expedited",
 ];
 
 /// Failed checks in a row before an alert hears of them, when it does not say.

@@ -2,6 +2,7 @@
 //! them and as people approve, reject and release them; the roll-out gates over their rows; and
 //! the contract both backends keep for them ([`Actions`]).
 
+use builder_monitor_core::rollout::Expedited;
 use std::future::Future;
 
 use chrono::{DateTime, Utc};
@@ -83,8 +84,9 @@ pub struct NewAction {
     pub wave: u32,
     /// Recorded as `awaiting_approval`: it starts only once a person approves it.
     pub needs_approval: bool,
-    /// The fixes that let it skip the soak and the windows (`[rollout] expedite`); empty: none.
-    pub expedited: Vec<String>,
+    /// What let it skip the soak and the windows (`[rollout] expedite`): the records and the
+    /// data's source; empty: not expedited.
+    pub expedited: Expedited,
     /// `[[gitops]] batch`: it waits this long after the first action of its subject that it
     /// supersedes (or after it arrives), and its plan takes along theirs (one commit for all).
     pub batch: Option<std::time::Duration>,
@@ -101,7 +103,7 @@ impl NewAction {
             target,
             wave: 1,
             needs_approval: false,
-            expedited: Vec::new(),
+            expedited: Expedited::default(),
             batch: None,
         }
     }
@@ -149,9 +151,9 @@ impl NewAction {
         (target, due)
     }
 
-    /// The same action, expedited by the fixes `ids` (none: not expedited).
-    pub fn expedited(self, ids: Vec<String>) -> Self {
-        NewAction { expedited: ids, ..self }
+    /// The same action, expedited by `expedited` (empty: not expedited).
+    pub fn expedited(self, expedited: Expedited) -> Self {
+        NewAction { expedited, ..self }
     }
 }
 
@@ -293,7 +295,7 @@ pub struct ClaimedAction {
     pub created: DateTime<Utc>,
     /// The fixes that let it skip the soak and the windows (`[rollout] expedite`): the deploy that
     /// follows an expedited rebase or rebuild carries them on.
-    pub expedited: Vec<String>,
+    pub expedited: Expedited,
 }
 
 /// A local command's process group: its id (the leader's pid) and the leader's start time, so a
@@ -358,8 +360,8 @@ pub struct ActionRecord {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub holds: bool,
     /// The fixes that let it skip the soak and the windows (`[rollout] expedite`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub expedited: Vec<String>,
+    #[serde(skip_serializing_if = "Expedited::is_empty")]
+    pub expedited: Expedited,
 }
 
 impl ActionRecord {
@@ -626,7 +628,7 @@ mod tests {
             created: t,
             progress: None,
             holds: false,
-            expedited: Vec::new(),
+            expedited: Expedited::default(),
         }
     }
 

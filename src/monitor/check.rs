@@ -164,7 +164,7 @@ impl Monitor {
             {
                 let reference = watch.image.pinned(&observation.digest);
                 let actions = self.reaction().pin_gitops_actions(&watch.name, &reference, &observation.digest);
-                return Ok(Planned { decisions: Vec::new(), actions, recorded: Vec::new() });
+                return Ok(Planned { actions, ..Default::default() });
             }
             _ => return Ok(Planned::default()),
         };

@@ -327,6 +327,11 @@ pub fn decide(
     {
         commit.events.push(e);
     }
+    if let Some(subject) = subjects.first()
+        && let Some(e) = crate::rollout::expedited_event(&id, subject, subjects, &planned, now)
+    {
+        commit.events.push(e);
+    }
     commit.actions = planned.actions;
     commit.change = Some(ChangeRecord {
         id: id.clone(),

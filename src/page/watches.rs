@@ -333,7 +333,7 @@ mod tests {
             id: "USN-7000-1".into(),
             cves: vec!["CVE-2026-1111".into()],
             priority: Some(Priority::High),
-            packages: vec![],
+            ..Fix::default()
         }]);
         let mut none = change("jammy-2", "2025-03-04T10:00:00Z", 'b', 'a', ChangeKind::Rebase, "run image moved");
         none.fixes = Some(vec![]);

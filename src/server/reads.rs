@@ -35,9 +35,12 @@ pub(super) async fn readyz(State(state): State<Arc<ServerState>>) -> Response {
     // Old vulnerability data leaves the daemon ready, and says so.
     if let Some(vulns) = &state.vulns {
         let (data, now) = (vulns.current(), chrono::Utc::now());
+        let downloading = vulns.downloading();
+        // A first download under way says so (a stalled one shows its bytes and since when).
+        let note = data.stale_note(now).or_else(|| downloading.as_ref().filter(|d| d.first).map(|d| d.note()));
         body["vulnerability_data"] = json!({ "records": data.records, "releases": data.releases(),
             "age_seconds": data.age(now).map(|a| a.as_secs()),
-            "refresh_failed": data.refresh_failed, "note": data.stale_note(now) });
+            "refresh_failed": data.refresh_failed, "note": note, "downloading": downloading });
     }
     let code = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (code, axum::Json(body)).into_response()

@@ -248,7 +248,7 @@ mod tests {
                     builder_monitor_core::progress::Progress::read(kind, progress).expect("a deploy's progress")
                 }),
                 holds: false,
-                expedited: Vec::new(),
+                expedited: Default::default(),
             },
             target: Some(serde_json::from_value(target).unwrap()),
         }

@@ -284,6 +284,7 @@ mod tests {
             dead_letters: vec![],
             deploys: vec![],
             gitops: Vec::new(),
+            vulnerability_download: None,
         };
         let text = render_status(&status);
         assert!(
@@ -319,7 +320,7 @@ mod tests {
                 created: at(created),
                 progress: None,
                 holds: state == ActionState::Failed,
-                expedited: Vec::new(),
+                expedited: Default::default(),
             },
             target: None,
         };
@@ -353,6 +354,7 @@ mod tests {
             dead_letters: vec![],
             deploys: vec![],
             gitops: Vec::new(),
+            vulnerability_download: None,
         };
         let text = render_status(&status);
         assert!(text.contains("    last action: deploy failed 2026-11-30T12:25:00.000Z: deploy failed\n"), "{text}");

@@ -17,6 +17,9 @@ pub fn render_text(status: &Status) -> String {
     images::render_text(&mut out, &status.images);
     deploys::render_text(&mut out, &status.deploys);
     gitops::render_text(&mut out, &status.gitops);
+    if let Some(download) = &status.vulnerability_download {
+        let _ = writeln!(out, "{}", download.note());
+    }
     if let Some(f) = &status.rollout.frozen {
         let reason = f.reason.as_deref().map(|r| format!(": {}", escape(r))).unwrap_or_default();
         let _ = writeln!(
@@ -97,11 +100,11 @@ pub fn render_text(status: &Status) -> String {
 }
 
 /// `, expedited by USN-…, CVE-…` for an action whose fixes let it skip the soak and the windows.
-fn expedited(ids: &[String]) -> String {
-    if ids.is_empty() {
+fn expedited(expedited: &builder_monitor_core::rollout::Expedited) -> String {
+    if expedited.is_empty() {
         return String::new();
     }
-    let ids: Vec<String> = ids.iter().map(|i| escape(i).into_owned()).collect();
+    let ids: Vec<String> = expedited.records.iter().map(|r| escape(&r.id).into_owned()).collect();
     format!(", expedited by {}", ids.join(", "))
 }
 

@@ -10,10 +10,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
-use reqwest::header::{ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED};
+use reqwest::header::{ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED, LOCATION};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 use tokio::task::JoinSet;
+
+use builder_monitor_core::vulns::DataSource;
+use sha2::{Digest, Sha256};
 
 use super::{Publish, load};
 use crate::worker::Work;
@@ -22,6 +25,8 @@ use crate::worker::Work;
 const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(600);
 /// How soon a failed refresh is tried again (at most: never later than `refresh`).
 const RETRY: Duration = Duration::from_secs(300);
+/// Redirects followed for one download, at most (each to the configured URL's own origin).
+const MAX_REDIRECTS: usize = 5;
 
 const DATA: &str = "osv.tar.gz";
 
@@ -30,6 +35,36 @@ pub(super) fn kept_path(dir: &std::path::Path) -> PathBuf {
     dir.join(DATA)
 }
 const PART: &str = "osv.tar.gz.part";
+/// Written when a download starts, removed when it ends: when it started (its bytes so far are
+/// the size of [`PART`]), for `/readyz` and `status` to show a download that stalls.
+const DOWNLOADING: &str = "osv.downloading.json";
+
+/// A download under way: since when, how many bytes so far, and whether it is the first (no data
+/// kept yet: until it ends, moves are matched without vulnerability data).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Downloading {
+    pub since: DateTime<Utc>,
+    pub bytes: u64,
+    pub first: bool,
+}
+
+impl Downloading {
+    /// `vulnerability data: first download under way since …, N bytes so far`.
+    pub fn note(&self) -> String {
+        let which = if self.first { "first download" } else { "download" };
+        let since = self.since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        format!("vulnerability data: {which} under way since {since}, {} bytes so far", self.bytes)
+    }
+}
+
+/// The download under way in the state directory `dir` (`<state>/osv`), if any: read from the
+/// files a download leaves there, so the daemon and the `status` command see the same.
+pub fn downloading(dir: &std::path::Path) -> Option<Downloading> {
+    let marker: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join(DOWNLOADING)).ok()?).ok()?;
+    let since = marker["since"].as_str().and_then(|s| DateTime::parse_from_rfc3339(s).ok())?.with_timezone(&Utc);
+    let bytes = std::fs::metadata(dir.join(PART)).map(|m| m.len()).unwrap_or(0);
+    Some(Downloading { since, bytes, first: !dir.join(DATA).is_file() })
+}
 const VALIDATORS: &str = "osv.json";
 
 /// Why a refresh failed; none holds the URL's path or query (they may carry a token).
@@ -41,6 +76,12 @@ pub enum FetchError {
     Http { url: String, detail: String },
     #[error("{url}: answered {status}")]
     Status { url: String, status: StatusCode },
+    /// A redirect the download does not follow: to another origin (the archive would come from a
+    /// host nobody configured), or to plain HTTP off loopback. `to` is that URL's origin only.
+    #[error("{url}: redirects to {to}, {why}: not followed (set `osv` to the URL that serves the archive)")]
+    Redirect { url: String, to: String, why: &'static str },
+    #[error("{url}: more than {MAX_REDIRECTS} redirects: not followed further")]
+    TooManyRedirects { url: String },
     #[error("{url}: the download is over {} GiB", load::MAX_ARCHIVE >> 30)]
     TooLarge { url: String },
     #[error("cannot keep the download in {}: {error}", dir.display())]
@@ -56,6 +97,13 @@ struct Validators {
     last_modified: Option<String>,
     /// When it was last downloaded or confirmed current.
     current_at: Option<DateTime<Utc>>,
+    /// The download's SHA-256 (recorded with what its data allows).
+    #[serde(default)]
+    sha256: Option<String>,
+    /// The SHA-256 of the configured URL it came from (not the URL: it may carry a token), so a
+    /// copy kept from another URL is known.
+    #[serde(default)]
+    url_sha256: Option<String>,
 }
 
 /// What one refresh did.
@@ -83,9 +131,13 @@ pub struct Refresher {
 impl Refresher {
     pub(super) fn new(url: &str, every: Duration, dir: PathBuf, publish: Publish) -> Result<Self, FetchError> {
         crate::install_crypto_provider();
+        // Redirects are followed by hand (`Refresher::get`), each hop checked; no `Referer` ever
+        // (it would carry the configured URL, query token included, to wherever a hop points).
         let http = reqwest::Client::builder()
             .user_agent(crate::USER_AGENT)
             .timeout(DOWNLOAD_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .referer(false)
             .build()
             .map_err(|e| FetchError::Client(e.to_string()))?;
         let shown = crate::config::redact_url(url);
@@ -95,6 +147,22 @@ impl Refresher {
 
     fn validators(&self) -> Validators {
         std::fs::read(self.dir.join(VALIDATORS)).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
+    }
+
+    /// The SHA-256 of the configured URL, as [`Validators::url_sha256`] keeps it.
+    fn url_sha256(&self) -> String {
+        hex::encode(Sha256::digest(self.url.as_bytes()))
+    }
+
+    /// Where data of the kept download came from, and whether it may expedite: only a copy
+    /// downloaded from the configured URL by a version that recorded so.
+    fn kept_source(&self, v: &Validators) -> DataSource {
+        let unverified = match &v.url_sha256 {
+            Some(hash) if *hash == self.url_sha256() => None,
+            Some(_) => Some("the kept download came from another URL than the configured one".to_string()),
+            None => Some("the kept download has no record of its source (the next download records it)".to_string()),
+        };
+        DataSource { url: self.shown.clone(), etag: v.etag.clone(), sha256: v.sha256.clone(), unverified }
     }
 
     fn keep_validators(&self, v: &Validators) -> Result<(), FetchError> {
@@ -120,7 +188,10 @@ impl Refresher {
             return;
         }
         match tokio::task::spawn_blocking(move || load::archive(&path, index)).await {
-            Ok(Ok(loaded)) => self.publish.loaded(loaded, &self.shown, at),
+            Ok(Ok(mut loaded)) => {
+                loaded.index.set_source(self.kept_source(&validators));
+                self.publish.loaded(loaded, &self.shown, at)
+            }
             Ok(Err(error)) => {
                 tracing::warn!(error = %error, "the kept OSV download does not read; downloading it again")
             }
@@ -128,34 +199,49 @@ impl Refresher {
         }
     }
 
-    /// One conditional GET, and on new data its load and swap.
-    pub async fn refresh(&self) -> Result<Refreshed, FetchError> {
+    /// The conditional GET of the configured URL, following at most [`MAX_REDIRECTS`] redirects,
+    /// each only to the configured URL's own origin (same scheme, host and port; so plain HTTP
+    /// stays on loopback, as the config requires of the URL itself). Any other hop is refused,
+    /// nothing is asked of it.
+    async fn get(&self, validators: &Validators) -> Result<reqwest::Response, FetchError> {
+        let url = || self.shown.clone();
+        let http = |e: reqwest::Error| FetchError::Http { url: url(), detail: e.without_url().to_string() };
+        let configured =
+            reqwest::Url::parse(&self.url).map_err(|e| FetchError::Http { url: url(), detail: e.to_string() })?;
+        let mut at = configured.clone();
+        for _ in 0..=MAX_REDIRECTS {
+            let mut request = self.http.get(at.clone());
+            if let Some(etag) = &validators.etag {
+                request = request.header(IF_NONE_MATCH, etag);
+            }
+            if let Some(modified) = &validators.last_modified {
+                request = request.header(IF_MODIFIED_SINCE, modified);
+            }
+            let response = request.send().await.map_err(http)?;
+            if !response.status().is_redirection() || response.status() == StatusCode::NOT_MODIFIED {
+                return Ok(response);
+            }
+            let location = response.headers().get(LOCATION).and_then(|v| v.to_str().ok()).unwrap_or_default();
+            let next = at.join(location).map_err(|e| FetchError::Http {
+                url: url(),
+                detail: format!("answered {} with an unreadable Location: {e}", response.status()),
+            })?;
+            if let Some(why) = refused_hop(&configured, &next) {
+                let to = crate::config::redact_url(next.as_str());
+                return Err(FetchError::Redirect { url: url(), to, why });
+            }
+            at = next;
+        }
+        Err(FetchError::TooManyRedirects { url: url() })
+    }
+
+    /// The body of `response` written to the part file, its SHA-256 put in `fresh`; the part
+    /// file's path. Over [`load::MAX_ARCHIVE`] bytes: removed, refused.
+    async fn download(&self, mut response: reqwest::Response, fresh: &mut Validators) -> Result<PathBuf, FetchError> {
         let url = || self.shown.clone();
         let http = |e: reqwest::Error| FetchError::Http { url: url(), detail: e.without_url().to_string() };
         let keep = |error| FetchError::Keep { dir: self.dir.clone(), error };
-        let data_kept = self.dir.join(DATA).is_file();
-        let mut validators = if data_kept { self.validators() } else { Validators::default() };
-        let mut request = self.http.get(&self.url);
-        if let Some(etag) = &validators.etag {
-            request = request.header(IF_NONE_MATCH, etag);
-        }
-        if let Some(modified) = &validators.last_modified {
-            request = request.header(IF_MODIFIED_SINCE, modified);
-        }
-        let mut response = request.send().await.map_err(http)?;
-        if response.status() == StatusCode::NOT_MODIFIED && data_kept {
-            validators.current_at = Some(Utc::now());
-            self.keep_validators(&validators)?;
-            self.publish.touched(validators.current_at, None);
-            return Ok(Refreshed::NotModified);
-        }
-        if !response.status().is_success() {
-            return Err(FetchError::Status { url: url(), status: response.status() });
-        }
-        let header = |name| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
-        let fresh =
-            Validators { etag: header(ETAG), last_modified: header(LAST_MODIFIED), current_at: Some(Utc::now()) };
-        tokio::fs::create_dir_all(&self.dir).await.map_err(keep)?;
+        let mut hasher = Sha256::new();
         let part = self.dir.join(PART);
         let mut file = tokio::fs::File::create(&part).await.map_err(keep)?;
         let mut written = 0u64;
@@ -166,23 +252,71 @@ impl Refresher {
                 let _ = tokio::fs::remove_file(&part).await;
                 return Err(FetchError::TooLarge { url: url() });
             }
+            hasher.update(&chunk);
             file.write_all(&chunk).await.map_err(keep)?;
         }
         file.flush().await.map_err(keep)?;
+        fresh.sha256 = Some(hex::encode(hasher.finalize()));
         drop(file);
+        Ok(part)
+    }
+
+    /// One conditional GET, and on new data its load and swap.
+    pub async fn refresh(&self) -> Result<Refreshed, FetchError> {
+        let url = || self.shown.clone();
+        let keep = |error| FetchError::Keep { dir: self.dir.clone(), error };
+        // A kept copy without the record of its source (an older version's, another URL's) is
+        // downloaded again, not confirmed: its data must say where it came from.
+        let kept = Some(self.validators()).filter(|v| v.sha256.is_some() && v.url_sha256 == Some(self.url_sha256()));
+        let data_kept = self.dir.join(DATA).is_file() && kept.is_some();
+        let mut validators = if data_kept { kept.unwrap_or_default() } else { Validators::default() };
+        let response = self.get(&validators).await?;
+        if response.status() == StatusCode::NOT_MODIFIED && data_kept {
+            validators.current_at = Some(Utc::now());
+            self.keep_validators(&validators)?;
+            self.publish.touched(validators.current_at, None);
+            return Ok(Refreshed::NotModified);
+        }
+        if !response.status().is_success() {
+            return Err(FetchError::Status { url: url(), status: response.status() });
+        }
+        let header = |name| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let mut fresh = Validators {
+            etag: header(ETAG),
+            last_modified: header(LAST_MODIFIED),
+            current_at: Some(Utc::now()),
+            sha256: None,
+            url_sha256: Some(self.url_sha256()),
+        };
+        tokio::fs::create_dir_all(&self.dir).await.map_err(keep)?;
+        let marker = self.dir.join(DOWNLOADING);
+        let since = serde_json::json!({ "since": Utc::now().to_rfc3339() }).to_string();
+        tokio::fs::write(&marker, since).await.map_err(keep)?;
+        let downloaded = self.download(response, &mut fresh).await;
+        let _ = tokio::fs::remove_file(&marker).await;
+        let part = downloaded?;
         // Read with the releases wanted, under the one load lock: a new release's load waits.
         let _one = self.publish.loading.lock().await;
         let (reading, index) = (part.clone(), self.publish.fresh_index());
         let loaded = tokio::task::spawn_blocking(move || load::archive(&reading, index))
             .await
             .map_err(|e| FetchError::Http { url: url(), detail: e.to_string() })?;
-        let loaded = match loaded {
+        let mut loaded = match loaded {
             Ok(loaded) => loaded,
             Err(error) => {
                 let _ = tokio::fs::remove_file(&part).await;
                 return Err(FetchError::Load { url: url(), error });
             }
         };
+        // Over HTTPS (or plain HTTP to loopback, as the config allows) from the configured URL's
+        // own origin, every redirect checked: the data may expedite.
+        let source = DataSource {
+            url: self.shown.clone(),
+            etag: fresh.etag.clone(),
+            sha256: fresh.sha256.clone(),
+            unverified: None,
+        };
+        loaded.index.set_source(source);
         tokio::fs::rename(&part, self.dir.join(DATA)).await.map_err(keep)?;
         self.keep_validators(&fresh)?;
         self.publish.downloaded(loaded, &self.shown, Utc::now());
@@ -211,6 +345,20 @@ impl Refresher {
             }
         }
     }
+}
+
+/// Why a redirect from `configured` to `next` is not followed; `None`: it is (same origin).
+/// Plain HTTP is checked first and on its own, so the rule of the config (plain HTTP only to
+/// loopback) holds for every hop whatever the origin rule becomes.
+fn refused_hop(configured: &reqwest::Url, next: &reqwest::Url) -> Option<&'static str> {
+    let host = next.host_str().unwrap_or_default();
+    match next.scheme() {
+        "https" => {}
+        "http" if crate::config::is_loopback_host(host) => {}
+        "http" => return Some("plain HTTP off loopback"),
+        _ => return Some("not an http(s) URL"),
+    }
+    (next.origin() != configured.origin()).then_some("another origin than the configured URL's")
 }
 
 impl Work for Refresher {

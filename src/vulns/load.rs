@@ -8,11 +8,15 @@ use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
 use builder_monitor_core::vulns::{Index, parse_record};
+use sha2::{Digest, Sha256};
 
 /// The largest record file read (Ubuntu's largest are tens of KiB).
 pub const MAX_RECORD: u64 = 1024 * 1024;
 /// Files (or archive entries) looked at, at most.
 pub const MAX_ENTRIES: u64 = 1_000_000;
+/// The largest central directory of a `.zip` parsed (its entries are held while it is read):
+/// ~64 bytes an entry, so room for the entry cap's worth of records with their paths.
+pub const MAX_ZIP_DIRECTORY: u64 = 64 * 1024 * 1024;
 /// Bytes an archive may decompress to, at most.
 pub const MAX_ARCHIVE: u64 = 2 * 1024 * 1024 * 1024;
 /// Directory levels walked, at most (Ubuntu's tree is three deep).
@@ -60,6 +64,8 @@ pub enum LoadError {
     Read { path: PathBuf, error: std::io::Error },
     #[error("the OSV mirror {} has over {MAX_ENTRIES} entries: refused (is it the right directory or archive?)", path.display())]
     TooManyEntries { path: PathBuf },
+    #[error("the OSV archive {} has a central directory of {} MiB, over {} MiB: refused (is it the right archive?)", path.display(), size >> 20, MAX_ZIP_DIRECTORY >> 20)]
+    ZipDirectoryTooLarge { path: PathBuf, size: u64 },
     #[error("the OSV archive {} decompresses past {} GiB: refused", path.display(), MAX_ARCHIVE >> 30)]
     TooLarge { path: PathBuf },
     #[error("the OSV archive {} is not a readable .tar.gz: {error}", path.display())]
@@ -77,11 +83,20 @@ pub struct Loaded {
     /// Records read (kept or not: a record of no watched release is read, not kept).
     pub read: u64,
     pub skipped: BTreeMap<Skip, (u64, String)>,
+    /// A directory's digest: each record file's name and bytes, in the order read (an archive's
+    /// is its file's: [`file_sha256`]).
+    pub sha256: Option<String>,
+    hasher: Option<Sha256>,
 }
 
 impl Loaded {
     fn new(index: Index) -> Self {
-        Loaded { index, read: 0, skipped: BTreeMap::new() }
+        Loaded { index, read: 0, skipped: BTreeMap::new(), sha256: None, hasher: None }
+    }
+
+    /// Nothing read: `index` as it is.
+    pub fn empty(index: Index) -> Self {
+        Loaded::new(index)
     }
 
     fn skip(&mut self, why: Skip, name: &str) {
@@ -90,10 +105,16 @@ impl Loaded {
 
     /// One record file's bytes: into the index, or skipped.
     fn record(&mut self, bytes: &[u8], name: &str) {
+        if let Some(hasher) = &mut self.hasher {
+            hasher.update(name.as_bytes());
+            hasher.update([0]);
+            hasher.update(bytes);
+            hasher.update([0]);
+        }
         match parse_record(bytes) {
             Ok(record) => {
                 self.read += 1;
-                self.index.insert(record);
+                self.index.insert_from(record, name);
             }
             Err(_) if serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_err() => self.skip(Skip::NotJson, name),
             Err(_) => self.skip(Skip::Refused, name),
@@ -103,6 +124,7 @@ impl Loaded {
     /// Done reading: the index sealed and the parse's freed heap given back (a mirror's records are
     /// parsed one at a time, each leaving fragments glibc would keep).
     fn finished(mut self) -> Self {
+        self.sha256 = self.hasher.take().map(|hasher| hex::encode(hasher.finalize()));
         self.index.seal();
         crate::memory::trim_heap();
         self
@@ -121,6 +143,7 @@ pub fn directory(root: &Path, index: Index) -> Result<Loaded, LoadError> {
     let read_err = |path: &Path, error| LoadError::Read { path: path.to_path_buf(), error };
     let canonical = root.canonicalize().map_err(|e| read_err(root, e))?;
     let mut loaded = Loaded::new(index);
+    loaded.hasher = Some(Sha256::new());
     let mut buf = Vec::new();
     let mut entries = 0u64;
     let mut stack = vec![(canonical.clone(), 0usize)];
@@ -169,6 +192,20 @@ pub fn directory(root: &Path, index: Index) -> Result<Loaded, LoadError> {
     Ok(loaded.finished())
 }
 
+/// The SHA-256 of the file at `path`, as hex (an archive's digest, recorded with what it allowed).
+pub fn file_sha256(path: &Path) -> Result<String, LoadError> {
+    let read = |error| LoadError::Read { path: path.to_path_buf(), error };
+    let mut file = std::fs::File::open(path).map_err(read)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match file.read(&mut buf).map_err(read)? {
+            0 => return Ok(hex::encode(hasher.finalize())),
+            n => hasher.update(&buf[..n]),
+        }
+    }
+}
+
 /// Reads at most [`MAX_RECORD`] bytes into `buf`; false when there were more.
 fn read_bounded(file: std::io::Result<impl Read>, buf: &mut Vec<u8>) -> std::io::Result<bool> {
     buf.clear();
@@ -207,10 +244,22 @@ pub fn archive(path: &Path, index: Index) -> Result<Loaded, LoadError> {
     }
 }
 
-/// Every `*.json` regular file of the `.zip` at `path`. The central directory's sizes may lie (a
-/// zip bomb): every entry is read through [`MAX_RECORD`] and all of them through [`MAX_ARCHIVE`].
+/// Every `*.json` regular file of the `.zip` at `path`. Its end record's entry count and directory
+/// size are checked first ([`MAX_ENTRIES`], [`MAX_ZIP_DIRECTORY`]). The central directory's sizes
+/// may lie (a zip bomb): every entry is read through [`MAX_RECORD`] and all of them through
+/// [`MAX_ARCHIVE`].
 pub fn zip_file(path: &Path, index: Index) -> Result<Loaded, LoadError> {
-    let file = std::fs::File::open(path).map_err(|error| LoadError::Read { path: path.to_path_buf(), error })?;
+    let read = |error| LoadError::Read { path: path.to_path_buf(), error };
+    let mut file = std::fs::File::open(path).map_err(read)?;
+    // What the end record claims, before the directory is parsed: the parse holds every entry.
+    if let Some(directory) = super::zip_end::directory(&mut file).map_err(read)? {
+        if directory.entries > MAX_ENTRIES {
+            return Err(LoadError::TooManyEntries { path: path.to_path_buf() });
+        }
+        if directory.size > MAX_ZIP_DIRECTORY {
+            return Err(LoadError::ZipDirectoryTooLarge { path: path.to_path_buf(), size: directory.size });
+        }
+    }
     let corrupt = |error| LoadError::CorruptZip { path: path.to_path_buf(), error };
     let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(corrupt)?;
     if zip.len() as u64 > MAX_ENTRIES {

@@ -5,18 +5,19 @@
 
 pub mod fetch;
 pub mod load;
+mod zip_end;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use builder_monitor_core::vulns::{Index, Release};
+use builder_monitor_core::vulns::{DataSource, Index, Release};
 use chrono::{DateTime, Utc};
 
 use crate::config::{Config, OsvSource};
 use crate::metrics::Metrics;
-pub use fetch::{FetchError, Refresher};
+pub use fetch::{Downloading, FetchError, Refresher, downloading};
 pub use load::{LoadError, Loaded, Skip};
 
 /// The data in force: the index, how many records it keeps, and how current it is.
@@ -78,6 +79,15 @@ impl std::fmt::Debug for Vulns {
 impl Vulns {
     pub fn current(&self) -> Arc<Snapshot> {
         self.rx.borrow().clone()
+    }
+
+    /// The download of a URL mirror under way, if any (since when, bytes so far, whether it is the
+    /// first): a stalled one shows on `/readyz` and in `status`.
+    pub fn downloading(&self) -> Option<Downloading> {
+        match &*self.publish.source {
+            Source::Download(path) => downloading(path.parent()?),
+            Source::Local(_) => None,
+        }
     }
 
     /// A receiver that sees each new snapshot (`changed()`), for whoever reacts to new data.
@@ -149,13 +159,23 @@ impl Publish {
     /// the data was (the same data, more of it kept). Called with `loading` held.
     async fn reload(&self) -> Result<(), VulnsError> {
         let index = self.fresh_index();
-        let (source, at) = match &*self.source {
-            Source::Local(source) => (source.clone(), Some(Utc::now())),
-            Source::Download(path) if path.is_file() => (OsvSource::Archive(path.clone()), self.current().current_at),
+        let (loaded, at) = match &*self.source {
+            Source::Local(source) => {
+                let source = source.clone();
+                (tokio::task::spawn_blocking(move || read(&source, index)).await??, Some(Utc::now()))
+            }
+            Source::Download(path) if path.is_file() => {
+                // The kept download read again: its source is the download's, as recorded.
+                let (path, kept) = (path.clone(), self.current().index.source().cloned());
+                let mut loaded = tokio::task::spawn_blocking(move || load::archive(&path, index)).await??;
+                if let Some(kept) = kept {
+                    loaded.index.set_source(kept);
+                }
+                (loaded, self.current().current_at)
+            }
             // Nothing downloaded yet: the first download reads the releases wanted.
             Source::Download(_) => return Ok(()),
         };
-        let loaded = tokio::task::spawn_blocking(move || read(&source, index)).await??;
         let at = at.or_else(|| self.current().current_at).unwrap_or_else(Utc::now);
         self.loaded(loaded, &describe_source(&self.source), at);
         Ok(())
@@ -217,13 +237,23 @@ pub enum VulnsError {
     Task(#[from] tokio::task::JoinError),
 }
 
-/// Reads a local mirror or archive into `index` (blocking).
+/// Reads a local mirror or archive into `index` (blocking), its source recorded on the index: the
+/// path and the digest. A local source the operator configured is trusted as read (see
+/// docs/vulnerabilities.md, "Letting security patches go faster").
 fn read(source: &OsvSource, index: Index) -> Result<Loaded, LoadError> {
-    match source {
-        OsvSource::Dir(path) => load::directory(path, index),
-        OsvSource::Archive(path) => load::archive(path, index),
-        OsvSource::Url(_) => Ok(Loaded { index, read: 0, skipped: Default::default() }),
-    }
+    let mut loaded = match source {
+        OsvSource::Dir(path) => load::directory(path, index)?,
+        OsvSource::Archive(path) => {
+            let mut loaded = load::archive(path, index)?;
+            loaded.sha256 = Some(load::file_sha256(path)?);
+            loaded
+        }
+        OsvSource::Url(_) => return Ok(load::Loaded::empty(index)),
+    };
+    let url = describe(source);
+    let sha256 = loaded.sha256.clone();
+    loaded.index.set_source(DataSource { url, etag: None, sha256, unverified: None });
+    Ok(loaded)
 }
 
 /// Reads a local mirror whole, every release but Pro's kept (`check`: does it read, and what).

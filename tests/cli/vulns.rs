@@ -179,6 +179,10 @@ enum Answer {
     Archive(Vec<u8>, &'static str),
     Corrupt,
     Error,
+    /// `302 Found` to this `Location` for the mirror's own path; any other path gets the archive.
+    Redirect(String, Vec<u8>),
+    /// The archive's first 10 bytes, then nothing until the flag is set (a stalled download).
+    Stalled(Vec<u8>, Arc<(Mutex<bool>, std::sync::Condvar)>),
 }
 
 /// A loopback HTTP listener serving the mirror as `answer` says, keeping each request's head.
@@ -205,7 +209,32 @@ impl Mirror {
                 }
                 let head = String::from_utf8_lossy(&head).to_lowercase();
                 r.lock().unwrap().push(head.clone());
+                let own_path = head.starts_with("get /osv/ubuntu.tar.gz");
                 let (status, etag, body) = match a.lock().unwrap().clone() {
+                    Answer::Redirect(to, _) if own_path => {
+                        let _ = write!(
+                            stream,
+                            "HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                        );
+                        continue;
+                    }
+                    Answer::Redirect(_, bytes) => ("200 OK", "\"moved\"", bytes),
+                    Answer::Stalled(bytes, release) => {
+                        let _ = write!(
+                            stream,
+                            "HTTP/1.1 200 OK\r\nETag: \"slow\"\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                            bytes.len()
+                        );
+                        let _ = stream.write_all(&bytes[..10]);
+                        let _ = stream.flush();
+                        let (flag, signal) = &*release;
+                        let mut released = flag.lock().unwrap();
+                        while !*released {
+                            released = signal.wait(released).unwrap();
+                        }
+                        let _ = stream.write_all(&bytes[10..]);
+                        continue;
+                    }
                     Answer::Archive(_, etag) if head.contains(&format!("if-none-match: {etag}")) => {
                         ("304 Not Modified", etag, Vec::new())
                     }
@@ -239,6 +268,11 @@ fn run_once(ws: &Workspace, config: &std::path::Path) -> Vec<Value> {
 fn with_message<'a>(lines: &'a [Value], message: &str) -> Vec<&'a Value> {
     lines.iter().filter(|l| l["message"].as_str().is_some_and(|m| m.starts_with(message))).collect()
 }
+
+#[path = "vulns/redirects.rs"]
+mod redirects;
+#[path = "vulns/stalled.rs"]
+mod stalled;
 
 #[tokio::test]
 async fn a_url_mirror_is_kept_refreshed_conditionally_and_a_failed_refresh_keeps_it_and_shows_its_age() {

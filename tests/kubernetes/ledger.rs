@@ -218,23 +218,45 @@ fn action(change: &str, image: &str) -> NewAction {
         target: serde_json::from_value(json!({ "image": format!("r/{image}"), "builder_name": "b", "builder": "r/b@sha256:x", "run_image": null, "source": null, "why": "test" })).unwrap(),
         wave: 1,
         needs_approval: false,
-        expedited: Vec::new(),
+        expedited: Default::default(),
         batch: None,
     }
 }
 
-/// The deploy that follows an expedited rebase takes the rebase's ids from its claim
-/// (`Runner::follow`): each ledger hands them back as they were recorded.
+/// The deploy that follows an expedited rebase takes the rebase's record of what expedited it
+/// from its claim (`Runner::follow`): each ledger hands it back as it was recorded — the records
+/// (id, priority, file) and the data's source (URL, ETag, SHA-256) — and `status` shows it.
 #[tokio::test]
-async fn a_claimed_action_carries_the_ids_that_expedited_it() {
+async fn a_claimed_action_carries_what_expedited_it() {
+    use builder_monitor_core::rollout::{Expedited, ExpeditedRecord};
+    use builder_monitor_core::vulns::{DataSource, Priority};
     both(|ledger| async move {
+        let expedited = Expedited {
+            records: vec![ExpeditedRecord {
+                id: "CVE-2026-9001".into(),
+                priority: Some(Priority::Critical),
+                file: Some("osv/cve/2026/CVE-2026-9001.json".into()),
+            }],
+            source: Some(DataSource {
+                url: "https://mirror.example/…".into(),
+                etag: Some("\"v1\"".into()),
+                sha256: Some("ab".repeat(32)),
+                unverified: None,
+            }),
+        };
         let mut r = record("b", "2026-11-30T12:00:00Z");
         r.change = Some(change("b", 1, "sha256:a", "sha256:b"));
-        r.actions = vec![action("c1", "app").expedited(vec!["CVE-2026-9001".into()]), action("c1", "api")];
+        r.actions = vec![action("c1", "app").expedited(expedited.clone()), action("c1", "api")];
         ledger.commit(r).await.unwrap();
+        let shown = ledger.actions(10).await.unwrap();
+        let app = shown.iter().find(|a| a.image == "app").unwrap();
+        assert_eq!(app.expedited, expedited);
+        let json = serde_json::to_value(app).unwrap();
+        assert_eq!(json["expedited"]["records"][0]["priority"], "critical", "{json:#}");
+        assert_eq!(json["expedited"]["source"]["etag"], "\"v1\"", "{json:#}");
         let claimed = ledger.claim_actions(at("2099-01-01T00:00:00.000Z"), 10).await.unwrap();
         let of = |image: &str| claimed.iter().find(|a| a.image == image).unwrap().expedited.clone();
-        assert_eq!(of("app"), ["CVE-2026-9001"]);
+        assert_eq!(of("app"), expedited);
         assert!(of("api").is_empty());
     })
     .await;

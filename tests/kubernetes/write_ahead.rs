@@ -57,7 +57,7 @@ fn action(change: &str, image: &str) -> NewAction {
         .unwrap(),
         wave: 1,
         needs_approval: false,
-        expedited: Vec::new(),
+        expedited: Default::default(),
         batch: None,
     }
 }

@@ -24,6 +24,9 @@ use support::images::{Format, Pusher, sha256};
 use support::proxy::Proxy;
 use support::registry::TestRegistry;
 
+#[path = "bounded/osv_zip.rs"]
+mod osv_zip;
+
 /// The most any command may hold resident, in KiB. The daemon itself starts at ~15 MiB.
 const PEAK_RSS_KIB: u64 = 64 << 10;
 /// The most a watch's ledger entry may take, in bytes (a ConfigMap holds 1 MiB).

@@ -405,7 +405,7 @@ async fn roll_out_requests_need_the_token_and_do_what_they_say() {
         target: target.clone(),
         wave: 1,
         needs_approval: true,
-        expedited: Vec::new(),
+        expedited: Default::default(),
         batch: None,
     };
     s.ledger

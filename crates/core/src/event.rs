@@ -91,6 +91,10 @@ pub enum EventType {
     /// one; `detail` names each.
     #[serde(rename = "signature.replaced")]
     SignatureReplaced,
+    /// A change's actions skip the soak and the windows (`[rollout] expedite`): the records that
+    /// allowed it and the data's source are in `rollout.expedited`.
+    #[serde(rename = "action.expedited")]
+    ActionExpedited,
     /// Sent by `alert test` only.
     #[serde(rename = "alert.test")]
     AlertTest,
@@ -125,6 +129,7 @@ impl EventType {
         EventType::GitopsOverridden,
         EventType::ActionRefused,
         EventType::SignatureReplaced,
+        EventType::ActionExpedited,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -155,6 +160,7 @@ impl EventType {
             EventType::GitopsOverridden => "gitops.overridden",
             EventType::ActionRefused => "action.refused",
             EventType::SignatureReplaced => "signature.replaced",
+            EventType::ActionExpedited => "action.expedited",
             EventType::AlertTest => "alert.test",
         }
     }

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::plan::ActionKind;
 
 mod expedite;
-pub use expedite::expedited_by;
+pub use expedite::{Expedite, Expedited, ExpeditedRecord, expedite, expedited_line};
 
 /// Where an action is; stored as its snake_case name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -3,6 +3,7 @@
 //! action on reads every entry for the gates, then writes its own entry, with the gates read again
 //! there.
 
+use builder_monitor_core::rollout::Expedited;
 use std::collections::BTreeMap;
 
 use chrono::SubsecRound;
@@ -58,8 +59,8 @@ pub(super) struct ActionRow {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(super) holds: bool,
     /// The fixes that let it skip the soak and the windows (`[rollout] expedite`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(super) expedited: Vec<String>,
+    #[serde(default, skip_serializing_if = "Expedited::is_empty")]
+    pub(super) expedited: Expedited,
 }
 
 /// The wave of an action written before waves existed.

@@ -1,6 +1,7 @@
 //! Actions in SQLite: one `actions` row per (change, image, kind), moved forward in transactions that
 //! read the roll-out gates' inputs (every action of the changes concerned, the freeze) themselves.
 
+use builder_monitor_core::rollout::Expedited;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 
@@ -334,7 +335,7 @@ impl Actions for SqliteLedger {
                         created: r.get::<_, Time>("created")?.0,
                         deploy: r.get::<_, String>("kind")? == ActionKind::Deploy.as_str(),
                         updated: r.get::<_, Time>("updated")?.0,
-                        expedited: !expedited_ids(r.get("expedited")?).is_empty(),
+                        expedited: !expedited_of(r.get("expedited")?).is_empty(),
                     })
                 },
             )
@@ -531,18 +532,19 @@ fn action_record(r: &Row<'_>) -> Result<ActionRecord, LedgerError> {
             r.get(col!(ACTION_COLUMNS, "progress"))?,
         ),
         holds: r.get(col!(ACTION_COLUMNS, "holds"))?,
-        expedited: expedited_ids(r.get(col!(ACTION_COLUMNS, "expedited"))?),
+        expedited: expedited_of(r.get(col!(ACTION_COLUMNS, "expedited"))?),
     })
 }
 
-/// The ids of the `expedited` column (NULL, or text that is no list of ids: none).
-fn expedited_ids(text: Option<String>) -> Vec<String> {
+/// What the `expedited` column holds: `{records, source}`, or (written before sources were) a
+/// list of ids; NULL or text that is neither: not expedited.
+fn expedited_of(text: Option<String>) -> Expedited {
     text.and_then(|text| serde_json::from_str(&text).ok()).unwrap_or_default()
 }
 
-/// The `expedited` column: the ids as a JSON list, NULL for none.
-fn expedited_json(ids: &[String]) -> Option<String> {
-    (!ids.is_empty()).then(|| serde_json::Value::from(ids.to_vec()).to_string())
+/// The `expedited` column: `{records, source}` as JSON, NULL for none.
+fn expedited_json(expedited: &Expedited) -> Option<String> {
+    (!expedited.is_empty()).then(|| serde_json::to_string(expedited).unwrap_or_default())
 }
 
 /// A [`ClaimedAction`] from a row of [`CLAIMED_COLUMNS`]: a target that is not JSON is
@@ -562,7 +564,7 @@ fn claimed_action(r: &Row<'_>) -> Result<ClaimedAction, LedgerError> {
         process: group.zip(started).map(|(id, started)| ProcessGroup { id, started: started.max(0) as u64 }),
         progress: progress(&kind, r.get(col!(CLAIMED_COLUMNS, "progress"))?),
         created: r.get::<_, Time>(col!(CLAIMED_COLUMNS, "created"))?.0,
-        expedited: expedited_ids(r.get(col!(CLAIMED_COLUMNS, "expedited"))?),
+        expedited: expedited_of(r.get(col!(CLAIMED_COLUMNS, "expedited"))?),
         key,
     })
 }

@@ -154,7 +154,7 @@ async fn times_are_stored_as_they_always_were() {
         .unwrap(),
         wave: 1,
         needs_approval: false,
-        expedited: Vec::new(),
+        expedited: Default::default(),
         batch: None,
     });
     ledger.commit(r, &[]).await.unwrap();

@@ -315,7 +315,7 @@ fn a_move_lists_the_actions_its_reaction_planned_in_its_one_event() {
             Decision { image: "manual".into(), action: None, why: "policy is manual".into() },
         ],
         actions: Vec::new(),
-        recorded: Vec::new(),
+        ..Default::default()
     };
     let found = found(&w, Some(&record), Ok(moved(B, false)));
     assert!(matches!(&found, Found::Moved(m) if m.seq == 3 && m.current.digest == B));

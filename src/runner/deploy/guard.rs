@@ -146,7 +146,7 @@ impl Runner {
             process: None,
             progress: None,
             created: self.clock.now(),
-            expedited: Vec::new(),
+            expedited: Default::default(),
         };
         let target = ActionTarget {
             image: image.image.to_string(),

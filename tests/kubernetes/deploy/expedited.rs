@@ -49,10 +49,13 @@ async fn the_deploys_after_an_expedited_rebase_skip_the_windows_and_the_soak_too
                 panic!("no {kind} of {name}: {actions:#?}");
             });
             assert_eq!(a.state, ActionState::Succeeded, "{a:#?}");
-            assert_eq!(a.expedited, ["CVE-2026-9001"], "{kind} of {name}: {a:#?}");
+            assert_eq!(a.expedited.ids(), ["CVE-2026-9001"], "{kind} of {name}: {a:#?}");
         }
     }
     let status = w.status();
     let shown: Vec<&Value> = status["actions"].as_array().unwrap().iter().filter(|a| a["action"] == "deploy").collect();
-    assert!(shown.iter().any(|a| a["image"] == "web" && a["expedited"][0] == "CVE-2026-9001"), "{status:#}");
+    assert!(
+        shown.iter().any(|a| a["image"] == "web" && a["expedited"]["records"][0]["id"] == "CVE-2026-9001"),
+        "{status:#}"
+    );
 }

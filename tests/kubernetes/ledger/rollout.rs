@@ -230,7 +230,7 @@ async fn a_changes_gate_view_is_its_actions_as_the_gates_see_them() {
         let mut r = record("b", "2026-11-30T12:00:00Z");
         r.change = Some(change("b", 1, "sha256:a", "sha256:b"));
         r.actions = vec![
-            gated("c1", "canary", 0, false).expedited(vec!["USN-7000-1".into()]),
+            gated("c1", "canary", 0, false).expedited(serde_json::from_str(r#"["USN-7000-1"]"#).unwrap()),
             gated("c1", "orders", 1, true),
             deploy,
         ];

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::packages::{self, PackageDiff, Packages};
 use crate::text::escape;
-use crate::vulns::Fix;
+use crate::vulns::{DataSource, Fix, UnknownFix};
 
 /// The cheapest correct reaction to a move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -128,6 +128,14 @@ pub struct Change {
     /// names only, an image of no known release).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fixes_note: Option<String>,
+    /// Notices some platform's list shows fixed that are not claimed (another platform does not
+    /// show them fixed, a list was cut at its cap, a platform could not be matched), with why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fixes_unknown: Vec<UnknownFix>,
+    /// Where the vulnerability data of `fixes` came from (URL or path, ETag, SHA-256), and why
+    /// it may not expedite a roll-out when it may not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fixes_source: Option<DataSource>,
     /// What was left unread or not kept on the new side (an index cut to `max_platforms`, parts of
     /// a pin over its ledger budget), so the change was decided on less than the whole image.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -150,6 +158,8 @@ impl Change {
             packages_note: None,
             fixes: None,
             fixes_note: None,
+            fixes_unknown: Vec::new(),
+            fixes_source: None,
             notes: Vec::new(),
         }
     }
@@ -225,6 +235,10 @@ impl Change {
         if let Some(fixes) = fixes_brief(self.fixes.as_deref()) {
             parts.push(fixes);
         }
+        if !self.fixes_unknown.is_empty() {
+            let n = self.fixes_unknown.len();
+            parts.push(format!("{n} fix{} unknown", if n == 1 { "" } else { "es" }));
+        }
         if let Some(note) = &self.note {
             parts.push(escape(note).into_owned());
         }
@@ -269,6 +283,37 @@ pub fn fix_label(fix: &Fix) -> String {
         Some(p) => format!("{} ({})", escape(&fix.id), p.as_str()),
         None => escape(&fix.id).into_owned(),
     }
+}
+
+/// A fix not claimed: `USN-7000-1 (high) unknown: linux/arm64 is not shown fixed by the move`.
+pub fn unknown_fix_line(fix: &UnknownFix) -> String {
+    let label = match fix.priority {
+        Some(p) => format!("{} ({})", escape(&fix.id), p.as_str()),
+        None => escape(&fix.id).into_owned(),
+    };
+    format!("{label} unknown: {}", escape(&fix.reason))
+}
+
+/// Where a fix's record came from, for `plan --explain` and `diff`: `USN-7000-1 from
+/// osv/usn/USN-7000-1.json (modified 2026-02-01T00:00:00Z); not used: old/USN-7000-1.json
+/// (modified 2026-01-01T00:00:00Z)` (the copies of its id that were not used, when any).
+pub fn fix_origin_line(fix: &Fix) -> String {
+    let at = |modified: &Option<String>| match modified {
+        Some(m) => format!(" (modified {})", escape(m)),
+        None => " (no modified)".to_string(),
+    };
+    let file = fix.file.as_deref().map_or_else(|| "?".to_string(), |f| escape(f).into_owned());
+    let mut line = format!("{} from {file}{}", escape(&fix.id), at(&fix.modified));
+    if !fix.priority_from.is_empty() {
+        let from: Vec<String> = fix.priority_from.iter().map(|id| escape(id).into_owned()).collect();
+        let _ = write!(line, ", priority from {}", from.join(", "));
+    }
+    if !fix.ignored.is_empty() {
+        let copies: Vec<String> =
+            fix.ignored.iter().map(|c| format!("{}{}", escape(&c.file), at(&c.modified))).collect();
+        let _ = write!(line, "; not used: {}", copies.join(", "));
+    }
+    line
 }
 
 /// One line per fix for a commit body or a page: `USN-7000-1 (high): CVE-2026-1111, CVE-2026-1112`.

@@ -1,14 +1,14 @@
 //! Which security notices a move fixes, on its change: each platform's package lists on both sides
-//! matched against the vulnerability index for that platform's release, merged as package diffs
-//! are (the preferred platform's, linux/amd64 else the first), or a note why nothing could be
-//! matched.
+//! matched against the vulnerability index for that platform's release; a fix is claimed only when
+//! every platform's full list shows it, any other a platform shows is `unknown` with why; or a
+//! note why nothing could be matched. The change records where the data came from.
 
 use std::collections::BTreeMap;
 
 use super::change::Change;
 use super::model::{PinnedMetadata, PlatformMetadata};
 use crate::packages::{Package, Packages};
-use crate::vulns::{Fix, Index, Priority, Release, release_of};
+use crate::vulns::{Fix, Index, Priority, Release, UnknownFix, release_of};
 
 /// The release of each platform of a pinned image: a run image's labels (a lone one for every
 /// platform), else the builder's own `io.buildpacks.base.distro.*` target or stack id.
@@ -51,48 +51,105 @@ fn versioned(list: Option<&Packages>, side: &str) -> Result<Vec<Package>, String
     }
 }
 
+/// What matching a move found: the fixes claimed (every platform's full list shows them) and
+/// those some platform's list showed but that cannot be claimed, each with why.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Matched {
+    pub fixes: Vec<Fix>,
+    pub unknown: Vec<UnknownFix>,
+}
+
+/// One platform's verdict: the fixes its lists show, and whether its new list was cut (then
+/// nothing it shows can be claimed: a binary past the cut may still be vulnerable).
+struct PlatformVerdict {
+    fixes: Vec<Fix>,
+    cut_at: Option<usize>,
+}
+
 /// The fixes of a move from `before` to `after` (platform → list on each side), each platform
-/// matched for its release in `releases` (a lone release stands for every platform). `Ok` with the
-/// preferred platform's fixes (linux/amd64, else the first matched), or why no platform could be.
+/// matched for its release in `releases` (a lone release stands for every platform). A fix is
+/// claimed only when every platform of the new image was matched on a full list and shows it;
+/// any other fix some platform shows is `unknown`, with the reason (a platform that does not
+/// show it fixed, a list cut at its cap, a platform that could not be matched). `Err`: no
+/// platform could be matched, and why.
 pub fn fixes_of(
     index: &Index,
     before: &BTreeMap<String, Packages>,
     after: &BTreeMap<String, Packages>,
     releases: &BTreeMap<String, Release>,
-) -> Result<Vec<Fix>, String> {
+) -> Result<Matched, String> {
     if before.is_empty() && after.is_empty() {
         return Err("neither image has a package list".into());
     }
     let lone = (releases.len() == 1).then(|| releases.values().next()).flatten();
     let lone_before = (before.len() == 1).then(|| before.values().next()).flatten();
-    let mut matched: BTreeMap<&str, Vec<Fix>> = BTreeMap::new();
-    let mut notes: Vec<String> = Vec::new();
+    let mut matched: BTreeMap<&str, PlatformVerdict> = BTreeMap::new();
+    let mut notes: Vec<(&str, String)> = Vec::new();
     let several = after.len() > 1;
     for (platform, now) in after {
-        let prefixed = |note: String| if several { format!("{platform}: {note}") } else { note };
         let Some(release) = releases.get(platform).or(lone) else {
-            notes.push(prefixed("the image names no Ubuntu release (distro labels or stack id)".into()));
+            notes.push((platform, "the image names no Ubuntu release (distro labels or stack id)".into()));
             continue;
         };
         if !index.keeps(release) {
-            notes.push(prefixed(format!("no vulnerability data of {} is loaded", release.0)));
+            notes.push((platform, format!("no vulnerability data of {} is loaded", release.0)));
             continue;
         }
         let then = before.get(platform).or(lone_before);
         match (versioned(then, "previous"), versioned(Some(now), "new")) {
             (Ok(b), Ok(a)) => {
-                matched.insert(platform, index.fixes(release, &b, &a));
+                let verdict = PlatformVerdict { fixes: index.fixes(release, &b, &a), cut_at: now.cut_at() };
+                matched.insert(platform, verdict);
             }
-            (Err(note), _) | (_, Err(note)) => notes.push(prefixed(note)),
+            (Err(note), _) | (_, Err(note)) => notes.push((platform, note)),
         }
     }
-    if after.is_empty() {
-        notes.push("the new image has no package list".into());
+    if matched.is_empty() {
+        let prefixed =
+            |(platform, note): &(&str, String)| if several { format!("{platform}: {note}") } else { note.clone() };
+        let mut notes: Vec<String> = notes.iter().map(prefixed).collect();
+        if after.is_empty() {
+            notes.push("the new image has no package list".into());
+        }
+        return Err(notes.join("; "));
     }
-    match matched.get("linux/amd64").or_else(|| matched.values().next()) {
-        Some(fixes) => Ok(fixes.clone()),
-        None => Err(notes.join("; ")),
+    Ok(claimed(&matched, &notes, several))
+}
+
+/// The fixes every platform shows on a full list, and the others with why they are not claimed.
+fn claimed(matched: &BTreeMap<&str, PlatformVerdict>, unmatched: &[(&str, String)], several: bool) -> Matched {
+    let on = |platform: &str| if several { format!(" ({platform})") } else { String::new() };
+    // Every fix any platform shows, once, as the preferred platform (linux/amd64, else the first) has it.
+    let preferred = matched.get("linux/amd64").into_iter().chain(matched.values());
+    let mut shown: Vec<Fix> = Vec::new();
+    for verdict in preferred {
+        for fix in &verdict.fixes {
+            if !shown.iter().any(|f| f.id == fix.id) {
+                shown.push(fix.clone());
+            }
+        }
     }
+    let mut out = Matched::default();
+    for fix in shown {
+        let mut reasons: Vec<String> = Vec::new();
+        for (platform, verdict) in matched {
+            if !verdict.fixes.iter().any(|f| f.id == fix.id) {
+                reasons.push(format!("{platform} is not shown fixed by the move"));
+            } else if let Some(cut) = verdict.cut_at {
+                let why = "a binary past the cut may still be vulnerable";
+                reasons.push(format!("the new image's package list{} was cut at {cut} entries: {why}", on(platform)));
+            }
+        }
+        for (platform, note) in unmatched {
+            reasons.push(format!("{platform} could not be matched: {note}"));
+        }
+        if reasons.is_empty() {
+            out.fixes.push(fix);
+        } else {
+            out.unknown.push(UnknownFix { id: fix.id, priority: fix.priority, reason: reasons.join("; ") });
+        }
+    }
+    out
 }
 
 impl Change {
@@ -109,9 +166,12 @@ impl Change {
     ) -> Self {
         let Some(index) = index else { return self };
         match fixes_of(index, before, after, releases) {
-            Ok(fixes) => (self.fixes, self.fixes_note) = (Some(fixes), None),
-            Err(note) => (self.fixes, self.fixes_note) = (None, Some(note)),
+            Ok(matched) => {
+                (self.fixes, self.fixes_unknown, self.fixes_note) = (Some(matched.fixes), matched.unknown, None)
+            }
+            Err(note) => (self.fixes, self.fixes_unknown, self.fixes_note) = (None, Vec::new(), Some(note)),
         }
+        self.fixes_source = index.source().cloned();
         self
     }
 

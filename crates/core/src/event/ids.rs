@@ -68,7 +68,7 @@ pub fn subject_key(event: &Event) -> String {
         | EventType::GitopsOverridden
         | EventType::ActionRefused
         | EventType::SignatureReplaced => event.action.as_ref().map_or_else(builder, |a| format!("image:{}", a.image)),
-        EventType::ActionAwaitingApproval | EventType::ActionHeld => event
+        EventType::ActionAwaitingApproval | EventType::ActionHeld | EventType::ActionExpedited => event
             .rollout
             .as_ref()
             .and_then(|r| r.actions.first())

@@ -20,6 +20,10 @@ pub struct RolloutInfo {
     /// When the freeze began.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<String>,
+    /// What let the actions skip the soak and the windows (`action.expedited`): the records (id,
+    /// priority, file) and the data's source (URL, ETag, SHA-256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expedited: Option<crate::rollout::Expedited>,
 }
 
 /// One action a roll-out event names.

@@ -92,14 +92,16 @@ impl Event {
             EventType::RegistryRecovered => {
                 self.outage.as_ref().map(|o| format!("{} — {} watches answer again", o.registry, o.watches.len()))
             }
-            EventType::ActionAwaitingApproval | EventType::ActionHeld => self.rollout.as_ref().map(|r| {
-                let images: Vec<String> = r.actions.iter().map(|a| format!("{} of {}", a.kind, a.image)).collect();
-                let mut text = format!("change {}: {}", r.change.as_deref().unwrap_or("?"), images.join(", "));
-                if let Some(reason) = &r.reason {
-                    let _ = write!(text, " — {}", clipped(reason));
-                }
-                text
-            }),
+            EventType::ActionAwaitingApproval | EventType::ActionHeld | EventType::ActionExpedited => {
+                self.rollout.as_ref().map(|r| {
+                    let images: Vec<String> = r.actions.iter().map(|a| format!("{} of {}", a.kind, a.image)).collect();
+                    let mut text = format!("change {}: {}", r.change.as_deref().unwrap_or("?"), images.join(", "));
+                    if let Some(reason) = &r.reason {
+                        let _ = write!(text, " — {}", clipped(reason));
+                    }
+                    text
+                })
+            }
             EventType::RolloutFrozen | EventType::RolloutUnfrozen => self.rollout.as_ref().map(|r| {
                 let mut text = format!("by {}", r.by.as_deref().unwrap_or("?"));
                 if let Some(reason) = &r.reason {

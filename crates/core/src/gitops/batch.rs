@@ -80,7 +80,7 @@ mod tests {
     use crate::vulns::Priority;
 
     fn fix(id: &str, priority: Option<Priority>) -> Fix {
-        Fix { id: id.into(), cves: Vec::new(), priority, packages: Vec::new() }
+        Fix { id: id.into(), priority, ..Fix::default() }
     }
 
     fn change(id: &str, fixes: Vec<Fix>) -> BatchedChange {

@@ -514,7 +514,7 @@ fn commit_message_lists_the_fixes_and_ends_with_their_trailer() {
         id: id.into(),
         cves: cves.iter().map(|c| c.to_string()).collect(),
         priority,
-        packages: vec![],
+        ..Fix::default()
     };
     let fixes = [
         fix("USN-7000-1", &["CVE-2026-1111", "CVE-2026-1112"], Some(Priority::High)),

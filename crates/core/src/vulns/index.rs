@@ -2,11 +2,15 @@
 //! records must fit in a few tens of MiB) and indexed by binary package name, and the question it
 //! answers: which records a move from one package list to another fixes.
 //!
-//! Layout: every string (binary name, fixed version, CVE id) is interned once in one byte arena
-//! and named by its offset (`u32`), a record id stored there too; a record is 12 bytes (id, its CVEs' place in one
-//! flat list, priority); its binaries of one release sharing one fixed version form a group of 12
-//! bytes (record, release, fixed version); a binary name maps to its groups (4 bytes each).
-//! Summaries, source names and everything else of a record are dropped on insert.
+//! Layout: every string (binary name, fixed version, CVE id, record id) is interned once in one
+//! byte arena and named by its offset (`u32`), a record's file stored there too; a record is 24
+//! bytes (id, its CVEs' place in one flat list, priority, file, `modified`); its binaries of one
+//! release sharing one fixed version form a group of 12 bytes (record, release, fixed version); a
+//! binary name maps to its groups (4 bytes each). Summaries, source names and everything else of
+//! a record are dropped on insert.
+//!
+//! One record per id: of two with one id (two files, or one mirror's stale copy), the one with the
+//! newest `modified` is used and the others are kept only to be named ([`Fix::ignored`]).
 
 use std::cmp::Ordering;
 use std::collections::hash_map::{Entry, RandomState};
@@ -14,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::BuildHasher;
 
 use super::version::{compare, is_valid};
-use super::{Fix, FixedPackage, Priority, Record, Release};
+use super::{DataSource, Fix, FixedPackage, Priority, Record, RecordCopy, Release};
 use crate::packages::Package;
 
 /// A string in the arena: the offset of its length prefix.
@@ -38,9 +42,12 @@ pub struct Index {
     records: Vec<Rec>,
     /// The CVE ids of all records, each record's a run of this list.
     cves: Vec<Sym>,
-    /// The priority of each CVE named by a kept record that gives one (a CVE record's
-    /// `ubuntu_priority`), for the USNs that name it.
-    cve_priority: HashMap<Sym, Priority>,
+    /// The record in use for each id, while inserting (dropped by [`Index::seal`]).
+    by_id: HashMap<Sym, u32>,
+    /// The copies not used of a record in use: record → the superseded records of its id.
+    copies: HashMap<u32, Vec<u32>>,
+    /// Where the data came from, set by whoever loaded it.
+    source: Option<DataSource>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -48,7 +55,14 @@ struct Rec {
     id: Sym,
     cves_start: u32,
     cves_len: u16,
+    /// The record's own priority, never another record's.
     priority: Option<Priority>,
+    /// Another record of its id is newer: this one is never used.
+    superseded: bool,
+    /// The file it was read from ([`UNFIXED`]: none given).
+    file: Sym,
+    /// Its `modified`, in seconds ([`i64::MIN`]: none).
+    modified: i64,
 }
 
 /// Binaries of one record and release with one fixed version.
@@ -107,6 +121,13 @@ impl Index {
     /// version (or with one dpkg refuses) are kept as never fixed: an image that has one is not
     /// fixed by any move.
     pub fn insert(&mut self, record: Record) -> bool {
+        self.insert_from(record, "")
+    }
+
+    /// [`Index::insert`] of a record read from `file` (named in its fixes; `""`: none). Of two
+    /// records with one id, the newer `modified` is used (equal: the later file name; none: the
+    /// oldest), the other only named.
+    pub fn insert_from(&mut self, record: Record, file: &str) -> bool {
         // (release, fixed version or None, binary names), before anything is interned.
         let mut wanted: Vec<(u16, Option<&str>, BTreeSet<&str>)> = Vec::new();
         for entry in &record.affected {
@@ -126,13 +147,12 @@ impl Index {
             return false;
         }
         let number = u32::try_from(self.records.len()).ok().filter(|n| *n < u32::MAX);
-        // A CVE record's id is its one CVE: interned, both name one string.
-        let id = if record.cves.contains(&record.id) {
-            self.strings.intern(&record.id)
-        } else {
-            self.strings.store(&record.id)
-        };
+        // Interned: a CVE record's id is its one CVE, and a second copy of a record is found.
+        let id = self.strings.intern(&record.id);
         let (Some(number), Some(id)) = (number, id) else { return false };
+        let file = if file.is_empty() { None } else { self.strings.store(file) }.unwrap_or(UNFIXED);
+        let modified = record.modified.map_or(i64::MIN, |at| at.timestamp());
+        let superseded = self.supersede(id, number, (modified, file));
         let cves_start = u32::try_from(self.cves.len()).unwrap_or(u32::MAX);
         let mut cves_len: u16 = 0;
         for cve in &record.cves {
@@ -142,12 +162,8 @@ impl Index {
             let Some(cve) = self.strings.intern(cve) else { continue };
             self.cves.push(cve);
             cves_len += 1;
-            if let Some(priority) = record.priority {
-                let known = self.cve_priority.entry(cve).or_insert(priority);
-                *known = (*known).max(priority);
-            }
         }
-        self.records.push(Rec { id, cves_start, cves_len, priority: record.priority });
+        self.records.push(Rec { id, cves_start, cves_len, priority: record.priority, superseded, file, modified });
         for (release, fixed, names) in wanted {
             let fixed = match fixed {
                 Some(version) => self.strings.intern(version).unwrap_or(UNFIXED),
@@ -164,18 +180,52 @@ impl Index {
         true
     }
 
+    /// Whether the record `number` about to be inserted with id `id`, `(modified, file)`, is
+    /// superseded by a copy already in; when it supersedes one, that one is marked so and its
+    /// copies become the new record's.
+    fn supersede(&mut self, id: Sym, number: u32, (modified, file): (i64, Sym)) -> bool {
+        let Some(&used) = self.by_id.get(&id) else {
+            self.by_id.insert(id, number);
+            return false;
+        };
+        let Some(old) = self.records.get(used as usize).copied() else { return false };
+        let newer = match modified.cmp(&old.modified) {
+            Ordering::Equal => self.file_name(file) > self.file_name(old.file),
+            order => order == Ordering::Greater,
+        };
+        if !newer {
+            self.copies.entry(used).or_default().push(number);
+            return true;
+        }
+        if let Some(rec) = self.records.get_mut(used as usize) {
+            rec.superseded = true;
+        }
+        let mut older = self.copies.remove(&used).unwrap_or_default();
+        older.push(used);
+        self.copies.insert(number, older);
+        self.by_id.insert(id, number);
+        false
+    }
+
+    fn file_name(&self, file: Sym) -> &str {
+        if file == UNFIXED { "" } else { self.strings.get(file) }
+    }
+
+    /// Where the data came from (as the loader said: [`Index::set_source`]).
+    pub fn source(&self) -> Option<&DataSource> {
+        self.source.as_ref()
+    }
+
+    pub fn set_source(&mut self, source: DataSource) {
+        self.source = Some(source);
+    }
+
     /// Done inserting: what only inserting needs is let go (the lookup table keeps the binary
     /// names alone, versions and CVE ids are never looked up by text) and every list is cut to its
-    /// length. Call it once every record is in: a record inserted later is kept, but its CVEs'
-    /// priorities no longer reach the USNs inserted before.
+    /// length. A record inserted later is still kept, but a copy of an earlier one is no longer
+    /// found (both would be used).
     pub fn seal(&mut self) {
-        // A USN's priority, its CVEs' highest, settled now: the table of CVE priorities goes.
-        for rec in self.records.iter_mut().filter(|rec| rec.priority.is_none()) {
-            let start = rec.cves_start as usize;
-            let cves = self.cves.get(start..start + usize::from(rec.cves_len)).unwrap_or_default();
-            rec.priority = cves.iter().filter_map(|cve| self.cve_priority.get(cve)).max().copied();
-        }
-        self.cve_priority = HashMap::new();
+        self.by_id = HashMap::new();
         let names: Vec<Sym> = self.by_binary.keys().copied().collect();
         self.strings.keep_only(&names);
         self.by_binary.shrink_to_fit();
@@ -206,9 +256,10 @@ impl Index {
     /// test; one it removed only in neither (so a move that only drops a record's binaries is
     /// not said to fix it: its package diff says what went). A package listed several times (one
     /// per architecture) is judged by its lowest version. Versions dpkg refuses never prove a
-    /// fix. `packages` are the record's binaries whose version changed, once per name. A USN's
-    /// priority is the highest of its CVEs' among the CVE records the index holds (a USN gives
-    /// none), else unknown. A record inserted twice is listed once.
+    /// fix. `packages` are the record's binaries whose version changed, once per name. A record's
+    /// priority is its own; one without (a USN) takes the highest of the records this move fixes
+    /// that are among its CVEs, else unknown: a record the move does not fix never lends its
+    /// priority. Of the copies of one id, only the one in use counts.
     pub fn fixes(&self, release: &Release, before: &[Package], after: &[Package]) -> Vec<Fix> {
         let Some(release) = self.seen.iter().position(|seen| seen == release) else { return Vec::new() };
         let (before, after) = (lowest(before), lowest(after));
@@ -218,7 +269,8 @@ impl Index {
             let Some(groups) = self.strings.find(name).and_then(|sym| self.by_binary.get(&sym)) else { continue };
             let (from, to) = (before.get(name).copied(), after.get(name).copied());
             for group in groups.iter().filter_map(|g| self.groups.get(*g as usize)) {
-                if usize::from(group.release) != release {
+                let superseded = self.records.get(group.record as usize).is_none_or(|rec| rec.superseded);
+                if usize::from(group.release) != release || superseded {
                     continue;
                 }
                 let fixed = (group.fixed != UNFIXED).then(|| self.strings.get(group.fixed));
@@ -246,6 +298,7 @@ impl Index {
             .filter(|(_, verdict)| verdict.lifted && !verdict.blocked)
             .filter_map(|(record, verdict)| self.fix(record, verdict))
             .collect();
+        lend_priorities(&mut fixes);
         fixes.sort_by(|a, b| b.priority.cmp(&a.priority).then_with(|| a.id.cmp(&b.id)));
         fixes.dedup_by(|later, first| later.id == first.id);
         fixes
@@ -256,16 +309,25 @@ impl Index {
         let rec = self.records.get(record as usize)?;
         let start = rec.cves_start as usize;
         let cves = self.cves.get(start..start + usize::from(rec.cves_len)).unwrap_or_default();
-        let priority = rec.priority.or_else(|| cves.iter().filter_map(|cve| self.cve_priority.get(cve)).max().copied());
+        let copies = self.copies.get(&record).map(Vec::as_slice).unwrap_or_default();
+        let ignored = copies
+            .iter()
+            .filter_map(|copy| self.records.get(*copy as usize))
+            .map(|copy| RecordCopy { file: self.file_name(copy.file).to_string(), modified: shown_time(copy.modified) })
+            .collect();
         Some(Fix {
             id: self.strings.get(rec.id).to_string(),
             cves: cves.iter().map(|cve| self.strings.get(*cve).to_string()).collect(),
-            priority,
+            priority: rec.priority,
             packages: verdict
                 .moved
                 .into_iter()
                 .map(|(name, (from, to))| FixedPackage { name: name.into(), from: from.into(), to: to.into() })
                 .collect(),
+            priority_from: Vec::new(),
+            file: (rec.file != UNFIXED).then(|| self.strings.get(rec.file).to_string()),
+            modified: shown_time(rec.modified),
+            ignored,
         })
     }
 
@@ -288,6 +350,57 @@ impl Index {
         self.seen.push(Release(ecosystem.to_string()));
         Some(number)
     }
+}
+
+/// A priority for each fix without its own (a USN): the highest of the other fixes of the same
+/// move that give one and name one of its CVEs, recorded in `priority_from`. Only fixes of this
+/// move lend: a record the move does not fix never raises another.
+fn lend_priorities(fixes: &mut [Fix]) {
+    let mut by_cve: HashMap<&str, (Priority, Vec<&str>)> = HashMap::new();
+    for fix in fixes.iter() {
+        let Some(priority) = fix.priority else { continue };
+        for cve in &fix.cves {
+            let known = by_cve.entry(cve).or_insert((priority, Vec::new()));
+            if priority > known.0 {
+                *known = (priority, Vec::new());
+            }
+            if priority == known.0 {
+                known.1.push(&fix.id);
+            }
+        }
+    }
+    let lent: Vec<Option<(Priority, Vec<String>)>> = fixes
+        .iter()
+        .map(|fix| {
+            if fix.priority.is_some() {
+                return None;
+            }
+            let best = fix.cves.iter().filter_map(|cve| by_cve.get(cve.as_str())).map(|(p, _)| *p).max()?;
+            let mut from: Vec<String> = fix
+                .cves
+                .iter()
+                .filter_map(|cve| by_cve.get(cve.as_str()))
+                .filter(|(p, _)| *p == best)
+                .flat_map(|(_, ids)| ids.iter().map(|id| id.to_string()))
+                .collect();
+            from.sort();
+            from.dedup();
+            Some((best, from))
+        })
+        .collect();
+    for (fix, lent) in fixes.iter_mut().zip(lent) {
+        if let Some((priority, from)) = lent {
+            (fix.priority, fix.priority_from) = (Some(priority), from);
+        }
+    }
+}
+
+/// A `modified` in seconds as RFC 3339 (`None` for none).
+fn shown_time(seconds: i64) -> Option<String> {
+    if seconds == i64::MIN {
+        return None;
+    }
+    chrono::DateTime::from_timestamp(seconds, 0).map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
 }
 
 /// Each package name of a list with its lowest version (Debian's order).

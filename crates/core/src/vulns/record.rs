@@ -70,12 +70,19 @@ pub fn parse_record(json: &[u8]) -> Result<Record, RecordError> {
             }
         })
         .collect();
-    Ok(Record { id, cves, priority, affected })
+    let modified = raw
+        .modified
+        .as_deref()
+        .and_then(|text| chrono::DateTime::parse_from_rfc3339(text.trim()).ok())
+        .map(|at| at.with_timezone(&chrono::Utc));
+    Ok(Record { id, cves, priority, affected, modified })
 }
 
 #[derive(Deserialize)]
 struct Raw {
     id: String,
+    #[serde(default)]
+    modified: Option<String>,
     #[serde(default)]
     upstream: Capped<String, MAX_CVES>,
     #[serde(default)]

@@ -192,6 +192,8 @@ fn a_move_that_fixes_one_notice() {
                 FixedPackage { name: "curl".into(), from: CURL_OLD.into(), to: CURL_NEW.into() },
                 FixedPackage { name: "libcurl4".into(), from: CURL_OLD.into(), to: CURL_NEW.into() },
             ],
+            modified: Some("2026-01-01T00:00:00Z".into()),
+            ..Fix::default()
         }]
     );
     // Nothing moved: nothing fixed; and the fix is not reported backwards.
@@ -396,4 +398,62 @@ fn a_sealed_index_answers_as_before() {
     index.seal();
     assert_eq!(index.fixes(&jammy(), &before, &after), open);
     assert_eq!(index.len(), 2);
+}
+
+/// `value` with its `modified` set to `at`.
+fn modified(mut value: Value, at: &str) -> Value {
+    value["modified"] = json!(at);
+    value
+}
+
+#[test]
+fn a_record_the_move_does_not_fix_lends_no_priority() {
+    // A crafted critical record of curl's CVE, fixed past any version the move reaches.
+    let crafted = cve("CVE-2026-1111", "critical", &[(JAMMY, "curl", Some("9.0-1"), &[("curl", Some("9.0-1"))])]);
+    let index = index(&[curl_usn(), crafted]);
+    let fixes = index.fixes(&jammy(), &[pkg("curl", CURL_OLD)], &[pkg("curl", CURL_NEW)]);
+    assert_eq!(ids(&fixes), ["USN-7000-1"]);
+    assert_eq!((fixes[0].priority, fixes[0].priority_from.len()), (None, 0), "{fixes:?}");
+
+    // The same CVE's record fixed by the move lends its own priority, and says so.
+    let real = cve("CVE-2026-1112", "medium", &[(JAMMY, "curl", Some(CURL_NEW), &[("curl", Some(CURL_NEW))])]);
+    let crafted = cve("CVE-2026-1111", "critical", &[(JAMMY, "curl", Some("9.0-1"), &[("curl", Some("9.0-1"))])]);
+    let index = super::tests::index(&[curl_usn(), crafted, real]);
+    let fixes = index.fixes(&jammy(), &[pkg("curl", CURL_OLD)], &[pkg("curl", CURL_NEW)]);
+    let got: Vec<(&str, Option<Priority>, Vec<String>)> =
+        fixes.iter().map(|f| (f.id.as_str(), f.priority, f.priority_from.clone())).collect();
+    assert_eq!(
+        got,
+        [
+            ("CVE-2026-1112", Some(Priority::Medium), vec![]),
+            ("USN-7000-1", Some(Priority::Medium), vec!["CVE-2026-1112".to_string()]),
+        ]
+    );
+}
+
+#[test]
+fn of_two_records_with_one_id_the_newest_modified_is_used_and_the_other_named() {
+    let stale =
+        usn("USN-7000-1", &[], &[(JAMMY, "curl", Some("7.81.0-1ubuntu1.15"), &[("curl", "7.81.0-1ubuntu1.15")])]);
+    let current = usn("USN-7000-1", &[], &[(JAMMY, "curl", Some(CURL_NEW), &[("curl", CURL_NEW)])]);
+    let stale = record(&modified(stale, "2026-01-01T00:00:00Z"));
+    let current = record(&modified(current, "2026-02-01T00:00:00Z"));
+    // A move to .15 only: the stale copy (fixed at .15) would say it fixes the notice.
+    let (before, after) = ([pkg("curl", "7.81.0-1ubuntu1.14")], [pkg("curl", "7.81.0-1ubuntu1.15")]);
+    for order in [[&stale, &current], [&current, &stale]] {
+        let mut index = Index::new(vec![jammy()]);
+        let files = |r: &Record| if r == &stale { "old/USN-7000-1.json" } else { "usn/USN-7000-1.json" };
+        for r in order {
+            index.insert_from(r.clone(), files(r));
+        }
+        index.seal();
+        assert!(index.fixes(&jammy(), &before, &after).is_empty(), "the stale copy is not used");
+        let fixes = index.fixes(&jammy(), &before, &[pkg("curl", CURL_NEW)]);
+        assert_eq!(fixes.len(), 1);
+        assert_eq!(fixes[0].file.as_deref(), Some("usn/USN-7000-1.json"));
+        assert_eq!(fixes[0].modified.as_deref(), Some("2026-02-01T00:00:00Z"));
+        let ignored =
+            [RecordCopy { file: "old/USN-7000-1.json".into(), modified: Some("2026-01-01T00:00:00Z".into()) }];
+        assert_eq!(fixes[0].ignored, ignored);
+    }
 }

@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 use super::*;
 use crate::cnb::{fix_line, fixes_brief};
 use crate::packages::Source;
-use crate::vulns::{Affected, Record};
+use crate::vulns::{Affected, Record, UnknownFix};
 
 const JAMMY: &str = "Ubuntu:22.04:LTS";
 
@@ -32,6 +32,7 @@ fn index() -> Index {
             fixed: Some("3.0.2-0ubuntu1.19".into()),
             binaries: vec![("libssl3".into(), "3.0.2-0ubuntu1.19".into())],
         }],
+        modified: None,
     });
     index
 }
@@ -89,27 +90,64 @@ fn a_move_that_fixes_a_notice_lists_it_and_one_that_fixes_none_says_empty() {
 }
 
 #[test]
-fn several_platforms_give_the_preferred_platforms_fixes() {
-    let platforms = |v: &str| {
+fn a_fix_is_claimed_only_when_every_platform_shows_it() {
+    let platforms = |amd64: &str, arm64: &str| {
         BTreeMap::from([
-            ("linux/amd64".to_string(), list(&[("libssl3", v)])),
-            ("linux/arm64".to_string(), list(&[("libssl3", "3.0.2-0ubuntu1.18")])),
+            ("linux/amd64".to_string(), list(&[("libssl3", amd64)])),
+            ("linux/arm64".to_string(), list(&[("libssl3", arm64)])),
         ])
     };
     let releases = BTreeMap::from([("linux/arm64".to_string(), Release(JAMMY.into()))]);
-    // One release for the image stands for every platform.
-    let c = change().with_fixes(
-        Some(&index()),
-        &platforms("3.0.2-0ubuntu1.18"),
-        &platforms("3.0.2-0ubuntu1.19"),
-        &releases,
-    );
+    let (old, new) = ("3.0.2-0ubuntu1.18", "3.0.2-0ubuntu1.19");
+    // One release for the image stands for every platform; both moved: claimed.
+    let c = change().with_fixes(Some(&index()), &platforms(old, old), &platforms(new, new), &releases);
     assert_eq!(c.fixes.unwrap().len(), 1);
+    assert!(c.fixes_unknown.is_empty());
+
+    // arm64 left vulnerable: not claimed, unknown with why.
+    let c = change().with_fixes(Some(&index()), &platforms(old, old), &platforms(new, old), &releases);
+    assert_eq!(c.fixes, Some(vec![]));
+    let unknown = [UnknownFix {
+        id: "USN-7000-1".into(),
+        priority: Some(Priority::High),
+        reason: "linux/arm64 is not shown fixed by the move".into(),
+    }];
+    assert_eq!(c.fixes_unknown, unknown);
+    assert!(c.summary().ends_with("fixes no known notice; 1 fix unknown"), "{}", c.summary());
+    assert_eq!(serde_json::to_value(&c).unwrap()["fixes_unknown"][0]["reason"], unknown[0].reason);
+
+    // A platform that cannot be matched (no list) leaves the others' fixes unknown too.
+    let mut after = platforms(new, new);
+    after.insert("linux/s390x".into(), Packages::Unreadable { note: "bad".into() });
+    let c = change().with_fixes(Some(&index()), &platforms(old, old), &after, &releases);
+    assert_eq!(c.fixes, Some(vec![]));
+    assert_eq!(c.fixes_unknown[0].reason, "linux/s390x could not be matched: the previous image has no package list");
+}
+
+#[test]
+fn a_new_list_cut_at_its_cap_claims_nothing() {
+    let before = one("linux/amd64", list(&[("libssl3", "3.0.2-0ubuntu1.18")]));
+    // The vulnerable binary's entry may be past the cut: the visible part proves nothing.
+    let Packages::Listed { source, packages, .. } = list(&[("libssl3", "3.0.2-0ubuntu1.19")]) else { unreachable!() };
+    let after = one("linux/amd64", Packages::Listed { source, packages, cut_at: Some(5000) });
+    let c = change().with_fixes(Some(&index()), &before, &after, &jammy("linux/amd64"));
+    assert_eq!(c.fixes, Some(vec![]));
+    assert_eq!(c.fixes_unknown.len(), 1);
+    assert_eq!(
+        c.fixes_unknown[0].reason,
+        "the new image's package list was cut at 5000 entries: a binary past the cut may still be vulnerable"
+    );
 }
 
 #[test]
 fn the_brief_names_the_first_fix_and_counts_the_rest() {
-    let fix = |id: &str, p| Fix { id: id.into(), cves: vec!["CVE-1".into()], priority: p, packages: vec![] };
+    let fix = |id: &str, p| Fix {
+        id: id.into(),
+        cves: vec!["CVE-1".into()],
+        priority: p,
+        packages: vec![],
+        ..Fix::default()
+    };
     let fixes = [fix("USN-7000-1", Some(Priority::High)), fix("USN-7001-1", None), fix("USN-7002-1", None)];
     assert_eq!(fixes_brief(Some(&fixes)).unwrap(), "fixes USN-7000-1 (high), 2 more");
     assert_eq!(fixes_brief(Some(&fixes[1..2])).unwrap(), "fixes USN-7001-1");

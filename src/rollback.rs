@@ -1,12 +1,16 @@
 //! `rollback`: moves an app image's tag back to a digest the ledger recorded for it (the one before
 //! its last rebase or rebuild, or another), by a PUT of that manifest's own bytes: nothing rebuilt.
+//! The most sensitive write there is, so it is on the record: who asked (`by`, as a freeze keeps),
+//! one log line, and `image.rolled_back` through the alerts, in the same ledger write as the move.
 
 use chrono::{DateTime, Utc};
 
 use crate::config::{Config, ImageSettings};
 use crate::ledger::{Ledger, LedgerError, TagIntent, TagMove, TagMoveKind};
 use crate::registry::{Registry, RegistryError};
+use builder_monitor_core::event::{Event, EventType, ImageRollback, Pin, Subject, stable_id};
 use builder_monitor_core::reference::{ImageRef, is_sha256_digest};
+use builder_monitor_core::schedule::timestamp;
 use builder_monitor_core::signing::Descriptor;
 
 /// Why a rollback did not happen. Nothing was written in any of these cases.
@@ -64,6 +68,9 @@ pub struct Rollback {
     /// Our signature of `to`, written before the tag moved back when it carried none by our key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signed: Option<crate::signing::Signed>,
+    /// Who asked, as recorded with the move.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
 }
 
 /// The `[[images]]` entry named `name`, or whose tag is `name`.
@@ -109,19 +116,21 @@ pub fn choose(image: &str, moves: &[TagMove], to: Option<&str>) -> Result<(Strin
     }
 }
 
-/// Moves the tag of `image` back (see the module doc) and records the move in the ledger.
+/// Moves the tag of `image` back (see the module doc) at the request of `by`, and records the move
+/// and its event in the ledger.
 pub async fn rollback(
     config: &Config,
     ledger: &Ledger,
     registry: &Registry,
     image: &ImageSettings,
     to: Option<&str>,
+    by: &str,
     now: DateTime<Utc>,
 ) -> Result<Rollback, RollbackError> {
     let history = config.monitor.history;
     for intent in ledger.tag_intents().await? {
         if intent.image == image.name && intent.action.is_none() {
-            settle(ledger, registry, &image.builder, &intent, history, now).await?;
+            settle(config, ledger, registry, image, &intent, now).await?;
         }
     }
     let moves = ledger.tag_moves(Some(&image.name), history.max(1)).await?;
@@ -142,6 +151,7 @@ pub async fn rollback(
         undone,
         moved: false,
         signed: None,
+        by: Some(by.to_string()),
     };
     // Only from where the ledger says the tag is: an unrecorded move in between would make "the
     // digest before the last move" two steps back.
@@ -168,6 +178,7 @@ pub async fn rollback(
         expected: from,
         new: Some(target.clone()),
         time: now,
+        by: Some(by.to_string()),
     };
     // Recorded before the write: a crash after the PUT is completed by the next rollback or start.
     ledger.begin_tag_write(&image.builder, intent.clone()).await?;
@@ -177,9 +188,71 @@ pub async fn rollback(
     if stored != target {
         return Err(RollbackError::Mismatch { image: image.name.clone(), wanted: target, stored });
     }
-    ledger.record_tag_move(&image.builder, intent.completed(Some(target), now), history.max(1)).await?;
+    let undone = done.undone.as_ref().map(undone_text);
+    record(config, ledger, image, &intent, Some(target), undone, now).await?;
     done.moved = true;
     Ok(done)
+}
+
+/// `rebase (action bm-…)`: the move a rollback undid, as its event and log line say it.
+fn undone_text(m: &TagMove) -> String {
+    match &m.action {
+        Some(action) => format!("{} (action {action})", m.kind.as_str()),
+        None => m.kind.as_str().to_string(),
+    }
+}
+
+/// Records the rollback `intent` made (the tag now holds `after`) with its `image.rolled_back`,
+/// routed to the alerts that want it, in one write; then logs it (the event's line).
+async fn record(
+    config: &Config,
+    ledger: &Ledger,
+    image: &ImageSettings,
+    intent: &TagIntent,
+    after: Option<String>,
+    undone: Option<String>,
+    now: DateTime<Utc>,
+) -> Result<(), LedgerError> {
+    let history = config.monitor.history.max(1);
+    let moved = intent.completed(after, now);
+    let events = vec![rolled_back_event(config, image, &moved, intent.time, undone)];
+    crate::alert::emit(&config.alerts, &events, |deliveries| {
+        ledger.record_rollback(&image.builder, moved, events.clone(), deliveries, history, now)
+    })
+    .await
+}
+
+/// `image.rolled_back` for move `m` of `image`, begun at `started` (its intent's time, so a
+/// rollback a crash interrupted keeps its event's id when its move is recorded at the next start).
+fn rolled_back_event(
+    config: &Config,
+    image: &ImageSettings,
+    m: &TagMove,
+    started: DateTime<Utc>,
+    undone: Option<String>,
+) -> Event {
+    let pin = |digest: &Option<String>| {
+        digest.as_ref().map(|d| Pin {
+            digest: d.clone(),
+            reference: image.image.pinned(d),
+            platforms: Default::default(),
+        })
+    };
+    let started = timestamp(started);
+    let (before, after) = (m.before.as_deref().unwrap_or(""), m.after.as_deref().unwrap_or(""));
+    let id = stable_id(&[&image.name, EventType::ImageRolledBack.as_str(), before, after, &started]);
+    let builder_image = config.builder(&image.builder).map(|b| b.image.to_string()).unwrap_or_default();
+    let subject = Subject { name: image.builder.clone(), image: builder_image };
+    let mut e = Event::new(id, EventType::ImageRolledBack, timestamp(m.time), subject);
+    e.previous = pin(&m.before);
+    e.current = pin(&m.after);
+    e.rolled_back = Some(ImageRollback {
+        image: image.name.clone(),
+        reference: m.reference.clone(),
+        by: m.by.clone().unwrap_or_else(|| "unknown".into()),
+        undone,
+    });
+    e
 }
 
 /// Signs `target` before the tag goes back to it, when `[signing]` has a key and `target` carries
@@ -208,28 +281,28 @@ async fn sign_restored(
     Ok(Some(signed.map_err(Box::new)?))
 }
 
-/// Settles a rollback's intent left open by a crash: recorded as the move it made when the tag
-/// holds its digest, forgotten when the tag still holds the one before, an error naming both when
-/// it holds a third (the intent is forgotten too: the error says all there is). Answers whether
-/// the write had landed.
+/// Settles a rollback's intent (of `image`) left open by a crash: recorded as the move it made,
+/// with its event, when the tag holds its digest, forgotten when the tag still holds the one
+/// before, an error naming both when it holds a third (the intent is forgotten too: the error says
+/// all there is). Answers whether the write had landed.
 pub async fn settle(
+    config: &Config,
     ledger: &Ledger,
     registry: &Registry,
-    watch: &str,
+    image: &ImageSettings,
     intent: &TagIntent,
-    history: usize,
     now: DateTime<Utc>,
 ) -> Result<bool, RollbackError> {
-    let image = ImageRef::parse(&intent.reference).map_err(|e| {
+    let reference = ImageRef::parse(&intent.reference).map_err(|e| {
         RollbackError::Ledger(LedgerError::Corrupt { what: "tag intent", detail: format!("{}: {e}", intent.reference) })
     })?;
-    let found = match registry.head_manifest(&image).await {
+    let found = match registry.head_manifest(&reference).await {
         Ok(head) => Some(head.digest),
         Err(RegistryError::NotFound { .. }) => None,
         Err(err) => return Err(err.into()),
     };
     if found.is_some() && found == intent.new {
-        ledger.record_tag_move(watch, intent.completed(found, now), history.max(1)).await?;
+        record(config, ledger, image, intent, found, None, now).await?;
         return Ok(true);
     }
     ledger.end_tag_write(&intent.image, None).await?;
@@ -261,6 +334,7 @@ mod tests {
             before: before.map(str::to_string),
             after: Some(after.into()),
             time: DateTime::UNIX_EPOCH,
+            by: (kind == TagMoveKind::Rollback).then(|| "ana@ci-7 (cli)".into()),
         }
     }
 

@@ -40,12 +40,13 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
     // A write to the ledger: one writer at a time, as for `run`; while a daemon holds it,
     // the rollback goes to that daemon (its credentials, its ledger).
     let clock = Clock::System;
+    let by = builder_monitor::rollout::cli_user();
     let _writer = match &config.monitor.state {
         StateLocation::Sqlite(ledger) => match WriterLock::acquire(ledger, clock.now()) {
             Ok(writer) => Some(writer),
             Err(LedgerError::Locked { holder, .. }) => {
                 let path = format!("images/{}/rollback", daemon_api::encode_segment(&image));
-                let body = serde_json::json!({ "to": to });
+                let body = serde_json::json!({ "to": to, "by": by });
                 let text = daemon_api::call_daemon(&config, &holder, reqwest::Method::POST, &path, body).await?;
                 let done: rollback::Rollback = serde_json::from_str(&text).context("reading the daemon's answer")?;
                 print_rollback(&done);
@@ -60,7 +61,7 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
     let settings = rollback::configured_image(&config, &image).map_err(usage)?;
     let ledger = daemon::open_ledger(&config, Access::Write, &clock).await?;
     let registry = Registry::new(config.registries.values().cloned(), Metrics::new());
-    let done = rollback::rollback(&config, &ledger, &registry, settings, to.as_deref(), clock.now()).await?;
+    let done = rollback::rollback(&config, &ledger, &registry, settings, to.as_deref(), &by, clock.now()).await?;
     print_rollback(&done);
     Ok(0)
 }
@@ -77,7 +78,13 @@ fn print_rollback(done: &rollback::Rollback) {
     };
     if done.moved {
         let from = done.from.as_deref().unwrap_or("nothing (the tag did not exist)");
-        outln!("{}: moved {} from {from} to {}, {why}; recorded in the ledger", done.image, done.reference, done.to);
+        let by = done.by.as_deref().map(|by| format!(" (by {by})")).unwrap_or_default();
+        outln!(
+            "{}: moved {} from {from} to {}, {why}; recorded in the ledger{by}",
+            done.image,
+            done.reference,
+            done.to
+        );
         if let Some(signed) = &done.signed {
             outln!("  signed {} (it carried no signature by [signing]'s key): {}", signed.digest, signed.signature);
         }

@@ -98,7 +98,8 @@ fn digest(i: &ImageStatus, now: DateTime<Utc>) -> String {
         Text(short(digest))
     );
     if let Some(m) = i.moves.first() {
-        let _ = write!(cell, "<span class=\"sub\">{} {}</span>", m.kind.as_str(), ago(&m.time, now));
+        let by = m.by.as_deref().map(|by| format!(" by {}", Text(by))).unwrap_or_default();
+        let _ = write!(cell, "<span class=\"sub\">{}{by} {}</span>", m.kind.as_str(), ago(&m.time, now));
     }
     cell
 }
@@ -233,6 +234,7 @@ mod tests {
             action: Some("bm-x".into()),
             previous: Some(digest('b')),
             digest: Some(digest('a')),
+            by: None,
         });
         let orders = image("orders", Some(("deploy", ActionState::Held, "held: canary petclinic failed")));
         status.pending.push(OpenAction {

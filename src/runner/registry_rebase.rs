@@ -105,6 +105,7 @@ impl TagGuard for LedgerGuard<'_> {
             expected: Some(expected.to_string()),
             new: Some(new.to_string()),
             time: self.runner.clock.now(),
+            by: None,
         };
         match self.runner.ledger.begin_tag_write(&self.target.builder_name, intent).await {
             Ok(WriteGrant::Granted) => Ok(()),
@@ -278,6 +279,7 @@ impl Runner {
                     expected: Some(previous),
                     new: Some(wrote),
                     time: self.clock.now(),
+                    by: None,
                 };
                 match self.settle_rebase(&intent).await {
                     Some(settled) => settled,
@@ -309,6 +311,7 @@ impl Runner {
             expected: before.clone(),
             new: None,
             time: self.clock.now(),
+            by: None,
         };
         if let Err(err) = self.ledger.begin_tag_write(&target.builder_name, intent).await {
             tracing::warn!(action = %action.key, error = %err, "cannot record the tag write before the command");
@@ -337,5 +340,6 @@ pub(super) fn tag_move(
         before,
         after,
         time: now,
+        by: None,
     })
 }

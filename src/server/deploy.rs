@@ -17,7 +17,7 @@ pub(super) async fn deploy(
     request: axum::extract::Request,
 ) -> Response {
     let to = match super::digest_request(&state, &headers, request).await {
-        Ok(to) => to,
+        Ok(body) => body.to,
         Err(refused) => return refused,
     };
     let to = to.as_deref();

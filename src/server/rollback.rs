@@ -16,8 +16,8 @@ pub(super) async fn rollback(
     headers: HeaderMap,
     request: axum::extract::Request,
 ) -> Response {
-    let to = match super::digest_request(&state, &headers, request).await {
-        Ok(to) => to,
+    let (to, by) = match super::digest_request(&state, &headers, request).await {
+        Ok(body) => (body.to, super::requester(body.by.as_deref())),
         Err(refused) => return refused,
     };
     let Some(registry) = &state.registry else {
@@ -31,7 +31,7 @@ pub(super) async fn rollback(
         return error(StatusCode::BAD_REQUEST, RollbackError::InvalidDigest(to.to_string()).to_string());
     }
     let now = state.monitor.now();
-    match rollback::rollback(&state.config, &state.ledger, registry, image, to.as_deref(), now).await {
+    match rollback::rollback(&state.config, &state.ledger, registry, image, to.as_deref(), &by, now).await {
         Ok(done) => (StatusCode::OK, axum::Json(done)).into_response(),
         Err(
             e @ (RollbackError::NothingRecorded { .. }

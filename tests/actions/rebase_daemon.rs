@@ -195,6 +195,24 @@ async fn rollback_restores_the_previous_digest() {
     let web = &w.status()["images"][0];
     assert_eq!(web["moves"][0]["kind"], "rollback");
     assert_eq!((web["digest"].as_str(), web["previous"].as_str()), (Some(w.app_v1.as_str()), Some(rebased.as_str())));
+    // On the record: who asked, one log line (the event's), and `image.rolled_back` in the ledger.
+    let by = web["moves"][0]["by"].as_str().expect("the rollback records who asked").to_string();
+    assert!(by.ends_with(" (cli)"), "{by}");
+    assert!(out.stdout.contains(&format!("recorded in the ledger (by {by})")), "{}", out.stdout);
+    let logged: Vec<&str> = out.stderr.lines().filter(|l| l.contains("image.rolled_back")).collect();
+    assert_eq!(logged.len(), 1, "{}", out.stderr);
+    assert!(logged[0].contains(&format!("by {by}")) && logged[0].contains("undoing its rebase"), "{}", logged[0]);
+    let events = w.event_types().await;
+    let rolled: Vec<&Value> = events.iter().filter(|(t, _)| t == "image.rolled_back").map(|(_, e)| e).collect();
+    assert_eq!(rolled.len(), 1, "{events:?}");
+    assert_eq!(
+        (rolled[0]["rolled_back"]["by"].as_str(), rolled[0]["rolled_back"]["image"].as_str()),
+        (Some(by.as_str()), Some("web"))
+    );
+    assert_eq!(
+        (rolled[0]["previous"]["digest"].as_str(), rolled[0]["current"]["digest"].as_str()),
+        (Some(rebased.as_str()), Some(w.app_v1.as_str()))
+    );
 
     // Twice is once: the target is still the digest before the last rebase.
     let again = w.cli(&["rollback", "web"]);
@@ -243,9 +261,15 @@ async fn rollback_goes_through_the_running_daemon() {
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(out.stdout.contains(&format!("moved {} from {rebased} to {}", w.app_tag, w.app_v1)), "{}", out.stdout);
     assert_eq!(w.app_digest().await, w.app_v1, "the tag is back where it was before the rebase");
-    let (status, _) = daemon.terminate();
+    let (status, logs) = daemon.terminate();
     assert!(status.success(), "{status}");
-    assert_eq!(w.status()["images"][0]["moves"][0]["kind"], "rollback");
+    // The daemon's one line for it, naming who asked through its API.
+    let logged: Vec<&String> = logs.iter().filter(|l| l.contains("image.rolled_back")).collect();
+    assert_eq!(logged.len(), 1, "{logs:#?}");
+    assert!(logged[0].contains("(cli, through the api)"), "{}", logged[0]);
+    let moved = &w.status()["images"][0]["moves"][0];
+    assert_eq!(moved["kind"], "rollback");
+    assert!(moved["by"].as_str().unwrap().ends_with("(cli, through the api)"), "{moved}");
 }
 
 /// A two-platform app (an index over amd64 and arm64, each built on the run image's child of that

@@ -29,6 +29,10 @@ async fn the_tour_shows_a_pin_a_move_rebases_alerts_an_undo_and_the_page() {
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     let storefront = status["images"].as_array().unwrap().iter().find(|i| i["name"] == "storefront").unwrap();
     assert_eq!(storefront["digest"], to.as_str(), "the tag is where the rollback put it: {storefront:#}");
+    // On the record: who asked, in the alert and in the history.
+    let by = seen.rolled_back_by.clone().expect("image.rolled_back names who asked");
+    assert!(by.ends_with("(cli, through the api)"), "{by}");
+    assert_eq!(storefront["moves"][0]["by"], by.as_str(), "{storefront:#}");
     assert!(status["rollout"]["frozen"].is_null(), "unfrozen: {:#}", status["rollout"]);
     let config = std::fs::read_to_string(dir.path().join("config.toml")).unwrap();
     assert!(config.contains("rebase = \"registry\""), "{config}");

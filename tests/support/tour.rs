@@ -29,6 +29,8 @@ pub struct Seen {
     pub rebuilds_planned: Vec<String>,
     /// `rollback storefront` through the running daemon: the tag's move back, from → to.
     pub rolled_back: Option<(String, String)>,
+    /// Who the rollback's `image.rolled_back` alert says asked for it.
+    pub rolled_back_by: Option<String>,
     /// `freeze` then `unfreeze` through the running daemon: the freeze `status` showed between.
     pub frozen_reason: Option<String>,
 }
@@ -244,6 +246,12 @@ pub async fn run(bin: &Path, dir: &Path, stay: bool) -> Result<Seen, String> {
     .await?;
     say(&format!("   ✔ builder-monitor rollback storefront: {} → {}", short(&back.0), short(&back.1)));
     seen.rolled_back = Some(back);
+    let alert = tokio::time::timeout(STEP, receiver.wait_for_body("image.rolled_back"))
+        .await
+        .map_err(|_| "the webhook never heard of the rollback".to_string())?
+        .json();
+    seen.rolled_back_by = alert["rolled_back"]["by"].as_str().map(str::to_string);
+    say(&format!("   ✔ the webhook heard image.rolled_back, by {}", seen.rolled_back_by.as_deref().unwrap_or("?")));
     cli_with(bin, dir, &["freeze", "--reason", "tour: a change window", "--config", "config.toml"], &auth)?;
     let reason =
         until(bin, dir, "the freeze", |s| s["rollout"]["frozen"]["reason"].as_str().map(str::to_string)).await?;

@@ -17,7 +17,7 @@ use crate::cnb::Change;
 pub use crate::id::stable_id;
 pub use action::{ActionInfo, ActionResult, BuildInfo, CommitInfo};
 pub use ids::{ROLLOUT_SUBJECT, change_id, failure_event_id, rollout_event_id, subject_key};
-pub use rollout::{RolloutInfo, WaitingAction};
+pub use rollout::{ImageRollback, RolloutInfo, WaitingAction};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum EventType {
@@ -86,6 +86,9 @@ pub enum EventType {
     /// signature by a trusted key (`require_signed`).
     #[serde(rename = "action.refused")]
     ActionRefused,
+    /// A person moved an app image's tag back (`rollback`): who, from where, to where.
+    #[serde(rename = "image.rolled_back")]
+    ImageRolledBack,
     /// Sent by `alert test` only.
     #[serde(rename = "alert.test")]
     AlertTest,
@@ -93,7 +96,7 @@ pub enum EventType {
 
 impl EventType {
     /// Every type an alert can ask for (`alert.test` is sent to one alert on request only).
-    pub const ALL: [EventType; 25] = [
+    pub const ALL: [EventType; 26] = [
         EventType::BuilderPinned,
         EventType::BuilderChanged,
         EventType::RunImageChanged,
@@ -119,6 +122,7 @@ impl EventType {
         EventType::GitopsFailed,
         EventType::GitopsOverridden,
         EventType::ActionRefused,
+        EventType::ImageRolledBack,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -148,6 +152,7 @@ impl EventType {
             EventType::GitopsFailed => "gitops.failed",
             EventType::GitopsOverridden => "gitops.overridden",
             EventType::ActionRefused => "action.refused",
+            EventType::ImageRolledBack => "image.rolled_back",
             EventType::AlertTest => "alert.test",
         }
     }
@@ -244,6 +249,9 @@ pub struct Event {
     pub outage: Option<Outage>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutInfo>,
+    /// What an `image.rolled_back` undid (its digests are `previous` and `current`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolled_back: Option<ImageRollback>,
 }
 
 impl Event {
@@ -265,6 +273,7 @@ impl Event {
             action: None,
             outage: None,
             rollout: None,
+            rolled_back: None,
         }
     }
 }

@@ -9,7 +9,7 @@ use crate::config::{Config, ImageSettings};
 use crate::ledger::{Ledger, LedgerError, TagIntent, TagMove, TagMoveKind};
 use crate::registry::{Registry, RegistryError};
 use builder_monitor_core::event::{Event, EventType, ImageRollback, Pin, Subject, stable_id};
-use builder_monitor_core::reference::{ImageRef, is_sha256_digest};
+use builder_monitor_core::reference::{DigestInput, ImageRef, PrefixError, resolve_digest};
 use builder_monitor_core::schedule::timestamp;
 use builder_monitor_core::signing::Descriptor;
 
@@ -18,8 +18,10 @@ use builder_monitor_core::signing::Descriptor;
 pub enum RollbackError {
     #[error("no image \"{image}\" in [[images]] (configured: {})", configured.join(", "))]
     UnknownImage { image: String, configured: Vec<String> },
-    #[error("--to {0}: not a digest (sha256:<64 hex digits>)")]
+    #[error("--to {0}: not a digest (sha256:<64 hex digits>, or its first 12 or more)")]
     InvalidDigest(String),
+    #[error("--to {0}")]
+    Prefix(#[from] PrefixError),
     #[error("the ledger records no rebase or rebuild that moved {image} ({reference}): nothing to roll back to")]
     NothingRecorded { image: String, reference: String },
     #[error(
@@ -85,23 +87,25 @@ pub fn configured_image<'a>(config: &'a Config, name: &str) -> Result<&'a ImageS
         .ok_or_else(|| RollbackError::UnknownImage { image: name.to_string(), configured: config.image_names() })
 }
 
-/// The digest to roll `image` back to: `to` when it is one the ledger recorded for it, else the one
-/// before its last rebase or rebuild (`moves` newest first). Pure, for the tests.
+/// The digest to roll `image` back to: `to` (a digest, or a unique prefix of one) when it is one the
+/// ledger recorded for it, else the one before its last rebase or rebuild (`moves` newest first).
+/// Pure, for the tests.
 pub fn choose(image: &str, moves: &[TagMove], to: Option<&str>) -> Result<(String, Option<TagMove>), RollbackError> {
-    if let Some(digest) = to {
-        if !is_sha256_digest(digest) {
-            return Err(RollbackError::InvalidDigest(digest.to_string()));
-        }
+    if let Some(to) = to {
+        let input = DigestInput::parse(to).ok_or_else(|| RollbackError::InvalidDigest(to.to_string()))?;
         let mut recorded: Vec<String> = Vec::new();
         for d in moves.iter().flat_map(|m| [m.after.clone(), m.before.clone()]).flatten() {
             if !recorded.contains(&d) {
                 recorded.push(d);
             }
         }
-        if !recorded.iter().any(|d| d == digest) {
-            return Err(RollbackError::NotRecorded { image: image.to_string(), digest: digest.to_string(), recorded });
+        // A short digest names one of these, or nothing: the ledger is where rollback targets come from.
+        let within = format!("the digests recorded for {image}");
+        let digest = resolve_digest(&input, recorded.iter().map(String::as_str), &within)?;
+        if !recorded.iter().any(|d| *d == digest) {
+            return Err(RollbackError::NotRecorded { image: image.to_string(), digest, recorded });
         }
-        return Ok((digest.to_string(), None));
+        return Ok((digest, None));
     }
     // A rollback is not undone by the next one: the last action's `before` stays the target, so
     // running it twice changes nothing the second time.
@@ -351,6 +355,22 @@ mod tests {
     }
 
     #[test]
+    fn a_short_digest_names_one_recorded_digest_or_is_refused() {
+        const B2: &str = "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb2";
+        let moves = vec![moved(TagMoveKind::Rebase, Some(B), C), moved(TagMoveKind::Rebuild, Some(A), B)];
+        assert_eq!(choose("app", &moves, Some("sha256:cccccccccccc")).unwrap(), (C.to_string(), None));
+        assert_eq!(choose("app", &moves, Some("aaaaaaaaaaaaaaa")).unwrap(), (A.to_string(), None));
+        let none = choose("app", &moves, Some("sha256:dddddddddddd")).unwrap_err();
+        assert_eq!(none.to_string(), "--to sha256:dddddddddddd matches none of the digests recorded for app");
+        let with_b2 = [moved(TagMoveKind::Rebase, Some(B2), C), moves[0].clone(), moves[1].clone()];
+        let ambiguous = choose("app", &with_b2, Some("sha256:bbbbbbbbbbbb")).unwrap_err().to_string();
+        assert!(ambiguous.contains("is ambiguous: it matches 2 of the digests recorded for app"), "{ambiguous}");
+        assert!(ambiguous.contains(B) && ambiguous.contains(B2), "{ambiguous}");
+        let short = choose("app", &moves, Some("sha256:ccccccccccc")).unwrap_err();
+        assert!(matches!(short, RollbackError::InvalidDigest(_)), "11 digits are too few: {short}");
+    }
+
+    #[test]
     fn what_cannot_be_rolled_back_is_said() {
         let none = choose("app", &[], None).unwrap_err();
         assert!(matches!(none, RollbackError::NothingRecorded { .. }), "{none}");
@@ -363,6 +383,6 @@ mod tests {
         let err = choose("app", &created, Some(B)).unwrap_err();
         assert_eq!(err.to_string(), format!("{B} is not a digest recorded for app (recorded: {A})"));
         let err = choose("app", &created, Some("latest")).unwrap_err();
-        assert_eq!(err.to_string(), "--to latest: not a digest (sha256:<64 hex digits>)");
+        assert_eq!(err.to_string(), "--to latest: not a digest (sha256:<64 hex digits>, or its first 12 or more)");
     }
 }

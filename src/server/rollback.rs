@@ -27,7 +27,7 @@ pub(super) async fn rollback(
         Ok(image) => image,
         Err(e) => return error(StatusCode::NOT_FOUND, e.to_string()),
     };
-    if let Some(to) = to.as_deref().filter(|d| !builder_monitor_core::reference::is_sha256_digest(d)) {
+    if let Some(to) = to.as_deref().filter(|d| builder_monitor_core::reference::DigestInput::parse(d).is_none()) {
         return error(StatusCode::BAD_REQUEST, RollbackError::InvalidDigest(to.to_string()).to_string());
     }
     let now = state.monitor.now();
@@ -37,6 +37,7 @@ pub(super) async fn rollback(
             e @ (RollbackError::NothingRecorded { .. }
             | RollbackError::NoPrevious { .. }
             | RollbackError::NotRecorded { .. }
+            | RollbackError::Prefix(_)
             | RollbackError::InvalidDigest(_)),
         ) => error(StatusCode::CONFLICT, e.to_string()),
         Err(e) => {

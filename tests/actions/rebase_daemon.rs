@@ -225,9 +225,19 @@ async fn rollback_restores_the_previous_digest() {
     let refused = w.cli(&["rollback", "web", "--to", &stranger]);
     assert_eq!(refused.code, Some(1));
     assert!(refused.stderr.contains(&format!("{stranger} is not a digest recorded for web")), "{}", refused.stderr);
-    let forward = w.cli(&["rollback", "web", "--to", &rebased]);
+    // A short digest, as `status` shows it, names the recorded one it starts; the full one is said.
+    let short = &rebased[..19];
+    let forward = w.cli(&["rollback", "web", "--to", short]);
     assert_eq!(forward.code, Some(0), "{}", forward.stderr);
+    assert!(forward.stderr.contains(&format!("--to {short} is {rebased}\n")), "{}", forward.stderr);
     assert_eq!(w.app_digest().await, rebased);
+    let unknown = w.cli(&["rollback", "web", "--to", "sha256:000000000000"]);
+    assert_eq!(unknown.code, Some(1));
+    assert!(
+        unknown.stderr.contains("sha256:000000000000 matches none of the digests recorded for web"),
+        "{}",
+        unknown.stderr
+    );
 }
 
 /// `rollback` while the daemon runs goes to the daemon's API: the daemon holds the ledger and the
@@ -257,8 +267,9 @@ async fn rollback_goes_through_the_running_daemon() {
     assert_eq!(refused.code, Some(1), "as without a daemon: {}", refused.stderr);
     assert!(refused.stderr.contains(&format!("{stranger} is not a digest recorded for web")), "{}", refused.stderr);
 
-    let out = rollback(&[]);
+    let out = rollback(&["--to", &w.app_v1[..19]]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stderr.contains(&format!("--to {} is {}\n", &w.app_v1[..19], w.app_v1)), "{}", out.stderr);
     assert!(out.stdout.contains(&format!("moved {} from {rebased} to {}", w.app_tag, w.app_v1)), "{}", out.stdout);
     assert_eq!(w.app_digest().await, w.app_v1, "the tag is back where it was before the rebase");
     let (status, logs) = daemon.terminate();

@@ -235,6 +235,11 @@ async fn diff_takes_short_digests_the_ledger_or_the_tag_knows() {
     assert_eq!(bare.code, Some(0), "{}", bare.stderr);
     assert_eq!(serde_json::from_str::<Value>(&bare.stdout).unwrap()["kind"], "rebuild");
 
+    // `resolve` takes one too (and `rebase --run-image`, the same way).
+    let resolved = ws.run(&["resolve", &old_short, "--config", config, "--json"]);
+    assert_eq!(resolved.code, Some(0), "{}", resolved.stderr);
+    assert!(resolved.stdout.contains(&old), "{}", resolved.stdout);
+
     // Without the config's ledger, only what the tag holds is known.
     let unknown = ws.run(&["diff", &old_short, &new_short]);
     assert_eq!(unknown.code, Some(2), "{}", unknown.stderr);

@@ -192,8 +192,11 @@ pub async fn rollback(
     if stored != target {
         return Err(RollbackError::Mismatch { image: image.name.clone(), wanted: target, stored });
     }
-    let undone = done.undone.as_ref().map(undone_text);
-    record(config, ledger, image, &intent, Some(target), undone, now).await?;
+    let trail = Trail {
+        undone: done.undone.as_ref().map(undone_text),
+        labelled: labelled_run_image(registry, config, image, &target).await,
+    };
+    record(config, ledger, image, &intent, Some(target), trail, now).await?;
     done.moved = true;
     Ok(done)
 }
@@ -206,6 +209,41 @@ fn undone_text(m: &TagMove) -> String {
     }
 }
 
+/// The run image the app at `digest` was built on or rebased onto, as its CNB metadata names it
+/// (`repo@sha256:…`); none when it cannot be read or names none (best effort: only shown).
+async fn labelled_run_image(
+    registry: &Registry,
+    config: &Config,
+    image: &ImageSettings,
+    digest: &str,
+) -> Option<String> {
+    let app =
+        crate::inspect::app_metadata(registry, &image.image.at_digest(digest), config.monitor.max_platforms).await;
+    let metadata = app.ok()??.metadata.ok()??;
+    let run = metadata.run_image?;
+    let reference = run.reference.as_deref()?;
+    let digest = metadata_digest(reference)?;
+    // The repository from `repo@sha256:…`, else from the run image's name (its tag dropped).
+    let named = reference.split_once('@').map(|(repo, _)| repo.to_string()).or_else(|| {
+        let image = ImageRef::parse(run.image.as_deref()?).ok()?;
+        Some(format!("{}/{}", image.registry(), image.repository()))
+    });
+    Some(format!("{}@{digest}", named?))
+}
+
+/// The digest of a run image reference (`repo@sha256:…`, or a bare digest).
+fn metadata_digest(reference: &str) -> Option<&str> {
+    let digest = reference.rsplit('@').next()?;
+    builder_monitor_core::reference::is_sha256_digest(digest).then_some(digest)
+}
+
+/// What a rollback's record says besides its move: the move it undid (`rebase (action bm-…)`),
+/// and the run image the app's labels name at the digest it went back to.
+struct Trail {
+    undone: Option<String>,
+    labelled: Option<String>,
+}
+
 /// Records the rollback `intent` made (the tag now holds `after`) with its `image.rolled_back`,
 /// routed to the alerts that want it, in one write; then logs it (the event's line).
 async fn record(
@@ -214,11 +252,19 @@ async fn record(
     image: &ImageSettings,
     intent: &TagIntent,
     after: Option<String>,
-    undone: Option<String>,
+    trail: Trail,
     now: DateTime<Utc>,
 ) -> Result<(), LedgerError> {
+    let Trail { undone, labelled } = trail;
     let history = config.monitor.history.max(1);
-    let moved = intent.completed(after, now);
+    let mut moved = intent.completed(after, now);
+    // Back on a digest a recorded move made: back on the run image that move left it on.
+    let earlier = ledger.tag_moves(Some(&image.name), history).await?;
+    moved.run_image = earlier
+        .into_iter()
+        .find(|m| m.after.is_some() && m.after == moved.after)
+        .and_then(|m| m.run_image)
+        .or(labelled);
     let events = vec![rolled_back_event(config, image, &moved, intent.time, undone)];
     crate::alert::emit(&config.alerts, &events, |deliveries| {
         ledger.record_rollback(&image.builder, moved, events.clone(), deliveries, history, now)
@@ -306,7 +352,11 @@ pub async fn settle(
         Err(err) => return Err(err.into()),
     };
     if found.is_some() && found == intent.new {
-        record(config, ledger, image, intent, found, None, now).await?;
+        let labelled = match &found {
+            Some(digest) => labelled_run_image(registry, config, image, digest).await,
+            None => None,
+        };
+        record(config, ledger, image, intent, found, Trail { undone: None, labelled }, now).await?;
         return Ok(true);
     }
     ledger.end_tag_write(&intent.image, None).await?;
@@ -339,6 +389,7 @@ mod tests {
             after: Some(after.into()),
             time: DateTime::UNIX_EPOCH,
             by: (kind == TagMoveKind::Rollback).then(|| "ana@ci-7 (cli)".into()),
+            run_image: None,
         }
     }
 

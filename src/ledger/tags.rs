@@ -60,6 +60,11 @@ pub struct TagMove {
     /// Who asked for a rollback (`user@host (cli)`, `NAME (api)`); none for an action's move.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
+    /// The run image the app runs on after the move (`repo@sha256:…`): the action's (the one a
+    /// rebase put under it, the builder's for a rebuild), or for a rollback the one recorded with
+    /// the move that first made its digest; none when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_image: Option<String>,
 }
 
 /// A tag write announced before it happens (write-ahead): what the tag should hold now and what
@@ -98,6 +103,7 @@ impl TagIntent {
             after,
             time,
             by: self.by.clone(),
+            run_image: None,
         }
     }
 }

@@ -341,5 +341,6 @@ pub(super) fn tag_move(
         after,
         time: now,
         by: None,
+        run_image: target.run_image.clone(),
     })
 }

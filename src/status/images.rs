@@ -96,6 +96,9 @@ pub struct TagMoveStatus {
     /// Who asked for a rollback.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
+    /// The run image the move left the app on (`repo@sha256:…`), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_image: Option<String>,
 }
 
 /// Tag moves shown per app image.
@@ -190,6 +193,7 @@ fn image_status(name: &str, image: &str, moves: Vec<TagMove>) -> ImageStatus {
                 previous: m.before,
                 digest: m.after,
                 by: m.by,
+                run_image: m.run_image,
             })
             .collect(),
         last_action: None,
@@ -263,6 +267,7 @@ mod tests {
                 after: Some(a.clone()),
                 time: at("2026-11-30T12:10:00Z"),
                 by: Some("ana@ci-7 (cli)".into()),
+                run_image: None,
             },
             TagMove {
                 image: "app".into(),
@@ -273,6 +278,7 @@ mod tests {
                 after: Some(b.clone()),
                 time: at("2026-11-30T12:00:00Z"),
                 by: None,
+                run_image: None,
             },
         ];
         let image = image_status("app", "r.example/apps/app:latest", moves);

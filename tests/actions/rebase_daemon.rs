@@ -195,6 +195,12 @@ async fn rollback_restores_the_previous_digest() {
     let web = &w.status()["images"][0];
     assert_eq!(web["moves"][0]["kind"], "rollback");
     assert_eq!((web["digest"].as_str(), web["previous"].as_str()), (Some(w.app_v1.as_str()), Some(rebased.as_str())));
+    // The run image the app is on now: v1 again, as its labels say (no recorded move made v1),
+    // where the rebase had recorded v2's.
+    let run_v1 = format!("{}@", w.app_tag.split("/apps/").next().unwrap().to_string() + "/demo/run");
+    assert!(web["moves"][0]["run_image"].as_str().unwrap().starts_with(&run_v1), "{web:#}");
+    assert_ne!(web["moves"][0]["run_image"], web["moves"][1]["run_image"], "{web:#}");
+    assert!(web["moves"][1]["run_image"].as_str().unwrap().starts_with(&run_v1), "{web:#}");
     // On the record: who asked, one log line (the event's), and `image.rolled_back` in the ledger.
     let by = web["moves"][0]["by"].as_str().expect("the rollback records who asked").to_string();
     assert!(by.ends_with(" (cli)"), "{by}");

@@ -33,6 +33,9 @@ async fn the_tour_shows_a_pin_a_move_rebases_alerts_an_undo_and_the_page() {
     let by = seen.rolled_back_by.clone().expect("image.rolled_back names who asked");
     assert!(by.ends_with("(cli, through the api)"), "{by}");
     assert_eq!(storefront["moves"][0]["by"], by.as_str(), "{storefront:#}");
+    // Back on the run image it had before the rebase, which the page shows as the app's own.
+    let (now_on, rebased_on) = (&storefront["moves"][0]["run_image"], &storefront["moves"][1]["run_image"]);
+    assert!(now_on.is_string() && rebased_on.is_string() && now_on != rebased_on, "{storefront:#}");
     assert!(status["rollout"]["frozen"].is_null(), "unfrozen: {:#}", status["rollout"]);
     let config = std::fs::read_to_string(dir.path().join("config.toml")).unwrap();
     assert!(config.contains("rebase = \"registry\""), "{config}");

@@ -374,6 +374,7 @@ fn tag_move(image: &str, kind: TagMoveKind, action: Option<&str>, digests: (&str
         after: Some(digests.1.into()),
         time: at(time),
         by: None,
+        run_image: None,
     }
 }
 

@@ -11,10 +11,12 @@ use crate::ledger::{ActionState, DeliveryKey, LedgerError, TagIntent, TagMove, T
 use builder_monitor_core::event::Event;
 use builder_monitor_core::schedule::timestamp_millis;
 
-/// Migration 13 (see `MIGRATIONS`): who asked for a rollback, on its move and its intent.
+/// Migration 13 (see `MIGRATIONS`): who asked for a rollback, on its move and its intent; the
+/// run image each move left the app on.
 pub(super) const MIGRATION_BY: &str = r#"
     ALTER TABLE tag_moves ADD COLUMN requested_by TEXT;
     ALTER TABLE tag_intents ADD COLUMN requested_by TEXT;
+    ALTER TABLE tag_moves ADD COLUMN run_image TEXT;
     "#;
 
 /// Migration 6 (see `MIGRATIONS`).
@@ -101,7 +103,8 @@ impl TagWrites for SqliteLedger {
             // Read as the moves they become: the digest expected is the one before, the new one after.
             let rows = tag_rows(
                 conn,
-                "SELECT image, reference, kind, action, expected AS before, new AS after, time, requested_by FROM tag_intents
+                "SELECT image, reference, kind, action, expected AS before, new AS after, time, requested_by,
+                     NULL AS run_image FROM tag_intents
                  ORDER BY image",
                 [],
                 "tag intent kind",
@@ -169,7 +172,7 @@ impl TagWrites for SqliteLedger {
         self.with(move |conn| {
             tag_rows(
                 conn,
-                "SELECT image, reference, kind, action, before, after, time, requested_by FROM tag_moves
+                "SELECT image, reference, kind, action, before, after, time, requested_by, run_image FROM tag_moves
                  WHERE (?1 IS NULL OR image = ?1) ORDER BY seq DESC LIMIT ?2",
                 params![image, limit as i64],
                 "tag move kind",
@@ -183,9 +186,19 @@ impl TagWrites for SqliteLedger {
 pub(super) fn insert_tag_move(tx: &Transaction<'_>, m: &TagMove, history: usize) -> Result<(), LedgerError> {
     exec(
         tx,
-        "INSERT INTO tag_moves (image, reference, kind, action, before, after, time, requested_by)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![m.image, m.reference, m.kind.as_str(), m.action, m.before, m.after, timestamp_millis(m.time), m.by],
+        "INSERT INTO tag_moves (image, reference, kind, action, before, after, time, requested_by, run_image)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        params![
+            m.image,
+            m.reference,
+            m.kind.as_str(),
+            m.action,
+            m.before,
+            m.after,
+            timestamp_millis(m.time),
+            m.by,
+            m.run_image
+        ],
     )?;
     exec(
         tx,
@@ -217,6 +230,7 @@ fn tag_rows(
             after: r.get("after")?,
             time: r.get::<_, Time>("time")?.0,
             by: r.get("requested_by")?,
+            run_image: r.get("run_image")?,
             image,
         })
     })

@@ -102,7 +102,7 @@ pub fn choose(image: &str, moves: &[TagMove], to: Option<&str>) -> Result<(Strin
         // A short digest names one of these, or nothing: the ledger is where rollback targets come from.
         let within = format!("the digests recorded for {image}");
         let digest = resolve_digest(&input, recorded.iter().map(String::as_str), &within)?;
-        if !recorded.iter().any(|d| *d == digest) {
+        if !recorded.contains(&digest) {
             return Err(RollbackError::NotRecorded { image: image.to_string(), digest, recorded });
         }
         return Ok((digest, None));

@@ -1,4 +1,4 @@
-//! `unfreeze`: waiting rebases and rebuilds start again.
+//! `unfreeze`: waiting actions start again.
 
 use std::path::PathBuf;
 

@@ -425,6 +425,15 @@ fn roll_out_commands_write_the_ledger_when_no_daemon_holds_it() {
     assert!(status["rollout"]["frozen"]["by"].as_str().unwrap().ends_with("(cli)"), "{status}");
     let text = ws.run(&["status", "--config", config]);
     assert!(text.stdout.contains("FROZEN since "), "{}", text.stdout);
+    // What a freeze stops, in one wording: the command, `status` and `freeze --help` say it alike.
+    let stops = builder_monitor_core::rollout::FREEZE_STOPS;
+    assert_eq!(stops, "no rebase, rebuild, deploy or Git write-back starts");
+    assert!(frozen.stdout.contains(&format!("; {stops} until `builder-monitor unfreeze`")), "{}", frozen.stdout);
+    assert!(text.stdout.contains(&format!(": {stops} until `builder-monitor unfreeze`")), "{}", text.stdout);
+    let help = ws.run(&["freeze", "--help"]);
+    assert!(help.stdout.contains(stops), "{}", help.stdout);
+    let rollout_doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/rollout.md")).unwrap();
+    assert!(rollout_doc.contains(stops), "docs/rollout.md says it another way");
 
     let unknown = ws.run(&["approve", "--config", config, "no-such-change"]);
     assert_eq!(unknown.code, Some(2), "{}", unknown.stderr);
@@ -432,7 +441,7 @@ fn roll_out_commands_write_the_ledger_when_no_daemon_holds_it() {
 
     let lifted = ws.run(&["unfreeze", "--config", config]);
     assert_eq!(lifted.code, Some(0), "{}", lifted.stderr);
-    assert_eq!(lifted.stdout, "unfrozen: waiting rebases and rebuilds start again\n");
+    assert_eq!(lifted.stdout, "unfrozen: waiting actions start again\n");
     let status = json(&ws.run(&["status", "--config", config, "--json"]).stdout);
     assert!(status["rollout"]["frozen"].is_null(), "{status}");
     let none = ws.run(&["unfreeze", "--config", config]);

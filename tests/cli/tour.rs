@@ -37,6 +37,15 @@ async fn the_tour_shows_a_pin_a_move_rebases_alerts_an_undo_and_the_page() {
     let (now_on, rebased_on) = (&storefront["moves"][0]["run_image"], &storefront["moves"][1]["run_image"]);
     assert!(now_on.is_string() && rebased_on.is_string() && now_on != rebased_on, "{storefront:#}");
     assert!(status["rollout"]["frozen"].is_null(), "unfrozen: {:#}", status["rollout"]);
+    // The commands it prints work as pasted into a shell whose PATH lacks the binary.
+    let pasted = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{} && builder-monitor status --config config.toml", seen.path_line))
+        .env("PATH", "/usr/bin:/bin")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(pasted.status.success(), "{}: {}", seen.path_line, String::from_utf8_lossy(&pasted.stderr));
     let config = std::fs::read_to_string(dir.path().join("config.toml")).unwrap();
     assert!(config.contains("rebase = \"registry\""), "{config}");
 }

@@ -29,6 +29,8 @@ pub struct Seen {
     pub rebuilds_planned: Vec<String>,
     /// `rollback storefront` through the running daemon: the tag's move back, from → to.
     pub rolled_back: Option<(String, String)>,
+    /// The line the tour prints that puts the binary on `PATH` (`export PATH="DIR:$PATH"`).
+    pub path_line: String,
     /// Who the rollback's `image.rolled_back` alert says asked for it.
     pub rolled_back_by: Option<String>,
     /// `freeze` then `unfreeze` through the running daemon: the freeze `status` showed between.
@@ -262,6 +264,11 @@ pub async fn run(bin: &Path, dir: &Path, stay: bool) -> Result<Seen, String> {
     say("   ✔ builder-monitor unfreeze");
 
     say(&format!("\nThe page shows all of it: {page}"));
+    // The binary is not on PATH after a build: the commands below work as pasted after this line.
+    let bin_dir = bin.parent().map(|d| d.display().to_string()).unwrap_or_else(|| ".".into());
+    say(&format!("\nThe binary is {}; to run the commands below as they are:", bin.display()));
+    seen.path_line = format!("export PATH=\"{bin_dir}:$PATH\"");
+    say(&format!("   {}", seen.path_line));
     say(&format!("`builder-monitor status --config {}/config.toml` says the same in text.", dir.display()));
     if stay {
         say("\nTry the write half yourself while the tour runs (the daemon's API needs its token):");

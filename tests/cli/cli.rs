@@ -563,3 +563,27 @@ fn the_ledgers_files_are_ignored_by_git() {
         assert!(ignored.success(), "{file} is not ignored by .gitignore");
     }
 }
+
+/// A `[server] listen` port another process holds is refused by `check`, naming the fix; while
+/// this config's own daemon holds the ledger (and so the port), it is only a note.
+#[test]
+fn check_refuses_a_listen_port_another_process_holds() {
+    let ws = Workspace::new();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let config = ws.config(&format!(
+        "[monitor]\nstate = \"state.db\"\n\n[server]\nlisten = \"{addr}\"\n\n\
+         [[builders]]\nname = \"b\"\nimage = \"127.0.0.1:1/demo/b:latest\"\n"
+    ));
+    let out = ws.run(&["check", "--config", config.to_str().unwrap()]);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!("[server] listen = \"{addr}\": another process holds that port")),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("pick another port (0 picks a free one)"), "{}", out.stderr);
+    drop(taken);
+    let free = ws.run(&["check", "--config", config.to_str().unwrap()]);
+    assert_eq!(free.code, Some(0), "{}", free.stderr);
+}

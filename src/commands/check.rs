@@ -19,6 +19,7 @@ use builder_monitor_core::plan::ActionKind;
 /// Validate the config and print what would be watched.
 #[derive(clap::Args)]
 pub struct Args {
+    /// The config file (TOML; see docs/configuration.md).
     #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
     config: PathBuf,
     /// What the deployment expects of the config (repeatable), e.g. `listen-port=9464`,

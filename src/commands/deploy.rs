@@ -34,8 +34,10 @@ pub struct Args {
     /// Print what would be written where, and record nothing (the cluster is not read).
     #[arg(long)]
     dry_run: bool,
+    /// Print JSON instead of text (fields are added, never renamed).
     #[arg(long)]
     json: bool,
+    /// The config file (TOML; see docs/configuration.md).
     #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
     config: PathBuf,
 }

@@ -21,6 +21,7 @@ pub struct Args {
     /// The builder after, written as OLD.
     new: String,
     /// Print the `change` object of a builder.changed event.
+    /// Print JSON instead of text (fields are added, never renamed).
     #[arg(long)]
     json: bool,
     /// Plain HTTP to the images' registries, as `insecure = true` for them in a config would.

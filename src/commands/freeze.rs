@@ -10,10 +10,13 @@ use super::rollout::{self, Request};
 #[derive(clap::Args)]
 #[command(about = builder_monitor_core::rollout::FREEZE_HELP)]
 pub struct Args {
+    /// Why (shown by `status`, the page and `rollout.frozen`); a new one replaces the old.
     #[arg(long)]
     reason: Option<String>,
+    /// The config file (TOML; see docs/configuration.md).
     #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
     config: PathBuf,
+    /// Print JSON instead of text (fields are added, never renamed).
     #[arg(long)]
     json: bool,
 }

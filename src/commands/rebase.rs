@@ -32,6 +32,7 @@ pub struct Args {
     /// Override what the lifecycle rebaser's -force overrides (rebasable, target, run image name).
     #[arg(long)]
     force: bool,
+    /// Print JSON instead of text (fields are added, never renamed).
     #[arg(long)]
     json: bool,
 }

@@ -13,6 +13,7 @@ use builder_monitor::inspect;
 #[derive(clap::Args)]
 pub struct Args {
     image: String,
+    /// Print JSON instead of text (fields are added, never renamed).
     #[arg(long)]
     json: bool,
     /// Plain HTTP to the image's registry, as `insecure = true` for it in a config would.

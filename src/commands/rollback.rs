@@ -26,6 +26,7 @@ pub struct Args {
     /// A digest recorded for the image (see `status`), or its first 12 or more hex digits.
     #[arg(long)]
     to: Option<String>,
+    /// The config file (TOML; see docs/configuration.md).
     #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
     config: PathBuf,
 }

@@ -587,3 +587,46 @@ fn check_refuses_a_listen_port_another_process_holds() {
     let free = ws.run(&["check", "--config", config.to_str().unwrap()]);
     assert_eq!(free.code, Some(0), "{}", free.stderr);
 }
+
+/// Every option of every command says what it is in `--help`: `--config` and `--json` too.
+#[test]
+fn every_option_has_help_text() {
+    let ws = Workspace::new();
+    let top = ws.run(&["--help"]);
+    let commands: Vec<String> = top
+        .stdout
+        .split("Commands:")
+        .nth(1)
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .filter(|c| c != "help")
+        .collect();
+    assert!(commands.len() > 10, "{}", top.stdout);
+    let mut bare = Vec::new();
+    for command in &commands {
+        let help = ws.run(&[command, "--help"]);
+        let lines: Vec<&str> = help.stdout.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            // A long help goes on the lines below its flag, indented further.
+            let indent = |l: &str| l.len() - l.trim_start().len();
+            let below = lines.get(i + 1).is_some_and(|next| {
+                !next.trim().is_empty() && indent(next) > indent(line) && !next.trim_start().starts_with('-')
+            });
+            // `--json`, `-x, --flag`, `--config <CONFIG>`: nothing after the flag is no help text.
+            let flag_only = match words.as_slice() {
+                [flag] => flag.starts_with("--"),
+                [flag, value] => flag.starts_with("--") && value.starts_with('<'),
+                [short, flag] => short.starts_with('-') && short.ends_with(',') && flag.starts_with("--"),
+                _ => false,
+            };
+            if flag_only && !below && !line.starts_with("Usage") {
+                bare.push(format!("{command}: {}", line.trim()));
+            }
+        }
+    }
+    assert!(bare.is_empty(), "options without help text: {bare:#?}");
+}

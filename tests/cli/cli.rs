@@ -630,3 +630,25 @@ fn every_option_has_help_text() {
     }
     assert!(bare.is_empty(), "options without help text: {bare:#?}");
 }
+
+/// A daemon started without an API token refuses a write sent to it, saying how to give it one:
+/// the command line's own config may name a token the daemon never had.
+#[test]
+fn a_daemon_without_a_token_says_to_restart_it_with_one() {
+    let ws = Workspace::new();
+    let base = "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\n\n\
+                [[builders]]\nname = \"b\"\nimage = \"127.0.0.1:1/demo/b:latest\"\nwatch_run_image = false\n";
+    let config = ws.config(&format!("{base}\n[server]\nlisten = \"127.0.0.1:0\"\n"));
+    let mut daemon = Daemon::start(&config);
+    let addr = daemon.server_addr();
+    let cli = ws.path("cli.toml");
+    std::fs::write(&cli, format!("{base}\n[server]\nlisten = \"{addr}\"\napi_token_env = \"BM_CLI_TOKEN\"\n")).unwrap();
+    let env = [("BM_CLI_TOKEN", "cli-token-0123456789abcdef")];
+    let out = run_with_env(&["freeze", "--config", cli.to_str().unwrap()], &env, ws.dir.path());
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("answered HTTP 403: this daemon started without an API token"), "{}", out.stderr);
+    assert!(out.stderr.contains("set [server] api_token_env in its config"), "{}", out.stderr);
+    assert!(out.stderr.contains("then restart it"), "{}", out.stderr);
+    let (status, _) = daemon.terminate();
+    assert!(status.success(), "{status}");
+}

@@ -619,8 +619,10 @@ fn every_option_has_help_text() {
             // `--json`, `-x, --flag`, `--config <CONFIG>`: nothing after the flag is no help text.
             let flag_only = match words.as_slice() {
                 [flag] => flag.starts_with("--"),
-                [flag, value] => flag.starts_with("--") && value.starts_with('<'),
-                [short, flag] => short.starts_with('-') && short.ends_with(',') && flag.starts_with("--"),
+                [first, second] => {
+                    (first.starts_with("--") && second.starts_with('<'))
+                        || (first.starts_with('-') && first.ends_with(',') && second.starts_with("--"))
+                }
                 _ => false,
             };
             if flag_only && !below && !line.starts_with("Usage") {

@@ -162,7 +162,7 @@ pub async fn run(bin: &Path, dir: &Path, stay: bool) -> Result<Seen, String> {
     );
     std::fs::write(dir.join("config.toml"), &config).map_err(|e| e.to_string())?;
     let log = std::fs::File::create(dir.join("daemon.log")).map_err(|e| e.to_string())?;
-    // A token of this run's own: the write half (rollback, freeze, approve) goes through the API.
+    // A token of this run's own: the write half (rollback, freeze) goes through the API.
     let token = format!("tour-{:016x}", rand::random::<u64>());
     let child = Command::new(bin)
         .args(["run", "--config", "config.toml", "--log-format", "json"])
@@ -276,7 +276,6 @@ pub async fn run(bin: &Path, dir: &Path, stay: bool) -> Result<Seen, String> {
         let config = format!("--config {}/config.toml", dir.display());
         say(&format!("   builder-monitor rollback orders {config}"));
         say(&format!("   builder-monitor freeze --reason 'my change window' {config}   # then: unfreeze"));
-        say(&format!("   builder-monitor approve CHANGE_ID {config}   # a change's id is in `status`"));
         say("The registry and the daemon keep running for you to look around; Ctrl-C ends the tour.");
         let _ = tokio::signal::ctrl_c().await;
     }

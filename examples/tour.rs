@@ -53,12 +53,24 @@ async fn main() {
         eprintln!("{USAGE}");
         std::process::exit(2);
     };
+    // A directory of its own (no --dir) goes when the tour ends, Ctrl-C included: it holds the
+    // ledger and the daemon's log of a tour nobody asked to keep (a failed tour's stays, to read).
+    let own = dir.is_none();
     let result = match tour::workdir(dir) {
-        Ok(dir) => tour::run(&bin, &dir, stay).await,
+        Ok(dir) => {
+            let result = tour::run(&bin, &dir, stay).await;
+            if own
+                && result.is_ok()
+                && let Err(e) = std::fs::remove_dir_all(&dir)
+            {
+                eprintln!("the tour's directory {} stays: {e}", dir.display());
+            }
+            result
+        }
         Err(err) => Err(err),
     };
     if let Err(err) = result {
-        eprintln!("the tour stopped: {err}");
+        eprintln!("the tour stopped: {err} (its files stay in the tour's directory)");
         std::process::exit(1);
     }
 }

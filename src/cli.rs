@@ -42,8 +42,10 @@ pub struct Verdict {
     /// Only this `[[images]]` name's action.
     #[arg(long)]
     pub image: Option<String>,
+    /// The config file (TOML; see docs/configuration.md).
     #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
     pub config: PathBuf,
+    /// Print JSON instead of text (fields are added, never renamed).
     #[arg(long)]
     pub json: bool,
 }

@@ -15,7 +15,7 @@ use crate::registry::{Registry, RegistryError};
 use crate::runner::deploy::{Origin, deploy_action};
 use builder_monitor_core::deploy::{Undo, Workload};
 use builder_monitor_core::event::stable_id;
-use builder_monitor_core::reference::is_sha256_digest;
+use builder_monitor_core::reference::{DigestInput, PrefixError, resolve_digest};
 use builder_monitor_core::schedule::timestamp_millis;
 use builder_monitor_core::text::escape;
 
@@ -24,8 +24,10 @@ use builder_monitor_core::text::escape;
 pub enum DeployError {
     #[error("no image \"{image}\" in [[images]] (configured: {})", configured.join(", "))]
     UnknownImage { image: String, configured: Vec<String> },
-    #[error("--to {0}: not a digest (sha256:<64 hex digits>)")]
+    #[error("--to {0}: not a digest (sha256:<64 hex digits>, or its first 12 or more)")]
     InvalidDigest(String),
+    #[error("--to {0}")]
+    Prefix(#[from] PrefixError),
     #[error(
         "{image} is deployed nowhere: add deploy = [{{ kind = \"Deployment\", namespace = \"…\", name = \"…\" }}] to its [[images]] entry (or set [runner.exec] deploy)"
     )]
@@ -43,7 +45,10 @@ impl DeployError {
     pub fn is_usage(&self) -> bool {
         matches!(
             self,
-            DeployError::UnknownImage { .. } | DeployError::InvalidDigest(_) | DeployError::NotConfigured { .. }
+            DeployError::UnknownImage { .. }
+                | DeployError::InvalidDigest(_)
+                | DeployError::Prefix(_)
+                | DeployError::NotConfigured { .. }
         )
     }
 }
@@ -85,13 +90,41 @@ pub fn configured_image<'a>(config: &'a Config, name: &str) -> Result<&'a ImageS
 /// given) is a digest, and the image is deployed somewhere.
 pub fn check<'a>(config: &'a Config, name: &str, to: Option<&str>) -> Result<&'a ImageSettings, DeployError> {
     let image = configured_image(config, name)?;
-    if let Some(to) = to.filter(|d| !is_sha256_digest(d)) {
+    if let Some(to) = to.filter(|d| DigestInput::parse(d).is_none()) {
         return Err(DeployError::InvalidDigest(to.to_string()));
     }
     if !config.deploys_image(image) {
         return Err(DeployError::NotConfigured { image: image.name.clone() });
     }
     Ok(image)
+}
+
+/// `to` in full: a digest as given, or the one recorded digest of the image's tag (`ledger`, when
+/// there is one to read) or the digest the tag holds now (`registry`) that its 12 or more hex
+/// digits start.
+pub async fn resolve_to(
+    ledger: Option<&Ledger>,
+    registry: Option<&Registry>,
+    image: &ImageSettings,
+    to: &str,
+) -> Result<String, DeployError> {
+    let input = DigestInput::parse(to).ok_or_else(|| DeployError::InvalidDigest(to.to_string()))?;
+    if let DigestInput::Full(digest) = input {
+        return Ok(digest);
+    }
+    let mut candidates = Vec::new();
+    if let Some(ledger) = ledger {
+        for m in ledger.tag_moves(Some(&image.name), usize::MAX >> 1).await? {
+            candidates.extend(m.before.into_iter().chain(m.after));
+        }
+    }
+    if let Some(registry) = registry
+        && let Ok(head) = registry.head_manifest(&image.image).await
+    {
+        candidates.push(head.digest);
+    }
+    let within = format!("the digests recorded for {} and the one its tag holds", image.name);
+    Ok(resolve_digest(&input, candidates.iter().map(String::as_str), &within)?)
 }
 
 /// The digest the image's tag holds now (a HEAD).
@@ -260,7 +293,7 @@ image = "r.example/apps/orders:latest"
         assert!(unknown.is_usage());
         assert_eq!(unknown.to_string(), "no image \"nope\" in [[images]] (configured: petclinic, orders)");
         let bad = check(&c, "petclinic", Some("sha256:abc")).unwrap_err();
-        assert_eq!(bad.to_string(), "--to sha256:abc: not a digest (sha256:<64 hex digits>)");
+        assert_eq!(bad.to_string(), "--to sha256:abc: not a digest (sha256:<64 hex digits>, or its first 12 or more)");
         let nowhere = check(&c, "orders", None).unwrap_err();
         assert!(nowhere.is_usage());
         assert!(

@@ -36,7 +36,9 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(err) => return usage(err),
     };
-    let default_level = if matches!(cli.command, Command::Run(_)) { "info" } else { "warn" };
+    // A rollback's one line (its `image.rolled_back`) is logged wherever it runs, as the daemon
+    // logs it.
+    let default_level = if matches!(cli.command, Command::Run(_) | Command::Rollback(_)) { "info" } else { "warn" };
     // Everything the process writes to stderr from here on goes through the log stream, which
     // never blocks or panics on a closed or full stderr (see `log_stream`).
     let logs = match log_stream::init() {

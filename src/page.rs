@@ -107,10 +107,10 @@ fn actions(out: &mut String, status: &Status, config: &Config, now: DateTime<Utc
         let _ = writeln!(
             out,
             "<p class=\"empty\"><span class=\"pill warn\">frozen</span> since {} by {}{reason}; \
-             no rebase, rebuild or deploy starts until <code>builder-monitor unfreeze</code> \
-             (<a href=\"#frozen\">the freeze</a>).</p>",
+             {} until <code>builder-monitor unfreeze</code> (<a href=\"#frozen\">the freeze</a>).</p>",
             ago_at(f.since, now),
-            Text(&f.by)
+            Text(&f.by),
+            builder_monitor_core::rollout::FREEZE_STOPS
         );
     }
     if let Some(next) = &status.rollout.next_window {

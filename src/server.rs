@@ -151,31 +151,45 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, axum::Json(json!({ "error": message.into() }))).into_response()
 }
 
-/// The body of a request about one image's digest (`rollback`, `deploy`): `{"to": "sha256:…"}`,
-/// or none.
+/// The body of a request about one image's digest (`rollback`, `deploy`): `{"to": "sha256:…",
+/// "by": "alice"}`, both optional, or none.
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct DigestBody {
     to: Option<String>,
+    /// Who asks, recorded with the write (see [`requester`]).
+    by: Option<String>,
+}
+
+/// Who an API write comes from, as recorded: the API token stands for whoever holds it, and a
+/// name given in the body is recorded with it (`alice` → `alice (api)`; the command line's
+/// `user@host (cli)` → `user@host (cli, through the api)`); `api` without one.
+fn requester(by: Option<&str>) -> String {
+    let Some(by) = by.map(str::trim).filter(|b| !b.is_empty()) else { return "api".into() };
+    let by = builder_monitor_core::text::escape(&builder_monitor_core::text::clip(by, 120)).into_owned();
+    match by.strip_suffix(" (cli)") {
+        Some(user) => format!("{user} (cli, through the api)"),
+        None => format!("{by} (api)"),
+    }
 }
 
 /// A write request about one image's digest, authorized, on the leader, its body read: the
-/// digest it names (`to`), if any; otherwise the answer that refuses it.
+/// digest it names (`to`) and who asks, if given; otherwise the answer that refuses it.
 async fn digest_request(
     state: &ServerState,
     headers: &HeaderMap,
     request: axum::extract::Request,
-) -> Result<Option<String>, Response> {
+) -> Result<DigestBody, Response> {
     authorize(state, headers, None).map_err(IntoResponse::into_response)?;
     if !state.is_leader() {
         return Err(standby());
     }
     let body = read_body(request).await?;
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(None);
+        return Ok(DigestBody::default());
     }
     match serde_json::from_slice::<DigestBody>(&body) {
-        Ok(b) => Ok(b.to),
+        Ok(b) => Ok(b),
         Err(e) => Err(error(StatusCode::BAD_REQUEST, format!("expected {{\"to\": \"sha256:…\"}} or no body: {e}"))),
     }
 }

@@ -104,9 +104,10 @@ pub fn summary(event: &Event) -> String {
             let by = r.by.as_deref().unwrap_or("?");
             let reason = r.reason.map(|r| format!(": {r}")).unwrap_or_default();
             if event.event_type == EventType::RolloutFrozen {
-                format!("roll-out frozen by {by}{reason}: no rebase or rebuild starts until `builder-monitor unfreeze`")
+                let stops = builder_monitor_core::rollout::FREEZE_STOPS;
+                format!("roll-out frozen by {by}{reason}: {stops} until `builder-monitor unfreeze`")
             } else {
-                format!("roll-out unfrozen by {by}: waiting rebases and rebuilds start again")
+                format!("roll-out unfrozen by {by}: waiting actions start again")
             }
         }
         other => format!("{other}: {image}"),

@@ -18,6 +18,7 @@ pub struct Args {
 enum AlertCommand {
     /// Send a clearly marked test event (type `alert.test`) to one alert and report the outcome.
     Test {
+        /// The config file (TOML; see docs/configuration.md).
         #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
         config: PathBuf,
         /// The `[[alerts]]` name (without it, the configured alerts are listed).

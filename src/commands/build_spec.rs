@@ -23,6 +23,7 @@ use builder_monitor_core::plan::ActionKind;
 /// for an image now, to review or commit.
 #[derive(clap::Args)]
 pub struct Args {
+    /// The config file (TOML; see docs/configuration.md).
     #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
     config: PathBuf,
     /// The `[[images]]` name.

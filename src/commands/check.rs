@@ -19,6 +19,7 @@ use builder_monitor_core::plan::ActionKind;
 /// Validate the config and print what would be watched.
 #[derive(clap::Args)]
 pub struct Args {
+    /// The config file (TOML; see docs/configuration.md).
     #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
     config: PathBuf,
     /// What the deployment expects of the config (repeatable), e.g. `listen-port=9464`,
@@ -67,11 +68,41 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
         // also panic on a closed stderr).
         builder_monitor::log_stream::line(&format!("warning: {error}\n"));
     }
+    if let Some(taken) = listen_port_taken(&config) {
+        return Err(usage(anyhow::anyhow!("{}: {taken}", config.source.display())));
+    }
     vulnerability_data(&config).await?;
     for warning in unserved_apps(&config).await {
         builder_monitor::log_stream::line(&format!("warning: {warning}\n"));
     }
     if online { online_checks(&config, timeout).await } else { Ok(0) }
+}
+
+/// Why `run` could not listen where `[server] listen` says: another process holds the port. Not
+/// when this config's own daemon holds it (it holds the ledger's writer lock too), nor for port 0.
+fn listen_port_taken(config: &Config) -> Option<String> {
+    let listen = config.server.as_ref()?.listen;
+    if listen.port() == 0 {
+        return None;
+    }
+    let error = std::net::TcpListener::bind(listen).err()?;
+    if error.kind() != std::io::ErrorKind::AddrInUse {
+        return None;
+    }
+    if let builder_monitor::config::StateLocation::Sqlite(ledger) = &config.monitor.state
+        && ledger.exists()
+        && let Err(builder_monitor::ledger::LedgerError::Locked { holder, .. }) =
+            builder_monitor::ledger::WriterLock::acquire(ledger, chrono::Utc::now())
+    {
+        builder_monitor::log_stream::line(&format!(
+            "note: [server] listen = \"{listen}\" is held, by this config's running daemon ({holder}) as it seems\n"
+        ));
+        return None;
+    }
+    Some(format!(
+        "[server] listen = \"{listen}\": another process holds that port, so `run` could not serve there; \
+         stop it or pick another port (0 picks a free one)"
+    ))
 }
 
 /// A local OSV mirror, read as `run` reads it: what it keeps and what it skips (a URL is only

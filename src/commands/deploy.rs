@@ -13,11 +13,12 @@ use builder_monitor::cluster;
 use builder_monitor::config::{Config, Secrets, StateLocation};
 use builder_monitor::daemon::{self, Access};
 use builder_monitor::deploy::{self, Deploy, DeployError};
-use builder_monitor::ledger::{LedgerError, WriterLock};
+use builder_monitor::ledger::{Ledger, LedgerError, WriterLock};
 use builder_monitor::metrics::Metrics;
 use builder_monitor::registry::Registry;
 use builder_monitor::schedule::Clock;
 use builder_monitor_core::plan::ActionKind;
+use builder_monitor_core::reference::is_sha256_digest;
 
 /// Deploy an app image by hand to its workloads (`[[images]] deploy`) or through `[runner.exec]
 /// deploy`: the digest its tag holds now, or --to. Recorded as a deploy action, which the
@@ -26,14 +27,17 @@ use builder_monitor_core::plan::ActionKind;
 pub struct Args {
     /// The `[[images]]` name.
     image: String,
-    /// The digest to deploy (sha256:<64 hex digits>); without it, the one the tag holds now.
+    /// The digest to deploy (sha256:<64 hex digits>, or its first 12 or more: one recorded for
+    /// the image, or the tag's); without it, the one the tag holds now.
     #[arg(long)]
     to: Option<String>,
     /// Print what would be written where, and record nothing (the cluster is not read).
     #[arg(long)]
     dry_run: bool,
+    /// Print JSON instead of text (fields are added, never renamed).
     #[arg(long)]
     json: bool,
+    /// The config file (TOML; see docs/configuration.md).
     #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
     config: PathBuf,
 }
@@ -48,7 +52,12 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
     if dry_run {
         let config = with_registries(path, to, config)?;
         let settings = deploy::check(&config, image, to).map_err(usage)?;
-        let digest = digest(&config, settings, to).await?;
+        // Read only when there is one to read: a dry run writes and starts nothing.
+        let ledger = match &config.monitor.state {
+            StateLocation::Sqlite(state) if state.exists() => Some(Ledger::open_read_only(state)?),
+            _ => None,
+        };
+        let digest = digest(&config, settings, to, ledger.as_ref()).await?;
         let (_, plan) = deploy::prepare(&config, settings, &digest, clock.now());
         return print(&plan, to.is_some(), json);
     }
@@ -62,6 +71,7 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
                 let body = serde_json::json!({ "to": to });
                 let text = call_daemon(&config, &holder, reqwest::Method::POST, &path, body).await?;
                 let done: Deploy = serde_json::from_str(&text).context("reading the daemon's answer")?;
+                print_resolved(to, &done.digest);
                 return print(&done, to.is_some(), json);
             }
             Err(e) => return Err(e.into()),
@@ -81,28 +91,40 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
     }
     let config = with_registries(path, to, config)?;
     let settings = deploy::check(&config, image, to).map_err(usage)?;
-    let digest = digest(&config, settings, to).await?;
     let ledger = daemon::open_ledger(&config, Access::Write, &clock).await?;
+    let digest = digest(&config, settings, to, Some(&ledger)).await?;
     let done = deploy::record(&config, &ledger, settings, &digest, clock.now()).await.map_err(failure)?;
     print(&done, to.is_some(), json)
 }
 
-/// The config again with its registry credentials when the tag is to be read (no `--to`).
+/// The config again with its registry credentials when the tag is to be read (no `--to`, or a
+/// short one the tag may resolve).
 fn with_registries(path: &Path, to: Option<&str>, config: Config) -> Result<Config, Failure> {
-    if to.is_some() { Ok(config) } else { load_config(path, Secrets::Registries) }
+    if to.is_some_and(is_sha256_digest) { Ok(config) } else { load_config(path, Secrets::Registries) }
 }
 
-/// `to`, or the digest the image's tag holds now.
+/// `to` in full (a short one resolved, and said), or the digest the image's tag holds now.
 async fn digest(
     config: &Config,
     image: &builder_monitor::config::ImageSettings,
     to: Option<&str>,
+    ledger: Option<&Ledger>,
 ) -> Result<String, Failure> {
-    if let Some(to) = to {
-        return Ok(to.to_string());
-    }
     let registry = Registry::new(config.registries.values().cloned(), Metrics::new());
+    if let Some(to) = to {
+        let digest = deploy::resolve_to(ledger, Some(&registry), image, to).await.map_err(failure)?;
+        print_resolved(Some(to), &digest);
+        return Ok(digest);
+    }
     deploy::tag_digest(&registry, image).await.map_err(failure)
+}
+
+/// The full digest a short `--to` named, said on stderr (as every command says what a short
+/// digest resolved to).
+fn print_resolved(to: Option<&str>, digest: &str) {
+    if let Some(to) = to.filter(|to| !to.eq_ignore_ascii_case(digest)) {
+        builder_monitor::log_stream::line(&format!("--to {to} is {digest}\n"));
+    }
 }
 
 fn failure(e: DeployError) -> Failure {

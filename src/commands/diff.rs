@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use super::common::{load_config, parse_image, reader_for};
+use super::common::{load_config, reader_for};
+use super::digests::{self, ImageInput};
 use super::failure::Failure;
 use builder_monitor::config::Secrets;
 use builder_monitor::inspect;
@@ -14,9 +15,13 @@ use builder_monitor_core::{cnb, text};
 /// Classify the move from one builder image to another: rebase, rebuild, unknown or none.
 #[derive(clap::Args)]
 pub struct Args {
+    /// The builder before: `REPO:TAG`, `REPO@sha256:…`, or `REPO@` the first 12 or more hex digits
+    /// of a digest the ledger (with --config) or the tag knows.
     old: String,
+    /// The builder after, written as OLD.
     new: String,
     /// Print the `change` object of a builder.changed event.
+    /// Print JSON instead of text (fields are added, never renamed).
     #[arg(long)]
     json: bool,
     /// Plain HTTP to the images' registries, as `insecure = true` for them in a config would.
@@ -29,8 +34,10 @@ pub struct Args {
 
 pub async fn run(args: Args) -> Result<u8, Failure> {
     let Args { old, new, json, insecure, config } = args;
-    let (old, new) = (parse_image(&old)?, parse_image(&new)?);
-    let (registry, max_platforms) = reader_for(config.as_deref(), insecure, &[&old, &new])?;
+    let (old, new) = (ImageInput::parse(&old)?, ImageInput::parse(&new)?);
+    let (registry, max_platforms) = reader_for(config.as_deref(), insecure, &[old.image(), new.image()])?;
+    let old = digests::resolve(old, config.as_deref(), &registry, max_platforms).await?;
+    let new = digests::resolve(new, config.as_deref(), &registry, max_platforms).await?;
     let vulns = vulnerability_data(config.as_deref()).await?;
     let change = inspect::diff(&registry, &old, &new, max_platforms, vulns.as_ref()).await?;
     if json {

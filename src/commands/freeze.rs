@@ -1,18 +1,22 @@
-//! `freeze`: no rebase or rebuild starts until `unfreeze`.
+//! `freeze`: no rebase, rebuild, deploy or Git write-back starts until `unfreeze`
+//! (`builder_monitor_core::rollout::FREEZE_STOPS`, the one wording of it).
 
 use std::path::PathBuf;
 
 use super::failure::Failure;
 use super::rollout::{self, Request};
 
-/// Stop every rebase and rebuild from starting (running ones finish); checks, pins and alerts
-/// go on. Kept in the ledger until `unfreeze`.
+// No doc comment: the help line is `FREEZE_HELP`, what a freeze stops worded once for every place.
 #[derive(clap::Args)]
+#[command(about = builder_monitor_core::rollout::FREEZE_HELP)]
 pub struct Args {
+    /// Why (shown by `status`, the page and `rollout.frozen`); a new one replaces the old.
     #[arg(long)]
     reason: Option<String>,
+    /// The config file (TOML; see docs/configuration.md).
     #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
     config: PathBuf,
+    /// Print JSON instead of text (fields are added, never renamed).
     #[arg(long)]
     json: bool,
 }

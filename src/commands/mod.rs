@@ -6,6 +6,7 @@
 pub mod out;
 mod common;
 mod daemon_api;
+mod digests;
 mod failure;
 mod rollout;
 

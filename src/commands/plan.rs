@@ -20,8 +20,10 @@ use builder_monitor_core::text;
 /// For the current pins and app images, print what each image would get and why.
 #[derive(clap::Args)]
 pub struct Args {
+    /// The config file (TOML; see docs/configuration.md).
     #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
     config: PathBuf,
+    /// Print JSON instead of text (fields are added, never renamed).
     #[arg(long)]
     json: bool,
     /// Also say where each fix's record came from: its file, `modified`, the copies of its id

@@ -15,6 +15,7 @@ use builder_monitor::config::Secrets;
 /// `kubectl apply -f -`. The namespace is the config's `[kubernetes] namespace`.
 #[derive(clap::Args)]
 pub struct Args {
+    /// The config file (TOML; see docs/configuration.md).
     #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
     config: PathBuf,
     /// The daemon's ServiceAccount, also the name of its Roles and bindings (as the Helm chart

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use super::common::{load_config, parse_image, registry_for, signing_key};
+use super::digests::{self, ImageInput};
 use super::failure::Failure;
 use builder_monitor::config::Secrets;
 use builder_monitor::daemon::{self, Access};
@@ -18,7 +19,8 @@ use builder_monitor_core::reference::ImageRef;
 pub struct Args {
     /// The app image, by tag: the tag moves, last.
     image: String,
-    /// The new run image (a tag or digest; an index or a single manifest).
+    /// The new run image (a tag or digest, or `REPO@` a digest's first 12 or more hex digits; an
+    /// index or a single manifest).
     #[arg(long)]
     run_image: String,
     /// Registry settings (credentials, TLS) come from this config when given.
@@ -30,15 +32,18 @@ pub struct Args {
     /// Override what the lifecycle rebaser's -force overrides (rebasable, target, run image name).
     #[arg(long)]
     force: bool,
+    /// Print JSON instead of text (fields are added, never renamed).
     #[arg(long)]
     json: bool,
 }
 
 pub async fn run(args: Args) -> Result<u8, Failure> {
     let Args { image, run_image, config, dry_run, force, json } = args;
-    let (image, run_image) = (parse_image(&image)?, parse_image(&run_image)?);
+    let (image, run_image) = (parse_image(&image)?, ImageInput::parse(&run_image)?);
     // An action by hand: paced by the registry's answers, not the watching's requests_per_second.
     let registry = registry_for(config.as_deref(), false, &[])?.actions();
+    let max_platforms = builder_monitor::config::DEFAULT_MAX_PLATFORMS;
+    let run_image = digests::resolve(run_image, config.as_deref(), &registry, max_platforms).await?;
     let known_run_images = match config.as_deref() {
         Some(path) => rebase_history(path, &image, &run_image).await?,
         None => Vec::new(),

@@ -10,8 +10,10 @@ use builder_monitor::ledger::Verdict;
 #[derive(clap::Args)]
 pub struct Args {
     change: String,
+    /// The config file (TOML; see docs/configuration.md).
     #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
     config: PathBuf,
+    /// Print JSON instead of text (fields are added, never renamed).
     #[arg(long)]
     json: bool,
 }

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use super::common::{parse_image, reader_for};
+use super::common::reader_for;
+use super::digests::{self, ImageInput};
 use super::failure::Failure;
 use builder_monitor::inspect;
 
@@ -12,6 +13,7 @@ use builder_monitor::inspect;
 #[derive(clap::Args)]
 pub struct Args {
     image: String,
+    /// Print JSON instead of text (fields are added, never renamed).
     #[arg(long)]
     json: bool,
     /// Plain HTTP to the image's registry, as `insecure = true` for it in a config would.
@@ -24,8 +26,9 @@ pub struct Args {
 
 pub async fn run(args: Args) -> Result<u8, Failure> {
     let Args { image, json, insecure, config } = args;
-    let image = parse_image(&image)?;
-    let (registry, max_platforms) = reader_for(config.as_deref(), insecure, &[&image])?;
+    let image = ImageInput::parse(&image)?;
+    let (registry, max_platforms) = reader_for(config.as_deref(), insecure, &[image.image()])?;
+    let image = digests::resolve(image, config.as_deref(), &registry, max_platforms).await?;
     let resolution = inspect::resolve(&registry, &image, max_platforms).await?;
     if json {
         outln!("{}", serde_json::to_string_pretty(&resolution).context("encoding JSON")?);

@@ -15,7 +15,7 @@ use builder_monitor::metrics::Metrics;
 use builder_monitor::registry::Registry;
 use builder_monitor::rollback;
 use builder_monitor::schedule::Clock;
-use builder_monitor_core::reference::is_sha256_digest;
+use builder_monitor_core::reference::DigestInput;
 
 /// Move an app image's tag back to the digest before its last rebase or rebuild (or to another
 /// digest the ledger recorded for it), by a manifest PUT: nothing is rebuilt.
@@ -23,9 +23,10 @@ use builder_monitor_core::reference::is_sha256_digest;
 pub struct Args {
     /// The `[[images]]` name, or its tag.
     image: String,
-    /// A digest recorded for the image (see `status`).
+    /// A digest recorded for the image (see `status`), or its first 12 or more hex digits.
     #[arg(long)]
     to: Option<String>,
+    /// The config file (TOML; see docs/configuration.md).
     #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
     config: PathBuf,
 }
@@ -34,20 +35,22 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
     let Args { image, to, config: path } = args;
     let config = load_config(&path, Secrets::Skip)?;
     rollback::configured_image(&config, &image).map_err(usage)?;
-    if let Some(to) = to.as_deref().filter(|d| !is_sha256_digest(d)) {
+    if let Some(to) = to.as_deref().filter(|d| DigestInput::parse(d).is_none()) {
         return Err(usage(rollback::RollbackError::InvalidDigest(to.to_string())));
     }
     // A write to the ledger: one writer at a time, as for `run`; while a daemon holds it,
     // the rollback goes to that daemon (its credentials, its ledger).
     let clock = Clock::System;
+    let by = builder_monitor::rollout::cli_user();
     let _writer = match &config.monitor.state {
         StateLocation::Sqlite(ledger) => match WriterLock::acquire(ledger, clock.now()) {
             Ok(writer) => Some(writer),
             Err(LedgerError::Locked { holder, .. }) => {
                 let path = format!("images/{}/rollback", daemon_api::encode_segment(&image));
-                let body = serde_json::json!({ "to": to });
+                let body = serde_json::json!({ "to": to, "by": by });
                 let text = daemon_api::call_daemon(&config, &holder, reqwest::Method::POST, &path, body).await?;
                 let done: rollback::Rollback = serde_json::from_str(&text).context("reading the daemon's answer")?;
+                print_resolved(to.as_deref(), &done);
                 print_rollback(&done);
                 return Ok(0);
             }
@@ -60,9 +63,18 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
     let settings = rollback::configured_image(&config, &image).map_err(usage)?;
     let ledger = daemon::open_ledger(&config, Access::Write, &clock).await?;
     let registry = Registry::new(config.registries.values().cloned(), Metrics::new());
-    let done = rollback::rollback(&config, &ledger, &registry, settings, to.as_deref(), clock.now()).await?;
+    let done = rollback::rollback(&config, &ledger, &registry, settings, to.as_deref(), &by, clock.now()).await?;
+    print_resolved(to.as_deref(), &done);
     print_rollback(&done);
     Ok(0)
+}
+
+/// The full digest a short `--to` named, said on stderr (as every command says what a short digest
+/// resolved to), before what was done with it.
+fn print_resolved(to: Option<&str>, done: &rollback::Rollback) {
+    if let Some(to) = to.filter(|to| !to.eq_ignore_ascii_case(&done.to)) {
+        builder_monitor::log_stream::line(&format!("--to {to} is {}\n", done.to));
+    }
 }
 
 /// What a rollback did, for people.
@@ -77,7 +89,13 @@ fn print_rollback(done: &rollback::Rollback) {
     };
     if done.moved {
         let from = done.from.as_deref().unwrap_or("nothing (the tag did not exist)");
-        outln!("{}: moved {} from {from} to {}, {why}; recorded in the ledger", done.image, done.reference, done.to);
+        let by = done.by.as_deref().map(|by| format!(" (by {by})")).unwrap_or_default();
+        outln!(
+            "{}: moved {} from {from} to {}, {why}; recorded in the ledger{by}",
+            done.image,
+            done.reference,
+            done.to
+        );
         if let Some(signed) = &done.signed {
             outln!("  signed {} (it carried no signature by [signing]'s key): {}", signed.digest, signed.signature);
         }

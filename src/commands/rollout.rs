@@ -60,12 +60,13 @@ fn render_freeze(f: &FreezeOutcome) -> String {
             let reason = frozen.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
             let how = if changed { "frozen" } else { "already frozen" };
             format!(
-                "{how} since {} by {}{reason}; no rebase or rebuild starts until `builder-monitor unfreeze`\n",
+                "{how} since {} by {}{reason}; {} until `builder-monitor unfreeze`\n",
                 builder_monitor_core::schedule::timestamp(frozen.since),
-                frozen.by
+                frozen.by,
+                builder_monitor_core::rollout::FREEZE_STOPS
             )
         }
-        (None, true) => "unfrozen: waiting rebases and rebuilds start again\n".into(),
+        (None, true) => "unfrozen: waiting actions start again\n".into(),
         (None, false) => "not frozen; nothing changed\n".into(),
     }
 }

@@ -13,6 +13,7 @@ use builder_monitor::daemon;
 /// Run the daemon: check every builder on its schedule until SIGINT/SIGTERM.
 #[derive(clap::Args)]
 pub struct Args {
+    /// The config file (TOML; see docs/configuration.md).
     #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
     config: PathBuf,
     /// Check every builder once, record what moved, and exit (1 if a check failed).

@@ -18,6 +18,7 @@ enum SigningCommand {
     /// Print the public key (PEM) of `[signing]`'s key: give it to admission policies (Kyverno,
     /// policy-controller) and to `cosign verify --key`.
     PublicKey {
+        /// The config file (TOML; see docs/configuration.md).
         #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
         config: PathBuf,
     },

@@ -14,8 +14,10 @@ use builder_monitor::status;
 /// Print pins, last checks, recent changes and pending actions.
 #[derive(clap::Args)]
 pub struct Args {
+    /// The config file (TOML; see docs/configuration.md).
     #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
     config: PathBuf,
+    /// Print JSON instead of text (fields are added, never renamed).
     #[arg(long)]
     json: bool,
     /// Recent changes shown per builder.

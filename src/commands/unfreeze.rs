@@ -1,4 +1,4 @@
-//! `unfreeze`: waiting rebases and rebuilds start again.
+//! `unfreeze`: waiting actions start again.
 
 use std::path::PathBuf;
 
@@ -8,8 +8,10 @@ use super::rollout::{self, Request};
 /// Lift the freeze: waiting actions start (the newest target of each image).
 #[derive(clap::Args)]
 pub struct Args {
+    /// The config file (TOML; see docs/configuration.md).
     #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
     config: PathBuf,
+    /// Print JSON instead of text (fields are added, never renamed).
     #[arg(long)]
     json: bool,
 }

@@ -402,6 +402,23 @@ impl Ledger {
         }
     }
 
+    /// Records a rollback's tag move with its events ([`TagWrites::record_rollback`]); wakes the
+    /// alert dispatcher.
+    pub async fn record_rollback(
+        &self,
+        watch: &str,
+        tag_move: TagMove,
+        events: Vec<Event>,
+        deliveries: Vec<DeliveryKey>,
+        history: usize,
+        now: DateTime<Utc>,
+    ) -> Result<(), LedgerError> {
+        let added = !deliveries.is_empty();
+        dispatch!(self, |backend| backend.record_rollback(watch, tag_move, events, deliveries, history, now))?;
+        self.signal(added, false);
+        Ok(())
+    }
+
     /// Records events (and their outbox rows) outside a check, e.g. `build.started`, at `now`
     /// ([`Outbox::record_events`]); wakes the alert dispatcher.
     pub async fn record_events(

@@ -6,7 +6,8 @@ use std::future::Future;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{LedgerError, time};
+use super::{DeliveryKey, LedgerError, time};
+use builder_monitor_core::event::Event;
 use builder_monitor_core::plan::ActionKind;
 
 /// What moved an app image's tag.
@@ -56,6 +57,14 @@ pub struct TagMove {
     pub after: Option<String>,
     #[serde(with = "time::millis")]
     pub time: DateTime<Utc>,
+    /// Who asked for a rollback (`user@host (cli)`, `NAME (api)`); none for an action's move.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// The run image the app runs on after the move (`repo@sha256:…`): the action's (the one a
+    /// rebase put under it, the builder's for a rebuild), or for a rollback the one recorded with
+    /// the move that first made its digest; none when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_image: Option<String>,
 }
 
 /// A tag write announced before it happens (write-ahead): what the tag should hold now and what
@@ -77,6 +86,9 @@ pub struct TagIntent {
     pub new: Option<String>,
     #[serde(with = "time::millis")]
     pub time: DateTime<Utc>,
+    /// Who asked for a rollback; none for an action's write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
 }
 
 impl TagIntent {
@@ -90,6 +102,8 @@ impl TagIntent {
             before: self.expected.clone(),
             after,
             time,
+            by: self.by.clone(),
+            run_image: None,
         }
     }
 }
@@ -135,6 +149,19 @@ pub trait TagWrites {
         watch: &str,
         tag_move: TagMove,
         history: usize,
+    ) -> impl Future<Output = Result<(), LedgerError>> + Send;
+
+    /// [`record_tag_move`](Self::record_tag_move) of a rollback with its events (`image.rolled_back`)
+    /// and their outbox rows ([`Outbox::record_events`](super::Outbox::record_events)), in one write:
+    /// the move is never on the record without its alert, nor the alert without the move.
+    fn record_rollback(
+        &self,
+        watch: &str,
+        tag_move: TagMove,
+        events: Vec<Event>,
+        deliveries: Vec<DeliveryKey>,
+        history: usize,
+        now: DateTime<Utc>,
     ) -> impl Future<Output = Result<(), LedgerError>> + Send;
 
     /// The newest tag moves first, of one `[[images]]` name or of all, at most `limit`.

@@ -48,7 +48,7 @@ pub(super) fn table(out: &mut String, status: &Status, config: &Config, now: Dat
         let _ = write!(out, "<td data-label=\"Digest\">{}</td>", digest(i, now));
         let builder = config.image(&i.name).map(|c| c.builder.as_str());
         let _ = write!(out, "<td data-label=\"Builder\">{}</td>", builder_cell(status, builder));
-        let _ = write!(out, "<td data-label=\"Run image\">{}</td>", run_image(status, builder));
+        let _ = write!(out, "<td data-label=\"Run image\">{}</td>", app_run_image(status, i, builder));
         match &i.last_action {
             Some(a) => {
                 let _ = write!(
@@ -98,7 +98,8 @@ fn digest(i: &ImageStatus, now: DateTime<Utc>) -> String {
         Text(short(digest))
     );
     if let Some(m) = i.moves.first() {
-        let _ = write!(cell, "<span class=\"sub\">{} {}</span>", m.kind.as_str(), ago(&m.time, now));
+        let by = m.by.as_deref().map(|by| format!(" by {}", Text(by))).unwrap_or_default();
+        let _ = write!(cell, "<span class=\"sub\">{}{by} {}</span>", m.kind.as_str(), ago(&m.time, now));
     }
     cell
 }
@@ -111,6 +112,42 @@ fn builder_cell(status: &Status, builder: Option<&str>) -> String {
         Some(b) => format!("<span class=\"name\">{}</span>", Text(b)),
         None => "<span class=\"muted\">–</span>".into(),
     }
+}
+
+/// The run image the app itself runs on, as its last recorded move left it (a rebase's, a
+/// rebuild's, or after a rollback the one its digest was made with), marked when its builder's
+/// run image watch is pinned elsewhere: the app is behind it. Without one recorded, its builder's
+/// run image, said to be the builder's.
+fn app_run_image(status: &Status, i: &ImageStatus, builder: Option<&str>) -> String {
+    let Some(own) = i.moves.first().and_then(|m| m.run_image.as_deref()) else {
+        let builders = run_image(status, builder);
+        return format!("{builders}<span class=\"sub muted\">the builder's; the app's own is not recorded yet</span>");
+    };
+    let (repository, digest) = own.split_once('@').unwrap_or((own, ""));
+    let mut cell = format!(
+        "<code>{}</code><span class=\"sub\"><code class=\"digest\" title=\"{}\">{}</code></span>",
+        Breakable(repository),
+        Text(own),
+        Text(short(digest))
+    );
+    let pinned = builder
+        .and_then(|b| status.run_images.iter().find(|r| r.builders.iter().any(|name| name == b)))
+        .and_then(|r| r.pinned.as_ref().map(|p| (r, p)));
+    // The app's metadata may name a platform's manifest of the pinned index: the same run image.
+    if let Some((run, pin)) = pinned
+        && pin.digest != digest
+        && !run.platforms.values().any(|d| d == digest)
+    {
+        let _ = write!(
+            cell,
+            "<span class=\"sub\"><span class=\"pill warn behind\">behind</span> its builder's \
+             <a href=\"#{}\"><code class=\"digest\" title=\"{}\">{}</code></a></span>",
+            anchor("watch", &run.name),
+            Text(&pin.reference),
+            Text(short(&pin.digest))
+        );
+    }
+    cell
 }
 
 /// The run image of the image's builder: its watch (linked, with its pin) when the builder's run
@@ -197,6 +234,50 @@ mod tests {
         }
     }
 
+    /// An app whose last move recorded its run image shows that one, not its builder's: after a
+    /// rollback to a digest built on an older run image, it is marked behind its builder's.
+    #[test]
+    fn an_app_shows_its_own_run_image_and_when_it_is_behind_its_builders() {
+        let config = config(
+            "[[images]]\nname = \"shop\"\nbuilder = \"jammy\"\nimage = \"registry.example.com/apps/shop:latest\"\n\n\
+             [[images]]\nname = \"cart\"\nbuilder = \"jammy\"\nimage = \"registry.example.com/apps/cart:latest\"\n",
+        );
+        let mut run = watch("run:registry.example.com/paketo/run:latest", "registry.example.com/paketo/run:latest");
+        run.builders = vec!["jammy".into()];
+        run.pinned = Some(PinnedStatus {
+            digest: digest('e'),
+            reference: format!("registry.example.com/paketo/run@{}", digest('e')),
+            since: "2025-03-04T09:00:00Z".into(),
+        });
+        let mut status = empty(vec![watch("jammy", "registry.example.com/paketo/builder:latest")]);
+        status.run_images.push(run);
+        let moved = |kind, run: char| TagMoveStatus {
+            time: "2025-03-04T10:00:00.000Z".into(),
+            kind,
+            action: None,
+            previous: Some(digest('b')),
+            digest: Some(digest('a')),
+            by: None,
+            run_image: Some(format!("registry.example.com/paketo/run@{}", digest(run))),
+        };
+        let mut shop = image("shop", None);
+        shop.moves.push(moved(TagMoveKind::Rollback, 'd'));
+        let mut cart = image("cart", None);
+        cart.moves.push(moved(TagMoveKind::Rebase, 'e'));
+        status.images = vec![shop, cart];
+        let mut html = String::new();
+        table(&mut html, &status, &config, now());
+        let row = |name: &str| {
+            let start = html.find(&format!("<tr class=\"image\" data-name=\"{name}\"")).unwrap();
+            html[start..start + html[start..].find("</tr>").unwrap()].to_string()
+        };
+        let (shop, cart) = (row("shop"), row("cart"));
+        assert!(shop.contains(">sha256:dddddddddddd</code>"), "the app's own: {shop}");
+        assert!(shop.contains("<span class=\"pill warn behind\">behind</span> its builder's"), "{shop}");
+        assert!(shop.contains(">sha256:eeeeeeeeeeee</code></a>"), "{shop}");
+        assert!(cart.contains(">sha256:eeeeeeeeeeee</code>") && !cart.contains("behind"), "{cart}");
+    }
+
     /// One row per image: the digest with its reference on hover, the builder and its run image
     /// as links to their rows, and the last action's state as the pill's class, coloured.
     #[test]
@@ -233,6 +314,8 @@ mod tests {
             action: Some("bm-x".into()),
             previous: Some(digest('b')),
             digest: Some(digest('a')),
+            by: None,
+            run_image: None,
         });
         let orders = image("orders", Some(("deploy", ActionState::Held, "held: canary petclinic failed")));
         status.pending.push(OpenAction {
@@ -294,6 +377,7 @@ mod tests {
             billing.contains("<span class=\"muted\">not known yet</span>") && billing.contains("no tag move recorded"),
             "{billing}"
         );
+        assert!(petclinic.contains("the builder's; the app's own is not recorded yet"), "{petclinic}");
         let api = row("api");
         assert!(api.contains("data-state=\"none\"") && api.contains("none recorded"), "{api}");
         let web = row("web");

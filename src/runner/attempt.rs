@@ -171,15 +171,13 @@ impl Runner {
     /// made): a tag that holds the rollback's digest is recorded as moved. A registry that cannot
     /// be read leaves the intent for the next start or `rollback`.
     pub(super) async fn settle_rollbacks(&self) -> Result<(), RunnerError> {
-        let history = self.config.monitor.history;
         for intent in self.ledger.tag_intents().await?.into_iter().filter(|i| i.action.is_none()) {
-            let Some(watch) = self.config.image(&intent.image).map(|i| i.builder.clone()) else {
+            let Some(image) = self.config.image(&intent.image) else {
                 tracing::warn!(image = %intent.image, "an interrupted rollback of an image no longer configured is left as it is");
                 continue;
             };
-            match crate::rollback::settle(&self.ledger, &self.registry, &watch, &intent, history, self.clock.now())
-                .await
-            {
+            let now = self.clock.now();
+            match crate::rollback::settle(&self.config, &self.ledger, &self.registry, image, &intent, now).await {
                 Ok(true) => {
                     tracing::warn!(image = %intent.image, reference = %intent.reference, "an interrupted rollback had moved the tag; recorded now")
                 }

@@ -106,6 +106,7 @@ impl TagGuard for LedgerGuard<'_> {
             expected: Some(expected.to_string()),
             new: Some(new.to_string()),
             time: self.runner.clock.now(),
+            by: None,
         };
         match self.runner.ledger.begin_tag_write(&self.target.builder_name, intent).await {
             Ok(WriteGrant::Granted) => Ok(()),
@@ -292,6 +293,7 @@ impl Runner {
                     expected: Some(previous),
                     new: Some(wrote),
                     time: self.clock.now(),
+                    by: None,
                 };
                 match self.settle_rebase(&intent).await {
                     Some(settled) => settled,
@@ -333,6 +335,7 @@ impl Runner {
             expected: before.clone(),
             new: None,
             time: self.clock.now(),
+            by: None,
         };
         if let Err(err) = self.ledger.begin_tag_write(&target.builder_name, intent).await {
             tracing::warn!(action = %action.key, error = %err, "cannot record the tag write before the command");
@@ -361,5 +364,7 @@ pub(super) fn tag_move(
         before,
         after,
         time: now,
+        by: None,
+        run_image: target.run_image.clone(),
     })
 }

@@ -31,7 +31,11 @@ impl IntoResponse for Denied {
 /// Checks `Authorization: Bearer <token>` (or, for hooks, `?token=`) against the API token.
 pub(super) fn authorize(state: &ServerState, headers: &HeaderMap, query_token: Option<&str>) -> Result<(), Denied> {
     let Some(expected) = &state.settings.api_token else {
-        return Err(Denied(StatusCode::FORBIDDEN, "no API token is configured ([server] api_token_env)"));
+        return Err(Denied(
+            StatusCode::FORBIDDEN,
+            "this daemon started without an API token, so it refuses every write: set [server] api_token_env \
+             in its config and that variable in its environment, then restart it",
+        ));
     };
     // The auth scheme is case-insensitive (RFC 9110 section 11.1): `bearer` and `BEARER` too.
     let bearer = headers

@@ -17,7 +17,7 @@ pub(super) async fn deploy(
     request: axum::extract::Request,
 ) -> Response {
     let to = match super::digest_request(&state, &headers, request).await {
-        Ok(to) => to,
+        Ok(body) => body.to,
         Err(refused) => return refused,
     };
     let to = to.as_deref();
@@ -28,7 +28,11 @@ pub(super) async fn deploy(
         Err(e) => return error(StatusCode::CONFLICT, e.to_string()),
     };
     let digest = match (to, &state.registry) {
-        (Some(to), _) => to.to_string(),
+        (Some(to), registry) => match deploy::resolve_to(Some(&state.ledger), registry.as_deref(), image, to).await {
+            Ok(digest) => digest,
+            Err(e) if e.is_usage() => return error(StatusCode::BAD_REQUEST, e.to_string()),
+            Err(e) => return error(StatusCode::BAD_GATEWAY, e.to_string()),
+        },
         (None, Some(registry)) => match deploy::tag_digest(registry, image).await {
             Ok(digest) => digest,
             Err(e @ DeployError::NoTag { .. }) => return error(StatusCode::CONFLICT, e.to_string()),

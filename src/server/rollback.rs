@@ -16,8 +16,8 @@ pub(super) async fn rollback(
     headers: HeaderMap,
     request: axum::extract::Request,
 ) -> Response {
-    let to = match super::digest_request(&state, &headers, request).await {
-        Ok(to) => to,
+    let (to, by) = match super::digest_request(&state, &headers, request).await {
+        Ok(body) => (body.to, super::requester(body.by.as_deref())),
         Err(refused) => return refused,
     };
     let Some(registry) = &state.registry else {
@@ -27,16 +27,17 @@ pub(super) async fn rollback(
         Ok(image) => image,
         Err(e) => return error(StatusCode::NOT_FOUND, e.to_string()),
     };
-    if let Some(to) = to.as_deref().filter(|d| !builder_monitor_core::reference::is_sha256_digest(d)) {
+    if let Some(to) = to.as_deref().filter(|d| builder_monitor_core::reference::DigestInput::parse(d).is_none()) {
         return error(StatusCode::BAD_REQUEST, RollbackError::InvalidDigest(to.to_string()).to_string());
     }
     let now = state.monitor.now();
-    match rollback::rollback(&state.config, &state.ledger, registry, image, to.as_deref(), now).await {
+    match rollback::rollback(&state.config, &state.ledger, registry, image, to.as_deref(), &by, now).await {
         Ok(done) => (StatusCode::OK, axum::Json(done)).into_response(),
         Err(
             e @ (RollbackError::NothingRecorded { .. }
             | RollbackError::NoPrevious { .. }
             | RollbackError::NotRecorded { .. }
+            | RollbackError::Prefix(_)
             | RollbackError::InvalidDigest(_)),
         ) => error(StatusCode::CONFLICT, e.to_string()),
         Err(e) => {

@@ -8,7 +8,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::{ServerState, authorized_body, error, parse};
+use super::{ServerState, authorized_body, error, parse, requester};
 use crate::ledger::Verdict;
 use crate::rollout::{self, RolloutError};
 
@@ -33,15 +33,9 @@ impl RolloutBody {
         parse(body, "roll-out request")
     }
 
-    /// The API token stands for whoever holds it; a name given in the body is recorded with it.
+    /// Who asks, as recorded ([`requester`]).
     fn by(&self) -> String {
-        let Some(by) = self.by.as_deref().map(str::trim).filter(|b| !b.is_empty()) else { return "api".into() };
-        let by = builder_monitor_core::text::escape(&builder_monitor_core::text::clip(by, 120)).into_owned();
-        // The command line sends `user@host (cli)` when the daemon holds the ledger.
-        match by.strip_suffix(" (cli)") {
-            Some(user) => format!("{user} (cli, through the api)"),
-            None => format!("{by} (api)"),
-        }
+        requester(self.by.as_deref())
     }
 }
 

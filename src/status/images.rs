@@ -93,6 +93,12 @@ pub struct TagMoveStatus {
     pub action: Option<String>,
     pub previous: Option<String>,
     pub digest: Option<String>,
+    /// Who asked for a rollback.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// The run image the move left the app on (`repo@sha256:…`), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_image: Option<String>,
 }
 
 /// Tag moves shown per app image.
@@ -186,6 +192,8 @@ fn image_status(name: &str, image: &str, moves: Vec<TagMove>) -> ImageStatus {
                 action: m.action,
                 previous: m.before,
                 digest: m.after,
+                by: m.by,
+                run_image: m.run_image,
             })
             .collect(),
         last_action: None,
@@ -215,12 +223,13 @@ pub(super) fn render_text(out: &mut String, images: &[ImageStatus]) {
         for m in &i.moves {
             let _ = writeln!(
                 out,
-                "    {} {:<8} {} → {}{}",
+                "    {} {:<8} {} → {}{}{}",
                 m.time,
                 m.kind.as_str(),
                 m.previous.as_deref().map_or("-", short),
                 m.digest.as_deref().map_or("?", short),
-                m.action.as_deref().map(|a| format!("  action {a}")).unwrap_or_default()
+                m.action.as_deref().map(|a| format!("  action {a}")).unwrap_or_default(),
+                m.by.as_deref().map(|by| format!("  by {}", escape(by))).unwrap_or_default()
             );
         }
         if let Some(a) = &i.last_action {
@@ -257,6 +266,8 @@ mod tests {
                 before: Some(b.clone()),
                 after: Some(a.clone()),
                 time: at("2026-11-30T12:10:00Z"),
+                by: Some("ana@ci-7 (cli)".into()),
+                run_image: None,
             },
             TagMove {
                 image: "app".into(),
@@ -266,6 +277,8 @@ mod tests {
                 before: Some(a.clone()),
                 after: Some(b.clone()),
                 time: at("2026-11-30T12:00:00Z"),
+                by: None,
+                run_image: None,
             },
         ];
         let image = image_status("app", "r.example/apps/app:latest", moves);
@@ -273,6 +286,8 @@ mod tests {
         assert_eq!((json["digest"].as_str(), json["previous"].as_str()), (Some(a.as_str()), Some(b.as_str())));
         assert_eq!(json["moves"][1]["kind"], "rebase");
         assert_eq!(json["moves"][1]["action"], "bm-1");
+        assert_eq!(json["moves"][0]["by"], "ana@ci-7 (cli)");
+        assert!(json["moves"][1].get("by").is_none(), "an action's move has no `by`: {json}");
         let status = Status {
             builders: vec![],
             run_images: vec![],
@@ -288,7 +303,7 @@ mod tests {
         };
         let text = render_status(&status);
         assert!(
-            text.contains("  app  r.example/apps/app:latest\n    2026-11-30T12:10:00.000Z rollback sha256:bbbbbbbbbbbb → sha256:aaaaaaaaaaaa\n"),
+            text.contains("  app  r.example/apps/app:latest\n    2026-11-30T12:10:00.000Z rollback sha256:bbbbbbbbbbbb → sha256:aaaaaaaaaaaa  by ana@ci-7 (cli)\n"),
             "{text}"
         );
         assert!(text.contains("rebase   sha256:aaaaaaaaaaaa → sha256:bbbbbbbbbbbb  action bm-1\n"), "{text}");

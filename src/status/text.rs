@@ -24,9 +24,10 @@ pub fn render_text(status: &Status) -> String {
         let reason = f.reason.as_deref().map(|r| format!(": {}", escape(r))).unwrap_or_default();
         let _ = writeln!(
             out,
-            "FROZEN since {} by {}{reason}: no rebase or rebuild starts (`builder-monitor unfreeze`)",
+            "FROZEN since {} by {}{reason}: {} until `builder-monitor unfreeze`",
             timestamp(f.since),
-            escape(&f.by)
+            escape(&f.by),
+            builder_monitor_core::rollout::FREEZE_STOPS
         );
     }
     if let Some(next) = &status.rollout.next_window {

@@ -195,6 +195,30 @@ async fn rollback_restores_the_previous_digest() {
     let web = &w.status()["images"][0];
     assert_eq!(web["moves"][0]["kind"], "rollback");
     assert_eq!((web["digest"].as_str(), web["previous"].as_str()), (Some(w.app_v1.as_str()), Some(rebased.as_str())));
+    // The run image the app is on now: v1 again, as its labels say (no recorded move made v1),
+    // where the rebase had recorded v2's.
+    let run_v1 = format!("{}@", w.app_tag.split("/apps/").next().unwrap().to_string() + "/demo/run");
+    assert!(web["moves"][0]["run_image"].as_str().unwrap().starts_with(&run_v1), "{web:#}");
+    assert_ne!(web["moves"][0]["run_image"], web["moves"][1]["run_image"], "{web:#}");
+    assert!(web["moves"][1]["run_image"].as_str().unwrap().starts_with(&run_v1), "{web:#}");
+    // On the record: who asked, one log line (the event's), and `image.rolled_back` in the ledger.
+    let by = web["moves"][0]["by"].as_str().expect("the rollback records who asked").to_string();
+    assert!(by.ends_with(" (cli)"), "{by}");
+    assert!(out.stdout.contains(&format!("recorded in the ledger (by {by})")), "{}", out.stdout);
+    let logged: Vec<&str> = out.stderr.lines().filter(|l| l.contains("image.rolled_back")).collect();
+    assert_eq!(logged.len(), 1, "{}", out.stderr);
+    assert!(logged[0].contains(&format!("by {by}")) && logged[0].contains("undoing its rebase"), "{}", logged[0]);
+    let events = w.event_types().await;
+    let rolled: Vec<&Value> = events.iter().filter(|(t, _)| t == "image.rolled_back").map(|(_, e)| e).collect();
+    assert_eq!(rolled.len(), 1, "{events:?}");
+    assert_eq!(
+        (rolled[0]["rolled_back"]["by"].as_str(), rolled[0]["rolled_back"]["image"].as_str()),
+        (Some(by.as_str()), Some("web"))
+    );
+    assert_eq!(
+        (rolled[0]["previous"]["digest"].as_str(), rolled[0]["current"]["digest"].as_str()),
+        (Some(rebased.as_str()), Some(w.app_v1.as_str()))
+    );
 
     // Twice is once: the target is still the digest before the last rebase.
     let again = w.cli(&["rollback", "web"]);
@@ -207,9 +231,19 @@ async fn rollback_restores_the_previous_digest() {
     let refused = w.cli(&["rollback", "web", "--to", &stranger]);
     assert_eq!(refused.code, Some(1));
     assert!(refused.stderr.contains(&format!("{stranger} is not a digest recorded for web")), "{}", refused.stderr);
-    let forward = w.cli(&["rollback", "web", "--to", &rebased]);
+    // A short digest, as `status` shows it, names the recorded one it starts; the full one is said.
+    let short = &rebased[..19];
+    let forward = w.cli(&["rollback", "web", "--to", short]);
     assert_eq!(forward.code, Some(0), "{}", forward.stderr);
+    assert!(forward.stderr.contains(&format!("--to {short} is {rebased}\n")), "{}", forward.stderr);
     assert_eq!(w.app_digest().await, rebased);
+    let unknown = w.cli(&["rollback", "web", "--to", "sha256:000000000000"]);
+    assert_eq!(unknown.code, Some(1));
+    assert!(
+        unknown.stderr.contains("sha256:000000000000 matches none of the digests recorded for web"),
+        "{}",
+        unknown.stderr
+    );
 }
 
 /// `rollback` while the daemon runs goes to the daemon's API: the daemon holds the ledger and the
@@ -239,13 +273,20 @@ async fn rollback_goes_through_the_running_daemon() {
     assert_eq!(refused.code, Some(1), "as without a daemon: {}", refused.stderr);
     assert!(refused.stderr.contains(&format!("{stranger} is not a digest recorded for web")), "{}", refused.stderr);
 
-    let out = rollback(&[]);
+    let out = rollback(&["--to", &w.app_v1[..19]]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stderr.contains(&format!("--to {} is {}\n", &w.app_v1[..19], w.app_v1)), "{}", out.stderr);
     assert!(out.stdout.contains(&format!("moved {} from {rebased} to {}", w.app_tag, w.app_v1)), "{}", out.stdout);
     assert_eq!(w.app_digest().await, w.app_v1, "the tag is back where it was before the rebase");
-    let (status, _) = daemon.terminate();
+    let (status, logs) = daemon.terminate();
     assert!(status.success(), "{status}");
-    assert_eq!(w.status()["images"][0]["moves"][0]["kind"], "rollback");
+    // The daemon's one line for it, naming who asked through its API.
+    let logged: Vec<&String> = logs.iter().filter(|l| l.contains("image.rolled_back")).collect();
+    assert_eq!(logged.len(), 1, "{logs:#?}");
+    assert!(logged[0].contains("(cli, through the api)"), "{}", logged[0]);
+    let moved = &w.status()["images"][0]["moves"][0];
+    assert_eq!(moved["kind"], "rollback");
+    assert!(moved["by"].as_str().unwrap().ends_with("(cli, through the api)"), "{moved}");
 }
 
 /// A two-platform app (an index over amd64 and arm64, each built on the run image's child of that

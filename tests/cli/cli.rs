@@ -425,6 +425,15 @@ fn roll_out_commands_write_the_ledger_when_no_daemon_holds_it() {
     assert!(status["rollout"]["frozen"]["by"].as_str().unwrap().ends_with("(cli)"), "{status}");
     let text = ws.run(&["status", "--config", config]);
     assert!(text.stdout.contains("FROZEN since "), "{}", text.stdout);
+    // What a freeze stops, in one wording: the command, `status` and `freeze --help` say it alike.
+    let stops = builder_monitor_core::rollout::FREEZE_STOPS;
+    assert_eq!(stops, "no rebase, rebuild, deploy or Git write-back starts");
+    assert!(frozen.stdout.contains(&format!("; {stops} until `builder-monitor unfreeze`")), "{}", frozen.stdout);
+    assert!(text.stdout.contains(&format!(": {stops} until `builder-monitor unfreeze`")), "{}", text.stdout);
+    let help = ws.run(&["freeze", "--help"]);
+    assert!(help.stdout.contains(stops), "{}", help.stdout);
+    let rollout_doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/rollout.md")).unwrap();
+    assert!(rollout_doc.contains(stops), "docs/rollout.md says it another way");
 
     let unknown = ws.run(&["approve", "--config", config, "no-such-change"]);
     assert_eq!(unknown.code, Some(2), "{}", unknown.stderr);
@@ -432,7 +441,7 @@ fn roll_out_commands_write_the_ledger_when_no_daemon_holds_it() {
 
     let lifted = ws.run(&["unfreeze", "--config", config]);
     assert_eq!(lifted.code, Some(0), "{}", lifted.stderr);
-    assert_eq!(lifted.stdout, "unfrozen: waiting rebases and rebuilds start again\n");
+    assert_eq!(lifted.stdout, "unfrozen: waiting actions start again\n");
     let status = json(&ws.run(&["status", "--config", config, "--json"]).stdout);
     assert!(status["rollout"]["frozen"].is_null(), "{status}");
     let none = ws.run(&["unfreeze", "--config", config]);
@@ -553,4 +562,95 @@ fn the_ledgers_files_are_ignored_by_git() {
             .expect("run git");
         assert!(ignored.success(), "{file} is not ignored by .gitignore");
     }
+}
+
+/// A `[server] listen` port another process holds is refused by `check`, naming the fix; while
+/// this config's own daemon holds the ledger (and so the port), it is only a note.
+#[test]
+fn check_refuses_a_listen_port_another_process_holds() {
+    let ws = Workspace::new();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let config = ws.config(&format!(
+        "[monitor]\nstate = \"state.db\"\n\n[server]\nlisten = \"{addr}\"\n\n\
+         [[builders]]\nname = \"b\"\nimage = \"127.0.0.1:1/demo/b:latest\"\n"
+    ));
+    let out = ws.run(&["check", "--config", config.to_str().unwrap()]);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!("[server] listen = \"{addr}\": another process holds that port")),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("pick another port (0 picks a free one)"), "{}", out.stderr);
+    drop(taken);
+    let free = ws.run(&["check", "--config", config.to_str().unwrap()]);
+    assert_eq!(free.code, Some(0), "{}", free.stderr);
+}
+
+/// Every option of every command says what it is in `--help`: `--config` and `--json` too.
+#[test]
+fn every_option_has_help_text() {
+    let ws = Workspace::new();
+    let top = ws.run(&["--help"]);
+    let commands: Vec<String> = top
+        .stdout
+        .split("Commands:")
+        .nth(1)
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .filter(|c| c != "help")
+        .collect();
+    assert!(commands.len() > 10, "{}", top.stdout);
+    let mut bare = Vec::new();
+    for command in &commands {
+        let help = ws.run(&[command, "--help"]);
+        let lines: Vec<&str> = help.stdout.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            // A long help goes on the lines below its flag, indented further.
+            let indent = |l: &str| l.len() - l.trim_start().len();
+            let below = lines.get(i + 1).is_some_and(|next| {
+                !next.trim().is_empty() && indent(next) > indent(line) && !next.trim_start().starts_with('-')
+            });
+            // `--json`, `-x, --flag`, `--config <CONFIG>`: nothing after the flag is no help text.
+            let flag_only = match words.as_slice() {
+                [flag] => flag.starts_with("--"),
+                [first, second] => {
+                    (first.starts_with("--") && second.starts_with('<'))
+                        || (first.starts_with('-') && first.ends_with(',') && second.starts_with("--"))
+                }
+                _ => false,
+            };
+            if flag_only && !below && !line.starts_with("Usage") {
+                bare.push(format!("{command}: {}", line.trim()));
+            }
+        }
+    }
+    assert!(bare.is_empty(), "options without help text: {bare:#?}");
+}
+
+/// A daemon started without an API token refuses a write sent to it, saying how to give it one:
+/// the command line's own config may name a token the daemon never had.
+#[test]
+fn a_daemon_without_a_token_says_to_restart_it_with_one() {
+    let ws = Workspace::new();
+    let base = "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\n\n\
+                [[builders]]\nname = \"b\"\nimage = \"127.0.0.1:1/demo/b:latest\"\nwatch_run_image = false\n";
+    let config = ws.config(&format!("{base}\n[server]\nlisten = \"127.0.0.1:0\"\n"));
+    let mut daemon = Daemon::start(&config);
+    let addr = daemon.server_addr();
+    let cli = ws.path("cli.toml");
+    std::fs::write(&cli, format!("{base}\n[server]\nlisten = \"{addr}\"\napi_token_env = \"BM_CLI_TOKEN\"\n")).unwrap();
+    let env = [("BM_CLI_TOKEN", "cli-token-0123456789abcdef")];
+    let out = run_with_env(&["freeze", "--config", cli.to_str().unwrap()], &env, ws.dir.path());
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("answered HTTP 403: this daemon started without an API token"), "{}", out.stderr);
+    assert!(out.stderr.contains("set [server] api_token_env in its config"), "{}", out.stderr);
+    assert!(out.stderr.contains("then restart it"), "{}", out.stderr);
+    let (status, _) = daemon.terminate();
+    assert!(status.success(), "{status}");
 }

@@ -14,6 +14,7 @@ mod binary;
 mod chart;
 mod cli;
 mod dpkg_versions;
+mod markdown;
 mod module_layers;
 mod operator;
 mod page;

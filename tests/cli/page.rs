@@ -568,6 +568,8 @@ async fn the_page_shows_the_freeze_and_app_images_and_fits_1280px_in_chromium() 
         before: Some(hex('7')),
         after: Some(hex('8')),
         time: ago(300),
+        by: None,
+        run_image: None,
     };
     ledger.record_tag_move("jammy", moved, 10).await.unwrap();
     let freeze = Freeze { since: ago(10), reason: Some("release day".into()), by: "alice (cli)".into() };

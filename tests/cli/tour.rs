@@ -29,7 +29,23 @@ async fn the_tour_shows_a_pin_a_move_rebases_alerts_an_undo_and_the_page() {
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     let storefront = status["images"].as_array().unwrap().iter().find(|i| i["name"] == "storefront").unwrap();
     assert_eq!(storefront["digest"], to.as_str(), "the tag is where the rollback put it: {storefront:#}");
+    // On the record: who asked, in the alert and in the history.
+    let by = seen.rolled_back_by.clone().expect("image.rolled_back names who asked");
+    assert!(by.ends_with("(cli, through the api)"), "{by}");
+    assert_eq!(storefront["moves"][0]["by"], by.as_str(), "{storefront:#}");
+    // Back on the run image it had before the rebase, which the page shows as the app's own.
+    let (now_on, rebased_on) = (&storefront["moves"][0]["run_image"], &storefront["moves"][1]["run_image"]);
+    assert!(now_on.is_string() && rebased_on.is_string() && now_on != rebased_on, "{storefront:#}");
     assert!(status["rollout"]["frozen"].is_null(), "unfrozen: {:#}", status["rollout"]);
+    // The commands it prints work as pasted into a shell whose PATH lacks the binary.
+    let pasted = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{} && builder-monitor status --config config.toml", seen.path_line))
+        .env("PATH", "/usr/bin:/bin")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(pasted.status.success(), "{}: {}", seen.path_line, String::from_utf8_lossy(&pasted.stderr));
     let config = std::fs::read_to_string(dir.path().join("config.toml")).unwrap();
     assert!(config.contains("rebase = \"registry\""), "{config}");
 }

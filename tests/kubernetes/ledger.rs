@@ -395,6 +395,8 @@ fn tag_move(image: &str, kind: TagMoveKind, action: Option<&str>, digests: (&str
         before: Some(digests.0.into()),
         after: Some(digests.1.into()),
         time: at(time),
+        by: None,
+        run_image: None,
     }
 }
 

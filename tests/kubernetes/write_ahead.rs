@@ -71,6 +71,7 @@ fn intent(action: Option<&str>, expected: &str, new: &str) -> TagIntent {
         expected: Some(expected.into()),
         new: Some(new.into()),
         time: at("2026-11-30T12:01:00.123Z"),
+        by: None,
     }
 }
 

@@ -205,6 +205,54 @@ async fn push(pusher: &Pusher, repo: &str, tag: &str, specs: &[BuilderSpec]) -> 
     }
 }
 
+/// `diff` takes the short digests `status` and the page show (`REPO@sha256:` + 12 or more hex
+/// digits): one the ledger pinned (no tag holds it any more), one the tag holds now; each resolved
+/// one is said in full. A prefix nothing known starts is refused, naming where it looked.
+#[tokio::test]
+async fn diff_takes_short_digests_the_ledger_or_the_tag_knows() {
+    let registry = TestRegistry::start();
+    let pusher = Pusher::new(&registry.host);
+    let ws = Workspace::new();
+    let jammy = || BuilderSpec::jammy(RUN);
+    let image = format!("{}/short/builder", registry.host);
+    let old = push(&pusher, "short/builder", "latest", &[jammy()]).await;
+    let config = ws.config(&format!(
+        "[monitor]\nstate = \"state.db\"\n\n[[builders]]\nname = \"b\"\nimage = \"{image}:latest\"\nwatch_run_image = false\n"
+    ));
+    let config = config.to_str().unwrap();
+    let pinned = ws.run(&["run", "--once", "--config", config]);
+    assert_eq!(pinned.code, Some(0), "{}", pinned.stderr);
+    let new = push(&pusher, "short/builder", "latest", &[jammy().bump("paketo-buildpacks/java", "18.2.0")]).await;
+    let (old_short, new_short) = (format!("{image}@{}", &old[..19]), format!("{image}@{}", &new[..19]));
+
+    let out = ws.run(&["diff", &old_short, &new_short, "--config", config]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(out.stdout.trim(), "rebuild: paketo-buildpacks/java 18.1.0 → 18.2.0");
+    assert!(out.stderr.contains(&format!("{} is {old}\n", &old[..19])), "{}", out.stderr);
+    assert!(out.stderr.contains(&format!("{} is {new}\n", &new[..19])), "{}", out.stderr);
+    // Bare hex digits too.
+    let bare = ws.run(&["diff", &format!("{image}@{}", &old[7..23]), &new_short, "--config", config, "--json"]);
+    assert_eq!(bare.code, Some(0), "{}", bare.stderr);
+    assert_eq!(serde_json::from_str::<Value>(&bare.stdout).unwrap()["kind"], "rebuild");
+
+    // `resolve` takes one too (and `rebase --run-image`, the same way).
+    let resolved = ws.run(&["resolve", &old_short, "--config", config, "--json"]);
+    assert_eq!(resolved.code, Some(0), "{}", resolved.stderr);
+    assert!(resolved.stdout.contains(&old), "{}", resolved.stdout);
+
+    // Without the config's ledger, only what the tag holds is known.
+    let unknown = ws.run(&["diff", &old_short, &new_short]);
+    assert_eq!(unknown.code, Some(2), "{}", unknown.stderr);
+    assert!(
+        unknown.stderr.contains(&format!(
+            "{} matches none of the digests recorded for {image} and the ones its tag latest holds",
+            &old[..19]
+        )),
+        "{}",
+        unknown.stderr
+    );
+}
+
 #[tokio::test]
 async fn diff_classifies_a_corpus_of_builder_pairs() {
     let registry = TestRegistry::start();

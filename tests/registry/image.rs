@@ -47,17 +47,24 @@ fn the_image_is_pushed_pulled_back_and_its_daemon_runs_from_its_own_root() {
     let said = String::from_utf8_lossy(&pushed.stdout);
     assert!(pushed.status.success(), "{said}{}", String::from_utf8_lossy(&pushed.stderr));
     assert!(said.starts_with(&format!("pushed {reference} (builder-monitor ")), "{said}");
+    // The digest printed is one the registry has: the image is pulled back by it, not by the tag.
+    let pin = said.lines().find_map(|l| l.strip_prefix("pin it as ")).unwrap_or_else(|| panic!("no pin: {said}"));
+    let repository = format!("{}/builder-monitor", registry.host);
+    let digest = pin.strip_prefix(&format!("{repository}@")).unwrap_or_else(|| panic!("{pin}"));
+    assert!(builder_monitor_core::reference::is_sha256_digest(digest), "{pin}");
+    assert!(said.lines().next().unwrap().ends_with(&format!(", {digest})")), "{said}");
 
     let layout = work.path().join("pulled");
     let pulled = Command::new("skopeo")
         .args(["copy", "--quiet", "--src-tls-verify=false"])
-        .arg(format!("docker://{reference}"))
+        .arg(format!("docker://{pin}"))
         .arg(format!("oci:{}:test", layout.display()))
         .output()
         .unwrap();
-    assert!(pulled.status.success(), "{}", String::from_utf8_lossy(&pulled.stderr));
+    assert!(pulled.status.success(), "pulling {pin}: {}", String::from_utf8_lossy(&pulled.stderr));
 
     let index = json(&layout.join("index.json"));
+    assert_eq!(index["manifests"][0]["digest"], digest, "the manifest pulled is the one printed");
     let manifest = json(&blob(&layout, &index["manifests"][0]["digest"]));
     let config = json(&blob(&layout, &manifest["config"]["digest"]));
     let run = &config["config"];

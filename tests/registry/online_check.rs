@@ -148,3 +148,38 @@ async fn check_online_bounds_a_silent_registry_by_its_timeout_and_names_a_dead_c
     assert_eq!(cluster.len(), 1, "{}", out.stderr);
     assert!(cluster[0].ends_with("check the kubeconfig's server address and that the cluster runs"), "{}", cluster[0]);
 }
+
+/// Two silent mistakes `check --online` names: `platforms` that keep none of the builder's (every
+/// move muted forever) is a failure naming the builder's platforms; an app image given as a
+/// builder's `image` (no CNB builder metadata) is a note saying it looks like one.
+#[tokio::test]
+async fn check_online_names_unmatched_platforms_and_an_app_image_given_as_a_builder() {
+    let registry = TestRegistry::start();
+    let host = registry.host.clone();
+    let pusher = Pusher::new(&host);
+    let run_tag = format!("{host}/demo/run:latest");
+    let run = RunImage::jammy("1", 2);
+    let pushed = app::push_run(&pusher, "demo/run", Some("latest"), &run, Format::Oci).await;
+    pusher.push_image("demo/builder", Some("latest"), &BuilderSpec::jammy(&run_tag).image(), Format::Oci).await;
+    let web = app::App::on(&run, &run_tag, &format!("{host}/demo/run@{}", pushed.digest));
+    app::push_app(&pusher, "apps/web", Some("latest"), &web, Format::Oci).await;
+    let ws = Workspace::new();
+    let config = ws.config(&format!(
+        "[monitor]\nstate = \"state.db\"\n\n\
+         [[builders]]\nname = \"typo\"\nimage = \"{host}/demo/builder:latest\"\nplatforms = [\"linux/amd65\"]\n\n\
+         [[builders]]\nname = \"app\"\nimage = \"{host}/apps/web:latest\"\nwatch_run_image = false\n"
+    ));
+    let out = ws.run(&["check", "--online", "--config", config.to_str().unwrap()]);
+    assert_eq!(out.code, Some(1), "{}\n{}", out.stdout, out.stderr);
+    let typo = lines_with(&out.stderr, "watch \"typo\"");
+    assert_eq!(typo.len(), 1, "{}", out.stderr);
+    assert!(
+        typo[0].starts_with("failed: ")
+            && typo[0].contains("platforms = [linux/amd65] matches none of the builder's platforms (linux/amd64)"),
+        "{}",
+        typo[0]
+    );
+    let app = lines_with(&out.stderr, "watch \"app\"");
+    assert_eq!(app.len(), 1, "{}", out.stderr);
+    assert!(app[0].starts_with("note: ") && app[0].contains("this looks like an app image"), "{}", app[0]);
+}

@@ -103,6 +103,22 @@ async fn a_dry_run_records_nothing_and_a_deploy_records_one_action() {
     let out = ws.run(&["deploy", "petclinic", "--to", &digest('a'), "--dry-run", "--json", "--config", config]);
     let plan: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!((plan["digest"].as_str(), plan["recorded"].as_bool()), (Some(digest('a').as_str()), Some(false)));
+    // A short digest, as `status` shows them: the tag's, said in full; one nothing knows is refused.
+    let short = &pushed.digest[..19];
+    let out = ws.run(&["deploy", "petclinic", "--to", short, "--dry-run", "--json", "--config", config]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stderr.contains(&format!("--to {short} is {}\n", pushed.digest)), "{}", out.stderr);
+    let plan: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(plan["digest"].as_str(), Some(pushed.digest.as_str()));
+    let out = ws.run(&["deploy", "petclinic", "--to", "sha256:000000000000", "--dry-run", "--config", config]);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "sha256:000000000000 matches none of the digests recorded for petclinic and the one its tag holds"
+        ),
+        "{}",
+        out.stderr
+    );
     assert!(!ws.path("state.db").exists(), "a dry run records nothing");
 
     // No daemon holds the ledger: written directly (and created, as `run` would).

@@ -29,6 +29,10 @@ pub struct Seen {
     pub rebuilds_planned: Vec<String>,
     /// `rollback storefront` through the running daemon: the tag's move back, from → to.
     pub rolled_back: Option<(String, String)>,
+    /// The line the tour prints that puts the binary on `PATH` (`export PATH="DIR:$PATH"`).
+    pub path_line: String,
+    /// Who the rollback's `image.rolled_back` alert says asked for it.
+    pub rolled_back_by: Option<String>,
     /// `freeze` then `unfreeze` through the running daemon: the freeze `status` showed between.
     pub frozen_reason: Option<String>,
 }
@@ -158,7 +162,7 @@ pub async fn run(bin: &Path, dir: &Path, stay: bool) -> Result<Seen, String> {
     );
     std::fs::write(dir.join("config.toml"), &config).map_err(|e| e.to_string())?;
     let log = std::fs::File::create(dir.join("daemon.log")).map_err(|e| e.to_string())?;
-    // A token of this run's own: the write half (rollback, freeze, approve) goes through the API.
+    // A token of this run's own: the write half (rollback, freeze) goes through the API.
     let token = format!("tour-{:016x}", rand::random::<u64>());
     let child = Command::new(bin)
         .args(["run", "--config", "config.toml", "--log-format", "json"])
@@ -244,6 +248,12 @@ pub async fn run(bin: &Path, dir: &Path, stay: bool) -> Result<Seen, String> {
     .await?;
     say(&format!("   ✔ builder-monitor rollback storefront: {} → {}", short(&back.0), short(&back.1)));
     seen.rolled_back = Some(back);
+    let alert = tokio::time::timeout(STEP, receiver.wait_for_body("image.rolled_back"))
+        .await
+        .map_err(|_| "the webhook never heard of the rollback".to_string())?
+        .json();
+    seen.rolled_back_by = alert["rolled_back"]["by"].as_str().map(str::to_string);
+    say(&format!("   ✔ the webhook heard image.rolled_back, by {}", seen.rolled_back_by.as_deref().unwrap_or("?")));
     cli_with(bin, dir, &["freeze", "--reason", "tour: a change window", "--config", "config.toml"], &auth)?;
     let reason =
         until(bin, dir, "the freeze", |s| s["rollout"]["frozen"]["reason"].as_str().map(str::to_string)).await?;
@@ -254,6 +264,11 @@ pub async fn run(bin: &Path, dir: &Path, stay: bool) -> Result<Seen, String> {
     say("   ✔ builder-monitor unfreeze");
 
     say(&format!("\nThe page shows all of it: {page}"));
+    // The binary is not on PATH after a build: the commands below work as pasted after this line.
+    let bin_dir = bin.parent().map(|d| d.display().to_string()).unwrap_or_else(|| ".".into());
+    say(&format!("\nThe binary is {}; to run the commands below as they are:", bin.display()));
+    seen.path_line = format!("export PATH=\"{bin_dir}:$PATH\"");
+    say(&format!("   {}", seen.path_line));
     say(&format!("`builder-monitor status --config {}/config.toml` says the same in text.", dir.display()));
     if stay {
         say("\nTry the write half yourself while the tour runs (the daemon's API needs its token):");
@@ -261,7 +276,6 @@ pub async fn run(bin: &Path, dir: &Path, stay: bool) -> Result<Seen, String> {
         let config = format!("--config {}/config.toml", dir.display());
         say(&format!("   builder-monitor rollback orders {config}"));
         say(&format!("   builder-monitor freeze --reason 'my change window' {config}   # then: unfreeze"));
-        say(&format!("   builder-monitor approve CHANGE_ID {config}   # a change's id is in `status`"));
         say("The registry and the daemon keep running for you to look around; Ctrl-C ends the tour.");
         let _ = tokio::signal::ctrl_c().await;
     }

@@ -17,7 +17,7 @@ use crate::cnb::Change;
 pub use crate::id::stable_id;
 pub use action::{ActionInfo, ActionResult, BuildInfo, CommitInfo};
 pub use ids::{ROLLOUT_SUBJECT, change_id, failure_event_id, rollout_event_id, subject_key};
-pub use rollout::{RolloutInfo, WaitingAction};
+pub use rollout::{ImageRollback, RolloutInfo, WaitingAction};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum EventType {
@@ -95,6 +95,9 @@ pub enum EventType {
     /// allowed it and the data's source are in `rollout.expedited`.
     #[serde(rename = "action.expedited")]
     ActionExpedited,
+    /// A person moved an app image's tag back (`rollback`): who, from where, to where.
+    #[serde(rename = "image.rolled_back")]
+    ImageRolledBack,
     /// Sent by `alert test` only.
     #[serde(rename = "alert.test")]
     AlertTest,
@@ -130,6 +133,7 @@ impl EventType {
         EventType::ActionRefused,
         EventType::SignatureReplaced,
         EventType::ActionExpedited,
+        EventType::ImageRolledBack,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -161,6 +165,7 @@ impl EventType {
             EventType::ActionRefused => "action.refused",
             EventType::SignatureReplaced => "signature.replaced",
             EventType::ActionExpedited => "action.expedited",
+            EventType::ImageRolledBack => "image.rolled_back",
             EventType::AlertTest => "alert.test",
         }
     }
@@ -257,6 +262,9 @@ pub struct Event {
     pub outage: Option<Outage>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutInfo>,
+    /// What an `image.rolled_back` undid (its digests are `previous` and `current`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolled_back: Option<ImageRollback>,
 }
 
 impl Event {
@@ -278,6 +286,7 @@ impl Event {
             action: None,
             outage: None,
             rollout: None,
+            rolled_back: None,
         }
     }
 }

@@ -6,6 +6,10 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
+mod prefix;
+
+pub use prefix::{DigestInput, MIN_PREFIX_HEX, PrefixError, resolve as resolve_digest};
+
 /// `registry/repository[:tag][@digest]`; a reference without either gets the tag `latest`.
 ///
 /// Held as its one normalised text, shared, and where each part ends (24 bytes and one allocation,

@@ -377,7 +377,18 @@ impl Default for Rollout {
     }
 }
 
-/// A freeze: no action starts while it lasts.
+/// What a freeze stops, said in these words wherever it is said (the commands, `status`, the page,
+/// alerts, `freeze --help`, docs/rollout.md): every action kind waits at the same gate.
+pub const FREEZE_STOPS: &str = "no rebase, rebuild, deploy or Git write-back starts";
+
+/// What a freeze leaves alone, in the same words everywhere.
+pub const FREEZE_GOES_ON: &str = "running actions finish; checks, pins and alerts go on";
+
+/// `freeze --help`'s line.
+pub const FREEZE_HELP: &str = "Freeze the roll-out: no rebase, rebuild, deploy or Git write-back starts until `unfreeze` \
+     (running actions finish; checks, pins and alerts go on). Kept in the ledger";
+
+/// A freeze: no action starts while it lasts ([`FREEZE_STOPS`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Freeze {
     pub since: DateTime<Utc>,

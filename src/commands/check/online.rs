@@ -68,23 +68,37 @@ async fn builder(registry: &Registry, config: &Config, b: &builder_monitor::conf
         Err(error) => return vec![Finding::Failed(registry_failure(&entry, &error))],
     };
     let mut out = vec![Finding::Ok(format!("{entry}: {}", head.digest))];
-    if !b.watch_run_image {
-        return out;
-    }
-    // The run image watch is named by the builder's metadata: read as a check reads it.
+    // Read as a check reads it: the platforms, and the metadata that names the run image watch.
     let metadata = async {
         let observation = inspect::observe(registry, &b.image, &head.digest, config.monitor.max_platforms).await?;
-        inspect::builder_metadata(registry, &b.image, &observation, b.platforms.as_deref()).await
+        if let Some(unmatched) = unmatched_platforms(b, &observation) {
+            return Ok(Err(unmatched));
+        }
+        inspect::builder_metadata(registry, &b.image, &observation, b.platforms.as_deref()).await.map(Ok)
     };
     let metadata = match metadata.await {
-        Ok(metadata) => metadata,
-        Err(error) => {
+        Ok(Ok(metadata)) => metadata,
+        Ok(Err(unmatched)) => {
+            out.push(Finding::Failed(format!("{entry}: {unmatched}")));
+            return out;
+        }
+        Err(error) if b.watch_run_image => {
             out.push(Finding::Failed(format!(
                 "{entry}: cannot read its metadata for the run image watch: {error} — check that the tag is a CNB builder, or set watch_run_image = false"
             )));
             return out;
         }
+        Err(_) => return out,
     };
+    if metadata.preferred().is_none() {
+        out.push(Finding::Note(format!(
+            "{entry}: no CNB builder metadata (io.buildpacks.builder.metadata): this looks like an app image or another \
+             image, not a builder — an app image goes in [[images]], with the builder it is built with"
+        )));
+    }
+    if !b.watch_run_image {
+        return out;
+    }
     let run_image = match run_image_watch(b, Some(&metadata)) {
         Ok(Some(run_image)) => run_image,
         Ok(None) => return out,
@@ -102,6 +116,25 @@ async fn builder(registry: &Registry, config: &Config, b: &builder_monitor::conf
         Err(error) => Finding::Failed(registry_failure(&entry, &error)),
     });
     out
+}
+
+/// Why `platforms` keeps none of the builder's platforms (every move would be muted), naming them.
+fn unmatched_platforms(
+    b: &builder_monitor::config::BuilderSettings,
+    observation: &inspect::Observation,
+) -> Option<String> {
+    let filter = b.platforms.as_deref()?;
+    if !observation.selected(Some(filter)).is_empty() {
+        return None;
+    }
+    let mut theirs: Vec<&str> = observation.platforms.keys().map(|k| k.split('#').next().unwrap_or(k)).collect();
+    theirs.dedup();
+    let ours: Vec<String> = filter.iter().map(ToString::to_string).collect();
+    Some(format!(
+        "platforms = [{}] matches none of the builder's platforms ({}), so no move would ever be seen — name some of those",
+        ours.join(", "),
+        theirs.join(", ")
+    ))
 }
 
 /// An app image's tag. One that is not there yet is a note: the first build pushes it.

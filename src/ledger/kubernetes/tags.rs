@@ -9,12 +9,13 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use chrono::SubsecRound;
+use chrono::{DateTime, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::actions::ActionRow;
 use super::{KubeLedger, WatchDoc};
-use crate::ledger::{ActionState, LedgerError, TagIntent, TagMove, TagWrites, WriteGrant};
+use crate::ledger::{ActionState, DeliveryKey, LedgerError, TagIntent, TagMove, TagWrites, WriteGrant};
+use builder_monitor_core::event::Event;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct TagMoveRow {
@@ -109,6 +110,25 @@ impl TagWrites for KubeLedger {
         self.modify(watch, |doc| {
             doc.add_tag_move(&tag_move, history, &seq);
             doc.tag_intents.retain(|i| i.image != tag_move.image || i.action.is_some());
+            Ok(())
+        })
+        .await
+    }
+
+    async fn record_rollback(
+        &self,
+        watch: &str,
+        tag_move: TagMove,
+        events: Vec<Event>,
+        deliveries: Vec<DeliveryKey>,
+        history: usize,
+        now: DateTime<Utc>,
+    ) -> Result<(), LedgerError> {
+        let seq = self.seq.clone();
+        self.modify(watch, |doc| {
+            doc.add_tag_move(&tag_move, history, &seq);
+            doc.tag_intents.retain(|i| i.image != tag_move.image || i.action.is_some());
+            doc.add_events(&events, &deliveries, now, history, &seq);
             Ok(())
         })
         .await

@@ -314,6 +314,9 @@ const MIGRATIONS: &[&str] = &[
     "#,
     // 12: the fixes that expedited an action (`[rollout] expedite`), a JSON list; NULL for none.
     "ALTER TABLE actions ADD COLUMN expedited TEXT;",
+    // 13: who asked for a rollback (`by`), on its tag move and its write-ahead intent; the run
+    // image each tag move left the app on (the page's "Run image" column).
+    tags::MIGRATION_BY,
 ];
 
 /// The schema version whose migration is followed by [`outbox::backfill_subjects`].

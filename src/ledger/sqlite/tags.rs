@@ -5,8 +5,19 @@
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
 use super::{SqliteLedger, Time, all, exec, row};
-use crate::ledger::{ActionState, LedgerError, TagIntent, TagMove, TagMoveKind, TagWrites, WriteGrant};
+use chrono::{DateTime, Utc};
+
+use crate::ledger::{ActionState, DeliveryKey, LedgerError, TagIntent, TagMove, TagMoveKind, TagWrites, WriteGrant};
+use builder_monitor_core::event::Event;
 use builder_monitor_core::schedule::timestamp_millis;
+
+/// Migration 13 (see `MIGRATIONS`): who asked for a rollback, on its move and its intent; the
+/// run image each move left the app on.
+pub(super) const MIGRATION_BY: &str = r#"
+    ALTER TABLE tag_moves ADD COLUMN requested_by TEXT;
+    ALTER TABLE tag_intents ADD COLUMN requested_by TEXT;
+    ALTER TABLE tag_moves ADD COLUMN run_image TEXT;
+    "#;
 
 /// Migration 6 (see `MIGRATIONS`).
 pub(super) const MIGRATION: &str = r#"
@@ -65,10 +76,11 @@ impl TagWrites for SqliteLedger {
             }
             exec(
                 &tx,
-                "INSERT INTO tag_intents (image, reference, kind, action, expected, new, time)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                "INSERT INTO tag_intents (image, reference, kind, action, expected, new, time, requested_by)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
                  ON CONFLICT (image) DO UPDATE SET reference = excluded.reference, kind = excluded.kind,
-                     action = excluded.action, expected = excluded.expected, new = excluded.new, time = excluded.time",
+                     action = excluded.action, expected = excluded.expected, new = excluded.new, time = excluded.time,
+                     requested_by = excluded.requested_by",
                 params![
                     intent.image,
                     intent.reference,
@@ -76,7 +88,8 @@ impl TagWrites for SqliteLedger {
                     intent.action,
                     intent.expected,
                     intent.new,
-                    timestamp_millis(intent.time)
+                    timestamp_millis(intent.time),
+                    intent.by
                 ],
             )?;
             tx.commit()?;
@@ -90,7 +103,8 @@ impl TagWrites for SqliteLedger {
             // Read as the moves they become: the digest expected is the one before, the new one after.
             let rows = tag_rows(
                 conn,
-                "SELECT image, reference, kind, action, expected AS before, new AS after, time FROM tag_intents
+                "SELECT image, reference, kind, action, expected AS before, new AS after, time, requested_by,
+                     NULL AS run_image FROM tag_intents
                  ORDER BY image",
                 [],
                 "tag intent kind",
@@ -105,6 +119,7 @@ impl TagWrites for SqliteLedger {
                     expected: m.before,
                     new: m.after,
                     time: m.time,
+                    by: m.by,
                 })
                 .collect())
         })
@@ -131,12 +146,33 @@ impl TagWrites for SqliteLedger {
         .await
     }
 
+    async fn record_rollback(
+        &self,
+        watch: &str,
+        tag_move: TagMove,
+        events: Vec<Event>,
+        deliveries: Vec<DeliveryKey>,
+        history: usize,
+        now: DateTime<Utc>,
+    ) -> Result<(), LedgerError> {
+        let watch = watch.to_string();
+        self.with(move |conn| {
+            let tx = conn.transaction()?;
+            insert_tag_move(&tx, &tag_move, history)?;
+            clear_image_intent(&tx, &tag_move.image)?;
+            super::outbox::insert_events(&tx, &watch, now, &events, None, &deliveries, history)?;
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
     async fn tag_moves(&self, image: Option<&str>, limit: usize) -> Result<Vec<TagMove>, LedgerError> {
         let image = image.map(str::to_string);
         self.with(move |conn| {
             tag_rows(
                 conn,
-                "SELECT image, reference, kind, action, before, after, time FROM tag_moves
+                "SELECT image, reference, kind, action, before, after, time, requested_by, run_image FROM tag_moves
                  WHERE (?1 IS NULL OR image = ?1) ORDER BY seq DESC LIMIT ?2",
                 params![image, limit as i64],
                 "tag move kind",
@@ -150,8 +186,19 @@ impl TagWrites for SqliteLedger {
 pub(super) fn insert_tag_move(tx: &Transaction<'_>, m: &TagMove, history: usize) -> Result<(), LedgerError> {
     exec(
         tx,
-        "INSERT INTO tag_moves (image, reference, kind, action, before, after, time) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        params![m.image, m.reference, m.kind.as_str(), m.action, m.before, m.after, timestamp_millis(m.time)],
+        "INSERT INTO tag_moves (image, reference, kind, action, before, after, time, requested_by, run_image)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        params![
+            m.image,
+            m.reference,
+            m.kind.as_str(),
+            m.action,
+            m.before,
+            m.after,
+            timestamp_millis(m.time),
+            m.by,
+            m.run_image
+        ],
     )?;
     exec(
         tx,
@@ -163,7 +210,7 @@ pub(super) fn insert_tag_move(tx: &Transaction<'_>, m: &TagMove, history: usize)
 }
 
 /// Rows of `tag_moves`, or of `tag_intents` with their digests as `before` and `after`: image,
-/// tag, kind, action key, the digests before and after, time.
+/// tag, kind, action key, the digests before and after, time, who asked.
 fn tag_rows(
     conn: &Connection,
     sql: &str,
@@ -182,6 +229,8 @@ fn tag_rows(
             before: r.get("before")?,
             after: r.get("after")?,
             time: r.get::<_, Time>("time")?.0,
+            by: r.get("requested_by")?,
+            run_image: r.get("run_image")?,
             image,
         })
     })

@@ -196,6 +196,7 @@ impl Runner {
             &self.registry,
             image,
             Some(before),
+            &format!("builder-monitor (undo of deploy {})", action.key),
             self.clock.now(),
         )
         .await

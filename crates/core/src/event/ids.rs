@@ -39,7 +39,8 @@ pub const ROLLOUT_SUBJECT: &str = "rollout";
 /// - an action's (`build.*`, `rebase.*`, `deploy.*`) and the roll-out's waits (`action.*`): `image:NAME`, the
 ///   `[[images]]` name (of its first action, for an `action.*` naming several);
 /// - a registry outage (`registry.*`): `registry:HOST`;
-/// - a freeze (`rollout.*`): `rollout`.
+/// - a freeze (`rollout.*`): `rollout`;
+/// - a rollback of an app image's tag (`image.rolled_back`): `image:NAME`, as its actions'.
 ///
 /// An event missing the part its type names (never recorded so) falls back to its builder.
 pub fn subject_key(event: &Event) -> String {
@@ -77,6 +78,7 @@ pub fn subject_key(event: &Event) -> String {
             event.outage.as_ref().map_or_else(builder, |o| format!("registry:{}", o.registry))
         }
         EventType::RolloutFrozen | EventType::RolloutUnfrozen => ROLLOUT_SUBJECT.to_string(),
+        EventType::ImageRolledBack => event.rolled_back.as_ref().map_or_else(builder, |r| format!("image:{}", r.image)),
         EventType::AlertTest => "test".to_string(),
     }
 }

@@ -1,4 +1,5 @@
-//! What the roll-out's events (`action.*`, `rollout.*`) say: the actions that wait, or the freeze.
+//! What the roll-out's events (`action.*`, `rollout.*`) say: the actions that wait, or the freeze;
+//! and what a person's rollback of an app image's tag (`image.rolled_back`) says.
 
 use serde::{Deserialize, Serialize};
 
@@ -34,4 +35,19 @@ pub struct WaitingAction {
     pub image: String,
     pub kind: String,
     pub wave: u32,
+}
+
+/// A person's rollback of an app image's tag (`image.rolled_back`); the digests before and after
+/// are the event's `previous` and `current`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageRollback {
+    /// The `[[images]]` name.
+    pub image: String,
+    /// The tag moved back.
+    pub reference: String,
+    /// Who asked (`user@host (cli)`, `NAME (api)`).
+    pub by: String,
+    /// The recorded move it undid (`rebase`, `rebuild`) and its action's key; none with `--to`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undone: Option<String>,
 }

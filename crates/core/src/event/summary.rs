@@ -109,6 +109,17 @@ impl Event {
                 }
                 text
             }),
+            EventType::ImageRolledBack => self.rolled_back.as_ref().map(|r| {
+                let digest = |p: Option<&super::Pin>| p.map_or("nothing", |p| short_digest(&p.digest)).to_string();
+                let undone = r.undone.as_deref().map(|u| format!(", undoing its {u}")).unwrap_or_default();
+                format!(
+                    "{} moved back from {} to {} by {}{undone}",
+                    r.image,
+                    digest(self.previous.as_ref()),
+                    digest(self.current.as_ref()),
+                    r.by
+                )
+            }),
             EventType::AlertTest => None,
         };
         if let Some(detail) = detail {

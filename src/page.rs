@@ -87,7 +87,9 @@ pub fn render_noted(status: &Status, config: &Config, now: DateTime<Utc>, notes:
 
     let _ = write!(
         out,
-        "<footer>The same data as <code>builder-monitor status</code> and <code>/api/v1/builders</code>.</footer>\n\
+        "<footer>The same data as <code>builder-monitor status</code> (<code>--json</code> for machines); \
+         the read API serves the builders and run images (<code>/api/v1/builders</code>) and their changes \
+         (<code>/api/v1/changes</code>).</footer>\n\
          </main>\n</body>\n</html>\n"
     );
     out

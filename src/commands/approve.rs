@@ -5,8 +5,9 @@ use super::rollout::{self, Request};
 use crate::cli::Verdict;
 use builder_monitor::ledger;
 
-/// Approve a change's rebases and rebuilds that wait for a person (`[rollout] approve`,
-/// `[[images]] approve`): they start, in their waves and windows.
+/// Approve a change's actions that wait for a person: they start, in their waves and windows.
+///
+/// The actions `[rollout] approve` or `[[images]] approve` keep for a person's approval.
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]

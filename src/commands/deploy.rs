@@ -20,9 +20,10 @@ use builder_monitor::schedule::Clock;
 use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::reference::is_sha256_digest;
 
-/// Deploy an app image by hand to its workloads (`[[images]] deploy`) or through `[runner.exec]
-/// deploy`: the digest its tag holds now, or --to. Recorded as a deploy action, which the
-/// daemon carries out (through its API while it holds the ledger).
+/// Deploy an app image by hand: the digest its tag holds now, or --to.
+///
+/// To its workloads (`[[images]] deploy`) or through `[runner.exec] deploy`. Recorded as a deploy
+/// action, which the daemon carries out (through its API while it holds the ledger).
 #[derive(clap::Args)]
 pub struct Args {
     /// The `[[images]]` name.

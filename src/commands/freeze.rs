@@ -8,7 +8,7 @@ use super::rollout::{self, Request};
 
 // No doc comment: the help line is `FREEZE_HELP`, what a freeze stops worded once for every place.
 #[derive(clap::Args)]
-#[command(about = builder_monitor_core::rollout::FREEZE_HELP)]
+#[command(about = builder_monitor_core::rollout::FREEZE_HELP, long_about = builder_monitor_core::rollout::FREEZE_LONG_HELP)]
 pub struct Args {
     /// Why (shown by `status`, the page and `rollout.frozen`); a new one replaces the old.
     #[arg(long)]

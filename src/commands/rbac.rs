@@ -10,9 +10,11 @@ use crate::cli::SpecOutput;
 use builder_monitor::cluster;
 use builder_monitor::config::Secrets;
 
-/// Print the ServiceAccount, Roles and RoleBindings (and the ClusterRole and its binding for
-/// ClusterBuilders) granting exactly the Kubernetes permissions this config uses, ready for
-/// `kubectl apply -f -`. The namespace is the config's `[kubernetes] namespace`.
+/// Print the RBAC objects granting exactly the Kubernetes permissions this config uses.
+///
+/// The ServiceAccount, Roles and RoleBindings (and the ClusterRole and its binding for
+/// ClusterBuilders), ready for `kubectl apply -f -`. The namespace is the config's `[kubernetes]
+/// namespace`.
 #[derive(clap::Args)]
 pub struct Args {
     /// The config file (TOML; see docs/configuration.md).

@@ -13,8 +13,10 @@ use builder_monitor::rebase::{self, RebaseError, RebaseRequest, SignPlan};
 use builder_monitor::schedule::Clock;
 use builder_monitor_core::reference::ImageRef;
 
-/// Rebase an app image onto a new run image in the registry itself (no pod, no layer bytes when
-/// both live on one registry): per platform, the run image's layers swapped under the app's.
+/// Rebase an app image onto a new run image in the registry itself.
+///
+/// No pod, and no layer bytes when both live on one registry: per platform, the run image's layers
+/// swapped under the app's.
 #[derive(clap::Args)]
 pub struct Args {
     /// The app image, by tag: the tag moves, last.

@@ -17,8 +17,10 @@ use builder_monitor::rollback;
 use builder_monitor::schedule::Clock;
 use builder_monitor_core::reference::DigestInput;
 
-/// Move an app image's tag back to the digest before its last rebase or rebuild (or to another
-/// digest the ledger recorded for it), by a manifest PUT: nothing is rebuilt.
+/// Move an app image's tag back to an earlier recorded digest, by a manifest PUT.
+///
+/// To the digest before its last rebase or rebuild, or to another digest the ledger recorded for
+/// it (--to): nothing is rebuilt. Recorded with who asked, and announced as `image.rolled_back`.
 #[derive(clap::Args)]
 pub struct Args {
     /// The `[[images]]` name, or its tag.

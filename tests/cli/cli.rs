@@ -588,6 +588,18 @@ fn check_refuses_a_listen_port_another_process_holds() {
     assert_eq!(free.code, Some(0), "{}", free.stderr);
 }
 
+/// The command list's lines fit a terminal: each command's one-liner is short, its details are
+/// in its own `--help`.
+#[test]
+fn the_command_list_has_no_line_over_160_characters() {
+    let ws = Workspace::new();
+    let top = ws.run(&["--help"]);
+    let long: Vec<&str> = top.stdout.lines().filter(|l| l.chars().count() > 160).collect();
+    assert!(long.is_empty(), "{long:#?}");
+    let freeze = ws.run(&["freeze", "--help"]);
+    assert!(freeze.stdout.contains("checks, pins and alerts go on"), "{}", freeze.stdout);
+}
+
 /// Every option of every command says what it is in `--help`: `--config` and `--json` too.
 #[test]
 fn every_option_has_help_text() {

@@ -483,3 +483,25 @@ async fn roll_out_requests_need_the_token_and_do_what_they_say() {
     assert_eq!(lifted.status().as_u16(), 200);
     assert_eq!(s.ledger.freeze_state().await.unwrap(), None);
 }
+
+/// Every read endpoint the page's footer names answers (it once named one for data it lacks).
+#[tokio::test]
+async fn the_page_names_only_read_endpoints_that_answer() {
+    let registry = TestRegistry::start();
+    let s = serve(&config(&registry.host, "")).await;
+    let page = support::http().get(format!("{}/", s.base)).send().await.unwrap().text().await.unwrap();
+    let footer = &page[page.find("<footer>").expect("a footer")..];
+    let named: Vec<&str> = footer
+        .split("<code>")
+        .skip(1)
+        .filter_map(|c| c.split("</code>").next())
+        .filter(|c| c.starts_with("/api/"))
+        .collect();
+    assert!(!named.is_empty(), "{footer}");
+    // And for what it holds: the apps and actions are in `status --json`, not in the read API.
+    assert!(footer.contains("the builders and run images (<code>/api/v1/builders</code>)"), "{footer}");
+    for path in named {
+        let (code, _) = get_json(&format!("{}{path}", s.base), Some(TOKEN)).await;
+        assert_eq!(code, 200, "{path}");
+    }
+}

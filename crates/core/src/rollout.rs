@@ -377,16 +377,26 @@ impl Default for Rollout {
     }
 }
 
+/// The words of [`FREEZE_STOPS`], written once for the constants built from them.
+macro_rules! freeze_stops {
+    () => {
+        "no rebase, rebuild, deploy or Git write-back starts"
+    };
+}
+
 /// What a freeze stops, said in these words wherever it is said (the commands, `status`, the page,
 /// alerts, `freeze --help`, docs/rollout.md): every action kind waits at the same gate.
-pub const FREEZE_STOPS: &str = "no rebase, rebuild, deploy or Git write-back starts";
+pub const FREEZE_STOPS: &str = freeze_stops!();
 
-/// What a freeze leaves alone, in the same words everywhere.
-pub const FREEZE_GOES_ON: &str = "running actions finish; checks, pins and alerts go on";
+/// `freeze`'s line in the command list.
+pub const FREEZE_HELP: &str = concat!("Freeze the roll-out: ", freeze_stops!(), " until `unfreeze`");
 
-/// `freeze --help`'s line.
-pub const FREEZE_HELP: &str = "Freeze the roll-out: no rebase, rebuild, deploy or Git write-back starts until `unfreeze` \
-     (running actions finish; checks, pins and alerts go on). Kept in the ledger";
+/// `freeze --help`'s text: what it stops, and what goes on.
+pub const FREEZE_LONG_HELP: &str = concat!(
+    "Freeze the roll-out: ",
+    freeze_stops!(),
+    " until `unfreeze`.\n\nRunning actions finish; checks, pins and alerts go on. Kept in the ledger."
+);
 
 /// A freeze: no action starts while it lasts ([`FREEZE_STOPS`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -12,6 +12,7 @@
 mod support;
 
 mod deploy;
+mod exact_rbac;
 mod kube_double;
 mod kubernetes;
 mod ledger;

@@ -330,6 +330,9 @@ pub async fn check_access(client: &kube::Client, needed: &[Permission]) -> Resul
     let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
     let unreadable = check_namespaces(client, &reviews, needed).await?;
     let mut missing: std::collections::BTreeMap<(Option<String>, &str), Vec<String>> = Default::default();
+    // Namespaces where something is granted: they exist (a RoleBinding is there, or a
+    // ClusterRoleBinding grants it everywhere), whether or not this account may read them.
+    let mut granted_in = std::collections::BTreeSet::new();
     for p in needed {
         let (resource, subresource) = match p.resource.split_once('/') {
             Some((r, s)) => (r, Some(s)),
@@ -338,7 +341,9 @@ pub async fn check_access(client: &kube::Client, needed: &[Permission]) -> Resul
         for verb in p.verbs {
             let attributes =
                 Attributes { namespace: p.namespace.as_deref(), verb, group: p.group, resource, subresource };
-            if !allowed(&reviews, attributes, None).await? {
+            if allowed(&reviews, attributes, None).await? {
+                granted_in.extend(p.namespace.clone());
+            } else {
                 missing
                     .entry((p.namespace.clone(), p.needed_for))
                     .or_default()
@@ -352,7 +357,7 @@ pub async fn check_access(client: &kube::Client, needed: &[Permission]) -> Resul
     let lines: Vec<String> = missing
         .into_iter()
         .map(|((namespace, why), verbs)| match namespace {
-            Some(ns) if unreadable.contains(&ns) => format!(
+            Some(ns) if unreadable.contains(&ns) && !granted_in.contains(&ns) => format!(
                 "missing permission in namespace \"{ns}\" (or it does not exist): {} (for {why})",
                 verbs.join(", ")
             ),

@@ -28,7 +28,8 @@ pub struct World {
 }
 
 impl World {
-    /// `extra` is appended to the config.
+    /// `extra` is appended to the config, `HOST` in it replaced by the registry's, `NAMESPACE`
+    /// by the test's namespace.
     pub async fn new(extra: &str) -> Self {
         let registry = TestRegistry::start();
         let pusher = Pusher::new(&registry.host);
@@ -42,7 +43,8 @@ impl World {
              [[builders]]\nname = \"jammy\"\nimage = \"{host}/demo/builder:latest\"\nwatch_run_image = false\n\n\
              [kubernetes]\nkubeconfig = \"{}\"\nnamespace = \"{}\"\nleader_election = true\n\n{extra}",
             ws.path("account.kubeconfig").display(),
-            ns.name
+            ns.name,
+            extra = extra.replace("HOST", &host).replace("NAMESPACE", &ns.name),
         ));
         World { _registry: registry, ns, ws, config }
     }
@@ -85,16 +87,40 @@ pub async fn apply(client: &kube::Client, objects: &[Value]) {
     }
 }
 
-/// Deletes the object (as printed) with the admin client.
-pub async fn delete(client: &kube::Client, object: &Value) {
-    let (group, version) = object["apiVersion"].as_str().unwrap().split_once('/').unwrap_or(("", "v1"));
-    let gvk = GroupVersionKind::gvk(group, version, object["kind"].as_str().unwrap());
-    let (resource, _) = kube::discovery::pinned_kind(client, &gvk).await.expect("discover");
-    let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-        None => Api::all_with(client.clone(), &resource),
+/// Waits until the server's authorizer grants ServiceAccount `account` of `namespace` the verb on
+/// the resource there (SubjectAccessReview, asked by the admin): RBAC objects just applied take
+/// effect once the authorizer's informers have seen them. Fails the test after `PATIENCE`.
+pub async fn await_granted(
+    client: &kube::Client,
+    namespace: &str,
+    account: &str,
+    verb: &str,
+    group: &str,
+    resource: &str,
+) {
+    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+    let reviews: Api<SubjectAccessReview> = Api::all(client.clone());
+    let review: SubjectAccessReview = serde_json::from_value(json!({
+        "spec": {
+            "user": format!("system:serviceaccount:{namespace}:{account}"),
+            "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{namespace}"), "system:authenticated"],
+            "resourceAttributes": {"namespace": namespace, "verb": verb, "group": group, "resource": resource},
+        },
+    }))
+    .unwrap();
+    let granted = async {
+        loop {
+            let answer = reviews.create(&PostParams::default(), &review).await.expect("SubjectAccessReview");
+            if answer.status.is_some_and(|s| s.allowed) {
+                return;
+            }
+            // The authorizer's informers offer no event to wait on; ask again shortly.
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
     };
-    api.delete(object["metadata"]["name"].as_str().unwrap(), &Default::default()).await.expect("delete");
+    tokio::time::timeout(support::PATIENCE, granted)
+        .await
+        .unwrap_or_else(|_| panic!("{account} was not granted {verb} {resource} within {:?}", support::PATIENCE));
 }
 
 /// A ServiceAccount `account` in `namespace` (created when missing) and a token for it, by
@@ -155,6 +181,7 @@ async fn the_daemon_starts_and_works_under_exactly_the_printed_rbac() {
     let kinds: Vec<&str> = printed.iter().map(|o| o["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["ServiceAccount", "Role", "RoleBinding"], "{printed:?}");
     apply(client, &printed).await;
+    await_granted(client, &w.ns.name, &account, "update", "coordination.k8s.io", "leases").await;
     w.use_token(&token(client, &w.ns.name, &account).await);
     works(&w).await;
 }

@@ -17,6 +17,7 @@ mod kube_double;
 mod kubernetes;
 mod ledger;
 mod ledger_concurrency;
+mod online_access;
 mod pools;
 mod real_deploy;
 mod write_ahead;

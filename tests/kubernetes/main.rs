@@ -20,4 +20,5 @@ mod ledger_concurrency;
 mod online_access;
 mod pools;
 mod real_deploy;
+mod terminating_namespace;
 mod write_ahead;

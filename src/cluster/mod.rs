@@ -319,43 +319,31 @@ pub fn pool_permissions(pool: &crate::config::Pool) -> Vec<Permission> {
 /// The setting a pool's permissions are needed for (`[runner.kubernetes]` names its own).
 pub const POOLS: &str = "[runner] [[runner.pools]]";
 
-/// Checks that every namespace named exists and that every permission is granted
-/// (SelfSubjectAccessReview), naming what is missing and what needs it.
+/// Checks that every permission is granted (SelfSubjectAccessReview) and that every namespace
+/// named exists, naming what is missing and what needs it. It reads nothing the permissions do
+/// not grant: `builder-monitor rbac` grants no read of Namespaces (a cluster-scoped resource),
+/// so a namespace is read (to tell "does not exist" from "no rights there") only when a review
+/// says this account may get it. When it may not, a namespace that does not exist still stops
+/// the start: it holds no RoleBinding, so its permissions are missing, and the message says the
+/// namespace may not exist.
 pub async fn check_access(client: &kube::Client, needed: &[Permission]) -> Result<(), ClusterError> {
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let mut seen = std::collections::BTreeSet::new();
-    for p in needed {
-        if let Some(namespace) = &p.namespace
-            && seen.insert(namespace.clone())
-            && namespaces.get_opt(namespace).await?.is_none()
-        {
-            return Err(ClusterError::NoNamespace(namespace.clone(), p.needed_for));
-        }
-    }
     let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let unreadable = check_namespaces(client, &reviews, needed).await?;
     let mut missing: std::collections::BTreeMap<(Option<String>, &str), Vec<String>> = Default::default();
+    // Namespaces where something is granted: they exist (a RoleBinding is there, or a
+    // ClusterRoleBinding grants it everywhere), whether or not this account may read them.
+    let mut granted_in = std::collections::BTreeSet::new();
     for p in needed {
         let (resource, subresource) = match p.resource.split_once('/') {
-            Some((r, s)) => (r, Some(s.to_string())),
+            Some((r, s)) => (r, Some(s)),
             None => (p.resource, None),
         };
         for verb in p.verbs {
-            let review = SelfSubjectAccessReview {
-                spec: SelfSubjectAccessReviewSpec {
-                    resource_attributes: Some(ResourceAttributes {
-                        namespace: p.namespace.clone(),
-                        verb: Some(verb.to_string()),
-                        group: Some(p.group.to_string()),
-                        resource: Some(resource.to_string()),
-                        subresource: subresource.clone(),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-                ..Default::default()
-            };
-            let answer = reviews.create(&PostParams::default(), &review).await?;
-            if !answer.status.is_some_and(|s| s.allowed) {
+            let attributes =
+                Attributes { namespace: p.namespace.as_deref(), verb, group: p.group, resource, subresource };
+            if allowed(&reviews, attributes, None).await? {
+                granted_in.extend(p.namespace.clone());
+            } else {
                 missing
                     .entry((p.namespace.clone(), p.needed_for))
                     .or_default()
@@ -369,6 +357,10 @@ pub async fn check_access(client: &kube::Client, needed: &[Permission]) -> Resul
     let lines: Vec<String> = missing
         .into_iter()
         .map(|((namespace, why), verbs)| match namespace {
+            Some(ns) if unreadable.contains(&ns) && !granted_in.contains(&ns) => format!(
+                "missing permission in namespace \"{ns}\" (or it does not exist): {} (for {why})",
+                verbs.join(", ")
+            ),
             Some(ns) => format!("missing permission in namespace \"{ns}\": {} (for {why})", verbs.join(", ")),
             None => format!("missing cluster-wide permission: {} (for {why})", verbs.join(", ")),
         })
@@ -377,6 +369,66 @@ pub async fn check_access(client: &kube::Client, needed: &[Permission]) -> Resul
         "{}; grant them to the daemon's service account (`builder-monitor rbac` prints the Roles and bindings it needs)",
         lines.join("; ")
     )))
+}
+
+/// Each namespace `needed` names that this account may get is read: one that does not exist is
+/// [`ClusterError::NoNamespace`]. Returns the namespaces it may not get (not known to exist).
+async fn check_namespaces(
+    client: &kube::Client,
+    reviews: &Api<SelfSubjectAccessReview>,
+    needed: &[Permission],
+) -> Result<std::collections::BTreeSet<String>, ClusterError> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mut seen = std::collections::BTreeSet::new();
+    let mut unreadable = std::collections::BTreeSet::new();
+    for p in needed {
+        let Some(namespace) = &p.namespace else { continue };
+        if !seen.insert(namespace.clone()) {
+            continue;
+        }
+        let get = Attributes { namespace: None, verb: "get", group: "", resource: "namespaces", subresource: None };
+        if !allowed(reviews, get, Some(namespace)).await? {
+            unreadable.insert(namespace.clone());
+        } else if namespaces.get_opt(namespace).await?.is_none() {
+            return Err(ClusterError::NoNamespace(namespace.clone(), p.needed_for));
+        }
+    }
+    Ok(unreadable)
+}
+
+/// What a SelfSubjectAccessReview asks about.
+#[derive(Clone, Copy)]
+struct Attributes<'a> {
+    namespace: Option<&'a str>,
+    verb: &'a str,
+    group: &'a str,
+    resource: &'a str,
+    subresource: Option<&'a str>,
+}
+
+/// Whether the server allows this account `attributes` (on object `name`, when given).
+async fn allowed(
+    reviews: &Api<SelfSubjectAccessReview>,
+    a: Attributes<'_>,
+    name: Option<&str>,
+) -> Result<bool, ClusterError> {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                namespace: a.namespace.map(str::to_string),
+                verb: Some(a.verb.to_string()),
+                group: Some(a.group.to_string()),
+                resource: Some(a.resource.to_string()),
+                subresource: a.subresource.map(str::to_string),
+                name: name.map(str::to_string),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = reviews.create(&PostParams::default(), &review).await?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
 /// Everything `kubectl apply -f -` needs to let the daemon do exactly `permissions`: its

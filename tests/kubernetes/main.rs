@@ -1,7 +1,9 @@
 //! Integration tests on the Kubernetes API double: the double itself, the Kubernetes runners and
 //! pools, deploys, and both ledgers (SQLite and ConfigMaps) under the same operations; and, on the
 //! real control plane (`support::control_plane`, one per run of this binary), deploys the double
-//! cannot show (`real_deploy`).
+//! cannot show (`real_deploy`, `terminating_namespace`) and exact rights: the daemon and
+//! `check --online` under what `builder-monitor rbac` prints, and less (`exact_rbac`,
+//! `online_access`).
 //!
 //! Each file below was a test binary of its own; grouped, they compile `tests/support` and link the
 //! crate once. They share one process and run as its threads: a test here changes no process state
@@ -12,10 +14,13 @@
 mod support;
 
 mod deploy;
+mod exact_rbac;
 mod kube_double;
 mod kubernetes;
 mod ledger;
 mod ledger_concurrency;
+mod online_access;
 mod pools;
 mod real_deploy;
+mod terminating_namespace;
 mod write_ahead;

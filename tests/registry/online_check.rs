@@ -53,6 +53,8 @@ async fn check_online_passes_what_is_there_and_names_each_entry_run_would_fail_o
     app::push_run(&pusher, "demo/run", Some("latest"), &RunImage::jammy("1", 2), Format::Oci).await;
     pusher.push_image("demo/builder", Some("latest"), &BuilderSpec::jammy(&run_tag).image(), Format::Oci).await;
     let kube = KubeDouble::start().await;
+    // The daemon's namespace (`[kubernetes] namespace`, default `default`), which the check reads.
+    kube.create_namespace("default");
     let remote = Remote::new(&[("apps/web.yaml", "image: x\n")]);
     let closed = ClosedPort::new();
     let dead = format!("127.0.0.1:{}", closed.port());

@@ -1,14 +1,15 @@
 //! `check --online`: what the config names, asked whether it is there before `run` depends on it —
 //! one HEAD per builder watch, per run image watch its builder's metadata names and per app image
-//! tag (the daemon's registry client and credentials), one request per Kubernetes cluster the
-//! daemon would use, one `git ls-remote` per `[[gitops]]` target (the daemon's Git settings). All
-//! at once, each bounded by one timeout, so a hung host costs one timeout, not one per entry.
+//! tag (the daemon's registry client and credentials); per Kubernetes cluster the daemon would use,
+//! its version and then the daemon's start-up access check (SelfSubjectAccessReviews); one `git
+//! ls-remote` per `[[gitops]]` target (the daemon's Git settings). All at once, each bounded by one
+//! timeout, so a hung host costs one timeout, not one per entry.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use builder_monitor::cluster;
+use builder_monitor::cluster::{self, ClusterError, Permission};
 use builder_monitor::config::{Config, GitopsTarget, KubernetesSettings, run_image_watch};
 use builder_monitor::inspect;
 use builder_monitor::metrics::Metrics;
@@ -41,8 +42,8 @@ pub async fn run(config: &Config, within: Duration) -> Vec<Finding> {
         let entry = format!("image \"{}\": {}", i.name, i.image);
         checks.push((entry.clone(), Box::pin(app_image(registry, entry, &i.image))));
     }
-    for (entry, settings) in clusters(config) {
-        checks.push((entry.clone(), Box::pin(cluster_answers(entry, settings))));
+    for (entry, settings, permissions) in clusters(config) {
+        checks.push((entry.clone(), Box::pin(cluster_access(entry, settings, permissions))));
     }
     for (n, target) in config.gitops.iter().enumerate() {
         let entry = format!("gitops \"{}\": {}", target.name, target.repo);
@@ -166,38 +167,81 @@ fn registry_failure(entry: &str, error: &RegistryError) -> String {
     format!("{entry}: {error} — {fix}")
 }
 
-/// The clusters the daemon would use, by how messages name them: `[kubernetes]`'s when anything
-/// needs it, each pool's own.
-fn clusters(config: &Config) -> Vec<(String, KubernetesSettings)> {
+/// The clusters the daemon would use, by how messages name them, with what it needs there:
+/// `[kubernetes]`'s when anything needs it, each pool's own.
+fn clusters(config: &Config) -> Vec<(String, KubernetesSettings, Vec<Permission>)> {
     let mut out = Vec::new();
     if !cluster::only_actions_need_it(config) || !cluster::action_users(config).is_empty() {
-        out.push(("cluster of [kubernetes]".to_string(), config.kubernetes.clone()));
+        let needed = cluster::required_permissions(config);
+        out.push(("cluster of [kubernetes]".to_string(), config.kubernetes.clone(), needed));
     }
     if config.runner.in_force().iter().any(|b| b.pools) {
         for pool in &config.runner.pools {
             let Some(own) = &pool.cluster else { continue };
-            out.push((format!("cluster of pool \"{}\"", pool.name), own.settings()));
+            let needed = cluster::pool_permissions(pool);
+            out.push((format!("cluster of pool \"{}\"", pool.name), own.settings(), needed));
         }
     }
     out
 }
 
-/// One request (the API server's version): any HTTP answer but a refusal of the credentials will do.
-async fn cluster_answers(entry: String, settings: KubernetesSettings) -> Vec<Finding> {
+/// The API server's version (does it answer, does it take the credentials), then the daemon's
+/// start-up check: every permission the config needs there, asked with SelfSubjectAccessReviews
+/// (never by trying a write), and each namespace named, where the account may read it.
+async fn cluster_access(entry: String, settings: KubernetesSettings, needed: Vec<Permission>) -> Vec<Finding> {
     let client = match cluster::client(&settings).await {
         Ok(client) => client,
         Err(error) => return vec![Finding::Failed(format!("{entry}: {error} — {}", cluster::CONFIGURE))],
     };
-    vec![match client.apiserver_version().await {
-        Ok(version) => Finding::Ok(format!("{entry}: answers (Kubernetes {}.{})", version.major, version.minor)),
-        Err(kube::Error::Api(status)) if status.code == 401 => Finding::Failed(format!(
-            "{entry}: the cluster refused the kubeconfig's credentials (HTTP 401) — renew them in the kubeconfig"
-        )),
-        Err(error) if builder_monitor::config::unanswered(&error) => Finding::Failed(format!(
-            "{entry}: does not answer: {error} — check the kubeconfig's server address and that the cluster runs"
-        )),
-        Err(_) => Finding::Ok(format!("{entry}: answers")),
+    // Any HTTP answer but a refusal of the credentials will do: the version is only reported.
+    let version = match client.apiserver_version().await {
+        Ok(version) => format!(" (Kubernetes {}.{})", version.major, version.minor),
+        Err(kube::Error::Api(status)) if status.code != 401 => String::new(),
+        Err(error) => return vec![Finding::Failed(cluster_failure(&entry, &error))],
+    };
+    vec![match cluster::check_access(&client, &needed).await {
+        Ok(()) if needed.is_empty() => Finding::Ok(format!("{entry}: answers{version}")),
+        Ok(()) => Finding::Ok(format!("{entry}: answers{version}; every permission the config needs is granted")),
+        Err(ClusterError::Api(error)) => Finding::Failed(cluster_failure(&entry, &error)),
+        // Missing permissions and namespaces name their fix already.
+        Err(error) => Finding::Failed(format!("{entry}: {error}")),
     }]
+}
+
+/// One line for a cluster's refusal or silence: what it said and what to change.
+fn cluster_failure(entry: &str, error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) if status.code == 401 => format!(
+            "{entry}: the cluster refused the kubeconfig's credentials (HTTP 401) — renew them in the kubeconfig (an expired or revoked token, or one of another cluster)"
+        ),
+        kube::Error::Api(status) if status.code == 403 => format!(
+            "{entry}: the cluster refused the account even a permission review (HTTP 403: {}) — bind the account as `builder-monitor rbac` prints",
+            status.message
+        ),
+        _ if untrusted_certificate(error) => format!(
+            "{entry}: the server's certificate is not signed by the kubeconfig's CA — set the cluster's CA in the kubeconfig (certificate-authority-data), or check its server address"
+        ),
+        _ if builder_monitor::config::unanswered(error) => format!(
+            "{entry}: does not answer: {error} — check the kubeconfig's server address and that the cluster runs"
+        ),
+        _ => format!("{entry}: {error} — check the kubeconfig's server address"),
+    }
+}
+
+/// Whether TLS failed on the server's certificate (the kubeconfig trusts another CA).
+fn untrusted_certificate(error: &kube::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = cause {
+        if matches!(e.downcast_ref::<rustls::Error>(), Some(rustls::Error::InvalidCertificate(_))) {
+            return true;
+        }
+        // An I/O error's `source()` skips the error it wraps (the TLS error, here nested twice).
+        cause = match e.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
+    }
+    false
 }
 
 /// One `git ls-remote` of the target's branches, as the daemon's Git commands run.

@@ -166,6 +166,9 @@ impl Deploying<'_> {
                 Ok(None) => return Err(Stop::Fail(format!("{w} not found"))),
                 Err(why) => return Err(Stop::Retry(why)),
             };
+            if let Some(why) = being_deleted(w, &object) {
+                return Err(Stop::Fail(format!("{why}: nothing written")));
+            }
             if let Some(mark) = core::gitops_owner(&object)
                 && w.gitops_owned == core::GitopsOwned::Skip
             {
@@ -399,6 +402,9 @@ impl Deploying<'_> {
             if !changed.is_empty() {
                 return Err(Unhealthy::Overridden(changed));
             }
+            if let Some(why) = being_deleted(w, &current) {
+                return Err(Unhealthy::Failed(why));
+            }
             match core::health(w.kind, &current) {
                 Health::Healthy => return Ok(()),
                 Health::Failed(why) => return Err(Unhealthy::Failed(why)),
@@ -463,6 +469,18 @@ impl Deploying<'_> {
             }
         }
     }
+}
+
+/// Why `w` (as `object` shows it) can never roll out: it is being deleted — its
+/// `deletionTimestamp` is set, as for everything in a namespace being terminated, where the
+/// server refuses new ReplicaSets and pods and the controllers no longer roll it out. Without
+/// this the deploy would wait out `deploy_timeout` (holding the waves after it).
+fn being_deleted(w: &core::Workload, object: &Value) -> Option<String> {
+    let since = object.pointer("/metadata/deletionTimestamp")?.as_str()?;
+    Some(format!(
+        "{w} is being deleted (since {since}; its namespace \"{}\" may be being terminated): it will not roll out",
+        w.namespace
+    ))
 }
 
 /// What a deploy says of containers someone else changed (`when`: during the roll-out, …).

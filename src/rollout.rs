@@ -235,20 +235,20 @@ pub fn awaiting_approval_event(
     Some(e)
 }
 
-/// `action.expedited` for a change whose actions skip the soak and the windows, with its one log
-/// line; a change whose fixes are that high but whose data may not expedite logs why instead.
+/// `action.expedited` for a change whose `actions` skip the soak and the windows (`expedite`), with
+/// its one log line; a change whose fixes are that high but whose data may not expedite logs why instead.
 pub fn expedited_event(
     change: &str,
     subject: &Subject,
     builders: &[Subject],
-    planned: &crate::reaction::Planned,
+    actions: Vec<WaitingAction>,
+    expedite: &builder_monitor_core::rollout::Expedite,
     now: DateTime<Utc>,
 ) -> Option<Event> {
-    let actions = planned.all_actions();
     if actions.is_empty() {
         return None;
     }
-    let expedited = match &planned.expedite {
+    let expedited = match expedite {
         builder_monitor_core::rollout::Expedite::No => return None,
         builder_monitor_core::rollout::Expedite::Refused { ids, why } => {
             tracing::warn!(change, fixes = ?ids, reason = %why, "not expedited: the vulnerability data may not expedite a roll-out");

@@ -328,7 +328,8 @@ pub fn decide(
         commit.events.push(e);
     }
     if let Some(subject) = subjects.first()
-        && let Some(e) = crate::rollout::expedited_event(&id, subject, subjects, &planned, now)
+        && let Some(e) =
+            crate::rollout::expedited_event(&id, subject, subjects, planned.all_actions(), &planned.expedite, now)
     {
         commit.events.push(e);
     }

@@ -256,10 +256,11 @@ fn read(source: &OsvSource, index: Index) -> Result<Loaded, LoadError> {
     Ok(loaded)
 }
 
-/// Reads a local mirror whole, every release but Pro's kept (`check`: does it read, and what).
+/// Reads a local mirror whole, counting the records of every release but Pro's without holding
+/// them (`check`: does it read, and what; one record in memory at a time).
 pub async fn load_local(source: &OsvSource) -> Result<Loaded, VulnsError> {
     let source = source.clone();
-    Ok(tokio::task::spawn_blocking(move || read(&source, Index::new(Vec::new()))).await??)
+    Ok(tokio::task::spawn_blocking(move || read(&source, Index::counting(Vec::new()))).await??)
 }
 
 /// The daemon's vulnerability data for `config` (`None` without `[vulnerabilities]`), keeping

@@ -24,6 +24,8 @@ use support::images::{Format, Pusher, sha256};
 use support::proxy::Proxy;
 use support::registry::TestRegistry;
 
+#[path = "bounded/osv_big.rs"]
+mod osv_big;
 #[path = "bounded/osv_zip.rs"]
 mod osv_zip;
 

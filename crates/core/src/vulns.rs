@@ -9,6 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
+mod expedited;
 mod index;
 mod record;
 mod release;
@@ -16,6 +17,7 @@ mod release;
 mod tests;
 pub mod version;
 
+pub use expedited::{Expedited, ExpeditedRecord, expedited_line};
 pub use index::Index;
 pub use record::{MAX_AFFECTED, MAX_BINARIES, MAX_CVES, MAX_EVENTS, parse_record};
 pub use release::release_of;

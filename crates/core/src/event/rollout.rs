@@ -24,7 +24,7 @@ pub struct RolloutInfo {
     /// What let the actions skip the soak and the windows (`action.expedited`): the records (id,
     /// priority, file) and the data's source (URL, ETag, SHA-256).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expedited: Option<crate::rollout::Expedited>,
+    pub expedited: Option<crate::vulns::Expedited>,
 }
 
 /// One action a roll-out event names.

@@ -48,6 +48,10 @@ pub struct Index {
     copies: HashMap<u32, Vec<u32>>,
     /// Where the data came from, set by whoever loaded it.
     source: Option<DataSource>,
+    /// Only counting ([`Index::counting`]): a record that would be kept is counted, not held.
+    count_only: bool,
+    /// Records counted while only counting.
+    counted: usize,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -98,6 +102,14 @@ impl Index {
         Index { releases: Some(releases), ..Index::default() }
     }
 
+    /// An index that holds nothing and only counts the records [`Index::new`] of `releases` would
+    /// keep ([`Index::len`]): what `check` says of a mirror, at the cost of one record at a time
+    /// whatever the mirror's size (holding every release's records of a big mirror costs hundreds
+    /// of MiB). It finds no fixes.
+    pub fn counting(releases: Vec<Release>) -> Self {
+        Index { count_only: true, ..Index::new(releases) }
+    }
+
     /// The releases it keeps, sorted (`None`: every release but `Pro`'s).
     pub fn releases(&self) -> Option<&[Release]> {
         self.releases.as_deref()
@@ -145,6 +157,10 @@ impl Index {
         }
         if !wanted.iter().any(|(_, fixed, _)| fixed.is_some()) {
             return false;
+        }
+        if self.count_only {
+            self.counted += 1;
+            return true;
         }
         let number = u32::try_from(self.records.len()).ok().filter(|n| *n < u32::MAX);
         // Interned: a CVE record's id is its one CVE, and a second copy of a record is found.
@@ -238,13 +254,19 @@ impl Index {
         self.strings.bytes.shrink_to_fit();
     }
 
-    /// Records kept.
+    /// Records kept (of a counting index: counted).
     pub fn len(&self) -> usize {
-        self.records.len()
+        if self.count_only { self.counted } else { self.records.len() }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.records.is_empty()
+        self.len() == 0
+    }
+
+    /// No record, group, binary or string held (a counting index's state).
+    #[cfg(test)]
+    pub(super) fn holds_nothing(&self) -> bool {
+        self.records.is_empty() && self.groups.is_empty() && self.by_binary.is_empty() && self.strings.bytes.is_empty()
     }
 
     /// The records a move of `release` from `before` to `after` (one platform's binary packages)

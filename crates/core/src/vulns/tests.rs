@@ -236,6 +236,30 @@ fn other_releases_pro_and_unfixed_records_are_never_listed() {
     assert!(all.fixes(&jammy(), &before, &after).is_empty());
 }
 
+/// `check`'s counting index says "kept" of exactly the records a real one keeps (every release but
+/// Pro's, unfixed ones not, copies of one id each), and holds none of them.
+#[test]
+fn a_counting_index_counts_what_an_index_keeps_and_holds_nothing() {
+    let fixed = Some(CURL_NEW);
+    let both: &[(&str, &str)] = &[("curl", CURL_NEW)];
+    let records = [
+        usn("USN-7001-1", &[], &[(NOBLE, "curl", fixed, both)]),
+        usn("USN-7001-1", &[], &[(JAMMY, "curl", fixed, both)]),
+        usn("USN-7002-1", &[], &[("Ubuntu:Pro:22.04:LTS", "curl", fixed, both)]),
+        usn("USN-7003-1", &[], &[(JAMMY, "curl", None, both)]),
+        cve("CVE-2026-3333", "critical", &[(JAMMY, "curl", fixed, &[("curl", None)])]),
+        curl_usn(),
+    ];
+    let (mut all, mut counting) = (Index::new(Vec::new()), Index::counting(Vec::new()));
+    for value in &records {
+        assert_eq!(all.insert(record(value)), counting.insert(record(value)), "{value}");
+    }
+    assert_eq!((all.len(), counting.len()), (3, 3));
+    assert!(!all.fixes(&jammy(), &[pkg("curl", CURL_OLD)], &[pkg("curl", CURL_NEW)]).is_empty());
+    assert!(counting.fixes(&jammy(), &[pkg("curl", CURL_OLD)], &[pkg("curl", CURL_NEW)]).is_empty());
+    assert!(counting.holds_nothing());
+}
+
 #[test]
 fn an_index_of_exactly_some_releases_keeps_those_and_says_so() {
     let fixed = Some(CURL_NEW);

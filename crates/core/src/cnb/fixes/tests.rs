@@ -165,3 +165,28 @@ fn a_release_whose_data_is_not_loaded_says_so_rather_than_fixes_none() {
     assert_eq!(c.fixes, None);
     assert_eq!(c.fixes_note.as_deref(), Some("no vulnerability data of Ubuntu:24.04:LTS is loaded"));
 }
+
+#[test]
+fn the_origin_line_names_the_file_used_and_the_copies_not_used() {
+    use crate::cnb::{fix_origin_line, unknown_fix_line};
+    use crate::vulns::RecordCopy;
+    let fix = Fix {
+        id: "USN-7000-1".into(),
+        file: Some("usn/USN-7000-1.json".into()),
+        modified: Some("2026-02-01T00:00:00Z".into()),
+        priority_from: vec!["CVE-2026-1111".into()],
+        ignored: vec![RecordCopy { file: "old/USN-7000-1.json".into(), modified: Some("2026-01-01T00:00:00Z".into()) }],
+        ..Fix::default()
+    };
+    assert_eq!(
+        fix_origin_line(&fix),
+        "USN-7000-1 from usn/USN-7000-1.json (modified 2026-02-01T00:00:00Z), priority from CVE-2026-1111; \
+         not used: old/USN-7000-1.json (modified 2026-01-01T00:00:00Z)"
+    );
+    let unknown = UnknownFix {
+        id: "USN-1-1".into(),
+        priority: None,
+        reason: "linux/arm64 is not shown fixed by the move".into(),
+    };
+    assert_eq!(unknown_fix_line(&unknown), "USN-1-1 unknown: linux/arm64 is not shown fixed by the move");
+}

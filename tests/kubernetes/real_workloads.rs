@@ -1,0 +1,260 @@
+//! Deploys over every workload kind on the real control plane (`support::control_plane`), health
+//! read from the real controllers' status: a roll-out in waves over a Deployment (the canary), a
+//! StatefulSet (`RollingUpdate`), a DaemonSet (on the node agent's node, so its health cannot hold
+//! vacuously) and a CronJob, applied with the daemon's field manager; an undo after the canary's
+//! new pods fail their image pulls, the tag put back and the later waves held; and a person's
+//! change during the roll-out (another field manager sets the image), which wins: not undone, not
+//! recorded as ours.
+
+use crate::support;
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use builder_monitor::ledger::Ledger;
+use builder_monitor::metrics::Metrics;
+use builder_monitor::registry::Registry;
+use builder_monitor_core::reference::ImageRef;
+use support::app::{self, App, RunImage};
+use support::cnb::BuilderSpec;
+use support::control_plane::{TestNamespace, control_plane};
+use support::daemon::Workspace;
+use support::images::{Format, Pusher};
+use support::registry::TestRegistry;
+
+/// The apps, in roll-out order (name, wave, the kind of workload it runs in, of its name).
+const APPS: [(&str, u32, &str); 4] =
+    [("canary", 0, "Deployment"), ("db", 1, "StatefulSet"), ("agent", 2, "DaemonSet"), ("report", 3, "CronJob")];
+
+struct World {
+    _registry: TestRegistry,
+    ns: TestNamespace,
+    pusher: Pusher,
+    ws: Workspace,
+    config: PathBuf,
+    host: String,
+    /// Each app's digest as built, on run image v1, by name.
+    built: Vec<(String, String)>,
+}
+
+impl World {
+    /// Run image v1, a builder naming it, [`APPS`] built on it, each running in a workload of its
+    /// kind (containers `app` and `sidecar`) in a new namespace, rolled out by the real
+    /// controllers; `extra` is appended to the config. One `run --once` pins everything.
+    async fn new(extra: &str) -> Self {
+        let registry = TestRegistry::start();
+        let pusher = Pusher::new(&registry.host);
+        let host = registry.host.clone();
+        let run_tag = format!("{host}/demo/run:latest");
+        let run_v1 = RunImage::jammy("1", 3);
+        let pushed = app::push_run(&pusher, "demo/run", Some("latest"), &run_v1, Format::Oci).await;
+        pusher.push_image("demo/builder", Some("latest"), &BuilderSpec::jammy(&run_tag).image(), Format::Oci).await;
+        let ns = control_plane().namespace("workloads").await;
+        let ws = Workspace::new();
+        let mut images = String::new();
+        let mut built = Vec::new();
+        for (name, wave, kind) in APPS {
+            let app = App::on(&run_v1, &run_tag, &format!("{host}/demo/run@{}", pushed.digest)).label("app", name);
+            let digest =
+                app::push_app(&pusher, &format!("apps/{name}"), Some("latest"), &app, Format::Oci).await.digest;
+            ns.create(workload(kind, name, &format!("{host}/apps/{name}@{digest}"))).await;
+            built.push((name.to_string(), digest));
+            images += &format!(
+                "[[images]]\nname = \"{name}\"\nbuilder = \"jammy\"\nimage = \"{host}/apps/{name}:latest\"\n\
+                 wave = {wave}\ndeploy = [{{ kind = \"{kind}\", namespace = \"{}\", name = \"{name}\" }}]\n\n",
+                ns.name
+            );
+        }
+        for (name, _, kind) in APPS {
+            ns.wait_for(api_version(kind), kind, name, |o| rolled_out(kind, o)).await;
+        }
+        let config = ws.config(&format!(
+            "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\njitter = \"0s\"\n\n\
+             [[builders]]\nname = \"jammy\"\nimage = \"{host}/demo/builder:latest\"\n\n{images}\
+             [runner]\ntype = \"none\"\nrebase = \"registry\"\nmax_attempts = 1\n\n\
+             [kubernetes]\nkubeconfig = \"{}\"\nnamespace = \"{}\"\n\n{extra}",
+            ns.kubeconfig.display(),
+            ns.name
+        ));
+        let world = World { _registry: registry, ns, pusher, ws, config, host, built };
+        let first = world.cli(&["run", "--once"]);
+        assert_eq!(first.code, Some(0), "{}", first.stderr);
+        world
+    }
+
+    fn cli(&self, args: &[&str]) -> support::daemon::Output {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(["--config", self.config.to_str().unwrap()]);
+        self.ws.run(&all)
+    }
+
+    fn ledger(&self) -> Ledger {
+        Ledger::open_read_only(&self.ws.path("state.db")).unwrap()
+    }
+
+    /// Every event recorded, in order: (type, image).
+    async fn events(&self) -> Vec<(String, String)> {
+        let events = self.ledger().events_after(0, 1000).await.unwrap();
+        events
+            .into_iter()
+            .map(|e| {
+                let v = serde_json::to_value(&e.event).unwrap();
+                (e.event.event_type.to_string(), v["action"]["image"].as_str().unwrap_or_default().to_string())
+            })
+            .collect()
+    }
+
+    /// `status --json`'s deploy entries of `image`.
+    fn shown(&self, image: &str) -> Vec<Value> {
+        let out = self.cli(&["status", "--json"]);
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+        let status: Value = serde_json::from_str(&out.stdout).unwrap();
+        status["deploys"].as_array().unwrap().iter().filter(|d| d["image"] == image).cloned().collect()
+    }
+
+    async fn move_run_image(&self) {
+        app::push_run(&self.pusher, "demo/run", Some("latest"), &RunImage::jammy("2", 4), Format::Oci).await;
+    }
+
+    fn built(&self, app: &str) -> String {
+        self.built.iter().find(|(n, _)| n == app).map(|(_, d)| d.clone()).unwrap()
+    }
+
+    fn reference(&self, app: &str, digest: &str) -> String {
+        format!("{}/apps/{app}@{digest}", self.host)
+    }
+
+    async fn tag(&self, app: &str) -> String {
+        builder_monitor::install_crypto_provider();
+        let registry = Registry::new([], Metrics::new());
+        let tag = ImageRef::parse(&format!("{}/apps/{app}:latest", self.host)).unwrap();
+        registry.head_manifest(&tag).await.unwrap().digest
+    }
+
+    /// The workload of app NAME as the server holds it.
+    async fn object(&self, name: &str) -> Value {
+        let kind = kind_of(name);
+        self.ns.get(api_version(kind), kind, name).await.unwrap_or_else(|| panic!("the {kind} {name}"))
+    }
+
+    /// The image of container `CONTAINER` of app NAME's workload, as the server holds it.
+    async fn image(&self, name: &str, container: usize) -> String {
+        let object = self.object(name).await;
+        containers(kind_of(name), &object)[container]["image"].as_str().unwrap().to_string()
+    }
+}
+
+fn kind_of(name: &str) -> &'static str {
+    APPS.iter().find(|(n, _, _)| *n == name).map(|(_, _, k)| *k).unwrap()
+}
+
+fn api_version(kind: &str) -> &'static str {
+    if kind == "CronJob" { "batch/v1" } else { "apps/v1" }
+}
+
+fn containers<'a>(kind: &str, object: &'a Value) -> &'a Vec<Value> {
+    let pointer = if kind == "CronJob" {
+        "/spec/jobTemplate/spec/template/spec/containers"
+    } else {
+        "/spec/template/spec/containers"
+    };
+    object.pointer(pointer).and_then(Value::as_array).expect("containers")
+}
+
+/// A workload of `kind` as a person would write it: two containers, no security context.
+fn workload(kind: &str, name: &str, image: &str) -> Value {
+    let pod = json!({"containers": [
+        {"name": "app", "image": image},
+        {"name": "sidecar", "image": "registry.example/proxy:1"},
+    ]});
+    let template = json!({"metadata": {"labels": {"app": name}}, "spec": pod});
+    let selector = json!({"matchLabels": {"app": name}});
+    let spec = match kind {
+        "Deployment" => json!({"replicas": 2, "selector": selector, "template": template}),
+        "StatefulSet" => json!({
+            "replicas": 2, "serviceName": name, "selector": selector, "template": template,
+            "updateStrategy": {"type": "RollingUpdate"},
+        }),
+        "DaemonSet" => json!({"selector": selector, "template": template, "updateStrategy": {"type": "RollingUpdate"}}),
+        "CronJob" => {
+            let mut template = template;
+            template["spec"]["restartPolicy"] = json!("Never");
+            // Suspended, at midnight on New Year's Day: its Jobs are not this test's.
+            json!({"schedule": "0 0 1 1 *", "suspend": true, "jobTemplate": {"spec": {"template": template}}})
+        }
+        other => panic!("no workload kind {other}"),
+    };
+    json!({"apiVersion": api_version(kind), "kind": kind, "metadata": {"name": name}, "spec": spec})
+}
+
+/// The controllers report the workload's current generation rolled out and available (a
+/// DaemonSet on at least one node); a CronJob has nothing to roll out.
+fn rolled_out(kind: &str, o: &Value) -> bool {
+    let status = &o["status"];
+    let current = status["observedGeneration"] == o["metadata"]["generation"];
+    match kind {
+        "Deployment" => {
+            current
+                && status["updatedReplicas"] == o["spec"]["replicas"]
+                && status["availableReplicas"] == o["spec"]["replicas"]
+                && status["replicas"] == o["spec"]["replicas"]
+        }
+        "StatefulSet" => {
+            current
+                && status["readyReplicas"] == o["spec"]["replicas"]
+                && status["updatedReplicas"] == o["spec"]["replicas"]
+                && status["currentRevision"] == status["updateRevision"]
+        }
+        "DaemonSet" => {
+            let desired = status["desiredNumberScheduled"].as_i64().unwrap_or(0);
+            current
+                && desired >= 1
+                && status["updatedNumberScheduled"].as_i64() == Some(desired)
+                && status["numberAvailable"].as_i64() == Some(desired)
+        }
+        _ => true,
+    }
+}
+
+/// The real controllers roll each workload out; the daemon applies only the `app` image (its
+/// field manager owns it, the sidecar stays the creator's) and writes each wave only after the
+/// one before is healthy on the controllers' status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_roll_out_in_waves_over_every_workload_kind_on_the_real_controllers() {
+    let w = World::new("").await;
+    w.move_run_image().await;
+    let out = w.cli(&["run", "--once"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    for (name, _, kind) in APPS {
+        let tag = w.tag(name).await;
+        assert_ne!(tag, w.built(name), "{name}'s tag moved");
+        assert_eq!(w.image(name, 0).await, w.reference(name, &tag), "{kind} {name} runs the new digest");
+        assert_eq!(w.image(name, 1).await, "registry.example/proxy:1", "{kind} {name}'s sidecar is left alone");
+        let o = w.object(name).await;
+        assert!(rolled_out(kind, &o), "{kind} {name} rolled out by its controller: {}", o["status"]);
+        let managers = o["metadata"]["managedFields"].as_array().unwrap();
+        let ours = managers.iter().find(|m| m["manager"] == "builder-monitor").expect("the daemon's field manager");
+        assert_eq!(ours["operation"], "Apply", "{ours}");
+        let fields = ours["fieldsV1"].to_string();
+        assert!(fields.contains(r#"k:{\"name\":\"app\"}"#) && fields.contains("f:image"), "{fields}");
+        assert!(!fields.contains(r#"k:{\"name\":\"sidecar\"}"#), "the sidecar is not ours: {fields}");
+    }
+    let agent = w.object("agent").await;
+    assert!(agent["status"]["desiredNumberScheduled"].as_i64() >= Some(1), "{}", agent["status"]);
+    // Each step after the one before: rebase, deploy written, deploy healthy, then the next app.
+    let events = w.events().await;
+    let mut last = 0;
+    for (name, _, _) in APPS {
+        for step in ["rebase.succeeded", "deploy.started", "deploy.succeeded"] {
+            let at = events.iter().position(|(t, i)| t == step && i == name).unwrap_or_else(|| panic!("{step} {name}"));
+            assert!(at >= last, "{step} of {name} came before the step before it: {events:?}");
+            last = at;
+        }
+    }
+    for (name, _, kind) in APPS {
+        let shown = w.shown(name);
+        assert_eq!(shown.len(), 1, "{shown:?}");
+        assert_eq!((shown[0]["kind"].as_str(), shown[0]["state"].as_str()), (Some(kind), Some("healthy")), "{shown:?}");
+    }
+}

@@ -10,16 +10,17 @@ use crate::support;
 
 use std::path::PathBuf;
 
+use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
-use builder_monitor::ledger::Ledger;
+use builder_monitor::ledger::{ActionState, Ledger};
 use builder_monitor::metrics::Metrics;
 use builder_monitor::registry::Registry;
 use builder_monitor_core::reference::ImageRef;
 use support::app::{self, App, RunImage};
 use support::cnb::BuilderSpec;
 use support::control_plane::{TestNamespace, control_plane};
-use support::daemon::Workspace;
+use support::daemon::{Daemon, Workspace};
 use support::images::{Format, Pusher};
 use support::registry::TestRegistry;
 
@@ -256,5 +257,95 @@ async fn a_roll_out_in_waves_over_every_workload_kind_on_the_real_controllers() 
         let shown = w.shown(name);
         assert_eq!(shown.len(), 1, "{shown:?}");
         assert_eq!((shown[0]["kind"].as_str(), shown[0]["state"].as_str()), (Some(kind), Some("healthy")), "{shown:?}");
+    }
+}
+
+/// The canary's new pods never pull their image (the node agent reports `ErrImagePull`, then
+/// `ImagePullBackOff`): the deploy fails on the pods (`fail_after` 1 s, well before
+/// `deploy_timeout` or the progress deadline) and is undone: the Deployment and the tag back, its
+/// old pods serving throughout, the StatefulSet, DaemonSet and CronJob never written, held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_pull_failures_undo_the_canary_and_hold_every_later_kind() {
+    let w = World::new("[rollout]\nfail_after = \"1s\"\ndeploy_timeout = \"10m\"\n").await;
+    // Only new pods fail: the running ones keep running on the old digest.
+    control_plane().fail_pulls(&format!("{}/apps/canary@", w.host)).await;
+    w.move_run_image().await;
+    let mut daemon = Daemon::start(&w.config);
+    daemon.wait_for_event("deploy.started");
+    let failed = daemon.wait_for_event("deploy.failed");
+    daemon.wait_for_event("deploy.rolled_back");
+    let (status, _) = daemon.terminate();
+    assert!(status.success());
+    assert_eq!(failed["action"]["image"], "canary", "{failed}");
+    let detail = failed["action"]["detail"].as_str().unwrap();
+    assert!(detail.contains("ErrImagePull") || detail.contains("ImagePullBackOff"), "{detail}");
+
+    assert_eq!(w.image("canary", 0).await, w.reference("canary", &w.built("canary")), "the Deployment is put back");
+    assert_eq!(w.tag("canary").await, w.built("canary"), "and its tag too");
+    w.ns.wait_for("apps/v1", "Deployment", "canary", |o| rolled_out("Deployment", o)).await;
+    for (name, _, kind) in &APPS[1..] {
+        assert_eq!(w.image(name, 0).await, w.reference(name, &w.built(name)), "{kind} {name} was never deployed");
+        assert_eq!(w.tag(name).await, w.built(name), "{name} was never rebased");
+        let o = w.object(name).await;
+        let ours = o["metadata"]["managedFields"].as_array().unwrap().iter().any(|m| m["manager"] == "builder-monitor");
+        assert!(!ours, "the daemon never wrote {kind} {name}: {}", o["metadata"]["managedFields"]);
+    }
+    let actions = w.ledger().actions(100).await.unwrap();
+    let held: Vec<&str> = actions.iter().filter(|a| a.state == ActionState::Held).map(|a| a.image.as_str()).collect();
+    assert_eq!(held.len(), 3, "db, agent and report wait: {actions:?}");
+    let canary = actions.iter().find(|a| a.image == "canary" && a.action == "deploy").unwrap();
+    assert!(canary.holds && canary.state == ActionState::Failed, "{canary:?}");
+    let shown = w.shown("canary");
+    assert_eq!(shown[0]["state"], "undone", "{shown:?}");
+    assert!(shown[0]["held"].is_string(), "{shown:?}");
+}
+
+/// While the canary's roll-out waits (its new pods cannot pull), a person sets another image with
+/// their own field manager (`kubectl set image` does an Update as `kubectl-set`). Theirs rolls out
+/// and wins: the daemon records an override, holds the image, never `deploy.succeeded`, does not
+/// put its own digest (or the old one) back, and the image field is theirs on the server; the
+/// later waves are not written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persons_image_set_during_the_roll_out_wins_on_the_real_server() {
+    let w = World::new("[rollout]\nfail_after = \"10m\"\ndeploy_timeout = \"10m\"\n").await;
+    control_plane().fail_pulls(&format!("{}/apps/canary@", w.host)).await;
+    w.move_run_image().await;
+    let mut daemon = Daemon::start(&w.config);
+    daemon.wait_for_event("deploy.started");
+    let hotfix = format!("{}/apps/canary:hotfix", w.host);
+    let deployments = w.ns.api("apps/v1", "Deployment").await;
+    let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": hotfix}]}}}});
+    let by_person = PatchParams { field_manager: Some("kubectl-set".into()), ..PatchParams::default() };
+    deployments.patch("canary", &by_person, &Patch::Strategic(&patch)).await.expect("the person's change");
+    let overridden = daemon.wait_for_event("deploy.overridden");
+    let (status, _) = daemon.terminate();
+    assert!(status.success());
+
+    assert_eq!(overridden["action"]["image"], "canary", "{overridden}");
+    let detail = overridden["action"]["detail"].as_str().unwrap();
+    assert!(detail.contains(&format!("container app runs {hotfix}")), "{detail}");
+    assert_eq!(w.image("canary", 0).await, hotfix, "the person's image stays");
+    let o = w.ns.wait_for("apps/v1", "Deployment", "canary", |o| rolled_out("Deployment", o)).await;
+    assert_eq!(containers("Deployment", &o)[0]["image"], json!(hotfix), "and is what rolled out");
+    let managers = o["metadata"]["managedFields"].as_array().unwrap();
+    let owner_of_image = |manager: &str| {
+        managers.iter().filter(|m| m["manager"] == manager).any(|m| {
+            let fields = m["fieldsV1"].to_string();
+            fields.contains(r#"k:{\"name\":\"app\"}"#) && fields.contains("f:image")
+        })
+    };
+    assert!(owner_of_image("kubectl-set"), "the person owns the image: {managers:?}");
+    assert!(!owner_of_image("builder-monitor"), "the daemon no longer does: {managers:?}");
+
+    let events = w.events().await;
+    assert!(!events.iter().any(|(t, i)| t == "deploy.succeeded" && i == "canary"), "{events:?}");
+    let deploy =
+        w.ledger().actions(100).await.unwrap().into_iter().find(|a| a.image == "canary" && a.action == "deploy");
+    let deploy = deploy.expect("the canary's deploy");
+    assert!(deploy.state == ActionState::Failed && deploy.holds, "{deploy:?}");
+    let shown = w.shown("canary");
+    assert_eq!((shown[0]["state"].as_str(), shown[0]["healthy"].as_bool()), (Some("overridden"), Some(false)));
+    for (name, _, kind) in &APPS[1..] {
+        assert_eq!(w.image(name, 0).await, w.reference(name, &w.built(name)), "{kind} {name} was never deployed");
     }
 }

@@ -1,7 +1,8 @@
 //! Integration tests on the Kubernetes API double: the double itself, the Kubernetes runners and
 //! pools, deploys, and both ledgers (SQLite and ConfigMaps) under the same operations; and, on the
 //! real control plane (`support::control_plane`, one per run of this binary), deploys the double
-//! cannot show (`real_deploy`) and over every workload kind (`real_workloads`).
+//! cannot show (`real_deploy`), over every workload kind (`real_workloads`) and the runner's Jobs
+//! (`real_jobs`).
 //!
 //! Each file below was a test binary of its own; grouped, they compile `tests/support` and link the
 //! crate once. They share one process and run as its threads: a test here changes no process state
@@ -18,5 +19,6 @@ mod ledger;
 mod ledger_concurrency;
 mod pools;
 mod real_deploy;
+mod real_jobs;
 mod real_workloads;
 mod write_ahead;

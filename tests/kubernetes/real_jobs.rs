@@ -150,6 +150,19 @@ async fn each_pools_job_is_accepted_strictly_and_restricted_without_warnings() {
         assert_eq!(status, 201, "{name}: {body}");
         assert!(warnings.is_empty(), "{name}: {warnings:?}");
     }
+    // The checks can fail: a field the server does not know is refused, a pod that is not
+    // restricted is warned about.
+    let mut unknown = w.spec("good", "a");
+    unknown["spec"]["template"]["spec"]["containers"][0]["buildCache"] = json!(true);
+    let (status, _, body) = w.create_strictly(unknown, "strict-unknown").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("buildCache"), "{body}");
+    let mut lax = w.spec("good", "a");
+    lax["spec"]["template"]["spec"]["containers"][0].as_object_mut().unwrap().remove("securityContext");
+    let (status, warnings, body) = w.create_strictly(lax, "strict-lax").await;
+    assert_eq!(status, 201, "{body}");
+    assert!(warnings.iter().any(|w| w.contains("restricted")), "{warnings:?}");
+
     let queued = w.ns.get("batch/v1", "Job", "strict-good-c").await.unwrap();
     assert_eq!(queued["spec"]["managedBy"], "kueue.x-k8s.io/multikueue", "{queued}");
     let done = |j: &Value| {
@@ -183,6 +196,8 @@ async fn the_runner_follows_its_jobs_to_success_and_failure() {
     });
     let (status, _) = daemon.terminate();
     assert!(status.success());
+    let failed = [&first, &second].into_iter().find(|e| e["event_type"] == "build.failed").unwrap();
+    assert!(failed["message"].as_str().unwrap().contains("BackoffLimitExceeded"), "the Job's reason: {failed}");
     let outcome = |app: &str| {
         [&first, &second]
             .into_iter()

@@ -349,3 +349,42 @@ async fn a_persons_image_set_during_the_roll_out_wins_on_the_real_server() {
         assert_eq!(w.image(name, 0).await, w.reference(name, &w.built(name)), "{kind} {name} was never deployed");
     }
 }
+
+/// The StatefulSet's new pods never pull their image. Its controller (`OrderedReady`) replaces
+/// `db-1` first, and once the template is put back it does not replace a pod that is not Ready
+/// until someone deletes it (the "forced rollback" of the Kubernetes docs): the undo deletes the
+/// pod of the failed revision, the controller makes it again on the old one, and the StatefulSet is
+/// back at 2 of 2 Ready on the old digest, the tag put back, the later waves held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statefulsets_pod_stuck_on_the_undone_revision_is_replaced_on_the_old_one() {
+    let w = World::new("[rollout]\nfail_after = \"1s\"\ndeploy_timeout = \"10m\"\n").await;
+    control_plane().fail_pulls(&format!("{}/apps/db@", w.host)).await;
+    let before = w.object("db").await;
+    let old_revision = before["status"]["currentRevision"].as_str().unwrap().to_string();
+    w.move_run_image().await;
+    let mut daemon = Daemon::start(&w.config);
+    let failed = daemon.wait_for_event("deploy.failed");
+    daemon.wait_for_event("deploy.rolled_back");
+    let (status, _) = daemon.terminate();
+    assert!(status.success());
+    assert_eq!(failed["action"]["image"], "db", "{failed}");
+    let detail = failed["action"]["detail"].as_str().unwrap();
+    assert!(detail.contains("ErrImagePull") || detail.contains("ImagePullBackOff"), "{detail}");
+    assert!(detail.contains("replaced db-1"), "the undo names the pod it deleted: {detail}");
+
+    let old = w.reference("db", &w.built("db"));
+    let o = w.ns.wait_for("apps/v1", "StatefulSet", "db", |o| rolled_out("StatefulSet", o)).await;
+    assert_eq!(containers("StatefulSet", &o)[0]["image"], json!(old), "the StatefulSet is put back");
+    assert_eq!((o["status"]["readyReplicas"].as_i64(), o["status"]["replicas"].as_i64()), (Some(2), Some(2)));
+    assert_eq!(o["status"]["updateRevision"], json!(old_revision), "on the revision it ran before: {}", o["status"]);
+    for pod in ["db-0", "db-1"] {
+        let p = w.ns.get("v1", "Pod", pod).await.unwrap_or_else(|| panic!("pod {pod}"));
+        assert_eq!(p["metadata"]["labels"]["controller-revision-hash"], json!(old_revision), "{pod}: {p}");
+        assert_eq!(p["spec"]["containers"][0]["image"], json!(old), "{pod} runs the old digest");
+    }
+    assert_eq!(w.tag("db").await, w.built("db"), "the tag is put back");
+    let actions = w.ledger().actions(100).await.unwrap();
+    let held: Vec<&str> = actions.iter().filter(|a| a.state == ActionState::Held).map(|a| a.image.as_str()).collect();
+    assert_eq!(held.len(), 2, "agent and report wait: {actions:?}");
+    assert_eq!(w.shown("db")[0]["state"], "undone");
+}

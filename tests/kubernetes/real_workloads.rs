@@ -2,7 +2,8 @@
 //! read from the real controllers' status: a roll-out in waves over a Deployment (the canary), a
 //! StatefulSet (`RollingUpdate`), a DaemonSet (on the node agent's node, so its health cannot hold
 //! vacuously) and a CronJob, applied with the daemon's field manager; an undo after the canary's
-//! new pods fail their image pulls, the tag put back and the later waves held; and a person's
+//! new pods fail their image pulls, the tag put back and the later waves held; the forced rollback
+//! of a StatefulSet whose pod is stuck on the undone revision; and a person's
 //! change during the roll-out (another field manager sets the image), which wins: not undone, not
 //! recorded as ours.
 
@@ -44,6 +45,13 @@ impl World {
     /// kind (containers `app` and `sidecar`) in a new namespace, rolled out by the real
     /// controllers; `extra` is appended to the config. One `run --once` pins everything.
     async fn new(extra: &str) -> Self {
+        Self::with_tagged(extra, &[]).await
+    }
+
+    /// As [`World::new`], the workloads of the apps in `tagged` naming their image by tag and
+    /// digest (`…/apps/NAME:latest@sha256:…`): pulls that fail by the prefix `…/apps/NAME@` fail
+    /// only for what the daemon writes, never for what an undo puts back.
+    async fn with_tagged(extra: &str, tagged: &[&str]) -> Self {
         let registry = TestRegistry::start();
         let pusher = Pusher::new(&registry.host);
         let host = registry.host.clone();
@@ -59,7 +67,8 @@ impl World {
             let app = App::on(&run_v1, &run_tag, &format!("{host}/demo/run@{}", pushed.digest)).label("app", name);
             let digest =
                 app::push_app(&pusher, &format!("apps/{name}"), Some("latest"), &app, Format::Oci).await.digest;
-            ns.create(workload(kind, name, &format!("{host}/apps/{name}@{digest}"))).await;
+            let tag = if tagged.contains(&name) { ":latest" } else { "" };
+            ns.create(workload(kind, name, &format!("{host}/apps/{name}{tag}@{digest}"))).await;
             built.push((name.to_string(), digest));
             images += &format!(
                 "[[images]]\nname = \"{name}\"\nbuilder = \"jammy\"\nimage = \"{host}/apps/{name}:latest\"\n\
@@ -357,7 +366,8 @@ async fn a_persons_image_set_during_the_roll_out_wins_on_the_real_server() {
 /// back at 2 of 2 Ready on the old digest, the tag put back, the later waves held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statefulsets_pod_stuck_on_the_undone_revision_is_replaced_on_the_old_one() {
-    let w = World::new("[rollout]\nfail_after = \"1s\"\ndeploy_timeout = \"10m\"\n").await;
+    let w = World::with_tagged("[rollout]\nfail_after = \"1s\"\ndeploy_timeout = \"10m\"\n", &["db"]).await;
+    // What the daemon writes (`…/apps/db@sha256:…`) fails; the old `…/apps/db:latest@…` pulls.
     control_plane().fail_pulls(&format!("{}/apps/db@", w.host)).await;
     let before = w.object("db").await;
     let old_revision = before["status"]["currentRevision"].as_str().unwrap().to_string();
@@ -372,7 +382,7 @@ async fn a_statefulsets_pod_stuck_on_the_undone_revision_is_replaced_on_the_old_
     assert!(detail.contains("ErrImagePull") || detail.contains("ImagePullBackOff"), "{detail}");
     assert!(detail.contains("replaced db-1"), "the undo names the pod it deleted: {detail}");
 
-    let old = w.reference("db", &w.built("db"));
+    let old = format!("{}/apps/db:latest@{}", w.host, w.built("db"));
     let o = w.ns.wait_for("apps/v1", "StatefulSet", "db", |o| rolled_out("StatefulSet", o)).await;
     assert_eq!(containers("StatefulSet", &o)[0]["image"], json!(old), "the StatefulSet is put back");
     assert_eq!((o["status"]["readyReplicas"].as_i64(), o["status"]["replicas"].as_i64()), (Some(2), Some(2)));

@@ -128,7 +128,8 @@ pub const DEPLOY_PERMISSIONS: &[Rule] = &[
     Rule { group: "apps", resource: "statefulsets", verbs: DEPLOY_VERBS },
     Rule { group: "apps", resource: "daemonsets", verbs: DEPLOY_VERBS },
     Rule { group: "batch", resource: "cronjobs", verbs: DEPLOY_VERBS },
-    Rule { group: "", resource: "pods", verbs: &["list", "watch"] },
+    // delete: a StatefulSet's forced rollback after an undo (pods stuck on the undone revision).
+    Rule { group: "", resource: "pods", verbs: &["list", "watch", "delete"] },
 ];
 
 /// Git write-back to `[[gitops]]`: the head commit's trailer tells whether the push landed, so it

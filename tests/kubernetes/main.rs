@@ -1,7 +1,8 @@
 //! Integration tests on the Kubernetes API double: the double itself, the Kubernetes runners and
 //! pools, deploys, and both ledgers (SQLite and ConfigMaps) under the same operations; and, on the
 //! real control plane (`support::control_plane`, one per run of this binary), deploys the double
-//! cannot show (`real_deploy`, `terminating_namespace`) and exact rights: the daemon and
+//! cannot show (`real_deploy`, `terminating_namespace`), over every workload kind
+//! (`real_workloads`) and the runner's Jobs (`real_jobs`), and exact rights: the daemon and
 //! `check --online` under what `builder-monitor rbac` prints, and less (`exact_rbac`,
 //! `online_access`).
 //!
@@ -22,5 +23,7 @@ mod ledger_concurrency;
 mod online_access;
 mod pools;
 mod real_deploy;
+mod real_jobs;
+mod real_workloads;
 mod terminating_namespace;
 mod write_ahead;

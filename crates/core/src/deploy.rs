@@ -593,6 +593,9 @@ pub fn selector(object: &Value) -> Option<String> {
     (!labels.is_empty()).then(|| labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(","))
 }
 
+mod stuck;
+pub use stuck::{REVISION_LABEL, StuckPod, moved_off, rolling_revision, stuck_pods};
+
 mod ours;
 pub use ours::{Changed, Guarded, Override, OverrideIndex, UndoPlan, changed_by_others, undo_patch, undo_plan};
 

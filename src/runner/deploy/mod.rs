@@ -15,6 +15,7 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchP
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 
+mod forced;
 mod guard;
 mod record;
 mod undo;

@@ -4,7 +4,8 @@
 //! strategic merge patch with the resourceVersion read as its precondition: a workload deleted
 //! since is never created again (a server-side apply to a missing object would create it), and
 //! a write by someone else between the read and ours is a conflict, read again. Then the app tag
-//! goes back (`workload-and-tag`) when anything had been written, and the image is held.
+//! goes back (`workload-and-tag`) when anything had been written, and the image is held. A
+//! StatefulSet put back also has its pods stuck on the undone revision replaced ([`super::forced`]).
 
 use kube::api::{Patch, PatchParams};
 use serde_json::Value;
@@ -22,8 +23,9 @@ const CONFLICT_READS: usize = 5;
 
 /// How the undo of one workload ended.
 enum Undone {
-    /// Its containers run what they ran before (put back now, or never written).
-    Back { restored: bool },
+    /// Its containers run what they ran before (put back now, or never written); `replaced`: the
+    /// pods a StatefulSet's forced rollback deleted, or why it could not.
+    Back { restored: bool, replaced: Result<Vec<String>, String> },
     /// Someone else's containers stay; the rest were put back.
     Others(Vec<core::Changed>),
     /// Deleted during the deploy: not created again.
@@ -44,6 +46,7 @@ impl Deploying<'_> {
             problems.push(why);
         }
         let mut gone = Vec::new();
+        let mut replaced = Vec::new();
         if self.deploy.undo.workloads() {
             for i in 0..self.progress.workloads.len() {
                 if self.progress.workloads[i].state != WorkloadState::Failed {
@@ -51,7 +54,12 @@ impl Deploying<'_> {
                 }
                 let w = self.progress.workloads[i].workload.clone();
                 match self.undo_one(i).await {
-                    Ok(Undone::Back { restored }) => {
+                    Ok(Undone::Back { restored, replaced: pods }) => {
+                        match pods {
+                            Ok(pods) if !pods.is_empty() => replaced.push(format!("{} of {w}", pods.join(", "))),
+                            Ok(_) => {}
+                            Err(why) => problems.push(why),
+                        }
                         let wp = &mut self.progress.workloads[i];
                         wp.state = WorkloadState::Undone;
                         if restored && wp.written_at.is_none() {
@@ -106,6 +114,12 @@ impl Deploying<'_> {
         if !undone.is_empty() {
             detail.push_str(&format!("; put back: {}", undone.join(", ")));
         }
+        if !replaced.is_empty() {
+            detail.push_str(&format!(
+                "; replaced {} (not Ready on the undone revision: its controller waits for them to be deleted)",
+                replaced.join("; ")
+            ));
+        }
         if !gone.is_empty() {
             detail.push_str(&format!("; deleted during the deploy, not created again: {}", gone.join(", ")));
         }
@@ -148,16 +162,24 @@ impl Deploying<'_> {
             let plan = core::undo_plan(w.kind, &object, &wp.containers, &self.action.change_id);
             if plan.is_empty() {
                 return Ok(if plan.others.is_empty() {
-                    Undone::Back { restored: false }
+                    Undone::Back { restored: false, replaced: Ok(Vec::new()) }
                 } else {
                     Undone::Others(plan.others)
                 });
             }
+            // A StatefulSet's roll-out of the deploy's template, its pods on it to replace after.
+            let failed = (w.kind == core::WorkloadKind::StatefulSet).then(|| core::rolling_revision(&object)).flatten();
             let version = object.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or_default();
             let body = core::undo_patch(w.kind, &plan, wp.previous_change.as_deref(), version);
             let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..PatchParams::default() };
             match self.api(w).patch(&w.name, &params, &Patch::Strategic(&body)).await {
-                Ok(_) if plan.others.is_empty() => return Ok(Undone::Back { restored: true }),
+                Ok(_) if plan.others.is_empty() => {
+                    let replaced = match &failed {
+                        Some(failed) => self.replace_stuck(w, failed).await,
+                        None => Ok(Vec::new()),
+                    };
+                    return Ok(Undone::Back { restored: true, replaced });
+                }
                 Ok(_) => return Ok(Undone::Others(plan.others)),
                 Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Undone::Gone),
                 // Someone wrote it since our read: read again, theirs may now be in it.

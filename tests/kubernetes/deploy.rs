@@ -440,6 +440,9 @@ async fn missing_deploy_permissions_are_a_clear_start_up_error_and_rbac_prints_t
             .iter()
             .any(|r| r["resources"][0] == "deployments" && r["verbs"].as_array().unwrap().contains(&"patch".into()))
     );
+    // A StatefulSet's forced rollback after an undo deletes its pods stuck on the undone revision.
+    let pods = rules.iter().find(|r| r["resources"][0] == "pods").unwrap_or_else(|| panic!("no pods rule: {rules:?}"));
+    assert_eq!(pods["verbs"], serde_json::json!(["list", "watch", "delete"]), "{pods}");
 }
 
 /// The item 2: a person sets `:hotfix` on one Deployment while the deploy waits for the

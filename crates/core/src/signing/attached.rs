@@ -177,14 +177,20 @@ pub fn signature_layer(signer: &Signer, docker_reference: &str, digest: &str) ->
     Some((layer, payload))
 }
 
-/// An `.att` layer holding `envelope`, and its blob.
+/// An `.att` layer holding `envelope`, and its blob. It carries cosign's signature annotation
+/// empty, as cosign writes every attestation layer: readers of the tag form (cosign's tags-only
+/// path, Kyverno's default) refuse a layer without it ("missing dev.cosignproject.cosign/signature
+/// annotation"); the signature itself is inside the envelope.
 pub fn attestation_layer(envelope: &Envelope, predicate_type: &str) -> (Layer, Vec<u8>) {
     let blob = envelope.to_json();
     let layer = Layer {
         media_type: DSSE_MEDIA_TYPE.to_string(),
         size: blob.len() as u64,
         digest: sha256(&blob),
-        annotations: BTreeMap::from([(PREDICATE_TYPE_ANNOTATION.to_string(), predicate_type.to_string())]),
+        annotations: BTreeMap::from([
+            (PREDICATE_TYPE_ANNOTATION.to_string(), predicate_type.to_string()),
+            (SIGNATURE_ANNOTATION.to_string(), String::new()),
+        ]),
         rest: BTreeMap::new(),
     };
     (layer, blob)

@@ -6,7 +6,7 @@
 use futures::future::BoxFuture;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ApiResource, ListParams};
+use kube::api::{Api, ApiResource, DeleteParams, ListParams, Preconditions};
 use serde_json::{Value, json};
 
 use super::carrier::ActionRef;
@@ -59,6 +59,10 @@ impl PoolObjects for Jobs {
 
     fn output_tail<'a>(&'a self, client: &'a kube::Client, namespace: &'a str, name: &'a str) -> BoxFuture<'a, String> {
         Box::pin(termination_message(client, namespace, name))
+    }
+
+    fn clean_up<'a>(&'a self, client: &'a kube::Client, namespace: &'a str, job: &'a Value) -> BoxFuture<'a, ()> {
+        Box::pin(delete_pods(client, namespace, job))
     }
 }
 
@@ -261,6 +265,33 @@ pub fn job_outcome(job: &Value) -> Option<(bool, String)> {
 /// Whether Kueue holds the Job (suspended, not finished): it waits for quota, not running.
 pub fn job_queued(job: &Value) -> bool {
     job["spec"]["suspend"] == json!(true)
+}
+
+/// Deletes the pods of a finished Job (by its uid: the pods of this Job, not of one made again
+/// under its name). The Job keeps its status; Kubernetes keeps a finished Job's pods until the Job
+/// goes, so without this every build would leave its pod behind. A failure is logged: the build's
+/// outcome stands.
+pub async fn delete_pods(client: &kube::Client, namespace: &str, job: &Value) {
+    let name = job["metadata"]["name"].as_str().unwrap_or_default();
+    let Some(uid) = job["metadata"]["uid"].as_str() else { return };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let selector = format!("batch.kubernetes.io/controller-uid={uid}");
+    let listed = match pods.list(&ListParams::default().labels(&selector)).await {
+        Ok(listed) => listed,
+        Err(err) => {
+            tracing::warn!(job = name, namespace, error = %err, "cannot list the finished Job's pods to delete them");
+            return;
+        }
+    };
+    for pod in listed.items {
+        let Some(pod_name) = pod.metadata.name else { continue };
+        let params = DeleteParams { preconditions: pod.metadata.uid.map(|uid| Preconditions { uid: Some(uid), resource_version: None }), ..DeleteParams::background() };
+        match pods.delete(&pod_name, &params).await {
+            Ok(_) => tracing::debug!(job = name, pod = %pod_name, "deleted the finished Job's pod"),
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+            Err(err) => tracing::warn!(job = name, pod = %pod_name, error = %err, "cannot delete the finished Job's pod"),
+        }
+    }
 }
 
 /// The termination messages of a Job's pods (the end of their log, with FallbackToLogsOnError).

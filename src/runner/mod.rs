@@ -21,6 +21,7 @@ pub mod objects;
 pub mod pool;
 mod registry_rebase;
 mod secrets;
+pub mod strict;
 mod verify;
 mod watch;
 
@@ -93,6 +94,11 @@ pub enum RunnerError {
     /// The API refused to create the object (a conflict is not an error: the object is followed).
     #[error("cannot create {kind} {name}: {source}")]
     Create { kind: &'static str, name: String, source: kube::Error },
+    /// The API refused a field of the object (created with `fieldValidation=Strict`).
+    #[error(
+        "the cluster refused {kind} {name}: it does not know {fields} (created with fieldValidation=Strict, so nothing is dropped silently; the cluster's Kubernetes or CRD is older than the field: upgrade it, or remove what sets the field): {message}"
+    )]
+    Refused { kind: &'static str, name: String, fields: String, message: String },
 }
 
 const IDLE: Duration = Duration::from_secs(60);

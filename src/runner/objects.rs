@@ -50,6 +50,12 @@ pub trait PoolObjects: Send + Sync {
     fn queued(&self, _object: &Value) -> bool {
         false
     }
+    /// Removes what the finished object left running or stored in the cluster besides itself
+    /// (a Job's pods), once its outcome and output were read; the object stays, the record of
+    /// the build (and what a restart follows).
+    fn clean_up<'a>(&'a self, _client: &'a kube::Client, _namespace: &'a str, _object: &'a Value) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
     /// What a failed one leaves to read besides its own status (a Job's pods' messages).
     fn output_tail<'a>(
         &'a self,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -120,14 +120,14 @@ impl Site {
         let namespace = &self.pool.settings.namespace;
         let kind = self.objects.kind();
         let object = self.objects.object(action, target, place, max_attempts).map_err(CreateError::Failed)?;
-        let object: DynamicObject = serde_json::from_value(object)
-            .map_err(|source| CreateError::Failed(RunnerError::BuildObject { source }))?;
         let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &self.objects.resource());
-        let result = api.create(&PostParams::default(), &object).await.map(|_| ());
-        match result {
-            Ok(()) => {
+        match super::strict::create(&api, &object).await {
+            Ok(warnings) => {
                 self.health.answered();
                 tracing::info!(name = %action.key, pool = %self.pool.name, namespace = %namespace, "{kind} created");
+                for warning in warnings {
+                    tracing::warn!(name = %action.key, pool = %self.pool.name, warning = %warning, "the cluster warns about the {kind} it accepted");
+                }
                 Ok(())
             }
             Err(kube::Error::Api(e)) if e.code == 409 => {
@@ -141,7 +141,7 @@ impl Site {
             }
             Err(source) => {
                 self.health.answered();
-                Err(CreateError::Failed(RunnerError::Create { kind, name: action.key.to_string(), source }))
+                Err(CreateError::Failed(super::strict::refusal(kind, action.key, source)))
             }
         }
     }
@@ -149,12 +149,12 @@ impl Site {
     /// Waits for the build to finish, recording each time a queue (Kueue) holds or admits it.
     async fn follow(&self, runner: &Runner, action: &ClaimedAction, progress: &mut BuildProgress) -> Outcome {
         let objects = self.objects;
-        let (success, detail) = loop {
+        let ((success, detail), finished) = loop {
             let queued = progress.queued;
             let seen = self
                 .watched
                 .wait(&action.key, |object| match objects.outcome(object) {
-                    Some(done) => Some(Err(done)),
+                    Some(done) => Some(Err((done, object.clone()))),
                     None if objects.queued(object) != queued => Some(Ok(!queued)),
                     None => None,
                 })
@@ -163,13 +163,14 @@ impl Site {
                 Err(done) => break done,
                 Ok(now_queued) => {
                     progress.queued = now_queued;
+                    // Recorded first: what the log says, `status` shows already.
+                    record(runner, action, progress).await;
                     let kind = objects.kind();
                     if now_queued {
                         tracing::info!(action = %action.key, pool = %self.pool.name, "the {kind} waits in its Kueue queue");
                     } else {
                         tracing::info!(action = %action.key, pool = %self.pool.name, "Kueue admitted the {kind}; it runs");
                     }
-                    record(runner, action, progress).await;
                 }
             }
         };
@@ -178,6 +179,7 @@ impl Site {
         } else {
             objects.output_tail(&self.client, &self.pool.settings.namespace, &action.key).await
         };
+        objects.clean_up(&self.client, &self.pool.settings.namespace, &finished).await;
         Outcome { success, detail, output_tail }
     }
 }

@@ -2,7 +2,8 @@
 //! pools, deploys, and both ledgers (SQLite and ConfigMaps) under the same operations; and, on the
 //! real control plane (`support::control_plane`, one per run of this binary), deploys the double
 //! cannot show (`real_deploy`, `terminating_namespace`), over every workload kind
-//! (`real_workloads`) and the runner's Jobs (`real_jobs`), and exact rights: the daemon and
+//! (`real_workloads`), the runner's Jobs (`real_jobs`), kpack Builds (`real_kpack`) and a Job
+//! Kueue evicts (`real_kueue`), and exact rights: the daemon and
 //! `check --online` under what `builder-monitor rbac` prints, and less (`exact_rbac`,
 //! `online_access`).
 //!
@@ -24,6 +25,8 @@ mod online_access;
 mod pools;
 mod real_deploy;
 mod real_jobs;
+mod real_kpack;
+mod real_kueue;
 mod real_workloads;
 mod terminating_namespace;
 mod write_ahead;

@@ -1,8 +1,10 @@
 //! The Kubernetes runner's Jobs on the real control plane (`support::control_plane`), in a
 //! namespace that enforces (and warns at) Pod Security `restricted`: the Job of each pool (one
 //! with a pod template of its own, one queued through Kueue) is accepted with
-//! `fieldValidation=Strict` and no warning; and the daemon follows the Jobs it creates to success
-//! and to failure as the node agent ends their pods.
+//! `fieldValidation=Strict` (as the runner creates it: `builder_monitor::runner::strict`) and no
+//! warning, a field the server does not know is refused naming it, and the server's warnings are
+//! returned; and the daemon follows the Jobs it creates to success and to failure as the node
+//! agent ends their pods, logs what the server warned about, and deletes the finished Jobs' pods.
 
 use crate::support;
 
@@ -11,6 +13,7 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 
 use builder_monitor::ledger::{ActionState, Ledger};
+use builder_monitor::runner::strict;
 use support::cnb::BuilderSpec;
 use support::control_plane::{ENFORCE, TestNamespace, control_plane};
 use support::daemon::{Daemon, Workspace};
@@ -19,6 +22,8 @@ use support::registry::TestRegistry;
 
 /// The annotation by which the node agent ends a Job's pod with an exit code.
 const EXIT_CODE: &str = "fake-kubelet.builder-monitor.test/exit-code";
+/// A node label the server warns about (deprecated since Kubernetes 1.14).
+const DEPRECATED: &str = "beta.kubernetes.io/arch";
 
 struct World {
     _registry: TestRegistry,
@@ -61,7 +66,12 @@ impl World {
             "spec:\n  tolerations:\n  - key: spot\n    operator: Exists\n  containers:\n  - name: build\n    resources:\n      limits:\n        memory: 8Gi\n  - name: mirror\n    image: registry.example.com/mirror:2\n    securityContext:\n      allowPrivilegeEscalation: false\n      capabilities:\n        drop: [ALL]\n",
         )
         .unwrap();
-        std::fs::write(ws.path("bad.yaml"), format!("metadata:\n  annotations:\n    {EXIT_CODE}: \"3\"\n")).unwrap();
+        // `bad` also selects its node by the label deprecated since 1.14: the server warns.
+        std::fs::write(
+            ws.path("bad.yaml"),
+            format!("metadata:\n  annotations:\n    {EXIT_CODE}: \"3\"\nspec:\n  nodeSelector:\n    {DEPRECATED}: amd64\n"),
+        )
+        .unwrap();
         let images: String = ["good", "bad"]
             .iter()
             .map(|app| {
@@ -117,21 +127,12 @@ impl World {
         serde_json::from_str(&out.stdout).unwrap()
     }
 
-    /// Creates `job` as NAME with `fieldValidation=Strict`; returns the answer's status and its
-    /// `Warning` headers.
-    async fn create_strictly(&self, mut job: Value, name: &str) -> (u16, Vec<String>, String) {
+    /// Creates `job` as NAME as the runner does (`fieldValidation=Strict`): the server's warnings,
+    /// or its refusal.
+    async fn create_strictly(&self, mut job: Value, name: &str) -> Result<Vec<String>, kube::Error> {
         job["metadata"]["name"] = json!(name);
         job["metadata"]["namespace"] = json!(self.ns.name);
-        let uri = format!("/apis/batch/v1/namespaces/{}/jobs?fieldValidation=Strict", self.ns.name);
-        let request = hyper::Request::post(uri)
-            .header("content-type", "application/json")
-            .body(kube::client::Body::from(serde_json::to_vec(&job).unwrap()))
-            .unwrap();
-        let response = self.ns.client.send(request).await.expect("an answer");
-        let status = response.status().as_u16();
-        let warnings = response.headers().get_all("warning").iter().map(|w| w.to_str().unwrap().to_string()).collect();
-        let body = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
-        (status, warnings, String::from_utf8_lossy(&body).into_owned())
+        strict::create(&self.ns.api("batch/v1", "Job").await, &job).await
     }
 }
 
@@ -146,21 +147,30 @@ async fn each_pools_job_is_accepted_strictly_and_restricted_without_warnings() {
         assert_eq!(job["kind"], "Job", "{job}");
         assert_eq!(job["metadata"]["annotations"]["buildermonitor.dev/pool"], pool, "{job}");
         let name = format!("strict-{image}-{pool}");
-        let (status, warnings, body) = w.create_strictly(job, &name).await;
-        assert_eq!(status, 201, "{name}: {body}");
-        assert!(warnings.is_empty(), "{name}: {warnings:?}");
+        let warnings = w.create_strictly(job, &name).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        if image == "bad" {
+            // Only the deprecated node label its template sets: nothing of the daemon's own.
+            assert_eq!(warnings.len(), 1, "{warnings:?}");
+            assert!(warnings[0].starts_with(&format!("spec.template.spec.nodeSelector[{DEPRECATED}]")), "{warnings:?}");
+        } else {
+            assert!(warnings.is_empty(), "{name}: {warnings:?}");
+        }
     }
-    // The checks can fail: a field the server does not know is refused, a pod that is not
-    // restricted is warned about.
+    // The checks can fail: a field the server does not know is refused, named in the runner's
+    // error; a pod that is not restricted is warned about.
     let mut unknown = w.spec("good", "a");
     unknown["spec"]["template"]["spec"]["containers"][0]["buildCache"] = json!(true);
-    let (status, _, body) = w.create_strictly(unknown, "strict-unknown").await;
-    assert_eq!(status, 400, "{body}");
-    assert!(body.contains("buildCache"), "{body}");
+    let refused = w.create_strictly(unknown, "strict-unknown").await.expect_err("an unknown field is refused");
+    assert!(matches!(&refused, kube::Error::Api(s) if s.code == 400), "{refused}");
+    let error = strict::refusal("Job", "strict-unknown", refused).to_string();
+    assert!(
+        error.starts_with("the cluster refused Job strict-unknown: it does not know \"spec.template.spec.containers[0].buildCache\" (created with fieldValidation=Strict"),
+        "{error}"
+    );
+    assert!(w.ns.get("batch/v1", "Job", "strict-unknown").await.is_none());
     let mut lax = w.spec("good", "a");
     lax["spec"]["template"]["spec"]["containers"][0].as_object_mut().unwrap().remove("securityContext");
-    let (status, warnings, body) = w.create_strictly(lax, "strict-lax").await;
-    assert_eq!(status, 201, "{body}");
+    let warnings = w.create_strictly(lax, "strict-lax").await.expect("accepted, with a warning");
     assert!(warnings.iter().any(|w| w.contains("restricted")), "{warnings:?}");
 
     let queued = w.ns.get("batch/v1", "Job", "strict-good-c").await.unwrap();
@@ -194,7 +204,7 @@ async fn the_runner_follows_its_jobs_to_success_and_failure() {
         v["target"] == "builder_monitor_core::event"
             && matches!(v["event_type"].as_str(), Some("build.succeeded" | "build.failed"))
     });
-    let (status, _) = daemon.terminate();
+    let (status, log) = daemon.terminate();
     assert!(status.success());
     let failed = [&first, &second].into_iter().find(|e| e["event_type"] == "build.failed").unwrap();
     assert!(failed["message"].as_str().unwrap().contains("BackoffLimitExceeded"), "the Job's reason: {failed}");
@@ -218,5 +228,33 @@ async fn the_runner_follows_its_jobs_to_success_and_failure() {
         let conditions = job["status"]["conditions"].as_array().cloned().unwrap_or_default();
         assert!(conditions.iter().any(|c| c["type"] == condition && c["status"] == "True"), "{app}: {conditions:?}");
         assert_eq!(job["metadata"]["annotations"]["buildermonitor.dev/pool"], "a");
+        // The server's warning about bad's Job, in the daemon's log; none about good's.
+        let warned: Vec<&String> = log
+            .iter()
+            .filter(|l| l.contains("the cluster warns about the Job it accepted") && l.contains(action.key.as_str()))
+            .collect();
+        if app == "bad" {
+            assert_eq!(warned.len(), 1, "{log:#?}");
+            assert!(warned[0].contains(&format!("spec.template.spec.nodeSelector[{DEPRECATED}]")), "{}", warned[0]);
+        } else {
+            assert!(warned.is_empty(), "{warned:?}");
+        }
+        // Its pods deleted once it finished (the Job stays, with its status).
+        no_pods_left(&w.ns, &job).await;
+    }
+}
+
+/// Waits until no pod of `job` (by its uid) is left: each one listed now is deleted.
+async fn no_pods_left(ns: &TestNamespace, job: &Value) {
+    let pods = ns.api("v1", "Pod").await;
+    let selector = format!("batch.kubernetes.io/controller-uid={}", job["metadata"]["uid"].as_str().unwrap());
+    let listed = pods.list(&kube::api::ListParams::default().labels(&selector)).await.unwrap();
+    for pod in listed.items {
+        let (name, uid) = (pod.metadata.name.unwrap(), pod.metadata.uid.unwrap());
+        let gone = kube::runtime::wait::await_condition(pods.clone(), &name, kube::runtime::wait::conditions::is_deleted(&uid));
+        tokio::time::timeout(support::PATIENCE, gone)
+            .await
+            .unwrap_or_else(|_| panic!("pod {name} of Job {} still there", job["metadata"]["name"]))
+            .unwrap();
     }
 }

@@ -15,7 +15,7 @@ use super::facts::{AfterRestart, BackendKind, EVERY_KIND, Facts, RebasePath, Rul
 use builder_monitor_core::plan::{Scheduling, Toleration};
 
 /// The `kubernetes` runner's answers: Jobs made and watched, their pods listed for the
-/// termination message; a Job retries its own pods (`backoffLimit`), so its failure is final; it
+/// termination message and deleted once the Job finished; a Job retries its own pods (`backoffLimit`), so its failure is final; it
 /// lives in the cluster, so a restart follows it.
 pub const FACTS: Facts = Facts {
     backend: BackendKind::Runner(RunnerKind::Kubernetes),
@@ -23,7 +23,7 @@ pub const FACTS: Facts = Facts {
     setting: "[runner] type = \"kubernetes\"",
     permissions: &[
         Rule { group: "batch", resource: "jobs", verbs: &["create", "get", "list", "watch"] },
-        Rule { group: "", resource: "pods", verbs: &["list"] },
+        Rule { group: "", resource: "pods", verbs: &["list", "delete"] },
     ],
     kinds: EVERY_KIND,
     retries: false,

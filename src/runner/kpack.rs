@@ -137,8 +137,10 @@ pub fn build(action: &ActionRef<'_>, target: &ActionTarget, place: &Placement<'_
         if let Some(sub) = &source.sub_path {
             spec["source"]["subPath"] = json!(sub);
         }
-    } else if action.kind == ActionKind::Rebuild {
-        return Err(RunnerError::NoSource { image: action.image.to_string() });
+    } else {
+        // kpack validates every Build's source (exactly one of git, blob, registry), a rebase's
+        // too: it copies the Image's. Without one, kpack's webhook refuses the Build.
+        return Err(RunnerError::NoKpackSource { image: action.image.to_string() });
     }
     if !target.env.is_empty() {
         let env: Vec<Value> = target.env.iter().map(|(k, v)| json!({ "name": k, "value": v })).collect();

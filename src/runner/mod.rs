@@ -73,6 +73,10 @@ pub enum RunnerError {
     MissingSettings(&'static str),
     #[error("image {image} has no source: a rebuild needs [[images]] source = {{ git = \"…\" }}")]
     NoSource { image: String },
+    #[error(
+        "image {image} has no source: kpack refuses a Build without one, a rebase's too; add [[images]] source = {{ git = \"…\", revision = \"…\" }} (what kpack's Image builds from)"
+    )]
+    NoKpackSource { image: String },
     #[error("a rebase needs the new run image")]
     NoRunImage,
     #[error("a {0} action is not carried out by a build Job")]

@@ -37,9 +37,16 @@ async fn the_daemons_kpack_builds_pass_the_crd_strictly_and_kpacks_own_types() {
     let pusher = Pusher::new(&registry.host);
     let host = registry.host.clone();
     let run = format!("{host}/demo/run:latest");
-    pusher.push_index("demo/run", "latest", &[Image::new("amd64")], Format::Oci).await;
+    let (_, run_images) = pusher.push_index("demo/run", "latest", &[Image::new("amd64")], Format::Oci).await;
     pusher.push_image("demo/builder", Some("latest"), &BuilderSpec::jammy(&run).image(), Format::Oci).await;
-    pusher.push_image("apps/web", Some("latest"), &Image::new("amd64").salt("web"), Format::Oci).await;
+    // An app built on the run image (its lifecycle metadata names it): a rebase can be planned.
+    let lifecycle = json!({"runImage": {"image": run, "topLayer": "sha256:top",
+                                         "reference": format!("{host}/demo/run@{}", run_images[0].digest)}});
+    let app = Image::new("amd64")
+        .salt("web")
+        .label("io.buildpacks.lifecycle.metadata", lifecycle.to_string())
+        .label("io.buildpacks.stack.id", "io.buildpacks.stacks.jammy");
+    pusher.push_image("apps/web", Some("latest"), &app, Format::Oci).await;
     let ns = control_plane().namespace("kpack").await;
     let ws = Workspace::new();
     std::fs::write(
@@ -122,6 +129,19 @@ async fn the_daemons_kpack_builds_pass_the_crd_strictly_and_kpacks_own_types() {
         "{web:#}"
     );
 
+    // An app without source: kpack refuses any Build without one (the check below shows it), so
+    // the runner names what to add instead of writing one.
+    let lib = ws.path("lib.toml");
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "\n[runner]",
+        &format!("\n[[images]]\nname = \"lib\"\nbuilder = \"jammy\"\nimage = \"{host}/apps/web:latest\"\npolicy = \"rebase\"\n\n[runner]"),
+    );
+    std::fs::write(&lib, text).unwrap();
+    let lib = lib.to_str().unwrap();
+    let out = ws.run(&["build-spec", "--config", lib, "--image", "lib", "--action", "rebase", "--output", "json"]);
+    assert_ne!(out.code, Some(0), "{}", out.stdout);
+    assert!(out.stderr.contains("image lib has no source: kpack refuses a Build without one"), "{}", out.stderr);
+
     // kpack's own types: every Build above passes; and the check can fail.
     kpack_check(&builds).unwrap_or_else(|e| panic!("kpack's v1alpha2 types refuse a Build of the daemon:\n{e}"));
     let mut unknown = build.clone();
@@ -129,6 +149,10 @@ async fn the_daemons_kpack_builds_pass_the_crd_strictly_and_kpacks_own_types() {
     let bad = ws.path("bad");
     std::fs::create_dir(&bad).unwrap();
     std::fs::write(bad.join("unknown.json"), serde_json::to_vec(&unknown).unwrap()).unwrap();
-    let refused = kpack_check(&bad).expect_err("a field kpack does not know is refused");
-    assert!(refused.contains("unknown field \\\"spec.buildCache\\\"") || refused.contains("spec.buildCache"), "{refused}");
+    let mut sourceless = build.clone();
+    sourceless["spec"].as_object_mut().unwrap().remove("source");
+    std::fs::write(bad.join("sourceless.json"), serde_json::to_vec(&sourceless).unwrap()).unwrap();
+    let refused = kpack_check(&bad).expect_err("a field kpack does not know, and no source, are refused");
+    assert!(refused.contains(r#"unknown.json: kpack's v1alpha2 Build does not have: unknown field "spec.buildCache""#), "{refused}");
+    assert!(refused.contains("sourceless.json: kpack's validation refuses it: expected exactly one, got neither"), "{refused}");
 }

@@ -229,7 +229,12 @@ mod tests {
         assert_eq!(answers(of(RunnerKind::Exec)), command(vec![], true, AfterRestart::RunAgain, false));
         assert_eq!(
             answers(of(RunnerKind::Kubernetes)),
-            command(vec![("batch", "jobs", watch()), ("", "pods", vec!["list", "delete"])], false, AfterRestart::Follow, false)
+            command(
+                vec![("batch", "jobs", watch()), ("", "pods", vec!["list", "delete"])],
+                false,
+                AfterRestart::Follow,
+                false
+            )
         );
         assert_eq!(
             answers(of(RunnerKind::Kpack)),

@@ -285,11 +285,16 @@ pub async fn delete_pods(client: &kube::Client, namespace: &str, job: &Value) {
     };
     for pod in listed.items {
         let Some(pod_name) = pod.metadata.name else { continue };
-        let params = DeleteParams { preconditions: pod.metadata.uid.map(|uid| Preconditions { uid: Some(uid), resource_version: None }), ..DeleteParams::background() };
+        let params = DeleteParams {
+            preconditions: pod.metadata.uid.map(|uid| Preconditions { uid: Some(uid), resource_version: None }),
+            ..DeleteParams::background()
+        };
         match pods.delete(&pod_name, &params).await {
             Ok(_) => tracing::debug!(job = name, pod = %pod_name, "deleted the finished Job's pod"),
             Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-            Err(err) => tracing::warn!(job = name, pod = %pod_name, error = %err, "cannot delete the finished Job's pod"),
+            Err(err) => {
+                tracing::warn!(job = name, pod = %pod_name, error = %err, "cannot delete the finished Job's pod")
+            }
         }
     }
 }

@@ -90,7 +90,9 @@ mod tests {
     #[test]
     fn warning_headers_lose_their_code_and_quotes() {
         assert_eq!(
-            warning_text(r#"299 - "spec.template.spec.nodeSelector[beta.kubernetes.io/arch]: deprecated since v1.14; use \"kubernetes.io/arch\" instead""#),
+            warning_text(
+                r#"299 - "spec.template.spec.nodeSelector[beta.kubernetes.io/arch]: deprecated since v1.14; use \"kubernetes.io/arch\" instead""#
+            ),
             r#"spec.template.spec.nodeSelector[beta.kubernetes.io/arch]: deprecated since v1.14; use "kubernetes.io/arch" instead"#
         );
         assert_eq!(warning_text("plain"), "plain");

@@ -69,7 +69,9 @@ impl World {
         // `bad` also selects its node by the label deprecated since 1.14: the server warns.
         std::fs::write(
             ws.path("bad.yaml"),
-            format!("metadata:\n  annotations:\n    {EXIT_CODE}: \"3\"\nspec:\n  nodeSelector:\n    {DEPRECATED}: amd64\n"),
+            format!(
+                "metadata:\n  annotations:\n    {EXIT_CODE}: \"3\"\nspec:\n  nodeSelector:\n    {DEPRECATED}: amd64\n"
+            ),
         )
         .unwrap();
         let images: String = ["good", "bad"]
@@ -245,13 +247,17 @@ async fn the_runner_follows_its_jobs_to_success_and_failure() {
 }
 
 /// Waits until no pod of `job` (by its uid) is left: each one listed now is deleted.
-async fn no_pods_left(ns: &TestNamespace, job: &Value) {
+pub async fn no_pods_left(ns: &TestNamespace, job: &Value) {
     let pods = ns.api("v1", "Pod").await;
     let selector = format!("batch.kubernetes.io/controller-uid={}", job["metadata"]["uid"].as_str().unwrap());
     let listed = pods.list(&kube::api::ListParams::default().labels(&selector)).await.unwrap();
     for pod in listed.items {
         let (name, uid) = (pod.metadata.name.unwrap(), pod.metadata.uid.unwrap());
-        let gone = kube::runtime::wait::await_condition(pods.clone(), &name, kube::runtime::wait::conditions::is_deleted(&uid));
+        let gone = kube::runtime::wait::await_condition(
+            pods.clone(),
+            &name,
+            kube::runtime::wait::conditions::is_deleted(&uid),
+        );
         tokio::time::timeout(support::PATIENCE, gone)
             .await
             .unwrap_or_else(|_| panic!("pod {name} of Job {} still there", job["metadata"]["name"]))

@@ -79,7 +79,8 @@ async fn the_daemons_kpack_builds_pass_the_crd_strictly_and_kpacks_own_types() {
     let builds = ws.path("builds");
     std::fs::create_dir(&builds).unwrap();
     for action in ["rebuild", "rebase"] {
-        let out = ws.run(&["build-spec", "--config", &config_arg, "--image", "web", "--action", action, "--output", "json"]);
+        let out =
+            ws.run(&["build-spec", "--config", &config_arg, "--image", "web", "--action", action, "--output", "json"]);
         assert_eq!(out.code, Some(0), "{action}: {}", out.stderr);
         let build: Value = serde_json::from_str(&out.stdout).unwrap();
         assert_eq!(build["kind"], "Build", "{build}");
@@ -96,7 +97,10 @@ async fn the_daemons_kpack_builds_pass_the_crd_strictly_and_kpacks_own_types() {
     assert_eq!(spec["tags"], json!([format!("{host}/apps/web:latest")]), "{build}");
     assert!(spec["builder"]["image"].as_str().unwrap().starts_with(&format!("{host}/demo/builder@sha256:")));
     assert_eq!(spec["builder"]["imagePullSecrets"], json!([{"name": "regcred"}]));
-    assert_eq!(spec["source"], json!({"git": {"url": "https://example.com/web.git", "revision": "main"}, "subPath": "app"}));
+    assert_eq!(
+        spec["source"],
+        json!({"git": {"url": "https://example.com/web.git", "revision": "main"}, "subPath": "app"})
+    );
     assert_eq!(spec["serviceAccountName"], "builder");
     assert_eq!(spec["nodeSelector"], json!({"zone": "eu-1b", "kubernetes.io/arch": "amd64"}));
     assert_eq!(spec["activeDeadlineSeconds"], 3600);
@@ -153,6 +157,12 @@ async fn the_daemons_kpack_builds_pass_the_crd_strictly_and_kpacks_own_types() {
     sourceless["spec"].as_object_mut().unwrap().remove("source");
     std::fs::write(bad.join("sourceless.json"), serde_json::to_vec(&sourceless).unwrap()).unwrap();
     let refused = kpack_check(&bad).expect_err("a field kpack does not know, and no source, are refused");
-    assert!(refused.contains(r#"unknown.json: kpack's v1alpha2 Build does not have: unknown field "spec.buildCache""#), "{refused}");
-    assert!(refused.contains("sourceless.json: kpack's validation refuses it: expected exactly one, got neither"), "{refused}");
+    assert!(
+        refused.contains(r#"unknown.json: kpack's v1alpha2 Build does not have: unknown field "spec.buildCache""#),
+        "{refused}"
+    );
+    assert!(
+        refused.contains("sourceless.json: kpack's validation refuses it: expected exactly one, got neither"),
+        "{refused}"
+    );
 }

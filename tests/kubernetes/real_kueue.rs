@@ -137,10 +137,16 @@ async fn a_workload_kueue_evicts_is_queued_again_and_built_once() {
     let mut evicted = vec![
         condition("QuotaReserved", false, "Pending", "Evicted by PodsReadyTimeout"),
         condition("Admitted", false, "NoReservation", "The workload has no reservation"),
-        condition("Evicted", true, "PodsReadyTimeout", &format!("Exceeded the PodsReady timeout {}/{workload}", ns.name)),
+        condition(
+            "Evicted",
+            true,
+            "PodsReadyTimeout",
+            &format!("Exceeded the PodsReady timeout {}/{workload}", ns.name),
+        ),
         condition("Requeued", false, "PodsReadyTimeout", "Exceeded the PodsReady timeout"),
     ];
-    let requeue_at = (chrono::Utc::now() + chrono::Duration::seconds(60)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let requeue_at =
+        (chrono::Utc::now() + chrono::Duration::seconds(60)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let stats = json!({"evictions": [{"reason": "PodsReadyTimeout", "underlyingCause": "", "count": 1}]});
     workload_status(
         &ns,
@@ -161,6 +167,9 @@ async fn a_workload_kueue_evicts_is_queued_again_and_built_once() {
     let job = ns.wait_for("batch/v1", "Job", &key, suspended).await;
     let conditions = job["status"]["conditions"].as_array().cloned().unwrap_or_default();
     assert!(!conditions.iter().any(|c| c["type"] == "Failed" && c["status"] == "True"), "{}", job["status"]);
+    // The pod removed by the suspension is no failure (its backoffLimit is 0: max_attempts 1).
+    assert_eq!(job["status"]["failed"].as_i64().unwrap_or(0), 0, "{}", job["status"]);
+    assert_eq!(job["spec"]["backoffLimit"], 0);
     daemon.wait_for("queued again", |v| v["message"] == "the Job waits in its Kueue queue" && v["action"] == key);
     let status = ws.run(&["status", "--json", "--config", &config_arg]);
     assert_eq!(status.code, Some(0), "{}", status.stderr);
@@ -194,6 +203,7 @@ async fn a_workload_kueue_evicts_is_queued_again_and_built_once() {
     assert_eq!(jobs.list(&ours).await.unwrap().items.len(), 1);
     let job = ns.get("batch/v1", "Job", &key).await.unwrap();
     assert_eq!(job["status"]["succeeded"], 1, "{}", job["status"]);
+    crate::real_jobs::no_pods_left(&ns, &job).await;
     let ledger = Ledger::open_read_only(&ws.path("state.db")).unwrap();
     let actions: Vec<_> = ledger.actions(10).await.unwrap().into_iter().filter(|a| a.image == "web").collect();
     assert_eq!(actions.len(), 1, "{actions:?}");

@@ -3,7 +3,7 @@
 //! real control plane (`support::control_plane`, one per run of this binary), deploys the double
 //! cannot show (`real_deploy`, `terminating_namespace`), over every workload kind
 //! (`real_workloads`), the runner's Jobs (`real_jobs`), kpack Builds (`real_kpack`) and a Job
-//! Kueue evicts (`real_kueue`), and exact rights: the daemon and
+//! Kueue evicts (`real_kueue`; `real_world` is the deploy tests' shared world), and exact rights: the daemon and
 //! `check --online` under what `builder-monitor rbac` prints, and less (`exact_rbac`,
 //! `online_access`).
 //!
@@ -28,5 +28,6 @@ mod real_jobs;
 mod real_kpack;
 mod real_kueue;
 mod real_workloads;
+mod real_world;
 mod terminating_namespace;
 mod write_ahead;

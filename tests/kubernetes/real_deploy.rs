@@ -8,163 +8,40 @@
 //! naming Pod Security and the refused pods' reason, instead of waiting out the progress
 //! deadline. Each undo puts the workload and the tag back and holds the later waves.
 
+use crate::real_world::{RealWorld, rolled_out as rolled_out_as, workload};
 use crate::support;
-
-use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
 use builder_monitor::ledger::{ActionState, Ledger};
-use builder_monitor::metrics::Metrics;
-use builder_monitor::registry::Registry;
-use builder_monitor_core::reference::ImageRef;
-use support::app::{self, App, RunImage};
-use support::cnb::BuilderSpec;
-use support::control_plane::{TestNamespace, control_plane};
-use support::daemon::{Daemon, Workspace};
-use support::images::{Format, Pusher};
-use support::registry::TestRegistry;
+use support::control_plane::control_plane;
+use support::daemon::Daemon;
 
 /// The apps, in roll-out order: the canary in wave 0, then one app per wave; each runs in a
 /// Deployment of its name.
-const APPS: [(&str, u32); 3] = [("canary", 0), ("web", 1), ("api", 2)];
+const APPS: [(&str, u32, &str); 3] = [("canary", 0, "Deployment"), ("web", 1, "Deployment"), ("api", 2, "Deployment")];
 
-struct World {
-    _registry: TestRegistry,
-    ns: TestNamespace,
-    pusher: Pusher,
-    ws: Workspace,
-    config: PathBuf,
-    host: String,
-    /// Each app's digest as built, on run image v1, by name.
-    built: Vec<(String, String)>,
+/// This file's world: [`APPS`], each in a Deployment (two replicas, containers `app` and
+/// `sidecar`, no security context), `extra` appended to the config.
+async fn world(extra: &str) -> RealWorld {
+    world_with_deadline(extra, None).await
 }
 
-impl World {
-    /// Run image v1, a builder naming it, [`APPS`] built on it, each running in a Deployment (two
-    /// replicas, containers `app` and `sidecar`) of a new namespace, rolled out by the real
-    /// controllers; `extra` is appended to the config. One `run --once` pins everything.
-    async fn new(extra: &str) -> Self {
-        World::with_deadline(extra, None).await
-    }
-
-    /// [`World::new`], the Deployments' `progressDeadlineSeconds` set when given.
-    async fn with_deadline(extra: &str, progress_deadline: Option<u32>) -> Self {
-        let registry = TestRegistry::start();
-        let pusher = Pusher::new(&registry.host);
-        let host = registry.host.clone();
-        let run_tag = format!("{host}/demo/run:latest");
-        let run_v1 = RunImage::jammy("1", 3);
-        let pushed = app::push_run(&pusher, "demo/run", Some("latest"), &run_v1, Format::Oci).await;
-        pusher.push_image("demo/builder", Some("latest"), &BuilderSpec::jammy(&run_tag).image(), Format::Oci).await;
-        let ns = control_plane().namespace("deploy").await;
-        let ws = Workspace::new();
-        let mut images = String::new();
-        let mut built = Vec::new();
-        for (name, wave) in APPS {
-            let app = App::on(&run_v1, &run_tag, &format!("{host}/demo/run@{}", pushed.digest)).label("app", name);
-            let digest =
-                app::push_app(&pusher, &format!("apps/{name}"), Some("latest"), &app, Format::Oci).await.digest;
-            let mut object = deployment(name, &format!("{host}/apps/{name}@{digest}"));
-            if let Some(seconds) = progress_deadline {
-                object["spec"]["progressDeadlineSeconds"] = json!(seconds);
-            }
-            ns.create(object).await;
-            built.push((name.to_string(), digest));
-            images += &format!(
-                "[[images]]\nname = \"{name}\"\nbuilder = \"jammy\"\nimage = \"{host}/apps/{name}:latest\"\n\
-                 wave = {wave}\ndeploy = [{{ kind = \"Deployment\", namespace = \"{}\", name = \"{name}\" }}]\n\n",
-                ns.name
-            );
+/// [`world`], the Deployments' `progressDeadlineSeconds` set when given.
+async fn world_with_deadline(extra: &str, progress_deadline: Option<u32>) -> RealWorld {
+    RealWorld::start("deploy", &APPS, extra, |kind, name, image| {
+        let mut object = workload(kind, name, image);
+        if let Some(seconds) = progress_deadline {
+            object["spec"]["progressDeadlineSeconds"] = json!(seconds);
         }
-        for (name, _) in APPS {
-            ns.wait_for("apps/v1", "Deployment", name, rolled_out).await;
-        }
-        let config = ws.config(&format!(
-            "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\njitter = \"0s\"\n\n\
-             [[builders]]\nname = \"jammy\"\nimage = \"{host}/demo/builder:latest\"\n\n{images}\
-             [runner]\ntype = \"none\"\nrebase = \"registry\"\nmax_attempts = 1\n\n\
-             [kubernetes]\nkubeconfig = \"{}\"\nnamespace = \"{}\"\n\n{extra}",
-            ns.kubeconfig.display(),
-            ns.name
-        ));
-        let world = World { _registry: registry, ns, pusher, ws, config, host, built };
-        let first = world.cli(&["run", "--once"]);
-        assert_eq!(first.code, Some(0), "{}", first.stderr);
-        world
-    }
-
-    fn cli(&self, args: &[&str]) -> support::daemon::Output {
-        let mut all: Vec<&str> = args.to_vec();
-        all.extend(["--config", self.config.to_str().unwrap()]);
-        self.ws.run(&all)
-    }
-
-    /// Every event recorded, in order: (type, image).
-    async fn events(&self) -> Vec<(String, String)> {
-        let events = Ledger::open_read_only(&self.ws.path("state.db")).unwrap().events_after(0, 1000).await.unwrap();
-        events
-            .into_iter()
-            .map(|e| {
-                let v = serde_json::to_value(&e.event).unwrap();
-                (e.event.event_type.to_string(), v["action"]["image"].as_str().unwrap_or_default().to_string())
-            })
-            .collect()
-    }
-
-    async fn move_run_image(&self) {
-        app::push_run(&self.pusher, "demo/run", Some("latest"), &RunImage::jammy("2", 4), Format::Oci).await;
-    }
-
-    fn built(&self, app: &str) -> String {
-        self.built.iter().find(|(n, _)| n == app).map(|(_, d)| d.clone()).unwrap()
-    }
-
-    fn reference(&self, app: &str, digest: &str) -> String {
-        format!("{}/apps/{app}@{digest}", self.host)
-    }
-
-    async fn tag(&self, app: &str) -> String {
-        builder_monitor::install_crypto_provider();
-        let registry = Registry::new([], Metrics::new());
-        let tag = ImageRef::parse(&format!("{}/apps/{app}:latest", self.host)).unwrap();
-        registry.head_manifest(&tag).await.unwrap().digest
-    }
-
-    /// The image of container `app` of Deployment NAME, as the server holds it.
-    async fn running(&self, name: &str) -> String {
-        let d = self.ns.get("apps/v1", "Deployment", name).await.expect("the Deployment");
-        d["spec"]["template"]["spec"]["containers"][0]["image"].as_str().unwrap().to_string()
-    }
-}
-
-/// A Deployment as a person would write it: no security context (Pod Security `baseline` admits
-/// its pods, `restricted` refuses them).
-fn deployment(name: &str, image: &str) -> Value {
-    json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [
-                    {"name": "app", "image": image},
-                    {"name": "sidecar", "image": "registry.example/proxy:1"},
-                ]},
-            },
-        },
+        object
     })
+    .await
 }
 
 /// The controllers report the Deployment's current generation rolled out and available.
 fn rolled_out(d: &Value) -> bool {
-    let status = &d["status"];
-    status["observedGeneration"] == d["metadata"]["generation"]
-        && status["updatedReplicas"] == d["spec"]["replicas"]
-        && status["availableReplicas"] == d["spec"]["replicas"]
-        && status["replicas"] == d["spec"]["replicas"]
+    rolled_out_as("Deployment", d)
 }
 
 /// The real controllers roll each Deployment out; the daemon applies only the `app` image (its
@@ -172,14 +49,14 @@ fn rolled_out(d: &Value) -> bool {
 /// one before is healthy on the controllers' status.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_image_push_rolls_out_in_waves_on_the_real_controllers() {
-    let w = World::new("").await;
+    let w = world("").await;
     w.move_run_image().await;
     let out = w.cli(&["run", "--once"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    for (name, _) in APPS {
+    for (name, _, _) in APPS {
         let tag = w.tag(name).await;
         assert_ne!(tag, w.built(name), "{name}'s tag moved");
-        assert_eq!(w.running(name).await, w.reference(name, &tag), "{name} runs the new digest");
+        assert_eq!(w.image(name, 0).await, w.reference(name, &tag), "{name} runs the new digest");
         let d = w.ns.get("apps/v1", "Deployment", name).await.unwrap();
         assert!(rolled_out(&d), "{name} rolled out by the controller: {}", d["status"]);
         assert_eq!(d["spec"]["template"]["spec"]["containers"][1]["image"], "registry.example/proxy:1");
@@ -193,7 +70,7 @@ async fn a_run_image_push_rolls_out_in_waves_on_the_real_controllers() {
     // Each step after the one before: rebase, deploy written, deploy healthy, then the next app.
     let events = w.events().await;
     let mut last = 0;
-    for (name, _) in APPS {
+    for (name, _, _) in APPS {
         for step in ["rebase.succeeded", "deploy.started", "deploy.succeeded"] {
             let at = events.iter().position(|(t, i)| t == step && i == name).unwrap_or_else(|| panic!("{step} {name}"));
             assert!(at >= last, "{step} of {name} came before the step before it: {events:?}");
@@ -202,7 +79,7 @@ async fn a_run_image_push_rolls_out_in_waves_on_the_real_controllers() {
     }
     let out = w.cli(&["status", "--json"]);
     let status: Value = serde_json::from_str(&out.stdout).unwrap();
-    for (name, _) in APPS {
+    for (name, _, _) in APPS {
         let entry = status["deploys"].as_array().unwrap().iter().find(|d| d["image"] == name).unwrap();
         assert_eq!(entry["state"], "healthy", "{entry}");
     }
@@ -213,8 +90,8 @@ async fn a_run_image_push_rolls_out_in_waves_on_the_real_controllers() {
 /// judge the pods), and the deploy is undone: the Deployment and the tag back, web and api held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_roll_out_past_its_progress_deadline_is_undone() {
-    let w = World::with_deadline("[rollout]\nfail_after = \"10m\"\ndeploy_timeout = \"10m\"\n", Some(3)).await;
-    let before: Vec<String> = futures::future::join_all(APPS.iter().map(|(name, _)| w.running(name))).await;
+    let w = world_with_deadline("[rollout]\nfail_after = \"10m\"\ndeploy_timeout = \"10m\"\n", Some(3)).await;
+    let before: Vec<String> = futures::future::join_all(APPS.iter().map(|(name, _, _)| w.image(name, 0))).await;
     // Only new pods fail: the running ones keep running on the old digest.
     control_plane().fail_pulls(&format!("{}/apps/canary@", w.host)).await;
     w.move_run_image().await;
@@ -226,10 +103,10 @@ async fn a_roll_out_past_its_progress_deadline_is_undone() {
     assert!(status.success());
     let detail = failed["action"]["detail"].as_str().unwrap();
     assert!(detail.contains("ProgressDeadlineExceeded"), "{detail}");
-    assert_eq!(w.running("canary").await, before[0], "the canary's Deployment is back to what it ran");
+    assert_eq!(w.image("canary", 0).await, before[0], "the canary's Deployment is back to what it ran");
     assert_eq!(w.tag("canary").await, w.built("canary"), "and its tag too");
     for (i, name) in ["web", "api"].iter().enumerate() {
-        assert_eq!(w.running(name).await, before[i + 1], "{name} was never deployed");
+        assert_eq!(w.image(name, 0).await, before[i + 1], "{name} was never deployed");
         assert_eq!(w.tag(name).await, w.built(name), "{name} was never rebased");
     }
     let actions = Ledger::open_read_only(&w.ws.path("state.db")).unwrap().actions(100).await.unwrap();
@@ -244,8 +121,8 @@ async fn a_roll_out_past_its_progress_deadline_is_undone() {
 /// puts the Deployment and the tag back, and web and api wait, held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_roll_out_refused_by_pod_security_fails_at_once_and_is_undone() {
-    let w = World::new("[rollout]\nfail_after = \"1s\"\ndeploy_timeout = \"10m\"\n").await;
-    let before: Vec<String> = futures::future::join_all(APPS.iter().map(|(name, _)| w.running(name))).await;
+    let w = world("[rollout]\nfail_after = \"1s\"\ndeploy_timeout = \"10m\"\n").await;
+    let before: Vec<String> = futures::future::join_all(APPS.iter().map(|(name, _, _)| w.image(name, 0))).await;
     w.ns.enforce_restricted().await;
     w.move_run_image().await;
     let mut daemon = Daemon::start(&w.config);
@@ -260,11 +137,11 @@ async fn a_roll_out_refused_by_pod_security_fails_at_once_and_is_undone() {
     assert!(detail.contains("FailedCreate"), "and the condition's reason: {detail}");
     assert!(detail.contains("allowPrivilegeEscalation"), "and what the refused pods lack: {detail}");
 
-    assert_eq!(w.running("canary").await, before[0], "the canary's Deployment is back to what it ran");
+    assert_eq!(w.image("canary", 0).await, before[0], "the canary's Deployment is back to what it ran");
     assert_eq!(w.tag("canary").await, w.built("canary"), "and its tag too");
     w.ns.wait_for("apps/v1", "Deployment", "canary", rolled_out).await;
     for (i, name) in ["web", "api"].iter().enumerate() {
-        assert_eq!(w.running(name).await, before[i + 1], "{name} was never deployed");
+        assert_eq!(w.image(name, 0).await, before[i + 1], "{name} was never deployed");
         assert_eq!(w.tag(name).await, w.built(name), "{name} was never rebased");
         assert_eq!(before[i + 1], w.reference(name, &w.built(name)));
     }

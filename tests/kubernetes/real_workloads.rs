@@ -7,224 +7,39 @@
 //! change during the roll-out (another field manager sets the image), which wins: not undone, not
 //! recorded as ours.
 
+use crate::real_world::{RealWorld, containers, rolled_out, workload};
 use crate::support;
 
-use std::path::PathBuf;
-
 use kube::api::{Patch, PatchParams};
-use serde_json::{Value, json};
+use serde_json::json;
 
-use builder_monitor::ledger::{ActionState, Ledger};
-use builder_monitor::metrics::Metrics;
-use builder_monitor::registry::Registry;
-use builder_monitor_core::reference::ImageRef;
-use support::app::{self, App, RunImage};
-use support::cnb::BuilderSpec;
-use support::control_plane::{TestNamespace, control_plane};
-use support::daemon::{Daemon, Workspace};
-use support::images::{Format, Pusher};
-use support::registry::TestRegistry;
+use builder_monitor::ledger::ActionState;
+use support::control_plane::control_plane;
+use support::daemon::Daemon;
 
 /// The apps, in roll-out order (name, wave, the kind of workload it runs in, of its name).
 const APPS: [(&str, u32, &str); 4] =
     [("canary", 0, "Deployment"), ("db", 1, "StatefulSet"), ("agent", 2, "DaemonSet"), ("report", 3, "CronJob")];
 
-struct World {
-    _registry: TestRegistry,
-    ns: TestNamespace,
-    pusher: Pusher,
-    ws: Workspace,
-    config: PathBuf,
-    host: String,
-    /// Each app's digest as built, on run image v1, by name.
-    built: Vec<(String, String)>,
+/// This file's world: [`APPS`], each in a workload of its kind (containers `app` and `sidecar`),
+/// `extra` appended to the config.
+async fn world(extra: &str) -> RealWorld {
+    world_with_tagged(extra, &[]).await
 }
 
-impl World {
-    /// Run image v1, a builder naming it, [`APPS`] built on it, each running in a workload of its
-    /// kind (containers `app` and `sidecar`) in a new namespace, rolled out by the real
-    /// controllers; `extra` is appended to the config. One `run --once` pins everything.
-    async fn new(extra: &str) -> Self {
-        Self::with_tagged(extra, &[]).await
-    }
-
-    /// As [`World::new`], the workloads of the apps in `tagged` naming their image by tag and
-    /// digest (`…/apps/NAME:latest@sha256:…`): pulls that fail by the prefix `…/apps/NAME@` fail
-    /// only for what the daemon writes, never for what an undo puts back.
-    async fn with_tagged(extra: &str, tagged: &[&str]) -> Self {
-        let registry = TestRegistry::start();
-        let pusher = Pusher::new(&registry.host);
-        let host = registry.host.clone();
-        let run_tag = format!("{host}/demo/run:latest");
-        let run_v1 = RunImage::jammy("1", 3);
-        let pushed = app::push_run(&pusher, "demo/run", Some("latest"), &run_v1, Format::Oci).await;
-        pusher.push_image("demo/builder", Some("latest"), &BuilderSpec::jammy(&run_tag).image(), Format::Oci).await;
-        let ns = control_plane().namespace("workloads").await;
-        let ws = Workspace::new();
-        let mut images = String::new();
-        let mut built = Vec::new();
-        for (name, wave, kind) in APPS {
-            let app = App::on(&run_v1, &run_tag, &format!("{host}/demo/run@{}", pushed.digest)).label("app", name);
-            let digest =
-                app::push_app(&pusher, &format!("apps/{name}"), Some("latest"), &app, Format::Oci).await.digest;
-            let tag = if tagged.contains(&name) { ":latest" } else { "" };
-            ns.create(workload(kind, name, &format!("{host}/apps/{name}{tag}@{digest}"))).await;
-            built.push((name.to_string(), digest));
-            images += &format!(
-                "[[images]]\nname = \"{name}\"\nbuilder = \"jammy\"\nimage = \"{host}/apps/{name}:latest\"\n\
-                 wave = {wave}\ndeploy = [{{ kind = \"{kind}\", namespace = \"{}\", name = \"{name}\" }}]\n\n",
-                ns.name
-            );
-        }
-        for (name, _, kind) in APPS {
-            ns.wait_for(api_version(kind), kind, name, |o| rolled_out(kind, o)).await;
-        }
-        let config = ws.config(&format!(
-            "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\njitter = \"0s\"\n\n\
-             [[builders]]\nname = \"jammy\"\nimage = \"{host}/demo/builder:latest\"\n\n{images}\
-             [runner]\ntype = \"none\"\nrebase = \"registry\"\nmax_attempts = 1\n\n\
-             [kubernetes]\nkubeconfig = \"{}\"\nnamespace = \"{}\"\n\n{extra}",
-            ns.kubeconfig.display(),
-            ns.name
-        ));
-        let world = World { _registry: registry, ns, pusher, ws, config, host, built };
-        let first = world.cli(&["run", "--once"]);
-        assert_eq!(first.code, Some(0), "{}", first.stderr);
-        world
-    }
-
-    fn cli(&self, args: &[&str]) -> support::daemon::Output {
-        let mut all: Vec<&str> = args.to_vec();
-        all.extend(["--config", self.config.to_str().unwrap()]);
-        self.ws.run(&all)
-    }
-
-    fn ledger(&self) -> Ledger {
-        Ledger::open_read_only(&self.ws.path("state.db")).unwrap()
-    }
-
-    /// Every event recorded, in order: (type, image).
-    async fn events(&self) -> Vec<(String, String)> {
-        let events = self.ledger().events_after(0, 1000).await.unwrap();
-        events
-            .into_iter()
-            .map(|e| {
-                let v = serde_json::to_value(&e.event).unwrap();
-                (e.event.event_type.to_string(), v["action"]["image"].as_str().unwrap_or_default().to_string())
-            })
-            .collect()
-    }
-
-    /// `status --json`'s deploy entries of `image`.
-    fn shown(&self, image: &str) -> Vec<Value> {
-        let out = self.cli(&["status", "--json"]);
-        assert_eq!(out.code, Some(0), "{}", out.stderr);
-        let status: Value = serde_json::from_str(&out.stdout).unwrap();
-        status["deploys"].as_array().unwrap().iter().filter(|d| d["image"] == image).cloned().collect()
-    }
-
-    async fn move_run_image(&self) {
-        app::push_run(&self.pusher, "demo/run", Some("latest"), &RunImage::jammy("2", 4), Format::Oci).await;
-    }
-
-    fn built(&self, app: &str) -> String {
-        self.built.iter().find(|(n, _)| n == app).map(|(_, d)| d.clone()).unwrap()
-    }
-
-    fn reference(&self, app: &str, digest: &str) -> String {
-        format!("{}/apps/{app}@{digest}", self.host)
-    }
-
-    async fn tag(&self, app: &str) -> String {
-        builder_monitor::install_crypto_provider();
-        let registry = Registry::new([], Metrics::new());
-        let tag = ImageRef::parse(&format!("{}/apps/{app}:latest", self.host)).unwrap();
-        registry.head_manifest(&tag).await.unwrap().digest
-    }
-
-    /// The workload of app NAME as the server holds it.
-    async fn object(&self, name: &str) -> Value {
-        let kind = kind_of(name);
-        self.ns.get(api_version(kind), kind, name).await.unwrap_or_else(|| panic!("the {kind} {name}"))
-    }
-
-    /// The image of container `CONTAINER` of app NAME's workload, as the server holds it.
-    async fn image(&self, name: &str, container: usize) -> String {
-        let object = self.object(name).await;
-        containers(kind_of(name), &object)[container]["image"].as_str().unwrap().to_string()
-    }
-}
-
-fn kind_of(name: &str) -> &'static str {
-    APPS.iter().find(|(n, _, _)| *n == name).map(|(_, _, k)| *k).unwrap()
-}
-
-fn api_version(kind: &str) -> &'static str {
-    if kind == "CronJob" { "batch/v1" } else { "apps/v1" }
-}
-
-fn containers<'a>(kind: &str, object: &'a Value) -> &'a Vec<Value> {
-    let pointer = if kind == "CronJob" {
-        "/spec/jobTemplate/spec/template/spec/containers"
-    } else {
-        "/spec/template/spec/containers"
-    };
-    object.pointer(pointer).and_then(Value::as_array).expect("containers")
-}
-
-/// A workload of `kind` as a person would write it: two containers, no security context.
-fn workload(kind: &str, name: &str, image: &str) -> Value {
-    let pod = json!({"containers": [
-        {"name": "app", "image": image},
-        {"name": "sidecar", "image": "registry.example/proxy:1"},
-    ]});
-    let template = json!({"metadata": {"labels": {"app": name}}, "spec": pod});
-    let selector = json!({"matchLabels": {"app": name}});
-    let spec = match kind {
-        "Deployment" => json!({"replicas": 2, "selector": selector, "template": template}),
-        "StatefulSet" => json!({
-            "replicas": 2, "serviceName": name, "selector": selector, "template": template,
-            "updateStrategy": {"type": "RollingUpdate"},
-        }),
-        "DaemonSet" => json!({"selector": selector, "template": template, "updateStrategy": {"type": "RollingUpdate"}}),
-        "CronJob" => {
-            let mut template = template;
-            template["spec"]["restartPolicy"] = json!("Never");
-            // Suspended, at midnight on New Year's Day: its Jobs are not this test's.
-            json!({"schedule": "0 0 1 1 *", "suspend": true, "jobTemplate": {"spec": {"template": template}}})
-        }
-        other => panic!("no workload kind {other}"),
-    };
-    json!({"apiVersion": api_version(kind), "kind": kind, "metadata": {"name": name}, "spec": spec})
-}
-
-/// The controllers report the workload's current generation rolled out and available (a
-/// DaemonSet on at least one node); a CronJob has nothing to roll out.
-fn rolled_out(kind: &str, o: &Value) -> bool {
-    let status = &o["status"];
-    let current = status["observedGeneration"] == o["metadata"]["generation"];
-    match kind {
-        "Deployment" => {
-            current
-                && status["updatedReplicas"] == o["spec"]["replicas"]
-                && status["availableReplicas"] == o["spec"]["replicas"]
-                && status["replicas"] == o["spec"]["replicas"]
-        }
-        "StatefulSet" => {
-            current
-                && status["readyReplicas"] == o["spec"]["replicas"]
-                && status["updatedReplicas"] == o["spec"]["replicas"]
-                && status["currentRevision"] == status["updateRevision"]
-        }
-        "DaemonSet" => {
-            let desired = status["desiredNumberScheduled"].as_i64().unwrap_or(0);
-            current
-                && desired >= 1
-                && status["updatedNumberScheduled"].as_i64() == Some(desired)
-                && status["numberAvailable"].as_i64() == Some(desired)
-        }
-        _ => true,
-    }
+/// As [`world`], the workloads of the apps in `tagged` naming their image by tag and
+/// digest (`…/apps/NAME:latest@sha256:…`): pulls that fail by the prefix `…/apps/NAME@` fail
+/// only for what the daemon writes, never for what an undo puts back.
+async fn world_with_tagged(extra: &str, tagged: &[&str]) -> RealWorld {
+    RealWorld::start("workloads", &APPS, extra, |kind, name, image| {
+        let image = if tagged.contains(&name) {
+            image.replacen(&format!("/apps/{name}@"), &format!("/apps/{name}:latest@"), 1)
+        } else {
+            image.to_string()
+        };
+        workload(kind, name, &image)
+    })
+    .await
 }
 
 /// The real controllers roll each workload out; the daemon applies only the `app` image (its
@@ -232,7 +47,7 @@ fn rolled_out(kind: &str, o: &Value) -> bool {
 /// one before is healthy on the controllers' status.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_roll_out_in_waves_over_every_workload_kind_on_the_real_controllers() {
-    let w = World::new("").await;
+    let w = world("").await;
     w.move_run_image().await;
     let out = w.cli(&["run", "--once"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
@@ -275,7 +90,7 @@ async fn a_roll_out_in_waves_over_every_workload_kind_on_the_real_controllers() 
 /// old pods serving throughout, the StatefulSet, DaemonSet and CronJob never written, held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn image_pull_failures_undo_the_canary_and_hold_every_later_kind() {
-    let w = World::new("[rollout]\nfail_after = \"1s\"\ndeploy_timeout = \"10m\"\n").await;
+    let w = world("[rollout]\nfail_after = \"1s\"\ndeploy_timeout = \"10m\"\n").await;
     // Only new pods fail: the running ones keep running on the old digest.
     control_plane().fail_pulls(&format!("{}/apps/canary@", w.host)).await;
     w.move_run_image().await;
@@ -316,7 +131,7 @@ async fn image_pull_failures_undo_the_canary_and_hold_every_later_kind() {
 /// later waves are not written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_persons_image_set_during_the_roll_out_wins_on_the_real_server() {
-    let w = World::new("[rollout]\nfail_after = \"10m\"\ndeploy_timeout = \"10m\"\n").await;
+    let w = world("[rollout]\nfail_after = \"10m\"\ndeploy_timeout = \"10m\"\n").await;
     control_plane().fail_pulls(&format!("{}/apps/canary@", w.host)).await;
     w.move_run_image().await;
     let mut daemon = Daemon::start(&w.config);
@@ -366,7 +181,7 @@ async fn a_persons_image_set_during_the_roll_out_wins_on_the_real_server() {
 /// back at 2 of 2 Ready on the old digest, the tag put back, the later waves held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statefulsets_pod_stuck_on_the_undone_revision_is_replaced_on_the_old_one() {
-    let w = World::with_tagged("[rollout]\nfail_after = \"1s\"\ndeploy_timeout = \"10m\"\n", &["db"]).await;
+    let w = world_with_tagged("[rollout]\nfail_after = \"1s\"\ndeploy_timeout = \"10m\"\n", &["db"]).await;
     // What the daemon writes (`…/apps/db@sha256:…`) fails; the old `…/apps/db:latest@…` pulls.
     control_plane().fail_pulls(&format!("{}/apps/db@", w.host)).await;
     let before = w.object("db").await;

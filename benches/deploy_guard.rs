@@ -90,6 +90,7 @@ fn progress(change: usize, i: usize) -> DeployProgress {
             state: WorkloadState::Healthy,
             detail: None,
             written_at: Some("2026-12-01T09:00:00Z".into()),
+            failed_revision: None,
         }],
         started: true,
     }

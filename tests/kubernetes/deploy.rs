@@ -30,6 +30,7 @@ use support::kube::controllers::Failure;
 use support::registry::TestRegistry;
 
 mod expedited;
+mod forced;
 mod signed;
 
 /// The apps, in roll-out order: the canary in wave 0, then one app per wave.
@@ -75,6 +76,17 @@ impl World {
         extra: &str,
         image_extra: &dyn Fn(&str) -> String,
     ) -> Self {
+        World::with_kind(apps, "Deployment", container, extra, image_extra).await
+    }
+
+    /// [`World::with`], the apps running in workloads of `kind` instead of Deployments.
+    async fn with_kind(
+        apps: &[AppSpec<'_>],
+        kind: &str,
+        container: Option<&str>,
+        extra: &str,
+        image_extra: &dyn Fn(&str) -> String,
+    ) -> Self {
         let registry = TestRegistry::start();
         let pusher = Pusher::new(&registry.host);
         let host = registry.host.clone();
@@ -96,7 +108,7 @@ impl World {
             let mut deploy = Vec::new();
             for (namespace, workload) in *workloads {
                 kube.create_workload(
-                    "Deployment",
+                    kind,
                     namespace,
                     workload,
                     &[("app", running.as_str()), ("sidecar", "registry.example/proxy:1")],
@@ -104,7 +116,7 @@ impl World {
                 )
                 .await;
                 deploy.push(format!(
-                    "{{ kind = \"Deployment\", namespace = \"{namespace}\", name = \"{workload}\"{container} }}"
+                    "{{ kind = \"{kind}\", namespace = \"{namespace}\", name = \"{workload}\"{container} }}"
                 ));
             }
             built.push((name.to_string(), digest));

@@ -251,6 +251,10 @@ pub struct WorkloadProgress {
     /// When it was written (RFC 3339): `deploy_timeout` counts from here, across restarts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub written_at: Option<String>,
+    /// A StatefulSet's revision the deploy rolled out, recorded before its undo puts the template
+    /// back: its pods stuck on it are replaced after (the forced rollback), by a restart too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_revision: Option<String>,
 }
 
 /// A deploy's record ([`WorkloadProgress`] per workload), kept with its action.

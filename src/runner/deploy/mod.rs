@@ -183,6 +183,7 @@ impl Deploying<'_> {
                          (or set gitops_owned = \"patch\")"
                     )),
                     written_at: None,
+                    failed_revision: None,
                 });
                 continue;
             }
@@ -206,6 +207,7 @@ impl Deploying<'_> {
                 state: WorkloadState::Writing,
                 detail: None,
                 written_at: None,
+                failed_revision: None,
             });
         }
         Ok(progress)

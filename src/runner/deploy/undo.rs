@@ -153,22 +153,34 @@ impl Deploying<'_> {
         attempt
     }
 
-    /// Puts back the containers of workload `i` that still run what the deploy wrote.
-    async fn undo_one(&self, i: usize) -> Result<Undone, String> {
-        let wp = &self.progress.workloads[i];
-        let w = &wp.workload;
+    /// Puts back the containers of workload `i` that still run what the deploy wrote; a
+    /// StatefulSet's revision the deploy rolled out is recorded first, so that its pods stuck on
+    /// it are replaced even when a crash comes between the put-back and their deletion.
+    async fn undo_one(&mut self, i: usize) -> Result<Undone, String> {
+        let w = self.progress.workloads[i].workload.clone();
+        let w = &w;
         for _ in 0..CONFLICT_READS {
             let Some(object) = self.get(w).await? else { return Ok(Undone::Gone) };
+            let wp = &self.progress.workloads[i];
             let plan = core::undo_plan(w.kind, &object, &wp.containers, &self.action.change_id);
             if plan.is_empty() {
-                return Ok(if plan.others.is_empty() {
-                    Undone::Back { restored: false, replaced: Ok(Vec::new()) }
-                } else {
-                    Undone::Others(plan.others)
-                });
+                if !plan.others.is_empty() {
+                    return Ok(Undone::Others(plan.others));
+                }
+                // Put back already (an attempt before a crash): its stuck pods may still be there.
+                let replaced = match wp.failed_revision.clone() {
+                    Some(failed) => self.replace_stuck(w, &failed).await,
+                    None => Ok(Vec::new()),
+                };
+                return Ok(Undone::Back { restored: false, replaced });
             }
             // A StatefulSet's roll-out of the deploy's template, its pods on it to replace after.
             let failed = (w.kind == core::WorkloadKind::StatefulSet).then(|| core::rolling_revision(&object)).flatten();
+            if failed.is_some() && wp.failed_revision != failed {
+                self.progress.workloads[i].failed_revision = failed.clone();
+                self.record().await?;
+            }
+            let wp = &self.progress.workloads[i];
             let version = object.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or_default();
             let body = core::undo_patch(w.kind, &plan, wp.previous_change.as_deref(), version);
             let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..PatchParams::default() };

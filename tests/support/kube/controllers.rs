@@ -6,7 +6,9 @@
 //! the new template's pods (`NAME-<template hash>-<i>`, the old template's deleted) and the
 //! healthy status. A failure set for an image ([`Failure`]) stops the roll-out of a template
 //! running it where the real controllers would stop. Roll-outs can be paused, for everything or
-//! one workload. No timers: a progress deadline "passes" one step after the new pod appeared.
+//! one workload. No timers: a progress deadline "passes" one step after the new pod appeared. A
+//! StatefulSet's roll-out of a healthy template waits while one of its pods is not Ready
+//! (`OrderedReady`: a pod stuck on an undone revision stays until deleted).
 //! CronJobs have no controller (their status is a subresource all the same). The same task runs
 //! the Job controller ([`super::jobs`]), which pausing roll-outs does not pause.
 
@@ -212,6 +214,11 @@ fn reconcile(store: &mut Store, key: &Key) -> bool {
     let rollout = current.unwrap();
     let next = match (rollout.failure, rollout.phase) {
         (_, Phase::Done) => return false,
+        // OrderedReady, as the real StatefulSet controller: a pod that is not Ready (one stuck on
+        // an undone revision) holds the roll-out until someone deletes it.
+        (None, _) if w.kind == "StatefulSet" && owned_pods(store, &w).iter().any(|(_, p)| !is_ready(p)) => {
+            return false;
+        }
         (None, _) => {
             replace_pods(store, &w, None);
             write_status(store, &w, Progress::Complete);

@@ -516,6 +516,7 @@ fn progress_reads_back_as_written() {
             state: WorkloadState::Healthy,
             detail: None,
             written_at: Some("2026-12-01T09:00:00Z".into()),
+            failed_revision: None,
         }],
         started: false,
     };
@@ -653,6 +654,7 @@ fn the_override_index_finds_only_what_a_guarded_deploy_no_longer_runs() {
             state,
             detail: None,
             written_at: None,
+            failed_revision: None,
         }],
         started: true,
     };

@@ -26,7 +26,7 @@ fn not_ready(kube: &KubeDouble) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daemon_killed_between_a_statefulsets_undo_and_its_pod_deletion_replaces_the_pod_after_restart() {
-    let extra = "[rollout]\nfail_after = \"2s\"\ndeploy_timeout = \"2m\"\n";
+    let extra = "[rollout]\nfail_after = \"5s\"\ndeploy_timeout = \"2m\"\n";
     let w =
         World::with_kind(&[("db", 0, &[("shop", "db")])], "StatefulSet", Some("app"), extra, &|_| String::new()).await;
     let before = image(&w.kube).unwrap();
@@ -39,7 +39,7 @@ async fn a_daemon_killed_between_a_statefulsets_undo_and_its_pod_deletion_replac
     assert_ne!(written, before);
     w.kube.fail_image(&written, Failure::ImagePullBackOff);
     w.kube.release_rollout("StatefulSet", "shop", "db");
-    // Its pod on the new revision stuck pulling; held again at once (the undo comes `fail_after`
+    // Its pod on the new revision stuck pulling; held again at once (the undo comes `fail_after`, 5 s,
     // later), the controller never sees the put-back template, so the undo waits for it, and the
     // daemon is killed there: template back, the stuck pod not deleted.
     w.kube.wait_until("a pod stuck on the deploy's revision", |k| (!not_ready(k).is_empty()).then_some(())).await;

@@ -450,16 +450,15 @@ async fn release_memory_after(what: &'static str) {
 }
 
 /// The Ubuntu releases of the images the ledger has pinned: the vulnerability data kept at start.
-async fn pinned_releases(
-    ledger: &Ledger,
-) -> Result<std::collections::BTreeSet<builder_monitor_core::vulns::Release>, LedgerError> {
-    let mut releases = std::collections::BTreeSet::new();
+async fn pinned_releases(ledger: &Ledger) -> Result<vulns::Pinned, LedgerError> {
+    let mut pinned = vulns::Pinned::default();
     for record in ledger.watches().await? {
         if let Some(metadata) = record.pinned_metadata() {
-            releases.extend(builder_monitor_core::cnb::releases_of(&metadata).into_values());
+            pinned.releases.extend(builder_monitor_core::cnb::releases_of(&metadata).into_values());
+            pinned.names.extend(builder_monitor_core::cnb::package_names(&metadata));
         }
     }
-    Ok(releases)
+    Ok(pinned)
 }
 
 /// One `()` per SIGHUP (the config is read again); none where signals cannot be listened for.

@@ -434,7 +434,11 @@ pub async fn diff(
     // What the move fixes, as the daemon matches the same move of a watch (`vulns`: the config's,
     // read for the new image's releases).
     let index = match vulns {
-        Some(vulns) => Some(vulns.index_for(cnb::releases_of(&new_meta).values()).await),
+        Some(vulns) => {
+            let mut names = cnb::package_names(&old_meta);
+            names.extend(cnb::package_names(&new_meta));
+            Some(vulns.index_for(cnb::releases_of(&new_meta).values(), &names).await)
+        }
         None => None,
     };
     let mut change = change.with_fixes_of_pins(index.as_deref(), &old_meta, &new_meta);

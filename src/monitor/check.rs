@@ -83,7 +83,7 @@ impl Monitor {
         let record = record.as_ref();
         let now = self.handle.clock.now();
         let found = decide::found(watch, record, observed);
-        let vulns = self.vulns_for(&found).await;
+        let vulns = self.vulns_for(&found, record).await;
         let found = decide::with_fixes(found, record, vulns.as_deref());
         let retry = self.log_found(watch, record, &found, now, retries);
         let subjects = self.subjects(watch);
@@ -101,14 +101,23 @@ impl Monitor {
         Ok((outcome, retry))
     }
 
-    /// The vulnerability data for a move: the index once it keeps the new image's releases (read
-    /// first when one is new, once per release: the check waits for it). `None` without a move
-    /// or without `[vulnerabilities]`.
-    async fn vulns_for(&self, found: &Found) -> Option<std::sync::Arc<builder_monitor_core::vulns::Index>> {
+    /// The vulnerability data for a move: the index once it keeps the new image's releases and
+    /// the package names of both images (read first when one is new: the check waits for it).
+    /// `None` without a move or without `[vulnerabilities]`.
+    async fn vulns_for(
+        &self,
+        found: &Found,
+        record: Option<&WatchRecord>,
+    ) -> Option<std::sync::Arc<builder_monitor_core::vulns::Index>> {
+        use builder_monitor_core::cnb::{package_names, releases_of};
         let vulns = self.vulns.get()?;
         let Found::Moved(moved) = found else { return None };
-        let releases = moved.metadata.as_deref().map(builder_monitor_core::cnb::releases_of).unwrap_or_default();
-        Some(vulns.index_for(releases.values()).await)
+        let releases = moved.metadata.as_deref().map(releases_of).unwrap_or_default();
+        let mut names = moved.metadata.as_deref().map(package_names).unwrap_or_default();
+        if let Some(before) = record.and_then(WatchRecord::pinned_metadata) {
+            names.extend(package_names(&before));
+        }
+        Some(vulns.index_for(releases.values(), &names).await)
     }
 
     /// An unchanged check of a steady watch, in memory: the ledger keeps its time with the next

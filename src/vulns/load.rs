@@ -14,9 +14,10 @@ use sha2::{Digest, Sha256};
 pub const MAX_RECORD: u64 = 1024 * 1024;
 /// Files (or archive entries) looked at, at most.
 pub const MAX_ENTRIES: u64 = 1_000_000;
-/// The largest central directory of a `.zip` parsed (its entries are held while it is read):
-/// ~64 bytes an entry, so room for the entry cap's worth of records with their paths.
-pub const MAX_ZIP_DIRECTORY: u64 = 64 * 1024 * 1024;
+/// The largest central directory of a `.zip` walked (one entry at a time, never held): 256 bytes
+/// an entry for the entry cap's worth of records, room for their paths and extra fields (Ubuntu's
+/// take ~75).
+pub const MAX_ZIP_DIRECTORY: u64 = 256 * 1024 * 1024;
 /// Bytes an archive may decompress to, at most.
 pub const MAX_ARCHIVE: u64 = 2 * 1024 * 1024 * 1024;
 /// Directory levels walked, at most (Ubuntu's tree is three deep).
@@ -71,7 +72,7 @@ pub enum LoadError {
     #[error("the OSV archive {} is not a readable .tar.gz: {error}", path.display())]
     Corrupt { path: PathBuf, error: std::io::Error },
     #[error("the OSV archive {} is not a readable .zip: {error}", path.display())]
-    CorruptZip { path: PathBuf, error: zip::result::ZipError },
+    CorruptZip { path: PathBuf, error: std::io::Error },
     #[error("the OSV archive {} is neither a .tar.gz nor a .zip (it starts with neither's magic bytes)", path.display())]
     UnknownArchive { path: PathBuf },
 }
@@ -138,8 +139,27 @@ impl Loaded {
     }
 }
 
+/// Reads a source with `read` into `index`; when the index keeps only some binary names and a
+/// kept record had a copy dropped for its names, reads it once more into an empty copy of `index`
+/// that keeps those ids whole, so the copy used is the one without the filter ([`Index::ids_read_again`]).
+fn read_whole_copies(index: Index, read: impl Fn(Index) -> Result<Loaded, LoadError>) -> Result<Loaded, LoadError> {
+    let empty = index.clone();
+    let loaded = read(index)?;
+    let again = loaded.index.ids_read_again().to_vec();
+    if again.is_empty() {
+        return Ok(loaded);
+    }
+    tracing::debug!(ids = again.len(), "records with copies dropped for their names: reading the mirror again");
+    drop(loaded);
+    read(empty.with_whole_ids(again))
+}
+
 /// Every `*.json` under `root`, recursively.
 pub fn directory(root: &Path, index: Index) -> Result<Loaded, LoadError> {
+    read_whole_copies(index, |index| directory_once(root, index))
+}
+
+fn directory_once(root: &Path, index: Index) -> Result<Loaded, LoadError> {
     let read_err = |path: &Path, error| LoadError::Read { path: path.to_path_buf(), error };
     let canonical = root.canonicalize().map_err(|e| read_err(root, e))?;
     let mut loaded = Loaded::new(index);
@@ -235,6 +255,10 @@ const CAP_HIT: &str = "decompressed size cap";
 /// Every `*.json` regular file of the archive at `path`: a `.tar.gz` or a `.zip`, told by its
 /// first bytes (a download's name says nothing).
 pub fn archive(path: &Path, index: Index) -> Result<Loaded, LoadError> {
+    read_whole_copies(index, |index| archive_once(path, index))
+}
+
+fn archive_once(path: &Path, index: Index) -> Result<Loaded, LoadError> {
     let mut magic = [0u8; 4];
     let read = std::fs::File::open(path).and_then(|mut f| f.read(&mut magic));
     match read.map_err(|error| LoadError::Read { path: path.to_path_buf(), error })? {
@@ -244,50 +268,51 @@ pub fn archive(path: &Path, index: Index) -> Result<Loaded, LoadError> {
     }
 }
 
-/// Every `*.json` regular file of the `.zip` at `path`. Its end record's entry count and directory
-/// size are checked first ([`MAX_ENTRIES`], [`MAX_ZIP_DIRECTORY`]). The central directory's sizes
-/// may lie (a zip bomb): every entry is read through [`MAX_RECORD`] and all of them through
-/// [`MAX_ARCHIVE`].
+/// Every `*.json` regular file of the `.zip` at `path`, its central directory walked one entry
+/// at a time ([`super::zip_walk`]). Its end record's entry count and directory size are checked
+/// first ([`MAX_ENTRIES`], [`MAX_ZIP_DIRECTORY`]); the walk stops at that count and size. The
+/// directory's sizes may lie (a zip bomb): every entry is read through [`MAX_RECORD`] and all of
+/// them through [`MAX_ARCHIVE`].
 pub fn zip_file(path: &Path, index: Index) -> Result<Loaded, LoadError> {
     let read = |error| LoadError::Read { path: path.to_path_buf(), error };
-    let mut file = std::fs::File::open(path).map_err(read)?;
-    // What the end record claims, before the directory is parsed: the parse holds every entry.
-    if let Some(directory) = super::zip_end::directory(&mut file).map_err(read)? {
-        if directory.entries > MAX_ENTRIES {
-            return Err(LoadError::TooManyEntries { path: path.to_path_buf() });
-        }
-        if directory.size > MAX_ZIP_DIRECTORY {
-            return Err(LoadError::ZipDirectoryTooLarge { path: path.to_path_buf(), size: directory.size });
-        }
-    }
     let corrupt = |error| LoadError::CorruptZip { path: path.to_path_buf(), error };
-    let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(corrupt)?;
-    if zip.len() as u64 > MAX_ENTRIES {
+    let mut file = std::fs::File::open(path).map_err(read)?;
+    let Some(directory) = super::zip_end::directory(&mut file).map_err(read)? else {
+        let none = std::io::Error::new(std::io::ErrorKind::InvalidData, "it has no end-of-central-directory record");
+        return Err(corrupt(none));
+    };
+    if directory.entries > MAX_ENTRIES {
         return Err(LoadError::TooManyEntries { path: path.to_path_buf() });
     }
+    if directory.size > MAX_ZIP_DIRECTORY {
+        return Err(LoadError::ZipDirectoryTooLarge { path: path.to_path_buf(), size: directory.size });
+    }
+    let walked = std::fs::File::open(path).map_err(read)?;
+    let mut walk = super::zip_walk::Walk::new(walked, directory).map_err(corrupt)?;
     let mut loaded = Loaded::new(index);
     let (mut buf, mut total) = (Vec::new(), 0u64);
-    for i in 0..zip.len() {
-        let mut entry = zip.by_index(i).map_err(corrupt)?;
-        let name = String::from_utf8_lossy(entry.name_raw()).into_owned();
-        if !name.ends_with(".json") || entry.is_dir() {
+    while let Some(entry) = walk.next_entry().map_err(corrupt)? {
+        let name = String::from_utf8_lossy(&entry.name).into_owned();
+        if !name.ends_with(".json") {
             continue;
         }
-        if entry.enclosed_name().is_none() {
+        if leaves_the_mirror(&name) {
             loaded.skip(Skip::PathTraversal, &name);
             continue;
         }
-        if entry.is_symlink() {
+        if entry.unix_mode.is_some_and(|mode| mode & 0o170000 == 0o120000) {
             loaded.skip(Skip::Symlink, &name);
             continue;
         }
+        if entry.uncompressed > MAX_RECORD {
+            loaded.skip(Skip::TooLarge, &name);
+            continue;
+        }
         buf.clear();
-        match (&mut entry).take(MAX_RECORD + 1).read_to_end(&mut buf) {
-            Ok(_) => {}
-            Err(_) => {
-                loaded.skip(Skip::Unreadable, &name);
-                continue;
-            }
+        let data = super::zip_walk::open(&mut file, &entry);
+        if data.and_then(|data| data.take(MAX_RECORD + 1).read_to_end(&mut buf)).is_err() {
+            loaded.skip(Skip::Unreadable, &name);
+            continue;
         }
         total += buf.len() as u64;
         if total > MAX_ARCHIVE {
@@ -295,11 +320,18 @@ pub fn zip_file(path: &Path, index: Index) -> Result<Loaded, LoadError> {
         }
         if buf.len() as u64 > MAX_RECORD {
             loaded.skip(Skip::TooLarge, &name);
+        } else if !super::zip_walk::crc_matches(&entry, &buf) {
+            loaded.skip(Skip::Unreadable, &name);
         } else {
             loaded.record(&buf, &name);
         }
     }
     Ok(loaded.finished())
+}
+
+/// Whether an archive's entry name leaves the mirror (`..`, or absolute).
+fn leaves_the_mirror(name: &str) -> bool {
+    Path::new(name).components().any(|c| matches!(c, Component::ParentDir | Component::RootDir | Component::Prefix(_)))
 }
 
 /// Every `*.json` regular file of the `.tar.gz` at `path`.
@@ -328,10 +360,7 @@ pub fn tar_gz(path: &Path, index: Index) -> Result<Loaded, LoadError> {
         if !name.ends_with(".json") {
             continue;
         }
-        let leaves = Path::new(&name)
-            .components()
-            .any(|c| matches!(c, Component::ParentDir | Component::RootDir | Component::Prefix(_)));
-        if leaves {
+        if leaves_the_mirror(&name) {
             loaded.skip(Skip::PathTraversal, &name);
             continue;
         }

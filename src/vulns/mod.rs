@@ -6,6 +6,7 @@
 pub mod fetch;
 pub mod load;
 mod zip_end;
+mod zip_walk;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -63,7 +64,10 @@ impl Snapshot {
 ///
 /// Only the releases some image needs are kept (a mirror holds every release's records, a fleet
 /// is on one or two): those `[vulnerabilities] releases` names and the pinned images' at start,
-/// and any other the first time a move of an image of it is matched ([`Vulns::index_for`]).
+/// and any other the first time a move of an image of it is matched ([`Vulns::index_for`]). Of
+/// their records, only the binaries the images carry are held (a big mirror's records would cost
+/// hundreds of MiB): the pinned images' names at start, and the names of both images of each move
+/// matched, the mirror read again when a move brings a name not kept yet.
 #[derive(Clone)]
 pub struct Vulns {
     rx: tokio::sync::watch::Receiver<Arc<Snapshot>>,
@@ -95,13 +99,20 @@ impl Vulns {
         self.rx.clone()
     }
 
-    /// The index in force once it keeps every one of `releases`: read again with them added
-    /// when it does not (one load at a time; a move waits for it, once per new release). A
-    /// source that does not read now leaves the index as it was, which then says of a move of
-    /// such a release that its data is not loaded; the failure is logged.
-    pub async fn index_for(&self, releases: impl IntoIterator<Item = &Release>) -> Arc<Index> {
+    /// The index in force once it keeps every one of `releases` and every binary of `names` (the
+    /// package names of both images of a move): read again with them added when it does not (one
+    /// load at a time; a move waits for it, once per new release or new names). A source that
+    /// does not read now leaves the index as it was, which then says of a move of such a release
+    /// that its data is not loaded (of new names: what it knew, without them); the failure is
+    /// logged.
+    pub async fn index_for(
+        &self,
+        releases: impl IntoIterator<Item = &Release>,
+        names: &BTreeSet<String>,
+    ) -> Arc<Index> {
         let wanted: Vec<Release> = releases.into_iter().cloned().collect();
-        let covered = |index: &Index| wanted.iter().all(|r| index.keeps(r));
+        let covered =
+            |index: &Index| wanted.iter().all(|r| index.keeps(r)) && index.covers(names.iter().map(String::as_str));
         let index = self.current().index.clone();
         if covered(&index) {
             return index;
@@ -112,11 +123,17 @@ impl Vulns {
             return index;
         }
         let added = self.publish.want(wanted.clone());
-        if added.is_empty() {
+        let new_names = self.publish.want_names(names);
+        if !added.is_empty() {
+            tracing::info!(releases = ?added, "loading the vulnerability data of a newly watched release");
+        } else if new_names > 0 {
+            tracing::info!(
+                names = new_names,
+                "reading the vulnerability data again for package names no pinned image had"
+            );
+        } else {
             // Wanted before, still not read (no download yet, or its read failed): tried again.
             tracing::debug!(releases = ?wanted, "reading the vulnerability data of a watched release again");
-        } else {
-            tracing::info!(releases = ?added, "loading the vulnerability data of a newly watched release");
         }
         if let Err(error) = self.publish.reload().await {
             tracing::warn!(error = %error, releases = ?added, "cannot load the vulnerability data of a newly watched release");
@@ -133,6 +150,8 @@ pub(crate) struct Publish {
     metrics: Arc<Metrics>,
     source: Arc<Source>,
     wanted: Arc<std::sync::Mutex<BTreeSet<Release>>>,
+    /// The binary names whose records are kept (the pinned images' and the moves' so far).
+    names: Arc<std::sync::Mutex<BTreeSet<String>>>,
     loading: Arc<tokio::sync::Mutex<()>>,
 }
 
@@ -144,9 +163,16 @@ enum Source {
 }
 
 impl Publish {
-    /// An empty index of the releases wanted now, for a load to fill.
+    /// An empty index of the releases and names wanted now, for a load to fill.
     fn fresh_index(&self) -> Index {
-        Index::only(self.wanted.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned())
+        let names = self.names.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        Index::only(self.wanted.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned()).with_names(names)
+    }
+
+    /// `names` added to those kept; how many were not yet.
+    fn want_names(&self, names: &BTreeSet<String>) -> usize {
+        let mut kept = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        names.iter().filter(|name| kept.insert((*name).clone())).count()
     }
 
     /// `releases` added to those wanted; the ones that were not yet.
@@ -194,10 +220,10 @@ impl Publish {
                 .get_or_create(&crate::metrics::ReasonLabels { reason: why.as_str().into() })
                 .inc_by(*count);
         }
-        let records = loaded.index.len();
+        let (records, held) = (loaded.index.len(), loaded.index.held());
         self.metrics.osv_records.set(records as i64);
         let releases: Vec<&str> = loaded.index.releases().unwrap_or_default().iter().map(|r| r.0.as_str()).collect();
-        tracing::info!(source, records, read = loaded.read, ?releases, "vulnerability data loaded");
+        tracing::info!(source, records, held, read = loaded.read, ?releases, "vulnerability data loaded");
         let refresh_failed = self.current().refresh_failed.clone();
         let snapshot = Snapshot { index: Arc::new(loaded.index), records, current_at: Some(at), refresh_failed };
         self.tx.send_replace(Arc::new(snapshot));
@@ -263,18 +289,25 @@ pub async fn load_local(source: &OsvSource) -> Result<Loaded, VulnsError> {
     Ok(tokio::task::spawn_blocking(move || read(&source, Index::counting(Vec::new()))).await??)
 }
 
+/// What the pinned images need of the vulnerability data: their releases and their package names.
+#[derive(Debug, Clone, Default)]
+pub struct Pinned {
+    pub releases: BTreeSet<Release>,
+    pub names: BTreeSet<String>,
+}
+
 /// The daemon's vulnerability data for `config` (`None` without `[vulnerabilities]`), keeping
-/// the releases the config names and `pinned` (the pinned images' releases): a local mirror read
-/// now (an unreadable one is an error) unless there is no release to keep yet, a URL's kept
+/// the releases the config names and `pinned`'s, and the binaries `pinned` names: a local mirror
+/// read now (an unreadable one is an error) unless there is no release to keep yet, a URL's kept
 /// download read now, and for a URL the [`Refresher`] to run on a worker loop.
 pub async fn start(
     config: &Config,
     metrics: Arc<Metrics>,
-    pinned: BTreeSet<Release>,
+    pinned: Pinned,
 ) -> Result<Option<(Vulns, Option<Refresher>)>, VulnsError> {
     let Some(settings) = &config.vulnerabilities else { return Ok(None) };
     let (tx, rx) = tokio::sync::watch::channel(Arc::new(Snapshot::empty()));
-    let mut wanted = pinned;
+    let mut wanted = pinned.releases;
     wanted.extend(settings.releases.iter().cloned());
     let source = match &settings.osv {
         OsvSource::Url(_) => Source::Download(fetch::kept_path(&config.work_dir().join("osv"))),
@@ -285,6 +318,7 @@ pub async fn start(
         metrics,
         source: Arc::new(source),
         wanted: Arc::new(std::sync::Mutex::new(wanted)),
+        names: Arc::new(std::sync::Mutex::new(pinned.names)),
         loading: Default::default(),
     };
     let vulns = Vulns { rx, publish: publish.clone() };

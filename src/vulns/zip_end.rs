@@ -11,6 +11,8 @@ pub struct Directory {
     pub entries: u64,
     /// Bytes.
     pub size: u64,
+    /// Where it starts in the file.
+    pub offset: u64,
 }
 
 const EOCD: [u8; 4] = *b"PK\x05\x06";
@@ -33,7 +35,7 @@ pub fn directory(file: &mut (impl Read + Seek)) -> std::io::Result<Option<Direct
     let record = &tail[at..at + 22];
     let u16_at = |i: usize| u64::from(u16::from_le_bytes([record[i], record[i + 1]]));
     let u32_at = |i: usize| u64::from(u32::from_le_bytes([record[i], record[i + 1], record[i + 2], record[i + 3]]));
-    let plain = Directory { entries: u16_at(10), size: u32_at(12) };
+    let plain = Directory { entries: u16_at(10), size: u32_at(12), offset: u32_at(16) };
     if plain.entries != 0xFFFF && plain.size != 0xFFFF_FFFF && u32_at(16) != 0xFFFF_FFFF {
         return Ok(Some(plain));
     }
@@ -49,7 +51,7 @@ pub fn directory(file: &mut (impl Read + Seek)) -> std::io::Result<Option<Direct
         return Ok(Some(plain));
     }
     let u64_at = |i: usize| u64::from_le_bytes(zip64[i..i + 8].try_into().unwrap_or_default());
-    Ok(Some(Directory { entries: u64_at(32), size: u64_at(40) }))
+    Ok(Some(Directory { entries: u64_at(32), size: u64_at(40), offset: u64_at(48) }))
 }
 
 #[cfg(test)]
@@ -88,9 +90,10 @@ mod tests {
     #[test]
     fn the_plain_and_the_zip64_records_are_read() {
         let mut plain = std::io::Cursor::new(end(12, 600, 0, false));
-        assert_eq!(directory(&mut plain).unwrap(), Some(Directory { entries: 12, size: 600 }));
-        let mut zip64 = std::io::Cursor::new(end(2_000_000, 104_000_000, 0, true));
-        assert_eq!(directory(&mut zip64).unwrap(), Some(Directory { entries: 2_000_000, size: 104_000_000 }));
+        assert_eq!(directory(&mut plain).unwrap(), Some(Directory { entries: 12, size: 600, offset: 0 }));
+        let mut zip64 = std::io::Cursor::new(end(2_000_000, 104_000_000, 7, true));
+        let expected = Directory { entries: 2_000_000, size: 104_000_000, offset: 7 };
+        assert_eq!(directory(&mut zip64).unwrap(), Some(expected));
         assert_eq!(directory(&mut std::io::Cursor::new(vec![0u8; 40])).unwrap(), None);
     }
 }

@@ -88,7 +88,7 @@ fn run_measured(args: &[String], cwd: &Path) -> (Output, u64) {
     let mut child = Command::new(BINARY)
         .args(args)
         .current_dir(cwd)
-        .env("BUILDER_MONITOR_LOG", "warn")
+        .env("BUILDER_MONITOR_LOG", "warn,builder_monitor::vulns=info")
         .env_remove("BUILDER_MONITOR_CONFIG")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

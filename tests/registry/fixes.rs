@@ -25,6 +25,11 @@ const REPO: &str = "paketo/run-jammy-base";
 const V1: &[(&str, &str)] = &[("libssl3", "3.0.2-0ubuntu1.15"), ("openssl", "3.0.2-0ubuntu1.15")];
 /// openssl's command-line binary moves, its library does not.
 const V2: &[(&str, &str)] = &[("libssl3", "3.0.2-0ubuntu1.15"), ("openssl", "3.0.2-0ubuntu1.16")];
+/// V2 with a package no earlier image had, below its fix; then that package fixed.
+const V3: &[(&str, &str)] =
+    &[("libssl3", "3.0.2-0ubuntu1.15"), ("openssl", "3.0.2-0ubuntu1.16"), ("zlib1g", "1:1.2.11.dfsg-2ubuntu9.1")];
+const V4: &[(&str, &str)] =
+    &[("libssl3", "3.0.2-0ubuntu1.15"), ("openssl", "3.0.2-0ubuntu1.16"), ("zlib1g", "1:1.2.11.dfsg-2ubuntu9.2")];
 
 fn labelled(version: &str, packages: &[(&str, &str)]) -> RunImage {
     let list: Vec<Value> = packages
@@ -86,6 +91,10 @@ fn write_mirror(root: &Path) {
         ),
         ("osv/cve/2026/CVE-2026-5555.json", cve("CVE-2026-5555", "Ubuntu:22.04:LTS", None, &["openssl"])),
         ("osv/usn/USN-7100-1.json", partial_usn()),
+        (
+            "osv/cve/2026/CVE-2026-6666.json",
+            cve("CVE-2026-6666", "Ubuntu:22.04:LTS", Some("1:1.2.11.dfsg-2ubuntu9.2"), &["zlib1g"]),
+        ),
     ];
     for (path, text) in records {
         let path = root.join(path);
@@ -157,7 +166,20 @@ async fn a_move_that_fixes_one_notice_says_so_in_the_event_the_webhook_and_statu
     let current = restarted.vulns.as_ref().unwrap().current();
     let releases: Vec<&str> = current.index.releases().unwrap().iter().map(|r| r.0.as_str()).collect();
     assert_eq!(releases, ["Ubuntu:22.04:LTS"]);
-    assert!(current.records > 0);
+    // Of the release's records, only those of the pinned image's binaries are held (issue 53 D6).
+    assert_eq!((current.records, current.index.held()), (3, 2), "zlib1g's record is counted, not held");
+
+    // A run image that brings a package no pinned image had: the mirror is read again for its
+    // name, so its record is found when it is fixed.
+    push_run(&pusher, REPO, Some("latest"), &labelled("3", V3), Format::Oci).await;
+    assert!(restarted.monitor.run_once().await);
+    assert_eq!(restarted.vulns.as_ref().unwrap().current().index.held(), 3, "read again with zlib1g");
+    push_run(&pusher, REPO, Some("latest"), &labelled("4", V4), Format::Oci).await;
+    assert!(restarted.monitor.run_once().await);
+    let events = ledger.events_after(0, 1000).await.unwrap();
+    let event = events.into_iter().map(|e| e.event).rfind(|e| e.event_type == EventType::RunImageChanged).unwrap();
+    let change = serde_json::to_value(event.change.as_ref().unwrap()).unwrap();
+    assert_eq!(ids(&change["fixes"]), ["CVE-2026-6666"], "{change:#}");
 }
 
 #[tokio::test]

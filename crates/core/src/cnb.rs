@@ -13,7 +13,7 @@ mod run_image;
 pub use app::*;
 pub use change::*;
 pub use classify::{classify, describe};
-pub use fixes::{fixes_of, releases_of};
+pub use fixes::{fixes_of, package_names, releases_of};
 pub use limits::{MAX_ENTRIES, MAX_LABEL_BYTES, MAX_PINNED_BYTES, json_size};
 pub use model::*;
 pub use parse::{parse_builder, platform_metadata};

@@ -3,7 +3,7 @@
 //! every platform's full list shows it, any other a platform shows is `unknown` with why; or a
 //! note why nothing could be matched. The change records where the data came from.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::change::Change;
 use super::model::{PinnedMetadata, PlatformMetadata};
@@ -33,6 +33,20 @@ pub fn releases_of(metadata: &PinnedMetadata) -> BTreeMap<String, Release> {
         }
     }
     out
+}
+
+/// Every binary package name the lists of `metadata` carry (its own and its run image's, every
+/// platform): the names a vulnerability index must keep for a move from or to it to be judged in
+/// full ([`Index::with_names`]).
+pub fn package_names(metadata: &PinnedMetadata) -> BTreeSet<String> {
+    let run_image = metadata.run_image.iter().flat_map(|r| r.packages.values());
+    let mut names = BTreeSet::new();
+    for list in metadata.packages.values().chain(run_image) {
+        if let Packages::Listed { packages, .. } = list {
+            names.extend(packages.iter().map(|p| p.name.clone()));
+        }
+    }
+    names
 }
 
 /// The versioned packages of a list, or why it has none to match.

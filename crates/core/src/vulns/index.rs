@@ -11,10 +11,17 @@
 //!
 //! One record per id: of two with one id (two files, or one mirror's stale copy), the one with the
 //! newest `modified` is used and the others are kept only to be named ([`Fix::ignored`]).
+//!
+//! The daemon's index also keeps only the binaries whose names some watched image carries
+//! ([`Index::with_names`]): a move is judged on the names of its two images' lists alone, so a
+//! record none of whose binaries either image has can never be fixed by it, and a binary no image
+//! has never blocks a fix. A record dropped so is only counted, and its id remembered as a 64-bit
+//! hash: when a kept record has a dropped copy, the mirror is read again keeping those ids whole
+//! ([`Index::ids_read_again`]), so which copy is used does not depend on the names.
 
 use std::cmp::Ordering;
 use std::collections::hash_map::{Entry, RandomState};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::BuildHasher;
 
 use super::version::{compare, is_valid};
@@ -50,8 +57,17 @@ pub struct Index {
     source: Option<DataSource>,
     /// Only counting ([`Index::counting`]): a record that would be kept is counted, not held.
     count_only: bool,
-    /// Records counted while only counting.
-    counted: usize,
+    /// Records of the kept releases read (held, only counted, or dropped for their names).
+    applying: usize,
+    /// Binary names kept ([`Index::with_names`]); `None`: every name.
+    names: Option<HashSet<String>>,
+    /// Ids kept whole whatever their names ([`Index::ids_read_again`]).
+    whole_ids: HashSet<String>,
+    /// The hashes of the ids of the records dropped for their names (a kept copy of one is found
+    /// when done reading).
+    dropped: Vec<u64>,
+    /// Set by [`Index::seal`]: [`Index::ids_read_again`].
+    read_again: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -110,6 +126,62 @@ impl Index {
         Index { count_only: true, ..Index::new(releases) }
     }
 
+    /// The same index keeping only the binaries named in `names` (the names the watched images'
+    /// package lists carry): a record none of whose binaries is one of them is counted, not held.
+    /// A move's fixes are the same as with every name kept as long as both its images' names are
+    /// among them ([`Index::covers`]).
+    pub fn with_names(mut self, names: impl IntoIterator<Item = String>) -> Self {
+        self.names = Some(names.into_iter().collect());
+        self
+    }
+
+    /// The same index keeping the records of `ids` whatever their binaries' names (the copies of
+    /// a kept record, read again: [`Index::ids_read_again`]).
+    pub fn with_whole_ids(mut self, ids: impl IntoIterator<Item = String>) -> Self {
+        self.whole_ids = ids.into_iter().collect();
+        self
+    }
+
+    /// Whether it keeps every binary named in `names` (always, without a name filter).
+    pub fn covers<'a>(&self, mut names: impl Iterator<Item = &'a str>) -> bool {
+        match &self.names {
+            None => true,
+            Some(kept) => names.all(|name| kept.contains(name)),
+        }
+    }
+
+    /// The names it keeps, sorted (`None`: every name).
+    pub fn names(&self) -> Option<BTreeSet<&str>> {
+        self.names.as_ref().map(|names| names.iter().map(String::as_str).collect())
+    }
+
+    /// After [`Index::seal`] of an index with a name filter: the ids of the kept records that had
+    /// a copy dropped for its names (found by 64-bit hash: a collision only costs a read). When
+    /// there are any, the caller reads the source again into an empty index
+    /// [`Index::with_whole_ids`] of them, so the copy used is the newest, as without a filter.
+    pub fn ids_read_again(&self) -> &[String] {
+        &self.read_again
+    }
+
+    /// The ids of the kept records that have a copy dropped for its names.
+    fn copies_dropped(&self) -> Vec<String> {
+        if self.dropped.is_empty() {
+            return Vec::new();
+        }
+        let kept: HashMap<u64, &str> = self
+            .records
+            .iter()
+            .map(|rec| self.strings.get(rec.id))
+            .filter(|id| !self.whole_ids.contains(*id))
+            .map(|id| (self.strings.hasher.hash_one(id), id))
+            .collect();
+        let mut ids: Vec<String> =
+            self.dropped.iter().filter_map(|hash| kept.get(hash)).map(|id| id.to_string()).collect();
+        ids.sort();
+        ids.dedup();
+        ids
+    }
+
     /// The releases it keeps, sorted (`None`: every release but `Pro`'s).
     pub fn releases(&self) -> Option<&[Release]> {
         self.releases.as_deref()
@@ -158,9 +230,21 @@ impl Index {
         if !wanted.iter().any(|(_, fixed, _)| fixed.is_some()) {
             return false;
         }
+        self.applying += 1;
         if self.count_only {
-            self.counted += 1;
             return true;
+        }
+        if let Some(names) = &self.names
+            && !self.whole_ids.contains(&record.id)
+        {
+            for (_, _, binaries) in &mut wanted {
+                binaries.retain(|name| names.contains(*name));
+            }
+            wanted.retain(|(_, _, binaries)| !binaries.is_empty());
+            if wanted.is_empty() {
+                self.dropped.push(self.strings.hasher.hash_one(record.id.as_str()));
+                return true;
+            }
         }
         let number = u32::try_from(self.records.len()).ok().filter(|n| *n < u32::MAX);
         // Interned: a CVE record's id is its one CVE, and a second copy of a record is found.
@@ -242,6 +326,8 @@ impl Index {
     /// found (both would be used).
     pub fn seal(&mut self) {
         self.by_id = HashMap::new();
+        self.read_again = self.copies_dropped();
+        self.dropped = Vec::new();
         let names: Vec<Sym> = self.by_binary.keys().copied().collect();
         self.strings.keep_only(&names);
         self.by_binary.shrink_to_fit();
@@ -254,9 +340,15 @@ impl Index {
         self.strings.bytes.shrink_to_fit();
     }
 
-    /// Records kept (of a counting index: counted).
+    /// Records of the kept releases read (held, or only counted: those of a counting index, and
+    /// those dropped for their binaries' names).
     pub fn len(&self) -> usize {
-        if self.count_only { self.counted } else { self.records.len() }
+        self.applying
+    }
+
+    /// Records held (every copy of an id counts).
+    pub fn held(&self) -> usize {
+        self.records.len()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -481,3 +481,74 @@ fn of_two_records_with_one_id_the_newest_modified_is_used_and_the_other_named() 
         assert_eq!(fixes[0].ignored, ignored);
     }
 }
+
+/// D6: an index keeping only the watched images' names holds only the records that name one of
+/// them, and judges every move between images of those names as an index of every name does.
+#[test]
+fn an_index_of_some_names_holds_only_their_records_and_judges_their_moves_alike() {
+    let zlib = cve("CVE-2026-2000", "low", &[(JAMMY, "zlib", Some("1.3-2"), &[("zlib1g", Some("1.3-2"))])]);
+    let records: Vec<Value> = (0..1_000)
+        .map(|n| {
+            let (name, fixed) = (format!("bin{n}"), format!("1.0-{n}"));
+            cve(&format!("CVE-2026-9{n:03}"), "high", &[(JAMMY, "src", Some(&fixed), &[(&name, Some(&fixed))])])
+        })
+        .chain([curl_usn(), zlib])
+        .collect();
+    let all = index(&records);
+    let names = ["curl", "libcurl4", "zlib1g"].map(String::from);
+    let mut some = Index::new(vec![jammy()]).with_names(names.clone());
+    for value in &records {
+        some.insert(record(value));
+    }
+    some.seal();
+    assert_eq!((all.held(), some.held()), (1_002, 2), "only the records of the names are held");
+    assert_eq!(some.len(), all.len(), "every record of the release is counted");
+    assert!(some.covers(["curl", "zlib1g"].into_iter()) && !some.covers(["bin7"].into_iter()));
+    let before = [pkg("curl", CURL_OLD), pkg("libcurl4", CURL_OLD), pkg("zlib1g", "1.3-1")];
+    let moves = [
+        [pkg("curl", CURL_NEW), pkg("libcurl4", CURL_NEW), pkg("zlib1g", "1.3-2")],
+        [pkg("curl", CURL_NEW), pkg("libcurl4", CURL_OLD), pkg("zlib1g", "1.3-1")],
+    ];
+    for after in &moves {
+        assert_eq!(some.fixes(&jammy(), &before, after), all.fixes(&jammy(), &before, after));
+    }
+    assert_eq!(ids(&some.fixes(&jammy(), &before, &moves[0])), ["CVE-2026-2000", "USN-7000-1"]);
+    assert!(some.ids_read_again().is_empty(), "no record has a copy");
+}
+
+/// A copy of a kept record dropped for its names (it names no watched binary) is found when done
+/// reading, in either order, so the mirror is read again with that id kept whole: the newer copy
+/// still wins, as in an index of every name.
+#[test]
+fn a_kept_record_with_a_copy_dropped_for_its_names_is_read_again_whole() {
+    let kept = record(&modified(
+        usn("USN-7000-1", &[], &[(JAMMY, "curl", Some(CURL_NEW), &[("curl", CURL_NEW)])]),
+        "2026-01-01T00:00:00Z",
+    ));
+    // The newer copy names another binary only: with curl's names alone it is dropped.
+    let newer = record(&modified(
+        usn("USN-7000-1", &[], &[(JAMMY, "curl", Some("9.0-1"), &[("curl-other", "9.0-1")])]),
+        "2026-02-01T00:00:00Z",
+    ));
+    let (before, after) = ([pkg("curl", CURL_OLD)], [pkg("curl", CURL_NEW)]);
+    let mut all = Index::new(vec![jammy()]);
+    all.insert_from(kept.clone(), "a.json");
+    all.insert_from(newer.clone(), "b.json");
+    assert!(all.fixes(&jammy(), &before, &after).is_empty(), "the newer copy is used: no fix");
+    for order in [[&kept, &newer], [&newer, &kept]] {
+        let read = |index: &mut Index| {
+            for r in order {
+                index.insert_from(r.clone(), if r == &kept { "a.json" } else { "b.json" });
+            }
+            index.seal();
+        };
+        let mut first = Index::new(vec![jammy()]).with_names(["curl".to_string()]);
+        read(&mut first);
+        assert_eq!(first.ids_read_again(), ["USN-7000-1"]);
+        let mut again =
+            Index::new(vec![jammy()]).with_names(["curl".to_string()]).with_whole_ids(["USN-7000-1".into()]);
+        read(&mut again);
+        assert!(again.ids_read_again().is_empty());
+        assert!(again.fixes(&jammy(), &before, &after).is_empty(), "the newer copy is used: no fix");
+    }
+}

@@ -606,7 +606,7 @@ mod tests {
         );
         assert!(
             text.contains(
-                "  2026-11-30T12:10:00.500Z rebase app after 0 attempts (superseded): superseded by change c1\n"
+                "  2026-11-30T12:10:00.500Z rebase app after 0 attempts (superseded)\n    superseded by change c1\n"
             ),
             "{text}"
         );

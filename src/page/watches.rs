@@ -276,7 +276,8 @@ mod tests {
         );
     }
 
-    /// A run image move's summary shows 12 hex digits of each reference; its tooltip the whole.
+    /// A run image move's summary shows 12 hex digits of each digest, the repository once; its
+    /// tooltip the whole references.
     #[test]
     fn a_moves_references_are_short_with_the_whole_in_the_tooltip() {
         let full = |c: char| format!("registry.example.com/cnb/run@sha256:{}", c.to_string().repeat(64));
@@ -289,8 +290,9 @@ mod tests {
         jammy.changes = vec![c];
         let mut html = String::new();
         table(&mut html, &[jammy], &config(""), now(), false);
-        let short = |c: char| format!("registry.example.com/cnb/run@sha256:{}…", c.to_string().repeat(12));
-        assert!(html.contains(&format!("run image {} → {}</span>", short('a'), short('b'))), "{html}");
+        let short = |c: char| format!("sha256:{}…", c.to_string().repeat(12));
+        let repo = "registry.example.com/cnb/run";
+        assert!(html.contains(&format!("run image {} → {} ({repo})</span>", short('a'), short('b'))), "{html}");
         assert!(html.contains(&format!("title=\"run image {} → {}\"", full('a'), full('b'))), "{html}");
     }
 

@@ -48,4 +48,25 @@ async fn the_tour_shows_a_pin_a_move_rebases_alerts_an_undo_and_the_page() {
     assert!(pasted.status.success(), "{}: {}", seen.path_line, String::from_utf8_lossy(&pasted.stderr));
     let config = std::fs::read_to_string(dir.path().join("config.toml")).unwrap();
     assert!(config.contains("rebase = \"registry\""), "{config}");
+    every_line_shown_fits(&seen.human);
+}
+
+/// What the tour and the commands it ran showed people (`rollback`, `freeze`, `status`, `plan`,
+/// `check`): no line over 160 characters, and digests short (12 hex digits; `--json` has them whole).
+fn every_line_shown_fits(human: &[(String, String)]) {
+    let commands: Vec<&str> = human.iter().map(|(what, _)| what.as_str()).filter(|w| *w != "tour").collect();
+    for expected in ["rollback", "freeze", "unfreeze", "status", "plan", "check"] {
+        let ran = format!("builder-monitor {expected} ");
+        assert!(commands.iter().any(|c| c.starts_with(&ran)), "the tour did not run {expected}: {commands:?}");
+    }
+    let full_digest = |line: &str| {
+        line.match_indices("sha256:")
+            .any(|(at, _)| line[at + 7..].bytes().take_while(u8::is_ascii_hexdigit).count() == 64)
+    };
+    for (what, text) in human {
+        for line in text.lines() {
+            assert!(line.chars().count() <= 160, "{what}: a line of {} characters:\n{line}", line.chars().count());
+            assert!(!full_digest(line), "{what}: a full digest shown to people:\n{line}");
+        }
+    }
 }

@@ -186,6 +186,9 @@ fn check_refuses_actions_on_a_cluster_that_cannot_be_configured() {
         assert_eq!(out.code, Some(2), "{text}\n{}", out.stderr);
         assert!(out.stderr.contains(needs), "{}", out.stderr);
         assert!(out.stderr.contains("set [kubernetes] kubeconfig = "), "names the fix: {}", out.stderr);
+        // The client's own error (every place it looked, each cause) summarized, on short lines.
+        assert!(out.stderr.contains("no kubeconfig ($KUBECONFIG, ~/.kube/config) and not in a pod"), "{}", out.stderr);
+        assert!(out.stderr.lines().all(|l| l.chars().count() <= 160), "{}", out.stderr);
     }
     // The same configs with a kubeconfig: a server nobody listens on is fine, it is not asked.
     let kubeconfig = ws.path("kubeconfig");

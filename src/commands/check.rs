@@ -35,7 +35,8 @@ pub struct Args {
     /// Also ask what the config names whether it is there, as `run` would: one HEAD per builder
     /// watch, per run image watch (after reading its builder's metadata) and per app image tag
     /// (with the daemon's registry settings and credentials), one request per Kubernetes cluster
-    /// the daemon would use, one `git ls-remote` per [[gitops]] target. Each failure is one line
+    /// the daemon would use, one `git ls-remote` per [[gitops]] target, one `HEAD /` per alert
+    /// receiver's host (no event sent) and one `HEAD` of an OSV URL. Each failure is one line
     /// naming the entry and the fix, and the exit code is 1; an app image tag not pushed yet is
     /// only a note (its first build pushes it).
     #[arg(long)]

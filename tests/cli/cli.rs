@@ -598,6 +598,13 @@ fn the_command_list_has_no_line_over_160_characters() {
     assert!(long.is_empty(), "{long:#?}");
     let freeze = ws.run(&["freeze", "--help"]);
     assert!(freeze.stdout.contains("checks, pins and alerts go on"), "{}", freeze.stdout);
+    // Each command's `-h` too: an option's one-liner is short, its details in `--help`.
+    for command in top.stdout.split("Commands:").nth(1).unwrap_or_default().lines().skip(1) {
+        let Some(command) = command.split_whitespace().next().filter(|c| *c != "help") else { break };
+        let short = ws.run(&[command, "-h"]);
+        let long: Vec<&str> = short.stdout.lines().filter(|l| l.chars().count() > 200).collect();
+        assert!(long.is_empty(), "{command} -h: {long:#?}");
+    }
 }
 
 /// Every option of every command says what it is in `--help`: `--config` and `--json` too.

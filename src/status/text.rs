@@ -6,11 +6,17 @@ use builder_monitor_core::text::{LINE, fit, short_reference};
 /// The report for a terminal.
 pub fn render_text(status: &Status) -> String {
     let mut out = String::new();
+    let unreachable = unreachable_registries(status.builders.iter().chain(&status.run_images));
+    for (host, (watches, sample)) in &unreachable {
+        // Two or more by construction: "watches".
+        let _ = writeln!(out, "registry {host} unreachable: the last checks of {watches} watches failed to reach it:");
+        let _ = writeln!(out, "  {}", fit(sample, LINE - 2));
+    }
     for b in &status.builders {
-        render_watch(&mut out, &b.name, b);
+        render_watch(&mut out, &b.name, b, &unreachable);
     }
     for r in &status.run_images {
-        render_watch(&mut out, &format!("run image (for {})", r.builders.join(", ")), r);
+        render_watch(&mut out, &format!("run image (for {})", r.builders.join(", ")), r, &unreachable);
     }
     if status.builders.is_empty() {
         let _ = writeln!(out, "no builders configured");
@@ -117,7 +123,31 @@ fn expedited(expedited: &builder_monitor_core::rollout::Expedited) -> String {
     format!(", expedited by {}", ids.join(", "))
 }
 
-fn render_watch(out: &mut String, title: &str, b: &BuilderStatus) {
+/// The registries that two or more watches failed to reach at their last check (the reason
+/// `registry_unavailable`: DNS, connect, TLS, 5xx), with how many and one of their errors: said
+/// once above the watches, not once a watch.
+fn unreachable_registries<'a>(watches: impl Iterator<Item = &'a BuilderStatus>) -> BTreeMap<String, (u32, String)> {
+    let mut hosts: BTreeMap<String, (u32, String)> = BTreeMap::new();
+    for b in watches {
+        let Some(check) = b.last_check.as_ref().filter(|c| c.reason.as_deref() == Some("registry_unavailable")) else {
+            continue;
+        };
+        let Ok(image) = builder_monitor_core::reference::ImageRef::parse(&b.image) else { continue };
+        let entry =
+            hosts.entry(image.registry().to_string()).or_insert_with(|| (0, check.error.clone().unwrap_or_default()));
+        entry.0 += 1;
+    }
+    hosts.retain(|_, (watches, _)| *watches > 1);
+    hosts
+}
+
+/// The registry of `b`'s image when it is among the `unreachable` ones.
+fn unreachable_host<'a>(b: &BuilderStatus, unreachable: &'a BTreeMap<String, (u32, String)>) -> Option<&'a str> {
+    let image = builder_monitor_core::reference::ImageRef::parse(&b.image).ok()?;
+    unreachable.get_key_value(image.registry()).map(|(host, _)| host.as_str())
+}
+
+fn render_watch(out: &mut String, title: &str, b: &BuilderStatus, unreachable: &BTreeMap<String, (u32, String)>) {
     let _ = writeln!(out, "{title}  {}", b.image);
     match &b.pinned {
         Some(p) => {
@@ -138,8 +168,19 @@ fn render_watch(out: &mut String, title: &str, b: &BuilderStatus) {
             let _ = writeln!(out, "  last check: {} ok", c.time);
         }
         Some(c) => {
-            let _ = writeln!(out, "  last check: {} error ({} in a row):", c.time, b.consecutive_failures);
-            let _ = writeln!(out, "    {}", fit(c.error.as_deref().unwrap_or("?"), LINE - 4));
+            match unreachable_host(b, unreachable).filter(|_| c.reason.as_deref() == Some("registry_unavailable")) {
+                Some(host) => {
+                    let _ = writeln!(
+                        out,
+                        "  last check: {} error ({} in a row): registry {host} unreachable (above)",
+                        c.time, b.consecutive_failures
+                    );
+                }
+                None => {
+                    let _ = writeln!(out, "  last check: {} error ({} in a row):", c.time, b.consecutive_failures);
+                    let _ = writeln!(out, "    {}", fit(c.error.as_deref().unwrap_or("?"), LINE - 4));
+                }
+            }
             let _ =
                 writeln!(out, "  next check: {}", b.next_check.as_deref().unwrap_or("only when woken (hook or API)"));
         }

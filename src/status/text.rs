@@ -123,31 +123,7 @@ fn expedited(expedited: &builder_monitor_core::rollout::Expedited) -> String {
     format!(", expedited by {}", ids.join(", "))
 }
 
-/// The registries that two or more watches failed to reach at their last check (the reason
-/// `registry_unavailable`: DNS, connect, TLS, 5xx), with how many and one of their errors: said
-/// once above the watches, not once a watch.
-fn unreachable_registries<'a>(watches: impl Iterator<Item = &'a BuilderStatus>) -> BTreeMap<String, (u32, String)> {
-    let mut hosts: BTreeMap<String, (u32, String)> = BTreeMap::new();
-    for b in watches {
-        let Some(check) = b.last_check.as_ref().filter(|c| c.reason.as_deref() == Some("registry_unavailable")) else {
-            continue;
-        };
-        let Ok(image) = builder_monitor_core::reference::ImageRef::parse(&b.image) else { continue };
-        let entry =
-            hosts.entry(image.registry().to_string()).or_insert_with(|| (0, check.error.clone().unwrap_or_default()));
-        entry.0 += 1;
-    }
-    hosts.retain(|_, (watches, _)| *watches > 1);
-    hosts
-}
-
-/// The registry of `b`'s image when it is among the `unreachable` ones.
-fn unreachable_host<'a>(b: &BuilderStatus, unreachable: &'a BTreeMap<String, (u32, String)>) -> Option<&'a str> {
-    let image = builder_monitor_core::reference::ImageRef::parse(&b.image).ok()?;
-    unreachable.get_key_value(image.registry()).map(|(host, _)| host.as_str())
-}
-
-fn render_watch(out: &mut String, title: &str, b: &BuilderStatus, unreachable: &BTreeMap<String, (u32, String)>) {
+fn render_watch(out: &mut String, title: &str, b: &BuilderStatus, unreachable: &Unreachable) {
     let _ = writeln!(out, "{title}  {}", b.image);
     match &b.pinned {
         Some(p) => {

@@ -288,12 +288,14 @@ pub struct Metrics {
 
 impl Metrics {
     pub fn new() -> Arc<Self> {
-        Self::with_log_drops(Counter::default())
+        Self::with_log_drops(Counter::default(), true)
     }
 
     /// With `log_lines_dropped` counting into `dropped`: the process's log stream keeps that
-    /// counter (logging is process-wide), the daemon's registry serves it.
-    pub fn with_log_drops(dropped: Counter) -> Arc<Self> {
+    /// counter (logging is process-wide), the daemon's registry serves it. The OSV families are
+    /// served only with `vulnerabilities` (a `[vulnerabilities]` section): without one, a
+    /// `osv_records 0` would read as an empty mirror.
+    pub fn with_log_drops(dropped: Counter, vulnerabilities: bool) -> Arc<Self> {
         let mut registry = Registry::with_prefix("builder_monitor");
         let watches = WatchSeries::default();
         let check_duration = Histogram::new(exponential_buckets(0.001, 2.0, 16));
@@ -374,14 +376,19 @@ impl Metrics {
             "Client addresses the HTTP server's per-client limiters remember (hooks, refusal_log), at most 10,000 each",
             http_clients_tracked.clone(),
         );
-        let osv_skipped = Family::default();
-        registry.register(
-            "osv_skipped",
-            "OSV mirror files skipped, by reason (too_large, not_json, refused, symlink, path_traversal, unreadable)",
-            osv_skipped.clone(),
-        );
-        let osv_records = Gauge::default();
-        registry.register("osv_records", "OSV records kept in the vulnerability index in force", osv_records.clone());
+        let (osv_skipped, osv_records) = (Family::default(), Gauge::default());
+        if vulnerabilities {
+            registry.register(
+                "osv_skipped",
+                "OSV mirror files skipped, by reason (too_large, not_json, refused, symlink, path_traversal, unreadable)",
+                osv_skipped.clone(),
+            );
+            registry.register(
+                "osv_records",
+                "OSV records kept in the vulnerability index in force",
+                osv_records.clone(),
+            );
+        }
         registry.register(
             "log_lines_dropped",
             "Log lines dropped because stderr was closed, failing or not read fast enough",
@@ -502,6 +509,42 @@ mod tests {
         assert!(text.contains("# TYPE builder_monitor_pinned_info gauge\n"), "{text}");
         assert!(text.ends_with("# EOF\n"));
         assert_eq!((metrics.checks_of("alpha", None), metrics.checks_of("alpha", Some("tag_missing"))), (1, 2));
+    }
+
+    /// Every family served is documented in docs/http-api.md under the name it is served as
+    /// (counters with `_total`), and `actions{state}` with every state; the OSV families only
+    /// with `[vulnerabilities]`.
+    #[test]
+    fn every_family_served_is_documented_and_osv_ones_only_with_vulnerabilities() {
+        let doc = include_str!("../docs/http-api.md");
+        let text = Metrics::new().encode();
+        // The families registered (a family without series is not in the text yet), and the
+        // per-watch ones the exposition writes itself.
+        let source = include_str!("metrics.rs");
+        let registered = source.split("registry.register(").skip(1).filter_map(|rest| {
+            let rest = rest.trim_start().strip_prefix('"')?;
+            let name = &rest[..rest.find('"')?];
+            name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_').then(|| name.to_string())
+        });
+        let written = text.lines().filter_map(|l| l.strip_prefix("# TYPE builder_monitor_")?.split(' ').next());
+        let mut families: Vec<String> = registered.chain(written.map(str::to_string)).collect();
+        families.sort();
+        families.dedup();
+        assert!(families.len() > 15, "{families:?}");
+        for family in &families {
+            let named = ["`", "{", "_total`", "_total{"].map(|end| format!("`{family}{end}"));
+            assert!(named.iter().any(|n| doc.contains(n.as_str())), "docs/http-api.md does not name {family}");
+        }
+        for state in ["pending", "waiting", "queued", "running", "held", "awaiting_approval"] {
+            let start = doc.find("`actions{state}`").expect("actions{state} documented");
+            assert!(
+                doc[start..start + 300].contains(&format!("`{state}`")),
+                "actions{{state}}: no `{state}` in the docs"
+            );
+        }
+        let plain = Metrics::with_log_drops(Counter::default(), false).encode();
+        assert!(!plain.contains("osv_"), "{plain}");
+        assert!(text.contains("# TYPE builder_monitor_osv_records gauge"), "{text}");
     }
 
     #[test]

@@ -51,13 +51,24 @@ pub fn render_noted(status: &Status, config: &Config, now: DateTime<Utc>, notes:
     for note in notes {
         let _ = writeln!(out, "<div class=\"banner\" role=\"status\">{}</div>", html::Text(note));
     }
+    // A registry several watches failed to reach: said once, not in every row.
+    let unreachable = crate::status::unreachable_registries(status.builders.iter().chain(&status.run_images));
+    for (host, (watches, sample)) in &unreachable {
+        let _ = writeln!(
+            out,
+            "<div class=\"banner\" role=\"status\" data-unreachable=\"{}\">registry <code>{}</code> unreachable: the last checks of {watches} watches failed to reach it: {}</div>",
+            html::Text(host),
+            html::Text(host),
+            html::Breakable(sample)
+        );
+    }
     summary::tiles(&mut out, status, failing);
 
     section(&mut out, "builders", "Builders", Some(status.builders.len()));
-    watches::table(&mut out, &status.builders, config, now, false);
+    watches::table(&mut out, &status.builders, config, now, false, &unreachable);
     if !status.run_images.is_empty() {
         section(&mut out, "run-images", "Run images", Some(status.run_images.len()));
-        watches::table(&mut out, &status.run_images, config, now, true);
+        watches::table(&mut out, &status.run_images, config, now, true, &unreachable);
     }
 
     if !status.images.is_empty() {

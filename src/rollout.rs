@@ -51,8 +51,9 @@ pub struct Decision {
     pub by: String,
     /// The actions it moved, with their new state.
     pub actions: Vec<Decided>,
-    /// The change's actions it left as they were, with their state (why nothing happened to them).
-    pub unchanged: Vec<(String, ActionState)>,
+    /// The change's actions it left as they were, with their state as every view shows it
+    /// ([`crate::ledger::shown_state`]: `waiting` where a gate keeps a pending one back).
+    pub unchanged: Vec<(String, String)>,
     /// Of the actions it moved, those a roll-out gate still keeps back (key → why): shown
     /// `waiting`, as `status` and `plan` show them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -109,26 +110,26 @@ pub async fn decide(
         return Err(RolloutError::UnknownImage { change: change.to_string(), image: image.to_string(), images });
     }
     let actions = ledger.decide(change, image, verdict, by, now).await?;
-    let unchanged = before
+    let unchanged: Vec<&ActionRecord> = before
         .iter()
         .filter(|a| image.is_none_or(|i| a.image == i) && !actions.iter().any(|d| d.key == a.key))
-        .map(|a| (a.image.clone(), a.state))
         .collect();
     for a in &actions {
         tracing::info!(change, image = %a.image, action = a.kind.as_str(), state = %a.state, by, verdict = verdict.as_str(), "roll-out decision");
     }
-    // What still keeps them back (a freeze, a window, a lower wave): said as `status` says it.
-    let mut waiting = BTreeMap::new();
-    if actions.iter().any(|a| a.state == ActionState::Pending) {
+    // What still keeps them back (a freeze, a window, a lower wave): said as `status` says it,
+    // in the words `status` and `plan` use for their states.
+    let mut waits = BTreeMap::new();
+    if actions.iter().any(|a| a.state == ActionState::Pending)
+        || unchanged.iter().any(|a| a.state == ActionState::Pending)
+    {
         let open = ledger.open_actions().await?;
         let frozen = ledger.freeze_state().await?;
-        let mut waits = waits(config, ledger, &open, frozen.as_ref(), now).await?;
-        for a in &actions {
-            if let Some(wait) = waits.remove(&a.key) {
-                waiting.insert(a.key.clone(), wait.to_string());
-            }
-        }
+        waits = crate::rollout::waits(config, ledger, &open, frozen.as_ref(), now).await?;
     }
+    let unchanged =
+        unchanged.iter().map(|a| (a.image.clone(), a.shown_state(waits.contains_key(&a.key)).to_string())).collect();
+    let waiting = actions.iter().filter_map(|a| Some((a.key.clone(), waits.remove(&a.key)?.to_string()))).collect();
     Ok(Decision {
         change: change.to_string(),
         verdict: verdict.as_str().into(),

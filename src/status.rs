@@ -464,6 +464,34 @@ fn builder_status(
     }
 }
 
+/// Registries two or more watches failed to reach at their last check: host → (watches, one of
+/// their errors). `status` text and the page say each once, above the watches.
+pub type Unreachable = BTreeMap<String, (u32, String)>;
+
+/// The registries that two or more watches failed to reach at their last check (the reason
+/// `registry_unavailable`: DNS, connect, TLS, 5xx), with how many and one of their errors: said
+/// once above the watches, not once a watch.
+pub fn unreachable_registries<'a>(watches: impl Iterator<Item = &'a BuilderStatus>) -> Unreachable {
+    let mut hosts: BTreeMap<String, (u32, String)> = BTreeMap::new();
+    for b in watches {
+        let Some(check) = b.last_check.as_ref().filter(|c| c.reason.as_deref() == Some("registry_unavailable")) else {
+            continue;
+        };
+        let Ok(image) = builder_monitor_core::reference::ImageRef::parse(&b.image) else { continue };
+        let entry =
+            hosts.entry(image.registry().to_string()).or_insert_with(|| (0, check.error.clone().unwrap_or_default()));
+        entry.0 += 1;
+    }
+    hosts.retain(|_, (watches, _)| *watches > 1);
+    hosts
+}
+
+/// The registry of `b`'s image when it is among the `unreachable` ones.
+pub fn unreachable_host<'a>(b: &BuilderStatus, unreachable: &'a Unreachable) -> Option<&'a str> {
+    let image = builder_monitor_core::reference::ImageRef::parse(&b.image).ok()?;
+    unreachable.get_key_value(image.registry()).map(|(host, _)| host.as_str())
+}
+
 fn short(digest: &str) -> &str {
     let end = digest.len().min("sha256:".len() + 12);
     &digest[..end]
@@ -606,7 +634,7 @@ mod tests {
         );
         assert!(
             text.contains(
-                "  2026-11-30T12:10:00.500Z rebase app after 0 attempts (superseded): superseded by change c1\n"
+                "  2026-11-30T12:10:00.500Z rebase app after 0 attempts (superseded)\n    superseded by change c1\n"
             ),
             "{text}"
         );

@@ -98,6 +98,17 @@ pub async fn client(settings: &KubernetesSettings) -> Result<kube::Client, Clust
     kube::Client::try_from(config).map_err(ClusterError::Client)
 }
 
+impl ClusterError {
+    /// This error in a phrase for one line of a human view: where no cluster could be configured,
+    /// what was missing (not the client's list of every place it looked).
+    pub fn brief(&self) -> String {
+        match self {
+            ClusterError::Infer(_) => "no kubeconfig ($KUBECONFIG, ~/.kube/config) and not in a pod".into(),
+            other => builder_monitor_core::text::fit(&other.to_string(), 100),
+        }
+    }
+}
+
 fn kubeconfig_error(path: Option<&Path>, error: kube::config::KubeconfigError) -> ClusterError {
     syntax_error(path, &error).unwrap_or_else(|| ClusterError::Kubeconfig { path: path.map(Path::to_path_buf), error })
 }
@@ -231,7 +242,7 @@ pub fn only_actions_need_it(config: &Config) -> bool {
 
 /// How to give the daemon a cluster, for the messages of one it cannot configure.
 pub const CONFIGURE: &str = "set [kubernetes] kubeconfig = \"/path/to/kubeconfig\" (and context, if not its current one), \
-     or provide $KUBECONFIG or ~/.kube/config, or run the daemon in a pod";
+     or provide $KUBECONFIG or ~/.kube/config, or run in a pod";
 
 /// `check`'s preflight: the cluster that actions need can be configured (a
 /// kubeconfig is found and names a usable context; nothing is sent to the cluster), else what
@@ -243,10 +254,15 @@ pub async fn preflight(config: &Config) -> Option<String> {
         return None;
     }
     let error = client(&config.kubernetes).await.err()?;
+    // The client's own error runs to hundreds of characters (every place it looked, each
+    // cause): the log has it whole, the message a summary and the fix, each on a line.
+    tracing::debug!(%error, "no Kubernetes client");
     let needs = if users.len() == 1 { "needs" } else { "need" };
+    let users = builder_monitor_core::text::fit(&users.join(", "), 60);
     Some(format!(
-        "{} {needs} a Kubernetes cluster, and none can be configured ({error}): {CONFIGURE}",
-        users.join(", ")
+        "{users} {needs} a Kubernetes cluster, and none can be configured:\n  {}\n  {CONFIGURE}\n  \
+         (BUILDER_MONITOR_LOG=debug logs the client's whole error)",
+        error.brief()
     ))
 }
 

@@ -22,9 +22,10 @@ pub struct Args {
     /// The config file (TOML; see docs/configuration.md).
     #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
     config: PathBuf,
-    /// What the deployment expects of the config (repeatable), e.g. `listen-port=9464`,
-    /// `publish=true`, `state=kubernetes`: any disagreement fails the check, naming the key to
-    /// change. Keys: listen-port, namespace, in-cluster, publish, prune, leader-election, state
+    /// What the deployment expects of the config (repeatable), e.g. `publish=true`.
+    ///
+    /// E.g. `listen-port=9464`, `publish=true`, `state=kubernetes`: any disagreement fails the
+    /// check, naming the key to change. Keys: listen-port, namespace, in-cluster, publish, prune, leader-election, state
     /// (`kubernetes` or the SQLite ledger's directory), runner, runner-namespace,
     /// deploy-namespaces (comma-separated), pools (the kubeconfigs mounted at
     /// /etc/builder-monitor/pools/NAME/kubeconfig, comma-separated). `KEY=VALUE@NAME` names the
@@ -32,10 +33,13 @@ pub struct Args {
     /// chart's init container passes its values so (`publish=true@features.publish`).
     #[arg(long, value_name = "KEY=VALUE[@NAME]")]
     expect: Vec<cluster::expect::Expectation>,
-    /// Also ask what the config names whether it is there, as `run` would: one HEAD per builder
+    /// Also ask what the config names whether it is there, as `run` would.
+    ///
+    /// One HEAD per builder
     /// watch, per run image watch (after reading its builder's metadata) and per app image tag
     /// (with the daemon's registry settings and credentials), one request per Kubernetes cluster
-    /// the daemon would use, one `git ls-remote` per [[gitops]] target. Each failure is one line
+    /// the daemon would use, one `git ls-remote` per [[gitops]] target, one `HEAD /` per alert
+    /// receiver's host (no event sent) and one `HEAD` of an OSV URL. Each failure is one line
     /// naming the entry and the fix, and the exit code is 1; an app image tag not pushed yet is
     /// only a note (its first build pushes it).
     #[arg(long)]

@@ -61,9 +61,12 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
                 (Some(ActionKind::Rebase), _) => "rebase (by the runner)",
                 (action, _) => action.map_or("nothing", |k| k.as_str()),
             };
-            outln!("{} (builder {}, policy {}): {action} — {}", a.image, a.builder, a.policy.as_str(), a.why);
+            // A reason can quote a registry's error: summarized to a line (`--json` has it whole).
+            let head =
+                format!("{} (builder {}, policy {}): {action} — {}", a.image, a.builder, a.policy.as_str(), a.why);
+            outln!("{}", text::fit(&head, text::LINE));
             if let Some(c) = &a.change {
-                outln!("  {}", fixes_line(c));
+                outln!("  {}", text::fit(&fixes_line(c), text::LINE - 2));
                 for line in unknown_lines(c, explain) {
                     outln!("    {line}");
                 }
@@ -78,7 +81,9 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
             }
             if let Some(o) = &a.open {
                 let why = o.waiting_for.as_deref().map(|w| format!(": {}", text::escape(w))).unwrap_or_default();
-                outln!("  open: {} for change {} (wave {}, {}){why}", o.action, o.change, o.wave, o.shown_state());
+                let open =
+                    format!("open: {} for change {} (wave {}, {}){why}", o.action, o.change, o.wave, o.shown_state());
+                outln!("  {}", text::fit(&open, text::LINE - 2));
             }
         }
     }

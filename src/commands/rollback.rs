@@ -16,6 +16,7 @@ use builder_monitor::registry::Registry;
 use builder_monitor::rollback;
 use builder_monitor::schedule::Clock;
 use builder_monitor_core::reference::DigestInput;
+use builder_monitor_core::text;
 
 /// Move an app image's tag back to an earlier recorded digest, by a manifest PUT.
 ///
@@ -31,10 +32,13 @@ pub struct Args {
     /// The config file (TOML; see docs/configuration.md).
     #[arg(long, env = "BUILDER_MONITOR_CONFIG")]
     config: PathBuf,
+    /// Print what was done as JSON, full digests (fields are added, never renamed).
+    #[arg(long)]
+    json: bool,
 }
 
 pub async fn run(args: Args) -> Result<u8, Failure> {
-    let Args { image, to, config: path } = args;
+    let Args { image, to, config: path, json } = args;
     let config = load_config(&path, Secrets::Skip)?;
     rollback::configured_image(&config, &image).map_err(usage)?;
     if let Some(to) = to.as_deref().filter(|d| DigestInput::parse(d).is_none()) {
@@ -53,7 +57,7 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
                 let text = daemon_api::call_daemon(&config, &holder, reqwest::Method::POST, &path, body).await?;
                 let done: rollback::Rollback = serde_json::from_str(&text).context("reading the daemon's answer")?;
                 print_resolved(to.as_deref(), &done);
-                print_rollback(&done);
+                print_rollback(&done, json)?;
                 return Ok(0);
             }
             Err(e) => return Err(e.into()),
@@ -67,7 +71,7 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
     let registry = Registry::new(config.registries.values().cloned(), Metrics::new());
     let done = rollback::rollback(&config, &ledger, &registry, settings, to.as_deref(), &by, clock.now()).await?;
     print_resolved(to.as_deref(), &done);
-    print_rollback(&done);
+    print_rollback(&done, json)?;
     Ok(0)
 }
 
@@ -79,8 +83,13 @@ fn print_resolved(to: Option<&str>, done: &rollback::Rollback) {
     }
 }
 
-/// What a rollback did, for people.
-fn print_rollback(done: &rollback::Rollback) {
+/// What a rollback did: for people, digests short and no line over [`text::LINE`]; with `json`,
+/// the whole record.
+fn print_rollback(done: &rollback::Rollback, json: bool) -> Result<(), Failure> {
+    if json {
+        outln!("{}", serde_json::to_string_pretty(done).context("encoding JSON")?);
+        return Ok(());
+    }
     let why = match &done.undone {
         Some(m) => format!(
             "the digest before its last {}{}",
@@ -89,19 +98,22 @@ fn print_rollback(done: &rollback::Rollback) {
         ),
         None => "as asked with --to".to_string(),
     };
+    let (reference, to) = (text::fit(&done.reference, text::LINE / 2), text::short_reference(&done.to));
     if done.moved {
-        let from = done.from.as_deref().unwrap_or("nothing (the tag did not exist)");
+        let from = done.from.as_deref().map_or("nothing (the tag did not exist)".into(), text::short_reference);
+        outln!("{}: moved {reference} from {from} to {to}", done.image);
         let by = done.by.as_deref().map(|by| format!(" (by {by})")).unwrap_or_default();
-        outln!(
-            "{}: moved {} from {from} to {}, {why}; recorded in the ledger{by}",
-            done.image,
-            done.reference,
-            done.to
-        );
+        outln!("  {}", text::fit(&format!("{why}; recorded in the ledger{by}"), text::LINE - 2));
         if let Some(signed) = &done.signed {
-            outln!("  signed {} (it carried no signature by [signing]'s key): {}", signed.digest, signed.signature);
+            outln!(
+                "  signed {} (it carried no signature by [signing]'s key): {}",
+                text::short_reference(&signed.digest),
+                text::short_reference(&signed.signature)
+            );
         }
     } else {
-        outln!("{}: {} already points at {} ({why}); nothing changed", done.image, done.reference, done.to);
+        outln!("{}: {reference} already points at {to}", done.image);
+        outln!("  {why}; nothing changed");
     }
+    Ok(())
 }

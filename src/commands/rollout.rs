@@ -60,7 +60,7 @@ fn render_freeze(f: &FreezeOutcome) -> String {
             let reason = frozen.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
             let how = if changed { "frozen" } else { "already frozen" };
             format!(
-                "{how} since {} by {}{reason}; {} until `builder-monitor unfreeze`\n",
+                "{how} since {} by {}{reason};\n  {} until `builder-monitor unfreeze`\n",
                 builder_monitor_core::schedule::timestamp(frozen.since),
                 frozen.by,
                 builder_monitor_core::rollout::FREEZE_STOPS

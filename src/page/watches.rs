@@ -32,6 +32,7 @@ pub(super) fn table(
     config: &Config,
     now: DateTime<Utc>,
     run_images: bool,
+    unreachable: &crate::status::Unreachable,
 ) {
     out.push_str("<div class=\"card\">");
     if watches.is_empty() {
@@ -97,11 +98,25 @@ pub(super) fn table(
             Some(c) => {
                 let _ = write!(
                     out,
-                    "<span class=\"pill err\">{}</span> {}<span class=\"sub\">{}</span>",
+                    "<span class=\"pill err\">{}</span> {}",
                     Text(c.reason.as_deref().unwrap_or("error")),
-                    ago(&c.time, now),
-                    Breakable(c.error.as_deref().unwrap_or(""))
+                    ago(&c.time, now)
                 );
+                match crate::status::unreachable_host(w, unreachable)
+                    .filter(|_| c.reason.as_deref() == Some("registry_unavailable"))
+                {
+                    Some(host) => {
+                        let _ = write!(
+                            out,
+                            "<span class=\"sub\">registry <code>{}</code> unreachable (above)</span>",
+                            Text(host)
+                        );
+                    }
+                    None => {
+                        let _ =
+                            write!(out, "<span class=\"sub\">{}</span>", Breakable(c.error.as_deref().unwrap_or("")));
+                    }
+                }
             }
             None => out.push_str("<span class=\"muted\">never</span>"),
         }
@@ -240,6 +255,31 @@ mod tests {
     use crate::status::LastCheck;
     use builder_monitor_core::cnb::ChangeKind;
 
+    /// Watches that failed to reach one registry: the page says so once, in a banner above the
+    /// tables, and each of their rows points at it instead of repeating the error.
+    #[test]
+    fn a_registry_several_watches_failed_to_reach_is_said_once() {
+        let unreachable = |name: &str| {
+            let mut w = checked(name, 2);
+            let error = format!("registry.example.com: unavailable: HEAD cnb/{name}/manifests/latest: dns error");
+            w.last_check.as_mut().unwrap().reason = Some("registry_unavailable".into());
+            w.last_check.as_mut().unwrap().error = Some(error);
+            w
+        };
+        let mut status = super::super::tests::empty(vec![unreachable("a"), unreachable("b"), checked("c", 0)]);
+        status.run_images = vec![unreachable("run")];
+        let html = super::super::render(&status, &config(""), now());
+        let banner =
+            "registry <code>registry.example.com</code> unreachable: the last checks of 3 watches failed to reach it: ";
+        assert_eq!(html.matches(banner).count(), 1, "{html}");
+        assert_eq!(html.matches("dns error").count(), 1, "the error once: {html}");
+        let pointer = "<span class=\"sub\">registry <code>registry.example.com</code> unreachable (above)</span>";
+        assert_eq!(html.matches(pointer).count(), 3, "{html}");
+        // One watch alone keeps its own error in its row.
+        let alone = super::super::render(&super::super::tests::empty(vec![unreachable("a")]), &config(""), now());
+        assert!(!alone.contains("unreachable (above)") && alone.contains("dns error"), "{alone}");
+    }
+
     fn checked(name: &str, failures: u32) -> BuilderStatus {
         let mut w = watch(name, &format!("registry.example.com/cnb/{name}:latest"));
         w.last_check = Some(LastCheck {
@@ -267,7 +307,7 @@ mod tests {
         assert_eq!(order, ["b", "d", "a", "never", "e"]);
 
         let mut html = String::new();
-        table(&mut html, &watches, &config(""), now(), false);
+        table(&mut html, &watches, &config(""), now(), false, &Default::default());
         let at = |name: &str| html.find(&format!("data-name=\"{name}\"")).unwrap();
         assert!(at("b") < at("d") && at("d") < at("a") && at("a") < at("never") && at("never") < at("e"), "{html}");
         assert!(
@@ -276,7 +316,8 @@ mod tests {
         );
     }
 
-    /// A run image move's summary shows 12 hex digits of each reference; its tooltip the whole.
+    /// A run image move's summary shows 12 hex digits of each digest, the repository once; its
+    /// tooltip the whole references.
     #[test]
     fn a_moves_references_are_short_with_the_whole_in_the_tooltip() {
         let full = |c: char| format!("registry.example.com/cnb/run@sha256:{}", c.to_string().repeat(64));
@@ -288,9 +329,10 @@ mod tests {
         let mut jammy = watch("jammy", "registry.example.com/paketo/builder:latest");
         jammy.changes = vec![c];
         let mut html = String::new();
-        table(&mut html, &[jammy], &config(""), now(), false);
-        let short = |c: char| format!("registry.example.com/cnb/run@sha256:{}…", c.to_string().repeat(12));
-        assert!(html.contains(&format!("run image {} → {}</span>", short('a'), short('b'))), "{html}");
+        table(&mut html, &[jammy], &config(""), now(), false, &Default::default());
+        let short = |c: char| format!("sha256:{}…", c.to_string().repeat(12));
+        let repo = "registry.example.com/cnb/run";
+        assert!(html.contains(&format!("run image {} → {} ({repo})</span>", short('a'), short('b'))), "{html}");
         assert!(html.contains(&format!("title=\"run image {} → {}\"", full('a'), full('b'))), "{html}");
     }
 
@@ -318,7 +360,7 @@ mod tests {
         assert!(html.contains("No changes recorded for <span class=\"name\">heroku</span>."), "{html}");
 
         let mut row = String::new();
-        table(&mut row, &[jammy], &config(""), now(), false);
+        table(&mut row, &[jammy], &config(""), now(), false, &Default::default());
         assert!(row.contains("<a href=\"#history-jammy\">history (2)</a>"), "{row}");
     }
 

@@ -14,7 +14,7 @@ use builder_monitor_core::event::EventType;
 use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::schedule::timestamp_millis;
 use builder_monitor_core::signing::{self, SignatureInfo};
-use builder_monitor_core::text::escape;
+use builder_monitor_core::text::{LINE, escape, fit};
 
 /// An app image and the last moves of its tag.
 #[derive(Debug, Clone, Serialize)]
@@ -233,14 +233,10 @@ pub(super) fn render_text(out: &mut String, images: &[ImageStatus]) {
             );
         }
         if let Some(a) = &i.last_action {
-            let _ = writeln!(
-                out,
-                "    last action: {} {} {}{}",
-                a.action,
-                a.state,
-                timestamp_millis(a.updated),
-                a.detail.as_deref().map(|d| format!(": {}", escape(d))).unwrap_or_default()
-            );
+            let _ = writeln!(out, "    last action: {} {} {}", a.action, a.state, timestamp_millis(a.updated));
+            if let Some(detail) = &a.detail {
+                let _ = writeln!(out, "      {}", fit(detail, LINE - 6));
+            }
         }
     }
 }
@@ -372,6 +368,9 @@ mod tests {
             vulnerability_download: None,
         };
         let text = render_status(&status);
-        assert!(text.contains("    last action: deploy failed 2026-11-30T12:25:00.000Z: deploy failed\n"), "{text}");
+        assert!(
+            text.contains("    last action: deploy failed 2026-11-30T12:25:00.000Z\n      deploy failed\n"),
+            "{text}"
+        );
     }
 }

@@ -1,15 +1,22 @@
 //! The status report as text for people (`status` without `--json`).
 
 use super::*;
+use builder_monitor_core::text::{LINE, fit, short_reference};
 
 /// The report for a terminal.
 pub fn render_text(status: &Status) -> String {
     let mut out = String::new();
+    let unreachable = unreachable_registries(status.builders.iter().chain(&status.run_images));
+    for (host, (watches, sample)) in &unreachable {
+        // Two or more by construction: "watches".
+        let _ = writeln!(out, "registry {host} unreachable: the last checks of {watches} watches failed to reach it:");
+        let _ = writeln!(out, "  {}", fit(sample, LINE - 2));
+    }
     for b in &status.builders {
-        render_watch(&mut out, &b.name, b);
+        render_watch(&mut out, &b.name, b, &unreachable);
     }
     for r in &status.run_images {
-        render_watch(&mut out, &format!("run image (for {})", r.builders.join(", ")), r);
+        render_watch(&mut out, &format!("run image (for {})", r.builders.join(", ")), r, &unreachable);
     }
     if status.builders.is_empty() {
         let _ = writeln!(out, "no builders configured");
@@ -24,7 +31,7 @@ pub fn render_text(status: &Status) -> String {
         let reason = f.reason.as_deref().map(|r| format!(": {}", escape(r))).unwrap_or_default();
         let _ = writeln!(
             out,
-            "FROZEN since {} by {}{reason}: {} until `builder-monitor unfreeze`",
+            "FROZEN since {} by {}{reason}:\n  {} until `builder-monitor unfreeze`",
             timestamp(f.since),
             escape(&f.by),
             builder_monitor_core::rollout::FREEZE_STOPS
@@ -36,11 +43,10 @@ pub fn render_text(status: &Status) -> String {
     if !status.pending.is_empty() {
         let _ = writeln!(out, "pending actions:");
         for a in &status.pending {
-            let why = a.waiting_for.as_deref().map(|w| format!(": {}", escape(w))).unwrap_or_default();
             let pool = a.placed.as_ref().map(|p| format!(" in pool {}", escape(&p.pool))).unwrap_or_default();
             let _ = writeln!(
                 out,
-                "  {} {} for change {} (wave {}, {}{pool}, {}, next {}){why}",
+                "  {} {} for change {} (wave {}, {}{pool}, {}, next {})",
                 a.action,
                 a.image,
                 a.change,
@@ -49,6 +55,10 @@ pub fn render_text(status: &Status) -> String {
                 count(a.attempts, "attempt"),
                 timestamp_millis(a.next_attempt)
             );
+            // Why it waits, on a line of its own: a wait names other images, windows, fixes.
+            if let Some(why) = &a.waiting_for {
+                let _ = writeln!(out, "    {}", fit(why, LINE - 4));
+            }
         }
     }
     let finished: Vec<&ShownAction> = status.actions.iter().filter(|a| !a.state.is_open()).collect();
@@ -57,15 +67,19 @@ pub fn render_text(status: &Status) -> String {
         for a in finished.iter().take(10) {
             let _ = writeln!(
                 out,
-                "  {} {} {} after {} ({}{}){}",
+                "  {} {} {} after {} ({}{})",
                 timestamp_millis(a.updated),
                 a.action,
                 a.image,
                 count(a.attempts, "attempt"),
                 a.state,
                 expedited(&a.expedited),
-                a.detail.as_deref().map(|d| format!(": {}", escape(d))).unwrap_or_default()
             );
+            // The detail (digests, a registry's error) on a line of its own, digests short: the
+            // whole of it is in `status --json`.
+            if let Some(detail) = &a.detail {
+                let _ = writeln!(out, "    {}", fit(detail, LINE - 4));
+            }
         }
     }
     if !status.deliveries.is_empty() {
@@ -109,18 +123,18 @@ fn expedited(expedited: &builder_monitor_core::rollout::Expedited) -> String {
     format!(", expedited by {}", ids.join(", "))
 }
 
-fn render_watch(out: &mut String, title: &str, b: &BuilderStatus) {
+fn render_watch(out: &mut String, title: &str, b: &BuilderStatus, unreachable: &Unreachable) {
     let _ = writeln!(out, "{title}  {}", b.image);
     match &b.pinned {
         Some(p) => {
-            let _ = writeln!(out, "  pinned:     {} (since {})", p.reference, p.since);
+            let _ = writeln!(out, "  pinned:     {} (since {})", short_reference(&p.reference), p.since);
         }
         None => {
             let _ = writeln!(out, "  pinned:     - (not checked successfully yet)");
         }
     }
     for (platform, digest) in &b.platforms {
-        let _ = writeln!(out, "  {:<11} {}", format!("{}:", escape(platform)), digest);
+        let _ = writeln!(out, "  {:<11} {}", format!("{}:", escape(platform)), short_reference(digest));
     }
     if let Some(run) = &b.run_image {
         let _ = writeln!(out, "  run image:  {}", escape(run));
@@ -130,13 +144,19 @@ fn render_watch(out: &mut String, title: &str, b: &BuilderStatus) {
             let _ = writeln!(out, "  last check: {} ok", c.time);
         }
         Some(c) => {
-            let _ = writeln!(
-                out,
-                "  last check: {} error ({} in a row): {}",
-                c.time,
-                b.consecutive_failures,
-                escape(c.error.as_deref().unwrap_or("?"))
-            );
+            match unreachable_host(b, unreachable).filter(|_| c.reason.as_deref() == Some("registry_unavailable")) {
+                Some(host) => {
+                    let _ = writeln!(
+                        out,
+                        "  last check: {} error ({} in a row): registry {host} unreachable (above)",
+                        c.time, b.consecutive_failures
+                    );
+                }
+                None => {
+                    let _ = writeln!(out, "  last check: {} error ({} in a row):", c.time, b.consecutive_failures);
+                    let _ = writeln!(out, "    {}", fit(c.error.as_deref().unwrap_or("?"), LINE - 4));
+                }
+            }
             let _ =
                 writeln!(out, "  next check: {}", b.next_check.as_deref().unwrap_or("only when woken (hook or API)"));
         }
@@ -163,7 +183,7 @@ fn render_watch(out: &mut String, title: &str, b: &BuilderStatus) {
                 short(&c.current),
                 if c.rollback { " (rollback)" } else { "" },
                 c.id,
-                c.summary
+                fit(&c.summary, LINE - 6)
             );
         }
     }

@@ -189,7 +189,7 @@ async fn rollback_restores_the_previous_digest() {
     let out = w.cli(&["rollback", "web"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(w.app_digest().await, w.app_v1, "the tag is back where it was before the rebase");
-    assert!(out.stdout.contains(&format!("moved {} from {rebased} to {}", w.app_tag, w.app_v1)), "{}", out.stdout);
+    assert!(out.stdout.contains(&moved_line(&w.app_tag, &rebased, &w.app_v1)), "{}", out.stdout);
     assert!(out.stdout.contains("the digest before its last rebase"), "{}", out.stdout);
     assert_eq!(diff_ids(&w.app_config().await)[..3], run_image_diff_ids(&w.run_v1)[..], "on v1 again");
     let web = &w.status()["images"][0];
@@ -205,6 +205,9 @@ async fn rollback_restores_the_previous_digest() {
     let by = web["moves"][0]["by"].as_str().expect("the rollback records who asked").to_string();
     assert!(by.ends_with(" (cli)"), "{by}");
     assert!(out.stdout.contains(&format!("recorded in the ledger (by {by})")), "{}", out.stdout);
+    // For people: digests short, no line over 160 characters; `--json` has them whole.
+    assert!(out.stdout.lines().all(|l| l.chars().count() <= 160), "{}", out.stdout);
+    assert!(!out.stdout.contains(&w.app_v1), "{}", out.stdout);
     let logged: Vec<&str> = out.stderr.lines().filter(|l| l.contains("image.rolled_back")).collect();
     assert_eq!(logged.len(), 1, "{}", out.stderr);
     assert!(logged[0].contains(&format!("by {by}")) && logged[0].contains("undoing its rebase"), "{}", logged[0]);
@@ -221,8 +224,11 @@ async fn rollback_restores_the_previous_digest() {
     );
 
     // Twice is once: the target is still the digest before the last rebase.
-    let again = w.cli(&["rollback", "web"]);
+    let again = w.cli(&["rollback", "web", "--json"]);
     assert_eq!(again.code, Some(0), "{}", again.stderr);
+    let again: Value = serde_json::from_str(&again.stdout).unwrap();
+    assert_eq!((&again["moved"], again["to"].as_str()), (&Value::Bool(false), Some(w.app_v1.as_str())), "{again:#}");
+    let again = w.cli(&["rollback", "web"]);
     assert!(again.stdout.contains("already points at"), "{}", again.stdout);
     assert_eq!(w.status()["images"][0]["moves"].as_array().unwrap().len(), 2);
 
@@ -276,7 +282,7 @@ async fn rollback_goes_through_the_running_daemon() {
     let out = rollback(&["--to", &w.app_v1[..19]]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(out.stderr.contains(&format!("--to {} is {}\n", &w.app_v1[..19], w.app_v1)), "{}", out.stderr);
-    assert!(out.stdout.contains(&format!("moved {} from {rebased} to {}", w.app_tag, w.app_v1)), "{}", out.stdout);
+    assert!(out.stdout.contains(&moved_line(&w.app_tag, &rebased, &w.app_v1)), "{}", out.stdout);
     assert_eq!(w.app_digest().await, w.app_v1, "the tag is back where it was before the rebase");
     let (status, logs) = daemon.terminate();
     assert!(status.success(), "{status}");
@@ -663,4 +669,10 @@ async fn a_fleet_in_one_repository_is_rebased_on_every_first_attempt() {
     let retried: Vec<(&str, u32)> =
         actions.iter().filter(|a| a.attempts != 1).map(|a| (a.image.as_str(), a.attempts)).collect();
     assert_eq!(retried, Vec::<(&str, u32)>::new(), "every rebase succeeded on its first attempt");
+}
+
+/// `rollback`'s first line for people: `web: moved TAG from sha256:<12 hex>… to sha256:<12 hex>…`.
+fn moved_line(tag: &str, from: &str, to: &str) -> String {
+    let short = |d: &str| format!("{}…", &d[.."sha256:".len() + 12]);
+    format!("moved {tag} from {} to {}", short(from), short(to))
 }

@@ -133,7 +133,7 @@ async fn run_once_pins_then_records_one_change_and_status_shows_it() {
 
     let text = ws.run(&["status", "--config", config]);
     assert!(
-        text.stdout.contains(&format!("pinned:     {}/demo/builder@{}", registry.host, v2.digest)),
+        text.stdout.contains(&format!("pinned:     {}/demo/builder@{}…", registry.host, &v2.digest[..19])),
         "{}",
         text.stdout
     );
@@ -428,8 +428,8 @@ fn roll_out_commands_write_the_ledger_when_no_daemon_holds_it() {
     // What a freeze stops, in one wording: the command, `status` and `freeze --help` say it alike.
     let stops = builder_monitor_core::rollout::FREEZE_STOPS;
     assert_eq!(stops, "no rebase, rebuild, deploy or Git write-back starts");
-    assert!(frozen.stdout.contains(&format!("; {stops} until `builder-monitor unfreeze`")), "{}", frozen.stdout);
-    assert!(text.stdout.contains(&format!(": {stops} until `builder-monitor unfreeze`")), "{}", text.stdout);
+    assert!(frozen.stdout.contains(&format!(";\n  {stops} until `builder-monitor unfreeze`")), "{}", frozen.stdout);
+    assert!(text.stdout.contains(&format!(":\n  {stops} until `builder-monitor unfreeze`")), "{}", text.stdout);
     let help = ws.run(&["freeze", "--help"]);
     assert!(help.stdout.contains(stops), "{}", help.stdout);
     let rollout_doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/rollout.md")).unwrap();
@@ -598,6 +598,13 @@ fn the_command_list_has_no_line_over_160_characters() {
     assert!(long.is_empty(), "{long:#?}");
     let freeze = ws.run(&["freeze", "--help"]);
     assert!(freeze.stdout.contains("checks, pins and alerts go on"), "{}", freeze.stdout);
+    // Each command's `-h` too: an option's one-liner is short, its details in `--help`.
+    for command in top.stdout.split("Commands:").nth(1).unwrap_or_default().lines().skip(1) {
+        let Some(command) = command.split_whitespace().next().filter(|c| *c != "help") else { break };
+        let short = ws.run(&[command, "-h"]);
+        let long: Vec<&str> = short.stdout.lines().filter(|l| l.chars().count() > 200).collect();
+        assert!(long.is_empty(), "{command} -h: {long:#?}");
+    }
 }
 
 /// Every option of every command says what it is in `--help`: `--config` and `--json` too.

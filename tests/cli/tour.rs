@@ -48,4 +48,60 @@ async fn the_tour_shows_a_pin_a_move_rebases_alerts_an_undo_and_the_page() {
     assert!(pasted.status.success(), "{}: {}", seen.path_line, String::from_utf8_lossy(&pasted.stderr));
     let config = std::fs::read_to_string(dir.path().join("config.toml")).unwrap();
     assert!(config.contains("rebase = \"registry\""), "{config}");
+    every_line_shown_fits(&seen.human);
+    one_explanation_and_one_word_per_state(bin, dir.path(), &seen.human, &status);
+}
+
+/// `plan` explains the rebuilds by the builder's move (a buildpack), not by the lifecycle the apps
+/// were built with, which the daemon rebased them across; `approve` of a change with nothing
+/// awaiting approval names its actions' states as `status` does (`waiting`, not `pending`), and
+/// the tour shows no `approve` command.
+fn one_explanation_and_one_word_per_state(
+    bin: &std::path::Path,
+    dir: &std::path::Path,
+    human: &[(String, String)],
+    status: &serde_json::Value,
+) {
+    let plan = &human.iter().find(|(what, _)| what.starts_with("builder-monitor plan ")).unwrap().1;
+    for app in ["storefront", "orders"] {
+        let line = plan.lines().find(|l| l.starts_with(&format!("{app} "))).unwrap_or_else(|| panic!("{plan}"));
+        assert!(line.contains(": rebuild — the builder moved (paketo-buildpacks/java 18.1.0 → 18.2.0"), "{line}");
+        assert!(!line.contains("lifecycle"), "the lifecycle did not move: {line}");
+    }
+    assert!(human.iter().all(|(_, text)| !text.contains("builder-monitor approve")), "nothing awaits approval");
+    let pending = status["pending"].as_array().unwrap();
+    let change = pending[0]["change"].as_str().unwrap();
+    let approve = std::process::Command::new(bin)
+        .args(["approve", change, "--config", "config.toml"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&approve.stdout);
+    assert!(approve.status.success(), "{said}{}", String::from_utf8_lossy(&approve.stderr));
+    assert!(said.contains("nothing to approve"), "{said}");
+    for action in pending {
+        let (image, state) = (action["image"].as_str().unwrap(), action["state"].as_str().unwrap());
+        assert!(said.contains(&format!("{image} {state}")), "status says {image} is {state}: {said}");
+    }
+    assert!(pending.iter().any(|a| a["state"] == "waiting"), "{pending:#?}");
+}
+
+/// What the tour and the commands it ran showed people (`rollback`, `freeze`, `status`, `plan`,
+/// `check`): no line over 160 characters, and digests short (12 hex digits; `--json` has them whole).
+fn every_line_shown_fits(human: &[(String, String)]) {
+    let commands: Vec<&str> = human.iter().map(|(what, _)| what.as_str()).filter(|w| *w != "tour").collect();
+    for expected in ["rollback", "freeze", "unfreeze", "status", "plan", "check"] {
+        let ran = format!("builder-monitor {expected} ");
+        assert!(commands.iter().any(|c| c.starts_with(&ran)), "the tour did not run {expected}: {commands:?}");
+    }
+    let full_digest = |line: &str| {
+        line.match_indices("sha256:")
+            .any(|(at, _)| line[at + 7..].bytes().take_while(u8::is_ascii_hexdigit).count() == 64)
+    };
+    for (what, text) in human {
+        for line in text.lines() {
+            assert!(line.chars().count() <= 160, "{what}: a line of {} characters:\n{line}", line.chars().count());
+            assert!(!full_digest(line), "{what}: a full digest shown to people:\n{line}");
+        }
+    }
 }

@@ -186,6 +186,9 @@ fn check_refuses_actions_on_a_cluster_that_cannot_be_configured() {
         assert_eq!(out.code, Some(2), "{text}\n{}", out.stderr);
         assert!(out.stderr.contains(needs), "{}", out.stderr);
         assert!(out.stderr.contains("set [kubernetes] kubeconfig = "), "names the fix: {}", out.stderr);
+        // The client's own error (every place it looked, each cause) summarized, on short lines.
+        assert!(out.stderr.contains("no kubeconfig ($KUBECONFIG, ~/.kube/config) and not in a pod"), "{}", out.stderr);
+        assert!(out.stderr.lines().all(|l| l.chars().count() <= 160), "{}", out.stderr);
     }
     // The same configs with a kubeconfig: a server nobody listens on is fine, it is not asked.
     let kubeconfig = ws.path("kubeconfig");
@@ -203,4 +206,32 @@ fn check_refuses_actions_on_a_cluster_that_cannot_be_configured() {
     // Watches alone need no cluster.
     let out = check_without_a_cluster(&ws, &ws.config(base));
     assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
+
+/// Several watches on one registry that does not answer: `status` says the registry is
+/// unreachable once, with one of the errors, and each watch points at that line instead of
+/// repeating the error.
+#[tokio::test]
+async fn status_says_once_that_a_registry_is_unreachable_for_all_its_watches() {
+    let closed = support::receiver::ClosedPort::new();
+    let host = format!("127.0.0.1:{}", closed.port());
+    let ws = Workspace::new();
+    let mut config = format!("[monitor]\nstate = \"state.db\"\n\n[registries.\"{host}\"]\nmax_attempts = 1\n\n");
+    for name in ["a", "b", "c"] {
+        config += &format!(
+            "[[builders]]\nname = \"{name}\"\nimage = \"{host}/demo/{name}:latest\"\nwatch_run_image = false\n\n"
+        );
+    }
+    let config = ws.config(&config);
+    let config = config.to_str().unwrap();
+    assert_eq!(ws.run(&["run", "--once", "--config", config]).code, Some(1));
+    let out = ws.run(&["status", "--config", config]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let text = &out.stdout;
+    let header = format!("registry {host} unreachable: the last checks of 3 watches failed to reach it:\n");
+    assert_eq!(text.matches(&header).count(), 1, "{text}");
+    assert_eq!(text.matches("Connection refused").count(), 1, "the error once: {text}");
+    let pointers = format!("error (1 in a row): registry {host} unreachable (above)\n");
+    assert_eq!(text.matches(&pointers).count(), 3, "{text}");
+    assert!(text.lines().all(|l| l.chars().count() <= 160), "{text}");
 }

@@ -185,3 +185,46 @@ async fn check_online_names_unmatched_platforms_and_an_app_image_given_as_a_buil
     assert_eq!(app.len(), 1, "{}", out.stderr);
     assert!(app[0].starts_with("note: ") && app[0].contains("this looks like an app image"), "{}", app[0]);
 }
+
+/// `check --online` asks each alert receiver's host whether it answers (a `HEAD /`: no event is
+/// sent, the URL's path and query stay home) and the OSV download URL whether it is there; each
+/// result is one line naming the entry and the origin only, never a token of the URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_online_probes_alert_receivers_and_the_osv_url_without_showing_their_secrets() {
+    use support::receiver::{Receiver, Reply};
+    let live = Receiver::start().await;
+    let closed = ClosedPort::new();
+    let osv = Receiver::start().await;
+    osv.reply([Reply::Status(404)]);
+    let ws = Workspace::new();
+    let config = ws.config(&format!(
+        "[monitor]\nstate = \"state.db\"\n\n\
+         [vulnerabilities]\nosv = \"http://127.0.0.1:{osv}/osv.tar.gz?token=osv-secret\"\n\n\
+         [[alerts]]\nname = \"live\"\ntype = \"webhook\"\nurl = \"http://127.0.0.1:{live}/services/T0/path-secret\"\nevents = [\"*\"]\n\n\
+         [[alerts]]\nname = \"dead\"\ntype = \"slack\"\nurl = \"http://127.0.0.1:{closed}/hook?token=query-secret\"\nevents = [\"*\"]\n",
+        osv = osv.port,
+        live = live.port,
+        closed = closed.port(),
+    ));
+    let out = ws.run(&["check", "--online", "--timeout", "10s", "--config", config.to_str().unwrap()]);
+    assert_eq!(out.code, Some(1), "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    let ok = format!("ok: alert \"live\" (webhook): http://127.0.0.1:{}/…: the host answers (HTTP ", live.port);
+    assert_eq!(lines_with(&out.stdout, &ok).len(), 1, "{ok}:\n{}", out.stdout);
+    let dead = format!("failed: alert \"dead\" (slack): http://127.0.0.1:{}/…: cannot connect", closed.port());
+    let dead = lines_with(&out.stderr, &dead);
+    assert_eq!(dead.len(), 1, "{}", out.stderr);
+    assert!(dead[0].ends_with("check that its host and port are right and reachable"), "{}", dead[0]);
+    let missing = format!(
+        "failed: [vulnerabilities] osv: http://127.0.0.1:{}/…: HTTP 404 — check [vulnerabilities] osv",
+        osv.port
+    );
+    assert_eq!(lines_with(&out.stderr, &missing).len(), 1, "{}", out.stderr);
+    let shown = format!("{}{}", out.stdout, out.stderr);
+    assert!(!shown.contains("secret"), "a token of a URL shown:\n{shown}");
+    assert!(shown.lines().all(|l| l.chars().count() <= 160), "{shown}");
+    // The receiver heard one bodiless request at its root: no event, no path of the URL.
+    let heard = live.received();
+    assert_eq!(heard.iter().map(|r| (r.path.as_str(), r.body.len())).collect::<Vec<_>>(), [("/", 0)]);
+    let asked = osv.received();
+    assert_eq!(asked.iter().map(|r| r.path.as_str()).collect::<Vec<_>>(), ["/osv.tar.gz"]);
+}

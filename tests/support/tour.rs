@@ -35,6 +35,39 @@ pub struct Seen {
     pub rolled_back_by: Option<String>,
     /// `freeze` then `unfreeze` through the running daemon: the freeze `status` showed between.
     pub frozen_reason: Option<String>,
+    /// Everything shown to people: the tour's own lines (`tour`), and the output of each command
+    /// it ran for people (`builder-monitor rollback …`, `status`, `plan`, `check`), stdout and stderr.
+    pub human: Vec<(String, String)>,
+}
+
+impl Seen {
+    /// Prints a line of the tour, and keeps it.
+    fn say(&mut self, text: &str) {
+        say(text);
+        self.human.push(("tour".into(), text.to_string()));
+    }
+
+    /// Runs `bin` with `args` for people (no `--json`), keeping what it showed; its stdout.
+    fn run_for_people(
+        &mut self,
+        bin: &Path,
+        dir: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<String, String> {
+        let mut command = Command::new(bin);
+        command.args(args).current_dir(dir).env_remove(TOKEN_ENV);
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let out = command.output().map_err(|e| format!("{}: {e}", bin.display()))?;
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        self.human.push((format!("builder-monitor {}", args.join(" ")), format!("{stdout}{stderr}")));
+        if !out.status.success() {
+            return Err(format!("builder-monitor {}: {stderr}", args.join(" ")));
+        }
+        Ok(stdout.into_owned())
+    }
 }
 
 /// The variable the tour's config names for the daemon's API token, and what the tour sets it to.
@@ -124,7 +157,8 @@ fn short(digest: &str) -> &str {
 /// daemon serving the page; otherwise it stops the daemon and answers what it saw.
 pub async fn run(bin: &Path, dir: &Path, stay: bool) -> Result<Seen, String> {
     builder_monitor::install_crypto_provider();
-    say("builder-monitor tour: a registry, a builder, two apps and the daemon, all on this machine.\n");
+    let mut seen = Seen::default();
+    seen.say("builder-monitor tour: a registry, a builder, two apps and the daemon, all on this machine.\n");
     let registry = TestRegistry::start();
     let host = registry.host.clone();
     let pusher = Pusher::new(&host);
@@ -138,10 +172,10 @@ pub async fn run(bin: &Path, dir: &Path, stay: bool) -> Result<Seen, String> {
         let app = App::on(&run_v1, &run_tag, &format!("{host}/cnb/run@{}", run.digest)).label("app", name);
         app::push_app(&pusher, &format!("shop/{name}"), Some("latest"), &app, Format::Oci).await;
     }
-    say(&format!(
+    seen.say(&format!(
         "1. A registry at {host} (Debian's docker-registry) holds a CNB builder ({host}/cnb/builder:latest),"
     ));
-    say("   its run image (cnb/run:latest) and two apps built on it (shop/storefront, shop/orders).");
+    seen.say("   its run image (cnb/run:latest) and two apps built on it (shop/storefront, shop/orders).");
 
     let receiver = Receiver::start().await;
     let mut images = String::new();
@@ -179,21 +213,21 @@ pub async fn run(bin: &Path, dir: &Path, stay: bool) -> Result<Seen, String> {
     let bound = config.replace("listen = \"127.0.0.1:0\"", &format!("listen = \"{addr}\""));
     std::fs::write(dir.join("config.toml"), bound).map_err(|e| e.to_string())?;
     let page = format!("http://{addr}/");
-    say(&format!("2. The daemon watches them: config {}/config.toml, page {page},", dir.display()));
-    say(&format!("   alerts to a webhook at {}.", receiver.url));
+    seen.say(&format!("2. The daemon watches them: config {}/config.toml, page {page},", dir.display()));
+    seen.say(&format!("   alerts to a webhook at {}.", receiver.url));
     let pin =
         until(bin, dir, "the builder's pin", |s| s["builders"][0]["pinned"]["digest"].as_str().map(str::to_string))
             .await?;
-    say(&format!("   ✔ builder jammy pinned to {}; its run image is watched too.", short(&pin)));
+    seen.say(&format!("   ✔ builder jammy pinned to {}; its run image is watched too.", short(&pin)));
 
-    say("\n3. The run image moves (a patched base layer), as publishers move it every week.");
+    seen.say("\n3. The run image moves (a patched base layer), as publishers move it every week.");
     app::push_run(&pusher, "cnb/run", Some("latest"), &RunImage::jammy("2", 4), Format::Oci).await;
     let summary = until(bin, dir, "the run image's move", |s| {
         s["run_images"][0]["changes"][0]["summary"].as_str().map(str::to_string)
     })
     .await?;
-    say(&format!("   ✔ classified: {summary}"));
-    let mut seen = Seen { page: page.clone(), ..Seen::default() };
+    seen.say(&format!("   ✔ classified: {summary}"));
+    seen.page = page.clone();
     for (name, wave) in apps {
         let moved = until(bin, dir, &format!("{name}'s rebase"), |s| {
             let image = s["images"].as_array()?.iter().find(|i| i["name"] == name)?;
@@ -201,18 +235,18 @@ pub async fn run(bin: &Path, dir: &Path, stay: bool) -> Result<Seen, String> {
             Some(format!("{} → {}", short(mv["previous"].as_str()?), short(mv["digest"].as_str()?)))
         })
         .await?;
-        say(&format!("   ✔ {name} (wave {wave}) rebased in the registry: {moved}"));
+        seen.say(&format!("   ✔ {name} (wave {wave}) rebased in the registry: {moved}"));
         seen.rebased.push(name.to_string());
     }
 
-    say("\n4. The builder moves (a buildpack bump): an app built with the old version needs a rebuild.");
+    seen.say("\n4. The builder moves (a buildpack bump): an app built with the old version needs a rebuild.");
     let bumped = builder.clone().bump("paketo-buildpacks/java", "18.2.0");
     pusher.push_image("cnb/builder", Some("latest"), &bumped.image(), Format::Oci).await;
     let change = until(bin, dir, "the builder's move", |s| {
         s["builders"][0]["changes"][0]["summary"].as_str().map(str::to_string)
     })
     .await?;
-    say(&format!("   ✔ classified: {change}"));
+    seen.say(&format!("   ✔ classified: {change}"));
     let planned = until(bin, dir, "the planned rebuilds", |s| {
         let rebuilds: Vec<String> = s["pending"]
             .as_array()?
@@ -223,7 +257,10 @@ pub async fn run(bin: &Path, dir: &Path, stay: bool) -> Result<Seen, String> {
         (rebuilds.len() == apps.len()).then_some(rebuilds)
     })
     .await?;
-    say(&format!("   ✔ rebuilds recorded for {} ([runner] type \"none\": planned, never run)", planned.join(" and ")));
+    seen.say(&format!(
+        "   ✔ rebuilds recorded for {} ([runner] type \"none\": planned, never run)",
+        planned.join(" and ")
+    ));
     seen.rebuilds_planned = planned;
 
     let deadline = tokio::time::Instant::now() + STEP;
@@ -235,48 +272,55 @@ pub async fn run(bin: &Path, dir: &Path, stay: bool) -> Result<Seen, String> {
     }
     seen.alerts =
         receiver.received().iter().filter_map(|r| r.header("x-builder-monitor-event").map(str::to_string)).collect();
-    say(&format!("\n5. The webhook received {} alerts: {}.", seen.alerts.len(), seen.alerts.join(", ")));
+    seen.say(&format!("\n5. The webhook received {} alerts: {}.", seen.alerts.len(), seen.alerts.join(", ")));
 
-    say("\n6. Undo, through the running daemon: storefront's tag goes back to its digest before the rebase.");
+    seen.say("\n6. Undo, through the running daemon: storefront's tag goes back to its digest before the rebase.");
     let auth = [(TOKEN_ENV, token.as_str())];
-    cli_with(bin, dir, &["rollback", "storefront", "--config", "config.toml"], &auth)?;
+    seen.run_for_people(bin, dir, &["rollback", "storefront", "--config", "config.toml"], &auth)?;
     let back = until(bin, dir, "storefront's rollback", |s| {
         let image = s["images"].as_array()?.iter().find(|i| i["name"] == "storefront")?;
         let mv = image["moves"].as_array()?.first().filter(|m| m["kind"] == "rollback")?;
         Some((mv["previous"].as_str()?.to_string(), mv["digest"].as_str()?.to_string()))
     })
     .await?;
-    say(&format!("   ✔ builder-monitor rollback storefront: {} → {}", short(&back.0), short(&back.1)));
+    seen.say(&format!("   ✔ builder-monitor rollback storefront: {} → {}", short(&back.0), short(&back.1)));
     seen.rolled_back = Some(back);
     let alert = tokio::time::timeout(STEP, receiver.wait_for_body("image.rolled_back"))
         .await
         .map_err(|_| "the webhook never heard of the rollback".to_string())?
         .json();
     seen.rolled_back_by = alert["rolled_back"]["by"].as_str().map(str::to_string);
-    say(&format!("   ✔ the webhook heard image.rolled_back, by {}", seen.rolled_back_by.as_deref().unwrap_or("?")));
-    cli_with(bin, dir, &["freeze", "--reason", "tour: a change window", "--config", "config.toml"], &auth)?;
+    seen.say(&format!(
+        "   ✔ the webhook heard image.rolled_back, by {}",
+        seen.rolled_back_by.as_deref().unwrap_or("?")
+    ));
+    seen.run_for_people(bin, dir, &["freeze", "--reason", "tour: a change window", "--config", "config.toml"], &auth)?;
     let reason =
         until(bin, dir, "the freeze", |s| s["rollout"]["frozen"]["reason"].as_str().map(str::to_string)).await?;
-    say(&format!("   ✔ builder-monitor freeze: nothing starts until unfreeze (\"{reason}\" on the page)"));
+    seen.say(&format!("   ✔ builder-monitor freeze: nothing starts until unfreeze (\"{reason}\" on the page)"));
     seen.frozen_reason = Some(reason);
-    cli_with(bin, dir, &["unfreeze", "--config", "config.toml"], &auth)?;
+    seen.run_for_people(bin, dir, &["unfreeze", "--config", "config.toml"], &auth)?;
     until(bin, dir, "the unfreeze", |s| s["rollout"]["frozen"].is_null().then_some(())).await?;
-    say("   ✔ builder-monitor unfreeze");
+    seen.say("   ✔ builder-monitor unfreeze");
+    // What a newcomer runs next, for the record of what people are shown (not printed here).
+    for command in ["status", "plan", "check"] {
+        seen.run_for_people(bin, dir, &[command, "--config", "config.toml"], &auth)?;
+    }
 
-    say(&format!("\nThe page shows all of it: {page}"));
+    seen.say(&format!("\nThe page shows all of it: {page}"));
     // The binary is not on PATH after a build: the commands below work as pasted after this line.
     let bin_dir = bin.parent().map(|d| d.display().to_string()).unwrap_or_else(|| ".".into());
-    say(&format!("\nThe binary is {}; to run the commands below as they are:", bin.display()));
+    seen.say(&format!("\nThe binary is {}; to run the commands below as they are:", bin.display()));
     seen.path_line = format!("export PATH=\"{bin_dir}:$PATH\"");
-    say(&format!("   {}", seen.path_line));
-    say(&format!("`builder-monitor status --config {}/config.toml` says the same in text.", dir.display()));
+    seen.say(&format!("   {}", seen.path_line));
+    seen.say(&format!("`builder-monitor status --config {}/config.toml` says the same in text.", dir.display()));
     if stay {
-        say("\nTry the write half yourself while the tour runs (the daemon's API needs its token):");
-        say(&format!("   export {TOKEN_ENV}={token}"));
+        seen.say("\nTry the write half yourself while the tour runs (the daemon's API needs its token):");
+        seen.say(&format!("   export {TOKEN_ENV}={token}"));
         let config = format!("--config {}/config.toml", dir.display());
-        say(&format!("   builder-monitor rollback orders {config}"));
-        say(&format!("   builder-monitor freeze --reason 'my change window' {config}   # then: unfreeze"));
-        say("The registry and the daemon keep running for you to look around; Ctrl-C ends the tour.");
+        seen.say(&format!("   builder-monitor rollback orders {config}"));
+        seen.say(&format!("   builder-monitor freeze --reason 'my change window' {config}   # then: unfreeze"));
+        seen.say("The registry and the daemon keep running for you to look around; Ctrl-C ends the tour.");
         let _ = tokio::signal::ctrl_c().await;
     }
     drop(daemon);

@@ -226,7 +226,10 @@ fn decide(mv: &Move<'_>, policy: Policy, app: &AppState) -> (Option<ActionKind>,
 /// How far an app image is from its builder's current pin (the `plan` command).
 ///
 /// `last_move` is the builder's newest change: a rebuild whose reason is not itself a move (a
-/// buildpack the builder does not list) names it, so the reason says what moved.
+/// buildpack the builder does not list) names it, so the reason says what moved. An app built by
+/// another lifecycle than the builder's is no reason by itself: the daemon rebases such an app
+/// at a run image move (the launcher is the app's own layer), so only a move of the builder's
+/// lifecycle is blamed, never a gap that was there before a buildpack moved.
 pub fn assess(
     image: &impl PlannedImage,
     app: &AppState,
@@ -243,14 +246,12 @@ pub fn assess(
         AppState::NotCnb => Some((ActionKind::Rebuild, "not a CNB app image".to_string())),
         AppState::Unreachable(why) => return decision(None, format!("cannot read the app image: {why}")),
         AppState::Built { run_image_digest, buildpacks, launcher_version, .. } => {
+            let rebuild_move = last_move.filter(|c| matches!(c.kind, ChangeKind::Rebuild | ChangeKind::Unknown));
+            let launcher = launcher_version.as_deref().filter(|_| rebuild_move.is_some_and(|c| c.lifecycle.is_some()));
             let rebuild =
-                builder.and_then(|b| rebuild_reason(b, buildpacks, launcher_version.as_deref())).map(|(why, moved)| {
-                    match last_move {
-                        Some(change) if !moved && matches!(change.kind, ChangeKind::Rebuild | ChangeKind::Unknown) => {
-                            format!("the builder moved ({}); {why}", change.details())
-                        }
-                        _ => why,
-                    }
+                builder.and_then(|b| rebuild_reason(b, buildpacks, launcher)).map(|(why, moved)| match rebuild_move {
+                    Some(change) if !moved => format!("the builder moved ({}); {why}", change.details()),
+                    _ => why,
                 });
             let rebase = run_image.and_then(|target| match run_image_digest {
                 Some(d) if target.digests.contains(d) => None,
@@ -465,8 +466,17 @@ mod tests {
         let d = assess(&i, &app("18.1.0", "0.21.14", "sha256:new"), Some(&builder), Some(&t), None);
         assert_eq!(d.action, Some(ActionKind::Rebuild));
         assert_eq!(d.why, "built with paketo-buildpacks/java 18.1.0; the builder has 18.2.0");
-        let d = assess(&i, &app("18.2.0", "0.21.13", "sha256:new"), Some(&builder), Some(&t), None);
+        // Another lifecycle is blamed only when the builder's lifecycle moved: a gap that was
+        // there before is no rebuild (the daemon rebases such an app at a run image move).
+        let mut lifecycle = Change::unknown("x");
+        (lifecycle.note, lifecycle.kind, lifecycle.reasons) = (None, ChangeKind::Rebuild, vec![Reason::Lifecycle]);
+        lifecycle.lifecycle = Some(crate::cnb::FromTo { from: Some("0.21.13".into()), to: Some("0.21.14".into()) });
+        let d = assess(&i, &app("18.2.0", "0.21.13", "sha256:new"), Some(&builder), Some(&t), Some(&lifecycle));
         assert_eq!(d.why, "built with lifecycle 0.21.13; the builder has 0.21.14");
+        let d = assess(&i, &app("18.2.0", "0.21.13", "sha256:new"), Some(&builder), Some(&t), None);
+        assert_eq!((d.action, d.why.as_str()), (None, "up to date with the builder's pin"));
+        let d = assess(&i, &app("18.2.0", "0.21.13", "sha256:old"), Some(&builder), Some(&t), None);
+        assert_eq!(d.action, Some(ActionKind::Rebase), "as the daemon rebases it: {}", d.why);
         let d = assess(&i, &app("18.2.0", "0.21.14", "sha256:old"), Some(&builder), Some(&t), None);
         assert_eq!(d.action, Some(ActionKind::Rebase));
         let d = assess(&i, &app("18.2.0", "0.21.14", "sha256:new-amd64"), Some(&builder), Some(&t), None);

@@ -21,6 +21,40 @@ pub fn short_reference(reference: &str) -> Cow<'_, str> {
     Cow::Owned(format!("{}…", &reference[..at + "sha256:".len() + KEPT]))
 }
 
+/// The longest line a human view prints (`status`, `plan`, `rollback`, `check`, the tour): longer
+/// text goes on lines of its own, digests shortened, and is clipped; `--json` keeps the whole.
+pub const LINE: usize = 160;
+
+/// Free text with every full `sha256:` digest in it shortened to 12 hex digits and `…`
+/// (`rebased onto run@sha256:3681a3c4e5f6…: sha256:aaaaaaaaaaaa… → sha256:bbbbbbbbbbbb…`).
+pub fn short_digests(text: &str) -> Cow<'_, str> {
+    const HEX: usize = 64;
+    if !text.contains("sha256:") {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("sha256:") {
+        let start = at + "sha256:".len();
+        let hex = rest[start..].bytes().take_while(u8::is_ascii_hexdigit).count();
+        if hex == HEX {
+            out.push_str(&rest[..start + 12]);
+            out.push('…');
+        } else {
+            out.push_str(&rest[..start + hex]);
+        }
+        rest = &rest[start + hex..];
+    }
+    out.push_str(rest);
+    Cow::Owned(out)
+}
+
+/// Registry-controlled text for one line of a human view: escaped, digests shortened, and clipped
+/// at word ends to at most `max` characters, ` …` included.
+pub fn fit(text: &str, max: usize) -> String {
+    clip(&short_digests(&escape(text)), max.saturating_sub(2)).into_owned()
+}
+
 /// Characters that can forge lines, move the cursor, recolour a terminal or reorder what is shown:
 /// C0 and C1 controls, DEL, and the Unicode bidirectional overrides.
 pub fn is_unsafe(c: char) -> bool {
@@ -102,6 +136,23 @@ mod tests {
         for kept in ["r.example/cnb/run:latest", "run@sha256:aaa", "sha256:not-hex-at-all-but-long-enough"] {
             assert_eq!(short_reference(kept), kept);
         }
+    }
+
+    #[test]
+    fn digests_in_text_are_shortened_and_lines_fit() {
+        let (a, b) = ("a".repeat(64), "0123456789ab".repeat(5) + "cdef");
+        let detail = format!("rebased in the registry onto r.example/run@sha256:{b}: sha256:{a} → sha256:{b}");
+        assert_eq!(
+            short_digests(&detail),
+            "rebased in the registry onto r.example/run@sha256:0123456789ab…: sha256:aaaaaaaaaaaa… → sha256:0123456789ab…"
+        );
+        // A prefix already short, or not hex, is left as it is.
+        for kept in ["sha256:0123456789ab", "sha256:xyz", "no digest here", "sha256:"] {
+            assert_eq!(short_digests(kept), kept);
+        }
+        let long = format!("{detail}; {}", "connection refused by the peer ".repeat(10));
+        let line = fit(&format!("{long}\u{1b}"), LINE);
+        assert!(line.chars().count() <= LINE && line.ends_with(" …") && !line.contains('\u{1b}'), "{line}");
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! one HEAD per builder watch, per run image watch its builder's metadata names and per app image
 //! tag (the daemon's registry client and credentials); per Kubernetes cluster the daemon would use,
 //! its version and then the daemon's start-up access check (SelfSubjectAccessReviews); one `git
-//! ls-remote` per `[[gitops]]` target (the daemon's Git settings). All at once, each bounded by one
-//! timeout, so a hung host costs one timeout, not one per entry.
+//! ls-remote` per `[[gitops]]` target (the daemon's Git settings); one `HEAD /` per alert
+//! receiver's origin and one `HEAD` of an OSV download URL (`probes`). All at once, each bounded by
+//! one timeout, so a hung host costs one timeout, not one per entry.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,6 +17,8 @@ use builder_monitor::metrics::Metrics;
 use builder_monitor::registry::{Registry, RegistryError};
 use builder_monitor::runner::git::Repo;
 use builder_monitor_core::reference::ImageRef;
+
+mod probes;
 
 /// What one entry's check found.
 #[derive(Debug)]
@@ -48,6 +51,14 @@ pub async fn run(config: &Config, within: Duration) -> Vec<Finding> {
     for (n, target) in config.gitops.iter().enumerate() {
         let entry = format!("gitops \"{}\": {}", target.name, target.repo);
         checks.push((entry.clone(), Box::pin(gitops(entry, target, n, within))));
+    }
+    for alert in &config.alerts {
+        let entry = format!("alert \"{}\" ({})", alert.name, alert.kind.as_str());
+        checks.push((entry.clone(), Box::pin(probes::alert_receiver(entry, alert, within))));
+    }
+    if let Some(builder_monitor::config::OsvSource::Url(url)) = config.vulnerabilities.as_ref().map(|v| &v.osv) {
+        let entry = "[vulnerabilities] osv".to_string();
+        checks.push((entry.clone(), Box::pin(probes::osv_url(entry, url, within))));
     }
     let bounded = checks.into_iter().map(|(entry, check)| async move {
         match tokio::time::timeout(within, check).await {

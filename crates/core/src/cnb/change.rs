@@ -224,8 +224,7 @@ impl Change {
             parts.push("detection order changed".into());
         }
         if let Some(r) = &self.run_image {
-            let short = |s: &Option<String>| crate::text::short_reference(&v(s)).into_owned();
-            parts.push(format!("run image {} → {}", short(&r.from), short(&r.to)));
+            parts.push(run_image_move(&v(&r.from), &v(&r.to)));
         } else if self.reasons.contains(&Reason::Stack) {
             parts.push("base layers changed".into());
         }
@@ -254,6 +253,18 @@ impl Change {
     /// One line for people: `rebuild: heroku/nodejs 3.2.1 → 3.3.0; lifecycle 0.21.13 → 0.21.14`.
     pub fn summary(&self) -> String {
         format!("{}: {}", self.kind.as_str(), self.details())
+    }
+}
+
+/// `run image sha256:3681161cd3cf… → sha256:1a772728b0a5… (registry.example/cnb/run)`: digests
+/// short, the repository named once when both sides share it (a summary line stays readable).
+fn run_image_move(from: &str, to: &str) -> String {
+    let short = crate::text::short_reference;
+    match (from.split_once('@'), to.split_once('@')) {
+        (Some((repo, a)), Some((same, b))) if repo == same => {
+            format!("run image {} → {} ({repo})", short(a), short(b))
+        }
+        _ => format!("run image {} → {}", short(from), short(to)),
     }
 }
 

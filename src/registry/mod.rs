@@ -357,6 +357,33 @@ impl Registry {
         Some(known == ReferrersApi::Served)
     }
 
+    /// The referrers API answers this process learned and has not yet seen recorded (by
+    /// [`Registry::mark_referrers_recorded`]), by host: what the daemon writes to the ledger,
+    /// which `status` and the page read.
+    pub fn referrers_answers_unrecorded(&self) -> Vec<(String, bool)> {
+        use std::sync::atomic::Ordering;
+        let endpoints = self.shared.endpoints.lock().unwrap_or_else(|e| e.into_inner());
+        let mut answers: Vec<(String, bool)> = endpoints
+            .iter()
+            .filter(|(_, e)| !e.referrers_recorded.load(Ordering::Relaxed))
+            .filter_map(|(host, e)| {
+                let known = ReferrersApi::from_byte(e.referrers_api.load(Ordering::Relaxed))?;
+                Some((host.clone(), known == ReferrersApi::Served))
+            })
+            .collect();
+        answers.sort();
+        answers
+    }
+
+    /// `host`'s referrers API answer is in the ledger: not handed out again.
+    pub fn mark_referrers_recorded(&self, host: &str) {
+        use std::sync::atomic::Ordering;
+        let endpoints = self.shared.endpoints.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = endpoints.get(host) {
+            e.referrers_recorded.store(true, Ordering::Relaxed);
+        }
+    }
+
     /// A blob by digest (image configs), verified, at most `limit` bytes.
     pub async fn get_blob(&self, image: &ImageRef, digest: &str, limit: usize) -> Result<bytes::Bytes, RegistryError> {
         let endpoint = self.endpoint(image)?;

@@ -96,6 +96,8 @@ pub struct Endpoint {
     /// ([`super::ReferrersApi`] as a byte): not asked again (a fleet's signatures would ask once
     /// per digest).
     pub(super) referrers_api: std::sync::atomic::AtomicU8,
+    /// Whether that answer was handed to the ledger ([`super::Registry::mark_referrers_recorded`]).
+    pub(super) referrers_recorded: std::sync::atomic::AtomicBool,
 }
 
 /// One (method, status) pair's counter of this registry's requests; `None` is no answer.
@@ -160,6 +162,7 @@ impl Endpoint {
             metrics,
             request_counters: Mutex::default(),
             referrers_api: Default::default(),
+            referrers_recorded: Default::default(),
             settings,
         })
     }

@@ -324,6 +324,7 @@ mod tests {
             dead_letters: Vec::new(),
             deploys: Vec::new(),
             gitops: Vec::new(),
+            registries: Vec::new(),
             vulnerability_download: None,
         }
     }

@@ -587,6 +587,7 @@ mod tests {
             }],
             deploys: vec![],
             gitops: vec![],
+            registries: vec![],
             vulnerability_download: None,
         };
         assert_eq!(

@@ -299,6 +299,7 @@ mod tests {
             dead_letters: vec![],
             deploys: vec![],
             gitops: Vec::new(),
+            registries: Vec::new(),
             vulnerability_download: None,
         };
         let text = render_status(&status);
@@ -369,6 +370,7 @@ mod tests {
             dead_letters: vec![],
             deploys: vec![],
             gitops: Vec::new(),
+            registries: Vec::new(),
             vulnerability_download: None,
         };
         let text = render_status(&status);

@@ -1,12 +1,14 @@
 //! The status page served at `GET /`: the `status` report as one self-contained HTML document
 //! (inline CSS, no scripts, no external assets) that reloads itself every [`REFRESH_SECONDS`]:
 //! a freeze banner and tiles on top (`summary`), then the watches (`watches`), app images
-//! (`images`), open actions, deploys (`deploys`), each watch's folded history, and dead letters.
+//! (`images`), open actions, deploys (`deploys`), Git write-back (`gitops`), the registries
+//! (`registries`), each watch's folded history, and dead letters.
 
 mod deploys;
 mod gitops;
 mod html;
 mod images;
+mod registries;
 mod summary;
 mod watches;
 
@@ -87,6 +89,11 @@ pub fn render_noted(status: &Status, config: &Config, now: DateTime<Utc>, notes:
     if !status.gitops.is_empty() {
         section(&mut out, "gitops", "Git write-back", Some(status.gitops.len()));
         gitops::table(&mut out, &status.gitops, now);
+    }
+
+    if !status.registries.is_empty() {
+        section(&mut out, "registries", "Registries", Some(status.registries.len()));
+        registries::table(&mut out, &status.registries, now);
     }
 
     section(&mut out, "history", "History", None);
@@ -328,6 +335,7 @@ mod tests {
             dead_letters: Vec::new(),
             deploys: Vec::new(),
             gitops: Vec::new(),
+            registries: Vec::new(),
             vulnerability_download: None,
         }
     }

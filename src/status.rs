@@ -1,10 +1,12 @@
 //! The status report: pins, last checks, recent changes, each app image's tag moves and newest
-//! action, open actions, dead letters and where each deploy workload stands (`deploys`), as the
-//! stable JSON of docs/commands.md (`status --json`) or as text for people.
+//! action, open actions, dead letters, where each deploy workload stands (`deploys`) and what each
+//! registry answered (`registries`), as the stable JSON of docs/commands.md (`status --json`) or
+//! as text for people.
 
 mod deploys;
 mod gitops;
 mod images;
+mod registries;
 mod text;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,6 +28,7 @@ use builder_monitor_core::vulns::Fix;
 pub use deploys::DeployStatus;
 pub use gitops::{GitopsStatus, PendingBatch, targets as gitops_targets};
 pub use images::{ImageAction, ImageStatus, TagMoveStatus};
+pub use registries::RegistryStatus;
 pub use text::render_text;
 
 #[derive(Debug, Clone, Serialize)]
@@ -50,6 +53,8 @@ pub struct Status {
     pub deploys: Vec<DeployStatus>,
     /// Each `[[gitops]]` target's last pushed commit and its newest action.
     pub gitops: Vec<GitopsStatus>,
+    /// Each registry of the app images: whether it serves the referrers API (`null`: not asked yet).
+    pub registries: Vec<RegistryStatus>,
     /// A URL mirror's download under way in the state directory (since when, bytes so far,
     /// whether it is the first): a stalled first download leaves moves matched without data.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -299,6 +304,7 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
             gitops::pending_batches(config, &mut targets, &ledger.latest_actions(ActionKind::Gitops).await?);
             targets
         },
+        registries: registries::collect(config, ledger).await?,
         vulnerability_download: match config.vulnerabilities.as_ref().map(|v| &v.osv) {
             Some(crate::config::OsvSource::Url(_)) => crate::vulns::downloading(&config.work_dir().join("osv")),
             _ => None,
@@ -609,6 +615,7 @@ mod tests {
             }],
             deploys: vec![],
             gitops: vec![],
+            registries: vec![],
             vulnerability_download: None,
         };
         assert_eq!(

@@ -3,7 +3,8 @@
 //!
 //! Each record family is one module with its records and its contract, a trait both backends
 //! implement: checks and pins ([`Checks`]), events and the alert outbox ([`Outbox`]), actions
-//! ([`Actions`]) and their tag writes ([`TagWrites`]), the roll-out record ([`RolloutControl`]).
+//! ([`Actions`]) and their tag writes ([`TagWrites`]), the roll-out record ([`RolloutControl`]),
+//! what the registries answered ([`RegistryFacts`]).
 //! Each backend keeps the same families in files of the same names (`sqlite/`, `kubernetes/`).
 //! [`Ledger`] is the front the daemon uses: it passes most operations straight to its backend and
 //! adds what is not the store's (signals of new work, the unchanged checks kept in memory).
@@ -17,6 +18,7 @@ mod checks;
 mod kubernetes;
 mod lock;
 mod outbox;
+mod registries;
 mod rollout;
 mod sqlite;
 mod tags;
@@ -35,6 +37,7 @@ pub use checks::*;
 pub use kubernetes::KubeLedger;
 pub use lock::WriterLock;
 pub use outbox::*;
+pub use registries::*;
 pub use rollout::*;
 pub use sqlite::SqliteLedger;
 pub use tags::*;
@@ -82,7 +85,7 @@ impl From<rusqlite::Error> for LedgerError {
 /// A store that keeps the whole ledger: every family's contract, and what the store itself
 /// answers. The contract is split by family, not written as one trait, so each backend's file of
 /// a family implements exactly that family's trait (and its docs are the family's contract).
-pub trait LedgerBackend: Checks + Outbox + Actions + TagWrites + RolloutControl {
+pub trait LedgerBackend: Checks + Outbox + Actions + TagWrites + RolloutControl + RegistryFacts {
     /// A trivial read: the store answers (readiness).
     fn ping(&self) -> impl Future<Output = Result<(), LedgerError>> + Send;
 
@@ -203,6 +206,10 @@ forward! {
     }
     RolloutControl {
         fn freeze_state() -> Option<Freeze>;
+    }
+    RegistryFacts {
+        fn record_registry(record: RegistryRecord) -> ();
+        fn registries() -> Vec<RegistryRecord>;
     }
 }
 

@@ -315,28 +315,72 @@ impl Registry {
     }
 
     /// Whether the registry has the OCI 1.1 referrers API (`GET /v2/<repo>/referrers/<digest>`
-    /// answers 200; 404 means it has none, so referrers are listed under the referrers tag
-    /// schema's `sha256-<hex>` index instead). Its answer, an index, is not read. A registry that
-    /// answered it has none is not asked again by this process.
+    /// answers 200; 404 or 400 means it has none, so referrers are listed under the referrers tag
+    /// schema's `sha256-<hex>` index instead). Its answer, an index, is not read. Asked once per
+    /// registry by this process: the answer is remembered ([`Registry::referrers_api`]). A 404
+    /// `NAME_UNKNOWN` (go-containerregistry's registry, for a repository it does not know yet) says
+    /// nothing about the API: answered as none, not remembered.
     pub async fn has_referrers_api(&self, image: &ImageRef, digest: &str) -> Result<bool, RegistryError> {
         use std::sync::atomic::Ordering;
         let endpoint = self.endpoint(image)?;
         if !is_sha256_digest(digest) {
             return Err(endpoint.invalid(format!("subject digest \"{digest}\" is not a sha256 digest")));
         }
-        if endpoint.no_referrers_api.load(Ordering::Relaxed) {
-            return Ok(false);
+        if let Some(known) = ReferrersApi::from_byte(endpoint.referrers_api.load(Ordering::Relaxed)) {
+            return Ok(known == ReferrersApi::Served);
         }
         let path = format!("{}/referrers/{digest}", image.repository());
         let response = endpoint.send(Method::GET, &path, image.repository(), Fetch::Manifest).await?;
-        match response.status() {
-            s if s.is_success() => Ok(true),
-            // 400: registries that route /referrers/ to nothing valid (go-containerregistry treats it so).
-            StatusCode::NOT_FOUND | StatusCode::BAD_REQUEST => {
-                endpoint.no_referrers_api.store(true, Ordering::Relaxed);
-                Ok(false)
+        let answer = match response.status() {
+            s if s.is_success() => ReferrersApi::Served,
+            StatusCode::NOT_FOUND => {
+                let body = endpoint.read_body(response, 64 * 1024, "referrers answer").await.unwrap_or_default();
+                if String::from_utf8_lossy(&body).contains("NAME_UNKNOWN") {
+                    return Ok(false);
+                }
+                ReferrersApi::Absent
             }
-            s => Err(endpoint.invalid(format!("GET referrers answered HTTP {s}"))),
+            // 400: registries that route /referrers/ to nothing valid (go-containerregistry treats it so).
+            StatusCode::BAD_REQUEST => ReferrersApi::Absent,
+            s => return Err(endpoint.invalid(format!("GET referrers answered HTTP {s}"))),
+        };
+        endpoint.referrers_api.store(answer as u8, Ordering::Relaxed);
+        Ok(answer == ReferrersApi::Served)
+    }
+
+    /// What `host` answered when asked for the referrers API: `None` when it was not asked yet by
+    /// this process.
+    pub fn referrers_api(&self, host: &str) -> Option<bool> {
+        use std::sync::atomic::Ordering;
+        let endpoints = self.shared.endpoints.lock().unwrap_or_else(|e| e.into_inner());
+        let known = ReferrersApi::from_byte(endpoints.get(host)?.referrers_api.load(Ordering::Relaxed))?;
+        Some(known == ReferrersApi::Served)
+    }
+
+    /// The referrers API answers this process learned and has not yet seen recorded (by
+    /// [`Registry::mark_referrers_recorded`]), by host: what the daemon writes to the ledger,
+    /// which `status` and the page read.
+    pub fn referrers_answers_unrecorded(&self) -> Vec<(String, bool)> {
+        use std::sync::atomic::Ordering;
+        let endpoints = self.shared.endpoints.lock().unwrap_or_else(|e| e.into_inner());
+        let mut answers: Vec<(String, bool)> = endpoints
+            .iter()
+            .filter(|(_, e)| !e.referrers_recorded.load(Ordering::Relaxed))
+            .filter_map(|(host, e)| {
+                let known = ReferrersApi::from_byte(e.referrers_api.load(Ordering::Relaxed))?;
+                Some((host.clone(), known == ReferrersApi::Served))
+            })
+            .collect();
+        answers.sort();
+        answers
+    }
+
+    /// `host`'s referrers API answer is in the ledger: not handed out again.
+    pub fn mark_referrers_recorded(&self, host: &str) {
+        use std::sync::atomic::Ordering;
+        let endpoints = self.shared.endpoints.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = endpoints.get(host) {
+            e.referrers_recorded.store(true, Ordering::Relaxed);
         }
     }
 
@@ -386,6 +430,24 @@ pub fn sha256_digest(bytes: &[u8]) -> String {
 /// A duration for people: whole seconds, rounded up so a wait never reads as zero.
 pub fn whole_seconds(d: Duration) -> humantime::FormattedDuration {
     humantime::format_duration(Duration::from_secs(d.as_secs() + u64::from(d.subsec_nanos() > 0)))
+}
+
+/// A registry's answer about the OCI 1.1 referrers API, kept as a byte per endpoint (0: not asked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum ReferrersApi {
+    Served = 1,
+    Absent = 2,
+}
+
+impl ReferrersApi {
+    fn from_byte(byte: u8) -> Option<Self> {
+        match byte {
+            1 => Some(Self::Served),
+            2 => Some(Self::Absent),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -50,6 +50,19 @@ impl Runner {
         e
     }
 
+    /// Writes to the ledger what registries answered during the attempt (the referrers API, asked
+    /// once per registry by this process), so `status` and the page show it. A failed write is
+    /// tried again after the next attempt.
+    async fn record_registry_answers(&self) {
+        for (host, referrers) in self.registry.referrers_answers_unrecorded() {
+            let record = RegistryRecord { host: host.clone(), referrers, probed: self.clock.now() };
+            match self.ledger.record_registry(record).await {
+                Ok(()) => self.registry.mark_referrers_recorded(&host),
+                Err(err) => tracing::warn!(registry = %host, error = %err, "cannot record what the registry answered"),
+            }
+        }
+    }
+
     pub(super) async fn execute(self: Arc<Self>, action: ClaimedAction, _permit: OwnedSemaphorePermit) {
         let target: ActionTarget = match action.target.clone() {
             Ok(t) => t,
@@ -92,6 +105,7 @@ impl Runner {
             self.unguard(&action.image);
         }
         let mut attempt = self.attempt(&action, &target).await;
+        self.record_registry_answers().await;
         attempt.outcome.detail = self.secrets.scrub(&attempt.outcome.detail);
         attempt.outcome.output_tail = self.secrets.scrub(&attempt.outcome.output_tail);
         let outcome = attempt.outcome.clone();

@@ -1,6 +1,7 @@
-//! Writes an image digest's signature as a Sigstore bundle stored as its OCI 1.1 referrer, so
-//! cosign v3's defaults (and other bundle verifiers) find and verify it: the empty config and the
-//! bundle blob, the referrer manifest by digest, then the listing: a registry with the referrers
+//! Writes an image digest's signature and attestations as Sigstore bundles stored as its OCI 1.1
+//! referrers, so cosign v3's defaults, cosign v2.6 once a digest has a bundle, and other bundle
+//! verifiers find and verify them: the empty config and the bundle blobs, the referrer manifests
+//! by digest, then the listing: a registry with the referrers
 //! API lists it itself; on one without, it is added to the referrers tag schema's index
 //! (`sha256-<hex>`), once, keeping every other referrer there, read within bounds.
 
@@ -9,7 +10,7 @@ use chrono::{DateTime, Utc};
 
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::signing::{
-    Descriptor, IndexError, MAX_REFERRERS_INDEX_BYTES, OCI_EMPTY, PayloadError, Referrer, Signer, add_referrer,
+    Descriptor, IndexError, MAX_REFERRERS_INDEX_BYTES, OCI_EMPTY, PayloadError, Referrer, Signer, add_referrers,
     referrers_tag,
 };
 
@@ -20,9 +21,9 @@ use crate::registry::{OCI_INDEX, OCI_MANIFEST, Registry, RegistryError};
 pub enum BundleError {
     #[error("cannot sign {0}")]
     Payload(#[from] PayloadError),
-    #[error("writing the signature bundle of {digest} to {repository}: {step}: {source}")]
+    #[error("writing the signature bundles of {digest} to {repository}: {step}: {source}")]
     Registry { digest: String, repository: String, step: &'static str, source: RegistryError },
-    #[error("listing the signature bundle of {digest} in {repository}:{tag}: {source}")]
+    #[error("listing the signature bundles of {digest} in {repository}:{tag}: {source}")]
     Index { digest: String, repository: String, tag: String, source: IndexError },
 }
 
@@ -31,9 +32,6 @@ pub enum BundleError {
 /// referrer's `org.opencontainers.image.created` (cosign stamps one): give the time recorded for
 /// the action, so that a retry writes the same manifest. Idempotent: a retry re-PUTs the same
 /// content and lists nothing twice. Returns the referrer manifest's digest.
-///
-/// The referrers tag index is read, changed and PUT back; two writers updating the same subject's
-/// index at once could drop one's entry (the tag schema has no compare-and-swap).
 pub async fn write_bundle_referrer(
     registry: &Registry,
     image: &ImageRef,
@@ -42,28 +40,50 @@ pub async fn write_bundle_referrer(
     created: DateTime<Utc>,
 ) -> Result<String, BundleError> {
     let referrer = Referrer::new(signer, subject, created)?;
+    write_referrers(registry, image, subject, std::slice::from_ref(&referrer)).await?;
+    Ok(referrer.digest().to_string())
+}
+
+/// Writes `referrers` (bundles of `subject`: its signature and attestations) and makes them
+/// findable: the blobs and manifests, then, on a registry without the referrers API, one update
+/// of the referrers tag index listing all that are not listed yet. Idempotent, like
+/// [`write_bundle_referrer`].
+///
+/// The referrers tag index is read, changed and PUT back; two writers updating the same subject's
+/// index at once could drop one's entry (the tag schema has no compare-and-swap): ours are all
+/// added in this one update.
+pub async fn write_referrers(
+    registry: &Registry,
+    image: &ImageRef,
+    subject: &Descriptor,
+    referrers: &[Referrer],
+) -> Result<(), BundleError> {
     let tag = referrers_tag(&subject.digest)?;
     let failed = |step: &'static str| {
         let (digest, repository) = (subject.digest.clone(), image.repository().to_string());
         move |source| BundleError::Registry { digest, repository, step, source }
     };
     registry.put_blob(image, Bytes::from_static(OCI_EMPTY)).await.map_err(failed("upload the empty config"))?;
-    registry.put_blob(image, Bytes::from(referrer.bundle.clone())).await.map_err(failed("upload the bundle"))?;
-    registry
-        .put_manifest(image, referrer.digest(), OCI_MANIFEST, Bytes::from(referrer.manifest.clone()))
-        .await
-        .map_err(failed("PUT the referrer manifest"))?;
+    let uploads = referrers.iter().map(|referrer| async {
+        registry.put_blob(image, Bytes::from(referrer.bundle.clone())).await.map_err(failed("upload the bundle"))?;
+        registry
+            .put_manifest(image, referrer.digest(), OCI_MANIFEST, Bytes::from(referrer.manifest.clone()))
+            .await
+            .map_err(failed("PUT the referrer manifest"))
+    });
+    futures::future::try_join_all(uploads).await?;
 
     if registry.has_referrers_api(image, &subject.digest).await.map_err(failed("ask for the referrers API"))? {
         // The registry lists a manifest with a subject itself, when it is PUT.
-        return Ok(referrer.digest().to_string());
+        return Ok(());
     }
     let current = match registry.get_manifest_within(image, &tag, MAX_REFERRERS_INDEX_BYTES).await {
         Ok(index) => Some(index.bytes),
         Err(RegistryError::NotFound { .. }) => None,
         Err(e) => return Err(failed("read the referrers tag index")(e)),
     };
-    let updated = add_referrer(current.as_deref(), &referrer.descriptor).map_err(|source| BundleError::Index {
+    let descriptors: Vec<Descriptor> = referrers.iter().map(|r| r.descriptor.clone()).collect();
+    let updated = add_referrers(current.as_deref(), &descriptors).map_err(|source| BundleError::Index {
         digest: subject.digest.clone(),
         repository: image.repository().to_string(),
         tag: tag.clone(),
@@ -75,5 +95,5 @@ pub async fn write_bundle_referrer(
             .await
             .map_err(failed("PUT the referrers tag index"))?;
     }
-    Ok(referrer.digest().to_string())
+    Ok(())
 }

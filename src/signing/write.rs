@@ -1,6 +1,7 @@
 //! Signing a digest we wrote: a simple-signing layer appended to its `.sig` manifest, the same
 //! signature as a Sigstore bundle referrer ([`super::bundle`]) and, when attesting, a DSSE layer
-//! with SLSA provenance appended to its `.att`. Each append reads what is there,
+//! with SLSA provenance appended to its `.att` and the same envelope as a second bundle referrer
+//! (cosign v2.6 and v3 read attestations only from bundles once a digest has one). Each append reads what is there,
 //! keeps every layer another signer put there, and writes nothing when our layer is there
 //! already: the same key signs the same payload to the same bytes (RFC 6979), so a retry after a
 //! crash finds its own layer instead of adding a second.
@@ -15,13 +16,13 @@
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::signing::{
     AttachedError, AttachedManifest, Attachment, Descriptor, Envelope, Layer, MAX_CARRIED_BYTES, MAX_SIGNATURE_BYTES,
-    Provenance, SLSA_PROVENANCE_V1, Signer, Statement, Verifier, attestation_layer, carried_layer_verifies,
+    Provenance, Referrer, SLSA_PROVENANCE_V1, Signer, Statement, Verifier, attestation_layer, carried_layer_verifies,
     carry_candidates, signature_layer,
 };
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::bundle::{BundleError, write_bundle_referrer};
+use super::bundle::{BundleError, write_referrers};
 use crate::registry::{Manifest, Registry, RegistryError};
 
 /// Why a digest could not be signed; the tag it was written for does not move.
@@ -50,6 +51,9 @@ pub struct Signed {
     /// The `.att` manifest's digest, when attesting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attestation: Option<String>,
+    /// The attestation's Sigstore bundle referrer manifest, when attesting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attestation_bundle: Option<String>,
     /// The `.sig` or `.att` manifests found that could not be extended, replaced by fresh ones.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replaced: Vec<Replaced>,
@@ -153,20 +157,35 @@ async fn sign_all(
         return Err(SignError::Digest(digest.to_string()));
     };
     let to = Target { registry, image, digest, repository: &repository, keep };
+    let statement = provenance
+        .map(|provenance| Statement::new(&repository, digest, SLSA_PROVENANCE_V1, provenance.predicate()))
+        .transpose()
+        .map_err(|_| SignError::Digest(digest.to_string()))?;
+    // The signature's bundle and, when attesting, the attestation's: one referrers index update.
+    let mut referrers = vec![Referrer::new(signer, subject, created).map_err(BundleError::from)?];
+    if let Some(statement) = &statement {
+        referrers.push(Referrer::attestation(signer, subject, statement, created).map_err(BundleError::from)?);
+    }
     // The three are independent: written together, all before the caller moves any tag.
     let signature = to.append(Attachment::Signature, layer, payload);
-    let bundle = async { Ok(write_bundle_referrer(registry, image, subject, signer, created).await?) };
+    let bundles = async { Ok(write_referrers(registry, image, subject, &referrers).await?) };
     let attestation = async {
-        let Some(provenance) = provenance else { return Ok(None) };
-        let statement = Statement::new(&repository, digest, SLSA_PROVENANCE_V1, provenance.predicate())
-            .map_err(|_| SignError::Digest(digest.to_string()))?;
-        let (layer, blob) = attestation_layer(&Envelope::statement(signer, &statement), SLSA_PROVENANCE_V1);
+        let Some(statement) = &statement else { return Ok(None) };
+        let (layer, blob) = attestation_layer(&Envelope::statement(signer, statement), SLSA_PROVENANCE_V1);
         to.append(Attachment::Attestation, layer, blob).await.map(Some)
     };
-    let ((signature, sig_replaced), bundle, attestation) = futures::try_join!(signature, bundle, attestation)?;
+    let ((signature, sig_replaced), (), attestation) = futures::try_join!(signature, bundles, attestation)?;
     let (attestation, att_replaced) = attestation.unzip();
     let replaced = sig_replaced.into_iter().chain(att_replaced.flatten()).collect();
-    Ok(Signed { digest: digest.to_string(), signature, bundle: Some(bundle), attestation, replaced })
+    let mut bundles = referrers.iter().map(|r| r.digest().to_string());
+    Ok(Signed {
+        digest: digest.to_string(),
+        signature,
+        bundle: bundles.next(),
+        attestation,
+        attestation_bundle: bundles.next(),
+        replaced,
+    })
 }
 
 /// Where one digest's attachments go, and whose layers a replaced one keeps.

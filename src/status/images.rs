@@ -295,6 +295,7 @@ mod tests {
             dead_letters: vec![],
             deploys: vec![],
             gitops: Vec::new(),
+            registries: Vec::new(),
             vulnerability_download: None,
         };
         let text = render_status(&status);
@@ -365,6 +366,7 @@ mod tests {
             dead_letters: vec![],
             deploys: vec![],
             gitops: Vec::new(),
+            registries: Vec::new(),
             vulnerability_download: None,
         };
         let text = render_status(&status);

@@ -24,6 +24,10 @@ pub fn render_text(status: &Status) -> String {
     images::render_text(&mut out, &status.images);
     deploys::render_text(&mut out, &status.deploys);
     gitops::render_text(&mut out, &status.gitops);
+    for r in &status.registries {
+        let answer = r.referrers.map_or_else(|| "null".to_string(), |a| a.to_string());
+        let _ = writeln!(out, "registry {}: referrers: {answer}", r.host);
+    }
     if let Some(download) = &status.vulnerability_download {
         let _ = writeln!(out, "{}", download.note());
     }

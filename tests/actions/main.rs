@@ -9,6 +9,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod cosign;
 mod fleet_requests;
 mod gitops;
 mod rebase_daemon;

@@ -24,11 +24,12 @@ use support::cnb::BuilderSpec;
 use support::daemon::{Daemon, Output, Workspace};
 use support::images::{Format, Pusher};
 use support::proxy::{Proxy, Trap};
+use support::referrers_registry::{Kind, Served};
 use support::registry::TestRegistry;
 
 /// cosign's encrypted key (scrypt N = 32768, as `cosign generate-key-pair` writes it), its public
 /// key and password.
-const KEY: &str = "tests/fixtures/signing/cosign-n32768.key";
+pub(crate) const KEY: &str = "tests/fixtures/signing/cosign-n32768.key";
 pub(crate) const PUBLIC_KEY: &str = "tests/fixtures/signing/cosign-n32768.pub";
 pub(crate) const PASSWORD: &str = "fixture password";
 pub(crate) const PASSWORD_ENV: &str = "BM_TEST_SIGNING_PASSWORD";
@@ -39,7 +40,7 @@ pub(crate) fn fixture(path: &str) -> String {
 
 /// One app on run image v1 behind a recording proxy, pinned by one `run --once`, with `[signing]`.
 pub(crate) struct World {
-    pub(crate) registry: TestRegistry,
+    pub(crate) registry: Served,
     pub(crate) proxy: Proxy,
     pub(crate) host: String,
     pub(crate) pusher: Pusher,
@@ -54,8 +55,13 @@ impl World {
 
     /// With `runner` (the `[runner]` tables) and `signing` (more `[signing]` lines).
     pub(crate) async fn with(runner: &str, signing: &str) -> Self {
-        let registry = TestRegistry::start_relative(support::registry::Auth::Anonymous);
-        let proxy = Proxy::start(&registry.host).await;
+        Self::on(Kind::Distribution, runner, signing).await
+    }
+
+    /// [`World::with`] on the `kind` of registry.
+    pub(crate) async fn on(kind: Kind, runner: &str, signing: &str) -> Self {
+        let registry = Served::start(kind);
+        let proxy = Proxy::start(registry.host()).await;
         let host = proxy.host.clone();
         let pusher = Pusher::new(&host);
         let run_tag = format!("{host}/demo/run:latest");
@@ -214,7 +220,7 @@ async fn a_rebase_is_signed_and_attested_before_its_tag_moves() {
         &after,
         false,
     );
-    assert!(verified && said.contains("\"verified\":1"), "{said}");
+    assert!(verified && said.contains("\"verified\":2"), "the signature's bundle and the attestation's: {said}");
 
     // Written before the tag moved.
     let referrers = format!("/manifests/sha256-{}", after.trim_start_matches("sha256:"));
@@ -268,6 +274,9 @@ async fn a_daemon_killed_before_the_tag_moves_leaves_one_signature_and_moves_the
     tokio::time::timeout(support::PATIENCE, held.notified()).await.expect("the daemon reaches the tag PUT");
     let public_key = fixture(PUBLIC_KEY);
     assert_eq!(valid_signatures(&tag, &new, &public_key).await, 1, "signed before the tag PUT");
+    let index = client().get_manifest(&tag, &new.replace(':', "-")).await.unwrap();
+    let index: Value = serde_json::from_slice(&index.bytes).unwrap();
+    assert_eq!(index["manifests"].as_array().unwrap().len(), 3, "both our bundles before the tag PUT: {index}");
     daemon.kill();
     assert_ne!(client().head_manifest(&tag).await.unwrap().digest, new, "the tag did not move");
 
@@ -280,10 +289,25 @@ async fn a_daemon_killed_before_the_tag_moves_leaves_one_signature_and_moves_the
     let other_pub = world.ws.path("other.pub").display().to_string();
     assert_eq!(valid_signatures(&tag, &new, &other_pub).await, 1, "the other signer's, kept");
     assert_eq!(attached(&tag, &new, "att").await["layers"].as_array().unwrap().len(), 1, "one attestation");
-    // The bundle referrers: the other signer's and one of ours, dated by the action, not the attempt.
+    // The bundle referrers: the other signer's, and our signature's and attestation's once each,
+    // dated by the action, not the attempt.
     let index = client().get_manifest(&tag, &new.replace(':', "-")).await.unwrap();
     let index: Value = serde_json::from_slice(&index.bytes).unwrap();
-    assert_eq!(index["manifests"].as_array().unwrap().len(), 2, "{index}");
+    let predicates: Vec<&str> = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["annotations"]["dev.sigstore.bundle.predicateType"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        predicates,
+        [
+            "https://sigstore.dev/cosign/sign/v1",
+            "https://sigstore.dev/cosign/sign/v1",
+            "https://slsa.dev/provenance/v1"
+        ],
+        "{index}"
+    );
     let ledger = Ledger::open_read_only(&world.ws.path("state.db")).unwrap();
     let moves = ledger.tag_moves(None, 100).await.unwrap();
     let ours: Vec<_> = moves.iter().filter(|m| m.after.as_deref() == Some(new.as_str())).collect();

@@ -41,7 +41,7 @@ async fn signed_world(runner: &str, signing: &str) -> (World, tempfile::TempDir,
 /// Moves the app tag (in the registry itself, not through the proxy) to `unsigned` right after the
 /// first read of `signed`'s `.sig` is answered by the registry.
 async fn move_tag_after_the_signature_check(world: &World, signed: &str, unsigned: &str) {
-    let direct = ImageRef::parse(&format!("{}/apps/web:latest", world.registry.host)).unwrap();
+    let direct = ImageRef::parse(&format!("{}/apps/web:latest", world.registry.host())).unwrap();
     let manifest = client().get_manifest(&direct, unsigned).await.unwrap();
     let sig = format!("{}.sig", signed.replace(':', "-"));
     world.proxy.trap(Trap::after("GET", &sig, move || {
@@ -57,7 +57,7 @@ async fn move_tag_after_the_signature_check(world: &World, signed: &str, unsigne
 
 /// What the world's registry holds under `apps/web`: every tag.
 async fn tags(world: &World) -> Vec<String> {
-    let url = format!("http://{}/v2/apps/web/tags/list", world.registry.host);
+    let url = format!("http://{}/v2/apps/web/tags/list", world.registry.host());
     let listed: serde_json::Value = support::http().get(url).send().await.unwrap().json().await.unwrap();
     listed["tags"].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_string()).collect()
 }

@@ -17,6 +17,7 @@ use support::registry::TestRegistry;
 
 mod access;
 mod fixes;
+mod registries;
 mod signed;
 
 const TOKEN: &str = "test-api-token-0123456789";

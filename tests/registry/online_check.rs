@@ -115,6 +115,8 @@ async fn check_online_passes_what_is_there_and_names_each_entry_run_would_fail_o
         format!("ok: run image watch of \"jammy\": {run_tag}: sha256:"),
         "ok: cluster of [kubernetes]: answers".to_string(),
         format!("ok: gitops \"fleet\": {}: main there", remote.url()),
+        // No app tag there to ask about: not asked.
+        format!("ok: registry {host}: referrers: null"),
     ] {
         assert_eq!(lines_with(&out.stdout, &ok).len(), 1, "{ok}:\n{}", out.stdout);
     }
@@ -227,4 +229,28 @@ async fn check_online_probes_alert_receivers_and_the_osv_url_without_showing_the
     assert_eq!(heard.iter().map(|r| (r.path.as_str(), r.body.len())).collect::<Vec<_>>(), [("/", 0)]);
     let asked = osv.received();
     assert_eq!(asked.iter().map(|r| r.path.as_str()).collect::<Vec<_>>(), ["/osv.tar.gz"]);
+}
+
+/// Per app image registry, whether it serves the OCI 1.1 referrers API: Distribution 2.8 does not
+/// (signing uses the referrers tag schema there), go-containerregistry's registry does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_online_shows_per_registry_whether_it_serves_the_referrers_api() {
+    let distribution = TestRegistry::start();
+    let referrers = support::referrers_registry::ReferrersRegistry::start();
+    let ws = Workspace::new();
+    let mut config = String::from("[monitor]\nstate = \"state.db\"\n\n");
+    for (n, host) in [&distribution.host, &referrers.host].into_iter().enumerate() {
+        let pusher = Pusher::new(host);
+        pusher.push_image("apps/web", Some("latest"), &support::images::Image::new("amd64"), Format::Oci).await;
+        config.push_str(&format!(
+            "[[builders]]\nname = \"b{n}\"\nimage = \"{host}/demo/builder:latest\"\nwatch_run_image = false\n\n\
+             [[images]]\nname = \"web{n}\"\nbuilder = \"b{n}\"\nimage = \"{host}/apps/web:latest\"\n\n"
+        ));
+    }
+    let config = ws.config(&config);
+    let out = ws.run(&["check", "--online", "--config", config.to_str().unwrap()]);
+    for (host, served) in [(&distribution.host, false), (&referrers.host, true)] {
+        let line = format!("ok: registry {host}: referrers: {served}");
+        assert_eq!(lines_with(&out.stdout, &line).len(), 1, "{line}:\n{}\n{}", out.stdout, out.stderr);
+    }
 }

@@ -189,3 +189,36 @@ async fn a_hostile_referrers_index_is_refused_within_bounds_and_left_alone() {
     let kept = registry.get_manifest(&image, &tag).await.unwrap();
     assert!(kept.bytes.len() > 1 << 20);
 }
+
+/// On a registry with the referrers API, the bundle is listed by the registry itself: no
+/// referrers tag is written, and the registry is asked whether it has the API once, not once per
+/// signature (a fleet's signatures would pay a request each). On Distribution 2.8 the answer is
+/// "no", remembered too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_referrers_api_is_asked_for_once_per_registry_and_used_where_served() {
+    let served = support::referrers_registry::ReferrersRegistry::start();
+    // Relative upload locations: uploads through the proxy stay on it.
+    let distribution = TestRegistry::start_relative(support::registry::Auth::Anonymous);
+    let dir = tempfile::tempdir().unwrap();
+    let (signer, _) = key(dir.path());
+    let created = Utc.with_ymd_and_hms(2026, 5, 1, 12, 0, 0).unwrap();
+    for (upstream, has_api) in [(&served.host, true), (&distribution.host, false)] {
+        let proxy = support::proxy::Proxy::start(upstream).await;
+        let pusher = Pusher::new(&proxy.host);
+        let one = pusher.push_image("apps/web", Some("1"), &Image::new("amd64"), Format::Oci).await;
+        let two = pusher.push_image("apps/web", Some("2"), &Image::new("amd64").salt("b"), Format::Oci).await;
+        let registry = client(&proxy.host);
+        assert_eq!(registry.referrers_api(&proxy.host), None, "not asked yet");
+        let image = ImageRef::parse(&format!("{}/apps/web", proxy.host)).unwrap();
+        proxy.clear();
+        for pushed in [&one, &two] {
+            write_bundle_referrer(&registry, &image, &subject(pushed), &signer, created).await.unwrap();
+        }
+        let seen = proxy.seen();
+        let asked = seen.iter().filter(|s| s.method == "GET" && s.path.contains("/referrers/")).count();
+        assert_eq!(asked, 1, "asked once for two signatures on {upstream}");
+        let tags = seen.iter().filter(|s| s.method == "PUT" && s.path.contains("/manifests/sha256-")).count();
+        assert_eq!(tags, if has_api { 0 } else { 2 }, "the referrers tag only without the API");
+        assert_eq!(registry.referrers_api(&proxy.host), Some(has_api));
+    }
+}

@@ -28,7 +28,7 @@ pub use attached::{
 pub use bundle::{
     ANNOTATION_CONTENT, ANNOTATION_CREATED, ANNOTATION_PREDICATE_TYPE, BUNDLE_MEDIA_TYPE, COSIGN_SIGN_PREDICATE_TYPE,
     Descriptor, IndexError, MAX_REFERRERS, MAX_REFERRERS_INDEX_BYTES, OCI_EMPTY, OCI_EMPTY_MEDIA_TYPE, Referrer,
-    add_referrer, bundle, public_key_hint, referrers_tag, sign_statement,
+    add_referrer, add_referrers, bundle, public_key_hint, referrers_tag, sign_statement, statement_bundle,
 };
 pub use cosign::{ENCRYPTED_COSIGN, ENCRYPTED_SIGSTORE, MAX_SCRYPT_MEMORY};
 pub use error::KeyError;

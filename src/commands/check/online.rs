@@ -3,8 +3,9 @@
 //! tag (the daemon's registry client and credentials); per Kubernetes cluster the daemon would use,
 //! its version and then the daemon's start-up access check (SelfSubjectAccessReviews); one `git
 //! ls-remote` per `[[gitops]]` target (the daemon's Git settings); one `HEAD /` per alert
-//! receiver's origin and one `HEAD` of an OSV download URL (`probes`). All at once, each bounded by
-//! one timeout, so a hung host costs one timeout, not one per entry.
+//! receiver's origin and one `HEAD` of an OSV download URL (`probes`); per app image registry,
+//! whether it serves the OCI 1.1 referrers API (one GET, the first app image's digest). All at once, each bounded by one
+//! timeout, so a hung host costs one timeout, not one per entry.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -69,7 +70,21 @@ pub async fn run(config: &Config, within: Duration) -> Vec<Finding> {
             ))],
         }
     });
-    futures::future::join_all(bounded).await.into_iter().flatten().collect()
+    let mut findings: Vec<Finding> = futures::future::join_all(bounded).await.into_iter().flatten().collect();
+    findings.extend(referrers_answers(registry, config));
+    findings
+}
+
+/// Per registry of the app images, whether it serves the OCI 1.1 referrers API, as the app
+/// images' checks found (`null`: not asked, as when no tag was there to ask about): where it does
+/// not, signature and attestation bundles are listed under the referrers tag schema's
+/// `sha256-<hex>` index.
+fn referrers_answers(registry: &Registry, config: &Config) -> Vec<Finding> {
+    let mut hosts: Vec<&str> = config.images.iter().map(|i| i.image.registry()).collect();
+    hosts.sort_unstable();
+    hosts.dedup();
+    let answer = |host: &str| registry.referrers_api(host).map_or_else(|| "null".to_string(), |a| a.to_string());
+    hosts.into_iter().map(|host| Finding::Ok(format!("registry {host}: referrers: {}", answer(host)))).collect()
 }
 
 /// A builder's tag, then (when it watches it) the run image its metadata names.
@@ -152,7 +167,12 @@ fn unmatched_platforms(
 /// An app image's tag. One that is not there yet is a note: the first build pushes it.
 async fn app_image(registry: &Registry, entry: String, image: &ImageRef) -> Vec<Finding> {
     vec![match registry.head_manifest(image).await {
-        Ok(head) => Finding::Ok(format!("{entry}: {}", head.digest)),
+        Ok(head) => {
+            // What signing will use there (asked once per registry, remembered); a registry that
+            // cannot say is shown as not asked.
+            let _ = registry.has_referrers_api(image, &head.digest).await;
+            Finding::Ok(format!("{entry}: {}", head.digest))
+        }
         Err(RegistryError::NotFound { .. }) => Finding::Note(format!(
             "{entry}: no such tag yet — fine before its first build (a rebuild pushes it); a rebase needs it there"
         )),

@@ -6,6 +6,7 @@
 mod actions;
 mod checks;
 mod outbox;
+mod registries;
 mod rollout;
 mod tags;
 #[cfg(test)]
@@ -19,7 +20,7 @@ use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use serde::{Deserialize, Serialize};
 
 use super::checks::is_zero;
-use super::{ChangeRecord, LedgerBackend, LedgerError, TagIntent, WatchRecord};
+use super::{ChangeRecord, LedgerBackend, LedgerError, RegistryRecord, TagIntent, WatchRecord};
 use actions::ActionRow;
 use builder_monitor_core::event::stable_id;
 use builder_monitor_core::rollout::Freeze;
@@ -60,6 +61,10 @@ struct WatchDoc {
     /// which names its events (the entry of [`ROLLOUT_WATCH`](crate::ledger::ROLLOUT_WATCH) only).
     #[serde(default, skip_serializing_if = "is_zero")]
     rollout_changes: u64,
+    /// What each registry answered when asked (the entry of
+    /// [`ROLLOUT_WATCH`](crate::ledger::ROLLOUT_WATCH) only), by host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    registries: Vec<RegistryRecord>,
 }
 
 /// The ledger in ConfigMaps of one namespace.

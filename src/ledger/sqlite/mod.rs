@@ -25,6 +25,7 @@ mod actions;
 mod checks;
 mod claims;
 mod outbox;
+mod registries;
 mod rollout;
 mod tags;
 #[cfg(test)]
@@ -317,6 +318,8 @@ const MIGRATIONS: &[&str] = &[
     // 13: who asked for a rollback (`by`), on its tag move and its write-ahead intent; the run
     // image each tag move left the app on (the page's "Run image" column).
     tags::MIGRATION_BY,
+    // 14: what each registry answered (the referrers API), for `status` and the page.
+    registries::MIGRATION,
 ];
 
 /// The schema version whose migration is followed by [`outbox::backfill_subjects`].

@@ -92,9 +92,12 @@ pub struct Endpoint {
     /// This registry's request counters by method and status, so counting a request allocates no
     /// labels (a handful of pairs, kept for the process's life as the metric family keeps them).
     pub(super) request_counters: Mutex<Vec<RequestCounter>>,
-    /// Set once the registry answered that it has no referrers API: not asked again (a fleet's
-    /// signatures would ask once per digest).
-    pub(super) no_referrers_api: std::sync::atomic::AtomicBool,
+    /// Whether the registry serves the OCI 1.1 referrers API, once it answered
+    /// ([`super::ReferrersApi`] as a byte): not asked again (a fleet's signatures would ask once
+    /// per digest).
+    pub(super) referrers_api: std::sync::atomic::AtomicU8,
+    /// Whether that answer was handed to the ledger ([`super::Registry::mark_referrers_recorded`]).
+    pub(super) referrers_recorded: std::sync::atomic::AtomicBool,
 }
 
 /// One (method, status) pair's counter of this registry's requests; `None` is no answer.
@@ -158,7 +161,8 @@ impl Endpoint {
             labels: Metrics::registry_labels(&settings.host),
             metrics,
             request_counters: Mutex::default(),
-            no_referrers_api: Default::default(),
+            referrers_api: Default::default(),
+            referrers_recorded: Default::default(),
             settings,
         })
     }

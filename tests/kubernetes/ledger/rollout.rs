@@ -251,3 +251,29 @@ async fn a_changes_gate_view_is_its_actions_as_the_gates_see_them() {
     })
     .await;
 }
+
+/// What registries answered: recorded per host (a second answer replaces the first), listed by
+/// host, beside the freeze without touching it; the same on both ledgers.
+#[tokio::test]
+async fn registry_answers_are_kept_per_host_beside_the_freeze() {
+    use builder_monitor::ledger::RegistryRecord;
+    both(|ledger| async move {
+        assert_eq!(ledger.registries().await.unwrap(), vec![]);
+        let now = at("2026-11-30T12:00:00Z");
+        let freeze = Freeze { since: now, reason: Some("audit".into()), by: "ops".into() };
+        ledger.set_freeze(Some(freeze.clone()), vec![], vec![], 10, now).await.unwrap();
+        let record = |host: &str, referrers, time| RegistryRecord { host: host.into(), referrers, probed: at(time) };
+        ledger.record_registry(record("z.example:5000", false, "2026-11-30T12:01:00Z")).await.unwrap();
+        ledger.record_registry(record("a.example", true, "2026-11-30T12:02:00Z")).await.unwrap();
+        ledger.record_registry(record("z.example:5000", true, "2026-11-30T12:03:00Z")).await.unwrap();
+        assert_eq!(
+            ledger.registries().await.unwrap(),
+            vec![
+                record("a.example", true, "2026-11-30T12:02:00Z"),
+                record("z.example:5000", true, "2026-11-30T12:03:00Z")
+            ]
+        );
+        assert_eq!(ledger.freeze_state().await.unwrap(), Some(freeze), "the freeze is untouched");
+    })
+    .await;
+}

@@ -3,7 +3,8 @@
 // and verifies each with Sigstore's own JavaScript verifier (@sigstore/bundle, @sigstore/verify)
 // given the public key and no transparency log, CT log or timestamp authority. Then checks what
 // cosign checks of a bundle for an image: the signed in-toto Statement is cosign's sign predicate
-// and its subject is the expected digest.
+// (or, for an attestation's bundle, SLSA provenance or OpenVEX) and its subject is the expected
+// digest.
 //
 // node verify-bundle.js REGISTRY_URL REPOSITORY SUBJECT_DIGEST PUBLIC_KEY_PEM EXPECTED_DIGEST [forge]
 // `forge`: the bundle's payload is swapped for a Statement naming EXPECTED_DIGEST, keeping the
@@ -16,6 +17,8 @@ const { bundleFromJSON } = require('@sigstore/bundle');
 const { Verifier, toSignedEntity, toTrustMaterial } = require('@sigstore/verify');
 
 const BUNDLE = 'application/vnd.dev.sigstore.bundle.v0.3+json';
+// The image signature's, and the attestations' builder-monitor writes.
+const PREDICATES = ['https://sigstore.dev/cosign/sign/v1', 'https://slsa.dev/provenance/v1', 'https://openvex.dev/ns/v0.2.0'];
 const ACCEPT = 'application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json';
 const [base, repository, subject, keyPath, expected, mode] = process.argv.slice(2);
 
@@ -59,7 +62,7 @@ async function main() {
     verifier.verify(toSignedEntity(bundle));
     const statement = JSON.parse(bundle.content.dsseEnvelope.payload);
     if (bundle.content.dsseEnvelope.payloadType !== 'application/vnd.in-toto+json') throw new Error('not in-toto');
-    if (statement.predicateType !== 'https://sigstore.dev/cosign/sign/v1') throw new Error(`predicate ${statement.predicateType}`);
+    if (!PREDICATES.includes(statement.predicateType)) throw new Error(`predicate ${statement.predicateType}`);
     const digests = statement.subject.map((s) => 'sha256:' + s.digest.sha256);
     if (!digests.includes(expected)) throw new Error(`the signed statement is about ${digests}, not ${expected}`);
     verified += 1;

@@ -22,7 +22,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use super::key::Signer;
-use super::payload::{DSSE_PAYLOAD_TYPE, PayloadError, STATEMENT_TYPE, pae};
+use super::payload::{DSSE_PAYLOAD_TYPE, PayloadError, STATEMENT_TYPE, Statement, pae};
 use crate::reference::is_sha256_digest;
 
 /// A Sigstore bundle v0.3, the referrer's `artifactType` and its layer's media type.
@@ -107,19 +107,26 @@ pub fn public_key_hint(signer: &Signer) -> String {
 /// PAE, no key id) and the public key's hint; no tlog entries, no timestamps. Deterministic (RFC
 /// 6979 signatures), so a retry makes the same bytes.
 pub fn bundle(signer: &Signer, digest: &str) -> Result<Vec<u8>, PayloadError> {
-    let statement = sign_statement(digest)?;
-    let signature = signer.sign(&pae(DSSE_PAYLOAD_TYPE, &statement));
+    Ok(statement_bundle(signer, &sign_statement(digest)?))
+}
+
+/// The bundle (JSON) of `signer`'s DSSE signature over an in-toto Statement (its bytes), as cosign
+/// v3 writes an attestation (`cosign attest --key`): the same shape as the image signature's
+/// bundle, the Statement being the attestation's own. Its envelope is the one the `.att` layer
+/// holds (same payload, and the same signature: RFC 6979).
+pub fn statement_bundle(signer: &Signer, statement: &[u8]) -> Vec<u8> {
+    let signature = signer.sign(&pae(DSSE_PAYLOAD_TYPE, statement));
     // Field order: protojson's, the bundle proto's declaration order.
     let bundle = Bundle {
         media_type: BUNDLE_MEDIA_TYPE,
         verification_material: VerificationMaterial { public_key: PublicKey { hint: public_key_hint(signer) } },
         dsse_envelope: DsseEnvelope {
-            payload: STANDARD.encode(&statement),
+            payload: STANDARD.encode(statement),
             payload_type: DSSE_PAYLOAD_TYPE,
             signatures: vec![DsseSignature { sig: STANDARD.encode(signature) }],
         },
     };
-    Ok(serde_json::to_vec(&bundle).expect("a bundle serialises"))
+    serde_json::to_vec(&bundle).expect("a bundle serialises")
 }
 
 #[derive(Serialize)]
@@ -176,11 +183,40 @@ impl Referrer {
     /// that a retry given the same time (the action's recorded one) writes the same manifest and
     /// not a second referrer.
     pub fn new(signer: &Signer, subject: &Descriptor, created: DateTime<Utc>) -> Result<Self, PayloadError> {
+        let statement = sign_statement(&subject.digest)?;
+        Self::of_statement(signer, subject, &statement, COSIGN_SIGN_PREDICATE_TYPE, created)
+    }
+
+    /// `signer`'s attestation of `statement` (an in-toto Statement about `subject`, e.g. SLSA
+    /// provenance) as the bundle referrer cosign v3 writes for `cosign attest --key`: the same
+    /// manifest as the signature's, the predicate type annotation the statement's. cosign v2.6
+    /// and v3 both read attestations from here as soon as the digest has any bundle.
+    pub fn attestation(
+        signer: &Signer,
+        subject: &Descriptor,
+        statement: &Statement,
+        created: DateTime<Utc>,
+    ) -> Result<Self, PayloadError> {
+        let hex = sha256_hex(&subject.digest)?;
+        // A statement about another digest would attach a claim to the wrong image.
+        if !statement.subject.iter().any(|s| s.digest.get("sha256").is_some_and(|h| h == hex)) {
+            return Err(PayloadError::Digest(subject.digest.clone()));
+        }
+        Self::of_statement(signer, subject, &statement.to_json(), &statement.predicate_type, created)
+    }
+
+    fn of_statement(
+        signer: &Signer,
+        subject: &Descriptor,
+        statement: &[u8],
+        predicate_type: &str,
+        created: DateTime<Utc>,
+    ) -> Result<Self, PayloadError> {
         sha256_hex(&subject.digest)?;
-        let bundle = bundle(signer, &subject.digest)?;
+        let bundle = statement_bundle(signer, statement);
         let annotations = BTreeMap::from([
             (ANNOTATION_CONTENT.to_string(), "dsse-envelope".to_string()),
-            (ANNOTATION_PREDICATE_TYPE.to_string(), COSIGN_SIGN_PREDICATE_TYPE.to_string()),
+            (ANNOTATION_PREDICATE_TYPE.to_string(), predicate_type.to_string()),
             // Go's time.RFC3339 of a UTC time: whole seconds, `Z`.
             (ANNOTATION_CREATED.to_string(), created.format("%Y-%m-%dT%H:%M:%SZ").to_string()),
         ]);
@@ -259,11 +295,42 @@ pub enum IndexError {
 /// `index` (the bytes at the referrers tag, `None` when the tag is absent) with `referrer` added:
 /// `None` when it is listed already (a retry adds nothing). Every other entry and field is kept.
 pub fn add_referrer(index: Option<&[u8]>, referrer: &Descriptor) -> Result<Option<Vec<u8>>, IndexError> {
-    let entry = serde_json::to_value(referrer).expect("a descriptor serialises");
-    let Some(bytes) = index else {
-        let index = json!({ "schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [entry] });
-        return Ok(Some(serde_json::to_vec(&index).expect("an index serialises")));
+    add_referrers(index, std::slice::from_ref(referrer))
+}
+
+/// [`add_referrer`] for several referrers at once (a digest's signature and attestation bundles):
+/// one read and one write of the index instead of one per referrer, and no writer of the same
+/// index racing another of ours. `None` when every one is listed already.
+pub fn add_referrers(index: Option<&[u8]>, referrers: &[Descriptor]) -> Result<Option<Vec<u8>>, IndexError> {
+    let (mut index, mut changed) = match index {
+        None => {
+            let fresh = json!({ "schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [] });
+            (fresh.as_object().cloned().unwrap_or_default(), true)
+        }
+        Some(bytes) => (parse_index(bytes)?, false),
     };
+    let Some(Value::Array(manifests)) = index.get_mut("manifests") else {
+        return Err(IndexError::NotIndex("manifests is not a list".into()));
+    };
+    for referrer in referrers {
+        if manifests.iter().any(|m| m.get("digest").and_then(Value::as_str) == Some(&referrer.digest)) {
+            continue;
+        }
+        if manifests.len() >= MAX_REFERRERS {
+            return Err(IndexError::TooMany(manifests.len() + 1));
+        }
+        manifests.push(serde_json::to_value(referrer).expect("a descriptor serialises"));
+        changed = true;
+    }
+    if !changed {
+        return Ok(None);
+    }
+    Ok(Some(serde_json::to_vec(&index).expect("an index serialises")))
+}
+
+/// A referrers tag index as read, checked to be one we can extend: an OCI index with a list of
+/// manifests, within bounds.
+fn parse_index(bytes: &[u8]) -> Result<Map<String, Value>, IndexError> {
     if bytes.len() > MAX_REFERRERS_INDEX_BYTES {
         return Err(IndexError::TooLarge(bytes.len()));
     }
@@ -284,14 +351,7 @@ pub fn add_referrer(index: Option<&[u8]>, referrer: &Descriptor) -> Result<Optio
     if manifests.len() > MAX_REFERRERS {
         return Err(IndexError::TooMany(manifests.len()));
     }
-    if manifests.iter().any(|m| m.get("digest").and_then(Value::as_str) == Some(&referrer.digest)) {
-        return Ok(None);
-    }
-    if manifests.len() == MAX_REFERRERS {
-        return Err(IndexError::TooMany(manifests.len() + 1));
-    }
-    manifests.push(entry);
-    Ok(Some(serde_json::to_vec(&index).expect("an index serialises")))
+    Ok(index)
 }
 
 fn sha256_hex(digest: &str) -> Result<&str, PayloadError> {

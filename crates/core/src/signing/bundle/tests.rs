@@ -179,3 +179,49 @@ fn a_hostile_index_is_refused_within_bounds() {
         assert!(error.to_string().contains("delete that tag"), "{error}");
     }
 }
+
+fn provenance_statement(digest: &str) -> crate::signing::Statement {
+    crate::signing::Statement::new("r.example/apps/web", digest, crate::signing::SLSA_PROVENANCE_V1, json!({"x": 1}))
+        .unwrap()
+}
+
+#[test]
+fn an_attestation_bundle_holds_the_att_layers_envelope_and_names_its_predicate_type() {
+    let signer = signer();
+    let statement = provenance_statement(DIGEST);
+    let referrer = Referrer::attestation(&signer, &subject(), &statement, created()).unwrap();
+    let bundle = json(&referrer.bundle);
+    assert_eq!(bundle["mediaType"], BUNDLE_MEDIA_TYPE);
+    // The same envelope as the `.att` layer's: the payload and the signature (RFC 6979).
+    let att = Envelope::statement(&signer, &statement);
+    assert_eq!(bundle["dsseEnvelope"]["payload"], att.payload.as_str());
+    assert_eq!(bundle["dsseEnvelope"]["signatures"][0]["sig"], att.signatures[0].sig.as_str());
+    let manifest = json(&referrer.manifest);
+    assert_eq!(manifest["annotations"][ANNOTATION_PREDICATE_TYPE], crate::signing::SLSA_PROVENANCE_V1);
+    assert_eq!(manifest["annotations"][ANNOTATION_CONTENT], "dsse-envelope");
+    assert_eq!(manifest["subject"]["digest"], DIGEST);
+    assert_eq!(manifest["artifactType"], BUNDLE_MEDIA_TYPE);
+    // Not the signature's referrer: both are listed.
+    assert_ne!(referrer.digest(), Referrer::new(&signer, &subject(), created()).unwrap().digest());
+    // A statement about another digest is not attached to this one.
+    let error = Referrer::attestation(&signer, &subject(), &provenance_statement(OTHER), created()).unwrap_err();
+    assert_eq!(error, PayloadError::Digest(DIGEST.into()));
+}
+
+#[test]
+fn several_referrers_are_added_in_one_write_and_a_retry_adds_none() {
+    let signer = signer();
+    let signature = Referrer::new(&signer, &subject(), created()).unwrap().descriptor;
+    let attestation =
+        Referrer::attestation(&signer, &subject(), &provenance_statement(DIGEST), created()).unwrap().descriptor;
+    let both = [signature.clone(), attestation.clone()];
+    let first = add_referrers(None, &both).unwrap().unwrap();
+    let listed = json(&first);
+    assert_eq!(listed["manifests"].as_array().unwrap().len(), 2);
+    assert_eq!(listed["manifests"][1]["digest"], attestation.digest.as_str());
+    assert_eq!(add_referrers(Some(&first), &both).unwrap(), None);
+    // One listed already (a crash between the two): only the other is added.
+    let one = add_referrer(None, &signature).unwrap().unwrap();
+    let completed = json(&add_referrers(Some(&one), &both).unwrap().unwrap());
+    assert_eq!(completed, listed);
+}

@@ -1,0 +1,5 @@
+module builder-monitor/tests/referrers-registry
+
+go 1.26
+
+require github.com/google/go-containerregistry v0.22.1

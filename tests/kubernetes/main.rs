@@ -4,7 +4,8 @@
 //! cannot show (`real_deploy`, `terminating_namespace`), over every workload kind
 //! (`real_workloads`) and the runner's Jobs (`real_jobs`), and exact rights: the daemon and
 //! `check --online` under what `builder-monitor rbac` prints, and less (`exact_rbac`,
-//! `online_access`).
+//! `online_access`), and the ClusterBuilders the daemon publishes under the CRD it prints
+//! (`cluster_builders`).
 //!
 //! Each file below was a test binary of its own; grouped, they compile `tests/support` and link the
 //! crate once. They share one process and run as its threads: a test here changes no process state
@@ -14,6 +15,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod cluster_builders;
 mod deploy;
 mod exact_rbac;
 mod kube_double;

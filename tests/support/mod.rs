@@ -17,6 +17,7 @@ pub mod osv;
 pub mod proxy;
 pub mod receiver;
 pub mod registry;
+pub mod relay;
 pub mod sigstore;
 pub mod token;
 pub mod tour;

@@ -25,10 +25,10 @@ const TOKEN: &str = "cluster-builders-test-token";
 
 /// The CRD is the whole control plane's: the test that installs an older one holds this
 /// exclusively; the others share it.
-static CRD: RwLock<()> = RwLock::const_new(());
+pub static CRD: RwLock<()> = RwLock::const_new(());
 
 /// The documents `builder-monitor crd` prints, as JSON.
-fn printed_crd() -> Vec<Value> {
+pub fn printed_crd() -> Vec<Value> {
     let out = Workspace::new().run(&["crd"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     serde_saphyr::from_multiple(&out.stdout).unwrap_or_else(|e| panic!("{e}\n{}", out.stdout))
@@ -36,7 +36,7 @@ fn printed_crd() -> Vec<Value> {
 
 /// Applies `crd` (server-side, as `kubectl apply --server-side` does) and waits until the server
 /// says it is Established.
-async fn install(ns: &TestNamespace, crd: &Value) {
+pub async fn install(ns: &TestNamespace, crd: &Value) {
     crate::exact_rbac::apply(&ns.client, std::slice::from_ref(crd)).await;
     let generation = ns.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", CRD_NAME).await.unwrap()["metadata"]
         ["generation"]

@@ -5,7 +5,8 @@
 //! (`real_workloads`) and the runner's Jobs (`real_jobs`), and exact rights: the daemon and
 //! `check --online` under what `builder-monitor rbac` prints, and less (`exact_rbac`,
 //! `online_access`), and the ClusterBuilders the daemon publishes under the CRD it prints
-//! (`cluster_builders`), and under the RBAC the Helm chart renders (`chart_rbac`); on a second control plane without the watch cache for ConfigMaps, the
+//! (`cluster_builders`), under the RBAC the Helm chart renders (`chart_rbac`), the ConfigMap
+//! ledger's racing writers and read-back (`real_ledger`); on a second control plane without the watch cache for ConfigMaps, the
 //! runner's watch across a broken-off watch and a 410 Gone (`resumed_watches`).
 //!
 //! Each file below was a test binary of its own; grouped, they compile `tests/support` and link the
@@ -28,6 +29,7 @@ mod online_access;
 mod pools;
 mod real_deploy;
 mod real_jobs;
+mod real_ledger;
 mod real_workloads;
 mod resumed_watches;
 mod terminating_namespace;

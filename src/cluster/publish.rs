@@ -177,9 +177,10 @@ pub fn status_of(input: &StatusInput) -> ClusterBuilderStatus {
 /// Package moves the last change's `packages` names before `; N more`.
 const LAST_CHANGE_PACKAGES: usize = 5;
 
-/// Every ClusterBuilder write: a server-side apply as [`FIELD_MANAGER`], validated strictly, so
-/// a field the CRD in the cluster does not know (a CRD older than this daemon) is refused rather
-/// than silently dropped — the daemon never publishes less than it says.
+/// Every ClusterBuilder write: a server-side apply as [`FIELD_MANAGER`], validated strictly. A
+/// field the CRD in the cluster does not declare (a CRD older than this daemon) fails the whole
+/// write — the server refuses to apply it — and [`WriteError::CrdOutOfDate`](super::WriteError)
+/// says how to update the CRD.
 fn write_params() -> PatchParams {
     PatchParams::apply(FIELD_MANAGER).force().validation_strict()
 }

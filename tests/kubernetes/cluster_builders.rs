@@ -1,7 +1,7 @@
 //! ClusterBuilder on the real control plane (issue 62 item 3): the CRD `builder-monitor crd`
 //! prints is accepted and becomes Established; the daemon's ClusterBuilders pass its structural
-//! schema under `fieldValidation=Strict` (a CRD older than the daemon is an error naming the
-//! fix, not fields the server silently drops); the status goes through the status subresource
+//! schema under `fieldValidation=Strict` (against a CRD older than the daemon, whose schema lacks
+//! a field it writes, the server refuses the whole write, and the daemon's warning names the fix); the status goes through the status subresource
 //! and the spec through the resource, each owned apart; `kubectl get` shows the printer columns;
 //! pruning deletes only what this daemon manages.
 
@@ -279,9 +279,9 @@ async fn clusterbuilders_pass_the_printed_crd_and_only_managed_ones_are_pruned()
     }
 }
 
-/// A CRD older than the daemon (here: without `status.history`): the server would drop the field
-/// and the daemon publish less than it says; under Strict validation the write fails instead,
-/// its log line naming the field and the fix; the current CRD applied, the next write succeeds.
+/// A CRD older than the daemon (here: without `status.history`): the server refuses to apply a
+/// field its schema does not declare, so the status write fails whole; the daemon's warning names
+/// the field and the command that updates the CRD; the current CRD applied, the retry succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crd_older_than_the_daemon_fails_status_writes_naming_the_fix() {
     let _crd = CRD.write().await;

@@ -143,13 +143,16 @@ async fn the_follower_takes_over_a_killed_leaders_fleet_of_rebases_and_carries_o
     // registry's own log: a write the registry took as the leader died never reached the proxy's
     // record of answers.
     let mut writes: BTreeMap<String, usize> = BTreeMap::new();
-    for line in &registry.log()[pushed_before..] {
-        if line.contains("response completed") && line.contains("http.request.method=PUT") {
-            if let Some(app) =
-                (0..APPS).map(|i| format!("web{i}")).find(|a| line.contains(&format!("/v2/apps/{a}/manifests/latest")))
-            {
-                *writes.entry(app).or_default() += 1;
-            }
+    let puts = registry.log()[pushed_before..]
+        .iter()
+        .filter(|l| l.contains("response completed") && l.contains("http.request.method=PUT"))
+        .cloned()
+        .collect::<Vec<_>>();
+    for line in puts {
+        let app =
+            (0..APPS).map(|i| format!("web{i}")).find(|a| line.contains(&format!("/v2/apps/{a}/manifests/latest")));
+        if let Some(app) = app {
+            *writes.entry(app).or_default() += 1;
         }
     }
     let once: BTreeMap<String, usize> = (0..APPS).map(|i| (format!("web{i}"), 1)).collect();

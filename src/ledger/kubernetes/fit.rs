@@ -112,3 +112,35 @@ impl WatchDoc {
         dropped.len() as u64
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn action(key: &str, change: &str, image: &str, state: &str, updated: &str) -> serde_json::Value {
+        json!({ "key": key, "change_id": change, "image": image, "kind": "rebase", "state": state, "attempts": 1,
+                "next_attempt": "2026-12-07T12:00:00.000Z", "target": {"pad": "x".repeat(1000)}, "detail": null,
+                "output_tail": null, "created": updated, "updated": updated })
+    }
+
+    #[test]
+    fn trimming_drops_old_finished_actions_and_keeps_open_ones_and_the_newest() {
+        let t = |m: u32| format!("2026-12-07T12:{m:02}:00.000Z");
+        let mut doc: WatchDoc = serde_json::from_value(json!({ "watch": null, "actions": [
+            action("old-done", "c1", "a", "succeeded", &t(1)),
+            action("running", "c2", "b", "running", &t(2)),
+            action("open-change-done", "c2", "c", "succeeded", &t(3)),
+            action("newest-a", "c3", "a", "succeeded", &t(4)),
+        ]}))
+        .unwrap();
+        let len = serde_json::to_string(&doc).unwrap().len();
+        assert_eq!(doc.fit(len, len - 10, Utc::now()), Some((0, 1)));
+        let keys: Vec<&str> = doc.actions.iter().map(|a| a.key.as_str()).collect();
+        assert_eq!(keys, ["running", "open-change-done", "newest-a"]);
+        // Only what must be kept is left: it does not fit, and nothing more is dropped.
+        assert_eq!(doc.fit(len, 100, Utc::now()), None);
+        assert_eq!(doc.actions.len(), 3);
+        assert_eq!(doc.trimmed.as_ref().map(|t| t.actions), Some(1));
+    }
+}

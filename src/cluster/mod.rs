@@ -41,9 +41,9 @@ pub enum ClusterError {
     #[error("Kubernetes API: {0}")]
     Api(kube::Error),
     #[error("Kubernetes API: cannot apply ClusterBuilder {name}: {error}")]
-    Apply { name: String, error: kube::Error },
+    Apply { name: String, error: WriteError },
     #[error("Kubernetes API: cannot write the status of ClusterBuilder {name}: {error}")]
-    WriteStatus { name: String, error: kube::Error },
+    WriteStatus { name: String, error: WriteError },
     #[error("Kubernetes API: no builder {0}")]
     UnknownBuilder(String),
     #[error("Kubernetes API: ClusterBuilder {0} does not exist (its spec is applied first)")]
@@ -61,6 +61,35 @@ pub enum ClusterError {
         "not a Kubernetes object name (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 246 characters)"
     )]
     ObjectName,
+}
+
+/// Why a ClusterBuilder write failed: the CRD in the cluster lacks a field this daemon writes
+/// (it is older than the daemon), or another refusal.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error(
+        "{0}: the ClusterBuilder CRD in the cluster is older than this daemon; apply the current one with `builder-monitor crd | kubectl apply --server-side -f -`"
+    )]
+    CrdOutOfDate(String),
+    #[error("{0}")]
+    Api(kube::Error),
+}
+
+impl From<kube::Error> for WriteError {
+    fn from(error: kube::Error) -> Self {
+        match &error {
+            // Strict field validation's refusal of a server-side apply (a 500, as the server
+            // answers it): `failed to create typed patch object (…): .status.history: field not
+            // declared in schema`; of other writes, a 400 naming the `unknown field`.
+            kube::Error::Api(status)
+                if status.message.contains("field not declared in schema")
+                    || (status.code == 400 && status.message.contains("unknown field")) =>
+            {
+                WriteError::CrdOutOfDate(status.message.clone())
+            }
+            _ => WriteError::Api(error),
+        }
+    }
 }
 
 impl From<kube::Error> for ClusterError {
@@ -169,7 +198,9 @@ pub fn required_permissions(config: &Config) -> Vec<Permission> {
         };
         add(&None, "buildermonitor.dev", "clusterbuilders", verbs, "[kubernetes] publish");
         add(&None, "buildermonitor.dev", "clusterbuilders/status", &["patch"], "[kubernetes] publish");
-        add(&own, "", "events", &["create"], "[kubernetes] publish");
+        // The server takes Events about a cluster-scoped object only in `default` (or
+        // `kube-system`), where `kubectl describe` finds them.
+        add(&Some(publish::EVENTS_NAMESPACE.to_string()), "", "events", &["create"], "[kubernetes] publish");
     }
     if config.kubernetes.leader_election {
         add(&own, "coordination.k8s.io", "leases", &["create", "get", "update"], "[kubernetes] leader_election");
@@ -464,6 +495,8 @@ pub fn rbac_objects(permissions: &[Permission], account: &str, namespace: &str) 
             format!("{account}-builds")
         } else if p.needed_for == DEPLOYS {
             format!("{account}-deploys")
+        } else if p.resource == "events" {
+            format!("{account}-events")
         } else {
             account.to_string()
         };

@@ -32,6 +32,13 @@ use builder_monitor_core::schedule::{Schedule, timestamp};
 /// The field manager of every write, and the `managed-by` label value.
 pub const FIELD_MANAGER: &str = "builder-monitor";
 const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// The label naming the namespace of the daemon that publishes a ClusterBuilder: the resource is
+/// cluster-scoped, so two installations (each in its own namespace) share it, and each prunes
+/// only its own.
+pub const OWNER_NAMESPACE: &str = "buildermonitor.dev/namespace";
+/// Where the Events about ClusterBuilders are recorded: the API server refuses an Event about a
+/// cluster-scoped object in any namespace but `default` and `kube-system`.
+pub const EVENTS_NAMESPACE: &str = "default";
 /// Pinned digests listed in `status.history`.
 pub const HISTORY: usize = 10;
 /// How long a failed write waits before it is tried again.
@@ -170,6 +177,14 @@ pub fn status_of(input: &StatusInput) -> ClusterBuilderStatus {
 /// Package moves the last change's `packages` names before `; N more`.
 const LAST_CHANGE_PACKAGES: usize = 5;
 
+/// Every ClusterBuilder write: a server-side apply as [`FIELD_MANAGER`], validated strictly. A
+/// field the CRD in the cluster does not declare (a CRD older than this daemon) fails the whole
+/// write — the server refuses to apply it — and [`WriteError::CrdOutOfDate`](super::WriteError)
+/// says how to update the CRD.
+fn write_params() -> PatchParams {
+    PatchParams::apply(FIELD_MANAGER).force().validation_strict()
+}
+
 fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Condition {
     Condition {
         type_: type_.into(),
@@ -195,7 +210,7 @@ impl Publisher {
     pub fn new(client: kube::Client, config: Arc<Config>, ledger: Ledger, metrics: Arc<Metrics>) -> Self {
         Publisher {
             api: Api::all(client.clone()),
-            events: Api::namespaced(client, &config.kubernetes.namespace),
+            events: Api::namespaced(client, EVENTS_NAMESPACE),
             identity: config.kubernetes.identity.clone(),
             config,
             ledger,
@@ -209,24 +224,28 @@ impl Publisher {
         self.metrics.publishes.get_or_create(&ResultLabels { result: result.into() }).inc();
     }
 
-    /// Applies every builder's spec, then deletes the managed objects no builder names (with `prune`).
+    /// Applies every builder's spec, then deletes the objects this daemon manages that no builder
+    /// names (with `prune`): those labelled managed by it and published from its namespace.
     pub async fn publish_specs(&self) -> Result<(), ClusterError> {
-        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let namespace = &self.config.kubernetes.namespace;
         for builder in &self.config.builders {
             let object = json!({
                 "apiVersion": crd::API_VERSION,
                 "kind": crd::KIND,
-                "metadata": { "name": builder.name, "labels": { MANAGED_BY: FIELD_MANAGER } },
+                "metadata": {
+                    "name": builder.name,
+                    "labels": { MANAGED_BY: FIELD_MANAGER, OWNER_NAMESPACE: namespace },
+                },
                 "spec": spec_of(builder),
             });
-            let result = self.api.patch(&builder.name, &params, &Patch::Apply(&object)).await;
+            let result = self.api.patch(&builder.name, &write_params(), &Patch::Apply(&object)).await;
             self.count(result.is_ok());
-            result.map_err(|error| ClusterError::Apply { name: builder.name.clone(), error })?;
+            result.map_err(|error| ClusterError::Apply { name: builder.name.clone(), error: error.into() })?;
         }
         if self.config.kubernetes.prune {
             let configured: BTreeSet<&str> = self.config.builders.iter().map(|b| b.name.as_str()).collect();
-            let managed =
-                self.api.list(&ListParams::default().labels(&format!("{MANAGED_BY}={FIELD_MANAGER}"))).await?;
+            let selector = format!("{MANAGED_BY}={FIELD_MANAGER},{OWNER_NAMESPACE}={namespace}");
+            let managed = self.api.list(&ListParams::default().labels(&selector)).await?;
             for object in managed {
                 let Some(name) = object.metadata.name.as_deref() else { continue };
                 if !configured.contains(name) {
@@ -273,10 +292,9 @@ impl Publisher {
             "metadata": { "name": name },
             "status": status,
         });
-        let result =
-            self.api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&object)).await;
+        let result = self.api.patch_status(name, &write_params(), &Patch::Apply(&object)).await;
         self.count(result.is_ok());
-        result.map_err(|error| ClusterError::WriteStatus { name: name.to_string(), error })?;
+        result.map_err(|error| ClusterError::WriteStatus { name: name.to_string(), error: error.into() })?;
         let uid = current.metadata.uid.clone();
         for change in last_change.iter().chain(run_change.iter()) {
             self.record_event(name, uid.as_deref(), change).await;

@@ -87,7 +87,7 @@ mod tests {
         assert!(ledger.source().is_none());
         let ledger = anyhow::Error::new(DaemonError::Ledger(ledger));
         assert_eq!(error_text(&ledger), format!("ledger on Kubernetes: Error reading events stream: {io}"));
-        let cluster = ClusterError::Apply { name: "jammy".into(), error: kube() };
+        let cluster = ClusterError::Apply { name: "jammy".into(), error: kube().into() };
         assert!(cluster.source().is_none());
         assert_eq!(
             error_text(&anyhow::Error::new(DaemonError::Cluster(cluster))),

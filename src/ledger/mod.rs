@@ -68,6 +68,10 @@ pub enum LedgerError {
     Kubernetes(kube::Error),
     #[error("ledger on Kubernetes: {0} was changed by another writer {1} times in a row; giving up this write")]
     Contended(String, u32),
+    #[error(
+        "ledger on Kubernetes: the entry of watch {watch} would be {bytes} bytes holding only what is still to be done (open actions, pending deliveries, the pin), over a ConfigMap's 1 MiB; nothing was written: let its deliveries go out and its actions finish, or keep the ledger in a file (`[monitor] state = \"PATH\"`)"
+    )]
+    EntryTooLarge { watch: String, bytes: usize },
     #[error("ledger: {0}")]
     Sqlite(rusqlite::Error),
     #[error("ledger holds an unreadable {what}: {detail}")]

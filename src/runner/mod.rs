@@ -23,7 +23,7 @@ mod registry_rebase;
 mod secrets;
 pub mod strict;
 mod verify;
-mod watch;
+pub mod watch;
 
 /// The runner kinds that build in pools, each with the objects it makes there
 /// (`objects::PoolObjects`): a new such kind is its module's line above and its line here.

@@ -1,7 +1,7 @@
 //! What a pool's client hears of its cluster ([`Health`]), and the objects of one kind the runner
 //! made there, kept current by a watch ([`Watched`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -77,6 +77,10 @@ impl Watched {
         let w = watched.clone();
         tokio::spawn(async move {
             let mut events = watcher(api, watcher::Config::default().labels(SELECTOR)).default_backoff().boxed();
+            // The names a (re-)list has delivered so far: a watch that cannot resume (410 Gone
+            // after etcd compacted its resourceVersion) lists again, and what that list lacks
+            // was deleted meanwhile — its delete event is never sent.
+            let mut listed: Option<HashSet<String>> = None;
             loop {
                 let event = tokio::select! {
                     _ = stop.cancelled() => break,
@@ -88,8 +92,16 @@ impl Watched {
                     _ => {}
                 }
                 match event {
+                    Some(Ok(watcher::Event::Init)) => listed = Some(HashSet::new()),
+                    Some(Ok(watcher::Event::InitDone)) => {
+                        let names = listed.take().unwrap_or_default();
+                        w.objects.lock().unwrap_or_else(|e| e.into_inner()).retain(|name, _| names.contains(name));
+                    }
                     Some(Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o))) => {
                         if let (Some(name), Ok(v)) = (o.meta().name.clone(), serde_json::to_value(&o)) {
+                            if let Some(names) = listed.as_mut() {
+                                names.insert(name.clone());
+                            }
                             w.objects.lock().unwrap_or_else(|e| e.into_inner()).insert(name, v);
                         }
                     }
@@ -98,7 +110,6 @@ impl Watched {
                             w.objects.lock().unwrap_or_else(|e| e.into_inner()).remove(&name);
                         }
                     }
-                    Some(Ok(_)) => {}
                     // A cluster that does not answer is logged by its health, once per outage.
                     Some(Err(err)) if unanswered_watch(&err) => {
                         tracing::debug!(error = %err, "watch of build objects failed; retrying")
@@ -112,16 +123,21 @@ impl Watched {
         watched
     }
 
-    /// Waits until `seen` finds what it waits for in the object `name`.
-    pub async fn wait<T>(&self, name: &str, seen: impl Fn(&Value) -> Option<T>) -> T {
+    /// Waits until `seen` finds what it waits for among the objects (name → object).
+    pub async fn wait_all<T>(&self, seen: impl Fn(&HashMap<String, Value>) -> Option<T>) -> T {
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(result) = self.objects.lock().unwrap_or_else(|e| e.into_inner()).get(name).and_then(&seen) {
+            if let Some(result) = seen(&self.objects.lock().unwrap_or_else(|e| e.into_inner())) {
                 return result;
             }
             notified.await;
         }
+    }
+
+    /// Waits until `seen` finds what it waits for in the object `name`.
+    pub async fn wait<T>(&self, name: &str, seen: impl Fn(&Value) -> Option<T>) -> T {
+        self.wait_all(|objects| objects.get(name).and_then(&seen)).await
     }
 }

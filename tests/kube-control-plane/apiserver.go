@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/pflag"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -21,7 +22,7 @@ const serviceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
 
 // startAPIServer starts kube-apiserver on a loopback port the kernel picks and returns the port
 // and a channel that carries its error if it stops.
-func startAPIServer(ctx context.Context, dir string, creds *credentials, etcdURL string) (int, <-chan error, error) {
+func startAPIServer(ctx context.Context, dir string, creds *credentials, etcdURL, uncached string) (int, <-chan error, error) {
 	s := options.NewServerRunOptions()
 	fs := pflag.NewFlagSet("kube-apiserver", pflag.ContinueOnError)
 	for _, set := range s.Flags().FlagSets {
@@ -35,7 +36,7 @@ func startAPIServer(ctx context.Context, dir string, creds *credentials, etcdURL
 	s.SecureServing.Listener = ln
 	s.SecureServing.BindPort = port
 	s.SecureServing.ServerCert.CertDirectory = filepath.Join(dir, "kube-apiserver")
-	err = fs.Parse([]string{
+	args := []string{
 		"--etcd-servers=" + etcdURL,
 		"--tls-cert-file=" + creds.certFile,
 		"--tls-private-key-file=" + creds.keyFile,
@@ -52,7 +53,19 @@ func startAPIServer(ctx context.Context, dir string, creds *credentials, etcdURL
 		"--endpoint-reconciler-type=none",
 		"--shutdown-delay-duration=0s",
 		"--profiling=false",
-	})
+	}
+	// Size 0 is how the apiserver turns its watch cache off for one resource (the only size it
+	// still honours): watches and lists of it then go to etcd, whose compaction they meet.
+	var sizes []string
+	for _, resource := range strings.Split(uncached, ",") {
+		if resource = strings.TrimSpace(resource); resource != "" {
+			sizes = append(sizes, resource+"#0")
+		}
+	}
+	if len(sizes) > 0 {
+		args = append(args, "--watch-cache-sizes="+strings.Join(sizes, ","))
+	}
+	err = fs.Parse(args)
 	if err != nil {
 		ln.Close()
 		return 0, nil, fmt.Errorf("kube-apiserver flags: %w", err)

@@ -47,6 +47,9 @@ func main() {
 	kpack := flag.String("kpack-module", "", "folder of the github.com/pivotal/kpack module (its CRDs are installed)")
 	stopOnEOF := flag.Bool("stop-on-stdin-eof", false, "also stop when standard input reaches its end")
 	removeDir := flag.Bool("remove-dir", false, "remove DIR after a clean stop (its state is disposable)")
+	uncached := flag.String("no-watch-cache", "", "comma-separated resources (`configmaps`, `jobs.batch`) the apiserver serves "+
+		"watches and lists of from etcd, not its watch cache: after the compaction hook, a watch from an older "+
+		"resourceVersion of these gets 410 Gone")
 	flag.Parse()
 	if *dir == "" || *kueue == "" || *kpack == "" {
 		fmt.Fprintln(os.Stderr, "usage: kube-control-plane --dir DIR --kueue-module DIR --kpack-module DIR [--stop-on-stdin-eof]")
@@ -60,7 +63,7 @@ func main() {
 			stop()
 		}()
 	}
-	if err := run(ctx, *dir, *kueue, *kpack); err != nil && !errors.Is(err, context.Canceled) {
+	if err := run(ctx, *dir, *kueue, *kpack, *uncached); err != nil && !errors.Is(err, context.Canceled) {
 		progress("failed: %v", err)
 		os.Exit(1)
 	}
@@ -73,7 +76,7 @@ func main() {
 
 // run starts everything, announces the kubeconfig and serves until ctx ends; then it stops
 // everything within 10 s.
-func run(ctx context.Context, dir, kueue, kpack string) error {
+func run(ctx context.Context, dir, kueue, kpack, uncached string) error {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return err
@@ -116,7 +119,7 @@ func run(ctx context.Context, dir, kueue, kpack string) error {
 	if err := serveCompactionHook(serverCtx, dir, etcdURL); err != nil {
 		return err
 	}
-	port, apiErr, err := startAPIServer(serverCtx, dir, creds, etcdURL)
+	port, apiErr, err := startAPIServer(serverCtx, dir, creds, etcdURL, uncached)
 	if err != nil {
 		return err
 	}

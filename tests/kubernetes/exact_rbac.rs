@@ -98,12 +98,25 @@ pub async fn await_granted(
     group: &str,
     resource: &str,
 ) {
+    await_granted_in(client, namespace, account, namespace, verb, group, resource).await
+}
+
+/// [`await_granted`] for ServiceAccount `account` of `account_namespace`, in `namespace`.
+pub async fn await_granted_in(
+    client: &kube::Client,
+    account_namespace: &str,
+    account: &str,
+    namespace: &str,
+    verb: &str,
+    group: &str,
+    resource: &str,
+) {
     use k8s_openapi::api::authorization::v1::SubjectAccessReview;
     let reviews: Api<SubjectAccessReview> = Api::all(client.clone());
     let review: SubjectAccessReview = serde_json::from_value(json!({
         "spec": {
-            "user": format!("system:serviceaccount:{namespace}:{account}"),
-            "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{namespace}"), "system:authenticated"],
+            "user": format!("system:serviceaccount:{account_namespace}:{account}"),
+            "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{account_namespace}"), "system:authenticated"],
             "resourceAttributes": {"namespace": namespace, "verb": verb, "group": group, "resource": resource},
         },
     }))

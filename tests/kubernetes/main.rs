@@ -5,7 +5,12 @@
 //! (`real_workloads`), the runner's Jobs (`real_jobs`), kpack Builds (`real_kpack`) and a Job
 //! Kueue evicts (`real_kueue`; `real_world` is the deploy tests' shared world), and exact rights: the daemon and
 //! `check --online` under what `builder-monitor rbac` prints, and less (`exact_rbac`,
-//! `online_access`).
+//! `online_access`), and the ClusterBuilders the daemon publishes under the CRD it prints
+//! (`cluster_builders`), under the RBAC the Helm chart renders (`chart_rbac`), the ConfigMap
+//! ledger's racing writers and read-back (`real_ledger`), a leader's Lease taken by a
+//! conflicting write (`lease_conflict`), a killed leader's fleet of rebases taken over exactly once
+//! (`leader_failover`); on a second control plane without the watch cache for ConfigMaps, the
+//! runner's watch across a broken-off watch and a 410 Gone (`resumed_watches`).
 //!
 //! Each file below was a test binary of its own; grouped, they compile `tests/support` and link the
 //! crate once. They share one process and run as its threads: a test here changes no process state
@@ -15,10 +20,14 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod chart_rbac;
+mod cluster_builders;
 mod deploy;
 mod exact_rbac;
 mod kube_double;
 mod kubernetes;
+mod leader_failover;
+mod lease_conflict;
 mod ledger;
 mod ledger_concurrency;
 mod online_access;
@@ -27,7 +36,9 @@ mod real_deploy;
 mod real_jobs;
 mod real_kpack;
 mod real_kueue;
+mod real_ledger;
 mod real_workloads;
 mod real_world;
+mod resumed_watches;
 mod terminating_namespace;
 mod write_ahead;

@@ -33,12 +33,28 @@ pub struct ControlPlane {
 }
 
 static CONTROL_PLANE: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
+static UNCACHED: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
 
 /// This test binary's control plane, started on first use (a cold build of the Go program
 /// first, when `scripts/test` has not built it). Panics, saying why and what to do, when it
 /// cannot start.
 pub fn control_plane() -> &'static ControlPlane {
-    match CONTROL_PLANE.get_or_init(start) {
+    match CONTROL_PLANE.get_or_init(|| start("", &[])) {
+        Ok(control_plane) => control_plane,
+        Err(why) => panic!("{why}"),
+    }
+}
+
+/// The resources [`uncached_control_plane`] serves from etcd.
+pub const UNCACHED_RESOURCES: &str = "configmaps";
+
+/// A second control plane of this test binary, started on first use, whose apiserver serves
+/// [`UNCACHED_RESOURCES`] without its watch cache (`CONTROL_PLANE_NO_WATCH_CACHE`): after
+/// [`ControlPlane::compact`] a watch of them from an older resourceVersion gets 410 Gone, which
+/// the watch cache of the shared one hides. For the tests that need that 410; the rest share
+/// [`control_plane`].
+pub fn uncached_control_plane() -> &'static ControlPlane {
+    match UNCACHED.get_or_init(|| start("uncached", &[("CONTROL_PLANE_NO_WATCH_CACHE", UNCACHED_RESOURCES)])) {
         Ok(control_plane) => control_plane,
         Err(why) => panic!("{why}"),
     }
@@ -47,10 +63,15 @@ pub fn control_plane() -> &'static ControlPlane {
 /// The name of a control plane's state folder (`PREFIX-PID`) and log (`PREFIX-PID.log`).
 const PREFIX: &str = "builder-monitor-control-plane";
 
-fn start() -> Result<ControlPlane, String> {
+/// Starts `scripts/control-plane` with `env`; `suffix` tells its folder from the other's.
+fn start(suffix: &str, env: &[(&str, &str)]) -> Result<ControlPlane, String> {
     remove_stale();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/control-plane");
-    let dir = std::env::temp_dir().join(format!("{PREFIX}-{}", std::process::id()));
+    let name = match suffix {
+        "" => format!("{PREFIX}-{}", std::process::id()),
+        _ => format!("{PREFIX}-{}-{suffix}", std::process::id()),
+    };
+    let dir = std::env::temp_dir().join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     // Beside the state, not in it: the state folder is removed at a clean stop, the log stays
@@ -61,6 +82,7 @@ fn start() -> Result<ControlPlane, String> {
     let mut child = Command::new(&script)
         .arg(&dir)
         .env("CONTROL_PLANE_STOP_ON_STDIN_EOF", "1")
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(log)
@@ -86,6 +108,7 @@ fn remove_stale() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let Some(rest) = name.strip_prefix(PREFIX).and_then(|r| r.strip_prefix('-')) else { continue };
         let pid = rest.trim_end_matches(".log");
+        let pid = pid.split('-').next().unwrap_or(pid);
         if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
             let path = entry.path();
             let _ = if path.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) };
@@ -128,11 +151,27 @@ impl ControlPlane {
 
     /// An admin client, for the calling test's runtime.
     pub async fn client(&self) -> kube::Client {
+        kube::Client::try_from(self.config().await).expect("kube client")
+    }
+
+    /// The admin client's config (`cluster_url` may be pointed elsewhere, e.g. at a relay: the
+    /// serving certificate is for 127.0.0.1, any port).
+    pub async fn config(&self) -> kube::Config {
         builder_monitor::install_crypto_provider();
         let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("the admin kubeconfig");
         let options = kube::config::KubeConfigOptions::default();
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options).await.expect("kube config");
-        kube::Client::try_from(config).expect("kube client")
+        kube::Config::from_custom_kubeconfig(kubeconfig, &options).await.expect("kube config")
+    }
+
+    /// Compacts etcd's history before its current revision (the control plane's hook, `POST
+    /// $(cat DIR/hooks-url)/compact`); returns that revision.
+    pub async fn compact(&self) -> i64 {
+        let dir = self.kubeconfig.parent().expect("the state folder");
+        let hooks = std::fs::read_to_string(dir.join("hooks-url")).expect("DIR/hooks-url");
+        let response = super::http().post(format!("{}/compact", hooks.trim())).send().await.expect("the hook");
+        assert!(response.status().is_success(), "compact: {}", response.status());
+        let answer: Value = response.json().await.expect("the hook's JSON");
+        answer["revision"].as_i64().expect("a revision")
     }
 
     /// From now on the node agent fails the image pull of new pods whose container image starts

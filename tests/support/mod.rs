@@ -19,6 +19,7 @@ pub mod proxy;
 pub mod receiver;
 pub mod referrers_registry;
 pub mod registry;
+pub mod relay;
 pub mod sigstore;
 pub mod token;
 pub mod tour;

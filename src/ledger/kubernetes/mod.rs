@@ -5,6 +5,7 @@
 
 mod actions;
 mod checks;
+mod fit;
 mod outbox;
 mod registries;
 mod rollout;
@@ -65,6 +66,9 @@ struct WatchDoc {
     /// [`ROLLOUT_WATCH`](crate::ledger::ROLLOUT_WATCH) only), by host.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     registries: Vec<RegistryRecord>,
+    /// What was dropped to keep the entry under a ConfigMap's 1 MiB (see `fit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    trimmed: Option<fit::Trimmed>,
 }
 
 /// The ledger in ConfigMaps of one namespace.
@@ -135,7 +139,7 @@ impl KubeLedger {
                 None => WatchDoc::default(),
             };
             let result = change(&mut doc)?;
-            let text = serde_json::to_string(&doc).map_err(|e| corrupt(&name, e))?;
+            let text = Self::encode_within(watch, &name, &mut doc)?;
             // Nothing changed (a touch older than the entry's check, or of an entry that is not
             // there, a repeated commit): no write.
             let unchanged = match &existing {
@@ -181,6 +185,35 @@ impl KubeLedger {
             }
         }
         Err(LedgerError::Contended(name, ATTEMPTS))
+    }
+
+    /// The entry's JSON, trimmed of its oldest history when it would pass [`fit::ENTRY_LIMIT`].
+    fn encode_within(watch: &str, name: &str, doc: &mut WatchDoc) -> Result<String, LedgerError> {
+        let mut text = serde_json::to_string(&doc).map_err(|e| corrupt(name, e))?;
+        // Each pass frees at least what the estimate of the excess said; two are enough in
+        // practice, a few more cover rows whose size the estimate missed.
+        for _ in 0..4 {
+            if text.len() <= fit::ENTRY_LIMIT {
+                return Ok(text);
+            }
+            let bytes = text.len();
+            let Some((events, actions)) = doc.fit(bytes, fit::ENTRY_LIMIT, Utc::now()) else {
+                return Err(LedgerError::EntryTooLarge { watch: watch.to_string(), bytes });
+            };
+            tracing::warn!(
+                watch,
+                configmap = name,
+                bytes,
+                events,
+                actions,
+                "ledger entry near the ConfigMap limit of 1 MiB: dropped its oldest events and finished actions"
+            );
+            text = serde_json::to_string(&doc).map_err(|e| corrupt(name, e))?;
+        }
+        if text.len() <= fit::ENTRY_LIMIT {
+            return Ok(text);
+        }
+        Err(LedgerError::EntryTooLarge { watch: watch.to_string(), bytes: text.len() })
     }
 
     /// The watch whose entry holds a row matching `find`.

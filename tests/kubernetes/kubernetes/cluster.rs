@@ -7,6 +7,8 @@ use super::*;
 /// A daemon config keeping its ledger in namespace `bm` of the double, publishing ClusterBuilders;
 /// `kubernetes` adds lines to the `[kubernetes]` table, `builders` more `[[builders]]`.
 fn cluster_config(w: &World, dir: &Path, kubernetes: &str, builders: &str) -> std::path::PathBuf {
+    // Where the ClusterBuilders' Events go, as on every real cluster.
+    w.double.create_namespace("default");
     let kubeconfig = w.double.kubeconfig(dir);
     let extra = format!(
         "\n[kubernetes]\nkubeconfig = \"{}\"\nnamespace = \"bm\"\npublish = true\n{kubernetes}\n{builders}",
@@ -33,9 +35,8 @@ async fn cluster_builders_carry_the_pin_history_conditions_and_events() {
     let w = World::new().await;
     w.double.create_namespace("bm");
     // A ClusterBuilder of a builder no longer configured, and one another tool owns.
-    for (name, labels) in
-        [("retired", json!({ "app.kubernetes.io/managed-by": "builder-monitor" })), ("foreign", json!({}))]
-    {
+    let ours = json!({ "app.kubernetes.io/managed-by": "builder-monitor", "buildermonitor.dev/namespace": "bm" });
+    for (name, labels) in [("retired", ours), ("foreign", json!({}))] {
         w.double.put(
             "buildermonitor.dev",
             "v1alpha1",

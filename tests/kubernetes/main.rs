@@ -7,7 +7,8 @@
 //! `online_access`), and the ClusterBuilders the daemon publishes under the CRD it prints
 //! (`cluster_builders`), under the RBAC the Helm chart renders (`chart_rbac`), the ConfigMap
 //! ledger's racing writers and read-back (`real_ledger`), a leader's Lease taken by a
-//! conflicting write (`lease_conflict`); on a second control plane without the watch cache for ConfigMaps, the
+//! conflicting write (`lease_conflict`), a right taken from the running daemon and given back
+//! (`revoked_right`); on a second control plane without the watch cache for ConfigMaps, the
 //! runner's watch across a broken-off watch and a 410 Gone (`resumed_watches`).
 //!
 //! Each file below was a test binary of its own; grouped, they compile `tests/support` and link the
@@ -34,5 +35,6 @@ mod real_jobs;
 mod real_ledger;
 mod real_workloads;
 mod resumed_watches;
+mod revoked_right;
 mod terminating_namespace;
 mod write_ahead;

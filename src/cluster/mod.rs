@@ -5,6 +5,7 @@ pub mod crd;
 pub mod expect;
 pub mod lease;
 pub mod publish;
+pub mod rights;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

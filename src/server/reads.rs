@@ -30,8 +30,12 @@ pub(super) async fn readyz(State(state): State<Arc<ServerState>>) -> Response {
     // A registry outage leaves the daemon ready (a restart would not help), only degraded.
     let failing = state.monitor.failing_watches();
     let failing_total: usize = failing.values().sum();
+    // So does a right the cluster refused: what needs it waits for it, the rest goes on.
+    let missing_rights = crate::cluster::rights::missing();
+    let degraded = failing_total > 0 || !missing_rights.is_empty();
     let mut body = json!({ "ready": ready, "config": true, "ledger": ledger, "first_check_cycle": first_cycle, "leader": leader,
-        "degraded": failing_total > 0, "failing_watches": failing_total, "failing_by_registry": failing });
+        "degraded": degraded, "failing_watches": failing_total, "failing_by_registry": failing,
+        "missing_rights": missing_rights });
     // Old vulnerability data leaves the daemon ready, and says so.
     if let Some(vulns) = &state.vulns {
         let (data, now) = (vulns.current(), chrono::Utc::now());

@@ -9,7 +9,8 @@
 //! (`cluster_builders`), under the RBAC the Helm chart renders (`chart_rbac`), the ConfigMap
 //! ledger's racing writers and read-back (`real_ledger`), a leader's Lease taken by a
 //! conflicting write (`lease_conflict`), a killed leader's fleet of rebases taken over exactly once
-//! (`leader_failover`); on a second control plane without the watch cache for ConfigMaps, the
+//! (`leader_failover`), a right taken from the running daemon and given back (`revoked_right`); on
+//! a second control plane without the watch cache for ConfigMaps, the
 //! runner's watch across a broken-off watch and a 410 Gone (`resumed_watches`).
 //!
 //! Each file below was a test binary of its own; grouped, they compile `tests/support` and link the
@@ -40,5 +41,6 @@ mod real_ledger;
 mod real_workloads;
 mod real_world;
 mod resumed_watches;
+mod revoked_right;
 mod terminating_namespace;
 mod write_ahead;

@@ -213,19 +213,40 @@ impl Deploying<'_> {
         Ok(progress)
     }
 
-    async fn apply(
+    async fn try_apply(
         &self,
         w: &core::Workload,
         images: &[(bool, core::Container)],
         change: Option<&str>,
-    ) -> Result<(), String> {
+    ) -> Result<(), kube::Error> {
         let body = core::apply_body(w, images, change);
         let params = PatchParams::apply(FIELD_MANAGER).force();
-        self.api(w)
-            .patch(&w.name, &params, &Patch::Apply(&body))
-            .await
-            .map(|_| ())
-            .map_err(|e| format!("cannot write {w}: {e}"))
+        self.api(w).patch(&w.name, &params, &Patch::Apply(&body)).await.map(|_| ())
+    }
+
+    /// Workload `i`'s write; a write the cluster refuses for a missing right waits (recorded as
+    /// the workload's detail, for `status`) until the right is granted again, then is made: the
+    /// deploy is neither failed nor retried meanwhile (`cluster::rights`).
+    async fn apply_when_granted(&mut self, i: usize, images: &[(bool, core::Container)]) -> Result<(), Stop> {
+        let w = self.progress.workloads[i].workload.clone();
+        loop {
+            let error = match self.try_apply(&w, images, Some(&self.action.change_id)).await {
+                Ok(()) => break,
+                Err(error) => error,
+            };
+            let Some(right) = crate::cluster::rights::refused(&error) else {
+                return Err(Stop::Retry(format!("cannot write {w}: {error}")));
+            };
+            let what = format!("image \"{}\"'s deploy", self.action.image);
+            let _waiting = crate::cluster::rights::Waiting::new(right.clone(), &what);
+            self.progress.workloads[i].detail = Some(format!("waiting for the right to {right}"));
+            self.record().await.map_err(Stop::Retry)?;
+            crate::cluster::rights::granted(self.client, &right).await;
+        }
+        if self.progress.workloads[i].detail.take().is_some() {
+            self.record().await.map_err(Stop::Retry)?;
+        }
+        Ok(())
     }
 
     /// The attempt: the deploy carried on from its record; any stop that ends the deploy (a
@@ -359,7 +380,7 @@ impl Deploying<'_> {
                     .iter()
                     .map(|c| (c.init, core::Container { name: c.name.clone(), image: c.image.clone() }))
                     .collect();
-                self.apply(&w, &images, Some(&self.action.change_id)).await.map_err(Stop::Retry)?;
+                self.apply_when_granted(i, &images).await?;
             }
             self.progress.workloads[i].state = WorkloadState::Written;
             self.progress.workloads[i].written_at = Some(timestamp(self.runner.clock.now()));

@@ -29,8 +29,10 @@ use support::registry::{Auth, TestRegistry};
 const APPS: usize = 6;
 /// The leader dies right after this many of their tag writes landed.
 const KILLED_AFTER: usize = 3;
-const LEASE_DURATION: i64 = 4;
-const RENEW_DEADLINE: i64 = 3;
+// Long enough that a loaded machine's slow request cannot push a takeover past the bound below:
+// the follower asks every 500 ms, so it takes the Lease about 0.5 s after expiry, 5.5 s inside it.
+const LEASE_DURATION: i64 = 8;
+const RENEW_DEADLINE: i64 = 6;
 
 /// The Lease's holder and its renew and acquire times.
 fn held(lease: &Lease) -> (String, chrono::DateTime<Utc>, chrono::DateTime<Utc>) {

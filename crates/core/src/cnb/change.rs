@@ -1,5 +1,5 @@
 //! The change object of `builder.changed` and `run_image.changed` events: what kind of move it is,
-//! why, what moved, and the one line people read.
+//! why and what moved; the one line people read is its explanation (`explain.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -188,17 +188,6 @@ impl Change {
         change.reasons = vec![Reason::Stack, Reason::RunImage];
         change.run_image = Some(FromTo { from: Some(from), to: Some(to) });
         change
-    }
-
-    /// What moved, for people: `heroku/nodejs 3.2.1 → 3.3.0; lifecycle 0.21.13 → 0.21.14` (the
-    /// explanation's second half, see [`explain`](super::explain)).
-    pub fn details(&self) -> String {
-        super::explain(self).moved()
-    }
-
-    /// The one line every surface shows for a move: `rebuild — heroku/nodejs 3.2.1 → 3.3.0`.
-    pub fn summary(&self) -> String {
-        super::explain(self).to_string()
     }
 }
 

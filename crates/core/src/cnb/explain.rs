@@ -35,6 +35,20 @@ impl fmt::Display for Explanation {
     }
 }
 
+// Here rather than in `change.rs`, so that the change does not import its explanation back.
+impl Change {
+    /// What moved, for people: `heroku/nodejs 3.2.1 → 3.3.0; lifecycle 0.21.13 → 0.21.14` (the
+    /// explanation's second half, see [`explain`]).
+    pub fn details(&self) -> String {
+        explain(self).moved()
+    }
+
+    /// The one line every surface shows for a move: `rebuild — heroku/nodejs 3.2.1 → 3.3.0`.
+    pub fn summary(&self) -> String {
+        explain(self).to_string()
+    }
+}
+
 /// The explanation of a move. Pure: everything it says is in the change.
 pub fn explain(change: &Change) -> Explanation {
     Explanation { action: change.kind, moved: moved_parts(change) }

@@ -324,8 +324,10 @@ impl Reaction<'_> {
             }
             let Some((builder_name, builder_ref)) = builder else { continue };
             let summary = match mv.kind {
-                WatchKind::Builder => format!("{builder_name}: {}", mv.change.summary()),
-                WatchKind::RunImage => format!("run image of {builder_name}: {}", mv.change.summary()),
+                WatchKind::Builder => format!("{builder_name}: {}", builder_monitor_core::cnb::explain(mv.change)),
+                WatchKind::RunImage => {
+                    format!("run image of {builder_name}: {}", builder_monitor_core::cnb::explain(mv.change))
+                }
             };
             let why = format!("commit change {} to {}", mv.change_id, target.name);
             let fixes = mv.change.fixes.clone().unwrap_or_default();

@@ -18,7 +18,7 @@ use crate::config::{Config, run_image_watch};
 use crate::ledger::{
     ActionRecord, ActionState, DeadLetter, Ledger, LedgerError, OpenAction, PendingDelivery, PinMetadata, WatchRecord,
 };
-use builder_monitor_core::cnb::{ChangeKind, Reason, run_watch_name};
+use builder_monitor_core::cnb::{ChangeKind, Reason, explain, run_watch_name};
 use builder_monitor_core::packages::PackageDiff;
 use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::rollout::Freeze;
@@ -456,7 +456,7 @@ fn builder_status(
                 current: c.current,
                 kind: c.change.kind,
                 reasons: c.change.reasons.clone(),
-                summary: c.change.summary(),
+                summary: explain(&c.change).to_string(),
                 rollback: c.rollback,
                 run_image: c.change.run_image.clone(),
                 packages: c.change.packages.clone(),

@@ -46,7 +46,7 @@ pub fn summary(event: &Event) -> String {
                 _ => image,
             };
             match &event.change {
-                Some(change) => format!("{subject} moved: {} — {}", change.kind.as_str(), change.details()),
+                Some(change) => format!("{subject} moved: {}", builder_monitor_core::cnb::explain(change)),
                 None => format!("{subject} moved"),
             }
         }

@@ -43,7 +43,7 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
     if json {
         outln!("{}", serde_json::to_string_pretty(&change).context("encoding JSON")?);
     } else {
-        outln!("{}", change.summary());
+        outln!("{}", builder_monitor_core::cnb::explain(&change));
         if change.platforms.len() > 1 {
             for (platform, p) in &change.platforms {
                 let reasons = serde_json::to_string(&p.reasons).context("encoding JSON")?;

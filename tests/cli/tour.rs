@@ -67,6 +67,13 @@ fn one_explanation_and_one_word_per_state(
         let line = plan.lines().find(|l| l.starts_with(&format!("{app} "))).unwrap_or_else(|| panic!("{plan}"));
         assert!(line.contains(": rebuild — the builder moved (paketo-buildpacks/java 18.1.0 → 18.2.0"), "{line}");
         assert!(!line.contains("lifecycle"), "the lifecycle did not move: {line}");
+        // The same explanation `status` (and so the page and the builder.changed event) gives.
+        let explained = status["builders"][0]["changes"][0]["summary"].as_str().unwrap();
+        let moved = explained.strip_prefix("rebuild — ").unwrap_or_else(|| panic!("{explained}"));
+        // plan's line is cut at 160 characters, so what it quotes may end in `…`.
+        let quoted = line.split("the builder moved (").nth(1).unwrap_or_default();
+        let quoted = quoted.split(['…']).next().unwrap().split("); ").next().unwrap();
+        assert!(quoted.len() > 20 && moved.starts_with(quoted), "{line}\nstatus: {explained}");
     }
     assert!(human.iter().all(|(_, text)| !text.contains("builder-monitor approve")), "nothing awaits approval");
     let pending = status["pending"].as_array().unwrap();

@@ -227,8 +227,18 @@ async fn diff_takes_short_digests_the_ledger_or_the_tag_knows() {
 
     let out = ws.run(&["diff", &old_short, &new_short, "--config", config]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert_eq!(out.stdout.trim(), "rebuild: paketo-buildpacks/java 18.1.0 → 18.2.0");
+    let explained = "rebuild — paketo-buildpacks/java 18.1.0 → 18.2.0";
+    assert_eq!(out.stdout.trim(), explained);
     assert!(out.stderr.contains(&format!("{} is {old}\n", &old[..19])), "{}", out.stderr);
+    // One explanation: the daemon's event for this move and `status` say what `diff` said.
+    let moved = ws.run(&["run", "--once", "--config", config]);
+    assert_eq!(moved.code, Some(0), "{}", moved.stderr);
+    assert!(moved.stderr.contains(&format!("builder.changed b: {explained}")), "{}", moved.stderr);
+    let status = ws.run(&["status", "--json", "--config", config]);
+    let status: Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(status["builders"][0]["changes"][0]["summary"], explained, "{status:#}");
+    let human = ws.run(&["status", "--config", config]);
+    assert!(human.stdout.contains(explained), "{}", human.stdout);
     assert!(out.stderr.contains(&format!("{} is {new}\n", &new[..19])), "{}", out.stderr);
     // Bare hex digits too.
     let bare = ws.run(&["diff", &format!("{image}@{}", &old[7..23]), &new_short, "--config", config, "--json"]);
@@ -279,13 +289,13 @@ async fn diff_classifies_a_corpus_of_builder_pairs() {
         &format!("{}/corpus/pair2:old", registry.host),
         &format!("{}/corpus/pair2:new", registry.host),
     ]);
-    assert_eq!(out.stdout.trim(), "rebuild: paketo-buildpacks/java 18.1.0 → 18.2.0");
+    assert_eq!(out.stdout.trim(), "rebuild — paketo-buildpacks/java 18.1.0 → 18.2.0");
     let out = ws.run(&[
         "diff",
         &format!("{}/corpus/pair6:old", registry.host),
         &format!("{}/corpus/pair6:new", registry.host),
     ]);
-    assert_eq!(out.stdout.trim(), "rebuild: lifecycle 0.21.13 → 0.21.14");
+    assert_eq!(out.stdout.trim(), "rebuild — lifecycle 0.21.13 → 0.21.14");
     let multi = corpus.len() - 1;
     let out = ws.run(&[
         "diff",
@@ -449,7 +459,7 @@ async fn diff_and_the_daemon_classify_a_run_image_move_alike() {
     let rebuild = events(&s.ledger).await.into_iter().rfind(|e| e.event_type == EventType::RunImageChanged).unwrap();
     let summary = rebuild.change.unwrap().summary();
     assert!(
-        summary.starts_with("rebuild: stack io.buildpacks.stacks.jammy → io.buildpacks.stacks.noble; distro ubuntu 22.04 → ubuntu 24.04; run image "),
+        summary.starts_with("rebuild — stack io.buildpacks.stacks.jammy → io.buildpacks.stacks.noble; distro ubuntu 22.04 → ubuntu 24.04; run image "),
         "{summary}"
     );
 }

@@ -424,7 +424,7 @@ async fn control_characters_from_registries_are_escaped_in_text_output_and_logs(
         &[],
         ws.dir.path(),
     );
-    assert!(diff.stdout.starts_with("rebuild: "), "{}", diff.stdout);
+    assert!(diff.stdout.starts_with("rebuild — "), "{}", diff.stdout);
     for (what, out) in
         [("run --once", &first), ("run --once", &moved), ("status", &status), ("resolve", &resolve), ("diff", &diff)]
     {

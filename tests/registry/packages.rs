@@ -409,7 +409,7 @@ async fn diff_of_two_run_images_lists_their_package_moves() {
     let out = ws.run(&["diff", &v3, &v2]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let lines: Vec<&str> = out.stdout.lines().collect();
-    assert!(lines[0].starts_with("rebase: run image "), "{}", out.stdout);
+    assert!(lines[0].starts_with("rebase — run image "), "{}", out.stdout);
     assert!(
         lines[0]
             .ends_with("; openssl 3.0.2-0ubuntu1.15 → 3.0.2-0ubuntu1.16, libnew2 2.1-1 added, libgone1 1.0-1 removed"),

@@ -4,6 +4,7 @@
 mod app;
 mod change;
 mod classify;
+mod explain;
 mod fixes;
 mod limits;
 mod model;
@@ -13,6 +14,7 @@ mod run_image;
 pub use app::*;
 pub use change::*;
 pub use classify::{classify, describe};
+pub use explain::{Explanation, explain};
 pub use fixes::{fixes_of, package_names, releases_of};
 pub use limits::{MAX_ENTRIES, MAX_LABEL_BYTES, MAX_PINNED_BYTES, json_size};
 pub use model::*;

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cnb::{BuilderMetadata, Buildpack, Change, ChangeKind};
+use crate::cnb::{BuilderMetadata, Buildpack, Change, ChangeKind, explain};
 pub use kind::{ActionKind, KindFacts};
 pub use target::{ActionPlan, ActionTarget, BatchedChange, GitopsPlan};
 
@@ -180,7 +180,7 @@ fn decide(mv: &Move<'_>, policy: Policy, app: &AppState) -> (Option<ActionKind>,
     }
     match policy {
         Policy::Notify => return (None, "policy notify: alerts only".into()),
-        Policy::Rebuild => return (Some(Rebuild), format!("policy rebuild ({})", change.summary())),
+        Policy::Rebuild => return (Some(Rebuild), format!("policy rebuild ({})", explain(change))),
         Policy::Rebase => {
             return match mv.run_image {
                 Some(target) => (Some(Rebase), format!("policy rebase: onto {}", target.reference)),
@@ -193,9 +193,9 @@ fn decide(mv: &Move<'_>, policy: Policy, app: &AppState) -> (Option<ActionKind>,
         return (Some(Rebuild), "the app image does not exist yet".into());
     }
     match change.kind {
-        ChangeKind::Rebuild => (Some(Rebuild), change.summary()),
+        ChangeKind::Rebuild => (Some(Rebuild), explain(change).to_string()),
         ChangeKind::Unknown => {
-            (Some(Rebuild), format!("the move could not be classified, rebuilding to be safe ({})", change.summary()))
+            (Some(Rebuild), format!("the move could not be classified, rebuilding to be safe ({})", explain(change)))
         }
         ChangeKind::None => (None, "nothing that affects app images moved".into()),
         ChangeKind::Rebase => {
@@ -250,7 +250,7 @@ pub fn assess(
             let launcher = launcher_version.as_deref().filter(|_| rebuild_move.is_some_and(|c| c.lifecycle.is_some()));
             let rebuild =
                 builder.and_then(|b| rebuild_reason(b, buildpacks, launcher)).map(|(why, moved)| match rebuild_move {
-                    Some(change) if !moved => format!("the builder moved ({}); {why}", change.details()),
+                    Some(change) if !moved => format!("the builder moved ({}); {why}", explain(change).moved()),
                     _ => why,
                 });
             let rebase = run_image.and_then(|target| match run_image_digest {

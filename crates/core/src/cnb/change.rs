@@ -1,7 +1,6 @@
 //! The change object of `builder.changed` and `run_image.changed` events: what kind of move it is,
-//! why, what moved, and the one line people read.
+//! why and what moved; the one line people read is its explanation (`explain.rs`).
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -87,7 +86,7 @@ pub struct PlatformChange {
 }
 
 /// Package moves a summary line names before `; N more`.
-const SUMMARY_PACKAGES: usize = 3;
+pub(super) const SUMMARY_PACKAGES: usize = 3;
 
 /// The `change` object of `builder.changed` and `run_image.changed` events.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -190,75 +189,11 @@ impl Change {
         change.run_image = Some(FromTo { from: Some(from), to: Some(to) });
         change
     }
-
-    /// What moved, for people: `heroku/nodejs 3.2.1 → 3.3.0; lifecycle 0.21.13 → 0.21.14`. The
-    /// names come from registries, so their control characters are escaped.
-    pub fn details(&self) -> String {
-        let mut parts: Vec<String> = Vec::new();
-        fn v(s: &Option<String>) -> Cow<'_, str> {
-            s.as_deref().map(escape).unwrap_or(Cow::Borrowed("?"))
-        }
-        for b in &self.buildpacks {
-            let id = escape(&b.id);
-            let (from, to) = (b.from.as_deref().map(escape), b.to.as_deref().map(escape));
-            parts.push(match (from, to) {
-                (Some(f), Some(t)) if b.republished => format!("{id} {f} republished ({t})"),
-                (Some(f), Some(t)) => format!("{id} {f} → {t}"),
-                (None, Some(t)) => format!("{id} {t} added"),
-                (Some(f), None) => format!("{id} {f} removed"),
-                (None, None) => format!("{id} changed"),
-            });
-        }
-        if let Some(l) = &self.lifecycle {
-            parts.push(format!("lifecycle {} → {}", v(&l.from), v(&l.to)));
-        }
-        if let Some(s) = &self.stack_id {
-            parts.push(format!("stack {} → {}", v(&s.from), v(&s.to)));
-        } else if self.reasons.contains(&Reason::StackId) && self.distro.is_none() {
-            parts.push("target, mixins or CNB user changed".into());
-        }
-        if let Some(d) = &self.distro {
-            parts.push(format!("distro {} → {}", v(&d.from), v(&d.to)));
-        }
-        if self.reasons.contains(&Reason::Order) {
-            parts.push("detection order changed".into());
-        }
-        if let Some(r) = &self.run_image {
-            parts.push(run_image_move(&v(&r.from), &v(&r.to)));
-        } else if self.reasons.contains(&Reason::Stack) {
-            parts.push("base layers changed".into());
-        }
-        if let Some(packages) = &self.packages {
-            parts.push(packages.brief(SUMMARY_PACKAGES));
-        }
-        if let Some(fixes) = fixes_brief(self.fixes.as_deref()) {
-            parts.push(fixes);
-        }
-        if !self.fixes_unknown.is_empty() {
-            let n = self.fixes_unknown.len();
-            parts.push(format!("{n} fix{} unknown", if n == 1 { "" } else { "es" }));
-        }
-        if let Some(note) = &self.note {
-            parts.push(escape(note).into_owned());
-        }
-        if parts.is_empty() {
-            parts.push(match self.kind {
-                ChangeKind::None => "nothing that affects app images changed".into(),
-                _ => "no details".into(),
-            });
-        }
-        parts.join("; ")
-    }
-
-    /// One line for people: `rebuild: heroku/nodejs 3.2.1 → 3.3.0; lifecycle 0.21.13 → 0.21.14`.
-    pub fn summary(&self) -> String {
-        format!("{}: {}", self.kind.as_str(), self.details())
-    }
 }
 
 /// `run image sha256:3681161cd3cf… → sha256:1a772728b0a5… (registry.example/cnb/run)`: digests
 /// short, the repository named once when both sides share it (a summary line stays readable).
-fn run_image_move(from: &str, to: &str) -> String {
+pub(super) fn run_image_move(from: &str, to: &str) -> String {
     let short = crate::text::short_reference;
     match (from.split_once('@'), to.split_once('@')) {
         (Some((repo, a)), Some((same, b))) if repo == same => {

@@ -131,7 +131,7 @@ mod tests {
         let c = moved(&pinned(&[("linux/amd64", jammy.clone())]), &pinned(&[("linux/amd64", jammy)]));
         assert_eq!(c.kind, ChangeKind::Rebase);
         assert_eq!(c.reasons, vec![Reason::Stack, Reason::RunImage]);
-        assert_eq!(c.summary(), "rebase: run image sha256:aaa → sha256:bbb (run)");
+        assert_eq!(c.summary(), "rebase — run image sha256:aaa → sha256:bbb (run)");
     }
 
     #[test]
@@ -143,7 +143,7 @@ mod tests {
         assert_eq!(c.reasons, vec![Reason::Stack, Reason::StackId, Reason::RunImage]);
         assert_eq!(
             c.summary(),
-            "rebuild: stack io.buildpacks.stacks.jammy → io.buildpacks.stacks.noble; distro ubuntu 22.04 → ubuntu 24.04; \
+            "rebuild — stack io.buildpacks.stacks.jammy → io.buildpacks.stacks.noble; distro ubuntu 22.04 → ubuntu 24.04; \
              run image sha256:aaa → sha256:bbb (run)"
         );
 

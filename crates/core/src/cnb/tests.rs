@@ -267,7 +267,7 @@ fn classify_rules() {
     let mut cosmetic = Jammy::new();
     cosmetic.description = "new words";
     let c = case("only description/createdBy", &base.pinned(), &cosmetic.pinned(), None, &[]);
-    assert!(c.summary().starts_with("none:"));
+    assert!(c.summary().starts_with("none —"));
 
     let c = case(
         "only the run image moved",
@@ -282,7 +282,7 @@ fn classify_rules() {
     let mut layers = Jammy::new();
     layers.base = vec!["sha256:base1", "sha256:base2-patched", "sha256:lifecycle"];
     let c = case("same metadata, different base layers", &base.pinned(), &layers.pinned(), Rebase, &[R::Stack]);
-    assert_eq!(c.summary(), "rebase: base layers changed");
+    assert_eq!(c.summary(), "rebase — base layers changed");
 
     let mut bump = Jammy::new();
     bump.buildpacks[0] = ("paketo-buildpacks/java", "18.2.0", "sha256:java2");
@@ -296,7 +296,7 @@ fn classify_rules() {
             republished: false
         }]
     );
-    assert_eq!(c.summary(), "rebuild: paketo-buildpacks/java 18.1.0 → 18.2.0");
+    assert_eq!(c.summary(), "rebuild — paketo-buildpacks/java 18.1.0 → 18.2.0");
 
     case(
         "run image and a buildpack",
@@ -311,7 +311,7 @@ fn classify_rules() {
     removed.order.pop();
     let c = case("buildpack removed", &base.pinned(), &removed.pinned(), Rebuild, &[R::Buildpack, R::Order]);
     assert_eq!(c.buildpacks[0].to, Option::None);
-    assert_eq!(c.summary(), "rebuild: paketo-buildpacks/go 4.14.0 removed; detection order changed");
+    assert_eq!(c.summary(), "rebuild — paketo-buildpacks/go 4.14.0 removed; detection order changed");
 
     let mut added = Jammy::new();
     added.buildpacks.push(("paketo-buildpacks/python", "2.0.0", "sha256:py"));
@@ -321,7 +321,7 @@ fn classify_rules() {
     let mut lifecycle = Jammy::new();
     lifecycle.lifecycle = "0.21.14";
     let c = case("lifecycle only", &base.pinned(), &lifecycle.pinned(), Rebuild, &[R::Lifecycle]);
-    assert_eq!(c.summary(), "rebuild: lifecycle 0.21.13 → 0.21.14");
+    assert_eq!(c.summary(), "rebuild — lifecycle 0.21.13 → 0.21.14");
 
     let mut stack = Jammy::new();
     stack.stack_id = "io.buildpacks.stacks.noble";
@@ -581,7 +581,7 @@ fn a_base_move_carries_the_build_image_package_diff() {
     let c = case("base moved", &with(&base, "1"), &with(&moved, "2"), ChangeKind::Rebase, &[Reason::Stack]);
     let packages = c.packages.clone().unwrap();
     assert_eq!((packages.changed[0].from.as_str(), packages.changed[0].to.as_str()), ("1", "2"));
-    assert_eq!(c.summary(), "rebase: base layers changed; openssl 1 → 2");
+    assert_eq!(c.summary(), "rebase — base layers changed; openssl 1 → 2");
     assert_eq!(serde_json::from_value::<Change>(serde_json::to_value(&c).unwrap()).unwrap(), c);
     // The builder's run image moved: its lists, not the build image's, are what reach app images.
     let run = "index.docker.io/paketobuildpacks/run-jammy-base:latest";

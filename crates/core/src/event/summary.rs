@@ -53,7 +53,7 @@ impl Event {
             EventType::BuilderChanged | EventType::RunImageChanged => self.change.as_ref().map(|c| {
                 let rollback = if self.rollback == Some(true) { " (rollback)" } else { "" };
                 let planned = self.images.as_deref().map(planned_actions).unwrap_or_default();
-                format!("{} — {}{rollback}{planned}", c.kind.as_str(), c.details())
+                format!("{}{rollback}{planned}", crate::cnb::explain(c))
             }),
             EventType::BuilderPinned => self.current.as_ref().map(|p| format!("pinned to {}", short_digest(&p.digest))),
             EventType::CheckFailed => self

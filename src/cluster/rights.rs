@@ -103,9 +103,9 @@ impl Drop for Waiting {
     }
 }
 
-/// Returns once the server grants `right` to this account, asking every [`RECHECK`]. A review
-/// that fails (the server does not answer) is asked again.
-pub async fn granted(client: &kube::Client, right: &MissingRight) {
+/// Whether the server grants `right` to this account now, by a SelfSubjectAccessReview; `None`
+/// when the review cannot be had (the server does not answer).
+pub async fn allowed_now(client: &kube::Client, right: &MissingRight) -> Option<bool> {
     let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
     let (resource, subresource) = match right.resource.split_once('/') {
         Some((r, s)) => (r, Some(s)),
@@ -118,9 +118,15 @@ pub async fn granted(client: &kube::Client, right: &MissingRight) {
         resource,
         subresource,
     };
+    super::allowed(&reviews, attributes, None).await.ok()
+}
+
+/// Returns once the server grants `right` to this account, asking every [`RECHECK`]. A review
+/// that fails (the server does not answer) is asked again.
+pub async fn granted(client: &kube::Client, right: &MissingRight) {
     loop {
         tokio::time::sleep(RECHECK).await;
-        if super::allowed(&reviews, attributes, None).await.unwrap_or(false) {
+        if allowed_now(client, right).await == Some(true) {
             return;
         }
     }

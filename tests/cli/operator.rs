@@ -195,6 +195,9 @@ fn rbac_prints_the_service_account_roles_and_bindings_to_apply() {
         ("RoleBinding", "ops", "builder-monitor"),
         ("Role", "builds", "builder-monitor-builds"),
         ("RoleBinding", "builds", "builder-monitor-builds"),
+        // Events about a ClusterBuilder (cluster-scoped) are accepted only in `default`.
+        ("Role", "default", "builder-monitor-events"),
+        ("RoleBinding", "default", "builder-monitor-events"),
     ]
     .into_iter()
     .map(|(k, n, m)| (k.to_string(), n.to_string(), m.to_string()))
@@ -233,7 +236,7 @@ async fn rbac_objects_are_accepted_by_the_api() {
     let ws = Workspace::new();
     let docs = tokio::task::block_in_place(|| rbac_documents(&ws, &[]));
     let double = KubeDouble::start().await;
-    for namespace in ["ops", "builds"] {
+    for namespace in ["ops", "builds", "default"] {
         double.create_namespace(namespace);
     }
     let client = double.client();

@@ -237,6 +237,12 @@ impl Deploying<'_> {
             let Some(right) = crate::cluster::rights::refused(&error) else {
                 return Err(Stop::Retry(format!("cannot write {w}: {error}")));
             };
+            // A 403 that RBAC does not explain (an admission webhook's refusal: the review says
+            // the right is granted, or cannot be asked) is an ordinary failed write, tried again
+            // within the attempts; waiting for a right already held would never end.
+            if crate::cluster::rights::allowed_now(self.client, &right).await != Some(false) {
+                return Err(Stop::Retry(format!("cannot write {w}: {error}")));
+            }
             let what = format!("image \"{}\"'s deploy", self.action.image);
             let _waiting = crate::cluster::rights::Waiting::new(right.clone(), &what);
             self.progress.workloads[i].detail = Some(format!("waiting for the right to {right}"));

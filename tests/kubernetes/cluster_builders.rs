@@ -230,7 +230,16 @@ async fn clusterbuilders_pass_the_printed_crd_and_only_managed_ones_are_pruned()
 
     // The change is an Event on the ClusterBuilder, in `default`: the only namespace (with
     // kube-system) the server takes Events about a cluster-scoped object in.
+    // The daemon records it after the status write: awaited through a watch, not assumed there.
     let events: Api<Event> = Api::namespaced(w.ns.client.clone(), "default");
+    let about_it = kube::runtime::watcher::Config::default().fields(&format!("involvedObject.name={jammy}"));
+    let mut stream =
+        Box::pin(kube::runtime::WatchStreamExt::applied_objects(kube::runtime::watcher(events.clone(), about_it)));
+    tokio::time::timeout(support::PATIENCE, futures::TryStreamExt::try_next(&mut stream))
+        .await
+        .unwrap_or_else(|_| panic!("no Event about ClusterBuilder {jammy} in default within {:?}", support::PATIENCE))
+        .expect("the watch of Events");
+    drop(stream);
     let listed = events.list(&Default::default()).await.unwrap();
     let on_it: Vec<&Event> =
         listed.items.iter().filter(|e| e.involved_object.name.as_deref() == Some(jammy.as_str())).collect();

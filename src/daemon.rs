@@ -143,7 +143,11 @@ impl Parts {
         clock: Clock,
         client: Option<kube::Client>,
     ) -> Result<Self, DaemonError> {
-        let metrics = Metrics::with_log_drops(crate::log_stream::dropped_lines(), config.vulnerabilities.is_some());
+        let metrics = Metrics::with_log_drops(
+            crate::log_stream::dropped_lines(),
+            cluster::requests::counters().clone(),
+            config.vulnerabilities.is_some(),
+        );
         let registry = Arc::new(Registry::new(config.registries.values().cloned(), metrics.clone()));
         let monitor =
             Arc::new(Monitor::new(config.clone(), registry.clone(), ledger.clone(), clock.clone(), metrics.clone()));

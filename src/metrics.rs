@@ -60,6 +60,13 @@ pub struct ReasonLabels {
     pub reason: String,
 }
 
+/// A request to a Kubernetes API server (`cluster::requests`): its verb and resource.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KubeRequestLabels {
+    pub verb: String,
+    pub resource: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HookLabels {
     pub source: String,
@@ -288,14 +295,19 @@ pub struct Metrics {
 
 impl Metrics {
     pub fn new() -> Arc<Self> {
-        Self::with_log_drops(Counter::default(), true)
+        Self::with_log_drops(Counter::default(), Family::default(), true)
     }
 
     /// With `log_lines_dropped` counting into `dropped`: the process's log stream keeps that
     /// counter (logging is process-wide), the daemon's registry serves it. The OSV families are
     /// served only with `vulnerabilities` (a `[vulnerabilities]` section): without one, a
-    /// `osv_records 0` would read as an empty mirror.
-    pub fn with_log_drops(dropped: Counter, vulnerabilities: bool) -> Arc<Self> {
+    /// `osv_records 0` would read as an empty mirror. `kube_requests` counts the requests of the
+    /// process's Kubernetes clients (`cluster::requests`), process-wide for the same reason.
+    pub fn with_log_drops(
+        dropped: Counter,
+        kube_requests: Family<KubeRequestLabels, Counter>,
+        vulnerabilities: bool,
+    ) -> Arc<Self> {
         let mut registry = Registry::with_prefix("builder_monitor");
         let watches = WatchSeries::default();
         let check_duration = Histogram::new(exponential_buckets(0.001, 2.0, 16));
@@ -393,6 +405,11 @@ impl Metrics {
             "log_lines_dropped",
             "Log lines dropped because stderr was closed, failing or not read fast enough",
             dropped,
+        );
+        registry.register(
+            "kube_requests",
+            "Requests sent to Kubernetes API servers, by verb and resource (watches counted as they start)",
+            kube_requests,
         );
         Arc::new(Metrics {
             registry,
@@ -542,7 +559,7 @@ mod tests {
                 "actions{{state}}: no `{state}` in the docs"
             );
         }
-        let plain = Metrics::with_log_drops(Counter::default(), false).encode();
+        let plain = Metrics::with_log_drops(Counter::default(), Family::default(), false).encode();
         assert!(!plain.contains("osv_"), "{plain}");
         assert!(text.contains("# TYPE builder_monitor_osv_records gauge"), "{text}");
     }

@@ -5,6 +5,7 @@ pub mod crd;
 pub mod expect;
 pub mod lease;
 pub mod publish;
+pub mod requests;
 pub mod rights;
 
 use std::fmt::Write as _;
@@ -125,7 +126,11 @@ pub async fn client(settings: &KubernetesSettings) -> Result<kube::Client, Clust
             .await
             .map_err(|error| syntax_error(None, &error).unwrap_or(ClusterError::Infer(error)))?,
     };
-    kube::Client::try_from(config).map_err(ClusterError::Client)
+    let counting = tower::util::MapRequestLayer::new(|request: http::Request<kube::client::Body>| {
+        requests::record(&request);
+        request
+    });
+    Ok(kube::client::ClientBuilder::try_from(config).map_err(ClusterError::Client)?.with_layer(&counting).build())
 }
 
 impl ClusterError {

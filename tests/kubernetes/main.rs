@@ -9,7 +9,8 @@
 //! (`cluster_builders`), under the RBAC the Helm chart renders (`chart_rbac`), the ConfigMap
 //! ledger's racing writers and read-back (`real_ledger`), a leader's Lease taken by a
 //! conflicting write (`lease_conflict`), a killed leader's fleet of rebases taken over exactly once
-//! (`leader_failover`), a right taken from the running daemon and given back (`revoked_right`); on
+//! (`leader_failover`), a right taken from the running daemon and given back (`revoked_right`), a
+//! fleet's roll-out in waves and the daemon's requests per workload (`fleet_deploys`); on
 //! a second control plane without the watch cache for ConfigMaps, the
 //! runner's watch across a broken-off watch and a 410 Gone (`resumed_watches`).
 //!
@@ -25,6 +26,7 @@ mod chart_rbac;
 mod cluster_builders;
 mod deploy;
 mod exact_rbac;
+mod fleet_deploys;
 mod kube_double;
 mod kubernetes;
 mod leader_failover;

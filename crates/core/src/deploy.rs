@@ -558,8 +558,8 @@ impl fmt::Display for PodTrouble {
 
 /// The first pod of `pods` whose template carries `change` and has a container waiting in one of
 /// [`BAD_WAITING`].
-pub fn pod_trouble(pods: &[Value], change: &str) -> Option<PodTrouble> {
-    pods.iter()
+pub fn pod_trouble<'a>(pods: impl IntoIterator<Item = &'a Value>, change: &str) -> Option<PodTrouble> {
+    pods.into_iter()
         .filter(|p| {
             p.pointer(&format!("/metadata/annotations/{}", CHANGE_ANNOTATION.replace('/', "~1")))
                 == Some(&json!(change))
@@ -588,13 +588,25 @@ pub fn pod_trouble(pods: &[Value], change: &str) -> Option<PodTrouble> {
 /// The workload's label selector as a `labelSelector` query (`matchLabels` only; `None` when it
 /// has `matchExpressions` or no labels, which a deploy then does not read pods by).
 pub fn selector(object: &Value) -> Option<String> {
+    let labels = selector_labels(object)?;
+    Some(labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(","))
+}
+
+/// The workload's `matchLabels` (`None` as for [`selector`]).
+pub fn selector_labels(object: &Value) -> Option<BTreeMap<&str, &str>> {
     let selector = object.pointer("/spec/selector")?;
     if selector.get("matchExpressions").and_then(Value::as_array).is_some_and(|e| !e.is_empty()) {
         return None;
     }
     let labels: BTreeMap<&str, &str> =
         selector.get("matchLabels")?.as_object()?.iter().filter_map(|(k, v)| Some((k.as_str(), v.as_str()?))).collect();
-    (!labels.is_empty()).then(|| labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(","))
+    (!labels.is_empty()).then_some(labels)
+}
+
+/// Whether `pod`'s labels hold every one of `labels` (a [`selector_labels`]).
+pub fn selects(labels: &BTreeMap<&str, &str>, pod: &Value) -> bool {
+    let Some(have) = pod.pointer("/metadata/labels").and_then(Value::as_object) else { return false };
+    labels.iter().all(|(k, v)| have.get(*k).and_then(Value::as_str) == Some(*v))
 }
 
 mod stuck;

@@ -1,6 +1,8 @@
 //! builder-monitor's pure core: image references, CNB metadata and `classify`, `plan`, events, schedules,
 //! package diffs, the roll-out gate and GitOps file edits. No I/O crate is a dependency, so none can creep in.
 
+#![forbid(unsafe_code)]
+
 pub mod cnb;
 pub mod deploy;
 pub mod event;

@@ -9,16 +9,15 @@
 
 use std::collections::BTreeMap;
 
-use futures::StreamExt;
 use futures::future::BoxFuture;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 
 mod forced;
 mod guard;
 mod record;
 mod undo;
+mod view;
 
 pub use guard::{guard, guard_index};
 pub use record::{Origin, deploy_action};
@@ -67,12 +66,15 @@ impl Backend for Workloads {
         _: tokio_util::sync::CancellationToken,
     ) -> Result<std::sync::Arc<dyn Carrier>, RunnerError> {
         let client = clusters.default.clone().ok_or(RunnerError::NoClient("deploy"))?;
-        Ok(std::sync::Arc::new(Started { client }))
+        let views = view::Views::new(client.clone());
+        Ok(std::sync::Arc::new(Started { client, views }))
     }
 }
 
 struct Started {
     client: kube::Client,
+    /// The watches this cluster's deploys share ([`view`]).
+    views: view::Views,
 }
 
 impl Carrier for Started {
@@ -88,7 +90,10 @@ impl Carrier for Started {
                 return Attempt::failed("a deploy action without a deploy target".into(), Next::Final);
             };
             let progress = action.progress.as_ref().and_then(Progress::deploy).cloned().unwrap_or_default();
-            Deploying { client: &self.client, runner, action, target, deploy, progress }.run().await
+            let views = &self.views;
+            Deploying { client: &self.client, views, runner, action, target, deploy, progress, planned: false }
+                .run()
+                .await
         })
     }
 }
@@ -98,18 +103,22 @@ pub(super) fn resource(kind: core::WorkloadKind) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind.as_str()), kind.plural())
 }
 
-fn pods() -> ApiResource {
+pub(super) fn pods() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Pod"), "pods")
 }
 
 /// One attempt of one deploy, with its record as it goes.
 struct Deploying<'a> {
     client: &'a kube::Client,
+    views: &'a view::Views,
     runner: &'a Runner,
     action: &'a ClaimedAction,
     target: &'a ActionTarget,
     deploy: &'a DeployTarget,
     progress: DeployProgress,
+    /// Whether this attempt planned the deploy (nothing of it can have landed before): its writes
+    /// read the workloads from the shared view; after a restart or retry they GET them.
+    planned: bool,
 }
 
 /// Why an attempt stops before the deploy is done.
@@ -143,6 +152,19 @@ impl Deploying<'_> {
         }
     }
 
+    /// `w` as the shared view of its kind and namespace holds it (listed first); a GET when the
+    /// view does not hold it (yet: created since the view listed).
+    async fn read(&self, w: &core::Workload) -> Result<Option<Value>, String> {
+        let held = self.views.hold(view::Scope::Workloads(w.kind, w.namespace.clone()));
+        let mut listing = held.subscribe();
+        view::listed(&mut listing).await.map_err(|e| format!("cannot read {w}: {e}"))?;
+        let found = listing.borrow().objects.get(&w.name).cloned();
+        match found {
+            Some(object) => Ok(Some(object)),
+            None => self.get(w).await,
+        }
+    }
+
     async fn record(&self) -> Result<(), String> {
         match self.runner.ledger.record_progress(&self.action.key, Progress::Deploy(self.progress.clone())).await {
             Ok(true) => Ok(()),
@@ -162,7 +184,7 @@ impl Deploying<'_> {
             .map_err(|e| Stop::Fail(format!("invalid app image {}: {e}", self.target.image)))?;
         let mut progress = DeployProgress::default();
         for w in &self.deploy.workloads {
-            let object = match self.get(w).await {
+            let object = match self.read(w).await {
                 Ok(Some(o)) => o,
                 Ok(None) => return Err(Stop::Fail(format!("{w} not found"))),
                 Err(why) => return Err(Stop::Retry(why)),
@@ -285,6 +307,7 @@ impl Deploying<'_> {
         }
         if self.progress.workloads.is_empty() {
             self.progress = self.plan().await?;
+            self.planned = true;
             if self.progress.workloads.iter().all(|w| w.state == WorkloadState::Skipped) {
                 let detail =
                     self.progress.workloads.iter().filter_map(|w| w.detail.clone()).collect::<Vec<_>>().join("; ");
@@ -365,7 +388,8 @@ impl Deploying<'_> {
                 continue;
             }
             let w = self.progress.workloads[i].workload.clone();
-            let object = match self.get(&w).await {
+            let read = if self.planned { self.read(&w).await } else { self.get(&w).await };
+            let object = match read {
                 Ok(Some(o)) => o,
                 Ok(None) => return Err(Stop::Fail(format!("{w} is gone"))),
                 Err(why) => return Err(Stop::Retry(why)),
@@ -398,7 +422,7 @@ impl Deploying<'_> {
     /// Waits until `w`'s roll-out is healthy on what the deploy wrote (`writes`), fails, a new pod
     /// stays in a bad waiting state for `fail_after`, `deploy_timeout` after `written` passes, or
     /// someone else changes a written container (at once: healthy means our images are what
-    /// runs). Watches the workload and its pods.
+    /// runs). Reads the workload and its troubled pods from the shared views ([`view`]).
     async fn healthy(
         &self,
         w: &core::Workload,
@@ -409,39 +433,50 @@ impl Deploying<'_> {
         let now = self.runner.clock.now();
         let elapsed = written.map(|t| (now - t).to_std().unwrap_or_default()).unwrap_or_default();
         let deadline = tokio::time::Instant::now() + rollout.deploy_timeout.saturating_sub(elapsed);
-        let object = match self.get(w).await {
-            Ok(Some(o)) => o,
-            Ok(None) => return Err(Unhealthy::Failed(format!("{w} is gone"))),
-            Err(why) => return Err(Unhealthy::Api(why)),
+        let held = self.views.hold(view::Scope::Workloads(w.kind, w.namespace.clone()));
+        let mut objects = held.subscribe();
+        view::listed(&mut objects).await.map_err(|e| Unhealthy::Api(format!("cannot read {w}: {e}")))?;
+        // The pods are read by the workload's selector, from the view of the troubled ones.
+        let viewed = objects.borrow().objects.get(&w.name).cloned();
+        let first = match viewed {
+            Some(o) => o,
+            None => match self.get(w).await {
+                Ok(Some(o)) => o,
+                Ok(None) => return Err(Unhealthy::Failed(format!("{w} is gone"))),
+                Err(why) => return Err(Unhealthy::Api(why)),
+            },
         };
-        let selector = core::selector(&object);
-        let mut current = object;
-        let config = watcher::Config::default().fields(&format!("metadata.name={}", w.name));
-        let mut objects = watcher(self.api(w), config).default_backoff().boxed();
-        // Whether the watch's current (re)list has shown the workload.
-        let mut listed = false;
-        let pod_api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &w.namespace, &pods());
-        let mut pod_events = match &selector {
-            Some(s) => watcher(pod_api, watcher::Config::default().labels(s)).default_backoff().boxed(),
-            None => futures::stream::pending().boxed(),
-        };
-        let mut pods: BTreeMap<String, Value> = BTreeMap::new();
+        let labels: Option<BTreeMap<String, String>> =
+            core::selector_labels(&first).map(|l| l.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+        let pods_held = labels.as_ref().map(|_| self.views.hold(view::Scope::Pods(w.namespace.clone())));
+        let mut pods = pods_held.as_ref().map(view::Held::subscribe);
+        // Whether the view has shown it: missing after that, it was deleted.
+        let mut seen = false;
         let mut trouble_since: BTreeMap<String, tokio::time::Instant> = BTreeMap::new();
         loop {
-            let changed = core::changed_by_others(w.kind, &current, writes);
-            if !changed.is_empty() {
-                return Err(Unhealthy::Overridden(changed));
+            let verdict = match objects.borrow_and_update().objects.get(&w.name) {
+                Some(current) => {
+                    seen = true;
+                    judge(w, writes, current)
+                }
+                None if seen => Some(Err(Unhealthy::Failed(format!("{w} was deleted")))),
+                None => judge(w, writes, &first),
+            };
+            if let Some(verdict) = verdict {
+                return verdict;
             }
-            if let Some(why) = being_deleted(w, &current) {
-                return Err(Unhealthy::Failed(why));
-            }
-            match core::health(w.kind, &current) {
-                Health::Healthy => return Ok(()),
-                Health::Failed(why) => return Err(Unhealthy::Failed(why)),
-                Health::Progressing(_) => {}
-            }
-            let list: Vec<Value> = pods.values().cloned().collect();
-            let recheck = match core::pod_trouble(&list, &self.action.change_id) {
+            let trouble = match (&mut pods, &labels) {
+                (Some(pods), Some(labels)) => {
+                    let labels: BTreeMap<&str, &str> = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                    let listing = pods.borrow_and_update();
+                    core::pod_trouble(
+                        listing.objects.values().filter(|p| core::selects(&labels, p)),
+                        &self.action.change_id,
+                    )
+                }
+                _ => None,
+            };
+            let recheck = match trouble {
                 Some(t) => {
                     let key = format!("{}/{}/{}", t.pod, t.container, t.reason);
                     let since = *trouble_since.entry(key).or_insert_with(tokio::time::Instant::now);
@@ -455,40 +490,18 @@ impl Deploying<'_> {
                     deadline
                 }
             };
+            let pods_changed = async {
+                match pods.as_mut() {
+                    Some(pods) => pods.changed().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
-                event = objects.next() => match event {
-                    Some(Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o))) => {
-                        listed = true;
-                        if let Ok(v) = serde_json::to_value(o) {
-                            current = v;
-                        }
-                    }
-                    Some(Ok(watcher::Event::Delete(_))) => return Err(Unhealthy::Failed(format!("{w} was deleted"))),
-                    // A (re)list that did not hold it: deleted before the watch began, or while it
-                    // was disconnected; no Delete event comes for that.
-                    Some(Ok(watcher::Event::Init)) => listed = false,
-                    Some(Ok(watcher::Event::InitDone)) if !listed => {
-                        return Err(Unhealthy::Failed(format!("{w} was deleted")));
-                    }
-                    Some(Ok(_)) => {}
-                    Some(Err(err)) => tracing::warn!(workload = %w, error = %err, "watch of a deployed workload failed; retrying"),
-                    None => return Err(Unhealthy::Api(format!("the watch of {w} ended"))),
+                changed = objects.changed() => if changed.is_err() {
+                    return Err(Unhealthy::Api(format!("the watch of {w} ended")));
                 },
-                event = pod_events.next() => match event {
-                    Some(Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o))) => {
-                        if let (Some(name), Ok(v)) = (o.metadata.name.clone(), serde_json::to_value(&o)) {
-                            pods.insert(name, v);
-                        }
-                    }
-                    Some(Ok(watcher::Event::Delete(o))) => {
-                        if let Some(name) = &o.metadata.name {
-                            pods.remove(name);
-                        }
-                    }
-                    Some(Ok(watcher::Event::Init)) => pods.clear(),
-                    Some(Ok(_)) => {}
-                    Some(Err(err)) => tracing::warn!(workload = %w, error = %err, "watch of a workload's pods failed; retrying"),
-                    None => {}
+                changed = pods_changed => if changed.is_err() {
+                    return Err(Unhealthy::Api(format!("the watch of {w}'s pods ended")));
                 },
                 _ = tokio::time::sleep_until(recheck) => {
                     if tokio::time::Instant::now() >= deadline {
@@ -498,6 +511,22 @@ impl Deploying<'_> {
                 }
             }
         }
+    }
+}
+
+/// What `current` says of `w`'s roll-out of `writes`: `None` while it progresses.
+fn judge(w: &core::Workload, writes: &[ContainerWrite], current: &Value) -> Option<Result<(), Unhealthy>> {
+    let changed = core::changed_by_others(w.kind, current, writes);
+    if !changed.is_empty() {
+        return Some(Err(Unhealthy::Overridden(changed)));
+    }
+    if let Some(why) = being_deleted(w, current) {
+        return Some(Err(Unhealthy::Failed(why)));
+    }
+    match core::health(w.kind, current) {
+        Health::Healthy => Some(Ok(())),
+        Health::Failed(why) => Some(Err(Unhealthy::Failed(why))),
+        Health::Progressing(_) => None,
     }
 }
 

@@ -493,6 +493,17 @@ fn a_selector_is_its_match_labels_in_order() {
     assert_eq!(selector(&json!({"spec": {}})), None, "a CronJob has none");
 }
 
+#[test]
+fn a_pod_is_selected_when_it_has_every_match_label() {
+    let workload = json!({"spec": {"selector": {"matchLabels": {"tier": "web", "app": "petclinic"}}}});
+    let labels = selector_labels(&workload).unwrap();
+    let pod = |labels: Value| json!({"metadata": {"labels": labels}});
+    assert!(selects(&labels, &pod(json!({"app": "petclinic", "tier": "web", "pod-template-hash": "7f"}))));
+    assert!(!selects(&labels, &pod(json!({"app": "petclinic"}))), "one label missing");
+    assert!(!selects(&labels, &pod(json!({"app": "petclinic", "tier": "db"}))), "one label differs");
+    assert!(!selects(&labels, &json!({"metadata": {}})), "no labels");
+}
+
 /// The progress record keeps each workload flat beside its containers and state, as `status`
 /// reads it back from the ledger.
 #[test]

@@ -91,9 +91,19 @@ impl Carrier for Started {
             };
             let progress = action.progress.as_ref().and_then(Progress::deploy).cloned().unwrap_or_default();
             let views = &self.views;
-            Deploying { client: &self.client, views, runner, action, target, deploy, progress, planned: false }
-                .run()
-                .await
+            Deploying {
+                client: &self.client,
+                views,
+                runner,
+                action,
+                target,
+                deploy,
+                progress,
+                planned: false,
+                generations: Default::default(),
+            }
+            .run()
+            .await
         })
     }
 }
@@ -119,6 +129,10 @@ struct Deploying<'a> {
     /// Whether this attempt planned the deploy (nothing of it can have landed before): its writes
     /// read the workloads from the shared view; after a restart or retry they GET them.
     planned: bool,
+    /// The generation each workload's write in this attempt made (by `Workload`'s display): the
+    /// shared view may still show the one before, which health must not judge (it would read
+    /// the old image as someone else's change).
+    generations: std::sync::Mutex<BTreeMap<String, i64>>,
 }
 
 /// Why an attempt stops before the deploy is done.
@@ -243,7 +257,12 @@ impl Deploying<'_> {
     ) -> Result<(), kube::Error> {
         let body = core::apply_body(w, images, change);
         let params = PatchParams::apply(FIELD_MANAGER).force();
-        self.api(w).patch(&w.name, &params, &Patch::Apply(&body)).await.map(|_| ())
+        let written = self.api(w).patch(&w.name, &params, &Patch::Apply(&body)).await?;
+        if let Some(generation) = written.metadata.generation {
+            let mut generations = self.generations.lock().unwrap_or_else(|e| e.into_inner());
+            generations.insert(w.to_string(), generation);
+        }
+        Ok(())
     }
 
     /// Workload `i`'s write; a write the cluster refuses for a missing right waits (recorded as
@@ -450,17 +469,26 @@ impl Deploying<'_> {
             core::selector_labels(&first).map(|l| l.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
         let pods_held = labels.as_ref().map(|_| self.views.hold(view::Scope::Pods(w.namespace.clone())));
         let mut pods = pods_held.as_ref().map(view::Held::subscribe);
-        // Whether the view has shown it: missing after that, it was deleted.
+        // Whether the view has shown it: missing after that, it was deleted. What it shows of a
+        // generation before this attempt's write is not judged: the watch has not caught up.
         let mut seen = false;
+        let written_generation =
+            self.generations.lock().unwrap_or_else(|e| e.into_inner()).get(&w.to_string()).copied();
+        let caught_up = |o: &Value| {
+            let generation = o.pointer("/metadata/generation").and_then(Value::as_i64);
+            written_generation.is_none_or(|written| generation.is_some_and(|g| g >= written))
+        };
         let mut trouble_since: BTreeMap<String, tokio::time::Instant> = BTreeMap::new();
         loop {
             let verdict = match objects.borrow_and_update().objects.get(&w.name) {
-                Some(current) => {
+                Some(current) if caught_up(current) => {
                     seen = true;
                     judge(w, writes, current)
                 }
+                Some(_) => None,
                 None if seen => Some(Err(Unhealthy::Failed(format!("{w} was deleted")))),
-                None => judge(w, writes, &first),
+                None if caught_up(&first) => judge(w, writes, &first),
+                None => None,
             };
             if let Some(verdict) = verdict {
                 return verdict;

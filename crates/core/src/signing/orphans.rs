@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::bundle::{BUNDLE_MEDIA_TYPE, MAX_REFERRERS};
 use super::key::Verifier;
-use super::payload::{Statement, pae};
+use super::payload::pae;
 use crate::reference::is_sha256_digest;
 
 /// What a tag of the `sha256-<hex>…` family holds for the digest `sha256:<hex>`.
@@ -116,9 +116,11 @@ pub fn bundle_signs(bundle: &[u8], digest: &str, verifier: &Verifier) -> bool {
     }
     let Ok(Bundle { dsse_envelope: envelope }) = serde_json::from_slice(bundle) else { return false };
     let Ok(payload) = STANDARD.decode(&envelope.payload) else { return false };
-    let Ok(statement) = serde_json::from_slice::<Statement>(&payload) else { return false };
+    // Read loosely: cosign's sign Statement has subjects without a name.
+    let Ok(statement) = serde_json::from_slice::<serde_json::Value>(&payload) else { return false };
     let hex = digest.strip_prefix("sha256:").unwrap_or_default();
-    if !statement.subject.iter().any(|s| s.digest.get("sha256").is_some_and(|h| h == hex)) {
+    let subjects = statement.get("subject").and_then(|s| s.as_array()).map(Vec::as_slice).unwrap_or_default();
+    if !subjects.iter().any(|s| s.pointer("/digest/sha256").and_then(|h| h.as_str()) == Some(hex)) {
         return false;
     }
     let signed = pae(&envelope.payload_type, &payload);

@@ -37,8 +37,9 @@ fn main() -> ExitCode {
         Err(err) => return usage(err),
     };
     // A rollback's one line (its `image.rolled_back`) is logged wherever it runs, as the daemon
-    // logs it.
-    let default_level = if matches!(cli.command, Command::Run(_) | Command::Rollback(_)) { "info" } else { "warn" };
+    // logs it; so is each removal `referrers orphans --delete` makes.
+    let logged = matches!(cli.command, Command::Run(_) | Command::Rollback(_) | Command::Referrers(_));
+    let default_level = if logged { "info" } else { "warn" };
     // Everything the process writes to stderr from here on goes through the log stream, which
     // never blocks or panics on a closed or full stderr (see `log_stream`).
     let logs = match log_stream::init() {

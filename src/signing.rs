@@ -1,10 +1,12 @@
 //! Signatures in registries: cosign's tag forms attached to a digest we wrote (`.sig` simple
 //! signing, `.att` DSSE attestations), appended beside any other signer's; the Sigstore bundle
 //! form (cosign v3's default) as an OCI 1.1 referrer of the signed digest ([`bundle`]); and the
-//! check that a digest carries a valid signature by a trusted key, read within bounds. What a
+//! check that a digest carries a valid signature by a trusted key, read within bounds; and what we
+//! attached to digests no tag reaches any more, found and removed when asked ([`orphans`]). What a
 //! signature is (keys, payloads, the manifests' layers) is the core's `signing`; this is its I/O.
 
 pub mod bundle;
+pub mod orphans;
 mod read;
 mod write;
 

@@ -21,6 +21,7 @@ mod freeze;
 mod plan;
 mod rbac;
 mod rebase;
+mod referrers;
 mod reject;
 mod release;
 mod resolve;
@@ -72,4 +73,5 @@ commands! {
     Unfreeze(unfreeze),
     Status(status),
     Signing(signing),
+    Referrers(referrers),
 }

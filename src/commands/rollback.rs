@@ -69,7 +69,10 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
     let settings = rollback::configured_image(&config, &image).map_err(usage)?;
     let ledger = daemon::open_ledger(&config, Access::Write, &clock).await?;
     let registry = Registry::new(config.registries.values().cloned(), Metrics::new());
-    let done = rollback::rollback(&config, &ledger, &registry, settings, to.as_deref(), &by, clock.now()).await?;
+    let done = rollback::rollback(&config, &ledger, &registry, settings, to.as_deref(), &by, clock.now()).await;
+    // What the registry said about the referrers API while signing, as the daemon records it.
+    ledger.record_referrers_answers(&registry, clock.now()).await;
+    let done = done?;
     print_resolved(to.as_deref(), &done);
     print_rollback(&done, json)?;
     Ok(0)

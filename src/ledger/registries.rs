@@ -30,3 +30,19 @@ pub trait RegistryFacts {
     /// Every registry recorded, by host.
     fn registries(&self) -> impl Future<Output = Result<Vec<RegistryRecord>, LedgerError>> + Send;
 }
+
+impl super::Ledger {
+    /// Records what `registry` learned about the registries' referrers API and has not seen
+    /// recorded yet (asked once per registry by a process's first signature there), so `status` and
+    /// the page show it: the daemon after each action's attempt, a command after its writes. A
+    /// failed write is logged, and tried again the next time.
+    pub async fn record_referrers_answers(&self, registry: &crate::registry::Registry, now: DateTime<Utc>) {
+        for (host, referrers) in registry.referrers_answers_unrecorded() {
+            let record = RegistryRecord { host: host.clone(), referrers, probed: now };
+            match self.record_registry(record).await {
+                Ok(()) => registry.mark_referrers_recorded(&host),
+                Err(err) => tracing::warn!(registry = %host, error = %err, "cannot record what the registry answered"),
+            }
+        }
+    }
+}

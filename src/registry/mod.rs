@@ -14,6 +14,7 @@ mod circuit;
 mod endpoint;
 pub mod helper;
 mod kept;
+mod listing;
 mod write;
 mod written;
 
@@ -30,6 +31,7 @@ pub use circuit::THRESHOLD as CIRCUIT_THRESHOLD;
 use endpoint::*;
 pub use endpoint::{Endpoint, rate_limiter};
 use helper::CredentialHelper;
+pub use listing::{MAX_TAGS, Referrers};
 pub use write::{BlobTransfer, MAX_LAYER_BYTES, ManifestRefusal};
 
 use builder_monitor_core::reference::{ImageRef, is_sha256_digest};

@@ -372,7 +372,7 @@ impl Endpoint {
 
     /// The error for a write the registry answered with `response` (not a success): a 4xx is a
     /// refusal with the registry's error code and message.
-    async fn refused(&self, what: &str, response: Response) -> RegistryError {
+    pub(super) async fn refused(&self, what: &str, response: Response) -> RegistryError {
         let status = response.status();
         let body = self.read_body(response, MAX_ERROR_BODY, "error body").await.unwrap_or_default();
         let reason = error_reason(&body).map(|r| format!(" ({r})")).unwrap_or_default();

@@ -54,13 +54,7 @@ impl Runner {
     /// once per registry by this process), so `status` and the page show it. A failed write is
     /// tried again after the next attempt.
     async fn record_registry_answers(&self) {
-        for (host, referrers) in self.registry.referrers_answers_unrecorded() {
-            let record = RegistryRecord { host: host.clone(), referrers, probed: self.clock.now() };
-            match self.ledger.record_registry(record).await {
-                Ok(()) => self.registry.mark_referrers_recorded(&host),
-                Err(err) => tracing::warn!(registry = %host, error = %err, "cannot record what the registry answered"),
-            }
-        }
+        self.ledger.record_referrers_answers(&self.registry, self.clock.now()).await;
     }
 
     pub(super) async fn execute(self: Arc<Self>, action: ClaimedAction, _permit: OwnedSemaphorePermit) {

@@ -41,9 +41,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, RebasePath, RunnerKind};
-use crate::ledger::{
-    ActionEnd, ActionOutcome, ActionState, ClaimedAction, Hold, Kinds, Ledger, LedgerError, RegistryRecord, TagMove,
-};
+use crate::ledger::{ActionEnd, ActionOutcome, ActionState, ClaimedAction, Hold, Kinds, Ledger, LedgerError, TagMove};
 use crate::metrics::Metrics;
 use crate::rebase::{RebaseError, RebaseRequest};
 use crate::registry::Registry;

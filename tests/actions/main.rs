@@ -13,6 +13,7 @@ mod cosign;
 mod fleet_requests;
 mod gitops;
 mod rebase_daemon;
+mod referrers_orphans;
 mod rollout;
 mod runner;
 mod signed;

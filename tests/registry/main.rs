@@ -17,6 +17,7 @@ mod credential_helpers;
 mod fixes;
 mod hardening;
 mod image;
+mod listing;
 mod online_check;
 mod pace;
 mod packages;

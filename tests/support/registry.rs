@@ -45,6 +45,12 @@ impl TestRegistry {
         Self::start_full(auth, None, false, None)
     }
 
+    /// A registry with manifest deletes off (Distribution's default: `storage.delete.enabled`
+    /// false), which answers a manifest `DELETE` with 405 `UNSUPPORTED`.
+    pub fn start_without_deletes() -> Self {
+        Self::start_configured(Auth::Anonymous, None, false, None, false)
+    }
+
     /// A registry serving HTTPS with `cert` and `key` (PEM files; see `keys::tls`).
     pub fn start_tls(cert: &Path, key: &Path) -> Self {
         Self::start_full(Auth::Anonymous, None, false, Some((cert, key)))
@@ -62,6 +68,16 @@ impl TestRegistry {
     }
 
     fn start_full(auth: Auth, notify: Option<(String, String)>, relative: bool, tls: Option<(&Path, &Path)>) -> Self {
+        Self::start_configured(auth, notify, relative, tls, true)
+    }
+
+    fn start_configured(
+        auth: Auth,
+        notify: Option<(String, String)>,
+        relative: bool,
+        tls: Option<(&Path, &Path)>,
+        deletes: bool,
+    ) -> Self {
         assert!(
             Path::new(BINARY).exists(),
             "{BINARY} is missing: install the CNCF Distribution registry with `apt-get install -y docker-registry` (.ci/run does)"
@@ -88,7 +104,7 @@ impl TestRegistry {
             Some((cert, key)) => format!("  tls:\n    certificate: {}\n    key: {}\n", cert.display(), key.display()),
         };
         let config = format!(
-            "version: 0.1\nlog:\n  level: info\n  formatter: text\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:0\n  secret: builder-monitor-tests\n  relativeurls: {relative}\n{tls_section}{auth_section}{notify_section}",
+            "version: 0.1\nlog:\n  level: info\n  formatter: text\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: {deletes}\nhttp:\n  addr: 127.0.0.1:0\n  secret: builder-monitor-tests\n  relativeurls: {relative}\n{tls_section}{auth_section}{notify_section}",
             dir.path().join("data").display()
         );
         let config_path = dir.path().join("config.yml");

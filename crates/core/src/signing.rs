@@ -11,6 +11,7 @@ mod bundle;
 mod cosign;
 mod error;
 mod key;
+mod orphans;
 mod payload;
 mod provenance;
 mod replace;
@@ -33,6 +34,7 @@ pub use bundle::{
 pub use cosign::{ENCRYPTED_COSIGN, ENCRYPTED_SIGSTORE, MAX_SCRYPT_MEMORY};
 pub use error::KeyError;
 pub use key::{Signer, Verifier};
+pub use orphans::{AttachmentTag, attachment_tag, bundle_layer, bundle_signs, index_digests};
 pub use payload::{
     DSSE_PAYLOAD_TYPE, Envelope, EnvelopeSignature, PayloadError, STATEMENT_TYPE, Statement, Subject, pae,
     simple_signing_payload,

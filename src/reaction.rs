@@ -286,7 +286,7 @@ impl Reaction<'_> {
     /// What the move fixes, for the OpenVEX attestation of each digest its actions write: only
     /// when `[signing]` attests and the move claims a fix (a fleet's actions carry nothing else).
     fn vex_facts(&self, mv: &Moved<'_>) -> Option<builder_monitor_core::vulns::openvex::VexFacts> {
-        self.config.signing.as_ref().filter(|s| s.attest)?;
+        self.config.signing.as_ref().filter(|s| s.attest && s.signer.is_some())?;
         let change = mv.change;
         builder_monitor_core::vulns::openvex::VexFacts::of(
             mv.change_id,
@@ -534,7 +534,9 @@ impl Reaction<'_> {
                 app_reference,
                 reason_names(mv.change),
             );
-            target.vex = vex.clone();
+            // Only where what the action writes is signed: a rebase, or a build with `builds`.
+            let signs_build = self.config.signing.as_ref().is_some_and(|s| s.builds);
+            target.vex = vex.clone().filter(|_| kind == ActionKind::Rebase || signs_build);
             actions.push(
                 NewAction::new(
                     action_key(mv.change_id, &image.name),

@@ -2,10 +2,10 @@
 //! signature as a Sigstore bundle referrer ([`super::bundle`]) and, when attesting, a DSSE layer
 //! with SLSA provenance appended to its `.att` and the same envelope as a second bundle referrer
 //! (cosign v2.6 and v3 read attestations only from bundles once a digest has one); a write that
-//! claims a fix also attests its OpenVEX document, a second `.att` layer and a third referrer. Each append reads what is there,
-//! keeps every layer another signer put there, and writes nothing when our layer is there
-//! already: the same key signs the same payload to the same bytes (RFC 6979), so a retry after a
-//! crash finds its own layer instead of adding a second.
+//! claims a fix also attests its OpenVEX document, a second `.att` layer and a third referrer.
+//! Each append reads what is there, keeps every layer another signer put there, and writes
+//! nothing when our layer is there already: the same key signs the same payload to the same
+//! bytes (RFC 6979), so a retry after a crash finds its own layer instead of adding a second.
 //!
 //! A `.sig` or `.att` that cannot take our layer (not an OCI image manifest, no room for one more
 //! layer, over the size we read, or naming blobs the repository lacks: what anyone who can push

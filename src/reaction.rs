@@ -250,6 +250,7 @@ pub fn action_target(
         reasons,
         plan: Default::default(),
         scheduling: image.scheduling.clone(),
+        vex: None,
     }
 }
 
@@ -280,6 +281,20 @@ impl Reaction<'_> {
     fn expedite(&self, change: &Change) -> Expedite {
         let source = change.fixes_source.as_ref();
         builder_monitor_core::rollout::expedite(self.config.rollout.expedite, change.fixes.as_deref(), source)
+    }
+
+    /// What the move fixes, for the OpenVEX attestation of each digest its actions write: only
+    /// when `[signing]` attests and the move claims a fix (a fleet's actions carry nothing else).
+    fn vex_facts(&self, mv: &Moved<'_>) -> Option<builder_monitor_core::vulns::openvex::VexFacts> {
+        self.config.signing.as_ref().filter(|s| s.attest && s.signer.is_some())?;
+        let change = mv.change;
+        builder_monitor_core::vulns::openvex::VexFacts::of(
+            mv.change_id,
+            change.fixes.as_deref().unwrap_or_default(),
+            &change.fixes_unknown,
+            change.fixes_source.as_ref(),
+            change.fixes_release.as_deref(),
+        )
     }
 
     /// What expedites `change`'s actions (the records and the data's source); empty when it is
@@ -398,6 +413,7 @@ impl Reaction<'_> {
             app_reference: None,
             reasons,
             scheduling: Default::default(),
+            vex: None,
             plan: ActionPlan::Gitops(plan),
         };
         let needs_approval = self.config.rollout.approve.contains(&ActionKind::Gitops);
@@ -496,6 +512,7 @@ impl Reaction<'_> {
         let decisions =
             plan::plan(&Move { change: mv.change, builders: mv.builders, run_image: run_target }, images, &apps);
         let mut actions = Vec::new();
+        let vex = self.vex_facts(mv);
         // `plan` answers one decision per image, in order (all of them are the move's builders').
         for (d, image) in decisions.iter().zip(images) {
             let Some(kind) = d.action else { continue };
@@ -508,7 +525,7 @@ impl Reaction<'_> {
                 Some(AppState::Built { digest: Some(digest), .. }) => Some(image.image.pinned(digest)),
                 _ => None,
             };
-            let target = action_target(
+            let mut target = action_target(
                 image,
                 builder_ref,
                 run_target.map(|t| t.reference.clone()),
@@ -517,6 +534,9 @@ impl Reaction<'_> {
                 app_reference,
                 reason_names(mv.change),
             );
+            // Only where what the action writes is signed: a rebase, or a build with `builds`.
+            let signs_build = self.config.signing.as_ref().is_some_and(|s| s.builds);
+            target.vex = vex.clone().filter(|_| kind == ActionKind::Rebase || signs_build);
             actions.push(
                 NewAction::new(
                     action_key(mv.change_id, &image.name),

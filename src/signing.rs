@@ -11,4 +11,4 @@ mod read;
 mod write;
 
 pub use read::{TrustedKey, Verdict, trusted, verify};
-pub use write::{Replaced, SignError, Signed, provenance, sign, sign_keeping};
+pub use write::{Replaced, SignError, Signed, openvex, provenance, sign, sign_keeping};

@@ -58,6 +58,7 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
             change: None,
             action: None,
             created: chrono::Utc::now(),
+            vex: None,
         }),
         None => None,
     };

@@ -84,7 +84,13 @@ impl Monitor {
         let now = self.handle.clock.now();
         let found = decide::found(watch, record, observed);
         let vulns = self.vulns_for(&found, record).await;
-        let found = decide::with_fixes(found, record, vulns.as_deref());
+        let mut found = decide::with_fixes(found, record, vulns.as_deref());
+        // How current the data was at the match: an OpenVEX document states its age.
+        if let (Found::Moved(moved), Some(v)) = (&mut found, self.vulns.get())
+            && let Some(source) = moved.change.fixes_source.as_mut()
+        {
+            source.as_of = v.current().current_at.map(|at| at.trunc_subsecs(0));
+        }
         let retry = self.log_found(watch, record, &found, now, retries);
         let subjects = self.subjects(watch);
         let planned = self.react(watch, &subjects, &found, now).await?;

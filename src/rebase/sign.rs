@@ -1,6 +1,6 @@
 //! A rebase's signatures: every digest the tag will lead to (the index and each platform
 //! manifest under it, or the one manifest), signed as cosign signs what a tag points at, and
-//! attested with what the rebase did. Written after everything exists by digest and the tag
+//! attested with what the rebase did (and, when its move claims a fix, what it fixes: OpenVEX). Written after everything exists by digest and the tag
 //! write is recorded, before the tag moves, so no one finds the tag on a digest we did not sign.
 
 use serde::Serialize;
@@ -10,6 +10,7 @@ use crate::registry::{Manifest, Registry};
 use crate::signing::{Signed, provenance, sign_keeping};
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::signing::{Descriptor, Provenance, Signer, Verifier};
+use builder_monitor_core::vulns::openvex::VexFacts;
 use chrono::{DateTime, Utc};
 
 /// How a rebase signs what it writes: `[signing]`'s key, and the action it is part of.
@@ -25,6 +26,9 @@ pub struct SignPlan {
     pub action: Option<String>,
     /// When the action was planned (now, by hand): dates the bundle, the same on every attempt.
     pub created: DateTime<Utc>,
+    /// What the move fixes (the action's target carries it from the decision): each digest's
+    /// OpenVEX attestation, when attesting.
+    pub vex: Option<VexFacts>,
 }
 
 /// What a rebase signed (or, dry, would sign).
@@ -129,6 +133,10 @@ impl SignPlan {
                 run_image: Some(item.run_image.clone()),
                 change: self.change.clone(),
                 action: self.action.clone(),
+                openvex: self
+                    .vex
+                    .as_ref()
+                    .and_then(|facts| crate::signing::openvex(facts, app, &item.digest, self.created)),
                 ..provenance("rebase", app)
             });
             let subject = Descriptor {

@@ -324,6 +324,7 @@ mod tests {
             app_reference: None,
             reasons: vec![],
             scheduling: Default::default(),
+            vex: None,
             plan: Default::default(),
         };
         NewAction::new(format!("k-{change}"), change.into(), "app".into(), ActionKind::Rebuild, target)

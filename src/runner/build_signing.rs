@@ -1,11 +1,12 @@
 //! `[signing] builds`: a digest a runner built and pushed (a command, a Job, a kpack Build) is
-//! signed and attested by our key unless it already carries a valid signature by a trusted key
-//! (kpack signs its own builds with the service account's cosign keys: never twice). The builder
+//! signed and attested by our key (with what its move fixes, as OpenVEX, when it claims a fix)
+//! unless it already carries a valid signature by a trusted key (kpack signs its own builds with
+//! the service account's cosign keys: never twice). The builder
 //! moved the tag itself, so this comes after it, and only while the tag still holds what it
 //! left; a failure is final, never a second build.
 
 use super::*;
-use crate::signing::{Signed, Verdict, provenance, sign_keeping, trusted, verify};
+use crate::signing::{Signed, Verdict, openvex, provenance, sign_keeping, trusted, verify};
 use builder_monitor_core::signing::{Descriptor, Provenance};
 
 impl Runner {
@@ -35,6 +36,7 @@ impl Runner {
             builder: Some(target.builder.clone()),
             change: Some(action.change_id.clone()),
             action: Some(action.key.clone()),
+            openvex: target.vex.as_ref().and_then(|facts| openvex(facts, &image, digest, action.created)),
             ..provenance(action.kind.as_str(), &image)
         });
         let manifest = self.registry.get_manifest(&image, digest).await.map_err(|e| e.to_string())?;

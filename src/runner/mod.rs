@@ -435,6 +435,7 @@ mod tests {
             app_reference: None,
             reasons: vec![],
             scheduling: Default::default(),
+            vex: None,
             plan: Default::default(),
         }
     }

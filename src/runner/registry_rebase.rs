@@ -238,6 +238,7 @@ impl Runner {
                 change: Some(action.change_id.clone()),
                 action: Some(action.key.clone()),
                 created: action.created,
+                vex: target.vex.clone(),
             })
         });
         let request = RebaseRequest { image, run_image, force: false, dry_run: false, known_run_images, sign };

@@ -1,10 +1,11 @@
 //! Signing a digest we wrote: a simple-signing layer appended to its `.sig` manifest, the same
 //! signature as a Sigstore bundle referrer ([`super::bundle`]) and, when attesting, a DSSE layer
 //! with SLSA provenance appended to its `.att` and the same envelope as a second bundle referrer
-//! (cosign v2.6 and v3 read attestations only from bundles once a digest has one). Each append reads what is there,
-//! keeps every layer another signer put there, and writes nothing when our layer is there
-//! already: the same key signs the same payload to the same bytes (RFC 6979), so a retry after a
-//! crash finds its own layer instead of adding a second.
+//! (cosign v2.6 and v3 read attestations only from bundles once a digest has one); a write that
+//! claims a fix also attests its OpenVEX document, a second `.att` layer and a third referrer.
+//! Each append reads what is there, keeps every layer another signer put there, and writes
+//! nothing when our layer is there already: the same key signs the same payload to the same
+//! bytes (RFC 6979), so a retry after a crash finds its own layer instead of adding a second.
 //!
 //! A `.sig` or `.att` that cannot take our layer (not an OCI image manifest, no room for one more
 //! layer, over the size we read, or naming blobs the repository lacks: what anyone who can push
@@ -16,9 +17,10 @@
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::signing::{
     AttachedError, AttachedManifest, Attachment, Descriptor, Envelope, Layer, MAX_CARRIED_BYTES, MAX_SIGNATURE_BYTES,
-    Provenance, Referrer, SLSA_PROVENANCE_V1, Signer, Statement, Verifier, attestation_layer, carried_layer_verifies,
-    carry_candidates, signature_layer,
+    OPENVEX_PREDICATE_TYPE, Provenance, Referrer, SLSA_PROVENANCE_V1, Signer, Statement, Verifier, attestation_layer,
+    carried_layer_verifies, carry_candidates, signature_layer,
 };
+use builder_monitor_core::vulns::openvex::{self, VexFacts};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -54,6 +56,10 @@ pub struct Signed {
     /// The attestation's Sigstore bundle referrer manifest, when attesting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attestation_bundle: Option<String>,
+    /// The OpenVEX attestation's bundle referrer manifest, when the write claims a fix (its
+    /// envelope is a layer of the `.att` manifest above too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub openvex_bundle: Option<String>,
     /// The `.sig` or `.att` manifests found that could not be extended, replaced by fresh ones.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replaced: Vec<Replaced>,
@@ -108,7 +114,17 @@ pub fn provenance(kind: &str, image: &ImageRef) -> Provenance {
         change: None,
         action: None,
         version: env!("CARGO_PKG_VERSION").into(),
+        openvex: None,
     }
+}
+
+/// The OpenVEX document of what `facts`' move fixes in `digest` of `image`'s repository, dated
+/// `created` (the action's planning time: every attempt attests the same bytes); `None` when it
+/// claims no fix there.
+pub fn openvex(facts: &VexFacts, image: &ImageRef, digest: &str, created: DateTime<Utc>) -> Option<serde_json::Value> {
+    let repository = format!("{}/{}", image.registry(), image.repository());
+    let product = openvex::Product { repository: &repository, digest };
+    openvex::document(facts, product, openvex::Authored { timestamp: created, version: env!("CARGO_PKG_VERSION") })
 }
 
 /// Signs `subject` (a manifest in `image`'s repository) with `signer` in both forms, and attests
@@ -161,9 +177,15 @@ async fn sign_all(
         .map(|provenance| Statement::new(&repository, digest, SLSA_PROVENANCE_V1, provenance.predicate()))
         .transpose()
         .map_err(|_| SignError::Digest(digest.to_string()))?;
-    // The signature's bundle and, when attesting, the attestation's: one referrers index update.
+    // What the write fixes, when it claims a fix: attested the same two ways, after the provenance.
+    let openvex = provenance
+        .and_then(|provenance| provenance.openvex.clone())
+        .map(|document| Statement::new(&repository, digest, OPENVEX_PREDICATE_TYPE, document))
+        .transpose()
+        .map_err(|_| SignError::Digest(digest.to_string()))?;
+    // The signature's bundle and, when attesting, the attestations': one referrers index update.
     let mut referrers = vec![Referrer::new(signer, subject, created).map_err(BundleError::from)?];
-    if let Some(statement) = &statement {
+    for statement in statement.iter().chain(&openvex) {
         referrers.push(Referrer::attestation(signer, subject, statement, created).map_err(BundleError::from)?);
     }
     // The three are independent: written together, all before the caller moves any tag.
@@ -172,7 +194,12 @@ async fn sign_all(
     let attestation = async {
         let Some(statement) = &statement else { return Ok(None) };
         let (layer, blob) = attestation_layer(&Envelope::statement(signer, statement), SLSA_PROVENANCE_V1);
-        to.append(Attachment::Attestation, layer, blob).await.map(Some)
+        let slsa = to.append(Attachment::Attestation, layer, blob).await?;
+        let Some(vex) = &openvex else { return Ok(Some(slsa)) };
+        // A second layer of the same `.att`, appended after the first has been written.
+        let (layer, blob) = attestation_layer(&Envelope::statement(signer, vex), OPENVEX_PREDICATE_TYPE);
+        let (att, replaced) = to.append(Attachment::Attestation, layer, blob).await?;
+        Ok(Some((att, slsa.1.or(replaced))))
     };
     let ((signature, sig_replaced), (), attestation) = futures::try_join!(signature, bundles, attestation)?;
     let (attestation, att_replaced) = attestation.unzip();
@@ -184,6 +211,7 @@ async fn sign_all(
         bundle: bundles.next(),
         attestation,
         attestation_bundle: bundles.next(),
+        openvex_bundle: bundles.next(),
         replaced,
     })
 }

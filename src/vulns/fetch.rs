@@ -162,7 +162,7 @@ impl Refresher {
             Some(_) => Some("the kept download came from another URL than the configured one".to_string()),
             None => Some("the kept download has no record of its source (the next download records it)".to_string()),
         };
-        DataSource { url: self.shown.clone(), etag: v.etag.clone(), sha256: v.sha256.clone(), unverified }
+        DataSource { url: self.shown.clone(), etag: v.etag.clone(), sha256: v.sha256.clone(), unverified, as_of: None }
     }
 
     fn keep_validators(&self, v: &Validators) -> Result<(), FetchError> {
@@ -315,6 +315,7 @@ impl Refresher {
             etag: fresh.etag.clone(),
             sha256: fresh.sha256.clone(),
             unverified: None,
+            as_of: None,
         };
         loaded.index.set_source(source);
         tokio::fs::rename(&part, self.dir.join(DATA)).await.map_err(keep)?;

@@ -278,7 +278,7 @@ fn read(source: &OsvSource, index: Index) -> Result<Loaded, LoadError> {
     };
     let url = describe(source);
     let sha256 = loaded.sha256.clone();
-    loaded.index.set_source(DataSource { url, etag: None, sha256, unverified: None });
+    loaded.index.set_source(DataSource { url, etag: None, sha256, unverified: None, as_of: None });
     Ok(loaded)
 }
 

@@ -24,7 +24,7 @@ use support::referrers_registry::{Kind, Served};
 const SLSA: &str = "slsaprovenance1";
 
 /// Every cosign way accepts `reference`'s signature and provenance with `key`.
-fn accepted(verifier: &Verifier, reference: &str, key: &Path) {
+pub(super) fn accepted(verifier: &Verifier, reference: &str, key: &Path) {
     for which in ALL {
         let said = verifier.verify(which, reference, key);
         assert!(said.ok, "cosign {which:?} verify {reference} refused it: {}", said.text);
@@ -34,7 +34,7 @@ fn accepted(verifier: &Verifier, reference: &str, key: &Path) {
 }
 
 /// Every cosign way refuses `reference` with `key`, both commands.
-fn refused(verifier: &Verifier, reference: &str, key: &Path, why: &str) {
+pub(super) fn refused(verifier: &Verifier, reference: &str, key: &Path, why: &str) {
     for which in ALL {
         let said = verifier.verify(which, reference, key);
         assert!(!said.ok, "cosign {which:?} verify accepted {reference} ({why}): {}", said.text);
@@ -45,7 +45,7 @@ fn refused(verifier: &Verifier, reference: &str, key: &Path, why: &str) {
 
 /// The referrer manifests of `digest` in `repository`: from the referrers API where the registry
 /// has one, else from the referrers tag schema's index; and the index's tag when that was read.
-async fn referrers(host: &str, repository: &str, digest: &str) -> (Vec<Value>, Option<String>) {
+pub(super) async fn referrers(host: &str, repository: &str, digest: &str) -> (Vec<Value>, Option<String>) {
     let http = support::http();
     let api = http.get(format!("http://{host}/v2/{repository}/referrers/{digest}")).send().await.unwrap();
     let (index, tag) = if api.status().is_success() {
@@ -95,7 +95,7 @@ async fn written_and_verified(verifier: &Verifier, kind: Kind, host: &str, diges
 }
 
 /// A key of our own making that signed nothing here.
-fn stranger(dir: &Path) -> PathBuf {
+pub(super) fn stranger(dir: &Path) -> PathBuf {
     support::keys::p256(dir, "stranger");
     dir.join("stranger.pub")
 }

@@ -12,6 +12,7 @@ mod support;
 mod cosign;
 mod fleet_requests;
 mod gitops;
+mod openvex;
 mod rebase_daemon;
 mod referrers_orphans;
 mod rollout;

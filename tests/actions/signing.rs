@@ -60,12 +60,16 @@ impl World {
 
     /// [`World::with`] on the `kind` of registry.
     pub(crate) async fn on(kind: Kind, runner: &str, signing: &str) -> Self {
+        Self::on_run(kind, runner, signing, RunImage::jammy("1", 3)).await
+    }
+
+    /// [`World::on`] with the app built on `run_v1` (its labels: a package list, say).
+    pub(crate) async fn on_run(kind: Kind, runner: &str, signing: &str, run_v1: RunImage) -> Self {
         let registry = Served::start(kind);
         let proxy = Proxy::start(registry.host()).await;
         let host = proxy.host.clone();
         let pusher = Pusher::new(&host);
         let run_tag = format!("{host}/demo/run:latest");
-        let run_v1 = RunImage::jammy("1", 3);
         let pushed = app::push_run(&pusher, "demo/run", Some("latest"), &run_v1, Format::Oci).await;
         pusher.push_image("demo/builder", Some("latest"), &BuilderSpec::jammy(&run_tag).image(), Format::Oci).await;
         let app = App::on(&run_v1, &run_tag, &format!("{host}/demo/run@{}", pushed.digest));

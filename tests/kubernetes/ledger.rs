@@ -242,6 +242,7 @@ async fn a_claimed_action_carries_what_expedited_it() {
                 etag: Some("\"v1\"".into()),
                 sha256: Some("ab".repeat(32)),
                 unverified: None,
+                as_of: None,
             }),
         };
         let mut r = record("b", "2026-11-30T12:00:00Z");

@@ -39,6 +39,6 @@ pub use payload::{
     DSSE_PAYLOAD_TYPE, Envelope, EnvelopeSignature, PayloadError, STATEMENT_TYPE, Statement, Subject, pae,
     simple_signing_payload,
 };
-pub use provenance::{Provenance, SLSA_PROVENANCE_V1};
+pub use provenance::{OPENVEX_PREDICATE_TYPE, Provenance, SLSA_PROVENANCE_V1};
 pub use replace::{MAX_CARRIED_BYTES, MAX_CARRIED_LAYERS, carried_layer_verifies, carry_candidates};
 pub use seen::{SIGNATURE_INVALID, SignatureInfo, UNSIGNED, Verification, checked_digest, required, signed_by};

@@ -5,12 +5,14 @@
 //! it (Debian's version order, [`version`]). Pure: reading a mirror is the caller's.
 //!
 //! Files: [`version`] (the order), `record` (reading a record of either shape, bounded), `release`
-//! (an image's release from its labels), `index` (the lean index and the fixes of a move).
+//! (an image's release from its labels), `index` (the lean index and the fixes of a move),
+//! [`openvex`] (what a move fixes as an OpenVEX document about a digest written).
 
 use serde::{Deserialize, Serialize};
 
 mod expedited;
 mod index;
+pub mod openvex;
 mod record;
 mod release;
 #[cfg(test)]
@@ -126,6 +128,10 @@ pub struct DataSource {
     /// connection); `None`: it may.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unverified: Option<String>,
+    /// When the data was last known current (loaded, downloaded or confirmed unchanged) as of the
+    /// match that used it: its age, as an OpenVEX document states it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub as_of: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// The OSV ecosystem of one Ubuntu release (`Ubuntu:22.04:LTS`): records of other ecosystems

@@ -163,6 +163,7 @@ impl Runner {
             app_reference: None,
             reasons: Vec::new(),
             scheduling: Default::default(),
+            vex: None,
             plan: Default::default(),
         };
         let mut event =

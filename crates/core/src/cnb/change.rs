@@ -135,6 +135,10 @@ pub struct Change {
     /// it may not expedite a roll-out when it may not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fixes_source: Option<DataSource>,
+    /// The OSV ecosystem the new image's fixes were matched in (`Ubuntu:22.04:LTS`), when one for
+    /// all its platforms: the `distro` of the package purls an OpenVEX document names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fixes_release: Option<String>,
     /// What was left unread or not kept on the new side (an index cut to `max_platforms`, parts of
     /// a pin over its ledger budget), so the change was decided on less than the whole image.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -159,6 +163,7 @@ impl Change {
             fixes_note: None,
             fixes_unknown: Vec::new(),
             fixes_source: None,
+            fixes_release: None,
             notes: Vec::new(),
         }
     }

@@ -186,6 +186,11 @@ impl Change {
             Err(note) => (self.fixes, self.fixes_unknown, self.fixes_note) = (None, Vec::new(), Some(note)),
         }
         self.fixes_source = index.source().cloned();
+        // Only beside a claimed fix: what an OpenVEX document's package purls need.
+        let mut matched_in: BTreeSet<&Release> = releases.values().collect();
+        let claims = self.fixes.as_ref().is_some_and(|f| !f.is_empty());
+        self.fixes_release =
+            (claims && matched_in.len() == 1).then(|| matched_in.pop_first()).flatten().map(|r| r.0.clone());
         self
     }
 

@@ -42,6 +42,10 @@ pub struct ActionTarget {
     /// Per-image placement for the Kubernetes runners.
     #[serde(default)]
     pub scheduling: Scheduling,
+    /// What the move fixes, attested as OpenVEX beside the provenance of what the action writes
+    /// (`[signing] attest`, a move that claims a fix); none otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vex: Option<crate::vulns::openvex::VexFacts>,
     /// What its kind alone carries (a deploy's digest and workloads, a gitops action's target).
     #[serde(flatten)]
     pub plan: ActionPlan,

@@ -1,6 +1,7 @@
 //! What an attestation says was done: an SLSA provenance v1 predicate for a digest
-//! builder-monitor wrote (a rebase, a rebuild, a rollback), naming what it came from. Built from
-//! the action's facts only, with no clock, so a retry attests the same bytes.
+//! builder-monitor wrote (a rebase, a rebuild, a rollback), naming what it came from, and the
+//! OpenVEX document of what it fixes when it claims a fix (built by the caller). Built from the
+//! action's facts only, with no clock, so a retry attests the same bytes.
 
 use serde_json::{Value, json};
 
@@ -8,6 +9,10 @@ use crate::reference::is_sha256_digest;
 
 /// SLSA provenance v1's predicate type.
 pub const SLSA_PROVENANCE_V1: &str = "https://slsa.dev/provenance/v1";
+/// An OpenVEX document's predicate type: the namespace without its version, what `cosign attest
+/// --type openvex` writes and `cosign verify-attestation --type openvex` matches exactly (cosign's
+/// `OpenVexNamespace`); Trivy accepts it and the versioned form alike, vexctl only this one.
+pub const OPENVEX_PREDICATE_TYPE: &str = "https://openvex.dev/ns";
 
 /// What made a digest, as an attestation records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +32,9 @@ pub struct Provenance {
     pub action: Option<String>,
     /// builder-monitor's version.
     pub version: String,
+    /// What the write fixes, as an OpenVEX document (`vulns::openvex`), attested beside the
+    /// provenance with predicate type [`OPENVEX_PREDICATE_TYPE`]; none when it claims no fix.
+    pub openvex: Option<Value>,
 }
 
 impl Provenance {

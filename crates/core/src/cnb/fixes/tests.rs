@@ -3,6 +3,7 @@ use std::collections::BTreeMap;
 use super::*;
 use crate::cnb::{fix_line, fixes_brief};
 use crate::packages::Source;
+use crate::vulns::openvex::{self, VexFacts};
 use crate::vulns::{Affected, Record, UnknownFix};
 
 const JAMMY: &str = "Ubuntu:22.04:LTS";
@@ -189,4 +190,60 @@ fn the_origin_line_names_the_file_used_and_the_copies_not_used() {
         reason: "linux/arm64 is not shown fixed by the move".into(),
     };
     assert_eq!(unknown_fix_line(&unknown), "USN-1-1 unknown: linux/arm64 is not shown fixed by the move");
+}
+
+/// The OpenVEX facts a change carries to the signing of what its actions write.
+fn vex_of(c: &Change) -> Option<VexFacts> {
+    let fixes = c.fixes.as_deref().unwrap_or_default();
+    VexFacts::of("c1", fixes, &c.fixes_unknown, c.fixes_source.as_ref(), c.fixes_release.as_deref())
+}
+
+/// The statuses of the OpenVEX document of `c` about one digest.
+fn vex_statuses(c: &Change) -> Option<Vec<(String, String)>> {
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let product = openvex::Product { repository: "registry.example/apps/web", digest: &digest };
+    let authored = openvex::Authored { timestamp: chrono::DateTime::from_timestamp(0, 0).unwrap(), version: "0" };
+    let doc = openvex::document(&vex_of(c)?, product, authored)?;
+    let statements = doc["statements"].as_array().cloned().unwrap_or_default();
+    let status = |s: &serde_json::Value| {
+        (
+            s["vulnerability"]["name"].as_str().unwrap_or_default().to_string(),
+            s["status"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    Some(statements.iter().map(status).collect())
+}
+
+#[test]
+fn openvex_claims_a_fix_only_where_the_decision_does() {
+    let idx = index();
+    let (fixed, old) = ("3.0.2-0ubuntu1.19", "3.0.2-0ubuntu1.18");
+    let before = one("linux/amd64", list(&[("libssl3", old)]));
+    let whole = change().with_fixes(
+        Some(&idx),
+        &before,
+        &one("linux/amd64", list(&[("libssl3", fixed)])),
+        &jammy("linux/amd64"),
+    );
+    assert_eq!(whole.fixes_release.as_deref(), Some(JAMMY));
+    assert_eq!(vex_statuses(&whole), Some(vec![("CVE-2026-1111".into(), "fixed".into())]));
+
+    // The new list cut at its cap: a binary past the cut may still be vulnerable.
+    let package = Package { name: "libssl3".into(), arch: None, version: fixed.into() };
+    let cut = Packages::Listed { source: Source::PaketoLabel, packages: vec![package], cut_at: Some(5000) };
+    let c = change().with_fixes(Some(&idx), &before, &one("linux/amd64", cut), &jammy("linux/amd64"));
+    assert!(c.fixes.as_deref().is_some_and(<[_]>::is_empty) && !c.fixes_unknown.is_empty(), "{c:?}");
+    assert_eq!((vex_of(&c), c.fixes_release), (None, None), "nothing claimed: no document");
+
+    // An index fixed on amd64 only.
+    let platforms = ["linux/amd64", "linux/arm64"];
+    let before: BTreeMap<String, Packages> =
+        platforms.iter().map(|p| (p.to_string(), list(&[("libssl3", old)]))).collect();
+    let mut after = before.clone();
+    after.insert("linux/amd64".into(), list(&[("libssl3", fixed)]));
+    let releases: BTreeMap<String, Release> =
+        platforms.iter().map(|p| (p.to_string(), Release(JAMMY.into()))).collect();
+    let c = change().with_fixes(Some(&idx), &before, &after, &releases);
+    assert!(c.fixes.as_deref().is_some_and(<[_]>::is_empty) && !c.fixes_unknown.is_empty(), "{c:?}");
+    assert_eq!(vex_of(&c), None, "nothing claimed: no document");
 }

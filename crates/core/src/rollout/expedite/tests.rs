@@ -5,7 +5,13 @@ fn fix(id: &str, priority: Option<Priority>) -> Fix {
 }
 
 fn verified() -> DataSource {
-    DataSource { url: "https://m.example/…".into(), etag: Some("\"v1\"".into()), sha256: None, unverified: None }
+    DataSource {
+        url: "https://m.example/…".into(),
+        etag: Some("\"v1\"".into()),
+        sha256: None,
+        unverified: None,
+        as_of: None,
+    }
 }
 
 fn ids(e: Expedite) -> Vec<String> {

@@ -250,8 +250,10 @@ impl Target<'_> {
         // Our own earlier layer may be among those carried: never twice.
         let (config, manifest) =
             if attached.contains(&layer) { attached.documents() } else { attached.with_layer(layer) };
-        registry.put_blob(image, blob.into()).await.map_err(|e| self.failed(e))?;
-        registry.put_blob(image, config.into()).await.map_err(|e| self.failed(e))?;
+        // The layer's blob and the config at once: the manifest needs both.
+        let blobs =
+            futures::future::try_join(registry.put_blob(image, blob.into()), registry.put_blob(image, config.into()));
+        blobs.await.map_err(|e| self.failed(e))?;
         let written = registry.put_manifest(image, &tag, &attached.media_type, manifest.into()).await;
         Ok((written.map_err(|e| self.failed(e))?, replaced))
     }

@@ -16,6 +16,7 @@ mod rebase_daemon;
 mod rollout;
 mod runner;
 mod signed;
+mod signed_requests;
 mod signing;
 mod signing_planted;
 mod signing_races;

@@ -213,7 +213,7 @@ impl Registry {
                 endpoint.upload_small(repository, &scope, None, &digest, bytes.clone()).await?;
                 Ok(repository.to_string())
             };
-            let from = match self.shared.written.holder(registry, &digest, here).await {
+            let from = match Box::pin(self.shared.written.holder(registry, &digest, here)).await {
                 Ok(Holder::Uploaded) => return Ok(BlobTransfer::Copied { bytes: bytes.len() as u64 }),
                 Ok(Holder::In(from)) if from != repository => from,
                 // Ours earlier but no longer known to be there, or another repository's upload

@@ -71,14 +71,16 @@ pub async fn write_referrers(
     let known = registry.referrers_api(image.registry());
     let read = || read_listing(registry, image, &subject.digest, &tag);
     let empty = async {
-        registry.put_shared_blob(image, Bytes::from_static(OCI_EMPTY)).await.map_err(failed("upload the empty config"))
+        let empty = Box::pin(registry.put_shared_blob(image, Bytes::from_static(OCI_EMPTY)));
+        empty.await.map_err(failed("upload the empty config"))
     };
     let bundles = futures::future::try_join_all(referrers.iter().map(|referrer| async {
-        registry.put_blob(image, Bytes::from(referrer.bundle.clone())).await.map_err(failed("upload the bundle"))
+        let upload = Box::pin(registry.put_blob(image, Bytes::from(referrer.bundle.clone())));
+        upload.await.map_err(failed("upload the bundle"))
     }));
     let early = async {
         match known {
-            Some(_) => read().await.map(Some),
+            Some(_) => Box::pin(read()).await.map(Some),
             None => Ok(None),
         }
     };

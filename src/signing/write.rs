@@ -168,7 +168,8 @@ async fn sign_all(
     }
     // The three are independent: written together, all before the caller moves any tag.
     let signature = to.append(Attachment::Signature, layer, payload);
-    let bundles = async { Ok(write_referrers(registry, image, subject, &referrers).await?) };
+    // Boxed: the bundles' concurrent uploads make a large future.
+    let bundles = async { Ok(Box::pin(write_referrers(registry, image, subject, &referrers)).await?) };
     let attestation = async {
         let Some(statement) = &statement else { return Ok(None) };
         let (layer, blob) = attestation_layer(&Envelope::statement(signer, statement), SLSA_PROVENANCE_V1);
@@ -253,7 +254,7 @@ impl Target<'_> {
         // The layer's blob and the config at once: the manifest needs both.
         let blobs =
             futures::future::try_join(registry.put_blob(image, blob.into()), registry.put_blob(image, config.into()));
-        blobs.await.map_err(|e| self.failed(e))?;
+        Box::pin(blobs).await.map_err(|e| self.failed(e))?;
         let written = registry.put_manifest(image, &tag, &attached.media_type, manifest.into()).await;
         Ok((written.map_err(|e| self.failed(e))?, replaced))
     }

@@ -41,8 +41,8 @@ fn kind(method: &str, path: &str) -> &'static str {
 /// moves); the `.sig` and `.att` tags read (another signer's layers are kept) and PUT; their layer
 /// and config blobs and the two bundles uploaded (POST and PUT each: six uploads); the two bundle
 /// referrer manifests PUT by digest; the referrers tag index read and PUT; the empty config mounted
-/// from the one app that uploaded it. 31 requests; 32 for that app, and one question about the
-/// referrers API for the whole registry.
+/// from the one app that uploaded it. 31 requests; 32 for that app, and the question whether the
+/// registry serves the referrers API, asked until it is first answered (then kept).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signed_fleet_app_costs_a_counted_number_of_requests() {
     const APPS: usize = 3;
@@ -87,7 +87,8 @@ async fn a_signed_fleet_app_costs_a_counted_number_of_requests() {
         assert_eq!(of_app.len() - count("GET referrers API"), 31 + holder, "{listed:#?}");
     }
     assert_eq!(uploaded_empty, 1, "the empty config is uploaded into one repository, mounted into the others");
-    assert_eq!(probes, 1, "the registry is asked once whether it serves the referrers API");
+    // Asked by the signatures under way before the first answer (the answer is then kept).
+    assert!((1..=APPS).contains(&probes), "whether it serves the referrers API: {probes} questions");
     fleet.assert_all_on(&v2).await;
     fleet.assert_one_rebase_each().await;
 }

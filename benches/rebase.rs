@@ -25,7 +25,9 @@
 //! neither: the defaults a new user has),
 //! `BENCH_RUN_CHANGED` (item 3: the new run image's layers that differ from the old one's, from the
 //! top; default all 8; `1` is the usual update, its top layer alone), `BENCH_SIGN=1` (item 3: the daemon signs and
-//! attests every rebased digest with cosign's encrypted test key, `[signing]`'s defaults),
+//! attests every rebased digest with cosign's encrypted test key, `[signing]`'s defaults; `both`:
+//! the fleet unsigned, then signed, each on fresh registries, and the ratio of their times; each
+//! fleet's requests are also counted by kind, with the registry's answering time),
 //! `BENCH_CLAIMS` (item 4, default `1000,10000`), `BENCH_ONLY=1,2,3,4` picks parts.
 
 #[path = "rebase/claims.rs"]
@@ -343,7 +345,19 @@ async fn run() {
     if selected("3") {
         let n = env_number("BENCH_FLEET", 1000);
         let shared = env_number("BENCH_SHARED_REPO", 0) != 0;
-        report.insert("fleet".into(), fleet_patch(n, shared).await);
+        // `BENCH_SIGN=both`: the same fleet patched unsigned, then signed, each on fresh registries.
+        let sign = std::env::var("BENCH_SIGN").unwrap_or_default();
+        let both = sign.trim() == "both";
+        let signing = !both && env_number("BENCH_SIGN", 0) != 0;
+        let fleet = fleet_patch(n, shared, signing).await;
+        if both {
+            let signed = fleet_patch(n, shared, true).await;
+            let ratio = signed["seconds"].as_f64().unwrap_or(f64::NAN) / fleet["seconds"].as_f64().unwrap_or(f64::NAN);
+            say(format!("fleet: signed / unsigned = {ratio:.2}"));
+            report.insert("fleet_signed".into(), signed);
+            report.insert("signed_over_unsigned".into(), json!(ratio));
+        }
+        report.insert("fleet".into(), fleet);
     }
     if selected("4") {
         let sizes = std::env::var("BENCH_CLAIMS").unwrap_or_else(|_| "1000,10000".into());
@@ -418,11 +432,12 @@ fn render(report: &Value) -> String {
             ms(&many["skopeo_copy"]["median_seconds"])
         );
     }
-    if let Some(fleet) = report.get("fleet") {
+    for fleet in ["fleet", "fleet_signed"].iter().filter_map(|k| report.get(*k)) {
         let t = &fleet["traffic"];
         let _ = writeln!(
             md,
-            "| 3 | fleet patch: {} apps ({}, {} of {RUN_LAYERS} run image layers changed), push of a new run image → last app tag rebased (push hook) | {:.1} s (first app after {:.2} s, 90 % after {:.1} s), {} failed attempts, {} requests ({:.1} per app: {}), {} sent, {} received, CPU per app: registry {} ms, daemon {} ms, daemon peak RSS {} MiB (no layer bytes) |",
+            "| 3 | fleet patch{}: {} apps ({}, {} of {RUN_LAYERS} run image layers changed), push of a new run image → last app tag rebased (push hook) | {:.1} s (first app after {:.2} s, 90 % after {:.1} s), {} failed attempts, {} requests ({:.1} per app: {}), {} sent, {} received, CPU per app: registry {} ms, daemon {} ms, daemon peak RSS {} MiB (no layer bytes) |",
+            if fleet["signing"] == true { ", signed and attested" } else { "" },
             fleet["apps"],
             if fleet["shared_repository"] == true { "tags of one repository" } else { "one repository each" },
             fleet["run_layers_changed"],
@@ -439,6 +454,24 @@ fn render(report: &Value) -> String {
             fleet["cpu_ms_per_app"]["daemon"].as_f64().map_or("?".to_string(), |m| format!("{m:.1}")),
             fleet["peak_rss_kib"].as_u64().map_or("?".to_string(), |k| format!("{:.1}", k as f64 / 1024.0)),
         );
+        let kinds: Vec<String> = t["by_kind"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(kind, v)| {
+                let per_app = v["per_app"].as_f64().unwrap_or(f64::NAN);
+                let ms = v["registry_ms_per_app"].as_f64().unwrap_or(f64::NAN);
+                format!("{kind} {per_app:.2} ({ms:.1} ms)")
+            })
+            .collect();
+        let _ = writeln!(
+            md,
+            "| 3 | the same, requests per app by kind (the registry's answering time per app, summed) | {} |",
+            kinds.join("; ")
+        );
+    }
+    if let Some(ratio) = report.get("signed_over_unsigned").and_then(Value::as_f64) {
+        let _ = writeln!(md, "| 3 | fleet patch signed / unsigned, same run | {ratio:.2}× |");
     }
     for run in report.get("claims").and_then(Value::as_array).into_iter().flatten() {
         let _ = writeln!(
@@ -470,6 +503,52 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
     Some((fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?) / 100.0)
 }
 
+/// What a request of the daemon's was, by its method and path: which manifest (a tag, a digest, a
+/// signature's tag, a referrers tag), which blob request (a read, a check, a mount, an upload's
+/// start and end), or the referrers API.
+fn request_kind(method: &str, path: &str) -> &'static str {
+    let (path, query) = path.split_once('?').unwrap_or((path, ""));
+    let reference = path.rsplit_once("/manifests/").map(|(_, r)| r);
+    match (method, reference) {
+        (_, Some(r)) if r.ends_with(".sig") => match method {
+            "GET" => "GET manifest .sig",
+            "PUT" => "PUT manifest .sig",
+            _ => "other manifest .sig",
+        },
+        (_, Some(r)) if r.ends_with(".att") => match method {
+            "GET" => "GET manifest .att",
+            "PUT" => "PUT manifest .att",
+            _ => "other manifest .att",
+        },
+        (_, Some(r)) if r.starts_with("sha256-") => match method {
+            "GET" => "GET referrers tag index",
+            "PUT" => "PUT referrers tag index",
+            _ => "other referrers tag index",
+        },
+        (_, Some(r)) if r.starts_with("sha256:") => match method {
+            "GET" => "GET manifest by digest",
+            "HEAD" => "HEAD manifest by digest",
+            "PUT" => "PUT manifest by digest",
+            _ => "other manifest by digest",
+        },
+        (_, Some(_)) => match method {
+            "GET" => "GET manifest by tag",
+            "HEAD" => "HEAD manifest by tag",
+            "PUT" => "PUT manifest by tag",
+            _ => "other manifest by tag",
+        },
+        _ if path.contains("/referrers/") => "GET referrers API",
+        ("POST", _) if path.ends_with("/blobs/uploads/") && query.contains("mount=") => "POST blob mount",
+        ("POST", _) if path.ends_with("/blobs/uploads/") && query.contains("digest=") => "POST monolithic upload",
+        ("POST", _) if path.ends_with("/blobs/uploads/") => "POST upload start",
+        ("PUT", _) if path.contains("/blobs/uploads/") => "PUT upload end",
+        ("PATCH", _) if path.contains("/blobs/uploads/") => "PATCH upload",
+        ("GET", _) if path.contains("/blobs/") => "GET blob",
+        ("HEAD", _) if path.contains("/blobs/") => "HEAD blob",
+        _ => "other",
+    }
+}
+
 /// Where app `i` of the fleet lives: its own repository, or a tag of the one shared repository.
 fn fleet_app(i: usize, shared: bool) -> (String, String) {
     if shared { ("fleet/apps".into(), format!("app-{i:04}")) } else { (format!("fleet/app-{i:04}"), "latest".into()) }
@@ -477,7 +556,7 @@ fn fleet_app(i: usize, shared: bool) -> (String, String) {
 
 /// The fleet patch: `n` apps on one run image, the real daemon with `rebase = "registry"` and the
 /// registry's push hook; a new run image is pushed; time until the last app tag is rebased.
-async fn fleet_patch(n: usize, shared: bool) -> Value {
+async fn fleet_patch(n: usize, shared: bool, signing: bool) -> Value {
     let port = free_port();
     let registry = TestRegistry::start_notifying(&format!("http://127.0.0.1:{port}/hooks/distribution"), API_TOKEN);
     // Everything goes through the counting proxy, which keeps the Host header, so the registry's
@@ -542,7 +621,6 @@ async fn fleet_patch(n: usize, shared: bool) -> Value {
             "[[images]]\nname = \"app-{i:04}\"\nbuilder = \"b\"\nimage = \"{host}/{repo}:{tag}\"\npolicy = \"auto\"\n"
         );
     }
-    let signing = env_number("BENCH_SIGN", 0) != 0;
     if signing {
         let key = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/signing/cosign-n32768.key");
         let _ = writeln!(text, "[signing]\nkey = \"{}\"\npassword_env = \"BENCH_SIGNING_PASSWORD\"\n", key.display());
@@ -629,8 +707,14 @@ async fn fleet_patch(n: usize, shared: bool) -> Value {
     // The daemon's traffic: all of it after the push, less the push itself.
     let seen = proxy.seen();
     let (mut by_method, mut sent, mut received) = (std::collections::BTreeMap::<String, usize>::new(), 0u64, 0u64);
+    // By kind: how many per app, and the registry's answering time they took (summed over the
+    // requests, which overlap: a share, not a wall time).
+    let mut by_kind = std::collections::BTreeMap::<&'static str, (usize, Duration)>::new();
     for s in &seen[push_requests..] {
         *by_method.entry(s.method.clone()).or_default() += 1;
+        let kind = by_kind.entry(request_kind(&s.method, &s.path)).or_default();
+        kind.0 += 1;
+        kind.1 += s.took;
         sent += s.sent as u64;
         received += s.received as u64;
     }
@@ -659,6 +743,15 @@ async fn fleet_patch(n: usize, shared: bool) -> Value {
     }
     let requests: usize = by_method.values().sum();
     let per_app = requests as f64 / n.max(1) as f64;
+    let by_kind: serde_json::Map<String, Value> = by_kind
+        .iter()
+        .map(|(kind, (count, took))| {
+            let per = |x: f64| x / n.max(1) as f64;
+            let value = json!({ "requests": count, "per_app": per(*count as f64), "registry_ms_per_app": per(took.as_secs_f64() * 1e3), "mean_ms": took.as_secs_f64() * 1e3 / (*count).max(1) as f64 });
+            (kind.to_string(), value)
+        })
+        .collect();
+    say(format!("fleet requests by kind: {}", serde_json::to_string(&by_kind).unwrap_or_default()));
     let (failed, again) = (failed.get(), again.get());
     say(format!(
         "fleet{}{}, {changed} of {RUN_LAYERS} run image layers changed: {rebased}/{n} rebased {seconds:.1} s after the push (first after {:.2} s, 90 % after {:.1} s); {failed} failed attempts, {again} manifest PUTs tried again within an attempt; {requests} requests ({per_app:.1} per app, {by_method:?}), {sent} B sent, {received} B received; CPU per app: registry {} ms, daemon {} ms; peak RSS {} KiB",
@@ -677,7 +770,7 @@ async fn fleet_patch(n: usize, shared: bool) -> Value {
         "first_seconds": first.map(|f| f.as_secs_f64()),
         "p90_seconds": p90.map(|f| f.as_secs_f64()),
         "failed_attempts": failed, "tried_again_within_attempts": again,
-        "traffic": { "requests": requests, "requests_per_app": per_app, "by_method": by_method, "bytes_sent": sent, "bytes_received": received },
+        "traffic": { "requests": requests, "requests_per_app": per_app, "by_method": by_method, "by_kind": by_kind, "bytes_sent": sent, "bytes_received": received },
         "peak_rss_kib": peak_rss_kib,
         "cpu_ms_per_app": { "registry": registry_cpu_ms, "daemon": daemon_cpu_ms },
         "concurrency": if defaults { None } else { Some(CONCURRENCY) },

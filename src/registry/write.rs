@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 
 use builder_monitor_core::reference::{ImageRef, is_sha256_digest};
 
+use super::written::Holder;
 use super::{Call, Endpoint, Fetch, Lane, Payload, Registry, RegistryError, header_str, pull_scope, sha256_digest};
 
 /// How a blob came to be in the target repository.
@@ -189,13 +190,51 @@ impl Registry {
         let repository = image.repository();
         let upload = async {
             let scope = push_scope(repository);
-            let session = endpoint.start_upload(repository, &scope).await?;
-            let length = bytes.len() as u64;
-            let payload = Payload::Bytes { bytes, content_type: "application/octet-stream".to_string() };
-            endpoint.finish_upload(repository, &scope, session, &digest, payload).await?;
-            Ok(BlobTransfer::Copied { bytes: length })
+            endpoint.upload_small(repository, &scope, None, &digest, bytes).await
         };
         let made = self.shared.written.once(image.registry(), repository, &digest, upload).await?;
+        Ok(made.unwrap_or(BlobTransfer::Present))
+    }
+
+    /// [`Registry::put_blob`] for a small blob many repositories take alike (the OCI empty config
+    /// of every bundle referrer): uploaded into one repository of the registry, mounted from there
+    /// into the others (one request instead of two). While the first upload is under way, the
+    /// others wait for it. A mount the registry refuses falls back to an upload (into the session
+    /// it opened, if it did), and the next repository uploads again.
+    pub async fn put_shared_blob(&self, image: &ImageRef, bytes: Bytes) -> Result<BlobTransfer, RegistryError> {
+        let endpoint = self.endpoint(image)?;
+        let digest = sha256_digest(&bytes);
+        let (registry, repository) = (image.registry(), image.repository());
+        let write = async {
+            let scope = push_scope(repository);
+            let tried = std::sync::atomic::AtomicBool::new(false);
+            let here = async {
+                tried.store(true, std::sync::atomic::Ordering::Relaxed);
+                endpoint.upload_small(repository, &scope, None, &digest, bytes.clone()).await?;
+                Ok(repository.to_string())
+            };
+            let from = match Box::pin(self.shared.written.holder(registry, &digest, here)).await {
+                Ok(Holder::Uploaded) => return Ok(BlobTransfer::Copied { bytes: bytes.len() as u64 }),
+                Ok(Holder::In(from)) if from != repository => from,
+                // Ours earlier but no longer known to be there, or another repository's upload
+                // failed (it may not be ours to fail): uploaded here.
+                Ok(Holder::In(_)) => return endpoint.upload_small(repository, &scope, None, &digest, bytes).await,
+                Err(err) if tried.load(std::sync::atomic::Ordering::Relaxed) => return Err(err),
+                Err(_) => return endpoint.upload_small(repository, &scope, None, &digest, bytes).await,
+            };
+            let session = match endpoint.mount(repository, &scope, &from, &digest).await {
+                Ok(Mount::Mounted) => return Ok(BlobTransfer::Mounted),
+                Ok(Mount::Refused(session)) => session,
+                Err(RegistryError::Unauthorized { detail, .. }) => {
+                    tracing::debug!(registry = %endpoint.settings.host, %detail, "mount denied, uploading instead");
+                    None
+                }
+                Err(e) => return Err(e),
+            };
+            self.shared.written.forget_holder(registry, &digest).await;
+            endpoint.upload_small(repository, &scope, session, &digest, bytes).await
+        };
+        let made = self.shared.written.once(registry, repository, &digest, write).await?;
         Ok(made.unwrap_or(BlobTransfer::Present))
     }
 
@@ -296,6 +335,26 @@ impl Lane {
             }
             _ => Err(self.refused(&format!("mount of {digest} from {from}"), response).await),
         }
+    }
+
+    /// Uploads `bytes` (hashing to `digest`) whole: into `session` when one is open, else into a
+    /// new one (`POST`), completed by one `PUT`.
+    async fn upload_small(
+        &self,
+        repository: &str,
+        scope: &str,
+        session: Option<Url>,
+        digest: &str,
+        bytes: Bytes,
+    ) -> Result<BlobTransfer, RegistryError> {
+        let session = match session {
+            Some(url) => url,
+            None => self.start_upload(repository, scope).await?,
+        };
+        let length = bytes.len() as u64;
+        let payload = Payload::Bytes { bytes, content_type: "application/octet-stream".to_string() };
+        self.finish_upload(repository, scope, session, digest, payload).await?;
+        Ok(BlobTransfer::Copied { bytes: length })
     }
 
     /// `POST …/blobs/uploads/`: the URL of a new upload session.

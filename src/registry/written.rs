@@ -1,6 +1,8 @@
 //! One writer per blob and repository: what this process has put into which repository (layers
 //! mounted or copied, configs uploaded, manifests PUT by digest), so a fleet in one repository
-//! writes each once.
+//! writes each once; and, for the few blobs every repository takes alike (the OCI empty config of
+//! every signature bundle referrer), one repository of each registry that holds it as uploaded
+//! here, so the other repositories mount it instead of uploading it again.
 //!
 //! Distribution rewrites a repository's link file for a blob on every mount or upload of it, and a
 //! manifest PUT that reads the link while it is rewritten fails (`400 DIGEST_INVALID`). So within
@@ -23,12 +25,29 @@ const IDLE: Duration = Duration::from_secs(10 * 60);
 /// The contents this process wrote into repositories, by registry, repository and digest.
 pub(super) struct Written {
     known: moka::future::Cache<String, ()>,
+    /// For shared blobs, by registry and digest: a repository this process uploaded it to.
+    holders: moka::future::Cache<String, String>,
 }
+
+/// Shared blobs whose holder is remembered: a handful in practice.
+const MAX_HOLDERS: u64 = 256;
 
 impl Default for Written {
     fn default() -> Self {
-        Written { known: moka::future::Cache::builder().max_capacity(MAX_ENTRIES).time_to_idle(IDLE).build() }
+        Written {
+            known: moka::future::Cache::builder().max_capacity(MAX_ENTRIES).time_to_idle(IDLE).build(),
+            holders: moka::future::Cache::builder().max_capacity(MAX_HOLDERS).time_to_idle(IDLE).build(),
+        }
     }
+}
+
+/// Where a shared blob is, as [`Written::holder`] answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Holder {
+    /// This call uploaded it (into its own repository).
+    Uploaded,
+    /// Another call did, earlier or meanwhile: into this repository.
+    In(String),
 }
 
 fn key(registry: &str, repository: &str, digest: &str) -> String {
@@ -59,6 +78,31 @@ impl Written {
         };
         self.known.try_get_with(key, init).await.map_err(|e| (*e).clone())?;
         Ok(made.into_inner().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// A repository of `registry` that holds the shared blob `digest`: `upload` (into the caller's
+    /// own repository, answering its name) runs unless one is known, or another task's upload is
+    /// under way (then this waits for its answer). A failed upload is not remembered.
+    pub(super) async fn holder(
+        &self,
+        registry: &str,
+        digest: &str,
+        upload: impl Future<Output = Result<String, RegistryError>>,
+    ) -> Result<Holder, RegistryError> {
+        let made = std::sync::atomic::AtomicBool::new(false);
+        let init = async {
+            let repository = upload.await?;
+            made.store(true, std::sync::atomic::Ordering::Relaxed);
+            Ok::<_, RegistryError>(repository)
+        };
+        let repository =
+            self.holders.try_get_with(format!("{registry}@{digest}"), init).await.map_err(|e| (*e).clone())?;
+        Ok(if made.into_inner() { Holder::Uploaded } else { Holder::In(repository) })
+    }
+
+    /// The holder of a shared blob could not give it (a mount refused): the next write uploads it.
+    pub(super) async fn forget_holder(&self, registry: &str, digest: &str) {
+        self.holders.invalidate(&format!("{registry}@{digest}")).await;
     }
 
     /// Whether the content is known to be in the repository.
@@ -129,6 +173,41 @@ mod tests {
         assert_eq!(written.once("r", "apps", "sha256:1", async { Ok(1) }).await.unwrap(), Some(1));
         written.forget("r", "apps", "sha256:1").await;
         assert_eq!(written.once("r", "apps", "sha256:1", async { Ok(2) }).await.unwrap(), Some(2));
+    }
+
+    #[tokio::test]
+    async fn a_shared_blob_is_uploaded_once_per_registry_and_found_there_after() {
+        let written = Written::default();
+        let uploads = AtomicUsize::new(0);
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let first = written.holder("r", "sha256:e", async {
+            uploads.fetch_add(1, Ordering::SeqCst);
+            released.await.unwrap();
+            Ok("apps/a".to_string())
+        });
+        let second = written.holder("r", "sha256:e", async {
+            uploads.fetch_add(1, Ordering::SeqCst);
+            Ok("apps/b".to_string())
+        });
+        let releaser = async {
+            tokio::task::yield_now().await;
+            release.send(()).unwrap();
+        };
+        let (a, b, ()) = tokio::join!(first, second, releaser);
+        assert_eq!(uploads.load(Ordering::SeqCst), 1, "one upload while another waits for it");
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert!(
+            (a == Holder::Uploaded && b == Holder::In("apps/a".into()))
+                || (b == Holder::Uploaded && a == Holder::In("apps/b".into())),
+            "{a:?} {b:?}"
+        );
+        let other = written.holder("q", "sha256:e", async { Ok("apps/c".to_string()) }).await.unwrap();
+        assert_eq!(other, Holder::Uploaded, "per registry");
+        let err = written.holder("r", "sha256:f", async { Err(failure()) }).await.unwrap_err();
+        assert_eq!(err.to_string(), failure().to_string());
+        written.forget_holder("r", "sha256:e").await;
+        let again = written.holder("r", "sha256:e", async { Ok("apps/d".to_string()) }).await.unwrap();
+        assert_eq!(again, Holder::Uploaded, "forgotten: uploaded again");
     }
 
     #[tokio::test]

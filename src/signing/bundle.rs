@@ -3,7 +3,9 @@
 //! verifiers find and verify them: the empty config and the bundle blobs, the referrer manifests
 //! by digest, then the listing: a registry with the referrers
 //! API lists it itself; on one without, it is added to the referrers tag schema's index
-//! (`sha256-<hex>`), once, keeping every other referrer there, read within bounds.
+//! (`sha256-<hex>`), once, keeping every other referrer there, read within bounds. The empty
+//! config is uploaded into one repository of a registry and mounted into the others; the blobs go
+//! up together, and the index is read while they do.
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
@@ -63,25 +65,39 @@ pub async fn write_referrers(
         let (digest, repository) = (subject.digest.clone(), image.repository().to_string());
         move |source| BundleError::Registry { digest, repository, step, source }
     };
-    registry.put_blob(image, Bytes::from_static(OCI_EMPTY)).await.map_err(failed("upload the empty config"))?;
-    let uploads = referrers.iter().map(|referrer| async {
-        registry.put_blob(image, Bytes::from(referrer.bundle.clone())).await.map_err(failed("upload the bundle"))?;
+    // The listing is read alongside the uploads once the registry's answer about the referrers
+    // API is known (asked once per registry); the first time, after the manifests, as the
+    // go-containerregistry registry knows a new repository only once something is in it.
+    let known = registry.referrers_api(image.registry());
+    let read = || read_listing(registry, image, &subject.digest, &tag);
+    let empty = async {
+        let empty = Box::pin(registry.put_shared_blob(image, Bytes::from_static(OCI_EMPTY)));
+        empty.await.map_err(failed("upload the empty config"))
+    };
+    let bundles = futures::future::try_join_all(referrers.iter().map(|referrer| async {
+        let upload = Box::pin(registry.put_blob(image, Bytes::from(referrer.bundle.clone())));
+        upload.await.map_err(failed("upload the bundle"))
+    }));
+    let early = async {
+        match known {
+            Some(_) => Box::pin(read()).await.map(Some),
+            None => Ok(None),
+        }
+    };
+    let (_, _, early) = futures::try_join!(empty, bundles, early)?;
+    let manifests = referrers.iter().map(|referrer| async {
         registry
             .put_manifest(image, referrer.digest(), OCI_MANIFEST, Bytes::from(referrer.manifest.clone()))
             .await
             .map_err(failed("PUT the referrer manifest"))
     });
-    futures::future::try_join_all(uploads).await?;
-
-    if registry.has_referrers_api(image, &subject.digest).await.map_err(failed("ask for the referrers API"))? {
-        // The registry lists a manifest with a subject itself, when it is PUT.
-        return Ok(());
-    }
-    let current = match registry.get_manifest_within(image, &tag, MAX_REFERRERS_INDEX_BYTES).await {
-        Ok(index) => Some(index.bytes),
-        Err(RegistryError::NotFound { .. }) => None,
-        Err(e) => return Err(failed("read the referrers tag index")(e)),
+    futures::future::try_join_all(manifests).await?;
+    let listing = match early {
+        Some(listing) => listing,
+        None => read().await?,
     };
+    // On a registry with the referrers API, it lists a manifest with a subject itself, when PUT.
+    let Listing::Tag(current) = listing else { return Ok(()) };
     let descriptors: Vec<Descriptor> = referrers.iter().map(|r| r.descriptor.clone()).collect();
     let updated = add_referrers(current.as_deref(), &descriptors).map_err(|source| BundleError::Index {
         digest: subject.digest.clone(),
@@ -96,4 +112,29 @@ pub async fn write_referrers(
             .map_err(failed("PUT the referrers tag index"))?;
     }
     Ok(())
+}
+
+/// Where a subject's referrers are listed.
+enum Listing {
+    /// By the registry's referrers API.
+    Api,
+    /// In the referrers tag schema's index: as read (none yet when `None`).
+    Tag(Option<bytes::Bytes>),
+}
+
+/// Whether `image`'s registry lists referrers itself, and if not, the referrers tag index `tag` of
+/// `subject` as it is now.
+async fn read_listing(registry: &Registry, image: &ImageRef, subject: &str, tag: &str) -> Result<Listing, BundleError> {
+    let failed = |step: &'static str| {
+        let (digest, repository) = (subject.to_string(), image.repository().to_string());
+        move |source| BundleError::Registry { digest, repository, step, source }
+    };
+    if registry.has_referrers_api(image, subject).await.map_err(failed("ask for the referrers API"))? {
+        return Ok(Listing::Api);
+    }
+    match registry.get_manifest_within(image, tag, MAX_REFERRERS_INDEX_BYTES).await {
+        Ok(index) => Ok(Listing::Tag(Some(index.bytes))),
+        Err(RegistryError::NotFound { .. }) => Ok(Listing::Tag(None)),
+        Err(e) => Err(failed("read the referrers tag index")(e)),
+    }
 }

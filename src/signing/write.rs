@@ -190,7 +190,8 @@ async fn sign_all(
     }
     // The three are independent: written together, all before the caller moves any tag.
     let signature = to.append(Attachment::Signature, layer, payload);
-    let bundles = async { Ok(write_referrers(registry, image, subject, &referrers).await?) };
+    // Boxed: the bundles' concurrent uploads make a large future.
+    let bundles = async { Ok(Box::pin(write_referrers(registry, image, subject, &referrers)).await?) };
     let attestation = async {
         let Some(statement) = &statement else { return Ok(None) };
         let (layer, blob) = attestation_layer(&Envelope::statement(signer, statement), SLSA_PROVENANCE_V1);
@@ -278,8 +279,10 @@ impl Target<'_> {
         // Our own earlier layer may be among those carried: never twice.
         let (config, manifest) =
             if attached.contains(&layer) { attached.documents() } else { attached.with_layer(layer) };
-        registry.put_blob(image, blob.into()).await.map_err(|e| self.failed(e))?;
-        registry.put_blob(image, config.into()).await.map_err(|e| self.failed(e))?;
+        // The layer's blob and the config at once: the manifest needs both.
+        let blobs =
+            futures::future::try_join(registry.put_blob(image, blob.into()), registry.put_blob(image, config.into()));
+        Box::pin(blobs).await.map_err(|e| self.failed(e))?;
         let written = registry.put_manifest(image, &tag, &attached.media_type, manifest.into()).await;
         Ok((written.map_err(|e| self.failed(e))?, replaced))
     }

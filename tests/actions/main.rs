@@ -18,6 +18,7 @@ mod referrers_orphans;
 mod rollout;
 mod runner;
 mod signed;
+mod signed_requests;
 mod signing;
 mod signing_planted;
 mod signing_races;

@@ -373,6 +373,8 @@ pub(crate) struct Fleet {
     apps: usize,
     /// The app every tag holds at first, on run image v1.
     pub(crate) app: App,
+    /// The signing key's password, when the fleet signs.
+    env: Vec<(&'static str, &'static str)>,
 }
 
 impl Fleet {
@@ -382,6 +384,21 @@ impl Fleet {
 
     /// [`Fleet::new`] with `runner` (more `[runner]` settings) instead of `max_concurrent = 16`.
     pub(crate) async fn with_runner(apps: usize, runner: &str) -> Self {
+        Self::configured(apps, runner, "").await
+    }
+
+    /// [`Fleet::new`] signing and attesting what it rebases, `[signing]`'s defaults.
+    pub(crate) async fn signed(apps: usize) -> Self {
+        let signing = format!(
+            "[signing]\nkey = \"{}\"\npassword_env = \"{}\"\n",
+            crate::signing::fixture(crate::signing::KEY),
+            crate::signing::PASSWORD_ENV
+        );
+        Self::configured(apps, "max_concurrent = 16\n", &signing).await
+    }
+
+    /// With `runner` (more `[runner]` settings) and `more` (tables after the images).
+    async fn configured(apps: usize, runner: &str, more: &str) -> Self {
         let registry = TestRegistry::start_relative(support::registry::Auth::Anonymous);
         let proxy = support::proxy::Proxy::start(&registry.host).await;
         let host = proxy.host.clone();
@@ -404,20 +421,24 @@ impl Fleet {
                 "[[images]]\nname = \"web-{i}\"\nbuilder = \"jammy\"\nimage = \"{host}/apps/web-{i}:latest\"\npolicy = \"auto\"\n\n"
             ));
         }
+        text.push_str(more);
         let config = ws.config(&text);
-        let fleet = Fleet { _registry: registry, proxy, host, pusher, ws, config, apps, app };
+        let env =
+            if more.is_empty() { Vec::new() } else { vec![(crate::signing::PASSWORD_ENV, crate::signing::PASSWORD)] };
+        let fleet = Fleet { _registry: registry, proxy, host, pusher, ws, config, apps, app, env };
         let first = fleet.run_once();
         assert_eq!(first.code, Some(0), "{}", first.stderr);
         fleet
     }
 
     pub(crate) fn run_once(&self) -> Output {
-        self.ws.run(&["run", "--once", "--config", self.config.to_str().unwrap()])
+        let args = ["run", "--once", "--config", self.config.to_str().unwrap()];
+        support::daemon::run_with_env(&args, &self.env, self.ws.dir.path())
     }
 
     /// The daemon on this fleet's config.
     pub(crate) fn daemon(&self) -> Daemon {
-        Daemon::start(&self.config)
+        Daemon::start_with_env(&self.config, &self.env)
     }
 
     pub(crate) fn ledger(&self) -> Ledger {

@@ -24,6 +24,8 @@ pub struct Seen {
     /// Body bytes of the request and of the answer (0 for what the proxy answered itself).
     pub sent: usize,
     pub received: usize,
+    /// How long the registry took to answer (0 for what the proxy answered itself).
+    pub took: std::time::Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -227,7 +229,7 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     let method = request.method().to_string();
     let path = request.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
     let authorization = request.headers().contains_key("authorization");
-    let record_bytes = |status: u16, injected: bool, at: Instant, sent: usize, received: usize| {
+    let record_timed = |status: u16, injected: bool, at: Instant, sent: usize, received: usize, took| {
         shared.seen.lock().unwrap().push(Seen {
             method: method.clone(),
             path: path.clone(),
@@ -237,9 +239,12 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
             authorization,
             sent,
             received,
+            took,
         });
     };
-    let record = |status: u16, injected: bool| record_bytes(status, injected, Instant::now(), 0, 0);
+    let record = |status: u16, injected: bool| {
+        record_timed(status, injected, Instant::now(), 0, 0, std::time::Duration::ZERO);
+    };
     if shared.hang.load(Ordering::SeqCst) {
         record(0, true);
         shared.closed.cancelled().await;
@@ -324,6 +329,7 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     }
     let body = axum::body::to_bytes(request.into_body(), 64 << 20).await.unwrap_or_default();
     let sent = body.len();
+    let forwarded = Instant::now();
     let upstream = match forward.body(body).send().await {
         Ok(r) => r,
         Err(e) => {
@@ -337,7 +343,8 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     let answered = Instant::now();
     let headers = upstream.headers().clone();
     let bytes = upstream.bytes().await.unwrap_or_default();
-    record_bytes(status.as_u16(), false, answered, sent, bytes.len());
+    let took = answered - forwarded;
+    record_timed(status.as_u16(), false, answered, sent, bytes.len(), took);
     if let Some(then) = after {
         then().await;
     }

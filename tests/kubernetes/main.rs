@@ -9,7 +9,8 @@
 //! (`cluster_builders`), under the RBAC the Helm chart renders (`chart_rbac`), the ConfigMap
 //! ledger's racing writers and read-back (`real_ledger`), a leader's Lease taken by a
 //! conflicting write (`lease_conflict`), a killed leader's fleet of rebases taken over exactly once
-//! (`leader_failover`), a right taken from the running daemon and given back (`revoked_right`); on
+//! (`leader_failover`), rights taken from the running daemon and given back — a deploy's, a build Job's (`revoked_right`), and
+//! those of its own state: the ledger's ConfigMaps, the Lease, ClusterBuilder status (`revoked_state`); on
 //! a second control plane without the watch cache for ConfigMaps, the
 //! runner's watch across a broken-off watch and a 410 Gone (`resumed_watches`).
 //!
@@ -42,5 +43,6 @@ mod real_workloads;
 mod real_world;
 mod resumed_watches;
 mod revoked_right;
+mod revoked_state;
 mod terminating_namespace;
 mod write_ahead;

@@ -621,6 +621,7 @@ mod tests {
             gitops: vec![],
             registries: vec![],
             vulnerability_download: None,
+            missing_rights: Vec::new(),
         };
         assert_eq!(
             serde_json::to_string(&status).unwrap(),

@@ -24,7 +24,7 @@ pub const TOKEN_ENV: &str = "BM_REVOKED_TEST_TOKEN";
 pub const TOKEN: &str = "revoked-right-test-token";
 const STATE_DIR_ENV: &str = "BUILDER_MONITOR_STATE_DIR";
 const REFUSED: &str = "the cluster refused a right the daemon needs";
-const GRANTED: &str = "the right is granted again: what waited for it resumes";
+pub const GRANTED: &str = "the right is granted again: what waited for it resumes";
 
 pub async fn readyz(addr: &str) -> Value {
     support::http().get(format!("http://{addr}/readyz")).send().await.unwrap().json().await.unwrap()
@@ -215,9 +215,14 @@ impl Bound {
         assert!(text.contains(&format!("missing right: {listed}")), "{text}");
     }
 
+    /// Gives the printed rules back.
+    pub async fn give_back(&self) {
+        apply(&self.client, &self.printed).await;
+    }
+
     /// Gives the printed rules back and waits until the daemon says `right` is granted again.
     pub async fn restore(&self, daemon: &mut Daemon, right: Right<'_>) {
-        apply(&self.client, &self.printed).await;
+        self.give_back().await;
         let shown = right.shown();
         daemon.wait_for("the right back", |l| l["right"] == shown.as_str() && l["message"] == GRANTED);
     }

@@ -11,7 +11,7 @@ use crate::support;
 use serde_json::Value;
 
 use crate::exact_rbac::World;
-use crate::revoked_right::{Bound, Right, TOKEN_ENV, cleared, one_line_for, readyz};
+use crate::revoked_right::{Bound, GRANTED, Right, TOKEN_ENV, cleared, one_line_for, readyz};
 use support::cnb::BuilderSpec;
 use support::images::{Format, Pusher};
 
@@ -84,8 +84,16 @@ async fn a_leader_refused_its_lease_stands_down_and_leads_again_when_it_is_resto
     assert_eq!(lost["why"], "not renewed for 4s", "{lost}");
     assert_eq!(readyz(&addr).await["leader"], false);
 
-    bound.restore(&mut daemon, right).await;
-    daemon.wait_for("leadership again", |l| l["message"] == "became leader");
+    // Given back, the right is seen again by its recheck and by the next campaign, in either order.
+    bound.give_back().await;
+    let shown = right.shown();
+    let seen = std::cell::RefCell::new((false, false));
+    daemon.wait_for("the right back and leadership again", |l| {
+        let mut seen = seen.borrow_mut();
+        seen.0 |= l["message"] == GRANTED && l["right"] == shown.as_str();
+        seen.1 |= l["message"] == "became leader";
+        seen.0 && seen.1
+    });
     // And it acts again: a move checked now is pinned.
     let moved = move_builder(&w, "run:2").await;
     bound.check_now(&addr, "jammy").await;

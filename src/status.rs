@@ -636,7 +636,7 @@ mod tests {
                 r#""deliveries":[{"event":"e1","type":"builder.changed","alert":"hook","attempts":2,"#,
                 r#""next_attempt":"2026-11-30T12:20:00.125Z","last_status":"HTTP 503"}],"#,
                 r#""dead_letters":[{"event":"e0","type":"check.failed","alert":"pager","attempts":5,"#,
-                r#""last_status":null,"time":"2026-11-30T11:00:00.000Z"}],"deploys":[],"gitops":[],"registries":[]}"#
+                r#""last_status":null,"time":"2026-11-30T11:00:00.000Z"}],"deploys":[],"gitops":[],"registries":[],"missing_rights":[]}"#
             )
         );
         let text = render_text(&status);

@@ -7,7 +7,7 @@
 //! `check --online` under what `builder-monitor rbac` prints, and less (`exact_rbac`,
 //! `online_access`), and the ClusterBuilders the daemon publishes under the CRD it prints
 //! (`cluster_builders`), under the RBAC the Helm chart renders (`chart_rbac`), the ConfigMap
-//! ledger's racing writers and read-back (`real_ledger`), a leader's Lease taken by a
+//! ledger's racing writers and read-back (`real_ledger`) and its fence by leadership (`ledger_fence`, on the double), a leader's Lease taken by a
 //! conflicting write (`lease_conflict`), a killed leader's fleet of rebases taken over exactly once
 //! (`leader_failover`), rights taken from the running daemon and given back — a deploy's, a build Job's (`revoked_right`), and
 //! those of its own state: the ledger's ConfigMaps, the Lease, ClusterBuilder status (`revoked_state`); on
@@ -32,6 +32,7 @@ mod leader_failover;
 mod lease_conflict;
 mod ledger;
 mod ledger_concurrency;
+mod ledger_fence;
 mod online_access;
 mod pools;
 mod real_deploy;

@@ -328,6 +328,10 @@ pub async fn run(config: Arc<Config>, once: bool, shutdown: CancellationToken) -
     }
 
     let (leading_tx, mut leading) = tokio::sync::watch::channel(!election);
+    // From here on the ledger writes only while this replica leads, and waits for a right the
+    // cluster refuses; `status` reads the rights missing from the state directory.
+    ledger.serve_daemon(election.then(|| leading.clone()));
+    crate::rights::report_to(&config.work_dir());
     let resign = CancellationToken::new();
     let mut no_election = None;
     let elector = match (&parts.client, election) {

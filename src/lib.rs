@@ -28,6 +28,7 @@ pub mod page;
 pub mod reaction;
 pub mod rebase;
 pub mod registry;
+pub mod rights;
 pub mod rollback;
 pub mod rollout;
 pub mod runner;

@@ -337,6 +337,7 @@ mod tests {
             gitops: Vec::new(),
             registries: Vec::new(),
             vulnerability_download: None,
+            missing_rights: Vec::new(),
         }
     }
 

@@ -59,6 +59,9 @@ pub struct Status {
     /// whether it is the first): a stalled first download leaves moves matched without data.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vulnerability_download: Option<crate::vulns::Downloading>,
+    /// The rights the running daemon lacks (the cluster refused them, RBAC confirms it), each
+    /// with what waits for it, as `/readyz` names them: empty when none, or no daemon runs.
+    pub missing_rights: Vec<String>,
 }
 
 /// A recent action with the state every view shows it in ([`crate::ledger::shown_state`]); the
@@ -309,6 +312,7 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
             Some(crate::config::OsvSource::Url(_)) => crate::vulns::downloading(&config.work_dir().join("osv")),
             _ => None,
         },
+        missing_rights: crate::rights::reported(&config.work_dir()),
     })
 }
 
@@ -617,6 +621,7 @@ mod tests {
             gitops: vec![],
             registries: vec![],
             vulnerability_download: None,
+            missing_rights: Vec::new(),
         };
         assert_eq!(
             serde_json::to_string(&status).unwrap(),
@@ -631,7 +636,7 @@ mod tests {
                 r#""deliveries":[{"event":"e1","type":"builder.changed","alert":"hook","attempts":2,"#,
                 r#""next_attempt":"2026-11-30T12:20:00.125Z","last_status":"HTTP 503"}],"#,
                 r#""dead_letters":[{"event":"e0","type":"check.failed","alert":"pager","attempts":5,"#,
-                r#""last_status":null,"time":"2026-11-30T11:00:00.000Z"}],"deploys":[],"gitops":[],"registries":[]}"#
+                r#""last_status":null,"time":"2026-11-30T11:00:00.000Z"}],"deploys":[],"gitops":[],"registries":[],"missing_rights":[]}"#
             )
         );
         let text = render_text(&status);

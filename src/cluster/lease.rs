@@ -4,6 +4,14 @@
 //! Expiry is judged by when *this* replica last saw the lease change (its resourceVersion), never by
 //! comparing another node's `renewTime` with our clock, so clock skew between nodes cannot shorten a
 //! lease. Every write carries the resourceVersion it read, so two candidates can never both win.
+//!
+//! A write answered 409 (someone wrote the Lease since it was read) is followed by a read: when
+//! that shows another holder, the lease is lost then and there — a leader steps down at once
+//! (`leading` turns false, which fences the ledger's and the runner's writes), not after another
+//! retry period. A read or write the cluster refuses for a right RBAC does not grant is listed as
+//! missing (`rights::noted`: `/readyz`, `status`, one log line) and tried again every
+//! retry period: a leader that cannot renew steps down after the renew deadline, as it must, and
+//! leads again once the right is back.
 
 use std::time::Duration;
 
@@ -47,6 +55,7 @@ pub fn may_take(observed: &Observed, me: &str, unchanged_for: Duration) -> bool 
 
 pub struct LeaseElector {
     api: Api<Lease>,
+    client: kube::Client,
     name: String,
     identity: String,
     lease_duration: Duration,
@@ -59,7 +68,8 @@ pub struct LeaseElector {
 impl LeaseElector {
     pub fn new(client: kube::Client, settings: &KubernetesSettings) -> Self {
         LeaseElector {
-            api: Api::namespaced(client, &settings.namespace),
+            api: Api::namespaced(client.clone(), &settings.namespace),
+            client,
             name: settings.lease_name.clone(),
             identity: settings.identity.clone(),
             lease_duration: settings.lease_duration,
@@ -123,7 +133,7 @@ impl LeaseElector {
                     self.observe(&created);
                     Ok(Attempt::Held)
                 }
-                Err(kube::Error::Api(e)) if e.code == 409 => Ok(Attempt::Conflict),
+                Err(kube::Error::Api(e)) if e.code == 409 => self.after_conflict().await,
                 Err(e) => Err(e),
             };
         };
@@ -137,8 +147,26 @@ impl LeaseElector {
                 self.observe(&replaced);
                 Ok(Attempt::Held)
             }
-            Err(kube::Error::Api(e)) if e.code == 409 => Ok(Attempt::Conflict),
+            Err(kube::Error::Api(e)) if e.code == 409 => self.after_conflict().await,
             Err(e) => Err(e),
+        }
+    }
+
+    /// After a write answered 409: the lease read again; another holder there means it is lost
+    /// now (whether that holder may have taken it is theirs to have judged).
+    async fn after_conflict(&mut self) -> Result<Attempt, kube::Error> {
+        let Some(lease) = self.api.get_opt(&self.name).await? else { return Ok(Attempt::Conflict) };
+        let (observed, _) = self.observe(&lease);
+        match observed.holder {
+            Some(holder) if holder != self.identity => Ok(Attempt::HeldBy(holder)),
+            _ => Ok(Attempt::Conflict),
+        }
+    }
+
+    /// An error of an attempt, logged unless it is a right refused, which is listed instead.
+    async fn failed(&self, error: &kube::Error, what: &str) {
+        if !crate::rights::noted(&self.client, error, "the leader Lease").await {
+            tracing::warn!(lease = %self.name, error = %error, "{what}");
         }
     }
 
@@ -171,7 +199,7 @@ impl LeaseElector {
                         }
                     }
                     Ok(Attempt::Conflict) => {}
-                    Err(err) => tracing::warn!(lease = %self.name, error = %err, "cannot read or take the lease"),
+                    Err(err) => self.failed(&err, "cannot read or take the lease").await,
                 }
                 if !pause(&resign, self.retry_period).await {
                     return;
@@ -197,7 +225,7 @@ impl LeaseElector {
                     Ok(Ok(Attempt::Held)) => renewed = Instant::now(),
                     Ok(Ok(Attempt::HeldBy(holder))) => break format!("the lease is held by {holder}"),
                     Ok(Ok(Attempt::Conflict)) => {}
-                    Ok(Err(err)) => tracing::warn!(lease = %self.name, error = %err, "cannot renew the lease"),
+                    Ok(Err(err)) => self.failed(&err, "cannot renew the lease").await,
                     Err(_) => {}
                 }
                 if renewed.elapsed() >= self.renew_deadline {

@@ -6,7 +6,6 @@ pub mod expect;
 pub mod lease;
 pub mod publish;
 pub mod requests;
-pub mod rights;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -90,6 +89,19 @@ impl From<kube::Error> for WriteError {
                 WriteError::CrdOutOfDate(status.message.clone())
             }
             _ => WriteError::Api(error),
+        }
+    }
+}
+
+impl ClusterError {
+    /// The server's answer this error carries, if it is one.
+    pub fn answer(&self) -> Option<&kube::Error> {
+        match self {
+            ClusterError::Api(e)
+            | ClusterError::Apply { error: WriteError::Api(e), .. }
+            | ClusterError::WriteStatus { error: WriteError::Api(e), .. } => Some(e),
+            ClusterError::Ledger(LedgerError::Kubernetes(e)) => Some(e),
+            _ => None,
         }
     }
 }

@@ -196,6 +196,7 @@ fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Conditio
 }
 
 pub struct Publisher {
+    client: kube::Client,
     api: Api<ClusterBuilder>,
     events: Api<KubeEvent>,
     config: Arc<Config>,
@@ -209,6 +210,7 @@ pub struct Publisher {
 impl Publisher {
     pub fn new(client: kube::Client, config: Arc<Config>, ledger: Ledger, metrics: Arc<Metrics>) -> Self {
         Publisher {
+            client: client.clone(),
             api: Api::all(client.clone()),
             events: Api::namespaced(client, EVENTS_NAMESPACE),
             identity: config.kubernetes.identity.clone(),
@@ -216,6 +218,21 @@ impl Publisher {
             ledger,
             metrics,
             recorded: Default::default(),
+        }
+    }
+
+    /// Logs a failed publication to be retried, unless the cluster refused a right for it, which
+    /// is listed instead (`rights::noted`: one log line, `/readyz`, `status`) until it
+    /// is granted again; the builder is published on the next retry after that.
+    async fn retrying(&self, error: &ClusterError, builder: Option<&str>) {
+        let refused = match error.answer() {
+            Some(answer) => crate::rights::noted(&self.client, answer, "publishing ClusterBuilders").await,
+            None => false,
+        };
+        match builder {
+            _ if refused => {}
+            Some(name) => tracing::warn!(cluster_builder = %name, error = %error, "cannot publish status; retrying"),
+            None => tracing::warn!(error = %error, "cannot publish ClusterBuilders; retrying"),
         }
     }
 
@@ -464,10 +481,14 @@ impl Work for Following {
             }
         }
         let publisher = &self.publisher;
+        // A leader that has lost the Lease writes nothing more (what is dirty stays so).
+        if !publisher.ledger.may_write() {
+            return Some(RETRY);
+        }
         if !self.specs_applied {
             match publisher.publish_specs().await {
                 Ok(()) => self.specs_applied = true,
-                Err(err) => tracing::warn!(error = %err, "cannot publish ClusterBuilders; retrying"),
+                Err(err) => publisher.retrying(&err, None).await,
             }
         }
         if !self.specs_applied {
@@ -489,7 +510,7 @@ impl Work for Following {
         let mut failed = BTreeSet::new();
         for name in std::mem::take(&mut self.dirty) {
             if let Err(err) = publisher.publish_status(&name).await {
-                tracing::warn!(cluster_builder = %name, error = %err, "cannot publish status; retrying");
+                publisher.retrying(&err, Some(&name)).await;
                 failed.insert(name);
             }
         }

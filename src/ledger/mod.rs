@@ -76,6 +76,10 @@ pub enum LedgerError {
     Sqlite(rusqlite::Error),
     #[error("ledger holds an unreadable {what}: {detail}")]
     Corrupt { what: &'static str, detail: String },
+    #[error(
+        "ledger on Kubernetes: this replica no longer leads (the Lease is another's): the write is left to the leader"
+    )]
+    NotLeading,
     #[error("ledger worker stopped: {0}")]
     Worker(tokio::task::JoinError),
 }
@@ -247,6 +251,24 @@ impl Ledger {
     /// sequence numbers.
     pub fn kubernetes(client: kube::Client, namespace: &str, now: DateTime<Utc>) -> Self {
         Ledger::with(Backend::Kubernetes(KubeLedger::new(client, namespace, now)))
+    }
+
+    /// Makes this the daemon's ledger (the Kubernetes ledger; nothing for SQLite, whose writer
+    /// lock is the fence): writes wait for a right the cluster refuses and, with `leading`
+    /// (leader election), are made only while this replica leads (`kubernetes` module doc).
+    pub fn serve_daemon(&self, leading: Option<tokio::sync::watch::Receiver<bool>>) {
+        if let Backend::Kubernetes(l) = &self.backend {
+            l.serve_daemon(leading);
+        }
+    }
+
+    /// Whether this replica may write now: false once a leader has lost the Lease. Checked
+    /// before each write to the ledger and, by the runner, to the cluster.
+    pub fn may_write(&self) -> bool {
+        match &self.backend {
+            Backend::Sqlite(_) => true,
+            Backend::Kubernetes(l) => l.may_write(),
+        }
     }
 
     /// Whether other processes write it too (the Kubernetes ledger: replicas, and the command

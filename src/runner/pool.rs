@@ -109,9 +109,12 @@ impl Site {
         self.slots.clone()?.acquire_owned().await.ok()
     }
 
-    /// Creates the action's object here, or finds it made already (a retry or a restart).
+    /// Creates the action's object here, or finds it made already (a retry or a restart). Made
+    /// only while this replica may write (`Ledger::may_write`); a create the cluster refuses for
+    /// a right RBAC does not grant waits for it (`rights::when_granted`).
     async fn create(
         &self,
+        runner: &Runner,
         action: &ActionRef<'_>,
         target: &ActionTarget,
         place: &Placement<'_>,
@@ -121,8 +124,18 @@ impl Site {
         let kind = self.objects.kind();
         let object = self.objects.object(action, target, place, max_attempts).map_err(CreateError::Failed)?;
         let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &self.objects.resource());
-        match super::strict::create(&api, &object).await {
-            Ok(warnings) => {
+        let what = format!("image \"{}\"'s {kind}", action.image);
+        let (api, object) = (&api, &object);
+        let created = crate::rights::when_granted(&self.client, &what, move || async move {
+            if !runner.ledger.may_write() {
+                return Ok(None);
+            }
+            super::strict::create(api, object).await.map(Some)
+        })
+        .await;
+        match created {
+            Ok(None) => Err(CreateError::Failed(crate::ledger::LedgerError::NotLeading.into())),
+            Ok(Some(warnings)) => {
                 self.health.answered();
                 tracing::info!(name = %action.key, pool = %self.pool.name, namespace = %namespace, "{kind} created");
                 for warning in warnings {
@@ -285,7 +298,7 @@ impl Pools {
             if !record(runner, action, &progress).await {
                 return failed("cannot record the pool the build runs in; nothing was created".into());
             }
-            match site.create(&reference, target, &place, self.max_attempts).await {
+            match site.create(runner, &reference, target, &place, self.max_attempts).await {
                 Ok(()) => return site.follow(runner, action, &mut progress).await,
                 Err(CreateError::Unanswered(error)) => {
                     tracing::warn!(action = %action.key, pool = name, error = %error, "the pool's cluster does not answer; trying the next pool");
@@ -313,7 +326,7 @@ impl Pools {
     ) -> Outcome {
         let mut wait = Duration::from_secs(1);
         loop {
-            match site.create(reference, target, place, self.max_attempts).await {
+            match site.create(runner, reference, target, place, self.max_attempts).await {
                 Ok(()) => return site.follow(runner, action, progress).await,
                 Err(CreateError::Failed(err)) => return failed(err.to_string()),
                 Err(CreateError::Unanswered(error)) => {

@@ -31,7 +31,7 @@ pub(super) async fn readyz(State(state): State<Arc<ServerState>>) -> Response {
     let failing = state.monitor.failing_watches();
     let failing_total: usize = failing.values().sum();
     // So does a right the cluster refused: what needs it waits for it, the rest goes on.
-    let missing_rights = crate::cluster::rights::missing();
+    let missing_rights = crate::rights::missing();
     let degraded = failing_total > 0 || !missing_rights.is_empty();
     let mut body = json!({ "ready": ready, "config": true, "ledger": ledger, "first_check_cycle": first_cycle, "leader": leader,
         "degraded": degraded, "failing_watches": failing_total, "failing_by_registry": failing,

@@ -297,6 +297,7 @@ mod tests {
             gitops: Vec::new(),
             registries: Vec::new(),
             vulnerability_download: None,
+            missing_rights: Vec::new(),
         };
         let text = render_status(&status);
         assert!(
@@ -368,6 +369,7 @@ mod tests {
             gitops: Vec::new(),
             registries: Vec::new(),
             vulnerability_download: None,
+            missing_rights: Vec::new(),
         };
         let text = render_status(&status);
         assert!(

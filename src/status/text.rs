@@ -6,6 +6,12 @@ use builder_monitor_core::text::{LINE, fit, short_reference};
 /// The report for a terminal.
 pub fn render_text(status: &Status) -> String {
     let mut out = String::new();
+    for right in &status.missing_rights {
+        let _ = writeln!(
+            out,
+            "missing right: {right}: what needs it waits until it is granted (`builder-monitor rbac` prints the rules)"
+        );
+    }
     let unreachable = unreachable_registries(status.builders.iter().chain(&status.run_images));
     for (host, (watches, sample)) in &unreachable {
         // Two or more by construction: "watches".

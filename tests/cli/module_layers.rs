@@ -23,6 +23,7 @@ const LAYERS: &[&str] = &[
     "event_log",
     "registry",
     "signing",
+    "rights",
     "ledger",
     "inspect",
     "rebase",

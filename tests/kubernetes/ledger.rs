@@ -38,7 +38,7 @@ fn at(text: &str) -> DateTime<Utc> {
     parse_timestamp(text).unwrap()
 }
 
-fn record(watch: &str, time: &str) -> CheckRecord {
+pub fn record(watch: &str, time: &str) -> CheckRecord {
     CheckRecord {
         watch: watch.into(),
         kind: WatchKind::Builder,
@@ -55,7 +55,7 @@ fn record(watch: &str, time: &str) -> CheckRecord {
     }
 }
 
-fn pin(d: &str) -> PinUpdate {
+pub fn pin(d: &str) -> PinUpdate {
     PinUpdate {
         digest: d.into(),
         reference: format!("docker.io/x/y@{d}"),

@@ -7,9 +7,10 @@
 //! `check --online` under what `builder-monitor rbac` prints, and less (`exact_rbac`,
 //! `online_access`), and the ClusterBuilders the daemon publishes under the CRD it prints
 //! (`cluster_builders`), under the RBAC the Helm chart renders (`chart_rbac`), the ConfigMap
-//! ledger's racing writers and read-back (`real_ledger`), a leader's Lease taken by a
+//! ledger's racing writers and read-back (`real_ledger`) and its fence by leadership (`ledger_fence`, on the double), a leader's Lease taken by a
 //! conflicting write (`lease_conflict`), a killed leader's fleet of rebases taken over exactly once
-//! (`leader_failover`), a right taken from the running daemon and given back (`revoked_right`), a
+//! (`leader_failover`), rights taken from the running daemon and given back — a deploy's, a build Job's (`revoked_right`), and
+//! those of its own state: the ledger's ConfigMaps, the Lease, ClusterBuilder status (`revoked_state`), a
 //! fleet's roll-out in waves and the daemon's requests per workload (`fleet_deploys`); on
 //! a second control plane without the watch cache for ConfigMaps, the
 //! runner's watch across a broken-off watch and a 410 Gone (`resumed_watches`).
@@ -33,6 +34,7 @@ mod leader_failover;
 mod lease_conflict;
 mod ledger;
 mod ledger_concurrency;
+mod ledger_fence;
 mod online_access;
 mod pools;
 mod real_deploy;
@@ -44,5 +46,6 @@ mod real_workloads;
 mod real_world;
 mod resumed_watches;
 mod revoked_right;
+mod revoked_state;
 mod terminating_namespace;
 mod write_ahead;

@@ -2,6 +2,18 @@
 //! events, deliveries, actions), so a check outcome is one write; every write carries the
 //! resourceVersion it read, so two writers can never both win, and a conflict is re-read and
 //! retried. Each record family's rows and operations are in the file of its name.
+//!
+//! The daemon's ledger ([`KubeLedger::serve_daemon`]) is fenced and waits for its rights:
+//! - with leader election, a write is made only while this replica leads: checked before each
+//!   write, so a leader that has lost the Lease (to a conflicting write, or by not renewing)
+//!   writes nothing more, whatever of its work is still in flight ([`LedgerError::NotLeading`]);
+//! - a write the cluster refuses for a right RBAC does not grant waits for it
+//!   (`rights::when_granted`): a check's commit or an action's end is not lost, and is
+//!   made once the right is back; a read so refused fails (the caller retries, or a reader of
+//!   `status` or the API gets an error instead of a hang), the right listed as missing either way.
+//!
+//! The command line's ledger (approvals, freezes, `status`) does neither: it is not the leader's,
+//! and a refused right is an error to show, not to wait for.
 
 mod actions;
 mod checks;
@@ -75,8 +87,17 @@ struct WatchDoc {
 #[derive(Clone)]
 pub struct KubeLedger {
     api: Api<ConfigMap>,
+    client: kube::Client,
     namespace: String,
     seq: std::sync::Arc<AtomicI64>,
+    /// Set when this is the daemon's ledger ([`KubeLedger::serve_daemon`]).
+    daemon: std::sync::Arc<std::sync::OnceLock<Daemon>>,
+}
+
+/// How the daemon's ledger writes.
+struct Daemon {
+    /// Whether this replica leads (with leader election): writes are made only then.
+    leading: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 fn api_error(e: kube::Error) -> LedgerError {
@@ -96,9 +117,46 @@ impl KubeLedger {
         // Sequence numbers order events across writers well enough: microseconds since the epoch.
         let start = now.timestamp_micros();
         KubeLedger {
-            api: Api::namespaced(client, namespace),
+            api: Api::namespaced(client.clone(), namespace),
+            client,
             namespace: namespace.to_string(),
             seq: std::sync::Arc::new(AtomicI64::new(start)),
+            daemon: Default::default(),
+        }
+    }
+
+    /// Makes this (and every clone) the daemon's ledger: writes wait for a missing right, and,
+    /// with `leading` (leader election), are made only while it says this replica leads.
+    pub fn serve_daemon(&self, leading: Option<tokio::sync::watch::Receiver<bool>>) {
+        let _ = self.daemon.set(Daemon { leading });
+    }
+
+    /// Whether a write may be made now: not by a replica that does not lead.
+    pub fn may_write(&self) -> bool {
+        self.daemon.get().and_then(|d| d.leading.as_ref()).is_none_or(|l| *l.borrow())
+    }
+
+    /// `call`, waiting for a missing right in the daemon's ledger (see the module doc); a read
+    /// (`write` false) refused for one fails with the right listed.
+    async fn call<T, Fut>(&self, write: bool, call: impl FnMut() -> Fut) -> Result<T, LedgerError>
+    where
+        Fut: Future<Output = Result<T, kube::Error>>,
+    {
+        let what = if write { "the ledger's writes" } else { "the ledger's reads" };
+        if self.daemon.get().is_none() {
+            let mut call = call;
+            return call().await.map_err(api_error);
+        }
+        if write {
+            return crate::rights::when_granted(&self.client, what, call).await.map_err(api_error);
+        }
+        let mut call = call;
+        match call().await {
+            Ok(answer) => Ok(answer),
+            Err(error) => {
+                crate::rights::noted(&self.client, &error, what).await;
+                Err(api_error(error))
+            }
         }
     }
 
@@ -111,7 +169,8 @@ impl KubeLedger {
     }
 
     async fn read(&self, watch: &str) -> Result<Option<(ConfigMap, WatchDoc)>, LedgerError> {
-        match self.api.get_opt(&object_name(watch)).await.map_err(api_error)? {
+        let name = object_name(watch);
+        match self.call(false, || self.api.get_opt(&name)).await? {
             Some(cm) => {
                 let doc = Self::parse(&cm)?;
                 Ok(Some((cm, doc)))
@@ -121,7 +180,8 @@ impl KubeLedger {
     }
 
     async fn all(&self) -> Result<Vec<(ConfigMap, WatchDoc)>, LedgerError> {
-        let list = self.api.list(&ListParams::default().labels(&format!("{LABEL}=watch"))).await.map_err(api_error)?;
+        let params = ListParams::default().labels(&format!("{LABEL}=watch"));
+        let list = self.call(false, || self.api.list(&params)).await?;
         list.items.into_iter().map(|cm| Self::parse(&cm).map(|d| (cm, d))).collect()
     }
 
@@ -133,7 +193,8 @@ impl KubeLedger {
     ) -> Result<T, LedgerError> {
         let name = object_name(watch);
         for attempt in 0..ATTEMPTS {
-            let existing = self.api.get_opt(&name).await.map_err(api_error)?;
+            // Read as a write is: it waits for a missing right, not to lose the change.
+            let existing = self.call(true, || self.api.get_opt(&name)).await?;
             let mut doc = match &existing {
                 Some(cm) => Self::parse(cm)?,
                 None => WatchDoc::default(),
@@ -149,10 +210,11 @@ impl KubeLedger {
             if unchanged {
                 return Ok(result);
             }
+            let params = PostParams::default();
             let written = match existing {
                 Some(mut cm) => {
                     cm.data = Some([(KEY.to_string(), text)].into());
-                    self.api.replace(&name, &PostParams::default(), &cm).await
+                    self.write(|| self.api.replace(&name, &params, &cm)).await?
                 }
                 None => {
                     let cm = ConfigMap {
@@ -171,7 +233,7 @@ impl KubeLedger {
                         data: Some([(KEY.to_string(), text)].into()),
                         ..Default::default()
                     };
-                    self.api.create(&PostParams::default(), &cm).await
+                    self.write(|| self.api.create(&params, &cm)).await?
                 }
             };
             match written {
@@ -185,6 +247,28 @@ impl KubeLedger {
             }
         }
         Err(LedgerError::Contended(name, ATTEMPTS))
+    }
+
+    /// One write of `modify`, made only while this replica may write (checked again after a wait
+    /// for a right); a conflict (409) is answered, not an error, for `modify` to read again.
+    async fn write<Fut>(&self, mut call: impl FnMut() -> Fut) -> Result<Result<ConfigMap, kube::Error>, LedgerError>
+    where
+        Fut: Future<Output = Result<ConfigMap, kube::Error>>,
+    {
+        let fenced = || {
+            let leads = self.may_write();
+            let call = leads.then(&mut call);
+            async move {
+                match call {
+                    None => Ok(None),
+                    Some(call) => match call.await {
+                        Err(kube::Error::Api(e)) if e.code == 409 => Ok(Some(Err(kube::Error::Api(e)))),
+                        answer => answer.map(|written| Some(Ok(written))),
+                    },
+                }
+            }
+        };
+        self.call(true, fenced).await?.ok_or(LedgerError::NotLeading)
     }
 
     /// The entry's JSON, trimmed of its oldest history when it would pass [`fit::ENTRY_LIMIT`].
@@ -228,7 +312,8 @@ impl KubeLedger {
 
 impl LedgerBackend for KubeLedger {
     async fn ping(&self) -> Result<(), LedgerError> {
-        self.api.list(&ListParams::default().limit(1)).await.map(|_| ()).map_err(api_error)
+        let params = ListParams::default().limit(1);
+        self.call(false, || self.api.list(&params)).await.map(|_| ())
     }
 
     fn location(&self) -> String {

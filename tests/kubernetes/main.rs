@@ -13,7 +13,10 @@
 //! those of its own state: the ledger's ConfigMaps, the Lease, ClusterBuilder status (`revoked_state`), a
 //! fleet's roll-out in waves and the daemon's requests per workload (`fleet_deploys`); on
 //! a second control plane without the watch cache for ConfigMaps, the
-//! runner's watch across a broken-off watch and a 410 Gone (`resumed_watches`).
+//! runner's watch across a broken-off watch and a 410 Gone (`resumed_watches`); the daemon's watch
+//! settings across the server's own timeout and a bookmark past a compaction
+//! (`server_ended_watches`); the requests and time of a start over a ledger of many watches
+//! (`ledger_start`).
 //!
 //! Each file below was a test binary of its own; grouped, they compile `tests/support` and link the
 //! crate once. They share one process and run as its threads: a test here changes no process state
@@ -35,6 +38,7 @@ mod lease_conflict;
 mod ledger;
 mod ledger_concurrency;
 mod ledger_fence;
+mod ledger_start;
 mod online_access;
 mod pools;
 mod real_deploy;
@@ -47,5 +51,6 @@ mod real_world;
 mod resumed_watches;
 mod revoked_right;
 mod revoked_state;
+mod server_ended_watches;
 mod terminating_namespace;
 mod write_ahead;

@@ -91,7 +91,12 @@ impl Daemon {
     }
 
     pub fn start_with_env(config: &Path, env: &[(&str, &str)]) -> Self {
-        let mut child = Command::new(BINARY)
+        Self::start_binary(Path::new(BINARY), config, env)
+    }
+
+    /// [`Daemon::start_with_env`] with another build of the daemon (a release build, to measure).
+    pub fn start_binary(binary: &Path, config: &Path, env: &[(&str, &str)]) -> Self {
+        let mut child = Command::new(binary)
             .args(["run", "--log-format", "json", "--config"])
             .arg(config)
             .env("BUILDER_MONITOR_LOG", "info,builder_monitor::monitor=debug")

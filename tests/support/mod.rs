@@ -3,6 +3,7 @@
 //! the daemon binary, and headless Chromium.
 #![allow(dead_code)]
 
+pub mod api_recorder;
 pub mod app;
 pub mod browser;
 pub mod cnb;

@@ -56,7 +56,7 @@ impl Deploying<'_> {
     /// The StatefulSet once its controller has seen its template and its update revision is no
     /// longer `failed`; `None` when that does not happen within [`SEEN_WITHIN`].
     async fn controller_moved_off(&self, w: &core::Workload, failed: &str) -> Result<Option<Value>, String> {
-        let config = watcher::Config::default().fields(&format!("metadata.name={}", w.name));
+        let config = crate::runner::watch::settings().fields(&format!("metadata.name={}", w.name));
         let mut events = watcher(self.api(w), config).boxed();
         let seen = async {
             while let Some(event) = events.next().await {

@@ -28,7 +28,7 @@ pub async fn guard(runner: std::sync::Arc<Runner>, client: kube::Client, stop: t
     }
     let streams = scopes.into_iter().map(|(kind, namespace)| {
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource(kind));
-        watcher(api, watcher::Config::default()).default_backoff().map(move |e| (kind, e)).boxed()
+        watcher(api, crate::runner::watch::settings()).default_backoff().map(move |e| (kind, e)).boxed()
     });
     let mut events = futures::stream::select_all(streams);
     loop {

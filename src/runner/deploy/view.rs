@@ -151,7 +151,7 @@ fn start(client: &kube::Client, scope: &Scope) -> Arc<View> {
     });
     let (what, task_view) = (format!("{scope:?}"), view.clone());
     tokio::spawn(async move {
-        let mut events = watcher(api, watcher::Config::default()).default_backoff().boxed();
+        let mut events = watcher(api, crate::runner::watch::settings()).default_backoff().boxed();
         loop {
             let event = tokio::select! {
                 _ = task_view.stop.cancelled() => return,

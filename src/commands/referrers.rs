@@ -31,7 +31,9 @@ pub struct Args {
 
 #[derive(clap::Subcommand)]
 enum ReferrersCommand {
-    /// List the `.sig`/`.att` manifests, Sigstore bundle referrers and referrers tag indexes that
+    /// List signatures, bundles and referrers indexes our key wrote for digests no tag reaches
+    ///
+    /// The `.sig`/`.att` manifests, Sigstore bundle referrers and referrers tag indexes that
     /// `[signing]`'s key wrote for digests no tag of an `[[images]]` repository reaches any more;
     /// with --delete, remove those that hold only what our key signed (the others are listed as
     /// kept and never removed).

@@ -97,8 +97,9 @@ async fn a_fleets_roll_out_costs_one_apply_per_workload_and_shared_reads() {
         }
     });
     futures::future::join_all(writes).await;
+    let patience = support::PATIENCE + std::time::Duration::from_millis(100) * size as u32;
     for (name, _, kind) in fleet {
-        w.ns.wait_for("apps/v1", kind, name, |o| rolled_out(kind, o)).await;
+        w.ns.wait_for_within(patience, "apps/v1", kind, name, |o| rolled_out(kind, o)).await;
     }
     let direct = direct.elapsed();
     println!(

@@ -70,8 +70,11 @@ impl RealWorld {
                 ns.name
             );
         }
+        // The controllers make a fleet's pods at their own pace (their client's QPS): a second
+        // more of patience per 10 workloads.
+        let patience = support::PATIENCE + std::time::Duration::from_millis(100) * apps.len() as u32;
         for &(name, _, kind) in apps {
-            ns.wait_for(api_version(kind), kind, name, |o| rolled_out(kind, o)).await;
+            ns.wait_for_within(patience, api_version(kind), kind, name, |o| rolled_out(kind, o)).await;
         }
         let config = ws.config(&format!(
             "[monitor]\nstate = \"state.db\"\ninterval = \"1h\"\njitter = \"0s\"\n\n\

@@ -275,11 +275,23 @@ impl TestNamespace {
     /// Waits (on a watch) until object `name` of `kind` exists and `wanted` holds of it; returns
     /// it then. Fails the test after `PATIENCE`.
     pub async fn wait_for(&self, api_version: &str, kind: &str, name: &str, wanted: impl Fn(&Value) -> bool) -> Value {
+        self.wait_for_within(super::PATIENCE, api_version, kind, name, wanted).await
+    }
+
+    /// [`Self::wait_for`] with another patience: a fleet's set-up waits longer than one object's.
+    pub async fn wait_for_within(
+        &self,
+        patience: std::time::Duration,
+        api_version: &str,
+        kind: &str,
+        name: &str,
+        wanted: impl Fn(&Value) -> bool,
+    ) -> Value {
         let api = self.api(api_version, kind).await;
         let condition = move |o: Option<&DynamicObject>| o.is_some_and(|o| wanted(&serde_json::to_value(o).unwrap()));
-        let found = tokio::time::timeout(super::PATIENCE, kube::runtime::wait::await_condition(api, name, condition))
+        let found = tokio::time::timeout(patience, kube::runtime::wait::await_condition(api, name, condition))
             .await
-            .unwrap_or_else(|_| panic!("{kind} {}/{name}: not as wanted within {:?}", self.name, super::PATIENCE))
+            .unwrap_or_else(|_| panic!("{kind} {}/{name}: not as wanted within {patience:?}", self.name))
             .unwrap_or_else(|e| panic!("watch {kind} {name}: {e}"));
         serde_json::to_value(found.expect("the object")).unwrap()
     }

@@ -308,7 +308,8 @@ impl Monitor {
         let mut unchecked = self.handle.unchecked.lock().unwrap_or_else(|e| e.into_inner());
         if unchecked.remove(&watch.name) && unchecked.is_empty() {
             self.handle.first_cycle.send_replace(true);
-            tracing::info!(builders = self.handle.config.builders.len(), "every builder checked once: ready");
+            // DEBUG: a start is not news at INFO (one INFO line per move; `/readyz` says ready).
+            tracing::debug!(builders = self.handle.config.builders.len(), "every builder checked once: ready");
         }
         drop(unchecked);
         self.handle.beat();

@@ -309,7 +309,7 @@ impl Monitor {
         if unchecked.remove(&watch.name) && unchecked.is_empty() {
             self.handle.first_cycle.send_replace(true);
             // DEBUG: a start is not news at INFO (one INFO line per move; `/readyz` says ready).
-            tracing::debug!(builders = self.handle.config.builders.len(), "every builder checked once: ready");
+            tracing::debug!(target: "builder_monitor::ready", builders = self.handle.config.builders.len(), "every builder checked once: ready");
         }
         drop(unchecked);
         self.handle.beat();

@@ -106,7 +106,8 @@ async fn restart_over(watches: usize) -> Start {
         kubeconfig.display(),
         ns.name,
     ));
-    let env = [("BUILDER_MONITOR_LOG", "info")];
+    // The ready line is DEBUG under its own target: only it is added to INFO.
+    let env = [("BUILDER_MONITOR_LOG", "info,builder_monitor::ready=debug")];
     // The first start pins every builder (and the run image): the ledger's entries.
     let mut first = Daemon::start_binary(&binary(), &config, &env);
     let patience = support::PATIENCE * (1 + watches as u32 / 100);

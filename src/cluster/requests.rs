@@ -23,11 +23,6 @@ pub fn counters() -> &'static Family<KubeRequestLabels, Counter> {
     COUNTERS.get_or_init(Family::default)
 }
 
-/// How many requests of `verb` on `resource` this process has sent.
-pub fn count(verb: &str, resource: &str) -> u64 {
-    counters().get_or_create(&KubeRequestLabels { verb: verb.into(), resource: resource.into() }).get()
-}
-
 /// Counts `request` (see [`classify`]).
 pub fn record<B>(request: &http::Request<B>) {
     let labels = classify(request.method(), request.uri().path(), request.uri().query());

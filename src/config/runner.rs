@@ -193,7 +193,7 @@ impl RunnerSettings {
             (ActionKind::Deploy, _) if self.deploy_command().is_some() => &exec::FACTS,
             (ActionKind::Deploy, _) => &WORKLOADS,
             (ActionKind::Gitops, _) => &COMMITS,
-            _ => self.kind.facts(),
+            (ActionKind::Rebase, RebasePath::Runner) | (ActionKind::Rebuild, _) => self.kind.facts(),
         }
     }
 

@@ -30,7 +30,7 @@ impl Runner {
             key: action.key.clone(),
             image: action.image.clone(),
             reference: target.image.clone(),
-            kind: action.kind.as_str().into(),
+            kind: action.kind,
             change: action.change_id.clone(),
             attempt: action.attempt,
             max_attempts: self.config.runner.max_attempts,
@@ -43,7 +43,7 @@ impl Runner {
                     path: Some(self.backends.backend(action.kind).path().as_str().into()),
                     ..Default::default()
                 }),
-                kind => ActionResult::empty(kind.as_str()),
+                kind => ActionResult::empty(kind),
             },
             signature: None,
         });

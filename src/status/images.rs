@@ -160,7 +160,7 @@ pub(super) async fn latest_actions(config: &Config, ledger: &Ledger) -> Result<V
     if config.images.is_empty() {
         return Ok(latest);
     }
-    for kind in [ActionKind::Rebase, ActionKind::Rebuild, ActionKind::Deploy] {
+    for kind in ActionKind::ALL.into_iter().filter(|k| k.on_app_image()) {
         latest.extend(ledger.latest_actions(kind).await?);
     }
     Ok(latest)

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::deploy::WorkloadProgress;
+use crate::plan::ActionKind;
 use crate::signing::SignatureInfo;
 
 /// The action an action event (`build.*`, `rebase.*`, `deploy.*`, `gitops.*`) is about. In JSON its
@@ -17,7 +18,7 @@ pub struct ActionInfo {
     pub image: String,
     /// The app image tag.
     pub reference: String,
-    pub kind: String,
+    pub kind: ActionKind,
     /// The change it reacts to.
     pub change: String,
     pub attempt: u32,
@@ -46,12 +47,12 @@ pub enum ActionResult {
 }
 
 impl ActionResult {
-    /// Nothing said yet, for an action of `kind` (its stored name).
-    pub fn empty(kind: &str) -> Self {
+    /// Nothing said yet, for an action of `kind`.
+    pub fn empty(kind: ActionKind) -> Self {
         match kind {
-            "deploy" => ActionResult::Deploy(Vec::new()),
-            "gitops" => ActionResult::Gitops(None),
-            _ => ActionResult::Build(BuildInfo::default()),
+            ActionKind::Rebase | ActionKind::Rebuild => ActionResult::Build(BuildInfo::default()),
+            ActionKind::Deploy => ActionResult::Deploy(Vec::new()),
+            ActionKind::Gitops => ActionResult::Gitops(None),
         }
     }
 
@@ -93,7 +94,7 @@ impl From<ActionInfoWire> for ActionInfo {
     /// The kind says which facts are its own; an event of today's writers never carries another
     /// kind's.
     fn from(w: ActionInfoWire) -> Self {
-        let result = match ActionResult::empty(&w.kind) {
+        let result = match ActionResult::empty(w.kind) {
             ActionResult::Build(_) => {
                 ActionResult::Build(BuildInfo { path: w.path, tag_race: w.tag_race, pool: w.pool })
             }
@@ -157,7 +158,8 @@ struct ActionInfoWire {
     image: String,
     /// The app image tag.
     reference: String,
-    kind: String,
+    /// Its stored name (`rebase`, `rebuild`, `deploy`, `gitops`).
+    kind: ActionKind,
     /// The change it reacts to.
     change: String,
     attempt: u32,

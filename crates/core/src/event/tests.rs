@@ -54,7 +54,7 @@ fn action_on(image: &str) -> ActionInfo {
         key: "bm-1".into(),
         image: image.into(),
         reference: format!("r/{image}:latest"),
-        kind: "rebuild".into(),
+        kind: crate::plan::ActionKind::Rebuild,
         change: "c".into(),
         attempt: 1,
         max_attempts: 3,
@@ -62,7 +62,7 @@ fn action_on(image: &str) -> ActionInfo {
         output_tail: None,
         previous: None,
         digest: None,
-        result: ActionResult::empty("rebuild"),
+        result: ActionResult::empty(crate::plan::ActionKind::Rebuild),
         signature: None,
     }
 }

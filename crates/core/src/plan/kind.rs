@@ -27,6 +27,10 @@ pub struct KindFacts {
     /// Whether it builds — runs on the configured runner and moves the app tag (a rebase or a
     /// rebuild); a deploy moves workloads, a gitops action writes Git.
     pub builds: bool,
+    /// Whether it acts on an app image's digest (what `status` shows as an image's last action
+    /// and what a required signature is checked on): a rebase, a rebuild or a deploy; a gitops
+    /// action writes Git.
+    pub on_app_image: bool,
     /// The event its success is told by.
     pub succeeded: EventType,
     /// The event its (final) failure is told by.
@@ -44,6 +48,7 @@ const KINDS: [KindFacts; 4] = [
         kind: ActionKind::Rebase,
         name: "rebase",
         builds: true,
+        on_app_image: true,
         succeeded: EventType::RebaseSucceeded,
         failed: EventType::RebaseFailed,
         tag_move: "rebase",
@@ -52,6 +57,7 @@ const KINDS: [KindFacts; 4] = [
         kind: ActionKind::Rebuild,
         name: "rebuild",
         builds: true,
+        on_app_image: true,
         succeeded: EventType::BuildSucceeded,
         failed: EventType::BuildFailed,
         tag_move: "rebuild",
@@ -60,6 +66,7 @@ const KINDS: [KindFacts; 4] = [
         kind: ActionKind::Deploy,
         name: "deploy",
         builds: false,
+        on_app_image: true,
         succeeded: EventType::DeploySucceeded,
         failed: EventType::DeployFailed,
         tag_move: "rollback",
@@ -68,6 +75,7 @@ const KINDS: [KindFacts; 4] = [
         kind: ActionKind::Gitops,
         name: "gitops",
         builds: false,
+        on_app_image: false,
         succeeded: EventType::GitopsCommitted,
         failed: EventType::GitopsFailed,
         tag_move: "rollback",
@@ -110,6 +118,18 @@ impl ActionKind {
     /// Whether it moves the app tag (a rebase or a rebuild).
     pub fn moves_tag(self) -> bool {
         self.builds()
+    }
+
+    /// Whether it acts on an app image's digest (a rebase, a rebuild or a deploy; a gitops
+    /// action writes Git).
+    pub fn on_app_image(self) -> bool {
+        self.facts().on_app_image
+    }
+}
+
+impl std::fmt::Display for ActionKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -20,9 +20,9 @@ use builder_monitor_core::reference::{ImageRef, is_sha256_digest};
 use builder_monitor_core::text::escape;
 
 mod sign;
+mod tag;
 mod writes;
 pub use sign::{SignPlan, SigningReport};
-use writes::Writes;
 
 /// Bytes of run image manifests and configs a [`RunImageDocs`] keeps: a handful of run images
 /// (an index, its platforms' manifests and configs each), however many apps rebase onto them.
@@ -374,167 +374,98 @@ async fn rebase_from(
         });
     }
     let run_top = run_docs.manifest(registry, run, run.manifest_reference()).await?;
-    let run_name = run.with_tag_only();
-
-    let app_children = if is_index(&app_top.media_type) {
-        let index: IndexDoc = parse(&app_top.bytes, app, "app index")?;
-        let mut children = Vec::new();
-        for entry in index.manifests.into_iter().filter(IndexEntry::is_platform_image) {
-            if !is_sha256_digest(&entry.digest) {
-                return Err(unusable(app, format!("its index lists a bad digest \"{}\"", escape(&entry.digest))));
-            }
-            children.push(reads.get_manifest(app, &entry.digest).await?);
-        }
-        if children.is_empty() {
-            return Err(unusable(app, "its index lists no platform image".to_string()));
-        }
-        children
-    } else {
-        vec![app_top.clone()]
-    };
-
     let mut decided = Vec::new();
-    for child in app_children {
-        let app_config = config_of(&reads, app, &child, "app manifest").await?;
-        let platform = decide::config_platform(&app_config)?;
-        let base = if is_index(&run_top.media_type) {
-            let digest = decide::select_platform(&run_top.bytes, &platform)?;
-            run_docs.manifest(registry, run, &digest).await?
-        } else {
-            run_top.clone()
-        };
-        let base_config = run_docs.config(registry, run, &base).await?;
-        let options = RebaseOptions {
-            force: request.force,
-            run_image_name: run_name.clone(),
-            run_image_reference: run.pinned(&base.digest),
-            known_run_images: request.known_run_images.clone(),
-        };
-        let rebase = decide::rebase_platform(&child.bytes, &app_config, &base.bytes, &base_config, &options)?;
-        let (previous, platform) = (child.digest.clone(), platform.to_string());
-        let held = LayersDoc::held(&child.bytes);
-        decided.push(Decided { previous, platform, run_image: options.run_image_reference, rebase, held });
+    for child in app_children(&reads, app, &app_top).await? {
+        decided.push(decide_platform(registry, &reads, request, run_docs, &run_top, child).await?);
     }
-
-    let mut report = RebaseReport {
-        image: app.with_tag_only(),
-        previous: app_top.digest.clone(),
-        digest: None,
-        reference: run.pinned(&run_top.digest),
-        platforms: decided
-            .iter()
-            .map(|d| PlatformReport {
-                platform: d.platform.clone(),
-                previous: d.previous.clone(),
-                digest: d.rebase.manifest_digest.clone(),
-                base_layers: LayerCounts { from: d.rebase.base_layers_from, to: d.rebase.base_layers_to },
-                app_layers: d.rebase.app_layers,
-                already_rebased: d.rebase.already_rebased,
-            })
-            .collect(),
-        blobs: BlobCounts::default(),
-        signing: None,
-    };
-    let pending: Vec<&Decided> = decided.iter().filter(|d| !d.rebase.already_rebased).collect();
-    let base_blobs = unique_blobs(&pending);
-    // A layer the app's manifest lists is in its repository: no request makes it so again.
-    let held = |digest: &str| pending.iter().any(|d| d.held.contains(digest));
-
+    let mut report = RebaseReport::decided(app, &app_top, run.pinned(&run_top.digest), &decided);
+    let rebasing = tag::Rebasing { registry, request, tag, tagged: &tagged, app_top: &app_top, decided: &decided };
     if request.dry_run {
-        let same_registry = app.registry() == run.registry();
-        for blob in &base_blobs {
-            report.blobs.add(if held(&blob.digest) || registry.blob_exists(app, &blob.digest).await? {
-                BlobTransfer::Present
-            } else if same_registry {
-                BlobTransfer::Mounted
-            } else {
-                BlobTransfer::Copied { bytes: blob.size }
-            });
-        }
-        if let Some(plan) = request.sign.as_ref().filter(|_| !pending.is_empty()) {
-            let (top, size) = sign::top_digest(&app_top, &decided)?;
-            let items = sign::what_to_sign(&app_top, &report.reference, &decided, (&top, size));
-            report.signing = Some(plan.preview(&items));
-        }
-        return Ok(report);
+        rebasing.preview(&mut report).await?;
+    } else {
+        rebasing.write(guard, &mut report).await?;
     }
-    if pending.is_empty() {
-        report.digest = Some(app_top.digest.clone());
-        return Ok(report);
-    }
-
-    let wanted: Vec<(String, u64)> =
-        base_blobs.iter().filter(|b| !held(&b.digest)).map(|b| (b.digest.clone(), b.size)).collect();
-    let present = base_blobs.len() - wanted.len();
-    // The top manifest by digest before the tag only where a signature names it first; otherwise
-    // the tag's PUT stores it.
-    let mut writes = Writes::new(registry, app, run, &app_top, &pending, wanted, request.sign.is_some());
-    let (top_bytes, top_digest) = writes.content().await?;
-
-    // The tag last, recorded first, and only over what we read: a build that moved it meanwhile
-    // wins. The HEAD and the PUT go back to back, and a HEAD after the PUT tells whether another
-    // writer's landed right behind ours (the registry API has no compare-and-set on tags). A PUT
-    // refused while blobs were being written did not land: HEAD and PUT again, within the attempt.
-    guard.before_write(&app_top.digest, &top_digest).await?;
-    if let Some(plan) = &request.sign {
-        // The tag first: a signature lands only for a rebase of what the tag still holds. One
-        // that then loses the race to the tag's PUT signs a correct rebase of the digest we read
-        // (and verified, under `require_signed`): harmless, and what a retry would sign again.
-        let now = registry.head_manifest(&tagged).await?;
-        if now.digest != app_top.digest {
-            return Err(RebaseError::TagMoved {
-                image: app.with_tag_only(),
-                expected: app_top.digest,
-                found: now.digest,
-            });
-        }
-        let items = sign::what_to_sign(&app_top, &report.reference, &decided, (&top_digest, top_bytes.len()));
-        report.signing = Some(plan.sign(registry, &tagged, &items).await?);
-    }
-    loop {
-        let now = registry.head_manifest(&tagged).await?;
-        if now.digest != app_top.digest {
-            return Err(RebaseError::TagMoved {
-                image: app.with_tag_only(),
-                expected: app_top.digest,
-                found: now.digest,
-            });
-        }
-        let Err(source) = registry.put_manifest(app, tag, &app_top.media_type, top_bytes.clone().into()).await else {
-            break;
-        };
-        if let Err(source) = writes.again(source).await {
-            // A 4xx answer says the registry refused it: it did not land.
-            if matches!(source, RegistryError::Rejected { .. }) {
-                return Err(source.into());
-            }
-            return Err(RebaseError::TagWriteUnknown {
-                image: app.with_tag_only(),
-                previous: app_top.digest,
-                wrote: top_digest,
-                source: Box::new(source),
-            });
-        }
-        // What BLOB_UNKNOWN made it forget is written again before the tag (by digest: the same).
-        writes.content().await?;
-    }
-    report.blobs = writes.counts();
-    report.blobs.present += present;
-    match registry.head_manifest(&tagged).await {
-        Ok(after) if after.digest != top_digest => {
-            return Err(RebaseError::TagRace {
-                image: app.with_tag_only(),
-                previous: app_top.digest,
-                wrote: top_digest,
-                found: after.digest,
-            });
-        }
-        // Our PUT was answered 2xx: a HEAD that fails after it does not undo it.
-        Ok(_) => {}
-        Err(err) => tracing::warn!(image = %app, error = %err, "cannot read the tag back after the rebase wrote it"),
-    }
-    report.digest = Some(top_digest);
     Ok(report)
+}
+
+/// The app's platform manifests: an index's platform images (read by digest), or the one manifest.
+async fn app_children(reads: &Registry, app: &ImageRef, app_top: &Manifest) -> Result<Vec<Manifest>, RebaseError> {
+    if !is_index(&app_top.media_type) {
+        return Ok(vec![app_top.clone()]);
+    }
+    let index: IndexDoc = parse(&app_top.bytes, app, "app index")?;
+    let mut children = Vec::new();
+    for entry in index.manifests.into_iter().filter(IndexEntry::is_platform_image) {
+        if !is_sha256_digest(&entry.digest) {
+            return Err(unusable(app, format!("its index lists a bad digest \"{}\"", escape(&entry.digest))));
+        }
+        children.push(reads.get_manifest(app, &entry.digest).await?);
+    }
+    if children.is_empty() {
+        return Err(unusable(app, "its index lists no platform image".to_string()));
+    }
+    Ok(children)
+}
+
+/// One app platform's rebase decided against the run image's manifest for its platform.
+async fn decide_platform(
+    registry: &Registry,
+    reads: &Registry,
+    request: &RebaseRequest,
+    run_docs: &RunImageDocs,
+    run_top: &Manifest,
+    child: Manifest,
+) -> Result<Decided, RebaseError> {
+    let (app, run) = (&request.image, &request.run_image);
+    let app_config = config_of(reads, app, &child, "app manifest").await?;
+    let platform = decide::config_platform(&app_config)?;
+    let base = if is_index(&run_top.media_type) {
+        let digest = decide::select_platform(&run_top.bytes, &platform)?;
+        run_docs.manifest(registry, run, &digest).await?
+    } else {
+        run_top.clone()
+    };
+    let base_config = run_docs.config(registry, run, &base).await?;
+    let options = RebaseOptions {
+        force: request.force,
+        run_image_name: run.with_tag_only(),
+        run_image_reference: run.pinned(&base.digest),
+        known_run_images: request.known_run_images.clone(),
+    };
+    let rebase = decide::rebase_platform(&child.bytes, &app_config, &base.bytes, &base_config, &options)?;
+    let held = LayersDoc::held(&child.bytes);
+    Ok(Decided {
+        previous: child.digest,
+        platform: platform.to_string(),
+        run_image: options.run_image_reference,
+        rebase,
+        held,
+    })
+}
+
+impl RebaseReport {
+    /// What was decided, before anything is written: each platform's rebase, no digest yet.
+    fn decided(app: &ImageRef, app_top: &Manifest, reference: String, decided: &[Decided]) -> Self {
+        RebaseReport {
+            image: app.with_tag_only(),
+            previous: app_top.digest.clone(),
+            digest: None,
+            reference,
+            platforms: decided
+                .iter()
+                .map(|d| PlatformReport {
+                    platform: d.platform.clone(),
+                    previous: d.previous.clone(),
+                    digest: d.rebase.manifest_digest.clone(),
+                    base_layers: LayerCounts { from: d.rebase.base_layers_from, to: d.rebase.base_layers_to },
+                    app_layers: d.rebase.app_layers,
+                    already_rebased: d.rebase.already_rebased,
+                })
+                .collect(),
+            blobs: BlobCounts::default(),
+            signing: None,
+        }
+    }
 }
 
 /// The pin histories (newest first) of the run image watches that may hold `run_image`: the one of

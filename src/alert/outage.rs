@@ -149,57 +149,7 @@ impl RegistryState {
                 entry.reason = reason.clone();
                 entry.message = message.clone();
                 for a in audience(watch) {
-                    if entry.told.contains(&a.alert) {
-                        continue;
-                    }
-                    let groups = a.registry_unavailable && shared(reason);
-                    if groups && next.open.values().any(|o| o.alerts.contains(&a.alert)) {
-                        continue;
-                    }
-                    if *failures < a.threshold {
-                        continue;
-                    }
-                    if groups {
-                        let companions: Vec<(&String, &Failing)> = next
-                            .failing
-                            .iter()
-                            .filter(|(name, f)| {
-                                shared(&f.reason)
-                                    && f.since + TOGETHER >= entry.since
-                                    && audience(name).iter().any(|b| b.alert == a.alert && b.registry_unavailable)
-                            })
-                            .collect();
-                        if !companions.is_empty() {
-                            let since =
-                                companions.iter().map(|(_, f)| f.since).chain([entry.since]).min().unwrap_or(*since);
-                            let mut runs: Vec<(String, u64)> = companions
-                                .iter()
-                                .map(|(n, f)| (n.to_string(), f.run))
-                                .chain([(watch.to_string(), entry.run)])
-                                .collect();
-                            runs.sort();
-                            let id = unavailable_id(registry, since, &runs);
-                            let watches: Vec<String> = runs.into_iter().map(|(name, _)| name).collect();
-                            let outage = next.open.entry(id.clone()).or_insert_with(|| Outage {
-                                id: id.clone(),
-                                since,
-                                watches,
-                                reason: reason.clone(),
-                                message: message.clone(),
-                                alerts: BTreeSet::new(),
-                            });
-                            outage.alerts.insert(a.alert.clone());
-                            match notices.unavailable.iter_mut().find(|(o, _)| o.id == id) {
-                                Some((_, alerts)) => alerts.push(a.alert.clone()),
-                                None => notices.unavailable.push((outage.clone(), vec![a.alert.clone()])),
-                            }
-                            continue;
-                        }
-                    }
-                    if a.check_failed {
-                        entry.told.insert(a.alert.clone());
-                        notices.failed.push(a.alert.clone());
-                    }
+                    next.tell_failure(registry, watch, &mut entry, &a, audience, &mut notices);
                 }
                 next.failing.insert(watch.to_string(), entry);
             }
@@ -220,14 +170,98 @@ impl RegistryState {
                 *outage = o.clone();
             }
         }
-        let ended: Vec<String> = next
+        next.end_outages(audience, &mut notices);
+        (notices, next)
+    }
+
+    /// What alert `a` hears of the failing watch `entry`: nothing yet (below its threshold, told
+    /// already, or covered by an open outage it heard of), the registry's outage when other
+    /// watches fail with it and `a` asked for that, else `check.failed`.
+    fn tell_failure(
+        &mut self,
+        registry: &str,
+        watch: &str,
+        entry: &mut Failing,
+        a: &Audience,
+        audience: &dyn Fn(&str) -> Vec<Audience>,
+        notices: &mut Notices,
+    ) {
+        if entry.told.contains(&a.alert) {
+            return;
+        }
+        let groups = a.registry_unavailable && shared(&entry.reason);
+        if groups && self.open.values().any(|o| o.alerts.contains(&a.alert)) {
+            return;
+        }
+        if entry.failures < a.threshold {
+            return;
+        }
+        if groups && self.open_outage(registry, watch, entry, a, audience, notices) {
+            return;
+        }
+        if a.check_failed {
+            entry.told.insert(a.alert.clone());
+            notices.failed.push(a.alert.clone());
+        }
+    }
+
+    /// Opens (or joins `a` to) the registry's outage over `watch` and the watches failing with it
+    /// (for a shared reason, starting within `TOGETHER`, heard of by `a` as an outage). Answers
+    /// whether there was one: no other such watch, no outage.
+    fn open_outage(
+        &mut self,
+        registry: &str,
+        watch: &str,
+        entry: &Failing,
+        a: &Audience,
+        audience: &dyn Fn(&str) -> Vec<Audience>,
+        notices: &mut Notices,
+    ) -> bool {
+        let companions: Vec<(&String, &Failing)> = self
+            .failing
+            .iter()
+            .filter(|(name, f)| {
+                shared(&f.reason)
+                    && f.since + TOGETHER >= entry.since
+                    && audience(name).iter().any(|b| b.alert == a.alert && b.registry_unavailable)
+            })
+            .collect();
+        if companions.is_empty() {
+            return false;
+        }
+        let since = companions.iter().map(|(_, f)| f.since).chain([entry.since]).min().unwrap_or(entry.since);
+        let mut runs: Vec<(String, u64)> =
+            companions.iter().map(|(n, f)| (n.to_string(), f.run)).chain([(watch.to_string(), entry.run)]).collect();
+        runs.sort();
+        let id = unavailable_id(registry, since, &runs);
+        let watches: Vec<String> = runs.into_iter().map(|(name, _)| name).collect();
+        let outage = self.open.entry(id.clone()).or_insert_with(|| Outage {
+            id: id.clone(),
+            since,
+            watches,
+            reason: entry.reason.clone(),
+            message: entry.message.clone(),
+            alerts: BTreeSet::new(),
+        });
+        outage.alerts.insert(a.alert.clone());
+        match notices.unavailable.iter_mut().find(|(o, _)| o.id == id) {
+            Some((_, alerts)) => alerts.push(a.alert.clone()),
+            None => notices.unavailable.push((outage.clone(), vec![a.alert.clone()])),
+        }
+        true
+    }
+
+    /// Closes the outages no failing watch stands for any more: `registry.recovered` to the alerts
+    /// that heard of each and asked for it.
+    fn end_outages(&mut self, audience: &dyn Fn(&str) -> Vec<Audience>, notices: &mut Notices) {
+        let ended: Vec<String> = self
             .open
             .values()
-            .filter(|o| !next.failing.iter().any(|(n, f)| covers(o, n, f, audience)))
+            .filter(|o| !self.failing.iter().any(|(n, f)| covers(o, n, f, audience)))
             .map(|o| o.id.clone())
             .collect();
         for id in ended {
-            let Some(outage) = next.open.remove(&id) else { continue };
+            let Some(outage) = self.open.remove(&id) else { continue };
             let alerts = outage
                 .alerts
                 .iter()
@@ -238,7 +272,6 @@ impl RegistryState {
                 .collect();
             notices.ended.push((outage, alerts));
         }
-        (notices, next)
     }
 
     /// Failing watches, for metrics and readiness.

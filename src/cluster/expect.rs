@@ -195,6 +195,38 @@ impl Other<'_> {
     }
 }
 
+/// `[server] listen` against the deployment's `listen-port`: every interface, that port.
+fn listen_problem(config: &Config, port: u16, other: Other) -> Option<String> {
+    let the_port = |name: &str| format!("the port is {name}");
+    let wanted = format!("\"0.0.0.0:{port}\"");
+    let Some(server) = &config.server else {
+        return Some(format!(
+            "no [server] table: the deployment's probes, Service and metrics need [server] listen = {wanted}{}",
+            other.note(the_port)
+        ));
+    };
+    let listen = server.listen;
+    if listen.ip().is_loopback() {
+        Some(format!(
+            "[server] listen = \"{listen}\" only accepts connections from inside the pod; use {wanted}{}",
+            other.note(the_port)
+        ))
+    } else if !listen.ip().is_unspecified() {
+        Some(format!(
+            "[server] listen = \"{listen}\" is one address, not the pod's every interface; use {wanted}{}",
+            other.note(the_port)
+        ))
+    } else if listen.port() != port {
+        let actual = listen.port();
+        Some(format!(
+            "[server] listen = \"{listen}\" is port {actual}, but the deployment expects listen-port={port}: use {wanted}{}",
+            other.or(&format!("port {actual}"), |name| format!("set {name}: {actual}"))
+        ))
+    } else {
+        None
+    }
+}
+
 fn problem(config: &Config, expected: &Expected, other: Other) -> Option<String> {
     let kube = &config.kubernetes;
     let flag = |key: &str, actual: bool, wanted: bool| {
@@ -206,37 +238,8 @@ fn problem(config: &Config, expected: &Expected, other: Other) -> Option<String>
             )
         })
     };
-    let the_port = |name: &str| format!("the port is {name}");
     match expected {
-        Expected::ListenPort(port) => {
-            let wanted = format!("\"0.0.0.0:{port}\"");
-            let Some(server) = &config.server else {
-                return Some(format!(
-                    "no [server] table: the deployment's probes, Service and metrics need [server] listen = {wanted}{}",
-                    other.note(the_port)
-                ));
-            };
-            let listen = server.listen;
-            if listen.ip().is_loopback() {
-                Some(format!(
-                    "[server] listen = \"{listen}\" only accepts connections from inside the pod; use {wanted}{}",
-                    other.note(the_port)
-                ))
-            } else if !listen.ip().is_unspecified() {
-                Some(format!(
-                    "[server] listen = \"{listen}\" is one address, not the pod's every interface; use {wanted}{}",
-                    other.note(the_port)
-                ))
-            } else if listen.port() != *port {
-                let actual = listen.port();
-                Some(format!(
-                    "[server] listen = \"{listen}\" is port {actual}, but the deployment expects listen-port={port}: use {wanted}{}",
-                    other.or(&format!("port {actual}"), |name| format!("set {name}: {actual}"))
-                ))
-            } else {
-                None
-            }
-        }
+        Expected::ListenPort(port) => listen_problem(config, *port, other),
         Expected::Namespace(namespace) => (&kube.namespace != namespace).then(|| {
             format!(
                 "[kubernetes] namespace = \"{}\", but the daemon runs in namespace \"{namespace}\", where its Role is: leave [kubernetes] namespace unset (it defaults to $POD_NAMESPACE){}",

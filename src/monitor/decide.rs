@@ -200,7 +200,7 @@ pub fn decide(
 ) -> Decided {
     // To the second, as the events and `status` say it.
     let now = now.trunc_subsecs(0);
-    let time = timestamp(now);
+    let check = Deciding { watch, subjects, record, now, time: timestamp(now) };
     let mut commit = CheckRecord {
         watch: watch.name.clone(),
         kind: watch.kind,
@@ -215,14 +215,67 @@ pub fn decide(
         actions: Vec::new(),
         history,
     };
-    let event = |id: String, event_type: EventType| new_event(watch, subjects, id, event_type, &time);
-    let decided = |commit, outcome| Decided { commit, outcome, metadata: None };
     if !matches!(found, Found::Failed(_))
-        && let Some(r) = record.filter(|r| r.consecutive_failures > 0)
+        && let Some(recovered) = check.recovered()
     {
+        commit.events.push(recovered);
+    }
+    match found {
+        Found::Failed(err) => check.failed(commit, err),
+        Found::Unchanged => Decided { commit, outcome: CheckOutcome::Unchanged, metadata: None },
+        Found::Held { digest } => {
+            // Held since it was first seen, unless the tag moved on meanwhile (the clock restarts).
+            let since = match record.and_then(|r| r.pending.as_ref()) {
+                Some(pending) if pending.digest == digest => pending.since,
+                _ => now,
+            };
+            commit.pending = Some(HeldDigest { digest: digest.clone(), since });
+            Decided { commit, outcome: CheckOutcome::Held { digest }, metadata: None }
+        }
+        Found::PlatformsUnchanged { observation, metadata } => {
+            let digest = observation.digest.clone();
+            // The metadata as the ledger holds it, not converted back and forth.
+            commit.pin = Some(check.pin_update(observation, record.and_then(|r| r.metadata.clone())));
+            // Only the gitops targets' commits of the pin: no change, no app action.
+            commit.actions = planned.actions;
+            Decided { commit, outcome: CheckOutcome::PlatformsUnchanged { digest }, metadata }
+        }
+        Found::Pinned { observation, metadata } => check.pinned(commit, observation, metadata, planned),
+        Found::Moved(mv) => check.moved(commit, *mv, planned),
+    }
+}
+
+/// One check being decided: the watch, its subjects and record, and the check's time.
+struct Deciding<'a> {
+    watch: &'a Watch,
+    subjects: &'a [Subject],
+    record: Option<&'a WatchRecord>,
+    now: DateTime<Utc>,
+    /// `now` as events say it.
+    time: String,
+}
+
+impl Deciding<'_> {
+    fn event(&self, id: String, event_type: EventType) -> Event {
+        new_event(self.watch, self.subjects, id, event_type, &self.time)
+    }
+
+    fn pin_update(&self, observation: Observation, metadata: Option<PinMetadata>) -> PinUpdate {
+        PinUpdate {
+            reference: self.watch.image.pinned(&observation.digest),
+            digest: observation.digest,
+            media_type: observation.media_type,
+            platforms: observation.platforms,
+            metadata,
+        }
+    }
+
+    /// `check.recovered`, when the watch was failing until this check.
+    fn recovered(&self) -> Option<Event> {
+        let r = self.record.filter(|r| r.consecutive_failures > 0)?;
         let since = r.failing_since.map(timestamp).unwrap_or_default();
-        let mut e = event(
-            event::failure_event_id(&watch.name, EventType::CheckRecovered, &since, r.failure_runs),
+        let mut e = self.event(
+            event::failure_event_id(&self.watch.name, EventType::CheckRecovered, &since, r.failure_runs),
             EventType::CheckRecovered,
         );
         e.current = r.pin.as_ref().map(pin_of);
@@ -232,123 +285,106 @@ pub fn decide(
             consecutive_failures: r.consecutive_failures,
             since,
         });
-        commit.events.push(e);
+        Some(e)
     }
-    let pin_update = |observation: Observation, metadata: Option<PinMetadata>| PinUpdate {
-        reference: watch.image.pinned(&observation.digest),
-        digest: observation.digest,
-        media_type: observation.media_type,
-        platforms: observation.platforms,
-        metadata,
-    };
-    let mv = match found {
-        Found::Failed(err) => {
-            if record.is_none_or(|r| r.consecutive_failures == 0) {
-                let since = timestamp(record.and_then(|r| r.failing_since).unwrap_or(now));
-                // A new run: the ledger counts it when it records this check.
-                let run = record.map_or(0, |r| r.failure_runs) + 1;
-                let mut e = event(failed_event_id(&watch.name, &since, run), EventType::CheckFailed);
-                e.current = record.and_then(|r| r.pin.as_ref()).map(pin_of);
-                e.error = Some(CheckError {
-                    reason: err.reason().to_string(),
-                    message: err.to_string(),
-                    consecutive_failures: 1,
-                    since,
-                });
-                commit.events.push(e);
-            }
-            commit.outcome = Err(CheckFailure { reason: err.reason().to_string(), message: err.to_string() });
-            commit.pending = record.and_then(|r| r.pending.clone());
-            return decided(commit, CheckOutcome::Failed(err));
+
+    /// A failed check: `check.failed` at the first failure of a run, the held digest kept.
+    fn failed(&self, mut commit: CheckRecord, err: RegistryError) -> Decided {
+        let record = self.record;
+        if record.is_none_or(|r| r.consecutive_failures == 0) {
+            let since = timestamp(record.and_then(|r| r.failing_since).unwrap_or(self.now));
+            // A new run: the ledger counts it when it records this check.
+            let run = record.map_or(0, |r| r.failure_runs) + 1;
+            let mut e = self.event(failed_event_id(&self.watch.name, &since, run), EventType::CheckFailed);
+            e.current = record.and_then(|r| r.pin.as_ref()).map(pin_of);
+            e.error = Some(CheckError {
+                reason: err.reason().to_string(),
+                message: err.to_string(),
+                consecutive_failures: 1,
+                since,
+            });
+            commit.events.push(e);
         }
-        Found::Unchanged => return decided(commit, CheckOutcome::Unchanged),
-        Found::Held { digest } => {
-            // Held since it was first seen, unless the tag moved on meanwhile (the clock restarts).
-            let since = match record.and_then(|r| r.pending.as_ref()) {
-                Some(pending) if pending.digest == digest => pending.since,
-                _ => now,
-            };
-            commit.pending = Some(HeldDigest { digest: digest.clone(), since });
-            return decided(commit, CheckOutcome::Held { digest });
-        }
-        Found::PlatformsUnchanged { observation, metadata } => {
-            let digest = observation.digest.clone();
-            // The metadata as the ledger holds it, not converted back and forth.
-            commit.pin = Some(pin_update(observation, record.and_then(|r| r.metadata.clone())));
-            // Only the gitops targets' commits of the pin: no change, no app action.
-            commit.actions = planned.actions;
-            return Decided { commit, outcome: CheckOutcome::PlatformsUnchanged { digest }, metadata };
-        }
-        Found::Pinned { observation, metadata } => {
-            let digest = observation.digest.clone();
-            let current = Pin {
-                digest: digest.clone(),
-                reference: watch.image.pinned(&digest),
-                platforms: observation.platforms.clone(),
-            };
-            commit.pin = Some(pin_update(observation, metadata.as_deref().cloned().map(PinMetadata::from)));
-            if watch.kind == WatchKind::Builder {
-                let mut e = event(
-                    event::stable_id(&[&watch.name, EventType::BuilderPinned.as_str(), &digest]),
-                    EventType::BuilderPinned,
-                );
-                e.current = Some(current);
-                commit.events.push(e);
-            }
-            commit.actions = planned.actions;
-            return Decided { commit, outcome: CheckOutcome::Pinned { digest }, metadata };
-        }
-        Found::Moved(mv) => *mv,
-    };
-    let Move { id, seq, event_type, change, previous, current, media_type, metadata, rollback } = mv;
-    commit.pin = Some(PinUpdate {
-        digest: current.digest.clone(),
-        reference: current.reference.clone(),
-        media_type,
-        platforms: current.platforms.clone(),
-        metadata: metadata.as_deref().cloned().map(PinMetadata::from),
-    });
-    let mut e = event(id.clone(), event_type);
-    e.previous = Some(pin_of(&previous));
-    e.current = Some(current.clone());
-    e.change = Some(change.clone());
-    e.rollback = Some(rollback);
-    e.images = Some(
-        planned
-            .decisions
-            .iter()
-            .filter_map(|d| d.action.map(|a| ImageAction { name: d.image.clone(), action: a.as_str().into() }))
-            .collect(),
-    );
-    commit.events.push(e);
-    if let Some(subject) = subjects.first()
-        && let Some(e) =
-            crate::rollout::awaiting_approval_event(&id, subject, subjects, planned.awaiting_approval(), now)
-    {
-        commit.events.push(e);
+        commit.outcome = Err(CheckFailure { reason: err.reason().to_string(), message: err.to_string() });
+        commit.pending = record.and_then(|r| r.pending.clone());
+        Decided { commit, outcome: CheckOutcome::Failed(err), metadata: None }
     }
-    if let Some(subject) = subjects.first()
-        && let Some(e) =
-            crate::rollout::expedited_event(&id, subject, subjects, planned.all_actions(), &planned.expedite, now)
-    {
-        commit.events.push(e);
+
+    /// The first pin of a watch: `builder.pinned` for a builder, the planned gitops commits.
+    fn pinned(
+        &self,
+        mut commit: CheckRecord,
+        observation: Observation,
+        metadata: Option<Box<PinnedMetadata>>,
+        planned: Planned,
+    ) -> Decided {
+        let digest = observation.digest.clone();
+        let current = Pin {
+            digest: digest.clone(),
+            reference: self.watch.image.pinned(&digest),
+            platforms: observation.platforms.clone(),
+        };
+        commit.pin = Some(self.pin_update(observation, metadata.as_deref().cloned().map(PinMetadata::from)));
+        if self.watch.kind == WatchKind::Builder {
+            let mut e = self.event(
+                event::stable_id(&[&self.watch.name, EventType::BuilderPinned.as_str(), &digest]),
+                EventType::BuilderPinned,
+            );
+            e.current = Some(current);
+            commit.events.push(e);
+        }
+        commit.actions = planned.actions;
+        Decided { commit, outcome: CheckOutcome::Pinned { digest }, metadata }
     }
-    commit.actions = planned.actions;
-    commit.change = Some(ChangeRecord {
-        id: id.clone(),
-        watch: watch.name.clone(),
-        seq,
-        previous: previous.digest.clone(),
-        current: current.digest.clone(),
-        previous_reference: previous.reference.clone(),
-        current_reference: current.reference.clone(),
-        change: change.clone(),
-        rollback,
-        detected: now,
-    });
-    let outcome =
-        CheckOutcome::Changed { id, previous: previous.digest, current: current.digest, change: Box::new(change) };
-    Decided { commit, outcome, metadata }
+
+    /// A move: its change event (with the images' planned actions), the roll-out's events, its
+    /// change record and actions.
+    fn moved(&self, mut commit: CheckRecord, mv: Move, planned: Planned) -> Decided {
+        let Move { id, seq, event_type, change, previous, current, media_type, metadata, rollback } = mv;
+        commit.pin = Some(PinUpdate {
+            digest: current.digest.clone(),
+            reference: current.reference.clone(),
+            media_type,
+            platforms: current.platforms.clone(),
+            metadata: metadata.as_deref().cloned().map(PinMetadata::from),
+        });
+        let mut e = self.event(id.clone(), event_type);
+        e.previous = Some(pin_of(&previous));
+        e.current = Some(current.clone());
+        e.change = Some(change.clone());
+        e.rollback = Some(rollback);
+        e.images = Some(
+            planned
+                .decisions
+                .iter()
+                .filter_map(|d| d.action.map(|a| ImageAction { name: d.image.clone(), action: a.as_str().into() }))
+                .collect(),
+        );
+        commit.events.push(e);
+        if let Some(subject) = self.subjects.first() {
+            let (subjects, now) = (self.subjects, self.now);
+            let awaiting = planned.awaiting_approval();
+            commit.events.extend(crate::rollout::awaiting_approval_event(&id, subject, subjects, awaiting, now));
+            let all = planned.all_actions();
+            commit.events.extend(crate::rollout::expedited_event(&id, subject, subjects, all, &planned.expedite, now));
+        }
+        commit.actions = planned.actions;
+        commit.change = Some(ChangeRecord {
+            id: id.clone(),
+            watch: self.watch.name.clone(),
+            seq,
+            previous: previous.digest.clone(),
+            current: current.digest.clone(),
+            previous_reference: previous.reference.clone(),
+            current_reference: current.reference.clone(),
+            change: change.clone(),
+            rollback,
+            detected: self.now,
+        });
+        let outcome =
+            CheckOutcome::Changed { id, previous: previous.digest, current: current.digest, change: Box::new(change) };
+        Decided { commit, outcome, metadata }
+    }
 }
 
 #[cfg(test)]

@@ -128,18 +128,8 @@ impl Monitor {
             }
             run_images.spawner = Some(spawner);
         }
-        let mut table: Timetable<Scheduled> = Timetable::default();
-        let mut slots: Slots<usize> = Slots::new(CHECK_CONCURRENCY);
-        let now = tokio::time::Instant::now();
-        for (index, builder) in self.handle.config.builders.iter().enumerate() {
-            slots.register(builder.image.registry());
-            table.add(&builder.name, Scheduled::Builder(index), builder.jitter, now);
-        }
-        // Each check's task answers whether it failed, and then when it tries again (a failed
-        // check comes back sooner, when its log line said).
-        let mut running: JoinSet<Option<Option<DateTime<Utc>>>> = JoinSet::new();
-        // The watch each running check was made for, so its end needs no second copy.
-        let mut running_ids: HashMap<tokio::task::Id, (usize, Arc<Watch>)> = HashMap::new();
+        let mut checks = Checks::new(&self);
+        let mut running: JoinSet<CheckEnd> = JoinSet::new();
         let mut heartbeat = tokio::time::interval(HEARTBEAT);
         // Beside the loop, so a slow write (one per watch on Kubernetes) never delays a check.
         let flushing = CancellationToken::new();
@@ -154,92 +144,19 @@ impl Monitor {
             }
         });
         loop {
-            let now = tokio::time::Instant::now();
-            while slots.has_room() {
-                let id = match slots.next_waiting() {
-                    Some(id) => id,
-                    None => match table.pop_due(now) {
-                        Some(id) => match slots.admit(self.registry_of(table.item(id)), id) {
-                            Some(id) => id,
-                            None => continue,
-                        },
-                        None => break,
-                    },
-                };
-                let watch = self.watch_of(table.item(id));
-                if matches!(table.item(id), Scheduled::RunImage { stop, .. } if stop.is_cancelled()) {
-                    slots.finished(watch.image.registry());
-                    table.remove(id);
-                    self.handle.hooks.forget(&watch.name);
-                    continue;
-                }
-                let hooked = self.handle.hooks.starts(&watch.name);
-                let monitor = self.clone();
-                let checked = watch.clone();
-                let task = running.spawn(async move {
-                    let checked = monitor.check_logged(&watch, true).await;
-                    let (outcome, retry) = checked.map_or((None, None), |(o, r)| (Some(o), r));
-                    if hooked {
-                        monitor.handle.hooks.done(&watch.name, outcome.as_ref(), &monitor.handle.wakes);
-                    }
-                    matches!(outcome, Some(CheckOutcome::Failed(_))).then_some(retry)
-                });
-                running_ids.insert(task.id(), (id, checked));
-            }
-            let next = if slots.has_room() { table.next_due() } else { None };
+            checks.start_due(&self, &mut running);
+            let next = if checks.slots.has_room() { checks.table.next_due() } else { None };
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
-                Some(done) = running.join_next_with_id(), if !running.is_empty() => {
-                    let (task, failed) = match &done {
-                        Ok((task, failed)) => (*task, *failed),
-                        Err(err) => (err.id(), None),
-                    };
-                    let Some((id, watch)) = running_ids.remove(&task) else { continue };
-                    slots.finished(watch.image.registry());
-                    if let Err(err) = done {
-                        self.handle.hooks.forget(&watch.name);
-                        tracing::error!(watch = %watch.name, error = %err, "check failed unexpectedly; it runs again on schedule");
-                    }
-                    let now = tokio::time::Instant::now();
-                    let wall = self.handle.clock.now();
-                    let next = if let Some(retry) = failed {
-                        // Until the time the check logged, counted on this clock.
-                        let delay = retry.map(|at| (at - wall).to_std().unwrap_or_default());
-                        table.failed(id, delay, now)
-                    } else {
-                        table.finished(id, &watch.schedule, watch.jitter, now, wall)
-                    };
-                    if !next {
-                        tracing::warn!(watch = %watch.name, schedule = %watch.schedule, "schedule has no future firing; checked only when woken");
-                    }
-                }
+                Some(done) = running.join_next_with_id(), if !running.is_empty() => checks.ended(&self, done),
                 Some(name) = wakes.recv() => {
-                    match table.id(&name) {
-                        Some(id) => table.wake(id, tokio::time::Instant::now()),
+                    match checks.table.id(&name) {
+                        Some(id) => checks.table.wake(id, tokio::time::Instant::now()),
                         None => self.handle.hooks.forget(&name),
                     }
                 }
-                Some(name) = spawns.recv() => {
-                    let stop = CancellationToken::new();
-                    let watch = {
-                        let mut run_images = self.handle.run_images.lock().unwrap_or_else(|e| e.into_inner());
-                        run_images.entries.get_mut(&name).map(|entry| {
-                            entry.stop = Some(stop.clone());
-                            entry.watch.clone()
-                        })
-                    };
-                    if let Some(watch) = watch {
-                        slots.register(watch.image.registry());
-                        // A run image dropped and named again: the old entry's stop is cancelled.
-                        if let Some(old) = table.id(&name) {
-                            table.remove(old);
-                        }
-                        let jitter = watch.jitter;
-                        let scheduled = Scheduled::RunImage { watch: Arc::new(watch), stop };
-                        table.add(&name, scheduled, jitter, tokio::time::Instant::now());
-                    }
-                }
+                Some(name) = spawns.recv() => checks.add_run_image(&self, name),
                 _ = heartbeat.tick() => self.handle.beat(),
                 _ = async { match next { Some(due) => tokio::time::sleep_until(due).await, None => std::future::pending().await } } => {}
             }
@@ -255,5 +172,116 @@ impl Monitor {
         flushing.cancel();
         let _ = flusher.await;
         self.flush_touches().await;
+    }
+}
+
+/// A check's task answers whether it failed, and then when it tries again (a failed check comes
+/// back sooner, when its log line said).
+type CheckEnd = Option<Option<DateTime<Utc>>>;
+
+/// The scheduler's state: every watch's next time, each registry's share of the checks, and which
+/// watch each running check is for.
+struct Checks {
+    table: Timetable<Scheduled>,
+    slots: Slots<usize>,
+    /// The watch each running check was made for, so its end needs no second copy.
+    running_ids: HashMap<tokio::task::Id, (usize, Arc<Watch>)>,
+}
+
+impl Checks {
+    /// Every builder watch, due after its jitter.
+    fn new(monitor: &Monitor) -> Self {
+        let mut table: Timetable<Scheduled> = Timetable::default();
+        let mut slots: Slots<usize> = Slots::new(CHECK_CONCURRENCY);
+        let now = tokio::time::Instant::now();
+        for (index, builder) in monitor.handle.config.builders.iter().enumerate() {
+            slots.register(builder.image.registry());
+            table.add(&builder.name, Scheduled::Builder(index), builder.jitter, now);
+        }
+        Checks { table, slots, running_ids: HashMap::new() }
+    }
+
+    /// Starts the due checks while there is room: those waiting for their registry's share
+    /// first, then the earliest due.
+    fn start_due(&mut self, monitor: &Arc<Monitor>, running: &mut JoinSet<CheckEnd>) {
+        let now = tokio::time::Instant::now();
+        while self.slots.has_room() {
+            let id = match self.slots.next_waiting() {
+                Some(id) => id,
+                None => match self.table.pop_due(now) {
+                    Some(id) => match self.slots.admit(monitor.registry_of(self.table.item(id)), id) {
+                        Some(id) => id,
+                        None => continue,
+                    },
+                    None => break,
+                },
+            };
+            let watch = monitor.watch_of(self.table.item(id));
+            if matches!(self.table.item(id), Scheduled::RunImage { stop, .. } if stop.is_cancelled()) {
+                self.slots.finished(watch.image.registry());
+                self.table.remove(id);
+                monitor.handle.hooks.forget(&watch.name);
+                continue;
+            }
+            let hooked = monitor.handle.hooks.starts(&watch.name);
+            let monitor = monitor.clone();
+            let checked = watch.clone();
+            let task = running.spawn(async move {
+                let checked = monitor.check_logged(&watch, true).await;
+                let (outcome, retry) = checked.map_or((None, None), |(o, r)| (Some(o), r));
+                if hooked {
+                    monitor.handle.hooks.done(&watch.name, outcome.as_ref(), &monitor.handle.wakes);
+                }
+                matches!(outcome, Some(CheckOutcome::Failed(_))).then_some(retry)
+            });
+            self.running_ids.insert(task.id(), (id, checked));
+        }
+    }
+
+    /// A check ended: its registry's share freed, its next time set (sooner after a failure).
+    fn ended(&mut self, monitor: &Monitor, done: Result<(tokio::task::Id, CheckEnd), tokio::task::JoinError>) {
+        let (task, failed) = match &done {
+            Ok((task, failed)) => (*task, *failed),
+            Err(err) => (err.id(), None),
+        };
+        let Some((id, watch)) = self.running_ids.remove(&task) else { return };
+        self.slots.finished(watch.image.registry());
+        if let Err(err) = done {
+            monitor.handle.hooks.forget(&watch.name);
+            tracing::error!(watch = %watch.name, error = %err, "check failed unexpectedly; it runs again on schedule");
+        }
+        let now = tokio::time::Instant::now();
+        let wall = monitor.handle.clock.now();
+        let next = if let Some(retry) = failed {
+            // Until the time the check logged, counted on this clock.
+            let delay = retry.map(|at| (at - wall).to_std().unwrap_or_default());
+            self.table.failed(id, delay, now)
+        } else {
+            self.table.finished(id, &watch.schedule, watch.jitter, now, wall)
+        };
+        if !next {
+            tracing::warn!(watch = %watch.name, schedule = %watch.schedule, "schedule has no future firing; checked only when woken");
+        }
+    }
+
+    /// A run image watch named (or named again): scheduled after its jitter, with a stop of its own.
+    fn add_run_image(&mut self, monitor: &Monitor, name: String) {
+        let stop = CancellationToken::new();
+        let watch = {
+            let mut run_images = monitor.handle.run_images.lock().unwrap_or_else(|e| e.into_inner());
+            run_images.entries.get_mut(&name).map(|entry| {
+                entry.stop = Some(stop.clone());
+                entry.watch.clone()
+            })
+        };
+        let Some(watch) = watch else { return };
+        self.slots.register(watch.image.registry());
+        // A run image dropped and named again: the old entry's stop is cancelled.
+        if let Some(old) = self.table.id(&name) {
+            self.table.remove(old);
+        }
+        let jitter = watch.jitter;
+        let scheduled = Scheduled::RunImage { watch: Arc::new(watch), stop };
+        self.table.add(&name, scheduled, jitter, tokio::time::Instant::now());
     }
 }

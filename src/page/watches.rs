@@ -66,61 +66,8 @@ pub(super) fn table(
                 Breakable(&w.image)
             );
         }
-        // Pin.
-        out.push_str("<td data-label=\"Pinned\">");
-        match &w.pinned {
-            Some(p) => {
-                let _ = write!(
-                    out,
-                    "<code class=\"digest\" title=\"{}\">{}</code><span class=\"sub\">since {}</span>",
-                    Text(&p.reference),
-                    Text(short(&p.digest)),
-                    ago(&p.since, now)
-                );
-            }
-            None => out.push_str("<span class=\"muted\">not pinned yet</span>"),
-        }
-        if let Some(s) = &w.settling {
-            let _ = write!(
-                out,
-                "<span class=\"sub\"><span class=\"pill warn\">settling</span> <code>{}</code> seen {}</span>",
-                Text(short(&s.digest)),
-                ago(&s.since, now)
-            );
-        }
-        out.push_str("</td>");
-        // Last check.
-        out.push_str("<td data-label=\"Last check\">");
-        match &w.last_check {
-            Some(c) if c.result == "ok" => {
-                let _ = write!(out, "<span class=\"pill ok\">ok</span> {}", ago(&c.time, now));
-            }
-            Some(c) => {
-                let _ = write!(
-                    out,
-                    "<span class=\"pill err\">{}</span> {}",
-                    Text(c.reason.as_deref().unwrap_or("error")),
-                    ago(&c.time, now)
-                );
-                match crate::status::unreachable_host(w, unreachable)
-                    .filter(|_| c.reason.as_deref() == Some("registry_unavailable"))
-                {
-                    Some(host) => {
-                        let _ = write!(
-                            out,
-                            "<span class=\"sub\">registry <code>{}</code> unreachable (above)</span>",
-                            Text(host)
-                        );
-                    }
-                    None => {
-                        let _ =
-                            write!(out, "<span class=\"sub\">{}</span>", Breakable(c.error.as_deref().unwrap_or("")));
-                    }
-                }
-            }
-            None => out.push_str("<span class=\"muted\">never</span>"),
-        }
-        out.push_str("</td>");
+        pinned_cell(out, w, now);
+        last_check_cell(out, w, now, unreachable);
         let _ = write!(out, "<td data-label=\"Next check\">{}</td>", next_check(w, config, now, run_images));
         // Failing streak.
         if w.consecutive_failures > 0 {
@@ -152,6 +99,66 @@ pub(super) fn table(
         out.push_str("</td></tr>\n");
     }
     out.push_str("</tbody></table></div>\n");
+}
+
+/// The Pinned cell: the pin and since when, and a digest settling.
+fn pinned_cell(out: &mut String, w: &BuilderStatus, now: DateTime<Utc>) {
+    out.push_str("<td data-label=\"Pinned\">");
+    match &w.pinned {
+        Some(p) => {
+            let _ = write!(
+                out,
+                "<code class=\"digest\" title=\"{}\">{}</code><span class=\"sub\">since {}</span>",
+                Text(&p.reference),
+                Text(short(&p.digest)),
+                ago(&p.since, now)
+            );
+        }
+        None => out.push_str("<span class=\"muted\">not pinned yet</span>"),
+    }
+    if let Some(s) = &w.settling {
+        let _ = write!(
+            out,
+            "<span class=\"sub\"><span class=\"pill warn\">settling</span> <code>{}</code> seen {}</span>",
+            Text(short(&s.digest)),
+            ago(&s.since, now)
+        );
+    }
+    out.push_str("</td>");
+}
+
+/// The Last check cell: ok, or its reason and error (a registry unreachable named above instead).
+fn last_check_cell(out: &mut String, w: &BuilderStatus, now: DateTime<Utc>, unreachable: &crate::status::Unreachable) {
+    out.push_str("<td data-label=\"Last check\">");
+    match &w.last_check {
+        Some(c) if c.result == "ok" => {
+            let _ = write!(out, "<span class=\"pill ok\">ok</span> {}", ago(&c.time, now));
+        }
+        Some(c) => {
+            let _ = write!(
+                out,
+                "<span class=\"pill err\">{}</span> {}",
+                Text(c.reason.as_deref().unwrap_or("error")),
+                ago(&c.time, now)
+            );
+            match crate::status::unreachable_host(w, unreachable)
+                .filter(|_| c.reason.as_deref() == Some("registry_unavailable"))
+            {
+                Some(host) => {
+                    let _ = write!(
+                        out,
+                        "<span class=\"sub\">registry <code>{}</code> unreachable (above)</span>",
+                        Text(host)
+                    );
+                }
+                None => {
+                    let _ = write!(out, "<span class=\"sub\">{}</span>", Breakable(c.error.as_deref().unwrap_or("")));
+                }
+            }
+        }
+        None => out.push_str("<span class=\"muted\">never</span>"),
+    }
+    out.push_str("</td>");
 }
 
 /// When the watch is next checked: its schedule after the last check (a run image follows the

@@ -37,7 +37,15 @@ pub fn render_text(status: &Status) -> String {
     if let Some(download) = &status.vulnerability_download {
         let _ = writeln!(out, "{}", download.note());
     }
-    if let Some(f) = &status.rollout.frozen {
+    render_rollout(&mut out, &status.rollout);
+    render_actions(&mut out, status);
+    render_deliveries(&mut out, status);
+    out
+}
+
+/// The freeze, and the next window while all are closed.
+fn render_rollout(out: &mut String, rollout: &RolloutStatus) {
+    if let Some(f) = &rollout.frozen {
         let reason = f.reason.as_deref().map(|r| format!(": {}", escape(r))).unwrap_or_default();
         let _ = writeln!(
             out,
@@ -47,9 +55,13 @@ pub fn render_text(status: &Status) -> String {
             builder_monitor_core::rollout::FREEZE_STOPS
         );
     }
-    if let Some(next) = &status.rollout.next_window {
+    if let Some(next) = &rollout.next_window {
         let _ = writeln!(out, "outside the roll-out windows: the next opens {next}");
     }
+}
+
+/// Pending actions (each with why it waits) and the recent finished ones.
+fn render_actions(out: &mut String, status: &Status) {
     if !status.pending.is_empty() {
         let _ = writeln!(out, "pending actions:");
         for a in &status.pending {
@@ -92,6 +104,10 @@ pub fn render_text(status: &Status) -> String {
             }
         }
     }
+}
+
+/// Alert deliveries still to go, and those given up on.
+fn render_deliveries(out: &mut String, status: &Status) {
     if !status.deliveries.is_empty() {
         let _ = writeln!(out, "alert deliveries pending:");
         for d in &status.deliveries {
@@ -121,7 +137,6 @@ pub fn render_text(status: &Status) -> String {
             );
         }
     }
-    out
 }
 
 /// `, expedited by USN-…, CVE-…` for an action whose fixes let it skip the soak and the windows.

@@ -1,6 +1,7 @@
 //! The pure decisions of a registry rebase, as the CNB lifecycle's rebaser makes them: from the app's
 //! and the new run image's manifests and configs, the new config, manifest and index bytes, or a refusal.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde_json::{Map, Value};
@@ -20,7 +21,7 @@ use checks::{
     reference_digest, stage_stripped, string_list_label, target,
 };
 use history::{history, upper_history};
-use image::{Side, blob, compact, digest_of, env_value, labels, object_mut, read_image};
+use image::{ImageDoc, Side, blob, compact, digest_of, env_value, labels, object_mut, read_image};
 pub use index::{config_platform, rebased_index, select_platform};
 
 /// A blob a rebased manifest names.
@@ -147,26 +148,8 @@ pub fn rebase_platform(
     let base_labels = labels(&base.config, Side::RunImage)?;
 
     // The cut: the app's layers up to and including the run image's top layer are replaced.
-    let metadata_text = app_labels.get(LIFECYCLE_METADATA).map(String::as_str).unwrap_or_default();
-    if metadata_text.is_empty() {
-        return Err(Refusal::NoLifecycleMetadata);
-    }
-    let mut metadata = match serde_json::from_str::<Value>(metadata_text) {
-        Ok(Value::Object(m)) => m,
-        Ok(_) => return malformed(LIFECYCLE_METADATA, "not a JSON object"),
-        Err(e) => return malformed(LIFECYCLE_METADATA, format!("not JSON ({e})")),
-    };
-    let run_image_doc = match metadata.get("runImage") {
-        None | Some(Value::Null) => None,
-        Some(Value::Object(r)) => Some(r),
-        Some(_) => return malformed(LIFECYCLE_METADATA, "runImage is not an object"),
-    };
-    let top_layer = match run_image_doc.and_then(|r| r.get("topLayer")) {
-        None | Some(Value::Null) => return Err(Refusal::NoTopLayer),
-        Some(Value::String(t)) if t.is_empty() => return Err(Refusal::NoTopLayer),
-        Some(Value::String(t)) => t.clone(),
-        Some(_) => return malformed(LIFECYCLE_METADATA, "runImage.topLayer is not a string"),
-    };
+    let mut metadata = lifecycle_metadata(&app_labels)?;
+    let (top_layer, recorded_digest) = recorded_run_image(&metadata)?;
     let Some(top_index) = app.diff_ids.iter().position(|d| *d == top_layer) else {
         return Err(Refusal::TopLayerNotInImage(top_layer));
     };
@@ -186,8 +169,6 @@ pub fn rebase_platform(
         app.layers[lower..].iter().map(|d| blob(d, Side::App.manifest())).collect::<Result<_, _>>()?;
     let counts = (lower, base.diff_ids.len(), app.diff_ids.len() - lower);
 
-    let recorded_digest =
-        run_image_doc.and_then(|r| r.get("reference")).and_then(Value::as_str).and_then(reference_digest);
     if app.diff_ids[..lower] == base.diff_ids[..]
         && recorded_digest.is_some()
         && recorded_digest == reference_digest(&options.run_image_reference)
@@ -214,10 +195,71 @@ pub fn rebase_platform(
         order::not_older(&options.known_run_images, on, target)?;
     }
 
-    // Compatibility, by the app's platform API, as the rebaser checks it.
+    let api_0_12 = compatible(&app, &base, &app_labels, &base_labels, options.force)?;
+    rewrite_metadata(&mut metadata, api_0_12, base_top, options)?;
+    let config_bytes = new_config(&app, &base, &base_labels, lower, api_0_12, metadata)?;
+    let config_digest = digest_of(&config_bytes);
+    let manifest_bytes = new_manifest(&app, &base, &base_blobs, lower, &config_digest, config_bytes.len());
+
+    Ok(PlatformRebase {
+        manifest_digest: digest_of(&manifest_bytes),
+        manifest: manifest_bytes,
+        manifest_media_type: app.media_type,
+        config: config_bytes,
+        config_digest,
+        base_blobs,
+        app_blobs,
+        base_layers_from: counts.0,
+        base_layers_to: counts.1,
+        app_layers: counts.2,
+        already_rebased: false,
+    })
+}
+
+/// The app's lifecycle metadata label, as a JSON object.
+fn lifecycle_metadata(app_labels: &BTreeMap<String, String>) -> Result<Map<String, Value>, Refusal> {
+    let metadata_text = app_labels.get(LIFECYCLE_METADATA).map(String::as_str).unwrap_or_default();
+    if metadata_text.is_empty() {
+        return Err(Refusal::NoLifecycleMetadata);
+    }
+    match serde_json::from_str::<Value>(metadata_text) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => malformed(LIFECYCLE_METADATA, "not a JSON object"),
+        Err(e) => malformed(LIFECYCLE_METADATA, format!("not JSON ({e})")),
+    }
+}
+
+/// The run image the lifecycle metadata records: its top layer (where the cut is), and the digest
+/// of its reference when it names one.
+fn recorded_run_image(metadata: &Map<String, Value>) -> Result<(String, Option<&str>), Refusal> {
+    let run_image_doc = match metadata.get("runImage") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(r)) => Some(r),
+        Some(_) => return malformed(LIFECYCLE_METADATA, "runImage is not an object"),
+    };
+    let top_layer = match run_image_doc.and_then(|r| r.get("topLayer")) {
+        None | Some(Value::Null) => return Err(Refusal::NoTopLayer),
+        Some(Value::String(t)) if t.is_empty() => return Err(Refusal::NoTopLayer),
+        Some(Value::String(t)) => t.clone(),
+        Some(_) => return malformed(LIFECYCLE_METADATA, "runImage.topLayer is not a string"),
+    };
+    let recorded = run_image_doc.and_then(|r| r.get("reference")).and_then(Value::as_str).and_then(reference_digest);
+    Ok((top_layer, recorded))
+}
+
+/// Whether the run image fits the app, by the app's platform API as the rebaser checks it (0.12
+/// and later: `io.buildpacks.rebasable`; before: the stack id and mixins), then the os and
+/// architecture (ours below 0.12). Answers whether the app's platform API is 0.12 or later.
+fn compatible(
+    app: &ImageDoc,
+    base: &ImageDoc,
+    app_labels: &BTreeMap<String, String>,
+    base_labels: &BTreeMap<String, String>,
+    force: bool,
+) -> Result<bool, Refusal> {
     let api_0_12 = platform_api_at_least_0_12(env_value(&app.config, Side::App, PLATFORM_API_ENV)?.as_deref())?;
     if api_0_12 {
-        if app_labels.get(REBASABLE).is_some_and(|v| v == "false") && !options.force {
+        if app_labels.get(REBASABLE).is_some_and(|v| v == "false") && !force {
             return Err(Refusal::NotRebasable);
         }
     } else {
@@ -228,8 +270,8 @@ pub fn rebase_platform(
         if app_stack != base_stack {
             return Err(Refusal::StackIdDiffers { app: app_stack.clone(), run_image: base_stack.clone() });
         }
-        let available = stage_stripped(string_list_label(&base_labels, STACK_MIXINS)?);
-        let mut missing: Vec<String> = stage_stripped(string_list_label(&app_labels, STACK_MIXINS)?)
+        let available = stage_stripped(string_list_label(base_labels, STACK_MIXINS)?);
+        let mut missing: Vec<String> = stage_stripped(string_list_label(app_labels, STACK_MIXINS)?)
             .into_iter()
             .filter(|m| !available.contains(m))
             .collect();
@@ -241,11 +283,20 @@ pub fn rebase_platform(
     }
     // Below 0.12 the rebaser checks no target; the os/architecture check there is ours (a run image
     // of another architecture is never what a user means), overridable like the rest.
-    if !options.force {
-        check_target(&target(&app.config, &app_labels), &target(&base.config, &base_labels), api_0_12)?;
+    if !force {
+        check_target(&target(&app.config, app_labels), &target(&base.config, base_labels), api_0_12)?;
     }
+    Ok(api_0_12)
+}
 
-    // The lifecycle metadata label.
+/// The lifecycle metadata label rewritten for the run image: its top layer and reference, and
+/// (forced, at platform API 0.12 and later) its name where the metadata does not list it.
+fn rewrite_metadata(
+    metadata: &mut Map<String, Value>,
+    api_0_12: bool,
+    base_top: String,
+    options: &RebaseOptions,
+) -> Result<(), Refusal> {
     let run_image_value = metadata.get("runImage").cloned();
     if api_0_12
         && !names_contain(run_image_value.as_ref(), &options.run_image_name)
@@ -254,7 +305,7 @@ pub fn rebase_platform(
         if !options.force {
             return Err(Refusal::NameNotInMetadata { name: options.run_image_name.clone() });
         }
-        let run_image = object_mut(&mut metadata, "runImage");
+        let run_image = object_mut(metadata, "runImage");
         run_image.insert("image".into(), Value::String(options.run_image_name.clone()));
         run_image.insert("mirrors".into(), Value::Array(Vec::new()));
         let mut stack_run_image = Map::new();
@@ -264,11 +315,22 @@ pub fn rebase_platform(
         stack.insert("runImage".into(), Value::Object(stack_run_image));
         metadata.insert("stack".into(), Value::Object(stack));
     }
-    let run_image = object_mut(&mut metadata, "runImage");
+    let run_image = object_mut(metadata, "runImage");
     run_image.insert("topLayer".into(), Value::String(base_top));
     run_image.insert("reference".into(), Value::String(options.run_image_reference.clone()));
+    Ok(())
+}
 
-    // The new config: the app's, with the base's layers, history, platform and base labels.
+/// The new config: the app's, with the base's layers, history, platform and base labels, and the
+/// rewritten lifecycle metadata.
+fn new_config(
+    app: &ImageDoc,
+    base: &ImageDoc,
+    base_labels: &BTreeMap<String, String>,
+    lower: usize,
+    api_0_12: bool,
+    metadata: Map<String, Value>,
+) -> Result<Vec<u8>, Refusal> {
     let mut config = app.config.clone();
     let base_history = history(&base.config, base.diff_ids.len(), Side::RunImage)?;
     let app_history = history(&app.config, app.diff_ids.len(), Side::App)?;
@@ -295,35 +357,30 @@ pub fn rebase_platform(
         labels.insert(key.clone(), Value::String(value.clone()));
     }
     labels.insert(LIFECYCLE_METADATA.into(), Value::String(Value::Object(metadata).to_string()));
-    let config_bytes = compact(&config);
-    let config_digest = digest_of(&config_bytes);
+    Ok(compact(&config))
+}
 
-    // The new manifest: the app's, with the base's layer descriptors under the app's media types.
+/// The new manifest: the app's, with the new config and the base's layer descriptors under the
+/// app's media types.
+fn new_manifest(
+    app: &ImageDoc,
+    base: &ImageDoc,
+    base_blobs: &[Blob],
+    lower: usize,
+    config_digest: &str,
+    config_size: usize,
+) -> Vec<u8> {
     let mut manifest = app.manifest.clone();
     let config_descriptor = object_mut(&mut manifest, "config");
-    config_descriptor.insert("digest".into(), Value::String(config_digest.clone()));
-    config_descriptor.insert("size".into(), Value::from(config_bytes.len() as u64));
-    let mut layers: Vec<Value> = Vec::with_capacity(base.layers.len() + app_blobs.len());
-    for (descriptor, converted) in base.layers.iter().zip(&base_blobs) {
+    config_descriptor.insert("digest".into(), Value::String(config_digest.to_string()));
+    config_descriptor.insert("size".into(), Value::from(config_size as u64));
+    let mut layers: Vec<Value> = Vec::with_capacity(base.layers.len() + app.layers.len() - lower);
+    for (descriptor, converted) in base.layers.iter().zip(base_blobs) {
         let mut descriptor = descriptor.clone();
         descriptor.insert("mediaType".into(), Value::String(converted.media_type.clone()));
         layers.push(Value::Object(descriptor));
     }
     layers.extend(app.layers[lower..].iter().cloned().map(Value::Object));
     manifest.insert("layers".into(), Value::Array(layers));
-    let manifest_bytes = compact(&manifest);
-
-    Ok(PlatformRebase {
-        manifest_digest: digest_of(&manifest_bytes),
-        manifest: manifest_bytes,
-        manifest_media_type: app.media_type,
-        config: config_bytes,
-        config_digest,
-        base_blobs,
-        app_blobs,
-        base_layers_from: counts.0,
-        base_layers_to: counts.1,
-        app_layers: counts.2,
-        already_rebased: false,
-    })
+    compact(&manifest)
 }

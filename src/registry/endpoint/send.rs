@@ -1,7 +1,7 @@
 //! Sending one request: auth, limiter, pauses, retries and the circuit; redirects followed by hand as
 //! what is fetched allows; bodies read within a limit.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, LOCATION};
@@ -11,7 +11,9 @@ use super::direct::DirectError;
 use super::limiter::retry_after;
 use super::tokens::pull_scope;
 use super::{Endpoint, Lane, describe, is_redirect, origin_of, resolution_failed};
-use crate::registry::{MANIFEST_ACCEPT, MAX_REDIRECTS, RegistryError, RequestClass, speaks_plain_http, whole_seconds};
+use crate::registry::{
+    MANIFEST_ACCEPT, MAX_REDIRECTS, RegistryError, RequestClass, Token, speaks_plain_http, whole_seconds,
+};
 
 /// Why a request got no answer, from either client.
 enum Unanswered {
@@ -95,18 +97,13 @@ impl Lane {
     pub(in crate::registry) async fn send_to(
         &self,
         method: Method,
-        mut url: Url,
+        url: Url,
         call: Call<'_>,
     ) -> Result<Response, RegistryError> {
-        let Call { repository, scope, fetch, payload, timeout } = call;
         // Messages name the path only: an upload URL's query is the registry's state, not ours to print.
         let path = url.path().strip_prefix("/v2/").unwrap_or(url.path()).to_string();
-        let once = matches!(payload, Payload::Stream(_));
-        let pull = method == Method::GET;
-        let mut attempt = 0u32;
-        let mut throttled = 0u32;
-        let mut reauthorized = false;
-        let mut hops = 0;
+        let once = matches!(call.payload, Payload::Stream(_));
+        let mut asking = Asking { method, url, path, call, once, tries: Tries::default() };
         loop {
             // Before the limiter: a request the circuit turns away costs the registry nothing.
             let pass = self.circuit.admit().map_err(|open| {
@@ -116,193 +113,260 @@ impl Lane {
                     whole_seconds(open.since)
                 ))
             })?;
-            self.wait_turn(pull, self.class).await?;
-            // The plain manifest HEAD (the check's request) on the lighter client; a redirect's
-            // next hop and everything else on reqwest.
-            let direct = match &self.direct {
-                Some(direct)
-                    if method == Method::HEAD
-                        && fetch == Fetch::Manifest
-                        && hops == 0
-                        && timeout.is_none()
-                        && matches!(payload, Payload::Empty) =>
-                {
-                    url.as_str().parse::<hyper::Uri>().ok().map(|uri| (direct, uri))
-                }
-                _ => None,
-            };
-            let (response, sent) = if let Some((direct, uri)) = direct {
-                let (authorization, sent) = self.authorization(scope, self.class).await?;
-                (direct.head(&url, uri, authorization).await.map_err(Unanswered::Direct), sent)
-            } else {
-                let mut request = self.http.request(method.clone(), url.clone()).header(ACCEPT, MANIFEST_ACCEPT);
-                if let Some(timeout) = timeout {
-                    request = request.timeout(timeout);
-                }
-                request = match &payload {
-                    Payload::Empty if fetch == Fetch::Write => request.header(CONTENT_LENGTH, 0),
-                    Payload::Empty => request,
-                    Payload::Bytes { bytes, content_type } => {
-                        request.header(CONTENT_TYPE, content_type.as_str()).body(bytes.clone())
-                    }
-                    Payload::Stream(body) => match body.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                        Some(body) => request.header(CONTENT_TYPE, "application/octet-stream").body(body),
-                        None => {
-                            return Err(self.invalid(format!("{method} {path}: a streamed body cannot be sent twice")));
-                        }
-                    },
-                };
-                let (request, sent) = self.authorize(request, scope, self.class).await?;
-                (request.send().await.map_err(Unanswered::Reqwest), sent)
-            };
-            self.record_request(method.as_str(), response.as_ref().ok().map(|r| r.status()));
+            self.wait_turn(asking.method == Method::GET, self.class).await?;
+            let (response, sent) = self.dispatch(&asking).await?;
+            self.record_request(asking.method.as_str(), response.as_ref().ok().map(|r| r.status()));
             let failure = match response {
                 Ok(response) => {
                     pass.answered(&self.settings.host);
-                    self.observe_quota(response.headers());
-                    let status = response.status();
-                    if self.class == RequestClass::Action {
-                        self.pace_answer(status, response.headers());
-                    }
-                    match status {
-                        s if is_redirect(s) && fetch == Fetch::Probe => return Ok(response),
-                        s if is_redirect(s) && fetch == Fetch::Write => {
-                            return Err(self.invalid(format!(
-                                "{method} {path} answered HTTP {s}; writes do not follow redirects"
-                            )));
-                        }
-                        s if is_redirect(s) => {
-                            let target = self.redirect_target(&response, &mut hops, &format!("{method} {path}"))?;
-                            if target.origin() != self.base.origin() {
-                                if fetch == Fetch::Blob {
-                                    return Box::pin(self.fetch_from_storage(target, hops, timeout)).await;
-                                }
-                                return Err(self.invalid(format!(
-                                    "{method} {path} redirected to another host, {}; manifest requests follow redirects only within {}",
-                                    origin_of(&target),
-                                    origin_of(&self.base)
-                                )));
-                            }
-                            let manifests = format!("/v2/{repository}/manifests/");
-                            if fetch == Fetch::Manifest && !target.path().starts_with(&manifests) {
-                                return Err(self.invalid(format!(
-                                    "{method} {path} redirected to {}, outside {manifests}; not followed",
-                                    target.path()
-                                )));
-                            }
-                            url = target;
-                            continue;
-                        }
-                        StatusCode::UNAUTHORIZED if !reauthorized && !once => {
-                            reauthorized = true;
-                            Box::pin(self.learn_challenge(response.headers(), scope, sent)).await?;
-                            continue;
-                        }
-                        StatusCode::UNAUTHORIZED if once => {
-                            return Err(
-                                self.unauthorized(format!("{method} {path} answered HTTP 401 to a streamed upload"))
-                            );
-                        }
-                        StatusCode::UNAUTHORIZED => {
-                            let refused = Box::pin(self.credentials_refused()).await;
-                            let fix = if refused.is_empty() {
-                                format!("; check the username and password in [registries.\"{}\"]", self.settings.host)
-                            } else {
-                                refused
-                            };
-                            return Err(self.unauthorized(format!(
-                                "{method} {path} answered HTTP 401 with fresh credentials{fix}"
-                            )));
-                        }
-                        StatusCode::FORBIDDEN => {
-                            return Err(self.unauthorized(format!("{method} {path} answered HTTP 403 (access denied)")));
-                        }
-                        StatusCode::TOO_MANY_REQUESTS => {
-                            let retry = retry_after(response.headers());
-                            self.metrics.rate_limited.get_or_create(&self.labels).inc();
-                            let cap = self.settings.max_retry_after;
-                            if let Some(asked) = retry.filter(|r| *r > cap) {
-                                // Not a day-long silence on one answer: wait the cap, then ask again.
-                                tracing::warn!(registry = %self.settings.host, retry_after = %whole_seconds(asked), max_retry_after = %whole_seconds(cap), "HTTP 429 asks for a longer pause than max_retry_after; pausing for max_retry_after");
-                                self.pause(cap);
-                                return Err(self.rate_limited(format!(
-                                    "the registry asks to retry after {}, more than max_retry_after ({}); requests to it pause for {}",
-                                    whole_seconds(asked),
-                                    whole_seconds(cap),
-                                    whole_seconds(cap)
-                                )));
-                            }
-                            let wait = retry.unwrap_or_else(|| self.backoff(attempt));
-                            // DEBUG: a check that fails for it logs it (`rate_limited`), once per outage.
-                            tracing::debug!(registry = %self.settings.host, wait = %whole_seconds(wait), "HTTP 429, pausing requests to this registry");
-                            self.pause(wait);
-                            // An action's request the registry told when to send again is not
-                            // failing: it waits its turn, a bounded number of times.
-                            throttled += 1;
-                            let paced = self.class == RequestClass::Action && retry.is_some();
-                            if !paced || throttled > ACTION_THROTTLED_TRIES {
-                                attempt += 1;
-                            }
-                            if attempt >= self.settings.max_attempts || once {
-                                return Err(self.rate_limited(match retry {
-                                    Some(wait) => format!("HTTP 429, retry after {}", whole_seconds(wait)),
-                                    None => format!(
-                                        "HTTP 429 on all {}",
-                                        builder_monitor_core::text::count(self.settings.max_attempts, "attempt")
-                                    ),
-                                }));
-                            }
-                            // wait_turn sleeps until the pause ends.
-                            continue;
-                        }
-                        s if s.is_server_error() => {
-                            // A 503 that says when to come back is the registry's pace, like a 429.
-                            if let Some(wait) =
-                                retry_after(response.headers()).filter(|_| s == StatusCode::SERVICE_UNAVAILABLE)
-                            {
-                                self.pause(wait);
-                            }
-                            self.unavailable(format!("{method} {path} answered HTTP {s}"))
-                        }
-                        _ => return Ok(response),
+                    match self.answered(response, sent, &mut asking).await? {
+                        Answer::Done(response) => return Ok(response),
+                        Answer::AskAgain => continue,
+                        Answer::Failed(failure) => failure,
                     }
                 }
                 Err(e) => {
                     pass.unanswered(&self.settings.host);
-                    let detail = e.describe();
-                    if !self.settings.insecure && speaks_plain_http(&detail) {
-                        // Not a passing fault: retrying cannot help, the configuration must change.
-                        return Err(RegistryError::Setup {
-                            registry: self.settings.host.clone(),
-                            detail: format!(
-                                "{method} {path}: {detail}: the registry answers plain HTTP, not HTTPS; if that is intended, set `insecure = true` under [registries.\"{}\"] (or pass --insecure to resolve and diff)",
-                                self.settings.host
-                            ),
-                        });
-                    }
-                    if e.resolution_failed() {
-                        // Asking again within this check gets the same answer; the next check asks.
-                        let host = &self.settings.host;
-                        return Err(self
-                            .unavailable(format!("{method} {path}: {detail}: {host} does not resolve; check the host name (not retried until the next check)"))
-                            .after_attempts(attempt + 1));
-                    }
-                    let failure = self.unavailable(format!("{method} {path}: {detail}"));
-                    if self.circuit.is_open() {
-                        return Err(failure);
-                    }
-                    failure
+                    self.unanswered(&e, &asking)?
                 }
             };
-            attempt += 1;
-            if attempt >= self.settings.max_attempts || once {
-                return Err(failure.after_attempts(attempt));
+            let tries = &mut asking.tries;
+            tries.attempt += 1;
+            if tries.attempt >= self.settings.max_attempts || asking.once {
+                return Err(failure.after_attempts(tries.attempt));
             }
-            let wait = self.backoff(attempt - 1);
-            tracing::debug!(registry = %self.settings.host, attempt, max_attempts = self.settings.max_attempts, wait = ?wait, error = %failure, "request failed; retrying");
+            let wait = self.backoff(tries.attempt - 1);
+            tracing::debug!(registry = %self.settings.host, attempt = tries.attempt, max_attempts = self.settings.max_attempts, wait = ?wait, error = %failure, "request failed; retrying");
             tokio::time::sleep(wait).await;
         }
     }
+
+    /// Sends the request once, as it stands: the plain manifest HEAD (the check's request) on the
+    /// lighter client; a redirect's next hop and everything else on reqwest. Answers the response
+    /// (or why there was none) and the credentials it carried.
+    async fn dispatch(&self, asking: &Asking<'_>) -> Result<(Result<Response, Unanswered>, Sent), RegistryError> {
+        let Asking { method, url, path, call, tries, .. } = asking;
+        let direct = match &self.direct {
+            Some(direct)
+                if *method == Method::HEAD
+                    && call.fetch == Fetch::Manifest
+                    && tries.hops == 0
+                    && call.timeout.is_none()
+                    && matches!(call.payload, Payload::Empty) =>
+            {
+                url.as_str().parse::<hyper::Uri>().ok().map(|uri| (direct, uri))
+            }
+            _ => None,
+        };
+        if let Some((direct, uri)) = direct {
+            let (authorization, sent) = self.authorization(call.scope, self.class).await?;
+            return Ok((direct.head(url, uri, authorization).await.map_err(Unanswered::Direct), sent));
+        }
+        let mut request = self.http.request(method.clone(), url.clone()).header(ACCEPT, MANIFEST_ACCEPT);
+        if let Some(timeout) = call.timeout {
+            request = request.timeout(timeout);
+        }
+        request = match &call.payload {
+            Payload::Empty if call.fetch == Fetch::Write => request.header(CONTENT_LENGTH, 0),
+            Payload::Empty => request,
+            Payload::Bytes { bytes, content_type } => {
+                request.header(CONTENT_TYPE, content_type.as_str()).body(bytes.clone())
+            }
+            Payload::Stream(body) => match body.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                Some(body) => request.header(CONTENT_TYPE, "application/octet-stream").body(body),
+                None => return Err(self.invalid(format!("{method} {path}: a streamed body cannot be sent twice"))),
+            },
+        };
+        let (request, sent) = self.authorize(request, call.scope, self.class).await?;
+        Ok((request.send().await.map_err(Unanswered::Reqwest), sent))
+    }
+
+    /// What an answer means for the request: done, ask again at once (a redirect followed, a
+    /// challenge learned, a pause waited out), a failure to retry, or an error that ends it.
+    async fn answered(&self, response: Response, sent: Sent, asking: &mut Asking<'_>) -> Result<Answer, RegistryError> {
+        self.observe_quota(response.headers());
+        let status = response.status();
+        if self.class == RequestClass::Action {
+            self.pace_answer(status, response.headers());
+        }
+        let (method, path, once) = (&asking.method, asking.path.as_str(), asking.once);
+        match status {
+            s if is_redirect(s) => self.redirected(response, asking).await,
+            StatusCode::UNAUTHORIZED if !asking.tries.reauthorized && !once => {
+                asking.tries.reauthorized = true;
+                Box::pin(self.learn_challenge(response.headers(), asking.call.scope, sent)).await?;
+                Ok(Answer::AskAgain)
+            }
+            StatusCode::UNAUTHORIZED if once => {
+                Err(self.unauthorized(format!("{method} {path} answered HTTP 401 to a streamed upload")))
+            }
+            StatusCode::UNAUTHORIZED => {
+                let refused = Box::pin(self.credentials_refused()).await;
+                let fix = if refused.is_empty() {
+                    format!("; check the username and password in [registries.\"{}\"]", self.settings.host)
+                } else {
+                    refused
+                };
+                Err(self.unauthorized(format!("{method} {path} answered HTTP 401 with fresh credentials{fix}")))
+            }
+            StatusCode::FORBIDDEN => {
+                Err(self.unauthorized(format!("{method} {path} answered HTTP 403 (access denied)")))
+            }
+            StatusCode::TOO_MANY_REQUESTS => self.throttled(&response, asking),
+            s if s.is_server_error() => {
+                // A 503 that says when to come back is the registry's pace, like a 429.
+                if let Some(wait) = retry_after(response.headers()).filter(|_| s == StatusCode::SERVICE_UNAVAILABLE) {
+                    self.pause(wait);
+                }
+                Ok(Answer::Failed(self.unavailable(format!("{method} {path} answered HTTP {s}"))))
+            }
+            _ => Ok(Answer::Done(response)),
+        }
+    }
+
+    /// A redirect: the answer itself for a probe, refused for a write, followed within the
+    /// registry's origin (and a manifest's repository), to storage elsewhere only for a blob.
+    async fn redirected(&self, response: Response, asking: &mut Asking<'_>) -> Result<Answer, RegistryError> {
+        let (method, path, fetch) = (&asking.method, asking.path.as_str(), asking.call.fetch);
+        let status = response.status();
+        match fetch {
+            Fetch::Probe => return Ok(Answer::Done(response)),
+            Fetch::Write => {
+                return Err(
+                    self.invalid(format!("{method} {path} answered HTTP {status}; writes do not follow redirects"))
+                );
+            }
+            Fetch::Manifest | Fetch::Blob => {}
+        }
+        let target = self.redirect_target(&response, &mut asking.tries.hops, &format!("{method} {path}"))?;
+        if target.origin() != self.base.origin() {
+            if fetch == Fetch::Blob {
+                let hops = asking.tries.hops;
+                return Box::pin(self.fetch_from_storage(target, hops, asking.call.timeout)).await.map(Answer::Done);
+            }
+            return Err(self.invalid(format!(
+                "{method} {path} redirected to another host, {}; manifest requests follow redirects only within {}",
+                origin_of(&target),
+                origin_of(&self.base)
+            )));
+        }
+        let manifests = format!("/v2/{}/manifests/", asking.call.repository);
+        if fetch == Fetch::Manifest && !target.path().starts_with(&manifests) {
+            return Err(self.invalid(format!(
+                "{method} {path} redirected to {}, outside {manifests}; not followed",
+                target.path()
+            )));
+        }
+        asking.url = target;
+        Ok(Answer::AskAgain)
+    }
+
+    /// HTTP 429: requests to the registry pause for as long as it asks (up to `max_retry_after`),
+    /// then this one is asked again; an action's request told when to come back is not failing
+    /// and waits its turn a bounded number of times.
+    fn throttled(&self, response: &Response, asking: &mut Asking<'_>) -> Result<Answer, RegistryError> {
+        let retry = retry_after(response.headers());
+        self.metrics.rate_limited.get_or_create(&self.labels).inc();
+        let cap = self.settings.max_retry_after;
+        if let Some(asked) = retry.filter(|r| *r > cap) {
+            // Not a day-long silence on one answer: wait the cap, then ask again.
+            tracing::warn!(registry = %self.settings.host, retry_after = %whole_seconds(asked), max_retry_after = %whole_seconds(cap), "HTTP 429 asks for a longer pause than max_retry_after; pausing for max_retry_after");
+            self.pause(cap);
+            return Err(self.rate_limited(format!(
+                "the registry asks to retry after {}, more than max_retry_after ({}); requests to it pause for {}",
+                whole_seconds(asked),
+                whole_seconds(cap),
+                whole_seconds(cap)
+            )));
+        }
+        let wait = retry.unwrap_or_else(|| self.backoff(asking.tries.attempt));
+        // DEBUG: a check that fails for it logs it (`rate_limited`), once per outage.
+        tracing::debug!(registry = %self.settings.host, wait = %whole_seconds(wait), "HTTP 429, pausing requests to this registry");
+        self.pause(wait);
+        let tries = &mut asking.tries;
+        tries.throttled += 1;
+        let paced = self.class == RequestClass::Action && retry.is_some();
+        if !paced || tries.throttled > ACTION_THROTTLED_TRIES {
+            tries.attempt += 1;
+        }
+        if tries.attempt >= self.settings.max_attempts || asking.once {
+            return Err(self.rate_limited(match retry {
+                Some(wait) => format!("HTTP 429, retry after {}", whole_seconds(wait)),
+                None => format!(
+                    "HTTP 429 on all {}",
+                    builder_monitor_core::text::count(self.settings.max_attempts, "attempt")
+                ),
+            }));
+        }
+        // wait_turn sleeps until the pause ends.
+        Ok(Answer::AskAgain)
+    }
+
+    /// No answer: a failure to retry, unless retrying cannot help (plain HTTP where HTTPS was
+    /// asked, a host that does not resolve) or the circuit has opened.
+    fn unanswered(&self, e: &Unanswered, asking: &Asking<'_>) -> Result<RegistryError, RegistryError> {
+        let (method, path) = (&asking.method, asking.path.as_str());
+        let detail = e.describe();
+        if !self.settings.insecure && speaks_plain_http(&detail) {
+            // Not a passing fault: retrying cannot help, the configuration must change.
+            return Err(RegistryError::Setup {
+                registry: self.settings.host.clone(),
+                detail: format!(
+                    "{method} {path}: {detail}: the registry answers plain HTTP, not HTTPS; if that is intended, set `insecure = true` under [registries.\"{}\"] (or pass --insecure to resolve and diff)",
+                    self.settings.host
+                ),
+            });
+        }
+        if e.resolution_failed() {
+            // Asking again within this check gets the same answer; the next check asks.
+            let host = &self.settings.host;
+            return Err(self
+                .unavailable(format!("{method} {path}: {detail}: {host} does not resolve; check the host name (not retried until the next check)"))
+                .after_attempts(asking.tries.attempt + 1));
+        }
+        let failure = self.unavailable(format!("{method} {path}: {detail}"));
+        if self.circuit.is_open() {
+            return Err(failure);
+        }
+        Ok(failure)
+    }
+}
+
+/// The token a request carried (to tell a stale one from a fresh one on a 401).
+type Sent = Option<Arc<Token>>;
+
+/// One request on its way: what is asked, where now, and what its tries have counted.
+struct Asking<'a> {
+    method: Method,
+    /// Where it is asked now (a redirect within the registry moves it).
+    url: Url,
+    /// The path it is named by in messages.
+    path: String,
+    call: Call<'a>,
+    /// A streamed body: sent once, never retried.
+    once: bool,
+    tries: Tries,
+}
+
+/// What a request's tries have counted so far.
+#[derive(Default)]
+struct Tries {
+    /// Failed attempts (each a retry after backoff, up to `max_attempts`).
+    attempt: u32,
+    /// HTTP 429s answered.
+    throttled: u32,
+    /// Whether a 401 has been answered by learning its challenge (once per request).
+    reauthorized: bool,
+    /// Redirects followed.
+    hops: usize,
+}
+
+/// Where one answer leaves a request.
+enum Answer {
+    Done(Response),
+    AskAgain,
+    /// A failure a retry after backoff may get past.
+    Failed(RegistryError),
 }
 
 impl Endpoint {

@@ -34,63 +34,10 @@ pub(super) fn compare(
 ) -> PlatformComparison {
     let mut reasons = BTreeSet::new();
 
-    // Buildpacks: versions per id, and layers under the same version.
-    let before = prev.buildpack_set();
-    let after = cur.buildpack_set();
-    let mut buildpacks = Vec::new();
-    let ids: BTreeSet<&String> = before.keys().chain(after.keys()).map(|(id, _)| id).collect();
-    for id in ids {
-        let versions = |set: &BTreeMap<(String, String), Option<String>>| -> BTreeMap<String, Option<String>> {
-            set.iter().filter(|((i, _), _)| i == id).map(|((_, v), l)| (v.clone(), l.clone())).collect()
-        };
-        let (old, new) = (versions(&before), versions(&after));
-        if old == new {
-            continue;
-        }
+    let buildpacks = buildpack_changes(prev, cur);
+    if !buildpacks.is_empty() {
         reasons.insert(Reason::Buildpack);
-        let old_only: Vec<&String> = old.keys().filter(|v| !new.contains_key(*v)).collect();
-        let new_only: Vec<&String> = new.keys().filter(|v| !old.contains_key(*v)).collect();
-        let nonempty = |v: &String| (!v.is_empty()).then(|| v.clone());
-        match (old_only.as_slice(), new_only.as_slice()) {
-            ([from], [to]) => buildpacks.push(BuildpackChange {
-                id: id.clone(),
-                from: nonempty(from),
-                to: nonempty(to),
-                republished: false,
-            }),
-            _ => {
-                for v in old_only {
-                    buildpacks.push(BuildpackChange {
-                        id: id.clone(),
-                        from: nonempty(v),
-                        to: None,
-                        republished: false,
-                    });
-                }
-                for v in new_only {
-                    buildpacks.push(BuildpackChange {
-                        id: id.clone(),
-                        from: None,
-                        to: nonempty(v),
-                        republished: false,
-                    });
-                }
-            }
-        }
-        for (v, layer) in &old {
-            if let Some(new_layer) = new.get(v)
-                && new_layer != layer
-            {
-                buildpacks.push(BuildpackChange {
-                    id: id.clone(),
-                    from: nonempty(v),
-                    to: nonempty(v),
-                    republished: true,
-                });
-            }
-        }
     }
-    buildpacks.sort();
 
     let lifecycle = (prev.lifecycle.version != cur.lifecycle.version)
         .then(|| FromTo { from: prev.lifecycle.version.clone(), to: cur.lifecycle.version.clone() });
@@ -114,21 +61,7 @@ pub(super) fn compare(
         reasons.insert(Reason::StackId);
     }
 
-    // The run image: its name in the metadata, and the digest it resolved to when pinned.
-    let names_differ = match (prev.run_image(), cur.run_image()) {
-        (Some(a), Some(b)) => !same_image(a, b),
-        (a, b) => a.is_some() != b.is_some(),
-    };
-    let prev_ref = prev_run.and_then(|r| r.reference.clone());
-    let cur_ref = cur_run.and_then(|r| r.reference.clone());
-    let refs_differ = matches!((&prev_ref, &cur_ref), (Some(a), Some(b)) if a != b);
-    let run_image = if refs_differ || (names_differ && prev_ref.is_some() && cur_ref.is_some()) {
-        Some(FromTo { from: prev_ref, to: cur_ref })
-    } else if names_differ {
-        Some(FromTo { from: prev.run_image().map(str::to_string), to: cur.run_image().map(str::to_string) })
-    } else {
-        None
-    };
+    let run_image = run_image_change(prev, cur, prev_run, cur_run);
     if run_image.is_some() {
         reasons.insert(Reason::RunImage);
         reasons.insert(Reason::Stack);
@@ -145,6 +78,71 @@ pub(super) fn compare(
         ChangeKind::Rebuild
     };
     PlatformComparison { kind, reasons, buildpacks, lifecycle, run_image, stack_id }
+}
+
+/// The buildpacks that changed: versions per id (one version replaced by another is one change;
+/// otherwise each version gone or new), and layers republished under the same version. Sorted.
+fn buildpack_changes(prev: &BuilderMetadata, cur: &BuilderMetadata) -> Vec<BuildpackChange> {
+    let before = prev.buildpack_set();
+    let after = cur.buildpack_set();
+    let mut buildpacks = Vec::new();
+    let ids: BTreeSet<&String> = before.keys().chain(after.keys()).map(|(id, _)| id).collect();
+    for id in ids {
+        let versions = |set: &BTreeMap<(String, String), Option<String>>| -> BTreeMap<String, Option<String>> {
+            set.iter().filter(|((i, _), _)| i == id).map(|((_, v), l)| (v.clone(), l.clone())).collect()
+        };
+        let (old, new) = (versions(&before), versions(&after));
+        if old == new {
+            continue;
+        }
+        let change = |from: Option<String>, to: Option<String>, republished| BuildpackChange {
+            id: id.clone(),
+            from,
+            to,
+            republished,
+        };
+        let old_only: Vec<&String> = old.keys().filter(|v| !new.contains_key(*v)).collect();
+        let new_only: Vec<&String> = new.keys().filter(|v| !old.contains_key(*v)).collect();
+        let nonempty = |v: &String| (!v.is_empty()).then(|| v.clone());
+        match (old_only.as_slice(), new_only.as_slice()) {
+            ([from], [to]) => buildpacks.push(change(nonempty(from), nonempty(to), false)),
+            _ => {
+                buildpacks.extend(old_only.into_iter().map(|v| change(nonempty(v), None, false)));
+                buildpacks.extend(new_only.into_iter().map(|v| change(None, nonempty(v), false)));
+            }
+        }
+        for (v, layer) in &old {
+            if new.get(v).is_some_and(|new_layer| new_layer != layer) {
+                buildpacks.push(change(nonempty(v), nonempty(v), true));
+            }
+        }
+    }
+    buildpacks.sort();
+    buildpacks
+}
+
+/// The run image's move: its name in the metadata, and the digest it resolved to when pinned
+/// (the digests when both are known, else the names).
+fn run_image_change(
+    prev: &BuilderMetadata,
+    cur: &BuilderMetadata,
+    prev_run: Option<&RunImagePin>,
+    cur_run: Option<&RunImagePin>,
+) -> Option<FromTo> {
+    let names_differ = match (prev.run_image(), cur.run_image()) {
+        (Some(a), Some(b)) => !same_image(a, b),
+        (a, b) => a.is_some() != b.is_some(),
+    };
+    let prev_ref = prev_run.and_then(|r| r.reference.clone());
+    let cur_ref = cur_run.and_then(|r| r.reference.clone());
+    let refs_differ = matches!((&prev_ref, &cur_ref), (Some(a), Some(b)) if a != b);
+    if refs_differ || (names_differ && prev_ref.is_some() && cur_ref.is_some()) {
+        Some(FromTo { from: prev_ref, to: cur_ref })
+    } else if names_differ {
+        Some(FromTo { from: prev.run_image().map(str::to_string), to: cur.run_image().map(str::to_string) })
+    } else {
+        None
+    }
 }
 
 /// Order groups as written, each group's entries as a set of (id, optional). Versions are left out:

@@ -321,6 +321,8 @@ pub async fn run(config: Arc<Config>, once: bool, shutdown: CancellationToken) -
     };
     let ledger = open_ledger(&config, Access::Write, &clock).await?;
     let parts = Arc::new(Parts::build(config.clone(), ledger.clone(), clock).await?);
+    // `status` and the page show why the cluster's actions wait from this note, not by asking.
+    crate::cluster::waiting::note(&config.work_dir(), parts.cluster_wait.as_deref(), parts.clock.now());
     let election = config.kubernetes.leader_election && !once;
     tracing::info!(builders = config.builders.len(), alerts = config.alerts.len(), runner = config.runner.kind.as_str(), rebase = config.runner.rebase.as_str(), state = %ledger.location(), publish = config.kubernetes.publish, leader_election = election, once, "builder-monitor starting");
     if once {
@@ -532,7 +534,10 @@ async fn await_cluster(runner: Arc<Runner>, client: kube::Client, config: Arc<Co
             _ = tokio::time::sleep(CLUSTER_PROBE) => {}
         }
         match crate::cluster::check_access(&client, &permissions).await {
-            Ok(()) => return runner.cluster_answers(),
+            Ok(()) => {
+                crate::cluster::waiting::note(&config.work_dir(), None, chrono::Utc::now());
+                return runner.cluster_answers();
+            }
             Err(err) => tracing::debug!(error = %err, "the Kubernetes cluster still does not answer"),
         }
     }

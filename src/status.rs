@@ -251,8 +251,28 @@ pub struct ChangeSummary {
     pub notes: Vec<String>,
 }
 
+/// Where `status` learns why actions wait for the Kubernetes cluster: what the daemon last noted
+/// in its state directory (the default: `status` and the page read no live cluster), or the
+/// cluster itself, asked now (`status --cluster`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClusterWaits {
+    #[default]
+    Noted,
+    Asked,
+}
+
 /// Builds the report for the builders in `config`, with up to `recent` changes each.
 pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<Status, LedgerError> {
+    collect_with(config, ledger, recent, ClusterWaits::Noted).await
+}
+
+/// [`collect`], learning why actions wait for the cluster as `cluster` says.
+pub async fn collect_with(
+    config: &Config,
+    ledger: &Ledger,
+    recent: usize,
+    cluster: ClusterWaits,
+) -> Result<Status, LedgerError> {
     let mut builders = Vec::new();
     // Run image watch name → (run image, builders naming it).
     let mut run_images: BTreeMap<String, (String, Vec<String>)> = BTreeMap::new();
@@ -284,7 +304,7 @@ pub async fn collect(config: &Config, ledger: &Ledger, recent: usize) -> Result<
         runs.push(status);
     }
     let now = chrono::Utc::now();
-    let (pending, rollout) = open_actions(config, ledger, now).await?;
+    let (pending, rollout) = open_actions_with(config, ledger, now, cluster).await?;
     // One state per action wherever it is listed: as `pending` shows it.
     let gated: BTreeSet<&str> = pending.iter().filter(|a| a.gate.is_some()).map(|a| a.key.as_str()).collect();
     let latest = images::latest_actions(config, ledger).await?;
@@ -325,6 +345,15 @@ pub async fn open_actions(
     ledger: &Ledger,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<(Vec<OpenAction>, RolloutStatus), LedgerError> {
+    open_actions_with(config, ledger, now, ClusterWaits::Noted).await
+}
+
+async fn open_actions_with(
+    config: &Config,
+    ledger: &Ledger,
+    now: chrono::DateTime<chrono::Utc>,
+    cluster: ClusterWaits,
+) -> Result<(Vec<OpenAction>, RolloutStatus), LedgerError> {
     let mut open = ledger.open_actions().await?;
     let frozen = ledger.freeze_state().await?;
     let mut waits = crate::rollout::waits(config, ledger, &open, frozen.as_ref(), now).await?;
@@ -351,7 +380,7 @@ pub async fn open_actions(
         a.gate = Some(gate);
         a.waiting_for = Some(why);
     }
-    cluster_waits(config, &mut open).await;
+    cluster_waits(config, &mut open, cluster).await;
     let windows = &config.rollout.windows;
     let rollout = RolloutStatus { frozen, window_open: windows.is_open(now), next_window: windows.describe_next(now) };
     Ok((open, rollout))
@@ -380,15 +409,20 @@ async fn approval_fixes(ledger: &Ledger, open: &[OpenAction]) -> Result<BTreeMap
 const CLUSTER_ANSWER: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Marks the pending actions that no other gate keeps but that run on a Kubernetes cluster that
-/// cannot be configured or does not answer: they wait for it (gate `cluster`, and why). The
-/// cluster is asked only when such an action is pending.
-async fn cluster_waits(config: &Config, open: &mut [OpenAction]) {
+/// cannot be configured or does not answer: they wait for it (gate `cluster`, and why), as the
+/// daemon last noted or, asked for, as the cluster answers now (only when such an action is
+/// pending).
+async fn cluster_waits(config: &Config, open: &mut [OpenAction], cluster: ClusterWaits) {
     let on_cluster = |a: &OpenAction| ActionKind::parse(&a.action).is_some_and(|kind| config.runner.on_cluster(kind));
     let waits = |a: &OpenAction| a.state == ActionState::Pending && a.gate.is_none() && on_cluster(a);
     if !open.iter().any(waits) {
         return;
     }
-    let Some(why) = crate::cluster::actions_wait(config, CLUSTER_ANSWER).await else { return };
+    let why = match cluster {
+        ClusterWaits::Noted => crate::cluster::waiting::noted(&config.work_dir()),
+        ClusterWaits::Asked => crate::cluster::actions_wait(config, CLUSTER_ANSWER).await,
+    };
+    let Some(why) = why else { return };
     for a in open.iter_mut().filter(|a| waits(a)) {
         a.gate = Some("cluster");
         a.waiting_for = Some(why.clone());

@@ -6,6 +6,7 @@ pub mod expect;
 pub mod lease;
 pub mod publish;
 pub mod requests;
+pub mod waiting;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

@@ -23,13 +23,18 @@ pub struct Args {
     /// Recent changes shown per builder.
     #[arg(long, default_value_t = 10)]
     changes: usize,
+    /// Ask the Kubernetes cluster now whether it answers, instead of showing why actions wait for
+    /// it as the daemon last noted.
+    #[arg(long)]
+    cluster: bool,
 }
 
 pub async fn run(args: Args) -> Result<u8, Failure> {
-    let Args { config, json, changes } = args;
+    let Args { config, json, changes, cluster } = args;
     let config = load_config(&config, Secrets::Skip)?;
     let ledger = daemon::open_ledger(&config, Access::Read, &Clock::System).await?;
-    let report = status::collect(&config, &ledger, changes).await?;
+    let cluster = if cluster { status::ClusterWaits::Asked } else { status::ClusterWaits::Noted };
+    let report = status::collect_with(&config, &ledger, changes, cluster).await?;
     if json {
         outln!("{}", serde_json::to_string_pretty(&report).context("encoding JSON")?);
     } else {

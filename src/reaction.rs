@@ -14,7 +14,7 @@ use crate::ledger::{Ledger, LedgerError, NewAction, WatchKind, WatchRecord};
 use crate::registry::Registry;
 use builder_monitor_core::cnb::{self, BuilderMetadata, Change, PinnedMetadata, run_watch_name};
 use builder_monitor_core::deploy::Workload;
-use builder_monitor_core::event::{self, Pin, WaitingAction};
+use builder_monitor_core::event;
 use builder_monitor_core::plan::{
     self, ActionKind, ActionPlan, ActionTarget, AppState, Decision, GitopsPlan, Move, RunImageTarget,
 };
@@ -147,80 +147,6 @@ pub fn deploys_after(config: &Config, image: &ImageSettings) -> Vec<PlannedDeplo
     match config.runner.deploy_command() {
         Some(exec) => vec![PlannedDeploy::Exec { exec: exec.to_vec() }],
         None => image.deploy.iter().cloned().map(PlannedDeploy::Workload).collect(),
-    }
-}
-
-/// The move a check accepted, as planning needs it.
-pub struct Moved<'a> {
-    /// The moved watch, whose change the actions belong to.
-    pub watch: &'a str,
-    pub kind: WatchKind,
-    /// The builders whose app images the move concerns.
-    pub builders: &'a [String],
-    pub change_id: &'a str,
-    pub change: &'a Change,
-    pub current: &'a Pin,
-    /// The builder's new metadata (builder moves).
-    pub metadata: Option<&'a PinnedMetadata>,
-    /// The check's time: the actions' creation.
-    pub now: chrono::DateTime<chrono::Utc>,
-}
-
-/// The reaction planned for a move: a decision per app image concerned, and the actions to record.
-#[derive(Debug, Default)]
-pub struct Planned {
-    pub decisions: Vec<Decision>,
-    /// The actions the check's commit records.
-    pub actions: Vec<NewAction>,
-    /// Whether the move's actions are expedited (`[rollout] expedite`), or why not though its
-    /// fixes are that high: the commit's `action.expedited` event and log line say it.
-    pub expedite: Expedite,
-    /// The actions an earlier batch recorded already (`Ledger::record_planned`) that the commit's
-    /// events and the gitops actions need, as much of them as they need: all of them when a gitops
-    /// target is configured, else those awaiting approval. A fleet's actions are not all held in
-    /// memory until the commit, nor written a second time by it.
-    pub recorded: Vec<RecordedAction>,
-}
-
-/// What the check's commit still needs of an action an earlier batch recorded.
-#[derive(Debug, Clone)]
-pub struct RecordedAction {
-    pub summary: WaitingAction,
-    pub needs_approval: bool,
-}
-
-impl RecordedAction {
-    fn of(action: &NewAction) -> Self {
-        RecordedAction { summary: waiting(action), needs_approval: action.needs_approval }
-    }
-}
-
-fn waiting(action: &NewAction) -> WaitingAction {
-    WaitingAction {
-        key: action.key.clone(),
-        image: action.image.clone(),
-        kind: action.kind.as_str().into(),
-        wave: action.wave,
-    }
-}
-
-impl Planned {
-    /// Every action's image and wave, recorded already or not.
-    fn images_and_waves(&self) -> impl Iterator<Item = (&str, u32)> {
-        let recorded = self.recorded.iter().map(|a| (a.summary.image.as_str(), a.summary.wave));
-        recorded.chain(self.actions.iter().map(|a| (a.image.as_str(), a.wave)))
-    }
-
-    /// Every action, recorded already or not, in the order they were planned.
-    pub fn all_actions(&self) -> Vec<WaitingAction> {
-        let recorded = self.recorded.iter().map(|a| a.summary.clone());
-        recorded.chain(self.actions.iter().map(waiting)).collect()
-    }
-
-    /// The actions waiting for a person, recorded already or not, in the order they were planned.
-    pub fn awaiting_approval(&self) -> Vec<WaitingAction> {
-        let recorded = self.recorded.iter().filter(|a| a.needs_approval).map(|a| a.summary.clone());
-        recorded.chain(self.actions.iter().filter(|a| a.needs_approval).map(waiting)).collect()
     }
 }
 
@@ -708,6 +634,9 @@ pub fn configured_image<'a>(config: &'a Config, name: &str) -> Result<&'a ImageS
         .image(name)
         .ok_or_else(|| PreviewError::UnknownImage { image: name.to_string(), configured: config.image_names() })
 }
+
+mod planned;
+pub use planned::{Moved, Planned, RecordedAction};
 
 #[cfg(test)]
 mod tests;

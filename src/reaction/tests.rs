@@ -1,6 +1,7 @@
 //! Planning a reaction: deploys named after an action, previews, a fleet planned in batches.
 
 use super::*;
+use builder_monitor_core::event::Pin;
 use crate::metrics::Metrics;
 
 const CONFIG: &str = r#"

@@ -107,7 +107,7 @@ impl Runner {
         if !outcome.success {
             self.failures.fetch_add(1, Ordering::Relaxed);
         }
-        let (succeeded_event, failed_event) = (action.kind.facts().succeeded, action.kind.facts().failed);
+        let (succeeded_event, failed_event) = (EventType::succeeded(action.kind), EventType::failed(action.kind));
         let failed_event = || failed_event;
         let (state, event_type) = match &attempt.next {
             _ if outcome.success && attempt.skipped() => (ActionOutcome::Skipped, None),

@@ -60,6 +60,7 @@ const CORE_LAYERS: &[&str] = &[
     "pool",
     "deploy",
     "gitops",
+    "kind",
     "event",
     "plan",
     "progress",

@@ -104,6 +104,28 @@ pub enum EventType {
 }
 
 impl EventType {
+    /// The event an action of `kind`'s success is told by.
+    pub fn succeeded(kind: crate::kind::ActionKind) -> Self {
+        use crate::kind::ActionKind;
+        match kind {
+            ActionKind::Rebase => EventType::RebaseSucceeded,
+            ActionKind::Rebuild => EventType::BuildSucceeded,
+            ActionKind::Deploy => EventType::DeploySucceeded,
+            ActionKind::Gitops => EventType::GitopsCommitted,
+        }
+    }
+
+    /// The event an action of `kind`'s (final) failure is told by.
+    pub fn failed(kind: crate::kind::ActionKind) -> Self {
+        use crate::kind::ActionKind;
+        match kind {
+            ActionKind::Rebase => EventType::RebaseFailed,
+            ActionKind::Rebuild => EventType::BuildFailed,
+            ActionKind::Deploy => EventType::DeployFailed,
+            ActionKind::Gitops => EventType::GitopsFailed,
+        }
+    }
+
     /// Every type an alert can ask for (`alert.test` is sent to one alert on request only).
     pub const ALL: [EventType; 28] = [
         EventType::BuilderPinned,

@@ -8,6 +8,7 @@ pub mod deploy;
 pub mod event;
 pub mod gitops;
 pub mod id;
+pub mod kind;
 pub mod pace;
 pub mod packages;
 pub mod plan;

@@ -7,10 +7,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::cnb::{BuilderMetadata, Buildpack, Change, ChangeKind, explain};
-pub use kind::{ActionKind, KindFacts};
+pub use crate::kind::{ActionKind, KindFacts};
 pub use target::{ActionPlan, ActionTarget, BatchedChange, GitopsPlan};
 
-mod kind;
 mod target;
 
 /// How an app image reacts when its builder (or the builder's run image) moves.

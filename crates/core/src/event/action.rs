@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::deploy::WorkloadProgress;
-use crate::plan::ActionKind;
+use crate::kind::ActionKind;
 use crate::signing::SignatureInfo;
 
 /// The action an action event (`build.*`, `rebase.*`, `deploy.*`, `gitops.*`) is about. In JSON its

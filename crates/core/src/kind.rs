@@ -1,11 +1,11 @@
 //! The kinds of action, and what is fixed about each in one table ([`KindFacts`]): its stored
-//! name, whether it builds, the events its end is told by, the tag move its tag writes are
+//! name, whether it builds, whether it acts on an app image, the tag move its tag writes are
 //! recorded as. The daemon asks the table (or a predicate on it) instead of matching on the kind,
-//! so a new kind is a variant and a row here, plus the code that is its own.
+//! so a new kind is a variant and a row here, plus the code that is its own. Below `event`, whose
+//! action events carry the kind (the events a kind's end is told by are `event`'s:
+//! `EventType::succeeded` and `EventType::failed`).
 
 use serde::{Deserialize, Serialize};
-
-use crate::event::EventType;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -31,10 +31,6 @@ pub struct KindFacts {
     /// and what a required signature is checked on): a rebase, a rebuild or a deploy; a gitops
     /// action writes Git.
     pub on_app_image: bool,
-    /// The event its success is told by.
-    pub succeeded: EventType,
-    /// The event its (final) failure is told by.
-    pub failed: EventType,
     /// The name of the tag move its tag writes are recorded as (the ledger's `TagMoveKind`): a
     /// deploy's only tag move is its undo, which puts the tag back as `rollback` does; a gitops
     /// action moves none.
@@ -44,42 +40,10 @@ pub struct KindFacts {
 /// One row per kind, in the order the variants are declared (which is the order the runner
 /// routes them, [`ActionKind::ALL`]).
 const KINDS: [KindFacts; 4] = [
-    KindFacts {
-        kind: ActionKind::Rebase,
-        name: "rebase",
-        builds: true,
-        on_app_image: true,
-        succeeded: EventType::RebaseSucceeded,
-        failed: EventType::RebaseFailed,
-        tag_move: "rebase",
-    },
-    KindFacts {
-        kind: ActionKind::Rebuild,
-        name: "rebuild",
-        builds: true,
-        on_app_image: true,
-        succeeded: EventType::BuildSucceeded,
-        failed: EventType::BuildFailed,
-        tag_move: "rebuild",
-    },
-    KindFacts {
-        kind: ActionKind::Deploy,
-        name: "deploy",
-        builds: false,
-        on_app_image: true,
-        succeeded: EventType::DeploySucceeded,
-        failed: EventType::DeployFailed,
-        tag_move: "rollback",
-    },
-    KindFacts {
-        kind: ActionKind::Gitops,
-        name: "gitops",
-        builds: false,
-        on_app_image: false,
-        succeeded: EventType::GitopsCommitted,
-        failed: EventType::GitopsFailed,
-        tag_move: "rollback",
-    },
+    KindFacts { kind: ActionKind::Rebase, name: "rebase", builds: true, on_app_image: true, tag_move: "rebase" },
+    KindFacts { kind: ActionKind::Rebuild, name: "rebuild", builds: true, on_app_image: true, tag_move: "rebuild" },
+    KindFacts { kind: ActionKind::Deploy, name: "deploy", builds: false, on_app_image: true, tag_move: "rollback" },
+    KindFacts { kind: ActionKind::Gitops, name: "gitops", builds: false, on_app_image: false, tag_move: "rollback" },
 ];
 
 const fn every_kind() -> [ActionKind; KINDS.len()] {

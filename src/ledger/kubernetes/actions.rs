@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use chrono::SubsecRound;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::progress::StoredProgress;
 use super::{KubeLedger, WatchDoc};
 use crate::ledger::actions::{ImageLocks, Kinds, gate_rows, next_start, read_target, target_json};
 use crate::ledger::rules::{self, ActionFacts, ChangeSoFar};
@@ -81,47 +82,6 @@ impl<'de> Deserialize<'de> for ActionRow {
             progress.decode(row.kind);
         }
         Ok(row)
-    }
-}
-
-/// An action's progress record as its entry stores it, and what it reads as for the action's
-/// kind (decoded once, when the entry is read). Written back as it was stored, so an entry's bytes
-/// stay the same whether or not its record reads; one that does not is read as none (see
-/// [`Progress::read`]).
-#[derive(Debug, Clone)]
-pub(super) struct StoredProgress {
-    stored: serde_json::Value,
-    read: Option<Progress>,
-}
-
-impl StoredProgress {
-    /// `progress`, recorded now by an action of `kind`.
-    fn of(kind: ActionKind, progress: &Progress) -> Self {
-        let mut stored = StoredProgress { stored: progress.to_value(), read: None };
-        stored.decode(kind);
-        stored
-    }
-
-    fn decode(&mut self, kind: ActionKind) {
-        self.read = Progress::read(kind, self.stored.clone());
-    }
-
-    /// What it reads as.
-    fn read(&self) -> Option<&Progress> {
-        self.read.as_ref()
-    }
-}
-
-impl Serialize for StoredProgress {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.stored.serialize(s)
-    }
-}
-
-impl<'de> Deserialize<'de> for StoredProgress {
-    /// Not decoded yet: the row that holds it decodes it by its kind.
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Ok(StoredProgress { stored: serde_json::Value::deserialize(d)?, read: None })
     }
 }
 
@@ -676,7 +636,7 @@ pub(super) fn record(a: ActionRow) -> ActionRecord {
         decided_by: a.decided_by,
         decided_at: a.decided_at,
         created: a.created,
-        progress: a.progress.and_then(|p| p.read),
+        progress: a.progress.and_then(StoredProgress::into_read),
         holds: a.holds,
         expedited: a.expedited,
     }

@@ -123,8 +123,8 @@ mod tests {
     #[test]
     fn an_end_writes_its_state_detail_and_next_attempt() {
         let superseded = |by: &str| O::Superseded { by: by.into() };
-        let cases: [(ActionOutcome, Option<&str>, ActionState, &str, Option<DateTime<Utc>>); 10] = [
-            (O::Succeeded, None, Succeeded, "exit 1", None),
+        let cases = [
+            (O::Succeeded, None::<&str>, Succeeded, "exit 1", None::<DateTime<Utc>>),
             (O::Succeeded, Some("c9"), Succeeded, "exit 1", None),
             (O::Skipped, None, Skipped, "exit 1", None),
             (O::Skipped, Some("c9"), Skipped, "exit 1", None),

@@ -313,7 +313,7 @@ impl Actions for SqliteLedger {
                         state: r.get::<_, State>("state")?.0,
                         released: r.get("released")?,
                         created: r.get::<_, Time>("created")?.0,
-                        deploy: r.get::<_, String>("kind")? == ActionKind::Deploy.as_str(),
+                        deploy: ActionKind::parse(&r.get::<_, String>("kind")?) == Some(ActionKind::Deploy),
                         updated: r.get::<_, Time>("updated")?.0,
                         expedited: !expedited_of(r.get("expedited")?).is_empty(),
                     })

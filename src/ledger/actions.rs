@@ -444,11 +444,11 @@ pub fn placed(progress: Option<&Progress>) -> Option<BuildProgress> {
     progress.and_then(Progress::build).cloned()
 }
 
-/// A stored progress record of an action of `kind` (its stored name); one that does not read as
-/// that kind's record is read as none (it is a record of what was written, never a reason to stop
-/// an action: a deploy reads its workloads again).
-pub(super) fn read_progress(kind: &str, value: Option<serde_json::Value>) -> Option<Progress> {
-    ActionKind::parse(kind).zip(value).and_then(|(kind, value)| Progress::read(kind, value))
+/// A stored progress record of an action of `kind` (none: its stored name is no kind's); one that
+/// does not read as that kind's record is read as none (it is a record of what was written, never a
+/// reason to stop an action: a deploy reads its workloads again).
+pub(super) fn read_progress(kind: Option<ActionKind>, value: Option<serde_json::Value>) -> Option<Progress> {
+    kind.zip(value).and_then(|(kind, value)| Progress::read(kind, value))
 }
 
 impl Serialize for OpenAction {

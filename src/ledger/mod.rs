@@ -6,6 +6,12 @@
 //! ([`Actions`]) and their tag writes ([`TagWrites`]), the roll-out record ([`RolloutControl`]),
 //! what the registries answered ([`RegistryFacts`]).
 //! Each backend keeps the same families in files of the same names (`sqlite/`, `kubernetes/`).
+//! What a write does to the rows — an action's end, supersession, holds, verdicts, claims,
+//! arrivals, a delivery's attempt, a freeze — is written once, in `rules/`: pure functions over
+//! typed rows that answer a change set, one file per rule (a new rule is one file there, with its
+//! tests). A backend loads the rows a rule needs and applies its change set in one write (SQLite's
+//! transaction, or the ConfigMap write that compares the entry's resourceVersion); each rule's
+//! docs say which backend does what.
 //! [`Ledger`] is the front the daemon uses: it passes most operations straight to its backend and
 //! adds what is not the store's (signals of new work, the unchanged checks kept in memory).
 //! Payloads are types at this boundary: an action's `ActionTarget`, a pin's `PinnedMetadata`
@@ -20,6 +26,7 @@ mod lock;
 mod outbox;
 mod registries;
 mod rollout;
+mod rules;
 mod sqlite;
 mod tags;
 pub mod time;

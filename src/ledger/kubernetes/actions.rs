@@ -1,27 +1,33 @@
 //! Actions on Kubernetes: the rows of a change live in the entry that planned them (the
 //! builder's, or the run image's for a rebase), so deciding on a change is one write; taking an
 //! action on reads every entry for the gates, then writes its own entry, with the gates read again
-//! there.
+//! there. What each write does to the rows is the ledger's rules (`ledger::rules`); this file
+//! finds the entries, reads their rows and applies the change sets in each entry's write.
 
 use builder_monitor_core::rollout::Expedited;
 use std::collections::BTreeMap;
 
 use chrono::SubsecRound;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::progress::StoredProgress;
 use super::{KubeLedger, WatchDoc};
 use crate::ledger::actions::{ImageLocks, Kinds, gate_rows, next_start, read_target, target_json};
+use crate::ledger::rules::{self, ActionFacts, ChangeSoFar};
 use crate::ledger::time;
 use crate::ledger::{
-    ActionEnd, ActionOutcome, ActionRecord, ActionState, Actions, ClaimedAction, Decided, ImageHold, LatestAction,
-    LedgerError, NewAction, OpenAction, Outbox, ProcessGroup, TagWrites, Verdict,
+    ActionEnd, ActionRecord, ActionState, Actions, ClaimedAction, Decided, ImageHold, LatestAction, LedgerError,
+    NewAction, OpenAction, Outbox, ProcessGroup, TagWrites, Verdict,
 };
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::progress::Progress;
-use builder_monitor_core::rollout::{GateAction, Rollout, failure_reason};
+use builder_monitor_core::rollout::{GateAction, Rollout};
 use chrono::{DateTime, Utc};
 
+/// An action row of an entry. Its serde is derived (`remote = "Self"`, so the trait impls below
+/// can wrap it): the progress record is decoded once, after the row is read, by the row's kind.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(remote = "Self")]
 pub(super) struct ActionRow {
     pub(super) key: String,
     pub(super) change_id: String,
@@ -54,13 +60,88 @@ pub(super) struct ActionRow {
     pub(super) decided_at: Option<DateTime<Utc>>,
     /// What the action recorded of its progress (a deploy's previous and written images).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) progress: Option<serde_json::Value>,
+    pub(super) progress: Option<StoredProgress>,
     /// It holds its image (a failed or overridden deploy).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(super) holds: bool,
     /// The fixes that let it skip the soak and the windows (`[rollout] expedite`).
     #[serde(default, skip_serializing_if = "Expedited::is_empty")]
     pub(super) expedited: Expedited,
+}
+
+impl Serialize for ActionRow {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        ActionRow::serialize(self, s)
+    }
+}
+
+impl<'de> Deserialize<'de> for ActionRow {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut row = ActionRow::deserialize(d)?;
+        if let Some(progress) = row.progress.as_mut() {
+            progress.decode(row.kind);
+        }
+        Ok(row)
+    }
+}
+
+impl ActionFacts for ActionRow {
+    fn key(&self) -> &str {
+        &self.key
+    }
+    fn change(&self) -> &str {
+        &self.change_id
+    }
+    fn image(&self) -> &str {
+        &self.image
+    }
+    fn state(&self) -> ActionState {
+        self.state
+    }
+    fn wave(&self) -> u32 {
+        self.wave
+    }
+    fn released(&self) -> bool {
+        self.released
+    }
+    fn created(&self) -> DateTime<Utc> {
+        self.created
+    }
+}
+
+impl ActionRow {
+    /// Its progress record, as read.
+    fn progress(&self) -> Option<Progress> {
+        self.progress.as_ref().and_then(StoredProgress::read).cloned()
+    }
+
+    /// Whether it yields to an action of `change` recorded for `image` (`rules::yields`).
+    fn yields_to(&self, image: &str, change: &str) -> bool {
+        self.image == image && rules::yields(self, change)
+    }
+
+    /// Yields to `change` at `now`.
+    fn supersede(&mut self, change: &str, now: DateTime<Utc>) {
+        self.state = ActionState::Superseded;
+        self.detail = Some(rules::superseded_by(change));
+        self.updated = now;
+    }
+
+    /// As a runner takes it on (or finds it running): its target read, its progress as read.
+    fn claimed(&self) -> ClaimedAction {
+        ClaimedAction {
+            key: self.key.clone(),
+            change_id: self.change_id.clone(),
+            image: self.image.clone(),
+            kind: self.kind,
+            attempt: self.attempts,
+            target: read_target(self.target.clone()),
+            process: self.process,
+            progress: self.progress(),
+            created: self.created,
+            expedited: self.expedited.clone(),
+        }
+    }
 }
 
 /// The wave of an action written before waves existed.
@@ -70,12 +151,6 @@ fn first_wave() -> u32 {
 
 fn is_first_wave(wave: &u32) -> bool {
     *wave == 1
-}
-
-/// An action of another change that a newer one for the same image replaces: one not started yet.
-pub(super) fn supersedable(action: &ActionRow, newer_change: &str) -> bool {
-    matches!(action.state, ActionState::Pending | ActionState::Held | ActionState::AwaitingApproval)
-        && action.change_id != newer_change
 }
 
 impl WatchDoc {
@@ -97,7 +172,7 @@ impl WatchDoc {
             // A batched gitops action takes along what yields to it in this entry, in this write.
             let mut older = Vec::new();
             if a.batch.is_some() {
-                for o in self.actions.iter().filter(|o| o.image == a.image && supersedable(o, &a.change_id)) {
+                for o in self.actions.iter().filter(|o| o.yields_to(&a.image, &a.change_id)) {
                     let target = read_target(o.target.clone()).map_err(|e| LedgerError::Corrupt {
                         what: "action target",
                         detail: format!("{}: {e}", o.key),
@@ -106,48 +181,88 @@ impl WatchDoc {
                 }
             }
             let (target, due) = a.arrival(now, &older);
-            for old in self.actions.iter_mut().filter(|o| o.image == a.image && supersedable(o, &a.change_id)) {
-                old.state = ActionState::Superseded;
-                old.detail = Some(format!("superseded by change {}", a.change_id));
-                old.updated = now;
+            for old in self.actions.iter_mut().filter(|o| o.yields_to(&a.image, &a.change_id)) {
+                old.supersede(&a.change_id, now);
             }
-            // The change as its first actions left it (the SQLite ledger's `insert_actions` rule).
-            let change: Vec<&ActionRow> = self.actions.iter().filter(|o| o.change_id == a.change_id).collect();
-            let released = change.iter().any(|o| o.released);
-            let held = change
-                .iter()
-                .filter(|o| !released && o.wave < a.wave && o.state == ActionState::Failed)
-                .min_by(|x, y| (x.wave, &x.image).cmp(&(y.wave, &y.image)))
-                .map(|o| format!("held: {}", failure_reason(o.wave, &o.image)));
-            let state = a.arrival_state(held.is_some());
-            {
-                self.actions.push(ActionRow {
-                    key: a.key.clone(),
-                    change_id: a.change_id.clone(),
-                    image: a.image.clone(),
-                    kind: a.kind,
-                    state,
-                    attempts: 0,
-                    next_attempt: due,
-                    target: target_json(&target)?,
-                    detail: held,
-                    output_tail: None,
-                    process: None,
-                    created: now,
-                    updated: now,
-                    wave: a.wave,
-                    needs_approval: a.needs_approval,
-                    released,
-                    decided_by: None,
-                    decided_at: None,
-                    progress: None,
-                    holds: false,
-                    expedited: a.expedited.clone(),
-                });
-                added.push((a.image.clone(), a.change_id.clone()));
-            }
+            // The change as its first actions left it.
+            let arrival =
+                rules::arrive(a, &ChangeSoFar::of(self.actions.iter().filter(|o| o.change_id == a.change_id)));
+            self.actions.push(ActionRow {
+                key: a.key.clone(),
+                change_id: a.change_id.clone(),
+                image: a.image.clone(),
+                kind: a.kind,
+                state: arrival.state,
+                attempts: 0,
+                next_attempt: due,
+                target: target_json(&target)?,
+                detail: arrival.detail,
+                output_tail: None,
+                process: None,
+                created: now,
+                updated: now,
+                wave: a.wave,
+                needs_approval: a.needs_approval,
+                released: arrival.released,
+                decided_by: None,
+                decided_at: None,
+                progress: None,
+                holds: false,
+                expedited: a.expedited.clone(),
+            });
+            added.push((a.image.clone(), a.change_id.clone()));
         }
         Ok(added)
+    }
+}
+
+impl WatchDoc {
+    /// Records an attempt's end in this entry, the holder of its action ([`rules::finish`]'s
+    /// change set, `newer` the change that supersedes it): its row, the actions that follow, the
+    /// hold of the change's later waves, its tag move, and its events when they are this entry's
+    /// (`same`). Answers the state recorded (none: the action was not running).
+    fn finish(
+        &mut self,
+        end: &ActionEnd<'_>,
+        newer: Option<&str>,
+        same: bool,
+        seq: &std::sync::atomic::AtomicI64,
+    ) -> Result<Option<ActionState>, LedgerError> {
+        let now = end.now.trunc_subsecs(3);
+        let running = |a: &ActionRow| a.key == end.key && a.state == ActionState::Running;
+        let finish = rules::finish(end, self.actions.iter().any(running), newer);
+        if finish.close_intent {
+            self.tag_intents.retain(|i| i.action.as_deref() != Some(end.key));
+        }
+        if let Some(row) = &finish.row
+            && let Some(a) = self.actions.iter_mut().find(|a| running(a))
+        {
+            (a.state, a.detail, a.output_tail, a.updated) =
+                (row.state, Some(row.detail.clone()), Some(row.output_tail.clone()), row.updated);
+            a.next_attempt = row.next_attempt.unwrap_or(a.next_attempt);
+            a.holds |= row.holds;
+        }
+        if finish.follow {
+            self.add_actions(&end.follow, now)?;
+            // What follows a released action is released with it.
+            let released = self.actions.iter().any(|a| a.key == end.key && a.released);
+            for a in self.actions.iter_mut().filter(|a| end.follow.iter().any(|f| f.key == a.key)) {
+                a.released |= released;
+            }
+        }
+        for (key, detail) in end.hold.iter().flat_map(|h| h.keys.iter().map(move |k| (k, &h.detail))) {
+            // The change's rows all live in this entry.
+            if let Some(a) = self.actions.iter_mut().find(|a| &a.key == key && rules::holdable(a.state)) {
+                (a.state, a.detail, a.updated) = (ActionState::Held, Some(detail.clone()), now);
+            }
+        }
+        if same {
+            self.add_events(&end.events, &end.deliveries, now, end.history, seq);
+        }
+        if let Some(m) = &end.tag_move {
+            self.add_tag_move(m, end.history, seq);
+        }
+        Ok(finish.row.map(|r| r.state))
     }
 }
 
@@ -165,9 +280,8 @@ impl KubeLedger {
         if added.is_empty() {
             return Ok(());
         }
-        let yields = |doc: &WatchDoc| {
-            added.iter().any(|(image, change)| doc.actions.iter().any(|o| &o.image == image && supersedable(o, change)))
-        };
+        let yields =
+            |doc: &WatchDoc| added.iter().any(|(image, change)| doc.actions.iter().any(|o| o.yields_to(image, change)));
         for (_, doc) in self.all().await? {
             let Some(other) = doc.watch.as_ref().map(|w| w.name.clone()).filter(|n| n != watch) else { continue };
             if !yields(&doc) {
@@ -175,10 +289,8 @@ impl KubeLedger {
             }
             self.modify(&other, |d| {
                 for (image, change) in added {
-                    for old in d.actions.iter_mut().filter(|o| &o.image == image && supersedable(o, change)) {
-                        old.state = ActionState::Superseded;
-                        old.detail = Some(format!("superseded by change {change}"));
-                        old.updated = now;
+                    for old in d.actions.iter_mut().filter(|o| o.yields_to(image, change)) {
+                        old.supersede(change, now);
                     }
                 }
                 Ok(())
@@ -210,12 +322,7 @@ impl Actions for KubeLedger {
             }
         }
         let locks = ImageLocks::of(&rows);
-        let due: Vec<String> = gate_rows(&rows, kinds, rollout, freeze.as_ref(), now, &locks)
-            .into_iter()
-            .filter(|g| g.verdict.is_ok() && g.due <= now)
-            .take(limit)
-            .map(|g| g.key)
-            .collect();
+        let due = rules::due_keys(gate_rows(&rows, kinds, rollout, freeze.as_ref(), now, &locks), now, limit);
         let mut claimed = Vec::new();
         for key in due {
             let Some(watch) = holders.get(&key) else { continue };
@@ -232,22 +339,10 @@ impl Actions for KubeLedger {
                         .any(|g| g.key == key && g.verdict.is_ok());
                     Ok(doc.actions.iter_mut().find(|a| open && a.key == key && a.state == ActionState::Pending).map(
                         |a| {
-                            a.state = ActionState::Running;
-                            a.attempts += 1;
-                            a.updated = now;
-                            a.process = None;
-                            ClaimedAction {
-                                key: a.key.clone(),
-                                change_id: a.change_id.clone(),
-                                image: a.image.clone(),
-                                kind: a.kind,
-                                attempt: a.attempts,
-                                target: read_target(a.target.clone()),
-                                process: None,
-                                progress: a.progress.clone().and_then(|v| Progress::read(a.kind, v)),
-                                created: a.created,
-                                expedited: a.expedited.clone(),
-                            }
+                            let taken = rules::take(a.attempts, now);
+                            (a.state, a.attempts, a.updated, a.process) =
+                                (taken.state, taken.attempts, taken.updated, None);
+                            a.claimed()
                         },
                     ))
                 })
@@ -271,7 +366,6 @@ impl Actions for KubeLedger {
     }
 
     async fn record_progress(&self, key: &str, progress: Progress) -> Result<bool, LedgerError> {
-        let progress = progress.to_value();
         let Some(holder) = self.holder(|d| d.actions.iter().any(|a| a.key == key)).await? else {
             return Ok(false);
         };
@@ -280,7 +374,7 @@ impl Actions for KubeLedger {
                 .actions
                 .iter_mut()
                 .find(|a| a.key == key && a.state == ActionState::Running)
-                .map(|a| a.progress = Some(progress.clone()))
+                .map(|a| a.progress = Some(StoredProgress::of(a.kind, &progress)))
                 .is_some())
         })
         .await
@@ -296,10 +390,9 @@ impl Actions for KubeLedger {
         let same = holder == watch;
         let held = self
             .modify(&holder, |doc| {
-                let Some(a) = doc.actions.iter_mut().find(|a| a.key == key && !a.released) else { return Ok(false) };
-                a.holds = true;
-                a.detail = Some(detail.clone());
-                a.updated = now;
+                let Some(a) = doc.actions.iter_mut().find(|a| a.key == key) else { return Ok(false) };
+                let Some(held) = rules::hold_image(&*a, &detail, now) else { return Ok(false) };
+                (a.holds, a.detail, a.updated) = (true, Some(held.detail), held.updated);
                 if same {
                     doc.add_events(&events, &deliveries, now, history, &seq);
                 }
@@ -334,96 +427,20 @@ impl Actions for KubeLedger {
     }
 
     async fn finish_action(&self, end: ActionEnd<'_>) -> Result<Option<ActionState>, LedgerError> {
-        let ActionEnd {
-            key,
-            outcome,
-            detail,
-            output_tail,
-            watch,
-            events,
-            deliveries,
-            history,
-            now: at,
-            tag_move,
-            hold,
-            keep_intent,
-            follow,
-            hold_image,
-        } = end;
-        let holder = self.holder(|d| d.actions.iter().any(|a| a.key == key)).await?;
-        let newer = match &outcome {
-            ActionOutcome::Retry { .. } => self.newer_change(key).await?,
-            ActionOutcome::Succeeded if !follow.is_empty() => self.newer_change(key).await?,
-            _ => None,
+        let holder = self.holder(|d| d.actions.iter().any(|a| a.key == end.key)).await?;
+        let newer = match rules::asks_newer(&end.outcome, !end.follow.is_empty()) {
+            true => self.newer_change(end.key).await?,
+            false => None,
         };
-        let now = at.trunc_subsecs(3);
         let seq = self.seq.clone();
-        let same = holder.as_deref() == Some(watch) || holder.is_none();
+        let same = holder.as_deref() == Some(end.watch) || holder.is_none();
         let mut ended = None;
         if let Some(holder) = &holder {
-            ended = self
-                .modify(holder, |doc| {
-                    let mut ended = None;
-                    if !keep_intent {
-                        doc.tag_intents.retain(|i| i.action.as_deref() != Some(key));
-                    }
-                    if let Some(a) = doc.actions.iter_mut().find(|a| a.key == key && a.state == ActionState::Running) {
-                        a.detail = Some(detail.clone());
-                        // A retry re-checks first (see `Actions::finish_action`).
-                        let superseded = match &outcome {
-                            ActionOutcome::Retry { .. } => newer.clone(),
-                            ActionOutcome::Succeeded => None,
-                            ActionOutcome::Superseded { by } => Some(by.clone()),
-                            _ => None,
-                        };
-                        match (&outcome, superseded) {
-                            (_, Some(by)) => {
-                                a.state = ActionState::Superseded;
-                                a.detail = Some(format!("superseded by change {by}: {detail}"));
-                            }
-                            (ActionOutcome::Succeeded, None) => a.state = ActionState::Succeeded,
-                            (ActionOutcome::Skipped, None) => a.state = ActionState::Skipped,
-                            (ActionOutcome::Retry { next_attempt }, None) => {
-                                a.state = ActionState::Pending;
-                                a.next_attempt = next_attempt.trunc_subsecs(3);
-                            }
-                            (_, None) => a.state = ActionState::Failed,
-                        }
-                        a.output_tail = Some(output_tail.clone());
-                        a.updated = now;
-                        a.holds |= hold_image;
-                        ended = Some(a.state);
-                    }
-                    if ended == Some(ActionState::Succeeded) && newer.is_none() && !follow.is_empty() {
-                        doc.add_actions(&follow, now)?;
-                        // What follows a released action is released with it.
-                        let released = doc.actions.iter().any(|a| a.key == key && a.released);
-                        for a in doc.actions.iter_mut().filter(|a| follow.iter().any(|f| f.key == a.key)) {
-                            a.released |= released;
-                        }
-                    }
-                    for held in hold.iter().flat_map(|h| h.keys.iter().map(move |k| (k, &h.detail))) {
-                        // The change's rows all live in this entry.
-                        if let Some(a) = doc.actions.iter_mut().find(|a| {
-                            &a.key == held.0 && matches!(a.state, ActionState::Pending | ActionState::AwaitingApproval)
-                        }) {
-                            a.state = ActionState::Held;
-                            a.detail = Some(held.1.clone());
-                            a.updated = now;
-                        }
-                    }
-                    if same {
-                        doc.add_events(&events, &deliveries, now, history, &seq);
-                    }
-                    if let Some(m) = &tag_move {
-                        doc.add_tag_move(m, history, &seq);
-                    }
-                    Ok(ended)
-                })
-                .await?;
+            ended = self.modify(holder, |doc| doc.finish(&end, newer.as_deref(), same, &seq)).await?;
         }
+        let ActionEnd { watch, events, deliveries, history, now, tag_move, .. } = end;
         if !same {
-            self.record_events(watch, events, deliveries, history, at).await?;
+            self.record_events(watch, events, deliveries, history, now).await?;
         }
         if let (None, Some(m)) = (&holder, tag_move) {
             self.record_tag_move(watch, m, history).await?;
@@ -447,20 +464,7 @@ impl Actions for KubeLedger {
     async fn running_actions(&self) -> Result<Vec<ClaimedAction>, LedgerError> {
         let mut out = Vec::new();
         for (_, doc) in self.all().await? {
-            for a in doc.actions.into_iter().filter(|a| a.state == ActionState::Running) {
-                out.push(ClaimedAction {
-                    key: a.key,
-                    change_id: a.change_id,
-                    image: a.image,
-                    kind: a.kind,
-                    attempt: a.attempts,
-                    target: read_target(a.target),
-                    process: a.process,
-                    progress: a.progress.and_then(|v| Progress::read(a.kind, v)),
-                    created: a.created,
-                    expedited: a.expedited,
-                });
-            }
+            out.extend(doc.actions.iter().filter(|a| a.state == ActionState::Running).map(ActionRow::claimed));
         }
         Ok(out)
     }
@@ -473,9 +477,11 @@ impl Actions for KubeLedger {
                 let requeued = self
                     .modify(&watch, |d| {
                         let mut keys = Vec::new();
-                        for a in d.actions.iter_mut().filter(|a| a.state == ActionState::Running) {
-                            a.state = ActionState::Pending;
-                            keys.push(a.key.clone());
+                        for a in d.actions.iter_mut() {
+                            if let Some(state) = rules::requeue(a.state) {
+                                a.state = state;
+                                keys.push(a.key.clone());
+                            }
                         }
                         Ok(keys)
                     })
@@ -491,8 +497,8 @@ impl Actions for KubeLedger {
             let Some(watch) = doc.watch.as_ref().map(|w| w.name.clone()) else { continue };
             if doc.actions.iter().any(|a| a.state == ActionState::Running && keys.contains(&a.key)) {
                 self.modify(&watch, |d| {
-                    for a in d.actions.iter_mut().filter(|a| a.state == ActionState::Running && keys.contains(&a.key)) {
-                        a.state = ActionState::Pending;
+                    for a in d.actions.iter_mut().filter(|a| keys.contains(&a.key)) {
+                        a.state = rules::requeue(a.state).unwrap_or(a.state);
                     }
                     Ok(())
                 })
@@ -535,6 +541,7 @@ impl Actions for KubeLedger {
         Ok(rows
             .into_iter()
             .map(|a| OpenAction {
+                placed: crate::ledger::placed(a.progress().as_ref()),
                 key: a.key,
                 change: a.change_id,
                 image: a.image,
@@ -543,7 +550,6 @@ impl Actions for KubeLedger {
                 attempts: a.attempts,
                 next_attempt: a.next_attempt,
                 wave: a.wave,
-                placed: crate::ledger::placed(a.progress.clone().and_then(|v| Progress::read(a.kind, v)).as_ref()),
                 detail: if a.state == ActionState::Held { a.detail } else { None },
                 waiting_for: None,
                 gate: None,
@@ -580,26 +586,21 @@ impl Actions for KubeLedger {
         let Some(holder) = self.holder(|d| d.actions.iter().any(|a| a.change_id == change_id)).await? else {
             return Ok(Vec::new());
         };
-        let now = now.trunc_subsecs(3);
         self.modify(&holder, |doc| {
-            let mut out = Vec::new();
+            let rows: Vec<ActionRecord> =
+                doc.actions.iter().filter(|a| a.change_id == change_id).cloned().map(record).collect();
+            let decision = rules::decide(&rows, image, verdict, by, now)?;
+            // The moves come in the rows' order.
+            let mut moves = decision.moves.iter().peekable();
             for a in doc.actions.iter_mut().filter(|a| a.change_id == change_id) {
-                if verdict == Verdict::Release {
-                    a.released = true;
+                a.released |= decision.release;
+                let Some(m) = moves.next_if(|m| m.key == a.key) else { continue };
+                (a.state, a.updated) = (m.state, decision.updated);
+                if let Some((by, at)) = &m.decided {
+                    (a.decided_by, a.decided_at) = (Some(by.clone()), Some(*at));
                 }
-                if image.is_some_and(|i| a.image != i) {
-                    continue;
-                }
-                let Some(state) = verdict.next_state(&record(a.clone())) else { continue };
-                a.state = state;
-                a.updated = now;
-                if matches!(verdict, Verdict::Approve | Verdict::Reject) {
-                    a.decided_by = Some(by.to_string());
-                    a.decided_at = Some(now.trunc_subsecs(0));
-                }
-                out.push(Decided { key: a.key.clone(), image: a.image.clone(), kind: a.kind, state });
             }
-            Ok(out)
+            Ok(decision.answer())
         })
         .await
     }
@@ -635,7 +636,7 @@ pub(super) fn record(a: ActionRow) -> ActionRecord {
         decided_by: a.decided_by,
         decided_at: a.decided_at,
         created: a.created,
-        progress: a.progress.and_then(|v| Progress::read(a.kind, v)),
+        progress: a.progress.and_then(StoredProgress::into_read),
         holds: a.holds,
         expedited: a.expedited,
     }

@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::rollout::ActionState;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -84,10 +85,10 @@ impl WatchDoc {
                 )
         };
         let busy: HashSet<String> = self.actions.iter().filter(|a| open(a)).map(|a| a.change_id.clone()).collect();
-        let mut newest: BTreeMap<(String, String), Newest> = BTreeMap::new();
+        let mut newest: BTreeMap<(String, ActionKind), Newest> = BTreeMap::new();
         for a in &self.actions {
             let at = (a.created, a.updated, a.key.clone());
-            let slot = newest.entry((a.image.clone(), format!("{:?}", a.kind))).or_insert_with(|| at.clone());
+            let slot = newest.entry((a.image.clone(), a.kind)).or_insert_with(|| at.clone());
             if at > *slot {
                 *slot = at;
             }

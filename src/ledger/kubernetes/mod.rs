@@ -19,6 +19,7 @@ mod actions;
 mod checks;
 mod fit;
 mod outbox;
+mod progress;
 mod registries;
 mod rollout;
 mod tags;

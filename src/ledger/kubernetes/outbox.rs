@@ -12,11 +12,11 @@ use chrono::SubsecRound;
 use serde::{Deserialize, Serialize};
 
 use super::{KubeLedger, WatchDoc};
-use crate::ledger::time;
 use crate::ledger::{
     DeadLetter, DeliveryKey, DeliveryState, DeliveryUpdate, DueDelivery, LedgerError, Outbox, PendingDelivery,
     StoredEvent,
 };
+use crate::ledger::{rules, time};
 use builder_monitor_core::event::{Event, subject_key};
 use chrono::{DateTime, Utc};
 
@@ -237,29 +237,16 @@ impl Outbox for KubeLedger {
         else {
             return Ok(());
         };
-        let now = now.trunc_subsecs(3);
+        let attempted = rules::attempted(&update, now);
         self.modify(&watch, |doc| {
             if let Some(d) = doc
                 .deliveries
                 .iter_mut()
                 .find(|d| d.event == event && d.alert == alert && d.state == DeliveryState::Pending)
             {
-                d.attempts += 1;
-                d.updated = now;
-                match &update {
-                    DeliveryUpdate::Sent { status } => {
-                        d.state = DeliveryState::Sent;
-                        d.last_status = Some(status.clone());
-                    }
-                    DeliveryUpdate::Retry { next_attempt, status } => {
-                        d.next_attempt = next_attempt.trunc_subsecs(3);
-                        d.last_status = Some(status.clone());
-                    }
-                    DeliveryUpdate::Dead { status } => {
-                        d.state = DeliveryState::Dead;
-                        d.last_status = Some(status.clone());
-                    }
-                }
+                (d.attempts, d.state, d.updated) = (d.attempts + 1, attempted.state, attempted.updated);
+                d.next_attempt = attempted.next_attempt.unwrap_or(d.next_attempt);
+                d.last_status = Some(attempted.last_status.clone());
             }
             Ok(())
         })

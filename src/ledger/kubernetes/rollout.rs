@@ -2,7 +2,7 @@
 //! changes so far, in the entry of [`ROLLOUT_WATCH`].
 
 use super::KubeLedger;
-use crate::ledger::{FreezeChange, FreezeEvents, LedgerError, ROLLOUT_WATCH, RolloutControl};
+use crate::ledger::{FreezeChange, FreezeEvents, LedgerError, ROLLOUT_WATCH, RolloutControl, rules};
 use builder_monitor_core::rollout::Freeze;
 use chrono::{DateTime, Utc};
 
@@ -19,17 +19,10 @@ impl RolloutControl for KubeLedger {
         let seq = self.seq.clone();
         self.modify(ROLLOUT_WATCH, |doc| {
             let before = doc.freeze.clone();
-            doc.freeze = match (&before, &freeze) {
-                // A second freeze keeps the first one's time and author, and takes a new reason.
-                (Some(old), Some(new)) => Some(Freeze {
-                    since: old.since,
-                    by: old.by.clone(),
-                    reason: new.reason.clone().or_else(|| old.reason.clone()),
-                }),
-                (_, new) => new.clone(),
-            };
+            let flip = rules::freeze(before.as_ref(), freeze.as_ref());
+            doc.freeze = flip.after;
             let mut recorded = Vec::new();
-            if before.is_some() != freeze.is_some() {
+            if flip.flips {
                 doc.rollout_changes += 1;
                 let (made, deliveries) = events(doc.rollout_changes, before.as_ref());
                 doc.add_events(&made, &deliveries, now, history, &seq);

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::actions::ActionRow;
 use super::{KubeLedger, WatchDoc};
+use crate::ledger::rules;
 use crate::ledger::{ActionState, DeliveryKey, LedgerError, TagIntent, TagMove, TagWrites, WriteGrant};
 use builder_monitor_core::event::Event;
 
@@ -46,7 +47,7 @@ impl KubeLedger {
     /// The change of the newest action recorded for the same image after action `key`, if any.
     pub(super) async fn newer_change(&self, key: &str) -> Result<Option<String>, LedgerError> {
         let rows: Vec<ActionRow> = self.all().await?.into_iter().flat_map(|(_, d)| d.actions).collect();
-        Ok(newer_in(&rows, key))
+        Ok(rules::newer_change(&rows, key))
     }
 }
 
@@ -59,7 +60,7 @@ impl TagWrites for KubeLedger {
                 if !rows.iter().any(|a| &a.key == key && a.state == ActionState::Running) {
                     return Ok(WriteGrant::NotRunning);
                 }
-                if let Some(by) = newer_in(&rows, key) {
+                if let Some(by) = rules::newer_change(&rows, key) {
                     return Ok(WriteGrant::Superseded { by });
                 }
                 match self.holder(|d| d.actions.iter().any(|a| &a.key == key)).await? {
@@ -145,13 +146,4 @@ impl TagWrites for KubeLedger {
         rows.sort_by_key(|m| std::cmp::Reverse((m.tag_move.time, m.seq)));
         Ok(rows.into_iter().take(limit).map(|m| m.tag_move).collect())
     }
-}
-
-/// The change of the newest row for `key`'s image created after it.
-fn newer_in(rows: &[ActionRow], key: &str) -> Option<String> {
-    let mine = rows.iter().find(|a| a.key == key)?;
-    rows.iter()
-        .filter(|a| a.image == mine.image && a.change_id != mine.change_id && a.created > mine.created)
-        .max_by_key(|a| a.created)
-        .map(|a| a.change_id.clone())
 }

@@ -1,5 +1,7 @@
 //! Actions in SQLite: one `actions` row per (change, image, kind), moved forward in transactions that
 //! read the roll-out gates' inputs (every action of the changes concerned, the freeze) themselves.
+//! What each write does to the rows is the ledger's rules (`ledger::rules`): this file loads the
+//! rows a rule needs (or selects them in SQL, with the rule's states) and applies its change set.
 
 use builder_monitor_core::rollout::Expedited;
 use chrono::{DateTime, Utc};
@@ -9,14 +11,15 @@ use super::{SqliteLedger, State, Time, all, claims, exec, first, outbox, row, ta
 use crate::ledger::actions::{
     Gated, ImageLocks, Kinds, gate_rows, next_start, read_progress, read_target, target_json,
 };
+use crate::ledger::rules::{self, ChangeSoFar, action_kind, sql_states};
 use crate::ledger::{
-    ActionEnd, ActionOutcome, ActionRecord, ActionState, Actions, ClaimedAction, Decided, ImageHold, LatestAction,
-    LedgerError, NewAction, OpenAction, ProcessGroup, Verdict,
+    ActionEnd, ActionRecord, ActionState, Actions, ClaimedAction, Decided, ImageHold, LatestAction, LedgerError,
+    NewAction, OpenAction, ProcessGroup, Verdict,
 };
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::progress::Progress;
-use builder_monitor_core::rollout::{Freeze, GateAction, Rollout, failure_reason};
-use builder_monitor_core::schedule::{timestamp, timestamp_millis};
+use builder_monitor_core::rollout::{Freeze, GateAction, Rollout};
+use builder_monitor_core::schedule::{parse_timestamp, timestamp, timestamp_millis};
 
 /// The columns [`action_record`] reads.
 const ACTION_COLUMNS: &str = "key, change_id, image, kind, state, attempts, next_attempt, detail, output_tail, updated,
@@ -42,24 +45,21 @@ impl Actions for SqliteLedger {
                 let locks = image_locks(&tx)?;
                 claims::first_startable(&tx, kinds, &locks, Some(now), limit)?.into_iter().map(|(key, _)| key).collect()
             } else {
-                gated_pending(&tx, kinds, &rollout, freeze.as_ref(), now)?
-                    .into_iter()
-                    .filter(|g| g.verdict.is_ok() && g.due <= now)
-                    .take(limit)
-                    .map(|g| g.key)
-                    .collect()
+                rules::due_keys(gated_pending(&tx, kinds, &rollout, freeze.as_ref(), now)?, now, limit)
             };
-            let at = timestamp_millis(now);
             let mut claimed = Vec::new();
+            let sql = format!("SELECT {CLAIMED_COLUMNS} FROM actions WHERE key = ?1");
             for key in keys {
+                let Some(mut action) = first(&tx, &sql, params![key], claimed_action)? else { continue };
+                let taken = rules::take(action.attempt, now);
                 exec(
                     &tx,
-                    "UPDATE actions SET state = 'running', attempts = attempts + 1, updated = ?2,
+                    "UPDATE actions SET state = ?2, attempts = ?3, updated = ?4,
                          process_group = NULL, process_started = NULL WHERE key = ?1",
-                    params![key, at],
+                    params![key, taken.state.as_str(), taken.attempts, timestamp_millis(taken.updated)],
                 )?;
-                let sql = format!("SELECT {CLAIMED_COLUMNS} FROM actions WHERE key = ?1");
-                claimed.extend(first(&tx, &sql, params![key], claimed_action)?);
+                (action.attempt, action.process) = (taken.attempts, None);
+                claimed.push(action);
             }
             tx.commit()?;
             Ok(claimed)
@@ -98,16 +98,17 @@ impl Actions for SqliteLedger {
         let (key, watch) = (key.to_string(), watch.to_string());
         self.with(move |conn| {
             let tx = conn.transaction()?;
-            let n = exec(
+            let sql = format!("SELECT {ACTION_COLUMNS} FROM actions WHERE key = ?1");
+            let action = first(&tx, &sql, params![key], action_record)?;
+            let Some(held) = action.and_then(|a| rules::hold_image(&a, &detail, now)) else { return Ok(false) };
+            exec(
                 &tx,
-                "UPDATE actions SET holds = 1, detail = ?2, updated = ?3 WHERE key = ?1 AND released = 0",
-                params![key, detail, timestamp_millis(now)],
+                "UPDATE actions SET holds = 1, detail = ?2, updated = ?3 WHERE key = ?1",
+                params![key, held.detail, timestamp_millis(held.updated)],
             )?;
-            if n == 1 {
-                outbox::insert_events(&tx, &watch, now, &events, None, &deliveries, history)?;
-            }
+            outbox::insert_events(&tx, &watch, now, &events, None, &deliveries, history)?;
             tx.commit()?;
-            Ok(n == 1)
+            Ok(true)
         })
         .await
     }
@@ -128,57 +129,43 @@ impl Actions for SqliteLedger {
     }
 
     async fn finish_action(&self, end: ActionEnd<'_>) -> Result<Option<ActionState>, LedgerError> {
-        let ActionEnd {
-            key,
-            outcome,
-            detail,
-            output_tail,
-            watch,
-            events,
-            deliveries,
-            history,
-            now,
-            tag_move,
-            hold,
-            keep_intent,
-            follow,
-            hold_image,
-        } = end;
-        let (key, watch) = (key.to_string(), watch.to_string());
+        let (key, watch, end) = detach(end);
         self.with(move |conn| {
-            let updated = timestamp_millis(now);
+            let end = ActionEnd { key: &key, watch: &watch, ..end };
             let tx = conn.transaction()?;
-            let outcome = match outcome {
-                ActionOutcome::Retry { .. } => match tags::newer_change(&tx, &key)? {
-                    Some(by) => ActionOutcome::Superseded { by },
-                    None => outcome,
-                },
-                other => other,
+            let state = row(&tx, "SELECT state FROM actions WHERE key = ?1", params![key], |r| r.get::<_, State>(0))
+                .optional()?;
+            let newer = match rules::asks_newer(&end.outcome, !end.follow.is_empty()) {
+                true => tags::newer_change(&tx, &key)?,
+                false => None,
             };
-            let (state, next, detail) = match outcome {
-                ActionOutcome::Succeeded => (ActionState::Succeeded, None, detail),
-                ActionOutcome::Retry { next_attempt } => {
-                    (ActionState::Pending, Some(timestamp_millis(next_attempt)), detail)
-                }
-                ActionOutcome::Failed => (ActionState::Failed, None, detail),
-                ActionOutcome::Skipped => (ActionState::Skipped, None, detail),
-                ActionOutcome::Superseded { by } => {
-                    (ActionState::Superseded, None, format!("superseded by change {by}: {detail}"))
-                }
-            };
-            if !keep_intent {
+            let finish = rules::finish(&end, state.is_some_and(|s| s.0 == ActionState::Running), newer.as_deref());
+            if finish.close_intent {
                 tags::clear_action_intent(&tx, &key)?;
             }
-            let ended = exec(&tx,
-                "UPDATE actions SET state = ?2, next_attempt = COALESCE(?3, next_attempt), detail = ?4, output_tail = ?5,
-                     updated = ?6, holds = CASE WHEN ?7 THEN 1 ELSE holds END WHERE key = ?1 AND state = 'running'",
-                params![key, state.as_str(), next, detail, output_tail, updated, hold_image],
-            )?;
-            if ended == 1 && state == ActionState::Succeeded && !follow.is_empty() && tags::newer_change(&tx, &key)?.is_none() {
-                insert_actions(&tx, &follow, updated.clone())?;
+            if let Some(ended) = &finish.row {
+                exec(
+                    &tx,
+                    "UPDATE actions SET state = ?2, next_attempt = COALESCE(?3, next_attempt), detail = ?4,
+                         output_tail = ?5, updated = ?6, holds = CASE WHEN ?7 THEN 1 ELSE holds END
+                     WHERE key = ?1 AND state = 'running'",
+                    params![
+                        key,
+                        ended.state.as_str(),
+                        ended.next_attempt.map(timestamp_millis),
+                        ended.detail,
+                        ended.output_tail,
+                        timestamp_millis(ended.updated),
+                        ended.holds
+                    ],
+                )?;
+            }
+            let now = timestamp_millis(end.now);
+            if finish.follow {
+                insert_actions(&tx, &end.follow, now.clone())?;
                 // What follows a released action is released with it: its change's lower waves
                 // were let go for it too.
-                for f in &follow {
+                for f in &end.follow {
                     exec(
                         &tx,
                         "UPDATE actions SET released = (SELECT released FROM actions WHERE key = ?2) WHERE key = ?1",
@@ -186,20 +173,13 @@ impl Actions for SqliteLedger {
                     )?;
                 }
             }
-            outbox::insert_events(&tx, &watch, now, &events, None, &deliveries, history)?;
-            if let Some(m) = &tag_move {
-                tags::insert_tag_move(&tx, m, history)?;
+            outbox::insert_events(&tx, &watch, end.now, &end.events, None, &end.deliveries, end.history)?;
+            if let Some(m) = &end.tag_move {
+                tags::insert_tag_move(&tx, m, end.history)?;
             }
-            for held in hold.iter().flat_map(|h| h.keys.iter().map(move |k| (k, &h.detail))) {
-                exec(
-                    &tx,
-                    "UPDATE actions SET state = 'held', detail = ?2, updated = ?3
-                     WHERE key = ?1 AND state IN ('pending', 'awaiting_approval')",
-                    params![held.0, held.1, updated],
-                )?;
-            }
+            hold_later_waves(&tx, end.hold.as_ref(), &now)?;
             tx.commit()?;
-            Ok((ended == 1).then_some(state))
+            Ok(finish.row.map(|r| r.state))
         })
         .await
     }
@@ -302,8 +282,8 @@ impl Actions for SqliteLedger {
                         waiting_for: None,
                         gate: None,
                         placed: {
-                            let kind: String = r.get("kind")?;
-                            crate::ledger::placed(progress(&kind, r.get("progress")?).as_ref())
+                            let kind = ActionKind::parse(&r.get::<_, String>("kind")?);
+                            crate::ledger::placed(progress(kind, r.get("progress")?).as_ref())
                         },
                     })
                 },
@@ -333,7 +313,7 @@ impl Actions for SqliteLedger {
                         state: r.get::<_, State>("state")?.0,
                         released: r.get("released")?,
                         created: r.get::<_, Time>("created")?.0,
-                        deploy: r.get::<_, String>("kind")? == ActionKind::Deploy.as_str(),
+                        deploy: ActionKind::parse(&r.get::<_, String>("kind")?) == Some(ActionKind::Deploy),
                         updated: r.get::<_, Time>("updated")?.0,
                         expedited: !expedited_of(r.get("expedited")?).is_empty(),
                     })
@@ -355,35 +335,24 @@ impl Actions for SqliteLedger {
         self.with(move |conn| {
             let tx = conn.transaction()?;
             let rows = change_rows(&tx, &change_id)?;
-            let at = timestamp_millis(now);
-            let decided_at = timestamp(now);
-            let mut out = Vec::new();
-            for a in rows.iter().filter(|a| image.as_deref().is_none_or(|i| a.image == i)) {
-                let Some(state) = verdict.next_state(a) else { continue };
-                let decided = matches!(verdict, Verdict::Approve | Verdict::Reject);
+            let decision = rules::decide(&rows, image.as_deref(), verdict, &by, now)?;
+            for m in &decision.moves {
+                let (by, at) = m.decided.as_ref().map(|(by, at)| (by, timestamp(*at))).unzip();
                 exec(
                     &tx,
-                    "UPDATE actions SET state = ?2, updated = ?3,
-                         decided_by = CASE WHEN ?4 THEN ?5 ELSE decided_by END,
-                         decided_at = CASE WHEN ?4 THEN ?6 ELSE decided_at END,
-                         released = CASE WHEN ?7 THEN 1 ELSE released END
+                    "UPDATE actions SET state = ?2, updated = ?3, decided_by = COALESCE(?4, decided_by),
+                         decided_at = COALESCE(?5, decided_at)
                      WHERE key = ?1",
-                    params![a.key, state.as_str(), at, decided, by, decided_at, verdict == Verdict::Release],
+                    params![m.key, m.state.as_str(), timestamp_millis(decision.updated), by, at],
                 )?;
-                out.push(Decided {
-                    key: a.key.clone(),
-                    image: a.image.clone(),
-                    kind: action_kind(&a.key, &a.action)?,
-                    state,
-                });
             }
-            if verdict == Verdict::Release {
+            if decision.release {
                 // Rows that stay as they are (running, finished) are marked released too, so the
                 // change's later waves stop waiting for them.
                 exec(&tx, "UPDATE actions SET released = 1 WHERE change_id = ?1", params![change_id])?;
             }
             tx.commit()?;
-            Ok(out)
+            Ok(decision.answer())
         })
         .await
     }
@@ -408,15 +377,19 @@ impl Actions for SqliteLedger {
     }
 }
 
-/// Records the actions planned with a change at `now`: only the newest target of an image is
-/// built, so older actions for it that have not started yield (waiting, held or awaiting approval
-/// alike).
-/// Records `actions`; the image's older actions that have not started yield to each one added. An
-/// action recorded already stays as it is, and nothing yields to it: a check that stopped after
-/// recording its first actions plans the same move again, and an action of a newer change
-/// recorded since is the newer one. An action that arrives after its change's first ones (planning
-/// in batches) finds the change as they left it: held by a lower wave's failure, or released.
+/// Records `actions` at `now`; the image's older actions that have not started yield to each one
+/// added (`rules::yields`, selected here in SQL). An action recorded already stays as it is, and
+/// nothing yields to it: a check that stopped after recording its first actions plans the same move
+/// again, and an action of a newer change recorded since is the newer one. An action that arrives
+/// after its change's first ones (planning in batches) finds the change as they left it: held by a
+/// lower wave's failure, or released (`rules::arrive`).
 pub(super) fn insert_actions(tx: &Transaction<'_>, actions: &[NewAction], now: String) -> Result<(), LedgerError> {
+    let supersede = format!(
+        "UPDATE actions SET state = '{}', detail = ?3, updated = ?4
+         WHERE image = ?1 AND state IN ({}) AND change_id != ?2",
+        ActionState::Superseded.as_str(),
+        sql_states(&rules::YIELDING)
+    );
     // Whether each change was released, read once per change: a fleet's change has thousands.
     let mut released_changes: std::collections::HashMap<&str, bool> = Default::default();
     for a in actions {
@@ -433,9 +406,10 @@ pub(super) fn insert_actions(tx: &Transaction<'_>, actions: &[NewAction], now: S
                 r
             }
         };
-        let held = if released { None } else { held_on_arrival(tx, a)? };
-        let state = a.arrival_state(held.is_some());
-        let (target, due) = arrival(tx, a, &now)?;
+        let failed = if released { Vec::new() } else { failed_below(tx, a)? };
+        let change = ChangeSoFar { released, failed };
+        let arrival = rules::arrive(a, &change);
+        let (target, due) = arrival_target(tx, a, &now)?;
         let added = exec(
             tx,
             "INSERT INTO actions (change_id, image, key, kind, state, attempts, next_attempt, target, created, updated,
@@ -449,22 +423,17 @@ pub(super) fn insert_actions(tx: &Transaction<'_>, actions: &[NewAction], now: S
                 a.kind.as_str(),
                 now,
                 target_json(&target)?.to_string(),
-                state.as_str(),
+                arrival.state.as_str(),
                 a.wave,
                 a.needs_approval,
-                held,
-                released,
+                arrival.detail,
+                arrival.released,
                 expedited_json(&a.expedited),
                 due
             ],
         )?;
         if added == 1 {
-            exec(
-                tx,
-                "UPDATE actions SET state = 'superseded', detail = ?3, updated = ?4
-                 WHERE image = ?1 AND state IN ('pending', 'held', 'awaiting_approval') AND change_id != ?2",
-                params![a.image, a.change_id, format!("superseded by change {}", a.change_id), now],
-            )?;
+            exec(tx, &supersede, params![a.image, a.change_id, rules::superseded_by(&a.change_id), now])?;
         }
     }
     Ok(())
@@ -472,31 +441,30 @@ pub(super) fn insert_actions(tx: &Transaction<'_>, actions: &[NewAction], now: S
 
 /// What `a` is recorded with and when it may start (`NewAction::arrival`): a batched one reads
 /// the actions of its subject that yield to it, in the same transaction.
-fn arrival(tx: &Transaction<'_>, a: &NewAction, now: &str) -> Result<(ActionTarget, String), LedgerError> {
-    let Some(at) = a.batch.and(builder_monitor_core::schedule::parse_timestamp(now)) else {
+fn arrival_target(tx: &Transaction<'_>, a: &NewAction, now: &str) -> Result<(ActionTarget, String), LedgerError> {
+    let Some(at) = a.batch.and(parse_timestamp(now)) else {
         return Ok((a.target.clone(), now.to_string()));
     };
-    let older = all(
-        tx,
+    let sql = format!(
         "SELECT change_id, target, next_attempt FROM actions
-         WHERE image = ?1 AND state IN ('pending', 'held', 'awaiting_approval') AND change_id != ?2
+         WHERE image = ?1 AND state IN ({}) AND change_id != ?2
          ORDER BY created, rowid",
-        params![a.image, a.change_id],
-        |r| {
-            let change: String = r.get("change_id")?;
-            let text: String = r.get("target")?;
-            let target = read_target(target_value(&a.image, &text)?)
-                .map_err(|e| LedgerError::Corrupt { what: "action target", detail: format!("{}: {e}", a.image) })?;
-            Ok((change, target, r.get::<_, Time>("next_attempt")?.0))
-        },
-    )?;
+        sql_states(&rules::YIELDING)
+    );
+    let older = all(tx, &sql, params![a.image, a.change_id], |r| {
+        let change: String = r.get("change_id")?;
+        let text: String = r.get("target")?;
+        let target = read_target(target_value(&a.image, &text)?)
+            .map_err(|e| LedgerError::Corrupt { what: "action target", detail: format!("{}: {e}", a.image) })?;
+        Ok((change, target, r.get::<_, Time>("next_attempt")?.0))
+    })?;
     let (target, due) = a.arrival(at, &older);
     Ok((target, timestamp_millis(due)))
 }
 
-/// The hold a lower wave's failure put on the later waves of `a`'s change, for an action arriving
-/// now (`held: wave 1 petclinic failed`).
-fn held_on_arrival(tx: &Transaction<'_>, a: &NewAction) -> Result<Option<String>, LedgerError> {
+/// The first failed action of `a`'s change in a lower wave, `(wave, image)`, if any: the one
+/// `rules::held_on_arrival` words the arrival's hold by, selected here by an indexed look-up.
+fn failed_below(tx: &Transaction<'_>, a: &NewAction) -> Result<Vec<(u32, String)>, LedgerError> {
     let failed = row(
         tx,
         "SELECT wave, image FROM actions WHERE change_id = ?1 AND state = 'failed' AND wave < ?2
@@ -505,7 +473,58 @@ fn held_on_arrival(tx: &Transaction<'_>, a: &NewAction) -> Result<Option<String>
         |r| Ok((r.get::<_, u32>("wave")?, r.get::<_, String>("image")?)),
     )
     .optional()?;
-    Ok(failed.map(|(wave, image)| format!("held: {}", failure_reason(wave, &image))))
+    Ok(failed.into_iter().collect())
+}
+
+/// Holds the later waves a failure named ([`rules::HOLDABLE`] ones only), at `now`.
+fn hold_later_waves(tx: &Transaction<'_>, hold: Option<&crate::ledger::Hold>, now: &str) -> Result<(), LedgerError> {
+    let Some(hold) = hold else { return Ok(()) };
+    let sql = format!(
+        "UPDATE actions SET state = '{}', detail = ?2, updated = ?3 WHERE key = ?1 AND state IN ({})",
+        ActionState::Held.as_str(),
+        sql_states(&rules::HOLDABLE)
+    );
+    for key in &hold.keys {
+        exec(tx, &sql, params![key, hold.detail, now])?;
+    }
+    Ok(())
+}
+
+/// An attempt's end as the connection's thread takes it: its key and watch owned, the rest moved.
+fn detach(end: ActionEnd<'_>) -> (String, String, ActionEnd<'static>) {
+    let ActionEnd {
+        key,
+        outcome,
+        detail,
+        output_tail,
+        watch,
+        events,
+        deliveries,
+        history,
+        now,
+        tag_move,
+        hold,
+        keep_intent,
+        follow,
+        hold_image,
+    } = end;
+    let rest = ActionEnd {
+        key: "",
+        outcome,
+        detail,
+        output_tail,
+        watch: "",
+        events,
+        deliveries,
+        history,
+        now,
+        tag_move,
+        hold,
+        keep_intent,
+        follow,
+        hold_image,
+    };
+    (key.to_string(), watch.to_string(), rest)
 }
 
 /// An [`ActionRecord`] from a row of [`ACTION_COLUMNS`].
@@ -528,7 +547,7 @@ fn action_record(r: &Row<'_>) -> Result<ActionRecord, LedgerError> {
         decided_at: r.get::<_, Option<Time>>(col!(ACTION_COLUMNS, "decided_at"))?.map(|t| t.0),
         created: r.get::<_, Time>(col!(ACTION_COLUMNS, "created"))?.0,
         progress: progress(
-            &r.get::<_, String>(col!(ACTION_COLUMNS, "kind"))?,
+            ActionKind::parse(&r.get::<_, String>(col!(ACTION_COLUMNS, "kind"))?),
             r.get(col!(ACTION_COLUMNS, "progress"))?,
         ),
         holds: r.get(col!(ACTION_COLUMNS, "holds"))?,
@@ -551,27 +570,27 @@ fn expedited_json(expedited: &Expedited) -> Option<String> {
 /// [`LedgerError::Corrupt`], one that is JSON but no target is the runner's to fail.
 fn claimed_action(r: &Row<'_>) -> Result<ClaimedAction, LedgerError> {
     let key: String = r.get(col!(CLAIMED_COLUMNS, "key"))?;
-    let kind: String = r.get(col!(CLAIMED_COLUMNS, "kind"))?;
+    let kind = action_kind(&key, &r.get::<_, String>(col!(CLAIMED_COLUMNS, "kind"))?)?;
     let target: String = r.get(col!(CLAIMED_COLUMNS, "target"))?;
     let group: Option<u32> = r.get(col!(CLAIMED_COLUMNS, "process_group"))?;
     let started: Option<i64> = r.get(col!(CLAIMED_COLUMNS, "process_started"))?;
     Ok(ClaimedAction {
         change_id: r.get(col!(CLAIMED_COLUMNS, "change_id"))?,
         image: r.get(col!(CLAIMED_COLUMNS, "image"))?,
-        kind: action_kind(&key, &kind)?,
+        kind,
         attempt: r.get(col!(CLAIMED_COLUMNS, "attempts"))?,
         target: read_target(target_value(&key, &target)?),
         process: group.zip(started).map(|(id, started)| ProcessGroup { id, started: started.max(0) as u64 }),
-        progress: progress(&kind, r.get(col!(CLAIMED_COLUMNS, "progress"))?),
+        progress: progress(Some(kind), r.get(col!(CLAIMED_COLUMNS, "progress"))?),
         created: r.get::<_, Time>(col!(CLAIMED_COLUMNS, "created"))?.0,
         expedited: expedited_of(r.get(col!(CLAIMED_COLUMNS, "expedited"))?),
         key,
     })
 }
 
-/// A stored progress record of an action of `kind`; one that is not JSON, or not that kind's
-/// record, is read as none ([`read_progress`]).
-fn progress(kind: &str, text: Option<String>) -> Option<Progress> {
+/// A stored progress record of an action of `kind` (as read from its row: none when its name is no
+/// kind's); one that is not JSON, or not that kind's record, is read as none ([`read_progress`]).
+fn progress(kind: Option<ActionKind>, text: Option<String>) -> Option<Progress> {
     read_progress(kind, text.and_then(|t| serde_json::from_str(&t).ok()))
 }
 
@@ -583,11 +602,6 @@ fn target_value(of: &str, text: &str) -> Result<serde_json::Value, LedgerError> 
 fn change_rows(conn: &Connection, change_id: &str) -> Result<Vec<ActionRecord>, LedgerError> {
     let sql = format!("SELECT {ACTION_COLUMNS} FROM actions WHERE change_id = ?1 ORDER BY wave, created, key");
     all(conn, &sql, params![change_id], action_record)
-}
-
-fn action_kind(key: &str, kind: &str) -> Result<ActionKind, LedgerError> {
-    ActionKind::parse(kind)
-        .ok_or_else(|| LedgerError::Corrupt { what: "action kind", detail: format!("{key}: {kind}") })
 }
 
 /// The verdict of the roll-out gates on every pending action (of `kind`, when given): for each,

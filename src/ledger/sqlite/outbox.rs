@@ -11,9 +11,9 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 
 use super::{SqliteLedger, Time, all, exec, row};
+use crate::ledger::rules;
 use crate::ledger::{
-    DeadLetter, DeliveryKey, DeliveryState, DeliveryUpdate, DueDelivery, LedgerError, Outbox, PendingDelivery,
-    StoredEvent,
+    DeadLetter, DeliveryKey, DeliveryUpdate, DueDelivery, LedgerError, Outbox, PendingDelivery, StoredEvent,
 };
 use builder_monitor_core::event::{Event, subject_key};
 use builder_monitor_core::schedule::timestamp_millis;
@@ -155,20 +155,20 @@ impl Outbox for SqliteLedger {
     ) -> Result<(), LedgerError> {
         let (event, alert) = (event.to_string(), alert.to_string());
         self.with(move |conn| {
-            let now = timestamp_millis(now);
-            let (state, next, status) = match &update {
-                DeliveryUpdate::Sent { status } => (DeliveryState::Sent, None, status),
-                DeliveryUpdate::Retry { next_attempt, status } => {
-                    (DeliveryState::Pending, Some(timestamp_millis(*next_attempt)), status)
-                }
-                DeliveryUpdate::Dead { status } => (DeliveryState::Dead, None, status),
-            };
+            let attempted = rules::attempted(&update, now);
             exec(
                 conn,
                 "UPDATE deliveries SET state = ?3, attempts = attempts + 1, next_attempt = COALESCE(?4, next_attempt),
                      last_status = ?5, updated = ?6
                  WHERE event = ?1 AND alert = ?2 AND state = 'pending'",
-                params![event, alert, state, next, status, now],
+                params![
+                    event,
+                    alert,
+                    attempted.state,
+                    attempted.next_attempt.map(timestamp_millis),
+                    attempted.last_status,
+                    timestamp_millis(attempted.updated)
+                ],
             )?;
             Ok(())
         })

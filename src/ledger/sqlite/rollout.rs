@@ -5,7 +5,7 @@ use rusqlite::{Connection, params};
 
 use super::outbox::insert_events;
 use super::{SqliteLedger, Time, exec, first, row};
-use crate::ledger::{FreezeChange, FreezeEvents, LedgerError, ROLLOUT_WATCH, RolloutControl};
+use crate::ledger::{FreezeChange, FreezeEvents, LedgerError, ROLLOUT_WATCH, RolloutControl, rules};
 use builder_monitor_core::rollout::Freeze;
 use builder_monitor_core::schedule::timestamp;
 use chrono::{DateTime, Utc};
@@ -21,10 +21,10 @@ impl RolloutControl for SqliteLedger {
         self.with(move |conn| {
             let tx = conn.transaction()?;
             let before = read_freeze(&tx)?;
-            match (&before, &freeze) {
-                (Some(_), Some(f)) => {
-                    exec(&tx, "UPDATE rollout SET reason = COALESCE(?1, reason) WHERE id = 1", params![f.reason])?
-                }
+            let flip = rules::freeze(before.as_ref(), freeze.as_ref());
+            match (&before, &flip.after) {
+                // A second freeze: the first one's time and author stay as stored.
+                (Some(_), Some(f)) => exec(&tx, "UPDATE rollout SET reason = ?1 WHERE id = 1", params![f.reason])?,
                 (None, Some(f)) => exec(
                     &tx,
                     "INSERT INTO rollout (id, frozen_since, reason, frozen_by) VALUES (1, ?1, ?2, ?3)
@@ -40,7 +40,7 @@ impl RolloutControl for SqliteLedger {
                 )?,
             };
             let mut recorded = Vec::new();
-            if before.is_some() != freeze.is_some() {
+            if flip.flips {
                 exec(&tx, "UPDATE rollout SET changes = changes + 1 WHERE id = 1", [])?;
                 let sequence: i64 = row(&tx, "SELECT changes FROM rollout WHERE id = 1", [], |r| r.get("changes"))?;
                 let (made, deliveries) = events(sequence.max(0) as u64, before.as_ref());

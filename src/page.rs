@@ -155,7 +155,7 @@ fn actions(out: &mut String, status: &Status, config: &Config, now: DateTime<Utc
              <td data-label=\"State\"><span class=\"pill {state}\">{}</span><span class=\"sub\">{}</span></td>\
              <td data-label=\"Why it waits\">{}</td><td data-label=\"Change\"><code>{}</code></td></tr>",
             Text(&a.image),
-            Text(&a.action),
+            Text(a.action.as_str()),
             Text(a.shown_state()),
             if a.attempts == 0 { "not tried yet".to_string() } else { attempts(a.attempts) },
             why_waiting(a, status, config, now),
@@ -181,20 +181,17 @@ fn why_waiting(a: &OpenAction, status: &Status, config: &Config, now: DateTime<U
     if let Some(why) = &a.waiting_for {
         return Shortened(why).to_string();
     }
-    if ActionKind::parse(&a.action).is_some_and(|kind| !config.runner.carried_out(kind)) {
+    if !config.runner.carried_out(a.action) {
         return format!("runner <code>{}</code> records actions and never runs them", config.runner.kind.as_str());
     }
     let when = match a.next_attempt {
         t if t > now => format!("at {}", time_element(t, &format!("in {}", span((t - now).num_seconds())))),
         _ => {
             // Registry rebases have slots of their own (`max_registry_rebases`).
-            let registry = |action: &str| ActionKind::parse(action).is_some_and(|k| config.runner.in_registry(k));
-            let mine = registry(&a.action);
-            let running = status
-                .pending
-                .iter()
-                .filter(|o| o.state == ActionState::Running && registry(&o.action) == mine)
-                .count();
+            let registry = |action: ActionKind| config.runner.in_registry(action);
+            let mine = registry(a.action);
+            let running =
+                status.pending.iter().filter(|o| o.state == ActionState::Running && registry(o.action) == mine).count();
             let (slot, max) = match mine {
                 true => ("registry rebase slot", config.runner.max_registry_rebases),
                 false => ("runner slot", config.runner.max_concurrent),
@@ -370,7 +367,7 @@ mod tests {
         status.pending.push(OpenAction {
             change: HOSTILE.into(),
             image: HOSTILE.into(),
-            action: "rebuild".into(),
+            action: builder_monitor_core::plan::ActionKind::Rebuild,
             state: ActionState::Pending,
             attempts: 1,
             next_attempt: parse_timestamp("2025-03-04T12:05:00.000Z").unwrap(),
@@ -386,7 +383,7 @@ mod tests {
                 key: "k".into(),
                 change: HOSTILE.into(),
                 image: HOSTILE.into(),
-                action: "rebuild".into(),
+                action: builder_monitor_core::plan::ActionKind::Rebuild,
                 state: ActionState::Pending,
                 attempts: 1,
                 next_attempt: parse_timestamp("2025-03-04T12:05:00.000Z").unwrap(),
@@ -586,7 +583,7 @@ mod tests {
         let open = |image: &str, state, attempts, next: &str| OpenAction {
             change: "jammy-2".into(),
             image: image.into(),
-            action: "rebase".into(),
+            action: builder_monitor_core::plan::ActionKind::Rebase,
             state,
             attempts,
             next_attempt: parse_timestamp(next).unwrap(),
@@ -675,7 +672,7 @@ mod tests {
         // In slots of their own: `max_registry_rebases`, 16 by default.
         let waits = "runs now, for a free registry rebase slot (1 of 16 busy)";
         assert!(!html.contains("never runs them") && html.contains(waits), "{html}");
-        status.pending[1].action = "rebuild".into();
+        status.pending[1].action = builder_monitor_core::plan::ActionKind::Rebuild;
         let html = render(&status, &in_daemon, now());
         assert_eq!(html.matches("runner <code>none</code> records actions and never runs them").count(), 1);
     }

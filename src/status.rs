@@ -130,7 +130,7 @@ impl Serialize for ShownAction {
             key: &r.key,
             change: &r.change,
             image: &r.image,
-            action: &r.action,
+            action: r.action.as_str(),
             state: self.shown,
             attempts: r.attempts,
             next_attempt: timestamp_millis(r.next_attempt),
@@ -413,7 +413,7 @@ const CLUSTER_ANSWER: std::time::Duration = std::time::Duration::from_secs(5);
 /// daemon last noted or, asked for, as the cluster answers now (only when such an action is
 /// pending).
 async fn cluster_waits(config: &Config, open: &mut [OpenAction], cluster: ClusterWaits) {
-    let on_cluster = |a: &OpenAction| ActionKind::parse(&a.action).is_some_and(|kind| config.runner.on_cluster(kind));
+    let on_cluster = |a: &OpenAction| config.runner.on_cluster(a.action);
     let waits = |a: &OpenAction| a.state == ActionState::Pending && a.gate.is_none() && on_cluster(a);
     if !open.iter().any(waits) {
         return;
@@ -559,7 +559,7 @@ mod tests {
             key: "k".into(),
             change: "c".into(),
             image: "app".into(),
-            action: "rebuild".into(),
+            action: builder_monitor_core::plan::ActionKind::Rebuild,
             state: ActionState::Running,
             attempts: 2,
             next_attempt: at("2026-11-30T12:00:00.250Z"),
@@ -599,7 +599,7 @@ mod tests {
             pending: vec![OpenAction {
                 change: "c1".into(),
                 image: "app".into(),
-                action: "rebuild".into(),
+                action: builder_monitor_core::plan::ActionKind::Rebuild,
                 state: ActionState::Pending,
                 attempts: 1,
                 next_attempt: at("2026-11-30T12:15:00Z"),
@@ -616,7 +616,7 @@ mod tests {
                     key: "k0".into(),
                     change: "c0".into(),
                     image: "app".into(),
-                    action: "rebase".into(),
+                    action: builder_monitor_core::plan::ActionKind::Rebase,
                     state: ActionState::Superseded,
                     attempts: 0,
                     next_attempt: at("2026-11-30T12:00:00Z"),

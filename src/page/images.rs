@@ -322,7 +322,7 @@ mod tests {
             key: "bm-orders".into(),
             change: "c7".into(),
             image: "orders".into(),
-            action: "deploy".into(),
+            action: builder_monitor_core::plan::ActionKind::Deploy,
             state: ActionState::Held,
             attempts: 0,
             next_attempt: now(),

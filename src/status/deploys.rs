@@ -61,8 +61,7 @@ impl DeployStatus {
 pub fn deploys(images: &[ImageSettings], latest: &[LatestAction]) -> Vec<DeployStatus> {
     let mut out = Vec::new();
     for image in images {
-        let action =
-            latest.iter().find(|l| l.record.image == image.name && l.record.action == ActionKind::Deploy.as_str());
+        let action = latest.iter().find(|l| l.record.image == image.name && l.record.action == ActionKind::Deploy);
         for workload in &image.deploy {
             entries(&image.name, workload, action, &mut out);
         }
@@ -230,7 +229,7 @@ mod tests {
                 key: format!("bm-{image}"),
                 change: format!("c-{image}"),
                 image: image.into(),
-                action: "deploy".into(),
+                action: builder_monitor_core::plan::ActionKind::Deploy,
                 state,
                 attempts: 1,
                 next_attempt: t,

@@ -74,7 +74,7 @@ impl ImageAction {
         ImageAction {
             key: r.key.clone(),
             change: r.change.clone(),
-            action: r.action.clone(),
+            action: r.action.as_str().into(),
             state: r.state,
             shown: r.shown_state(gated.contains(r.key.as_str())),
             updated: r.updated,
@@ -318,7 +318,7 @@ mod tests {
                 key: format!("bm-{image}-{action}"),
                 change: "c1".into(),
                 image: image.into(),
-                action: action.into(),
+                action: builder_monitor_core::plan::ActionKind::parse(action).unwrap(),
                 state,
                 attempts: 1,
                 next_attempt: at(created),

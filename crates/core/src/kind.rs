@@ -91,6 +91,19 @@ impl ActionKind {
     }
 }
 
+/// A kind equals its stored name (`kind == "deploy"`), as the ledger and events write it.
+impl PartialEq<str> for ActionKind {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for ActionKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 impl std::fmt::Display for ActionKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

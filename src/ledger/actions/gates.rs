@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 
 use super::{ActionRecord, Kinds};
-use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::rollout::{ActionState, Freeze, GateAction, Rollout, Wait, gate};
 
 /// A pending action as the roll-out gates see it: when it is due, and whether it may start.
@@ -72,9 +71,7 @@ pub(in crate::ledger) fn gate_rows(
     for actions in by_change.values() {
         let view: Vec<GateAction> = actions.iter().map(|a| a.gate_action()).collect();
         let mut verdicts = gate(&view, rollout, freeze, now);
-        for a in actions.iter().filter(|a| {
-            a.state == ActionState::Pending && ActionKind::parse(&a.action).is_some_and(|k| kinds.contains(k))
-        }) {
+        for a in actions.iter().filter(|a| a.state == ActionState::Pending && kinds.contains(a.action)) {
             let mut verdict = verdicts.remove(&a.key).unwrap_or(Ok(()));
             if let Some((change, since)) = locks.held.get(&a.image)
                 && verdict.is_ok()

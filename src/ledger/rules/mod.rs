@@ -102,7 +102,7 @@ pub(in crate::ledger) mod tests {
             key: key.into(),
             change: change.into(),
             image: image.into(),
-            action: "rebuild".into(),
+            action: builder_monitor_core::plan::ActionKind::Rebuild,
             state,
             attempts: 0,
             next_attempt: at("09:00:00"),

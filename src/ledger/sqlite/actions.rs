@@ -7,7 +7,7 @@ use builder_monitor_core::rollout::Expedited;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 
-use super::{SqliteLedger, State, Time, all, claims, exec, first, outbox, row, tags};
+use super::{Kind, SqliteLedger, State, Time, all, claims, exec, first, outbox, row, tags};
 use crate::ledger::actions::{
     Gated, ImageLocks, Kinds, gate_rows, next_start, read_progress, read_target, target_json,
 };
@@ -273,7 +273,7 @@ impl Actions for SqliteLedger {
                         key: r.get("key")?,
                         change: r.get("change_id")?,
                         image: r.get("image")?,
-                        action: r.get("kind")?,
+                        action: r.get::<_, Kind>("kind")?.0,
                         state,
                         attempts: r.get("attempts")?,
                         next_attempt: r.get::<_, Time>("next_attempt")?.0,
@@ -533,7 +533,7 @@ fn action_record(r: &Row<'_>) -> Result<ActionRecord, LedgerError> {
         key: r.get(col!(ACTION_COLUMNS, "key"))?,
         change: r.get(col!(ACTION_COLUMNS, "change_id"))?,
         image: r.get(col!(ACTION_COLUMNS, "image"))?,
-        action: r.get(col!(ACTION_COLUMNS, "kind"))?,
+        action: r.get::<_, Kind>(col!(ACTION_COLUMNS, "kind"))?.0,
         state: r.get::<_, State>(col!(ACTION_COLUMNS, "state"))?.0,
         attempts: r.get(col!(ACTION_COLUMNS, "attempts"))?,
         next_attempt: r.get::<_, Time>(col!(ACTION_COLUMNS, "next_attempt"))?.0,

@@ -602,6 +602,18 @@ impl FromSql for State {
     }
 }
 
+/// An action's kind as stored (`rebase`, `rebuild`, `deploy`, `gitops`).
+struct Kind(builder_monitor_core::plan::ActionKind);
+
+impl FromSql for Kind {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        let text = value.as_str()?;
+        builder_monitor_core::plan::ActionKind::parse(text)
+            .map(Kind)
+            .ok_or_else(|| FromSqlError::Other(format!("unknown action kind {text:?}").into()))
+    }
+}
+
 impl ToSql for State {
     fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
         Ok(self.0.as_str().into())

@@ -18,6 +18,7 @@ use crate::registry::Registry;
 use crate::runner::{Backends, Clusters, Runner, RunnerError};
 use crate::schedule::Clock;
 use crate::server::{self, ServerState};
+use crate::signing::SigningService;
 use crate::vulns::{self, Refresher, Vulns, VulnsError};
 
 /// How long the whole stop may take: checks, runner, deliveries, publisher and the HTTP drain.
@@ -86,6 +87,9 @@ pub struct Parts {
     pub registry: Arc<Registry>,
     /// The OSV data in force (`[vulnerabilities]`), when configured; set by [`Parts::build`].
     pub vulns: Option<Vulns>,
+    /// `[signing]` with the key the config's loading decrypted (set by [`Parts::build`]; without
+    /// it, none: only the trusted keys gate).
+    pub signing: Option<Arc<SigningService>>,
     /// A URL mirror's refresher, taken by the daemon's worker loop (or `run --once`'s one refresh).
     refresher: std::sync::Mutex<Option<Refresher>>,
 }
@@ -96,7 +100,12 @@ impl Parts {
     /// When only actions need the cluster, one that cannot be configured or does not answer is
     /// no reason to stop: watches, alerts and registry rebases run, and the actions that need it
     /// wait ([`Parts::cluster_wait`]) until it answers.
-    pub async fn build(config: Arc<Config>, ledger: Ledger, clock: Clock) -> Result<Self, DaemonError> {
+    pub async fn build(
+        config: Arc<Config>,
+        signing: Option<Arc<SigningService>>,
+        ledger: Ledger,
+        clock: Clock,
+    ) -> Result<Self, DaemonError> {
         let permissions = cluster::required_permissions(&config);
         let may_wait = cluster::only_actions_need_it(&config);
         let (client, cluster_wait) = if permissions.is_empty() {
@@ -119,6 +128,7 @@ impl Parts {
         }
         let pool_clients = cluster::pool_clients(&config).await?;
         let mut parts = Self::new(config, ledger, clock, client)?;
+        parts.signing = signing;
         parts.pool_clients = pool_clients;
         parts.cluster_wait = cluster_wait;
         let pinned = if parts.config.vulnerabilities.is_some() {
@@ -152,6 +162,7 @@ impl Parts {
         let monitor =
             Arc::new(Monitor::new(config.clone(), registry.clone(), ledger.clone(), clock.clone(), metrics.clone()));
         let dispatcher = Arc::new(Dispatcher::new(&config.alerts, ledger.clone(), clock.clone(), metrics.clone())?);
+        let signing = SigningService::of(&config, None);
         Ok(Parts {
             config,
             ledger,
@@ -164,6 +175,7 @@ impl Parts {
             metrics,
             registry,
             vulns: None,
+            signing,
             refresher: Default::default(),
         })
     }
@@ -185,8 +197,9 @@ impl Parts {
             waiting: self.cluster_wait.clone(),
         };
         let backends = Backends::for_config(&self.config, clusters, stop).map_err(DaemonError::Runner)?;
-        let runner = Runner::new(self.config.clone(), self.ledger.clone(), self.clock.clone(), backends);
-        let runner = Arc::new(runner.with_registry(self.registry.clone()));
+        let (config, ledger, clock, signing) =
+            (self.config.clone(), self.ledger.clone(), self.clock.clone(), self.signing.clone());
+        let runner = Arc::new(Runner::with_parts(config, ledger, clock, backends, &self.registry, signing));
         runner.recover().await.map_err(DaemonError::Recover)?;
         Ok(runner)
     }
@@ -310,9 +323,15 @@ async fn sample_open_actions(config: Arc<Config>, ledger: Ledger, metrics: Arc<M
     metrics.actions.clear();
 }
 
-/// `run`: the daemon, from a loaded config, until `shutdown`; `once` checks and acts once. The
-/// answer is the exit code (`run --once` exits 1 when a check or action failed).
-pub async fn run(config: Arc<Config>, once: bool, shutdown: CancellationToken) -> Result<u8, DaemonError> {
+/// `run`: the daemon, from a loaded config and its signing service (the key its loading
+/// decrypted), until `shutdown`; `once` checks and acts once. The answer is the exit code
+/// (`run --once` exits 1 when a check or action failed).
+pub async fn run(
+    config: Arc<Config>,
+    signing: Option<Arc<SigningService>>,
+    once: bool,
+    shutdown: CancellationToken,
+) -> Result<u8, DaemonError> {
     // Held until this function returns: one writer per SQLite ledger (Kubernetes has the lease).
     let clock = Clock::System;
     let _writer = match &config.monitor.state {
@@ -320,7 +339,7 @@ pub async fn run(config: Arc<Config>, once: bool, shutdown: CancellationToken) -
         StateLocation::Kubernetes => None,
     };
     let ledger = open_ledger(&config, Access::Write, &clock).await?;
-    let parts = Arc::new(Parts::build(config.clone(), ledger.clone(), clock).await?);
+    let parts = Arc::new(Parts::build(config.clone(), signing, ledger.clone(), clock).await?);
     let election = config.kubernetes.leader_election && !once;
     tracing::info!(builders = config.builders.len(), alerts = config.alerts.len(), runner = config.runner.kind.as_str(), rebase = config.runner.rebase.as_str(), state = %ledger.location(), publish = config.kubernetes.publish, leader_election = election, once, "builder-monitor starting");
     if once {
@@ -366,6 +385,7 @@ pub async fn run(config: Arc<Config>, once: bool, shutdown: CancellationToken) -
         let state = ServerState::new(config.clone(), settings.clone(), parts.monitor.handle(), ledger)
             .with_leadership(leading.clone())
             .with_registry(parts.registry.clone())
+            .with_signing(parts.signing.clone())
             .with_vulns(parts.vulns.clone());
         let stop = shutdown.clone();
         serving.spawn("HTTP server", async move {

@@ -46,6 +46,7 @@ use crate::metrics::Metrics;
 use crate::rebase::{RebaseError, RebaseRequest};
 use crate::registry::Registry;
 use crate::schedule::Clock;
+use crate::signing::SigningService;
 use crate::worker::{self, Work};
 use attempt::{Attempt, Digests, GitopsResult, KindResult, Next};
 use backend::AfterRestart;
@@ -166,6 +167,8 @@ pub struct Runner {
     /// so many run at once, bounded apart from the heavy work (and by each registry's pace).
     registry_permits: Arc<Semaphore>,
     secrets: Secrets,
+    /// `[signing]` with its key: builds and registry rebases sign with it, the gate checks with it.
+    signing: Option<Arc<SigningService>>,
     /// Attempts that failed in this process (`run --once` exits 1 after one).
     failures: AtomicUsize,
     /// What each succeeded deploy wrote, for the override guard (`deploy::guard`).
@@ -173,33 +176,44 @@ pub struct Runner {
 }
 
 impl Runner {
+    /// A runner on its own: its registry client from the config's registries (with metrics of its
+    /// own), no signing key (`[signing]`'s trusted keys still gate).
     pub fn new(config: Arc<Config>, ledger: Ledger, clock: Clock, backends: Backends) -> Self {
+        let registry = Registry::new(config.registries.values().cloned(), Metrics::new());
+        let signing = SigningService::of(&config, None);
+        Self::with_parts(config, ledger, clock, backends, &registry, signing)
+    }
+
+    /// The daemon's runner: over the daemon's registry client (its limits, tokens and metrics) and
+    /// signing service. Every request the runner makes is an action's: it goes through the
+    /// client's actions' view, paced by what each registry answers, not by the watching's
+    /// `requests_per_second`.
+    pub fn with_parts(
+        config: Arc<Config>,
+        ledger: Ledger,
+        clock: Clock,
+        backends: Backends,
+        registry: &Registry,
+        signing: Option<Arc<SigningService>>,
+    ) -> Self {
         let permits = Arc::new(Semaphore::new(config.runner.max_concurrent));
         let registry_permits = Arc::new(Semaphore::new(config.runner.max_registry_rebases));
         let secrets = Secrets::of(&config);
         let wake = ledger.new_actions();
-        let registry = Arc::new(Registry::new(config.registries.values().cloned(), Metrics::new()).actions());
         Runner {
             config,
             ledger,
             clock,
             backends,
-            registry,
+            registry: Arc::new(registry.actions()),
             wake,
             permits,
             registry_permits,
             secrets,
+            signing,
             failures: AtomicUsize::new(0),
             guarded: Default::default(),
         }
-    }
-
-    /// The same runner over the daemon's registry client (its limits, tokens and metrics). Every
-    /// request the runner makes is an action's: it goes through the client's actions' view, paced
-    /// by what each registry answers, not by the watching's `requests_per_second`.
-    pub fn with_registry(mut self, registry: Arc<Registry>) -> Self {
-        self.registry = Arc::new(registry.actions());
-        self
     }
 
     /// The kinds of action this runner takes on: those its backends take (only rebases when the

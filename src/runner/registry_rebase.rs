@@ -229,17 +229,14 @@ impl Runner {
                     return Attempt::failed(format!("cannot read the run image's pin history: {err}"), Next::Retry);
                 }
             };
-        let sign = self.config.signing.as_ref().and_then(|s| {
-            let signer = s.signer.clone()?;
-            Some(SignPlan {
-                signer,
-                keep: crate::signing::trusted(s).into_iter().map(|k| k.verifier).collect(),
-                attest: s.attest,
-                change: Some(action.change_id.clone()),
-                action: Some(action.key.clone()),
-                created: action.created,
-                vex: target.vex.clone(),
-            })
+        let sign = self.signing.as_ref().and_then(|s| {
+            SignPlan::of(
+                s,
+                Some(action.change_id.clone()),
+                Some(action.key.clone()),
+                action.created,
+                target.vex.clone(),
+            )
         });
         let request = RebaseRequest { image, run_image, force: false, dry_run: false, known_run_images, sign };
         let guard = LedgerGuard { runner: self, action, target };

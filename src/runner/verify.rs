@@ -35,8 +35,7 @@ impl Runner {
         let Some(signing) = self.config.signing.as_ref() else { return Gate::Pass(None) };
         let image_says = self.config.image(&action.image).and_then(|i| i.require_signed);
         if !matches!(action.kind, ActionKind::Rebase | ActionKind::Rebuild | ActionKind::Deploy)
-            || !core_signing::required(signing.require_signed, image_says)
-        {
+            || !core_signing::required(signing.require_signed, image_says) {
             return Gate::Pass(None);
         }
         let image = match ImageRef::parse(&target.image) {
@@ -66,7 +65,10 @@ impl Runner {
             _ => None,
         };
         let expected = intent.as_ref().map(|i| i.expected.as_deref());
-        let keys = crate::signing::trusted(signing);
+        let keys = match &self.signing {
+            Some(service) => service.trusted().to_vec(),
+            None => crate::signing::trusted(signing, None),
+        };
         let names: Vec<String> = keys.iter().map(|k| k.name.clone()).collect();
         let Some(digest) = core_signing::checked_digest(deploys, expected, tag_now.as_deref()) else {
             let check = Verification {

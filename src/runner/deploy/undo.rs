@@ -228,6 +228,7 @@ impl Runner {
             &self.config,
             &self.ledger,
             &self.registry,
+            self.signing.as_deref(),
             image,
             Some(before),
             &format!("builder-monitor (undo of deploy {})", action.key),

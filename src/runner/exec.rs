@@ -93,7 +93,7 @@ pub fn command(settings: &ExecSettings, action: &ActionRef<'_>, target: &ActionT
         ActionKind::Rebase => &settings.rebase,
         ActionKind::Deploy => &settings.deploy,
         // Never routed here (a gitops action runs in the daemon): no command.
-        _ => &Vec::new(),
+        ActionKind::Gitops => return Vec::new(),
     };
     let source = target.source.as_ref();
     let values: BTreeMap<&str, String> = [

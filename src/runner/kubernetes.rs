@@ -176,7 +176,7 @@ pub fn job(
                     "args": [format!("{flag}={run}"), "-report=/layers/report.toml", target.image],
                     "env": env, "volumeMounts": mounts })
         }
-        _ => return Err(RunnerError::NotABuild(action.kind.as_str())),
+        ActionKind::Deploy | ActionKind::Gitops => return Err(RunnerError::NotABuild(action.kind.as_str())),
     };
     let mut container = container;
     container["securityContext"] = restricted.clone();

@@ -34,8 +34,7 @@ impl Runner {
     pub(super) async fn signature_gate(&self, action: &ClaimedAction, target: &ActionTarget) -> Gate {
         let Some(signing) = self.config.signing.as_ref() else { return Gate::Pass(None) };
         let image_says = self.config.image(&action.image).and_then(|i| i.require_signed);
-        if !matches!(action.kind, ActionKind::Rebase | ActionKind::Rebuild | ActionKind::Deploy)
-            || !core_signing::required(signing.require_signed, image_says) {
+        if !action.kind.facts().signature_gated || !core_signing::required(signing.require_signed, image_says) {
             return Gate::Pass(None);
         }
         let image = match ImageRef::parse(&target.image) {

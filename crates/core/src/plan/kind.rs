@@ -35,6 +35,9 @@ pub struct KindFacts {
     /// deploy's only tag move is its undo, which puts the tag back as `rollback` does; a gitops
     /// action moves none.
     pub tag_move: &'static str,
+    /// Whether `require_signed` gates it: it starts from a digest of the app (a rebase, a rebuild,
+    /// a deploy); a gitops action commits what others checked.
+    pub signature_gated: bool,
 }
 
 /// One row per kind, in the order the variants are declared (which is the order the runner
@@ -47,6 +50,7 @@ const KINDS: [KindFacts; 4] = [
         succeeded: EventType::RebaseSucceeded,
         failed: EventType::RebaseFailed,
         tag_move: "rebase",
+        signature_gated: true,
     },
     KindFacts {
         kind: ActionKind::Rebuild,
@@ -55,6 +59,7 @@ const KINDS: [KindFacts; 4] = [
         succeeded: EventType::BuildSucceeded,
         failed: EventType::BuildFailed,
         tag_move: "rebuild",
+        signature_gated: true,
     },
     KindFacts {
         kind: ActionKind::Deploy,
@@ -63,6 +68,7 @@ const KINDS: [KindFacts; 4] = [
         succeeded: EventType::DeploySucceeded,
         failed: EventType::DeployFailed,
         tag_move: "rollback",
+        signature_gated: true,
     },
     KindFacts {
         kind: ActionKind::Gitops,
@@ -71,6 +77,7 @@ const KINDS: [KindFacts; 4] = [
         succeeded: EventType::GitopsCommitted,
         failed: EventType::GitopsFailed,
         tag_move: "rollback",
+        signature_gated: false,
     },
 ];
 

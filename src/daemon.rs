@@ -87,8 +87,8 @@ pub struct Parts {
     pub registry: Arc<Registry>,
     /// The OSV data in force (`[vulnerabilities]`), when configured; set by [`Parts::build`].
     pub vulns: Option<Vulns>,
-    /// `[signing]` with the key the config's loading decrypted (set by [`Parts::build`]; without
-    /// it, none: only the trusted keys gate).
+    /// `[signing]` with the key the config's loading decrypted (set by [`run`]; without it, no
+    /// key: only the trusted keys gate).
     pub signing: Option<Arc<SigningService>>,
     /// A URL mirror's refresher, taken by the daemon's worker loop (or `run --once`'s one refresh).
     refresher: std::sync::Mutex<Option<Refresher>>,
@@ -100,12 +100,7 @@ impl Parts {
     /// When only actions need the cluster, one that cannot be configured or does not answer is
     /// no reason to stop: watches, alerts and registry rebases run, and the actions that need it
     /// wait ([`Parts::cluster_wait`]) until it answers.
-    pub async fn build(
-        config: Arc<Config>,
-        signing: Option<Arc<SigningService>>,
-        ledger: Ledger,
-        clock: Clock,
-    ) -> Result<Self, DaemonError> {
+    pub async fn build(config: Arc<Config>, ledger: Ledger, clock: Clock) -> Result<Self, DaemonError> {
         let permissions = cluster::required_permissions(&config);
         let may_wait = cluster::only_actions_need_it(&config);
         let (client, cluster_wait) = if permissions.is_empty() {
@@ -128,7 +123,6 @@ impl Parts {
         }
         let pool_clients = cluster::pool_clients(&config).await?;
         let mut parts = Self::new(config, ledger, clock, client)?;
-        parts.signing = signing;
         parts.pool_clients = pool_clients;
         parts.cluster_wait = cluster_wait;
         let pinned = if parts.config.vulnerabilities.is_some() {
@@ -339,7 +333,9 @@ pub async fn run(
         StateLocation::Kubernetes => None,
     };
     let ledger = open_ledger(&config, Access::Write, &clock).await?;
-    let parts = Arc::new(Parts::build(config.clone(), signing, ledger.clone(), clock).await?);
+    let mut parts = Parts::build(config.clone(), ledger.clone(), clock).await?;
+    parts.signing = signing;
+    let parts = Arc::new(parts);
     let election = config.kubernetes.leader_election && !once;
     tracing::info!(builders = config.builders.len(), alerts = config.alerts.len(), runner = config.runner.kind.as_str(), rebase = config.runner.rebase.as_str(), state = %ledger.location(), publish = config.kubernetes.publish, leader_election = election, once, "builder-monitor starting");
     if once {

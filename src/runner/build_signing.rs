@@ -9,7 +9,7 @@ use super::*;
 use crate::signing::{Already, EnsureError, Signed, openvex, provenance};
 use builder_monitor_core::signing::{Descriptor, Provenance};
 
-impl Runner {
+impl Context {
     /// Signs what `action` pushed (`digest`, under `target.image`) when `[signing] builds` asks for
     /// it, with our key's id: `Ok(None)` when not asked or a trusted key signed it already; `Err`
     /// says why it could not be signed.

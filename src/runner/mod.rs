@@ -8,6 +8,7 @@ mod attempt;
 pub mod backend;
 mod build_signing;
 pub mod carrier;
+mod context;
 pub mod deploy;
 pub mod exec;
 mod execute;
@@ -56,6 +57,7 @@ use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::schedule::{timestamp, timestamp_millis};
 use carrier::ActionRef;
+use context::Context;
 use registry_rebase::tag_move;
 pub use secrets::Secrets;
 
@@ -152,13 +154,10 @@ impl Work for Actions {
 }
 
 pub struct Runner {
-    config: Arc<Config>,
-    ledger: Ledger,
-    clock: Clock,
+    /// What the carriers see: config, ledger, clock, registry, scrubber, signing.
+    ctx: Context,
     /// What carries out each kind of action.
     backends: Backends,
-    /// Reads app tags' digests, and writes registry rebases.
-    registry: Arc<Registry>,
     /// The ledger's signal of new actions.
     wake: Arc<Notify>,
     /// Slots of `max_concurrent`: pods, commands, builds, deploys.
@@ -166,13 +165,8 @@ pub struct Runner {
     /// Slots of `max_registry_rebases`: a registry rebase is a few small requests from the daemon,
     /// so many run at once, bounded apart from the heavy work (and by each registry's pace).
     registry_permits: Arc<Semaphore>,
-    secrets: Secrets,
-    /// `[signing]` with its key: builds and registry rebases sign with it, the gate checks with it.
-    signing: Option<Arc<SigningService>>,
     /// Attempts that failed in this process (`run --once` exits 1 after one).
     failures: AtomicUsize,
-    /// What each succeeded deploy wrote, for the override guard (`deploy::guard`).
-    guarded: std::sync::Mutex<builder_monitor_core::deploy::OverrideIndex>,
 }
 
 impl Runner {
@@ -198,22 +192,9 @@ impl Runner {
     ) -> Self {
         let permits = Arc::new(Semaphore::new(config.runner.max_concurrent));
         let registry_permits = Arc::new(Semaphore::new(config.runner.max_registry_rebases));
-        let secrets = Secrets::of(&config);
         let wake = ledger.new_actions();
-        Runner {
-            config,
-            ledger,
-            clock,
-            backends,
-            registry: Arc::new(registry.actions()),
-            wake,
-            permits,
-            registry_permits,
-            secrets,
-            signing,
-            failures: AtomicUsize::new(0),
-            guarded: Default::default(),
-        }
+        let ctx = Context::new(config, ledger, clock, registry, signing);
+        Runner { ctx, backends, wake, permits, registry_permits, failures: AtomicUsize::new(0) }
     }
 
     /// The kinds of action this runner takes on: those its backends take (only rebases when the
@@ -237,9 +218,9 @@ impl Runner {
     /// counts), a command once its process group from before is gone (stopped if it still lives);
     /// a Job or Build lives in the cluster, so the runner follows it again (`resume`).
     pub async fn recover(&self) -> Result<usize, RunnerError> {
-        self.settle_rollbacks().await?;
+        self.ctx.settle_rollbacks().await?;
         let mut keys = Vec::new();
-        for action in self.ledger.running_actions().await? {
+        for action in self.ctx.ledger.running_actions().await? {
             let backend = self.backends.backend(action.kind);
             if backend.after_restart() != AfterRestart::RunAgain {
                 continue;
@@ -261,7 +242,7 @@ impl Runner {
         if keys.is_empty() {
             return Ok(0);
         }
-        self.ledger.requeue_actions(keys.iter().map(|(key, _)| key.clone()).collect()).await?;
+        self.ctx.ledger.requeue_actions(keys.iter().map(|(key, _)| key.clone()).collect()).await?;
         for (key, runner) in &keys {
             tracing::warn!(action = %key, runner, "action was running when the daemon stopped; it runs again");
         }
@@ -273,7 +254,7 @@ impl Runner {
         if !self.backends.follow() || self.backends.cluster_wait().is_some() {
             return;
         }
-        let running = match self.ledger.running_actions().await {
+        let running = match self.ctx.ledger.running_actions().await {
             Ok(r) => r,
             Err(err) => {
                 tracing::error!(error = %err, "cannot read running actions");
@@ -308,7 +289,7 @@ impl Runner {
     /// Carries out actions until `shutdown`; commands still running then get a grace period, after
     /// which they are killed and run again after the next start.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let kind = self.config.runner.kind.as_str();
+        let kind = self.ctx.config.runner.kind.as_str();
         if !self.acts() {
             tracing::info!("runner \"{kind}\": actions are planned and recorded, never run (see `status`)");
             return;
@@ -323,7 +304,7 @@ impl Runner {
         }
         if let Some(client) = self.backends.deploy_client.clone() {
             // Before any action starts: a deploy that starts takes its image out of the index.
-            match self.rebuild_guard().await {
+            match self.ctx.rebuild_guard().await {
                 Ok(n) => tracing::debug!(workloads = n, "override guard: what the deploys wrote, read from the ledger"),
                 Err(err) => {
                     tracing::error!(error = %err, "cannot read the deploys for the override guard; it guards those that succeed from now on")
@@ -355,10 +336,10 @@ impl Runner {
     }
 
     async fn until_next_due(&self) -> Duration {
-        let idle = if self.ledger.is_shared() { SHARED_IDLE } else { IDLE };
-        match self.ledger.next_action_of(self.claims(), &self.config.rollout, self.clock.now()).await {
+        let idle = if self.ctx.ledger.is_shared() { SHARED_IDLE } else { IDLE };
+        match self.ctx.ledger.next_action_of(self.claims(), &self.ctx.config.rollout, self.ctx.clock.now()).await {
             Ok(Some(at)) => {
-                (at - self.clock.now()).to_std().unwrap_or(Duration::ZERO).clamp(Duration::from_millis(10), idle)
+                (at - self.ctx.clock.now()).to_std().unwrap_or(Duration::ZERO).clamp(Duration::from_millis(10), idle)
             }
             _ => idle,
         }
@@ -368,7 +349,7 @@ impl Runner {
     /// everything else into `max_concurrent`'s.
     fn lanes(&self) -> [(Kinds, &Arc<Semaphore>); 2] {
         let claims = self.claims();
-        match claims.contains(ActionKind::Rebase) && self.config.runner.in_registry(ActionKind::Rebase) {
+        match claims.contains(ActionKind::Rebase) && self.ctx.config.runner.in_registry(ActionKind::Rebase) {
             true => [
                 (claims.without(ActionKind::Rebase), &self.permits),
                 (ActionKind::Rebase.into(), &self.registry_permits),
@@ -384,7 +365,11 @@ impl Runner {
             if free == 0 || kinds.is_empty() {
                 continue;
             }
-            let claimed = match self.ledger.claim_actions_of(self.clock.now(), free, kinds, &self.config.rollout).await
+            let claimed = match self
+                .ctx
+                .ledger
+                .claim_actions_of(self.ctx.clock.now(), free, kinds, &self.ctx.config.rollout)
+                .await
             {
                 Ok(claimed) => claimed,
                 Err(err) => {

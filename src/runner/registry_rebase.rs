@@ -6,7 +6,7 @@
 
 use futures::future::BoxFuture;
 
-use super::carrier::{Backend, Carrier};
+use super::carrier::{Backend, Carrier, Context};
 use super::*;
 use crate::ledger::{TagIntent, TagMoveKind, WriteGrant};
 use crate::rebase::{RunImageDocs, SignPlan, TagGuard};
@@ -54,15 +54,15 @@ impl Carrier for Rebaser {
     /// An earlier attempt's tag write settled first; then the rebase.
     fn attempt<'a>(
         &'a self,
-        runner: &'a Runner,
+        ctx: &'a Context,
         action: &'a ClaimedAction,
         target: &'a ActionTarget,
         verified: Option<&'a str>,
     ) -> BoxFuture<'a, Attempt> {
         Box::pin(async move {
-            match runner.open_intent(action).await {
+            match ctx.open_intent(action).await {
                 Ok(Some(intent)) => {
-                    if let Some(settled) = runner.settle_rebase(&intent).await {
+                    if let Some(settled) = ctx.settle_rebase(&intent).await {
                         return settled;
                     }
                 }
@@ -74,7 +74,7 @@ impl Carrier for Rebaser {
                     return attempt;
                 }
             }
-            runner.rebase_in_registry(action, target, &self.run_docs, verified).await
+            ctx.rebase_in_registry(action, target, &self.run_docs, verified).await
         })
     }
 }
@@ -91,7 +91,7 @@ enum Settled {
 
 /// The ledger's record of a rebase's tag write, made right before it (`crate::rebase::TagGuard`).
 struct LedgerGuard<'a> {
-    runner: &'a Runner,
+    ctx: &'a Context,
     action: &'a ClaimedAction,
     target: &'a ActionTarget,
 }
@@ -105,10 +105,10 @@ impl TagGuard for LedgerGuard<'_> {
             action: Some(self.action.key.clone()),
             expected: Some(expected.to_string()),
             new: Some(new.to_string()),
-            time: self.runner.clock.now(),
+            time: self.ctx.clock.now(),
             by: None,
         };
-        match self.runner.ledger.begin_tag_write(&self.target.builder_name, intent).await {
+        match self.ctx.ledger.begin_tag_write(&self.target.builder_name, intent).await {
             Ok(WriteGrant::Granted) => Ok(()),
             Ok(WriteGrant::Superseded { by }) => Err(RebaseError::Superseded { by }),
             Ok(WriteGrant::NotRunning) => Err(RebaseError::NotRunning),
@@ -117,7 +117,7 @@ impl TagGuard for LedgerGuard<'_> {
     }
 }
 
-impl Runner {
+impl Context {
     /// The digest the app tag points at now; `None` when it does not exist or cannot be read soon.
     pub(super) async fn app_digest(&self, image: &str) -> Option<String> {
         self.read_tag(image).await.ok().flatten()
@@ -239,7 +239,7 @@ impl Runner {
             )
         });
         let request = RebaseRequest { image, run_image, force: false, dry_run: false, known_run_images, sign };
-        let guard = LedgerGuard { runner: self, action, target };
+        let guard = LedgerGuard { ctx: self, action, target };
         let planned = target.app_reference.as_deref().and_then(|r| ImageRef::parse(r).ok());
         let planned = planned.as_ref().and_then(|r| r.digest());
         match crate::rebase::rebase_planned(&self.registry, &request, &guard, run_docs, planned).await {

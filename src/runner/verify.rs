@@ -23,7 +23,7 @@ impl Runner {
             Gate::Stop(attempt) => return *attempt,
         };
         let start = verified.as_ref().map(|v| v.digest.as_str());
-        let mut attempt = self.backends.carrier(action.kind).attempt(self, action, target, start).await;
+        let mut attempt = self.backends.carrier(action.kind).attempt(&self.ctx, action, target, start).await;
         if let Some(verified) = verified {
             attempt.signature.get_or_insert_with(SignatureInfo::default).verified = Some(verified);
         }
@@ -32,8 +32,8 @@ impl Runner {
 
     /// The check of the digest `action` starts from, when its image requires a signature.
     pub(super) async fn signature_gate(&self, action: &ClaimedAction, target: &ActionTarget) -> Gate {
-        let Some(signing) = self.config.signing.as_ref() else { return Gate::Pass(None) };
-        let image_says = self.config.image(&action.image).and_then(|i| i.require_signed);
+        let Some(signing) = self.ctx.config.signing.as_ref() else { return Gate::Pass(None) };
+        let image_says = self.ctx.config.image(&action.image).and_then(|i| i.require_signed);
         if !action.kind.facts().signature_gated || !core_signing::required(signing.require_signed, image_says) {
             return Gate::Pass(None);
         }
@@ -49,13 +49,13 @@ impl Runner {
         let deploys = target.plan.deploy().map(|d| d.digest.as_str());
         let intent = match deploys {
             Some(_) => None,
-            None => match self.open_intent(action).await {
+            None => match self.ctx.open_intent(action).await {
                 Ok(intent) => intent,
                 Err(err) => return retry(format!("cannot read the action's open tag write: {err}")),
             },
         };
         let tag_now = match (deploys, &intent) {
-            (None, None) => match self.read_tag(&target.image).await {
+            (None, None) => match self.ctx.read_tag(&target.image).await {
                 Ok(digest) => digest,
                 Err(why) => {
                     return retry(format!("cannot read {}'s digest to check its signature: {why}", target.image));
@@ -64,7 +64,7 @@ impl Runner {
             _ => None,
         };
         let expected = intent.as_ref().map(|i| i.expected.as_deref());
-        let keys = match &self.signing {
+        let keys = match &self.ctx.signing {
             Some(service) => service.trusted().to_vec(),
             None => crate::signing::trusted(signing, None),
         };
@@ -79,7 +79,7 @@ impl Runner {
             };
             return refuse(check);
         };
-        let verdict = match crate::signing::verify(&self.registry, &image, digest, &keys).await {
+        let verdict = match crate::signing::verify(&self.ctx.registry, &image, digest, &keys).await {
             Ok(v) => v,
             Err(err) => return retry(format!("cannot read the signatures of {digest}: {err}")),
         };

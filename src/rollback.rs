@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use crate::config::{Config, ImageSettings};
 use crate::ledger::{Ledger, LedgerError, TagIntent, TagMove, TagMoveKind};
 use crate::registry::{Registry, RegistryError};
-use crate::signing::{Already, EnsureError, SigningService};
+use crate::signing::{Already, EnsureError, SigningService, ToSign};
 use builder_monitor_core::event::{Event, EventType, ImageRollback, Pin, Subject, stable_id};
 use builder_monitor_core::reference::{DigestInput, ImageRef, PrefixError, resolve_digest};
 use builder_monitor_core::schedule::timestamp;
@@ -326,9 +326,8 @@ async fn sign_restored(
         from: from.map(str::to_string),
         ..crate::signing::provenance("rollback", image)
     };
-    let target = subject.digest.as_str();
-    let subject = || std::future::ready(Ok(subject.clone()));
-    match signing.ensure_signed(registry, image, target, Already::Own, provenance, now, subject).await {
+    let to = ToSign { image, digest: subject.digest.as_str(), already: Already::Own, created: now };
+    match signing.ensure_signed(registry, to, provenance, || std::future::ready(Ok(subject.clone()))).await {
         Ok(signed) => Ok(signed),
         Err(EnsureError::Verify { source, .. }) => Err(RollbackError::Registry(source)),
         Err(EnsureError::Sign(error)) => Err(RollbackError::Sign(Box::new(error))),

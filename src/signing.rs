@@ -14,5 +14,5 @@ pub mod service;
 mod write;
 
 pub use read::{TrustedKey, Verdict, trusted, verify};
-pub use service::{Already, EnsureError, SigningService};
+pub use service::{Already, EnsureError, SigningService, ToSign};
 pub use write::{Replaced, SignError, Signed, openvex, provenance, sign, sign_keeping};

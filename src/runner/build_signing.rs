@@ -6,7 +6,7 @@
 //! left; a failure is final, never a second build.
 
 use super::*;
-use crate::signing::{Already, EnsureError, Signed, openvex, provenance};
+use crate::signing::{Already, EnsureError, Signed, ToSign, openvex, provenance};
 use builder_monitor_core::signing::{Descriptor, Provenance};
 
 impl Context {
@@ -31,9 +31,8 @@ impl Context {
             ..provenance(action.kind.as_str(), &image)
         };
         let subject = || self.unmoved_build(&image, target, digest);
-        let signed = signing
-            .ensure_signed(&self.registry, &image, digest, Already::Trusted, provenance, action.created, subject)
-            .await;
+        let to = ToSign { image: &image, digest, already: Already::Trusted, created: action.created };
+        let signed = signing.ensure_signed(&self.registry, to, provenance, subject).await;
         match signed {
             Ok(signed) => Ok(signed.map(|s| (s, key_id.to_string()))),
             Err(EnsureError::Precondition(why)) => Err(why),

@@ -44,6 +44,16 @@ pub enum Already {
     Own,
 }
 
+/// What [`SigningService::ensure_signed`] signs: `digest` of `image`'s repository, signed already
+/// when a key `already` names signed it; what it writes is dated `created`.
+#[derive(Debug, Clone, Copy)]
+pub struct ToSign<'a> {
+    pub image: &'a ImageRef,
+    pub digest: &'a str,
+    pub already: Already,
+    pub created: DateTime<Utc>,
+}
+
 /// Why [`SigningService::ensure_signed`] signed nothing.
 #[derive(Debug, thiserror::Error)]
 pub enum EnsureError {
@@ -99,23 +109,21 @@ impl SigningService {
         self.trusted.iter().map(|k| k.verifier.clone()).collect()
     }
 
-    /// Signs `digest` of `image`'s repository with our key unless `already` says it is signed:
-    /// reads its signatures, then `subject` (the manifest's descriptor, after whatever must still
-    /// hold is checked: `Err` signs nothing), then signs it, attesting `provenance` when
-    /// `[signing] attest`. `Ok(None)`: no key, or signed already.
+    /// Signs `to`'s digest with our key unless a key `to.already` names signed it: reads its
+    /// signatures, then `subject` (the manifest's descriptor, after whatever must still hold is
+    /// checked: `Err` signs nothing), then signs it, attesting `provenance` when `[signing]
+    /// attest`. `Ok(None)`: no key, or signed already.
     pub async fn ensure_signed<S>(
         &self,
         registry: &Registry,
-        image: &ImageRef,
-        digest: &str,
-        already: Already,
+        to: ToSign<'_>,
         provenance: impl FnOnce() -> Provenance,
-        created: DateTime<Utc>,
         subject: impl FnOnce() -> S,
     ) -> Result<Option<Signed>, EnsureError>
     where
         S: Future<Output = Result<Descriptor, String>>,
     {
+        let ToSign { image, digest, already, created } = to;
         let Some(signer) = &self.signer else { return Ok(None) };
         let own;
         let keys = match already {

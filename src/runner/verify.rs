@@ -83,35 +83,23 @@ impl Runner {
             Ok(v) => v,
             Err(err) => return retry(format!("cannot read the signatures of {digest}: {err}")),
         };
-        let check = match verdict {
-            crate::signing::Verdict::Signed { key_id, .. } => Verification {
-                digest: digest.to_string(),
-                verdict: Verification::SIGNED.into(),
-                key_id: Some(key_id),
-                keys: names,
-                why: None,
-            },
-            crate::signing::Verdict::Unsigned => Verification {
-                digest: digest.to_string(),
-                verdict: UNSIGNED.into(),
-                key_id: None,
-                keys: names,
-                why: None,
-            },
-            crate::signing::Verdict::Invalid { why } => Verification {
-                digest: digest.to_string(),
-                verdict: SIGNATURE_INVALID.into(),
-                key_id: None,
-                keys: names,
-                why: Some(why),
-            },
-        };
+        let check = verification(digest, verdict, names);
         if check.passed() {
             tracing::info!(action = %action.key, digest = %check.digest, key_id = check.key_id.as_deref().unwrap_or(""), "the starting digest is signed by a trusted key");
             return Gate::Pass(Some(check));
         }
         refuse(check)
     }
+}
+
+/// What the check of `digest` against the keys `names` found, as events and the ledger keep it.
+fn verification(digest: &str, verdict: crate::signing::Verdict, names: Vec<String>) -> Verification {
+    let (verdict, key_id, why) = match verdict {
+        crate::signing::Verdict::Signed { key_id, .. } => (Verification::SIGNED, Some(key_id), None),
+        crate::signing::Verdict::Unsigned => (UNSIGNED, None, None),
+        crate::signing::Verdict::Invalid { why } => (SIGNATURE_INVALID, None, Some(why)),
+    };
+    Verification { digest: digest.to_string(), verdict: verdict.into(), key_id, keys: names, why }
 }
 
 fn retry(detail: String) -> Gate {

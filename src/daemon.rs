@@ -18,6 +18,7 @@ use crate::registry::Registry;
 use crate::runner::{Backends, Clusters, Runner, RunnerError};
 use crate::schedule::Clock;
 use crate::server::{self, ServerState};
+use crate::signing::SigningService;
 use crate::vulns::{self, Refresher, Vulns, VulnsError};
 
 /// How long the whole stop may take: checks, runner, deliveries, publisher and the HTTP drain.
@@ -86,6 +87,9 @@ pub struct Parts {
     pub registry: Arc<Registry>,
     /// The OSV data in force (`[vulnerabilities]`), when configured; set by [`Parts::build`].
     pub vulns: Option<Vulns>,
+    /// `[signing]` with the key the config's loading decrypted (set by [`run`]; without it, no
+    /// key: only the trusted keys gate).
+    pub signing: Option<Arc<SigningService>>,
     /// A URL mirror's refresher, taken by the daemon's worker loop (or `run --once`'s one refresh).
     refresher: std::sync::Mutex<Option<Refresher>>,
 }
@@ -152,6 +156,7 @@ impl Parts {
         let monitor =
             Arc::new(Monitor::new(config.clone(), registry.clone(), ledger.clone(), clock.clone(), metrics.clone()));
         let dispatcher = Arc::new(Dispatcher::new(&config.alerts, ledger.clone(), clock.clone(), metrics.clone())?);
+        let signing = SigningService::of(&config, None);
         Ok(Parts {
             config,
             ledger,
@@ -164,6 +169,7 @@ impl Parts {
             metrics,
             registry,
             vulns: None,
+            signing,
             refresher: Default::default(),
         })
     }
@@ -185,8 +191,9 @@ impl Parts {
             waiting: self.cluster_wait.clone(),
         };
         let backends = Backends::for_config(&self.config, clusters, stop).map_err(DaemonError::Runner)?;
-        let runner = Runner::new(self.config.clone(), self.ledger.clone(), self.clock.clone(), backends);
-        let runner = Arc::new(runner.with_registry(self.registry.clone()));
+        let (config, ledger, clock, signing) =
+            (self.config.clone(), self.ledger.clone(), self.clock.clone(), self.signing.clone());
+        let runner = Arc::new(Runner::with_parts(config, ledger, clock, backends, &self.registry, signing));
         runner.recover().await.map_err(DaemonError::Recover)?;
         Ok(runner)
     }
@@ -310,9 +317,15 @@ async fn sample_open_actions(config: Arc<Config>, ledger: Ledger, metrics: Arc<M
     metrics.actions.clear();
 }
 
-/// `run`: the daemon, from a loaded config, until `shutdown`; `once` checks and acts once. The
-/// answer is the exit code (`run --once` exits 1 when a check or action failed).
-pub async fn run(config: Arc<Config>, once: bool, shutdown: CancellationToken) -> Result<u8, DaemonError> {
+/// `run`: the daemon, from a loaded config and its signing service (the key its loading
+/// decrypted), until `shutdown`; `once` checks and acts once. The answer is the exit code
+/// (`run --once` exits 1 when a check or action failed).
+pub async fn run(
+    config: Arc<Config>,
+    signing: Option<Arc<SigningService>>,
+    once: bool,
+    shutdown: CancellationToken,
+) -> Result<u8, DaemonError> {
     // Held until this function returns: one writer per SQLite ledger (Kubernetes has the lease).
     let clock = Clock::System;
     let _writer = match &config.monitor.state {
@@ -320,7 +333,9 @@ pub async fn run(config: Arc<Config>, once: bool, shutdown: CancellationToken) -
         StateLocation::Kubernetes => None,
     };
     let ledger = open_ledger(&config, Access::Write, &clock).await?;
-    let parts = Arc::new(Parts::build(config.clone(), ledger.clone(), clock).await?);
+    let mut parts = Parts::build(config.clone(), ledger.clone(), clock).await?;
+    parts.signing = signing;
+    let parts = Arc::new(parts);
     // `status` and the page show why the cluster's actions wait from this note, not by asking.
     crate::cluster::waiting::note(&config.work_dir(), parts.cluster_wait.as_deref(), parts.clock.now());
     let election = config.kubernetes.leader_election && !once;
@@ -368,6 +383,7 @@ pub async fn run(config: Arc<Config>, once: bool, shutdown: CancellationToken) -
         let state = ServerState::new(config.clone(), settings.clone(), parts.monitor.handle(), ledger)
             .with_leadership(leading.clone())
             .with_registry(parts.registry.clone())
+            .with_signing(parts.signing.clone())
             .with_vulns(parts.vulns.clone());
         let stop = shutdown.clone();
         serving.spawn("HTTP server", async move {

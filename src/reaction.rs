@@ -212,7 +212,7 @@ impl Reaction<'_> {
     /// What the move fixes, for the OpenVEX attestation of each digest its actions write: only
     /// when `[signing]` attests and the move claims a fix (a fleet's actions carry nothing else).
     fn vex_facts(&self, mv: &Moved<'_>) -> Option<builder_monitor_core::vulns::openvex::VexFacts> {
-        self.config.signing.as_ref().filter(|s| s.attest && s.signer.is_some())?;
+        self.config.signing.as_ref().filter(|s| s.attest && s.key_resolved)?;
         let change = mv.change;
         builder_monitor_core::vulns::openvex::VexFacts::of(
             mv.change_id,

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use crate::config::{Config, ImageSettings};
 use crate::ledger::{Ledger, LedgerError, TagIntent, TagMove, TagMoveKind};
 use crate::registry::{Registry, RegistryError};
+use crate::signing::{Already, EnsureError, SigningService, ToSign};
 use builder_monitor_core::event::{Event, EventType, ImageRollback, Pin, Subject, stable_id};
 use builder_monitor_core::reference::{DigestInput, ImageRef, PrefixError, resolve_digest};
 use builder_monitor_core::schedule::timestamp;
@@ -51,6 +52,8 @@ pub enum RollbackError {
     Ledger(#[from] LedgerError),
     #[error("{0}; the tag was left alone")]
     Sign(#[from] Box<crate::signing::SignError>),
+    #[error("cannot sign the target: {0}; the tag was left alone")]
+    Unsigned(String),
 }
 
 /// What a rollback did.
@@ -122,10 +125,12 @@ pub fn choose(image: &str, moves: &[TagMove], to: Option<&str>) -> Result<(Strin
 
 /// Moves the tag of `image` back (see the module doc) at the request of `by`, and records the move
 /// and its event in the ledger.
+#[allow(clippy::too_many_arguments)]
 pub async fn rollback(
     config: &Config,
     ledger: &Ledger,
     registry: &Registry,
+    signing: Option<&SigningService>,
     image: &ImageSettings,
     to: Option<&str>,
     by: &str,
@@ -187,7 +192,7 @@ pub async fn rollback(
     // Recorded before the write: a crash after the PUT is completed by the next rollback or start.
     ledger.begin_tag_write(&image.builder, intent.clone()).await?;
     let subject = Descriptor::of(&manifest.media_type, &manifest.bytes);
-    done.signed = sign_restored(config, registry, &image.image, &subject, done.from.as_deref(), now).await?;
+    done.signed = sign_restored(signing, registry, &image.image, &subject, done.from.as_deref(), now).await?;
     let stored = registry.put_manifest(&image.image, &tag, &manifest.media_type, manifest.bytes).await?;
     if stored != target {
         return Err(RollbackError::Mismatch { image: image.name.clone(), wanted: target, stored });
@@ -309,27 +314,25 @@ fn rolled_back_event(
 /// no valid signature by it (an admission policy would refuse it otherwise); attested as a
 /// rollback from `from`. `None` when nothing needed signing.
 async fn sign_restored(
-    config: &Config,
+    signing: Option<&SigningService>,
     registry: &Registry,
     image: &ImageRef,
     subject: &Descriptor,
     from: Option<&str>,
     now: DateTime<Utc>,
 ) -> Result<Option<crate::signing::Signed>, RollbackError> {
-    let target = subject.digest.as_str();
-    let Some(settings) = &config.signing else { return Ok(None) };
-    let Some(signer) = &settings.signer else { return Ok(None) };
-    let own = [crate::signing::TrustedKey::own(signer)];
-    if let crate::signing::Verdict::Signed { .. } = crate::signing::verify(registry, image, target, &own).await? {
-        return Ok(None);
-    }
-    let provenance = settings.attest.then(|| builder_monitor_core::signing::Provenance {
+    let Some(signing) = signing else { return Ok(None) };
+    let provenance = || builder_monitor_core::signing::Provenance {
         from: from.map(str::to_string),
         ..crate::signing::provenance("rollback", image)
-    });
-    let keep: Vec<_> = crate::signing::trusted(settings).into_iter().map(|k| k.verifier).collect();
-    let signed = crate::signing::sign_keeping(registry, image, subject, signer, &keep, provenance.as_ref(), now).await;
-    Ok(Some(signed.map_err(Box::new)?))
+    };
+    let to = ToSign { image, digest: subject.digest.as_str(), already: Already::Own, created: now };
+    match signing.ensure_signed(registry, to, provenance, || std::future::ready(Ok(subject.clone()))).await {
+        Ok(signed) => Ok(signed),
+        Err(EnsureError::Verify { source, .. }) => Err(RollbackError::Registry(source)),
+        Err(EnsureError::Sign(error)) => Err(RollbackError::Sign(Box::new(error))),
+        Err(EnsureError::Precondition(why)) => Err(RollbackError::Unsigned(why)),
+    }
 }
 
 /// Settles a rollback's intent (of `image`) left open by a crash: recorded as the move it made,

@@ -49,6 +49,8 @@ pub struct ServerState {
     /// The daemon's registry client (its push credentials), for rollbacks and for the tag a
     /// deploy by hand reads.
     registry: Option<Arc<crate::registry::Registry>>,
+    /// The daemon's signing service: a rollback signs its target with it.
+    signing: Option<Arc<crate::signing::SigningService>>,
     /// The OSV data in force (`[vulnerabilities]`): its age on `/readyz` and the page.
     pub vulns: Option<crate::vulns::Vulns>,
 }
@@ -66,6 +68,7 @@ impl ServerState {
             refusal_log_limiter,
             leading: None,
             registry: None,
+            signing: None,
             vulns: None,
         }
     }
@@ -78,6 +81,12 @@ impl ServerState {
 
     pub fn with_registry(mut self, registry: Arc<crate::registry::Registry>) -> Self {
         self.registry = Some(registry);
+        self
+    }
+
+    /// Signs what a rollback restores with the daemon's key (`[signing]`).
+    pub fn with_signing(mut self, signing: Option<Arc<crate::signing::SigningService>>) -> Self {
+        self.signing = signing;
         self
     }
 

@@ -6,6 +6,7 @@ use std::path::Path;
 use builder_monitor::config::{Config, RegistrySettings, Secrets};
 use builder_monitor::metrics::Metrics;
 use builder_monitor::registry::Registry;
+use builder_monitor::signing::SigningService;
 use builder_monitor_core::plan::ActionKind;
 use builder_monitor_core::reference::ImageRef;
 
@@ -69,31 +70,17 @@ pub fn watches_something(config: &Config) -> Result<(), Failure> {
 }
 
 /// `[signing]`'s key of the config at `path` (only the key is read: the daemon's other secrets
-/// need not be set), with whether to attest and whose layers to keep; `None` when the config names
-/// no key to sign with.
-pub fn signing_key(path: &Path) -> Result<Option<SigningKey>, Failure> {
-    let mut config = load_config(path, Secrets::Skip)?;
-    load_signing_key(path, &mut config)?;
-    Ok(config.signing.and_then(|s| {
-        let keep = builder_monitor::signing::trusted(&s).into_iter().map(|k| k.verifier).collect();
-        Some(SigningKey { signer: s.signer?, attest: s.attest, keep })
-    }))
+/// need not be set), as the signing service a command signs with; `None` when the config names no
+/// key to sign with.
+pub fn signing_key(path: &Path) -> Result<Option<SigningService>, Failure> {
+    let config = load_config(path, Secrets::Skip)?;
+    Ok(signing_service(path, &config)?.filter(|s| s.signer().is_some()))
 }
 
-/// `[signing]`'s key as a command signs with it.
-pub struct SigningKey {
-    pub signer: builder_monitor_core::signing::Signer,
-    /// `attest`.
-    pub attest: bool,
-    /// The keys whose layers a replaced `.sig` or `.att` keeps (`trusted_keys` and the key's own).
-    pub keep: Vec<builder_monitor_core::signing::Verifier>,
-}
-
-/// Reads `[signing]`'s key into `config` (loaded from `path`), for a command that signs what it
-/// writes without resolving the daemon's other secrets.
-pub fn load_signing_key(path: &Path, config: &mut Config) -> Result<(), Failure> {
-    if let Some(settings) = config.signing.as_mut() {
-        settings.signer = settings.load_signer().map_err(|e| usage(anyhow::anyhow!("{}: {e}", path.display())))?;
-    }
-    Ok(())
+/// `[signing]` of `config` (loaded from `path`) with its key read and decrypted now, for a command
+/// that signs what it writes without resolving the daemon's other secrets; `None` without
+/// `[signing]`.
+pub fn signing_service(path: &Path, config: &Config) -> Result<Option<SigningService>, Failure> {
+    let load = |s| SigningService::load(s).map_err(|e| usage(anyhow::anyhow!("{}: {e}", path.display())));
+    config.signing.as_ref().map(load).transpose()
 }

@@ -51,15 +51,7 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
         None => Vec::new(),
     };
     let sign = match config.as_deref() {
-        Some(path) => signing_key(path)?.map(|key| SignPlan {
-            signer: key.signer,
-            keep: key.keep,
-            attest: key.attest,
-            change: None,
-            action: None,
-            created: chrono::Utc::now(),
-            vex: None,
-        }),
+        Some(path) => signing_key(path)?.and_then(|key| SignPlan::of(&key, None, None, chrono::Utc::now(), None)),
         None => None,
     };
     let request = RebaseRequest { image, run_image, force, dry_run, known_run_images, sign };

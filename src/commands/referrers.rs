@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use super::common::{load_config, load_signing_key};
+use super::common::{load_config, signing_service};
 use super::failure::{Failure, usage};
 use builder_monitor::config::{Config, Secrets};
 use builder_monitor::daemon::{self, Access};
@@ -52,9 +52,9 @@ enum ReferrersCommand {
 
 pub async fn run(args: Args) -> Result<u8, Failure> {
     let Args { command: ReferrersCommand::Orphans { config: path, delete, json } } = args;
-    let mut config = load_config(&path, Secrets::Registries)?;
-    load_signing_key(&path, &mut config)?;
-    let Some(signer) = config.signing.as_ref().and_then(|s| s.signer.clone()) else {
+    let config = load_config(&path, Secrets::Registries)?;
+    let signing = signing_service(&path, &config)?;
+    let Some(signer) = signing.as_ref().and_then(|s| s.signer()) else {
         return Err(usage(anyhow::anyhow!(
             "{}: no key to recognise our signatures by: add a [signing] table with key = \"PATH\" (or key_env = \"VAR\")",
             path.display()

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use super::common::{load_config, load_signing_key};
+use super::common::{load_config, signing_service};
 use super::daemon_api;
 use super::failure::{Failure, usage};
 use builder_monitor::config::{Secrets, StateLocation};
@@ -64,12 +64,14 @@ pub async fn run(args: Args) -> Result<u8, Failure> {
         },
         StateLocation::Kubernetes => None,
     };
-    let mut config = load_config(&path, Secrets::Registries)?;
-    load_signing_key(&path, &mut config)?;
+    let config = load_config(&path, Secrets::Registries)?;
+    let signing = signing_service(&path, &config)?;
     let settings = rollback::configured_image(&config, &image).map_err(usage)?;
     let ledger = daemon::open_ledger(&config, Access::Write, &clock).await?;
     let registry = Registry::new(config.registries.values().cloned(), Metrics::new());
-    let done = rollback::rollback(&config, &ledger, &registry, settings, to.as_deref(), &by, clock.now()).await;
+    let done =
+        rollback::rollback(&config, &ledger, &registry, signing.as_ref(), settings, to.as_deref(), &by, clock.now())
+            .await;
     // What the registry said about the referrers API while signing, as the daemon records it.
     ledger.record_referrers_answers(&registry, clock.now()).await;
     let done = done?;

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::common::{SigningKey, signing_key};
+use super::common::signing_key;
 use super::failure::{Failure, usage};
 
 /// The signing key.
@@ -26,7 +26,7 @@ enum SigningCommand {
 
 pub async fn run(args: Args) -> Result<u8, Failure> {
     let Args { command: SigningCommand::PublicKey { config: path } } = args;
-    let Some(SigningKey { signer, .. }) = signing_key(&path)? else {
+    let Some(signer) = signing_key(&path)?.and_then(|key| key.signer().cloned()) else {
         return Err(usage(anyhow::anyhow!(
             "{}: no key to sign with: add a [signing] table with key = \"PATH\" (or key_env = \"VAR\")",
             path.display()

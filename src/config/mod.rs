@@ -44,7 +44,7 @@ pub use runner::{
     DEPLOY_PLACEHOLDERS, EVERY_KIND, ExecSettings, Facts, KubeRunnerSettings, NONE, PLACEHOLDERS, PRIORITY_LABEL,
     PodTemplate, Pool, QUEUE_LABEL, REGISTRY, RebasePath, Rule, RunnerKind, RunnerSettings, WORKLOADS,
 };
-pub use secret::{Secret, Secrets};
+pub use secret::{Resolved, Secret, Secrets};
 use server::RawServer;
 pub use server::{
     DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_CLIENT, MAX_CONNECTIONS,
@@ -184,6 +184,15 @@ impl Config {
         Self::parse_in(path, text, secrets, state_dir)
     }
 
+    /// Reads and validates a config file, resolving every secret it names, and hands out what it
+    /// decrypted apart from the config (`run`: the daemon gives each piece to its one user).
+    pub fn load_resolved(path: &Path) -> Result<(Self, Resolved), ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|error| ConfigError::Read { path: path.to_path_buf(), error })?;
+        let state_dir = std::env::var_os(STATE_DIR_ENV).filter(|dir| !dir.is_empty()).map(PathBuf::from);
+        Self::parse_resolving(path, &text, Secrets::Resolve, state_dir)
+    }
+
     /// [`Config::parse_with`] with the state directory given rather than read from the environment.
     pub fn parse_in(
         path: &Path,
@@ -191,6 +200,16 @@ impl Config {
         secrets: Secrets,
         state_dir: Option<PathBuf>,
     ) -> Result<Self, ConfigError> {
+        Self::parse_resolving(path, text, secrets, state_dir).map(|(config, _)| config)
+    }
+
+    /// [`Config::parse_in`], with what it decrypted.
+    pub fn parse_resolving(
+        path: &Path,
+        text: &str,
+        secrets: Secrets,
+        state_dir: Option<PathBuf>,
+    ) -> Result<(Self, Resolved), ConfigError> {
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let mut v = Validator {
             text,
@@ -201,12 +220,13 @@ impl Config {
             pools: Vec::new(),
             secrets,
             signed_images: Vec::new(),
+            resolved: Resolved::default(),
         };
         let config = v.document(path);
         if v.diagnostics.is_empty()
             && let Some(config) = config
         {
-            return Ok(config);
+            return Ok((config, v.resolved));
         }
         let mut diagnostics = v.diagnostics;
         diagnostics.sort_by_key(|d| (d.line, d.column));
@@ -314,6 +334,8 @@ struct Validator<'a> {
     secrets: Secrets,
     /// Where each `[[images]]` entry says `require_signed = true` (offsets in the whole text).
     signed_images: Vec<usize>,
+    /// What was decrypted so far (with [`Secrets::Resolve`]), handed out beside the config.
+    resolved: Resolved,
 }
 
 /// Names seen so far, with the offset in the text where each was first defined.

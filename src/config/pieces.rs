@@ -237,6 +237,7 @@ mod tests {
             pools: Vec::new(),
             secrets: Secrets::Resolve,
             signed_images: Vec::new(),
+            resolved: Default::default(),
         };
         let outcome = |v: &Validator, config: Option<Config>| format!("{config:?}\n{:?}", v.diagnostics);
         let mut pieces = validator();
@@ -323,6 +324,7 @@ type = "exec"
                 pools: Vec::new(),
                 secrets: Secrets::Resolve,
                 signed_images: Vec::new(),
+                resolved: Default::default(),
             };
             let config = v.document(Path::new("/etc/bm/config.toml"));
             assert_eq!(format!("{config:?}\n{:?}", v.diagnostics), whole, "{text}");

@@ -1,6 +1,9 @@
-//! Secret values and which of them loading a config resolves.
+//! Secret values, which of them loading a config resolves, and what it decrypted ([`Resolved`]):
+//! kept apart from the shared [`Config`](super::Config), which is plain data.
 
 use std::fmt;
+
+use builder_monitor_core::signing::Signer;
 
 /// A secret value (password, token). It never prints itself.
 #[derive(Clone, PartialEq, Eq)]
@@ -33,4 +36,13 @@ pub enum Secrets {
     /// None: alerts are unsigned with an unresolved URL, the API has no token, registries are
     /// anonymous (`status`, `plan`, `build-spec`, `rbac`).
     Skip,
+}
+
+/// What loading a config with [`Secrets::Resolve`] read and decrypted, kept out of the
+/// [`Config`](super::Config) every part of the daemon shares: whoever loads it hands each piece to
+/// the one part that uses it (the signing key to the signing service).
+#[derive(Debug, Default)]
+pub struct Resolved {
+    /// `[signing]`'s key (its `Debug` shows no key material).
+    pub signer: Option<Signer>,
 }

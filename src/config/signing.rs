@@ -1,7 +1,8 @@
 //! `[signing]`: the key builder-monitor signs with (a file, or a variable holding the PEM as a
 //! Kubernetes Secret gives it), the variable holding its password, and what will be signed and
 //! trusted. The key is read and decrypted whenever the config's secrets are resolved, so `check`
-//! refuses a key `run` could not use.
+//! refuses a key `run` could not use; what is decrypted is handed out beside the config
+//! ([`Resolved`](super::Resolved)), never kept in it, so no reader of the shared config holds it.
 
 use std::path::PathBuf;
 
@@ -33,8 +34,9 @@ pub struct SigningSettings {
     /// Refuse a rebase, rebuild or deploy whose starting digest no trusted key signed (an
     /// `[[images]]` entry's own `require_signed` overrides it).
     pub require_signed: bool,
-    /// The key, read and decrypted when the config's secrets are resolved (`run`, `check`).
-    pub signer: Option<Signer>,
+    /// Whether the key was read and decrypted when the config was loaded (`run`, `check`): it
+    /// signs. The key itself is in the [`Resolved`](super::Resolved) the loading handed out.
+    pub key_resolved: bool,
 }
 
 /// One `trusted_keys` entry, read.
@@ -199,11 +201,14 @@ impl<'a> Validator<'a> {
             builds: raw.builds.unwrap_or(false),
             trusted_keys,
             require_signed,
-            signer: None,
+            key_resolved: false,
         };
         if self.secrets == Secrets::Resolve {
             match settings.load_signer() {
-                Ok(signer) => settings.signer = signer,
+                Ok(signer) => {
+                    settings.key_resolved = signer.is_some();
+                    self.resolved.signer = signer;
+                }
                 Err(error) => {
                     let span = raw.key.as_ref().or(raw.key_env.as_ref()).map(|k| k.span()).unwrap_or_default();
                     self.error(span, error.to_string());

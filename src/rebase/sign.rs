@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::{Decided, RebaseError, decide};
 use crate::registry::{Manifest, Registry};
-use crate::signing::{Signed, provenance, sign_keeping};
+use crate::signing::{Signed, SigningService, provenance, sign_keeping};
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::signing::{Descriptor, Provenance, Signer, Verifier};
 use builder_monitor_core::vulns::openvex::VexFacts;
@@ -29,6 +29,22 @@ pub struct SignPlan {
     /// What the move fixes (the action's target carries it from the decision): each digest's
     /// OpenVEX attestation, when attesting.
     pub vex: Option<VexFacts>,
+}
+
+impl SignPlan {
+    /// How a rebase signs what it writes with `signing`'s key for `action` (of `change`), planned
+    /// at `created`; `None` without a key.
+    pub fn of(
+        signing: &SigningService,
+        change: Option<String>,
+        action: Option<String>,
+        created: DateTime<Utc>,
+        vex: Option<VexFacts>,
+    ) -> Option<Self> {
+        let signer = signing.signer()?.clone();
+        let (keep, attest) = (signing.keep(), signing.settings().attest);
+        Some(SignPlan { signer, keep, attest, change, action, created, vex })
+    }
 }
 
 /// What a rebase signed (or, dry, would sign).

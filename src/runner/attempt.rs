@@ -166,7 +166,7 @@ impl Attempt {
     }
 }
 
-impl Runner {
+impl Context {
     /// Settles the rollbacks a crash interrupted (their writes were recorded before they were
     /// made): a tag that holds the rollback's digest is recorded as moved. A registry that cannot
     /// be read leaves the intent for the next start or `rollback`.
@@ -189,7 +189,6 @@ impl Runner {
         }
         Ok(())
     }
-
     /// An attempt by something that pushes the app tag itself (a command, a Job, a Build): a
     /// rebuild that would go back to an older builder refused, the tag's digest recorded before
     /// `work` and read after it. `work` says the outcome and whether trying again could help.

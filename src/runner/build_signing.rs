@@ -6,53 +6,52 @@
 //! left; a failure is final, never a second build.
 
 use super::*;
-use crate::signing::{Signed, Verdict, openvex, provenance, sign_keeping, trusted, verify};
+use crate::signing::{Already, EnsureError, Signed, ToSign, openvex, provenance};
 use builder_monitor_core::signing::{Descriptor, Provenance};
 
-impl Runner {
+impl Context {
     /// Signs what `action` pushed (`digest`, under `target.image`) when `[signing] builds` asks for
-    /// it, with our key's id: `Ok(None)` when not asked or a trusted key signed it already; `Err` says why it could
-    /// not be signed.
+    /// it, with our key's id: `Ok(None)` when not asked or a trusted key signed it already; `Err`
+    /// says why it could not be signed.
     pub(super) async fn sign_build(
         &self,
         action: &ClaimedAction,
         target: &ActionTarget,
         digest: &str,
     ) -> Result<Option<(Signed, String)>, String> {
-        let Some(settings) = self.config.signing.as_ref().filter(|s| s.builds) else { return Ok(None) };
-        let Some(signer) = &settings.signer else { return Ok(None) };
+        let Some(signing) = self.signing.as_ref().filter(|s| s.settings().builds) else { return Ok(None) };
+        let Some(key_id) = signing.key_id() else { return Ok(None) };
         let image = ImageRef::parse(&target.image).map_err(|e| e.to_string())?;
-        let trusted = trusted(settings);
-        match verify(&self.registry, &image, digest, &trusted).await {
-            Ok(Verdict::Signed { key, .. }) => {
-                tracing::info!(action = %action.key, digest, key, "the build is signed by a trusted key already");
-                return Ok(None);
-            }
-            Ok(_) => {}
-            Err(err) => return Err(format!("cannot read {digest}'s signatures: {err}")),
-        }
-        let provenance = settings.attest.then(|| Provenance {
+        let provenance = || Provenance {
             run_image: target.run_image.clone(),
             builder: Some(target.builder.clone()),
             change: Some(action.change_id.clone()),
             action: Some(action.key.clone()),
             openvex: target.vex.as_ref().and_then(|facts| openvex(facts, &image, digest, action.created)),
             ..provenance(action.kind.as_str(), &image)
-        });
-        let manifest = self.registry.get_manifest(&image, digest).await.map_err(|e| e.to_string())?;
+        };
+        let subject = || self.unmoved_build(&image, target, digest);
+        let to = ToSign { image: &image, digest, already: Already::Trusted, created: action.created };
+        let signed = signing.ensure_signed(&self.registry, to, provenance, subject).await;
+        match signed {
+            Ok(signed) => Ok(signed.map(|s| (s, key_id.to_string()))),
+            Err(EnsureError::Precondition(why)) => Err(why),
+            Err(err) => Err(err.to_string()),
+        }
+    }
+
+    /// The descriptor of the manifest the build left (`digest`), once the tag is checked to still
+    /// hold it, last before signing: a digest someone else pushed over the build is not ours to sign.
+    async fn unmoved_build(&self, image: &ImageRef, target: &ActionTarget, digest: &str) -> Result<Descriptor, String> {
+        let manifest = self.registry.get_manifest(image, digest).await.map_err(|e| e.to_string())?;
         let subject = Descriptor::of(&manifest.media_type, &manifest.bytes);
-        // The tag last before signing: a digest someone else pushed over the build is not ours
-        // to sign.
-        let now = self.registry.head_manifest(&image).await.map_err(|e| format!("cannot read the tag: {e}"))?;
+        let now = self.registry.head_manifest(image).await.map_err(|e| format!("cannot read the tag: {e}"))?;
         if now.digest != digest {
             return Err(format!(
                 "{} moved from {digest} (what the build left) to {} before it was signed: neither was signed",
                 target.image, now.digest
             ));
         }
-        let keep: Vec<_> = trusted.into_iter().map(|k| k.verifier).collect();
-        let signed =
-            sign_keeping(&self.registry, &image, &subject, signer, &keep, provenance.as_ref(), action.created).await;
-        signed.map(|s| Some((s, signer.key_id().to_string()))).map_err(|e| e.to_string())
+        Ok(subject)
     }
 }

@@ -11,7 +11,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::attempt::Attempt;
-use super::{PreviewError, Runner, RunnerError};
+pub use super::context::Context;
+use super::{PreviewError, RunnerError};
 use crate::config::{AfterRestart, Config, Facts, RebasePath, Rule};
 use crate::ledger::ClaimedAction;
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
@@ -103,7 +104,7 @@ impl From<Option<kube::Client>> for Clusters {
 pub trait Carrier: Send + Sync {
     fn attempt<'a>(
         &'a self,
-        runner: &'a Runner,
+        ctx: &'a Context,
         action: &'a ClaimedAction,
         target: &'a ActionTarget,
         verified: Option<&'a str>,

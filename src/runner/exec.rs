@@ -13,8 +13,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio_util::sync::CancellationToken;
 
 use super::attempt::{Attempt, Next};
-use super::carrier::{ActionRef, Backend, Carrier, Clusters};
-use super::{Outcome, PreviewError, Runner, RunnerError, Secrets, group};
+use super::carrier::{ActionRef, Backend, Carrier, Clusters, Context};
+use super::{Outcome, PreviewError, RunnerError, Secrets, group};
 use crate::config::{Config, ExecSettings, Facts, RebasePath};
 use crate::ledger::{ClaimedAction, ProcessGroup};
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
@@ -46,7 +46,7 @@ struct Started {
 impl Carrier for Started {
     fn attempt<'a>(
         &'a self,
-        runner: &'a Runner,
+        ctx: &'a Context,
         action: &'a ClaimedAction,
         target: &'a ActionTarget,
         verified: Option<&'a str>,
@@ -54,32 +54,32 @@ impl Carrier for Started {
         if action.kind == ActionKind::Deploy {
             // A deploy command moves workloads, not the tag: nothing to announce or read after.
             return Box::pin(async move {
-                let (outcome, retryable) = self.carry_out(runner, action, target).await;
+                let (outcome, retryable) = self.carry_out(ctx, action, target).await;
                 let next = if retryable { Next::Retry } else { Next::Final };
                 let mut attempt = Attempt::new(outcome, next, Default::default());
                 attempt.moved = false;
                 attempt
             });
         }
-        Box::pin(runner.pushed(action, target, verified, self.carry_out(runner, action, target)))
+        Box::pin(ctx.pushed(action, target, verified, self.carry_out(ctx, action, target)))
     }
 }
 
 impl Started {
     /// The command's outcome, and whether trying again could help (not for a command that cannot
     /// be started).
-    async fn carry_out(&self, runner: &Runner, action: &ClaimedAction, target: &ActionTarget) -> (Outcome, bool) {
+    async fn carry_out(&self, ctx: &Context, action: &ClaimedAction, target: &ActionTarget) -> (Outcome, bool) {
         let argv = command(&self.settings, &super::reference(action), target);
         let record = |process| async move {
             // Without the record a restart cannot stop this command before running it again.
-            match runner.ledger.record_process(&action.key, process).await {
+            match ctx.ledger.record_process(&action.key, process).await {
                 Ok(()) => tracing::info!(action = %action.key, process_group = process.id, "command started"),
                 Err(err) => {
                     tracing::error!(action = %action.key, error = %err, "cannot record the command's process group")
                 }
             }
         };
-        match run(&self.settings, &argv, &target.env, &runner.secrets, record).await {
+        match run(&self.settings, &argv, &target.env, &ctx.secrets, record).await {
             Ok(outcome) => (outcome, true),
             Err(err) => (Outcome { success: false, detail: err.to_string(), output_tail: String::new() }, false),
         }
@@ -93,7 +93,7 @@ pub fn command(settings: &ExecSettings, action: &ActionRef<'_>, target: &ActionT
         ActionKind::Rebase => &settings.rebase,
         ActionKind::Deploy => &settings.deploy,
         // Never routed here (a gitops action runs in the daemon): no command.
-        ActionKind::Gitops => &Vec::new(),
+        ActionKind::Gitops => return Vec::new(),
     };
     let source = target.source.as_ref();
     let values: BTreeMap<&str, String> = [
@@ -271,6 +271,48 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The exec carrier on a context of its own (a temporary ledger, a registry client nobody
+    /// answers, no signing key), not a runner: a deploy command runs, its output scrubbed of the
+    /// config's secrets by the context, and it moves no tag.
+    #[tokio::test]
+    async fn a_deploy_command_runs_on_a_context_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("pw"), "hunter2-deploy-secret").unwrap();
+        let text = "[registries.\"r.example.com\"]\nusername = \"u\"\npassword_file = \"pw\"\n\
+                    [[builders]]\nname = \"jammy\"\nimage = \"r.example.com/cnb/builder:latest\"\n\
+                    [runner]\ntype = \"exec\"\n[runner.exec]\nrebuild = [\"true\"]\nrebase = [\"true\"]\n\
+                    deploy = [\"sh\", \"-c\", \"echo deploying {name} with hunter2-deploy-secret\"]\n";
+        let config = Arc::new(Config::parse(&dir.path().join("c.toml"), text).unwrap());
+        let ledger = crate::ledger::Ledger::open(&dir.path().join("ledger.db")).unwrap();
+        let registry = crate::registry::Registry::new([], crate::metrics::Metrics::new());
+        let ctx = Context::new(config.clone(), ledger, crate::schedule::Clock::System, &registry, None);
+        let carrier = Commands.start(&config, &Clusters::default(), CancellationToken::new()).unwrap();
+        let target: ActionTarget = serde_json::from_value(serde_json::json!({
+            "image": "r.example.com/apps/app:latest",
+            "builder_name": "jammy",
+            "builder": "r.example.com/cnb/builder@sha256:b",
+            "why": "test",
+        }))
+        .unwrap();
+        let action = ClaimedAction {
+            key: "bm-1".into(),
+            change_id: "c1".into(),
+            image: "app".into(),
+            kind: ActionKind::Deploy,
+            attempt: 1,
+            target: Ok(target.clone()),
+            process: None,
+            progress: None,
+            created: chrono::Utc::now(),
+            expedited: Default::default(),
+        };
+        let attempt = carrier.attempt(&ctx, &action, &target, None).await;
+        assert!(attempt.outcome.success, "{attempt:?}");
+        assert!(!attempt.moved, "a deploy command moves no tag");
+        // The carrier's own scrub (the runner scrubs again after every attempt).
+        assert_eq!(attempt.outcome.output_tail.trim(), "deploying app with ***", "{attempt:?}");
+    }
 
     fn settings(timeout: Duration) -> ExecSettings {
         ExecSettings {

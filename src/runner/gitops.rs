@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use builder_monitor_core::progress::Progress;
 use futures::future::BoxFuture;
 
-use super::carrier::{Backend, Carrier};
+use super::carrier::{Backend, Carrier, Context};
 use super::git::{GitError, Push, Repo};
 use super::*;
 use crate::config::{FileFormat, GitopsTarget};
@@ -84,13 +84,13 @@ impl From<GitError> for Done {
 impl Carrier for Commits {
     fn attempt<'a>(
         &'a self,
-        runner: &'a Runner,
+        ctx: &'a Context,
         action: &'a ClaimedAction,
         target: &'a ActionTarget,
         _verified: Option<&'a str>,
     ) -> BoxFuture<'a, Attempt> {
         Box::pin(async move {
-            let done = match commit(runner, action, target).await {
+            let done = match commit(ctx, action, target).await {
                 Ok(done) | Err(done) => done,
             };
             let mut attempt = Attempt::new(done.outcome, done.next, Digests::default());
@@ -118,9 +118,9 @@ struct Value {
     held: bool,
 }
 
-async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) -> Result<Done, Done> {
+async fn commit(ctx: &Context, action: &ClaimedAction, target: &ActionTarget) -> Result<Done, Done> {
     let plan = target.plan.gitops().ok_or_else(|| Done::failed("not a gitops action".into(), Next::Final))?;
-    let config = &runner.config;
+    let config = &ctx.config;
     let t =
         config.gitops.iter().find(|t| t.name == plan.target).ok_or_else(|| {
             Done::failed(format!("[[gitops]] \"{}\" is no longer configured", plan.target), Next::Final)
@@ -130,8 +130,8 @@ async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) 
     // One read of the recent actions serves both: the images' holds and the target's baseline.
     let ledger_error =
         |e: crate::ledger::LedgerError| Done::failed(format!("cannot read the ledger: {e}"), Next::Retry);
-    let recent = runner.ledger.actions(RECENT).await.map_err(ledger_error)?;
-    let values = values(runner, t, &recent).await.map_err(ledger_error)?;
+    let recent = ctx.ledger.actions(RECENT).await.map_err(ledger_error)?;
+    let values = values(ctx, t, &recent).await.map_err(ledger_error)?;
     let last = last_written(&recent, action);
     let mut baseline = BTreeMap::new();
     // What an earlier attempt of this action recorded before its push (which may have landed).
@@ -163,7 +163,7 @@ async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) 
         let since = earlier.as_ref().filter(|e| e.commit.is_some()).and_then(|e| e.base.as_deref());
         if let Some(found) = repo.find_change(&action.change_id, since).await? {
             let reverted = match earlier.as_ref() {
-                Some(ours) if found != base => undone(runner, action, target, t, &repo, &values, ours, &found).await?,
+                Some(ours) if found != base => undone(ctx, action, target, t, &repo, &values, ours, &found).await?,
                 _ => Vec::new(),
             };
             let mut detail = format!("{} holds this change already: commit {found} on {}", t.name, t.push_branch);
@@ -186,7 +186,7 @@ async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) 
             // person's edit that lands while we push is theirs, not overwritten.
             baseline = applied.found.clone();
         }
-        hold_overridden(runner, action, target, t, &applied.overridden).await;
+        hold_overridden(ctx, action, target, t, &applied.overridden).await;
         if applied.files.is_empty() {
             // What the files hold is the next action's baseline, as after a commit.
             let progress = CommitProgress {
@@ -196,7 +196,7 @@ async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) 
                 files: Vec::new(),
                 written: applied.written.clone(),
             };
-            let _ = runner.ledger.record_progress(&action.key, Progress::Gitops(progress)).await;
+            let _ = ctx.ledger.record_progress(&action.key, Progress::Gitops(progress)).await;
             let detail = format!("nothing to commit: {}'s files hold these digests already", t.name);
             return Ok(Done {
                 outcome: ok(detail),
@@ -229,7 +229,7 @@ async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) 
             written: applied.written.clone(),
         };
         // Recorded before the push: a crash after it finds the commit by its trailer.
-        if !runner.ledger.record_progress(&action.key, Progress::Gitops(progress.clone())).await.unwrap_or(false) {
+        if !ctx.ledger.record_progress(&action.key, Progress::Gitops(progress.clone())).await.unwrap_or(false) {
             return Err(Done::failed(
                 "cannot record the commit before pushing it; nothing was pushed".into(),
                 Next::Retry,
@@ -267,7 +267,7 @@ async fn commit(runner: &Runner, action: &ClaimedAction, target: &ActionTarget) 
 /// held, like any other override, and their values are the next action's baseline.
 #[allow(clippy::too_many_arguments)]
 async fn undone(
-    runner: &Runner,
+    ctx: &Context,
     action: &ClaimedAction,
     target: &ActionTarget,
     t: &GitopsTarget,
@@ -280,11 +280,11 @@ async fn undone(
     if applied.overridden.is_empty() {
         return Ok(Vec::new());
     }
-    hold_overridden(runner, action, target, t, &applied.overridden).await;
+    hold_overridden(ctx, action, target, t, &applied.overridden).await;
     let mut written = ours.written.clone();
     written.extend(applied.changed_by_others.iter().cloned());
     let progress = CommitProgress { commit: Some(found.to_string()), written, ..ours.clone() };
-    let _ = runner.ledger.record_progress(&action.key, Progress::Gitops(progress)).await;
+    let _ = ctx.ledger.record_progress(&action.key, Progress::Gitops(progress)).await;
     Ok(applied.overridden.into_iter().map(|(name, _, _)| name).collect())
 }
 
@@ -294,7 +294,7 @@ fn ok(detail: String) -> Outcome {
 
 /// Every name's newest value: each configured image's last recorded tag move, each builder's pin.
 async fn values(
-    runner: &Runner,
+    ctx: &Context,
     t: &GitopsTarget,
     recent: &[crate::ledger::ActionRecord],
 ) -> Result<Vec<Value>, crate::ledger::LedgerError> {
@@ -303,11 +303,11 @@ async fn values(
         key.as_ref().is_some_and(|k| recent.iter().any(|a| &a.key == k && a.holds && !a.released))
     };
     let markers = t.files.iter().any(|f| f.format == FileFormat::Marker);
-    for image in &runner.config.images {
+    for image in &ctx.config.images {
         if !markers && !t.files.iter().any(|f| f.image() == Some(image.name.as_str())) {
             continue;
         }
-        let Some(moved) = runner.ledger.tag_moves(Some(&image.name), 1).await?.into_iter().next() else { continue };
+        let Some(moved) = ctx.ledger.tag_moves(Some(&image.name), 1).await?.into_iter().next() else { continue };
         let Some(digest) = moved.after else { continue };
         out.push(Value {
             name: image.name.clone(),
@@ -319,8 +319,8 @@ async fn values(
         });
     }
     if markers {
-        for builder in &runner.config.builders {
-            let Some(pin) = runner.ledger.watch(&builder.name).await?.and_then(|r| r.pin) else { continue };
+        for builder in &ctx.config.builders {
+            let Some(pin) = ctx.ledger.watch(&builder.name).await?.and_then(|r| r.pin) else { continue };
             out.push(Value {
                 name: format!("builder:{}", builder.name),
                 reference: format!("{}@{}", builder.image, pin.digest),
@@ -470,7 +470,7 @@ fn apply_skipping(
 
 /// Holds each image a person changed in the files, with `gitops.overridden`.
 async fn hold_overridden(
-    runner: &Runner,
+    ctx: &Context,
     action: &ClaimedAction,
     target: &ActionTarget,
     t: &GitopsTarget,
@@ -483,7 +483,7 @@ async fn hold_overridden(
             t.name
         );
         let mut event =
-            runner.event(action, target, EventType::GitopsOverridden, Some(detail.clone()), None, &Digests::default());
+            ctx.event(action, target, EventType::GitopsOverridden, Some(detail.clone()), None, &Digests::default());
         // One per image: the action's own id would make a second image's event a duplicate of
         // the first's, and drop it.
         event.id = builder_monitor_core::event::stable_id(&[
@@ -504,17 +504,17 @@ async fn hold_overridden(
             continue;
         };
         let record = |deliveries| {
-            runner.ledger.hold_image(crate::ledger::ImageHold {
+            ctx.ledger.hold_image(crate::ledger::ImageHold {
                 key,
                 detail: detail.clone(),
                 watch: &target.builder_name,
                 events: events.clone(),
                 deliveries,
-                history: runner.config.monitor.history,
-                now: runner.clock.now(),
+                history: ctx.config.monitor.history,
+                now: ctx.clock.now(),
             })
         };
-        match crate::alert::emit(&runner.config.alerts, &events, record).await {
+        match crate::alert::emit(&ctx.config.alerts, &events, record).await {
             Ok(_) => tracing::warn!(target = %t.name, image = %name, "{detail}"),
             Err(err) => {
                 tracing::error!(target = %t.name, image = %name, error = %err, "cannot record gitops.overridden")

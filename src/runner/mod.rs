@@ -8,6 +8,7 @@ mod attempt;
 pub mod backend;
 mod build_signing;
 pub mod carrier;
+mod context;
 pub mod deploy;
 pub mod exec;
 mod execute;
@@ -46,6 +47,7 @@ use crate::metrics::Metrics;
 use crate::rebase::{RebaseError, RebaseRequest};
 use crate::registry::Registry;
 use crate::schedule::Clock;
+use crate::signing::SigningService;
 use crate::worker::{self, Work};
 use attempt::{Attempt, Digests, GitopsResult, KindResult, Next};
 use backend::AfterRestart;
@@ -55,6 +57,7 @@ use builder_monitor_core::plan::{ActionKind, ActionTarget};
 use builder_monitor_core::reference::ImageRef;
 use builder_monitor_core::schedule::{timestamp, timestamp_millis};
 use carrier::ActionRef;
+use context::Context;
 use registry_rebase::tag_move;
 pub use secrets::Secrets;
 
@@ -151,13 +154,10 @@ impl Work for Actions {
 }
 
 pub struct Runner {
-    config: Arc<Config>,
-    ledger: Ledger,
-    clock: Clock,
+    /// What the carriers see: config, ledger, clock, registry, scrubber, signing.
+    ctx: Context,
     /// What carries out each kind of action.
     backends: Backends,
-    /// Reads app tags' digests, and writes registry rebases.
-    registry: Arc<Registry>,
     /// The ledger's signal of new actions.
     wake: Arc<Notify>,
     /// Slots of `max_concurrent`: pods, commands, builds, deploys.
@@ -165,41 +165,36 @@ pub struct Runner {
     /// Slots of `max_registry_rebases`: a registry rebase is a few small requests from the daemon,
     /// so many run at once, bounded apart from the heavy work (and by each registry's pace).
     registry_permits: Arc<Semaphore>,
-    secrets: Secrets,
     /// Attempts that failed in this process (`run --once` exits 1 after one).
     failures: AtomicUsize,
-    /// What each succeeded deploy wrote, for the override guard (`deploy::guard`).
-    guarded: std::sync::Mutex<builder_monitor_core::deploy::OverrideIndex>,
 }
 
 impl Runner {
+    /// A runner on its own: its registry client from the config's registries (with metrics of its
+    /// own), no signing key (`[signing]`'s trusted keys still gate).
     pub fn new(config: Arc<Config>, ledger: Ledger, clock: Clock, backends: Backends) -> Self {
-        let permits = Arc::new(Semaphore::new(config.runner.max_concurrent));
-        let registry_permits = Arc::new(Semaphore::new(config.runner.max_registry_rebases));
-        let secrets = Secrets::of(&config);
-        let wake = ledger.new_actions();
-        let registry = Arc::new(Registry::new(config.registries.values().cloned(), Metrics::new()).actions());
-        Runner {
-            config,
-            ledger,
-            clock,
-            backends,
-            registry,
-            wake,
-            permits,
-            registry_permits,
-            secrets,
-            failures: AtomicUsize::new(0),
-            guarded: Default::default(),
-        }
+        let registry = Registry::new(config.registries.values().cloned(), Metrics::new());
+        let signing = SigningService::of(&config, None);
+        Self::with_parts(config, ledger, clock, backends, &registry, signing)
     }
 
-    /// The same runner over the daemon's registry client (its limits, tokens and metrics). Every
-    /// request the runner makes is an action's: it goes through the client's actions' view, paced
-    /// by what each registry answers, not by the watching's `requests_per_second`.
-    pub fn with_registry(mut self, registry: Arc<Registry>) -> Self {
-        self.registry = Arc::new(registry.actions());
-        self
+    /// The daemon's runner: over the daemon's registry client (its limits, tokens and metrics) and
+    /// signing service. Every request the runner makes is an action's: it goes through the
+    /// client's actions' view, paced by what each registry answers, not by the watching's
+    /// `requests_per_second`.
+    pub fn with_parts(
+        config: Arc<Config>,
+        ledger: Ledger,
+        clock: Clock,
+        backends: Backends,
+        registry: &Registry,
+        signing: Option<Arc<SigningService>>,
+    ) -> Self {
+        let permits = Arc::new(Semaphore::new(config.runner.max_concurrent));
+        let registry_permits = Arc::new(Semaphore::new(config.runner.max_registry_rebases));
+        let wake = ledger.new_actions();
+        let ctx = Context::new(config, ledger, clock, registry, signing);
+        Runner { ctx, backends, wake, permits, registry_permits, failures: AtomicUsize::new(0) }
     }
 
     /// The kinds of action this runner takes on: those its backends take (only rebases when the
@@ -223,9 +218,9 @@ impl Runner {
     /// counts), a command once its process group from before is gone (stopped if it still lives);
     /// a Job or Build lives in the cluster, so the runner follows it again (`resume`).
     pub async fn recover(&self) -> Result<usize, RunnerError> {
-        self.settle_rollbacks().await?;
+        self.ctx.settle_rollbacks().await?;
         let mut keys = Vec::new();
-        for action in self.ledger.running_actions().await? {
+        for action in self.ctx.ledger.running_actions().await? {
             let backend = self.backends.backend(action.kind);
             if backend.after_restart() != AfterRestart::RunAgain {
                 continue;
@@ -247,7 +242,7 @@ impl Runner {
         if keys.is_empty() {
             return Ok(0);
         }
-        self.ledger.requeue_actions(keys.iter().map(|(key, _)| key.clone()).collect()).await?;
+        self.ctx.ledger.requeue_actions(keys.iter().map(|(key, _)| key.clone()).collect()).await?;
         for (key, runner) in &keys {
             tracing::warn!(action = %key, runner, "action was running when the daemon stopped; it runs again");
         }
@@ -259,7 +254,7 @@ impl Runner {
         if !self.backends.follow() || self.backends.cluster_wait().is_some() {
             return;
         }
-        let running = match self.ledger.running_actions().await {
+        let running = match self.ctx.ledger.running_actions().await {
             Ok(r) => r,
             Err(err) => {
                 tracing::error!(error = %err, "cannot read running actions");
@@ -294,7 +289,7 @@ impl Runner {
     /// Carries out actions until `shutdown`; commands still running then get a grace period, after
     /// which they are killed and run again after the next start.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let kind = self.config.runner.kind.as_str();
+        let kind = self.ctx.config.runner.kind.as_str();
         if !self.acts() {
             tracing::info!("runner \"{kind}\": actions are planned and recorded, never run (see `status`)");
             return;
@@ -309,7 +304,7 @@ impl Runner {
         }
         if let Some(client) = self.backends.deploy_client.clone() {
             // Before any action starts: a deploy that starts takes its image out of the index.
-            match self.rebuild_guard().await {
+            match self.ctx.rebuild_guard().await {
                 Ok(n) => tracing::debug!(workloads = n, "override guard: what the deploys wrote, read from the ledger"),
                 Err(err) => {
                     tracing::error!(error = %err, "cannot read the deploys for the override guard; it guards those that succeed from now on")
@@ -341,10 +336,10 @@ impl Runner {
     }
 
     async fn until_next_due(&self) -> Duration {
-        let idle = if self.ledger.is_shared() { SHARED_IDLE } else { IDLE };
-        match self.ledger.next_action_of(self.claims(), &self.config.rollout, self.clock.now()).await {
+        let idle = if self.ctx.ledger.is_shared() { SHARED_IDLE } else { IDLE };
+        match self.ctx.ledger.next_action_of(self.claims(), &self.ctx.config.rollout, self.ctx.clock.now()).await {
             Ok(Some(at)) => {
-                (at - self.clock.now()).to_std().unwrap_or(Duration::ZERO).clamp(Duration::from_millis(10), idle)
+                (at - self.ctx.clock.now()).to_std().unwrap_or(Duration::ZERO).clamp(Duration::from_millis(10), idle)
             }
             _ => idle,
         }
@@ -354,7 +349,7 @@ impl Runner {
     /// everything else into `max_concurrent`'s.
     fn lanes(&self) -> [(Kinds, &Arc<Semaphore>); 2] {
         let claims = self.claims();
-        match claims.contains(ActionKind::Rebase) && self.config.runner.in_registry(ActionKind::Rebase) {
+        match claims.contains(ActionKind::Rebase) && self.ctx.config.runner.in_registry(ActionKind::Rebase) {
             true => [
                 (claims.without(ActionKind::Rebase), &self.permits),
                 (ActionKind::Rebase.into(), &self.registry_permits),
@@ -370,7 +365,11 @@ impl Runner {
             if free == 0 || kinds.is_empty() {
                 continue;
             }
-            let claimed = match self.ledger.claim_actions_of(self.clock.now(), free, kinds, &self.config.rollout).await
+            let claimed = match self
+                .ctx
+                .ledger
+                .claim_actions_of(self.ctx.clock.now(), free, kinds, &self.ctx.config.rollout)
+                .await
             {
                 Ok(claimed) => claimed,
                 Err(err) => {

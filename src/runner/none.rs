@@ -8,8 +8,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::attempt::{Attempt, Next};
-use super::carrier::{ActionRef, Backend, Carrier, Clusters};
-use super::{PreviewError, Runner, RunnerError};
+use super::carrier::{ActionRef, Backend, Carrier, Clusters, Context};
+use super::{PreviewError, RunnerError};
 use crate::config::{Config, Facts, RebasePath};
 use crate::ledger::ClaimedAction;
 use builder_monitor_core::plan::{ActionKind, ActionTarget};
@@ -43,7 +43,7 @@ impl Carrier for RecordOnly {
     /// Never called (it takes nothing); an action sent here anyway ends for good.
     fn attempt<'a>(
         &'a self,
-        _: &'a Runner,
+        _: &'a Context,
         _: &'a ClaimedAction,
         _: &'a ActionTarget,
         _: Option<&'a str>,

@@ -17,11 +17,11 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::attempt::Attempt;
-use super::carrier::{ActionRef, Backend, Carrier, Clusters};
+use super::carrier::{ActionRef, Backend, Carrier, Clusters, Context};
 use super::objects::{Placement, PoolObjects};
 use super::watch::{Health, Watched};
 pub use super::watch::{unanswered, unanswered_watch};
-use super::{Outcome, POOLED, PreviewError, Runner, RunnerError};
+use super::{Outcome, POOLED, PreviewError, RunnerError};
 use crate::config::{Config, Facts, Pool, RunnerKind};
 use crate::ledger::ClaimedAction;
 use builder_monitor_core::plan::ActionTarget;
@@ -114,7 +114,7 @@ impl Site {
     /// a right RBAC does not grant waits for it (`rights::when_granted`).
     async fn create(
         &self,
-        runner: &Runner,
+        ctx: &Context,
         action: &ActionRef<'_>,
         target: &ActionTarget,
         place: &Placement<'_>,
@@ -127,7 +127,7 @@ impl Site {
         let what = format!("image \"{}\"'s {kind}", action.image);
         let (api, object) = (&api, &object);
         let created = crate::rights::when_granted(&self.client, &what, move || async move {
-            if !runner.ledger.may_write() {
+            if !ctx.ledger.may_write() {
                 return Ok(None);
             }
             super::strict::create(api, object).await.map(Some)
@@ -160,7 +160,7 @@ impl Site {
     }
 
     /// Waits for the build to finish, recording each time a queue (Kueue) holds or admits it.
-    async fn follow(&self, runner: &Runner, action: &ClaimedAction, progress: &mut BuildProgress) -> Outcome {
+    async fn follow(&self, ctx: &Context, action: &ClaimedAction, progress: &mut BuildProgress) -> Outcome {
         let objects = self.objects;
         let ((success, detail), finished) = loop {
             let queued = progress.queued;
@@ -177,7 +177,7 @@ impl Site {
                 Ok(now_queued) => {
                     progress.queued = now_queued;
                     // Recorded first: what the log says, `status` shows already.
-                    record(runner, action, progress).await;
+                    record(ctx, action, progress).await;
                     let kind = objects.kind();
                     if now_queued {
                         tracing::info!(action = %action.key, pool = %self.pool.name, "the {kind} waits in its Kueue queue");
@@ -197,8 +197,8 @@ impl Site {
     }
 }
 
-async fn record(runner: &Runner, action: &ClaimedAction, progress: &BuildProgress) -> bool {
-    match runner.ledger.record_progress(&action.key, Progress::Build(progress.clone())).await {
+async fn record(ctx: &Context, action: &ClaimedAction, progress: &BuildProgress) -> bool {
+    match ctx.ledger.record_progress(&action.key, Progress::Build(progress.clone())).await {
         Ok(recorded) => recorded,
         Err(err) => {
             tracing::error!(action = %action.key, error = %err, "cannot record the build's pool");
@@ -240,14 +240,14 @@ impl Pools {
     /// One attempt; `used` is the pool it ran in (or last tried).
     async fn carry_out(
         &self,
-        runner: &Runner,
+        ctx: &Context,
         action: &ClaimedAction,
         target: &ActionTarget,
         used: &std::sync::Mutex<Option<String>>,
     ) -> Outcome {
         let set_used = |name: &str| *used.lock().unwrap_or_else(|e| e.into_inner()) = Some(name.to_string());
         let reference = super::reference(action);
-        let image = runner.config.image(&action.image);
+        let image = ctx.config.image(&action.image);
         let image_template = image.and_then(|i| i.pod_template.as_ref()).map(|t| &t.value);
         let recorded = action.progress.as_ref().and_then(Progress::build).cloned();
         if let Some(mut progress) = recorded {
@@ -261,9 +261,9 @@ impl Pools {
             let platform = progress.platform.clone();
             let place = Placement { pool: &site.pool, image_template, platform: platform.as_deref() };
             let _slot = site.slot().await;
-            return self.reach(runner, site, &reference, target, &place, action, &mut progress).await;
+            return self.reach(ctx, site, &reference, target, &place, action, &mut progress).await;
         }
-        let platforms = app_platforms(runner, target).await;
+        let platforms = app_platforms(ctx, target).await;
         let views: Vec<PoolView<'_>> = self
             .sites
             .iter()
@@ -295,11 +295,11 @@ impl Pools {
             let mut progress = BuildProgress { pool: name.to_string(), queued: false, platform: platform.clone() };
             let _slot = site.slot().await;
             // Recorded before anything is created: a restart follows the build in this pool.
-            if !record(runner, action, &progress).await {
+            if !record(ctx, action, &progress).await {
                 return failed("cannot record the pool the build runs in; nothing was created".into());
             }
-            match site.create(runner, &reference, target, &place, self.max_attempts).await {
-                Ok(()) => return site.follow(runner, action, &mut progress).await,
+            match site.create(ctx, &reference, target, &place, self.max_attempts).await {
+                Ok(()) => return site.follow(ctx, action, &mut progress).await,
                 Err(CreateError::Unanswered(error)) => {
                     tracing::warn!(action = %action.key, pool = name, error = %error, "the pool's cluster does not answer; trying the next pool");
                     passed.push(format!("{name}: {error}"));
@@ -316,7 +316,7 @@ impl Pools {
     #[allow(clippy::too_many_arguments)]
     async fn reach(
         &self,
-        runner: &Runner,
+        ctx: &Context,
         site: &Site,
         reference: &ActionRef<'_>,
         target: &ActionTarget,
@@ -326,8 +326,8 @@ impl Pools {
     ) -> Outcome {
         let mut wait = Duration::from_secs(1);
         loop {
-            match site.create(runner, reference, target, place, self.max_attempts).await {
-                Ok(()) => return site.follow(runner, action, progress).await,
+            match site.create(ctx, reference, target, place, self.max_attempts).await {
+                Ok(()) => return site.follow(ctx, action, progress).await,
                 Err(CreateError::Failed(err)) => return failed(err.to_string()),
                 Err(CreateError::Unanswered(error)) => {
                     tracing::warn!(action = %action.key, pool = %site.pool.name, error = %error, retry_in = ?wait, "the build's pool does not answer; it started there, so it is followed there");
@@ -343,8 +343,8 @@ fn describe(platforms: Option<&[String]>) -> String {
     platforms.map(|p| p.join(" and ")).unwrap_or_else(|| "the app (its platform is not known)".into())
 }
 
-async fn app_platforms(runner: &Runner, target: &ActionTarget) -> Option<Vec<String>> {
-    platforms_of(&runner.registry, &target.image, runner.config.monitor.max_platforms).await
+async fn app_platforms(ctx: &Context, target: &ActionTarget) -> Option<Vec<String>> {
+    platforms_of(&ctx.registry, &target.image, ctx.config.monitor.max_platforms).await
 }
 
 /// The platforms of an app image as its tag has them now; `None` when it cannot be read (a
@@ -366,15 +366,15 @@ pub async fn platforms_of(registry: &crate::registry::Registry, image: &str, max
 impl Carrier for Pools {
     fn attempt<'a>(
         &'a self,
-        runner: &'a Runner,
+        ctx: &'a Context,
         action: &'a ClaimedAction,
         target: &'a ActionTarget,
         verified: Option<&'a str>,
     ) -> BoxFuture<'a, Attempt> {
         Box::pin(async move {
             let used = std::sync::Mutex::new(None);
-            let work = async { (self.carry_out(runner, action, target, &used).await, true) };
-            let mut attempt = runner.pushed(action, target, verified, work).await;
+            let work = async { (self.carry_out(ctx, action, target, &used).await, true) };
+            let mut attempt = ctx.pushed(action, target, verified, work).await;
             attempt.build_mut().pool = used.into_inner().unwrap_or_else(|e| e.into_inner());
             attempt
         })

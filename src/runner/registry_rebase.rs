@@ -6,7 +6,7 @@
 
 use futures::future::BoxFuture;
 
-use super::carrier::{Backend, Carrier};
+use super::carrier::{Backend, Carrier, Context};
 use super::*;
 use crate::ledger::{TagIntent, TagMoveKind, WriteGrant};
 use crate::rebase::{RunImageDocs, SignPlan, TagGuard};
@@ -54,15 +54,15 @@ impl Carrier for Rebaser {
     /// An earlier attempt's tag write settled first; then the rebase.
     fn attempt<'a>(
         &'a self,
-        runner: &'a Runner,
+        ctx: &'a Context,
         action: &'a ClaimedAction,
         target: &'a ActionTarget,
         verified: Option<&'a str>,
     ) -> BoxFuture<'a, Attempt> {
         Box::pin(async move {
-            match runner.open_intent(action).await {
+            match ctx.open_intent(action).await {
                 Ok(Some(intent)) => {
-                    if let Some(settled) = runner.settle_rebase(&intent).await {
+                    if let Some(settled) = ctx.settle_rebase(&intent).await {
                         return settled;
                     }
                 }
@@ -74,7 +74,7 @@ impl Carrier for Rebaser {
                     return attempt;
                 }
             }
-            runner.rebase_in_registry(action, target, &self.run_docs, verified).await
+            ctx.rebase_in_registry(action, target, &self.run_docs, verified).await
         })
     }
 }
@@ -91,7 +91,7 @@ enum Settled {
 
 /// The ledger's record of a rebase's tag write, made right before it (`crate::rebase::TagGuard`).
 struct LedgerGuard<'a> {
-    runner: &'a Runner,
+    ctx: &'a Context,
     action: &'a ClaimedAction,
     target: &'a ActionTarget,
 }
@@ -105,10 +105,10 @@ impl TagGuard for LedgerGuard<'_> {
             action: Some(self.action.key.clone()),
             expected: Some(expected.to_string()),
             new: Some(new.to_string()),
-            time: self.runner.clock.now(),
+            time: self.ctx.clock.now(),
             by: None,
         };
-        match self.runner.ledger.begin_tag_write(&self.target.builder_name, intent).await {
+        match self.ctx.ledger.begin_tag_write(&self.target.builder_name, intent).await {
             Ok(WriteGrant::Granted) => Ok(()),
             Ok(WriteGrant::Superseded { by }) => Err(RebaseError::Superseded { by }),
             Ok(WriteGrant::NotRunning) => Err(RebaseError::NotRunning),
@@ -117,7 +117,7 @@ impl TagGuard for LedgerGuard<'_> {
     }
 }
 
-impl Runner {
+impl Context {
     /// The digest the app tag points at now; `None` when it does not exist or cannot be read soon.
     pub(super) async fn app_digest(&self, image: &str) -> Option<String> {
         self.read_tag(image).await.ok().flatten()
@@ -201,72 +201,15 @@ impl Runner {
         run_docs: &RunImageDocs,
         verified: Option<&str>,
     ) -> Attempt {
-        let image = match ImageRef::parse(&target.image) {
-            Ok(i) => i,
-            Err(err) => return Attempt::failed(format!("invalid app image {}: {err}", target.image), Next::Final),
+        let request = match self.rebase_request(action, target, verified).await {
+            Ok(request) => request,
+            Err(attempt) => return *attempt,
         };
-        // The tag and the digest it must still hold: `crate::rebase` reads nothing else.
-        let image = match verified.map(|digest| ImageRef::parse(&format!("{}@{digest}", image.with_tag_only()))) {
-            None => image,
-            Some(Ok(pinned)) => pinned,
-            Some(Err(err)) => {
-                return Attempt::failed(format!("invalid verified digest of {}: {err}", target.image), Next::Final);
-            }
-        };
-        let Some(run_image) = target.run_image.as_deref() else {
-            return Attempt::failed(RunnerError::NoRunImage.to_string(), Next::Final);
-        };
-        let run_image = match ImageRef::parse(run_image) {
-            Ok(r) => r,
-            Err(err) => return Attempt::failed(format!("invalid run image {run_image}: {err}"), Next::Final),
-        };
-        let known_run_images =
-            match crate::rebase::known_run_images(&self.config, &self.ledger, Some(&target.builder_name), &run_image)
-                .await
-            {
-                Ok(known) => known,
-                Err(err) => {
-                    return Attempt::failed(format!("cannot read the run image's pin history: {err}"), Next::Retry);
-                }
-            };
-        let sign = self.config.signing.as_ref().and_then(|s| {
-            let signer = s.signer.clone()?;
-            Some(SignPlan {
-                signer,
-                keep: crate::signing::trusted(s).into_iter().map(|k| k.verifier).collect(),
-                attest: s.attest,
-                change: Some(action.change_id.clone()),
-                action: Some(action.key.clone()),
-                created: action.created,
-                vex: target.vex.clone(),
-            })
-        });
-        let request = RebaseRequest { image, run_image, force: false, dry_run: false, known_run_images, sign };
-        let guard = LedgerGuard { runner: self, action, target };
+        let guard = LedgerGuard { ctx: self, action, target };
         let planned = target.app_reference.as_deref().and_then(|r| ImageRef::parse(r).ok());
         let planned = planned.as_ref().and_then(|r| r.digest());
         match crate::rebase::rebase_planned(&self.registry, &request, &guard, run_docs, planned).await {
-            Ok(report) => {
-                let detail = match report.digest.as_deref() {
-                    Some(d) if d == report.previous => {
-                        format!("already on {}; nothing written", report.reference)
-                    }
-                    Some(d) => format!("rebased in the registry onto {}: {} → {d}", report.reference, report.previous),
-                    None => format!("rebase onto {} wrote nothing (dry run)", report.reference),
-                };
-                let digests = Digests { before: Some(report.previous.clone()), after: report.digest.clone() };
-                let mut attempt =
-                    Attempt::new(Outcome { success: true, detail, output_tail: String::new() }, Next::Final, digests);
-                // The first digest signed is the one the tag points at.
-                if let Some(signing) = &report.signing
-                    && let Some(first) = signing.written.first()
-                {
-                    attempt.signature = Some(first.info(&signing.key_id));
-                    let replaced = signing.written.iter().flat_map(|s| &s.replaced);
-                    attempt.replaced_signatures = replaced.map(ToString::to_string).collect();
-                }
-                attempt
-            }
+            Ok(report) => rebased(&report),
             Err(RebaseError::Superseded { by }) => Attempt::failed(
                 "a newer change has an action for this image; nothing written".into(),
                 Next::Superseded { by },
@@ -318,6 +261,39 @@ impl Runner {
         }
     }
 
+    /// What a registry rebase of `action` asks `crate::rebase`: the tag (pinned to the `verified`
+    /// digest, when one was checked), the run image with its pin history, how to sign; the failed
+    /// attempt when one cannot be read.
+    async fn rebase_request(
+        &self,
+        action: &ClaimedAction,
+        target: &ActionTarget,
+        verified: Option<&str>,
+    ) -> Result<RebaseRequest, Box<Attempt>> {
+        let fail = |detail: String, next| Box::new(Attempt::failed(detail, next));
+        let image = ImageRef::parse(&target.image)
+            .map_err(|err| fail(format!("invalid app image {}: {err}", target.image), Next::Final))?;
+        // The tag and the digest it must still hold: `crate::rebase` reads nothing else.
+        let image = match verified.map(|digest| ImageRef::parse(&format!("{}@{digest}", image.with_tag_only()))) {
+            None => image,
+            Some(Ok(pinned)) => pinned,
+            Some(Err(err)) => {
+                return Err(fail(format!("invalid verified digest of {}: {err}", target.image), Next::Final));
+            }
+        };
+        let run_image =
+            target.run_image.as_deref().ok_or_else(|| fail(RunnerError::NoRunImage.to_string(), Next::Final))?;
+        let run_image = ImageRef::parse(run_image)
+            .map_err(|err| fail(format!("invalid run image {run_image}: {err}"), Next::Final))?;
+        let known_run_images =
+            crate::rebase::known_run_images(&self.config, &self.ledger, Some(&target.builder_name), &run_image)
+                .await
+                .map_err(|err| fail(format!("cannot read the run image's pin history: {err}"), Next::Retry))?;
+        let (change, key, vex) = (Some(action.change_id.clone()), Some(action.key.clone()), target.vex.clone());
+        let sign = self.signing.as_ref().and_then(|s| SignPlan::of(s, change, key, action.created, vex));
+        Ok(RebaseRequest { image, run_image, force: false, dry_run: false, known_run_images, sign })
+    }
+
     /// For a runner's command, which pushes itself: the tag's digest before its first attempt,
     /// recorded before the command starts (an earlier attempt's record is kept), so the move is
     /// recorded from where it really started even when a crash made the command run twice.
@@ -343,6 +319,26 @@ impl Runner {
         }
         before
     }
+}
+
+/// The attempt a registry rebase that went through makes: what it wrote, and the first digest it
+/// signed (the one the tag points at) with the signatures it replaced.
+fn rebased(report: &crate::rebase::RebaseReport) -> Attempt {
+    let detail = match report.digest.as_deref() {
+        Some(d) if d == report.previous => format!("already on {}; nothing written", report.reference),
+        Some(d) => format!("rebased in the registry onto {}: {} → {d}", report.reference, report.previous),
+        None => format!("rebase onto {} wrote nothing (dry run)", report.reference),
+    };
+    let digests = Digests { before: Some(report.previous.clone()), after: report.digest.clone() };
+    let mut attempt = Attempt::new(Outcome { success: true, detail, output_tail: String::new() }, Next::Final, digests);
+    if let Some(signing) = &report.signing
+        && let Some(first) = signing.written.first()
+    {
+        attempt.signature = Some(first.info(&signing.key_id));
+        let replaced = signing.written.iter().flat_map(|s| &s.replaced);
+        attempt.replaced_signatures = replaced.map(ToString::to_string).collect();
+    }
+    attempt
 }
 
 /// The ledger's record of how an attempt moved the app tag: none when it wrote nothing, when the

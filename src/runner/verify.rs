@@ -23,7 +23,7 @@ impl Runner {
             Gate::Stop(attempt) => return *attempt,
         };
         let start = verified.as_ref().map(|v| v.digest.as_str());
-        let mut attempt = self.backends.carrier(action.kind).attempt(self, action, target, start).await;
+        let mut attempt = self.backends.carrier(action.kind).attempt(&self.ctx, action, target, start).await;
         if let Some(verified) = verified {
             attempt.signature.get_or_insert_with(SignatureInfo::default).verified = Some(verified);
         }
@@ -32,11 +32,9 @@ impl Runner {
 
     /// The check of the digest `action` starts from, when its image requires a signature.
     pub(super) async fn signature_gate(&self, action: &ClaimedAction, target: &ActionTarget) -> Gate {
-        let Some(signing) = self.config.signing.as_ref() else { return Gate::Pass(None) };
-        let image_says = self.config.image(&action.image).and_then(|i| i.require_signed);
-        if !matches!(action.kind, ActionKind::Rebase | ActionKind::Rebuild | ActionKind::Deploy)
-            || !core_signing::required(signing.require_signed, image_says)
-        {
+        let Some(signing) = self.ctx.config.signing.as_ref() else { return Gate::Pass(None) };
+        let image_says = self.ctx.config.image(&action.image).and_then(|i| i.require_signed);
+        if !action.kind.on_app_image() || !core_signing::required(signing.require_signed, image_says) {
             return Gate::Pass(None);
         }
         let image = match ImageRef::parse(&target.image) {
@@ -51,13 +49,13 @@ impl Runner {
         let deploys = target.plan.deploy().map(|d| d.digest.as_str());
         let intent = match deploys {
             Some(_) => None,
-            None => match self.open_intent(action).await {
+            None => match self.ctx.open_intent(action).await {
                 Ok(intent) => intent,
                 Err(err) => return retry(format!("cannot read the action's open tag write: {err}")),
             },
         };
         let tag_now = match (deploys, &intent) {
-            (None, None) => match self.read_tag(&target.image).await {
+            (None, None) => match self.ctx.read_tag(&target.image).await {
                 Ok(digest) => digest,
                 Err(why) => {
                     return retry(format!("cannot read {}'s digest to check its signature: {why}", target.image));
@@ -66,7 +64,10 @@ impl Runner {
             _ => None,
         };
         let expected = intent.as_ref().map(|i| i.expected.as_deref());
-        let keys = crate::signing::trusted(signing);
+        let keys = match &self.ctx.signing {
+            Some(service) => service.trusted().to_vec(),
+            None => crate::signing::trusted(signing, None),
+        };
         let names: Vec<String> = keys.iter().map(|k| k.name.clone()).collect();
         let Some(digest) = core_signing::checked_digest(deploys, expected, tag_now.as_deref()) else {
             let check = Verification {
@@ -78,39 +79,27 @@ impl Runner {
             };
             return refuse(check);
         };
-        let verdict = match crate::signing::verify(&self.registry, &image, digest, &keys).await {
+        let verdict = match crate::signing::verify(&self.ctx.registry, &image, digest, &keys).await {
             Ok(v) => v,
             Err(err) => return retry(format!("cannot read the signatures of {digest}: {err}")),
         };
-        let check = match verdict {
-            crate::signing::Verdict::Signed { key_id, .. } => Verification {
-                digest: digest.to_string(),
-                verdict: Verification::SIGNED.into(),
-                key_id: Some(key_id),
-                keys: names,
-                why: None,
-            },
-            crate::signing::Verdict::Unsigned => Verification {
-                digest: digest.to_string(),
-                verdict: UNSIGNED.into(),
-                key_id: None,
-                keys: names,
-                why: None,
-            },
-            crate::signing::Verdict::Invalid { why } => Verification {
-                digest: digest.to_string(),
-                verdict: SIGNATURE_INVALID.into(),
-                key_id: None,
-                keys: names,
-                why: Some(why),
-            },
-        };
+        let check = verification(digest, verdict, names);
         if check.passed() {
             tracing::info!(action = %action.key, digest = %check.digest, key_id = check.key_id.as_deref().unwrap_or(""), "the starting digest is signed by a trusted key");
             return Gate::Pass(Some(check));
         }
         refuse(check)
     }
+}
+
+/// What the check of `digest` against the keys `names` found, as events and the ledger keep it.
+fn verification(digest: &str, verdict: crate::signing::Verdict, names: Vec<String>) -> Verification {
+    let (verdict, key_id, why) = match verdict {
+        crate::signing::Verdict::Signed { key_id, .. } => (Verification::SIGNED, Some(key_id), None),
+        crate::signing::Verdict::Unsigned => (UNSIGNED, None, None),
+        crate::signing::Verdict::Invalid { why } => (SIGNATURE_INVALID, None, Some(why)),
+    };
+    Verification { digest: digest.to_string(), verdict: verdict.into(), key_id, keys: names, why }
 }
 
 fn retry(detail: String) -> Gate {

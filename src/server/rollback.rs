@@ -31,7 +31,18 @@ pub(super) async fn rollback(
         return error(StatusCode::BAD_REQUEST, RollbackError::InvalidDigest(to.to_string()).to_string());
     }
     let now = state.monitor.now();
-    match rollback::rollback(&state.config, &state.ledger, registry, image, to.as_deref(), &by, now).await {
+    match rollback::rollback(
+        &state.config,
+        &state.ledger,
+        registry,
+        state.signing.as_deref(),
+        image,
+        to.as_deref(),
+        &by,
+        now,
+    )
+    .await
+    {
         Ok(done) => (StatusCode::OK, axum::Json(done)).into_response(),
         Err(
             e @ (RollbackError::NothingRecorded { .. }

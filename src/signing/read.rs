@@ -27,13 +27,17 @@ impl TrustedKey {
     }
 }
 
-/// The keys `[signing]` trusts: `trusted_keys`, then its own key (a digest we signed is ours).
-pub fn trusted(settings: &crate::config::SigningSettings) -> Vec<TrustedKey> {
+/// The keys `[signing]` trusts: `trusted_keys`, then its own key, `own`, when it was decrypted
+/// (a digest we signed is ours).
+pub fn trusted(
+    settings: &crate::config::SigningSettings,
+    own: Option<&builder_monitor_core::signing::Signer>,
+) -> Vec<TrustedKey> {
     let listed = settings
         .trusted_keys
         .iter()
         .map(|k| TrustedKey { name: k.path.display().to_string(), verifier: k.verifier.clone() });
-    let own = settings.signer.iter().map(TrustedKey::own);
+    let own = own.into_iter().map(TrustedKey::own);
     let mut keys: Vec<TrustedKey> = Vec::new();
     for key in listed.chain(own) {
         if keys.iter().all(|k| k.verifier != key.verifier) {

@@ -10,6 +10,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 use super::super::Runner;
 use super::super::attempt::Digests;
+use super::super::context::Context;
 use super::resource;
 use crate::ledger::{ActionState, ClaimedAction, LatestAction, LedgerError};
 use builder_monitor_core::deploy::{self as core, DeployProgress, Guarded, Override, OverrideIndex, WorkloadProgress};
@@ -21,7 +22,7 @@ use builder_monitor_core::progress::Progress;
 /// its own business: its image is out of the index until it ends.
 pub async fn guard(runner: std::sync::Arc<Runner>, client: kube::Client, stop: tokio_util::sync::CancellationToken) {
     let mut scopes: std::collections::BTreeSet<(core::WorkloadKind, String)> = Default::default();
-    for image in &runner.config.images {
+    for image in &runner.ctx.config.images {
         for w in &image.deploy {
             scopes.insert((w.kind, w.namespace.clone()));
         }
@@ -49,9 +50,9 @@ pub async fn guard(runner: std::sync::Arc<Runner>, client: kube::Client, stop: t
         else {
             continue;
         };
-        for found in runner.overrides(kind, namespace, name, &object) {
+        for found in runner.ctx.overrides(kind, namespace, name, &object) {
             let workload = format!("{kind} {namespace}/{name}");
-            if let Err(err) = runner.hold_overridden(&workload, found).await {
+            if let Err(err) = runner.ctx.hold_overridden(&workload, found).await {
                 tracing::warn!(workload = %workload, error = %err, "cannot hold the image of an overridden workload");
             }
         }
@@ -75,7 +76,7 @@ pub fn guard_index(latest: Vec<LatestAction>) -> OverrideIndex {
     index
 }
 
-impl Runner {
+impl Context {
     /// The guard's check of one workload event: the guarded deploys whose writes `object` no
     /// longer runs. A lookup in memory; its cost does not grow with the ledger.
     pub fn overrides(

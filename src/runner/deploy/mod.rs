@@ -24,8 +24,8 @@ pub use record::{Origin, deploy_action};
 
 use super::attempt::{Attempt, Digests, Next};
 use super::carrier::ActionRef;
-use super::carrier::{Backend, Carrier};
-use super::{Outcome, PreviewError, Runner, RunnerError};
+use super::carrier::{Backend, Carrier, Context};
+use super::{Outcome, PreviewError, RunnerError};
 use crate::config::Config;
 use crate::ledger::ClaimedAction;
 use builder_monitor_core::deploy::{
@@ -80,7 +80,7 @@ struct Started {
 impl Carrier for Started {
     fn attempt<'a>(
         &'a self,
-        runner: &'a Runner,
+        ctx: &'a Context,
         action: &'a ClaimedAction,
         target: &'a ActionTarget,
         _verified: Option<&'a str>,
@@ -94,7 +94,7 @@ impl Carrier for Started {
             Deploying {
                 client: &self.client,
                 views,
-                runner,
+                ctx,
                 action,
                 target,
                 deploy,
@@ -121,7 +121,7 @@ pub(super) fn pods() -> ApiResource {
 struct Deploying<'a> {
     client: &'a kube::Client,
     views: &'a view::Views,
-    runner: &'a Runner,
+    ctx: &'a Context,
     action: &'a ClaimedAction,
     target: &'a ActionTarget,
     deploy: &'a DeployTarget,
@@ -184,7 +184,7 @@ impl Deploying<'_> {
     }
 
     async fn record(&self) -> Result<(), String> {
-        match self.runner.ledger.record_progress(&self.action.key, Progress::Deploy(self.progress.clone())).await {
+        match self.ctx.ledger.record_progress(&self.action.key, Progress::Deploy(self.progress.clone())).await {
             Ok(true) => Ok(()),
             Ok(false) => Err("the action is no longer running".into()),
             Err(err) => Err(format!("cannot record the deploy's progress: {err}")),
@@ -193,7 +193,7 @@ impl Deploying<'_> {
 
     /// Whether this is the action's last attempt: a retryable stop ends it.
     fn last_attempt(&self) -> bool {
-        self.action.attempt >= self.runner.config.runner.max_attempts
+        self.action.attempt >= self.ctx.config.runner.max_attempts
     }
 
     /// The record of what each workload runs now and what it gets, before anything is written.
@@ -276,7 +276,7 @@ impl Deploying<'_> {
         let w = self.progress.workloads[i].workload.clone();
         loop {
             // A leader that has lost the Lease (while it waited, too) writes nothing more.
-            if !self.runner.ledger.may_write() {
+            if !self.ctx.ledger.may_write() {
                 return Err(Stop::Retry(crate::ledger::LedgerError::NotLeading.to_string()));
             }
             let error = match self.try_apply(&w, images, Some(&self.action.change_id)).await {
@@ -310,13 +310,13 @@ impl Deploying<'_> {
         match self.go().await {
             Ok(attempt) => attempt,
             // A replica no longer leading leaves the deploy (and any undo) to the leader.
-            Err(Stop::Retry(why)) if !self.last_attempt() || !self.runner.ledger.may_write() => {
+            Err(Stop::Retry(why)) if !self.last_attempt() || !self.ctx.ledger.may_write() => {
                 Attempt::failed(why, Next::Retry)
             }
             Err(Stop::Retry(why)) => {
                 let why = format!(
                     "{why} (attempt {} of {}: none left)",
-                    self.action.attempt, self.runner.config.runner.max_attempts
+                    self.action.attempt, self.ctx.config.runner.max_attempts
                 );
                 self.fail(why).await
             }
@@ -358,7 +358,7 @@ impl Deploying<'_> {
         // announces what the crash kept it from announcing, and one after the announcement adds
         // nothing (its event id is the action's).
         if !self.progress.started && self.progress.wrote() {
-            if !self.runner.deploy_started(self.action, self.target, &self.progress).await {
+            if !self.ctx.deploy_started(self.action, self.target, &self.progress).await {
                 return Err(Stop::Retry("cannot record deploy.started".into()));
             }
             self.progress.started = true;
@@ -443,7 +443,7 @@ impl Deploying<'_> {
                 self.apply_when_granted(i, &images).await?;
             }
             self.progress.workloads[i].state = WorkloadState::Written;
-            self.progress.workloads[i].written_at = Some(timestamp(self.runner.clock.now()));
+            self.progress.workloads[i].written_at = Some(timestamp(self.ctx.clock.now()));
             self.record().await.map_err(Stop::Retry)?;
         }
         Ok(())
@@ -459,8 +459,8 @@ impl Deploying<'_> {
         writes: &[ContainerWrite],
         written: Option<chrono::DateTime<chrono::Utc>>,
     ) -> Result<(), Unhealthy> {
-        let rollout = &self.runner.config.rollout;
-        let now = self.runner.clock.now();
+        let rollout = &self.ctx.config.rollout;
+        let now = self.ctx.clock.now();
         let elapsed = written.map(|t| (now - t).to_std().unwrap_or_default()).unwrap_or_default();
         let deadline = tokio::time::Instant::now() + rollout.deploy_timeout.saturating_sub(elapsed);
         let held = self.views.hold(view::Scope::Workloads(w.kind, w.namespace.clone()));

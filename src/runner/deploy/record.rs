@@ -1,8 +1,8 @@
 //! What the runner records around deploys: the deploy that follows an action which moved an app
 //! tag, and `deploy.started`, once per deploy.
 
-use super::super::Runner;
 use super::super::attempt::Digests;
+use super::super::context::Context;
 use crate::config::{Config, ImageSettings};
 use crate::ledger::{ClaimedAction, NewAction};
 use builder_monitor_core::deploy::{DeployTarget, Undo, action_key};
@@ -48,7 +48,7 @@ pub fn deploy_action(
         .gated(image.wave, image.needs_approval(ActionKind::Deploy, rollout))
 }
 
-impl Runner {
+impl Context {
     /// The deploy that follows an action which moved the app tag to a new digest, when the image
     /// deploys: of that digest, in the action's wave, with the tag's digest before for an undo,
     /// expedited by what expedited the action (`[rollout] expedite`: the change's fix skips the

@@ -10,8 +10,8 @@
 use kube::api::{Patch, PatchParams};
 use serde_json::Value;
 
-use super::super::Runner;
 use super::super::attempt::{Attempt, Digests, Next};
+use super::super::context::Context;
 use super::{Deploying, overridden, short};
 use crate::ledger::ClaimedAction;
 use builder_monitor_core::deploy::{self as core, FIELD_MANAGER, WorkloadState};
@@ -64,7 +64,7 @@ impl Deploying<'_> {
                         wp.state = WorkloadState::Undone;
                         if restored && wp.written_at.is_none() {
                             // A write an attempt before a crash made without recording it.
-                            wp.written_at = Some(timestamp(self.runner.clock.now()));
+                            wp.written_at = Some(timestamp(self.ctx.clock.now()));
                         }
                     }
                     Ok(Undone::Others(changed)) => {
@@ -104,7 +104,7 @@ impl Deploying<'_> {
             && self.progress.wrote()
             && let Some(before) = &self.deploy.tag_before
         {
-            match self.runner.undo_tag(self.action, self.target, &self.deploy.digest, before).await {
+            match self.ctx.undo_tag(self.action, self.target, &self.deploy.digest, before).await {
                 Ok(Some(moved)) => tag = Some(moved),
                 Ok(None) => {}
                 Err(e) => problems.push(e),
@@ -203,7 +203,7 @@ impl Deploying<'_> {
     }
 }
 
-impl Runner {
+impl Context {
     /// Moves the app tag back from `digest` to `before` after a failed deploy, as `rollback` does
     /// (recorded before the write); only when the tag still holds `digest`. Answers the move made.
     async fn undo_tag(
@@ -228,6 +228,7 @@ impl Runner {
             &self.config,
             &self.ledger,
             &self.registry,
+            self.signing.as_deref(),
             image,
             Some(before),
             &format!("builder-monitor (undo of deploy {})", action.key),

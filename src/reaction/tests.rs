@@ -1,8 +1,8 @@
 //! Planning a reaction: deploys named after an action, previews, a fleet planned in batches.
 
 use super::*;
-use builder_monitor_core::event::Pin;
 use crate::metrics::Metrics;
+use builder_monitor_core::event::Pin;
 
 const CONFIG: &str = r#"
 [[builders]]

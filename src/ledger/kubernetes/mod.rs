@@ -193,7 +193,18 @@ impl KubeLedger {
     async fn list(&self) -> Result<start_list::Entries, LedgerError> {
         let params = ListParams::default().labels(&format!("{LABEL}=watch"));
         let list = self.call(false, || self.api.list(&params)).await?;
-        list.items.into_iter().map(|cm| Self::parse(&cm).map(|d| (cm, d))).collect()
+        // The entry read, its text and the server's field bookkeeping are dropped: no reader of
+        // a list wants them (`holder` reads the annotations), and a start's shared list is cloned
+        // for each of its reads.
+        list.items
+            .into_iter()
+            .map(|mut cm| {
+                let doc = Self::parse(&cm)?;
+                cm.data = None;
+                cm.metadata.managed_fields = None;
+                Ok((cm, doc))
+            })
+            .collect()
     }
 
     /// Reads, changes and writes one watch's entry, re-reading on a conflicting write.

@@ -233,8 +233,18 @@ impl Parts {
 
     /// One term of acting, until `stop`: the named tasks of the term, started.
     async fn start_term(self: &Arc<Self>, stop: CancellationToken) -> Result<Term, DaemonError> {
-        let runner = self.runner(stop.clone()).await?;
+        // The term's first reads (recovery, the first checks, deliveries, open actions) share one
+        // read of the ledger, until every builder has been checked once.
+        self.ledger.share_start_reads();
+        let runner = match self.runner(stop.clone()).await {
+            Ok(runner) => runner,
+            Err(error) => {
+                self.ledger.end_start_reads();
+                return Err(error);
+            }
+        };
         let mut term = Term::default();
+        term.spawn("start reads", end_start_reads(self.ledger.clone(), self.monitor.handle(), stop.clone()));
         if let Some(publisher) = self.publisher() {
             term.spawn("publisher", publisher.run(stop.clone()));
         }
@@ -447,6 +457,16 @@ pub async fn run(
     drop(no_election);
     tracing::info!("builder-monitor stopped");
     Ok(0)
+}
+
+/// Ends the sharing of the term's first reads ([`Ledger::share_start_reads`]) once every builder
+/// has been checked once, or when the term ends first.
+async fn end_start_reads(ledger: Ledger, monitor: MonitorHandle, stop: CancellationToken) {
+    tokio::select! {
+        _ = stop.cancelled() => {}
+        _ = monitor.first_cycle() => {}
+    }
+    ledger.end_start_reads();
 }
 
 /// Gives back the memory start-up used and no longer needs (`crate::memory`): once at start-up,

@@ -394,27 +394,35 @@ pub const POOLS: &str = "[runner] [[runner.pools]]";
 /// namespace may not exist.
 pub async fn check_access(client: &kube::Client, needed: &[Permission]) -> Result<(), ClusterError> {
     let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
-    let unreadable = check_namespaces(client, &reviews, needed).await?;
+    let asked: Vec<(&Permission, &str)> = needed.iter().flat_map(|p| p.verbs.iter().map(move |v| (p, *v))).collect();
+    // Every review at once (a start waits for them all): answered in the order asked; the
+    // namespaces' errors first, as when they were asked first.
+    let (unreadable, answers) = futures::future::join(
+        check_namespaces(client, &reviews, needed),
+        futures::future::join_all(asked.iter().map(|&(p, verb)| {
+            let (resource, subresource) = match p.resource.split_once('/') {
+                Some((r, s)) => (r, Some(s)),
+                None => (p.resource, None),
+            };
+            let attributes =
+                Attributes { namespace: p.namespace.as_deref(), verb, group: p.group, resource, subresource };
+            allowed(&reviews, attributes, None)
+        })),
+    )
+    .await;
+    let unreadable = unreadable?;
     let mut missing: std::collections::BTreeMap<(Option<String>, &str), Vec<String>> = Default::default();
     // Namespaces where something is granted: they exist (a RoleBinding is there, or a
     // ClusterRoleBinding grants it everywhere), whether or not this account may read them.
     let mut granted_in = std::collections::BTreeSet::new();
-    for p in needed {
-        let (resource, subresource) = match p.resource.split_once('/') {
-            Some((r, s)) => (r, Some(s)),
-            None => (p.resource, None),
-        };
-        for verb in p.verbs {
-            let attributes =
-                Attributes { namespace: p.namespace.as_deref(), verb, group: p.group, resource, subresource };
-            if allowed(&reviews, attributes, None).await? {
-                granted_in.extend(p.namespace.clone());
-            } else {
-                missing
-                    .entry((p.namespace.clone(), p.needed_for))
-                    .or_default()
-                    .push(format!("{verb} {}", p.resource_name()));
-            }
+    for (&(p, verb), answer) in asked.iter().zip(answers) {
+        if answer? {
+            granted_in.extend(p.namespace.clone());
+        } else {
+            missing
+                .entry((p.namespace.clone(), p.needed_for))
+                .or_default()
+                .push(format!("{verb} {}", p.resource_name()));
         }
     }
     if missing.is_empty() {

@@ -269,6 +269,23 @@ impl Ledger {
         }
     }
 
+    /// Lets the reads of a daemon's start share one read of the whole ledger (the Kubernetes
+    /// ledger: one LIST of its ConfigMaps instead of one per family read, see
+    /// `kubernetes::start_list`; nothing for SQLite, whose reads are local), until
+    /// [`Ledger::end_start_reads`] or this ledger's first write.
+    pub fn share_start_reads(&self) {
+        if let Backend::Kubernetes(l) = &self.backend {
+            l.share_start_list();
+        }
+    }
+
+    /// Ends what [`Ledger::share_start_reads`] began: every read reads the ledger again.
+    pub fn end_start_reads(&self) {
+        if let Backend::Kubernetes(l) = &self.backend {
+            l.end_start_list();
+        }
+    }
+
     /// Whether this replica may write now: false once a leader has lost the Lease. Checked
     /// before each write to the ledger and, by the runner, to the cluster.
     pub fn may_write(&self) -> bool {

@@ -1,6 +1,7 @@
 //! A start over a ConfigMap ledger of many watches, on the real control plane (issue 62 item 2,
 //! issue 64 goal 5): a daemon restarted over a ledger holding N builders' entries reads it in the
-//! same requests whatever N — lists of the ledger's ConfigMaps, no GET per watch — counted by a
+//! same requests whatever N — one LIST of the ledger's ConfigMaps shared by every family's read,
+//! no GET per watch, its permissions reviewed at once ([`START`]) — counted by a
 //! proxy that records every request it makes to the API server (`support::api_recorder`), from
 //! its start until it has checked every builder once (its `/readyz` turns ready then).
 //!
@@ -23,6 +24,11 @@ use support::images::{Format, Pusher};
 use support::registry::TestRegistry;
 
 const FEW: usize = 10;
+
+/// What a start asks of the API server, but for the GETs of one ConfigMap (see the test): its
+/// permissions (one review per verb, one of the namespace's `get`), the namespace, and one LIST
+/// of the ledger shared by every read of its start.
+const START: &[(&str, usize)] = &[("GET namespaces", 1), ("LIST configmaps", 1), ("POST selfsubjectaccessreviews", 5)];
 
 /// How many watches the larger ledger holds (`BM_LEDGER_START_WATCHES`, 200 by default).
 fn many() -> usize {
@@ -156,6 +162,8 @@ async fn a_restart_over_many_watches_makes_the_same_requests_as_over_few() {
         counts
     };
     assert_eq!(without_gets(&few), without_gets(&many), "the requests of a start grew with the watches");
+    let expected: BTreeMap<String, usize> = START.iter().map(|&(what, n)| (what.to_string(), n)).collect();
+    assert_eq!(without_gets(&few), expected, "the requests of a start");
     for (n, start) in [(FEW, &few), (many_watches, &many)] {
         let gets = start.counts().get("GET configmaps").copied().unwrap_or(0);
         assert!(gets <= FEW.max(n / 10), "{gets} GETs of ConfigMaps at {n} watches: {:?}", start.counts());

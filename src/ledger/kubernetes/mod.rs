@@ -22,6 +22,7 @@ mod outbox;
 mod progress;
 mod registries;
 mod rollout;
+mod start_list;
 mod tags;
 #[cfg(test)]
 mod tests;
@@ -93,6 +94,8 @@ pub struct KubeLedger {
     seq: std::sync::Arc<AtomicI64>,
     /// Set when this is the daemon's ledger ([`KubeLedger::serve_daemon`]).
     daemon: std::sync::Arc<std::sync::OnceLock<Daemon>>,
+    /// The LIST the reads of a daemon's start share (see `start_list`).
+    start_list: std::sync::Arc<start_list::StartList>,
 }
 
 /// How the daemon's ledger writes.
@@ -123,6 +126,7 @@ impl KubeLedger {
             namespace: namespace.to_string(),
             seq: std::sync::Arc::new(AtomicI64::new(start)),
             daemon: Default::default(),
+            start_list: Default::default(),
         }
     }
 
@@ -180,10 +184,27 @@ impl KubeLedger {
         }
     }
 
-    async fn all(&self) -> Result<Vec<(ConfigMap, WatchDoc)>, LedgerError> {
+    /// Every entry of the ledger (the start's shared LIST while there is one: `start_list`).
+    async fn all(&self) -> Result<start_list::Entries, LedgerError> {
+        self.entries().await
+    }
+
+    /// Every entry of the ledger, listed now.
+    async fn list(&self) -> Result<start_list::Entries, LedgerError> {
         let params = ListParams::default().labels(&format!("{LABEL}=watch"));
         let list = self.call(false, || self.api.list(&params)).await?;
-        list.items.into_iter().map(|cm| Self::parse(&cm).map(|d| (cm, d))).collect()
+        // The entry read, its text and the server's field bookkeeping are dropped: no reader of
+        // a list wants them (`holder` reads the annotations), and a start's shared list is cloned
+        // for each of its reads.
+        list.items
+            .into_iter()
+            .map(|mut cm| {
+                let doc = Self::parse(&cm)?;
+                cm.data = None;
+                cm.metadata.managed_fields = None;
+                Ok((cm, doc))
+            })
+            .collect()
     }
 
     /// Reads, changes and writes one watch's entry, re-reading on a conflicting write.
@@ -256,6 +277,8 @@ impl KubeLedger {
     where
         Fut: Future<Output = Result<ConfigMap, kube::Error>>,
     {
+        // Every read after this write must see it: none is answered by the start's LIST again.
+        self.end_start_list();
         let fenced = || {
             let leads = self.may_write();
             let call = leads.then(&mut call);

@@ -2,7 +2,6 @@
 //! Every problem in a file is reported at once, each as `FILE:LINE:COL: message`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -18,6 +17,7 @@ use docker::{DockerConfig, DockerCredentials};
 
 pub mod alerts;
 mod docker;
+mod duration_text;
 mod gitops;
 mod images;
 mod kubernetes;
@@ -33,8 +33,10 @@ mod server;
 mod signing;
 mod summary;
 mod vulnerabilities;
+
 pub use alerts::{AlertKind, AlertSettings, AlertUrl, DEFAULT_EVENTS, redact_url};
 pub use builders::{BuilderSettings, Platform, run_image_watch, run_image_watch_named};
+pub(crate) use duration_text::DurationText;
 pub use gitops::{Author, FileFormat, GitAuth, GitopsFile, GitopsTarget, action_subject as gitops_subject};
 pub use images::{DEFAULT_WAVE, ImageSettings, Policy, Scheduling, Source, Toleration};
 pub use kubernetes::{KubeValueError, KubernetesSettings, k8s_typed, unanswered};
@@ -650,56 +652,6 @@ pub(crate) fn is_dns_label(name: &str) -> bool {
         && bytes[0] != b'-'
         && bytes[bytes.len() - 1] != b'-'
 }
-/// A duration as written: a string (`"10m"`), or a bare number kept as its text, so that
-/// `interval = 10` is one error that asks for a unit (not a type error that hides the table's
-/// other problems).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct DurationText(String);
-
-impl DurationText {
-    fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::ops::Deref for DurationText {
-    type Target = str;
-    fn deref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for DurationText {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for DurationText {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Text;
-        impl serde::de::Visitor<'_> for Text {
-            type Value = DurationText;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a duration with a unit, e.g. \"30s\", \"10m\", \"1h\"")
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<DurationText, E> {
-                Ok(DurationText(v.to_string()))
-            }
-            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<DurationText, E> {
-                Ok(DurationText(v.to_string()))
-            }
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<DurationText, E> {
-                Ok(DurationText(v.to_string()))
-            }
-            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<DurationText, E> {
-                Ok(DurationText(v.to_string()))
-            }
-        }
-        deserializer.deserialize_any(Text)
-    }
-}
-
 /// 1-based line and column (in characters) of a byte offset.
 fn line_column(text: &str, offset: usize) -> (usize, usize) {
     let offset = offset.min(text.len());

@@ -161,6 +161,20 @@ impl TestRegistry {
         self.log.lock().unwrap().clone()
     }
 
+    /// The registry's log once `enough` holds of it: Distribution writes a request's line after
+    /// its answer, so a client can have its answer before the line is there. Fails after PATIENCE.
+    pub fn log_once(&self, what: &str, enough: impl Fn(&[String]) -> bool) -> Vec<String> {
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            let log = self.log();
+            if enough(&log) {
+                return log;
+            }
+            assert!(std::time::Instant::now() < deadline, "the registry never logged {what}: {log:#?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Writes an image into the registry's storage as a push of `blobs` and then `manifest` under
     /// `tag` leaves it, without the HTTP round trips: seeding a 10,000-app fleet takes seconds, not
     /// the half hour its pushes would. Distribution's filesystem layout (`registry/storage/paths.go`):

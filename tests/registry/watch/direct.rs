@@ -57,7 +57,9 @@ async fn the_checks_head_goes_on_the_direct_client_anonymous_basic_and_token() {
         assert_eq!(registry.direct_heads(&proxy.host), Some(seen.len() as u64), "{what}: all on the direct client");
         // The registry's own log: the same User-Agent as every other request of ours.
         let agent = format!("http.request.useragent={} ", builder_monitor::USER_AGENT);
-        let logged: Vec<_> = target.log().into_iter().filter(|l| l.contains("http.request.method=HEAD")).collect();
+        let heads_logged = |log: &[String]| log.iter().filter(|l| l.contains("http.request.method=HEAD")).count();
+        let log = target.log_once("every answered HEAD", |log| heads_logged(log) >= seen.len() - challenged);
+        let logged: Vec<_> = log.into_iter().filter(|l| l.contains("http.request.method=HEAD")).collect();
         assert!(!logged.is_empty() && logged.iter().all(|l| l.contains(&agent)), "{what}: {logged:#?}");
     }
 }

@@ -283,12 +283,7 @@ pub fn held_by(actions: &[ActionRecord], failed: &ActionRecord) -> (Vec<ActionRe
 pub fn held_event(change: &str, subject: &Subject, held: &[ActionRecord], reason: &str, now: DateTime<Utc>) -> Event {
     let waiting = held
         .iter()
-        .map(|a| WaitingAction {
-            key: a.key.clone(),
-            image: a.image.clone(),
-            kind: a.action.as_str().into(),
-            wave: a.wave,
-        })
+        .map(|a| WaitingAction { key: a.key.clone(), image: a.image.clone(), kind: a.action, wave: a.wave })
         .collect();
     let id = stable_id(&[change, EventType::ActionHeld.as_str(), reason]);
     let mut e = Event::new(id, EventType::ActionHeld, timestamp(now), subject.clone());

@@ -54,12 +54,7 @@ impl RecordedAction {
 }
 
 fn waiting(action: &NewAction) -> WaitingAction {
-    WaitingAction {
-        key: action.key.clone(),
-        image: action.image.clone(),
-        kind: action.kind.as_str().into(),
-        wave: action.wave,
-    }
+    WaitingAction { key: action.key.clone(), image: action.image.clone(), kind: action.kind, wave: action.wave }
 }
 
 impl Planned {

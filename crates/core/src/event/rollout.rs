@@ -33,7 +33,7 @@ pub struct WaitingAction {
     pub key: String,
     /// The `[[images]]` name.
     pub image: String,
-    pub kind: String,
+    pub kind: crate::kind::ActionKind,
     pub wave: u32,
 }
 

@@ -94,8 +94,12 @@ fn each_event_type_has_the_subject_its_shape_names() {
         assert_eq!(subject_of(t, action), "image:petclinic", "{t}");
     }
     let waiting = |e: &mut Event| {
-        let a =
-            |image: &str, wave| WaitingAction { key: "k".into(), image: image.into(), kind: "rebuild".into(), wave };
+        let a = |image: &str, wave| WaitingAction {
+            key: "k".into(),
+            image: image.into(),
+            kind: crate::kind::ActionKind::Rebuild,
+            wave,
+        };
         e.rollout = Some(RolloutInfo { actions: vec![a("web", 1), a("api", 1)], ..Default::default() })
     };
     for t in [EventType::ActionAwaitingApproval, EventType::ActionHeld] {

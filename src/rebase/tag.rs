@@ -32,11 +32,9 @@ impl Rebasing<'_> {
     pub(super) async fn preview(&self, report: &mut RebaseReport) -> Result<(), RebaseError> {
         let (app, run) = (&self.request.image, &self.request.run_image);
         let pending = self.pending();
-        // A layer the app's manifest lists is in its repository: no request makes it so again.
-        let held = |digest: &str| pending.iter().any(|d| d.held.contains(digest));
         let same_registry = app.registry() == run.registry();
         for blob in &unique_blobs(&pending) {
-            report.blobs.add(if held(&blob.digest) || self.registry.blob_exists(app, &blob.digest).await? {
+            report.blobs.add(if held(&pending, &blob.digest) || self.registry.blob_exists(app, &blob.digest).await? {
                 BlobTransfer::Present
             } else if same_registry {
                 BlobTransfer::Mounted
@@ -62,9 +60,8 @@ impl Rebasing<'_> {
             return Ok(());
         }
         let base_blobs = unique_blobs(&pending);
-        let held = |digest: &str| pending.iter().any(|d| d.held.contains(digest));
         let wanted: Vec<(String, u64)> =
-            base_blobs.iter().filter(|b| !held(&b.digest)).map(|b| (b.digest.clone(), b.size)).collect();
+            base_blobs.iter().filter(|b| !held(&pending, &b.digest)).map(|b| (b.digest.clone(), b.size)).collect();
         let present = base_blobs.len() - wanted.len();
         // The top manifest by digest before the tag only where a signature names it first; otherwise
         // the tag's PUT stores it.
@@ -144,4 +141,10 @@ impl Rebasing<'_> {
             }
         }
     }
+}
+
+/// Whether a layer is in the app's repository already: the app's manifest lists it, so no
+/// request makes it so again.
+fn held(pending: &[&Decided], digest: &str) -> bool {
+    pending.iter().any(|d| d.held.contains(digest))
 }
